@@ -1,0 +1,70 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/switchyard-router/switchyard/engine"
+)
+
+// statusOf maps an error code to its HTTP status: the one place where codes
+// meet HTTP.
+var statusOf = map[string]int{
+	engine.EINVALID:          http.StatusBadRequest,
+	engine.EUNKNOWNTYPE:      http.StatusUnprocessableEntity,
+	engine.ETOOLARGE:         http.StatusRequestEntityTooLarge,
+	engine.EMEDIATYPE:        http.StatusUnsupportedMediaType,
+	engine.EIDEMREUSE:        http.StatusUnprocessableEntity,
+	engine.EINPROGRESS:       http.StatusConflict,
+	engine.EIDCONFLICT:       http.StatusConflict,
+	engine.ENOTFOUND:         http.StatusNotFound,
+	engine.EUNAVAILABLE:      http.StatusServiceUnavailable,
+	engine.EUNAUTHORIZED:     http.StatusUnauthorized,
+	engine.EFORBIDDEN:        http.StatusForbidden,
+	engine.EMETHODNOTALLOWED: http.StatusMethodNotAllowed,
+	engine.EINTERNAL:         http.StatusInternalServerError,
+}
+
+// problem is an RFC 9457 problem details document, with the stable code.
+type problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Code     string `json:"code"`
+	Instance string `json:"instance,omitempty"`
+}
+
+// problemTypeBase prefixes the code to make the problem "type" URI.
+const problemTypeBase = "https://switchyard.dev/problems/"
+
+// writeError answers with err as problem+json. Errors that are not an
+// *engine.Error are logged and shown as internal, without their text.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var e *engine.Error
+	if !errors.As(err, &e) {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		e = &engine.Error{Code: engine.EINTERNAL, Message: "internal error"}
+	} else if e.Err != nil {
+		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", e.Code, "error", e.Err)
+	}
+	status, ok := statusOf[e.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+999_999_999)/1e9)))
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(problem{
+		Type:     problemTypeBase + e.Code,
+		Title:    http.StatusText(status),
+		Status:   status,
+		Detail:   e.Message,
+		Code:     e.Code,
+		Instance: r.URL.Path,
+	})
+}

@@ -1,0 +1,346 @@
+// Package api is the router's HTTP API (DESIGN §4): ingest, event status,
+// stats, health and metrics, served on a unix socket.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// endpointEvents scopes Idempotency-Keys sent to POST /v1/events.
+const endpointEvents = "POST /v1/events"
+
+// Options wire the server to the rest of the router.
+type Options struct {
+	Logger   hclog.Logger
+	Gatherer prometheus.Gatherer // serves /metrics; nil = no metrics route
+	// Ready reports whether the router can do its work (storage open, sinks
+	// connected), per component; nil = always ready.
+	Ready func(ctx context.Context) map[string]error
+	Now   func() time.Time
+}
+
+// Server serves the API.
+type Server struct {
+	engine *engine.Engine
+	listen config.Listen
+	opts   Options
+	log    hclog.Logger
+	http   *http.Server
+	ln     net.Listener
+	done   chan error
+}
+
+// New returns a server for eng with the limits of the listen block.
+func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Server{engine: eng, listen: listen, opts: opts, log: opts.Logger.Named("api")}
+	s.http = &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	return s
+}
+
+// Handler is the API's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/events", s.postEvents)
+	mux.HandleFunc("GET /v1/events/{id}", s.getEvent)
+	mux.HandleFunc("GET /v1/events", s.getEventsByKey)
+	mux.HandleFunc("GET /v1/stats", s.getStats)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.getReady)
+	if s.opts.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, engine.Errorf(engine.ENOTFOUND, "no route %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// Open listens on the unix socket and starts serving. A socket file left by
+// a crashed router is replaced; one that a live router answers on is not.
+func (s *Server) Open() error {
+	ln, err := listenUnix(s.listen.Socket)
+	if err != nil {
+		return err
+	}
+	s.ln = ln
+	s.done = make(chan error, 1)
+	go func() { s.done <- s.http.Serve(ln) }()
+	return nil
+}
+
+// Addr is the socket path the server listens on.
+func (s *Server) Addr() string { return s.listen.Socket }
+
+// Close stops accepting and waits for requests in flight until ctx ends.
+func (s *Server) Close(ctx context.Context) error {
+	if s.ln == nil {
+		return nil
+	}
+	err := s.http.Shutdown(ctx)
+	if serr := <-s.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+func listenUnix(path string) (net.Listener, error) {
+	if _, err := os.Stat(path); err == nil {
+		conn, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			conn.Close()
+			return nil, fmt.Errorf("listen %s: another process is serving on this socket", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+			return nil, fmt.Errorf("listen %s: socket exists and cannot be probed: %w", path, err)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("listen %s: remove stale socket: %w", path, err)
+		}
+	}
+	if err := os.MkdirAll(dirOf(path), 0o750); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	// Create the socket with no access for others, then open it to the
+	// group: there is no window in which it is world-writable.
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+func dirOf(path string) string {
+	if i := strings.LastIndexByte(path, '/'); i > 0 {
+		return path[:i]
+	}
+	return "."
+}
+
+// tenant is who a request acts for: the X-Tenant header on the unix socket.
+func tenant(r *http.Request) (string, error) {
+	t := r.Header.Get("X-Tenant")
+	if t == "" {
+		return "default", nil
+	}
+	if len(t) > 64 || !utf8.ValidString(t) || strings.ContainsAny(t, "\x00\r\n") {
+		return "", engine.Errorf(engine.EINVALID, "X-Tenant must be up to 64 bytes of printable UTF-8")
+	}
+	return t, nil
+}
+
+func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
+	ten, err := tenant(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.listen.MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			err = engine.Errorf(engine.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
+		} else {
+			err = engine.Errorf(engine.EINVALID, "reading the body: %v", err)
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	events, batch, err := decodeRequest(r.Header, body, s.listen.MaxBatch, s.opts.Now)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req := &engine.IngestRequest{
+		Tenant:   ten,
+		Endpoint: endpointEvents,
+		Key:      r.Header.Get("Idempotency-Key"),
+		Events:   events,
+		Render:   renderAccepted(batch),
+	}
+	if len(req.Key) > 255 || !utf8.ValidString(req.Key) {
+		s.writeError(w, r, engine.Errorf(engine.EINVALID, "Idempotency-Key must be up to 255 bytes of UTF-8"))
+		return
+	}
+	if req.Key != "" {
+		req.Digest = requestDigest(r.Header, body)
+	}
+	resp, err := s.engine.Ingest(r.Context(), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if resp.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.Header().Set("Content-Type", resp.ContentType)
+	w.WriteHeader(resp.Status)
+	w.Write(resp.Body)
+}
+
+// accepted is one event's line in an ingest response.
+type accepted struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// renderAccepted builds the 202 response: one object, or the list for a
+// batch. It depends only on the outcomes, so a replay is byte-identical.
+func renderAccepted(batch bool) func([]engine.Outcome) engine.Response {
+	return func(outcomes []engine.Outcome) engine.Response {
+		list := make([]accepted, len(outcomes))
+		for i, o := range outcomes {
+			list[i] = accepted{ID: o.ID, Status: "accepted"}
+			if o.Duplicate {
+				list[i].Status = "duplicate"
+			}
+		}
+		var body []byte
+		if batch {
+			body, _ = json.Marshal(list)
+		} else {
+			body, _ = json.Marshal(list[0])
+		}
+		return engine.Response{Status: http.StatusAccepted, ContentType: "application/json", Body: append(body, '\n')}
+	}
+}
+
+// eventView is GET /v1/events/{id}.
+type eventView struct {
+	ID            string           `json:"id"`
+	Type          string           `json:"type"`
+	Source        string           `json:"source"`
+	State         storage.State    `json:"state"`
+	Attempts      int              `json:"attempts"`
+	CreatedAt     time.Time        `json:"created_at"`
+	NextAttemptAt *time.Time       `json:"next_attempt_at,omitempty"`
+	LastError     string           `json:"last_error,omitempty"`
+	Outputs       []storage.Output `json:"outputs"`
+}
+
+func viewOf(rec *storage.Record) eventView {
+	v := eventView{
+		ID: rec.Event.ID, Type: rec.Event.Type, Source: rec.Event.Source,
+		State: rec.State, Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
+		LastError: rec.LastError, Outputs: rec.Outputs,
+	}
+	if v.Outputs == nil {
+		v.Outputs = []storage.Output{}
+	}
+	if !rec.NextAttemptAt.IsZero() {
+		t := rec.NextAttemptAt
+		v.NextAttemptAt = &t
+	}
+	return v
+}
+
+func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
+	ten, err := tenant(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	rec, err := s.engine.EventStatus(id)
+	if err == nil && rec.Tenant != ten {
+		err = engine.Errorf(engine.ENOTFOUND, "no event with id %q", id)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(rec))
+}
+
+func (s *Server) getEventsByKey(w http.ResponseWriter, r *http.Request) {
+	ten, err := tenant(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	key := r.URL.Query().Get("idempotency_key")
+	if key == "" {
+		s.writeError(w, r, engine.Errorf(engine.EINVALID, "the idempotency_key query parameter is required"))
+		return
+	}
+	recs, err := s.engine.EventsByKey(ten, endpointEvents, key)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	views := make([]eventView, len(recs))
+	for i, rec := range recs {
+		views[i] = viewOf(rec)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"idempotency_key": key, "events": views})
+}
+
+func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
+	stats, err := s.engine.Stats()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if stats == nil {
+		stats = []engine.TypeStats{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"types": stats})
+}
+
+func (s *Server) getReady(w http.ResponseWriter, r *http.Request) {
+	status, checks := http.StatusOK, map[string]string{}
+	if s.opts.Ready != nil {
+		for name, err := range s.opts.Ready(r.Context()) {
+			checks[name] = "ok"
+			if err != nil {
+				checks[name] = err.Error()
+				status = http.StatusServiceUnavailable
+			}
+		}
+	}
+	writeJSON(w, status, map[string]any{"ready": status == http.StatusOK, "checks": checks})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

@@ -1,0 +1,104 @@
+// Command router is Switchyard: a single-binary event router for the edge.
+//
+// main is thin on purpose: Main parses the subcommand and hands off to one
+// file per subcommand (run.go, validate.go, version.go, ...).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := NewMain(os.Stdin, os.Stdout, os.Stderr)
+	if err := m.Run(ctx, os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "router:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// Main dispatches to the subcommands.
+type Main struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// NewMain returns a Main on the given streams.
+func NewMain(stdin io.Reader, stdout, stderr io.Writer) *Main {
+	return &Main{Stdin: stdin, Stdout: stdout, Stderr: stderr}
+}
+
+// exitError carries an exit code through Run.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func exitCode(err error) int {
+	var e *exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 2
+	}
+	return 1
+}
+
+// Run runs the subcommand named by args[0] ("run" when args is empty).
+func (m *Main) Run(ctx context.Context, args []string) error {
+	cmd, rest := "run", args
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, rest = args[0], args[1:]
+	}
+	switch cmd {
+	case "run":
+		c := &RunCommand{Main: m}
+		if err := c.ParseFlags(rest); err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	case "validate":
+		return (&ValidateCommand{Main: m}).Run(ctx, rest)
+	case "version":
+		fmt.Fprintln(m.Stdout, versionString())
+		return nil
+	case "bench":
+		return (&BenchCommand{Main: m}).Run(ctx, rest)
+	case "help", "-h", "--help":
+		m.usage()
+		return nil
+	default:
+		m.usage()
+		return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}
+	}
+}
+
+func (m *Main) usage() {
+	fmt.Fprint(m.Stderr, `Switchyard routes events from local services to Kafka and NATS, durably.
+
+Usage:
+  router <command> [flags]
+
+Commands:
+  run        run the router (default; -config ./policies.hcl)
+  validate   check a configuration file
+  bench      load a running router over its socket and report throughput
+  version    print the version
+
+Run 'router <command> -h' for a command's flags.
+`)
+}

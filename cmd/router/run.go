@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/switchyard-router/switchyard/api"
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/plugins/kafka"
+	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+const defaultConfigPath = "./policies.hcl"
+
+// RunCommand runs the router until SIGINT/SIGTERM.
+type RunCommand struct {
+	*Main
+	ConfigPath string
+	LogLevel   string
+	LogFormat  string
+	// ShutdownTimeout bounds the graceful stop.
+	ShutdownTimeout time.Duration
+
+	log         hclog.Logger
+	db          *storage.DB
+	natsServers []*natsplugin.Server
+	sinks       []engine.Sink
+	engine      *engine.Engine
+	api         *api.Server
+}
+
+// ParseFlags reads the run command's flags.
+func (c *RunCommand) ParseFlags(args []string) error {
+	fs := flag.NewFlagSet("router run", flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	fs.StringVar(&c.ConfigPath, "config", defaultConfigPath, "the configuration file (the embedded defaults when the default path does not exist)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
+	return fs.Parse(args)
+}
+
+// Run opens everything, serves until ctx ends, then closes.
+func (c *RunCommand) Run(ctx context.Context) (err error) {
+	c.log = newLogger(c.Stderr, c.LogLevel, c.LogFormat)
+	cfg, err := loadConfig(c.ConfigPath, true)
+	if err != nil {
+		return err
+	}
+	if cfg.File == "" {
+		c.log.Info("no configuration file; running on the embedded defaults", "path", c.ConfigPath)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+		defer cancel()
+		if cerr := c.Close(closeCtx); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	if err := c.open(ctx, cfg); err != nil {
+		return err
+	}
+	c.log.Info("switchyard is running", "version", versionString(), "socket", cfg.Listen.Socket, "data", cfg.Storage.Path)
+	<-ctx.Done()
+	c.log.Info("stopping")
+	return nil
+}
+
+func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	commits := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "switchyard_storage_group_commit_writes",
+		Help:    "Writes carried by one fsynced transaction (group commit).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+	})
+	commitSecs := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "switchyard_storage_commit_seconds",
+		Help:    "Time to write and fsync one transaction.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+	})
+	reg.MustRegister(commits, commitSecs)
+
+	db, err := storage.Open(cfg.Storage.Path, storage.Options{OnCommit: func(n int, took time.Duration) {
+		commits.Observe(float64(n))
+		commitSecs.Observe(took.Seconds())
+	}})
+	if err != nil {
+		return err
+	}
+	c.db = db
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "switchyard_storage_fsyncs_total", Help: "Fsynced write transactions."},
+			func() float64 { return float64(db.Commits()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "switchyard_storage_file_size_bytes", Help: "Size of the data file."},
+			func() float64 { return float64(db.Size()) }),
+	)
+
+	dataDir := filepath.Dir(cfg.Storage.Path)
+	for _, n := range cfg.NATS {
+		url := n.URL
+		if n.Embedded {
+			srv, err := natsplugin.StartServer(n, dataDir, c.log.Named("nats-server"))
+			if err != nil {
+				return fmt.Errorf("nats %q: %w", n.Name, err)
+			}
+			c.natsServers = append(c.natsServers, srv)
+			url = srv.ClientURL()
+			c.log.Info("embedded NATS server with JetStream", "name", n.Name, "url", url)
+		}
+		sink, err := natsplugin.Open(ctx, n, url, c.log)
+		if err != nil {
+			return fmt.Errorf("nats %q: %w", n.Name, err)
+		}
+		c.sinks = append(c.sinks, sink)
+	}
+	for _, k := range cfg.Kafka {
+		sink, err := kafka.Open(ctx, k, c.log)
+		if err != nil {
+			return fmt.Errorf("kafka %q: %w", k.Name, err)
+		}
+		c.sinks = append(c.sinks, sink)
+		c.warnMissingTopics(ctx, cfg, sink)
+	}
+
+	eng, err := engine.New(db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	if err := eng.Open(); err != nil {
+		return err
+	}
+	c.engine = eng
+
+	c.api = api.New(eng, cfg.Listen, api.Options{Logger: c.log, Gatherer: reg, Ready: c.ready})
+	return c.api.Open()
+}
+
+// warnMissingTopics says at startup which routed Kafka topics do not exist:
+// a clear warning now instead of a surprise per event later.
+func (c *RunCommand) warnMissingTopics(ctx context.Context, cfg *config.Config, sink *kafka.Sink) {
+	var topics []string
+	for _, p := range cfg.Events {
+		for _, r := range p.Routes {
+			if r.To == sink.Name() {
+				topics = append(topics, r.Topic)
+			}
+		}
+	}
+	if len(topics) == 0 {
+		return
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := sink.CheckTopics(checkCtx, topics); err != nil {
+		c.log.Warn("kafka topics are not ready; events routed there will be retried", "sink", sink.Name(), "error", err)
+	}
+}
+
+// ready is /readyz: the data file and every sink.
+func (c *RunCommand) ready(ctx context.Context) map[string]error {
+	checks := map[string]error{"storage": nil}
+	for _, s := range c.sinks {
+		if h, ok := s.(engine.HealthChecker); ok {
+			checks[s.Name()] = h.Healthy(ctx)
+		}
+	}
+	return checks
+}
+
+// Close stops in the reverse order of open: stop accepting, let the loops
+// finish or release their batches, close the sinks, the brokers and last the
+// data file.
+func (c *RunCommand) Close(ctx context.Context) error {
+	var errs []error
+	if c.api != nil {
+		errs = append(errs, c.api.Close(ctx))
+	}
+	if c.engine != nil {
+		errs = append(errs, c.engine.Close(ctx))
+	}
+	for _, s := range c.sinks {
+		errs = append(errs, s.Close(ctx))
+	}
+	for _, s := range c.natsServers {
+		errs = append(errs, s.Close(ctx))
+	}
+	if c.db != nil {
+		errs = append(errs, c.db.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// loadConfig loads path; with embedded, a missing default path means the
+// shipped defaults.
+func loadConfig(path string, embedded bool) (*config.Config, error) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && embedded && path == defaultConfigPath {
+		return config.Default(), nil
+	}
+	return config.Load(path)
+}
+
+func newLogger(w interface{ Write([]byte) (int, error) }, level, format string) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "switchyard",
+		Level:      hclog.LevelFromString(level),
+		Output:     w,
+		JSONFormat: format == "json",
+		Color:      hclog.AutoColor,
+	})
+}

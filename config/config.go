@@ -1,0 +1,210 @@
+// Package config loads policies.hcl: the router's whole configuration.
+//
+// The structs here are the resolved form: durations and sizes parsed, every
+// event policy already merged with the defaults block (DESIGN §6). Nothing
+// outside this package ever sees raw HCL.
+package config
+
+import (
+	"time"
+)
+
+// Config is a loaded and validated policies.hcl.
+type Config struct {
+	// File is the path the config was read from ("" for embedded defaults).
+	File string
+
+	Listen      Listen
+	Storage     Storage
+	Idempotency Idempotency
+	Outbox      Outbox
+	DLQ         DLQ
+
+	NATS  []NATS
+	Kafka []Kafka
+
+	// Defaults is the defaults block with built-in defaults filled in.
+	Defaults Policy
+	// Events maps an event type to its resolved policy. The key "*", if
+	// present, catches every type without a block of its own.
+	Events map[string]*Policy
+
+	Plugins []Plugin
+	Inboxes []Inbox
+}
+
+// Policy returns the resolved policy for an event type, falling back to the
+// "*" block. ok is false when the type has no block and there is no "*".
+func (c *Config) Policy(eventType string) (p *Policy, ok bool) {
+	if p, ok = c.Events[eventType]; ok {
+		return p, true
+	}
+	p, ok = c.Events["*"]
+	return p, ok
+}
+
+// Sinks returns the declared sinks as routes name them: "nats.local",
+// "kafka.main"; NATS first, each kind in file order.
+func (c *Config) Sinks() []string {
+	sinks := make([]string, 0, len(c.NATS)+len(c.Kafka))
+	for _, n := range c.NATS {
+		sinks = append(sinks, "nats."+n.Name)
+	}
+	for _, k := range c.Kafka {
+		sinks = append(sinks, "kafka."+k.Name)
+	}
+	return sinks
+}
+
+// Listen is the listen block: where the HTTP API is served.
+type Listen struct {
+	Socket     string // unix socket path; default "./data/router.sock"
+	HTTP       string // optional TCP address; "" = off
+	TokensFile string // bearer tokens for the TCP listener
+	MaxBody    int64  // bytes; default 1 MiB
+	MaxBatch   int    // events per batch request; default 1000
+}
+
+// Storage is the storage block: the bbolt data file.
+type Storage struct {
+	Path string // default "./data/router.db"
+}
+
+// Idempotency is the idempotency block.
+type Idempotency struct {
+	Window time.Duration // default 24h
+}
+
+// Outbox is the outbox block.
+type Outbox struct {
+	TTL time.Duration // how long delivered records are kept; default 24h
+}
+
+// DLQ is the dlq block.
+type DLQ struct {
+	TTL time.Duration // how long resolved DLQ records are kept; default 168h
+}
+
+// Policy is the scheduling and routing policy of one event type (or the
+// defaults). In a resolved Config every field is set.
+type Policy struct {
+	BatchSize         int
+	MaxRetries        int
+	MaxProcessingTime time.Duration // default 300s
+	Ordering          string        // "" (none) or "key"
+	Polling           Polling
+	Backoff           Backoff
+	Plugins           []string
+	Routes            []Route
+}
+
+// Polling is the adaptive (or fixed) poll delay of a type's loop.
+type Polling struct {
+	Type       string        // "adaptive" (default) or "fixed"
+	Min        time.Duration // default 250ms
+	Max        time.Duration // default 1m
+	Multiplier float64       // default 1.5
+}
+
+// Backoff is the retry schedule: Delay × Multiplier^(attempt-1).
+type Backoff struct {
+	Enabled    bool          // default true; false = retry on the next poll
+	Delay      time.Duration // default 10s
+	Multiplier float64       // default 3.0
+}
+
+// Route is one route block: a sink and the topic or subject on it.
+type Route struct {
+	To      string // "nats.local" or "kafka.main"
+	Subject string // for NATS sinks
+	Topic   string // for Kafka sinks
+}
+
+// NATS is a nats "<name>" block.
+type NATS struct {
+	Name      string
+	URL       string // external server; "" with Embedded
+	Embedded  bool   // run an in-process nats-server with JetStream
+	Host      string // embedded: listen host; default "127.0.0.1"
+	Port      int    // embedded: listen port; default 4222; -1 = random
+	StoreDir  string // embedded: JetStream store; default <data dir>/nats
+	JetStream bool   // publish through JetStream (default true); false = core NATS, at most once
+	// MaxPending bounds in-flight async publishes; default 4096.
+	MaxPending int
+	// PublishTimeout bounds one batch publish; default 10s.
+	PublishTimeout time.Duration
+	Streams        []Stream
+}
+
+// Stream is a stream block inside a nats block: created on start.
+type Stream struct {
+	Name       string
+	Subjects   []string
+	Storage    string        // "file" (default) or "memory"
+	Replicas   int           // default 1
+	MaxAge     time.Duration // 0 = unlimited
+	Duplicates time.Duration // dedup window; default 2m
+}
+
+// Kafka is a kafka "<name>" block.
+type Kafka struct {
+	Name           string
+	Brokers        []string
+	ClientID       string // default "switchyard"
+	TLS            *TLS
+	SASL           *SASL
+	Compression    string        // "none", "gzip", "snappy", "lz4", "zstd"; default "none"
+	Linger         time.Duration // default 0
+	MaxRecordBytes int64         // default 1 MiB
+	Idempotent     bool          // default true
+	PublishTimeout time.Duration // the router's own deadline on a publish; default 10s
+}
+
+// TLS is a tls block.
+type TLS struct {
+	CAFile, CertFile, KeyFile string
+	InsecureSkipVerify        bool
+}
+
+// SASL is a sasl block.
+type SASL struct {
+	Mechanism          string // "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"
+	Username, Password string
+}
+
+// Plugin is a plugin "<name>" block.
+type Plugin struct {
+	Name   string
+	Wasm   string
+	Config map[string]string
+	Limits PluginLimits
+}
+
+// PluginLimits bounds one plugin instance.
+type PluginLimits struct {
+	Memory         int64         // default 16 MiB
+	Timeout        time.Duration // default 50ms
+	MaxOutputs     int           // default 16
+	MaxOutputBytes int64         // default 1 MiB
+}
+
+// Inbox is an inbox "<name>" block.
+type Inbox struct {
+	Name     string
+	From     string   // "kafka.main" or "nats.local"
+	Topics   []string // Kafka
+	Group    string   // Kafka
+	Subject  string   // NATS
+	Durable  string   // NATS
+	TTL      time.Duration
+	IDHeader string
+	Plugins  []string
+	Deliver  Deliver
+	Policy   Policy
+}
+
+// Deliver is where an inbox hands events to the local service.
+type Deliver struct {
+	URL     string
+	Timeout time.Duration
+}

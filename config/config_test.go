@@ -1,0 +1,476 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func mustParse(t *testing.T, src string) *Config {
+	t.Helper()
+	cfg, err := Parse([]byte(src), "test.hcl")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return cfg
+}
+
+// parseErr parses src, which must fail, and returns the error text.
+func parseErr(t *testing.T, src string) string {
+	t.Helper()
+	cfg, err := Parse([]byte(src), "test.hcl")
+	if err == nil {
+		t.Fatalf("Parse succeeded, want an error; got %+v", cfg)
+	}
+	var cerr *Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("error is %T, want *Error: %v", err, err)
+	}
+	return err.Error()
+}
+
+func TestBuiltinDefaults(t *testing.T) {
+	cfg := mustParse(t, "")
+	want := &Config{
+		File:        "test.hcl",
+		Listen:      Listen{Socket: "./data/router.sock", MaxBody: 1 << 20, MaxBatch: 1000},
+		Storage:     Storage{Path: "./data/router.db"},
+		Idempotency: Idempotency{Window: 24 * time.Hour},
+		Outbox:      Outbox{TTL: 24 * time.Hour},
+		DLQ:         DLQ{TTL: 168 * time.Hour},
+		Defaults: Policy{
+			BatchSize:         200,
+			MaxRetries:        3,
+			MaxProcessingTime: 300 * time.Second,
+			Polling:           Polling{Type: "adaptive", Min: 250 * time.Millisecond, Max: time.Minute, Multiplier: 1.5},
+			Backoff:           Backoff{Enabled: true, Delay: 10 * time.Second, Multiplier: 3},
+		},
+		Events: map[string]*Policy{},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("empty config:\n got %+v\nwant %+v", cfg, want)
+	}
+}
+
+const inheritSrc = `
+nats "local" { embedded = true }
+kafka "main" { brokers = ["127.0.0.1:9092"] }
+plugin "enrich" { wasm = "enrich.wasm" }
+plugin "redact" { wasm = "redact.wasm" }
+
+defaults {
+  batch_size = 50
+  plugins    = ["enrich"]
+  polling {
+    max = "30s"
+  }
+  backoff {
+    delay = "1s"
+  }
+  route {
+    to      = "nats.local"
+    subject = "all"
+  }
+}
+
+event "nested" {
+  polling { min = "50ms" }
+}
+
+event "replaced" {
+  max_retries = 7
+  ordering    = "key"
+  plugins     = ["redact", "enrich"]
+  backoff { enabled = false }
+  route {
+    to    = "kafka.main"
+    topic = "orders"
+  }
+  route {
+    to      = "nats.local"
+    subject = "orders"
+  }
+}
+
+event "emptied" {
+  plugins = []
+}
+
+inbox "in" {
+  from    = "nats.local"
+  subject = "in.>"
+  polling { multiplier = 2 }
+}
+`
+
+func TestInheritance(t *testing.T) {
+	cfg := mustParse(t, inheritSrc)
+	defaults := Policy{
+		BatchSize:         50,
+		MaxRetries:        3,
+		MaxProcessingTime: 300 * time.Second,
+		Polling:           Polling{Type: "adaptive", Min: 250 * time.Millisecond, Max: 30 * time.Second, Multiplier: 1.5},
+		Backoff:           Backoff{Enabled: true, Delay: time.Second, Multiplier: 3},
+		Plugins:           []string{"enrich"},
+		Routes:            []Route{{To: "nats.local", Subject: "all"}},
+	}
+	if !reflect.DeepEqual(cfg.Defaults, defaults) {
+		t.Errorf("defaults:\n got %+v\nwant %+v", cfg.Defaults, defaults)
+	}
+
+	// A nested block overrides only the fields it sets.
+	nested := defaults
+	nested.Polling.Min = 50 * time.Millisecond
+	if got := *cfg.Events["nested"]; !reflect.DeepEqual(got, nested) {
+		t.Errorf("nested:\n got %+v\nwant %+v", got, nested)
+	}
+
+	// Lists set by the event replace the defaults' lists.
+	replaced := defaults
+	replaced.MaxRetries = 7
+	replaced.Ordering = "key"
+	replaced.Backoff.Enabled = false
+	replaced.Plugins = []string{"redact", "enrich"}
+	replaced.Routes = []Route{{To: "kafka.main", Topic: "orders"}, {To: "nats.local", Subject: "orders"}}
+	if got := *cfg.Events["replaced"]; !reflect.DeepEqual(got, replaced) {
+		t.Errorf("replaced:\n got %+v\nwant %+v", got, replaced)
+	}
+
+	emptied := defaults
+	emptied.Plugins = []string{}
+	if got := *cfg.Events["emptied"]; !reflect.DeepEqual(got, emptied) {
+		t.Errorf("emptied:\n got %+v\nwant %+v", got, emptied)
+	}
+
+	// Inboxes inherit the same way, but never routes.
+	in := cfg.Inboxes[0]
+	inPolicy := defaults
+	inPolicy.Polling.Multiplier = 2
+	inPolicy.Routes = nil
+	if !reflect.DeepEqual(in.Policy, inPolicy) {
+		t.Errorf("inbox policy:\n got %+v\nwant %+v", in.Policy, inPolicy)
+	}
+	if !reflect.DeepEqual(in.Plugins, []string{"enrich"}) {
+		t.Errorf("inbox plugins = %q, want the defaults'", in.Plugins)
+	}
+
+	// Events must not share the defaults' backing arrays.
+	cfg.Events["nested"].Plugins[0] = "changed"
+	if cfg.Defaults.Plugins[0] != "enrich" {
+		t.Error("an event's plugin list aliases the defaults'")
+	}
+}
+
+func TestPolicyFallback(t *testing.T) {
+	cfg := mustParse(t, `
+nats "local" { embedded = true }
+event "a" { batch_size = 1 }
+event "*" { batch_size = 2 }
+`)
+	for typ, want := range map[string]int{"a": 1, "b": 2, "*": 2} {
+		p, ok := cfg.Policy(typ)
+		if !ok || p.BatchSize != want {
+			t.Errorf("Policy(%q) = %+v, %v; want batch_size %d", typ, p, ok, want)
+		}
+	}
+
+	cfg = mustParse(t, `event "a" {}`)
+	if p, ok := cfg.Policy("b"); ok {
+		t.Errorf("Policy(b) without a \"*\" block = %+v, want not ok", p)
+	}
+}
+
+func TestDefault(t *testing.T) {
+	cfg := Default()
+	if cfg.File != "" {
+		t.Errorf("File = %q, want empty for the embedded config", cfg.File)
+	}
+	if got := cfg.Sinks(); !reflect.DeepEqual(got, []string{"nats.local"}) {
+		t.Errorf("Sinks() = %q", got)
+	}
+	n := cfg.NATS[0]
+	if !n.Embedded || n.StoreDir != filepath.Join("data", "nats") || len(n.Streams) != 1 || n.Streams[0].Subjects[0] != "demo.>" {
+		t.Errorf("nats = %+v", n)
+	}
+	p, ok := cfg.Policy("demo.greeting")
+	if !ok || !reflect.DeepEqual(p.Routes, []Route{{To: "nats.local", Subject: "demo.greeting"}}) {
+		t.Errorf("demo.greeting = %+v, %v", p, ok)
+	}
+	// default.hcl writes the built-in defaults out: they must agree.
+	if empty := mustParse(t, ""); !reflect.DeepEqual(cfg.Defaults, empty.Defaults) ||
+		cfg.Listen != empty.Listen || cfg.Storage != empty.Storage || cfg.Idempotency != empty.Idempotency ||
+		cfg.Outbox != empty.Outbox || cfg.DLQ != empty.DLQ {
+		t.Errorf("default.hcl disagrees with the built-in defaults:\n got %+v\nwant %+v", cfg, empty)
+	}
+}
+
+// TestDefaultExamples uncomments the example blocks of default.hcl (those
+// starting with `# kafka "`, `# plugin "`, `# event "` or `# inbox "`, up
+// to `# }`): what users copy from must be valid.
+func TestDefaultExamples(t *testing.T) {
+	start := regexp.MustCompile(`^# (kafka|plugin|event|inbox) "`)
+	var out []string
+	inside, examples := false, 0
+	for _, line := range strings.Split(string(defaultHCL), "\n") {
+		if start.MatchString(line) {
+			inside = true
+			examples++
+		}
+		if inside {
+			inside = line != "# }"
+			line = strings.TrimPrefix(strings.TrimPrefix(line, "#"), " ")
+		}
+		out = append(out, line)
+	}
+	if examples < 5 {
+		t.Fatalf("found %d examples, want at least 5", examples)
+	}
+	cfg := mustParse(t, strings.Join(out, "\n"))
+	if len(cfg.Kafka) != 1 || cfg.Kafka[0].SASL == nil || cfg.Kafka[0].TLS == nil {
+		t.Errorf("kafka example = %+v", cfg.Kafka)
+	}
+	if len(cfg.Plugins) != 1 || len(cfg.Inboxes) != 2 || len(cfg.Events) != 3 {
+		t.Errorf("examples gave %d plugins, %d inboxes, %d events", len(cfg.Plugins), len(cfg.Inboxes), len(cfg.Events))
+	}
+}
+
+func TestFullConfig(t *testing.T) {
+	cfg, err := Load("testdata/full.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.File != "testdata/full.hcl" {
+		t.Errorf("File = %q", cfg.File)
+	}
+	if want := (Listen{Socket: "/run/sy.sock", HTTP: ":8080", TokensFile: "tokens.json", MaxBody: 512 << 10, MaxBatch: 10}); cfg.Listen != want {
+		t.Errorf("listen = %+v, want %+v", cfg.Listen, want)
+	}
+	if got := cfg.Sinks(); !reflect.DeepEqual(got, []string{"nats.local", "nats.remote", "kafka.main"}) {
+		t.Errorf("Sinks() = %q", got)
+	}
+	wantNATS := []NATS{{
+		Name: "local", Embedded: true, Host: "0.0.0.0", Port: -1, StoreDir: "/var/lib/nats",
+		JetStream: true, MaxPending: 100, PublishTimeout: 5 * time.Second,
+		Streams: []Stream{
+			{Name: "a", Subjects: []string{"a.>"}, Storage: "memory", Replicas: 3, MaxAge: time.Hour, Duplicates: time.Minute},
+			{Name: "b", Subjects: []string{"b"}, Storage: "file", Replicas: 1, Duplicates: 2 * time.Minute},
+		},
+	}, {
+		Name: "remote", URL: "nats://nats:4222", Host: "127.0.0.1", Port: 4222,
+		MaxPending: 4096, PublishTimeout: 10 * time.Second,
+	}}
+	if !reflect.DeepEqual(cfg.NATS, wantNATS) {
+		t.Errorf("nats:\n got %+v\nwant %+v", cfg.NATS, wantNATS)
+	}
+	wantKafka := []Kafka{{
+		Name: "main", Brokers: []string{"k1:9092", "k2:9092"}, ClientID: "edge", Compression: "zstd",
+		Linger: 5 * time.Millisecond, MaxRecordBytes: 2_000_000, Idempotent: false, PublishTimeout: time.Minute,
+		TLS:  &TLS{CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", InsecureSkipVerify: true},
+		SASL: &SASL{Mechanism: "SCRAM-SHA-256", Username: "u", Password: "p"},
+	}}
+	if !reflect.DeepEqual(cfg.Kafka, wantKafka) {
+		t.Errorf("kafka:\n got %+v\nwant %+v", cfg.Kafka, wantKafka)
+	}
+	wantPlugins := []Plugin{{
+		Name: "enrich", Wasm: "enrich.wasm",
+		Config: map[string]string{"region": "eu-1", "ratio": "1.5", "verbose": "true", "count": "3"},
+		Limits: PluginLimits{Memory: 1 << 30, Timeout: time.Second, MaxOutputs: 2, MaxOutputBytes: 4096},
+	}, {
+		Name: "noop", Wasm: "noop.wasm",
+		Limits: PluginLimits{Memory: 16 << 20, Timeout: 50 * time.Millisecond, MaxOutputs: 16, MaxOutputBytes: 1 << 20},
+	}}
+	if !reflect.DeepEqual(cfg.Plugins, wantPlugins) {
+		t.Errorf("plugins:\n got %+v\nwant %+v", cfg.Plugins, wantPlugins)
+	}
+	if len(cfg.Inboxes) != 2 {
+		t.Fatalf("inboxes = %+v", cfg.Inboxes)
+	}
+	k, n := cfg.Inboxes[0], cfg.Inboxes[1]
+	if k.From != "kafka.main" || !reflect.DeepEqual(k.Topics, []string{"payments"}) || k.Group != "pay" ||
+		k.IDHeader != "ce_id" || k.TTL != time.Hour || k.Deliver != (Deliver{URL: "unix:///run/pay.sock/events", Timeout: 2 * time.Second}) ||
+		!reflect.DeepEqual(k.Plugins, []string{"noop"}) || k.Policy.BatchSize != 5 {
+		t.Errorf("kafka inbox = %+v", k)
+	}
+	if n.From != "nats.remote" || n.Subject != "alerts.>" || n.Durable != "alerts" || n.IDHeader != "x-id" ||
+		n.TTL != 24*time.Hour || n.Deliver != (Deliver{Timeout: 10 * time.Second}) {
+		t.Errorf("nats inbox = %+v", n)
+	}
+	if p := cfg.Events["fixed"]; p.Polling != (Polling{Type: "fixed", Min: time.Second, Max: time.Minute, Multiplier: 1.5}) || p.Ordering != "" {
+		t.Errorf("fixed = %+v", p)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.hcl"))
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want a not-exist error", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	const sinks = `nats "local" { embedded = true }
+kafka "main" { brokers = ["k:9092"] }
+plugin "p" { wasm = "p.wasm" }
+`
+	// sinks is 3 lines long: positions below count from line 4.
+	tests := []struct {
+		name, src, want string
+	}{
+		{"syntax", "listen {\n", "test.hcl:1:8: Unclosed configuration block"},
+		{"unknown block", "listne {}\n", "test.hcl:1:1: Unsupported block type"},
+		{"unknown attribute", "listen {\n  sokcet = \"x\"\n}\n", "test.hcl:2:3: Unsupported argument"},
+		{"unknown nested block", "defaults {\n  poling {}\n}\n", "test.hcl:2:3: Unsupported block type"},
+		{"missing label", "event {}\n", "test.hcl:1:7: Missing type for event"},
+		{"wrong type", "listen {\n  max_batch = \"many\"\n}\n", "test.hcl:2:15: Incorrect attribute value type"},
+		{"wrong list type", "defaults {\n  plugins = \"p\"\n}\n", "test.hcl:2:13: Incorrect attribute value type"},
+		{"not a whole number", "defaults {\n  batch_size = 1.5\n}\n", "test.hcl:2:16: Invalid value: batch_size must be a whole number"},
+		{"below minimum", "defaults {\n  batch_size = 0\n}\n", "test.hcl:2:16: Invalid value: batch_size must be at least 1"},
+		{"variable", "listen {\n  socket = var.x\n}\n", "test.hcl:2:12: Variables not allowed"},
+		{"bad duration", "idempotency {\n  window = \"5x\"\n}\n", `test.hcl:2:12: Invalid duration: window: "5x" is not a duration`},
+		{"duration without unit", "outbox {\n  ttl = 60\n}\n", `test.hcl:2:9: Invalid duration: ttl: "60" is not a duration`},
+		{"negative duration", "dlq {\n  ttl = \"-1h\"\n}\n", "test.hcl:2:9: Invalid duration: ttl must not be negative"},
+		{"zero duration", "defaults {\n  polling { min = \"0s\" }\n}\n", "test.hcl:2:19: Invalid duration: min must be greater than zero"},
+		{"bad size", "listen {\n  max_body = \"16MB!\"\n}\n", `test.hcl:2:14: Invalid size: max_body: "16MB!" is not a size`},
+		{"zero size", "listen {\n  max_body = 0\n}\n", "test.hcl:2:14: Invalid size: max_body: size must be greater than zero"},
+		{"polling multiplier", "defaults {\n  polling {\n    multiplier = 0.5\n  }\n}\n", "test.hcl:3:18: Invalid multiplier: multiplier must be at least 1"},
+		{"backoff multiplier", "event \"a\" {\n  backoff { multiplier = 0.9 }\n}\n", "test.hcl:2:26: Invalid multiplier"},
+		{"polling type", "defaults {\n  polling { type = \"eager\" }\n}\n", `test.hcl:2:20: Invalid value: type must be one of "adaptive", "fixed", not "eager"`},
+		{"polling min over max", "event \"a\" {\n  polling { min = \"2m\" }\n}\n", "test.hcl:2:3: Invalid polling: min (2m0s) exceeds max (1m0s)"},
+		{"ordering", "defaults {\n  ordering = \"fifo\"\n}\n", "test.hcl:2:14: Invalid value: ordering must be one of"},
+		{"undeclared nats sink", sinks + "event \"a\" {\n  route {\n    to      = \"nats.remote\"\n    subject = \"a\"\n  }\n}\n",
+			`test.hcl:6:15: Unknown sink: "nats.remote": no nats "remote" block is declared`},
+		{"undeclared kafka sink", "event \"a\" {\n  route {\n    to    = \"kafka.main\"\n    topic = \"a\"\n  }\n}\n",
+			`test.hcl:3:13: Unknown sink: "kafka.main": no kafka "main" block is declared`},
+		{"not a sink", sinks + "event \"a\" {\n  route { to = \"redis.x\" }\n}\n", `test.hcl:5:16: Invalid sink: "redis.x" is not a sink`},
+		{"route without to", sinks + "event \"a\" {\n  route { subject = \"a\" }\n}\n", "test.hcl:5:3: Missing required argument: The route block needs to ="},
+		{"nats route without subject", sinks + "event \"a\" {\n  route { to = \"nats.local\" }\n}\n",
+			"test.hcl:5:3: Missing required argument: The route block needs subject ="},
+		{"kafka route without topic", sinks + "event \"a\" {\n  route { to = \"kafka.main\" }\n}\n",
+			"test.hcl:5:3: Missing required argument: The route block needs topic ="},
+		{"topic on nats route", sinks + "event \"a\" {\n  route {\n    to = \"nats.local\"\n    subject = \"a\"\n    topic = \"a\"\n  }\n}\n",
+			"test.hcl:8:5: Unsupported argument: topic does not apply to a NATS sink"},
+		{"undeclared plugin", sinks + "event \"x\" {\n  plugins = [\"p\", \"q\"]\n}\n", `test.hcl:5:19: Unknown plugin: No plugin "q" is declared`},
+		{"undeclared plugin in defaults", "defaults { plugins = [\"q\"] }\n", `test.hcl:1:23: Unknown plugin`},
+		{"null plugin", sinks + "event \"x\" {\n  plugins = [\"p\", null]\n}\n", "test.hcl:5:19: Invalid value: plugins must not contain null"},
+		{"duplicate event", "event \"a\" {}\nevent \"a\" {}\n", `test.hcl:2:1: Duplicate event block: event "a" is already declared on line 1`},
+		{"duplicate nats", "nats \"n\" { embedded = true }\nnats \"n\" { embedded = true }\n", "test.hcl:2:1: Duplicate nats block"},
+		{"duplicate kafka", "kafka \"k\" { brokers = [\"k\"] }\n\nkafka \"k\" { brokers = [\"k\"] }\n", "test.hcl:3:1: Duplicate kafka block"},
+		{"duplicate plugin", "plugin \"p\" { wasm = \"a\" }\nplugin \"p\" { wasm = \"b\" }\n", "test.hcl:2:1: Duplicate plugin block"},
+		{"duplicate inbox", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n}\n  inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n}\n",
+			"test.hcl:8:3: Duplicate inbox block"},
+		{"duplicate stream", "nats \"n\" {\n  embedded = true\n  stream \"s\" { subjects = [\"a\"] }\n  stream \"s\" { subjects = [\"b\"] }\n}\n", "test.hcl:4:3: Duplicate stream block"},
+		{"duplicate defaults", "defaults {}\ndefaults {}\n", "test.hcl:2:1: Duplicate defaults block: Only one defaults block is allowed here; the first is on line 1"},
+		{"duplicate polling", "event \"a\" {\n  polling {}\n  polling {}\n}\n", "test.hcl:3:3: Duplicate polling block"},
+		{"wildcard type", "event \"order.*\" {}\n", "test.hcl:1:7: Invalid event type"},
+		{"empty type", "event \"\" {}\n", "test.hcl:1:7: Invalid event type"},
+		{"bad name", "nats \"a.b\" { embedded = true }\n", `test.hcl:1:6: Invalid name: nats name "a.b"`},
+		{"nats without server", "nats \"n\" {}\n", "test.hcl:1:1: Missing required argument: The nats block needs url"},
+		{"nats url and embedded", "nats \"n\" {\n  embedded = true\n  url = \"nats://x\"\n}\n", "test.hcl:3:9: Conflicting arguments"},
+		{"streams without jetstream", "nats \"n\" {\n  url = \"nats://x\"\n  jetstream = false\n  stream \"s\" { subjects = [\"a\"] }\n}\n", "test.hcl:4:3: Streams need JetStream"},
+		{"stream without subjects", "nats \"n\" {\n  url = \"nats://x\"\n  stream \"s\" {}\n}\n", "test.hcl:3:3: Missing required argument: The stream block needs subjects"},
+		{"kafka without brokers", "kafka \"k\" {\n  brokers = []\n}\n", "test.hcl:1:1: Missing required argument: The kafka block needs brokers"},
+		{"compression", "kafka \"k\" {\n  brokers = [\"k\"]\n  compression = \"brotli\"\n}\n", "test.hcl:3:17: Invalid value: compression must be one of"},
+		{"sasl mechanism", "kafka \"k\" {\n  brokers = [\"k\"]\n  sasl {\n    mechanism = \"MD5\"\n    username = \"u\"\n    password = \"p\"\n  }\n}\n", "test.hcl:4:17: Invalid value: mechanism must be one of"},
+		{"sasl without password", "kafka \"k\" {\n  brokers = [\"k\"]\n  sasl {\n    mechanism = \"PLAIN\"\n    username = \"u\"\n  }\n}\n", "test.hcl:3:3: Missing required argument: The sasl block needs password"},
+		{"tls half a certificate", "kafka \"k\" {\n  brokers = [\"k\"]\n  tls { cert_file = \"c\" }\n}\n", "test.hcl:3:3: Incomplete client certificate"},
+		{"plugin without wasm", "plugin \"p\" {}\n", "test.hcl:1:1: Missing required argument: The plugin block needs wasm"},
+		{"plugin config nested", "plugin \"p\" {\n  wasm = \"p\"\n  config = { a = [1] }\n}\n", "test.hcl:3:12: Incorrect attribute value type: config.a must be a string, number or bool"},
+		{"plugin memory", "plugin \"p\" {\n  wasm = \"p\"\n  limits { memory = \"lots\" }\n}\n", "test.hcl:3:21: Invalid size"},
+		{"inbox without from", "inbox \"i\" {}\n", "test.hcl:1:1: Missing required argument: The inbox block needs from"},
+		{"inbox unknown sink", "inbox \"i\" {\n  from = \"kafka.x\"\n}\n", "test.hcl:2:10: Unknown sink"},
+		{"kafka inbox without topics", sinks + "inbox \"i\" {\n  from = \"kafka.main\"\n}\n", "test.hcl:4:1: Missing required argument: The inbox block needs topics"},
+		{"nats inbox without subject", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n}\n", "test.hcl:4:1: Missing required argument: The inbox block needs subject"},
+		{"kafka inbox with subject", sinks + "inbox \"i\" {\n  from = \"kafka.main\"\n  topics = [\"t\"]\n  subject = \"s\"\n}\n", "test.hcl:7:3: Unsupported argument: subject does not apply to a Kafka sink"},
+		{"inbox route", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  route { to = \"nats.local\" }\n}\n", "test.hcl:7:3: Unsupported block type"},
+		{"inbox deliver url", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  deliver { url = \"ftp://x\" }\n}\n", "test.hcl:7:19: Invalid URL"},
+		{"inbox undeclared plugin", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  plugins = [\"q\"]\n}\n", "test.hcl:7:14: Unknown plugin"},
+		{"http without tokens", "listen {\n  http = \":8080\"\n}\n", "test.hcl:2:10: Missing tokens_file"},
+		{"port", "nats \"n\" {\n  embedded = true\n  port = 70000\n}\n", "test.hcl:3:10: Invalid value: port must be at most 65535"},
+	}
+	line := regexp.MustCompile(`^test\.hcl:\d+:\d+: \S`)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := parseErr(t, tt.src)
+			if !strings.Contains(msg, tt.want) {
+				t.Errorf("error:\n%s\nwant it to contain:\n%s", msg, tt.want)
+			}
+			for _, l := range strings.Split(msg, "\n") {
+				if !line.MatchString(l) {
+					t.Errorf("line %q is not file:line:col: summary", l)
+				}
+			}
+		})
+	}
+}
+
+// TestErrorsCollected checks that one pass reports every problem, in file
+// order, one per line.
+func TestErrorsCollected(t *testing.T) {
+	msg := parseErr(t, `event "a" {
+  batch_size = "x"
+}
+listen { max_body = "huge" }
+event "a" {}
+nats "n" {}
+`)
+	want := []string{
+		"test.hcl:2:16: Incorrect attribute value type",
+		"test.hcl:4:21: Invalid size",
+		"test.hcl:5:1: Duplicate event block",
+		"test.hcl:6:1: Missing required argument",
+	}
+	lines := strings.Split(msg, "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("got %d errors, want %d:\n%s", len(lines), len(want), msg)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("error %d = %q, want prefix %q", i, lines[i], w)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"1":       1,
+		"1048576": 1 << 20,
+		"512KiB":  512 << 10,
+		"16MiB":   16 << 20,
+		"16 mib":  16 << 20,
+		"1GB":     1e9,
+		"2kb":     2000,
+		"1TiB":    1 << 40,
+		"10B":     10,
+	} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "1.5MiB", "-1", "0", "16XB", "9999999999TiB", "99999999999999999999"} {
+		if got, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(defaultHCL)
+	f.Add([]byte(inheritSrc))
+	if src, err := os.ReadFile("testdata/full.hcl"); err == nil {
+		f.Add(src)
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		cfg, err := Parse(src, "fuzz.hcl")
+		if (cfg == nil) == (err == nil) {
+			t.Fatalf("Parse = %v, %v: want exactly one of a config and an error", cfg, err)
+		}
+		if err != nil && err.Error() == "" {
+			t.Fatal("empty error message")
+		}
+	})
+}

@@ -1,0 +1,199 @@
+# Switchyard configuration.
+#
+# This file runs as is: an embedded NATS server, one demo event type, and
+# every setting at its built-in default. Edit it to taste; everything you
+# leave out keeps the value shown here.
+#
+# Durations are strings with a unit: "250ms", "10s", "1m", "24h".
+# Sizes are strings too: "512KiB", "1MiB", "16MiB", "1GB", or whole bytes.
+# Relative paths are relative to the directory the router runs in.
+# Errors name the file, line and column: the router refuses to start on a
+# config it does not understand rather than guess.
+
+# ---------------------------------------------------------------------------
+# Where local services reach the router.
+listen {
+  # The HTTP API on a unix socket (created 0660).
+  socket = "./data/router.sock"
+
+  # An optional TCP listener, off by default. When on, every request needs a
+  # bearer token from tokens_file.
+  # http        = "127.0.0.1:8080"
+  # tokens_file = "./tokens.json"
+
+  max_body  = "1MiB" # largest request body
+  max_batch = 1000   # most events in one batch request
+}
+
+# The single data file: outbox, inbox, DLQ and idempotency records.
+storage {
+  path = "./data/router.db"
+}
+
+# How long an Idempotency-Key (or a client-supplied event id) is remembered.
+idempotency {
+  window = "24h"
+}
+
+# How long delivered events are kept (for GET /v1/events/{id}) before cleanup.
+outbox {
+  ttl = "24h"
+}
+
+# How long resolved DLQ records are kept.
+dlq {
+  ttl = "168h"
+}
+
+# ---------------------------------------------------------------------------
+# Sinks: where events go. A route names one as "nats.<name>" or
+# "kafka.<name>".
+
+# An in-process NATS server with JetStream, so the router runs with nothing
+# else installed. Point url at a real server instead for production:
+#   nats "local" { url = "nats://nats.internal:4222" }
+nats "local" {
+  embedded = true
+  host     = "127.0.0.1"
+  port     = 4222 # -1 picks a free port
+  # store_dir = "./data/nats"  # JetStream files; default: next to storage.path
+
+  jetstream       = true # false publishes with core NATS: at most once
+  max_pending     = 4096 # in-flight asynchronous publishes
+  publish_timeout = "10s"
+
+  # Streams are created when the router starts. JetStream drops
+  # a message whose Nats-Msg-Id it has seen within `duplicates`.
+  stream "events" {
+    subjects   = ["demo.>"]
+    storage    = "file" # or "memory"
+    replicas   = 1
+    max_age    = "0s" # 0 keeps messages forever
+    duplicates = "2m"
+  }
+}
+
+# A Kafka cluster.
+# kafka "main" {
+#   brokers          = ["127.0.0.1:9092"]
+#   client_id        = "switchyard"
+#   compression      = "none"  # gzip, snappy, lz4, zstd
+#   linger           = "0s"
+#   max_record_bytes = "1MiB"
+#   idempotent       = true    # the idempotent producer: no broker-side duplicates on retry
+#   publish_timeout  = "10s"
+#
+#   tls {
+#     ca_file   = "/etc/switchyard/ca.pem"
+#     cert_file = "/etc/switchyard/client.pem"
+#     key_file  = "/etc/switchyard/client-key.pem"
+#   }
+#   sasl {
+#     mechanism = "SCRAM-SHA-512" # or PLAIN, SCRAM-SHA-256
+#     username  = "switchyard"
+#     password  = "change-me"
+#   }
+# }
+
+# ---------------------------------------------------------------------------
+# Plugins: WebAssembly modules that transform, filter and route events. An
+# event type runs its `plugins` in order, each seeing the previous outputs.
+# plugin "enrich" {
+#   wasm   = "examples/plugins/enrich-c/enrich.wasm"
+#   config = { region = "eu-1" } # handed to the plugin's sy_init
+#   limits {
+#     memory           = "16MiB" # a plugin that needs more is retried, then DLQ'd
+#     timeout          = "50ms"  # per event
+#     max_outputs      = 16      # outputs per event
+#     max_output_bytes = "1MiB"  # per output
+#   }
+# }
+
+# ---------------------------------------------------------------------------
+# Policies. Every event type has one loop that polls the outbox, runs the
+# plugins, publishes to the routes and retries failures. The defaults block
+# applies to every type; an event block overrides any part of it, down to a
+# single field of polling or backoff, and inherits the rest. plugins and
+# route, when an event sets them, replace the defaults' list.
+defaults {
+  batch_size          = 200    # events claimed per poll
+  max_retries         = 3      # then the event moves to the DLQ
+  max_processing_time = "300s" # a claim held longer is released, without counting an attempt
+  # ordering = "key"           # hold an event while an earlier one with the same partition key is pending
+
+  # A poll that returns a full batch resets the delay to min; a partial or
+  # empty one multiplies it by multiplier, up to max. Writes wake the loop
+  # at once, so an idle type still picks new events up in milliseconds.
+  polling {
+    type       = "adaptive" # or "fixed": poll every min
+    min        = "250ms"
+    max        = "1m"
+    multiplier = 1.5
+  }
+
+  # A failed publish is retried after delay × multiplier^(attempt-1):
+  # 10s, 30s, 90s. enabled = false retries on the next poll instead.
+  backoff {
+    enabled    = true
+    delay      = "10s"
+    multiplier = 3.0
+  }
+
+  # plugins = ["enrich"]
+  # route { ... } here would route every type without routes of its own.
+}
+
+# A demo type: POST an event of type demo.greeting and it is published to the
+# NATS subject demo.greeting, which the "events" stream above captures.
+event "demo.greeting" {
+  route {
+    to      = "nats.local"
+    subject = "demo.greeting"
+  }
+
+  # Override only what differs; the rest comes from defaults.
+  polling {
+    min = "50ms" # max stays 1m, multiplier 1.5
+  }
+}
+
+# event "order.created" {
+#   plugins = ["enrich"]
+#   route {
+#     to    = "kafka.main"
+#     topic = "orders"
+#   }
+# }
+
+# A catch-all: types without a block of their own. Without it, the router
+# refuses events of an unknown type (unknown_event_type).
+# event "*" {
+#   route {
+#     to      = "nats.local"
+#     subject = "demo.other"
+#   }
+# }
+
+# ---------------------------------------------------------------------------
+# Inboxes: consume from a broker into the data file, drop redeliveries (by
+# id_header, remembered for ttl) and hand each new event to a local service.
+# An inbox takes the same policy settings as an event (batch_size, polling,
+# backoff, ...), inherited from defaults the same way.
+# inbox "payments" {
+#   from      = "kafka.main"
+#   topics    = ["payments"]
+#   group     = "edge-1"    # routers sharing a group split the partitions; default: the inbox name
+#   ttl       = "24h"
+#   id_header = "ce_id"     # "ce-id" for NATS
+#   deliver {
+#     url     = "unix:///run/payments.sock/events" # or http(s)://...; leave deliver out to pull
+#     timeout = "10s"
+#   }
+# }
+#
+# inbox "alerts" {
+#   from    = "nats.local"
+#   subject = "alerts.>"
+#   durable = "alerts"      # routers sharing a durable split the messages; default: the inbox name
+#   deliver { url = "http://127.0.0.1:9000/alerts" }
+# }

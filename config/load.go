@@ -1,0 +1,606 @@
+package config
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+)
+
+//go:embed default.hcl
+var defaultHCL []byte
+
+// Load reads and parses the config file at path.
+func Load(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(src, path)
+}
+
+// Parse parses, validates and resolves a config; filename names it in
+// errors. A failure is an *Error listing every problem found.
+func Parse(src []byte, filename string) (*Config, error) {
+	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if diags.HasErrors() {
+		// Decoding a body with syntax errors only adds noise.
+		return nil, newError(diags)
+	}
+	d := &decoder{sinks: map[string]bool{}, plugins: map[string]bool{}}
+	cfg := d.root(file.Body)
+	if d.diags.HasErrors() {
+		return nil, newError(d.diags)
+	}
+	cfg.File = filename
+	return cfg, nil
+}
+
+// Default returns the shipped default config, default.hcl.
+func Default() *Config {
+	cfg, err := Parse(defaultHCL, "default.hcl")
+	if err != nil {
+		panic("config: embedded default.hcl is invalid: " + err.Error()) // guarded by a test
+	}
+	cfg.File = ""
+	return cfg
+}
+
+// Error is a config that failed to load. Error() gives one
+// "file:line:col: summary: detail" line per diagnostic.
+type Error struct {
+	Diags hcl.Diagnostics
+}
+
+// newError sorts diags by position: the decoder visits blocks by kind, the
+// reader wants them in file order.
+func newError(diags hcl.Diagnostics) *Error {
+	diags = slices.Clone(diags)
+	slices.SortStableFunc(diags, func(a, b *hcl.Diagnostic) int {
+		switch {
+		case a.Subject == nil || b.Subject == nil:
+			return boolCmp(a.Subject == nil, b.Subject == nil)
+		case a.Subject.Filename != b.Subject.Filename:
+			return strings.Compare(a.Subject.Filename, b.Subject.Filename)
+		}
+		return a.Subject.Start.Byte - b.Subject.Start.Byte
+	})
+	return &Error{Diags: diags}
+}
+
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	for i, diag := range e.Diags {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if s := diag.Subject; s != nil {
+			fmt.Fprintf(&b, "%s:%d:%d: ", s.Filename, s.Start.Line, s.Start.Column)
+		}
+		b.WriteString(diag.Summary)
+		if diag.Detail != "" {
+			b.WriteString(": ")
+			b.WriteString(diag.Detail)
+		}
+	}
+	return b.String()
+}
+
+// Built-in defaults (DESIGN §6) that the config file overrides.
+const (
+	mib = 1 << 20
+	day = 24 * time.Hour
+)
+
+func builtinPolicy() Policy {
+	return Policy{
+		BatchSize:         200,
+		MaxRetries:        3,
+		MaxProcessingTime: 300 * time.Second,
+		Polling:           Polling{Type: "adaptive", Min: 250 * time.Millisecond, Max: time.Minute, Multiplier: 1.5},
+		Backoff:           Backoff{Enabled: true, Delay: 10 * time.Second, Multiplier: 3},
+	}
+}
+
+// clone copies p so that an event inheriting the defaults' lists never
+// shares their backing arrays.
+func (p Policy) clone() Policy {
+	p.Plugins = slices.Clone(p.Plugins)
+	p.Routes = slices.Clone(p.Routes)
+	return p
+}
+
+// schema builds a body schema from space-separated attribute names and the
+// nested block types.
+func schema(attrs string, blocks ...hcl.BlockHeaderSchema) *hcl.BodySchema {
+	s := &hcl.BodySchema{Blocks: blocks}
+	for _, name := range strings.Fields(attrs) {
+		s.Attributes = append(s.Attributes, hcl.AttributeSchema{Name: name})
+	}
+	return s
+}
+
+func block(typ string, labels ...string) hcl.BlockHeaderSchema {
+	return hcl.BlockHeaderSchema{Type: typ, LabelNames: labels}
+}
+
+const policyAttrs = "batch_size max_retries max_processing_time ordering plugins"
+
+var (
+	rootSchema = schema("",
+		block("listen"), block("storage"), block("idempotency"), block("outbox"), block("dlq"),
+		block("nats", "name"), block("kafka", "name"), block("plugin", "name"),
+		block("defaults"), block("event", "type"), block("inbox", "name"))
+	listenSchema  = schema("socket http tokens_file max_body max_batch")
+	policySchema  = schema(policyAttrs, block("polling"), block("backoff"), block("route"))
+	pollingSchema = schema("type min max multiplier")
+	backoffSchema = schema("enabled delay multiplier")
+	routeSchema   = schema("to subject topic")
+	natsSchema    = schema("url embedded host port store_dir jetstream max_pending publish_timeout",
+		block("stream", "name"))
+	streamSchema = schema("subjects storage replicas max_age duplicates")
+	kafkaSchema  = schema("brokers client_id compression linger max_record_bytes idempotent publish_timeout",
+		block("tls"), block("sasl"))
+	tlsSchema    = schema("ca_file cert_file key_file insecure_skip_verify")
+	saslSchema   = schema("mechanism username password")
+	pluginSchema = schema("wasm config", block("limits"))
+	limitsSchema = schema("memory timeout max_outputs max_output_bytes")
+	// An inbox has the policy attributes but no routes: it hands its events
+	// to deliver (or to pull subscribers), not to a sink.
+	inboxSchema = schema("from topics group subject durable ttl id_header "+policyAttrs,
+		block("deliver"), block("polling"), block("backoff"))
+	deliverSchema = schema("url timeout")
+)
+
+// decoder turns HCL bodies into resolved structs, collecting every
+// diagnostic instead of stopping at the first.
+type decoder struct {
+	diags   hcl.Diagnostics
+	sinks   map[string]bool // declared sinks: "nats.local", "kafka.main"
+	plugins map[string]bool // declared plugin names
+}
+
+func (d *decoder) errorf(rng hcl.Range, summary, format string, args ...any) {
+	d.diags = append(d.diags, &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   fmt.Sprintf(format, args...),
+		Subject:  rng.Ptr(),
+	})
+}
+
+// content checks body against s; unknown attributes and blocks, wrong label
+// counts and the like are reported by HCL itself.
+func (d *decoder) content(body hcl.Body, s *hcl.BodySchema) *hcl.BodyContent {
+	c, diags := body.Content(s)
+	d.diags = append(d.diags, diags...)
+	return c
+}
+
+// single returns the block of type typ, or nil. These blocks configure one
+// thing, so a second one is reported rather than merged.
+func (d *decoder) single(blocks hcl.Blocks, typ string) *hcl.Block {
+	bs := blocks.OfType(typ)
+	if len(bs) == 0 {
+		return nil
+	}
+	for _, b := range bs[1:] {
+		d.errorf(b.DefRange, "Duplicate "+typ+" block",
+			"Only one %s block is allowed here; the first is on line %d.", typ, bs[0].DefRange.Start.Line)
+	}
+	return bs[0]
+}
+
+// validName matches the names of sinks, streams, plugins and inboxes: they
+// end up in references ("nats.local"), destinations ("nats.local:orders")
+// and URL paths.
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`).MatchString
+
+// declare records the label of b in seen and reports whether it is the first
+// block of that name.
+func (d *decoder) declare(seen map[string]hcl.Range, b *hcl.Block) bool {
+	name := b.Labels[0]
+	if first, dup := seen[name]; dup {
+		d.errorf(b.DefRange, "Duplicate "+b.Type+" block",
+			"%s %q is already declared on line %d.", b.Type, name, first.Start.Line)
+		return false
+	}
+	seen[name] = b.DefRange
+	switch {
+	case b.Type != "event":
+		if !validName(name) {
+			d.errorf(b.LabelRanges[0], "Invalid name",
+				"%s name %q may hold only letters, digits, '-' and '_'.", b.Type, name)
+		}
+	case name == "":
+		d.errorf(b.LabelRanges[0], "Invalid event type", "The event type must not be empty.")
+	case name != "*" && strings.ContainsAny(name, "*>"):
+		// Types are matched exactly; "order.*" would silently match nothing.
+		d.errorf(b.LabelRanges[0], "Invalid event type",
+			`%q: the only wildcard is an event "*" block on its own, which catches every type without a block.`, name)
+	}
+	return true
+}
+
+// required decodes a string attribute that b cannot do without.
+func (d *decoder) required(c *hcl.BodyContent, name string, b *hcl.Block, hint string) string {
+	before := len(d.diags)
+	s, _ := d.text(c.Attributes[name])
+	// Absent, null or empty, and not already reported as invalid.
+	if s == "" && len(d.diags) == before {
+		d.errorf(b.DefRange, "Missing required argument", "The %s block needs %s = %s.", b.Type, name, hint)
+	}
+	return s
+}
+
+// requiredList decodes a list of strings that b needs at least one of.
+func (d *decoder) requiredList(c *hcl.BodyContent, name string, b *hcl.Block, hint string) []string {
+	before := len(d.diags)
+	var list []string
+	d.strs(c.Attributes[name], &list)
+	if len(list) == 0 && len(d.diags) == before {
+		d.errorf(b.DefRange, "Missing required argument", "The %s block needs %s = %s.", b.Type, name, hint)
+	}
+	return list
+}
+
+// unused reports attributes that do not apply to the sink kind in use;
+// ignoring a topic on a NATS route would hide the user's mistake.
+func (d *decoder) unused(c *hcl.BodyContent, kind string, names ...string) {
+	for _, name := range names {
+		if a := c.Attributes[name]; a != nil {
+			d.errorf(a.NameRange, "Unsupported argument", "%s does not apply to a %s sink.", name, kind)
+		}
+	}
+}
+
+func (d *decoder) root(body hcl.Body) *Config {
+	c := d.content(body, rootSchema)
+	cfg := &Config{
+		Listen:      Listen{Socket: "./data/router.sock", MaxBody: mib, MaxBatch: 1000},
+		Storage:     Storage{Path: "./data/router.db"},
+		Idempotency: Idempotency{Window: day},
+		Outbox:      Outbox{TTL: day},
+		DLQ:         DLQ{TTL: 7 * day},
+		Defaults:    builtinPolicy(),
+		Events:      map[string]*Policy{},
+	}
+	if b := d.single(c.Blocks, "listen"); b != nil {
+		d.listen(b, &cfg.Listen)
+	}
+	if b := d.single(c.Blocks, "storage"); b != nil {
+		d.str(d.content(b.Body, schema("path")).Attributes["path"], &cfg.Storage.Path)
+	}
+	d.durationBlock(c.Blocks, "idempotency", "window", &cfg.Idempotency.Window)
+	d.durationBlock(c.Blocks, "outbox", "ttl", &cfg.Outbox.TTL)
+	d.durationBlock(c.Blocks, "dlq", "ttl", &cfg.DLQ.TTL)
+
+	// Sinks and plugins first: policies and inboxes refer to them.
+	natsNames := map[string]hcl.Range{}
+	for _, b := range c.Blocks.OfType("nats") {
+		n := d.nats(b, cfg.Storage.Path)
+		if d.declare(natsNames, b) {
+			cfg.NATS = append(cfg.NATS, n)
+			d.sinks["nats."+n.Name] = true
+		}
+	}
+	kafkaNames := map[string]hcl.Range{}
+	for _, b := range c.Blocks.OfType("kafka") {
+		k := d.kafka(b)
+		if d.declare(kafkaNames, b) {
+			cfg.Kafka = append(cfg.Kafka, k)
+			d.sinks["kafka."+k.Name] = true
+		}
+	}
+	pluginNames := map[string]hcl.Range{}
+	for _, b := range c.Blocks.OfType("plugin") {
+		p := d.plugin(b)
+		if d.declare(pluginNames, b) {
+			cfg.Plugins = append(cfg.Plugins, p)
+			d.plugins[p.Name] = true
+		}
+	}
+
+	// Inheritance: built-in ← defaults block ← each event (and inbox) block,
+	// by decoding each block over a copy of what it inherits.
+	if b := d.single(c.Blocks, "defaults"); b != nil {
+		d.policy(d.content(b.Body, policySchema), &cfg.Defaults)
+	}
+	eventTypes := map[string]hcl.Range{}
+	for _, b := range c.Blocks.OfType("event") {
+		p := cfg.Defaults.clone()
+		d.policy(d.content(b.Body, policySchema), &p)
+		if d.declare(eventTypes, b) {
+			cfg.Events[b.Labels[0]] = &p
+		}
+	}
+	inboxNames := map[string]hcl.Range{}
+	for _, b := range c.Blocks.OfType("inbox") {
+		in := d.inbox(b, cfg.Defaults)
+		if d.declare(inboxNames, b) {
+			cfg.Inboxes = append(cfg.Inboxes, in)
+		}
+	}
+	return cfg
+}
+
+// durationBlock decodes a block holding a single duration, such as
+// outbox { ttl = "24h" }.
+func (d *decoder) durationBlock(blocks hcl.Blocks, typ, attr string, dst *time.Duration) {
+	if b := d.single(blocks, typ); b != nil {
+		d.duration(d.content(b.Body, schema(attr)).Attributes[attr], dst, true)
+	}
+}
+
+func (d *decoder) listen(b *hcl.Block, l *Listen) {
+	c := d.content(b.Body, listenSchema)
+	d.str(c.Attributes["socket"], &l.Socket)
+	d.str(c.Attributes["http"], &l.HTTP)
+	d.str(c.Attributes["tokens_file"], &l.TokensFile)
+	d.size(c.Attributes["max_body"], &l.MaxBody)
+	d.integer(c.Attributes["max_batch"], &l.MaxBatch, 1, math.MaxInt)
+	// DESIGN §4: the TCP listener always requires a bearer token.
+	if a := c.Attributes["http"]; a != nil && l.HTTP != "" && l.TokensFile == "" {
+		d.errorf(a.Expr.Range(), "Missing tokens_file",
+			"A TCP listener requires bearer tokens: set tokens_file in the listen block.")
+	}
+}
+
+// policy decodes the policy attributes and blocks of c over p: whatever c
+// leaves out, including single fields of polling and backoff, keeps p's
+// value. Lists (plugins, routes) are replaced as a whole when set.
+func (d *decoder) policy(c *hcl.BodyContent, p *Policy) {
+	d.integer(c.Attributes["batch_size"], &p.BatchSize, 1, math.MaxInt)
+	d.integer(c.Attributes["max_retries"], &p.MaxRetries, 0, math.MaxInt)
+	d.duration(c.Attributes["max_processing_time"], &p.MaxProcessingTime, true)
+	d.oneOf(c.Attributes["ordering"], &p.Ordering, "", "none", "key")
+	if p.Ordering == "none" {
+		p.Ordering = "" // "none" exists so that an event can undo the defaults' "key"
+	}
+	if a := c.Attributes["plugins"]; a != nil {
+		for i, rng := range d.strs(a, &p.Plugins) {
+			if name := p.Plugins[i]; !d.plugins[name] {
+				d.errorf(rng, "Unknown plugin", "No plugin %q is declared.", name)
+			}
+		}
+	}
+	if b := d.single(c.Blocks, "polling"); b != nil {
+		pc := d.content(b.Body, pollingSchema)
+		d.oneOf(pc.Attributes["type"], &p.Polling.Type, "adaptive", "fixed")
+		d.duration(pc.Attributes["min"], &p.Polling.Min, true)
+		d.duration(pc.Attributes["max"], &p.Polling.Max, true)
+		d.multiplier(pc.Attributes["multiplier"], &p.Polling.Multiplier)
+		// Checked only where polling is written: inherited values were
+		// checked where they came from.
+		if p.Polling.Min > p.Polling.Max {
+			d.errorf(b.DefRange, "Invalid polling", "min (%s) exceeds max (%s).", p.Polling.Min, p.Polling.Max)
+		}
+	}
+	if b := d.single(c.Blocks, "backoff"); b != nil {
+		bc := d.content(b.Body, backoffSchema)
+		d.boolean(bc.Attributes["enabled"], &p.Backoff.Enabled)
+		d.duration(bc.Attributes["delay"], &p.Backoff.Delay, true)
+		d.multiplier(bc.Attributes["multiplier"], &p.Backoff.Multiplier)
+	}
+	if routes := c.Blocks.OfType("route"); len(routes) > 0 {
+		p.Routes = make([]Route, 0, len(routes))
+		for _, b := range routes {
+			p.Routes = append(p.Routes, d.route(b))
+		}
+	}
+}
+
+func (d *decoder) route(b *hcl.Block) Route {
+	c := d.content(b.Body, routeSchema)
+	var r Route
+	var kind string
+	r.To, kind = d.sink(c, "to", b)
+	switch kind {
+	case "nats":
+		r.Subject = d.required(c, "subject", b, `"<subject>" for a NATS sink`)
+		d.unused(c, "NATS", "topic")
+	case "kafka":
+		r.Topic = d.required(c, "topic", b, `"<topic>" for a Kafka sink`)
+		d.unused(c, "Kafka", "subject")
+	}
+	return r
+}
+
+// sink decodes the attribute name of b as a reference to a declared sink
+// ("nats.local") and returns it with its kind, "nats" or "kafka"; kind is ""
+// when the reference is missing or wrong.
+func (d *decoder) sink(c *hcl.BodyContent, name string, b *hcl.Block) (ref, kind string) {
+	ref = d.required(c, name, b, `"nats.<name>" or "kafka.<name>"`)
+	if ref == "" || d.sinks[ref] {
+		kind, _, _ = strings.Cut(ref, ".")
+		return ref, kind
+	}
+	rng := c.Attributes[name].Expr.Range()
+	switch prefix, sinkName, _ := strings.Cut(ref, "."); prefix {
+	case "nats", "kafka":
+		d.errorf(rng, "Unknown sink", "%q: no %s %q block is declared.", ref, prefix, sinkName)
+	default:
+		d.errorf(rng, "Invalid sink", `%q is not a sink; write "nats.<name>" or "kafka.<name>".`, ref)
+	}
+	return ref, ""
+}
+
+func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
+	n := NATS{
+		Name:           b.Labels[0],
+		Host:           "127.0.0.1",
+		Port:           4222,
+		JetStream:      true,
+		MaxPending:     4096,
+		PublishTimeout: 10 * time.Second,
+	}
+	c := d.content(b.Body, natsSchema)
+	d.str(c.Attributes["url"], &n.URL)
+	d.boolean(c.Attributes["embedded"], &n.Embedded)
+	d.str(c.Attributes["host"], &n.Host)
+	d.integer(c.Attributes["port"], &n.Port, -1, 65535)
+	d.str(c.Attributes["store_dir"], &n.StoreDir)
+	d.boolean(c.Attributes["jetstream"], &n.JetStream)
+	d.integer(c.Attributes["max_pending"], &n.MaxPending, 1, math.MaxInt)
+	d.duration(c.Attributes["publish_timeout"], &n.PublishTimeout, true)
+	switch {
+	case n.Embedded && n.URL != "":
+		d.errorf(c.Attributes["url"].Expr.Range(), "Conflicting arguments",
+			"url names an external server, embedded = true runs one in process; set only one.")
+	case !n.Embedded && n.URL == "":
+		d.errorf(b.DefRange, "Missing required argument",
+			`The nats block needs url = "nats://host:4222" or embedded = true.`)
+	}
+	if n.Embedded && n.StoreDir == "" {
+		n.StoreDir = filepath.Join(filepath.Dir(storagePath), "nats")
+	}
+
+	streams := c.Blocks.OfType("stream")
+	if len(streams) > 0 && !n.JetStream {
+		d.errorf(streams[0].DefRange, "Streams need JetStream",
+			"nats %q has jetstream = false, so it cannot create streams.", n.Name)
+	}
+	names := map[string]hcl.Range{}
+	for _, sb := range streams {
+		s := d.stream(sb)
+		if d.declare(names, sb) {
+			n.Streams = append(n.Streams, s)
+		}
+	}
+	return n
+}
+
+func (d *decoder) stream(b *hcl.Block) Stream {
+	s := Stream{Name: b.Labels[0], Storage: "file", Replicas: 1, Duplicates: 2 * time.Minute}
+	c := d.content(b.Body, streamSchema)
+	s.Subjects = d.requiredList(c, "subjects", b, `["<subject>", ...]`)
+	d.oneOf(c.Attributes["storage"], &s.Storage, "file", "memory")
+	d.integer(c.Attributes["replicas"], &s.Replicas, 1, math.MaxInt)
+	d.duration(c.Attributes["max_age"], &s.MaxAge, false)
+	d.duration(c.Attributes["duplicates"], &s.Duplicates, true)
+	return s
+}
+
+func (d *decoder) kafka(b *hcl.Block) Kafka {
+	k := Kafka{
+		Name:           b.Labels[0],
+		ClientID:       "switchyard",
+		Compression:    "none",
+		MaxRecordBytes: mib,
+		Idempotent:     true,
+		PublishTimeout: 10 * time.Second,
+	}
+	c := d.content(b.Body, kafkaSchema)
+	k.Brokers = d.requiredList(c, "brokers", b, `["host:9092", ...]`)
+	d.str(c.Attributes["client_id"], &k.ClientID)
+	d.oneOf(c.Attributes["compression"], &k.Compression, "none", "gzip", "snappy", "lz4", "zstd")
+	d.duration(c.Attributes["linger"], &k.Linger, false)
+	d.size(c.Attributes["max_record_bytes"], &k.MaxRecordBytes)
+	d.boolean(c.Attributes["idempotent"], &k.Idempotent)
+	d.duration(c.Attributes["publish_timeout"], &k.PublishTimeout, true)
+
+	if tb := d.single(c.Blocks, "tls"); tb != nil {
+		tc := d.content(tb.Body, tlsSchema)
+		k.TLS = &TLS{}
+		d.str(tc.Attributes["ca_file"], &k.TLS.CAFile)
+		d.str(tc.Attributes["cert_file"], &k.TLS.CertFile)
+		d.str(tc.Attributes["key_file"], &k.TLS.KeyFile)
+		d.boolean(tc.Attributes["insecure_skip_verify"], &k.TLS.InsecureSkipVerify)
+		if (k.TLS.CertFile == "") != (k.TLS.KeyFile == "") {
+			d.errorf(tb.DefRange, "Incomplete client certificate", "cert_file and key_file must be set together.")
+		}
+	}
+	if sb := d.single(c.Blocks, "sasl"); sb != nil {
+		sc := d.content(sb.Body, saslSchema)
+		mechanisms := []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+		k.SASL = &SASL{
+			Mechanism: d.required(sc, "mechanism", sb, quoteAll(mechanisms)),
+			Username:  d.required(sc, "username", sb, `"<user>"`),
+			Password:  d.required(sc, "password", sb, `"<password>"`),
+		}
+		if m := k.SASL.Mechanism; m != "" && !slices.Contains(mechanisms, m) {
+			d.errorf(sc.Attributes["mechanism"].Expr.Range(), "Invalid value",
+				"mechanism must be one of %s, not %q.", quoteAll(mechanisms), m)
+		}
+	}
+	return k
+}
+
+func (d *decoder) plugin(b *hcl.Block) Plugin {
+	p := Plugin{
+		Name:   b.Labels[0],
+		Limits: PluginLimits{Memory: 16 * mib, Timeout: 50 * time.Millisecond, MaxOutputs: 16, MaxOutputBytes: mib},
+	}
+	c := d.content(b.Body, pluginSchema)
+	p.Wasm = d.required(c, "wasm", b, `"path/to/plugin.wasm"`)
+	d.stringMap(c.Attributes["config"], &p.Config)
+	if lb := d.single(c.Blocks, "limits"); lb != nil {
+		lc := d.content(lb.Body, limitsSchema)
+		d.size(lc.Attributes["memory"], &p.Limits.Memory)
+		d.duration(lc.Attributes["timeout"], &p.Limits.Timeout, true)
+		d.integer(lc.Attributes["max_outputs"], &p.Limits.MaxOutputs, 1, math.MaxInt)
+		d.size(lc.Attributes["max_output_bytes"], &p.Limits.MaxOutputBytes)
+	}
+	return p
+}
+
+// inbox decodes an inbox block. Its policy inherits from the defaults like an
+// event's does, except routes: an inbox delivers to deliver, not to a sink.
+func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
+	in := Inbox{
+		Name:    b.Labels[0],
+		TTL:     day,
+		Deliver: Deliver{Timeout: 10 * time.Second},
+		Policy:  defaults.clone(),
+	}
+	in.Policy.Routes = nil
+	c := d.content(b.Body, inboxSchema)
+	var kind string
+	in.From, kind = d.sink(c, "from", b)
+	switch kind {
+	case "kafka":
+		in.Topics = d.requiredList(c, "topics", b, `["<topic>", ...] for a Kafka sink`)
+		in.Group, in.IDHeader = in.Name, "ce_id"
+		d.str(c.Attributes["group"], &in.Group)
+		d.unused(c, "Kafka", "subject", "durable")
+	case "nats":
+		in.Subject = d.required(c, "subject", b, `"<subject>" for a NATS sink`)
+		in.Durable, in.IDHeader = in.Name, "ce-id"
+		d.str(c.Attributes["durable"], &in.Durable)
+		d.unused(c, "NATS", "topics", "group")
+	}
+	d.duration(c.Attributes["ttl"], &in.TTL, true)
+	d.str(c.Attributes["id_header"], &in.IDHeader)
+	if db := d.single(c.Blocks, "deliver"); db != nil {
+		dc := d.content(db.Body, deliverSchema)
+		d.str(dc.Attributes["url"], &in.Deliver.URL)
+		d.duration(dc.Attributes["timeout"], &in.Deliver.Timeout, true)
+		if u, err := url.Parse(in.Deliver.URL); in.Deliver.URL != "" &&
+			(err != nil || !slices.Contains([]string{"http", "https", "unix"}, u.Scheme)) {
+			d.errorf(dc.Attributes["url"].Expr.Range(), "Invalid URL",
+				`%q: deliver url must be http://, https:// or unix:///path/to.sock/path.`, in.Deliver.URL)
+		}
+	}
+	d.policy(c, &in.Policy)
+	in.Plugins = slices.Clone(in.Policy.Plugins)
+	return in
+}

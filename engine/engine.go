@@ -1,0 +1,346 @@
+// Package engine is the scheduler: one loop per event type that claims due
+// events from the outbox, publishes every output through its sink, and
+// commits the outcome (delivered, retry with backoff, DLQ) in one
+// transaction. Ingest runs here too, so that a commit can wake the loops of
+// the types it wrote.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Store is what the engine needs of the data file; *storage.DB is one.
+type Store interface {
+	Update(ctx context.Context, fn func(*storage.Tx) error) error
+	View(fn func(*storage.Tx) error) error
+}
+
+var _ Store = (*storage.DB)(nil)
+
+// Options are the engine's knobs that are not policy.
+type Options struct {
+	Logger hclog.Logger
+	// Registerer receives the engine's metrics; nil = not registered.
+	Registerer prometheus.Registerer
+	// Now is the clock; nil = time.Now.
+	Now func() time.Time
+	// IdempotencyWait is how long a request waits for an identical request
+	// in flight before it gets 409 request_in_progress. Default 2s.
+	IdempotencyWait time.Duration
+	// CleanupInterval is how often expired records are removed. Default 1m.
+	CleanupInterval time.Duration
+}
+
+// Engine runs the loops. Open starts them; Close stops them.
+type Engine struct {
+	store   Store
+	cfg     *config.Config
+	sinks   map[string]Sink
+	opts    Options
+	log     hclog.Logger
+	metrics *metrics
+
+	inflight inFlight
+
+	mu     sync.Mutex
+	loops  map[string]*Loop
+	ctx    context.Context // the loops' context; nil until Open
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New checks that every route names a configured sink and returns an engine
+// ready to Open.
+func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, error) {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.IdempotencyWait <= 0 {
+		opts.IdempotencyWait = 2 * time.Second
+	}
+	if opts.CleanupInterval <= 0 {
+		opts.CleanupInterval = time.Minute
+	}
+	e := &Engine{
+		store:    store,
+		cfg:      cfg,
+		sinks:    make(map[string]Sink, len(sinks)),
+		opts:     opts,
+		log:      opts.Logger.Named("engine"),
+		inflight: inFlight{scopes: make(map[string]*flight)},
+		loops:    make(map[string]*Loop),
+	}
+	for _, s := range sinks {
+		e.sinks[s.Name()] = s
+	}
+	for t, p := range cfg.Events {
+		for _, r := range p.Routes {
+			if _, ok := e.sinks[r.To]; !ok {
+				return nil, fmt.Errorf("event %q routes to %q, which is not a configured sink", t, r.To)
+			}
+		}
+	}
+	e.metrics = newMetrics(e)
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(e.metrics); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return e, nil
+}
+
+func (e *Engine) now() time.Time { return e.opts.Now() }
+
+func (e *Engine) policy(eventType string) (*config.Policy, bool) { return e.cfg.Policy(eventType) }
+
+// Open starts a loop for every configured event type and for every type
+// that has pending events in the data file (caught by "*"), and the
+// cleanup of expired records.
+func (e *Engine) Open() error {
+	e.mu.Lock()
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.mu.Unlock()
+	types := make(map[string]bool)
+	for t := range e.cfg.Events {
+		if t != "*" {
+			types[t] = true
+		}
+	}
+	if err := e.store.View(func(tx *storage.Tx) error {
+		for _, t := range tx.Types() {
+			types[t] = true
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("engine: list stored types: %w", err)
+	}
+	for t := range types {
+		if _, ok := e.policy(t); !ok {
+			e.log.Warn("stored events have a type the configuration no longer has; they wait until it comes back", "type", t)
+			continue
+		}
+		e.loop(t)
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.cleanupLoop(e.ctx)
+	}()
+	return nil
+}
+
+// Close stops every loop. A batch in flight is finished if it finishes
+// before ctx ends; otherwise it is abandoned and its events stay pending.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	cancel := e.cancel
+	e.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("engine: close: %w", ctx.Err())
+	}
+}
+
+// loop returns the loop of type t, starting it if the engine is open.
+func (e *Engine) loop(t string) *Loop {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l, ok := e.loops[t]; ok {
+		return l
+	}
+	pol, _ := e.policy(t)
+	l := newLoop(e, t, pol)
+	e.loops[t] = l
+	if e.ctx != nil && e.ctx.Err() == nil {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			l.run(e.ctx)
+		}()
+	}
+	return l
+}
+
+// Loop returns the loop of an event type, creating it (not started) if
+// needed. Tests step loops by hand with Loop.Poll.
+func (e *Engine) Loop(eventType string) *Loop { return e.loop(eventType) }
+
+// wake tells type t's loop that new events were committed.
+func (e *Engine) wake(t string) { e.loop(t).wake() }
+
+// EventStatus is GET /v1/events/{id}: the stored record, with the state
+// in_process while a loop holds it.
+func (e *Engine) EventStatus(id string) (*storage.Record, error) {
+	var rec *storage.Record
+	err := e.store.View(func(tx *storage.Tx) error {
+		var err error
+		rec, err = tx.Event(id)
+		return err
+	})
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, Errorf(ENOTFOUND, "no event with id %q", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rec.State == storage.StatePending && e.loop(rec.Event.Type).holds(id) {
+		rec.State = storage.StateInProcess
+	}
+	return rec, nil
+}
+
+// EventsByKey is GET /v1/events?idempotency_key=K: the events a request with
+// that key stored, for the tenant.
+func (e *Engine) EventsByKey(tenant, endpoint, key string) ([]*storage.Record, error) {
+	var ids []string
+	err := e.store.View(func(tx *storage.Tx) error {
+		rec, err := tx.Idempotency(keyScope(tenant, endpoint, key), e.now())
+		if err != nil {
+			return err
+		}
+		ids = rec.EventIDs
+		return nil
+	})
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, Errorf(ENOTFOUND, "no request with idempotency key %q in the window", key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*storage.Record, 0, len(ids))
+	for _, id := range ids {
+		rec, err := e.EventStatus(id)
+		if err != nil {
+			return nil, err
+		}
+		if rec.Tenant == tenant {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// TypeStats is one type's line in /v1/stats.
+type TypeStats struct {
+	Type          string        `json:"type"`
+	Pending       int           `json:"pending"`
+	InProcess     int           `json:"in_process"`
+	OldestPending time.Duration `json:"-"`
+	OldestAgeSecs float64       `json:"oldest_pending_age_seconds"`
+	PollDelay     time.Duration `json:"-"`
+	PollDelaySecs float64       `json:"poll_delay_seconds"`
+	DLQ           int           `json:"dlq"`
+}
+
+// Stats reports every type's depth, oldest pending age, poll delay and DLQ
+// size.
+func (e *Engine) Stats() ([]TypeStats, error) {
+	now := e.now()
+	var out []TypeStats
+	err := e.store.View(func(tx *storage.Tx) error {
+		seen := make(map[string]bool)
+		for _, t := range tx.Types() {
+			seen[t] = true
+		}
+		e.mu.Lock()
+		for t := range e.loops {
+			seen[t] = true
+		}
+		e.mu.Unlock()
+		for t := range seen {
+			q := tx.Queue(t)
+			s := TypeStats{Type: t, Pending: q.Pending, DLQ: tx.DLQDepth(t)}
+			if !q.OldestPending.IsZero() && q.OldestPending.Before(now) {
+				s.OldestPending = now.Sub(q.OldestPending)
+			}
+			l := e.loop(t)
+			s.InProcess = l.inProcess()
+			s.PollDelay = l.currentDelay()
+			s.OldestAgeSecs = s.OldestPending.Seconds()
+			s.PollDelaySecs = s.PollDelay.Seconds()
+			out = append(out, s)
+		}
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out, err
+}
+
+// cleanupLoop removes delivered records after outbox.ttl and idempotency
+// records after their window, in small transactions that never stall
+// ingest for long.
+func (e *Engine) cleanupLoop(ctx context.Context) {
+	t := time.NewTicker(e.opts.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := e.Cleanup(ctx); err != nil {
+				e.log.Error("cleanup", "error", err)
+			}
+		}
+	}
+}
+
+// cleanupChunk bounds one cleanup transaction.
+const cleanupChunk = 500
+
+// Cleanup removes what has expired and returns how many records it removed.
+func (e *Engine) Cleanup(ctx context.Context) (int, error) {
+	total := 0
+	for _, step := range []func(*storage.Tx, time.Time, int) (int, error){
+		(*storage.Tx).DeleteExpiredDelivered,
+		(*storage.Tx).DeleteExpiredIdempotency,
+	} {
+		for ctx.Err() == nil {
+			n := 0
+			err := e.store.Update(ctx, func(tx *storage.Tx) error {
+				var err error
+				n, err = step(tx, e.now(), cleanupChunk)
+				return err
+			})
+			if err != nil {
+				return total, err
+			}
+			total += n
+			if n < cleanupChunk {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// destination names an output: "nats.local:orders.created".
+func destination(r config.Route) string {
+	name := r.Subject
+	if strings.HasPrefix(r.To, "kafka.") {
+		name = r.Topic
+	}
+	return r.To + ":" + name
+}

@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Error codes: stable strings that clients match on (the problem+json
+// "code"). The API maps each to an HTTP status in one place (api/error.go).
+const (
+	EINVALID          = "invalid_event"          // the request is malformed
+	EUNKNOWNTYPE      = "unknown_event_type"     // no event block for the type
+	ETOOLARGE         = "payload_too_large"      // body or batch over the limits
+	EMEDIATYPE        = "unsupported_media_type" // content type not understood
+	EIDEMREUSE        = "idempotency_key_reuse"  // same key, another request
+	EINPROGRESS       = "request_in_progress"    // same key, first still in flight
+	EIDCONFLICT       = "event_id_conflict"      // the id is stored for another event
+	ENOTFOUND         = "not_found"
+	EUNAVAILABLE      = "storage_unavailable" // the data file cannot take writes
+	EUNAUTHORIZED     = "unauthorized"
+	EFORBIDDEN        = "forbidden"
+	EMETHODNOTALLOWED = "method_not_allowed"
+	EINTERNAL         = "internal"
+)
+
+// Error is the router's one coded error type. Message is safe to show to
+// the client; the wrapped Err (if any) is for the log.
+type Error struct {
+	Code       string
+	Message    string
+	RetryAfter time.Duration // > 0: tell the client when to come back
+	Err        error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return e.Code + ": " + e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of err's *Error, or EINTERNAL.
+func ErrorCode(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EINTERNAL
+}

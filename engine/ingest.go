@@ -1,0 +1,270 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// IngestRequest is one POST /v1/events, decoded: one event or a batch.
+type IngestRequest struct {
+	Tenant   string
+	Endpoint string // scopes the Idempotency-Key: "POST /v1/events"
+	Key      string // the Idempotency-Key header; "" = none
+	Digest   []byte // of the whole request, compared when Key is reused
+	Events   []IngestEvent
+	// Render builds the response the client gets, from the outcome of each
+	// event in order. It is stored with the idempotency record and replayed
+	// byte-identical, so it must be deterministic.
+	Render func(outcomes []Outcome) Response
+}
+
+// IngestEvent is one event of a request.
+type IngestEvent struct {
+	Event storage.Event
+	// ClientID is true when the client chose the id: (source, id) is then a
+	// natural idempotency key, compared by Digest.
+	ClientID bool
+	Digest   []byte // of the event as the client sent it
+}
+
+// Outcome is what happened to one event of a request.
+type Outcome struct {
+	ID        string
+	Duplicate bool // the same event was already stored: nothing written
+}
+
+// Response is a stored HTTP response.
+type Response struct {
+	Status      int
+	ContentType string
+	Body        []byte
+	Replayed    bool // served from the idempotency record
+}
+
+// inFlight tracks idempotency scopes whose first request is between its
+// checks and its commit, so that a concurrent duplicate waits for it (or
+// gets 409) instead of racing it into the data file.
+type inFlight struct {
+	mu     sync.Mutex
+	scopes map[string]*flight
+}
+
+type flight struct {
+	digest []byte
+	done   chan struct{}
+}
+
+// acquire registers every scope, or returns the first flight that holds one
+// of them.
+func (f *inFlight) acquire(scopes []string, digests [][]byte) (*flight, []byte, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, s := range scopes {
+		if fl, ok := f.scopes[s]; ok {
+			return fl, digests[i], false
+		}
+	}
+	fl := &flight{done: make(chan struct{})}
+	for i, s := range scopes {
+		f.scopes[s] = &flight{digest: digests[i], done: fl.done}
+	}
+	return fl, nil, true
+}
+
+func (f *inFlight) release(scopes []string, fl *flight) {
+	f.mu.Lock()
+	for _, s := range scopes {
+		delete(f.scopes, s)
+	}
+	f.mu.Unlock()
+	close(fl.done)
+}
+
+// Scope keys: an Idempotency-Key is scoped by tenant and endpoint; a
+// client-chosen event id by tenant and source (CloudEvents: source+id is
+// unique).
+func keyScope(tenant, endpoint, key string) string {
+	return "k\x00" + tenant + "\x00" + endpoint + "\x00" + key
+}
+
+func idScope(tenant, source, id string) string {
+	return "i\x00" + tenant + "\x00" + source + "\x00" + id
+}
+
+// Ingest stores the events of one request durably and returns the response
+// to give. It returns only after the data file is fsynced: a Response with
+// a 2xx status is the promise that the events are on disk.
+func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, error) {
+	now := e.now()
+	for i := range req.Events {
+		if _, ok := e.policy(req.Events[i].Event.Type); !ok {
+			return nil, Errorf(EUNKNOWNTYPE, "no event block in the configuration for type %q", req.Events[i].Event.Type)
+		}
+	}
+	scopes, digests := req.scopes()
+	for {
+		fl, digest, ok := e.inflight.acquire(scopes, digests)
+		if ok {
+			defer e.inflight.release(scopes, fl)
+			break
+		}
+		if !bytes.Equal(fl.digest, digest) {
+			return nil, Errorf(EIDEMREUSE, "the idempotency key or event id is in use by a request with another body")
+		}
+		// The same request is in flight: wait for it, then replay its outcome.
+		wait := time.NewTimer(e.opts.IdempotencyWait)
+		select {
+		case <-fl.done:
+			wait.Stop()
+		case <-wait.C:
+			return nil, &Error{Code: EINPROGRESS, Message: "a request with this idempotency key is still in flight", RetryAfter: time.Second}
+		case <-ctx.Done():
+			wait.Stop()
+			return nil, ctx.Err()
+		}
+	}
+
+	var resp *Response
+	outcomes := make([]Outcome, len(req.Events))
+	err := e.store.View(func(tx *storage.Tx) error {
+		var err error
+		resp, err = req.lookup(tx, now, outcomes)
+		return err
+	})
+	if err != nil || resp != nil {
+		return resp, err
+	}
+
+	r := req.Render(outcomes)
+	resp = &r
+	types := make(map[string]int, 1)
+	err = e.store.Update(ctx, func(tx *storage.Tx) error {
+		for i := range req.Events {
+			if outcomes[i].Duplicate {
+				continue
+			}
+			ev := &req.Events[i]
+			pol, _ := e.policy(ev.Event.Type)
+			rec := &storage.Record{
+				Event:          ev.Event,
+				Tenant:         req.Tenant,
+				IdempotencyKey: req.Key,
+				CreatedAt:      now,
+				UpdatedAt:      now,
+			}
+			if err := tx.InsertEvent(rec, pol.Ordering == "key"); err != nil {
+				if errors.Is(err, storage.ErrExists) {
+					return Errorf(EIDCONFLICT, "event id %q is already stored for another event", ev.Event.ID)
+				}
+				return err
+			}
+			types[ev.Event.Type]++
+			if ev.ClientID {
+				if err := tx.PutIdempotency(idScope(req.Tenant, ev.Event.Source, ev.Event.ID), &storage.IdemRecord{
+					Digest: ev.Digest, EventIDs: []string{ev.Event.ID}, CreatedAt: now, ExpiresAt: now.Add(e.cfg.Idempotency.Window),
+				}); err != nil {
+					return err
+				}
+			}
+		}
+		if req.Key == "" || resp.Status >= 300 {
+			return nil
+		}
+		return tx.PutIdempotency(keyScope(req.Tenant, req.Endpoint, req.Key), &storage.IdemRecord{
+			Digest: req.Digest, Status: resp.Status, ContentType: resp.ContentType, Body: resp.Body,
+			EventIDs: req.ids(), CreatedAt: now, ExpiresAt: now.Add(e.cfg.Idempotency.Window),
+		})
+	})
+	if err != nil {
+		var coded *Error
+		if errors.As(err, &coded) {
+			return nil, err
+		}
+		return nil, &Error{Code: EUNAVAILABLE, Message: "the data file could not take the write; nothing was stored", RetryAfter: time.Second, Err: err}
+	}
+	for t, n := range types {
+		e.metrics.ingestedType(t, n)
+		e.wake(t)
+	}
+	return resp, nil
+}
+
+// scopes lists the idempotency scopes a request claims, with the digest
+// each must match.
+func (req *IngestRequest) scopes() ([]string, [][]byte) {
+	var scopes []string
+	var digests [][]byte
+	if req.Key != "" {
+		scopes = append(scopes, keyScope(req.Tenant, req.Endpoint, req.Key))
+		digests = append(digests, req.Digest)
+	}
+	for i := range req.Events {
+		if ev := &req.Events[i]; ev.ClientID {
+			scopes = append(scopes, idScope(req.Tenant, ev.Event.Source, ev.Event.ID))
+			digests = append(digests, ev.Digest)
+		}
+	}
+	return scopes, digests
+}
+
+func (req *IngestRequest) ids() []string {
+	ids := make([]string, len(req.Events))
+	for i := range req.Events {
+		ids[i] = req.Events[i].Event.ID
+	}
+	return ids
+}
+
+// lookup checks the request against what is stored. It returns the stored
+// response when the Idempotency-Key was seen with the same request, an
+// error when a key or an id is reused for something else, and otherwise
+// marks in outcomes the events that are already stored.
+func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outcome) (*Response, error) {
+	if req.Key != "" {
+		rec, err := tx.Idempotency(keyScope(req.Tenant, req.Endpoint, req.Key), now)
+		switch {
+		case err == nil && !bytes.Equal(rec.Digest, req.Digest):
+			return nil, Errorf(EIDEMREUSE, "idempotency key %q was used with another request body", req.Key)
+		case err == nil:
+			return &Response{Status: rec.Status, ContentType: rec.ContentType, Body: rec.Body, Replayed: true}, nil
+		case !errors.Is(err, storage.ErrNotFound):
+			return nil, fmt.Errorf("read idempotency record: %w", err)
+		}
+	}
+	dups := 0
+	for i := range req.Events {
+		ev := &req.Events[i]
+		outcomes[i].ID = ev.Event.ID
+		if !ev.ClientID {
+			continue
+		}
+		rec, err := tx.Idempotency(idScope(req.Tenant, ev.Event.Source, ev.Event.ID), now)
+		switch {
+		case err == nil && !bytes.Equal(rec.Digest, ev.Digest):
+			return nil, Errorf(EIDEMREUSE, "event %q from source %q was already accepted with other content", ev.Event.ID, ev.Event.Source)
+		case err == nil:
+			outcomes[i].Duplicate = true
+			dups++
+		case !errors.Is(err, storage.ErrNotFound):
+			return nil, fmt.Errorf("read idempotency record: %w", err)
+		}
+	}
+	if dups == len(req.Events) && req.Key == "" {
+		// Every event is a repeat: the request as a whole is a replay, and
+		// gets the response the first one got.
+		first := make([]Outcome, len(outcomes))
+		for i := range outcomes {
+			first[i].ID = outcomes[i].ID
+		}
+		r := req.Render(first)
+		r.Replayed = true
+		return &r, nil
+	}
+	return nil, nil
+}

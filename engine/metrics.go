@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the engine's Prometheus series. Counters are updated as work
+// happens; queue gauges are read from the data file at scrape time, so they
+// are never stale and cost nothing between scrapes.
+type metrics struct {
+	e *Engine
+
+	ingested     *prometheus.CounterVec
+	polls        *prometheus.CounterVec
+	published    *prometheus.CounterVec
+	publishErrs  *prometheus.CounterVec
+	retried      *prometheus.CounterVec
+	deadLettered *prometheus.CounterVec
+	released     *prometheus.CounterVec
+
+	pending   *prometheus.Desc
+	inProcess *prometheus.Desc
+	oldestAge *prometheus.Desc
+	pollDelay *prometheus.Desc
+	dlq       *prometheus.Desc
+}
+
+func newMetrics(e *Engine) *metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "switchyard", Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("switchyard_"+name, help, []string{"type"}, nil)
+	}
+	return &metrics{
+		e:            e,
+		ingested:     counter("events_ingested_total", "Events accepted and fsynced.", "type"),
+		polls:        counter("polls_total", "Polls of a type's queue, by outcome (empty, partial, full).", "type", "outcome"),
+		published:    counter("published_total", "Outputs acknowledged by a broker.", "type", "sink"),
+		publishErrs:  counter("publish_errors_total", "Outputs a broker did not acknowledge.", "type", "sink"),
+		retried:      counter("retried_total", "Events rescheduled with backoff after a failed output.", "type"),
+		deadLettered: counter("dead_lettered_total", "Events moved to the DLQ.", "type"),
+		released:     counter("released_total", "Events released to pending without an attempt (outcome unknown).", "type"),
+		pending:      gauge("pending_events", "Events waiting in a type's queue."),
+		inProcess:    gauge("in_process_events", "Events claimed by a type's loop."),
+		oldestAge:    gauge("oldest_pending_age_seconds", "Age of the earliest due pending event."),
+		pollDelay:    gauge("poll_delay_seconds", "A type's current adaptive poll delay."),
+		dlq:          gauge("dlq_events", "Events in a type's DLQ."),
+	}
+}
+
+func (m *metrics) vecs() []prometheus.Collector {
+	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.released}
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.vecs() {
+		c.Describe(ch)
+	}
+	for _, d := range []*prometheus.Desc{m.pending, m.inProcess, m.oldestAge, m.pollDelay, m.dlq} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.vecs() {
+		c.Collect(ch)
+	}
+	stats, err := m.e.Stats()
+	if err != nil {
+		return
+	}
+	for _, s := range stats {
+		ch <- prometheus.MustNewConstMetric(m.pending, prometheus.GaugeValue, float64(s.Pending), s.Type)
+		ch <- prometheus.MustNewConstMetric(m.inProcess, prometheus.GaugeValue, float64(s.InProcess), s.Type)
+		ch <- prometheus.MustNewConstMetric(m.oldestAge, prometheus.GaugeValue, s.OldestPending.Seconds(), s.Type)
+		ch <- prometheus.MustNewConstMetric(m.pollDelay, prometheus.GaugeValue, s.PollDelay.Seconds(), s.Type)
+		ch <- prometheus.MustNewConstMetric(m.dlq, prometheus.GaugeValue, float64(s.DLQ), s.Type)
+	}
+}
+
+func (m *metrics) ingestedType(t string, n int) { m.ingested.WithLabelValues(t).Add(float64(n)) }
+
+func (m *metrics) polled(t string, claimed, batchSize int, _ time.Duration) {
+	outcome := "partial"
+	switch claimed {
+	case 0:
+		outcome = "empty"
+	case batchSize:
+		outcome = "full"
+	}
+	m.polls.WithLabelValues(t, outcome).Inc()
+}
+
+func (m *metrics) committed(t string, res *PollResult, b *batch) {
+	for sink, outs := range b.bySink {
+		ok := 0
+		for _, o := range outs {
+			if o.result.Err == nil {
+				ok++
+			}
+		}
+		m.published.WithLabelValues(t, sink).Add(float64(ok))
+		if bad := len(outs) - ok; bad > 0 {
+			m.publishErrs.WithLabelValues(t, sink).Add(float64(bad))
+		}
+	}
+	m.retried.WithLabelValues(t).Add(float64(res.Retried))
+	m.deadLettered.WithLabelValues(t).Add(float64(res.DeadLettered))
+	m.released.WithLabelValues(t).Add(float64(res.Released))
+}

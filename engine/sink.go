@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Message is one output of an event, ready for a sink. Sinks map it onto
+// their CloudEvents binding (NATS ce-* headers, Kafka ce_* headers).
+type Message struct {
+	// Event is the event as the pipeline left it; Data is the payload.
+	Event *storage.Event
+	// Destination is the topic (Kafka) or subject (NATS) on the sink.
+	Destination string
+	// Key is the partition key (Kafka record key); "" = none.
+	Key string
+	// MsgID is unique per output: the event id, suffixed "-N" when one event
+	// yields several outputs (JetStream Nats-Msg-Id).
+	MsgID string
+}
+
+// Result is a sink's answer for one Message.
+type Result struct {
+	// Position is where the broker stored the message, when Err is nil.
+	Position storage.Position
+	// Err is nil when the broker acknowledged the message. Wrap it with
+	// Permanent when retrying cannot help (record too large, not authorized).
+	Err error
+}
+
+// Sink publishes messages to a broker. The engine knows sinks only through
+// this interface; plugins/nats and plugins/kafka implement it.
+type Sink interface {
+	// Name is how routes refer to the sink: "nats.local", "kafka.main".
+	Name() string
+	// Publish sends msgs and waits for every broker acknowledgement. It
+	// returns exactly one Result per message, in order. It must return once
+	// ctx is done; a message whose outcome is unknown then gets an error
+	// wrapping ErrUnknownOutcome.
+	Publish(ctx context.Context, msgs []*Message) []Result
+	// Close releases the sink's connections.
+	Close(ctx context.Context) error
+}
+
+// HealthChecker is implemented by sinks that can say whether their broker is
+// reachable; /readyz and the sink_up metric use it.
+type HealthChecker interface {
+	Healthy(ctx context.Context) error
+}
+
+// ErrUnknownOutcome marks a publish whose fate the router cannot know (the
+// deadline fired before the broker answered). The batch is released without
+// counting an attempt: fail closed, retry with the same id.
+var ErrUnknownOutcome = errors.New("publish outcome unknown")
+
+// permanentError marks an error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps err so the engine sends the event to the DLQ at once.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// Permanentf is Permanent(fmt.Errorf(...)).
+func Permanentf(format string, args ...any) error { return Permanent(fmt.Errorf(format, args...)) }
+
+// IsPermanent reports whether err (or anything it wraps) was marked permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}

@@ -1,0 +1,58 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	kgo "github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-router/switchyard/engine"
+)
+
+// permanentErrs are the broker answers that retrying the same record cannot
+// change: the engine sends the event to the DLQ at once. franz-go fails a
+// record that cannot fit in a batch of ProducerBatchMaxBytes itself, before
+// sending, with kerr.MessageTooLarge (there is no separate kgo error).
+var permanentErrs = []error{
+	kerr.MessageTooLarge,
+	kerr.RecordListTooLarge,
+	kerr.TopicAuthorizationFailed,
+	kerr.InvalidTopicException,
+	kerr.InvalidRecord,
+}
+
+// unknownOutcomeErrs end a record without a broker answer: it may or may not
+// be in the log. The engine releases the event without counting an attempt
+// and retries it with the same id (DESIGN §1, fail closed).
+var unknownOutcomeErrs = []error{
+	context.DeadlineExceeded,
+	context.Canceled,
+	kgo.ErrRecordTimeout,
+	kgo.ErrClientClosed,
+	kgo.ErrAborting,
+}
+
+// classify turns a franz-go produce error for one record into the error the
+// engine expects.
+func (s *Sink) classify(topic string, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, p := range permanentErrs {
+		if errors.Is(err, p) {
+			return engine.Permanent(fmt.Errorf("%s: topic %q: %w", s.name, topic, err))
+		}
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
+		s.topics.forget(topic)
+		return fmt.Errorf("%s: topic %q does not exist: %w", s.name, topic, err)
+	}
+	for _, u := range unknownOutcomeErrs {
+		if errors.Is(err, u) {
+			return fmt.Errorf("%s: topic %q: %w (%w)", s.name, topic, engine.ErrUnknownOutcome, err)
+		}
+	}
+	return fmt.Errorf("%s: topic %q: %w", s.name, topic, err)
+}

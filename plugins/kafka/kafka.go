@@ -1,0 +1,336 @@
+// Package kafka is the Kafka sink of the router, on franz-go.
+//
+// One engine.Message becomes one record: topic = the message's destination,
+// key = its partition key, value = the event data, headers = the CloudEvents
+// Kafka binding (ce_*, content-type, traceparent/tracestate). Records go out
+// with acks=all and, unless the config turns it off, the idempotent producer,
+// so franz-go's own retries never duplicate a record.
+//
+// Publish never waits longer than the router's deadline (the smaller of the
+// caller's deadline and the block's publish_timeout). A record without a
+// broker answer by then comes back wrapping engine.ErrUnknownOutcome and the
+// sink reports itself unhealthy until a later record is acknowledged. The
+// records still in the client are cancelled with the deadline
+// (kgo.AllowIdempotentProduceCancellation), so the next Publish is not
+// queued behind them; see RATIONALE.md for why this and not the other
+// recovery strategies.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	kgo "github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+var (
+	_ engine.Sink          = (*Sink)(nil)
+	_ engine.HealthChecker = (*Sink)(nil)
+)
+
+// Sink publishes to one Kafka cluster (one kafka "<name>" block).
+type Sink struct {
+	name    string
+	cfg     config.Kafka
+	log     hclog.Logger
+	timeout time.Duration
+
+	cl     *kgo.Client
+	topics *topicCache
+
+	// stall is non-nil while the sink is unhealthy: a Publish hit its
+	// deadline with records unanswered, and no record has been
+	// acknowledged since.
+	stall atomic.Pointer[stallInfo]
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type stallInfo struct {
+	since  time.Time
+	misses int64 // records whose outcome was unknown at a deadline
+}
+
+// Open builds the sink's client. It does not wait for the cluster: a router
+// starts with its broker down and delivers once it is up (Healthy tells).
+func Open(ctx context.Context, cfg config.Kafka, logger hclog.Logger) (*Sink, error) {
+	return open(ctx, cfg, logger)
+}
+
+// open is Open with extra kgo options on top (tests shorten backoffs).
+func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo.Opt) (*Sink, error) {
+	cfg = withDefaults(cfg)
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	logger = logger.Named("kafka." + cfg.Name)
+	opts, err := ClientOptions(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	popts, err := producerOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(append(opts, popts...), extra...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka %q: %w", cfg.Name, err)
+	}
+	return &Sink{
+		name:    "kafka." + cfg.Name,
+		cfg:     cfg,
+		log:     logger,
+		timeout: cfg.PublishTimeout,
+		cl:      cl,
+		topics:  newTopicCache(),
+	}, nil
+}
+
+// Name is how routes refer to the sink: "kafka.<name>".
+func (s *Sink) Name() string { return s.name }
+
+func (s *Sink) client() *kgo.Client { return s.cl }
+
+// Publish sends msgs and waits for every acknowledgement, at most until the
+// router's deadline: min(ctx's deadline, publish_timeout). It returns one
+// Result per message, in order.
+func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Result {
+	if len(msgs) == 0 {
+		return []engine.Result{}
+	}
+	start := time.Now()
+	// Every record carries this context. With
+	// AllowIdempotentProduceCancellation franz-go honours it even for a
+	// batch already on the wire: when it ends (deadline, or this function
+	// returning), the produce connection is dropped and the unanswered
+	// batches are failed, after which franz-go bumps the producer epoch
+	// so the sequence numbers stay valid. Nothing of this call stays
+	// queued in front of the next one.
+	pctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+
+	refused := s.checkNewTopics(pctx, msgs)
+
+	w := newWaiter(len(msgs))
+	cl := s.client()
+	for i, m := range msgs {
+		if err := s.validate(m); err != nil {
+			w.resolve(i, engine.Result{Err: err})
+			continue
+		}
+		if err, bad := refused[m.Destination]; bad {
+			w.resolve(i, engine.Result{Err: s.classify(m.Destination, err)})
+			continue
+		}
+		cl.Produce(pctx, s.record(m), func(r *kgo.Record, err error) {
+			// Promises run serially inside franz-go: no blocking here.
+			w.resolve(i, s.result(r, err))
+		})
+	}
+
+	select {
+	case <-w.done:
+	case <-pctx.Done():
+	}
+	res := w.finish(func(i int) engine.Result {
+		return engine.Result{Err: fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
+			s.name, msgs[i].Destination, time.Since(start).Round(time.Millisecond), engine.ErrUnknownOutcome)}
+	})
+	if errors.Is(pctx.Err(), context.DeadlineExceeded) {
+		// Unanswered records, and those franz-go failed with the
+		// deadline itself: only a deadline marks the sink unhealthy, a
+		// cancelled caller (shutdown) says nothing about the broker.
+		var missed int64
+		for _, r := range res {
+			if r.Err != nil && errors.Is(r.Err, engine.ErrUnknownOutcome) {
+				missed++
+			}
+		}
+		if missed > 0 {
+			s.markStalled(missed)
+		}
+	}
+	return res
+}
+
+func (s *Sink) validate(m *engine.Message) error {
+	switch {
+	case m == nil || m.Event == nil:
+		return engine.Permanentf("%s: message without an event", s.name)
+	case m.Destination == "":
+		return engine.Permanentf("%s: event %s: no destination topic", s.name, m.Event.ID)
+	}
+	return nil
+}
+
+// record maps a message onto the CloudEvents Kafka binding.
+func (s *Sink) record(m *engine.Message) *kgo.Record {
+	hs := engine.BindingHeaders(m.Event, "ce_")
+	headers := make([]kgo.RecordHeader, len(hs))
+	for i, h := range hs {
+		headers[i] = kgo.RecordHeader{Key: h.Name, Value: []byte(h.Value)}
+	}
+	r := &kgo.Record{Topic: m.Destination, Value: m.Event.Data, Headers: headers}
+	if m.Key != "" {
+		r.Key = []byte(m.Key)
+	}
+	return r
+}
+
+func (s *Sink) result(r *kgo.Record, err error) engine.Result {
+	if err != nil {
+		return engine.Result{Err: s.classify(r.Topic, err)}
+	}
+	s.clearStall()
+	return engine.Result{Position: storage.Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}}
+}
+
+// checkNewTopics returns the topics of msgs that the broker refuses (missing,
+// not authorized, invalid), asking it about topics we have not seen yet. If
+// the cluster cannot be asked, it returns what it knows and lets the produce
+// find out.
+func (s *Sink) checkNewTopics(ctx context.Context, msgs []*engine.Message) map[string]error {
+	now := time.Now()
+	var refused map[string]error
+	var ask []string
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if m == nil || m.Destination == "" || seen[m.Destination] {
+			continue
+		}
+		seen[m.Destination] = true
+		known, err := s.topics.lookup(m.Destination, now)
+		switch {
+		case !known:
+			ask = append(ask, m.Destination)
+		case err != nil:
+			if refused == nil {
+				refused = map[string]error{}
+			}
+			refused[m.Destination] = err
+		}
+	}
+	if len(ask) == 0 {
+		return refused
+	}
+	// Leave at least half of the budget to the produce itself.
+	mctx, cancel := context.WithTimeout(ctx, s.timeout/2)
+	defer cancel()
+	res, err := s.describeTopics(mctx, ask)
+	if err != nil {
+		s.log.Debug("cannot check topics before producing; producing anyway", "topics", ask, "error", err)
+		return refused
+	}
+	for t, err := range res {
+		if err != nil {
+			if refused == nil {
+				refused = map[string]error{}
+			}
+			refused[t] = err
+		}
+	}
+	return refused
+}
+
+func (s *Sink) markStalled(missed int64) {
+	for {
+		old := s.stall.Load()
+		st := &stallInfo{since: time.Now(), misses: missed}
+		if old != nil {
+			st.since, st.misses = old.since, old.misses+missed
+		}
+		if s.stall.CompareAndSwap(old, st) {
+			if old == nil {
+				s.log.Warn("publish deadline passed without broker acknowledgement; outcome unknown, sink marked unhealthy",
+					"records", missed, "deadline", s.timeout)
+			}
+			return
+		}
+	}
+}
+
+func (s *Sink) clearStall() {
+	if old := s.stall.Swap(nil); old != nil {
+		s.log.Info("broker acknowledges records again; sink healthy",
+			"stalled_for", time.Since(old.since).Round(time.Millisecond), "unknown_outcomes", old.misses)
+	}
+}
+
+// Healthy returns an error while publishes are stalled (a deadline passed
+// without an acknowledgement and none came since), or when no broker
+// answers a ping.
+func (s *Sink) Healthy(ctx context.Context) error {
+	if st := s.stall.Load(); st != nil {
+		return fmt.Errorf("%s: no acknowledgement since %s (%d records with unknown outcome): %w",
+			s.name, st.since.UTC().Format(time.RFC3339), st.misses, engine.ErrUnknownOutcome)
+	}
+	if err := s.client().Ping(ctx); err != nil {
+		return fmt.Errorf("%s: no broker reachable: %w", s.name, err)
+	}
+	return nil
+}
+
+// Close flushes what is buffered (bounded by ctx) and closes the client.
+// Records still unanswered when ctx ends are failed; their Publish calls
+// have already returned or return at once.
+func (s *Sink) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		cl := s.client()
+		if err := cl.Flush(ctx); err != nil {
+			s.closeErr = fmt.Errorf("%s: flush: %w", s.name, err)
+		}
+		cl.Close()
+	})
+	return s.closeErr
+}
+
+// waiter collects the promises of one Publish. After finish, late promises
+// are dropped: the results slice belongs to the caller.
+type waiter struct {
+	mu     sync.Mutex
+	res    []engine.Result
+	set    []bool
+	left   int
+	closed bool
+	done   chan struct{}
+}
+
+func newWaiter(n int) *waiter {
+	return &waiter{res: make([]engine.Result, n), set: make([]bool, n), left: n, done: make(chan struct{})}
+}
+
+func (w *waiter) resolve(i int, r engine.Result) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.set[i] {
+		return
+	}
+	w.res[i], w.set[i] = r, true
+	w.left--
+	if w.left == 0 {
+		close(w.done)
+	}
+}
+
+func (w *waiter) finish(unresolved func(i int) engine.Result) []engine.Result {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	for i, ok := range w.set {
+		if !ok {
+			w.res[i] = unresolved(i)
+		}
+	}
+	return w.res
+}

@@ -1,0 +1,667 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	kgo "github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+const topic = "orders"
+
+// testLogger logs to stderr with KAFKA_TEST_LOG=debug|info|..., else nowhere
+// (franz-go goroutines outlive a test, so t.Log cannot be used).
+func testLogger() hclog.Logger {
+	lvl := os.Getenv("KAFKA_TEST_LOG")
+	if lvl == "" {
+		return hclog.NewNullLogger()
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "test", Level: hclog.LevelFromString(lvl), Output: os.Stderr})
+}
+
+func newCluster(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	opts = append([]kfake.Opt{kfake.SeedTopics(3, topic)}, opts...)
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// fastOpts shorten franz-go's metadata and retry waits for tests.
+func fastOpts() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.MetadataMinAge(20 * time.Millisecond),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 20 * time.Millisecond }),
+	}
+}
+
+func testConfig(c *kfake.Cluster) config.Kafka {
+	return config.Kafka{
+		Name:           "main",
+		Brokers:        c.ListenAddrs(),
+		Idempotent:     true,
+		PublishTimeout: 5 * time.Second,
+	}
+}
+
+func newSink(t testing.TB, cfg config.Kafka) *Sink {
+	t.Helper()
+	s, err := open(context.Background(), cfg, testLogger(), fastOpts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	return s
+}
+
+var evtTime = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func message(prefix string, i int, dest string) *engine.Message {
+	id := fmt.Sprintf("%s-%05d", prefix, i)
+	return &engine.Message{
+		Event: &storage.Event{
+			ID:              id,
+			Source:          "/test/orders",
+			Type:            "order.created",
+			SpecVersion:     "1.0",
+			Time:            evtTime,
+			DataContentType: "application/json",
+			Extensions: []storage.Header{
+				{Name: "partitionkey", Value: fmt.Sprintf("cust-%d", i%17)},
+				{Name: "traceparent", Value: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+			},
+			Data: fmt.Appendf(nil, `{"n":%d}`, i),
+		},
+		Destination: dest,
+		Key:         fmt.Sprintf("cust-%d", i%17),
+		MsgID:       id,
+	}
+}
+
+func messages(prefix string, n int, dest string) []*engine.Message {
+	ms := make([]*engine.Message, n)
+	for i := range ms {
+		ms[i] = message(prefix, i, dest)
+	}
+	return ms
+}
+
+func publishOK(t testing.TB, s *Sink, msgs []*engine.Message) []engine.Result {
+	t.Helper()
+	res := s.Publish(context.Background(), msgs)
+	if len(res) != len(msgs) {
+		t.Fatalf("got %d results for %d messages", len(res), len(msgs))
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("message %d: %v", i, r.Err)
+		}
+	}
+	return res
+}
+
+// consumed is a record read back, keyed by its ce_id header.
+type consumed struct {
+	rec   *kgo.Record
+	count int
+}
+
+// readBack consumes topic with a consumer group until want distinct ce_ids
+// are seen and the log stays quiet for a moment (to catch duplicates).
+func readBack(t testing.TB, c *kfake.Cluster, want int) map[string]*consumed {
+	t.Helper()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(c.ListenAddrs()...),
+		kgo.ConsumerGroup("readback-"+strings.ReplaceAll(t.Name(), "/", "-")),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.MetadataMinAge(20*time.Millisecond),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := map[string]*consumed{}
+	deadline := time.Now().Add(20 * time.Second)
+	quietUntil := time.Time{}
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		for _, fe := range fs.Errors() {
+			if !errors.Is(fe.Err, context.DeadlineExceeded) {
+				t.Fatalf("fetch: %v", fe.Err)
+			}
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			id := header(r, "ce_id")
+			if e := got[id]; e != nil {
+				e.count++
+			} else {
+				got[id] = &consumed{rec: r, count: 1}
+			}
+		})
+		if len(got) >= want {
+			if quietUntil.IsZero() {
+				quietUntil = time.Now().Add(300 * time.Millisecond)
+			} else if time.Now().After(quietUntil) {
+				return got
+			}
+		}
+	}
+	t.Fatalf("read back %d distinct records, want %d", len(got), want)
+	return nil
+}
+
+func header(r *kgo.Record, name string) string {
+	for _, h := range r.Headers {
+		if h.Key == name {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// (a) every message arrives once with its key, value and binding headers,
+// and the returned positions are where the consumer found them.
+func TestPublishReadBack(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, testConfig(c))
+	if s.Name() != "kafka.main" {
+		t.Fatalf("Name() = %q", s.Name())
+	}
+	const n = 1000
+	msgs := messages("a", n, topic)
+	res := publishOK(t, s, msgs)
+	got := readBack(t, c, n)
+	if len(got) != n {
+		t.Fatalf("read %d distinct records, want %d", len(got), n)
+	}
+	for i, m := range msgs {
+		e := got[m.Event.ID]
+		if e == nil {
+			t.Fatalf("message %s not read back", m.Event.ID)
+		}
+		if e.count != 1 {
+			t.Errorf("message %s read %d times", m.Event.ID, e.count)
+		}
+		r := e.rec
+		if string(r.Key) != m.Key || !bytes.Equal(r.Value, m.Event.Data) {
+			t.Errorf("message %s: key %q value %q", m.Event.ID, r.Key, r.Value)
+		}
+		wantHeaders := map[string]string{
+			"ce_id":           m.Event.ID,
+			"ce_type":         "order.created",
+			"ce_source":       "/test/orders",
+			"ce_specversion":  "1.0",
+			"ce_time":         "2026-01-02T03:04:05Z",
+			"ce_partitionkey": m.Key,
+			"content-type":    "application/json",
+			"traceparent":     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		}
+		for k, v := range wantHeaders {
+			if h := header(r, k); h != v {
+				t.Errorf("message %s: header %s = %q, want %q", m.Event.ID, k, h, v)
+			}
+		}
+		if h := header(r, "ce_traceparent"); h != "" {
+			t.Errorf("traceparent must pass through unprefixed, got ce_traceparent %q", h)
+		}
+		p := res[i].Position
+		if p.Topic != r.Topic || p.Partition != r.Partition || p.Offset != r.Offset {
+			t.Errorf("message %s: position %+v, consumed at %s/%d/%d", m.Event.ID, p, r.Topic, r.Partition, r.Offset)
+		}
+	}
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Fatalf("Healthy: %v", err)
+	}
+}
+
+// (b) the broker writes the batch and then answers REQUEST_TIMED_OUT: the
+// idempotent producer's retry is deduplicated by the broker, so nothing is
+// written twice. The same faults without idempotence do duplicate, which
+// shows the faults hit.
+func TestLostAcksNoDuplicates(t *testing.T) {
+	run := func(t *testing.T, idempotent bool) (hits, total int) {
+		c := newCluster(t)
+		cfg := testConfig(c)
+		cfg.Idempotent = idempotent
+		s := newSink(t, cfg)
+		publishOK(t, s, messages("warm", 3, topic)) // producer id, metadata
+		f := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.RequestTimedOut, Count: 3})
+		const n = 300
+		for b := range 3 {
+			publishOK(t, s, messages(fmt.Sprintf("b%d", b), n/3, topic))
+		}
+		got := readBack(t, c, n+3)
+		for _, e := range got {
+			total += e.count
+		}
+		return f.Hits(), total
+	}
+	t.Run("idempotent", func(t *testing.T) {
+		hits, total := run(t, true)
+		if hits == 0 {
+			t.Fatal("fault never hit")
+		}
+		if total != 303 {
+			t.Fatalf("read %d records, want 303 (no duplicates)", total)
+		}
+	})
+	t.Run("not idempotent duplicates", func(t *testing.T) {
+		hits, total := run(t, false)
+		if hits == 0 || total <= 303 {
+			t.Fatalf("hits %d, read %d records: expected the faults to duplicate without idempotence", hits, total)
+		}
+	})
+}
+
+// (c) the broker drops produce connections before answering: franz-go
+// reconnects and everything is delivered, once.
+func TestDroppedConnections(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, testConfig(c))
+	publishOK(t, s, messages("warm", 1, topic))
+	var drops atomic.Int32
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if drops.Add(1) > 4 {
+			c.DropControl()
+			return nil, nil, false
+		}
+		c.KeepControl()
+		return nil, errors.New("connection dropped by test"), true
+	})
+	const n = 200
+	publishOK(t, s, messages("c", n, topic))
+	if d := drops.Load(); d < 4 {
+		t.Fatalf("only %d produce requests dropped", d)
+	}
+	got := readBack(t, c, n+1)
+	for id, e := range got {
+		if e.count != 1 {
+			t.Errorf("%s read %d times", id, e.count)
+		}
+	}
+}
+
+// blockProduce makes every produce request hang (the broker never answers)
+// until the returned release func is called; then the hung requests are
+// dropped and produce works again.
+func blockProduce(t testing.TB, c *kfake.Cluster) (release func(), hung *atomic.Int32) {
+	var blocked atomic.Bool
+	blocked.Store(true)
+	hung = new(atomic.Int32)
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			blocked.Store(false)
+			close(ch)
+		})
+	}
+	t.Cleanup(release)
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !blocked.Load() {
+			c.DropControl()
+			return nil, nil, false
+		}
+		c.KeepControl()
+		hung.Add(1)
+		c.SleepControl(func() { <-ch })
+		return nil, errors.New("hung request abandoned"), true
+	})
+	return release, hung
+}
+
+// (d) a broker that never answers: Publish returns at the router's deadline
+// with ErrUnknownOutcome, the sink is unhealthy; once the broker answers
+// again a new Publish succeeds and the sink is healthy. The abandoned records
+// are not delivered behind the router's back (the engine resends them).
+func TestBrokerNeverAnswers(t *testing.T) {
+	c := newCluster(t)
+	cfg := testConfig(c)
+	cfg.PublishTimeout = time.Second
+	s := newSink(t, cfg)
+	publishOK(t, s, messages("warm", 5, topic))
+
+	release, hung := blockProduce(t, c)
+
+	for round := range 2 { // a second deadline miss while still hung
+		start := time.Now()
+		res := s.Publish(context.Background(), messages(fmt.Sprintf("lost%d", round), 50, topic))
+		took := time.Since(start)
+		if took < 900*time.Millisecond || took > 2500*time.Millisecond {
+			t.Fatalf("round %d: Publish took %s, want about the 1s publish timeout", round, took)
+		}
+		for i, r := range res {
+			if !errors.Is(r.Err, engine.ErrUnknownOutcome) || engine.IsPermanent(r.Err) {
+				t.Fatalf("round %d: result %d: %v, want ErrUnknownOutcome", round, i, r.Err)
+			}
+		}
+	}
+	if hung.Load() == 0 {
+		t.Fatal("no produce request reached the hung broker")
+	}
+	if err := s.Healthy(context.Background()); err == nil {
+		t.Fatal("Healthy = nil after a missed deadline")
+	} else if !strings.Contains(err.Error(), "unknown outcome") {
+		t.Fatalf("Healthy: %v", err)
+	}
+
+	// The caller's deadline wins when it is the shorter one.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	start := time.Now()
+	res := s.Publish(ctx, messages("short", 5, topic))
+	cancel()
+	if took := time.Since(start); took > 900*time.Millisecond {
+		t.Fatalf("Publish with a 300ms context took %s", took)
+	}
+	if !errors.Is(res[0].Err, engine.ErrUnknownOutcome) {
+		t.Fatalf("short deadline: %v", res[0].Err)
+	}
+
+	release()
+	start = time.Now()
+	publishOK(t, s, messages("after", 50, topic))
+	t.Logf("first publish after the broker came back took %s", time.Since(start))
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Fatalf("Healthy after recovery: %v", err)
+	}
+
+	got := readBack(t, c, 55)
+	for id := range got {
+		if !strings.HasPrefix(id, "warm-") && !strings.HasPrefix(id, "after-") {
+			t.Errorf("abandoned record %s was delivered later", id)
+		}
+	}
+}
+
+// A cancelled caller (shutdown) is not the broker's fault: unknown outcome,
+// but the sink stays healthy.
+func TestCallerCancelIsNotAStall(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, testConfig(c))
+	publishOK(t, s, messages("warm", 1, topic))
+	blockProduce(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	res := s.Publish(ctx, messages("x", 3, topic))
+	if !errors.Is(res[0].Err, engine.ErrUnknownOutcome) {
+		t.Fatalf("got %v", res[0].Err)
+	}
+	if s.stall.Load() != nil {
+		t.Fatal("a cancelled caller marked the sink stalled")
+	}
+}
+
+// (e) errors retrying cannot fix are Permanent.
+func TestPermanentErrors(t *testing.T) {
+	c := newCluster(t)
+	cfg := testConfig(c)
+	cfg.MaxRecordBytes = 1024
+	s := newSink(t, cfg)
+
+	t.Run("record too large (client)", func(t *testing.T) {
+		m := message("big", 0, topic)
+		m.Event.Data = bytes.Repeat([]byte("x"), 4096)
+		start := time.Now()
+		res := s.Publish(context.Background(), []*engine.Message{m, message("small", 1, topic)})
+		if time.Since(start) > time.Second {
+			t.Fatalf("took %s", time.Since(start))
+		}
+		if !engine.IsPermanent(res[0].Err) || !errors.Is(res[0].Err, kerr.MessageTooLarge) {
+			t.Fatalf("big record: %v", res[0].Err)
+		}
+		if res[1].Err != nil {
+			t.Fatalf("small record next to it: %v", res[1].Err)
+		}
+	})
+	brokerSays := func(t *testing.T, e *kerr.Error) {
+		publishOK(t, s, messages("warm", 1, topic))
+		f := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: e, Count: 1})
+		defer f.Remove()
+		res := s.Publish(context.Background(), []*engine.Message{message(e.Message, 0, topic)})
+		if !engine.IsPermanent(res[0].Err) || !errors.Is(res[0].Err, e) {
+			t.Fatalf("got %v, want permanent %s", res[0].Err, e.Message)
+		}
+	}
+	for _, e := range []*kerr.Error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.TopicAuthorizationFailed, kerr.InvalidRecord} {
+		t.Run("broker "+e.Message, func(t *testing.T) { brokerSays(t, e) })
+	}
+	t.Run("no destination", func(t *testing.T) {
+		res := s.Publish(context.Background(), []*engine.Message{message("nodest", 0, "")})
+		if !engine.IsPermanent(res[0].Err) {
+			t.Fatalf("got %v", res[0].Err)
+		}
+	})
+	t.Run("after a permanent error the sink still delivers", func(t *testing.T) {
+		publishOK(t, s, messages("ok", 10, topic))
+	})
+}
+
+// (e) a missing topic fails at once with a clear error, while the other
+// topic of the same batch is delivered; CheckTopics names it; creating it
+// makes it work.
+func TestMissingTopic(t *testing.T) {
+	c := newCluster(t) // kfake creates no topic on its own
+	s := newSink(t, testConfig(c))
+
+	msgs := []*engine.Message{message("m", 0, "nope"), message("m", 1, topic), message("m", 2, "nope")}
+	start := time.Now()
+	res := s.Publish(context.Background(), msgs)
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Publish to a missing topic took %s", took)
+	}
+	for _, i := range []int{0, 2} {
+		err := res[i].Err
+		if err == nil || !strings.Contains(err.Error(), `topic "nope" does not exist`) ||
+			!errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, engine.ErrUnknownOutcome) {
+			t.Fatalf("result %d: %v", i, err)
+		}
+	}
+	if res[1].Err != nil {
+		t.Fatalf("existing topic in the same batch: %v", res[1].Err)
+	}
+	// Answered from memory now.
+	start = time.Now()
+	res = s.Publish(context.Background(), msgs[:1])
+	if res[0].Err == nil || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("second publish: %v after %s", res[0].Err, time.Since(start))
+	}
+
+	ctx := context.Background()
+	if err := s.CheckTopics(ctx, []string{topic}); err != nil {
+		t.Fatalf("CheckTopics(existing): %v", err)
+	}
+	err := s.CheckTopics(ctx, []string{topic, "nope", "gone", "nope"})
+	if err == nil || !errors.Is(err, kerr.UnknownTopicOrPartition) ||
+		!strings.Contains(err.Error(), `topic "gone" does not exist; topic "nope" does not exist`) {
+		t.Fatalf("CheckTopics: %v", err)
+	}
+
+	// The operator creates the topic: picked up within missingTTL.
+	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "nope", 1, 1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, admin)
+	if err != nil || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("create topic: %v %v", err, resp)
+	}
+	time.Sleep(missingTTL + 50*time.Millisecond)
+	publishOK(t, s, msgs[:1])
+	if err := s.CheckTopics(ctx, []string{"nope"}); err != nil {
+		t.Fatalf("CheckTopics after create: %v", err)
+	}
+}
+
+// (f) the leader of partitions goes away: delivery continues on the new
+// leaders.
+func TestLeaderRemoved(t *testing.T) {
+	c := newCluster(t, kfake.NumBrokers(3), kfake.SeedTopics(6, topic))
+	s := newSink(t, testConfig(c))
+	publishOK(t, s, messages("before", 200, topic))
+
+	leader := c.LeaderFor(topic, 0)
+	if err := c.RemoveNode(leader); err != nil {
+		t.Fatal(err)
+	}
+	if now := c.LeaderFor(topic, 0); now == leader {
+		t.Fatalf("partition 0 still led by removed node %d", leader)
+	}
+	for b := range 3 {
+		publishOK(t, s, messages(fmt.Sprintf("after%d", b), 100, topic))
+	}
+	c.ShufflePartitionLeaders()
+	publishOK(t, s, messages("shuffled", 100, topic))
+
+	got := readBack(t, c, 600)
+	for id, e := range got {
+		if e.count != 1 {
+			t.Errorf("%s read %d times", id, e.count)
+		}
+	}
+}
+
+func TestOpenConfig(t *testing.T) {
+	base := config.Kafka{Name: "x", Brokers: []string{"127.0.0.1:1"}, Idempotent: true}
+	for _, comp := range []string{"", "none", "gzip", "snappy", "lz4", "zstd"} {
+		cfg := base
+		cfg.Compression = comp
+		s, err := Open(context.Background(), cfg, nil)
+		if err != nil {
+			t.Fatalf("compression %q: %v", comp, err)
+		}
+		_ = s.Close(context.Background())
+	}
+	bad := []func(*config.Kafka){
+		func(c *config.Kafka) { c.Brokers = nil },
+		func(c *config.Kafka) { c.Compression = "brotli" },
+		func(c *config.Kafka) { c.MaxRecordBytes = 10 },
+		func(c *config.Kafka) { c.SASL = &config.SASL{Mechanism: "GSSAPI"} },
+		func(c *config.Kafka) { c.TLS = &config.TLS{CAFile: "/does/not/exist"} },
+		func(c *config.Kafka) { c.TLS = &config.TLS{CertFile: "a.pem"} },
+	}
+	for i, mod := range bad {
+		cfg := base
+		mod(&cfg)
+		if _, err := Open(context.Background(), cfg, nil); err == nil {
+			t.Errorf("bad config %d accepted", i)
+		}
+	}
+	for _, mech := range []string{"PLAIN", "SCRAM-SHA-256", "scram-sha-512"} {
+		cfg := base
+		cfg.SASL = &config.SASL{Mechanism: mech, Username: "u", Password: "p"}
+		s, err := Open(context.Background(), cfg, nil)
+		if err != nil {
+			t.Fatalf("sasl %s: %v", mech, err)
+		}
+		_ = s.Close(context.Background())
+	}
+}
+
+// SASL against kfake, end to end.
+func TestSASL(t *testing.T) {
+	for _, mech := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
+		t.Run(mech, func(t *testing.T) {
+			c := newCluster(t, kfake.EnableSASL(), kfake.Superuser(mech, "edge", "s3cret"))
+			cfg := testConfig(c)
+			cfg.SASL = &config.SASL{Mechanism: mech, Username: "edge", Password: "s3cret"}
+			s := newSink(t, cfg)
+			publishOK(t, s, messages("sasl", 3, topic))
+		})
+	}
+}
+
+func TestCompressionRoundTrip(t *testing.T) {
+	c := newCluster(t)
+	cfg := testConfig(c)
+	cfg.Compression = "zstd"
+	cfg.Linger = 5 * time.Millisecond
+	s := newSink(t, cfg)
+	publishOK(t, s, messages("z", 100, topic))
+	if got := readBack(t, c, 100); len(got) != 100 {
+		t.Fatalf("read %d", len(got))
+	}
+}
+
+func TestPublishEmptyAndClose(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, testConfig(c))
+	if res := s.Publish(context.Background(), nil); len(res) != 0 {
+		t.Fatalf("%d results for no messages", len(res))
+	}
+	publishOK(t, s, messages("x", 2, topic))
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal("second Close:", err)
+	}
+	res := s.Publish(context.Background(), messages("y", 1, topic))
+	if res[0].Err == nil {
+		t.Fatal("Publish after Close succeeded")
+	}
+}
+
+func TestLoggerAdapter(t *testing.T) {
+	var buf bytes.Buffer
+	l := kgoLogger{hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn})}
+	if l.Level() != kgo.LogLevelWarn {
+		t.Fatalf("level %v", l.Level())
+	}
+	l.Log(kgo.LogLevelInfo, "hidden")
+	l.Log(kgo.LogLevelWarn, "shown", "broker", 1)
+	if out := buf.String(); strings.Contains(out, "hidden") || !strings.Contains(out, "shown") || !strings.Contains(out, "broker=1") {
+		t.Fatalf("log output %q", out)
+	}
+}
+
+// BenchmarkPublish publishes batches of 200 messages (the engine's default
+// batch size) to an in-process kfake broker and reports msgs/s.
+func BenchmarkPublish(b *testing.B) {
+	c := newCluster(b)
+	s := newSink(b, testConfig(c))
+	const batch = 200
+	msgs := messages("bench", batch, topic)
+	publishOK(b, s, msgs)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for b.Loop() {
+		res := s.Publish(context.Background(), msgs)
+		if res[batch-1].Err != nil {
+			b.Fatal(res[batch-1].Err)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "msgs/s")
+}

@@ -1,0 +1,171 @@
+package kafka
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	kgo "github.com/twmb/franz-go/pkg/kgo"
+	ksasl "github.com/twmb/franz-go/pkg/sasl"
+	ksaslplain "github.com/twmb/franz-go/pkg/sasl/plain"
+	ksaslscram "github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/switchyard-router/switchyard/config"
+)
+
+// Defaults for fields a config.Kafka may leave zero (the config package
+// normally fills them; Open does it again so a hand-built config works).
+const (
+	DefaultClientID       = "switchyard"
+	DefaultMaxRecordBytes = 1 << 20 // 1 MiB
+	DefaultPublishTimeout = 10 * time.Second
+)
+
+// withDefaults fills the zero fields of cfg. Idempotent is a bool whose
+// default is true, so it cannot be defaulted here: the config package owns it.
+func withDefaults(cfg config.Kafka) config.Kafka {
+	if cfg.ClientID == "" {
+		cfg.ClientID = DefaultClientID
+	}
+	if cfg.MaxRecordBytes <= 0 {
+		cfg.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = DefaultPublishTimeout
+	}
+	if cfg.Compression == "" {
+		cfg.Compression = "none"
+	}
+	return cfg
+}
+
+// ClientOptions returns the connection options of a kafka block: brokers,
+// client id, TLS, SASL and the logger. They are shared by anything in the
+// router that talks to this cluster (the sink here, an inbox consumer).
+func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
+	cfg = withDefaults(cfg)
+	if len(cfg.Brokers) == 0 {
+		return nil, fmt.Errorf("kafka %q: no brokers", cfg.Name)
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.WithLogger(kgoLogger{logger}),
+	}
+	if cfg.TLS != nil {
+		tc, err := tlsConfig(cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("kafka %q: tls: %w", cfg.Name, err)
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if cfg.SASL != nil {
+		m, err := saslMechanism(cfg.SASL)
+		if err != nil {
+			return nil, fmt.Errorf("kafka %q: sasl: %w", cfg.Name, err)
+		}
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
+}
+
+// producerOptions are the sink's producer settings on top of ClientOptions.
+func producerOptions(cfg config.Kafka) ([]kgo.Opt, error) {
+	codec, err := compression(cfg.Compression)
+	if err != nil {
+		return nil, fmt.Errorf("kafka %q: %w", cfg.Name, err)
+	}
+	if cfg.MaxRecordBytes < 512 || cfg.MaxRecordBytes > 1<<30 {
+		return nil, fmt.Errorf("kafka %q: max_record_bytes %d out of range [512, 1GiB]", cfg.Name, cfg.MaxRecordBytes)
+	}
+	opts := []kgo.Opt{
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchCompression(codec),
+		// franz-go lingers 10ms by default; the config's default is 0
+		// (the engine already hands us whole batches).
+		kgo.ProducerLinger(cfg.Linger),
+		kgo.ProducerBatchMaxBytes(int32(cfg.MaxRecordBytes)),
+		// A produce to a missing topic must fail, not create it: the
+		// client never asks for auto-creation (kgo's default), and we
+		// check topics ourselves before producing (see topics.go).
+	}
+	if cfg.MaxRecordBytes > 100<<20 {
+		// kgo refuses a batch limit above its broker write limit.
+		opts = append(opts, kgo.BrokerMaxWriteBytes(int32(cfg.MaxRecordBytes)+1<<20))
+	}
+	if cfg.Idempotent {
+		// See RATIONALE.md, "Why AllowIdempotentProduceCancellation":
+		// without it an in-flight idempotent batch cannot be failed
+		// until the broker answers, so one broker that never answers
+		// wedges every later record of that partition behind it.
+		opts = append(opts, kgo.AllowIdempotentProduceCancellation())
+	} else {
+		opts = append(opts, kgo.DisableIdempotentWrite())
+	}
+	return opts, nil
+}
+
+func compression(name string) (kgo.CompressionCodec, error) {
+	switch strings.ToLower(name) {
+	case "", "none":
+		return kgo.NoCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	case "lz4":
+		return kgo.Lz4Compression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	}
+	return kgo.CompressionCodec{}, fmt.Errorf("unknown compression %q (want none, gzip, snappy, lz4 or zstd)", name)
+}
+
+func tlsConfig(t *config.TLS) (*tls.Config, error) {
+	tc := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // an explicit operator choice
+	}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificates found", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile != "":
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	case t.CertFile != "" || t.KeyFile != "":
+		return nil, errors.New("cert_file and key_file must be set together")
+	}
+	return tc, nil
+}
+
+func saslMechanism(s *config.SASL) (ksasl.Mechanism, error) {
+	switch strings.ToUpper(s.Mechanism) {
+	case "PLAIN":
+		return ksaslplain.Auth{User: s.Username, Pass: s.Password}.AsMechanism(), nil
+	case "SCRAM-SHA-256":
+		return ksaslscram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism(), nil
+	case "SCRAM-SHA-512":
+		return ksaslscram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism(), nil
+	}
+	return nil, fmt.Errorf("unknown mechanism %q (want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", s.Mechanism)
+}

@@ -1,0 +1,408 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+func testLogger(t testing.TB) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: testWriter{t}})
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+func testConfig(jetStream bool) config.NATS {
+	return config.NATS{
+		Name:           "local",
+		Embedded:       true,
+		Host:           "127.0.0.1",
+		Port:           -1,
+		JetStream:      jetStream,
+		MaxPending:     4096,
+		PublishTimeout: 5 * time.Second,
+		Streams: []config.Stream{{
+			Name:       "ORDERS",
+			Subjects:   []string{"orders.>"},
+			Storage:    "file",
+			Duplicates: 2 * time.Minute,
+		}},
+	}
+}
+
+func startServer(t testing.TB, cfg config.NATS, dir string) *Server {
+	t.Helper()
+	srv, err := StartServer(cfg, dir, testLogger(t))
+	if err != nil {
+		t.Fatalf("StartServer: %v", err)
+	}
+	t.Cleanup(func() { _ = srv.Close(context.Background()) })
+	return srv
+}
+
+func openSink(t testing.TB, cfg config.NATS, url string) *Sink {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sink, err := Open(ctx, cfg, url, testLogger(t))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = sink.Close(context.Background()) })
+	return sink
+}
+
+func makeMsgs(prefix, subject string, n int) []*engine.Message {
+	msgs := make([]*engine.Message, n)
+	now := time.Now()
+	for i := range msgs {
+		id := fmt.Sprintf("%s-%06d", prefix, i)
+		msgs[i] = &engine.Message{
+			Event: &storage.Event{
+				ID:              id,
+				Source:          "/test/orders",
+				Type:            "order.created",
+				SpecVersion:     "1.0",
+				Time:            now,
+				DataContentType: "application/json",
+				Extensions: []storage.Header{
+					{Name: "partitionkey", Value: "customer-" + strconv.Itoa(i%7)},
+					{Name: "traceparent", Value: traceparent},
+				},
+				Data: []byte(`{"order":"` + id + `","amount":42}`),
+			},
+			Destination: subject,
+			MsgID:       id,
+		}
+	}
+	return msgs
+}
+
+func pubCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func requireOK(t *testing.T, res []engine.Result, n int) {
+	t.Helper()
+	if len(res) != n {
+		t.Fatalf("got %d results, want %d", len(res), n)
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("result %d: %v", i, r.Err)
+		}
+	}
+}
+
+func streamMsgs(t *testing.T, url, stream string) uint64 {
+	t.Helper()
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(pubCtx(t, 5*time.Second), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(pubCtx(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func TestJetStreamPublishAndDedup(t *testing.T) {
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	if got := sink.Name(); got != "nats.local" {
+		t.Fatalf("Name() = %q", got)
+	}
+	if err := sink.Healthy(context.Background()); err != nil {
+		t.Fatalf("Healthy: %v", err)
+	}
+
+	const n = 1000
+	msgs := makeMsgs("evt", "orders.created", n)
+	res := sink.Publish(pubCtx(t, 10*time.Second), msgs)
+	requireOK(t, res, n)
+	seen := make(map[uint64]bool, n)
+	for i, r := range res {
+		if r.Position.Stream != "ORDERS" || r.Position.Sequence == 0 {
+			t.Fatalf("result %d: position %+v", i, r.Position)
+		}
+		if seen[r.Position.Sequence] {
+			t.Fatalf("result %d: sequence %d twice", i, r.Position.Sequence)
+		}
+		seen[r.Position.Sequence] = true
+	}
+	if got := streamMsgs(t, srv.ClientURL(), "ORDERS"); got != n {
+		t.Fatalf("stream has %d messages, want %d", got, n)
+	}
+
+	// Every stored message: the headers of the binding, at the sequence the
+	// result named.
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(pubCtx(t, 5*time.Second), "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range msgs {
+		raw, err := st.GetMsg(pubCtx(t, 5*time.Second), res[i].Position.Sequence)
+		if err != nil {
+			t.Fatalf("GetMsg %d: %v", res[i].Position.Sequence, err)
+		}
+		want := map[string]string{
+			"ce-id":           m.Event.ID,
+			"ce-type":         "order.created",
+			"ce-source":       "/test/orders",
+			"ce-specversion":  "1.0",
+			"ce-partitionkey": m.Event.PartitionKey(),
+			"content-type":    "application/json",
+			"traceparent":     traceparent,
+			"Nats-Msg-Id":     m.MsgID,
+			"ce-time":         m.Event.Time.UTC().Format(time.RFC3339Nano),
+		}
+		for k, v := range want {
+			if got := raw.Header.Get(k); got != v {
+				t.Fatalf("msg %d header %s = %q, want %q", i, k, got, v)
+			}
+		}
+		if raw.Subject != "orders.created" || string(raw.Data) != string(m.Event.Data) {
+			t.Fatalf("msg %d: subject %q data %q", i, raw.Subject, raw.Data)
+		}
+	}
+
+	// (b) The same MsgIDs again: JetStream drops them, the results succeed
+	// and name the original positions.
+	res2 := sink.Publish(pubCtx(t, 10*time.Second), msgs)
+	requireOK(t, res2, n)
+	for i := range res2 {
+		if res2[i].Position != res[i].Position {
+			t.Fatalf("duplicate %d: position %+v, want %+v", i, res2[i].Position, res[i].Position)
+		}
+	}
+	if got := streamMsgs(t, srv.ClientURL(), "ORDERS"); got != n {
+		t.Fatalf("after duplicates stream has %d messages, want %d", got, n)
+	}
+}
+
+func TestJetStreamNoStream(t *testing.T) {
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	res := sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("x", "nowhere.subject", 3))
+	for i, r := range res {
+		if r.Err == nil || engine.IsPermanent(r.Err) || errors.Is(r.Err, engine.ErrUnknownOutcome) {
+			t.Fatalf("result %d: want a plain retryable error, got %v", i, r.Err)
+		}
+		if want := `no JetStream stream for subject "nowhere.subject"`; !strings.Contains(r.Err.Error(), want) {
+			t.Fatalf("result %d: %v, want it to say %s", i, r.Err, want)
+		}
+	}
+	// A message without a subject or an event is permanent.
+	bad := []*engine.Message{{Event: &storage.Event{ID: "a"}}, nil}
+	for i, r := range sink.Publish(pubCtx(t, 5*time.Second), bad) {
+		if !engine.IsPermanent(r.Err) {
+			t.Fatalf("bad %d: want permanent, got %v", i, r.Err)
+		}
+	}
+}
+
+func TestServerDownAndReconnect(t *testing.T) {
+	cfg := testConfig(true)
+	dir := t.TempDir()
+	srv, err := StartServer(cfg, dir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	sink := openSink(t, cfg, srv.ClientURL())
+	requireOK(t, sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("before", "orders.created", 10)), 10)
+
+	if err := srv.Close(pubCtx(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+
+	// (e) Healthy notices the server is gone.
+	deadline := time.Now().Add(5 * time.Second)
+	for sink.Healthy(context.Background()) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("Healthy still nil after the server stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("Healthy while down: %v", sink.Healthy(context.Background()))
+
+	// (c) Publish fails promptly with errors, no hang.
+	start := time.Now()
+	res := sink.Publish(pubCtx(t, 300*time.Millisecond), makeMsgs("down", "orders.created", 10))
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("Publish took %s while the server was down", el)
+	}
+	for i, r := range res {
+		if r.Err == nil {
+			t.Fatalf("result %d: no error while the server is down", i)
+		}
+	}
+	t.Logf("Publish while down: %v", res[0].Err)
+
+	// Restart on the same port and store: the sink reconnects by itself.
+	cfg2 := cfg
+	cfg2.Port = port
+	srv2 := startServer(t, cfg2, dir)
+	deadline = time.Now().Add(10 * time.Second)
+	for sink.Healthy(context.Background()) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reconnect: %v", sink.Healthy(context.Background()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	msgs := makeMsgs("after", "orders.created", 10)
+	var last []engine.Result
+	for attempt := 0; attempt < 5; attempt++ {
+		last = sink.Publish(pubCtx(t, 2*time.Second), msgs)
+		if last[0].Err == nil {
+			break
+		}
+		t.Logf("attempt %d after restart: %v", attempt, last[0].Err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	requireOK(t, last, 10)
+	if got := streamMsgs(t, srv2.ClientURL(), "ORDERS"); got != 20 {
+		t.Fatalf("stream has %d messages after restart, want 20 (store kept)", got)
+	}
+}
+
+func TestCorePublish(t *testing.T) {
+	cfg := testConfig(false)
+	cfg.Streams = nil
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ch := make(chan *natsgo.Msg, 100)
+	sub, err := nc.ChanSubscribe("events.>", ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	msgs := makeMsgs("core", "events.core", 20)
+	res := sink.Publish(pubCtx(t, 5*time.Second), msgs)
+	requireOK(t, res, 20)
+	for i, r := range res {
+		if r.Position != (storage.Position{}) {
+			t.Fatalf("result %d: core NATS has no position, got %+v", i, r.Position)
+		}
+	}
+	for i := range msgs {
+		select {
+		case m := <-ch:
+			if m.Header.Get("ce-id") != msgs[i].Event.ID || m.Header.Get("traceparent") != traceparent ||
+				m.Header.Get("ce-type") != "order.created" {
+				t.Fatalf("message %d headers %v", i, m.Header)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("subscriber got %d of %d messages", i, len(msgs))
+		}
+	}
+}
+
+func TestHealthyAfterClose(t *testing.T) {
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	if err := sink.Close(pubCtx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Healthy(context.Background()); err == nil {
+		t.Fatal("Healthy after Close")
+	}
+	res := sink.Publish(pubCtx(t, time.Second), makeMsgs("closed", "orders.created", 2))
+	if res[0].Err == nil {
+		t.Fatal("Publish after Close succeeded")
+	}
+}
+
+// BenchmarkPublish publishes batches of 200 events (≈150-byte payloads, the
+// full header set) and reports messages per second.
+func BenchmarkPublish(b *testing.B) {
+	for _, bc := range []struct {
+		name      string
+		jetStream bool
+		storage   string
+	}{
+		{"jetstream-file", true, "file"},
+		{"jetstream-memory", true, "memory"},
+		{"core", false, ""},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cfg := testConfig(bc.jetStream)
+			cfg.Streams[0].Storage = bc.storage
+			if !bc.jetStream {
+				cfg.Streams = nil
+			}
+			srv := startServer(b, cfg, b.TempDir())
+			sink := openSink(b, cfg, srv.ClientURL())
+			const batch = 200
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			total := 0
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				msgs := makeMsgs("b"+strconv.Itoa(i), "orders.bench", batch)
+				b.StartTimer()
+				for j, r := range sink.Publish(ctx, msgs) {
+					if r.Err != nil {
+						b.Fatalf("batch %d msg %d: %v", i, j, r.Err)
+					}
+				}
+				total += batch
+			}
+			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "msgs/s")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(total), "ns/msg")
+		})
+	}
+}

@@ -1,0 +1,471 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Defaults applied when the config leaves a field at its zero value.
+const (
+	DefaultMaxPending     = 4096
+	DefaultPublishTimeout = 10 * time.Second
+	DefaultDuplicates     = 2 * time.Minute
+
+	// ClientName is the connection name the server shows for the router.
+	ClientName = "switchyard"
+
+	reconnectWait   = 500 * time.Millisecond
+	reconnectJitter = 250 * time.Millisecond
+	// stallWait is how long one PublishMsgAsync may block waiting for a free
+	// in-flight slot (the library's own default is 200ms).
+	stallWait = 200 * time.Millisecond
+	// ackTimeoutMargin: the library's per-message ack timeout is set to
+	// PublishTimeout plus this margin. Publish always gives up earlier; the
+	// library timeout only reclaims the in-flight slot of an ack that never
+	// comes, so such slots cannot leak and stall the publisher for good.
+	ackTimeoutMargin = 5 * time.Second
+)
+
+// Sink publishes events to NATS. It implements engine.Sink and
+// engine.HealthChecker.
+//
+// With JetStream (config jetstream = true, the default) a message counts as
+// delivered only once a stream acknowledged it; every message carries
+// Nats-Msg-Id (the output's MsgID), so JetStream itself drops a republished
+// duplicate inside the stream's duplicates window, and the result's Position
+// is the stream and sequence. With core NATS (jetstream = false) delivery is
+// at most once: there is no broker acknowledgement, only a flush that proves
+// the server read the bytes; a subscriber that is down or slow loses the
+// message, and Position stays empty.
+//
+// Every message carries the CloudEvents NATS binding headers (ce-*,
+// content-type) and the W3C trace context (traceparent, tracestate).
+type Sink struct {
+	name    string
+	log     hclog.Logger
+	nc      *natsgo.Conn
+	js      jetstream.JetStream // nil in core NATS mode
+	timeout time.Duration
+
+	closedCh chan struct{}
+
+	futPool sync.Pool // *[]jetstream.PubAckFuture
+}
+
+var (
+	_ engine.Sink          = (*Sink)(nil)
+	_ engine.HealthChecker = (*Sink)(nil)
+)
+
+// Open connects to the NATS server at url (a comma-separated list is
+// accepted) and creates or updates every stream in cfg.Streams. The
+// connection reconnects forever; Open itself fails if the first connection
+// cannot be made or a stream cannot be created or updated.
+func Open(ctx context.Context, cfg config.NATS, url string, logger hclog.Logger) (*Sink, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	name := "nats." + cfg.Name
+	log := logger.Named(name)
+	timeout := cfg.PublishTimeout
+	if timeout <= 0 {
+		timeout = DefaultPublishTimeout
+	}
+	maxPending := cfg.MaxPending
+	if maxPending <= 0 {
+		maxPending = DefaultMaxPending
+	}
+	s := &Sink{
+		name:     name,
+		log:      log,
+		timeout:  timeout,
+		closedCh: make(chan struct{}),
+	}
+	var closeOnce sync.Once
+	opts := []natsgo.Option{
+		natsgo.Name(ClientName),
+		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectWait(reconnectWait),
+		natsgo.ReconnectJitter(reconnectJitter, reconnectJitter),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS", "error", err)
+			} else {
+				log.Debug("disconnected from NATS")
+			}
+		}),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+		}),
+		natsgo.ClosedHandler(func(*natsgo.Conn) {
+			closeOnce.Do(func() { close(s.closedCh) })
+		}),
+		natsgo.ErrorHandler(func(_ *natsgo.Conn, sub *natsgo.Subscription, err error) {
+			if sub != nil {
+				log.Warn("NATS async error", "subject", sub.Subject, "error", err)
+			} else {
+				log.Warn("NATS async error", "error", err)
+			}
+		}),
+	}
+	nc, err := natsgo.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: connect %s: %w", name, url, err)
+	}
+	s.nc = nc
+	fail := func(err error) (*Sink, error) {
+		nc.Close()
+		return nil, err
+	}
+
+	if cfg.JetStream || len(cfg.Streams) > 0 {
+		js, err := jetstream.New(nc,
+			jetstream.WithPublishAsyncMaxPending(maxPending),
+			jetstream.WithPublishAsyncTimeout(timeout+ackTimeoutMargin),
+		)
+		if err != nil {
+			return fail(fmt.Errorf("%s: jetstream: %w", name, err))
+		}
+		for _, st := range cfg.Streams {
+			if err := ensureStream(ctx, js, st); err != nil {
+				return fail(fmt.Errorf("%s: %w", name, err))
+			}
+			log.Debug("stream ready", "stream", st.Name, "subjects", st.Subjects)
+		}
+		if cfg.JetStream {
+			s.js = js
+		}
+	}
+	mode := "jetstream"
+	if s.js == nil {
+		mode = "core (at most once)"
+	}
+	log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "mode", mode)
+	return s, nil
+}
+
+// ensureStream creates the stream or updates it to match st.
+func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream) error {
+	sc := jetstream.StreamConfig{
+		Name:       st.Name,
+		Subjects:   st.Subjects,
+		Replicas:   st.Replicas,
+		MaxAge:     st.MaxAge,
+		Duplicates: st.Duplicates,
+	}
+	if sc.Replicas <= 0 {
+		sc.Replicas = 1
+	}
+	if sc.Duplicates <= 0 {
+		sc.Duplicates = DefaultDuplicates
+	}
+	// JetStream rejects a duplicates window longer than max_age.
+	if sc.MaxAge > 0 && sc.Duplicates > sc.MaxAge {
+		sc.Duplicates = sc.MaxAge
+	}
+	switch strings.ToLower(st.Storage) {
+	case "", "file":
+		sc.Storage = jetstream.FileStorage
+	case "memory":
+		sc.Storage = jetstream.MemoryStorage
+	default:
+		return fmt.Errorf("stream %q: unknown storage %q (want \"file\" or \"memory\")", st.Name, st.Storage)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("create or update stream %q (subjects %v): %w", st.Name, st.Subjects, err)
+	}
+	return nil
+}
+
+// Name is how routes refer to the sink: "nats." + the config block's name.
+func (s *Sink) Name() string { return s.name }
+
+// Healthy reports an error unless the connection to the server is up.
+func (s *Sink) Healthy(context.Context) error {
+	if st := s.nc.Status(); st != natsgo.CONNECTED {
+		return fmt.Errorf("%s: connection %s", s.name, st)
+	}
+	return nil
+}
+
+// Close drains the connection (in-flight acknowledgements are still
+// processed) and closes it; when ctx ends first the connection is closed at
+// once.
+func (s *Sink) Close(ctx context.Context) error {
+	if err := s.nc.Drain(); err != nil {
+		// Closed already, or reconnecting (Drain then closes the connection).
+		s.nc.Close()
+		return nil
+	}
+	select {
+	case <-s.closedCh:
+		return nil
+	case <-ctx.Done():
+		s.nc.Close()
+		return fmt.Errorf("%s: drain: %w", s.name, ctx.Err())
+	}
+}
+
+// Publish sends msgs and waits for their acknowledgements (JetStream) or a
+// flush (core NATS). It returns one Result per message, in order, once every
+// message has an outcome or the deadline passed: the earlier of ctx's
+// deadline and now + publish_timeout. A message still unanswered then gets
+// an error wrapping engine.ErrUnknownOutcome.
+//
+// Errors: a message that cannot ever be accepted (payload over the server's
+// or stream's limit, invalid subject, no event) is engine.Permanent; a
+// subject no stream listens to, a connection that is down and other broker
+// errors are plain (retryable) errors.
+func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Result {
+	res := make([]engine.Result, len(msgs))
+	if len(msgs) == 0 {
+		return res
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	// Fail fast while disconnected: nothing is sent, so the outcome is known.
+	// (nats.go would otherwise buffer the messages for after the reconnect
+	// and the batch would wait out its whole deadline.)
+	if st := s.nc.Status(); st != natsgo.CONNECTED {
+		err := fmt.Errorf("%s: not connected (connection %s), not sent", s.name, st)
+		for i := range res {
+			res[i].Err = err
+		}
+		return res
+	}
+	if s.js != nil {
+		s.publishJetStream(ctx, msgs, res)
+	} else {
+		s.publishCore(ctx, msgs, res)
+	}
+	return res
+}
+
+// bound limits ctx to the publish timeout unless it already ends earlier.
+func (s *Sink) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+func (s *Sink) publishJetStream(ctx context.Context, msgs []*engine.Message, res []engine.Result) {
+	fp := s.futures(len(msgs))
+	defer s.putFutures(fp)
+	futs := *fp
+
+	// Send everything first, then wait: the acks of the whole batch are in
+	// flight together.
+	for i, m := range msgs {
+		nm, err := s.natsMsg(m)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		f, err := s.publishAsync(ctx, nm)
+		if err != nil {
+			res[i].Err = s.sendError(ctx, m, err)
+			continue
+		}
+		futs[i] = f
+	}
+
+	done := ctx.Done()
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		var (
+			ack *jetstream.PubAck
+			err error
+		)
+		if done != nil {
+			select {
+			case ack = <-f.Ok():
+			case err = <-f.Err():
+			case <-done:
+				done = nil // from here on only collect what has already arrived
+			}
+		}
+		if done == nil && ack == nil && err == nil {
+			select {
+			case ack = <-f.Ok():
+			case err = <-f.Err():
+			default:
+				err = fmt.Errorf("%s: subject %q: no acknowledgement before the deadline (%v): %w",
+					s.name, msgs[i].Destination, ctx.Err(), engine.ErrUnknownOutcome)
+			}
+		}
+		if err != nil {
+			res[i].Err = s.ackError(msgs[i], err)
+			continue
+		}
+		// A duplicate (ack.Duplicate) is a success: the stream already holds
+		// the message and the ack names its original sequence.
+		res[i].Position = storage.Position{Stream: ack.Stream, Sequence: ack.Sequence}
+	}
+}
+
+// publishAsync is PublishMsgAsync with the stall (too many messages in
+// flight) handled: it retries until a slot frees or ctx ends.
+func (s *Sink) publishAsync(ctx context.Context, nm *natsgo.Msg) (jetstream.PubAckFuture, error) {
+	for {
+		var (
+			f   jetstream.PubAckFuture
+			err error
+		)
+		// The library's stall wait is not bound by ctx; shorten it near the
+		// deadline so Publish returns on time.
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < stallWait {
+			wait := time.Until(dl)
+			if wait <= 0 {
+				return nil, ctx.Err()
+			}
+			f, err = s.js.PublishMsgAsync(nm, jetstream.WithStallWait(wait))
+		} else {
+			f, err = s.js.PublishMsgAsync(nm)
+		}
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return f, err
+		}
+		// No slot freed within the stall wait: the broker is slow to ack.
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !s.nc.IsConnected() {
+			return nil, err
+		}
+	}
+}
+
+// natsMsg maps m onto the NATS CloudEvents binding.
+func (s *Sink) natsMsg(m *engine.Message) (*natsgo.Msg, error) {
+	if m == nil || m.Event == nil {
+		return nil, engine.Permanentf("%s: message without an event", s.name)
+	}
+	if m.Destination == "" {
+		return nil, engine.Permanentf("%s: event %s: no subject to publish to", s.name, m.Event.ID)
+	}
+	hs := engine.BindingHeaders(m.Event, "ce-")
+	h := make(natsgo.Header, len(hs)+1)
+	// One backing array for all header values instead of one per header.
+	vals := make([]string, len(hs)+1)
+	for i, x := range hs {
+		if old, ok := h[x.Name]; ok {
+			h[x.Name] = append(old, x.Value)
+			continue
+		}
+		vals[i] = x.Value
+		h[x.Name] = vals[i : i+1 : i+1]
+	}
+	id := m.MsgID
+	if id == "" {
+		id = m.Event.ID
+	}
+	// What jetstream.WithMsgID does, without the per-message option closure.
+	vals[len(hs)] = id
+	h[jetstream.MsgIDHeader] = vals[len(hs):]
+	return &natsgo.Msg{Subject: m.Destination, Header: h, Data: m.Event.Data}, nil
+}
+
+// sendError classifies an error from handing a message to the connection.
+func (s *Sink) sendError(ctx context.Context, m *engine.Message, err error) error {
+	switch {
+	case errors.Is(err, natsgo.ErrMaxPayload):
+		return engine.Permanentf("%s: subject %q: payload of %d bytes over the server's max_payload (%d): %w",
+			s.name, m.Destination, len(m.Event.Data), s.nc.MaxPayload(), err)
+	case errors.Is(err, natsgo.ErrBadSubject):
+		return engine.Permanentf("%s: invalid subject %q: %w", s.name, m.Destination, err)
+	case ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		// Not sent (the publisher stayed stalled until the deadline): the
+		// router may retry freely and need not count an attempt.
+		return fmt.Errorf("%s: subject %q: not sent before the deadline, too many publishes in flight (%v): %w",
+			s.name, m.Destination, err, engine.ErrUnknownOutcome)
+	default:
+		return fmt.Errorf("%s: subject %q: not sent: %w", s.name, m.Destination, err)
+	}
+}
+
+// ackError classifies an error that came back instead of an ack.
+func (s *Sink) ackError(m *engine.Message, err error) error {
+	if errors.Is(err, engine.ErrUnknownOutcome) {
+		return err
+	}
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		return fmt.Errorf("%s: no JetStream stream for subject %q (add a stream block whose subjects match it): %w",
+			s.name, m.Destination, err)
+	case errors.Is(err, natsgo.ErrDisconnected), errors.Is(err, jetstream.ErrAsyncPublishTimeout):
+		// Sent, but the connection dropped (or the ack never came) before
+		// the stream answered: it may or may not have stored the message.
+		return fmt.Errorf("%s: subject %q: %v before the acknowledgement: %w",
+			s.name, m.Destination, err, engine.ErrUnknownOutcome)
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return engine.Permanentf("%s: subject %q: message of %d bytes over the stream's max_msg_size: %w",
+			s.name, m.Destination, len(m.Event.Data), err)
+	default:
+		return fmt.Errorf("%s: subject %q: JetStream refused the message: %w", s.name, m.Destination, err)
+	}
+}
+
+// publishCore publishes on core NATS: at most once, no broker ack. One flush
+// at the end proves the server read every message of the batch.
+func (s *Sink) publishCore(ctx context.Context, msgs []*engine.Message, res []engine.Result) {
+	sent := 0
+	for i, m := range msgs {
+		nm, err := s.natsMsg(m)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		if err := s.nc.PublishMsg(nm); err != nil {
+			res[i].Err = s.sendError(ctx, m, err)
+			continue
+		}
+		sent++
+	}
+	if sent == 0 {
+		return
+	}
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%s: flush not confirmed before the deadline (%v): %w", s.name, err, engine.ErrUnknownOutcome)
+		} else {
+			// The connection dropped mid-flush: the messages may or may not
+			// have reached the server.
+			err = fmt.Errorf("%s: flush: %v: %w", s.name, err, engine.ErrUnknownOutcome)
+		}
+		for i := range res {
+			if res[i].Err == nil {
+				res[i].Err = err
+			}
+		}
+	}
+}
+
+func (s *Sink) futures(n int) *[]jetstream.PubAckFuture {
+	if p, ok := s.futPool.Get().(*[]jetstream.PubAckFuture); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	f := make([]jetstream.PubAckFuture, n)
+	return &f
+}
+
+func (s *Sink) putFutures(p *[]jetstream.PubAckFuture) {
+	clear(*p) // drop references to futures and their messages
+	s.futPool.Put(p)
+}

@@ -1,0 +1,231 @@
+// Package storage is everything bbolt: the buckets, their encoding, the
+// transactions, the indexes and the group-commit writer.
+//
+// One data file holds the outbox (events and their delivery state), the
+// per-type queues ordered by next attempt, the DLQ, and the idempotency
+// records with their TTL index. Every write goes through DB.Update, which
+// joins concurrent writers into one fsynced transaction (group commit): see
+// docs/decisions/group-commit.md.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// ErrClosed is returned by writes after Close.
+var ErrClosed = errors.New("storage: closed")
+
+// maxGroup caps how many queued writes join one transaction, so that one
+// commit's latency stays bounded under a flood.
+const maxGroup = 2048
+
+// Options tune a DB. The zero value is fine.
+type Options struct {
+	// OnCommit, if set, is called after every group commit with the number
+	// of writes it carried and how long the commit took (metrics).
+	OnCommit func(writes int, took time.Duration)
+}
+
+// DB is an open data file.
+type DB struct {
+	bolt *bolt.DB
+	path string
+	opts Options
+
+	writes chan *write
+	mu     sync.RWMutex // guards closed against sends on writes
+	closed bool
+	done   chan struct{}
+
+	commits atomic.Uint64 // fsynced transactions
+}
+
+type write struct {
+	fn  func(*Tx) error
+	err chan error
+}
+
+// Open opens (creating if needed) the data file at path and starts its
+// writer goroutine.
+func Open(path string, opts Options) (*DB, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("storage: create data directory: %w", err)
+	}
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout: time.Second, // another router holds the file: fail, don't hang
+		// The freelist is rebuilt on open instead of written on every commit:
+		// one page less to write per fsync.
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+		// A large initial mapping avoids remaps, which block readers.
+		InitialMmapSize: 1 << 30,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keySchema); v != nil && string(v) != schemaVersion {
+			return fmt.Errorf("data file schema %q, this router reads %q", v, schemaVersion)
+		}
+		return meta.Put(keySchema, []byte(schemaVersion))
+	})
+	if err != nil {
+		bdb.Close()
+		return nil, fmt.Errorf("storage: init %s: %w", path, err)
+	}
+	db := &DB{
+		bolt:   bdb,
+		path:   path,
+		opts:   opts,
+		writes: make(chan *write, maxGroup),
+		done:   make(chan struct{}),
+	}
+	go db.writer()
+	return db, nil
+}
+
+// Path is the data file's path.
+func (db *DB) Path() string { return db.path }
+
+// Size is the data file's size in bytes.
+func (db *DB) Size() int64 {
+	fi, err := os.Stat(db.path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// Commits is the number of fsynced write transactions so far.
+func (db *DB) Commits() uint64 { return db.commits.Load() }
+
+// Close stops the writer after it has committed what is queued, and closes
+// the file.
+func (db *DB) Close(ctx context.Context) error {
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return nil
+	}
+	db.closed = true
+	close(db.writes)
+	db.mu.Unlock()
+	select {
+	case <-db.done:
+	case <-ctx.Done():
+		return fmt.Errorf("storage: close: %w", ctx.Err())
+	}
+	return db.bolt.Close()
+}
+
+// Update runs fn in a write transaction that is fsynced before Update
+// returns nil. Concurrent Updates share one transaction (group commit), so
+// fn may run more than once: when another write in the group fails, the
+// group is rolled back and run again without it. fn must therefore depend
+// only on tx, and return its error before it writes where it can.
+func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
+	w := &write{fn: fn, err: make(chan error, 1)}
+	db.mu.RLock()
+	if db.closed {
+		db.mu.RUnlock()
+		return ErrClosed
+	}
+	db.writes <- w
+	db.mu.RUnlock()
+	// Once queued, the write will be committed or fail; wait for the verdict
+	// even if ctx ends, so that a caller never reports "not stored" for
+	// something that then is stored.
+	return <-w.err
+}
+
+// View runs fn in a read-only transaction. Values read through Tx are
+// copies: they stay valid after View returns.
+func (db *DB) View(fn func(*Tx) error) error {
+	return db.bolt.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx}) })
+}
+
+// writer drains the queue into one transaction at a time.
+func (db *DB) writer() {
+	defer close(db.done)
+	group := make([]*write, 0, maxGroup)
+	for w := range db.writes {
+		group = append(group[:0], w)
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case w, ok := <-db.writes:
+				if !ok {
+					break drain
+				}
+				group = append(group, w)
+			default:
+				break drain
+			}
+		}
+		db.commit(group)
+	}
+}
+
+// commit runs a group in one transaction. A write whose fn fails is taken
+// out and answered with its error; the rest are run again (bbolt has no
+// savepoints, so this is how one bad write does not sink its neighbours).
+func (db *DB) commit(group []*write) {
+	for len(group) > 0 {
+		start := time.Now()
+		failed := -1
+		err := db.bolt.Update(func(btx *bolt.Tx) error {
+			tx := &Tx{tx: btx, writable: true}
+			for i, w := range group {
+				if err := w.fn(tx); err != nil {
+					failed = i
+					return err
+				}
+			}
+			return nil
+		})
+		if failed >= 0 {
+			group[failed].err <- err
+			group = append(group[:failed], group[failed+1:]...)
+			continue
+		}
+		if err != nil {
+			err = fmt.Errorf("storage: commit: %w", err)
+		} else {
+			db.commits.Add(1)
+			if db.opts.OnCommit != nil {
+				db.opts.OnCommit(len(group), time.Since(start))
+			}
+		}
+		for _, w := range group {
+			w.err <- err
+		}
+		return
+	}
+}
+
+// Check runs bbolt's consistency check over the whole file (tests, and
+// `router check`).
+func (db *DB) Check() error {
+	return db.bolt.View(func(tx *bolt.Tx) error {
+		var errs []error
+		for err := range tx.Check() {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+}

@@ -1,0 +1,351 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The schema. Keys that order by time start with a big-endian uint64 of
+// Unix nanoseconds, so a cursor walks them oldest first.
+//
+//	events              id → Record (JSON)
+//	queue/<type>        next_attempt ‖ seq → id       pending events, due order
+//	keys/<type>         partitionkey ‖ 0x00 ‖ seq → id pending events per key (ordering = "key")
+//	dlq/<type>          moved_at ‖ seq → id           dead letters, newest last
+//	done                expires ‖ id → nil            delivered records to clean up
+//	idem                scope → IdemRecord (JSON)
+//	idem_exp            expires ‖ scope → nil         idempotency records to clean up
+//	meta                schema → version
+var (
+	bucketEvents  = []byte("events")
+	bucketQueue   = []byte("queue")
+	bucketKeys    = []byte("keys")
+	bucketDLQ     = []byte("dlq")
+	bucketDone    = []byte("done")
+	bucketIdem    = []byte("idem")
+	bucketIdemExp = []byte("idem_exp")
+	bucketMeta    = []byte("meta")
+	allBuckets    = [][]byte{bucketEvents, bucketQueue, bucketKeys, bucketDLQ, bucketDone, bucketIdem, bucketIdemExp, bucketMeta}
+
+	keySchema     = []byte("schema")
+	keySeq        = []byte("seq")
+	schemaVersion = "1"
+)
+
+// ErrNotFound is returned when a record does not exist.
+var ErrNotFound = errors.New("storage: not found")
+
+// ErrExists is returned by InsertEvent when the id is already stored.
+var ErrExists = errors.New("storage: event id already stored")
+
+// Tx is a transaction. Everything it returns is a copy, valid after the
+// transaction ends.
+type Tx struct {
+	tx       *bolt.Tx
+	writable bool
+}
+
+func timeKey(t time.Time, rest []byte) []byte {
+	k := make([]byte, 8, 8+len(rest))
+	binary.BigEndian.PutUint64(k, uint64(t.UnixNano()))
+	return append(k, rest...)
+}
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+func queueKey(r *Record) []byte { return timeKey(r.NextAttemptAt, u64(r.QueueSeq)) }
+
+func partitionKey(pk string, seq uint64) []byte {
+	k := make([]byte, 0, len(pk)+9)
+	k = append(k, pk...)
+	k = append(k, 0)
+	return append(k, u64(seq)...)
+}
+
+// sub returns the nested bucket name of parent, creating it in a writable tx.
+func (tx *Tx) sub(parent []byte, name string) (*bolt.Bucket, error) {
+	p := tx.tx.Bucket(parent)
+	if !tx.writable {
+		return p.Bucket([]byte(name)), nil
+	}
+	return p.CreateBucketIfNotExists([]byte(name))
+}
+
+func (tx *Tx) nextSeq() (uint64, error) {
+	return tx.tx.Bucket(bucketMeta).NextSequence()
+}
+
+func encodeRecord(r *Record) ([]byte, error) { return json.Marshal(r) }
+
+func decodeRecord(v []byte) (*Record, error) {
+	r := new(Record)
+	if err := json.Unmarshal(v, r); err != nil {
+		return nil, fmt.Errorf("storage: decode record: %w", err)
+	}
+	return r, nil
+}
+
+// Event returns the record of event id, or ErrNotFound.
+func (tx *Tx) Event(id string) (*Record, error) {
+	v := tx.tx.Bucket(bucketEvents).Get([]byte(id))
+	if v == nil {
+		return nil, ErrNotFound
+	}
+	return decodeRecord(v)
+}
+
+// InsertEvent stores a new pending event, due at r.NextAttemptAt (CreatedAt
+// when zero), and assigns r.QueueSeq. It returns ErrExists, before writing
+// anything, when the id is taken.
+func (tx *Tx) InsertEvent(r *Record, orderByKey bool) error {
+	events := tx.tx.Bucket(bucketEvents)
+	if events.Get([]byte(r.Event.ID)) != nil {
+		return ErrExists
+	}
+	seq, err := tx.nextSeq()
+	if err != nil {
+		return err
+	}
+	r.QueueSeq = seq
+	r.State = StatePending
+	if r.NextAttemptAt.IsZero() {
+		r.NextAttemptAt = r.CreatedAt
+	}
+	if err := tx.putEvent(r); err != nil {
+		return err
+	}
+	if err := tx.enqueue(r); err != nil {
+		return err
+	}
+	if pk := r.Event.PartitionKey(); orderByKey && pk != "" {
+		keys, err := tx.sub(bucketKeys, r.Event.Type)
+		if err != nil {
+			return err
+		}
+		return keys.Put(partitionKey(pk, r.QueueSeq), []byte(r.Event.ID))
+	}
+	return nil
+}
+
+func (tx *Tx) putEvent(r *Record) error {
+	v, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	return tx.tx.Bucket(bucketEvents).Put([]byte(r.Event.ID), v)
+}
+
+func (tx *Tx) enqueue(r *Record) error {
+	q, err := tx.sub(bucketQueue, r.Event.Type)
+	if err != nil {
+		return err
+	}
+	return q.Put(queueKey(r), []byte(r.Event.ID))
+}
+
+func (tx *Tx) dequeue(r *Record) error {
+	if q, _ := tx.sub(bucketQueue, r.Event.Type); q != nil {
+		if err := q.Delete(queueKey(r)); err != nil {
+			return err
+		}
+	}
+	if keys, _ := tx.sub(bucketKeys, r.Event.Type); keys != nil {
+		if pk := r.Event.PartitionKey(); pk != "" {
+			return keys.Delete(partitionKey(pk, r.QueueSeq))
+		}
+	}
+	return nil
+}
+
+// Due returns up to limit pending events of type t whose next attempt is at
+// or before now, in due order, skipping those for which skip returns true.
+// With orderByKey, an event is skipped while an earlier event with the same
+// partition key is still pending.
+func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func(id string) bool) ([]*Record, error) {
+	q, _ := tx.sub(bucketQueue, t)
+	if q == nil {
+		return nil, nil
+	}
+	var keys *bolt.Bucket
+	if orderByKey {
+		keys, _ = tx.sub(bucketKeys, t)
+	}
+	end := uint64(now.UnixNano())
+	var out []*Record
+	c := q.Cursor()
+	for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
+		if binary.BigEndian.Uint64(k) > end {
+			break
+		}
+		if skip != nil && skip(string(v)) {
+			continue
+		}
+		r, err := tx.Event(string(v))
+		if err != nil {
+			return nil, fmt.Errorf("storage: queue %s points at %s: %w", t, v, err)
+		}
+		if keys != nil && !firstOfKey(keys, r) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// firstOfKey reports whether r is the earliest pending event of its key.
+func firstOfKey(keys *bolt.Bucket, r *Record) bool {
+	pk := r.Event.PartitionKey()
+	if pk == "" {
+		return true
+	}
+	prefix := append([]byte(pk), 0)
+	k, v := keys.Cursor().Seek(prefix)
+	return k == nil || !bytes.HasPrefix(k, prefix) || string(v) == r.Event.ID
+}
+
+// Reschedule moves a pending event to a new due time and saves its state.
+// r must be the record as read in this transaction (its queue key is derived
+// from the stored NextAttemptAt and QueueSeq).
+func (tx *Tx) Reschedule(r *Record, next time.Time) error {
+	q, err := tx.sub(bucketQueue, r.Event.Type)
+	if err != nil {
+		return err
+	}
+	if err := q.Delete(queueKey(r)); err != nil {
+		return err
+	}
+	r.NextAttemptAt = next
+	r.State = StatePending
+	if err := q.Put(queueKey(r), []byte(r.Event.ID)); err != nil {
+		return err
+	}
+	return tx.putEvent(r)
+}
+
+// MarkDelivered takes a pending event off its queue and keeps it as
+// delivered until now+ttl.
+func (tx *Tx) MarkDelivered(r *Record, now time.Time, ttl time.Duration) error {
+	if err := tx.dequeue(r); err != nil {
+		return err
+	}
+	r.State = StateDelivered
+	r.NextAttemptAt = time.Time{}
+	r.UpdatedAt = now
+	if err := tx.tx.Bucket(bucketDone).Put(timeKey(now.Add(ttl), []byte(r.Event.ID)), nil); err != nil {
+		return err
+	}
+	return tx.putEvent(r)
+}
+
+// MoveToDLQ takes a pending event off its queue and parks it in the DLQ.
+func (tx *Tx) MoveToDLQ(r *Record, now time.Time, reason string) error {
+	if err := tx.dequeue(r); err != nil {
+		return err
+	}
+	r.State = StateDLQ
+	r.LastError = reason
+	r.NextAttemptAt = time.Time{}
+	r.UpdatedAt = now
+	dlq, err := tx.sub(bucketDLQ, r.Event.Type)
+	if err != nil {
+		return err
+	}
+	if err := dlq.Put(timeKey(now, u64(r.QueueSeq)), []byte(r.Event.ID)); err != nil {
+		return err
+	}
+	return tx.putEvent(r)
+}
+
+// Save stores r's state without moving it in any index (per-output
+// progress of an event that stays where it is).
+func (tx *Tx) Save(r *Record) error { return tx.putEvent(r) }
+
+// QueueStats is the depth and age of one type's queue.
+type QueueStats struct {
+	Pending       int
+	OldestPending time.Time // creation order: the queue's first due entry
+}
+
+// Queue returns the depth of type t's queue and its earliest due time.
+func (tx *Tx) Queue(t string) QueueStats {
+	q, _ := tx.sub(bucketQueue, t)
+	if q == nil {
+		return QueueStats{}
+	}
+	s := QueueStats{Pending: q.Stats().KeyN}
+	if k, _ := q.Cursor().First(); k != nil {
+		s.OldestPending = time.Unix(0, int64(binary.BigEndian.Uint64(k)))
+	}
+	return s
+}
+
+// DLQDepth returns how many dead letters type t has.
+func (tx *Tx) DLQDepth(t string) int {
+	b, _ := tx.sub(bucketDLQ, t)
+	if b == nil {
+		return 0
+	}
+	return b.Stats().KeyN
+}
+
+// Types lists the event types that have a queue.
+func (tx *Tx) Types() []string {
+	var out []string
+	tx.tx.Bucket(bucketQueue).ForEachBucket(func(k []byte) error {
+		out = append(out, string(k))
+		return nil
+	})
+	return out
+}
+
+// DeleteExpiredDelivered removes up to limit delivered records whose TTL
+// ended before now. It returns how many it removed.
+func (tx *Tx) DeleteExpiredDelivered(now time.Time, limit int) (int, error) {
+	return tx.expire(bucketDone, now, limit, func(id []byte) error {
+		v := tx.tx.Bucket(bucketEvents).Get(id)
+		if v == nil {
+			return nil
+		}
+		r, err := decodeRecord(v)
+		if err != nil {
+			return err
+		}
+		if r.State != StateDelivered { // retried by hand since: keep it
+			return nil
+		}
+		return tx.tx.Bucket(bucketEvents).Delete(id)
+	})
+}
+
+// expire walks a TTL index (expires ‖ rest → nil) and calls del for the
+// rest of every entry that expired before now, up to limit entries.
+func (tx *Tx) expire(index []byte, now time.Time, limit int, del func(rest []byte) error) (int, error) {
+	b := tx.tx.Bucket(index)
+	end := uint64(now.UnixNano())
+	c := b.Cursor()
+	n := 0
+	for k, _ := c.First(); k != nil && n < limit; k, _ = c.First() {
+		if binary.BigEndian.Uint64(k) > end {
+			break
+		}
+		rest := append([]byte(nil), k[8:]...)
+		if err := c.Delete(); err != nil {
+			return n, err
+		}
+		if err := del(rest); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
