@@ -137,8 +137,11 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 		resp, err = req.lookup(tx, now, outcomes)
 		return err
 	})
-	if err != nil || resp != nil {
-		return resp, err
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if resp != nil {
+		return resp, nil
 	}
 
 	r := req.Render(outcomes)
@@ -182,17 +185,23 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 		})
 	})
 	if err != nil {
-		var coded *Error
-		if errors.As(err, &coded) {
-			return nil, err
-		}
-		return nil, &Error{Code: EUNAVAILABLE, Message: "the data file could not take the write; nothing was stored", RetryAfter: time.Second, Err: err}
+		return nil, unavailable(err)
 	}
 	for t, n := range types {
 		e.metrics.ingestedType(t, n)
 		e.wake(t)
 	}
 	return resp, nil
+}
+
+// unavailable passes coded errors through and turns storage failures into
+// 503 storage_unavailable: the request had no effect and may be retried.
+func unavailable(err error) error {
+	var coded *Error
+	if errors.As(err, &coded) {
+		return err
+	}
+	return &Error{Code: EUNAVAILABLE, Message: "the data file cannot be used; nothing was stored", RetryAfter: time.Second, Err: err}
 }
 
 // scopes lists the idempotency scopes a request claims, with the digest

@@ -32,6 +32,11 @@ import (
 	"github.com/switchyard-router/switchyard/storage"
 )
 
+// ErrStalled is what Healthy wraps while publishes are stalled: a Publish
+// reached its deadline with records the broker had not answered, and no
+// record has been acknowledged since.
+var ErrStalled = errors.New("publishes stalled")
+
 var (
 	_ engine.Sink          = (*Sink)(nil)
 	_ engine.HealthChecker = (*Sink)(nil)
@@ -110,6 +115,15 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 		return []engine.Result{}
 	}
 	start := time.Now()
+	if ctx.Err() != nil {
+		// Nothing was sent; the caller gave us no time. Not the
+		// broker's fault, so no stall either.
+		res := make([]engine.Result, len(msgs))
+		for i := range res {
+			res[i].Err = fmt.Errorf("%s: %w (%w)", s.name, engine.ErrUnknownOutcome, ctx.Err())
+		}
+		return res
+	}
 	// Every record carries this context. With
 	// AllowIdempotentProduceCancellation franz-go honours it even for a
 	// batch already on the wire: when it ends (deadline, or this function
@@ -122,31 +136,57 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 
 	refused := s.checkNewTopics(pctx, msgs)
 
-	w := newWaiter(len(msgs))
-	cl := s.client()
+	res := make([]engine.Result, len(msgs))
+	send := make([]int, 0, len(msgs)) // indexes of msgs to produce
 	for i, m := range msgs {
 		if err := s.validate(m); err != nil {
-			w.resolve(i, engine.Result{Err: err})
+			res[i].Err = err
 			continue
 		}
 		if err, bad := refused[m.Destination]; bad {
-			w.resolve(i, engine.Result{Err: s.classify(m.Destination, err)})
+			res[i].Err = s.classify(m.Destination, err)
 			continue
 		}
-		cl.Produce(pctx, s.record(m), func(r *kgo.Record, err error) {
-			// Promises run serially inside franz-go: no blocking here.
-			w.resolve(i, s.result(r, err))
-		})
+		send = append(send, i)
 	}
 
-	select {
-	case <-w.done:
-	case <-pctx.Done():
+	cl := s.client()
+	for round := 1; len(send) > 0; round++ {
+		w := newWaiter(len(send))
+		for j, i := range send {
+			cl.Produce(pctx, s.record(msgs[i]), func(r *kgo.Record, err error) {
+				// Promises run serially inside franz-go: no blocking here.
+				if err != nil && isContextErr(err) && pctx.Err() == nil {
+					// Not our context: see errForeignCancel.
+					w.resolve(j, engine.Result{Err: &foreignCancel{err}})
+					return
+				}
+				w.resolve(j, s.result(r, err))
+			})
+		}
+		select {
+		case <-w.done:
+		case <-pctx.Done():
+		}
+		got := w.finish(func(j int) engine.Result {
+			return engine.Result{Err: fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
+				s.name, msgs[send[j]].Destination, time.Since(start).Round(time.Millisecond), engine.ErrUnknownOutcome)}
+		})
+		again := send[:0:0]
+		for j, i := range send {
+			var fc *foreignCancel
+			if errors.As(got[j].Err, &fc) {
+				if round < maxRounds && pctx.Err() == nil {
+					again = append(again, i)
+					continue
+				}
+				got[j].Err = s.classify(msgs[i].Destination, fc.err)
+			}
+			res[i] = got[j]
+		}
+		send = again
 	}
-	res := w.finish(func(i int) engine.Result {
-		return engine.Result{Err: fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
-			s.name, msgs[i].Destination, time.Since(start).Round(time.Millisecond), engine.ErrUnknownOutcome)}
-	})
+
 	if errors.Is(pctx.Err(), context.DeadlineExceeded) {
 		// Unanswered records, and those franz-go failed with the
 		// deadline itself: only a deadline marks the sink unhealthy, a
@@ -162,6 +202,28 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 		}
 	}
 	return res
+}
+
+// maxRounds bounds how often one Publish re-produces records that another
+// Publish's cancellation failed.
+const maxRounds = 4
+
+// foreignCancel marks a record franz-go failed with a context error while
+// this Publish's own context was still alive. franz-go fails every buffered
+// record of a partition when it cancels the batch at the head, and judges
+// the whole batch by its first record's context: so when an earlier Publish
+// hits its deadline, records of a later Publish in the same partition fail
+// with the earlier one's context error. Those are produced again, in their
+// original order, within this Publish's own budget. (A re-produced record
+// might already be in the log, if it rode in the abandoned request: a
+// duplicate that receivers drop by ce_id, the same as the engine's resend.)
+type foreignCancel struct{ err error }
+
+func (e *foreignCancel) Error() string { return e.err.Error() }
+func (e *foreignCancel) Unwrap() error { return e.err }
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (s *Sink) validate(m *engine.Message) error {
@@ -272,8 +334,8 @@ func (s *Sink) clearStall() {
 // answers a ping.
 func (s *Sink) Healthy(ctx context.Context) error {
 	if st := s.stall.Load(); st != nil {
-		return fmt.Errorf("%s: no acknowledgement since %s (%d records with unknown outcome): %w",
-			s.name, st.since.UTC().Format(time.RFC3339), st.misses, engine.ErrUnknownOutcome)
+		return fmt.Errorf("%s: %w: no acknowledgement since %s, %d records with unknown outcome",
+			s.name, ErrStalled, st.since.UTC().Format(time.RFC3339), st.misses)
 	}
 	if err := s.client().Ping(ctx); err != nil {
 		return fmt.Errorf("%s: no broker reachable: %w", s.name, err)

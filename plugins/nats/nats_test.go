@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +28,10 @@ func testLogger(t testing.TB) hclog.Logger {
 
 type testWriter struct{ t testing.TB }
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
 
 func testConfig(jetStream bool) config.NATS {
 	return config.NATS{
@@ -365,6 +369,125 @@ func TestHealthyAfterClose(t *testing.T) {
 	}
 }
 
+// A subject a plain subscriber listens on, but no stream: the publish is
+// never acknowledged, so the outcome is unknown once the deadline passes.
+func TestNoAckIsUnknownOutcome(t *testing.T) {
+	cfg := testConfig(true)
+	cfg.MaxPending = 4
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe("blackhole.>", func(*natsgo.Msg) {}) // never replies
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	// 20 messages, 4 slots: 4 are sent and never acked, the rest stall until
+	// the deadline. All must be unknown outcomes, and Publish must return on
+	// time although the library's own stall wait is 200ms.
+	start := time.Now()
+	res := sink.Publish(pubCtx(t, 300*time.Millisecond), makeMsgs("bh", "blackhole.x", 20))
+	if el := time.Since(start); el > 600*time.Millisecond {
+		t.Fatalf("Publish took %s with a 300ms deadline", el)
+	}
+	for i, r := range res {
+		if !errors.Is(r.Err, engine.ErrUnknownOutcome) {
+			t.Fatalf("result %d: want ErrUnknownOutcome, got %v", i, r.Err)
+		}
+	}
+	t.Logf("sent, no ack: %v", res[0].Err)
+	t.Logf("stalled, not sent: %v", res[19].Err)
+}
+
+// Concurrent callers sharing a small in-flight window: every message is
+// stored once, the stall is handled by waiting.
+func TestConcurrentPublishSmallWindow(t *testing.T) {
+	cfg := testConfig(true)
+	cfg.MaxPending = 32
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	const workers, batches, batch = 4, 5, 200
+	errc := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			for b := 0; b < batches; b++ {
+				msgs := makeMsgs(fmt.Sprintf("w%d-b%d", w, b), "orders.concurrent", batch)
+				for i, r := range sink.Publish(pubCtx(t, 10*time.Second), msgs) {
+					if r.Err != nil || r.Position.Sequence == 0 {
+						errc <- fmt.Errorf("worker %d batch %d msg %d: %+v", w, b, i, r)
+						return
+					}
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := streamMsgs(t, srv.ClientURL(), "ORDERS"); got != workers*batches*batch {
+		t.Fatalf("stream has %d messages, want %d", got, workers*batches*batch)
+	}
+}
+
+// The server stops while a large batch is in flight: Publish returns by its
+// deadline, every message either has a position or an error, and lost acks
+// are unknown outcomes.
+func TestShutdownMidFlight(t *testing.T) {
+	cfg := testConfig(true)
+	srv, err := StartServer(cfg, t.TempDir(), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := openSink(t, cfg, srv.ClientURL())
+	msgs := makeMsgs("mid", "orders.mid", 20000)
+	resc := make(chan []engine.Result, 1)
+	start := time.Now()
+	go func() { resc <- sink.Publish(pubCtx(t, 2*time.Second), msgs) }()
+	time.Sleep(5 * time.Millisecond)
+	if err := srv.Close(pubCtx(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var res []engine.Result
+	select {
+	case res = <-resc:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Publish hung after the server stopped")
+	}
+	var ok, unknown, other int
+	for i, r := range res {
+		switch {
+		case r.Err == nil:
+			if r.Position.Sequence == 0 {
+				t.Fatalf("result %d: success without a position", i)
+			}
+			ok++
+		case errors.Is(r.Err, engine.ErrUnknownOutcome):
+			unknown++
+		default:
+			other++
+		}
+	}
+	el := time.Since(start)
+	t.Logf("after %s: %d acked, %d unknown, %d other errors", el, ok, unknown, other)
+	if el > 3*time.Second {
+		t.Fatalf("Publish returned after %s, deadline 2s", el)
+	}
+	if ok == len(res) {
+		t.Log("the whole batch was acknowledged before the shutdown (fast machine)")
+	}
+}
+
 // BenchmarkPublish publishes batches of 200 events (≈150-byte payloads, the
 // full header set) and reports messages per second.
 func BenchmarkPublish(b *testing.B) {
@@ -405,4 +528,31 @@ func BenchmarkPublish(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(total), "ns/msg")
 		})
 	}
+}
+
+// BenchmarkPublishParallel is BenchmarkPublish with 2×GOMAXPROCS callers at
+// once (the engine runs one loop per event type), JetStream on a file
+// stream. Building the messages is inside the timed region here.
+func BenchmarkPublishParallel(b *testing.B) {
+	cfg := testConfig(true)
+	srv := startServer(b, cfg, b.TempDir())
+	sink := openSink(b, cfg, srv.ClientURL())
+	const batch = 200
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(2)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			k := n.Add(1)
+			msgs := makeMsgs("p"+strconv.FormatInt(k, 10), "orders.bench", batch)
+			for j, r := range sink.Publish(context.Background(), msgs) {
+				if r.Err != nil {
+					b.Errorf("msg %d: %v", j, r.Err)
+					return
+				}
+			}
+		}
+	})
+	b.ReportMetric(float64(n.Load()*batch)/b.Elapsed().Seconds(), "msgs/s")
 }

@@ -61,7 +61,7 @@ type Sink struct {
 
 	closedCh chan struct{}
 
-	futPool sync.Pool // *[]jetstream.PubAckFuture
+	scratchPool sync.Pool // *scratch
 }
 
 var (
@@ -262,21 +262,24 @@ func (s *Sink) bound(ctx context.Context) (context.Context, context.CancelFunc) 
 }
 
 func (s *Sink) publishJetStream(ctx context.Context, msgs []*engine.Message, res []engine.Result) {
-	fp := s.futures(len(msgs))
-	defer s.putFutures(fp)
-	futs := *fp
+	sc := s.getScratch(len(msgs))
+	defer s.putScratch(sc)
+	futs := sc.futs
 
 	// Send everything first, then wait: the acks of the whole batch are in
 	// flight together.
 	for i, m := range msgs {
-		nm, err := s.natsMsg(m)
+		nm, err := sc.encode(s.name, m)
+		if err == nil {
+			err = s.canSend(ctx)
+		}
 		if err != nil {
-			res[i].Err = err
+			res[i].Err = s.sendError(m, err)
 			continue
 		}
 		f, err := s.publishAsync(ctx, nm)
 		if err != nil {
-			res[i].Err = s.sendError(ctx, m, err)
+			res[i].Err = s.sendError(m, err)
 			continue
 		}
 		futs[i] = f
@@ -320,6 +323,11 @@ func (s *Sink) publishJetStream(ctx context.Context, msgs []*engine.Message, res
 
 // publishAsync is PublishMsgAsync with the stall (too many messages in
 // flight) handled: it retries until a slot frees or ctx ends.
+//
+// Library retries on "no responders" are off (noRetry): the library would
+// republish the *nats.Msg later, and encode reuses it (and its header map)
+// for the next message as soon as PublishMsgAsync returns. The engine
+// retries failed messages itself.
 func (s *Sink) publishAsync(ctx context.Context, nm *natsgo.Msg) (jetstream.PubAckFuture, error) {
 	for {
 		var (
@@ -331,11 +339,12 @@ func (s *Sink) publishAsync(ctx context.Context, nm *natsgo.Msg) (jetstream.PubA
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < stallWait {
 			wait := time.Until(dl)
 			if wait <= 0 {
-				return nil, ctx.Err()
+				// The deadline passed; ctx may not be marked done yet.
+				return nil, context.DeadlineExceeded
 			}
-			f, err = s.js.PublishMsgAsync(nm, jetstream.WithStallWait(wait))
+			f, err = s.js.PublishMsgAsync(nm, noRetry, jetstream.WithStallWait(wait))
 		} else {
-			f, err = s.js.PublishMsgAsync(nm)
+			f, err = s.js.PublishMsgAsync(nm, noRetry)
 		}
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 			return f, err
@@ -350,48 +359,109 @@ func (s *Sink) publishAsync(ctx context.Context, nm *natsgo.Msg) (jetstream.PubA
 	}
 }
 
-// natsMsg maps m onto the NATS CloudEvents binding.
-func (s *Sink) natsMsg(m *engine.Message) (*natsgo.Msg, error) {
+// noRetry turns off the library's republish on "no responders".
+var noRetry = jetstream.WithRetryAttempts(0)
+
+// scratch is per-Publish-call working memory, pooled across calls.
+type scratch struct {
+	futs []jetstream.PubAckFuture
+	// msg, hdr and vals are reused for every message: nats.go serializes a
+	// message into its write buffer before PublishMsg/PublishMsgAsync
+	// returns, and nothing reads them afterwards (see publishAsync).
+	msg  natsgo.Msg
+	hdr  natsgo.Header
+	vals []string
+}
+
+func (s *Sink) getScratch(n int) *scratch {
+	sc, _ := s.scratchPool.Get().(*scratch)
+	if sc == nil {
+		sc = &scratch{hdr: make(natsgo.Header, 16)}
+	}
+	if cap(sc.futs) < n {
+		sc.futs = make([]jetstream.PubAckFuture, n)
+	}
+	sc.futs = sc.futs[:n]
+	return sc
+}
+
+func (s *Sink) putScratch(sc *scratch) {
+	clear(sc.futs) // drop references to futures
+	clear(sc.vals)
+	clear(sc.hdr)
+	sc.msg = natsgo.Msg{}
+	s.scratchPool.Put(sc)
+}
+
+// encode maps m onto the NATS CloudEvents binding: subject = destination,
+// data = the event's data, headers = ce-* attributes, content-type, trace
+// context and Nats-Msg-Id. The returned message is valid until the next call.
+func (sc *scratch) encode(sink string, m *engine.Message) (*natsgo.Msg, error) {
 	if m == nil || m.Event == nil {
-		return nil, engine.Permanentf("%s: message without an event", s.name)
+		return nil, engine.Permanentf("%s: message without an event", sink)
 	}
 	if m.Destination == "" {
-		return nil, engine.Permanentf("%s: event %s: no subject to publish to", s.name, m.Event.ID)
+		return nil, engine.Permanentf("%s: event %s: no subject to publish to", sink, m.Event.ID)
 	}
 	hs := engine.BindingHeaders(m.Event, "ce-")
-	h := make(natsgo.Header, len(hs)+1)
-	// One backing array for all header values instead of one per header.
-	vals := make([]string, len(hs)+1)
+	clear(sc.hdr)
+	if cap(sc.vals) < len(hs)+1 {
+		sc.vals = make([]string, len(hs)+1)
+	}
+	vals := sc.vals[:len(hs)+1]
 	for i, x := range hs {
-		if old, ok := h[x.Name]; ok {
-			h[x.Name] = append(old, x.Value)
+		vals[i] = x.Value
+		if old, ok := sc.hdr[x.Name]; ok {
+			sc.hdr[x.Name] = append(old[:len(old):len(old)], x.Value)
 			continue
 		}
-		vals[i] = x.Value
-		h[x.Name] = vals[i : i+1 : i+1]
+		sc.hdr[x.Name] = vals[i : i+1 : i+1]
 	}
 	id := m.MsgID
 	if id == "" {
 		id = m.Event.ID
 	}
-	// What jetstream.WithMsgID does, without the per-message option closure.
+	// What jetstream.WithMsgID does, without a per-message option.
 	vals[len(hs)] = id
-	h[jetstream.MsgIDHeader] = vals[len(hs):]
-	return &natsgo.Msg{Subject: m.Destination, Header: h, Data: m.Event.Data}, nil
+	sc.hdr[jetstream.MsgIDHeader] = vals[len(hs):]
+	sc.msg = natsgo.Msg{Subject: m.Destination, Header: sc.hdr, Data: m.Event.Data}
+	return &sc.msg, nil
 }
 
-// sendError classifies an error from handing a message to the connection.
-func (s *Sink) sendError(ctx context.Context, m *engine.Message, err error) error {
+// errNotConnected: the connection dropped in the middle of a batch.
+var errNotConnected = errors.New("not connected")
+
+// canSend stops a batch from being sent once its deadline passed or the
+// connection dropped (nats.go would buffer the rest for after a reconnect,
+// and the batch would only wait out its deadline).
+func (s *Sink) canSend(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+	}
+	if st := s.nc.Status(); st != natsgo.CONNECTED {
+		return fmt.Errorf("%w (connection %s)", errNotConnected, st)
+	}
+	return nil
+}
+
+// sendError classifies an error from encoding a message or handing it to
+// the connection.
+func (s *Sink) sendError(m *engine.Message, err error) error {
 	switch {
+	case engine.IsPermanent(err):
+		return err
 	case errors.Is(err, natsgo.ErrMaxPayload):
 		return engine.Permanentf("%s: subject %q: payload of %d bytes over the server's max_payload (%d): %w",
 			s.name, m.Destination, len(m.Event.Data), s.nc.MaxPayload(), err)
 	case errors.Is(err, natsgo.ErrBadSubject):
 		return engine.Permanentf("%s: invalid subject %q: %w", s.name, m.Destination, err)
-	case ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
-		// Not sent (the publisher stayed stalled until the deadline): the
-		// router may retry freely and need not count an attempt.
-		return fmt.Errorf("%s: subject %q: not sent before the deadline, too many publishes in flight (%v): %w",
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		// Not sent (the publisher stalled, too many publishes in flight, or
+		// the batch took too long): the router may retry freely and need not
+		// count an attempt.
+		return fmt.Errorf("%s: subject %q: not sent before the deadline (%v): %w",
 			s.name, m.Destination, err, engine.ErrUnknownOutcome)
 	default:
 		return fmt.Errorf("%s: subject %q: not sent: %w", s.name, m.Destination, err)
@@ -424,15 +494,20 @@ func (s *Sink) ackError(m *engine.Message, err error) error {
 // publishCore publishes on core NATS: at most once, no broker ack. One flush
 // at the end proves the server read every message of the batch.
 func (s *Sink) publishCore(ctx context.Context, msgs []*engine.Message, res []engine.Result) {
+	sc := s.getScratch(0)
+	defer s.putScratch(sc)
 	sent := 0
 	for i, m := range msgs {
-		nm, err := s.natsMsg(m)
+		nm, err := sc.encode(s.name, m)
+		if err == nil {
+			err = s.canSend(ctx)
+		}
 		if err != nil {
-			res[i].Err = err
+			res[i].Err = s.sendError(m, err)
 			continue
 		}
 		if err := s.nc.PublishMsg(nm); err != nil {
-			res[i].Err = s.sendError(ctx, m, err)
+			res[i].Err = s.sendError(m, err)
 			continue
 		}
 		sent++
@@ -454,18 +529,4 @@ func (s *Sink) publishCore(ctx context.Context, msgs []*engine.Message, res []en
 			}
 		}
 	}
-}
-
-func (s *Sink) futures(n int) *[]jetstream.PubAckFuture {
-	if p, ok := s.futPool.Get().(*[]jetstream.PubAckFuture); ok && cap(*p) >= n {
-		*p = (*p)[:n]
-		return p
-	}
-	f := make([]jetstream.PubAckFuture, n)
-	return &f
-}
-
-func (s *Sink) putFutures(p *[]jetstream.PubAckFuture) {
-	clear(*p) // drop references to futures and their messages
-	s.futPool.Put(p)
 }

@@ -1,0 +1,398 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/switchyard-router/switchyard/api"
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard/storage/storagetest"
+)
+
+const testConfig = `
+listen {
+  max_body  = "4KiB"
+  max_batch = 10
+}
+event "order.created" {}
+event "order.paid" {}
+`
+
+// router is an API server on a real unix socket over a real data file. Its
+// engine is not opened: events stay pending, which is what ingest tests
+// want to see.
+type router struct {
+	t      *testing.T
+	db     *storage.DB
+	srv    *api.Server
+	client *http.Client
+	sock   string
+}
+
+func newRouter(t *testing.T) *router {
+	t.Helper()
+	cfg, err := config.Parse([]byte(testConfig), "test.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "sy") // short: unix socket paths must stay under ~100 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg.Listen.Socket = filepath.Join(dir, "r.sock")
+	db := storagetest.Open(t)
+	eng, err := engine.New(db, cfg, nil, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.New(eng, cfg.Listen, api.Options{})
+	if err := srv.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(context.Background()) })
+	return &router{t: t, db: db, srv: srv, sock: cfg.Listen.Socket, client: unixClient(cfg.Listen.Socket)}
+}
+
+func unixClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+		MaxIdleConnsPerHost: 128,
+	}}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r *router) do(method, path string, header map[string]string, body string) reply {
+	r.t.Helper()
+	req, _ := http.NewRequest(method, "http://router"+path, strings.NewReader(body))
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+func (r *router) post(header map[string]string, body string) reply {
+	return r.do("POST", "/v1/events", header, body)
+}
+
+func structured(extra ...string) map[string]string {
+	h := map[string]string{"Content-Type": "application/cloudevents+json"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		h[extra[i]] = extra[i+1]
+	}
+	return h
+}
+
+// stored counts the events in the data file.
+func (r *router) stored() int {
+	n := 0
+	r.db.View(func(tx *storage.Tx) error {
+		for _, typ := range tx.Types() {
+			n += tx.Queue(typ).Pending
+		}
+		return nil
+	})
+	return n
+}
+
+func (r *router) event(id string) map[string]any {
+	r.t.Helper()
+	rep := r.do("GET", "/v1/events/"+id, nil, "")
+	if rep.status != 200 {
+		r.t.Fatalf("GET %s = %d %s", id, rep.status, rep.body)
+	}
+	var v map[string]any
+	json.Unmarshal(rep.body, &v)
+	return v
+}
+
+func decode[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	return v
+}
+
+const orderJSON = `{"specversion":"1.0","type":"order.created","source":"/shop","subject":"o-1","partitionkey":"cust-7","data":{"total":12}}`
+
+func TestPostStructured(t *testing.T) {
+	r := newRouter(t)
+	rep := r.post(structured("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), orderJSON)
+	if rep.status != 202 {
+		t.Fatalf("status %d: %s", rep.status, rep.body)
+	}
+	acc := decode[struct{ ID, Status string }](t, rep.body)
+	if acc.Status != "accepted" || len(acc.ID) != 36 || acc.ID[14] != '7' {
+		t.Fatalf("want a UUIDv7 id, got %+v", acc)
+	}
+	ev := r.event(acc.ID)
+	if ev["state"] != "pending" || ev["type"] != "order.created" || ev["source"] != "/shop" {
+		t.Fatalf("stored event: %v", ev)
+	}
+	var rec *storage.Record
+	r.db.View(func(tx *storage.Tx) (err error) { rec, err = tx.Event(acc.ID); return })
+	if string(rec.Event.Data) != `{"total":12}` || rec.Event.DataContentType != "application/json" ||
+		rec.Event.PartitionKey() != "cust-7" || rec.Event.Extension("traceparent") == "" || rec.Event.Time.IsZero() {
+		t.Fatalf("stored record: %+v", rec.Event)
+	}
+}
+
+func TestPostBinary(t *testing.T) {
+	r := newRouter(t)
+	rep := r.post(map[string]string{
+		"Content-Type": "text/plain", "Ce-Specversion": "1.0", "Ce-Type": "order.paid",
+		"Ce-Source": "/pay", "Ce-Id": "pay-1", "Ce-Partitionkey": "k%201", "Ce-Time": "2026-01-02T03:04:05Z",
+	}, "paid in full")
+	if rep.status != 202 {
+		t.Fatalf("status %d: %s", rep.status, rep.body)
+	}
+	var rec *storage.Record
+	r.db.View(func(tx *storage.Tx) (err error) { rec, err = tx.Event("pay-1"); return })
+	if rec == nil || string(rec.Event.Data) != "paid in full" || rec.Event.DataContentType != "text/plain" ||
+		rec.Event.PartitionKey() != "k 1" || rec.Event.Time.Year() != 2026 {
+		t.Fatalf("stored: %+v", rec)
+	}
+}
+
+func TestPostBatchIsAllOrNothing(t *testing.T) {
+	r := newRouter(t)
+	batch := `[` + orderJSON + `,{"specversion":"1.0","type":"order.paid","source":"/pay","id":"p-1","data_base64":"AAEC"}]`
+	rep := r.post(map[string]string{"Content-Type": "application/cloudevents-batch+json"}, batch)
+	if rep.status != 202 {
+		t.Fatalf("status %d: %s", rep.status, rep.body)
+	}
+	list := decode[[]struct{ ID, Status string }](t, rep.body)
+	if len(list) != 2 || list[1].ID != "p-1" || r.stored() != 2 {
+		t.Fatalf("batch reply %s, stored %d", rep.body, r.stored())
+	}
+	// One bad event sinks the whole batch.
+	bad := `[` + orderJSON + `,{"specversion":"1.0","source":"/x"}]`
+	rep = r.post(map[string]string{"Content-Type": "application/cloudevents-batch+json"}, bad)
+	if rep.status != 400 || r.stored() != 2 {
+		t.Fatalf("bad batch: %d %s, stored %d", rep.status, rep.body, r.stored())
+	}
+}
+
+// Every bad request gets problem+json with its stable code, and nothing is
+// stored.
+func TestBadInputStoresNothing(t *testing.T) {
+	r := newRouter(t)
+	big := `{"specversion":"1.0","type":"order.created","source":"/s","data":"` + strings.Repeat("x", 5000) + `"}`
+	var many []string
+	for range 11 {
+		many = append(many, orderJSON)
+	}
+	batchCT := map[string]string{"Content-Type": "application/cloudevents-batch+json"}
+	cases := []struct {
+		name   string
+		header map[string]string
+		body   string
+		status int
+		code   string
+	}{
+		{"malformed json", structured(), `{"specversion":`, 400, "invalid_event"},
+		{"not an object", structured(), `[1,2]`, 400, "invalid_event"},
+		{"missing type", structured(), `{"specversion":"1.0","source":"/s"}`, 400, "invalid_event"},
+		{"missing source", structured(), `{"specversion":"1.0","type":"order.created"}`, 400, "invalid_event"},
+		{"missing specversion", structured(), `{"type":"order.created","source":"/s"}`, 400, "invalid_event"},
+		{"wrong specversion", structured(), `{"specversion":"0.3","type":"order.created","source":"/s"}`, 400, "invalid_event"},
+		{"bad time", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"yesterday"}`, 400, "invalid_event"},
+		{"bad extension name", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","Bad-Name":"x"}`, 400, "invalid_event"},
+		{"object attribute", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","subject":{}}`, 400, "invalid_event"},
+		{"data and data_base64", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","data":1,"data_base64":"AA=="}`, 400, "invalid_event"},
+		{"slash in id", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","id":"../x"}`, 400, "invalid_event"},
+		{"invalid utf-8", structured(), "{\"specversion\":\"1.0\",\"type\":\"order.created\",\"source\":\"/\xff\"}", 400, "invalid_event"},
+		{"invalid utf-8 header", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/\xff"}, "", 400, "invalid_event"},
+		{"wrong content type", map[string]string{"Content-Type": "application/json"}, orderJSON, 415, "unsupported_media_type"},
+		{"body too large", structured(), big, 413, "payload_too_large"},
+		{"batch too large", batchCT, "[" + strings.Join(many, ",") + "]", 413, "payload_too_large"},
+		{"empty batch", batchCT, "[]", 400, "invalid_event"},
+		{"batch duplicate ids", batchCT, `[{"specversion":"1.0","type":"order.paid","source":"/s","id":"1"},{"specversion":"1.0","type":"order.paid","source":"/s","id":"1"}]`, 400, "invalid_event"},
+		{"unknown type", structured(), `{"specversion":"1.0","type":"nope","source":"/s"}`, 422, "unknown_event_type"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep := r.post(c.header, c.body)
+			if rep.status != c.status {
+				t.Fatalf("status = %d, want %d: %s", rep.status, c.status, rep.body)
+			}
+			if ct := rep.header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Fatalf("content type %q", ct)
+			}
+			p := decode[struct {
+				Type, Code, Detail string
+				Status             int
+			}](t, rep.body)
+			if p.Code != c.code || p.Status != c.status || !strings.HasSuffix(p.Type, c.code) || p.Detail == "" {
+				t.Fatalf("problem = %+v, want code %s", p, c.code)
+			}
+			if n := r.stored(); n != 0 {
+				t.Fatalf("%d events stored", n)
+			}
+		})
+	}
+}
+
+func TestIdempotencyKeyConcurrentSameBody(t *testing.T) {
+	r := newRouter(t)
+	const n = 100
+	replies := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = r.post(structured("Idempotency-Key", "k-1"), orderJSON)
+		}()
+	}
+	wg.Wait()
+	replayed := 0
+	for i, rep := range replies {
+		if rep.status != replies[0].status || !bytes.Equal(rep.body, replies[0].body) {
+			t.Fatalf("reply %d = %d %s; reply 0 = %d %s", i, rep.status, rep.body, replies[0].status, replies[0].body)
+		}
+		if rep.header.Get("Idempotent-Replayed") == "true" {
+			replayed++
+		}
+	}
+	if replies[0].status != 202 || r.stored() != 1 || replayed != n-1 {
+		t.Fatalf("status %d, stored %d, replayed %d", replies[0].status, r.stored(), replayed)
+	}
+	// Found again by the key: the way out of "did my request land?".
+	rep := r.do("GET", "/v1/events?idempotency_key=k-1", nil, "")
+	found := decode[struct{ Events []struct{ ID string } }](t, rep.body)
+	acc := decode[struct{ ID string }](t, replies[0].body)
+	if rep.status != 200 || len(found.Events) != 1 || found.Events[0].ID != acc.ID {
+		t.Fatalf("by key: %d %s", rep.status, rep.body)
+	}
+}
+
+func TestIdempotencyKeyReuseWithAnotherBody(t *testing.T) {
+	r := newRouter(t)
+	if rep := r.post(structured("Idempotency-Key", "k"), orderJSON); rep.status != 202 {
+		t.Fatal(rep.status)
+	}
+	other := strings.Replace(orderJSON, `"total":12`, `"total":13`, 1)
+	rep := r.post(structured("Idempotency-Key", "k"), other)
+	if rep.status != 422 || decode[struct{ Code string }](t, rep.body).Code != "idempotency_key_reuse" || r.stored() != 1 {
+		t.Fatalf("reuse: %d %s, stored %d", rep.status, rep.body, r.stored())
+	}
+	// Keys are scoped by tenant: another tenant's k is its own.
+	if rep := r.post(structured("Idempotency-Key", "k", "X-Tenant", "other"), other); rep.status != 202 || rep.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("other tenant: %d %s", rep.status, rep.body)
+	}
+	if rep := r.do("GET", "/v1/events?idempotency_key=k", map[string]string{"X-Tenant": "third"}, ""); rep.status != 404 {
+		t.Fatalf("third tenant sees the key: %d", rep.status)
+	}
+}
+
+func TestClientIDIsANaturalKey(t *testing.T) {
+	r := newRouter(t)
+	ev := `{"specversion":"1.0","type":"order.paid","source":"/pay","id":"p-9","data":{"n":1}}`
+	first := r.post(structured(), ev)
+	again := r.post(structured(), ev)
+	if first.status != 202 || again.status != 202 || !bytes.Equal(first.body, again.body) || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("first %d %s; again %d %s %v", first.status, first.body, again.status, again.body, again.header)
+	}
+	// The same event in binary mode is the same event.
+	bin := r.post(map[string]string{"Content-Type": "application/json", "Ce-Specversion": "1.0", "Ce-Type": "order.paid", "Ce-Source": "/pay", "Ce-Id": "p-9"}, `{"n":1}`)
+	if bin.status != 202 || bin.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("binary resend: %d %s", bin.status, bin.body)
+	}
+	changed := r.post(structured(), strings.Replace(ev, `"n":1`, `"n":2`, 1))
+	if changed.status != 422 || r.stored() != 1 {
+		t.Fatalf("changed: %d %s, stored %d", changed.status, changed.body, r.stored())
+	}
+	// A batch repeating it stores only the new event and says so.
+	rep := r.post(map[string]string{"Content-Type": "application/cloudevents-batch+json"}, "["+ev+","+orderJSON+"]")
+	list := decode[[]struct{ ID, Status string }](t, rep.body)
+	if rep.status != 202 || list[0].Status != "duplicate" || list[1].Status != "accepted" || r.stored() != 2 {
+		t.Fatalf("batch: %d %s, stored %d", rep.status, rep.body, r.stored())
+	}
+}
+
+func TestTenantsSeeOnlyTheirEvents(t *testing.T) {
+	r := newRouter(t)
+	rep := r.post(structured("X-Tenant", "a"), orderJSON)
+	id := decode[struct{ ID string }](t, rep.body).ID
+	if got := r.do("GET", "/v1/events/"+id, map[string]string{"X-Tenant": "b"}, ""); got.status != 404 {
+		t.Fatalf("tenant b reads tenant a's event: %d", got.status)
+	}
+	if got := r.do("GET", "/v1/events/"+id, map[string]string{"X-Tenant": "a"}, ""); got.status != 200 {
+		t.Fatalf("tenant a: %d", got.status)
+	}
+}
+
+func TestStorageClosedIs503(t *testing.T) {
+	r := newRouter(t)
+	r.db.Close(context.Background())
+	rep := r.post(structured(), orderJSON)
+	if rep.status != 503 || decode[struct{ Code string }](t, rep.body).Code != "storage_unavailable" || rep.header.Get("Retry-After") == "" {
+		t.Fatalf("%d %s", rep.status, rep.body)
+	}
+}
+
+func TestSocketPermissionsAndStaleSocket(t *testing.T) {
+	r := newRouter(t)
+	fi, err := os.Stat(r.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o660 {
+		t.Fatalf("socket mode %o, want 660", perm)
+	}
+	// A live socket is refused.
+	cfg := config.Listen{Socket: r.sock, MaxBody: 1024, MaxBatch: 1}
+	if err := api.New(nil, cfg, api.Options{}).Open(); err == nil || !strings.Contains(err.Error(), "another process") {
+		t.Fatalf("second server on a live socket: %v", err)
+	}
+	// A stale one (nobody listening) is replaced.
+	stale := filepath.Join(filepath.Dir(r.sock), "stale.sock")
+	ln, _ := net.Listen("unix", stale)
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	srv := api.New(nil, config.Listen{Socket: stale, MaxBody: 1024, MaxBatch: 1}, api.Options{})
+	if err := srv.Open(); err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	srv.Close(context.Background())
+}
+
+func TestUnknownRouteIsProblem(t *testing.T) {
+	r := newRouter(t)
+	rep := r.do("GET", "/v2/nothing", nil, "")
+	if rep.status != 404 || rep.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("%d %s", rep.status, rep.body)
+	}
+	rep = r.do("GET", "/v1/events/"+fmt.Sprint("missing"), nil, "")
+	if rep.status != 404 {
+		t.Fatal(rep.status)
+	}
+}

@@ -1,0 +1,345 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+const oneRoute = `
+event "t.order" {
+  route {
+    to      = "nats.local"
+    subject = "t.orders"
+  }
+  polling { min = "5ms" }
+}
+`
+
+// N events in → exactly N distinct messages on the subject, each with its
+// ce-id and Nats-Msg-Id, and each event delivered with its stream sequence.
+func TestPublishToJetStream(t *testing.T) {
+	h := newHarness(t, oneRoute, false)
+	const n = 1000
+	ids := h.ingest("t.order", n, storage.Header{Name: "traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+	h.waitDelivered(ids, 30*time.Second)
+
+	msgs := h.streamMessages()
+	if len(msgs) != n {
+		t.Fatalf("stream has %d messages, want %d", len(msgs), n)
+	}
+	seen := make(map[string]uint64)
+	for _, m := range msgs {
+		id := m.Header.Get("ce-id")
+		if id == "" || m.Header.Get("Nats-Msg-Id") != id || m.Subject != "t.orders" ||
+			m.Header.Get("ce-type") != "t.order" || m.Header.Get("ce-specversion") != "1.0" || m.Header.Get("traceparent") == "" {
+			t.Fatalf("message %d: subject %s headers %v", m.Sequence, m.Subject, m.Header)
+		}
+		if _, dup := seen[id]; dup {
+			t.Fatalf("duplicate message for %s", id)
+		}
+		seen[id] = m.Sequence
+	}
+	for _, id := range ids {
+		rec := h.record(id)
+		if len(rec.Outputs) != 1 || rec.Outputs[0].Position == nil ||
+			rec.Outputs[0].Position.Stream != "events" || rec.Outputs[0].Position.Sequence != seen[id] {
+			t.Fatalf("%s: outputs %+v, stream seq %d", id, rec.Outputs, seen[id])
+		}
+	}
+}
+
+// An output that always fails is tried max_retries + 1 times on the backoff
+// schedule (10s, 30s, 90s), then the event is in the DLQ with its reason.
+func TestBackoffThenDLQ(t *testing.T) {
+	h := newHarness(t, `
+event "t.bad" {
+  route {
+    to      = "nats.local"
+    subject = "nostream.bad" # no stream listens here: every publish fails
+  }
+}
+`, true)
+	id := h.ingest("t.bad", 1)[0]
+	loop := h.eng.Loop("t.bad")
+	ctx := context.Background()
+	start := h.clock.Now()
+	var tried []time.Duration
+	for step := 0; step < 200 && h.record(id).State == storage.StatePending; step++ {
+		res, err := loop.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claimed > 0 {
+			tried = append(tried, h.clock.Now().Sub(start))
+		}
+		h.clock.Advance(time.Second)
+	}
+	want := []time.Duration{0, 10 * time.Second, 40 * time.Second, 130 * time.Second}
+	if !slices.Equal(tried, want) {
+		t.Fatalf("attempts at %v, want %v", tried, want)
+	}
+	rec := h.record(id)
+	if rec.State != storage.StateDLQ || rec.Attempts != 4 || len(rec.History) != 4 ||
+		!strings.Contains(rec.LastError, "gave up after 4 attempts") || !strings.Contains(rec.LastError, "nostream.bad") {
+		t.Fatalf("record: state %s attempts %d history %d error %q", rec.State, rec.Attempts, len(rec.History), rec.LastError)
+	}
+}
+
+// With two routes, a failure of one does not re-send the other on retry.
+func TestRetryDoesNotResendAcknowledgedOutputs(t *testing.T) {
+	h := newHarness(t, `
+event "t.fan" {
+  max_retries = 2
+  route {
+    to      = "nats.local"
+    subject = "t.fan"
+  }
+  route {
+    to      = "nats.local"
+    subject = "nostream.fan"
+  }
+  backoff { enabled = false }
+}
+`, true)
+	id := h.ingest("t.fan", 1)[0]
+	for range 3 {
+		if _, err := h.eng.Loop("t.fan").Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := h.record(id)
+	if rec.State != storage.StateDLQ || rec.Attempts != 3 {
+		t.Fatalf("state %s attempts %d", rec.State, rec.Attempts)
+	}
+	if msgs := h.streamMessages(); len(msgs) != 1 {
+		t.Fatalf("the acknowledged output was published %d times, want 1", len(msgs))
+	}
+	if !rec.Outputs[0].Delivered || rec.Outputs[1].Delivered {
+		t.Fatalf("outputs: %+v", rec.Outputs)
+	}
+}
+
+// An idle type, its delay at the 1m ceiling, picks a new event up within
+// milliseconds: the ingest commit wakes its loop.
+func TestWakeOnWrite(t *testing.T) {
+	h := newHarness(t, `
+event "t.idle" {
+  route {
+    to      = "nats.local"
+    subject = "t.idle"
+  }
+  polling {
+    min = "1m"
+    max = "1m"
+  }
+}
+`, false)
+	time.Sleep(50 * time.Millisecond) // the loop's first poll, then it sleeps 1m
+	var lat []time.Duration
+	for range 20 {
+		start := time.Now()
+		id := h.ingest("t.idle", 1)[0]
+		h.waitDelivered([]string{id}, 5*time.Second)
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	t.Logf("idle pickup (ingest → JetStream ack → committed): p50 %v, max %v", lat[len(lat)/2], lat[len(lat)-1])
+	if lat[len(lat)-1] > 500*time.Millisecond {
+		t.Fatalf("slowest pickup %v, want < 500ms", lat[len(lat)-1])
+	}
+}
+
+// A burst of 100k events on type A does not hold up type B.
+func TestTypesAreIsolated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100k events")
+	}
+	h := newHarness(t, `
+event "t.a" {
+  route {
+    to      = "nats.local"
+    subject = "t.a"
+  }
+}
+event "t.b" {
+  route {
+    to      = "nats.local"
+    subject = "t.b"
+  }
+}
+`, false)
+	const burst = 100_000
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range burst / 1000 {
+			h.ingest("t.a", 1000)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // A's loop is busy
+	var worst time.Duration
+	for range 10 {
+		start := time.Now()
+		id := h.ingest("t.b", 1)[0]
+		h.waitDelivered([]string{id}, 10*time.Second)
+		worst = max(worst, time.Since(start))
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	stats, _ := h.eng.Stats()
+	t.Logf("type B worst latency during a %d-event burst of A: %v; A: %+v", burst, worst, stats)
+	if worst > 2*time.Second {
+		t.Fatalf("type B waited %v behind type A", worst)
+	}
+}
+
+// The NATS server stopped for a while under load, then restarted: every
+// event is delivered, none lost, and the loop backs off meanwhile.
+func TestNATSOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("30s outage")
+	}
+	h := newHarness(t, oneRoute, false)
+	var ids []string
+	ids = append(ids, h.ingest("t.order", 500)...)
+	h.waitDelivered(ids, 30*time.Second)
+
+	h.srv.Close(context.Background())
+	outage := 30 * time.Second
+	stop := time.Now().Add(outage)
+	for time.Now().Before(stop) {
+		ids = append(ids, h.ingest("t.order", 100)...)
+		time.Sleep(250 * time.Millisecond)
+	}
+	if h.record(ids[len(ids)-1]).State == storage.StateDelivered {
+		t.Fatal("delivered while the server was down")
+	}
+	h.startNATS()
+	h.waitDelivered(ids, 60*time.Second)
+
+	msgs := h.streamMessages()
+	distinct := make(map[string]bool)
+	for _, m := range msgs {
+		distinct[m.Header.Get("ce-id")] = true
+	}
+	for _, id := range ids {
+		if !distinct[id] {
+			t.Fatalf("%s acknowledged but not in the stream", id)
+		}
+	}
+	t.Logf("%d events, %d messages in the stream, %d distinct", len(ids), len(msgs), len(distinct))
+	if len(distinct) != len(ids) {
+		t.Fatalf("distinct %d, want %d", len(distinct), len(ids))
+	}
+}
+
+// hangingSink never answers: the batch must be released at
+// max_processing_time without counting an attempt.
+type hangingSink struct{ name string }
+
+func (s hangingSink) Name() string { return s.name }
+func (s hangingSink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Result {
+	<-ctx.Done()
+	r := make([]engine.Result, len(msgs))
+	for i := range r {
+		r[i].Err = fmt.Errorf("waiting for ack: %w", engine.ErrUnknownOutcome)
+	}
+	return r
+}
+func (hangingSink) Close(context.Context) error { return nil }
+
+func TestStuckBatchIsReleasedWithoutAttempt(t *testing.T) {
+	h := newHarness(t, `
+kafka "hang" {
+  brokers = ["127.0.0.1:1"]
+}
+event "t.stuck" {
+  max_processing_time = "100ms"
+  route {
+    to    = "kafka.hang"
+    topic = "x"
+  }
+}
+`, true, hangingSink{name: "kafka.hang"})
+	eng := h.eng
+	id := h.ingest("t.stuck", 1)[0]
+	start := time.Now()
+	res, err := eng.Loop("t.stuck").Poll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); res.Released != 1 || took > 2*time.Second {
+		t.Fatalf("released %d after %v", res.Released, took)
+	}
+	rec := h.record(id)
+	if rec.State != storage.StatePending || rec.Attempts != 0 || !strings.Contains(rec.LastError, "unknown") {
+		t.Fatalf("record after release: %s attempts %d %q", rec.State, rec.Attempts, rec.LastError)
+	}
+	// Still due: the next poll claims it again.
+	if res, _ := eng.Loop("t.stuck").Poll(context.Background()); res.Claimed != 1 {
+		t.Fatalf("released event not claimed again: %+v", res)
+	}
+}
+
+func TestSameKeyInFlightGets409(t *testing.T) {
+	h := newHarness(t, oneRoute, false)
+	slow := &slowStore{Store: h.db, gate: make(chan struct{}), entered: make(chan struct{})}
+	eng, err := engine.New(slow, h.cfg, []engine.Sink{h.sink}, engine.Options{IdempotencyWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(body string) *engine.IngestRequest {
+		return &engine.IngestRequest{
+			Tenant: "default", Endpoint: "POST /v1/events", Key: "k", Digest: []byte(body),
+			Events: []engine.IngestEvent{{Event: storage.Event{ID: "e1", Type: "t.order", Source: "/s", SpecVersion: "1.0"}}},
+			Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202, Body: []byte(body)} },
+		}
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := eng.Ingest(context.Background(), req("a"))
+		first <- err
+	}()
+	<-slow.entered
+	_, err = eng.Ingest(context.Background(), req("a"))
+	var coded *engine.Error
+	if !errors.As(err, &coded) || coded.Code != engine.EINPROGRESS || coded.RetryAfter <= 0 {
+		t.Fatalf("same key while in flight: %v", err)
+	}
+	_, err = eng.Ingest(context.Background(), req("b"))
+	if !errors.As(err, &coded) || coded.Code != engine.EIDEMREUSE {
+		t.Fatalf("same key, other body, while in flight: %v", err)
+	}
+	close(slow.gate)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	resp, err := eng.Ingest(context.Background(), req("a"))
+	if err != nil || !resp.Replayed || string(resp.Body) != "a" {
+		t.Fatalf("after the first finished: %+v %v", resp, err)
+	}
+}
+
+// slowStore holds writes until gate is closed.
+type slowStore struct {
+	engine.Store
+	gate    chan struct{} // closed: writes go through
+	entered chan struct{} // closed by the first write
+	once    sync.Once
+}
+
+func (s *slowStore) Update(ctx context.Context, fn func(*storage.Tx) error) error {
+	s.once.Do(func() { close(s.entered) })
+	<-s.gate
+	return s.Store.Update(ctx, fn)
+}

@@ -1,0 +1,207 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
+	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard/storage/storagetest"
+)
+
+// natsBlock is an embedded NATS server on a free port whose stream captures
+// the t.> subjects; subjects outside it have no stream (publishes fail).
+const natsBlock = `
+nats "local" {
+  embedded = true
+  port     = -1
+  stream "events" {
+    subjects = ["t.>"]
+  }
+}
+`
+
+// harness is an engine over a real data file publishing to a real
+// in-process NATS server with JetStream.
+type harness struct {
+	t      *testing.T
+	cfg    *config.Config
+	db     *storage.DB
+	srv    *natsplugin.Server
+	sink   *natsplugin.Sink
+	eng    *engine.Engine
+	clock  *clock
+	js     jetstream.JetStream
+	dir    string
+	opened bool
+}
+
+// clock is a fake clock for tests that step loops by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// newHarness starts everything for policies (HCL appended to natsBlock).
+// With fake, the engine runs on a fake clock and is not opened: the test
+// steps its loops with Poll.
+func newHarness(t *testing.T, policies string, fake bool, extra ...engine.Sink) *harness {
+	t.Helper()
+	cfg, err := config.Parse([]byte(natsBlock+policies), "test.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, cfg: cfg, dir: t.TempDir()}
+	h.db = storagetest.Open(t)
+	h.startNATS()
+	opts := engine.Options{CleanupInterval: time.Hour}
+	if fake {
+		h.clock = &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		opts.Now = h.clock.Now
+	}
+	h.eng, err = engine.New(h.db, cfg, append([]engine.Sink{h.sink}, extra...), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fake {
+		if err := h.eng.Open(); err != nil {
+			t.Fatal(err)
+		}
+		h.opened = true
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.eng.Close(ctx)
+		h.sink.Close(ctx)
+		h.srv.Close(ctx)
+	})
+	return h
+}
+
+func (h *harness) startNATS() {
+	h.t.Helper()
+	n := h.cfg.NATS[0]
+	n.StoreDir = h.dir + "/nats"
+	if h.srv != nil {
+		// Restart on the same port and store.
+		n.Port = portOf(h.srv.ClientURL())
+	}
+	srv, err := natsplugin.StartServer(n, h.dir, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.srv = srv
+	if h.sink != nil {
+		return // the sink reconnects by itself
+	}
+	h.sink, err = natsplugin.Open(context.Background(), n, srv.ClientURL(), nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(nc.Close)
+	h.js, _ = jetstream.New(nc)
+}
+
+func portOf(url string) int {
+	var port int
+	for i := len(url) - 1; i >= 0; i-- {
+		if url[i] == ':' {
+			fmt.Sscanf(url[i+1:], "%d", &port)
+			break
+		}
+	}
+	return port
+}
+
+// ingest stores n events of type typ and returns their ids.
+func (h *harness) ingest(typ string, n int, extra ...storage.Header) []string {
+	h.t.Helper()
+	req := &engine.IngestRequest{
+		Tenant: "default",
+		Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+	}
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s-%d-%d", typ, time.Now().UnixNano(), i)
+		req.Events = append(req.Events, engine.IngestEvent{Event: storage.Event{
+			ID: ids[i], Type: typ, Source: "/test", SpecVersion: "1.0", Time: time.Now(),
+			DataContentType: "application/json", Data: []byte(`{"i":` + fmt.Sprint(i) + `}`), Extensions: extra,
+		}})
+	}
+	if _, err := h.eng.Ingest(context.Background(), req); err != nil {
+		h.t.Fatal(err)
+	}
+	return ids
+}
+
+func (h *harness) record(id string) *storage.Record {
+	h.t.Helper()
+	rec, err := h.eng.EventStatus(id)
+	if err != nil {
+		h.t.Fatalf("status of %s: %v", id, err)
+	}
+	return rec
+}
+
+// waitDelivered waits until every id is delivered.
+func (h *harness) waitDelivered(ids []string, timeout time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, id := range ids {
+		for h.record(id).State != storage.StateDelivered {
+			if time.Now().After(deadline) {
+				rec := h.record(id)
+				h.t.Fatalf("%s not delivered after %v: %s, attempts %d, %q", id, timeout, rec.State, rec.Attempts, rec.LastError)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// streamMessages reads the whole "events" stream.
+func (h *harness) streamMessages() []*jetstream.RawStreamMsg {
+	h.t.Helper()
+	ctx := context.Background()
+	s, err := h.js.Stream(ctx, "events")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			h.t.Fatalf("get %d: %v", seq, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}

@@ -1,0 +1,269 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard/storage/storagetest"
+)
+
+var ctx = context.Background()
+
+func record(id, typ string, created time.Time, pk string) *storage.Record {
+	r := &storage.Record{
+		Event:     storage.Event{ID: id, Type: typ, Source: "/t", SpecVersion: "1.0"},
+		CreatedAt: created,
+	}
+	if pk != "" {
+		r.Event.Extensions = []storage.Header{{Name: "partitionkey", Value: pk}}
+	}
+	return r
+}
+
+func insert(t *testing.T, db *storage.DB, recs ...*storage.Record) {
+	t.Helper()
+	err := db.Update(ctx, func(tx *storage.Tx) error {
+		for _, r := range recs {
+			if err := tx.InsertEvent(r, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func due(t *testing.T, db *storage.DB, typ string, now time.Time, byKey bool) []string {
+	t.Helper()
+	var ids []string
+	err := db.View(func(tx *storage.Tx) error {
+		recs, err := tx.Due(typ, now, 100, byKey, nil)
+		for _, r := range recs {
+			ids = append(ids, r.Event.ID)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func TestGroupCommitConcurrentWriters(t *testing.T) {
+	db := storagetest.Open(t)
+	const n = 500
+	var wg sync.WaitGroup
+	t0 := time.Unix(1000, 0)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := record(fmt.Sprintf("e%04d", i), "a", t0, "")
+			if err := db.Update(ctx, func(tx *storage.Tx) error { return tx.InsertEvent(r, false) }); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := len(due(t, db, "a", t0, false)); got != 100 { // limit
+		t.Fatalf("due = %d, want 100 (limit)", got)
+	}
+	db.View(func(tx *storage.Tx) error {
+		if q := tx.Queue("a"); q.Pending != n {
+			t.Errorf("pending = %d, want %d", q.Pending, n)
+		}
+		return nil
+	})
+	if c := db.Commits(); c == 0 || c > n {
+		t.Errorf("commits = %d, want 1..%d", c, n)
+	}
+	t.Logf("%d writes in %d commits", n, db.Commits())
+}
+
+// A failing write in a group must not sink the others, and must leave no
+// trace of its own.
+func TestGroupCommitIsolatesFailures(t *testing.T) {
+	db := storagetest.Open(t)
+	boom := errors.New("boom")
+	var wg sync.WaitGroup
+	errs := make([]error, 50)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = db.Update(ctx, func(tx *storage.Tx) error {
+				if err := tx.InsertEvent(record(fmt.Sprintf("e%02d", i), "a", time.Unix(1, 0), ""), false); err != nil {
+					return err
+				}
+				if i%5 == 0 {
+					return boom // after writing: the group must roll it back
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if want := i%5 == 0; want != errors.Is(err, boom) {
+			t.Errorf("write %d: err = %v", i, err)
+		}
+	}
+	db.View(func(tx *storage.Tx) error {
+		for i := range errs {
+			_, err := tx.Event(fmt.Sprintf("e%02d", i))
+			if stored := err == nil; stored == (i%5 == 0) {
+				t.Errorf("event %d stored = %v", i, stored)
+			}
+		}
+		if q := tx.Queue("a"); q.Pending != 40 {
+			t.Errorf("pending = %d, want 40", q.Pending)
+		}
+		return nil
+	})
+}
+
+func TestInsertRefusesTakenID(t *testing.T) {
+	db := storagetest.Open(t)
+	insert(t, db, record("x", "a", time.Unix(1, 0), ""))
+	err := db.Update(ctx, func(tx *storage.Tx) error { return tx.InsertEvent(record("x", "b", time.Unix(2, 0), ""), false) })
+	if !errors.Is(err, storage.ErrExists) {
+		t.Fatalf("err = %v, want ErrExists", err)
+	}
+}
+
+func TestDueOrderRescheduleDeliverDLQ(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	insert(t, db, record("1", "a", t0, ""), record("2", "a", t0.Add(time.Second), ""), record("3", "a", t0.Add(2*time.Second), ""), record("b1", "b", t0, ""))
+	if got := fmt.Sprint(due(t, db, "a", t0.Add(time.Second), false)); got != "[1 2]" {
+		t.Fatalf("due = %s, want [1 2]", got)
+	}
+	// 1 fails: rescheduled after 3; 2 delivered; 3 dead-lettered.
+	err := db.Update(ctx, func(tx *storage.Tx) error {
+		r1, _ := tx.Event("1")
+		if err := tx.Reschedule(r1, t0.Add(time.Minute)); err != nil {
+			return err
+		}
+		r2, _ := tx.Event("2")
+		if err := tx.MarkDelivered(r2, t0, time.Hour); err != nil {
+			return err
+		}
+		r3, _ := tx.Event("3")
+		return tx.MoveToDLQ(r3, t0, "bad")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(due(t, db, "a", t0.Add(time.Hour), false)); got != "[1]" {
+		t.Fatalf("due = %s, want [1]", got)
+	}
+	if got := fmt.Sprint(due(t, db, "a", t0.Add(30*time.Second), false)); got != "[]" {
+		t.Fatalf("due before retry time = %s, want []", got)
+	}
+	db.View(func(tx *storage.Tx) error {
+		r3, _ := tx.Event("3")
+		if r3.State != storage.StateDLQ || r3.LastError != "bad" || tx.DLQDepth("a") != 1 {
+			t.Errorf("3 = %s %q, dlq depth %d", r3.State, r3.LastError, tx.DLQDepth("a"))
+		}
+		return nil
+	})
+	// Delivered records expire after their TTL, in chunks.
+	var n int
+	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredDelivered(t0.Add(30*time.Minute), 10); return })
+	if n != 0 {
+		t.Fatalf("expired early: %d", n)
+	}
+	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredDelivered(t0.Add(2*time.Hour), 10); return })
+	if n != 1 {
+		t.Fatalf("expired = %d, want 1", n)
+	}
+	db.View(func(tx *storage.Tx) error {
+		if _, err := tx.Event("2"); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("delivered record still there after TTL: %v", err)
+		}
+		return nil
+	})
+}
+
+func TestDueOrderByKey(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	insert(t, db, record("k1", "a", t0, "k"), record("x", "a", t0, "other"), record("k2", "a", t0, "k"))
+	// k1 fails and is rescheduled later: k2 must wait for it.
+	db.Update(ctx, func(tx *storage.Tx) error {
+		r, _ := tx.Event("k1")
+		return tx.Reschedule(r, t0.Add(time.Minute))
+	})
+	if got := fmt.Sprint(due(t, db, "a", t0, true)); got != "[x]" {
+		t.Fatalf("due by key = %s, want [x]", got)
+	}
+	if got := fmt.Sprint(due(t, db, "a", t0, false)); got != "[x k2]" {
+		t.Fatalf("due without ordering = %s, want [x k2]", got)
+	}
+	db.Update(ctx, func(tx *storage.Tx) error {
+		r, _ := tx.Event("k1")
+		return tx.MarkDelivered(r, t0, time.Hour)
+	})
+	if got := fmt.Sprint(due(t, db, "a", t0, true)); got != "[x k2]" {
+		t.Fatalf("due after k1 delivered = %s, want [x k2]", got)
+	}
+}
+
+func TestIdempotencyRecordsExpire(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	rec := &storage.IdemRecord{Digest: []byte{1}, Status: 202, Body: []byte("ok"), CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	db.Update(ctx, func(tx *storage.Tx) error { return tx.PutIdempotency("s", rec) })
+	db.View(func(tx *storage.Tx) error {
+		got, err := tx.Idempotency("s", t0.Add(time.Minute))
+		if err != nil || string(got.Body) != "ok" {
+			t.Errorf("get = %v, %v", got, err)
+		}
+		if _, err := tx.Idempotency("s", t0.Add(time.Hour)); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("expired record still served: %v", err)
+		}
+		return nil
+	})
+	var n int
+	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredIdempotency(t0.Add(2*time.Hour), 10); return })
+	if n != 1 {
+		t.Fatalf("cleaned %d, want 1", n)
+	}
+}
+
+func TestClosedRefusesWrites(t *testing.T) {
+	db := storagetest.Open(t)
+	if err := db.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(ctx, func(*storage.Tx) error { return nil }); !errors.Is(err, storage.ErrClosed) {
+		t.Fatalf("err = %v, want ErrClosed", err)
+	}
+}
+
+func BenchmarkGroupCommit(b *testing.B) {
+	db := storagetest.Open(b)
+	b.SetParallelism(64)
+	var seq sync.Mutex
+	n := 0
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			seq.Lock()
+			n++
+			id := fmt.Sprintf("e%012d", n)
+			seq.Unlock()
+			r := record(id, "a", time.Unix(1, 0), "")
+			if err := db.Update(ctx, func(tx *storage.Tx) error { return tx.InsertEvent(r, false) }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/float64(db.Commits()), "writes/commit")
+}

@@ -1,0 +1,41 @@
+// Package storagetest opens real data files for tests and checks their
+// consistency when the test ends (bbolt's internal/btesting does the same).
+package storagetest
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Open opens a fresh data file in a temp dir. At cleanup it is closed,
+// reopened and checked with bbolt's tx.Check.
+func Open(tb testing.TB) *storage.DB {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "router.db")
+	db, err := storage.Open(path, storage.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { Check(tb, db) })
+	return db
+}
+
+// Check closes db (if still open), reopens its file and runs the
+// consistency check.
+func Check(tb testing.TB, db *storage.DB) {
+	tb.Helper()
+	if err := db.Close(context.Background()); err != nil {
+		tb.Errorf("close: %v", err)
+	}
+	re, err := storage.Open(db.Path(), storage.Options{})
+	if err != nil {
+		tb.Fatalf("reopen for check: %v", err)
+	}
+	defer re.Close(context.Background())
+	if err := re.Check(); err != nil {
+		tb.Errorf("data file check: %v", err)
+	}
+}
