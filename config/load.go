@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	_ "embed"
 	"fmt"
 	"math"
@@ -32,9 +33,11 @@ func Load(path string) (*Config, error) {
 // errors. A failure is an *Error listing every problem found.
 func Parse(src []byte, filename string) (*Config, error) {
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if !diags.HasErrors() {
+		diags = hugeNumbers(file.Body.(*hclsyntax.Body))
+	}
 	if diags.HasErrors() {
-		// Decoding a body with syntax errors only adds noise.
-		return nil, newError(diags)
+		return nil, newError(diags) // decoding a broken body would only add noise
 	}
 	d := &decoder{sinks: map[string]bool{}, plugins: map[string]bool{}}
 	cfg := d.root(file.Body)
@@ -66,25 +69,19 @@ type Error struct {
 func newError(diags hcl.Diagnostics) *Error {
 	diags = slices.Clone(diags)
 	slices.SortStableFunc(diags, func(a, b *hcl.Diagnostic) int {
-		switch {
-		case a.Subject == nil || b.Subject == nil:
-			return boolCmp(a.Subject == nil, b.Subject == nil)
-		case a.Subject.Filename != b.Subject.Filename:
-			return strings.Compare(a.Subject.Filename, b.Subject.Filename)
-		}
-		return a.Subject.Start.Byte - b.Subject.Start.Byte
+		fa, pa := position(a)
+		fb, pb := position(b)
+		return cmp.Or(strings.Compare(fa, fb), cmp.Compare(pa, pb))
 	})
 	return &Error{Diags: diags}
 }
 
-func boolCmp(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
+// position is a diagnostic's sort key; one without a subject sorts first.
+func position(diag *hcl.Diagnostic) (file string, offset int) {
+	if diag.Subject == nil {
+		return "", -1
 	}
-	return -1
+	return diag.Subject.Filename, diag.Subject.Start.Byte
 }
 
 func (e *Error) Error() string {
@@ -225,15 +222,14 @@ func (d *decoder) declare(seen map[string]hcl.Range, b *hcl.Block) bool {
 		return false
 	}
 	seen[name] = b.DefRange
+	event := b.Type == "event"
 	switch {
-	case b.Type != "event":
-		if !validName(name) {
-			d.errorf(b.LabelRanges[0], "Invalid name",
-				"%s name %q may hold only letters, digits, '-' and '_'.", b.Type, name)
-		}
-	case name == "":
+	case !event && !validName(name):
+		d.errorf(b.LabelRanges[0], "Invalid name",
+			"%s name %q may hold only letters, digits, '-' and '_'.", b.Type, name)
+	case event && name == "":
 		d.errorf(b.LabelRanges[0], "Invalid event type", "The event type must not be empty.")
-	case name != "*" && strings.ContainsAny(name, "*>"):
+	case event && name != "*" && strings.ContainsAny(name, "*>"):
 		// Types are matched exactly; "order.*" would silently match nothing.
 		d.errorf(b.LabelRanges[0], "Invalid event type",
 			`%q: the only wildcard is an event "*" block on its own, which catches every type without a block.`, name)
@@ -359,8 +355,8 @@ func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	d.size(c.Attributes["max_body"], &l.MaxBody)
 	d.integer(c.Attributes["max_batch"], &l.MaxBatch, 1, math.MaxInt)
 	// DESIGN §4: the TCP listener always requires a bearer token.
-	if a := c.Attributes["http"]; a != nil && l.HTTP != "" && l.TokensFile == "" {
-		d.errorf(a.Expr.Range(), "Missing tokens_file",
+	if l.HTTP != "" && l.TokensFile == "" {
+		d.errorf(c.Attributes["http"].Expr.Range(), "Missing tokens_file",
 			"A TCP listener requires bearer tokens: set tokens_file in the listen block.")
 	}
 }
@@ -594,13 +590,26 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		dc := d.content(db.Body, deliverSchema)
 		d.str(dc.Attributes["url"], &in.Deliver.URL)
 		d.duration(dc.Attributes["timeout"], &in.Deliver.Timeout, true)
-		if u, err := url.Parse(in.Deliver.URL); in.Deliver.URL != "" &&
-			(err != nil || !slices.Contains([]string{"http", "https", "unix"}, u.Scheme)) {
+		if u := in.Deliver.URL; u != "" && !validDeliverURL(u) {
 			d.errorf(dc.Attributes["url"].Expr.Range(), "Invalid URL",
-				`%q: deliver url must be http://, https:// or unix:///path/to.sock/path.`, in.Deliver.URL)
+				`%q: deliver url must be http://host/path, https://host/path or unix:///path/to.sock/path.`, u)
 		}
 	}
 	d.policy(c, &in.Policy)
 	in.Plugins = slices.Clone(in.Policy.Plugins)
 	return in
+}
+
+func validDeliverURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil {
+		return false
+	}
+	switch u.Scheme {
+	case "http", "https":
+		return u.Host != ""
+	case "unix":
+		return u.Path != ""
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 )
@@ -35,10 +36,6 @@ func (d *decoder) value(a *hcl.Attribute, ty cty.Type) (cty.Value, bool) {
 	if err != nil {
 		d.errorf(a.Expr.Range(), "Incorrect attribute value type",
 			"Inappropriate value for attribute %q: %s.", a.Name, err)
-		return cty.NilVal, false
-	}
-	if !v.IsWhollyKnown() {
-		d.errorf(a.Expr.Range(), "Invalid value", "The value of %q must be known when the config is loaded.", a.Name)
 		return cty.NilVal, false
 	}
 	return v, true
@@ -191,7 +188,7 @@ func (d *decoder) stringMap(a *hcl.Attribute, dst *map[string]string) {
 	if diags.HasErrors() || v.IsNull() {
 		return
 	}
-	if ty := v.Type(); !ty.IsObjectType() && !ty.IsMapType() || !v.IsWhollyKnown() {
+	if ty := v.Type(); !ty.IsObjectType() && !ty.IsMapType() {
 		d.errorf(a.Expr.Range(), "Incorrect attribute value type",
 			`%s must be an object of strings, like { region = "eu-1" }.`, a.Name)
 		return
@@ -208,6 +205,29 @@ func (d *decoder) stringMap(a *hcl.Attribute, dst *map[string]string) {
 		m[k.AsString()] = s.AsString()
 	}
 	*dst = m
+}
+
+// hugeNumbers reports number literals beyond a float64's range. cty turns a
+// number into a string digit by digit, so converting one like 1e400000000
+// (also inside a template such as "${1e400000000}") would take minutes; no
+// setting needs such a number, so they are rejected before any evaluation.
+func hugeNumbers(body *hclsyntax.Body) hcl.Diagnostics {
+	return hclsyntax.VisitAll(body, func(n hclsyntax.Node) hcl.Diagnostics {
+		lit, ok := n.(*hclsyntax.LiteralValueExpr)
+		if !ok || lit.Val.Type() != cty.Number {
+			return nil
+		}
+		f := lit.Val.AsBigFloat()
+		if exp := f.MantExp(nil); f.Sign() == 0 || exp >= -1074 && exp <= 1024 {
+			return nil
+		}
+		return hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Number out of range",
+			Detail:   "This number is too large or too small for any setting.",
+			Subject:  lit.SrcRange.Ptr(),
+		}}
+	})
 }
 
 var sizeUnits = map[string]int64{

@@ -32,7 +32,7 @@ nats "local" {
 // harness is an engine over a real data file publishing to a real
 // in-process NATS server with JetStream.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	cfg    *config.Config
 	db     *storage.DB
 	srv    *natsplugin.Server
@@ -65,7 +65,7 @@ func (c *clock) Advance(d time.Duration) {
 // newHarness starts everything for policies (HCL appended to natsBlock).
 // With fake, the engine runs on a fake clock and is not opened: the test
 // steps its loops with Poll.
-func newHarness(t *testing.T, policies string, fake bool, extra ...engine.Sink) *harness {
+func newHarness(t testing.TB, policies string, fake bool, extra ...engine.Sink) *harness {
 	t.Helper()
 	cfg, err := config.Parse([]byte(natsBlock+policies), "test.hcl")
 	if err != nil {

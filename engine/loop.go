@@ -24,18 +24,18 @@ type Loop struct {
 	pol   *config.Policy
 	wakeC chan struct{}
 
-	mu    sync.Mutex
-	delay *Delay
+	mu      sync.Mutex
+	delay   *Delay
 	claimed map[string]struct{} // ids claimed by the batch in flight
 }
 
 func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 	return &Loop{
-		e:     e,
-		typ:   t,
-		pol:   pol,
-		wakeC: make(chan struct{}, 1),
-		delay: NewDelay(pol.Polling),
+		e:       e,
+		typ:     t,
+		pol:     pol,
+		wakeC:   make(chan struct{}, 1),
+		delay:   NewDelay(pol.Polling),
 		claimed: make(map[string]struct{}),
 	}
 }
@@ -66,25 +66,66 @@ func (l *Loop) currentDelay() time.Duration {
 	return l.delay.Current()
 }
 
+// maxCommitsInFlight bounds how many published batches of one loop may wait
+// for their commit while the loop claims the next (group commit joins them
+// into one fsync).
+const maxCommitsInFlight = 4
+
 // run polls until ctx ends: after each poll it waits the adaptive delay, or
 // less when a commit of this type wakes it. After a poll that hit sink
 // errors it waits the full delay, so a broker outage makes it back off
 // instead of spinning on every new event.
+//
+// While a backlog drains, publishing the next batches overlaps the commits
+// of the previous ones. A batch's events stay held until its commit is
+// done; the hold is let go before a claim whose snapshot sees that commit,
+// never during one, so no claim can take an event its commit delivered.
 func (l *Loop) run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var commits []*inCommit // oldest first
+	// settle waits for commits until at most keep are left in flight.
+	settle := func(keep int) {
+		for len(commits) > keep {
+			if err := commits[0].wait(); err != nil && ctx.Err() == nil {
+				l.e.log.Error("commit failed", "type", l.typ, "error", err)
+			}
+			commits = commits[1:]
+		}
+	}
+	defer settle(0)
 	for {
-		res, err := l.Poll(ctx)
+		// Let go of the holds of commits already done: this claim's
+		// snapshot will see them.
+		for len(commits) > 0 && commits[0].finished() {
+			settle(len(commits) - 1)
+		}
+		b, err := l.claimAndPublish(ctx)
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
 		}
+		claimed, failed := 0, 0
+		if b != nil {
+			claimed, failed = len(b.items), b.failed
+			commits = append(commits, l.commitAsync(ctx, b))
+		}
 		l.mu.Lock()
-		d := l.delay.Next(res.Claimed == l.pol.BatchSize)
+		d := l.delay.Next(claimed == l.pol.BatchSize)
 		l.mu.Unlock()
-		l.e.metrics.polled(l.typ, res.Claimed, l.pol.BatchSize, d)
+		l.e.metrics.polled(l.typ, claimed, l.pol.BatchSize)
+		if claimed == l.pol.BatchSize && failed == 0 && err == nil {
+			// A full batch says more is waiting: drain the backlog now
+			// instead of at min's pace (docs/decisions/full-batch.md).
+			if ctx.Err() != nil {
+				return
+			}
+			settle(maxCommitsInFlight - 1)
+			continue
+		}
+		settle(0)
 		timer.Reset(d)
 		wake := l.wakeC
-		if res.Failed > 0 || err != nil {
+		if failed > 0 || err != nil {
 			wake = nil
 		}
 		select {
@@ -92,9 +133,7 @@ func (l *Loop) run(ctx context.Context) {
 			return
 		case <-timer.C:
 		case <-wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
+			timer.Stop() // Go ≥ 1.23: no stale tick to drain
 		}
 	}
 }
@@ -110,9 +149,20 @@ type PollResult struct {
 }
 
 // Poll claims one batch of due events, publishes their outputs and commits
-// the outcome.
+// the outcome. run does the same with commits overlapping the next batch;
+// tests step a loop with Poll.
 func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
-	var res PollResult
+	b, err := l.claimAndPublish(ctx)
+	if b == nil {
+		return PollResult{}, err
+	}
+	defer l.release(b)
+	return l.commitBatch(ctx, b)
+}
+
+// claimAndPublish claims up to a batch of due events, holds them, and
+// publishes their outputs. It returns nil when nothing is due.
+func (l *Loop) claimAndPublish(ctx context.Context) (*batch, error) {
 	now := l.e.now()
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {
@@ -121,29 +171,64 @@ func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
 		return err
 	})
 	if err != nil || len(recs) == 0 {
-		return res, err
+		return nil, err
 	}
-	res.Claimed = len(recs)
 	l.hold(recs)
-	defer l.release(recs)
-
-	batch := l.outputs(recs)
+	b := l.outputs(recs)
 	pubCtx, cancel := context.WithTimeout(ctx, l.pol.MaxProcessingTime)
-	batch.publish(pubCtx, l.e.sinks)
+	b.publish(pubCtx, l.e.sinks)
 	cancel()
-	res.Failed = batch.failed
+	return b, nil
+}
 
-	err = l.e.store.Update(context.WithoutCancel(ctx), func(tx *storage.Tx) error {
-		res = PollResult{Claimed: res.Claimed, Failed: res.Failed}
-		return l.commit(tx, batch, &res)
+// commitBatch records a published batch's outcome in one transaction. It
+// does not let go of the batch's hold; the caller does, with release.
+func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
+	var res PollResult
+	err := l.e.store.Update(context.WithoutCancel(ctx), func(tx *storage.Tx) error {
+		res = PollResult{Claimed: len(b.items), Failed: b.failed}
+		return l.commit(tx, b, &res)
 	})
 	if err != nil {
 		// Nothing of this batch is recorded: the events are still pending
 		// and will be published again (at least once; receivers dedup by id).
 		return res, fmt.Errorf("commit batch of %s: %w", l.typ, err)
 	}
-	l.e.metrics.committed(l.typ, &res, batch)
+	l.e.metrics.committed(l.typ, &res, b)
 	return res, nil
+}
+
+// inCommit is a batch whose commit runs while the loop claims the next.
+type inCommit struct {
+	l    *Loop
+	b    *batch
+	done chan struct{}
+	err  error
+}
+
+func (l *Loop) commitAsync(ctx context.Context, b *batch) *inCommit {
+	c := &inCommit{l: l, b: b, done: make(chan struct{})}
+	go func() {
+		_, c.err = l.commitBatch(ctx, b)
+		close(c.done)
+	}()
+	return c
+}
+
+func (c *inCommit) finished() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits for the commit, then lets go of the batch's hold.
+func (c *inCommit) wait() error {
+	<-c.done
+	c.l.release(c.b)
+	return c.err
 }
 
 func (l *Loop) hold(recs []*storage.Record) {
@@ -154,10 +239,10 @@ func (l *Loop) hold(recs []*storage.Record) {
 	l.mu.Unlock()
 }
 
-func (l *Loop) release(recs []*storage.Record) {
+func (l *Loop) release(b *batch) {
 	l.mu.Lock()
-	for _, r := range recs {
-		delete(l.claimed, r.Event.ID)
+	for _, it := range b.items {
+		delete(l.claimed, it.rec.Event.ID)
 	}
 	l.mu.Unlock()
 }

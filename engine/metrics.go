@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -85,7 +83,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 
 func (m *metrics) ingestedType(t string, n int) { m.ingested.WithLabelValues(t).Add(float64(n)) }
 
-func (m *metrics) polled(t string, claimed, batchSize int, _ time.Duration) {
+func (m *metrics) polled(t string, claimed, batchSize int) {
 	outcome := "partial"
 	switch claimed {
 	case 0:

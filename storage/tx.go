@@ -3,7 +3,6 @@ package storage
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,7 +13,7 @@ import (
 // The schema. Keys that order by time start with a big-endian uint64 of
 // Unix nanoseconds, so a cursor walks them oldest first.
 //
-//	events              id → Record (JSON)
+//	events              id → Record (binary, codec.go)
 //	queue/<type>        next_attempt ‖ seq → id       pending events, due order
 //	keys/<type>         partitionkey ‖ 0x00 ‖ seq → id pending events per key (ordering = "key")
 //	dlq/<type>          moved_at ‖ seq → id           dead letters, newest last
@@ -83,16 +82,6 @@ func (tx *Tx) sub(parent []byte, name string) (*bolt.Bucket, error) {
 
 func (tx *Tx) nextSeq() (uint64, error) {
 	return tx.tx.Bucket(bucketMeta).NextSequence()
-}
-
-func encodeRecord(r *Record) ([]byte, error) { return json.Marshal(r) }
-
-func decodeRecord(v []byte) (*Record, error) {
-	r := new(Record)
-	if err := json.Unmarshal(v, r); err != nil {
-		return nil, fmt.Errorf("storage: decode record: %w", err)
-	}
-	return r, nil
 }
 
 // Event returns the record of event id, or ErrNotFound.

@@ -45,7 +45,6 @@ var (
 // Sink publishes to one Kafka cluster (one kafka "<name>" block).
 type Sink struct {
 	name    string
-	cfg     config.Kafka
 	log     hclog.Logger
 	timeout time.Duration
 
@@ -94,7 +93,6 @@ func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo
 	}
 	return &Sink{
 		name:    "kafka." + cfg.Name,
-		cfg:     cfg,
 		log:     logger,
 		timeout: cfg.PublishTimeout,
 		cl:      cl,
@@ -157,7 +155,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 			cl.Produce(pctx, s.record(msgs[i]), func(r *kgo.Record, err error) {
 				// Promises run serially inside franz-go: no blocking here.
 				if err != nil && isContextErr(err) && pctx.Err() == nil {
-					// Not our context: see errForeignCancel.
+					// Not our context: see foreignCancel.
 					w.resolve(j, engine.Result{Err: &foreignCancel{err}})
 					return
 				}

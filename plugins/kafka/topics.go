@@ -17,13 +17,14 @@ import (
 // the topic sees the router pick it up within a second.
 const missingTTL = time.Second
 
-// topicCache remembers which topics the broker confirmed. franz-go on its
-// own takes UnknownTopicRetries metadata rounds (each gated by
-// MetadataMinAge, 5s by default) before it fails a record for a missing
-// topic, which is longer than a publish deadline: the record would come back
-// as "outcome unknown" instead of "topic does not exist". So Publish asks
-// once per new topic with a plain Metadata request and fails the records of
-// a missing topic at once, with a clear error.
+// topicCache remembers which topics the broker confirmed. On its own,
+// franz-go buffers a record for an unknown topic and fails it only after
+// UnknownTopicRetries (4) metadata refreshes, each one a round of retry
+// backoff (about a second against kfake, more against a loaded cluster),
+// and every Publish to that topic would pay it again. So Publish asks once
+// per new topic with a plain Metadata request, fails the records of a
+// missing topic at once with "topic X does not exist", and answers from
+// memory for missingTTL. CheckTopics uses the same request.
 type topicCache struct {
 	mu      sync.Mutex
 	ok      map[string]bool

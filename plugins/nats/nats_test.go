@@ -369,6 +369,38 @@ func TestHealthyAfterClose(t *testing.T) {
 	}
 }
 
+// Open creates the configured streams and, on a later Open, updates them.
+func TestStreamCreateOrUpdate(t *testing.T) {
+	cfg := testConfig(true)
+	cfg.Streams = []config.Stream{{Name: "AUDIT", Subjects: []string{"audit.>"}, Storage: "memory", MaxAge: time.Hour}}
+	srv := startServer(t, cfg, t.TempDir())
+	openSink(t, cfg, srv.ClientURL())
+
+	cfg.Streams[0].MaxAge = 2 * time.Hour
+	cfg.Streams[0].Duplicates = time.Minute
+	openSink(t, cfg, srv.ClientURL())
+
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(pubCtx(t, 5*time.Second), "AUDIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.CachedInfo().Config
+	if c.MaxAge != 2*time.Hour || c.Duplicates != time.Minute || c.Storage != jetstream.MemoryStorage {
+		t.Fatalf("stream config not updated: max_age %s duplicates %s storage %s", c.MaxAge, c.Duplicates, c.Storage)
+	}
+
+	cfg.Streams[0].Storage = "tape"
+	if _, err := Open(pubCtx(t, 5*time.Second), cfg, srv.ClientURL(), testLogger(t)); err == nil {
+		t.Fatal("Open accepted storage \"tape\"")
+	}
+}
+
 // A subject a plain subscriber listens on, but no stream: the publish is
 // never acknowledged, so the outcome is unknown once the deadline passes.
 func TestNoAckIsUnknownOutcome(t *testing.T) {

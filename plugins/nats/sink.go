@@ -70,9 +70,12 @@ var (
 )
 
 // Open connects to the NATS server at url (a comma-separated list is
-// accepted) and creates or updates every stream in cfg.Streams. The
-// connection reconnects forever; Open itself fails if the first connection
-// cannot be made or a stream cannot be created or updated.
+// accepted) and creates or updates every stream in cfg.Streams (in core
+// NATS mode too: a stream captures core publishes as well). The connection
+// reconnects forever; Open itself fails if the first connection cannot be
+// made or a stream cannot be created or updated. Zero config values take
+// the defaults: max_pending 4096, publish_timeout 10s, and per stream file
+// storage, 1 replica, a 2m duplicates window.
 func Open(ctx context.Context, cfg config.NATS, url string, logger hclog.Logger) (*Sink, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -170,10 +173,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream)
 	}
 	if sc.Duplicates <= 0 {
 		sc.Duplicates = DefaultDuplicates
-	}
-	// JetStream rejects a duplicates window longer than max_age.
-	if sc.MaxAge > 0 && sc.Duplicates > sc.MaxAge {
-		sc.Duplicates = sc.MaxAge
+		// JetStream rejects a duplicates window longer than max_age; a
+		// defaulted window shrinks to fit, an explicit one is the server's
+		// error to report.
+		if sc.MaxAge > 0 && sc.Duplicates > sc.MaxAge {
+			sc.Duplicates = sc.MaxAge
+		}
 	}
 	switch strings.ToLower(st.Storage) {
 	case "", "file":

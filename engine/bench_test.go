@@ -1,0 +1,33 @@
+package engine_test
+
+import (
+	"testing"
+	"time"
+)
+
+// BenchmarkEndToEnd measures ingest → JetStream ack → committed for one
+// type, with the loop running as in production: events are ingested in
+// batches of 1000 while the loop drains them.
+func BenchmarkEndToEnd(b *testing.B) {
+	h := newHarness(b, oneRoute, false)
+	b.ResetTimer()
+	var ids []string
+	for n := b.N; n > 0; n -= 1000 {
+		ids = append(ids, h.ingest("t.order", min(n, 1000))...)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for pending := -1; pending != 0; {
+		stats, _ := h.eng.Stats()
+		pending = 0
+		for _, s := range stats {
+			pending += s.Pending
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d events still pending", pending)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	h.waitDelivered(ids, time.Minute)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}

@@ -1,0 +1,231 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Records are encoded in a small binary format rather than JSON: they are
+// decoded on every claim and re-encoded on every commit, and JSON was the
+// largest CPU cost of the hot path (docs/decisions/record-encoding.md).
+//
+// Layout (varint = encoding/binary's; str = uvarint length + bytes; time =
+// varint Unix nanoseconds, 0 for the zero time):
+//
+//	u8 version (1)
+//	str tenant | str idempotency key | str state | uvarint attempts
+//	time created | time updated | time next attempt | str last error | uvarint queue seq
+//	event: str id, source, type, specversion, subject, datacontenttype, dataschema
+//	       time | uvarint n × (str name, str value) | str data
+//	uvarint n × output: str destination | u8 delivered | time delivered at
+//	       | u8 has position [str stream | uvarint sequence | str topic | varint partition | varint offset]
+//	       | str last error
+//	uvarint n × attempt: time at | str error
+const recordVersion = 1
+
+var errCorrupt = errors.New("storage: corrupt record")
+
+func encodeRecord(r *Record) ([]byte, error) {
+	b := make([]byte, 0, 256+len(r.Event.Data))
+	b = append(b, recordVersion)
+	b = appendStr(b, r.Tenant)
+	b = appendStr(b, r.IdempotencyKey)
+	b = appendStr(b, string(r.State))
+	b = binary.AppendUvarint(b, uint64(r.Attempts))
+	b = appendTime(b, r.CreatedAt)
+	b = appendTime(b, r.UpdatedAt)
+	b = appendTime(b, r.NextAttemptAt)
+	b = appendStr(b, r.LastError)
+	b = binary.AppendUvarint(b, r.QueueSeq)
+	e := &r.Event
+	for _, s := range []string{e.ID, e.Source, e.Type, e.SpecVersion, e.Subject, e.DataContentType, e.DataSchema} {
+		b = appendStr(b, s)
+	}
+	b = appendTime(b, e.Time)
+	b = binary.AppendUvarint(b, uint64(len(e.Extensions)))
+	for _, h := range e.Extensions {
+		b = appendStr(b, h.Name)
+		b = appendStr(b, h.Value)
+	}
+	b = appendBytes(b, e.Data)
+	b = binary.AppendUvarint(b, uint64(len(r.Outputs)))
+	for _, o := range r.Outputs {
+		b = appendStr(b, o.Destination)
+		b = appendBool(b, o.Delivered)
+		b = appendTime(b, o.DeliveredAt)
+		b = appendBool(b, o.Position != nil)
+		if p := o.Position; p != nil {
+			b = appendStr(b, p.Stream)
+			b = binary.AppendUvarint(b, p.Sequence)
+			b = appendStr(b, p.Topic)
+			b = binary.AppendVarint(b, int64(p.Partition))
+			b = binary.AppendVarint(b, p.Offset)
+		}
+		b = appendStr(b, o.LastError)
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.History)))
+	for _, a := range r.History {
+		b = appendTime(b, a.At)
+		b = appendStr(b, a.Error)
+	}
+	return b, nil
+}
+
+// decodeRecord copies everything out of v: the result stays valid after
+// the transaction that read v ends.
+func decodeRecord(v []byte) (*Record, error) {
+	d := decoder{b: v}
+	if d.u8() != recordVersion {
+		return nil, fmt.Errorf("%w: unknown version", errCorrupt)
+	}
+	r := &Record{}
+	r.Tenant = d.str()
+	r.IdempotencyKey = d.str()
+	r.State = State(d.str())
+	r.Attempts = int(d.uvarint())
+	r.CreatedAt = d.time()
+	r.UpdatedAt = d.time()
+	r.NextAttemptAt = d.time()
+	r.LastError = d.str()
+	r.QueueSeq = d.uvarint()
+	e := &r.Event
+	for _, s := range []*string{&e.ID, &e.Source, &e.Type, &e.SpecVersion, &e.Subject, &e.DataContentType, &e.DataSchema} {
+		*s = d.str()
+	}
+	e.Time = d.time()
+	if n := d.count(); n > 0 {
+		e.Extensions = make([]Header, n)
+		for i := range e.Extensions {
+			e.Extensions[i] = Header{Name: d.str(), Value: d.str()}
+		}
+	}
+	e.Data = d.bytes()
+	if n := d.count(); n > 0 {
+		r.Outputs = make([]Output, n)
+		for i := range r.Outputs {
+			o := &r.Outputs[i]
+			o.Destination = d.str()
+			o.Delivered = d.u8() == 1
+			o.DeliveredAt = d.time()
+			if d.u8() == 1 {
+				o.Position = &Position{Stream: d.str(), Sequence: d.uvarint(), Topic: d.str(), Partition: int32(d.varint()), Offset: d.varint()}
+			}
+			o.LastError = d.str()
+		}
+	}
+	if n := d.count(); n > 0 {
+		r.History = make([]Attempt, n)
+		for i := range r.History {
+			r.History[i] = Attempt{At: d.time(), Error: d.str()}
+		}
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, errCorrupt
+	}
+	return r, nil
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b, s []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func appendTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return binary.AppendVarint(b, 0)
+	}
+	return binary.AppendVarint(b, t.UnixNano())
+}
+
+// decoder reads the layout above; the first error sticks and every later
+// read returns a zero value, so decodeRecord checks once at the end.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() { d.err, d.b = errCorrupt, nil }
+
+func (d *decoder) u8() byte {
+	if len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a list length, refusing one longer than the bytes left could
+// hold (a corrupt length must not allocate gigabytes).
+func (d *decoder) count() int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) raw() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str() string { return string(d.raw()) }
+
+func (d *decoder) bytes() []byte {
+	v := d.raw()
+	if len(v) == 0 {
+		return nil
+	}
+	return append([]byte(nil), v...)
+}
+
+func (d *decoder) time() time.Time {
+	n := d.varint()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
