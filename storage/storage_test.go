@@ -176,7 +176,10 @@ func TestDueOrderRescheduleDeliverDLQ(t *testing.T) {
 	})
 	// Delivered records expire after their TTL, in chunks.
 	var n int
-	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredDelivered(t0.Add(30*time.Minute), 10); return })
+	db.Update(ctx, func(tx *storage.Tx) (err error) {
+		n, err = tx.DeleteExpiredDelivered(t0.Add(30*time.Minute), 10)
+		return
+	})
 	if n != 0 {
 		t.Fatalf("expired early: %d", n)
 	}
@@ -232,7 +235,10 @@ func TestIdempotencyRecordsExpire(t *testing.T) {
 		return nil
 	})
 	var n int
-	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredIdempotency(t0.Add(2*time.Hour), 10); return })
+	db.Update(ctx, func(tx *storage.Tx) (err error) {
+		n, err = tx.DeleteExpiredIdempotency(t0.Add(2*time.Hour), 10)
+		return
+	})
 	if n != 1 {
 		t.Fatalf("cleaned %d, want 1", n)
 	}
