@@ -388,7 +388,7 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 			case err == nil:
 			case IsPermanent(err):
 				permanent = fmt.Errorf("%s: %w", o.dest, err)
-			case errors.Is(err, ErrUnknownOutcome) || errors.Is(err, context.DeadlineExceeded):
+			case errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrSinkUnavailable) || errors.Is(err, context.DeadlineExceeded):
 				unknown = fmt.Errorf("%s: %w", o.dest, err)
 			default:
 				retry = fmt.Errorf("%s: %w", o.dest, err)
@@ -419,8 +419,9 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 				res.Retried++
 			}
 		case unknown != nil:
-			// Fail closed: the broker may or may not have it. Keep the
-			// event due, with the same id, and count no attempt.
+			// Fail closed: the broker may or may not have it (or was not
+			// reachable). Keep the event due, with the same id, and count
+			// no attempt.
 			rec.LastError = unknown.Error()
 			err = tx.Save(rec)
 			res.Released++

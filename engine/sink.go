@@ -56,6 +56,12 @@ type HealthChecker interface {
 // counting an attempt: fail closed, retry with the same id.
 var ErrUnknownOutcome = errors.New("publish outcome unknown")
 
+// ErrSinkUnavailable marks a message a sink did not send because its broker
+// is unreachable (not connected). Like ErrUnknownOutcome it counts no
+// attempt: a broker outage must not push events toward the DLQ. The loop
+// backs off on its poll delay until the broker is back.
+var ErrSinkUnavailable = errors.New("sink unavailable, not sent")
+
 // permanentError marks an error that retrying cannot fix.
 type permanentError struct{ err error }
 

@@ -261,13 +261,19 @@ func (r *crashRouter) dumpLog() {
 
 // crashCycles lets the load run on the started router for a random while,
 // kills it and starts it again, kills times; the router is left running.
-func (r *crashRouter) crashCycles(kills int, minUp, maxUp time.Duration) {
+// It returns how many kills hit a router with events claimed for
+// publishing (in_process just before the kill).
+func (r *crashRouter) crashCycles(kills int, minUp, maxUp time.Duration) (midPublish int) {
 	r.t.Helper()
 	for range kills {
 		time.Sleep(minUp + rand.N(maxUp-minUp))
+		if _, inProcess, err := r.typeStats(); err == nil && inProcess > 0 {
+			midPublish++
+		}
 		r.kill()
 		r.start()
 	}
+	return midPublish
 }
 
 // loader posts events under load and records every id the router
@@ -479,14 +485,14 @@ func crashLoad(t *testing.T, r *crashRouter, kills int) []string {
 	start := time.Now()
 	r.start()
 	wait := l.run(ctx, 8)
-	r.crashCycles(kills, 100*time.Millisecond, 1200*time.Millisecond)
+	midPublish := r.crashCycles(kills, 100*time.Millisecond, 1200*time.Millisecond)
 	// A little load on the last, unkilled run too.
 	time.Sleep(300 * time.Millisecond)
 	cancel()
 	wait()
 	acked := l.ackedIDs()
-	t.Logf("%d kills in %s: %d requests, %d acknowledged (%d events), %d failed (in flight at a kill, or the router down), %d acknowledged without readable ids",
-		kills, time.Since(start).Round(time.Millisecond), l.requests.Load(), l.ok.Load(), len(acked), l.failed.Load(), l.unreadable.Load())
+	t.Logf("%d kills (%d with events in process) in %s: %d requests, %d acknowledged (%d events), %d failed (in flight at a kill, or the router down), %d acknowledged without readable ids",
+		kills, midPublish, time.Since(start).Round(time.Millisecond), l.requests.Load(), l.ok.Load(), len(acked), l.failed.Load(), l.unreadable.Load())
 	if len(acked) == 0 {
 		t.Fatal("no event was acknowledged")
 	}

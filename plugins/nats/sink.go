@@ -244,7 +244,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 	// (nats.go would otherwise buffer the messages for after the reconnect
 	// and the batch would wait out its whole deadline.)
 	if st := s.nc.Status(); st != natsgo.CONNECTED {
-		err := fmt.Errorf("%s: not connected (connection %s), not sent", s.name, st)
+		err := fmt.Errorf("%s: not connected (connection %s): %w", s.name, st, engine.ErrSinkUnavailable)
 		for i := range res {
 			res[i].Err = err
 		}
@@ -434,7 +434,7 @@ func (sc *scratch) encode(sink string, m *engine.Message) (*natsgo.Msg, error) {
 }
 
 // errNotConnected: the connection dropped in the middle of a batch.
-var errNotConnected = errors.New("not connected")
+var errNotConnected = fmt.Errorf("not connected: %w", engine.ErrSinkUnavailable)
 
 // canSend stops a batch from being sent once its deadline passed or the
 // connection dropped (nats.go would buffer the rest for after a reconnect,

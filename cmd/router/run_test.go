@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// writeConfig writes a config with an embedded NATS server on a free port
+// into a short temp dir (unix socket paths must stay under ~100 bytes).
+func writeConfig(t *testing.T, extra string) (path, sock string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock = filepath.Join(dir, "r.sock")
+	src := `
+listen  { socket = "` + sock + `" }
+storage { path = "` + filepath.Join(dir, "r.db") + `" }
+nats "local" {
+  embedded = true
+  port     = -1
+  stream "events" { subjects = ["t.>"] }
+}
+event "t.order" {
+  route {
+    to      = "nats.local"
+    subject = "t.orders"
+  }
+}
+` + extra
+	path = filepath.Join(dir, "policies.hcl")
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, sock
+}
+
+func socketClient(sock string) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+}
+
+func TestValidate(t *testing.T) {
+	good, _ := writeConfig(t, "")
+	var out, errOut bytes.Buffer
+	m := NewMain(nil, &out, &errOut)
+	if err := m.Run(context.Background(), []string{"validate", "-config", good}); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	if !strings.Contains(out.String(), "ok") {
+		t.Fatalf("output %q", out.String())
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.hcl")
+	os.WriteFile(bad, []byte("event \"x\" {\n  batch_size = \"many\"\n}\nbogus {}\n"), 0o600)
+	err := m.Run(context.Background(), []string{"validate", bad})
+	if err == nil || exitCode(err) != 1 {
+		t.Fatalf("bad config: %v", err)
+	}
+	for _, want := range []string{bad + ":2:", bad + ":4:1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+// run, one event through to JetStream, /metrics counts it, and a cancel
+// (what SIGTERM does) shuts down cleanly: the socket is gone and the data
+// file can be opened again at once.
+func TestRunPublishesAndShutsDown(t *testing.T) {
+	path, sock := writeConfig(t, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	m := NewMain(nil, io.Discard, &syncWriter{w: &logs})
+	go func() { done <- m.Run(ctx, []string{"run", "-config", path, "-log-level", "debug"}) }()
+
+	c := socketClient(sock)
+	waitHealthy(t, c)
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+		strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/t","id":"o-1","data":{}}`))
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("post: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body := get(t, c, "/v1/events/o-1")
+		if strings.Contains(body, `"delivered"`) && strings.Contains(body, `"sequence": 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	metrics := get(t, c, "/metrics")
+	for _, want := range []string{
+		`switchyard_published_total{sink="nats.local",type="t.order"} 1`,
+		`switchyard_events_ingested_total{type="t.order"} 1`,
+		`switchyard_pending_events{type="t.order"} 0`,
+		`switchyard_storage_fsyncs_total`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if ready := get(t, c, "/readyz"); !strings.Contains(ready, `"ready": true`) {
+		t.Errorf("readyz: %s", ready)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no shutdown within 30s")
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left behind: %v", err)
+	}
+	// The data file is released: a second run starts at once.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	go func() { done <- NewMain(nil, io.Discard, io.Discard).Run(ctx2, []string{"run", "-config", path}) }()
+	waitHealthy(t, socketClient(sock))
+	cancel2()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitHealthy(t *testing.T, c *http.Client) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := c.Get("http://r/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("router did not become healthy")
+}
+
+func get(t *testing.T, c *http.Client, path string) string {
+	t.Helper()
+	resp, err := c.Get("http://r" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// syncWriter lets the router's goroutines log into a buffer the test reads.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
