@@ -1,6 +1,8 @@
 package config
 
 import (
+	switchyard "github.com/switchyard-router/switchyard"
+
 	"errors"
 	"os"
 	"path/filepath"
@@ -186,9 +188,9 @@ event "*" { batch_size = 2 }
 }
 
 func TestDefault(t *testing.T) {
-	cfg := Default()
-	if cfg.File != "" {
-		t.Errorf("File = %q, want empty for the embedded config", cfg.File)
+	cfg, err := Parse(switchyard.Policies, "policies.hcl")
+	if err != nil {
+		t.Fatal(err)
 	}
 	if got := cfg.Sinks(); !reflect.DeepEqual(got, []string{"nats.local"}) {
 		t.Errorf("Sinks() = %q", got)
@@ -216,7 +218,7 @@ func TestDefaultExamples(t *testing.T) {
 	start := regexp.MustCompile(`^# (kafka|plugin|event|inbox) "`)
 	var out []string
 	inside, examples := false, 0
-	for _, line := range strings.Split(string(defaultHCL), "\n") {
+	for _, line := range strings.Split(string(switchyard.Policies), "\n") {
 		if start.MatchString(line) {
 			inside = true
 			examples++
@@ -460,7 +462,7 @@ func TestParseSize(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	f.Add(defaultHCL)
+	f.Add(switchyard.Policies)
 	f.Add([]byte(inheritSrc))
 	if src, err := os.ReadFile("testdata/full.hcl"); err == nil {
 		f.Add(src)

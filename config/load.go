@@ -2,7 +2,6 @@ package config
 
 import (
 	"cmp"
-	_ "embed"
 	"fmt"
 	"math"
 	"net/url"
@@ -16,9 +15,6 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
-
-//go:embed default.hcl
-var defaultHCL []byte
 
 // Load reads and parses the config file at path.
 func Load(path string) (*Config, error) {
@@ -46,16 +42,6 @@ func Parse(src []byte, filename string) (*Config, error) {
 	}
 	cfg.File = filename
 	return cfg, nil
-}
-
-// Default returns the shipped default config, default.hcl.
-func Default() *Config {
-	cfg, err := Parse(defaultHCL, "default.hcl")
-	if err != nil {
-		panic("config: embedded default.hcl is invalid: " + err.Error()) // guarded by a test
-	}
-	cfg.File = ""
-	return cfg
 }
 
 // Error is a config that failed to load. Error() gives one

@@ -41,6 +41,8 @@ type Options struct {
 	IdempotencyWait time.Duration
 	// CleanupInterval is how often expired records are removed. Default 1m.
 	CleanupInterval time.Duration
+	// Plugins are the loaded plugins, by the names policies use.
+	Plugins []Plugin
 }
 
 // Engine runs the loops. Open starts them; Close stops them.
@@ -48,6 +50,7 @@ type Engine struct {
 	store   Store
 	cfg     *config.Config
 	sinks   map[string]Sink
+	plugins map[string]Plugin
 	opts    Options
 	log     hclog.Logger
 	metrics *metrics
@@ -88,10 +91,19 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 	for _, s := range sinks {
 		e.sinks[s.Name()] = s
 	}
+	e.plugins = make(map[string]Plugin, len(opts.Plugins))
+	for _, p := range opts.Plugins {
+		e.plugins[p.Name()] = p
+	}
 	for t, p := range cfg.Events {
 		for _, r := range p.Routes {
 			if _, ok := e.sinks[r.To]; !ok {
 				return nil, fmt.Errorf("event %q routes to %q, which is not a configured sink", t, r.To)
+			}
+		}
+		for _, name := range p.Plugins {
+			if _, ok := e.plugins[name]; !ok {
+				return nil, fmt.Errorf("event %q uses plugin %q, which is not loaded", t, name)
 			}
 		}
 	}
@@ -343,4 +355,16 @@ func destination(r config.Route) string {
 		name = r.Topic
 	}
 	return r.To + ":" + name
+}
+
+// chain returns the plugins of a policy, in order.
+func (e *Engine) chain(p *config.Policy) []Plugin {
+	if len(p.Plugins) == 0 {
+		return nil
+	}
+	out := make([]Plugin, len(p.Plugins))
+	for i, name := range p.Plugins {
+		out[i] = e.plugins[name]
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,7 +175,7 @@ func (l *Loop) claimAndPublish(ctx context.Context) (*batch, error) {
 		return nil, err
 	}
 	l.hold(recs)
-	b := l.outputs(recs)
+	b := l.outputs(ctx, recs)
 	pubCtx, cancel := context.WithTimeout(ctx, l.pol.MaxProcessingTime)
 	b.publish(pubCtx, l.e.sinks)
 	cancel()
@@ -251,6 +252,7 @@ func (l *Loop) release(b *batch) {
 type item struct {
 	rec     *storage.Record
 	outputs []*output
+	err     error // the plugin chain failed: no outputs were made
 }
 
 // output is one message for one sink, and what became of it.
@@ -258,6 +260,7 @@ type output struct {
 	dest   string // "nats.local:orders"
 	sink   string
 	msg    Message
+	event  storage.Event // the plugin chain's output event
 	result Result
 }
 
@@ -268,38 +271,83 @@ type batch struct {
 	failed int
 }
 
-// outputs computes each event's outputs from the type's routes, leaving out
-// the ones already acknowledged on an earlier attempt.
-func (l *Loop) outputs(recs []*storage.Record) *batch {
+// outputs runs each event through the type's plugin chain (none: the event
+// itself) and sends each result along its destination or the type's routes.
+// Outputs acknowledged on an earlier attempt are left out; they are known by
+// destination and message id, which are the same on every attempt as long
+// as the plugins are deterministic.
+func (l *Loop) outputs(ctx context.Context, recs []*storage.Record) *batch {
 	b := &batch{items: make([]item, len(recs)), bySink: make(map[string][]*output)}
-	routes := l.pol.Routes
 	for i, rec := range recs {
-		b.items[i].rec = rec
-		for n, r := range routes {
-			dest := destination(r)
-			if delivered(rec, dest) {
-				continue
+		it := &b.items[i]
+		it.rec = rec
+		outs, err := runChain(ctx, l.e.chain(l.pol), &rec.Event)
+		if err != nil {
+			it.err = err
+			b.failed++
+			continue
+		}
+		n := 0
+		for _, po := range outs {
+			dests, err := l.destinations(po.Destination)
+			if err != nil {
+				it.err = fmt.Errorf("event %q: %w", rec.Event.ID, err)
+				b.failed++
+				break
 			}
-			msgID := rec.Event.ID
-			if n > 0 {
-				msgID += "-" + strconv.Itoa(n)
+			for _, dest := range dests {
+				msgID := rec.Event.ID
+				if n > 0 {
+					msgID += "-" + strconv.Itoa(n)
+				}
+				n++
+				if delivered(rec, dest.full, msgID) {
+					continue
+				}
+				o := &output{dest: dest.full, sink: dest.sink, event: po.Event}
+				o.msg = Message{Event: &o.event, Destination: dest.topic, Key: po.Key, MsgID: msgID}
+				it.outputs = append(it.outputs, o)
 			}
-			o := &output{dest: dest, sink: r.To, msg: Message{
-				Event:       &rec.Event,
-				Destination: dest[len(r.To)+1:],
-				Key:         rec.Event.PartitionKey(),
-				MsgID:       msgID,
-			}}
-			b.items[i].outputs = append(b.items[i].outputs, o)
-			b.bySink[r.To] = append(b.bySink[r.To], o)
+		}
+		if it.err != nil {
+			it.outputs = nil
+			continue
+		}
+		for _, o := range it.outputs {
+			b.bySink[o.sink] = append(b.bySink[o.sink], o)
 		}
 	}
 	return b
 }
 
-func delivered(rec *storage.Record, dest string) bool {
+// dest is a parsed destination.
+type dest struct{ full, sink, topic string }
+
+// destinations resolves a plugin output's destination: "" means the
+// type's routes; otherwise "<sink>:<topic>", whose sink must be configured
+// (a plugin naming another is a reject: retrying cannot fix it).
+func (l *Loop) destinations(d string) ([]dest, error) {
+	if d == "" {
+		out := make([]dest, len(l.pol.Routes))
+		for i, r := range l.pol.Routes {
+			out[i] = dest{full: destination(r), sink: r.To}
+			out[i].topic = out[i].full[len(r.To)+1:]
+		}
+		return out, nil
+	}
+	sink, topic, ok := strings.Cut(d, ":")
+	if !ok || topic == "" {
+		return nil, Permanentf("destination %q is not <sink>:<topic or subject>", d)
+	}
+	if _, ok := l.e.sinks[sink]; !ok {
+		return nil, Permanentf("destination %q names sink %q, which is not configured", d, sink)
+	}
+	return []dest{{full: d, sink: sink, topic: topic}}, nil
+}
+
+func delivered(rec *storage.Record, dest, msgID string) bool {
 	for _, o := range rec.Outputs {
-		if o.Destination == dest && o.Delivered {
+		if o.Destination == dest && o.MsgID == msgID && o.Delivered {
 			return true
 		}
 	}
@@ -381,6 +429,13 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 			return err
 		}
 		var permanent, retry, unknown error
+		switch {
+		case it.err == nil:
+		case IsPermanent(it.err):
+			permanent = it.err
+		default:
+			retry = it.err
+		}
 		for _, o := range it.outputs {
 			err := o.result.Err
 			setOutput(rec, o, now)
@@ -440,12 +495,12 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 func setOutput(rec *storage.Record, o *output, now time.Time) {
 	var st *storage.Output
 	for i := range rec.Outputs {
-		if rec.Outputs[i].Destination == o.dest {
+		if rec.Outputs[i].Destination == o.dest && rec.Outputs[i].MsgID == o.msg.MsgID {
 			st = &rec.Outputs[i]
 		}
 	}
 	if st == nil {
-		rec.Outputs = append(rec.Outputs, storage.Output{Destination: o.dest})
+		rec.Outputs = append(rec.Outputs, storage.Output{Destination: o.dest, MsgID: o.msg.MsgID})
 		st = &rec.Outputs[len(rec.Outputs)-1]
 	}
 	if o.result.Err != nil {

@@ -19,7 +19,7 @@ import (
 //	time created | time updated | time next attempt | str last error | uvarint queue seq
 //	event: str id, source, type, specversion, subject, datacontenttype, dataschema
 //	       time | uvarint n × (str name, str value) | str data
-//	uvarint n × output: str destination | u8 delivered | time delivered at
+//	uvarint n × output: str destination | str msg id | u8 delivered | time delivered at
 //	       | u8 has position [str stream | uvarint sequence | str topic | varint partition | varint offset]
 //	       | str last error
 //	uvarint n × attempt: time at | str error
@@ -53,6 +53,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(r.Outputs)))
 	for _, o := range r.Outputs {
 		b = appendStr(b, o.Destination)
+		b = appendStr(b, o.MsgID)
 		b = appendBool(b, o.Delivered)
 		b = appendTime(b, o.DeliveredAt)
 		b = appendBool(b, o.Position != nil)
@@ -107,6 +108,7 @@ func decodeRecord(v []byte) (*Record, error) {
 		for i := range r.Outputs {
 			o := &r.Outputs[i]
 			o.Destination = d.str()
+			o.MsgID = d.str()
 			o.Delivered = d.u8() == 1
 			o.DeliveredAt = d.time()
 			if d.u8() == 1 {

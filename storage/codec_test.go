@@ -18,7 +18,7 @@ func sampleRecord() *Record {
 		Tenant: "acme", IdempotencyKey: "k-1", State: StateDLQ, Attempts: 4,
 		CreatedAt: t0, UpdatedAt: t0.Add(time.Second), NextAttemptAt: t0.Add(time.Minute), LastError: "boom", QueueSeq: 99,
 		Outputs: []Output{
-			{Destination: "nats.local:orders", Delivered: true, DeliveredAt: t0, Position: &Position{Stream: "events", Sequence: 7}},
+			{Destination: "nats.local:orders", MsgID: "01a2", Delivered: true, DeliveredAt: t0, Position: &Position{Stream: "events", Sequence: 7}},
 			{Destination: "kafka.main:orders", LastError: "timeout"},
 			{Destination: "kafka.main:audit", Delivered: true, DeliveredAt: t0, Position: &Position{Topic: "audit", Partition: 3, Offset: 1 << 40}},
 		},

@@ -63,7 +63,10 @@ type Position struct {
 // Output is the delivery state of one output of an event.
 type Output struct {
 	// Destination is the sink and its topic/subject: "nats.local:orders".
-	Destination string    `json:"destination"`
+	Destination string `json:"destination"`
+	// MsgID tells apart several outputs to one destination (a plugin that
+	// splits an event): the event id, suffixed "-N" after the first output.
+	MsgID       string    `json:"msg_id,omitempty"`
 	Delivered   bool      `json:"delivered"`
 	DeliveredAt time.Time `json:"delivered_at,omitzero"`
 	Position    *Position `json:"position,omitempty"`

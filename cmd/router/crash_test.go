@@ -5,8 +5,8 @@ package main
 // counted. Every event the router acknowledged with a 2xx must be in the
 // data file (TestCrashIngest) and in the JetStream stream (TestCrashPublish).
 //
-//	go test -run Crash ./cmd/router/           # 20 and 10 kills
-//	go test -run Crash -long ./cmd/router/     # 200 kills each
+//	go test ./cmd/router/ -run Crash          # 20 and 10 kills
+//	go test ./cmd/router/ -run Crash -long -timeout 30m   # 200 kills each
 
 import (
 	"bytes"

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
@@ -22,6 +23,10 @@ import (
 )
 
 const defaultConfigPath = "./policies.hcl"
+
+// embeddedName names the shipped policies.hcl, embedded in the binary, in
+// errors and logs.
+const embeddedName = "policies.hcl (embedded)"
 
 // RunCommand runs the router until SIGINT/SIGTERM.
 type RunCommand struct {
@@ -58,7 +63,7 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if cfg.File == "" {
+	if cfg.File == embeddedName {
 		c.log.Info("no configuration file; running on the embedded defaults", "path", c.ConfigPath)
 	}
 	defer func() {
@@ -206,7 +211,7 @@ func (c *RunCommand) Close(ctx context.Context) error {
 // shipped defaults.
 func loadConfig(path string, embedded bool) (*config.Config, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && embedded && path == defaultConfigPath {
-		return config.Default(), nil
+		return config.Parse(switchyard.Policies, embeddedName)
 	}
 	return config.Load(path)
 }
