@@ -20,6 +20,7 @@ var statusOf = map[string]int{
 	engine.EINPROGRESS:       http.StatusConflict,
 	engine.EIDCONFLICT:       http.StatusConflict,
 	engine.ENOTFOUND:         http.StatusNotFound,
+	engine.ECONFLICT:         http.StatusConflict,
 	engine.EUNAVAILABLE:      http.StatusServiceUnavailable,
 	engine.EUNAUTHORIZED:     http.StatusUnauthorized,
 	engine.EFORBIDDEN:        http.StatusForbidden,

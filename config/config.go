@@ -198,9 +198,13 @@ type Inbox struct {
 	Durable  string   // NATS
 	TTL      time.Duration
 	IDHeader string
-	Plugins  []string
-	Deliver  Deliver
-	Policy   Policy
+	// MissingID is what to do with a message without an id header:
+	// "derive" (default: store it under an id derived from its content,
+	// with a warning) or "reject" (acknowledge and drop it, audited).
+	MissingID string
+	Plugins   []string
+	Deliver   Deliver
+	Policy    Policy
 }
 
 // Deliver is where an inbox hands events to the local service.

@@ -149,16 +149,18 @@ func TestInheritance(t *testing.T) {
 		t.Errorf("emptied:\n got %+v\nwant %+v", got, emptied)
 	}
 
-	// Inboxes inherit the same way, but never routes.
+	// Inboxes inherit the same way, but never routes, and run only the
+	// plugins they name (the defaults' chain is for outbound events).
 	in := cfg.Inboxes[0]
 	inPolicy := defaults
 	inPolicy.Polling.Multiplier = 2
 	inPolicy.Routes = nil
+	inPolicy.Plugins = nil
 	if !reflect.DeepEqual(in.Policy, inPolicy) {
 		t.Errorf("inbox policy:\n got %+v\nwant %+v", in.Policy, inPolicy)
 	}
-	if !reflect.DeepEqual(in.Plugins, []string{"enrich"}) {
-		t.Errorf("inbox plugins = %q, want the defaults'", in.Plugins)
+	if len(in.Plugins) != 0 {
+		t.Errorf("inbox plugins = %q, want none", in.Plugins)
 	}
 
 	// Events must not share the defaults' backing arrays.

@@ -149,7 +149,7 @@ var (
 	limitsSchema = schema("memory timeout max_outputs max_output_bytes")
 	// An inbox has the policy attributes but no routes: it hands its events
 	// to deliver (or to pull subscribers), not to a sink.
-	inboxSchema = schema("from topics group subject durable ttl id_header "+policyAttrs,
+	inboxSchema = schema("from topics group subject durable ttl id_header missing_id "+policyAttrs,
 		block("deliver"), block("polling"), block("backoff"))
 	deliverSchema = schema("url timeout")
 )
@@ -572,6 +572,8 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 	}
 	d.duration(c.Attributes["ttl"], &in.TTL, true)
 	d.str(c.Attributes["id_header"], &in.IDHeader)
+	in.MissingID = "derive"
+	d.oneOf(c.Attributes["missing_id"], &in.MissingID, "derive", "reject")
 	if db := d.single(c.Blocks, "deliver"); db != nil {
 		dc := d.content(db.Body, deliverSchema)
 		d.str(dc.Attributes["url"], &in.Deliver.URL)
@@ -582,6 +584,11 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		}
 	}
 	d.policy(c, &in.Policy)
+	// An inbox runs only the plugins it names: the defaults' chain is
+	// written for outbound events.
+	if c.Attributes["plugins"] == nil {
+		in.Policy.Plugins = nil
+	}
 	in.Plugins = slices.Clone(in.Policy.Plugins)
 	return in
 }

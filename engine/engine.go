@@ -51,9 +51,12 @@ type Engine struct {
 	cfg     *config.Config
 	sinks   map[string]Sink
 	plugins map[string]Plugin
-	opts    Options
-	log     hclog.Logger
-	metrics *metrics
+	inboxes map[string]*inbox
+
+	inboxMetrics *inboxMetrics
+	opts         Options
+	log          hclog.Logger
+	metrics      *metrics
 
 	inflight inFlight
 
@@ -91,6 +94,15 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 	for _, s := range sinks {
 		e.sinks[s.Name()] = s
 	}
+	e.inboxes = make(map[string]*inbox, len(cfg.Inboxes))
+	for _, in := range cfg.Inboxes {
+		e.inboxes[in.Name] = newInbox(in)
+		if in.Deliver.URL != "" {
+			if _, ok := e.sinks[InboxSink(in.Name)]; !ok {
+				return nil, fmt.Errorf("inbox %q delivers to %s, but no sink %q was given", in.Name, in.Deliver.URL, InboxSink(in.Name))
+			}
+		}
+	}
 	e.plugins = make(map[string]Plugin, len(opts.Plugins))
 	for _, p := range opts.Plugins {
 		e.plugins[p.Name()] = p
@@ -107,9 +119,20 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 			}
 		}
 	}
+	for _, in := range cfg.Inboxes {
+		for _, name := range in.Plugins {
+			if _, ok := e.plugins[name]; !ok {
+				return nil, fmt.Errorf("inbox %q uses plugin %q, which is not loaded", in.Name, name)
+			}
+		}
+	}
 	e.metrics = newMetrics(e)
+	e.inboxMetrics = newInboxMetrics()
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(e.metrics); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+		if err := e.inboxMetrics.register(opts.Registerer); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
@@ -133,6 +156,11 @@ func (e *Engine) Open() error {
 			types[t] = true
 		}
 	}
+	for name, in := range e.inboxes {
+		if !in.pull() {
+			types[InboxQueue(name)] = true
+		}
+	}
 	if err := e.store.View(func(tx *storage.Tx) error {
 		for _, t := range tx.Types() {
 			types[t] = true
@@ -142,9 +170,13 @@ func (e *Engine) Open() error {
 		return fmt.Errorf("engine: list stored types: %w", err)
 	}
 	for t := range types {
-		if _, ok := e.policy(t); !ok {
-			e.log.Warn("stored events have a type the configuration no longer has; they wait until it comes back", "type", t)
+		pol, ok := e.policyOf(t)
+		if !ok {
+			e.log.Warn("stored events wait in a queue the configuration no longer has; they wait until it comes back", "queue", t)
 			continue
+		}
+		if len(pol.Routes) == 0 && len(pol.Plugins) == 0 && strings.HasPrefix(t, inboxQueuePrefix) {
+			continue // a pull inbox: its events wait for GET .../messages
 		}
 		e.loop(t)
 	}
@@ -183,7 +215,7 @@ func (e *Engine) loop(t string) *Loop {
 	if l, ok := e.loops[t]; ok {
 		return l
 	}
-	pol, _ := e.policy(t)
+	pol, _ := e.policyOf(t)
 	l := newLoop(e, t, pol)
 	e.loops[t] = l
 	if e.ctx != nil && e.ctx.Err() == nil {
@@ -218,7 +250,7 @@ func (e *Engine) EventStatus(id string) (*storage.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec.State == storage.StatePending && e.loop(rec.Event.Type).holds(id) {
+	if rec.State == storage.StatePending && e.loop(rec.QueueName()).holds(rec.Key()) {
 		rec.State = storage.StateInProcess
 	}
 	return rec, nil
@@ -325,10 +357,18 @@ const cleanupChunk = 500
 // Cleanup removes what has expired and returns how many records it removed.
 func (e *Engine) Cleanup(ctx context.Context) (int, error) {
 	total := 0
-	for _, step := range []func(*storage.Tx, time.Time, int) (int, error){
+	steps := []func(*storage.Tx, time.Time, int) (int, error){
 		(*storage.Tx).DeleteExpiredDelivered,
 		(*storage.Tx).DeleteExpiredIdempotency,
-	} {
+		(*storage.Tx).DeleteExpiredInboxIDs,
+		(*storage.Tx).DeleteExpiredClaims,
+	}
+	for name, in := range e.inboxes {
+		steps = append(steps, func(tx *storage.Tx, now time.Time, limit int) (int, error) {
+			return tx.DeleteOldSkips(name, now.Add(-in.cfg.TTL), limit)
+		})
+	}
+	for _, step := range steps {
 		for ctx.Err() == nil {
 			n := 0
 			err := e.store.Update(ctx, func(tx *storage.Tx) error {

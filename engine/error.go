@@ -17,6 +17,7 @@ const (
 	EINPROGRESS       = "request_in_progress"    // same key, first still in flight
 	EIDCONFLICT       = "event_id_conflict"      // the id is stored for another event
 	ENOTFOUND         = "not_found"
+	ECONFLICT         = "conflict"            // the resource is not in a state that allows this
 	EUNAVAILABLE      = "storage_unavailable" // the data file cannot take writes
 	EUNAUTHORIZED     = "unauthorized"
 	EFORBIDDEN        = "forbidden"

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,6 +104,9 @@ func idScope(tenant, source, id string) string {
 func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, error) {
 	now := e.now()
 	for i := range req.Events {
+		if strings.HasPrefix(req.Events[i].Event.Type, inboxQueuePrefix) {
+			return nil, Errorf(EINVALID, "event types starting with %q are the router's own", inboxQueuePrefix)
+		}
 		if _, ok := e.policy(req.Events[i].Event.Type); !ok {
 			return nil, Errorf(EUNKNOWNTYPE, "no event block in the configuration for type %q", req.Events[i].Event.Type)
 		}
@@ -197,6 +201,9 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 // unavailable passes coded errors through and turns storage failures into
 // 503 storage_unavailable: the request had no effect and may be retried.
 func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
 	var coded *Error
 	if errors.As(err, &coded) {
 		return err

@@ -235,7 +235,7 @@ func (c *inCommit) wait() error {
 func (l *Loop) hold(recs []*storage.Record) {
 	l.mu.Lock()
 	for _, r := range recs {
-		l.claimed[r.Event.ID] = struct{}{}
+		l.claimed[r.Key()] = struct{}{}
 	}
 	l.mu.Unlock()
 }
@@ -243,7 +243,7 @@ func (l *Loop) hold(recs []*storage.Record) {
 func (l *Loop) release(b *batch) {
 	l.mu.Lock()
 	for _, it := range b.items {
-		delete(l.claimed, it.rec.Event.ID)
+		delete(l.claimed, it.rec.Key())
 	}
 	l.mu.Unlock()
 }
@@ -421,7 +421,7 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 	now := l.e.now()
 	for i := range b.items {
 		it := &b.items[i]
-		rec, err := tx.Event(it.rec.Event.ID)
+		rec, err := tx.Event(it.rec.Key())
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}

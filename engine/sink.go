@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -29,6 +30,10 @@ type Result struct {
 	// Err is nil when the broker acknowledged the message. Wrap it with
 	// Permanent when retrying cannot help (record too large, not authorized).
 	Err error
+	// RetryAfter, with a retryable Err, is the earliest the receiver wants
+	// the message again (an HTTP Retry-After); the engine waits at least
+	// this long, or its backoff if that is longer.
+	RetryAfter time.Duration
 }
 
 // Sink publishes messages to a broker. The engine knows sinks only through

@@ -16,7 +16,7 @@ import (
 //
 //	u8 version (1)
 //	str tenant | str idempotency key | str state | uvarint attempts
-//	time created | time updated | time next attempt | str last error | uvarint queue seq
+//	time created | time updated | time next attempt | str last error | uvarint queue seq | str queue
 //	event: str id, source, type, specversion, subject, datacontenttype, dataschema
 //	       time | uvarint n × (str name, str value) | str data
 //	uvarint n × output: str destination | str msg id | u8 delivered | time delivered at
@@ -39,6 +39,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 	b = appendTime(b, r.NextAttemptAt)
 	b = appendStr(b, r.LastError)
 	b = binary.AppendUvarint(b, r.QueueSeq)
+	b = appendStr(b, r.Queue)
 	e := &r.Event
 	for _, s := range []string{e.ID, e.Source, e.Type, e.SpecVersion, e.Subject, e.DataContentType, e.DataSchema} {
 		b = appendStr(b, s)
@@ -91,6 +92,7 @@ func decodeRecord(v []byte) (*Record, error) {
 	r.NextAttemptAt = d.time()
 	r.LastError = d.str()
 	r.QueueSeq = d.uvarint()
+	r.Queue = d.str()
 	e := &r.Event
 	for _, s := range []*string{&e.ID, &e.Source, &e.Type, &e.SpecVersion, &e.Subject, &e.DataContentType, &e.DataSchema} {
 		*s = d.str()

@@ -16,7 +16,7 @@ func sampleRecord() *Record {
 			Data:       []byte(`{"total":12}`),
 		},
 		Tenant: "acme", IdempotencyKey: "k-1", State: StateDLQ, Attempts: 4,
-		CreatedAt: t0, UpdatedAt: t0.Add(time.Second), NextAttemptAt: t0.Add(time.Minute), LastError: "boom", QueueSeq: 99,
+		CreatedAt: t0, UpdatedAt: t0.Add(time.Second), NextAttemptAt: t0.Add(time.Minute), LastError: "boom", QueueSeq: 99, Queue: "inbox:pay",
 		Outputs: []Output{
 			{Destination: "nats.local:orders", MsgID: "01a2", Delivered: true, DeliveredAt: t0, Position: &Position{Stream: "events", Sequence: 7}},
 			{Destination: "kafka.main:orders", LastError: "timeout"},

@@ -94,4 +94,25 @@ type Record struct {
 	History        []Attempt `json:"history,omitempty"`
 	// QueueSeq makes the queue key unique among events due at the same instant.
 	QueueSeq uint64 `json:"queue_seq"`
+	// Queue is the queue the record waits in when it is not its event type's
+	// (an inbox: "inbox:payments"). "" = the event type.
+	Queue string `json:"queue,omitempty"`
+}
+
+// QueueName is the queue the record waits in: Queue, or the event type.
+func (r *Record) QueueName() string {
+	if r.Queue != "" {
+		return r.Queue
+	}
+	return r.Event.Type
+}
+
+// Key is the record's key in the events bucket: the event id for outbound
+// events; for a record in a named queue (an inbox) the queue and the id, so
+// an event the router consumes never collides with one it publishes.
+func (r *Record) Key() string {
+	if r.Queue == "" {
+		return r.Event.ID
+	}
+	return r.Queue + "\x00" + r.Event.ID
 }

@@ -13,7 +13,7 @@ import (
 // The schema. Keys that order by time start with a big-endian uint64 of
 // Unix nanoseconds, so a cursor walks them oldest first.
 //
-//	events              id → Record (binary, codec.go)
+//	events              key → Record (binary, codec.go); key = id, or queue ‖ 0 ‖ id for an inbox
 //	queue/<type>        next_attempt ‖ seq → id       pending events, due order
 //	keys/<type>         partitionkey ‖ 0x00 ‖ seq → id pending events per key (ordering = "key")
 //	dlq/<type>          moved_at ‖ seq → id           dead letters, newest last
@@ -21,6 +21,7 @@ import (
 //	idem                scope → IdemRecord (JSON)
 //	idem_exp            expires ‖ scope → nil         idempotency records to clean up
 //	meta                schema → version
+//	(inbox buckets: inbox.go)
 var (
 	bucketEvents  = []byte("events")
 	bucketQueue   = []byte("queue")
@@ -30,7 +31,8 @@ var (
 	bucketIdem    = []byte("idem")
 	bucketIdemExp = []byte("idem_exp")
 	bucketMeta    = []byte("meta")
-	allBuckets    = [][]byte{bucketEvents, bucketQueue, bucketKeys, bucketDLQ, bucketDone, bucketIdem, bucketIdemExp, bucketMeta}
+	allBuckets    = [][]byte{bucketEvents, bucketQueue, bucketKeys, bucketDLQ, bucketDone, bucketIdem, bucketIdemExp, bucketMeta,
+		bucketInboxIDs, bucketInboxExp, bucketAudit, bucketClaims, bucketClaimExp}
 
 	keySchema     = []byte("schema")
 	keySeq        = []byte("seq")
@@ -84,9 +86,10 @@ func (tx *Tx) nextSeq() (uint64, error) {
 	return tx.tx.Bucket(bucketMeta).NextSequence()
 }
 
-// Event returns the record of event id, or ErrNotFound.
-func (tx *Tx) Event(id string) (*Record, error) {
-	v := tx.tx.Bucket(bucketEvents).Get([]byte(id))
+// Event returns the record stored under key (an outbound event's id, see
+// Record.Key), or ErrNotFound.
+func (tx *Tx) Event(key string) (*Record, error) {
+	v := tx.tx.Bucket(bucketEvents).Get([]byte(key))
 	if v == nil {
 		return nil, ErrNotFound
 	}
@@ -98,7 +101,7 @@ func (tx *Tx) Event(id string) (*Record, error) {
 // anything, when the id is taken.
 func (tx *Tx) InsertEvent(r *Record, orderByKey bool) error {
 	events := tx.tx.Bucket(bucketEvents)
-	if events.Get([]byte(r.Event.ID)) != nil {
+	if events.Get([]byte(r.Key())) != nil {
 		return ErrExists
 	}
 	seq, err := tx.nextSeq()
@@ -117,11 +120,11 @@ func (tx *Tx) InsertEvent(r *Record, orderByKey bool) error {
 		return err
 	}
 	if pk := r.Event.PartitionKey(); orderByKey && pk != "" {
-		keys, err := tx.sub(bucketKeys, r.Event.Type)
+		keys, err := tx.sub(bucketKeys, r.QueueName())
 		if err != nil {
 			return err
 		}
-		return keys.Put(partitionKey(pk, r.QueueSeq), []byte(r.Event.ID))
+		return keys.Put(partitionKey(pk, r.QueueSeq), []byte(r.Key()))
 	}
 	return nil
 }
@@ -131,24 +134,24 @@ func (tx *Tx) putEvent(r *Record) error {
 	if err != nil {
 		return err
 	}
-	return tx.tx.Bucket(bucketEvents).Put([]byte(r.Event.ID), v)
+	return tx.tx.Bucket(bucketEvents).Put([]byte(r.Key()), v)
 }
 
 func (tx *Tx) enqueue(r *Record) error {
-	q, err := tx.sub(bucketQueue, r.Event.Type)
+	q, err := tx.sub(bucketQueue, r.QueueName())
 	if err != nil {
 		return err
 	}
-	return q.Put(queueKey(r), []byte(r.Event.ID))
+	return q.Put(queueKey(r), []byte(r.Key()))
 }
 
 func (tx *Tx) dequeue(r *Record) error {
-	if q, _ := tx.sub(bucketQueue, r.Event.Type); q != nil {
+	if q, _ := tx.sub(bucketQueue, r.QueueName()); q != nil {
 		if err := q.Delete(queueKey(r)); err != nil {
 			return err
 		}
 	}
-	if keys, _ := tx.sub(bucketKeys, r.Event.Type); keys != nil {
+	if keys, _ := tx.sub(bucketKeys, r.QueueName()); keys != nil {
 		if pk := r.Event.PartitionKey(); pk != "" {
 			return keys.Delete(partitionKey(pk, r.QueueSeq))
 		}
@@ -199,14 +202,14 @@ func firstOfKey(keys *bolt.Bucket, r *Record) bool {
 	}
 	prefix := append([]byte(pk), 0)
 	k, v := keys.Cursor().Seek(prefix)
-	return k == nil || !bytes.HasPrefix(k, prefix) || string(v) == r.Event.ID
+	return k == nil || !bytes.HasPrefix(k, prefix) || string(v) == r.Key()
 }
 
 // Reschedule moves a pending event to a new due time and saves its state.
 // r must be the record as read in this transaction (its queue key is derived
 // from the stored NextAttemptAt and QueueSeq).
 func (tx *Tx) Reschedule(r *Record, next time.Time) error {
-	q, err := tx.sub(bucketQueue, r.Event.Type)
+	q, err := tx.sub(bucketQueue, r.QueueName())
 	if err != nil {
 		return err
 	}
@@ -215,7 +218,7 @@ func (tx *Tx) Reschedule(r *Record, next time.Time) error {
 	}
 	r.NextAttemptAt = next
 	r.State = StatePending
-	if err := q.Put(queueKey(r), []byte(r.Event.ID)); err != nil {
+	if err := q.Put(queueKey(r), []byte(r.Key())); err != nil {
 		return err
 	}
 	return tx.putEvent(r)
@@ -230,7 +233,7 @@ func (tx *Tx) MarkDelivered(r *Record, now time.Time, ttl time.Duration) error {
 	r.State = StateDelivered
 	r.NextAttemptAt = time.Time{}
 	r.UpdatedAt = now
-	if err := tx.tx.Bucket(bucketDone).Put(timeKey(now.Add(ttl), []byte(r.Event.ID)), nil); err != nil {
+	if err := tx.tx.Bucket(bucketDone).Put(timeKey(now.Add(ttl), []byte(r.Key())), nil); err != nil {
 		return err
 	}
 	return tx.putEvent(r)
@@ -245,11 +248,11 @@ func (tx *Tx) MoveToDLQ(r *Record, now time.Time, reason string) error {
 	r.LastError = reason
 	r.NextAttemptAt = time.Time{}
 	r.UpdatedAt = now
-	dlq, err := tx.sub(bucketDLQ, r.Event.Type)
+	dlq, err := tx.sub(bucketDLQ, r.QueueName())
 	if err != nil {
 		return err
 	}
-	if err := dlq.Put(timeKey(now, u64(r.QueueSeq)), []byte(r.Event.ID)); err != nil {
+	if err := dlq.Put(timeKey(now, u64(r.QueueSeq)), []byte(r.Key())); err != nil {
 		return err
 	}
 	return tx.putEvent(r)

@@ -1,0 +1,420 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// An inbox's received events wait in the queue "inbox:<name>" and are
+// delivered by an ordinary loop whose one route is the inbox's deliver sink
+// ("inbox.<name>"), so inbound delivery gets the same adaptive polling,
+// retries, backoff and DLQ as publishing. An inbox without a deliver block
+// is pulled instead (GET /v1/subscriptions/{name}/messages).
+const inboxQueuePrefix = "inbox:"
+
+// InboxQueue is the queue name of an inbox.
+func InboxQueue(name string) string { return inboxQueuePrefix + name }
+
+// InboxSink is the name of the sink that delivers an inbox's events.
+func InboxSink(name string) string { return "inbox." + name }
+
+// inbox is one configured inbox.
+type inbox struct {
+	cfg    config.Inbox
+	policy *config.Policy // the delivery loop's policy; routes to the deliver sink
+
+	// pull mode: leases of messages handed out and not yet acked, and a
+	// channel closed (and replaced) whenever events arrive, for long polls.
+	mu      sync.Mutex
+	leases  map[string]time.Time
+	arrived chan struct{}
+}
+
+func newInbox(in config.Inbox) *inbox {
+	pol := in.Policy
+	pol.Plugins = in.Plugins
+	pol.Routes = nil
+	if in.Deliver.URL != "" {
+		pol.Routes = []config.Route{{To: InboxSink(in.Name), Subject: "deliver"}}
+	}
+	return &inbox{cfg: in, policy: &pol, leases: make(map[string]time.Time), arrived: make(chan struct{})}
+}
+
+func (in *inbox) pull() bool { return in.cfg.Deliver.URL == "" }
+
+// notify wakes the long polls of a pull inbox.
+func (in *inbox) notify() {
+	in.mu.Lock()
+	close(in.arrived)
+	in.arrived = make(chan struct{})
+	in.mu.Unlock()
+}
+
+// inboxMetrics count what the inboxes receive and drop.
+type inboxMetrics struct {
+	received *prometheus.CounterVec
+	skips    *prometheus.CounterVec
+}
+
+func newInboxMetrics() *inboxMetrics {
+	return &inboxMetrics{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_inbox_received_total",
+			Help: "Consumed messages stored by an inbox (new ids)."}, []string{"inbox"}),
+		skips: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_inbox_dedup_skips_total",
+			Help: "Consumed messages an inbox acknowledged and dropped, by reason."}, []string{"inbox", "reason"}),
+	}
+}
+
+func (m *inboxMetrics) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.received, m.skips} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// policyOf returns the policy of a queue: an event type's, or an inbox's.
+func (e *Engine) policyOf(queue string) (*config.Policy, bool) {
+	if name, ok := strings.CutPrefix(queue, inboxQueuePrefix); ok {
+		in, ok := e.inboxes[name]
+		if !ok {
+			return nil, false
+		}
+		return in.policy, true
+	}
+	return e.cfg.Policy(queue)
+}
+
+func (e *Engine) inbox(name string) (*inbox, error) {
+	in, ok := e.inboxes[name]
+	if !ok {
+		return nil, Errorf(ENOTFOUND, "no inbox %q in the configuration", name)
+	}
+	return in, nil
+}
+
+// ReceiveResult counts what Receive did with a batch.
+type ReceiveResult struct {
+	Stored  int // new ids, stored for delivery
+	Skipped int // redeliveries (and rejected messages), acknowledged and dropped
+}
+
+// Receive stores a consumed batch for inbox name: every message whose id the
+// inbox has not seen within its ttl is stored and its id recorded, in one
+// transaction; a redelivery is dropped and written to the dedup audit. Only
+// after Receive returns nil may the source acknowledge the batch to the
+// broker.
+func (e *Engine) Receive(ctx context.Context, name string, msgs []Inbound) (ReceiveResult, error) {
+	in, err := e.inbox(name)
+	if err != nil {
+		return ReceiveResult{}, err
+	}
+	now := e.now()
+	var res ReceiveResult
+	var skips []storage.Skip
+	err = e.store.Update(ctx, func(tx *storage.Tx) error {
+		res, skips = ReceiveResult{}, skips[:0]
+		batch := make(map[string]string, len(msgs))
+		for i := range msgs {
+			m := &msgs[i]
+			id := m.Event.ID
+			skip := storage.Skip{ID: id, Source: m.Event.Source, At: now, Origin: m.Origin}
+			switch seen, err := tx.InboxSeen(name, id, now); {
+			case m.IDDerived && in.cfg.MissingID == "reject":
+				skip.Reason = "no_id"
+			case err == nil:
+				skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate", seen.Origin, seen.ReceivedAt
+			case !errors.Is(err, storage.ErrNotFound):
+				return err
+			case batch[id] != "":
+				skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate_in_batch", batch[id], now
+			}
+			if skip.Reason != "" {
+				if err := tx.AddSkip(name, &skip); err != nil {
+					return err
+				}
+				skips = append(skips, skip)
+				res.Skipped++
+				continue
+			}
+			rec := &storage.Record{Event: m.Event, Tenant: "default", Queue: InboxQueue(name), CreatedAt: now, UpdatedAt: now}
+			if err := tx.InsertEvent(rec, in.policy.Ordering == "key"); err != nil {
+				if errors.Is(err, storage.ErrExists) {
+					// Stored before, its id since forgotten: the record
+					// (waiting or delivered) already stands for it.
+					skip.Reason = "duplicate"
+					if err := tx.AddSkip(name, &skip); err != nil {
+						return err
+					}
+					skips = append(skips, skip)
+					res.Skipped++
+					continue
+				}
+				return err
+			}
+			if err := tx.PutInboxSeen(name, id, &storage.Seen{Origin: m.Origin, ReceivedAt: now, ExpiresAt: now.Add(in.cfg.TTL)}); err != nil {
+				return err
+			}
+			batch[id] = m.Origin
+			res.Stored++
+		}
+		return nil
+	})
+	if err != nil {
+		return ReceiveResult{}, fmt.Errorf("inbox %s: store batch: %w", name, err)
+	}
+	for _, s := range skips {
+		e.log.Info("inbox dropped a redelivery", "inbox", name, "id", s.ID, "reason", s.Reason, "origin", s.Origin, "first", s.FirstOrigin)
+		e.inboxMetrics.skips.WithLabelValues(name, s.Reason).Inc()
+	}
+	e.inboxMetrics.received.WithLabelValues(name).Add(float64(res.Stored))
+	if res.Stored > 0 {
+		if in.pull() {
+			in.notify()
+		} else {
+			e.wake(InboxQueue(name))
+		}
+	}
+	return res, nil
+}
+
+// Skips is GET /v1/inbox/{name}/dedup: the audit of dropped redeliveries,
+// newest first.
+func (e *Engine) Skips(name string, before time.Time, limit int) ([]storage.Skip, error) {
+	if _, err := e.inbox(name); err != nil {
+		return nil, err
+	}
+	var out []storage.Skip
+	err := e.store.View(func(tx *storage.Tx) (err error) {
+		out, err = tx.Skips(name, before, limit)
+		return err
+	})
+	return out, err
+}
+
+// Pull is GET /v1/subscriptions/{name}/messages: up to max due events of a
+// pull inbox, each leased for lease; it waits up to wait for the first.
+func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease time.Duration) ([]*storage.Record, error) {
+	in, err := e.inbox(name)
+	if err != nil {
+		return nil, err
+	}
+	if !in.pull() {
+		return nil, Errorf(EINVALID, "inbox %q delivers to %s; it is not pulled", name, in.cfg.Deliver.URL)
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		in.mu.Lock()
+		arrived := in.arrived
+		in.mu.Unlock()
+		now := e.now()
+		var recs []*storage.Record
+		err := e.store.View(func(tx *storage.Tx) (err error) {
+			recs, err = tx.Due(InboxQueue(name), now, max, in.policy.Ordering == "key", func(key string) bool {
+				in.mu.Lock()
+				defer in.mu.Unlock()
+				until, ok := in.leases[key]
+				return ok && now.Before(until)
+			})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		in.mu.Lock()
+		out := recs[:0]
+		for _, r := range recs {
+			// Another pull may have leased it since the snapshot.
+			if until, ok := in.leases[r.Key()]; ok && now.Before(until) {
+				continue
+			}
+			in.leases[r.Key()] = now.Add(lease)
+			out = append(out, r)
+		}
+		in.mu.Unlock()
+		if len(out) > 0 {
+			return out, nil
+		}
+		select {
+		case <-arrived:
+		case <-deadline.C:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+}
+
+// Ack is POST /v1/subscriptions/{name}/ack: the pulled events are
+// delivered. It returns how many it marked; unknown or already acked ids
+// are ignored (an ack is idempotent).
+func (e *Engine) Ack(ctx context.Context, name string, ids []string) (int, error) {
+	in, err := e.inbox(name)
+	if err != nil {
+		return 0, err
+	}
+	now := e.now()
+	n := 0
+	err = e.store.Update(ctx, func(tx *storage.Tx) error {
+		n = 0
+		for _, id := range ids {
+			rec, err := tx.Event(inboxKey(name, id))
+			if errors.Is(err, storage.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if rec.State != storage.StatePending {
+				continue
+			}
+			if err := tx.MarkDelivered(rec, now, e.cfg.Outbox.TTL); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	in.mu.Lock()
+	for _, id := range ids {
+		delete(in.leases, inboxKey(name, id))
+	}
+	in.mu.Unlock()
+	return n, nil
+}
+
+func inboxKey(name, id string) string {
+	r := storage.Record{Queue: InboxQueue(name), Event: storage.Event{ID: id}}
+	return r.Key()
+}
+
+// Claim modes.
+const (
+	ModeEffectivelyOnce = "effectively_once"
+	ModeAtMostOnce      = "at_most_once"
+)
+
+// ClaimRequest is POST /v1/inbox/{consumer}/claims.
+type ClaimRequest struct {
+	Tenant, Consumer, ID string
+	Lease                time.Duration
+	Mode                 string
+}
+
+// Claim arbitrates an id for a service without a database of its own.
+// Effectively once: the first claim gets a lease (created = true); a
+// claim while the lease holds gets EINPROGRESS with the time left; once
+// completed, every claim gets the stored result; an expired lease can be
+// claimed again. At most once: the claim is committed as completed at
+// once, so a redelivery is skipped even if the effect then failed.
+func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim, created bool, err error) {
+	if req.ID == "" || req.Consumer == "" {
+		return nil, false, Errorf(EINVALID, "a claim needs a consumer and an id")
+	}
+	switch req.Mode {
+	case "":
+		req.Mode = ModeEffectivelyOnce
+	case ModeEffectivelyOnce, ModeAtMostOnce:
+	default:
+		return nil, false, Errorf(EINVALID, "mode %q: use %s or %s", req.Mode, ModeEffectivelyOnce, ModeAtMostOnce)
+	}
+	if req.Lease <= 0 {
+		req.Lease = 30 * time.Second
+	}
+	now := e.now()
+	ttl := e.claimTTL(req.Consumer)
+	err = e.store.Update(ctx, func(tx *storage.Tx) error {
+		c, created = nil, false
+		old, err := tx.Claim(req.Tenant, req.Consumer, req.ID, now)
+		switch {
+		case err == nil && old.State == storage.ClaimCompleted:
+			c = old
+			return nil
+		case err == nil && now.Before(old.LeaseUntil):
+			return &Error{Code: EINPROGRESS, Message: fmt.Sprintf("id %q is claimed until %s", req.ID, old.LeaseUntil.Format(time.RFC3339)),
+				RetryAfter: old.LeaseUntil.Sub(now)}
+		case err != nil && !errors.Is(err, storage.ErrNotFound):
+			return err
+		}
+		c = &storage.Claim{State: storage.ClaimHeld, Mode: req.Mode, ClaimedAt: now, LeaseUntil: now.Add(req.Lease), ExpiresAt: now.Add(ttl)}
+		if req.Mode == ModeAtMostOnce {
+			c.State, c.CompletedAt, c.LeaseUntil = storage.ClaimCompleted, now, time.Time{}
+		}
+		created = true
+		return tx.PutClaim(req.Tenant, req.Consumer, req.ID, c)
+	})
+	if err != nil {
+		return nil, false, unavailable(err)
+	}
+	return c, created, nil
+}
+
+// Complete records the result of a claimed id: later claims get it.
+func (e *Engine) Complete(ctx context.Context, tenant, consumer, id string, result json.RawMessage) (*storage.Claim, error) {
+	now := e.now()
+	var c *storage.Claim
+	err := e.store.Update(ctx, func(tx *storage.Tx) error {
+		old, err := tx.Claim(tenant, consumer, id, now)
+		if errors.Is(err, storage.ErrNotFound) {
+			return Errorf(ENOTFOUND, "id %q is not claimed", id)
+		}
+		if err != nil {
+			return err
+		}
+		if old.State == storage.ClaimCompleted {
+			c = old
+			return nil
+		}
+		c = old
+		c.State, c.CompletedAt, c.Result, c.LeaseUntil = storage.ClaimCompleted, now, result, time.Time{}
+		return tx.PutClaim(tenant, consumer, id, c)
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return c, nil
+}
+
+// Release gives a claimed id back, so a redelivery runs the effect again.
+// A completed id cannot be released.
+func (e *Engine) Release(ctx context.Context, tenant, consumer, id string) error {
+	now := e.now()
+	err := e.store.Update(ctx, func(tx *storage.Tx) error {
+		old, err := tx.Claim(tenant, consumer, id, now)
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if old.State == storage.ClaimCompleted {
+			return Errorf(ECONFLICT, "id %q is completed; it cannot be released", id)
+		}
+		return tx.DeleteClaim(tenant, consumer, id)
+	})
+	return unavailable(err)
+}
+
+// claimTTL is how long a consumer's claims are kept: its inbox's ttl when
+// the consumer names an inbox, else the idempotency window.
+func (e *Engine) claimTTL(consumer string) time.Duration {
+	if in, ok := e.inboxes[consumer]; ok {
+		return in.cfg.TTL
+	}
+	return e.cfg.Idempotency.Window
+}

@@ -1,0 +1,36 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Source consumes an inbox's messages from a broker. The engine knows
+// sources only through this interface; plugins/kafka and plugins/nats
+// implement it.
+type Source interface {
+	// Name is the inbox's name.
+	Name() string
+	// Run consumes until ctx ends. For every batch it fetches it calls
+	// receive, and only after receive returned nil does it acknowledge the
+	// batch to the broker (commit the Kafka offsets, ack the JetStream
+	// messages). When receive fails it must not acknowledge: the broker
+	// redelivers, and the inbox drops what it already stored.
+	Run(ctx context.Context, receive func(ctx context.Context, msgs []Inbound) error) error
+	// Close releases the source's connections.
+	Close(ctx context.Context) error
+}
+
+// Inbound is one consumed message, decoded from its CloudEvents binding.
+type Inbound struct {
+	// Event is the message as a CloudEvent (binary mode: ce-* / ce_*
+	// headers, the value as data). Event.ID is the dedup key: the id header
+	// (config id_header), or, for a message without one, an id derived from
+	// its content (never from its offset) — then IDDerived is true.
+	Event     storage.Event
+	IDDerived bool
+	// Origin says where it came from, for the dedup audit:
+	// "kafka.main:payments/3@1042" or "nats.local:events#17".
+	Origin string
+}

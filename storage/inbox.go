@@ -1,0 +1,231 @@
+package storage
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The inbox's own buckets (the received events themselves are records in
+// the events bucket, waiting in the queue "inbox:<name>"):
+//
+//	inbox_ids           inbox ‖ 0 ‖ id → Seen (JSON)      ids accepted, for dedup
+//	inbox_exp           expires ‖ inbox ‖ 0 ‖ id → nil    their TTL index
+//	audit/<inbox>       at ‖ seq → Skip (JSON)            dropped redeliveries
+//	claims              tenant ‖ 0 ‖ consumer ‖ 0 ‖ id → Claim (JSON)
+//	claims_exp          expires ‖ claim key → nil
+var (
+	bucketInboxIDs = []byte("inbox_ids")
+	bucketInboxExp = []byte("inbox_exp")
+	bucketAudit    = []byte("audit")
+	bucketClaims   = []byte("claims")
+	bucketClaimExp = []byte("claims_exp")
+)
+
+// Seen is what the inbox remembers of an accepted id: where it first came
+// from, so a dropped redelivery can point at the first delivery.
+type Seen struct {
+	Origin     string    `json:"origin"`
+	ReceivedAt time.Time `json:"received_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// Skip is one dropped redelivery in the dedup audit.
+type Skip struct {
+	ID          string    `json:"id"`
+	Source      string    `json:"source"`
+	At          time.Time `json:"at"`
+	Reason      string    `json:"reason"` // "duplicate", "duplicate_in_batch", "no_id"
+	Origin      string    `json:"origin"` // where the skipped copy came from
+	FirstOrigin string    `json:"first_origin,omitempty"`
+	FirstAt     time.Time `json:"first_at,omitzero"`
+}
+
+func inboxIDKey(inbox, id string) []byte { return []byte(inbox + "\x00" + id) }
+
+// InboxSeen returns what inbox remembers of id, or ErrNotFound (also once
+// the id's window has passed).
+func (tx *Tx) InboxSeen(inbox, id string, now time.Time) (*Seen, error) {
+	v := tx.tx.Bucket(bucketInboxIDs).Get(inboxIDKey(inbox, id))
+	if v == nil {
+		return nil, ErrNotFound
+	}
+	s := new(Seen)
+	if err := json.Unmarshal(v, s); err != nil {
+		return nil, fmt.Errorf("storage: decode inbox id: %w", err)
+	}
+	if !now.Before(s.ExpiresAt) {
+		return nil, ErrNotFound
+	}
+	return s, nil
+}
+
+// PutInboxSeen records id as accepted by inbox until s.ExpiresAt.
+func (tx *Tx) PutInboxSeen(inbox, id string, s *Seen) error {
+	k := inboxIDKey(inbox, id)
+	b := tx.tx.Bucket(bucketInboxIDs)
+	if old := b.Get(k); old != nil { // expired, not yet cleaned: drop its index entry
+		var o Seen
+		if json.Unmarshal(old, &o) == nil {
+			if err := tx.tx.Bucket(bucketInboxExp).Delete(timeKey(o.ExpiresAt, k)); err != nil {
+				return err
+			}
+		}
+	}
+	v, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	if err := b.Put(k, v); err != nil {
+		return err
+	}
+	return tx.tx.Bucket(bucketInboxExp).Put(timeKey(s.ExpiresAt, k), nil)
+}
+
+// DeleteExpiredInboxIDs forgets up to limit ids whose window ended.
+func (tx *Tx) DeleteExpiredInboxIDs(now time.Time, limit int) (int, error) {
+	return tx.expire(bucketInboxExp, now, limit, func(k []byte) error {
+		return tx.tx.Bucket(bucketInboxIDs).Delete(k)
+	})
+}
+
+// AddSkip appends a dropped redelivery to inbox's audit.
+func (tx *Tx) AddSkip(inbox string, s *Skip) error {
+	b, err := tx.sub(bucketAudit, inbox)
+	if err != nil {
+		return err
+	}
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return b.Put(timeKey(s.At, u64(seq)), v)
+}
+
+// Skips lists inbox's audit, newest first, up to limit entries older than
+// before (zero = from the newest).
+func (tx *Tx) Skips(inbox string, before time.Time, limit int) ([]Skip, error) {
+	b, _ := tx.sub(bucketAudit, inbox)
+	if b == nil {
+		return nil, nil
+	}
+	var out []Skip
+	c := b.Cursor()
+	k, v := c.Last()
+	if !before.IsZero() {
+		c.Seek(timeKey(before, nil))
+		k, v = c.Prev()
+	}
+	for ; k != nil && len(out) < limit; k, v = c.Prev() {
+		var s Skip
+		if err := json.Unmarshal(v, &s); err != nil {
+			return nil, fmt.Errorf("storage: decode audit entry: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// DeleteOldSkips removes up to limit audit entries of inbox older than
+// cutoff.
+func (tx *Tx) DeleteOldSkips(inbox string, cutoff time.Time, limit int) (int, error) {
+	b, _ := tx.sub(bucketAudit, inbox)
+	if b == nil {
+		return 0, nil
+	}
+	n := 0
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && n < limit && binary.BigEndian.Uint64(k) < uint64(cutoff.UnixNano()); k, _ = c.First() {
+		if err := c.Delete(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// ClaimState is where a claim is.
+type ClaimState string
+
+const (
+	ClaimHeld      ClaimState = "claimed"
+	ClaimCompleted ClaimState = "completed"
+)
+
+// Claim is the dedup arbiter's record of one id for one consumer.
+type Claim struct {
+	State       ClaimState      `json:"state"`
+	Mode        string          `json:"mode"` // "effectively_once" or "at_most_once"
+	LeaseUntil  time.Time       `json:"lease_until,omitzero"`
+	ClaimedAt   time.Time       `json:"claimed_at"`
+	CompletedAt time.Time       `json:"completed_at,omitzero"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	ExpiresAt   time.Time       `json:"expires_at"`
+}
+
+func claimKey(tenant, consumer, id string) []byte {
+	return []byte(tenant + "\x00" + consumer + "\x00" + id)
+}
+
+// Claim returns the claim of id, or ErrNotFound (also once expired).
+func (tx *Tx) Claim(tenant, consumer, id string, now time.Time) (*Claim, error) {
+	v := tx.tx.Bucket(bucketClaims).Get(claimKey(tenant, consumer, id))
+	if v == nil {
+		return nil, ErrNotFound
+	}
+	c := new(Claim)
+	if err := json.Unmarshal(v, c); err != nil {
+		return nil, fmt.Errorf("storage: decode claim: %w", err)
+	}
+	if !now.Before(c.ExpiresAt) {
+		return nil, ErrNotFound
+	}
+	return c, nil
+}
+
+// PutClaim stores c, replacing any earlier claim of the id.
+func (tx *Tx) PutClaim(tenant, consumer, id string, c *Claim) error {
+	if err := tx.DeleteClaim(tenant, consumer, id); err != nil {
+		return err
+	}
+	k := claimKey(tenant, consumer, id)
+	v, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := tx.tx.Bucket(bucketClaims).Put(k, v); err != nil {
+		return err
+	}
+	return tx.tx.Bucket(bucketClaimExp).Put(timeKey(c.ExpiresAt, k), nil)
+}
+
+// DeleteClaim removes the claim of id, if any.
+func (tx *Tx) DeleteClaim(tenant, consumer, id string) error {
+	k := claimKey(tenant, consumer, id)
+	b := tx.tx.Bucket(bucketClaims)
+	old := b.Get(k)
+	if old == nil {
+		return nil
+	}
+	var o Claim
+	if err := json.Unmarshal(old, &o); err != nil {
+		return errors.Join(fmt.Errorf("storage: decode claim: %w", err), b.Delete(k))
+	}
+	if err := tx.tx.Bucket(bucketClaimExp).Delete(timeKey(o.ExpiresAt, k)); err != nil {
+		return err
+	}
+	return b.Delete(k)
+}
+
+// DeleteExpiredClaims removes up to limit claims past their TTL.
+func (tx *Tx) DeleteExpiredClaims(now time.Time, limit int) (int, error) {
+	return tx.expire(bucketClaimExp, now, limit, func(k []byte) error {
+		return tx.tx.Bucket(bucketClaims).Delete(k)
+	})
+}
