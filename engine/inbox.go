@@ -133,12 +133,12 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []Inbound) (Rece
 			switch seen, err := tx.InboxSeen(name, id, now); {
 			case m.IDDerived && in.cfg.MissingID == "reject":
 				skip.Reason = "no_id"
+			case batch[id] != "":
+				skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate_in_batch", batch[id], now
 			case err == nil:
 				skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate", seen.Origin, seen.ReceivedAt
 			case !errors.Is(err, storage.ErrNotFound):
 				return err
-			case batch[id] != "":
-				skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate_in_batch", batch[id], now
 			}
 			if skip.Reason != "" {
 				if err := tx.AddSkip(name, &skip); err != nil {

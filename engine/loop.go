@@ -429,6 +429,7 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 			return err
 		}
 		var permanent, retry, unknown error
+		var retryAfter time.Duration
 		switch {
 		case it.err == nil:
 		case IsPermanent(it.err):
@@ -447,6 +448,7 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 				unknown = fmt.Errorf("%s: %w", o.dest, err)
 			default:
 				retry = fmt.Errorf("%s: %w", o.dest, err)
+				retryAfter = max(retryAfter, o.result.RetryAfter)
 			}
 		}
 		rec.UpdatedAt = now
@@ -470,7 +472,9 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 				err = tx.MoveToDLQ(rec, now, fmt.Sprintf("gave up after %d attempts: %v", rec.Attempts, retry))
 				res.DeadLettered++
 			} else {
-				err = tx.Reschedule(rec, now.Add(Backoff(l.pol.Backoff, rec.Attempts)))
+				// The receiver's Retry-After, when it asks for more than
+				// the backoff.
+				err = tx.Reschedule(rec, now.Add(max(Backoff(l.pol.Backoff, rec.Attempts), retryAfter)))
 				res.Retried++
 			}
 		case unknown != nil:

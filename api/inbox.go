@@ -1,0 +1,269 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// The inbox routes: the dedup audit, the claims arbiter, and pull delivery.
+func (s *Server) inboxRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/inbox/{name}/dedup", s.getDedup)
+	mux.HandleFunc("POST /v1/inbox/{consumer}/claims", s.postClaim)
+	mux.HandleFunc("POST /v1/inbox/{consumer}/claims/{id}/complete", s.postComplete)
+	mux.HandleFunc("POST /v1/inbox/{consumer}/claims/{id}/release", s.postRelease)
+	mux.HandleFunc("GET /v1/subscriptions/{name}/messages", s.getMessages)
+	mux.HandleFunc("POST /v1/subscriptions/{name}/ack", s.postAck)
+}
+
+// Limits of the inbox routes.
+const (
+	maxPull     = 1000
+	maxPullWait = 30 * time.Second
+	maxList     = 1000
+)
+
+// readJSON decodes a small JSON request body into v; an empty body leaves v
+// as it is.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.listen.MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return engine.Errorf(engine.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
+		}
+		return engine.Errorf(engine.EINVALID, "reading the body: %v", err)
+	}
+	if len(body) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return engine.Errorf(engine.EINVALID, "the body is not the JSON this route takes: %v", err)
+	}
+	return nil
+}
+
+// queryInt reads an integer query parameter within [1, max]; def when absent.
+func queryInt(r *http.Request, name string, def, max int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > max {
+		return 0, engine.Errorf(engine.EINVALID, "%s must be a whole number from 1 to %d", name, max)
+	}
+	return n, nil
+}
+
+// queryDuration reads a duration query parameter ("5s") within [0, max].
+func queryDuration(r *http.Request, name string, def, max time.Duration) (time.Duration, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > max {
+		return 0, engine.Errorf(engine.EINVALID, "%s must be a duration such as 5s, at most %v", name, max)
+	}
+	return d, nil
+}
+
+func (s *Server) getDedup(w http.ResponseWriter, r *http.Request) {
+	limit, err := queryInt(r, "limit", 100, maxList)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var before time.Time
+	if v := r.URL.Query().Get("before"); v != "" {
+		if before, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			s.writeError(w, r, engine.Errorf(engine.EINVALID, "before must be an RFC 3339 time"))
+			return
+		}
+	}
+	skips, err := s.engine.Skips(r.PathValue("name"), before, limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if skips == nil {
+		skips = []storage.Skip{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"inbox": r.PathValue("name"), "skipped": skips})
+}
+
+// claimView is a claim as the API shows it.
+type claimView struct {
+	ID          string          `json:"id"`
+	State       string          `json:"state"`
+	Mode        string          `json:"mode"`
+	LeaseUntil  *time.Time      `json:"lease_until,omitempty"`
+	CompletedAt *time.Time      `json:"completed_at,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty"`
+}
+
+func viewClaim(id string, c *storage.Claim) claimView {
+	v := claimView{ID: id, State: string(c.State), Mode: c.Mode, Result: c.Result}
+	if !c.LeaseUntil.IsZero() {
+		v.LeaseUntil = &c.LeaseUntil
+	}
+	if !c.CompletedAt.IsZero() {
+		v.CompletedAt = &c.CompletedAt
+	}
+	return v
+}
+
+func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
+	ten, err := tenant(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var body struct {
+		ID    string `json:"id"`
+		Lease string `json:"lease"`
+		Mode  string `json:"mode"`
+	}
+	if err := s.readJSON(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req := engine.ClaimRequest{Tenant: ten, Consumer: r.PathValue("consumer"), ID: body.ID, Mode: body.Mode}
+	if body.Lease != "" {
+		if req.Lease, err = time.ParseDuration(body.Lease); err != nil || req.Lease <= 0 {
+			s.writeError(w, r, engine.Errorf(engine.EINVALID, "lease must be a positive duration such as 30s"))
+			return
+		}
+	}
+	c, created, err := s.engine.Claim(r.Context(), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, viewClaim(body.ID, c))
+}
+
+func (s *Server) postComplete(w http.ResponseWriter, r *http.Request) {
+	ten, err := tenant(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var body struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if err := s.readJSON(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	c, err := s.engine.Complete(r.Context(), ten, r.PathValue("consumer"), id, body.Result)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewClaim(id, c))
+}
+
+func (s *Server) postRelease(w http.ResponseWriter, r *http.Request) {
+	ten, err := tenant(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.engine.Release(r.Context(), ten, r.PathValue("consumer"), r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// pulled is one message of a pull: the event in structured mode.
+type pulled struct {
+	ID    string         `json:"id"`
+	Event map[string]any `json:"event"`
+}
+
+func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
+	max, err := queryInt(r, "max", 10, maxPull)
+	if err == nil {
+		var wait, lease time.Duration
+		if wait, err = queryDuration(r, "wait", 0, maxPullWait); err == nil {
+			if lease, err = queryDuration(r, "lease", 30*time.Second, time.Hour); err == nil {
+				var recs []*storage.Record
+				if recs, err = s.engine.Pull(r.Context(), r.PathValue("name"), max, wait, lease); err == nil {
+					msgs := make([]pulled, len(recs))
+					for i, rec := range recs {
+						msgs[i] = pulled{ID: rec.Event.ID, Event: structuredEvent(&rec.Event)}
+					}
+					writeJSON(w, http.StatusOK, map[string]any{"messages": msgs})
+					return
+				}
+			}
+		}
+	}
+	s.writeError(w, r, err)
+}
+
+func (s *Server) postAck(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		IDs []string `json:"ids"`
+	}
+	if err := s.readJSON(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(body.IDs) == 0 || len(body.IDs) > maxPull {
+		s.writeError(w, r, engine.Errorf(engine.EINVALID, "ids must list 1 to %d ids", maxPull))
+		return
+	}
+	n, err := s.engine.Ack(r.Context(), r.PathValue("name"), body.IDs)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"acked": n})
+}
+
+// structuredEvent renders an event in the CloudEvents JSON format: data as
+// JSON when its content type is JSON, else as a string when it is UTF-8
+// text, else base64 in data_base64.
+func structuredEvent(ev *storage.Event) map[string]any {
+	m := map[string]any{"specversion": ev.SpecVersion, "id": ev.ID, "source": ev.Source, "type": ev.Type}
+	set := func(k, v string) {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	set("subject", ev.Subject)
+	set("datacontenttype", ev.DataContentType)
+	set("dataschema", ev.DataSchema)
+	if !ev.Time.IsZero() {
+		m["time"] = ev.Time.Format(time.RFC3339Nano)
+	}
+	for _, x := range ev.Extensions {
+		m[x.Name] = x.Value
+	}
+	switch {
+	case len(ev.Data) == 0:
+	case isJSONMedia(ev.DataContentType) && json.Valid(ev.Data):
+		m["data"] = json.RawMessage(ev.Data)
+	case utf8.Valid(ev.Data):
+		m["data"] = string(ev.Data)
+	default:
+		m["data_base64"] = ev.Data
+	}
+	return m
+}

@@ -1,0 +1,175 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+const pullInbox = `
+inbox "pay" {
+  from    = "nats.local"
+  subject = "t.pay"
+  ttl     = "1h"
+}
+`
+
+func inbound(ids ...string) []engine.Inbound {
+	out := make([]engine.Inbound, len(ids))
+	for i, id := range ids {
+		out[i] = engine.Inbound{
+			Event:  storage.Event{ID: id, Type: "payment", Source: "/bank", SpecVersion: "1.0", Data: []byte(`{}`)},
+			Origin: fmt.Sprintf("nats.local:events#%d", i+1),
+		}
+	}
+	return out
+}
+
+// Redeliveries are dropped durably and audited, within the batch too; after
+// the ttl an id is new again.
+func TestReceiveDropsRedeliveries(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	ctx := context.Background()
+	res, err := h.eng.Receive(ctx, "pay", inbound("a", "b", "a"))
+	if err != nil || res.Stored != 2 || res.Skipped != 1 {
+		t.Fatalf("first batch: %+v %v", res, err)
+	}
+	res, err = h.eng.Receive(ctx, "pay", inbound("b", "c"))
+	if err != nil || res.Stored != 1 || res.Skipped != 1 {
+		t.Fatalf("second batch: %+v %v", res, err)
+	}
+	skips, err := h.eng.Skips("pay", time.Time{}, 10)
+	if err != nil || len(skips) != 2 {
+		t.Fatalf("audit: %+v %v", skips, err)
+	}
+	reasons := map[string]storage.Skip{}
+	for _, s := range skips {
+		reasons[s.Reason] = s
+	}
+	if s := reasons["duplicate"]; s.ID != "b" || s.FirstOrigin != "nats.local:events#2" || s.Origin != "nats.local:events#1" {
+		t.Errorf("duplicate entry: %+v", s)
+	}
+	if s := reasons["duplicate_in_batch"]; s.ID != "a" || s.FirstOrigin != "nats.local:events#1" {
+		t.Errorf("in-batch entry: %+v", s)
+	}
+	// The inbox's events are apart from the outbox: an outbound event may
+	// carry the same id.
+	if _, err := h.eng.EventStatus("a"); err == nil {
+		t.Error("an inbox event is visible as an outbound event")
+	}
+	// Pull them, ack them; acked ones are not pulled again.
+	msgs, err := h.eng.Pull(ctx, "pay", 10, 0, time.Minute)
+	if err != nil || len(msgs) != 3 {
+		t.Fatalf("pull: %d %v", len(msgs), err)
+	}
+	if again, _ := h.eng.Pull(ctx, "pay", 10, 0, time.Minute); len(again) != 0 {
+		t.Fatalf("leased messages pulled again: %d", len(again))
+	}
+	if n, err := h.eng.Ack(ctx, "pay", []string{"a", "b"}); err != nil || n != 2 {
+		t.Fatalf("ack: %d %v", n, err)
+	}
+	h.clock.Advance(2 * time.Minute) // the lease of c ran out
+	msgs, _ = h.eng.Pull(ctx, "pay", 10, 0, time.Minute)
+	if len(msgs) != 1 || msgs[0].Event.ID != "c" {
+		t.Fatalf("after the lease: %v", msgs)
+	}
+	// Past the ttl, ids are forgotten and cleaned up.
+	h.clock.Advance(2 * time.Hour)
+	if _, err := h.eng.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if skips, _ := h.eng.Skips("pay", time.Time{}, 10); len(skips) != 0 {
+		t.Errorf("audit kept past the ttl: %d", len(skips))
+	}
+}
+
+func TestPullLongPollWakesOnReceive(t *testing.T) {
+	h := newHarness(t, pullInbox, false)
+	ctx := context.Background()
+	got := make(chan int, 1)
+	start := time.Now()
+	go func() {
+		msgs, _ := h.eng.Pull(ctx, "pay", 10, 5*time.Second, time.Minute)
+		got <- len(msgs)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if _, err := h.eng.Receive(ctx, "pay", inbound("x")); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n != 1 || time.Since(start) > 2*time.Second {
+		t.Fatalf("long poll got %d after %v", n, time.Since(start))
+	}
+}
+
+// 100 concurrent claims of one id: exactly one lease; lease expiry lets
+// another claim it; complete stores the result every later claim gets.
+func TestClaims(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	ctx := context.Background()
+	req := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-1", Lease: 30 * time.Second}
+	var created, busy int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, ok, err := h.eng.Claim(ctx, req)
+			mu.Lock()
+			defer mu.Unlock()
+			var coded *engine.Error
+			switch {
+			case err == nil && ok:
+				created++
+			case errors.As(err, &coded) && coded.Code == engine.EINPROGRESS && coded.RetryAfter > 0:
+				busy++
+			default:
+				t.Errorf("claim: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if created != 1 || busy != 99 {
+		t.Fatalf("created %d, busy %d", created, busy)
+	}
+	h.clock.Advance(31 * time.Second)
+	if _, ok, err := h.eng.Claim(ctx, req); err != nil || !ok {
+		t.Fatalf("reclaim after lease expiry: %v %v", ok, err)
+	}
+	if _, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", json.RawMessage(`{"sent":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Hour)
+	c, ok, err := h.eng.Claim(ctx, req)
+	if err != nil || ok || c.State != storage.ClaimCompleted || string(c.Result) != `{"sent":true}` {
+		t.Fatalf("after complete: %+v %v %v", c, ok, err)
+	}
+	// Scoped by tenant and consumer.
+	if _, ok, _ := h.eng.Claim(ctx, engine.ClaimRequest{Tenant: "other", Consumer: "mailer", ID: "evt-1"}); !ok {
+		t.Error("another tenant's claim of the same id was refused")
+	}
+	// Release lets a redelivery run the effect again.
+	r2 := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-2"}
+	h.eng.Claim(ctx, r2)
+	if err := h.eng.Release(ctx, "default", "mailer", "evt-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := h.eng.Claim(ctx, r2); !ok {
+		t.Error("released id could not be claimed again")
+	}
+	// At most once: completed at once, a redelivery is skipped.
+	r3 := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-3", Mode: engine.ModeAtMostOnce}
+	if c, ok, _ := h.eng.Claim(ctx, r3); !ok || c.State != storage.ClaimCompleted {
+		t.Fatalf("at most once: %+v %v", c, ok)
+	}
+	if _, ok, _ := h.eng.Claim(ctx, r3); ok {
+		t.Error("at-most-once id claimed twice")
+	}
+}

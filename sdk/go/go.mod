@@ -1,0 +1,3 @@
+module github.com/switchyard-router/switchyard/sdk/go
+
+go 1.26
