@@ -28,6 +28,11 @@ listen {
 }
 event "order.created" {}
 event "order.paid" {}
+nats "local" { url = "nats://127.0.0.1:1" }
+inbox "pay" {
+  from    = "nats.local"
+  subject = "pay"
+}
 `
 
 // router is an API server on a real unix socket over a real data file. Its
@@ -394,5 +399,54 @@ func TestUnknownRouteIsProblem(t *testing.T) {
 	rep = r.do("GET", "/v1/events/"+fmt.Sprint("missing"), nil, "")
 	if rep.status != 404 {
 		t.Fatal(rep.status)
+	}
+}
+
+// 100 concurrent claims of one id over the socket: one 201, 99 409s with
+// Retry-After; complete, then claims get 200 and the stored result.
+func TestClaimsOverHTTP(t *testing.T) {
+	r := newRouter(t)
+	const n = 100
+	codes := make([]int, n)
+	retry := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep := r.do("POST", "/v1/inbox/mailer/claims", nil, `{"id":"evt-1","lease":"1m"}`)
+			codes[i], retry[i] = rep.status, rep.header.Get("Retry-After")
+		}()
+	}
+	wg.Wait()
+	count := map[int]int{}
+	for i, c := range codes {
+		count[c]++
+		if c == 409 && retry[i] == "" {
+			t.Fatal("409 without Retry-After")
+		}
+	}
+	if count[201] != 1 || count[409] != n-1 {
+		t.Fatalf("statuses: %v", count)
+	}
+	if rep := r.do("POST", "/v1/inbox/mailer/claims/evt-1/complete", nil, `{"result":{"sent":true}}`); rep.status != 200 {
+		t.Fatalf("complete: %d %s", rep.status, rep.body)
+	}
+	rep := r.do("POST", "/v1/inbox/mailer/claims", nil, `{"id":"evt-1"}`)
+	v := decode[struct {
+		State  string
+		Result map[string]bool
+	}](t, rep.body)
+	if rep.status != 200 || v.State != "completed" || !v.Result["sent"] {
+		t.Fatalf("claim after complete: %d %s", rep.status, rep.body)
+	}
+	if rep := r.do("POST", "/v1/inbox/mailer/claims", nil, `{"id":"x","mode":"sometimes"}`); rep.status != 400 {
+		t.Fatalf("bad mode: %d", rep.status)
+	}
+	if rep := r.do("GET", "/v1/inbox/nope/dedup", nil, ""); rep.status != 404 {
+		t.Fatalf("unknown inbox audit: %d", rep.status)
+	}
+	if rep := r.do("GET", "/v1/subscriptions/pay/messages?max=5&wait=10ms", nil, ""); rep.status != 200 || !strings.Contains(string(rep.body), `"messages": []`) {
+		t.Fatalf("empty pull: %d %s", rep.status, rep.body)
 	}
 }

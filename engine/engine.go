@@ -43,6 +43,9 @@ type Options struct {
 	CleanupInterval time.Duration
 	// Plugins are the loaded plugins, by the names policies use.
 	Plugins []Plugin
+	// DoubleSend makes every publish and every delivery happen twice
+	// (a test mode; never on by default).
+	DoubleSend bool
 }
 
 // Engine runs the loops. Open starts them; Close stops them.
@@ -92,6 +95,9 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 		loops:    make(map[string]*Loop),
 	}
 	for _, s := range sinks {
+		if opts.DoubleSend {
+			s = doubleSink{s}
+		}
 		e.sinks[s.Name()] = s
 	}
 	e.inboxes = make(map[string]*inbox, len(cfg.Inboxes))

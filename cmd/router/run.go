@@ -36,6 +36,8 @@ type RunCommand struct {
 	LogFormat  string
 	// ShutdownTimeout bounds the graceful stop.
 	ShutdownTimeout time.Duration
+	// DoubleSend makes every publish and delivery happen twice (tests).
+	DoubleSend bool
 
 	log         hclog.Logger
 	db          *storage.DB
@@ -53,6 +55,7 @@ func (c *RunCommand) ParseFlags(args []string) error {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
+	fs.BoolVar(&c.DoubleSend, "double-send", false, "test mode: make every publish and every delivery twice, to prove receivers idempotent")
 	return fs.Parse(args)
 }
 
@@ -139,7 +142,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		c.warnMissingTopics(ctx, cfg, sink)
 	}
 
-	eng, err := engine.New(db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: reg})
+	eng, err := engine.New(db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: reg, DoubleSend: c.DoubleSend})
 	if err != nil {
 		return err
 	}

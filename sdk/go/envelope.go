@@ -3,6 +3,7 @@ package sdk
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strconv"
 	"unsafe"
 )
@@ -239,19 +240,11 @@ func appendConfig(b []byte, cfg map[string]string) []byte {
 	for k := range cfg {
 		keys = append(keys, k)
 	}
-	sortStrings(keys)
+	slices.Sort(keys)
 	b = appendU32(b, uint32(len(keys)))
 	for _, k := range keys {
 		b = appendStr(b, k)
 		b = appendStr(b, cfg[k])
 	}
 	return b
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+func TestDecodeInbound(t *testing.T) {
+	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	at := time.Date(2026, 3, 4, 5, 6, 7, 890000000, time.UTC)
+	hs := func(kv ...string) []storage.Header {
+		out := make([]storage.Header, 0, len(kv)/2)
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, storage.Header{Name: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		headers  []storage.Header
+		value    string
+		prefix   string
+		idHeader string
+		want     storage.Event
+		derived  bool
+		warnings int
+	}{
+		{
+			name: "kafka binding",
+			headers: hs("ce_specversion", "1.0", "ce_id", "a-1", "ce_source", "/pay", "ce_type", "payment.done",
+				"ce_subject", "inv/7", "ce_time", "2026-03-04T05:06:07.89Z", "ce_dataschema", "urn:s",
+				"content-type", "application/json", "ce_partitionkey", "cust-1", "traceparent", tp,
+				"tracestate", "k=v", "x-app", "ignored"),
+			value:  `{"amount":1}`,
+			prefix: "ce_",
+			want: storage.Event{ID: "a-1", SpecVersion: "1.0", Source: "/pay", Type: "payment.done", Subject: "inv/7",
+				Time: at, DataSchema: "urn:s", DataContentType: "application/json",
+				Extensions: hs("partitionkey", "cust-1", "traceparent", tp, "tracestate", "k=v"),
+				Data:       []byte(`{"amount":1}`)},
+		},
+		{
+			name:    "nats binding, mixed case names",
+			headers: hs("Ce-Specversion", "1.0", "CE-ID", "n-1", "ce-source", "/s", "ce-type", "t", "Content-Type", "text/plain"),
+			value:   "hi",
+			prefix:  "ce-",
+			want: storage.Event{ID: "n-1", SpecVersion: "1.0", Source: "/s", Type: "t", DataContentType: "text/plain",
+				Data: []byte("hi")},
+		},
+		{
+			name:    "percent-decoding with ce-",
+			headers: hs("ce-id", "id%20one", "ce-source", "/caf%C3%A9", "ce-type", "t", "ce-note", "100%25 %22ok%22"),
+			prefix:  "ce-",
+			want: storage.Event{ID: "id one", Source: "/café", Type: "t",
+				Extensions: hs("note", `100% "ok"`)},
+		},
+		{
+			name:    "no percent-decoding with ce_",
+			headers: hs("ce_id", "id%20one", "ce_source", "/caf%C3%A9"),
+			prefix:  "ce_",
+			want:    storage.Event{ID: "id%20one", Source: "/caf%C3%A9"},
+		},
+		{
+			name:     "bad percent-encoding keeps the raw value",
+			headers:  hs("ce-id", "x", "ce-source", "100%"),
+			prefix:   "ce-",
+			want:     storage.Event{ID: "x", Source: "100%"},
+			warnings: 1,
+		},
+		{
+			name:     "bad time is dropped with a warning",
+			headers:  hs("ce_id", "x", "ce_time", "yesterday"),
+			prefix:   "ce_",
+			want:     storage.Event{ID: "x"},
+			warnings: 1,
+		},
+		{
+			name:     "invalid UTF-8 is replaced",
+			headers:  hs("ce_id", "x", "ce_source", "a\xffb"),
+			prefix:   "ce_",
+			want:     storage.Event{ID: "x", Source: "a\uFFFDb"},
+			warnings: 1,
+		},
+		{
+			name:     "custom id header; ce id not used",
+			headers:  hs("ce_id", "ce-value", "Message-Id", "m-9", "ce_type", "t"),
+			prefix:   "ce_",
+			idHeader: "message-id",
+			want:     storage.Event{ID: "m-9", Type: "t"},
+		},
+		{
+			name:    "first of a repeated header wins",
+			headers: hs("ce_id", "first", "ce_id", "second"),
+			prefix:  "ce_",
+			want:    storage.Event{ID: "first"},
+		},
+		{
+			name:    "datacontenttype attribute as fallback",
+			headers: hs("ce_id", "x", "ce_datacontenttype", "application/xml"),
+			prefix:  "ce_",
+			want:    storage.Event{ID: "x", DataContentType: "application/xml"},
+		},
+		{
+			name:    "missing id is derived",
+			headers: hs("ce_source", "/s", "ce_type", "t"),
+			value:   "body",
+			prefix:  "ce_",
+			want: storage.Event{ID: DeriveInboundID("/s", "t", "", hs("ce_source", "/s", "ce_type", "t"), []byte("body")),
+				Source: "/s", Type: "t", Data: []byte("body")},
+			derived: true,
+		},
+		{
+			name:    "empty id is derived",
+			headers: hs("ce-id", ""),
+			prefix:  "ce-",
+			want:    storage.Event{ID: DeriveInboundID("", "", "", hs("ce-id", ""), nil)},
+			derived: true,
+		},
+		{
+			name:     "id header of another prefix does not count",
+			headers:  hs("ce-id", "dash"),
+			prefix:   "ce_",
+			idHeader: "",
+			want:     storage.Event{ID: DeriveInboundID("", "", "", hs("ce-id", "dash"), nil)},
+			derived:  true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var value []byte
+			if tc.value != "" {
+				value = []byte(tc.value)
+			}
+			in, warnings := DecodeInbound(tc.headers, value, tc.prefix, tc.idHeader, "kafka.main:p/0@1")
+			if len(warnings) != tc.warnings {
+				t.Errorf("warnings = %q, want %d", warnings, tc.warnings)
+			}
+			if in.IDDerived != tc.derived {
+				t.Errorf("IDDerived = %v, want %v", in.IDDerived, tc.derived)
+			}
+			if in.Origin != "kafka.main:p/0@1" {
+				t.Errorf("Origin = %q", in.Origin)
+			}
+			if !reflect.DeepEqual(in.Event, tc.want) {
+				t.Errorf("event\n got %+v\nwant %+v", in.Event, tc.want)
+			}
+		})
+	}
+}
+
+func TestDeriveInboundIDStable(t *testing.T) {
+	h := []storage.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}, {Name: "X-A", Value: "1"}}
+	a, _ := DecodeInbound(h, []byte("data"), "ce_", "", "kafka.main:p/0@1")
+	// The same content at another offset, headers in another order.
+	h2 := []storage.Header{{Name: "x-a", Value: "1"}, {Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}}
+	b, _ := DecodeInbound(h2, []byte("data"), "ce_", "", "kafka.main:p/5@900")
+	if !a.IDDerived || a.Event.ID != b.Event.ID {
+		t.Fatalf("ids differ for identical content: %q vs %q", a.Event.ID, b.Event.ID)
+	}
+	if !strings.HasPrefix(a.Event.ID, DerivedIDPrefix) || len(a.Event.ID) != len(DerivedIDPrefix)+64 {
+		t.Fatalf("derived id %q", a.Event.ID)
+	}
+	for _, other := range []struct {
+		h    []storage.Header
+		data string
+	}{
+		{h, "datb"},
+		{[]storage.Header{{Name: "ce_type", Value: "u"}, {Name: "x-b", Value: "2"}, {Name: "X-A", Value: "1"}}, "data"},
+		{[]storage.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}}, "data"},
+		{[]storage.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "21"}, {Name: "X-A", Value: ""}}, "data"},
+	} {
+		c, _ := DecodeInbound(other.h, []byte(other.data), "ce_", "", "o")
+		if c.Event.ID == a.Event.ID {
+			t.Errorf("different content %v %q got the same id", other.h, other.data)
+		}
+	}
+}

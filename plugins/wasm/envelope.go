@@ -1,0 +1,332 @@
+package wasm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Envelopes (DESIGN §7) are little-endian and length-prefixed; a str is a
+// u32 byte length followed by the bytes.
+//
+// Event envelope, what sy_handle's input_read returns:
+//
+//	u8 version (1) | str id | str type | str source | str subject | str key |
+//	u32 n × (str name, str value) headers | str data
+//
+// key is ev.PartitionKey(); headers are the event's Extensions (CloudEvents
+// extension attributes and pass-through headers such as traceparent),
+// sorted by name.
+//
+// Output envelope, what the guest passes to emit:
+//
+//	str destination | u8 flags | [str key] | [u32 n × (str, str)] | [str data]
+//
+// flags bit 0: a key follows, bit 1: headers follow, bit 2: data follows, in
+// that order; the other bits must be 0. An absent field inherits the
+// input's; headers, when present, replace the input's headers.
+//
+// Config envelope, what sy_init's input_read returns:
+//
+//	u32 n × (str key, str value)
+//
+// with the plugin block's config pairs sorted by key.
+const (
+	// EventVersion is the first byte of an event envelope.
+	EventVersion = 1
+
+	flagKey     = 1 << 0
+	flagHeaders = 1 << 1
+	flagData    = 1 << 2
+	flagsKnown  = flagKey | flagHeaders | flagData
+
+	// Output header limits, the same as the HTTP API's for extensions.
+	maxHeaderName  = 64
+	maxHeaderValue = 4096
+)
+
+// output is a decoded output envelope.
+type output struct {
+	Destination string
+	HasKey      bool
+	Key         string
+	HasHeaders  bool
+	Headers     []storage.Header
+	HasData     bool
+	Data        []byte
+}
+
+func appendU32(b []byte, n int) []byte { return binary.LittleEndian.AppendUint32(b, uint32(n)) }
+
+func appendStr(b []byte, s string) []byte { return append(appendU32(b, len(s)), s...) }
+
+// appendEvent appends the event envelope of ev to b.
+func appendEvent(b []byte, ev *storage.Event) []byte {
+	b = append(b, EventVersion)
+	b = appendStr(b, ev.ID)
+	b = appendStr(b, ev.Type)
+	b = appendStr(b, ev.Source)
+	b = appendStr(b, ev.Subject)
+	b = appendStr(b, ev.PartitionKey())
+	b = appendU32(b, len(ev.Extensions))
+	for _, h := range ev.Extensions {
+		b = appendStr(b, h.Name)
+		b = appendStr(b, h.Value)
+	}
+	b = appendU32(b, len(ev.Data))
+	return append(b, ev.Data...)
+}
+
+// appendConfig appends the config envelope of cfg (sorted by key) to b.
+func appendConfig(b []byte, cfg map[string]string) []byte {
+	keys := make([]string, 0, len(cfg))
+	for k := range cfg {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = appendU32(b, len(keys))
+	for _, k := range keys {
+		b = appendStr(b, k)
+		b = appendStr(b, cfg[k])
+	}
+	return b
+}
+
+// appendOutput appends the output envelope of o to b (the guest's side;
+// the tests and the fuzzer use it).
+func appendOutput(b []byte, o *output) []byte {
+	b = appendStr(b, o.Destination)
+	var flags byte
+	if o.HasKey {
+		flags |= flagKey
+	}
+	if o.HasHeaders {
+		flags |= flagHeaders
+	}
+	if o.HasData {
+		flags |= flagData
+	}
+	b = append(b, flags)
+	if o.HasKey {
+		b = appendStr(b, o.Key)
+	}
+	if o.HasHeaders {
+		b = appendU32(b, len(o.Headers))
+		for _, h := range o.Headers {
+			b = appendStr(b, h.Name)
+			b = appendStr(b, h.Value)
+		}
+	}
+	if o.HasData {
+		b = appendU32(b, len(o.Data))
+		b = append(b, o.Data...)
+	}
+	return b
+}
+
+// reader decodes an envelope. Its strings alias the buffer.
+type reader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("at byte %d: %s", r.off, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *reader) u8(what string) byte {
+	if r.err != nil {
+		return 0
+	}
+	if r.off >= len(r.b) {
+		r.fail("the envelope ends before %s (1 byte)", what)
+		return 0
+	}
+	v := r.b[r.off]
+	r.off++
+	return v
+}
+
+func (r *reader) u32(what string) int {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b)-r.off < 4 {
+		r.fail("the envelope ends before the length of %s (4 bytes, %d left)", what, len(r.b)-r.off)
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(r.b[r.off:])
+	r.off += 4
+	return int(v)
+}
+
+func (r *reader) bytes(what string) []byte {
+	n := r.u32(what)
+	if r.err != nil {
+		return nil
+	}
+	if n > len(r.b)-r.off {
+		r.off -= 4
+		r.fail("%s is %d bytes long but only %d bytes follow", what, n, len(r.b)-r.off-4)
+		return nil
+	}
+	v := r.b[r.off : r.off+n : r.off+n]
+	r.off += n
+	return v
+}
+
+// str returns the next str as a string that aliases the buffer: the caller
+// owns the buffer and never modifies it afterwards.
+func (r *reader) str(what string) string {
+	b := r.bytes(what)
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// decodeOutput decodes and checks an output envelope. The strings and Data
+// of the result alias b, which the caller must not modify afterwards.
+func decodeOutput(b []byte) (output, error) {
+	var o output
+	r := reader{b: b}
+	o.Destination = r.str("the destination")
+	flags := r.u8("the flags")
+	if r.err == nil && flags&^flagsKnown != 0 {
+		r.off--
+		r.fail("flags 0x%02x has unknown bits (bit 0 key, bit 1 headers, bit 2 data)", flags)
+	}
+	if flags&flagKey != 0 {
+		o.HasKey = true
+		o.Key = r.str("the key")
+	}
+	if flags&flagHeaders != 0 {
+		o.HasHeaders = true
+		n := r.u32("the header count")
+		// Every header takes at least 8 bytes: a huge count is malformed,
+		// and must not make us allocate.
+		if r.err == nil && n > (len(b)-r.off)/8 {
+			r.off -= 4
+			r.fail("%d headers cannot fit in the %d bytes left", n, len(b)-r.off-4)
+		}
+		if r.err == nil {
+			o.Headers = make([]storage.Header, n)
+			for i := range o.Headers {
+				o.Headers[i].Name = r.str("a header name")
+				o.Headers[i].Value = r.str("a header value")
+			}
+		}
+	}
+	if flags&flagData != 0 {
+		o.HasData = true
+		o.Data = r.bytes("the data")
+	}
+	if r.err == nil && r.off != len(b) {
+		r.fail("%d bytes follow the last field (flags 0x%02x)", len(b)-r.off, flags)
+	}
+	if r.err != nil {
+		return output{}, r.err
+	}
+	if err := o.check(); err != nil {
+		return output{}, err
+	}
+	return o, nil
+}
+
+// contextAttrs are the CloudEvents context attributes: a header may not take
+// their names (the sinks write both as ce-<name>).
+var contextAttrs = map[string]bool{
+	"specversion": true, "id": true, "source": true, "type": true, "subject": true,
+	"time": true, "datacontenttype": true, "dataschema": true, "data": true,
+}
+
+// check validates the fields of a decoded output and sorts its headers.
+func (o *output) check() error {
+	if !utf8.ValidString(o.Destination) {
+		return fmt.Errorf("the destination is not valid UTF-8")
+	}
+	if strings.ContainsAny(o.Destination, " \t\r\n") {
+		return fmt.Errorf("destination %q contains white space", o.Destination)
+	}
+	if o.HasKey && !utf8.ValidString(o.Key) {
+		return fmt.Errorf("the key is not valid UTF-8")
+	}
+	if !o.HasHeaders {
+		return nil
+	}
+	for _, h := range o.Headers {
+		if !validHeaderName(h.Name) {
+			return fmt.Errorf("header name %q: names are 1 to %d lower-case letters and digits (CloudEvents extension names)", h.Name, maxHeaderName)
+		}
+		if contextAttrs[h.Name] {
+			return fmt.Errorf("header name %q is a CloudEvents context attribute, not an extension", h.Name)
+		}
+		if len(h.Value) > maxHeaderValue {
+			return fmt.Errorf("header %q: the value is longer than %d bytes", h.Name, maxHeaderValue)
+		}
+		if !utf8.ValidString(h.Value) {
+			return fmt.Errorf("header %q: the value is not valid UTF-8", h.Name)
+		}
+	}
+	if !slices.IsSortedFunc(o.Headers, cmpHeader) {
+		slices.SortStableFunc(o.Headers, cmpHeader)
+	}
+	for i := 1; i < len(o.Headers); i++ {
+		if o.Headers[i].Name == o.Headers[i-1].Name {
+			return fmt.Errorf("header %q appears twice", o.Headers[i].Name)
+		}
+	}
+	return nil
+}
+
+func cmpHeader(a, b storage.Header) int { return strings.Compare(a.Name, b.Name) }
+
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > maxHeaderName {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeEvent decodes an event envelope (the guest's side; the tests use
+// it to check appendEvent). Strings alias b.
+func decodeEvent(b []byte) (ev storage.Event, key string, err error) {
+	r := reader{b: b}
+	if v := r.u8("the version"); r.err == nil && v != EventVersion {
+		return ev, "", fmt.Errorf("version %d, want %d", v, EventVersion)
+	}
+	ev.ID = r.str("the id")
+	ev.Type = r.str("the type")
+	ev.Source = r.str("the source")
+	ev.Subject = r.str("the subject")
+	key = r.str("the key")
+	n := r.u32("the header count")
+	if r.err == nil && n > (len(b)-r.off)/8 {
+		r.fail("%d headers cannot fit", n)
+	}
+	if r.err == nil && n > 0 {
+		ev.Extensions = make([]storage.Header, n)
+		for i := range ev.Extensions {
+			ev.Extensions[i].Name = r.str("a header name")
+			ev.Extensions[i].Value = r.str("a header value")
+		}
+	}
+	ev.Data = r.bytes("the data")
+	if r.err == nil && r.off != len(b) {
+		r.fail("%d bytes follow the data", len(b)-r.off)
+	}
+	return ev, key, r.err
+}

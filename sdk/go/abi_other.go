@@ -1,0 +1,74 @@
+//go:build !wasip1
+
+package sdk
+
+// Outside wasip1 the host imports are simulated in memory, so that plugin
+// logic can be unit-tested with `go test` on the developer's machine.
+
+var sim struct {
+	input   []byte
+	outputs []Output
+	reason  string
+	logs    []LogLine
+	err     error
+}
+
+func hostInputRead(b []byte) int32 {
+	copy(b, sim.input)
+	return int32(len(sim.input))
+}
+
+func hostEmit(b []byte) int32 {
+	o, err := decodeOutput(b)
+	if err != nil {
+		sim.err = err
+		return -1
+	}
+	sim.outputs = append(sim.outputs, o)
+	return 0
+}
+
+func hostFail(reason string) { sim.reason = reason }
+
+func hostLog(level int32, msg string) {
+	sim.logs = append(sim.logs, LogLine{Level: Level(level), Msg: msg})
+}
+
+// LogLine is a line the plugin logged during Run.
+type LogLine struct {
+	Level Level
+	Msg   string
+}
+
+// Result is what Run observed.
+type Result struct {
+	Verdict Verdict
+	Reason  string   // the text passed to Retry/Reject (or by a failed init)
+	Outputs []Output // the outputs emitted, decoded from their envelopes
+	Logs    []LogLine
+}
+
+// Run (outside wasip1 only) does what the router does with one fresh plugin
+// instance: it passes config to the registered Init function through a config
+// envelope, then ev to the handler through an event envelope, and returns the
+// verdict, the reason and the emitted outputs decoded from their envelopes.
+// A failed init returns an error. It is meant for plugins' unit tests.
+func Run(config map[string]string, ev Event) (Result, error) {
+	sim.outputs, sim.reason, sim.logs, sim.err = nil, "", nil, nil
+	sim.input = appendConfig(nil, config)
+	if rc := callInit(int32(len(sim.input))); rc != 0 {
+		return Result{Reason: sim.reason, Logs: sim.logs}, &InitError{Reason: sim.reason}
+	}
+	sim.input = appendEvent(nil, &ev)
+	if handler == nil {
+		return Result{}, ErrNoHandler
+	}
+	v := Verdict(callHandle(int32(len(sim.input))))
+	res := Result{Verdict: v, Reason: sim.reason, Outputs: sim.outputs, Logs: sim.logs}
+	return res, sim.err
+}
+
+// InitError is returned by Run when the plugin's init fails.
+type InitError struct{ Reason string }
+
+func (e *InitError) Error() string { return "sy_init failed: " + e.Reason }

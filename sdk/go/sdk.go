@@ -1,0 +1,289 @@
+package sdk
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// ABIVersion is the plugin ABI version this SDK implements; sy_abi_version
+// returns it.
+const ABIVersion = 1
+
+// Verdict is what a handler returns for an event.
+type Verdict int32
+
+const (
+	// OK publishes the outputs emitted during the call. No output and OK
+	// means the event is dropped (filtered out).
+	OK Verdict = 0
+	// VerdictRetry: a transient failure; the router backs off and retries
+	// the event. Use [Retry], which also records the reason.
+	VerdictRetry Verdict = 1
+	// VerdictReject: a permanent failure; the router moves the event to the
+	// dead-letter queue. Use [Reject], which also records the reason.
+	VerdictReject Verdict = 2
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case OK:
+		return "ok"
+	case VerdictRetry:
+		return "retry"
+	case VerdictReject:
+		return "reject"
+	}
+	return "verdict(" + strconv.Itoa(int(v)) + ")"
+}
+
+// Retry records reason with the router and returns VerdictRetry.
+func Retry(reason string) Verdict {
+	hostFail(reason)
+	return VerdictRetry
+}
+
+// Reject records reason with the router and returns VerdictReject: the
+// event goes to the dead-letter queue with that reason.
+func Reject(reason string) Verdict {
+	hostFail(reason)
+	return VerdictReject
+}
+
+// Level is a log level.
+type Level int32
+
+const (
+	LevelTrace Level = 0
+	LevelDebug Level = 1
+	LevelInfo  Level = 2
+	LevelWarn  Level = 3
+	LevelError Level = 4
+)
+
+// Log sends a line to the router's log, attributed to the plugin.
+func Log(level Level, msg string) { hostLog(int32(level), msg) }
+
+// Logf formats like fmt.Sprintf and logs the result.
+func Logf(level Level, format string, args ...any) {
+	hostLog(int32(level), fmt.Sprintf(format, args...))
+}
+
+// Header is one event header: a CloudEvents extension attribute or a
+// pass-through header such as traceparent.
+type Header struct {
+	Name, Value string
+}
+
+// Headers is an ordered list of headers. Names are compared exactly
+// (case-sensitively).
+type Headers []Header
+
+// Get returns the value of the first header called name.
+func (h Headers) Get(name string) (string, bool) {
+	for _, p := range h {
+		if p.Name == name {
+			return p.Value, true
+		}
+	}
+	return "", false
+}
+
+// Set returns h with the header name set to value: the first header of that
+// name is replaced and any others removed, or it is appended. The result is
+// never nil. h's backing array may be reused; use Clone first to keep h.
+func (h Headers) Set(name, value string) Headers {
+	out := h[:0:0]
+	if h == nil {
+		out = Headers{}
+	}
+	found := false
+	for _, p := range h {
+		if p.Name == name {
+			if found {
+				continue
+			}
+			found = true
+			p.Value = value
+		}
+		out = append(out, p)
+	}
+	if !found {
+		out = append(out, Header{Name: name, Value: value})
+	}
+	return out
+}
+
+// Del returns h without the headers called name (never nil).
+func (h Headers) Del(name string) Headers {
+	out := make(Headers, 0, len(h))
+	for _, p := range h {
+		if p.Name != name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Clone returns a copy of h (never nil).
+func (h Headers) Clone() Headers {
+	return append(make(Headers, 0, len(h)), h...)
+}
+
+// Event is the event a handler is given. Its strings and Data share one
+// buffer that is the handler's to keep: the SDK allocates a new one for every
+// event.
+type Event struct {
+	ID      string
+	Type    string
+	Source  string
+	Subject string
+	Key     string // the partition key ("" when none)
+	Headers Headers
+	Data    []byte
+}
+
+// JSON decodes the event's data as JSON into v (encoding/json).
+func (ev *Event) JSON(v any) error { return json.Unmarshal(ev.Data, v) }
+
+// Output is one message for the router to publish. A field left nil
+// inherits the input event's value.
+type Output struct {
+	// Destination is a sink and its topic or subject, for example
+	// "kafka.main:orders" or "nats.local:orders.eu"; "" is the event
+	// type's configured route.
+	Destination string
+	// Key, when not nil, replaces the partition key.
+	Key *string
+	// Headers, when not nil (even empty), replace all the input's headers.
+	Headers Headers
+	// Data, when not nil (even empty), replaces the data.
+	Data []byte
+}
+
+// To returns an output to destination that inherits everything else.
+func To(destination string) Output { return Output{Destination: destination} }
+
+// WithKey returns o with its key set.
+func (o Output) WithKey(key string) Output { o.Key = &key; return o }
+
+// WithHeaders returns o with its headers set (replacing the input's; nil
+// becomes an empty list, which publishes no headers at all).
+func (o Output) WithHeaders(h Headers) Output {
+	if h == nil {
+		h = Headers{}
+	}
+	o.Headers = h
+	return o
+}
+
+// WithData returns o with its data set (nil becomes empty data).
+func (o Output) WithData(b []byte) Output {
+	if b == nil {
+		b = []byte{}
+	}
+	o.Data = b
+	return o
+}
+
+// WithJSON returns o with its data set to the JSON encoding of v.
+func (o Output) WithJSON(v any) (Output, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return o, err
+	}
+	return o.WithData(b), nil
+}
+
+// EmitError is returned by Emit when the router refuses an output.
+type EmitError struct{ Code int32 }
+
+func (e *EmitError) Error() string {
+	return "switchyard: output refused by the router (emit returned " + strconv.Itoa(int(e.Code)) + ")"
+}
+
+var emitBuf []byte
+
+// Emit hands one output to the router. Outputs are published only if the
+// handler then returns OK. An error means the router refused it (malformed,
+// or over the plugin's output limits).
+func Emit(o Output) error {
+	emitBuf = appendOutput(emitBuf[:0], &o)
+	if rc := hostEmit(emitBuf); rc < 0 {
+		return &EmitError{Code: rc}
+	}
+	return nil
+}
+
+// Forward emits the input event unchanged to the type's configured route:
+// the output of a plugin that lets an event through.
+func Forward() error { return Emit(Output{}) }
+
+var (
+	handler  func(*Event) Verdict
+	initFunc func(map[string]string) error
+)
+
+// Handle registers the event handler. Call it from an init function.
+func Handle(f func(ev *Event) Verdict) { handler = f }
+
+// Init registers a function that receives the plugin's config (the
+// `config = {...}` map of its `plugin` block) once per instance, before any
+// event. A non-nil error fails the plugin's loading with that message.
+// Call it from an init function.
+func Init(f func(config map[string]string) error) { initFunc = f }
+
+// callInit is sy_init.
+func callInit(n int32) (rc int32) {
+	defer recoverAndFail("sy_init")
+	buf := make([]byte, n)
+	if got := hostInputRead(buf); got != n {
+		hostFail("switchyard sdk: config size " + strconv.Itoa(int(got)) + " != " + strconv.Itoa(int(n)))
+		return 1
+	}
+	cfg, err := decodeConfig(buf)
+	if err != nil {
+		hostFail("switchyard sdk: " + err.Error())
+		return 1
+	}
+	if initFunc != nil {
+		if err := initFunc(cfg); err != nil {
+			hostFail(err.Error())
+			return 1
+		}
+	}
+	return 0
+}
+
+// callHandle is sy_handle.
+func callHandle(n int32) int32 {
+	defer recoverAndFail("sy_handle")
+	if handler == nil {
+		return int32(Retry("switchyard sdk: no handler: call sdk.Handle from an init function"))
+	}
+	buf := make([]byte, n)
+	if got := hostInputRead(buf); got != n {
+		return int32(Retry("switchyard sdk: event size " + strconv.Itoa(int(got)) + " != " + strconv.Itoa(int(n))))
+	}
+	ev, err := decodeEvent(buf)
+	if err != nil {
+		return int32(Reject("switchyard sdk: " + err.Error()))
+	}
+	return int32(handler(ev))
+}
+
+// recoverAndFail reports a panic's value as the failure reason, then panics
+// again: the instance traps, and the router retries the event on a fresh
+// instance (its state may be corrupt).
+func recoverAndFail(where string) {
+	if r := recover(); r != nil {
+		msg := fmt.Sprintf("panic in %s: %v", where, r)
+		hostLog(int32(LevelError), msg)
+		hostFail(msg)
+		panic(r)
+	}
+}
+
+// ErrNoHandler is returned by Run when no handler is registered.
+var ErrNoHandler = errors.New("switchyard sdk: no handler registered")
