@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// One event type routed to Kafka and to NATS (fan-out) through the real
+// router; a second type whose Kafka topic does not exist shows a failure in
+// one output does not re-send the other.
+func TestKafkaAndNATSFanOut(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.SeedTopics(3, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	natsPort := freePort(t)
+	path, sock := writeConfig(t, fmt.Sprintf(`
+kafka "main" {
+  brokers = [%q]
+}
+nats "bus" {
+  embedded = true
+  port     = %d
+  stream "fan" { subjects = ["fan.>"] }
+}
+event "fan.order" {
+  polling { min = "10ms" }
+  route {
+    to    = "kafka.main"
+    topic = "orders"
+  }
+  route {
+    to      = "nats.bus"
+    subject = "fan.orders"
+  }
+}
+event "fan.broken" {
+  max_retries = 2
+  backoff { enabled = false }
+  polling {
+    min = "10ms"
+    max = "50ms"
+  }
+  route {
+    to      = "nats.bus"
+    subject = "fan.broken"
+  }
+  route {
+    to    = "kafka.main"
+    topic = "does-not-exist"
+  }
+}
+`, kc.ListenAddrs()[0], natsPort))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewMain(nil, io.Discard, io.Discard).Run(ctx, []string{"run", "-config", path}) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	c := socketClient(sock)
+	waitHealthy(t, c)
+
+	const n = 100
+	for i := range n {
+		body := fmt.Sprintf(`{"specversion":"1.0","type":"fan.order","source":"/t","id":"o-%d","partitionkey":"cust-%d","data":{"i":%d}}`, i, i%7, i)
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(body))
+		if err != nil || resp.StatusCode != 202 {
+			t.Fatalf("post %d: %v %v", i, resp, err)
+		}
+		resp.Body.Close()
+	}
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+		strings.NewReader(`{"specversion":"1.0","type":"fan.broken","source":"/t","id":"b-1","data":{}}`))
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("post broken: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i < n; {
+		body := get(t, c, fmt.Sprintf("/v1/events/o-%d", i))
+		if strings.Contains(body, `"state": "delivered"`) {
+			if !strings.Contains(body, `"topic": "orders"`) || !strings.Contains(body, `"stream": "fan"`) {
+				t.Fatalf("o-%d positions: %s", i, body)
+			}
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("o-%d not delivered: %s", i, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		body := get(t, c, "/v1/events/b-1")
+		if strings.Contains(body, `"state": "dlq"`) {
+			if !strings.Contains(body, "does-not-exist") {
+				t.Fatalf("DLQ reason does not name the topic: %s", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b-1 not in the DLQ: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Kafka: every record once, keyed by the partition key, with headers.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumeTopics("orders"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	seen := map[string]int{}
+	fetchCtx, fetchCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer fetchCancel()
+	for len(seen) < n && fetchCtx.Err() == nil {
+		cl.PollFetches(fetchCtx).EachRecord(func(r *kgo.Record) {
+			h := map[string]string{}
+			for _, x := range r.Headers {
+				h[x.Key] = string(x.Value)
+			}
+			id := h["ce_id"]
+			if h["ce_type"] != "fan.order" || h["ce_specversion"] != "1.0" || string(r.Key) != h["ce_partitionkey"] || !strings.HasPrefix(string(r.Key), "cust-") {
+				t.Errorf("record %s: key %q headers %v", id, r.Key, h)
+			}
+			seen[id]++
+		})
+	}
+	if len(seen) != n {
+		t.Fatalf("kafka has %d distinct ids, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s in Kafka %d times", id, k)
+		}
+	}
+
+	// NATS: the same events, and the broken type's NATS output exactly once
+	// although its Kafka output failed three times.
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(context.Background(), "fan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := st.Info(context.Background(), jetstream.WithSubjectFilter("fan.broken"))
+	if got := info.State.Subjects["fan.broken"]; got != 1 {
+		t.Errorf("fan.broken published %d times to NATS, want 1", got)
+	}
+	if info.State.Msgs != n+1 {
+		t.Errorf("stream has %d messages, want %d", info.State.Msgs, n+1)
+	}
+}

@@ -1,0 +1,156 @@
+// Package wasm runs Switchyard plugins: WebAssembly modules that speak the
+// plugin ABI v1 (DESIGN §7), on wazero.
+//
+// A Runtime compiles modules (with an on-disk compilation cache, so a
+// restart does not compile again) and hosts the imports every plugin shares:
+// module "switchyard" (input_read, emit, fail, log) and a sandboxed
+// wasi_snapshot_preview1. Runtime.Load validates a module and returns a
+// Plugin, which implements engine.Plugin on a pool of instances.
+//
+// What a plugin must export, in the order the host calls them on a new
+// instance:
+//
+//	memory                            the module's own linear memory
+//	_initialize()                     optional: Go c-shared, wasi-libc reactors
+//	sy_abi_version() -> i32           must return 1
+//	sy_init(config_len: i32) -> i32   optional: once per instance; 0 = ok; the
+//	                                  config envelope is read with input_read
+//	sy_handle(event_len: i32) -> i32  once per event: 0 ok, 1 retry, 2 reject
+//
+// See envelope.go for the event, output and config envelopes and
+// RATIONALE.md for why things are the way they are.
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+)
+
+// HostModule is the name of the module the host functions are imported from.
+const HostModule = "switchyard"
+
+// ABIVersion is the plugin ABI this host speaks: sy_abi_version() must
+// return it.
+const ABIVersion = 1
+
+// RuntimeOptions configure NewRuntime.
+type RuntimeOptions struct {
+	// CacheDir keeps compiled modules on disk, so that a restart does not
+	// compile them again; "" keeps them in memory only. The router uses
+	// <data dir>/wasm-cache.
+	CacheDir string
+	// Logger receives the plugins' log() calls and their stdout/stderr,
+	// under the name "plugin" with a "plugin" attribute; nil = discard.
+	Logger hclog.Logger
+}
+
+// Runtime compiles and runs plugins. One Runtime hosts every plugin of a
+// router; Close it after the plugins' last Handle.
+type Runtime struct {
+	r     wazero.Runtime
+	cache wazero.CompilationCache
+	log   hclog.Logger
+	// wasi are the functions of wasi_snapshot_preview1 that wazero
+	// implements, by name: the allowlist for that module.
+	wasi map[string]api.FunctionDefinition
+}
+
+// NewRuntime returns a runtime with the compiler engine (the interpreter
+// only where wazero has no compiler) and timeouts enabled
+// (WithCloseOnContextDone).
+func NewRuntime(ctx context.Context, opts RuntimeOptions) (*Runtime, error) {
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	// NewRuntimeConfig picks the compiler wherever wazero has one (amd64
+	// and arm64) and the CPU supports it, the interpreter elsewhere.
+	cfg := wazero.NewRuntimeConfig().WithCloseOnContextDone(true)
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		log.Warn("no WebAssembly compiler for this architecture: plugins run in wazero's interpreter, 20-50x slower", "arch", runtime.GOARCH)
+	}
+	rt := &Runtime{log: log.Named("plugin")}
+	if opts.CacheDir != "" {
+		cache, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("wasm compilation cache %s: %w", opts.CacheDir, err)
+		}
+		rt.cache = cache
+		cfg = cfg.WithCompilationCache(cache)
+	}
+	rt.r = wazero.NewRuntimeWithConfig(ctx, cfg)
+	fail := func(err error) (*Runtime, error) {
+		rt.Close(ctx)
+		return nil, err
+	}
+	wasi := wasi_snapshot_preview1.NewBuilder(rt.r)
+	compiled, err := wasi.Compile(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("wasi: %w", err))
+	}
+	rt.wasi = compiled.ExportedFunctions()
+	if _, err := wasi.Instantiate(ctx); err != nil {
+		return fail(fmt.Errorf("wasi: %w", err))
+	}
+	if err := instantiateHost(ctx, rt.r); err != nil {
+		return fail(fmt.Errorf("host module %q: %w", HostModule, err))
+	}
+	return rt, nil
+}
+
+// Close closes every plugin instance and module of the runtime and the
+// compilation cache.
+func (rt *Runtime) Close(ctx context.Context) error {
+	var errs []error
+	if rt.r != nil {
+		errs = append(errs, rt.r.Close(ctx))
+	}
+	if rt.cache != nil {
+		errs = append(errs, rt.cache.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	i32 = api.ValueTypeI32
+	// hostFuncs are the functions of module "switchyard" with their
+	// signatures: the allowlist for that module.
+	hostFuncs = map[string]struct{ params, results []api.ValueType }{
+		"input_read": {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+		"emit":       {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+		"fail":       {[]api.ValueType{i32, i32}, nil},
+		"log":        {[]api.ValueType{i32, i32, i32}, nil},
+	}
+)
+
+// instantiateHost instantiates module "switchyard". Its functions find the
+// calling instance in the context (instanceOf): wazero hands them the
+// context of the guest call.
+func instantiateHost(ctx context.Context, r wazero.Runtime) error {
+	b := r.NewHostModuleBuilder(HostModule)
+	fns := map[string]struct {
+		fn    api.GoModuleFunc
+		names []string
+	}{
+		"input_read": {hostInputRead, []string{"ptr", "len"}},
+		"emit":       {hostEmit, []string{"ptr", "len"}},
+		"fail":       {hostFail, []string{"ptr", "len"}},
+		"log":        {hostLog, []string{"level", "ptr", "len"}},
+	}
+	for name, f := range fns {
+		sig := hostFuncs[name]
+		b = b.NewFunctionBuilder().
+			WithGoModuleFunction(f.fn, sig.params, sig.results).
+			WithParameterNames(f.names...).
+			Export(name)
+	}
+	_, err := b.Instantiate(ctx)
+	return err
+}

@@ -1,0 +1,160 @@
+package sdk
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestEventRoundTrip(t *testing.T) {
+	in := Event{ID: "id-1", Type: "order.created", Source: "/shop", Subject: "s", Key: "k",
+		Headers: Headers{{"traceparent", "00-abc"}, {"region", "eu"}}, Data: []byte(`{"amount":5}`)}
+	b := appendEvent(nil, &in)
+	// Hand-built reference for the first fields: version, then str id.
+	if b[0] != 1 || !bytes.Equal(b[1:5], []byte{4, 0, 0, 0}) || string(b[5:9]) != "id-1" {
+		t.Fatalf("bad layout % x", b[:12])
+	}
+	out, err := decodeEvent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.ID != in.ID || out.Type != in.Type || out.Source != in.Source || out.Subject != in.Subject ||
+		out.Key != in.Key || len(out.Headers) != 2 || out.Headers[1] != in.Headers[1] || string(out.Data) != string(in.Data) {
+		t.Fatalf("round trip: %+v", out)
+	}
+}
+
+func TestDecodeEventMalformed(t *testing.T) {
+	good := appendEvent(nil, &Event{ID: "a", Headers: Headers{{"x", "y"}}, Data: []byte("d")})
+	for i := 0; i < len(good); i++ {
+		if _, err := decodeEvent(good[:i]); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("truncated at %d: err = %v", i, err)
+		}
+	}
+	if _, err := decodeEvent(append(append([]byte{}, good...), 0)); !errors.Is(err, ErrMalformed) {
+		t.Fatal("trailing byte accepted")
+	}
+	bad := append([]byte{}, good...)
+	bad[0] = 2
+	if _, err := decodeEvent(bad); !errors.Is(err, ErrMalformed) {
+		t.Fatal("version 2 accepted")
+	}
+	// A huge header count must fail without allocating for it.
+	huge := []byte{1}
+	for i := 0; i < 5; i++ {
+		huge = appendStr(huge, "")
+	}
+	huge = appendU32(huge, 0xffffffff)
+	if _, err := decodeEvent(huge); !errors.Is(err, ErrMalformed) {
+		t.Fatal("huge header count accepted")
+	}
+}
+
+func TestOutputFlags(t *testing.T) {
+	cases := []struct {
+		o     Output
+		flags byte
+	}{
+		{Output{}, 0},
+		{To("nats.local:x").WithKey(""), FlagKey},
+		{To("").WithHeaders(nil), FlagHeaders},
+		{To("").WithData(nil), FlagData},
+		{To("kafka.main:t").WithKey("k").WithHeaders(Headers{{"a", "b"}}).WithData([]byte("z")), 7},
+	}
+	for _, c := range cases {
+		b := appendOutput(nil, &c.o)
+		n := int(b[0]) | int(b[1])<<8 | int(b[2])<<16 | int(b[3])<<24
+		if got := b[4+n]; got != c.flags {
+			t.Errorf("%+v: flags %d, want %d", c.o, got, c.flags)
+		}
+		back, err := decodeOutput(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.Destination != c.o.Destination || (back.Key == nil) != (c.o.Key == nil) ||
+			(back.Headers == nil) != (c.o.Headers == nil) || (back.Data == nil) != (c.o.Data == nil) {
+			t.Errorf("round trip %+v -> %+v", c.o, back)
+		}
+	}
+	// The pass-through output is exactly 5 bytes: empty destination, flags 0.
+	if b := appendOutput(nil, &Output{}); !bytes.Equal(b, []byte{0, 0, 0, 0, 0}) {
+		t.Fatalf("forward envelope % x", b)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	b := appendConfig(nil, map[string]string{"b": "2", "a": "1"})
+	want := []byte{2, 0, 0, 0, 1, 0, 0, 0, 'a', 1, 0, 0, 0, '1', 1, 0, 0, 0, 'b', 1, 0, 0, 0, '2'}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("config envelope % x", b)
+	}
+	m, err := decodeConfig(b)
+	if err != nil || m["a"] != "1" || m["b"] != "2" || len(m) != 2 {
+		t.Fatalf("%v %v", m, err)
+	}
+}
+
+func TestHeaders(t *testing.T) {
+	h := Headers{{"a", "1"}, {"b", "2"}, {"a", "3"}}
+	if v, ok := h.Get("a"); !ok || v != "1" {
+		t.Fatal(v, ok)
+	}
+	s := h.Clone().Set("a", "9")
+	if len(s) != 2 || s[0] != (Header{"a", "9"}) || s[1] != (Header{"b", "2"}) {
+		t.Fatal(s)
+	}
+	if s := Headers(nil).Set("x", "y"); len(s) != 1 {
+		t.Fatal(s)
+	}
+	if d := h.Del("a"); len(d) != 1 || d[0].Name != "b" {
+		t.Fatal(d)
+	}
+	if h[0] != (Header{"a", "1"}) {
+		t.Fatal("Clone+Set changed the original")
+	}
+}
+
+func TestRun(t *testing.T) {
+	var seen map[string]string
+	Init(func(cfg map[string]string) error {
+		seen = cfg
+		if cfg["bad"] != "" {
+			return errors.New("bad config")
+		}
+		return nil
+	})
+	Handle(func(ev *Event) Verdict {
+		var v struct{ N int }
+		if err := ev.JSON(&v); err != nil {
+			return Reject("not json: " + err.Error())
+		}
+		if v.N < 0 {
+			return Retry("negative")
+		}
+		Log(LevelInfo, "n")
+		for i := 0; i < v.N; i++ {
+			if err := Emit(To("nats.local:x").WithKey(ev.ID)); err != nil {
+				return Retry(err.Error())
+			}
+		}
+		return OK
+	})
+	defer func() { handler, initFunc = nil, nil }()
+
+	res, err := Run(map[string]string{"k": "v"}, Event{ID: "e1", Data: []byte(`{"N":2}`)})
+	if err != nil || res.Verdict != OK || len(res.Outputs) != 2 || *res.Outputs[1].Key != "e1" || seen["k"] != "v" || len(res.Logs) != 1 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	res, _ = Run(nil, Event{Data: []byte(`nope`)})
+	if res.Verdict != VerdictReject || res.Reason == "" {
+		t.Fatalf("%+v", res)
+	}
+	res, _ = Run(nil, Event{Data: []byte(`{"N":-1}`)})
+	if res.Verdict != VerdictRetry || res.Reason != "negative" {
+		t.Fatalf("%+v", res)
+	}
+	var ie *InitError
+	if _, err := Run(map[string]string{"bad": "1"}, Event{}); !errors.As(err, &ie) || ie.Reason != "bad config" {
+		t.Fatalf("init error: %v", err)
+	}
+}
