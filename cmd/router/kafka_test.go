@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // One event type routed to Kafka and to NATS (fan-out) through the real
@@ -166,5 +169,119 @@ event "fan.broken" {
 	}
 	if info.State.Msgs != n+1 {
 		t.Errorf("stream has %d messages, want %d", info.State.Msgs, n+1)
+	}
+}
+
+// A Kafka broker that never answers: the router's own deadline fires, the
+// batch is released without counting an attempt, /readyz says which sink is
+// down; once the broker answers again everything is delivered.
+func TestKafkaBrokerHangs(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	var blocked atomic.Bool
+	blocked.Store(true)
+	unblock := make(chan struct{})
+	kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !blocked.Load() {
+			kc.DropControl()
+			return nil, nil, false
+		}
+		kc.KeepControl()
+		kc.SleepControl(func() { <-unblock })
+		return nil, errors.New("abandoned"), true
+	})
+	path, sock := writeConfig(t, fmt.Sprintf(`
+kafka "main" {
+  brokers         = [%q]
+  publish_timeout = "500ms"
+}
+event "hang.order" {
+  polling {
+    min = "10ms"
+    max = "200ms"
+  }
+  route {
+    to    = "kafka.main"
+    topic = "orders"
+  }
+}
+`, kc.ListenAddrs()[0]))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewMain(nil, io.Discard, io.Discard).Run(ctx, []string{"run", "-config", path}) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	c := socketClient(sock)
+	waitHealthy(t, c)
+	for i := range 20 {
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+			strings.NewReader(fmt.Sprintf(`{"specversion":"1.0","type":"hang.order","source":"/t","id":"h-%d"}`, i)))
+		if err != nil || resp.StatusCode != 202 {
+			t.Fatalf("post: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	time.Sleep(2 * time.Second) // several deadlines
+	body := get(t, c, "/v1/events/h-0")
+	if !strings.Contains(body, `"attempts": 0`) || strings.Contains(body, `"state": "delivered"`) || !strings.Contains(body, "outcome unknown") {
+		t.Fatalf("while the broker hangs: %s", body)
+	}
+	if ready := get(t, c, "/readyz"); !strings.Contains(ready, `"ready": false`) || !strings.Contains(ready, "kafka.main") {
+		t.Fatalf("readyz while hung: %s", ready)
+	}
+	blocked.Store(false)
+	close(unblock)
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i < 20; {
+		body := get(t, c, fmt.Sprintf("/v1/events/h-%d", i))
+		if strings.Contains(body, `"state": "delivered"`) {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("h-%d not delivered after the broker came back: %s", i, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ready := get(t, c, "/readyz"); !strings.Contains(ready, `"ready": true`) {
+		t.Fatalf("readyz after recovery: %s", ready)
+	}
+}
+
+func TestValidateCheckSinks(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cfg := func(topic string) string {
+		path, _ := writeConfig(t, fmt.Sprintf(`
+kafka "main" { brokers = [%q] }
+event "v.order" {
+  route {
+    to    = "kafka.main"
+    topic = %q
+  }
+}
+`, kc.ListenAddrs()[0], topic))
+		return path
+	}
+	var out strings.Builder
+	m := NewMain(nil, &out, io.Discard)
+	if err := m.Run(context.Background(), []string{"validate", "-check-sinks", "-config", cfg("orders")}); err != nil {
+		t.Fatalf("existing topic: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "kafka.main: reachable") {
+		t.Fatalf("output: %s", out.String())
+	}
+	out.Reset()
+	err = m.Run(context.Background(), []string{"validate", "-check-sinks", "-config", cfg("nope")})
+	if err == nil || !strings.Contains(out.String(), `topic "nope" does not exist`) {
+		t.Fatalf("missing topic: %v\n%s", err, out.String())
 	}
 }

@@ -142,6 +142,21 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		c.warnMissingTopics(ctx, cfg, sink)
 	}
 
+	for _, s := range c.sinks {
+		if h, ok := s.(engine.HealthChecker); ok {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "switchyard_sink_up", Help: "1 when the sink's broker is reachable and answering.",
+				ConstLabels: prometheus.Labels{"sink": s.Name()},
+			}, func() float64 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if h.Healthy(ctx) != nil {
+					return 0
+				}
+				return 1
+			}))
+		}
+	}
 	eng, err := engine.New(db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: reg, DoubleSend: c.DoubleSend})
 	if err != nil {
 		return err
@@ -158,14 +173,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 // warnMissingTopics says at startup which routed Kafka topics do not exist:
 // a clear warning now instead of a surprise per event later.
 func (c *RunCommand) warnMissingTopics(ctx context.Context, cfg *config.Config, sink *kafka.Sink) {
-	var topics []string
-	for _, p := range cfg.Events {
-		for _, r := range p.Routes {
-			if r.To == sink.Name() {
-				topics = append(topics, r.Topic)
-			}
-		}
-	}
+	topics := routedTopics(cfg, sink)
 	if len(topics) == 0 {
 		return
 	}

@@ -114,6 +114,7 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 		`switchyard_events_ingested_total{type="t.order"} 1`,
 		`switchyard_pending_events{type="t.order"} 0`,
 		`switchyard_storage_fsyncs_total`,
+		`switchyard_sink_up{sink="nats.local"} 1`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)

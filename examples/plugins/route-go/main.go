@@ -61,13 +61,9 @@ func route(ev *sdk.Event) sdk.Verdict {
 	if !ok {
 		return sdk.Reject("route-go: data has no field " + strconv.Quote(field))
 	}
-	var n json.Number
-	if err := json.Unmarshal(raw, &n); err != nil {
+	var v float64
+	if err := json.Unmarshal(raw, &v); err != nil {
 		return sdk.Reject("route-go: field " + strconv.Quote(field) + " is not a number")
-	}
-	v, err := n.Float64()
-	if err != nil {
-		return sdk.Reject("route-go: field " + strconv.Quote(field) + ": " + err.Error())
 	}
 	dest := small
 	if v >= threshold {

@@ -1,0 +1,499 @@
+package engine
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// ENOTINDLQ is the code of an operator action on an event that is not in
+// the state the action needs: retry or delete of an event that is pending
+// or delivered, resolve of one that is not dead (HTTP 409).
+const ENOTINDLQ = "not_in_dlq"
+
+// DLQ paging limits.
+const (
+	DLQPageDefault = 100
+	DLQPageMax     = 1000
+	// dlqChunk bounds one transaction of a bulk operation, so that a retry
+	// of 100k dead letters never holds the writer (and ingest) for long.
+	dlqChunk = 256
+	// DLQMaxIDs bounds the ids of one bulk request.
+	DLQMaxIDs = 10000
+)
+
+// DLQRef names a dead letter: its event id and, for an inbox's records,
+// the inbox queue ("inbox:<name>"); "" = an outbound event.
+type DLQRef struct {
+	Queue string
+	ID    string
+}
+
+func (r DLQRef) key() string {
+	rec := storage.Record{Queue: r.Queue, Event: storage.Event{ID: r.ID}}
+	return rec.Key()
+}
+
+// DLQItem is a dead (or resolved) record with the time it entered its
+// state.
+type DLQItem struct {
+	Record *storage.Record
+	// At is when the record was moved to the DLQ, or resolved.
+	At time.Time
+}
+
+// DLQQuery is GET /v1/dlq.
+type DLQQuery struct {
+	Type   string        // the queue: an event type or "inbox:<name>"; "" = all
+	Status storage.State // StateDLQ ("" too) or StateResolved
+	Since  time.Time     // zero = no bound
+	Cursor string        // from the previous page's NextCursor
+	Limit  int           // 0 = DLQPageDefault; capped at DLQPageMax
+}
+
+// DLQPage is one page of a listing, newest first. NextCursor is "" on the
+// last page.
+type DLQPage struct {
+	Items      []DLQItem
+	NextCursor string
+}
+
+// cursorVersion prefixes the opaque cursor, so its form can change.
+const cursorVersion = 1
+
+func encodeCursor(pos []byte) string {
+	return base64.RawURLEncoding.EncodeToString(append([]byte{cursorVersion}, pos...))
+}
+
+func decodeCursor(s string) ([]byte, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != 17 || b[0] != cursorVersion {
+		return nil, Errorf(EINVALID, "cursor %q is not one this router handed out", truncate(s, 64))
+	}
+	return b[1:], nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func checkStatus(s storage.State) (storage.State, error) {
+	switch s {
+	case "", storage.StateDLQ:
+		return storage.StateDLQ, nil
+	case storage.StateResolved:
+		return s, nil
+	}
+	return "", Errorf(EINVALID, "status %q: use dlq or resolved", truncate(string(s), 64))
+}
+
+// DLQList is one page of dead letters, newest first.
+func (e *Engine) DLQList(q DLQQuery) (*DLQPage, error) {
+	status, err := checkStatus(q.Status)
+	if err != nil {
+		return nil, err
+	}
+	var before []byte
+	if q.Cursor != "" {
+		if before, err = decodeCursor(q.Cursor); err != nil {
+			return nil, err
+		}
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = DLQPageDefault
+	}
+	limit = min(limit, DLQPageMax)
+	var entries []storage.DLQEntry
+	err = e.store.View(func(tx *storage.Tx) error {
+		var err error
+		entries, err = tx.DLQ(storage.DLQQuery{Queue: q.Type, State: status, Since: q.Since, Before: before, Limit: limit + 1})
+		return err
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	page := &DLQPage{Items: make([]DLQItem, 0, min(len(entries), limit))}
+	for i, en := range entries {
+		if i == limit {
+			page.NextCursor = encodeCursor(entries[i-1].Pos)
+			break
+		}
+		page.Items = append(page.Items, DLQItem{Record: en.Record, At: en.At})
+	}
+	return page, nil
+}
+
+// DLQGet returns one dead (or resolved) record.
+func (e *Engine) DLQGet(ref DLQRef) (*DLQItem, error) {
+	var en *storage.DLQEntry
+	err := e.store.View(func(tx *storage.Tx) error {
+		var err error
+		en, err = tx.DLQEntry(ref.key())
+		return err
+	})
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return nil, Errorf(ENOTFOUND, "no event with id %q", ref.ID)
+	case errors.Is(err, storage.ErrNotDead):
+		return nil, Errorf(ENOTFOUND, "event %q is not in the DLQ: it is %s (GET /v1/events/{id} shows it)", ref.ID, en.Record.State)
+	case err != nil:
+		return nil, unavailable(err)
+	}
+	return &DLQItem{Record: en.Record, At: en.At}, nil
+}
+
+// dlqAction is one operator action on a dead letter, run inside a write
+// transaction on the record as read there.
+type dlqAction struct {
+	name string // "retry", "resolve", "delete"
+	// check refuses a record the action does not apply to, before anything
+	// is written.
+	check func(r *storage.Record) error
+	apply func(tx *storage.Tx, r *storage.Record, now time.Time) error
+}
+
+func (e *Engine) retryAction() dlqAction {
+	return dlqAction{
+		name: "retry",
+		check: func(r *storage.Record) error {
+			if r.State != storage.StateDLQ && r.State != storage.StateResolved {
+				return Errorf(ENOTINDLQ, "event %q is %s, not in the DLQ: nothing to retry", r.Event.ID, r.State)
+			}
+			if _, ok := e.policyOf(r.QueueName()); !ok {
+				return Errorf(EUNKNOWNTYPE, "the configuration has no block for %q any more: a retried event would wait forever", r.QueueName())
+			}
+			return nil
+		},
+		apply: func(tx *storage.Tx, r *storage.Record, now time.Time) error {
+			pol, _ := e.policyOf(r.QueueName())
+			return tx.RetryDeadLetter(r, now, pol.Ordering == "key")
+		},
+	}
+}
+
+func (e *Engine) resolveAction() dlqAction {
+	return dlqAction{
+		name: "resolve",
+		check: func(r *storage.Record) error {
+			switch r.State {
+			case storage.StateDLQ:
+				return nil
+			case storage.StateResolved:
+				return Errorf(ENOTINDLQ, "event %q is already resolved", r.Event.ID)
+			}
+			return Errorf(ENOTINDLQ, "event %q is %s, not in the DLQ: nothing to resolve", r.Event.ID, r.State)
+		},
+		apply: func(tx *storage.Tx, r *storage.Record, now time.Time) error {
+			return tx.ResolveDeadLetter(r, now, e.cfg.DLQ.TTL)
+		},
+	}
+}
+
+func (e *Engine) deleteAction() dlqAction {
+	return dlqAction{
+		name: "delete",
+		check: func(r *storage.Record) error {
+			if r.State != storage.StateDLQ && r.State != storage.StateResolved {
+				return Errorf(ENOTINDLQ, "event %q is %s, not in the DLQ: only dead letters are deleted", r.Event.ID, r.State)
+			}
+			return nil
+		},
+		apply: func(tx *storage.Tx, r *storage.Record, _ time.Time) error {
+			return tx.DeleteDeadLetter(r)
+		},
+	}
+}
+
+// DLQRetry puts a dead (or resolved) event back in its queue, due now, with
+// its attempts reset; outputs already acknowledged stay delivered and are
+// not sent again. One transaction; the queue's loop is woken.
+func (e *Engine) DLQRetry(ctx context.Context, ref DLQRef) (*storage.Record, error) {
+	it, err := e.dlqOne(ctx, ref, e.retryAction())
+	if err != nil {
+		return nil, err
+	}
+	e.wakeQueue(it.Record.QueueName())
+	return it.Record, nil
+}
+
+// DLQResolve marks a dead letter resolved: it leaves the DLQ and is removed
+// after dlq { ttl }.
+func (e *Engine) DLQResolve(ctx context.Context, ref DLQRef) (*DLQItem, error) {
+	return e.dlqOne(ctx, ref, e.resolveAction())
+}
+
+// DLQDelete removes a dead (or resolved) event for good.
+func (e *Engine) DLQDelete(ctx context.Context, ref DLQRef) error {
+	_, err := e.dlqOne(ctx, ref, e.deleteAction())
+	return err
+}
+
+func (e *Engine) dlqOne(ctx context.Context, ref DLQRef, act dlqAction) (*DLQItem, error) {
+	var out *DLQItem
+	err := e.store.Update(ctx, func(tx *storage.Tx) error {
+		r, err := tx.Event(ref.key())
+		if errors.Is(err, storage.ErrNotFound) {
+			return Errorf(ENOTFOUND, "no event with id %q", ref.ID)
+		}
+		if err != nil {
+			return err
+		}
+		if err := act.check(r); err != nil {
+			return err
+		}
+		now := e.now()
+		if err := act.apply(tx, r, now); err != nil {
+			return err
+		}
+		out = &DLQItem{Record: r, At: now}
+		return nil
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	e.metrics.dlqAction(act.name, 1)
+	return out, nil
+}
+
+// wakeQueue wakes the loop of a queue after events were put back in it. A
+// pull inbox has no loop: its long polls are woken instead.
+func (e *Engine) wakeQueue(q string) {
+	pol, ok := e.policyOf(q)
+	if !ok {
+		return
+	}
+	if name, isInbox := strings.CutPrefix(q, inboxQueuePrefix); isInbox && len(pol.Routes) == 0 && len(pol.Plugins) == 0 {
+		if in, ok := e.inboxes[name]; ok {
+			in.notify()
+		}
+		return
+	}
+	e.wake(q)
+}
+
+// DLQFilter selects dead letters for a bulk action. At least one of Type,
+// Since, IDs or All must be set: an empty filter is refused rather than
+// taken to mean everything.
+type DLQFilter struct {
+	Type   string        // the queue (event type or "inbox:<name>")
+	Status storage.State // which index a filter walks: dlq (default) or resolved
+	Since  time.Time     // entered the DLQ (or was resolved) at or after
+	IDs    []string      // these events (in Type's queue when it is an inbox)
+	All    bool          // everything in the index
+}
+
+// DLQBulkResult reports a bulk action.
+type DLQBulkResult struct {
+	Action   string    `json:"action"`
+	Matched  int       `json:"matched"` // records the filter selected
+	Done     int       `json:"done"`    // of those, how many the action applied to
+	NotFound []string  `json:"not_found,omitempty"`
+	Skipped  []DLQSkip `json:"skipped,omitempty"`
+}
+
+// DLQSkip is a selected record the action did not apply to, and why.
+type DLQSkip struct {
+	ID     string `json:"id"`
+	Code   string `json:"code"`
+	Reason string `json:"reason"`
+}
+
+func (r *DLQBulkResult) add(o *DLQBulkResult) {
+	r.Matched += o.Matched
+	r.Done += o.Done
+	r.NotFound = append(r.NotFound, o.NotFound...)
+	r.Skipped = append(r.Skipped, o.Skipped...)
+}
+
+// DLQRetryMany retries every dead letter the filter selects.
+func (e *Engine) DLQRetryMany(ctx context.Context, f DLQFilter) (*DLQBulkResult, error) {
+	return e.dlqMany(ctx, f, e.retryAction())
+}
+
+// DLQResolveMany resolves every dead letter the filter selects.
+func (e *Engine) DLQResolveMany(ctx context.Context, f DLQFilter) (*DLQBulkResult, error) {
+	if f.Status == storage.StateResolved {
+		return nil, Errorf(EINVALID, "status resolved: those are resolved already")
+	}
+	return e.dlqMany(ctx, f, e.resolveAction())
+}
+
+// DLQDeleteMany deletes every dead (or, with Status resolved, resolved)
+// record the filter selects.
+func (e *Engine) DLQDeleteMany(ctx context.Context, f DLQFilter) (*DLQBulkResult, error) {
+	return e.dlqMany(ctx, f, e.deleteAction())
+}
+
+// dlqMany runs act over what f selects, dlqChunk records per transaction.
+// Records that enter the DLQ while it runs are not included: a filter walk
+// goes from the newest entry at the start towards older ones.
+func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQBulkResult, error) {
+	status, err := checkStatus(f.Status)
+	if err != nil {
+		return nil, err
+	}
+	f.Status = status
+	if f.Type == "" && f.Since.IsZero() && len(f.IDs) == 0 && !f.All {
+		return nil, Errorf(EINVALID, "a bulk %s needs a filter: type, since or ids (or \"all\": true for everything)", act.name)
+	}
+	if len(f.IDs) > DLQMaxIDs {
+		return nil, Errorf(ETOOLARGE, "%d ids; at most %d per request", len(f.IDs), DLQMaxIDs)
+	}
+	total := &DLQBulkResult{Action: act.name}
+	woken := make(map[string]bool)
+	defer func() {
+		if act.name == "retry" {
+			for q := range woken {
+				e.wakeQueue(q)
+			}
+		}
+		e.metrics.dlqAction(act.name, total.Done)
+	}()
+	run := func(fn func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error) error {
+		var res *DLQBulkResult
+		var queues map[string]bool
+		err := e.store.Update(ctx, func(tx *storage.Tx) error {
+			// The group commit may run this more than once: start afresh.
+			res, queues = &DLQBulkResult{}, make(map[string]bool)
+			return fn(tx, e.now(), res, queues)
+		})
+		if err != nil {
+			return unavailable(err)
+		}
+		total.add(res)
+		for q := range queues {
+			woken[q] = true
+		}
+		return nil
+	}
+	apply := func(tx *storage.Tx, r *storage.Record, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
+		if err := act.check(r); err != nil {
+			skip := DLQSkip{ID: r.Event.ID, Code: ErrorCode(err), Reason: err.Error()}
+			var coded *Error
+			if errors.As(err, &coded) {
+				skip.Reason = coded.Message
+			}
+			res.Skipped = append(res.Skipped, skip)
+			return nil
+		}
+		if err := act.apply(tx, r, now); err != nil {
+			return err
+		}
+		res.Done++
+		queues[r.QueueName()] = true
+		return nil
+	}
+
+	if len(f.IDs) > 0 {
+		// Ids with a type: the ids are looked up in that queue when it is an
+		// inbox's; a record of another type is skipped.
+		var queue string
+		if strings.HasPrefix(f.Type, inboxQueuePrefix) {
+			queue = f.Type
+		}
+		for start := 0; start < len(f.IDs); start += dlqChunk {
+			if err := ctx.Err(); err != nil {
+				return total, err
+			}
+			ids := f.IDs[start:min(start+dlqChunk, len(f.IDs))]
+			err := run(func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
+				for _, id := range ids {
+					en, err := tx.DLQEntry(DLQRef{Queue: queue, ID: id}.key())
+					switch {
+					case errors.Is(err, storage.ErrNotFound):
+						res.NotFound = append(res.NotFound, id)
+						continue
+					case err != nil && !errors.Is(err, storage.ErrNotDead):
+						return err
+					}
+					r := en.Record
+					if reason := f.excludes(r, en.At); reason != "" {
+						res.Skipped = append(res.Skipped, DLQSkip{ID: id, Code: "filtered", Reason: reason})
+						continue
+					}
+					res.Matched++
+					if err := apply(tx, r, now, res, queues); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return total, err
+			}
+		}
+		return total, nil
+	}
+
+	var cursor []byte
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		var n int
+		var last []byte
+		err := run(func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
+			entries, err := tx.DLQ(storage.DLQQuery{Queue: f.Type, State: f.Status, Since: f.Since, Before: cursor, Limit: dlqChunk})
+			if err != nil {
+				return err
+			}
+			n, last = len(entries), nil
+			for _, en := range entries {
+				last = en.Pos
+				res.Matched++
+				if err := apply(tx, en.Record, now, res, queues); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		if n < dlqChunk {
+			return total, nil
+		}
+		cursor = last
+	}
+}
+
+// excludes says why f does not select r (entered its state at at), or "".
+func (f *DLQFilter) excludes(r *storage.Record, at time.Time) string {
+	if f.Type != "" && r.QueueName() != f.Type {
+		return "its type is " + r.QueueName() + ", not " + f.Type
+	}
+	if !f.Since.IsZero() && at.Before(f.Since) {
+		return "it entered the DLQ before " + f.Since.UTC().Format(time.RFC3339)
+	}
+	return ""
+}
+
+// DLQTypeStats is one queue's line of GET /v1/dlq/stats.
+type DLQTypeStats struct {
+	Type     string `json:"type"`
+	DLQ      int    `json:"dlq"`
+	Resolved int    `json:"resolved"`
+}
+
+// DLQStats counts dead and resolved records per queue.
+func (e *Engine) DLQStats() ([]DLQTypeStats, error) {
+	var out []DLQTypeStats
+	err := e.store.View(func(tx *storage.Tx) error {
+		for _, c := range tx.DLQCounts() {
+			out = append(out, DLQTypeStats{Type: c.Queue, DLQ: c.Dead, Resolved: c.Resolved})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}

@@ -1,0 +1,590 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// What emit returns to the guest.
+const (
+	EmitOK        = 0
+	EmitMalformed = -1 // the envelope does not decode, or emit was called outside sy_handle
+	EmitTooMany   = -2 // over limits.max_outputs
+	EmitTooLarge  = -3 // the envelope is over limits.max_output_bytes
+	EmitBadRange  = -4 // ptr/len point outside the guest's memory
+)
+
+const (
+	// maxText bounds what one guest call may write to the router's log:
+	// log() messages, stdout and stderr together. The rest is dropped and
+	// one warning says how much.
+	maxText = 4 << 10
+	// maxReason bounds a fail() reason.
+	maxReason = 4 << 10
+)
+
+type phase uint8
+
+const (
+	phaseIdle phase = iota
+	phaseInit
+	phaseHandle
+)
+
+// instance is one instantiated module. One goroutine at a time uses it:
+// the pool hands it out and takes it back.
+type instance struct {
+	p      *Plugin
+	mod    api.Module
+	handle api.Function
+	mem    *linearMemory
+	stack  [1]uint64
+	cctx   callCtx
+	timer  *time.Timer
+
+	// State of the current guest call, read and written by the host
+	// functions (which run on the caller's goroutine).
+	phase     phase
+	input     []byte // what input_read copies: the event or config envelope
+	buf       []byte // the event envelope, reused from event to event
+	ev        *storage.Event
+	outs      []output
+	reason    string // from fail()
+	violation string // the first broken rule (emit, input_read, ...): the call counts as retry
+
+	stdout, stderr streamWriter
+	textLeft       int // bytes of log text this call may still write
+	textDropped    int
+}
+
+// instanceKey finds the calling instance in a host function's context.
+type instanceKey struct{}
+
+func instanceOf(ctx context.Context) *instance {
+	in, _ := ctx.Value(instanceKey{}).(*instance)
+	return in
+}
+
+// callCtx is the context of every sy_handle call of one instance, reused
+// from call to call so that the hot path allocates no context and no timer.
+// Done closes when the instance's timer fires: the call then ends with
+// sys.ExitError (WithCloseOnContextDone) and the instance is discarded, so
+// the closed channel is never needed again. It carries no values of the
+// caller's context: a plugin call sees only its instance.
+type callCtx struct {
+	inst *instance
+	done chan struct{}
+
+	mu           sync.Mutex
+	armed, fired bool
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *callCtx) Done() <-chan struct{}       { return c.done }
+
+func (c *callCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fired {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c *callCtx) Value(key any) any {
+	if _, ok := key.(instanceKey); ok {
+		return c.inst
+	}
+	return nil
+}
+
+// fire is the timer's function: it ends the call that is running, if any.
+func (c *callCtx) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.armed && !c.fired {
+		c.fired = true
+		close(c.done)
+	}
+}
+
+func (c *callCtx) arm() {
+	c.mu.Lock()
+	c.armed = true
+	c.mu.Unlock()
+}
+
+// disarm ends a call and reports whether its time ran out.
+func (c *callCtx) disarm() (fired bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = false
+	return c.fired
+}
+
+var _ context.Context = (*callCtx)(nil)
+
+// linearMemory backs an instance's memory and enforces limits.memory: a
+// memory.grow past the limit fails (returns -1 to the guest) and is
+// remembered, so that the call counts as a memory-limit failure whatever
+// the guest does next. It implements experimental.LinearMemory and
+// MemoryAllocator (one allocator per instance).
+type linearMemory struct {
+	buf     []byte
+	limit   uint64
+	refused uint64 // the size of the first refused grow; 0 = none
+}
+
+func (m *linearMemory) Allocate(cap, _ uint64) experimental.LinearMemory {
+	m.buf = make([]byte, 0, min(cap, m.limit))
+	return m
+}
+
+func (m *linearMemory) Reallocate(size uint64) []byte {
+	if size > m.limit {
+		if m.refused == 0 {
+			m.refused = size
+		}
+		return nil
+	}
+	if size <= uint64(cap(m.buf)) {
+		// Wasm memory only grows: the bytes past len were never used and
+		// are still zero.
+		m.buf = m.buf[:size]
+		return m.buf
+	}
+	nb := make([]byte, size, min(max(size, 2*uint64(cap(m.buf))), m.limit))
+	copy(nb, m.buf)
+	m.buf = nb
+	return nb
+}
+
+func (m *linearMemory) Free() { m.buf = nil }
+
+// newInstance instantiates the module and runs _initialize,
+// sy_abi_version and sy_init on it.
+func (p *Plugin) newInstance(ctx context.Context) (in *instance, err error) {
+	in = &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory)}}
+	in.cctx = callCtx{inst: in, done: make(chan struct{})}
+	in.stdout = streamWriter{in: in, stream: "stdout", level: hclog.Info}
+	in.stderr = streamWriter{in: in, stream: "stderr", level: hclog.Warn}
+	in.phase, in.input, in.textLeft = phaseInit, p.configEnv, maxText
+
+	mc := wazero.NewModuleConfig().
+		WithName(""). // anonymous: any number of instances
+		WithStartFunctions().
+		WithStdout(&in.stdout).
+		WithStderr(&in.stderr).
+		WithSysWalltime().
+		WithSysNanotime().
+		WithRandSource(rand.Reader)
+	ictx := experimental.WithMemoryAllocator(ctx, in.mem)
+	ictx = context.WithValue(ictx, instanceKey{}, in)
+	ictx, cancel := context.WithTimeout(ictx, p.initTimeout)
+	defer cancel()
+	defer func() {
+		in.flushText()
+		in.phase, in.input = phaseIdle, nil
+		if err != nil && in.mod != nil {
+			in.mod.Close(context.Background())
+		}
+	}()
+
+	in.mod, err = p.rt.r.InstantiateModule(ictx, p.compiled, mc)
+	if err != nil {
+		return nil, errors.New(in.failure("instantiating", err, false, p.initTimeout))
+	}
+	call := func(name string, params ...uint64) (uint64, error) {
+		res, err := in.mod.ExportedFunction(name).Call(ictx, params...)
+		if reason := in.failure(name, err, false, p.initTimeout); reason != "" {
+			return 0, errors.New(reason)
+		}
+		if len(res) == 0 {
+			return 0, nil
+		}
+		return res[0], nil
+	}
+	if p.hasInitialize {
+		if _, err := call("_initialize"); err != nil {
+			return nil, err
+		}
+	}
+	v, err := call("sy_abi_version")
+	if err != nil {
+		return nil, err
+	}
+	if v := api.DecodeI32(v); v != ABIVersion {
+		return nil, fmt.Errorf("sy_abi_version() returned %d: this router speaks plugin ABI version %d", v, ABIVersion)
+	}
+	if p.hasInit {
+		rc, err := call("sy_init", uint64(len(p.configEnv)))
+		if err != nil {
+			return nil, err
+		}
+		if rc := api.DecodeI32(rc); rc != 0 {
+			reason := in.reason
+			if reason == "" {
+				reason = "no reason given"
+			}
+			return nil, fmt.Errorf("sy_init returned %d: %s", rc, reason)
+		}
+	}
+	in.handle = in.mod.ExportedFunction("sy_handle")
+	in.timer = time.AfterFunc(time.Hour, in.cctx.fire)
+	in.timer.Stop()
+	return in, nil
+}
+
+// close releases the instance.
+func (in *instance) close() {
+	if in.timer != nil {
+		in.timer.Stop()
+	}
+	in.mod.Close(context.Background())
+}
+
+// failure says why a guest call failed, or "" if it did not: the memory
+// limit, the timeout, a trap or exit, or a broken rule of the ABI, in that
+// order. Any of them discards the instance.
+func (in *instance) failure(call string, err error, fired bool, timeout time.Duration) string {
+	lim := in.p.limits
+	var exit *sys.ExitError
+	switch {
+	case in.mem.refused > 0:
+		return fmt.Sprintf("memory limit reached: the plugin tried to grow its memory to %s, over limits.memory = %s",
+			formatBytes(in.mem.refused), formatBytes(uint64(lim.Memory)))
+	case fired || (errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded):
+		return fmt.Sprintf("timed out: %s ran longer than %s", call, timeout)
+	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled:
+		return fmt.Sprintf("%s was cancelled", call)
+	case errors.As(err, &exit):
+		return fmt.Sprintf("%s exited with code %d (proc_exit)", call, exit.ExitCode())
+	case err != nil:
+		return describeTrap(call, err)
+	case in.violation != "":
+		return in.violation
+	}
+	return ""
+}
+
+// describeTrap turns a wazero trap ("wasm error: unreachable\nwasm stack
+// trace:\n\t.f()\n\t.sy_handle(i32) i32") into one line.
+func describeTrap(call string, err error) string {
+	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	msg := strings.TrimPrefix(lines[0], "wasm error: ")
+	var frames []string
+	for _, l := range lines[1:] {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, ".") || strings.Contains(l, "(") && !strings.HasPrefix(l, "0x") {
+			frames = append(frames, l)
+		}
+		if len(frames) == 4 {
+			frames = append(frames, "…")
+			break
+		}
+	}
+	s := fmt.Sprintf("%s trapped: %s", call, msg)
+	if len(frames) > 0 {
+		s += " (at " + strings.Join(frames, " ← ") + ")"
+	}
+	return s
+}
+
+// run calls sy_handle on ev. keep is false when the instance must be
+// discarded.
+func (in *instance) run(ctx context.Context, ev *storage.Event) (outs []engine.PluginOutput, err error, keep bool) {
+	p := in.p
+	timeout := p.limits.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if err := ctx.Err(); err != nil || timeout <= 0 {
+		if err == nil {
+			err = context.DeadlineExceeded
+		}
+		return nil, p.retry(ev.ID, "not run: "+err.Error(), err), true
+	}
+
+	in.buf = appendEvent(in.buf[:0], ev)
+	in.phase, in.input, in.ev = phaseHandle, in.buf, ev
+	in.reason, in.violation = "", ""
+	in.textLeft, in.textDropped = maxText, 0
+	in.stack[0] = uint64(len(in.buf))
+
+	in.cctx.arm()
+	in.timer.Reset(timeout)
+	callErr := in.handle.CallWithStack(&in.cctx, in.stack[:])
+	in.timer.Stop()
+	fired := in.cctx.disarm()
+
+	in.flushText()
+	in.phase, in.input, in.ev = phaseIdle, nil, nil
+	defer func() {
+		clear(in.outs) // drop the references to this event's outputs
+		in.outs = in.outs[:0]
+	}()
+
+	if reason := in.failure("sy_handle", callErr, fired, timeout); reason != "" {
+		return nil, p.retry(ev.ID, reason, callErr), false
+	}
+	switch v := api.DecodeI32(in.stack[0]); v {
+	case 0:
+		return p.outputs(ev, in.outs), nil, true
+	case 1:
+		reason := in.reason
+		if reason == "" {
+			reason = "the plugin asked for a retry (no reason given)"
+		}
+		return nil, p.retry(ev.ID, reason, nil), true
+	case 2:
+		reason := in.reason
+		if reason == "" {
+			reason = "the plugin rejected the event (no reason given)"
+		}
+		return nil, engine.Permanent(&Error{Plugin: p.name, EventID: ev.ID, Verdict: VerdictReject, Reason: reason}), true
+	default:
+		return nil, p.retry(ev.ID, fmt.Sprintf("sy_handle returned %d: the verdicts are 0 ok, 1 retry, 2 reject", v), nil), false
+	}
+}
+
+// broke records the first broken rule of the current call.
+func (in *instance) broke(format string, args ...any) {
+	if in.violation == "" {
+		in.violation = fmt.Sprintf(format, args...)
+	}
+}
+
+// Host functions. They run on the goroutine of the guest call, which owns
+// the instance.
+
+func hostInputRead(ctx context.Context, mod api.Module, stack []uint64) {
+	in := instanceOf(ctx)
+	ptr, n := api.DecodeU32(stack[0]), api.DecodeU32(stack[1])
+	if in == nil || in.phase == phaseIdle {
+		stack[0] = api.EncodeI32(-1)
+		return
+	}
+	src := in.input
+	if uint64(n) < uint64(len(src)) {
+		src = src[:n]
+	}
+	if !mod.Memory().Write(ptr, src) {
+		in.broke("input_read(%d, %d) points outside the plugin's memory (%d bytes)", ptr, n, mod.Memory().Size())
+		stack[0] = api.EncodeI32(-1)
+		return
+	}
+	stack[0] = api.EncodeI32(int32(len(in.input)))
+}
+
+func hostEmit(ctx context.Context, mod api.Module, stack []uint64) {
+	in := instanceOf(ctx)
+	ptr, n := api.DecodeU32(stack[0]), api.DecodeU32(stack[1])
+	if in == nil {
+		stack[0] = api.EncodeI32(EmitMalformed)
+		return
+	}
+	stack[0] = api.EncodeI32(in.emit(mod, ptr, n))
+}
+
+func (in *instance) emit(mod api.Module, ptr, n uint32) int32 {
+	lim := in.p.limits
+	i := len(in.outs) + 1
+	switch {
+	case in.phase != phaseHandle:
+		in.broke("emit called outside sy_handle")
+		return EmitMalformed
+	case in.violation != "":
+		return EmitMalformed // the call already failed; keep it failed
+	case len(in.outs) >= lim.MaxOutputs:
+		in.broke("too many outputs: output %d is over limits.max_outputs = %d", i, lim.MaxOutputs)
+		return EmitTooMany
+	case int64(n) > lim.MaxOutputBytes:
+		in.broke("output %d is too large: %s, over limits.max_output_bytes = %s", i, formatBytes(uint64(n)), formatBytes(uint64(lim.MaxOutputBytes)))
+		return EmitTooLarge
+	}
+	view, ok := mod.Memory().Read(ptr, n)
+	if !ok {
+		in.broke("emit(%d, %d) points outside the plugin's memory (%d bytes)", ptr, n, mod.Memory().Size())
+		return EmitBadRange
+	}
+	// The one copy out of guest memory: the output's strings and data
+	// alias it from here on.
+	b := make([]byte, n)
+	copy(b, view)
+	o, err := decodeOutput(b)
+	if err != nil {
+		in.broke("output %d is malformed: %v", i, err)
+		return EmitMalformed
+	}
+	in.outs = append(in.outs, o)
+	return EmitOK
+}
+
+func hostFail(ctx context.Context, mod api.Module, stack []uint64) {
+	in := instanceOf(ctx)
+	ptr, n := api.DecodeU32(stack[0]), api.DecodeU32(stack[1])
+	if in == nil {
+		return
+	}
+	b, ok := mod.Memory().Read(ptr, min(n, maxReason))
+	if !ok {
+		in.broke("fail(%d, %d) points outside the plugin's memory (%d bytes)", ptr, n, mod.Memory().Size())
+		return
+	}
+	in.reason = strings.ToValidUTF8(string(b), "\uFFFD")
+	if n > maxReason {
+		in.reason += "…"
+	}
+}
+
+func hostLog(ctx context.Context, mod api.Module, stack []uint64) {
+	in := instanceOf(ctx)
+	level, ptr, n := api.DecodeI32(stack[0]), api.DecodeU32(stack[1]), api.DecodeU32(stack[2])
+	if in == nil {
+		return
+	}
+	lvl := logLevel(level)
+	if !enabled(in.p.log, lvl) {
+		return
+	}
+	b, ok := mod.Memory().Read(ptr, n)
+	if !ok {
+		in.broke("log(%d, %d, %d) points outside the plugin's memory (%d bytes)", level, ptr, n, mod.Memory().Size())
+		return
+	}
+	in.text(lvl, "", b)
+}
+
+// logLevel maps log()'s level: 0 trace, 1 debug, 2 info, 3 warn, 4 error.
+func logLevel(l int32) hclog.Level {
+	switch {
+	case l <= 0:
+		return hclog.Trace
+	case l == 1:
+		return hclog.Debug
+	case l == 2:
+		return hclog.Info
+	case l == 3:
+		return hclog.Warn
+	default:
+		return hclog.Error
+	}
+}
+
+// text logs one line of guest text within the call's budget.
+func (in *instance) text(level hclog.Level, stream string, b []byte) {
+	if len(b) > in.textLeft {
+		in.textDropped += len(b) - in.textLeft
+		b = b[:in.textLeft]
+	}
+	if len(b) == 0 {
+		return
+	}
+	in.textLeft -= len(b)
+	msg := strings.ToValidUTF8(string(b), "\uFFFD")
+	args := make([]any, 0, 4)
+	if stream != "" {
+		args = append(args, "stream", stream)
+	}
+	if in.ev != nil {
+		args = append(args, "event", in.ev.ID)
+	} else if in.phase == phaseInit {
+		args = append(args, "phase", "init")
+	}
+	in.p.log.Log(level, msg, args...)
+}
+
+// flushText logs what is left of stdout/stderr lines and says how much the
+// budget dropped.
+func (in *instance) flushText() {
+	in.stdout.flush()
+	in.stderr.flush()
+	if in.textDropped > 0 {
+		args := []any{"dropped_bytes", in.textDropped, "limit_bytes", maxText}
+		if in.ev != nil {
+			args = append(args, "event", in.ev.ID)
+		}
+		in.p.log.Warn("plugin output truncated: too much log text in one call", args...)
+		in.textDropped = 0
+	}
+}
+
+// streamWriter is a guest's stdout or stderr: line by line into the log.
+type streamWriter struct {
+	in     *instance
+	stream string
+	level  hclog.Level
+	line   []byte
+}
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			// Keep a partial line, within the budget.
+			room := max(0, min(len(p), w.in.textLeft-len(w.line)))
+			w.line = append(w.line, p[:room]...)
+			w.in.textDropped += len(p) - room
+			break
+		}
+		w.line = append(w.line, p[:i]...)
+		w.flush()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (w *streamWriter) flush() {
+	if len(w.line) > 0 {
+		line := bytes.TrimRight(w.line, "\r")
+		if enabled(w.in.p.log, w.level) {
+			w.in.text(w.level, w.stream, line)
+		}
+		w.line = w.line[:0]
+	}
+}
+
+func formatBytes(n uint64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	default:
+		return fmt.Sprintf("%d bytes", n)
+	}
+}
+
+// enabled reports whether log writes at level l.
+func enabled(log hclog.Logger, l hclog.Level) bool {
+	switch l {
+	case hclog.Trace:
+		return log.IsTrace()
+	case hclog.Debug:
+		return log.IsDebug()
+	case hclog.Info:
+		return log.IsInfo()
+	case hclog.Warn:
+		return log.IsWarn()
+	default:
+		return log.IsError()
+	}
+}

@@ -1,0 +1,519 @@
+// Package webhook delivers an inbox's events to a local service over HTTP:
+// one CloudEvents binary-mode POST per event (ce-* headers, Content-Type
+// from datacontenttype, the data as body) with an Idempotency-Key, to a
+// http://, https:// or unix:// URL.
+//
+// It implements engine.Sink, so the inbox's delivery loop gets the engine's
+// retries, backoff and DLQ: a 2xx is delivered; 429 and 503 (and 408, 425,
+// and 409 with Retry-After) are retried no earlier than their Retry-After;
+// any other 4xx is permanent (to the DLQ at once, with the status and the
+// start of the body); 5xx, timeouts and broken connections are retried. A
+// receiver that cannot be reached at all (connection refused, no socket
+// file) counts no attempt (engine.ErrSinkUnavailable): a service that is
+// down must not push its events to the DLQ. See RATIONALE.md.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+)
+
+// Defaults.
+const (
+	// DefaultConcurrency bounds the POSTs one Sink has in flight.
+	DefaultConcurrency = 8
+	// DefaultTimeout bounds one POST when the deliver block sets none.
+	DefaultTimeout = 10 * time.Second
+	// snippetLen is how much of an error response's body an error quotes.
+	snippetLen = 256
+	// drainLen is how much of a response body is read so the connection
+	// can be reused; a longer body closes the connection instead.
+	drainLen = 64 << 10
+)
+
+// IdempotencyKeyHeader carries the output's id (the event id, suffixed
+// "-N" when one event yields several deliveries) on every POST.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+var (
+	_ engine.Sink          = (*Sink)(nil)
+	_ engine.HealthChecker = (*Sink)(nil)
+)
+
+// Sink POSTs one inbox's events to its deliver URL.
+type Sink struct {
+	name    string
+	log     hclog.Logger
+	display string // the configured URL, for errors and logs
+	target  string // the request URL (for unix sockets: http://localhost/<path>)
+	network string // "unix" or "tcp": what Healthy dials
+	address string // socket path or host:port
+	timeout time.Duration
+	double  bool
+
+	transport *http.Transport
+	client    *http.Client
+	sem       chan struct{}
+}
+
+// Option changes how a Sink delivers.
+type Option func(*options)
+
+type options struct {
+	double      bool
+	concurrency int
+}
+
+// WithDoubleSend makes every delivery happen twice: after a successful
+// POST the same request is sent again (same Idempotency-Key), and the
+// second answer is the result. It exists for the double-send test mode
+// (DESIGN §8): the receivers' state must equal a normal run's.
+func WithDoubleSend() Option { return func(o *options) { o.double = true } }
+
+// WithConcurrency sets how many POSTs the Sink has in flight at most,
+// across all Publish calls (default DefaultConcurrency).
+func WithConcurrency(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.concurrency = n
+		}
+	}
+}
+
+// New builds the sink of inbox in's deliver block. Its name is
+// "inbox.<name>" (engine.InboxSink). It does not contact the receiver:
+// the router starts while the service is down and delivers once it is up
+// (Healthy tells).
+//
+// URL forms: http://host:port/path, https://host/path, and
+// unix:///path/to/svc.sock/request/path. For unix URLs the socket file is
+// the path up to and including the first element that ends in ".sock";
+// the rest (default "/") and the query are the request's. A path without a
+// ".sock" element is all socket, and the request path is "/". A host part
+// makes the socket path relative: unix://./data/svc.sock/events is the
+// socket ./data/svc.sock, path /events.
+func New(in config.Inbox, logger hclog.Logger, opts ...Option) (*Sink, error) {
+	o := options{concurrency: DefaultConcurrency}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	name := "inbox." + in.Name
+	if in.Deliver.URL == "" {
+		return nil, fmt.Errorf("%s: no deliver url", name)
+	}
+	t, err := ParseURL(in.Deliver.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	timeout := in.Deliver.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	tr := &http.Transport{
+		Proxy:               nil, // a deliver URL is local; never via HTTP_PROXY
+		MaxIdleConnsPerHost: o.concurrency,
+		MaxConnsPerHost:     o.concurrency,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: timeout,
+		ForceAttemptHTTP2:   true,
+	}
+	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	if t.Socket != "" {
+		socket := t.Socket
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", socket)
+		}
+		tr.ForceAttemptHTTP2 = false
+	} else {
+		tr.DialContext = dialer.DialContext
+	}
+	s := &Sink{
+		name:      name,
+		log:       logger.Named(name),
+		display:   in.Deliver.URL,
+		target:    t.Request,
+		timeout:   timeout,
+		double:    o.double,
+		transport: tr,
+		client: &http.Client{
+			Transport: tr,
+			// A redirect is answered as the error it is: the deliver URL
+			// must name the receiver (following a 301/302 would also turn
+			// the POST into a GET).
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		sem: make(chan struct{}, o.concurrency),
+	}
+	if t.Socket != "" {
+		s.network, s.address = "unix", t.Socket
+	} else {
+		s.network, s.address = "tcp", t.HostPort
+	}
+	return s, nil
+}
+
+// Target is a parsed deliver URL.
+type Target struct {
+	// Request is the URL requests are made to. For a unix socket its host
+	// is "localhost" (what the Host header says).
+	Request string
+	// Socket is the unix socket's path; "" for http and https.
+	Socket string
+	// HostPort is the TCP address (with the scheme's default port) for
+	// http and https.
+	HostPort string
+}
+
+// ParseURL splits a deliver URL into where to connect and what to request;
+// see New for the forms.
+func ParseURL(raw string) (Target, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Target{}, fmt.Errorf("deliver url %q: %w", raw, err)
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if u.Host == "" {
+			return Target{}, fmt.Errorf("deliver url %q: no host", raw)
+		}
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		u.Fragment, u.RawFragment = "", ""
+		return Target{Request: u.String(), HostPort: net.JoinHostPort(u.Hostname(), port)}, nil
+	case "unix":
+		path := u.Path
+		if path == "" {
+			return Target{}, fmt.Errorf("deliver url %q: no socket path", raw)
+		}
+		socket, rest := path, "/"
+		if i := sockElement(path); i >= 0 {
+			socket, rest = path[:i], path[i:]
+			if rest == "" {
+				rest = "/"
+			}
+		}
+		if u.Host != "" {
+			socket = u.Host + socket
+		}
+		req := &url.URL{Scheme: "http", Host: "localhost", Path: rest, RawQuery: u.RawQuery}
+		return Target{Request: req.String(), Socket: socket}, nil
+	default:
+		return Target{}, fmt.Errorf("deliver url %q: scheme must be http, https or unix", raw)
+	}
+}
+
+// sockElement returns the index just past the first path element that ends
+// in ".sock", or -1.
+func sockElement(path string) int {
+	start := 0
+	for start < len(path) {
+		end := strings.IndexByte(path[start:], '/')
+		if end < 0 {
+			end = len(path)
+		} else {
+			end += start
+		}
+		if strings.HasSuffix(path[start:end], ".sock") {
+			return end
+		}
+		start = end + 1
+	}
+	return -1
+}
+
+// Name is "inbox." + the inbox's name.
+func (s *Sink) Name() string { return s.name }
+
+// Publish POSTs every message (at most the sink's concurrency at once) and
+// returns one Result per message, in order. Messages with the same
+// partition key are sent one after another in batch order; when one fails,
+// the later ones of that key are not sent (their error wraps
+// engine.ErrSinkUnavailable, so no attempt is counted). Position is always
+// empty. Once ctx is done Publish returns; a POST cut short by it wraps
+// engine.ErrUnknownOutcome.
+func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Result {
+	res := make([]engine.Result, len(msgs))
+	if len(msgs) == 0 {
+		return res
+	}
+	// Chains of message indexes: one per partition key, one per keyless
+	// message.
+	var chains [][]int
+	byKey := map[string]int{}
+	for i, m := range msgs {
+		key := ""
+		if m != nil {
+			key = m.Key
+			if key == "" && m.Event != nil {
+				key = m.Event.PartitionKey()
+			}
+		}
+		if key == "" {
+			chains = append(chains, []int{i})
+			continue
+		}
+		if c, ok := byKey[key]; ok {
+			chains[c] = append(chains[c], i)
+			continue
+		}
+		byKey[key] = len(chains)
+		chains = append(chains, []int{i})
+	}
+	var wg sync.WaitGroup
+	for _, chain := range chains {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n, i := range chain {
+				res[i] = s.deliver(ctx, msgs[i])
+				if res[i].Err != nil {
+					for _, j := range chain[n+1:] {
+						res[j].Err = fmt.Errorf("%s: not sent: the earlier event %s with the same partition key failed: %w",
+							s.name, msgs[i].Event.ID, engine.ErrSinkUnavailable)
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// deliver sends one message (twice in double-send mode).
+func (s *Sink) deliver(ctx context.Context, m *engine.Message) engine.Result {
+	if m == nil || m.Event == nil {
+		return engine.Result{Err: engine.Permanentf("%s: message without an event", s.name)}
+	}
+	r := s.post(ctx, m)
+	if s.double && r.Err == nil {
+		r = s.post(ctx, m)
+	}
+	return r
+}
+
+// post makes one POST and classifies its outcome.
+func (s *Sink) post(ctx context.Context, m *engine.Message) engine.Result {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return engine.Result{Err: fmt.Errorf("%s: event %s not sent before the deadline (%v): %w",
+			s.name, m.Event.ID, ctx.Err(), engine.ErrUnknownOutcome)}
+	}
+	defer func() { <-s.sem }()
+
+	rctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.target, bytes.NewReader(m.Event.Data))
+	if err != nil {
+		return engine.Result{Err: engine.Permanentf("%s: %w", s.name, err)}
+	}
+	setHeaders(req.Header, m)
+	start := time.Now()
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return engine.Result{Err: s.transportError(ctx, rctx, m, err, time.Since(start))}
+	}
+	defer resp.Body.Close()
+	snippet, rerr := readSnippet(resp.Body)
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		// Delivered, whatever happens to the rest of the body.
+		return engine.Result{}
+	case rerr != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+		snippet = "(body cut short by the timeout)"
+	}
+	return s.statusResult(m, resp, snippet)
+}
+
+// statusResult classifies a non-2xx answer.
+func (s *Sink) statusResult(m *engine.Message, resp *http.Response, snippet string) engine.Result {
+	code := resp.StatusCode
+	retryAfter, hasRetryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	err := fmt.Errorf("%s: POST %s: event %s: %s", s.name, s.display, m.Event.ID, resp.Status)
+	if snippet != "" {
+		err = fmt.Errorf("%w: %s", err, snippet)
+	}
+	switch {
+	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable,
+		code == http.StatusRequestTimeout, code == http.StatusTooEarly,
+		code == http.StatusConflict && hasRetryAfter,
+		code >= 500:
+		return engine.Result{Err: err, RetryAfter: retryAfter}
+	default:
+		// Any other 4xx, and 1xx/3xx (redirects are not followed): the
+		// same request cannot fare better.
+		return engine.Result{Err: engine.Permanent(err)}
+	}
+}
+
+// transportError classifies a POST that got no response.
+func (s *Sink) transportError(ctx, rctx context.Context, m *engine.Message, err error, took time.Duration) error {
+	var op *net.OpError
+	switch {
+	case ctx.Err() != nil:
+		// The caller gave up (shutdown, the engine's own deadline): the
+		// receiver may or may not have acted on the request.
+		return fmt.Errorf("%s: POST %s: event %s: %v: %w", s.name, s.display, m.Event.ID, ctx.Err(), engine.ErrUnknownOutcome)
+	case errors.Is(rctx.Err(), context.DeadlineExceeded):
+		// The receiver was too slow: a plain retry (it has the
+		// Idempotency-Key if it did act).
+		return fmt.Errorf("%s: POST %s: event %s: no response within %s", s.name, s.display, m.Event.ID, s.timeout)
+	case errors.As(err, &op) && op.Op == "dial":
+		return fmt.Errorf("%s: POST %s: receiver unreachable: %v: %w", s.name, s.display, op.Err, engine.ErrSinkUnavailable)
+	default:
+		return fmt.Errorf("%s: POST %s: event %s: %v (after %s)", s.name, s.display, m.Event.ID,
+			unwrapURLError(err), took.Round(time.Millisecond))
+	}
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// setHeaders maps m onto the CloudEvents HTTP binary binding.
+func setHeaders(h http.Header, m *engine.Message) {
+	for _, x := range engine.BindingHeaders(m.Event, engine.HeaderPrefix) {
+		switch {
+		case x.Name == "content-type":
+			h.Set("Content-Type", x.Value)
+		case strings.HasPrefix(x.Name, engine.HeaderPrefix):
+			// Lower-case names, as the binding writes them; set directly
+			// so Go does not canonicalise them.
+			h[x.Name] = []string{EncodeHeaderValue(x.Value)}
+		default:
+			// traceparent, tracestate: their own syntax, printable ASCII.
+			h[x.Name] = []string{x.Value}
+		}
+	}
+	key := m.MsgID
+	if key == "" {
+		key = m.Event.ID
+	}
+	h.Set(IdempotencyKeyHeader, EncodeHeaderValue(key))
+}
+
+// EncodeHeaderValue percent-encodes v as the CloudEvents HTTP binding
+// requires (§3.1.3.2): space, '"', '%' and every byte outside printable
+// ASCII (U+0021..U+007E) become %XX of their UTF-8 bytes.
+func EncodeHeaderValue(v string) string {
+	n := 0
+	for i := 0; i < len(v); i++ {
+		if mustEncode(v[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return v
+	}
+	const hexDigits = "0123456789ABCDEF"
+	b := make([]byte, 0, len(v)+2*n)
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if mustEncode(c) {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func mustEncode(c byte) bool { return c <= ' ' || c >= 0x7f || c == '"' || c == '%' }
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.
+// ok is false when there is none or it cannot be read.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		const maxSecs = int64(1<<63-1) / int64(time.Second)
+		if secs > maxSecs {
+			secs = maxSecs
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	d := t.Sub(now)
+	if d < 0 {
+		d = 0
+	}
+	return d, true
+}
+
+// readSnippet reads the body (up to drainLen, so the connection can be
+// reused) and returns its start as printable text.
+func readSnippet(body io.Reader) (string, error) {
+	var buf bytes.Buffer
+	_, err := io.Copy(&buf, io.LimitReader(body, drainLen))
+	b := buf.Bytes()
+	if len(b) > snippetLen {
+		b = b[:snippetLen]
+		// Do not cut a UTF-8 sequence in half.
+		for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.Valid(b); i++ {
+			b = b[:len(b)-1]
+		}
+	}
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+	s = strings.Map(func(r rune) rune {
+		if r < ' ' && r != '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+	if buf.Len() > snippetLen {
+		s += "…"
+	}
+	return s, err
+}
+
+// Healthy reports whether the receiver accepts connections (a dial, no
+// request).
+func (s *Sink) Healthy(ctx context.Context) error {
+	d := net.Dialer{Timeout: s.timeout}
+	c, err := d.DialContext(ctx, s.network, s.address)
+	if err != nil {
+		return fmt.Errorf("%s: %s unreachable: %w", s.name, s.display, err)
+	}
+	return c.Close()
+}
+
+// Close drops idle connections. POSTs in flight finish on their own
+// deadlines.
+func (s *Sink) Close(context.Context) error {
+	s.transport.CloseIdleConnections()
+	return nil
+}
