@@ -26,6 +26,7 @@ var statusOf = map[string]int{
 	engine.EFORBIDDEN:        http.StatusForbidden,
 	engine.EMETHODNOTALLOWED: http.StatusMethodNotAllowed,
 	engine.EINTERNAL:         http.StatusInternalServerError,
+	engine.ENOTINDLQ:         http.StatusConflict,
 }
 
 // problem is an RFC 9457 problem details document, with the stable code.
@@ -55,6 +56,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if !ok {
 		status = http.StatusInternalServerError
 	}
+	s.metrics.problems.WithLabelValues(e.Code).Inc()
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+999_999_999)/1e9)))
 	}

@@ -36,6 +36,13 @@ type Options struct {
 	// connected), per component; nil = always ready.
 	Ready func(ctx context.Context) map[string]error
 	Now   func() time.Time
+	// Registerer receives the API's metrics (problems by code, replays,
+	// ingest latency); nil = kept but not exported.
+	Registerer prometheus.Registerer
+	// Listener, if set, is served instead of creating listen.socket: a
+	// socket passed by systemd (socket activation). Close closes it but
+	// leaves its file to systemd.
+	Listener net.Listener
 }
 
 // Server serves the API.
@@ -46,7 +53,12 @@ type Server struct {
 	log    hclog.Logger
 	http   *http.Server
 	ln     net.Listener
+	tcp    net.Listener // listen.http; nil = off
+	tokens *Tokens      // for tcp
 	done   chan error
+	served int // listeners being served (answers expected on done)
+
+	metrics *metrics
 }
 
 // New returns a server for eng with the limits of the listen block.
@@ -57,47 +69,99 @@ func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{engine: eng, listen: listen, opts: opts, log: opts.Logger.Named("api")}
+	s := &Server{engine: eng, listen: listen, opts: opts, log: opts.Logger.Named("api"), metrics: newMetrics(opts.Registerer)}
 	s.http = &http.Server{
 		Handler:           s.Handler(),
+		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	return s
 }
 
-// Handler is the API's routes.
+// Handler is the API's routes, behind authentication: requests over the
+// unix socket are trusted, others need a bearer token (auth.go).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/events", s.postEvents)
 	mux.HandleFunc("GET /v1/events/{id}", s.getEvent)
 	mux.HandleFunc("GET /v1/events", s.getEventsByKey)
-	mux.HandleFunc("GET /v1/stats", s.getStats)
+	mux.Handle("GET /v1/stats", s.adminFunc(s.getStats))
+	s.dlqRoutes(mux)
 	s.inboxRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.getReady)
 	if s.opts.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", s.adminOnly(promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{})))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, engine.Errorf(engine.ENOTFOUND, "no route %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	return s.authenticate(mux)
 }
 
-// Open listens on the unix socket and starts serving. A socket file left by
-// a crashed router is replaced; one that a live router answers on is not.
+// Open listens on the unix socket (or serves Options.Listener) and, when
+// listen.http is set, on TCP with the bearer tokens of listen.tokens_file;
+// both serve the same handler. A socket file left by a crashed router is
+// replaced; one that a live router answers on is not.
 func (s *Server) Open() error {
-	ln, err := listenUnix(s.listen.Socket)
-	if err != nil {
-		return err
+	var tcp net.Listener
+	if s.listen.HTTP != "" {
+		tokens, err := LoadTokens(s.listen.TokensFile)
+		if err != nil {
+			return err
+		}
+		if fi, err := os.Stat(s.listen.TokensFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			s.log.Warn("tokens_file is readable by others than its owner; chmod 600 it", "path", s.listen.TokensFile, "mode", fi.Mode().Perm().String())
+		}
+		s.tokens = tokens
+		if tcp, err = net.Listen("tcp", s.listen.HTTP); err != nil {
+			return fmt.Errorf("listen %s: %w", s.listen.HTTP, err)
+		}
 	}
-	s.ln = ln
-	s.done = make(chan error, 1)
+	ln := s.opts.Listener
+	if ln == nil {
+		var err error
+		if ln, err = listenUnix(s.listen.Socket); err != nil {
+			if tcp != nil {
+				tcp.Close()
+			}
+			return err
+		}
+	}
+	s.ln, s.tcp = ln, tcp
+	s.done = make(chan error, 2)
+	s.served = 1
 	go func() { s.done <- s.http.Serve(ln) }()
+	if tcp != nil {
+		s.served++
+		go func() { s.done <- s.http.Serve(tcp) }()
+		if host, _, _ := net.SplitHostPort(s.listen.HTTP); !isLoopback(host) {
+			s.log.Warn("the TCP listener is not on loopback: bearer tokens travel in clear text unless TLS is put in front", "addr", tcp.Addr().String())
+		}
+		s.log.Info("API on TCP", "addr", tcp.Addr().String(), "tokens", s.tokens.Len())
+	}
 	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// TCPAddr is the address of the TCP listener ("" when off): with port 0 in
+// listen.http, the port the system picked.
+func (s *Server) TCPAddr() string {
+	if s.tcp == nil {
+		return ""
+	}
+	return s.tcp.Addr().String()
 }
 
 // Addr is the socket path the server listens on.
@@ -109,9 +173,12 @@ func (s *Server) Close(ctx context.Context) error {
 		return nil
 	}
 	err := s.http.Shutdown(ctx)
-	if serr := <-s.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
+	for range s.served {
+		if serr := <-s.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
 	}
+	s.served = 0
 	return err
 }
 
@@ -154,19 +221,32 @@ func dirOf(path string) string {
 	return "."
 }
 
-// tenant is who a request acts for: the X-Tenant header on the unix socket.
+// tenant is who a request acts for: on TCP the tenant of its bearer token
+// (X-Tenant is ignored there); on the unix socket the X-Tenant header.
 func tenant(r *http.Request) (string, error) {
+	if p := principalOf(r.Context()); p != nil && !p.local {
+		return p.tenant, nil
+	}
 	t := r.Header.Get("X-Tenant")
 	if t == "" {
 		return "default", nil
 	}
-	if len(t) > 64 || !utf8.ValidString(t) || strings.ContainsAny(t, "\x00\r\n") {
+	if checkTenant(t) != nil {
 		return "", engine.Errorf(engine.EINVALID, "X-Tenant must be up to 64 bytes of printable UTF-8")
 	}
 	return t, nil
 }
 
+func checkTenant(t string) error {
+	if t == "" || len(t) > 64 || !utf8.ValidString(t) || strings.ContainsAny(t, "\x00\r\n") {
+		return errors.New("up to 64 bytes of printable UTF-8")
+	}
+	return nil
+}
+
 func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { s.metrics.ingest.Observe(time.Since(start).Seconds()) }()
 	ten, err := tenant(r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -208,6 +288,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if resp.Replayed {
+		s.metrics.replays.Inc()
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	w.Header().Set("Content-Type", resp.ContentType)

@@ -366,6 +366,7 @@ func (e *Engine) Cleanup(ctx context.Context) (int, error) {
 	steps := []func(*storage.Tx, time.Time, int) (int, error){
 		(*storage.Tx).DeleteExpiredDelivered,
 		(*storage.Tx).DeleteExpiredIdempotency,
+		(*storage.Tx).DeleteExpiredResolved,
 		(*storage.Tx).DeleteExpiredInboxIDs,
 		(*storage.Tx).DeleteExpiredClaims,
 	}

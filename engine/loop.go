@@ -177,7 +177,7 @@ func (l *Loop) claimAndPublish(ctx context.Context) (*batch, error) {
 	l.hold(recs)
 	b := l.outputs(ctx, recs)
 	pubCtx, cancel := context.WithTimeout(ctx, l.pol.MaxProcessingTime)
-	b.publish(pubCtx, l.e.sinks)
+	b.publish(pubCtx, l.e.sinks, l.e.metrics.observePublish)
 	cancel()
 	return b, nil
 }
@@ -357,7 +357,7 @@ func delivered(rec *storage.Record, dest, msgID string) bool {
 // publish sends every sink its messages concurrently and waits for all. A
 // sink that overstays the deadline by abandonGrace is given up on: its
 // outputs count as unknown.
-func (b *batch) publish(ctx context.Context, sinks map[string]Sink) {
+func (b *batch) publish(ctx context.Context, sinks map[string]Sink, observe func(sink string, took time.Duration)) {
 	var wg sync.WaitGroup
 	for name, outs := range b.bySink {
 		msgs := make([]*Message, len(outs))
@@ -367,7 +367,11 @@ func (b *batch) publish(ctx context.Context, sinks map[string]Sink) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			start := time.Now()
 			results := publishBounded(ctx, sinks[name], msgs)
+			if observe != nil {
+				observe(name, time.Since(start))
+			}
 			for i, o := range outs {
 				o.result = results[i]
 			}

@@ -1,7 +1,11 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // metrics are the engine's Prometheus series. Counters are updated as work
@@ -17,12 +21,15 @@ type metrics struct {
 	retried      *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
 	released     *prometheus.CounterVec
+	publishSecs  *prometheus.HistogramVec
+	dlqActions   *prometheus.CounterVec
 
 	pending   *prometheus.Desc
 	inProcess *prometheus.Desc
 	oldestAge *prometheus.Desc
 	pollDelay *prometheus.Desc
 	dlq       *prometheus.Desc
+	events    *prometheus.Desc
 }
 
 func newMetrics(e *Engine) *metrics {
@@ -46,11 +53,19 @@ func newMetrics(e *Engine) *metrics {
 		oldestAge:    gauge("oldest_pending_age_seconds", "Age of the earliest due pending event."),
 		pollDelay:    gauge("poll_delay_seconds", "A type's current adaptive poll delay."),
 		dlq:          gauge("dlq_events", "Events in a type's DLQ."),
+		publishSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "switchyard", Name: "publish_duration_seconds",
+			Help:    "Time a sink took to publish one batch's messages and get every broker answer.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms … 16s
+		}, []string{"sink"}),
+		dlqActions: counter("dlq_actions_total", "Dead letters an operator retried, resolved or deleted.", "action"),
+		events: prometheus.NewDesc("switchyard_events", "Records in the data file by state (pending excludes in_process; delivered are kept until outbox.ttl).",
+			[]string{"state"}, nil),
 	}
 }
 
 func (m *metrics) vecs() []prometheus.Collector {
-	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.released}
+	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.released, m.publishSecs, m.dlqActions}
 }
 
 // Describe implements prometheus.Collector.
@@ -58,7 +73,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.vecs() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.pending, m.inProcess, m.oldestAge, m.pollDelay, m.dlq} {
+	for _, d := range []*prometheus.Desc{m.pending, m.inProcess, m.oldestAge, m.pollDelay, m.dlq, m.events} {
 		ch <- d
 	}
 }
@@ -72,12 +87,42 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
+	inProcess := 0
 	for _, s := range stats {
+		inProcess += s.InProcess
 		ch <- prometheus.MustNewConstMetric(m.pending, prometheus.GaugeValue, float64(s.Pending), s.Type)
 		ch <- prometheus.MustNewConstMetric(m.inProcess, prometheus.GaugeValue, float64(s.InProcess), s.Type)
 		ch <- prometheus.MustNewConstMetric(m.oldestAge, prometheus.GaugeValue, s.OldestPending.Seconds(), s.Type)
 		ch <- prometheus.MustNewConstMetric(m.pollDelay, prometheus.GaugeValue, s.PollDelay.Seconds(), s.Type)
 		ch <- prometheus.MustNewConstMetric(m.dlq, prometheus.GaugeValue, float64(s.DLQ), s.Type)
+	}
+	var states storage.StateCounts
+	if m.e.store.View(func(tx *storage.Tx) error { states = tx.CountStates(); return nil }) != nil {
+		return
+	}
+	for _, st := range []struct {
+		name string
+		n    int
+	}{
+		{"pending", max(states.Pending-inProcess, 0)},
+		{"in_process", inProcess},
+		{"delivered", states.Delivered},
+		{"dlq", states.DLQ},
+		{"resolved", states.Resolved},
+	} {
+		ch <- prometheus.MustNewConstMetric(m.events, prometheus.GaugeValue, float64(st.n), st.name)
+	}
+}
+
+// observePublish records how long one sink took over one batch.
+func (m *metrics) observePublish(sink string, took time.Duration) {
+	m.publishSecs.WithLabelValues(sink).Observe(took.Seconds())
+}
+
+// dlqAction counts operator actions on dead letters.
+func (m *metrics) dlqAction(action string, n int) {
+	if n > 0 {
+		m.dlqActions.WithLabelValues(action).Add(float64(n))
 	}
 }
 

@@ -99,9 +99,10 @@ type crashRouter struct {
 	natsPort int
 	client   *http.Client
 
-	cmd    *exec.Cmd
-	exited chan struct{}
-	starts int
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	starts   int
+	startups []time.Duration // exec to healthy, per start
 }
 
 func newCrashRouter(t *testing.T, dupWindow time.Duration) *crashRouter {
@@ -179,6 +180,7 @@ func (r *crashRouter) start() {
 	}
 	r.starts++
 	fmt.Fprintf(logf, "=== start %d at %s\n", r.starts, time.Now().Format(time.RFC3339Nano))
+	begin := time.Now()
 	cmd := exec.Command(r.bin, "run", "-config", r.config, "-log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -195,6 +197,7 @@ func (r *crashRouter) start() {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if r.healthy() {
+			r.startups = append(r.startups, time.Since(begin))
 			return
 		}
 		select {
@@ -493,6 +496,12 @@ func crashLoad(t *testing.T, r *crashRouter, kills int) []string {
 	acked := l.ackedIDs()
 	t.Logf("%d kills (%d with events in process) in %s: %d requests, %d acknowledged (%d events), %d failed (in flight at a kill, or the router down), %d acknowledged without readable ids",
 		kills, midPublish, time.Since(start).Round(time.Millisecond), l.requests.Load(), l.ok.Load(), len(acked), l.failed.Load(), l.unreadable.Load())
+	var h Histogram
+	for _, d := range r.startups {
+		h.Record(d)
+	}
+	t.Logf("restart to healthy: p50 %s, p90 %s, max %s (last %s)",
+		ms(h.Quantile(0.5)), ms(h.Quantile(0.9)), ms(h.Max()), ms(r.startups[len(r.startups)-1]))
 	if len(acked) == 0 {
 		t.Fatal("no event was acknowledged")
 	}

@@ -78,6 +78,12 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return nil
 	case "bench":
 		return (&BenchCommand{Main: m}).Run(ctx, rest)
+	case "plugin":
+		return (&PluginCommand{Main: m}).Run(ctx, rest)
+	case "dlq":
+		return (&DLQCommand{Main: m}).Run(ctx, rest)
+	case "stats":
+		return (&StatsCommand{Main: m}).Run(ctx, rest)
 	case "help", "-h", "--help":
 		m.usage()
 		return nil
@@ -97,6 +103,9 @@ Commands:
   run        run the router (default; -config ./policies.hcl)
   validate   check a configuration file
   bench      load a running router over its socket and report throughput
+  plugin     test or check a WebAssembly plugin (router plugin test x.wasm < event.json)
+  dlq        list, show, retry, resolve or delete dead letters of a running router
+  stats      per-type depth, oldest age, poll delay and DLQ of a running router
   version    print the version
 
 Run 'router <command> -h' for a command's flags.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -19,6 +21,8 @@ import (
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
+	"github.com/switchyard-router/switchyard/plugins/wasm"
+	"github.com/switchyard-router/switchyard/plugins/webhook"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -42,6 +46,11 @@ type RunCommand struct {
 	log         hclog.Logger
 	db          *storage.DB
 	natsServers []*natsplugin.Server
+	wasm        *wasm.Runtime // nil without plugins
+	sources     []engine.Source
+	sourcesCtx  context.Context // ends when Close begins
+	stopSources context.CancelFunc
+	sourcesWG   sync.WaitGroup
 	sinks       []engine.Sink
 	engine      *engine.Engine
 	api         *api.Server
@@ -80,12 +89,17 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 		return err
 	}
 	c.log.Info("switchyard is running", "version", versionString(), "socket", cfg.Listen.Socket, "data", cfg.Storage.Path)
+	if err := sdNotify("READY=1"); err != nil {
+		c.log.Warn("could not tell systemd the router is ready", "error", err)
+	}
 	<-ctx.Done()
 	c.log.Info("stopping")
+	sdNotify("STOPPING=1")
 	return nil
 }
 
 func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
+	c.sourcesCtx, c.stopSources = context.WithCancel(context.WithoutCancel(ctx))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	commits := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -116,6 +130,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	)
 
 	dataDir := filepath.Dir(cfg.Storage.Path)
+	natsURLs := make(map[string]string, len(cfg.NATS))
 	for _, n := range cfg.NATS {
 		url := n.URL
 		if n.Embedded {
@@ -127,6 +142,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 			url = srv.ClientURL()
 			c.log.Info("embedded NATS server with JetStream", "name", n.Name, "url", url)
 		}
+		natsURLs[n.Name] = url
 		sink, err := natsplugin.Open(ctx, n, url, c.log)
 		if err != nil {
 			return fmt.Errorf("nats %q: %w", n.Name, err)
@@ -140,6 +156,17 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		}
 		c.sinks = append(c.sinks, sink)
 		c.warnMissingTopics(ctx, cfg, sink)
+	}
+
+	for _, in := range cfg.Inboxes {
+		if in.Deliver.URL == "" {
+			continue // pulled: GET /v1/subscriptions/{name}/messages
+		}
+		sink, err := webhook.New(in, c.log)
+		if err != nil {
+			return fmt.Errorf("inbox %q: %w", in.Name, err)
+		}
+		c.sinks = append(c.sinks, sink)
 	}
 
 	for _, s := range c.sinks {
@@ -157,7 +184,11 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 			}))
 		}
 	}
-	eng, err := engine.New(db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: reg, DoubleSend: c.DoubleSend})
+	plugins, err := c.loadPlugins(ctx, cfg) // plugin.go
+	if err != nil {
+		return err
+	}
+	eng, err := engine.New(db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: reg, DoubleSend: c.DoubleSend, Plugins: plugins})
 	if err != nil {
 		return err
 	}
@@ -165,9 +196,69 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	c.engine = eng
+	if err := c.openSources(ctx, cfg, natsURLs); err != nil {
+		return err
+	}
 
-	c.api = api.New(eng, cfg.Listen, api.Options{Logger: c.log, Gatherer: reg, Ready: c.ready})
+	ln, err := activationListener() // systemd socket activation (sdnotify.go); nil = create the socket
+	if err != nil {
+		return err
+	}
+	if ln != nil {
+		c.log.Info("serving the API on the socket systemd passed", "addr", ln.Addr().String())
+	}
+	c.api = api.New(eng, cfg.Listen, api.Options{Logger: c.log, Gatherer: reg, Registerer: reg, Ready: c.ready, Listener: ln})
 	return c.api.Open()
+}
+
+// openSources starts consuming every inbox's broker into the data file.
+func (c *RunCommand) openSources(ctx context.Context, cfg *config.Config, natsURLs map[string]string) error {
+	for _, in := range cfg.Inboxes {
+		var src engine.Source
+		kind, sinkName, _ := strings.Cut(in.From, ".")
+		switch kind {
+		case "kafka":
+			for _, k := range cfg.Kafka {
+				if k.Name == sinkName {
+					s, err := kafka.OpenSource(ctx, k, in, c.log)
+					if err != nil {
+						return fmt.Errorf("inbox %q: %w", in.Name, err)
+					}
+					src = s
+				}
+			}
+		case "nats":
+			for _, n := range cfg.NATS {
+				if n.Name == sinkName {
+					s, err := natsplugin.OpenSource(ctx, n, natsURLs[sinkName], in, c.log)
+					if err != nil {
+						return fmt.Errorf("inbox %q: %w", in.Name, err)
+					}
+					for _, w := range s.Warnings() {
+						c.log.Warn(w, "inbox", in.Name)
+					}
+					src = s
+				}
+			}
+		}
+		if src == nil {
+			return fmt.Errorf("inbox %q: no sink %q to consume from", in.Name, in.From)
+		}
+		c.sources = append(c.sources, src)
+		name := in.Name
+		c.sourcesWG.Add(1)
+		go func() {
+			defer c.sourcesWG.Done()
+			receive := func(ctx context.Context, msgs []engine.Inbound) error {
+				_, err := c.engine.Receive(ctx, name, msgs)
+				return err
+			}
+			if err := src.Run(c.sourcesCtx, receive); err != nil {
+				c.log.Error("inbox stopped consuming", "inbox", name, "error", err)
+			}
+		}()
+	}
+	return nil
 }
 
 // warnMissingTopics says at startup which routed Kafka topics do not exist:
@@ -203,8 +294,20 @@ func (c *RunCommand) Close(ctx context.Context) error {
 	if c.api != nil {
 		errs = append(errs, c.api.Close(ctx))
 	}
+	// Stop consuming before the engine: a batch being stored finishes (or
+	// is not acknowledged to the broker, which redelivers it).
+	if c.stopSources != nil {
+		c.stopSources()
+	}
+	for _, s := range c.sources {
+		errs = append(errs, s.Close(ctx))
+	}
+	c.sourcesWG.Wait()
 	if c.engine != nil {
 		errs = append(errs, c.engine.Close(ctx))
+	}
+	if c.wasm != nil { // after the engine: its loops run the plugins
+		errs = append(errs, c.wasm.Close(ctx))
 	}
 	for _, s := range c.sinks {
 		errs = append(errs, s.Close(ctx))

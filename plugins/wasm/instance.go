@@ -178,8 +178,8 @@ func (m *linearMemory) Free() { m.buf = nil }
 
 // newInstance instantiates the module and runs _initialize,
 // sy_abi_version and sy_init on it.
-func (p *Plugin) newInstance(ctx context.Context) (in *instance, err error) {
-	in = &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory)}}
+func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
+	in := &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory)}}
 	in.cctx = callCtx{inst: in, done: make(chan struct{})}
 	in.stdout = streamWriter{in: in, stream: "stdout", level: hclog.Info}
 	in.stderr = streamWriter{in: in, stream: "stderr", level: hclog.Warn}
@@ -263,19 +263,24 @@ func (in *instance) close() {
 // order. Any of them discards the instance.
 func (in *instance) failure(call string, err error, fired bool, timeout time.Duration) string {
 	lim := in.p.limits
-	var exit *sys.ExitError
 	switch {
 	case in.mem.refused > 0:
 		return fmt.Sprintf("memory limit reached: the plugin tried to grow its memory to %s, over limits.memory = %s",
 			formatBytes(in.mem.refused), formatBytes(uint64(lim.Memory)))
-	case fired || (errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded):
+	case fired:
 		return fmt.Sprintf("timed out: %s ran longer than %s", call, timeout)
-	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled:
-		return fmt.Sprintf("%s was cancelled", call)
-	case errors.As(err, &exit):
-		return fmt.Sprintf("%s exited with code %d (proc_exit)", call, exit.ExitCode())
 	case err != nil:
-		return describeTrap(call, err)
+		var exit *sys.ExitError
+		if !errors.As(err, &exit) {
+			return describeTrap(call, err)
+		}
+		switch exit.ExitCode() {
+		case sys.ExitCodeDeadlineExceeded:
+			return fmt.Sprintf("timed out: %s ran longer than %s", call, timeout)
+		case sys.ExitCodeContextCanceled:
+			return fmt.Sprintf("%s was cancelled", call)
+		}
+		return fmt.Sprintf("%s exited with code %d (proc_exit)", call, exit.ExitCode())
 	case in.violation != "":
 		return in.violation
 	}

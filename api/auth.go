@@ -1,0 +1,239 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/switchyard-router/switchyard/engine"
+)
+
+// Who may do what (DESIGN §4):
+//
+//   - The unix socket is guarded by its file permissions (0660): whoever can
+//     connect is trusted, acts for the tenant of its X-Tenant header, and
+//     may use the admin routes.
+//   - The TCP listener (listen { http }) trusts nothing: every request but
+//     GET /healthz needs "Authorization: Bearer <token>" with a token of
+//     tokens_file. The token decides the tenant (X-Tenant is ignored) and
+//     whether the admin routes (DLQ, stats, metrics) are allowed.
+//
+// tokens_file is JSON:
+//
+//	{"tokens": [
+//	  {"token": "a-long-random-secret", "tenant": "acme"},
+//	  {"sha256": "<hex of sha256(token)>", "tenant": "ops", "admin": true}
+//	]}
+//
+// "sha256" lets the file hold digests instead of secrets. Tokens are
+// compared as SHA-256 digests in constant time, against every entry.
+
+// minTokenLen refuses tokens short enough to guess.
+const minTokenLen = 16
+
+// principal is who a request acts for.
+type principal struct {
+	local  bool   // came over the unix socket
+	tenant string // from the token (TCP); "" on the socket: X-Tenant decides
+	admin  bool
+}
+
+type principalKey struct{}
+
+func principalOf(ctx context.Context) *principal {
+	p, _ := ctx.Value(principalKey{}).(*principal)
+	return p
+}
+
+type connKindKey struct{}
+
+// connContext marks each connection with whether it came over a unix
+// socket. Anything else (TCP, or a socket-activated listener of another
+// kind) must authenticate: fail closed.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	_, unix := c.(*net.UnixConn)
+	return context.WithValue(ctx, connKindKey{}, unix)
+}
+
+func isLocal(r *http.Request) bool {
+	unix, _ := r.Context().Value(connKindKey{}).(bool)
+	return unix
+}
+
+// Tokens is a loaded tokens_file.
+type Tokens struct {
+	entries []tokenEntry
+}
+
+type tokenEntry struct {
+	digest [sha256.Size]byte
+	tenant string
+	admin  bool
+}
+
+type tokensFile struct {
+	Tokens []struct {
+		Token  string `json:"token"`
+		SHA256 string `json:"sha256"`
+		Tenant string `json:"tenant"`
+		Admin  bool   `json:"admin"`
+	} `json:"tokens"`
+}
+
+// LoadTokens reads a tokens_file. Every problem is an error: a router with
+// a TCP listener does not start on tokens it does not understand.
+func LoadTokens(path string) (*Tokens, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokens_file: %w", err)
+	}
+	return ParseTokens(b, path)
+}
+
+// ParseTokens parses the tokens_file format; name is used in errors.
+func ParseTokens(b []byte, name string) (*Tokens, error) {
+	var f tokensFile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("tokens_file %s: %w", name, err)
+	}
+	if len(f.Tokens) == 0 {
+		return nil, fmt.Errorf("tokens_file %s: no tokens", name)
+	}
+	t := &Tokens{}
+	seen := make(map[[sha256.Size]byte]bool)
+	for i, e := range f.Tokens {
+		var en tokenEntry
+		switch {
+		case e.Token != "" && e.SHA256 != "":
+			return nil, fmt.Errorf("tokens_file %s: token %d: set token or sha256, not both", name, i)
+		case e.Token != "":
+			if len(e.Token) < minTokenLen {
+				return nil, fmt.Errorf("tokens_file %s: token %d: shorter than %d characters", name, i, minTokenLen)
+			}
+			en.digest = sha256.Sum256([]byte(e.Token))
+		case e.SHA256 != "":
+			d, err := hex.DecodeString(e.SHA256)
+			if err != nil || len(d) != sha256.Size {
+				return nil, fmt.Errorf("tokens_file %s: token %d: sha256 must be 64 hex digits", name, i)
+			}
+			copy(en.digest[:], d)
+		default:
+			return nil, fmt.Errorf("tokens_file %s: token %d: no token (or sha256)", name, i)
+		}
+		if seen[en.digest] {
+			return nil, fmt.Errorf("tokens_file %s: token %d: the same token appears twice", name, i)
+		}
+		seen[en.digest] = true
+		en.tenant, en.admin = e.Tenant, e.Admin
+		if en.tenant == "" {
+			if !en.admin {
+				return nil, fmt.Errorf("tokens_file %s: token %d: a tenant is required (admin tokens default to \"default\")", name, i)
+			}
+			en.tenant = "default"
+		}
+		if err := checkTenant(en.tenant); err != nil {
+			return nil, fmt.Errorf("tokens_file %s: token %d: tenant %q: %v", name, i, en.tenant, err)
+		}
+		t.entries = append(t.entries, en)
+	}
+	return t, nil
+}
+
+// lookup finds the entry of a presented token. It hashes the token and
+// compares the digest with every entry, without stopping early, so the time
+// it takes says nothing about which entry (or how much of one) matched.
+func (t *Tokens) lookup(token string) (tokenEntry, bool) {
+	if t == nil {
+		return tokenEntry{}, false
+	}
+	d := sha256.Sum256([]byte(token))
+	var found tokenEntry
+	ok := 0
+	for _, e := range t.entries {
+		if subtle.ConstantTimeCompare(d[:], e.digest[:]) == 1 {
+			found, ok = e, 1
+		}
+	}
+	return found, ok == 1
+}
+
+// Len is the number of tokens.
+func (t *Tokens) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.entries)
+}
+
+// bearer returns the token of an "Authorization: Bearer" header.
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// authenticate decides who a request acts for, or answers 401.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isLocal(r) {
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{local: true, admin: true})))
+			return
+		}
+		if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
+			next.ServeHTTP(w, r) // liveness says nothing; probes carry no token
+			return
+		}
+		tok, ok := bearer(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
+			s.writeError(w, r, engine.Errorf(engine.EUNAUTHORIZED, "this listener needs an Authorization: Bearer token"))
+			return
+		}
+		e, ok := s.tokens.lookup(tok)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard", error="invalid_token"`)
+			s.writeError(w, r, engine.Errorf(engine.EUNAUTHORIZED, "the bearer token is not valid"))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{tenant: e.tenant, admin: e.admin})))
+	})
+}
+
+// adminOnly guards the operator routes: DLQ, stats, metrics.
+func (s *Server) adminOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := principalOf(r.Context()); p == nil || !p.admin {
+			s.writeError(w, r, engine.Errorf(engine.EFORBIDDEN, "this route needs an admin token"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) adminFunc(h http.HandlerFunc) http.Handler { return s.adminOnly(h) }
+
+// actor names who did an operator action, for the log.
+func actor(r *http.Request) string {
+	p := principalOf(r.Context())
+	switch {
+	case p == nil:
+		return "unknown"
+	case p.local:
+		return "socket"
+	}
+	return "token:" + p.tenant
+}

@@ -1,0 +1,377 @@
+package api_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-router/switchyard/api"
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage/storagetest"
+)
+
+const (
+	tokAcme  = "acme-token-0123456789"
+	tokBeta  = "beta-token-0123456789"
+	tokAdmin = "admin-token-0123456789"
+)
+
+// tcpRouter is an API server with the TCP listener on, over a real data
+// file, with three tokens: two tenants and an admin.
+type tcpRouter struct {
+	*router
+	addr string
+	reg  *prometheus.Registry
+	http *http.Client
+}
+
+func newTCPRouter(t *testing.T) *tcpRouter {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	adminSum := sha256.Sum256([]byte(tokAdmin))
+	tokens := fmt.Sprintf(`{"tokens": [
+	  {"token": %q, "tenant": "acme"},
+	  {"token": %q, "tenant": "beta"},
+	  {"sha256": %q, "admin": true}
+	]}`, tokAcme, tokBeta, hex.EncodeToString(adminSum[:]))
+	tokensPath := filepath.Join(dir, "tokens.json")
+	if err := os.WriteFile(tokensPath, []byte(tokens), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(`
+listen {
+  http        = "127.0.0.1:0"
+  tokens_file = "`+tokensPath+`"
+  max_body    = "4KiB"
+  max_batch   = 10
+}
+event "order.created" {}
+`), "test.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen.Socket = filepath.Join(dir, "r.sock")
+	db := storagetest.Open(t)
+	eng, err := engine.New(db, cfg, nil, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	srv := api.New(eng, cfg.Listen, api.Options{Registerer: reg, Gatherer: reg})
+	if err := srv.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(context.Background()) })
+	r := &router{t: t, db: db, srv: srv, sock: cfg.Listen.Socket, client: unixClient(cfg.Listen.Socket)}
+	return &tcpRouter{router: r, addr: srv.TCPAddr(), reg: reg, http: &http.Client{
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// tcp sends a request over TCP with token ("" = none); path is sent as is
+// (no cleaning, no re-escaping).
+func (r *tcpRouter) tcp(method, path, token string, header map[string]string, body string) reply {
+	r.t.Helper()
+	req, err := http.NewRequest(method, "http://"+r.addr+"/", strings.NewReader(body))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	req.URL.Opaque = "//" + r.addr + path
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+func problemCode(t *testing.T, rep reply) string {
+	t.Helper()
+	if ct := rep.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("%d with content type %q: %s", rep.status, ct, rep.body)
+	}
+	return decode[struct{ Code string }](t, rep.body).Code
+}
+
+func TestAuthTCPNeedsAToken(t *testing.T) {
+	r := newTCPRouter(t)
+	for _, c := range []struct {
+		name, auth, wantChallenge string
+	}{
+		{"none", "", `Bearer realm="switchyard"`},
+		{"wrong", "Bearer not-a-known-token-at-all", `Bearer realm="switchyard", error="invalid_token"`},
+		{"basic", "Basic YWRtaW46YWRtaW4=", `Bearer realm="switchyard"`},
+		{"empty bearer", "Bearer ", `Bearer realm="switchyard"`},
+		{"prefix of a token", "Bearer " + tokAdmin[:10], `Bearer realm="switchyard", error="invalid_token"`},
+	} {
+		for _, path := range []string{"/v1/events/x", "/v1/dlq", "/metrics", "/readyz", "/nothing"} {
+			h := map[string]string{}
+			if c.auth != "" {
+				h["Authorization"] = c.auth
+			}
+			rep := r.tcp("GET", path, "", h, "")
+			if rep.status != 401 || problemCode(t, rep) != "unauthorized" || rep.header.Get("WWW-Authenticate") != c.wantChallenge {
+				t.Errorf("%s token on %s: %d %q %s", c.name, path, rep.status, rep.header.Get("WWW-Authenticate"), rep.body)
+			}
+		}
+	}
+	// Nothing is stored by an unauthenticated ingest.
+	rep := r.tcp("POST", "/v1/events", "", structured(), orderJSON)
+	if rep.status != 401 || r.stored() != 0 {
+		t.Fatalf("unauthenticated ingest: %d, stored %d", rep.status, r.stored())
+	}
+	// Liveness needs no token; readiness does.
+	if rep := r.tcp("GET", "/healthz", "", nil, ""); rep.status != 200 {
+		t.Fatalf("healthz: %d", rep.status)
+	}
+	if rep := r.tcp("GET", "/readyz", tokBeta, nil, ""); rep.status != 200 {
+		t.Fatalf("readyz with a token: %d", rep.status)
+	}
+}
+
+// On TCP the tenant is the token's: another tenant's token cannot read the
+// event, find it by its key, or replay its idempotency record, whatever
+// X-Tenant it sends.
+func TestAuthTenantIsolationOverTCP(t *testing.T) {
+	r := newTCPRouter(t)
+	hdr := structured("Idempotency-Key", "k-1")
+	rep := r.tcp("POST", "/v1/events", tokAcme, hdr, orderJSON)
+	if rep.status != 202 {
+		t.Fatalf("acme post: %d %s", rep.status, rep.body)
+	}
+	id := decode[struct{ ID string }](t, rep.body).ID
+	first := string(rep.body)
+
+	asAcme := map[string]string{"X-Tenant": "acme"}
+	if rep := r.tcp("GET", "/v1/events/"+id, tokBeta, asAcme, ""); rep.status != 404 || problemCode(t, rep) != "not_found" {
+		t.Fatalf("beta reads acme's event: %d %s", rep.status, rep.body)
+	}
+	if rep := r.tcp("GET", "/v1/events?idempotency_key=k-1", tokBeta, asAcme, ""); rep.status != 404 {
+		t.Fatalf("beta finds acme's key: %d %s", rep.status, rep.body)
+	}
+	if rep := r.tcp("GET", "/v1/events/"+id, tokAcme, nil, ""); rep.status != 200 {
+		t.Fatalf("acme reads its event: %d", rep.status)
+	}
+	// The same key and body from beta is beta's own request: a new event,
+	// not acme's stored response.
+	hdrAsAcme := structured("Idempotency-Key", "k-1", "X-Tenant", "acme")
+	rep = r.tcp("POST", "/v1/events", tokBeta, hdrAsAcme, orderJSON)
+	if rep.status != 202 || rep.header.Get("Idempotent-Replayed") != "" || string(rep.body) == first {
+		t.Fatalf("beta got acme's replay: %d %q %s", rep.status, rep.header.Get("Idempotent-Replayed"), rep.body)
+	}
+	betaID := decode[struct{ ID string }](t, rep.body).ID
+	// Another body under the same key is no 422 for beta against acme's
+	// record either: scopes do not meet.
+	rep = r.tcp("POST", "/v1/events", tokAcme, hdr, orderJSON)
+	if rep.status != 202 || rep.header.Get("Idempotent-Replayed") != "true" || string(rep.body) != first {
+		t.Fatalf("acme replay: %d %s", rep.status, rep.body)
+	}
+	// Over the socket X-Tenant still decides.
+	if rep := r.do("GET", "/v1/events/"+betaID, map[string]string{"X-Tenant": "beta"}, ""); rep.status != 200 {
+		t.Fatalf("socket with X-Tenant beta: %d", rep.status)
+	}
+	if rep := r.do("GET", "/v1/events/"+betaID, map[string]string{"X-Tenant": "acme"}, ""); rep.status != 404 {
+		t.Fatalf("socket with X-Tenant acme reads beta's: %d", rep.status)
+	}
+}
+
+func TestAuthAdminRoutesNeedAnAdminToken(t *testing.T) {
+	r := newTCPRouter(t)
+	routes := []struct{ method, path, body string }{
+		{"GET", "/v1/dlq", ""},
+		{"GET", "/v1/dlq/stats", ""},
+		{"GET", "/v1/dlq/x", ""},
+		{"POST", "/v1/dlq/x/retry", ""},
+		{"POST", "/v1/dlq/x/resolve", ""},
+		{"DELETE", "/v1/dlq/x", ""},
+		{"POST", "/v1/dlq/retry", `{"all":true}`},
+		{"POST", "/v1/dlq/resolve", `{"all":true}`},
+		{"POST", "/v1/dlq/delete", `{"all":true}`},
+		{"GET", "/v1/stats", ""},
+		{"GET", "/metrics", ""},
+	}
+	for _, rt := range routes {
+		rep := r.tcp(rt.method, rt.path, tokAcme, nil, rt.body)
+		if rep.status != 403 || problemCode(t, rep) != "forbidden" {
+			t.Errorf("non-admin %s %s: %d %s", rt.method, rt.path, rep.status, rep.body)
+		}
+		rep = r.tcp(rt.method, rt.path, tokAdmin, nil, rt.body)
+		if rep.status == 401 || rep.status == 403 {
+			t.Errorf("admin %s %s: %d %s", rt.method, rt.path, rep.status, rep.body)
+		}
+	}
+	// The socket needs no token for them.
+	for _, path := range []string{"/v1/dlq", "/v1/dlq/stats", "/v1/stats", "/metrics"} {
+		if rep := r.do("GET", path, nil, ""); rep.status != 200 {
+			t.Errorf("socket %s: %d %s", path, rep.status, rep.body)
+		}
+	}
+	// A path that cleans to an admin route is redirected, never served to a
+	// non-admin.
+	for _, path := range []string{"/v1/events/../dlq", "/v1/events/..%2Fdlq", "/v1//dlq", "/v1/%64lq"} {
+		rep := r.tcp("GET", path, tokAcme, nil, "")
+		switch rep.status {
+		case 307: // the mux cleans the path: the client asks again, and gets 403
+			if loc := rep.header.Get("Location"); r.tcp("GET", loc, tokAcme, nil, "").status != 403 {
+				t.Errorf("non-admin %s → %s: not forbidden", path, loc)
+			}
+		case 403, 404:
+		default:
+			t.Errorf("non-admin %s: %d %s", path, rep.status, rep.body)
+		}
+	}
+}
+
+func TestAuthBodiesAndIDs(t *testing.T) {
+	r := newTCPRouter(t)
+	big := `{"specversion":"1.0","type":"order.created","source":"/s","data":"` + strings.Repeat("x", 8<<10) + `"}`
+	if rep := r.tcp("POST", "/v1/events", tokAcme, structured(), big); rep.status != 413 || problemCode(t, rep) != "payload_too_large" {
+		t.Fatalf("oversized ingest: %d %s", rep.status, rep.body)
+	}
+	ids := `{"ids":["` + strings.Repeat("a", 8<<10) + `"]}`
+	if rep := r.tcp("POST", "/v1/dlq/retry", tokAdmin, nil, ids); rep.status != 413 || problemCode(t, rep) != "payload_too_large" {
+		t.Fatalf("oversized bulk: %d %s", rep.status, rep.body)
+	}
+	for path, want := range map[string]int{
+		"/v1/dlq/..%2F..%2Fetc%2Fpasswd":           404,
+		"/v1/dlq/a%2Fb":                            404,
+		"/v1/dlq/%2e%2e":                           404,
+		"/v1/dlq/%00":                              400,
+		"/v1/dlq/" + strings.Repeat("a", 2000):     400,
+		"/v1/dlq/x?queue=..%2Fevents":              400,
+		"/v1/dlq/x/retry":                          404,
+		"/v1/events/" + strings.Repeat("%2F", 300): 404,
+	} {
+		method := "GET"
+		if strings.HasSuffix(path, "/retry") {
+			method = "POST"
+		}
+		rep := r.tcp(method, path, tokAdmin, nil, "")
+		if rep.status != want {
+			t.Errorf("%s: %d %s, want %d", path, rep.status, rep.body, want)
+			continue
+		}
+		problemCode(t, rep)
+	}
+	// A very long path is cut off by the server's header limit, not served.
+	rep := r.tcp("GET", "/v1/dlq/"+strings.Repeat("a", 2<<20), tokAdmin, nil, "")
+	if rep.status != 431 && rep.status != 400 {
+		t.Fatalf("2 MiB id: %d", rep.status)
+	}
+}
+
+// Every problem answer is counted by code.
+func TestAuthProblemsMetrics(t *testing.T) {
+	r := newTCPRouter(t)
+	r.tcp("GET", "/v1/dlq", "", nil, "")
+	r.tcp("GET", "/v1/dlq", "", nil, "")
+	r.tcp("GET", "/v1/dlq", tokAcme, nil, "")
+	hdr := structured("Idempotency-Key", "k")
+	r.tcp("POST", "/v1/events", tokAcme, hdr, orderJSON)
+	r.tcp("POST", "/v1/events", tokAcme, hdr, orderJSON)                                                    // replay
+	r.tcp("POST", "/v1/events", tokAcme, hdr, strings.Replace(orderJSON, "12", "13", 1))                    // 422
+	r.tcp("POST", "/v1/events", tokAcme, structured(), `{"specversion":"1.0","type":"nope","source":"/s"}`) // 422
+	for code, want := range map[string]float64{"unauthorized": 2, "forbidden": 1, "idempotency_key_reuse": 1, "unknown_event_type": 1} {
+		got := metricValue(t, r.reg, "switchyard_http_problems_total", code)
+		if got != want {
+			t.Errorf("problems{code=%s} = %v, want %v", code, got, want)
+		}
+	}
+	if n := metricValue(t, r.reg, "switchyard_idempotent_replays_total", ""); n != 1 {
+		t.Fatalf("replays: %v", n)
+	}
+	body := r.tcp("GET", "/metrics", tokAdmin, nil, "").body
+	for _, want := range []string{
+		"switchyard_idempotent_replays_total 1",
+		"switchyard_ingest_duration_seconds_count 4",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// metricValue reads a counter or gauge from reg: the series of name whose
+// labels include label (any value when "").
+func metricValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := label == ""
+			for _, lp := range m.GetLabel() {
+				match = match || lp.GetValue() == label
+			}
+			if !match {
+				continue
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+func TestAuthTokensFile(t *testing.T) {
+	sum := sha256.Sum256([]byte("x"))
+	for name, c := range map[string]struct {
+		src, err string
+	}{
+		"ok":         {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"},{"sha256":"` + hex.EncodeToString(sum[:]) + `","admin":true}]}`, ""},
+		"short":      {`{"tokens":[{"token":"short","tenant":"a"}]}`, "shorter than 16"},
+		"duplicate":  {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"},{"token":"0123456789abcdef","tenant":"b"}]}`, "twice"},
+		"typo":       {`{"tokens":[{"token":"0123456789abcdef","tenant":"a","admn":true}]}`, "unknown field"},
+		"no tenant":  {`{"tokens":[{"token":"0123456789abcdef"}]}`, "tenant is required"},
+		"both":       {`{"tokens":[{"token":"0123456789abcdef","sha256":"00","tenant":"a"}]}`, "not both"},
+		"bad digest": {`{"tokens":[{"sha256":"abc","tenant":"a"}]}`, "64 hex"},
+		"empty":      {`{"tokens":[]}`, "no tokens"},
+		"bad tenant": {`{"tokens":[{"token":"0123456789abcdef","tenant":"a\nb"}]}`, "tenant"},
+		"not json":   {`token=abc`, "invalid character"},
+	} {
+		tk, err := api.ParseTokens([]byte(c.src), "tokens.json")
+		switch {
+		case c.err == "" && (err != nil || tk.Len() != 2):
+			t.Errorf("%s: %v", name, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: error %v, want %q", name, err, c.err)
+		}
+	}
+	// A router with a TCP listener does not start on a bad file.
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.json")
+	os.WriteFile(path, []byte(`{"tokens":[]}`), 0o600)
+	srv := api.New(nil, config.Listen{Socket: filepath.Join(dir, "s"), HTTP: "127.0.0.1:0", TokensFile: path, MaxBody: 1024, MaxBatch: 1}, api.Options{})
+	if err := srv.Open(); err == nil {
+		srv.Close(context.Background())
+		t.Fatal("opened with no tokens")
+	}
+}

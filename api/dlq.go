@@ -1,0 +1,363 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// The DLQ routes (admin: the unix socket, or an admin token on TCP).
+//
+//	GET    /v1/dlq?type=&status=&since=&limit=&cursor=   a page, newest first
+//	GET    /v1/dlq/stats                                 counts per type and status
+//	GET    /v1/dlq/{id}                                  one dead letter, with every attempt
+//	POST   /v1/dlq/{id}/retry                            back to pending, attempts reset
+//	POST   /v1/dlq/{id}/resolve                          resolved, removed after dlq { ttl }
+//	DELETE /v1/dlq/{id}                                  removed
+//	POST   /v1/dlq/retry|resolve|delete                  many: {"type","status","since","ids","all"}
+//
+// {id} is an event id; a dead letter of an inbox is addressed with
+// ?queue=inbox:<name> (in a bulk body: "type": "inbox:<name>" with "ids").
+func (s *Server) dlqRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /v1/dlq", s.adminFunc(s.listDLQ))
+	mux.Handle("GET /v1/dlq/stats", s.adminFunc(s.dlqStats))
+	mux.Handle("GET /v1/dlq/{id}", s.adminFunc(s.getDLQ))
+	mux.Handle("POST /v1/dlq/{id}/retry", s.adminFunc(s.retryDLQ))
+	mux.Handle("POST /v1/dlq/{id}/resolve", s.adminFunc(s.resolveDLQ))
+	mux.Handle("DELETE /v1/dlq/{id}", s.adminFunc(s.deleteDLQ))
+	mux.Handle("POST /v1/dlq/retry", s.adminFunc(s.bulkDLQ("retry")))
+	mux.Handle("POST /v1/dlq/resolve", s.adminFunc(s.bulkDLQ("resolve")))
+	mux.Handle("POST /v1/dlq/delete", s.adminFunc(s.bulkDLQ("delete")))
+}
+
+// maxRefLen bounds an id in a DLQ path or body. Outbound ids are at most
+// maxIDLen; an inbox's ids come from brokers and may be longer.
+const maxRefLen = 1024
+
+func checkRef(id string) error {
+	switch {
+	case id == "":
+		return engine.Errorf(engine.EINVALID, "the event id is empty")
+	case len(id) > maxRefLen:
+		return engine.Errorf(engine.EINVALID, "the event id is longer than %d bytes", maxRefLen)
+	case !utf8.ValidString(id):
+		return engine.Errorf(engine.EINVALID, "the event id is not valid UTF-8")
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f {
+			return engine.Errorf(engine.EINVALID, "the event id contains control characters")
+		}
+	}
+	return nil
+}
+
+func dlqRef(r *http.Request) (engine.DLQRef, error) {
+	ref := engine.DLQRef{ID: r.PathValue("id"), Queue: r.URL.Query().Get("queue")}
+	if err := checkRef(ref.ID); err != nil {
+		return ref, err
+	}
+	if ref.Queue != "" && (len(ref.Queue) > maxRefLen || !strings.HasPrefix(ref.Queue, "inbox:")) {
+		return ref, engine.Errorf(engine.EINVALID, "queue names an inbox: inbox:<name>")
+	}
+	return ref, nil
+}
+
+// parseSince reads a since filter: an RFC 3339 time, or a duration meaning
+// that long before now ("1h").
+func parseSince(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, engine.Errorf(engine.EINVALID, "since %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (1h)", truncateStr(v, 64))
+}
+
+func truncateStr(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// dlqItemView is one dead letter in a listing.
+type dlqItemView struct {
+	ID         string        `json:"id"`
+	Queue      string        `json:"queue,omitempty"` // an inbox's records: inbox:<name>
+	Type       string        `json:"type"`
+	Source     string        `json:"source"`
+	Tenant     string        `json:"tenant"`
+	State      storage.State `json:"state"`
+	Attempts   int           `json:"attempts"`
+	Reason     string        `json:"reason"`
+	CreatedAt  time.Time     `json:"created_at"`
+	MovedAt    *time.Time    `json:"moved_at,omitempty"`
+	ResolvedAt *time.Time    `json:"resolved_at,omitempty"`
+}
+
+// dlqDetailView is GET /v1/dlq/{id}: the item, every attempt, the outputs
+// and the event itself.
+type dlqDetailView struct {
+	dlqItemView
+	History []storage.Attempt `json:"history"`
+	Outputs []storage.Output  `json:"outputs"`
+	Event   map[string]any    `json:"event"`
+}
+
+func dlqItemOf(it *engine.DLQItem) dlqItemView {
+	rec := it.Record
+	v := dlqItemView{
+		ID: rec.Event.ID, Queue: rec.Queue, Type: rec.Event.Type, Source: rec.Event.Source, Tenant: rec.Tenant,
+		State: rec.State, Attempts: rec.Attempts, Reason: rec.LastError, CreatedAt: rec.CreatedAt,
+	}
+	at := it.At
+	if rec.State == storage.StateResolved {
+		v.ResolvedAt = &at
+	} else {
+		v.MovedAt = &at
+	}
+	return v
+}
+
+func dlqDetailOf(it *engine.DLQItem) dlqDetailView {
+	rec := it.Record
+	v := dlqDetailView{dlqItemView: dlqItemOf(it), History: rec.History, Outputs: rec.Outputs, Event: cloudEvent(&rec.Event)}
+	if v.History == nil {
+		v.History = []storage.Attempt{}
+	}
+	if v.Outputs == nil {
+		v.Outputs = []storage.Output{}
+	}
+	return v
+}
+
+// cloudEvent renders an event in the CloudEvents JSON format: JSON data as
+// JSON, text as a string, anything else as data_base64.
+func cloudEvent(ev *storage.Event) map[string]any {
+	m := map[string]any{
+		"specversion": ev.SpecVersion,
+		"id":          ev.ID,
+		"source":      ev.Source,
+		"type":        ev.Type,
+	}
+	if !ev.Time.IsZero() {
+		m["time"] = ev.Time.Format(time.RFC3339Nano)
+	}
+	for k, v := range map[string]string{"subject": ev.Subject, "datacontenttype": ev.DataContentType, "dataschema": ev.DataSchema} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	for _, h := range ev.Extensions {
+		if _, taken := m[h.Name]; !taken && h.Name != "data" && h.Name != "data_base64" {
+			m[h.Name] = h.Value
+		}
+	}
+	switch {
+	case len(ev.Data) == 0:
+	case isJSONMedia(ev.DataContentType) && json.Valid(ev.Data):
+		m["data"] = json.RawMessage(ev.Data)
+	case strings.HasPrefix(ev.DataContentType, "text/") && utf8.Valid(ev.Data):
+		m["data"] = string(ev.Data)
+	default:
+		m["data_base64"] = base64.StdEncoding.EncodeToString(ev.Data)
+	}
+	return m
+}
+
+func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	query := engine.DLQQuery{Type: q.Get("type"), Status: storage.State(q.Get("status")), Cursor: q.Get("cursor")}
+	var err error
+	if query.Since, err = parseSince(q.Get("since"), s.opts.Now()); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if query.Limit, err = queryInt(r, "limit", engine.DLQPageDefault, engine.DLQPageMax); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	page, err := s.engine.DLQList(query)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	items := make([]dlqItemView, len(page.Items))
+	for i := range page.Items {
+		items[i] = dlqItemOf(&page.Items[i])
+	}
+	resp := map[string]any{"items": items}
+	if page.NextCursor != "" {
+		resp["next_cursor"] = page.NextCursor
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) getDLQ(w http.ResponseWriter, r *http.Request) {
+	ref, err := dlqRef(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	it, err := s.engine.DLQGet(ref)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, dlqDetailOf(it))
+}
+
+func (s *Server) retryDLQ(w http.ResponseWriter, r *http.Request) {
+	ref, err := dlqRef(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rec, err := s.engine.DLQRetry(r.Context(), ref)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("dead letter retried", "id", ref.ID, "queue", rec.QueueName(), "by", actor(r))
+	writeJSON(w, http.StatusOK, viewOf(rec))
+}
+
+func (s *Server) resolveDLQ(w http.ResponseWriter, r *http.Request) {
+	ref, err := dlqRef(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	it, err := s.engine.DLQResolve(r.Context(), ref)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("dead letter resolved", "id", ref.ID, "queue", it.Record.QueueName(), "by", actor(r))
+	writeJSON(w, http.StatusOK, dlqItemOf(it))
+}
+
+func (s *Server) deleteDLQ(w http.ResponseWriter, r *http.Request) {
+	ref, err := dlqRef(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.engine.DLQDelete(r.Context(), ref); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("dead letter deleted", "id", ref.ID, "by", actor(r))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// dlqFilterBody is the body of the bulk routes.
+type dlqFilterBody struct {
+	Type   string   `json:"type"`
+	Status string   `json:"status"`
+	Since  string   `json:"since"`
+	IDs    []string `json:"ids"`
+	All    bool     `json:"all"`
+}
+
+func (s *Server) bulkDLQ(action string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f, err := s.readFilter(w, r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		var res *engine.DLQBulkResult
+		switch action {
+		case "retry":
+			res, err = s.engine.DLQRetryMany(r.Context(), f)
+		case "resolve":
+			res, err = s.engine.DLQResolveMany(r.Context(), f)
+		default:
+			res, err = s.engine.DLQDeleteMany(r.Context(), f)
+		}
+		if res != nil && res.Done > 0 {
+			s.log.Info("dead letters "+action+" (bulk)", "done", res.Done, "matched", res.Matched, "type", f.Type, "ids", len(f.IDs), "by", actor(r))
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if res.NotFound == nil {
+			res.NotFound = []string{}
+		}
+		if res.Skipped == nil {
+			res.Skipped = []engine.DLQSkip{}
+		}
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// readFilter decodes a bulk filter strictly: an unknown field (a typo such
+// as "typ") is an error, not a filter that selects more than meant.
+func (s *Server) readFilter(w http.ResponseWriter, r *http.Request) (engine.DLQFilter, error) {
+	var f engine.DLQFilter
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.listen.MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return f, engine.Errorf(engine.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
+		}
+		return f, engine.Errorf(engine.EINVALID, "reading the body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return f, engine.Errorf(engine.EINVALID, `the body is a JSON filter: {"type": ..., "since": ..., "ids": [...]} or {"all": true}`)
+	}
+	var b dlqFilterBody
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		return f, engine.Errorf(engine.EINVALID, "the filter is not valid: %v (fields: type, status, since, ids, all)", err)
+	}
+	if dec.More() {
+		return f, engine.Errorf(engine.EINVALID, "the body holds more than one JSON value")
+	}
+	if len(b.IDs) > engine.DLQMaxIDs {
+		return f, engine.Errorf(engine.ETOOLARGE, "%d ids; at most %d per request", len(b.IDs), engine.DLQMaxIDs)
+	}
+	for i, id := range b.IDs {
+		if err := checkRef(id); err != nil {
+			return f, engine.Errorf(engine.EINVALID, "ids[%d]: %s", i, err.(*engine.Error).Message)
+		}
+	}
+	f = engine.DLQFilter{Type: b.Type, Status: storage.State(b.Status), IDs: b.IDs, All: b.All}
+	if f.Since, err = parseSince(b.Since, s.opts.Now()); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+func (s *Server) dlqStats(w http.ResponseWriter, r *http.Request) {
+	stats, err := s.engine.DLQStats()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	total := engine.DLQTypeStats{Type: "*"}
+	for _, st := range stats {
+		total.DLQ += st.DLQ
+		total.Resolved += st.Resolved
+	}
+	if stats == nil {
+		stats = []engine.DLQTypeStats{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"types": stats, "total": map[string]int{"dlq": total.DLQ, "resolved": total.Resolved}})
+}

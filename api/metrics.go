@@ -1,0 +1,52 @@
+package api
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the API's Prometheus series.
+type metrics struct {
+	problems *prometheus.CounterVec // every problem+json answer, by code
+	replays  prometheus.Counter     // idempotent replays
+	ingest   prometheus.Histogram   // POST /v1/events, request to response
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		problems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_http_problems_total",
+			Help: "API requests answered with a problem (application/problem+json), by code: idempotency_key_reuse (422), request_in_progress (409), unauthorized (401) ...",
+		}, []string{"code"}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_idempotent_replays_total",
+			Help: "Ingest requests answered with a stored response (Idempotent-Replayed: true).",
+		}),
+		ingest: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "switchyard_ingest_duration_seconds",
+			Help:    "Time from receiving POST /v1/events to answering it, fsync included, whatever the outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 0.1ms … 3.3s
+		}),
+	}
+	if reg != nil {
+		m.problems = register(reg, m.problems)
+		m.replays = register(reg, m.replays)
+		m.ingest = register(reg, m.ingest)
+	}
+	return m
+}
+
+// register registers c, or returns the collector already registered under
+// its name (a second server on one registry shares the series).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// apiFlags are the flags of the commands that talk to a running router:
+// over its unix socket (the default), or over TCP with a bearer token.
+type apiFlags struct {
+	socket    string
+	addr      string
+	token     string
+	tokenFile string
+	timeout   time.Duration
+	output    string
+}
+
+func (f *apiFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.socket, "socket", "./data/router.sock", "the router's unix socket")
+	fs.StringVar(&f.addr, "addr", "", "the router's TCP listener (host:port or http(s)://host:port) instead of the socket")
+	fs.StringVar(&f.token, "token", "", "bearer token for -addr (default $SWITCHYARD_TOKEN)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "read the bearer token from this file")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long a request may take")
+	fs.StringVar(&f.output, "o", "table", "output: table or json")
+}
+
+func (f *apiFlags) check() error {
+	if f.output != "table" && f.output != "json" {
+		return fmt.Errorf("-o %q: use table or json", f.output)
+	}
+	return nil
+}
+
+// apiClient is a small client of the router's HTTP API.
+type apiClient struct {
+	base  string // http://host:port, or http://router for the socket
+	hc    *http.Client
+	token string
+}
+
+func (f *apiFlags) client() (*apiClient, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	c := &apiClient{hc: &http.Client{Timeout: f.timeout}}
+	if f.addr == "" {
+		sock := f.socket
+		c.base = "http://router"
+		c.hc.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}
+		return c, nil
+	}
+	c.base = strings.TrimRight(f.addr, "/")
+	if !strings.Contains(c.base, "://") {
+		c.base = "http://" + c.base
+	}
+	u, err := url.Parse(c.base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("-addr %q: give host:port or http(s)://host:port", f.addr)
+	}
+	c.token = f.token
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		c.token = strings.TrimSpace(string(b))
+	}
+	if c.token == "" {
+		c.token = os.Getenv("SWITCHYARD_TOKEN")
+	}
+	return c, nil
+}
+
+// problemError is a problem+json answer of the router.
+type problemError struct {
+	Status int
+	Code   string
+	Detail string
+}
+
+func (e *problemError) Error() string {
+	if e.Detail == "" {
+		return fmt.Sprintf("%s (HTTP %d)", e.Code, e.Status)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Detail)
+}
+
+// do sends a request and returns the body of a 2xx answer; any other answer
+// is a *problemError.
+func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, body any) ([]byte, error) {
+	u := c.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Net == "unix" {
+			return nil, fmt.Errorf("cannot reach the router on its socket (is it running? -socket): %w", err)
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 == 2 {
+		return b, nil
+	}
+	pe := &problemError{Status: resp.StatusCode, Code: http.StatusText(resp.StatusCode)}
+	var p struct {
+		Code   string `json:"code"`
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(b, &p) == nil && p.Code != "" {
+		pe.Code, pe.Detail = p.Code, p.Detail
+	} else {
+		pe.Detail = strings.TrimSpace(string(b))
+	}
+	return nil, pe
+}
+
+// getJSON decodes a 2xx answer into out.
+func (c *apiClient) getJSON(ctx context.Context, path string, query url.Values, out any) ([]byte, error) {
+	b, err := c.do(ctx, http.MethodGet, path, query, nil)
+	if err != nil {
+		return nil, err
+	}
+	return b, json.Unmarshal(b, out)
+}
+
+// writeIndented writes JSON indented, whatever its input spacing.
+func writeIndented(w io.Writer, b []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, bytes.TrimSpace(b), "", "  "); err != nil {
+		_, err = w.Write(b)
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// parseInterspersed parses flags that may come after positional arguments
+// ("router dlq retry ID -socket x"), and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// shortAge renders how long ago t was, kubectl style: 45s, 12m, 3h, 5d.
+func shortAge(t time.Time, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// tableCell shortens s to n runes on one line, for a table cell.
+func tableCell(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

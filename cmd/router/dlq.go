@@ -1,0 +1,399 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// DLQCommand is `router dlq list|show|retry|resolve|delete`: the dead-letter
+// queue of a running router, through its API.
+type DLQCommand struct {
+	*Main
+	now func() time.Time
+}
+
+const dlqUsage = `Usage:
+  router dlq list    [-type T] [-status dlq|resolved] [-since 1h|RFC3339] [-limit 100] [-cursor C] [-all-pages]
+  router dlq show    ID [-queue inbox:NAME]
+  router dlq retry   ID... | -type T [-since S] | -all        back to pending, attempts reset
+  router dlq resolve ID... | -type T [-since S] | -all        kept as resolved, removed after dlq { ttl }
+  router dlq delete  ID... | -type T [-since S] | -all        removed
+
+Every subcommand takes -socket PATH (default ./data/router.sock), or -addr
+HOST:PORT with -token (or $SWITCHYARD_TOKEN, or -token-file) for the TCP
+listener, and -o table|json.
+`
+
+// Run runs a dlq subcommand.
+func (c *DLQCommand) Run(ctx context.Context, args []string) error {
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(c.Stderr, dlqUsage)
+		if len(args) == 0 {
+			return &exitError{code: 2, err: errors.New("dlq: which subcommand?")}
+		}
+		return nil
+	}
+	switch sub, rest := args[0], args[1:]; sub {
+	case "list", "ls":
+		return c.list(ctx, rest)
+	case "show", "get":
+		return c.show(ctx, rest)
+	case "retry", "resolve", "delete":
+		return c.act(ctx, sub, rest)
+	default:
+		fmt.Fprint(c.Stderr, dlqUsage)
+		return &exitError{code: 2, err: fmt.Errorf("dlq: unknown subcommand %q", sub)}
+	}
+}
+
+func (c *DLQCommand) flags(name string) (*flag.FlagSet, *apiFlags) {
+	fs := flag.NewFlagSet("router dlq "+name, flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	af := &apiFlags{}
+	af.register(fs)
+	return fs, af
+}
+
+// dlqItem is an item of GET /v1/dlq (the fields the CLI shows).
+type dlqItem struct {
+	ID         string     `json:"id"`
+	Queue      string     `json:"queue"`
+	Type       string     `json:"type"`
+	Source     string     `json:"source"`
+	Tenant     string     `json:"tenant"`
+	State      string     `json:"state"`
+	Attempts   int        `json:"attempts"`
+	Reason     string     `json:"reason"`
+	CreatedAt  time.Time  `json:"created_at"`
+	MovedAt    *time.Time `json:"moved_at"`
+	ResolvedAt *time.Time `json:"resolved_at"`
+}
+
+func (it *dlqItem) at() time.Time {
+	switch {
+	case it.ResolvedAt != nil:
+		return *it.ResolvedAt
+	case it.MovedAt != nil:
+		return *it.MovedAt
+	}
+	return time.Time{}
+}
+
+func (c *DLQCommand) list(ctx context.Context, args []string) error {
+	fs, af := c.flags("list")
+	typ := fs.String("type", "", "only this event type (or inbox:NAME)")
+	status := fs.String("status", "dlq", "dlq, or resolved")
+	since := fs.String("since", "", "only those that entered the DLQ since: a duration (1h) or an RFC 3339 time")
+	limit := fs.Int("limit", 100, "items per page (at most 1000)")
+	cursor := fs.String("cursor", "", "continue where a previous page ended")
+	allPages := fs.Bool("all-pages", false, "follow the cursor to the last page")
+	if _, err := parseInterspersed(fs, args); err != nil {
+		return err
+	}
+	cl, err := af.client()
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	for k, v := range map[string]string{"type": *typ, "status": *status, "since": *since, "cursor": *cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	q.Set("limit", strconv.Itoa(*limit))
+	var items []dlqItem
+	var raws []json.RawMessage
+	next := ""
+	for {
+		var page struct {
+			Items      []json.RawMessage `json:"items"`
+			NextCursor string            `json:"next_cursor"`
+		}
+		if _, err := cl.getJSON(ctx, "/v1/dlq", q, &page); err != nil {
+			return err
+		}
+		for _, raw := range page.Items {
+			var it dlqItem
+			if err := json.Unmarshal(raw, &it); err != nil {
+				return err
+			}
+			items = append(items, it)
+			raws = append(raws, raw)
+		}
+		next = page.NextCursor
+		if !*allPages || next == "" {
+			break
+		}
+		q.Set("cursor", next)
+	}
+	if af.output == "json" {
+		out := map[string]any{"items": raws}
+		if raws == nil {
+			out["items"] = []json.RawMessage{}
+		}
+		if next != "" {
+			out["next_cursor"] = next
+		}
+		b, _ := json.Marshal(out)
+		return writeIndented(c.Stdout, b)
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(c.Stdout, "no dead letters")
+		return nil
+	}
+	when := "MOVED"
+	if *status == "resolved" {
+		when = "RESOLVED"
+	}
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "ID\tTYPE\tTENANT\tATTEMPTS\t%s\tREASON\n", when)
+	now := c.now()
+	for _, it := range items {
+		typ := it.Type
+		if it.Queue != "" {
+			typ = it.Queue + " (" + it.Type + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", tableCell(it.ID, 40), tableCell(typ, 32), tableCell(it.Tenant, 16),
+			it.Attempts, shortAge(it.at(), now)+" ago", tableCell(it.Reason, 72))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(c.Stderr, "more: router dlq list -cursor %s (or -all-pages)\n", next)
+	}
+	return nil
+}
+
+// dlqDetail is GET /v1/dlq/{id}.
+type dlqDetail struct {
+	dlqItem
+	History []struct {
+		At    time.Time `json:"at"`
+		Error string    `json:"error"`
+	} `json:"history"`
+	Outputs []struct {
+		Destination string          `json:"destination"`
+		MsgID       string          `json:"msg_id"`
+		Delivered   bool            `json:"delivered"`
+		Position    json.RawMessage `json:"position"`
+		LastError   string          `json:"last_error"`
+	} `json:"outputs"`
+	Event map[string]json.RawMessage `json:"event"`
+}
+
+func dlqPath(id, suffix string) string {
+	return "/v1/dlq/" + url.PathEscape(id) + suffix
+}
+
+func (c *DLQCommand) show(ctx context.Context, args []string) error {
+	fs, af := c.flags("show")
+	queue := fs.String("queue", "", "the inbox queue of the event (inbox:NAME); default: an outbound event")
+	ids, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(ids) != 1 {
+		return &exitError{code: 2, err: errors.New("dlq show: give one event id")}
+	}
+	cl, err := af.client()
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	if *queue != "" {
+		q.Set("queue", *queue)
+	}
+	var d dlqDetail
+	raw, err := cl.getJSON(ctx, dlqPath(ids[0], ""), q, &d)
+	if err != nil {
+		return err
+	}
+	if af.output == "json" {
+		return writeIndented(c.Stdout, raw)
+	}
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+		}
+	}
+	ts := func(t *time.Time) string {
+		if t == nil || t.IsZero() {
+			return ""
+		}
+		return t.Local().Format(time.RFC3339) + " (" + shortAge(*t, c.now()) + " ago)"
+	}
+	row("ID", d.ID)
+	row("Queue", d.Queue)
+	row("Type", d.Type)
+	row("Source", d.Source)
+	row("Tenant", d.Tenant)
+	row("State", d.State)
+	row("Attempts", strconv.Itoa(d.Attempts))
+	row("Created", ts(&d.CreatedAt))
+	row("Moved to DLQ", ts(d.MovedAt))
+	row("Resolved", ts(d.ResolvedAt))
+	row("Reason", d.Reason)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.Stdout, "\nAttempts (%d):\n", len(d.History))
+	tw = tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tAT\tERROR")
+	for i, a := range d.History {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\n", i+1, a.At.Local().Format(time.RFC3339), tableCell(a.Error, 120))
+	}
+	tw.Flush()
+	if len(d.Outputs) > 0 {
+		fmt.Fprintf(c.Stdout, "\nOutputs (%d):\n", len(d.Outputs))
+		tw = tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  DESTINATION\tMSG ID\tDELIVERED\tPOSITION\tLAST ERROR")
+		for _, o := range d.Outputs {
+			pos := string(o.Position)
+			if pos == "" || pos == "null" {
+				pos = "-"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%t\t%s\t%s\n", o.Destination, o.MsgID, o.Delivered, pos, tableCell(o.LastError, 80))
+		}
+		tw.Flush()
+	}
+	ev, _ := json.MarshalIndent(d.Event, "  ", "  ")
+	fmt.Fprintf(c.Stdout, "\nEvent:\n  %s\n", ev)
+	return nil
+}
+
+// bulkResult is the answer of the bulk routes.
+type bulkResult struct {
+	Action   string   `json:"action"`
+	Matched  int      `json:"matched"`
+	Done     int      `json:"done"`
+	NotFound []string `json:"not_found"`
+	Skipped  []struct {
+		ID     string `json:"id"`
+		Code   string `json:"code"`
+		Reason string `json:"reason"`
+	} `json:"skipped"`
+}
+
+var pastTense = map[string]string{"retry": "retried", "resolve": "resolved", "delete": "deleted"}
+
+// act is retry, resolve or delete: of one id (the single route), or of
+// several ids or a filter (the bulk route, chunked transactions).
+func (c *DLQCommand) act(ctx context.Context, action string, args []string) error {
+	fs, af := c.flags(action)
+	typ := fs.String("type", "", "every dead letter of this event type (or inbox:NAME; with ids: the inbox the ids are in)")
+	status := fs.String("status", "", "which dead letters a filter walks: dlq (default) or resolved")
+	since := fs.String("since", "", "those that entered the DLQ since: a duration (1h) or an RFC 3339 time")
+	all := fs.Bool("all", false, "every dead letter (no filter)")
+	queue := fs.String("queue", "", "the inbox queue of a single id (inbox:NAME)")
+	ids, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 && *typ == "" && *since == "" && !*all {
+		return &exitError{code: 2, err: fmt.Errorf("dlq %s: give event ids, or a filter (-type, -since), or -all", action)}
+	}
+	cl, err := af.client()
+	if err != nil {
+		return err
+	}
+	if len(ids) == 1 && *typ == "" && *since == "" && *status == "" && !*all {
+		return c.actOne(ctx, cl, af, action, ids[0], *queue)
+	}
+	if *queue != "" && *typ == "" {
+		*typ = *queue
+	}
+	body := map[string]any{}
+	if *typ != "" {
+		body["type"] = *typ
+	}
+	if *status != "" {
+		body["status"] = *status
+	}
+	if *since != "" {
+		body["since"] = *since
+	}
+	if len(ids) > 0 {
+		body["ids"] = ids
+	}
+	if *all {
+		body["all"] = true
+	}
+	raw, err := cl.do(ctx, http.MethodPost, "/v1/dlq/"+action, nil, body)
+	if err != nil {
+		return err
+	}
+	var res bulkResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return err
+	}
+	if af.output == "json" {
+		if err := writeIndented(c.Stdout, raw); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(c.Stdout, "%s %d of %d matched\n", pastTense[action], res.Done, res.Matched)
+		if len(res.NotFound) > 0 {
+			fmt.Fprintf(c.Stdout, "not found (%d): %s\n", len(res.NotFound), strings.Join(res.NotFound, " "))
+		}
+		if len(res.Skipped) > 0 {
+			fmt.Fprintf(c.Stdout, "skipped (%d):\n", len(res.Skipped))
+			tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+			for _, s := range res.Skipped {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\n", tableCell(s.ID, 40), s.Code, tableCell(s.Reason, 100))
+			}
+			tw.Flush()
+		}
+	}
+	if len(res.NotFound) > 0 || len(res.Skipped) > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("dlq %s: %d not found, %d skipped", action, len(res.NotFound), len(res.Skipped))}
+	}
+	return nil
+}
+
+func (c *DLQCommand) actOne(ctx context.Context, cl *apiClient, af *apiFlags, action, id, queue string) error {
+	q := url.Values{}
+	if queue != "" {
+		q.Set("queue", queue)
+	}
+	method, path := http.MethodPost, dlqPath(id, "/"+action)
+	if action == "delete" {
+		method, path = http.MethodDelete, dlqPath(id, "")
+	}
+	raw, err := cl.do(ctx, method, path, q, nil)
+	if err != nil {
+		return err
+	}
+	if af.output == "json" {
+		if len(raw) == 0 {
+			raw, _ = json.Marshal(map[string]any{"id": id, "deleted": true})
+		}
+		return writeIndented(c.Stdout, raw)
+	}
+	var st struct {
+		State string `json:"state"`
+	}
+	json.Unmarshal(raw, &st)
+	switch action {
+	case "retry":
+		fmt.Fprintf(c.Stdout, "retried %s: %s, due now\n", id, st.State)
+	case "resolve":
+		fmt.Fprintf(c.Stdout, "resolved %s\n", id)
+	default:
+		fmt.Fprintf(c.Stdout, "deleted %s\n", id)
+	}
+	return nil
+}

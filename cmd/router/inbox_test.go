@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// service is a local service on a unix socket that counts the deliveries of
+// each event id.
+type service struct {
+	mu    sync.Mutex
+	count map[string]int
+	sock  string
+}
+
+func startService(t *testing.T) *service {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s := &service{count: map[string]int{}, sock: filepath.Join(dir, "svc.sock")}
+	ln, err := net.Listen("unix", s.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Ce-Id")
+		if id == "" || r.Header.Get("Idempotency-Key") != id || r.URL.Path != "/events" {
+			http.Error(w, "bad delivery", http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		s.count[id]++
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return s
+}
+
+func (s *service) snapshot() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.count))
+	for k, v := range s.count {
+		out[k] = v
+	}
+	return out
+}
+
+// waitIDs waits until the service has seen n distinct ids.
+func (s *service) waitIDs(t *testing.T, n int, timeout time.Duration) map[string]int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := s.snapshot()
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service saw %d distinct ids, want %d", len(got), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runRouter runs the router in process on path until the test ends (or
+// the returned stop is called).
+func runRouter(t *testing.T, path, sock string, args ...string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- NewMain(nil, io.Discard, io.Discard).Run(ctx, append([]string{"run", "-config", path}, args...))
+	}()
+	waitHealthy(t, socketClient(sock))
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("router: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// A Kafka topic where every message is delivered twice, then a consumer
+// group that replays the whole topic: the local service sees each id
+// exactly once, and the audit lists every dropped duplicate.
+func TestInboxKafkaDropsRedeliveries(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.SeedTopics(3, "payments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close) // after the routers' cleanups: they leave the group
+	svc := startService(t)
+	inbox := func(group string) string {
+		return fmt.Sprintf(`
+kafka "main" { brokers = [%q] }
+inbox "payments" {
+  from   = "kafka.main"
+  topics = ["payments"]
+  group  = %q
+  polling { min = "10ms" }
+  deliver { url = "unix://%s/events" }
+}
+`, kc.ListenAddrs()[0], group, svc.sock)
+	}
+	path, sock := writeConfig(t, inbox("edge-1"))
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("payments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const n = 200
+	for i := range n {
+		rec := &kgo.Record{Key: []byte(fmt.Sprint(i % 5)), Value: []byte(fmt.Sprintf(`{"i":%d}`, i)), Headers: []kgo.RecordHeader{
+			{Key: "ce_id", Value: []byte(fmt.Sprintf("pay-%d", i))}, {Key: "ce_specversion", Value: []byte("1.0")},
+			{Key: "ce_type", Value: []byte("payment")}, {Key: "ce_source", Value: []byte("/bank")},
+			{Key: "content-type", Value: []byte("application/json")},
+		}}
+		for range 2 { // every message twice
+			if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	stop := runRouter(t, path, sock)
+	got := svc.waitIDs(t, n, 30*time.Second)
+	c := socketClient(sock)
+	waitAudit(t, c, "payments", n)
+	stop()
+
+	// A new group replays the topic from the start: all dropped.
+	os.WriteFile(path, []byte(strings.Replace(mustRead(t, path), `group  = "edge-1"`, `group  = "edge-2"`, 1)), 0o600)
+	runRouter(t, path, sock)
+	waitAudit(t, socketClient(sock), "payments", 3*n)
+	time.Sleep(200 * time.Millisecond)
+	got = svc.snapshot()
+	if len(got) != n {
+		t.Fatalf("service saw %d ids, want %d", len(got), n)
+	}
+	for id, k := range got {
+		if k != 1 {
+			t.Errorf("%s delivered %d times", id, k)
+		}
+	}
+	if m := get(t, c, "/metrics"); !strings.Contains(m, `switchyard_inbox_dedup_skips_total{inbox="payments",reason="duplicate"}`) {
+		t.Error("dedup skips not in the metrics")
+	}
+}
+
+// waitAudit waits until the inbox's audit lists at least n dropped
+// redeliveries.
+func waitAudit(t *testing.T, c *http.Client, inbox string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		body := get(t, c, fmt.Sprintf("/v1/inbox/%s/dedup?limit=1000", inbox))
+		if k := strings.Count(body, `"reason"`); k >= n {
+			if !strings.Contains(body, `"first_origin": "kafka.main:payments/`) && !strings.Contains(body, `"first_origin": "nats.`) {
+				t.Fatalf("audit entries do not point at the first delivery: %.500s", body)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit has %d entries, want %d", strings.Count(body, `"reason"`), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// The same from a JetStream durable consumer: messages published twice
+// with the same ce-id (and distinct Nats-Msg-Ids, so JetStream keeps both).
+func TestInboxNATSDropsRedeliveries(t *testing.T) {
+	svc := startService(t)
+	natsPort := freePort(t)
+	path, sock := writeConfig(t, fmt.Sprintf(`
+nats "bus" {
+  embedded = true
+  port     = %d
+  stream "alerts" { subjects = ["alerts.>"] }
+}
+inbox "alerts" {
+  from    = "nats.bus"
+  subject = "alerts.>"
+  polling { min = "10ms" }
+  deliver { url = "unix://%s/events" }
+}
+`, natsPort, svc.sock))
+	runRouter(t, path, sock)
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const n = 100
+	for i := range n {
+		for copy := range 2 {
+			m := nats.NewMsg("alerts.disk")
+			m.Header.Set("ce-id", fmt.Sprintf("alert-%d", i))
+			m.Header.Set("ce-specversion", "1.0")
+			m.Header.Set("ce-type", "alert")
+			m.Header.Set("ce-source", "/mon")
+			m.Header.Set("Nats-Msg-Id", fmt.Sprintf("alert-%d-copy-%d", i, copy))
+			m.Data = []byte("disk full")
+			if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := svc.waitIDs(t, n, 30*time.Second)
+	waitAudit(t, socketClient(sock), "alerts", n)
+	for id, k := range got {
+		if k != 1 {
+			t.Errorf("%s delivered %d times", id, k)
+		}
+	}
+}

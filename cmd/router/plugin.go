@@ -1,0 +1,545 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/plugins/wasm"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Exit codes of `router plugin test`.
+const (
+	pluginExitOK     = 0 // verdict ok (outputs, or none: dropped)
+	pluginExitRetry  = 1 // verdict retry, or a trap, timeout, limit
+	pluginExitReject = 2 // verdict reject
+	pluginExitError  = 3 // the plugin did not load, bad flags or a bad event
+)
+
+// PluginCommand is `router plugin`: the plugin author's tools.
+//
+//	router plugin test <file.wasm> [-config k=v ...] < event.json
+//	router plugin check <file.wasm> [-config k=v ...]
+type PluginCommand struct {
+	*Main
+}
+
+// Run dispatches to test or check.
+func (c *PluginCommand) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		c.usage()
+		return &exitError{code: pluginExitError, err: errors.New("plugin: name a subcommand: test or check")}
+	}
+	switch args[0] {
+	case "test":
+		return c.test(ctx, args[1:])
+	case "check":
+		return c.check(ctx, args[1:])
+	case "help", "-h", "-help", "--help":
+		c.usage()
+		return nil
+	default:
+		c.usage()
+		return &exitError{code: pluginExitError, err: fmt.Errorf("plugin: unknown subcommand %q", args[0])}
+	}
+}
+
+func (c *PluginCommand) usage() {
+	fmt.Fprint(c.Stderr, `Tools for plugin authors (WebAssembly modules, plugin ABI v1).
+
+Usage:
+  router plugin test <file.wasm> [flags] < event.json
+      Runs the plugin on one CloudEvent (structured JSON) and prints the
+      verdict and the outputs as JSON; each output's "event" is again a
+      structured CloudEvent, so outputs can feed the next plugin. An output
+      destination "" means the event type's routes. The plugin's log() and
+      stdout/stderr go to stderr.
+      Exit code: 0 ok (outputs, or none = dropped), 1 retry (also a trap,
+      timeout or limit), 2 reject, 3 the plugin did not load or bad input.
+  router plugin check <file.wasm> [flags]
+      Loads the plugin (validation, _initialize, sy_abi_version, sy_init)
+      and describes it.
+
+Run 'router plugin test -h' for the flags.
+`)
+}
+
+// pluginFlags are the flags test and check share.
+type pluginFlags struct {
+	fs       *flag.FlagSet
+	file     string
+	name     string
+	policies string
+	config   kvFlag
+	memory   sizeFlag
+	timeout  time.Duration
+	outputs  int
+	outBytes sizeFlag
+	logLevel string
+}
+
+func (c *PluginCommand) flags(cmd string) *pluginFlags {
+	f := &pluginFlags{fs: flag.NewFlagSet("router plugin "+cmd, flag.ContinueOnError)}
+	fs := f.fs
+	fs.SetOutput(c.Stderr)
+	fs.StringVar(&f.name, "name", "", "the plugin's name in logs and errors (default: the file name without .wasm)")
+	fs.StringVar(&f.policies, "policies", "", "take the plugin's config and limits from the plugin block named -name in this policies.hcl")
+	fs.Var(&f.config, "config", "a config pair key=value for sy_init (repeatable)")
+	fs.Var(&f.memory, "memory", "limits.memory, e.g. 16MiB (default 16MiB)")
+	fs.DurationVar(&f.timeout, "timeout", 0, "limits.timeout (default 50ms)")
+	fs.IntVar(&f.outputs, "max-outputs", 0, "limits.max_outputs (default 16)")
+	fs.Var(&f.outBytes, "max-output-bytes", "limits.max_output_bytes, e.g. 1MiB (default 1MiB)")
+	fs.StringVar(&f.logLevel, "log-level", "trace", "the lowest level of plugin log lines shown on stderr")
+	return f
+}
+
+// parse reads the flags; the file may come before or after them.
+func (f *pluginFlags) parse(args []string) error {
+	if err := f.fs.Parse(args); err != nil {
+		return err
+	}
+	if f.fs.NArg() > 0 {
+		f.file = f.fs.Arg(0)
+		if err := f.fs.Parse(f.fs.Args()[1:]); err != nil {
+			return err
+		}
+		if f.fs.NArg() > 0 {
+			return fmt.Errorf("unexpected arguments %q", f.fs.Args())
+		}
+	}
+	return nil
+}
+
+// plugin builds the config.Plugin: the policies block if any, then the
+// flags on top.
+func (f *pluginFlags) plugin() (config.Plugin, error) {
+	var p config.Plugin
+	if f.policies != "" {
+		cfg, err := config.Load(f.policies)
+		if err != nil {
+			return p, err
+		}
+		var names []string
+		for _, b := range cfg.Plugins {
+			names = append(names, b.Name)
+			if b.Name == f.name || f.name == "" && len(cfg.Plugins) == 1 {
+				p = b
+			}
+		}
+		if p.Name == "" {
+			return p, fmt.Errorf("%s: no plugin block %q (there are %q); name one with -name", f.policies, f.name, names)
+		}
+		if f.file == "" {
+			f.file = p.Wasm
+		}
+	}
+	if f.file == "" {
+		return p, errors.New("name the plugin's .wasm file")
+	}
+	p.Wasm = f.file
+	if f.name != "" {
+		p.Name = f.name
+	}
+	if p.Name == "" {
+		p.Name = strings.TrimSuffix(filepath.Base(f.file), ".wasm")
+	}
+	if len(f.config) > 0 && p.Config == nil {
+		p.Config = map[string]string{}
+	}
+	for k, v := range f.config {
+		p.Config[k] = v
+	}
+	if f.memory > 0 {
+		p.Limits.Memory = int64(f.memory)
+	}
+	if f.timeout > 0 {
+		p.Limits.Timeout = f.timeout
+	}
+	if f.outputs > 0 {
+		p.Limits.MaxOutputs = f.outputs
+	}
+	if f.outBytes > 0 {
+		p.Limits.MaxOutputBytes = int64(f.outBytes)
+	}
+	return p, nil
+}
+
+// load starts a runtime (no disk cache: an author's module changes from
+// run to run) and loads the plugin with one instance.
+func (c *PluginCommand) load(ctx context.Context, f *pluginFlags) (*wasm.Plugin, func(), error) {
+	pc, err := f.plugin()
+	if err != nil {
+		return nil, nil, &exitError{code: pluginExitError, err: err}
+	}
+	log := hclog.New(&hclog.LoggerOptions{
+		Name:   "router",
+		Level:  hclog.LevelFromString(f.logLevel),
+		Output: c.Stderr,
+		Color:  hclog.AutoColor,
+	})
+	rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{Logger: log})
+	if err != nil {
+		return nil, nil, &exitError{code: pluginExitError, err: err}
+	}
+	p, err := rt.Load(ctx, pc, wasm.LoadOptions{Instances: 1})
+	if err != nil {
+		rt.Close(context.Background())
+		return nil, nil, &exitError{code: pluginExitError, err: err}
+	}
+	return p, func() { rt.Close(context.Background()) }, nil
+}
+
+func (c *PluginCommand) check(ctx context.Context, args []string) error {
+	f := c.flags("check")
+	if err := f.parse(args); err != nil {
+		return flagError(err)
+	}
+	p, closeRT, err := c.load(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer closeRT()
+	info := p.Info()
+	lim := p.Limits()
+	mem := fmt.Sprintf("%d KiB declared minimum", info.MemoryMin>>10)
+	if info.MemoryMax > 0 {
+		mem += fmt.Sprintf(", %d KiB maximum", info.MemoryMax>>10)
+	}
+	fmt.Fprintf(c.Stdout, "%s: ok, plugin ABI v%d\n  name:    %s\n  exports: %s\n  imports: %s\n  memory:  %s\n  limits:  memory %d KiB, timeout %v, max_outputs %d, max_output_bytes %d KiB\n",
+		p.File(), wasm.ABIVersion, p.Name(), strings.Join(info.Exports, ", "), orNone(strings.Join(info.Imports, ", ")),
+		mem, lim.Memory>>10, lim.Timeout, lim.MaxOutputs, lim.MaxOutputBytes>>10)
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func (c *PluginCommand) test(ctx context.Context, args []string) error {
+	f := c.flags("test")
+	eventFile := f.fs.String("event", "-", `the event's file ("-" = stdin)`)
+	if err := f.parse(args); err != nil {
+		return flagError(err)
+	}
+	var src []byte
+	var err error
+	if *eventFile == "-" {
+		src, err = io.ReadAll(c.Stdin)
+	} else {
+		src, err = os.ReadFile(*eventFile)
+	}
+	if err != nil {
+		return &exitError{code: pluginExitError, err: fmt.Errorf("reading the event: %w", err)}
+	}
+	ev, err := parseCloudEvent(src)
+	if err != nil {
+		return &exitError{code: pluginExitError, err: fmt.Errorf("the event: %w", err)}
+	}
+	p, closeRT, err := c.load(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer closeRT()
+
+	start := time.Now()
+	outs, herr := p.Handle(ctx, ev)
+	took := time.Since(start)
+
+	res := testResult{Plugin: p.Name(), Event: ev.ID, Verdict: "ok", Outputs: []testOutput{}, Took: took.Round(time.Microsecond).String()}
+	code := pluginExitOK
+	var pe *wasm.Error
+	switch {
+	case herr == nil && len(outs) == 0:
+		res.Note = "no outputs: the event is dropped (filtered)"
+	case herr == nil:
+		for _, o := range outs {
+			res.Outputs = append(res.Outputs, testOutput{Destination: o.Destination, Key: o.Key, Event: cloudEventJSON(&o.Event)})
+		}
+	case errors.As(herr, &pe):
+		res.Verdict, res.Reason = pe.Verdict.String(), pe.Reason
+		if pe.Cause != nil {
+			res.Detail = strings.Split(strings.TrimSpace(pe.Cause.Error()), "\n")
+		}
+		code = pluginExitRetry
+		if engine.IsPermanent(herr) {
+			code = pluginExitReject
+		}
+	default:
+		res.Verdict, res.Reason, code = "retry", herr.Error(), pluginExitRetry
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	c.Stdout.Write(append(b, '\n'))
+	if code != pluginExitOK {
+		return &exitError{code: code, err: herr}
+	}
+	return nil
+}
+
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return &exitError{code: pluginExitError, err: err}
+}
+
+// testResult is what `router plugin test` prints.
+type testResult struct {
+	Plugin  string       `json:"plugin"`
+	Event   string       `json:"event"`
+	Verdict string       `json:"verdict"`
+	Reason  string       `json:"reason,omitempty"`
+	Detail  []string     `json:"detail,omitempty"`
+	Note    string       `json:"note,omitempty"`
+	Outputs []testOutput `json:"outputs"`
+	Took    string       `json:"took"`
+}
+
+type testOutput struct {
+	Destination string          `json:"destination"`
+	Key         string          `json:"key,omitempty"`
+	Event       json.RawMessage `json:"event"`
+}
+
+// cloudEventJSON writes ev as a structured CloudEvent: context attributes
+// first, then the extensions, then data (JSON as JSON, other text as a
+// string, anything else as data_base64).
+func cloudEventJSON(ev *storage.Event) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	n := 0
+	field := func(name string, v any) {
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		n++
+		k, _ := json.Marshal(name)
+		val, _ := json.Marshal(v)
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(val)
+	}
+	str := func(name, v string) {
+		if v != "" {
+			field(name, v)
+		}
+	}
+	str("specversion", ev.SpecVersion)
+	str("id", ev.ID)
+	str("source", ev.Source)
+	str("type", ev.Type)
+	str("subject", ev.Subject)
+	if !ev.Time.IsZero() {
+		str("time", ev.Time.UTC().Format(time.RFC3339Nano))
+	}
+	str("datacontenttype", ev.DataContentType)
+	str("dataschema", ev.DataSchema)
+	for _, h := range ev.Extensions {
+		field(h.Name, h.Value)
+	}
+	switch {
+	case ev.Data == nil:
+	case isJSONType(ev.DataContentType) && json.Valid(ev.Data):
+		field("data", json.RawMessage(ev.Data))
+	case utf8.Valid(ev.Data):
+		field("data", string(ev.Data))
+	default:
+		field("data_base64", base64.StdEncoding.EncodeToString(ev.Data))
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+func isJSONType(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	media, _, _ := mime.ParseMediaType(ct)
+	return media == "application/json" || media == "text/json" || strings.HasSuffix(media, "+json")
+}
+
+// parseCloudEvent reads one structured-mode CloudEvent, leniently: what a
+// test event leaves out gets a default (specversion 1.0, id "test-1",
+// source "/router/plugin-test", type "test", time now).
+func parseCloudEvent(src []byte) (*storage.Event, error) {
+	src = bytes.TrimSpace(src)
+	if len(src) == 0 {
+		return nil, errors.New(`no event on stdin: pipe in a structured CloudEvent, e.g. {"type":"order.created","source":"/shop","id":"1","data":{"total":12}}`)
+	}
+	if src[0] == '[' {
+		return nil, errors.New("a batch (JSON array): test one event per run")
+	}
+	var m map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(src))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	ev := &storage.Event{SpecVersion: "1.0", ID: "test-1", Source: "/router/plugin-test", Type: "test"}
+	var data, data64 json.RawMessage
+	for k, v := range m {
+		switch k {
+		case "data":
+			data = v
+			continue
+		case "data_base64":
+			data64 = v
+			continue
+		}
+		var s string
+		switch t := bytes.TrimSpace(v); {
+		case string(t) == "null":
+			continue
+		case len(t) > 0 && t[0] == '"':
+			if err := json.Unmarshal(t, &s); err != nil {
+				return nil, fmt.Errorf("attribute %q: %w", k, err)
+			}
+		case len(t) > 0 && (t[0] == '{' || t[0] == '['):
+			return nil, fmt.Errorf("attribute %q must be a string, number or boolean", k)
+		default:
+			s = string(t)
+		}
+		switch k {
+		case "specversion":
+			ev.SpecVersion = s
+		case "id":
+			ev.ID = s
+		case "source":
+			ev.Source = s
+		case "type":
+			ev.Type = s
+		case "subject":
+			ev.Subject = s
+		case "datacontenttype":
+			ev.DataContentType = s
+		case "dataschema":
+			ev.DataSchema = s
+		case "time":
+			t, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return nil, fmt.Errorf("time %q is not an RFC 3339 timestamp", s)
+			}
+			ev.Time = t
+		default:
+			ev.Extensions = append(ev.Extensions, storage.Header{Name: k, Value: s})
+		}
+	}
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	switch {
+	case data != nil && data64 != nil:
+		return nil, errors.New("an event has data or data_base64, not both")
+	case data64 != nil:
+		var s string
+		if err := json.Unmarshal(data64, &s); err != nil {
+			return nil, errors.New("data_base64 must be a string")
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("data_base64: %w", err)
+		}
+		ev.Data = b
+	case data != nil && string(data) != "null":
+		if ev.DataContentType == "" {
+			ev.DataContentType = "application/json"
+		}
+		ev.Data = []byte(data)
+		if data[0] == '"' && !isJSONType(ev.DataContentType) {
+			var s string
+			json.Unmarshal(data, &s)
+			ev.Data = []byte(s)
+		}
+	}
+	slices.SortFunc(ev.Extensions, func(a, b storage.Header) int { return strings.Compare(a.Name, b.Name) })
+	return ev, nil
+}
+
+// kvFlag is a repeatable key=value flag.
+type kvFlag map[string]string
+
+func (f *kvFlag) String() string { return "" }
+
+func (f *kvFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q is not key=value", s)
+	}
+	if *f == nil {
+		*f = kvFlag{}
+	}
+	(*f)[k] = v
+	return nil
+}
+
+// sizeFlag is a size in bytes: 1048576, 512KiB, 16MiB, 1GB.
+type sizeFlag int64
+
+func (f *sizeFlag) String() string { return "" }
+
+func (f *sizeFlag) Set(s string) error {
+	units := map[string]int64{"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	if i < 0 {
+		i = len(s)
+	}
+	unit, ok := units[strings.ToLower(strings.TrimSpace(s[i:]))]
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if i == 0 || !ok || err != nil || n <= 0 || n > math.MaxInt64/unit {
+		return fmt.Errorf("%q is not a size like 512KiB or 16MiB", s)
+	}
+	*f = sizeFlag(n * unit)
+	return nil
+}
+
+// loadPlugins starts the WebAssembly runtime, with its compilation cache in
+// <data dir>/wasm-cache (a restart does not compile again), and loads every
+// plugin block; a relative wasm path is relative to the working directory.
+// Close closes the runtime.
+func (c *RunCommand) loadPlugins(ctx context.Context, cfg *config.Config) ([]engine.Plugin, error) {
+	if len(cfg.Plugins) == 0 {
+		return nil, nil
+	}
+	cacheDir := filepath.Join(filepath.Dir(cfg.Storage.Path), "wasm-cache")
+	rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: cacheDir, Logger: c.log})
+	if err != nil {
+		return nil, err
+	}
+	c.wasm = rt
+	plugins := make([]engine.Plugin, 0, len(cfg.Plugins))
+	for _, pc := range cfg.Plugins {
+		start := time.Now()
+		p, err := rt.Load(ctx, pc, wasm.LoadOptions{})
+		if err != nil {
+			return nil, err
+		}
+		c.log.Info("plugin loaded", "plugin", p.Name(), "file", pc.Wasm, "took", time.Since(start).Round(time.Microsecond))
+		plugins = append(plugins, p)
+	}
+	return plugins, nil
+}

@@ -1,0 +1,203 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Two routes: x.ok always has a stream ("x" below), x.later only once the
+// test creates one. No retries and no backoff: a failure is dead at once.
+const dlqPolicies = `
+event "x.fan" {
+  max_retries = 0
+  backoff { enabled = false }
+  route {
+    to      = "nats.local"
+    subject = "t.fan"
+  }
+  route {
+    to      = "nats.local"
+    subject = "later.fan"
+  }
+}
+event "x.bad" {
+  max_retries = 0
+  backoff { enabled = false }
+  route {
+    to      = "nats.local"
+    subject = "nowhere.bad"
+  }
+}
+dlq { ttl = "1h" }
+`
+
+func (h *harness) pollAll(types ...string) {
+	h.t.Helper()
+	for _, typ := range types {
+		if _, err := h.eng.Loop(typ).Poll(context.Background()); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func code(err error) string { return engine.ErrorCode(err) }
+
+// A dead letter retried after its cause is fixed is delivered, and the
+// output the broker had already acknowledged is not sent again.
+func TestDLQRetryAfterFixDoesNotResendAcknowledged(t *testing.T) {
+	h := newHarness(t, dlqPolicies, true)
+	ctx := context.Background()
+	id := h.ingest("x.fan", 1)[0]
+	h.pollAll("x.fan")
+	it, err := h.eng.DLQGet(engine.DLQRef{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.Record.State != storage.StateDLQ || len(it.Record.History) != 1 || it.Record.LastError == "" ||
+		!it.Record.Outputs[0].Delivered || it.Record.Outputs[1].Delivered {
+		t.Fatalf("dead letter: %+v", it.Record)
+	}
+	if _, err := h.js.CreateStream(ctx, jetstream.StreamConfig{Name: "later", Subjects: []string{"later.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := h.eng.DLQRetry(ctx, engine.DLQRef{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != storage.StatePending || rec.Attempts != 0 {
+		t.Fatalf("retried: %s attempts %d", rec.State, rec.Attempts)
+	}
+	h.pollAll("x.fan")
+	if r := h.record(id); r.State != storage.StateDelivered || !r.Outputs[1].Delivered {
+		t.Fatalf("after retry: %s %+v", r.State, r.Outputs)
+	}
+	if msgs := h.streamMessages(); len(msgs) != 1 {
+		t.Fatalf("the acknowledged output was published %d times, want 1", len(msgs))
+	}
+	// Retrying what is not dead is a state conflict.
+	if _, err := h.eng.DLQRetry(ctx, engine.DLQRef{ID: id}); code(err) != engine.ENOTINDLQ {
+		t.Fatalf("retry of a delivered event: %v", err)
+	}
+	if _, err := h.eng.DLQGet(engine.DLQRef{ID: id}); code(err) != engine.ENOTFOUND {
+		t.Fatalf("get of a delivered event: %v", err)
+	}
+	if _, err := h.eng.DLQGet(engine.DLQRef{ID: "nope"}); code(err) != engine.ENOTFOUND {
+		t.Fatalf("get of nothing: %v", err)
+	}
+}
+
+// Paging is newest first with an opaque cursor; bulk actions take a
+// filter and run in chunks; resolve keeps a record until dlq { ttl }.
+func TestDLQPagingBulkAndResolveTTL(t *testing.T) {
+	h := newHarness(t, dlqPolicies, true)
+	ctx := context.Background()
+	var ids []string
+	for range 7 {
+		ids = append(ids, h.ingest("x.bad", 1)[0])
+		h.pollAll("x.bad")
+		h.clock.Advance(time.Second)
+	}
+	var seen []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		p, err := h.eng.DLQList(engine.DLQQuery{Limit: 3, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range p.Items {
+			seen = append(seen, it.Record.Event.ID)
+		}
+		if p.NextCursor == "" {
+			if pages != 2 {
+				t.Fatalf("%d pages, want 3", pages+1)
+			}
+			break
+		}
+		cursor = p.NextCursor
+	}
+	for i := range ids {
+		if seen[i] != ids[len(ids)-1-i] {
+			t.Fatalf("order %v, want newest first of %v", seen, ids)
+		}
+	}
+	if _, err := h.eng.DLQList(engine.DLQQuery{Cursor: "garbage"}); code(err) != engine.EINVALID {
+		t.Fatalf("bad cursor: %v", err)
+	}
+
+	// An empty filter is refused.
+	if _, err := h.eng.DLQRetryMany(ctx, engine.DLQFilter{}); code(err) != engine.EINVALID {
+		t.Fatalf("empty filter: %v", err)
+	}
+	// Resolve two by id (one unknown), then the rest newer than a point.
+	res, err := h.eng.DLQResolveMany(ctx, engine.DLQFilter{IDs: []string{ids[0], ids[1], "nope"}})
+	if err != nil || res.Done != 2 || len(res.NotFound) != 1 {
+		t.Fatalf("resolve by ids: %+v %v", res, err)
+	}
+	res, err = h.eng.DLQResolveMany(ctx, engine.DLQFilter{IDs: []string{ids[0]}})
+	if err != nil || res.Done != 0 || len(res.Skipped) != 1 || res.Skipped[0].Code != engine.ENOTINDLQ {
+		t.Fatalf("resolve again: %+v %v", res, err)
+	}
+	res, err = h.eng.DLQDeleteMany(ctx, engine.DLQFilter{Type: "x.bad", Since: h.clock.Now().Add(-2500 * time.Millisecond)})
+	if err != nil || res.Done != 2 {
+		t.Fatalf("delete since: %+v %v", res, err)
+	}
+	stats, _ := h.eng.DLQStats()
+	if len(stats) != 1 || stats[0] != (engine.DLQTypeStats{Type: "x.bad", DLQ: 3, Resolved: 2}) {
+		t.Fatalf("stats %+v", stats)
+	}
+	// Retry everything left, the resolved ones included.
+	res, err = h.eng.DLQRetryMany(ctx, engine.DLQFilter{All: true})
+	if err != nil || res.Done != 3 {
+		t.Fatalf("retry all: %+v %v", res, err)
+	}
+	res, err = h.eng.DLQRetryMany(ctx, engine.DLQFilter{IDs: []string{ids[1]}})
+	if err != nil || res.Done != 1 {
+		t.Fatalf("retry resolved: %+v %v", res, err)
+	}
+	if r := h.record(ids[2]); r.State != storage.StatePending {
+		t.Fatalf("retried: %s", r.State)
+	}
+	// The last resolved one goes after the TTL (cleanup), not before.
+	if _, err := h.eng.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.DLQGet(engine.DLQRef{ID: ids[0]}); err != nil {
+		t.Fatalf("resolved gone before its TTL: %v", err)
+	}
+	h.clock.Advance(2 * time.Hour)
+	if _, err := h.eng.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.EventStatus(ids[0]); code(err) != engine.ENOTFOUND {
+		t.Fatalf("resolved record after TTL: %v", err)
+	}
+}
+
+// Many dead letters retried by filter cross several chunks.
+func TestDLQRetryManyChunks(t *testing.T) {
+	h := newHarness(t, dlqPolicies, true)
+	ctx := context.Background()
+	ids := h.ingest("x.bad", 600)
+	for range 3 {
+		h.pollAll("x.bad")
+	}
+	stats, _ := h.eng.DLQStats()
+	if len(stats) != 1 || stats[0].DLQ != 600 {
+		t.Fatalf("stats %+v", stats)
+	}
+	res, err := h.eng.DLQRetryMany(ctx, engine.DLQFilter{Type: "x.bad"})
+	if err != nil || res.Matched != 600 || res.Done != 600 {
+		t.Fatalf("retry: %+v %v", res, err)
+	}
+	for _, id := range []string{ids[0], ids[299], ids[599]} {
+		if r := h.record(id); r.State != storage.StatePending || r.Attempts != 0 {
+			t.Fatalf("%s: %s %d", id, r.State, r.Attempts)
+		}
+	}
+}

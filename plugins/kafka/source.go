@@ -1,0 +1,467 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kerr"
+	kgo "github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Source defaults.
+const (
+	// DefaultSourceBatch is the most records one receive call gets when
+	// the inbox's batch_size is unset.
+	DefaultSourceBatch = 200
+	// DefaultIDHeader is the Kafka binding's id header.
+	DefaultIDHeader = "ce_id"
+
+	// commitTimeout bounds the synchronous offset commit after a stored
+	// batch (it runs even while the router shuts down).
+	commitTimeout = 10 * time.Second
+	// retention checks: how long one may take, and how often Run retries
+	// one that could not reach the cluster.
+	retentionCheckTimeout = 10 * time.Second
+	retentionRetry        = 30 * time.Second
+	// errorLogEvery rate-limits the log line of a repeating fetch error.
+	errorLogEvery = 30 * time.Second
+)
+
+// Receive backoff: after a failed receive the source waits before it reads
+// the same records again (min, doubling to max).
+var (
+	receiveBackoffMin = 500 * time.Millisecond
+	receiveBackoffMax = 30 * time.Second
+	// fetchErrorPause is the pause after a poll that returned only errors.
+	fetchErrorPause = time.Second
+)
+
+var _ engine.Source = (*Source)(nil)
+
+// Source consumes an inbox's topics as a member of a Kafka consumer group
+// (the inbox's group): several routers in one group split the partitions.
+//
+// Every poll is handed to receive as one batch, in offset order per
+// partition. Only after receive returned nil are the batch's offsets
+// committed, synchronously; until then the group cannot rebalance
+// (kgo.BlockRebalanceOnPoll), so a partition never moves between "stored"
+// and "committed". When receive fails, nothing is committed and the
+// consumer rewinds to the batch's first offset per partition, so the same
+// records come again after a backoff (the inbox drops what it stored
+// already). A new group starts at the earliest offset. See
+// RATIONALE-source.md.
+type Source struct {
+	name     string // the inbox's name
+	sink     string // "kafka.<block name>"
+	log      hclog.Logger
+	cl       *kgo.Client
+	topics   []string
+	group    string
+	idHeader string
+	batch    int
+	ttl      time.Duration
+
+	mu       sync.Mutex
+	warnings []string
+
+	running   atomic.Bool
+	stop      chan struct{} // closed by Close: Run returns
+	runDone   chan struct{} // closed when Run returned
+	closeOnce sync.Once
+}
+
+// OpenSource builds the consumer of inbox in on the cluster of kcfg. Like
+// Open it does not wait for the cluster; consuming starts with Run.
+func OpenSource(ctx context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger) (*Source, error) {
+	return openSource(ctx, kcfg, in, logger)
+}
+
+// openSource is OpenSource with extra kgo options on top (tests shorten
+// group timings).
+func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger, extra ...kgo.Opt) (*Source, error) {
+	kcfg = withDefaults(kcfg)
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	sink := "kafka." + kcfg.Name
+	if len(in.Topics) == 0 {
+		return nil, fmt.Errorf("inbox %q: no topics to consume from %s", in.Name, sink)
+	}
+	group := in.Group
+	if group == "" {
+		group = in.Name
+	}
+	idHeader := in.IDHeader
+	if idHeader == "" {
+		idHeader = DefaultIDHeader
+	}
+	batch := in.Policy.BatchSize
+	if batch <= 0 {
+		batch = DefaultSourceBatch
+	}
+	log := logger.Named("inbox." + in.Name)
+	opts, err := ClientOptions(kcfg, log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{
+		name:     in.Name,
+		sink:     sink,
+		log:      log,
+		topics:   slices.Clone(in.Topics),
+		group:    group,
+		idHeader: idHeader,
+		batch:    batch,
+		ttl:      in.TTL,
+		stop:     make(chan struct{}),
+		runDone:  make(chan struct{}),
+	}
+	opts = append(opts,
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(in.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Records of aborted transactions never reach the inbox.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			log.Info("partitions assigned", "group", group, "partitions", fmtPartitions(m))
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			if len(m) > 0 {
+				log.Info("partitions revoked", "group", group, "partitions", fmtPartitions(m))
+			}
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			if len(m) > 0 {
+				log.Warn("partitions lost (records received since the last commit come again)", "group", group, "partitions", fmtPartitions(m))
+			}
+		}),
+	)
+	opts = append(opts, extra...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
+	}
+	s.cl = cl
+	return s, nil
+}
+
+// Name is the inbox's name.
+func (s *Source) Name() string { return s.name }
+
+// Run consumes until ctx ends (or Close is called), then returns nil. It
+// returns an error only when called twice.
+func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs []engine.Inbound) error) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("inbox %q: Run called twice", s.name)
+	}
+	defer close(s.runDone)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	go s.checkRetentionLoop(ctx)
+
+	backoff := time.Duration(0)
+	lastErr := map[string]time.Time{}
+	for ctx.Err() == nil {
+		fetches := s.cl.PollRecords(ctx, s.batch)
+		if fetches.IsClientClosed() {
+			s.cl.AllowRebalance()
+			return nil
+		}
+		polled, failed := s.fetchErrors(ctx, fetches, lastErr)
+		recs := fetches.Records()
+		if len(recs) == 0 {
+			s.cl.AllowRebalance()
+			if failed && !polled {
+				sleep(ctx, fetchErrorPause)
+			}
+			continue
+		}
+		if err := s.handle(ctx, recs, receive); err != nil {
+			backoff = nextBackoff(backoff)
+			s.log.Warn("inbox could not take the batch; not committed, reading it again after a pause",
+				"records", len(recs), "retry_in", backoff, "error", err)
+			sleep(ctx, backoff)
+			continue
+		}
+		backoff = 0
+	}
+	return nil
+}
+
+// handle receives one polled batch and commits it, or rewinds. It always
+// allows the blocked rebalance before it returns.
+func (s *Source) handle(ctx context.Context, recs []*kgo.Record, receive func(context.Context, []engine.Inbound) error) error {
+	defer s.cl.AllowRebalance()
+	msgs := make([]engine.Inbound, len(recs))
+	for i, r := range recs {
+		msgs[i] = s.decode(r)
+	}
+	if err := receive(ctx, msgs); err != nil {
+		s.rewind(recs)
+		return err
+	}
+	// Stored: commit even if the router is shutting down right now, so
+	// the batch is not consumed again after the restart.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if err := s.cl.CommitRecords(cctx, recs...); err != nil {
+		// The batch is stored; it will be consumed again (here or by
+		// another member) and the inbox drops it then.
+		s.log.Warn("offset commit failed; the stored batch will be redelivered and dropped as duplicates",
+			"records", len(recs), "error", err)
+	}
+	return nil
+}
+
+// rewind sets the fetch position of every partition in recs back to its
+// first record in recs, so the next poll returns them again.
+func (s *Source) rewind(recs []*kgo.Record) {
+	to := map[string]map[int32]kgo.EpochOffset{}
+	for _, r := range recs {
+		ps := to[r.Topic]
+		if ps == nil {
+			ps = map[int32]kgo.EpochOffset{}
+			to[r.Topic] = ps
+		}
+		if at, ok := ps[r.Partition]; !ok || r.Offset < at.Offset {
+			ps[r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+		}
+	}
+	s.cl.SetOffsets(to)
+}
+
+// decode maps a record onto an Inbound by the CloudEvents Kafka binding. A
+// record key becomes the partitionkey extension unless a ce_partitionkey
+// header says otherwise.
+func (s *Source) decode(r *kgo.Record) engine.Inbound {
+	hs := make([]storage.Header, 0, len(r.Headers)+1)
+	hasKey := false
+	for _, h := range r.Headers {
+		hs = append(hs, storage.Header{Name: h.Key, Value: string(h.Value)})
+		if strings.EqualFold(h.Key, engine.KafkaPrefix+"partitionkey") {
+			hasKey = true
+		}
+	}
+	if !hasKey && len(r.Key) > 0 {
+		hs = append(hs, storage.Header{Name: engine.KafkaPrefix + "partitionkey", Value: string(r.Key)})
+	}
+	origin := s.sink + ":" + r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "@" + strconv.FormatInt(r.Offset, 10)
+	in, warnings := engine.DecodeInbound(hs, r.Value, engine.KafkaPrefix, s.idHeader, origin)
+	for _, w := range warnings {
+		s.log.Warn("record decoded leniently", "origin", origin, "problem", w)
+	}
+	if in.IDDerived {
+		s.log.Debug("record without id header; id derived from its content", "origin", origin, "id_header", s.idHeader, "id", in.Event.ID)
+	}
+	return in
+}
+
+// fetchErrors logs the errors of a poll (each distinct one at most every
+// errorLogEvery). polled says whether any partition answered without error.
+func (s *Source) fetchErrors(ctx context.Context, fs kgo.Fetches, last map[string]time.Time) (polled, failed bool) {
+	for _, f := range fs {
+		for _, t := range f.Topics {
+			for _, p := range t.Partitions {
+				if p.Err == nil {
+					polled = true
+					continue
+				}
+				if ctx.Err() != nil && (errors.Is(p.Err, context.Canceled) || errors.Is(p.Err, context.DeadlineExceeded)) {
+					continue
+				}
+				failed = true
+				key := t.Topic + "/" + p.Err.Error()
+				if now := time.Now(); now.Sub(last[key]) >= errorLogEvery {
+					last[key] = now
+					s.log.Warn("fetch error", "topic", t.Topic, "partition", p.Partition, "error", p.Err)
+				}
+			}
+		}
+	}
+	return polled, failed
+}
+
+// Warnings returns the startup warnings found so far: a dedup window
+// shorter than a topic's retention, a topic that does not exist. The check
+// runs when Run starts (and again every 30s until it could reach the
+// cluster); each warning is also logged once.
+func (s *Source) Warnings() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.warnings)
+}
+
+func (s *Source) checkRetentionLoop(ctx context.Context) {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, retentionCheckTimeout)
+		warnings, err := s.CheckRetention(cctx)
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			s.warnings = warnings
+			s.mu.Unlock()
+			for _, w := range warnings {
+				s.log.Warn(w)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Debug("cannot check topic retention yet", "error", err)
+		if !sleep(ctx, retentionRetry) {
+			return
+		}
+	}
+}
+
+// CheckRetention compares the inbox's dedup window (ttl) with the
+// retention of every topic it consumes (DescribeConfigs: retention.ms and
+// cleanup.policy). A topic that keeps records longer than the window gets
+// a warning: a redelivery of a record older than the window (a group reset
+// to the earliest offset, a restart after a long outage) would not be
+// recognised as a duplicate. A missing topic gets one too. The error is
+// for a cluster that could not be asked.
+func (s *Source) CheckRetention(ctx context.Context) ([]string, error) {
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	for _, t := range s.topics {
+		r := kmsg.NewDescribeConfigsRequestResource()
+		r.ResourceType = kmsg.ConfigResourceTypeTopic
+		r.ResourceName = t
+		r.ConfigNames = []string{"retention.ms", "cleanup.policy"}
+		req.Resources = append(req.Resources, r)
+	}
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return nil, fmt.Errorf("inbox %q: describe topic configs: %w", s.name, err)
+	}
+	var out []string
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			if errors.Is(err, kerr.UnknownTopicOrPartition) {
+				out = append(out, fmt.Sprintf("inbox %q: topic %q does not exist on %s (yet); consuming starts once it does", s.name, r.ResourceName, s.sink))
+			} else {
+				out = append(out, fmt.Sprintf("inbox %q: cannot read the configuration of topic %q: %v", s.name, r.ResourceName, err))
+			}
+			continue
+		}
+		var retention, policy string
+		for _, c := range r.Configs {
+			if c.Value == nil {
+				continue
+			}
+			switch c.Name {
+			case "retention.ms":
+				retention = *c.Value
+			case "cleanup.policy":
+				policy = *c.Value
+			}
+		}
+		if w := s.retentionWarning(r.ResourceName, retention, policy); w != "" {
+			out = append(out, w)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (s *Source) retentionWarning(topic, retention, policy string) string {
+	consequence := "a redelivery of a record older than the window (a group reset to the earliest offset, a restart after a long outage) would not be recognised as a duplicate"
+	if s.ttl <= 0 {
+		return ""
+	}
+	if policy != "" && !strings.Contains(policy, "delete") {
+		return fmt.Sprintf("inbox %q: topic %q is compacted (cleanup.policy=%s) and keeps records indefinitely, longer than the dedup window (ttl %s): %s",
+			s.name, topic, policy, s.ttl, consequence)
+	}
+	ms, err := strconv.ParseInt(retention, 10, 64)
+	if err != nil {
+		return ""
+	}
+	if ms < 0 {
+		return fmt.Sprintf("inbox %q: topic %q keeps records forever (retention.ms=-1), longer than the dedup window (ttl %s): %s",
+			s.name, topic, s.ttl, consequence)
+	}
+	if d := time.Duration(ms) * time.Millisecond; d > s.ttl {
+		return fmt.Sprintf("inbox %q: the dedup window (ttl %s) is shorter than the retention of topic %q (%s): %s",
+			s.name, s.ttl, topic, d, consequence)
+	}
+	return ""
+}
+
+// Close stops Run (waiting for it, at most until ctx ends), leaves the
+// group and closes the client. The batch Run was receiving, if any, is
+// not committed unless receive returned before.
+func (s *Source) Close(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		if s.running.Load() {
+			select {
+			case <-s.runDone:
+			case <-ctx.Done():
+				err = fmt.Errorf("inbox %q: consumer still receiving when the close deadline passed: %w", s.name, ctx.Err())
+			}
+		}
+		if lerr := s.cl.LeaveGroupContext(ctx); lerr != nil && err == nil && !errors.Is(lerr, kgo.ErrClientClosed) {
+			err = fmt.Errorf("inbox %q: leave group %q: %w", s.name, s.group, lerr)
+		}
+		s.cl.CloseAllowingRebalance()
+	})
+	return err
+}
+
+func fmtPartitions(m map[string][]int32) string {
+	var b strings.Builder
+	for _, t := range slices.Sorted(maps.Keys(m)) {
+		ps := slices.Clone(m[t])
+		slices.Sort(ps)
+		if b.Len() > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s%v", t, ps)
+	}
+	return b.String()
+}
+
+func nextBackoff(d time.Duration) time.Duration {
+	if d <= 0 {
+		return receiveBackoffMin
+	}
+	return min(2*d, receiveBackoffMax)
+}
+
+// sleep waits d or until ctx ends; it reports whether the full d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

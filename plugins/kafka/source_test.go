@@ -1,0 +1,522 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	kgo "github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+)
+
+const srcTopic = "payments"
+
+func sourceCluster(t testing.TB, partitions int32, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.SeedTopics(partitions, srcTopic)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func inboxConfig(group string) config.Inbox {
+	return config.Inbox{Name: "pay", From: "kafka.main", Topics: []string{srcTopic}, Group: group,
+		IDHeader: "ce_id", TTL: 24 * time.Hour, Policy: config.Policy{BatchSize: 20}}
+}
+
+// sourceOpts: quick group membership changes and polls for tests.
+func sourceOpts() []kgo.Opt {
+	return append(fastOpts(),
+		kgo.HeartbeatInterval(50*time.Millisecond),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+}
+
+func newSource(t testing.TB, c *kfake.Cluster, in config.Inbox) *Source {
+	t.Helper()
+	s, err := openSource(context.Background(), testConfig(c), in, testLogger(), sourceOpts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	return s
+}
+
+// produce writes records with ids prefix-<i> (each dup times in a row) to
+// partition i % partitions.
+func produce(t testing.TB, c *kfake.Cluster, prefix string, n, dup int, partitions int32) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(srcTopic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range n {
+		for range dup {
+			id := fmt.Sprintf("%s-%04d", prefix, i)
+			recs = append(recs, &kgo.Record{
+				Partition: int32(i) % partitions,
+				Key:       []byte("k" + strconv.Itoa(i%3)),
+				Value:     []byte(`{"n":` + strconv.Itoa(i) + `}`),
+				Headers: []kgo.RecordHeader{
+					{Key: "ce_specversion", Value: []byte("1.0")},
+					{Key: "ce_id", Value: []byte(id)},
+					{Key: "ce_source", Value: []byte("/payments")},
+					{Key: "ce_type", Value: []byte("payment.done")},
+					{Key: "content-type", Value: []byte("application/json")},
+				},
+			})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// committed returns the group's committed offsets on srcTopic (-1 = none).
+func committed(t testing.TB, c *kfake.Cluster, group string, partitions int32) []int64 {
+	t.Helper()
+	out := make([]int64, partitions)
+	for i := range out {
+		out[i] = -1
+	}
+	// Called from receive callbacks too: t.Error, not t.Fatal.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Error(err)
+		return out
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	rt := kmsg.NewOffsetFetchRequestTopic()
+	rt.Topic = srcTopic
+	for p := range partitions {
+		rt.Partitions = append(rt.Partitions, p)
+	}
+	req.Topics = []kmsg.OffsetFetchRequestTopic{rt}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Error(err)
+		return out
+	}
+	for _, tt := range resp.Topics {
+		for _, p := range tt.Partitions {
+			out[p.Partition] = p.Offset
+		}
+	}
+	return out
+}
+
+type runner struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func run(s *Source, receive func(context.Context, []engine.Inbound) error) *runner {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runner{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- s.Run(ctx, receive) }()
+	return r
+}
+
+func (r *runner) stop(t testing.TB) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Duplicates in the log are all handed over, in order, decoded, and each
+// batch is committed only after receive returned (so while receive runs,
+// the committed offset is where the batch starts).
+func TestSourceReceivesInOrderAndCommitsAfter(t *testing.T) {
+	c := sourceCluster(t, 1)
+	const n = 50
+	produce(t, c, "pay", n, 2, 1)
+	s := newSource(t, c, inboxConfig("g1"))
+	if s.Name() != "pay" {
+		t.Fatalf("Name %q", s.Name())
+	}
+	var mu sync.Mutex
+	var got []engine.Inbound
+	var commitErr error
+	r := run(s, func(_ context.Context, msgs []engine.Inbound) error {
+		mu.Lock()
+		defer mu.Unlock()
+		want := int64(len(got))
+		if want == 0 {
+			want = -1
+		}
+		if off := committed(t, c, "g1", 1)[0]; off != want && commitErr == nil {
+			commitErr = fmt.Errorf("batch at %d: committed offset %d, want %d", len(got), off, want)
+		}
+		got = append(got, msgs...)
+		return nil
+	})
+	waitFor(t, "all records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 2*n })
+	waitFor(t, "the last commit", 5*time.Second, func() bool { return committed(t, c, "g1", 1)[0] == 2*n })
+	r.stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if commitErr != nil {
+		t.Fatal(commitErr)
+	}
+	if len(got) != 2*n {
+		t.Fatalf("got %d records, want %d", len(got), 2*n)
+	}
+	for i, in := range got {
+		id := fmt.Sprintf("pay-%04d", i/2)
+		origin := fmt.Sprintf("kafka.main:%s/0@%d", srcTopic, i)
+		ev := in.Event
+		if ev.ID != id || in.IDDerived || in.Origin != origin || ev.Type != "payment.done" || ev.Source != "/payments" ||
+			ev.SpecVersion != "1.0" || ev.DataContentType != "application/json" ||
+			string(ev.Data) != `{"n":`+strconv.Itoa(i/2)+`}` || ev.PartitionKey() != "k"+strconv.Itoa(i/2%3) {
+			t.Fatalf("record %d: %+v origin %q", i, ev, in.Origin)
+		}
+	}
+}
+
+// A failed receive commits nothing; the same records come again, and once
+// receive succeeds they are committed. No record is skipped: per partition
+// the stored offsets run without a gap.
+func TestSourceReceiveErrorRedelivers(t *testing.T) {
+	defer func(old time.Duration) { receiveBackoffMin = old }(receiveBackoffMin)
+	receiveBackoffMin = 10 * time.Millisecond
+	c := sourceCluster(t, 2)
+	const n = 30
+	produce(t, c, "e", n, 1, 2)
+	s := newSource(t, c, inboxConfig("g2"))
+	var mu sync.Mutex
+	failures := 3
+	var failed []string
+	next := map[int]int64{} // partition -> next offset expected in a stored batch
+	stored := map[string]bool{}
+	var gap error
+	r := run(s, func(_ context.Context, msgs []engine.Inbound) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if failures > 0 {
+			failures--
+			if off := committed(t, c, "g2", 2); off[0] != -1 || off[1] != -1 {
+				t.Errorf("committed %v while receive keeps failing", off)
+			}
+			for _, m := range msgs {
+				failed = append(failed, m.Event.ID)
+			}
+			return errors.New("storage unavailable")
+		}
+		for _, m := range msgs {
+			p, off := parseOrigin(t, m.Origin)
+			if off != next[p] && gap == nil {
+				gap = fmt.Errorf("partition %d: stored offset %d, expected %d", p, off, next[p])
+			}
+			next[p] = off + 1
+			stored[m.Event.ID] = true
+		}
+		return nil
+	})
+	waitFor(t, "every record stored", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(stored) == n })
+	waitFor(t, "commits", 5*time.Second, func() bool {
+		off := committed(t, c, "g2", 2)
+		return off[0] == n/2 && off[1] == n/2
+	})
+	r.stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if gap != nil {
+		t.Fatal(gap)
+	}
+	if len(failed) == 0 {
+		t.Fatal("no failed batch")
+	}
+	for _, id := range failed {
+		if !stored[id] {
+			t.Fatalf("%s from a failed batch never came again", id)
+		}
+	}
+}
+
+// A restarted member of the group resumes after the last commit.
+func TestSourceRestartResumesAfterCommit(t *testing.T) {
+	c := sourceCluster(t, 1)
+	produce(t, c, "a", 25, 1, 1)
+	collect := func(s *Source, want int) []engine.Inbound {
+		var mu sync.Mutex
+		var got []engine.Inbound
+		r := run(s, func(_ context.Context, msgs []engine.Inbound) error {
+			mu.Lock()
+			got = append(got, msgs...)
+			mu.Unlock()
+			return nil
+		})
+		waitFor(t, "records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= want })
+		time.Sleep(300 * time.Millisecond) // nothing more comes
+		r.stop(t)
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+	s1 := newSource(t, c, inboxConfig("g3"))
+	if got := collect(s1, 25); len(got) != 25 {
+		t.Fatalf("first run: %d records", len(got))
+	}
+	if err := s1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, "b", 10, 1, 1)
+	s2 := newSource(t, c, inboxConfig("g3"))
+	got := collect(s2, 10)
+	if len(got) != 10 || got[0].Event.ID != "b-0000" || got[0].Origin != "kafka.main:payments/0@25" {
+		t.Fatalf("second run: %d records, first %+v", len(got), got[0])
+	}
+}
+
+// Three routers in one group split the partitions; when one leaves, its
+// partitions move to the others. Every record is received at least once,
+// and no partition is ever in two receive calls at the same time.
+func TestSourceGroupSplitsAndRebalances(t *testing.T) {
+	const parts = 6
+	c := sourceCluster(t, parts)
+
+	type key struct {
+		part int
+		off  int64
+	}
+	var mu sync.Mutex
+	active := map[int]int{}   // partition -> source in receive
+	owners := map[int][]int{} // partition -> sources that received it, in order
+	byWho := map[int]map[int]bool{}
+	seen := map[key]bool{}
+	closedAt := map[int]bool{}
+	var overlap, afterClose error
+	receiver := func(who int) func(context.Context, []engine.Inbound) error {
+		return func(_ context.Context, msgs []engine.Inbound) error {
+			parts := map[int]bool{}
+			mu.Lock()
+			if closedAt[who] && afterClose == nil {
+				afterClose = fmt.Errorf("source %d received after it was closed", who)
+			}
+			for _, m := range msgs {
+				p, off := parseOrigin(t, m.Origin)
+				parts[p] = true
+				seen[key{p, off}] = true
+			}
+			for p := range parts {
+				if o, busy := active[p]; busy && overlap == nil {
+					overlap = fmt.Errorf("partition %d in receive of sources %d and %d at once", p, o, who)
+				}
+				active[p] = who
+				if l := owners[p]; len(l) == 0 || l[len(l)-1] != who {
+					owners[p] = append(owners[p], who)
+				}
+				if byWho[who] == nil {
+					byWho[who] = map[int]bool{}
+				}
+				byWho[who][p] = true
+			}
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond) // widen the window an overlap would need
+			mu.Lock()
+			for p := range parts {
+				delete(active, p)
+			}
+			mu.Unlock()
+			return nil
+		}
+	}
+
+	var srcs []*Source
+	var runs []*runner
+	for i := range 3 {
+		s := newSource(t, c, inboxConfig("g4"))
+		srcs = append(srcs, s)
+		runs = append(runs, run(s, receiver(i)))
+	}
+	// Produce until every source owns partitions (the group settles).
+	produced := 0
+	waitFor(t, "all three sources to get partitions", 20*time.Second, func() bool {
+		produce(t, c, "p"+strconv.Itoa(produced), parts, 1, parts)
+		produced += parts
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		return len(byWho[0]) > 0 && len(byWho[1]) > 0 && len(byWho[2]) > 0
+	})
+	waitFor(t, "every record so far", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == produced })
+
+	// Close the source that owns partitions now; the others take them.
+	victim := 0
+	mu.Lock()
+	var moved []int
+	for p, l := range owners {
+		if l[len(l)-1] == victim {
+			moved = append(moved, p)
+		}
+	}
+	mu.Unlock()
+	runs[victim].stop(t)
+	if err := srcs[victim].Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	closedAt[victim] = true
+	mu.Unlock()
+	produce(t, c, "late", 10*parts, 1, parts)
+	produced += 10 * parts
+	waitFor(t, "every record after the close", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == produced })
+	for _, r := range runs[1:] {
+		r.stop(t)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if overlap != nil {
+		t.Fatal(overlap)
+	}
+	if afterClose != nil {
+		t.Fatal(afterClose)
+	}
+	if len(moved) == 0 {
+		t.Fatal("the closed source owned no partition")
+	}
+	for _, p := range moved {
+		l := owners[p]
+		if last := l[len(l)-1]; last == victim {
+			t.Fatalf("partition %d still last owned by the closed source: %v", p, l)
+		}
+	}
+	t.Logf("owners per partition: %v; moved %v", owners, moved)
+}
+
+func parseOrigin(t testing.TB, origin string) (int, int64) {
+	rest, ok := strings.CutPrefix(origin, "kafka.main:"+srcTopic+"/")
+	p, off, ok2 := strings.Cut(rest, "@")
+	pi, err1 := strconv.Atoi(p)
+	oi, err2 := strconv.ParseInt(off, 10, 64)
+	if !ok || !ok2 || err1 != nil || err2 != nil {
+		t.Errorf("bad origin %q", origin)
+	}
+	return pi, oi
+}
+
+// A record without the id header gets a derived id, the same for the same
+// content at another offset.
+func TestSourceDerivedID(t *testing.T) {
+	c := sourceCluster(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(srcTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rec := func() *kgo.Record {
+		return &kgo.Record{Value: []byte("plain"), Headers: []kgo.RecordHeader{{Key: "ce_type", Value: []byte("t")}}}
+	}
+	if err := cl.ProduceSync(context.Background(), rec(), rec()).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	s := newSource(t, c, inboxConfig("g5"))
+	var mu sync.Mutex
+	var got []engine.Inbound
+	r := run(s, func(_ context.Context, msgs []engine.Inbound) error {
+		mu.Lock()
+		got = append(got, msgs...)
+		mu.Unlock()
+		return nil
+	})
+	waitFor(t, "records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
+	r.stop(t)
+	if !got[0].IDDerived || got[0].Event.ID != got[1].Event.ID || !strings.HasPrefix(got[0].Event.ID, engine.DerivedIDPrefix) {
+		t.Fatalf("derived ids %+v %+v", got[0], got[1])
+	}
+}
+
+func TestSourceRetentionWarnings(t *testing.T) {
+	c := sourceCluster(t, 1)
+	in := inboxConfig("g6")
+	in.Topics = []string{srcTopic, "missing"}
+	s := newSource(t, c, in)
+	ws, err := s.CheckRetention(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kfake's default retention is 7 days; the window is 24h.
+	if len(ws) != 2 || !strings.Contains(ws[0], "shorter than the retention of topic \"payments\" (168h0m0s)") ||
+		!strings.Contains(ws[1], `topic "missing" does not exist`) {
+		t.Fatalf("warnings %q", ws)
+	}
+	in.TTL = 30 * 24 * time.Hour
+	in.Topics = []string{srcTopic}
+	s2 := newSource(t, c, in)
+	if ws, err := s2.CheckRetention(context.Background()); err != nil || len(ws) != 0 {
+		t.Fatalf("ttl above retention: %q %v", ws, err)
+	}
+	// Run checks in the background and keeps the result.
+	r := run(s, func(context.Context, []engine.Inbound) error { return nil })
+	waitFor(t, "warnings", 5*time.Second, func() bool { return len(s.Warnings()) == 2 })
+	r.stop(t)
+
+	for _, tc := range []struct {
+		retention, policy string
+		warn              bool
+	}{
+		{"3600000", "delete", false},
+		{"-1", "delete", true},
+		{"3600000", "compact", true},
+		{"3600000", "compact,delete", false},
+		{"", "", false},
+	} {
+		s.ttl = 2 * time.Hour
+		if got := s.retentionWarning("t", tc.retention, tc.policy) != ""; got != tc.warn {
+			t.Errorf("%+v: warn = %v", tc, got)
+		}
+	}
+}
+
+func TestOpenSourceErrors(t *testing.T) {
+	in := inboxConfig("g")
+	in.Topics = nil
+	if _, err := OpenSource(context.Background(), config.Kafka{Name: "main", Brokers: []string{"127.0.0.1:1"}}, in, nil); err == nil {
+		t.Fatal("no topics accepted")
+	}
+	if _, err := OpenSource(context.Background(), config.Kafka{Name: "main"}, inboxConfig("g"), nil); err == nil {
+		t.Fatal("no brokers accepted")
+	}
+}

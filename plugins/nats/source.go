@@ -1,0 +1,518 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Source defaults.
+const (
+	// DefaultSourceBatch is the pull batch when the inbox's batch_size is
+	// unset.
+	DefaultSourceBatch = 200
+	// DefaultIDHeader is the NATS binding's id header.
+	DefaultIDHeader = "ce-id"
+	// DefaultAckWait is how long JetStream waits for an ack before it
+	// redelivers (to this router or another on the same durable). While
+	// receive runs longer than a third of it, the source tells JetStream
+	// the messages are in progress.
+	DefaultAckWait = 30 * time.Second
+	// minMaxAckPending is the least MaxAckPending of an inbox consumer;
+	// with a larger batch it is 8 batches, so several routers can each
+	// have a pull outstanding.
+	minMaxAckPending = 1024
+
+	// fetchWait is how long a pull waits for a first message.
+	fetchWait = 5 * time.Second
+	// ackTimeout bounds one double ack; ackAttempts how often it is tried.
+	ackTimeout  = 2 * time.Second
+	ackAttempts = 3
+	// errorPause is the pause after a failed pull.
+	errorPause = time.Second
+)
+
+// Receive backoff: after a failed receive the messages are nak'd with this
+// delay (min, doubling to max).
+var (
+	receiveBackoffMin = 500 * time.Millisecond
+	receiveBackoffMax = 30 * time.Second
+)
+
+var _ engine.Source = (*Source)(nil)
+
+// Source consumes an inbox's subject through a durable JetStream pull
+// consumer (the inbox's durable, explicit acks). Several routers on one
+// durable split the messages: each pull gets messages no other pull has
+// outstanding.
+//
+// A batch is what the stream has for the durable once a first message is
+// there (up to the inbox's batch_size); no pull is open while receive
+// runs. Only after receive returned nil are they acknowledged, each with a
+// double ack (the server confirms it; a failed ack is retried). When
+// receive fails, the messages are nak'd with a growing delay, so JetStream
+// redelivers them (the inbox drops what it stored already). See
+// RATIONALE.md.
+type Source struct {
+	name     string // the inbox's name
+	sink     string // "nats.<block name>"
+	log      hclog.Logger
+	nc       *natsgo.Conn
+	js       jetstream.JetStream
+	stream   string
+	ccfg     jetstream.ConsumerConfig
+	idHeader string
+	batch    int
+	ackWait  time.Duration
+
+	mu   sync.Mutex
+	cons jetstream.Consumer
+
+	warnings []string
+
+	running   atomic.Bool
+	stop      chan struct{}
+	runDone   chan struct{}
+	closeOnce sync.Once
+}
+
+// OpenSource connects to the NATS server at url and creates (or updates)
+// the inbox's durable pull consumer on the stream that stores in.Subject.
+// It fails when no stream stores the subject, or more than one does.
+//
+// A new durable starts with the oldest message of the stream (deliver
+// all), like a new Kafka group at the earliest offset; its filter is the
+// inbox subject; a message is redelivered until it is acknowledged (no
+// max_deliver).
+func OpenSource(ctx context.Context, ncfg config.NATS, url string, in config.Inbox, logger hclog.Logger) (*Source, error) {
+	return openSource(ctx, ncfg, url, in, logger, DefaultAckWait)
+}
+
+func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inbox, logger hclog.Logger, ackWait time.Duration) (*Source, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	sink := "nats." + ncfg.Name
+	if in.Subject == "" {
+		return nil, fmt.Errorf("inbox %q: no subject to consume from %s", in.Name, sink)
+	}
+	durable := in.Durable
+	if durable == "" {
+		durable = in.Name
+	}
+	idHeader := in.IDHeader
+	if idHeader == "" {
+		idHeader = DefaultIDHeader
+	}
+	batch := in.Policy.BatchSize
+	if batch <= 0 {
+		batch = DefaultSourceBatch
+	}
+	log := logger.Named("inbox." + in.Name)
+	s := &Source{
+		name:     in.Name,
+		sink:     sink,
+		log:      log,
+		idHeader: idHeader,
+		batch:    batch,
+		ackWait:  ackWait,
+		stop:     make(chan struct{}),
+		runDone:  make(chan struct{}),
+	}
+	nc, err := natsgo.Connect(url,
+		natsgo.Name(ClientName+"-inbox-"+in.Name),
+		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectWait(reconnectWait),
+		natsgo.ReconnectJitter(reconnectJitter, reconnectJitter),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS", "error", err)
+			}
+		}),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+		}),
+		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
+			log.Warn("NATS async error", "error", err)
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("inbox %q: %s: connect %s: %w", in.Name, sink, url, err)
+	}
+	s.nc = nc
+	fail := func(err error) (*Source, error) {
+		nc.Close()
+		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail(fmt.Errorf("jetstream: %w", err))
+	}
+	s.js = js
+	stream, err := streamFor(ctx, js, in.Subject)
+	if err != nil {
+		return fail(err)
+	}
+	s.stream = stream
+	s.ccfg = jetstream.ConsumerConfig{
+		Durable:       durable,
+		Description:   "switchyard inbox " + in.Name,
+		FilterSubject: in.Subject,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxDeliver:    -1,
+		MaxAckPending: max(minMaxAckPending, 8*batch),
+	}
+	if err := s.ensureConsumer(ctx); err != nil {
+		return fail(err)
+	}
+	s.warnings = s.checkRetention(ctx, in.TTL)
+	for _, w := range s.warnings {
+		log.Warn(w)
+	}
+	log.Info("consuming", "stream", stream, "durable", durable, "subject", in.Subject, "url", nc.ConnectedUrlRedacted())
+	return s, nil
+}
+
+// streamFor finds the one stream that stores subject.
+func streamFor(ctx context.Context, js jetstream.JetStream, subject string) (string, error) {
+	l := js.StreamNames(ctx, jetstream.WithStreamListSubject(subject))
+	var names []string
+	for n := range l.Name() {
+		names = append(names, n)
+	}
+	if err := l.Err(); err != nil {
+		return "", fmt.Errorf("find the stream of subject %q: %w", subject, err)
+	}
+	switch len(names) {
+	case 0:
+		return "", fmt.Errorf("no JetStream stream stores subject %q (add a stream block whose subjects cover it): %w",
+			subject, jetstream.ErrStreamNotFound)
+	case 1:
+		return names[0], nil
+	default:
+		slices.Sort(names)
+		return "", fmt.Errorf("subject %q is stored by several streams (%s); a consumer reads one stream: narrow the inbox subject",
+			subject, strings.Join(names, ", "))
+	}
+}
+
+// checkRetention warns when the stream keeps messages longer than the
+// inbox's dedup window: a durable created again (deleted by an operator, or
+// renamed in the config) starts over at the oldest message, and what is
+// older than the window would not be recognised as a duplicate.
+func (s *Source) checkRetention(ctx context.Context, ttl time.Duration) []string {
+	if ttl <= 0 {
+		return nil
+	}
+	st, err := s.js.Stream(ctx, s.stream)
+	if err != nil {
+		return []string{fmt.Sprintf("inbox %q: cannot read stream %q to compare its max_age with the dedup window: %v", s.name, s.stream, err)}
+	}
+	consequence := "a durable created again (deleted, or renamed in the config) starts at the oldest message, and messages older than the window would not be recognised as duplicates"
+	switch age := st.CachedInfo().Config.MaxAge; {
+	case age == 0:
+		return []string{fmt.Sprintf("inbox %q: stream %q keeps messages without age limit (max_age 0), longer than the dedup window (ttl %s): %s",
+			s.name, s.stream, ttl, consequence)}
+	case age > ttl:
+		return []string{fmt.Sprintf("inbox %q: the dedup window (ttl %s) is shorter than the max_age of stream %q (%s): %s",
+			s.name, ttl, s.stream, age, consequence)}
+	}
+	return nil
+}
+
+// Warnings returns what OpenSource found worth a warning (also logged): a
+// stream that keeps messages longer than the dedup window.
+func (s *Source) Warnings() []string { return slices.Clone(s.warnings) }
+
+// ensureConsumer creates or updates the durable.
+func (s *Source) ensureConsumer(ctx context.Context) error {
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.stream, s.ccfg)
+	if err != nil {
+		return fmt.Errorf("create or update durable consumer %q on stream %q: %w", s.ccfg.Durable, s.stream, err)
+	}
+	s.mu.Lock()
+	s.cons = cons
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Source) consumer() jetstream.Consumer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cons
+}
+
+// Name is the inbox's name.
+func (s *Source) Name() string { return s.name }
+
+// Stream is the stream the inbox consumes.
+func (s *Source) Stream() string { return s.stream }
+
+// Run consumes until ctx ends (or Close is called), then returns nil. It
+// returns an error only when called twice.
+func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs []engine.Inbound) error) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("inbox %q: Run called twice", s.name)
+	}
+	defer close(s.runDone)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	var backoff time.Duration
+	var lastLog time.Time
+	for ctx.Err() == nil {
+		err := s.pull(ctx, receive, &backoff)
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			s.log.Warn("durable consumer gone; creating it again (messages not yet acknowledged come again)",
+				"durable", s.ccfg.Durable, "error", err)
+			if cerr := s.ensureConsumer(ctx); cerr != nil {
+				s.log.Error("cannot create the durable consumer", "error", cerr)
+			}
+		} else if time.Since(lastLog) >= 30*time.Second {
+			lastLog = time.Now()
+			s.log.Warn("pull failed", "error", err)
+		}
+		sleep(ctx, errorPause)
+	}
+	return nil
+}
+
+// pull takes one batch: it waits (up to fetchWait) for a first message,
+// then takes what else is available at once, up to the batch size, and
+// hands the batch to receive. No pull request is open while receive runs,
+// so no message waits in the client with its ack wait running unseen.
+// After a failed receive it waits out the backoff (the batch was nak'd
+// with that delay).
+func (s *Source) pull(ctx context.Context, receive func(context.Context, []engine.Inbound) error, backoff *time.Duration) error {
+	cons := s.consumer()
+	fctx, cancel := context.WithTimeout(ctx, fetchWait)
+	defer cancel()
+	mb, err := cons.Fetch(1, jetstream.FetchContext(fctx))
+	if err != nil {
+		return err
+	}
+	msgs, err := collect(mb)
+	if len(msgs) == 0 {
+		return err
+	}
+	if s.batch > 1 {
+		if mb, err := cons.FetchNoWait(s.batch - 1); err == nil {
+			rest, _ := collect(mb)
+			msgs = append(msgs, rest...)
+		}
+	}
+	if ctx.Err() != nil {
+		// Shutting down: give them back at once, for another router.
+		nakAll(msgs, 0)
+		return nil
+	}
+	if err := s.handle(ctx, msgs, receive, backoff); err != nil {
+		sleep(ctx, *backoff)
+	}
+	return nil
+}
+
+// collect reads a fetch to its end. The end of the wait and "no messages"
+// are no errors.
+func collect(mb jetstream.MessageBatch) ([]jetstream.Msg, error) {
+	var msgs []jetstream.Msg
+	for m := range mb.Messages() {
+		msgs = append(msgs, m)
+	}
+	err := mb.Error()
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, jetstream.ErrNoMessages) {
+		err = nil
+	}
+	return msgs, err
+}
+
+// handle receives one batch and acks it, or naks it with the next backoff.
+func (s *Source) handle(ctx context.Context, msgs []jetstream.Msg, receive func(context.Context, []engine.Inbound) error, backoff *time.Duration) error {
+	in := make([]engine.Inbound, len(msgs))
+	for i, m := range msgs {
+		in[i] = s.decode(m)
+	}
+	stop := s.keepInProgress(msgs)
+	err := receive(ctx, in)
+	stop()
+	if err != nil {
+		*backoff = nextBackoff(*backoff)
+		delay := *backoff
+		if ctx.Err() != nil {
+			delay = 0
+		}
+		nakAll(msgs, delay)
+		s.log.Warn("inbox could not take the batch; not acknowledged, redelivered after a pause",
+			"messages", len(msgs), "retry_in", delay, "error", err)
+		return err
+	}
+	*backoff = 0
+	s.ackAll(ctx, msgs)
+	return nil
+}
+
+// keepInProgress tells JetStream every third of the ack wait that msgs are
+// still being worked on, until stop is called: a slow store must not make
+// the server hand them to another router.
+func (s *Source) keepInProgress(msgs []jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(s.ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				for _, m := range msgs {
+					_ = m.InProgress()
+				}
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// ackAll double-acks every message, in parallel, retrying a failed ack. An
+// ack that fails for good only means a redelivery after the ack wait; this
+// router's inbox drops it, another router's would deliver it again.
+func (s *Source) ackAll(ctx context.Context, msgs []jetstream.Msg) {
+	actx := context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	var lastErr atomic.Value
+	for _, m := range msgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			for range ackAttempts {
+				c, cancel := context.WithTimeout(actx, ackTimeout)
+				err = m.DoubleAck(c)
+				cancel()
+				if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+					return
+				}
+				if errors.Is(err, natsgo.ErrConnectionClosed) {
+					break
+				}
+			}
+			failed.Add(1)
+			lastErr.Store(err)
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		s.log.Warn("acknowledgements failed; those messages will be redelivered after the ack wait (this inbox drops them as duplicates)",
+			"messages", n, "ack_wait", s.ackWait, "error", lastErr.Load())
+	}
+}
+
+func nakAll(msgs []jetstream.Msg, delay time.Duration) {
+	for _, m := range msgs {
+		if delay > 0 {
+			_ = m.NakWithDelay(delay)
+		} else {
+			_ = m.Nak()
+		}
+	}
+}
+
+// decode maps a message onto an Inbound by the CloudEvents NATS binding.
+func (s *Source) decode(m jetstream.Msg) engine.Inbound {
+	h := m.Headers()
+	names := make([]string, 0, len(h))
+	for k := range h {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	hs := make([]storage.Header, 0, len(names))
+	for _, k := range names {
+		for _, v := range h[k] {
+			hs = append(hs, storage.Header{Name: k, Value: v})
+		}
+	}
+	origin := s.sink + ":" + s.stream
+	if md, err := m.Metadata(); err == nil {
+		origin = s.sink + ":" + md.Stream + "#" + strconv.FormatUint(md.Sequence.Stream, 10)
+	}
+	in, warnings := engine.DecodeInbound(hs, m.Data(), engine.HeaderPrefix, s.idHeader, origin)
+	for _, w := range warnings {
+		s.log.Warn("message decoded leniently", "origin", origin, "problem", w)
+	}
+	if in.IDDerived {
+		s.log.Debug("message without id header; id derived from its content", "origin", origin, "id_header", s.idHeader, "id", in.Event.ID)
+	}
+	return in
+}
+
+// Close stops Run (waiting for it, at most until ctx ends) and closes the
+// connection. Messages fetched but not acknowledged are redelivered by
+// JetStream (nak'd at once when Run had them in hand, else after the ack
+// wait).
+func (s *Source) Close(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		if s.running.Load() {
+			select {
+			case <-s.runDone:
+			case <-ctx.Done():
+				err = fmt.Errorf("inbox %q: consumer still receiving when the close deadline passed: %w", s.name, ctx.Err())
+			}
+		}
+		s.nc.Close()
+	})
+	return err
+}
+
+func nextBackoff(d time.Duration) time.Duration {
+	if d <= 0 {
+		return receiveBackoffMin
+	}
+	return min(2*d, receiveBackoffMax)
+}
+
+// sleep waits d or until ctx ends; it reports whether the full d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,422 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+)
+
+// sourceEnv is an embedded server with the ORDERS stream (orders.>).
+type sourceEnv struct {
+	url string
+	js  jetstream.JetStream
+}
+
+func newSourceEnv(t *testing.T) *sourceEnv {
+	t.Helper()
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	openSink(t, cfg, srv.ClientURL()) // creates the stream
+	nc, err := natsgo.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sourceEnv{url: srv.ClientURL(), js: js}
+}
+
+// publish stores n messages on subject with ids prefix-<i>.
+func (e *sourceEnv) publish(t *testing.T, subject, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		m := natsgo.NewMsg(subject)
+		m.Header.Set("ce-specversion", "1.0")
+		m.Header.Set("ce-id", fmt.Sprintf("%s-%04d", prefix, i))
+		m.Header.Set("ce-source", "/orders")
+		m.Header.Set("ce-type", "order.created")
+		m.Header.Set("ce-subject", "order%20"+fmt.Sprint(i))
+		m.Header.Set("content-type", "application/json")
+		m.Header.Set("traceparent", traceparent)
+		m.Data = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		if _, err := e.js.PublishMsg(pubCtx(t, 5*time.Second), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (e *sourceEnv) info(t *testing.T, durable string) *jetstream.ConsumerInfo {
+	t.Helper()
+	c, err := e.js.Consumer(pubCtx(t, 5*time.Second), "ORDERS", durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(pubCtx(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func natsInbox(durable, subject string) config.Inbox {
+	return config.Inbox{Name: "orders", From: "nats.local", Subject: subject, Durable: durable,
+		IDHeader: "ce-id", TTL: time.Hour, Policy: config.Policy{BatchSize: 10}}
+}
+
+func newNATSSource(t *testing.T, e *sourceEnv, in config.Inbox, ackWait time.Duration) *Source {
+	t.Helper()
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, in, testLogger(t), ackWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+type natsRunner struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func runSource(s *Source, receive func(context.Context, []engine.Inbound) error) *natsRunner {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &natsRunner{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- s.Run(ctx, receive) }()
+	return r
+}
+
+func (r *natsRunner) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
+func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type collector struct {
+	mu  sync.Mutex
+	got []engine.Inbound
+	ids map[string]int
+}
+
+func (c *collector) receive(_ context.Context, msgs []engine.Inbound) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ids == nil {
+		c.ids = map[string]int{}
+	}
+	c.got = append(c.got, msgs...)
+	for _, m := range msgs {
+		c.ids[m.Event.ID]++
+	}
+	return nil
+}
+
+func (c *collector) distinct() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ids)
+}
+
+func TestSourceReceivesAndAcks(t *testing.T) {
+	e := newSourceEnv(t)
+	const n = 35
+	e.publish(t, "orders.created", "o", n)
+	e.publish(t, "orders.other", "x", 3) // not the inbox's subject
+	s := newNATSSource(t, e, natsInbox("inbox-a", "orders.created"), DefaultAckWait)
+	if s.Name() != "orders" || s.Stream() != "ORDERS" {
+		t.Fatalf("Name %q Stream %q", s.Name(), s.Stream())
+	}
+	var c collector
+	r := runSource(s, c.receive)
+	eventually(t, "all messages", 10*time.Second, func() bool { return c.distinct() == n })
+	eventually(t, "acks", 5*time.Second, func() bool {
+		info := e.info(t, "inbox-a")
+		return info.NumAckPending == 0 && info.NumPending == 0
+	})
+	r.stop(t)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.got) != n {
+		t.Fatalf("received %d, want %d", len(c.got), n)
+	}
+	for i, in := range c.got {
+		ev := in.Event
+		want := fmt.Sprintf("o-%04d", i)
+		// The x messages are stream sequences 36..38; ours are 1..35.
+		if ev.ID != want || in.IDDerived || in.Origin != fmt.Sprintf("nats.local:ORDERS#%d", i+1) ||
+			ev.Type != "order.created" || ev.Source != "/orders" || ev.SpecVersion != "1.0" ||
+			ev.Subject != fmt.Sprintf("order %d", i) || ev.DataContentType != "application/json" ||
+			ev.Extension("traceparent") != traceparent || string(ev.Data) != fmt.Sprintf(`{"n":%d}`, i) {
+			t.Fatalf("message %d: %+v origin %s", i, ev, in.Origin)
+		}
+	}
+	if w := s.Warnings(); len(w) != 1 || !strings.Contains(w[0], "without age limit") {
+		t.Fatalf("warnings %q", w)
+	}
+	info := e.info(t, "inbox-a")
+	if info.Config.AckPolicy != jetstream.AckExplicitPolicy || info.Config.FilterSubject != "orders.created" ||
+		info.Config.AckWait != DefaultAckWait || info.Config.MaxAckPending != minMaxAckPending || info.NumRedelivered != 0 {
+		t.Fatalf("consumer %+v", info)
+	}
+}
+
+func TestSourceReceiveErrorRedelivers(t *testing.T) {
+	defer func(old time.Duration) { receiveBackoffMin = old }(receiveBackoffMin)
+	receiveBackoffMin = 20 * time.Millisecond
+	e := newSourceEnv(t)
+	const n = 8
+	e.publish(t, "orders.created", "r", n)
+	s := newNATSSource(t, e, natsInbox("inbox-r", "orders.>"), DefaultAckWait)
+	var mu sync.Mutex
+	fails := 2
+	var failedIDs []string
+	var c collector
+	r := runSource(s, func(ctx context.Context, msgs []engine.Inbound) error {
+		mu.Lock()
+		if fails > 0 {
+			fails--
+			for _, m := range msgs {
+				failedIDs = append(failedIDs, m.Event.ID)
+			}
+			mu.Unlock()
+			return errors.New("storage unavailable")
+		}
+		mu.Unlock()
+		return c.receive(ctx, msgs)
+	})
+	eventually(t, "all messages", 10*time.Second, func() bool { return c.distinct() == n })
+	eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "inbox-r").NumAckPending == 0 })
+	r.stop(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failedIDs) == 0 {
+		t.Fatal("receive never failed")
+	}
+	for _, id := range failedIDs {
+		if c.ids[id] == 0 {
+			t.Fatalf("%s was not redelivered", id)
+		}
+	}
+	if info := e.info(t, "inbox-r"); info.NumRedelivered != 0 && info.NumAckPending != 0 {
+		t.Fatalf("consumer %+v", info)
+	}
+}
+
+// Two routers on one durable split the messages; together they get all.
+func TestSourceTwoOnOneDurable(t *testing.T) {
+	e := newSourceEnv(t)
+	in := natsInbox("shared", "orders.>")
+	in.Policy.BatchSize = 5
+	var c1, c2 collector
+	slow := func(c *collector) func(context.Context, []engine.Inbound) error {
+		return func(ctx context.Context, msgs []engine.Inbound) error {
+			time.Sleep(10 * time.Millisecond)
+			return c.receive(ctx, msgs)
+		}
+	}
+	s1 := newNATSSource(t, e, in, DefaultAckWait)
+	s2 := newNATSSource(t, e, in, DefaultAckWait)
+	r1 := runSource(s1, slow(&c1))
+	r2 := runSource(s2, slow(&c2))
+	const n = 200
+	e.publish(t, "orders.created", "s", n)
+	eventually(t, "all messages across both", 20*time.Second, func() bool {
+		c1.mu.Lock()
+		c2.mu.Lock()
+		defer c1.mu.Unlock()
+		defer c2.mu.Unlock()
+		all := map[string]bool{}
+		for id := range c1.ids {
+			all[id] = true
+		}
+		for id := range c2.ids {
+			all[id] = true
+		}
+		return len(all) == n
+	})
+	eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "shared").NumAckPending == 0 })
+	r1.stop(t)
+	r2.stop(t)
+	if c1.distinct() == 0 || c2.distinct() == 0 {
+		t.Fatalf("one router got nothing: %d and %d", c1.distinct(), c2.distinct())
+	}
+	if c1.distinct()+c2.distinct() != n {
+		t.Fatalf("split %d + %d, want %d (no failures, so no redelivery)", c1.distinct(), c2.distinct(), n)
+	}
+	t.Logf("split %d / %d", c1.distinct(), c2.distinct())
+}
+
+// A receive slower than the ack wait keeps the messages (in progress):
+// another router on the durable does not get them.
+func TestSourceSlowReceiveKeepsMessages(t *testing.T) {
+	e := newSourceEnv(t)
+	in := natsInbox("slow", "orders.>")
+	const ackWait = 600 * time.Millisecond
+	s1 := newNATSSource(t, e, in, ackWait)
+	e.publish(t, "orders.created", "w", 3)
+	entered := make(chan struct{})
+	var once sync.Once
+	var c1 collector
+	r1 := runSource(s1, func(ctx context.Context, msgs []engine.Inbound) error {
+		once.Do(func() { close(entered) })
+		time.Sleep(3 * ackWait)
+		return c1.receive(ctx, msgs)
+	})
+	<-entered
+	s2 := newNATSSource(t, e, in, ackWait)
+	var c2 collector
+	r2 := runSource(s2, c2.receive)
+	eventually(t, "the slow receive", 10*time.Second, func() bool { return c1.distinct() == 3 })
+	eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "slow").NumAckPending == 0 })
+	r1.stop(t)
+	r2.stop(t)
+	if c2.distinct() != 0 {
+		t.Fatalf("the other router got %d messages while the first still had them", c2.distinct())
+	}
+	if info := e.info(t, "slow"); info.NumRedelivered != 0 {
+		t.Fatalf("redelivered: %+v", info)
+	}
+}
+
+func TestSourceDerivedAndCustomID(t *testing.T) {
+	e := newSourceEnv(t)
+	for range 2 {
+		m := natsgo.NewMsg("orders.plain")
+		m.Header.Set("ce-type", "t")
+		m.Data = []byte("same")
+		if _, err := e.js.PublishMsg(pubCtx(t, 5*time.Second), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := natsgo.NewMsg("orders.plain")
+	m.Header.Set("ce-id", "ignored")
+	m.Header.Set("X-Msg", "custom-1")
+	if _, err := e.js.PublishMsg(pubCtx(t, 5*time.Second), m); err != nil {
+		t.Fatal(err)
+	}
+	in := natsInbox("ids", "orders.plain")
+	in.IDHeader = "x-msg"
+	s := newNATSSource(t, e, in, DefaultAckWait)
+	var c collector
+	r := runSource(s, c.receive)
+	eventually(t, "messages", 10*time.Second, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.got) == 3 })
+	r.stop(t)
+	g := c.got
+	if !g[0].IDDerived || g[0].Event.ID != g[1].Event.ID || !strings.HasPrefix(g[0].Event.ID, engine.DerivedIDPrefix) {
+		t.Fatalf("derived: %+v %+v", g[0], g[1])
+	}
+	if g[2].IDDerived || g[2].Event.ID != "custom-1" {
+		t.Fatalf("custom id header: %+v", g[2])
+	}
+}
+
+func TestOpenSourceStreamErrors(t *testing.T) {
+	e := newSourceEnv(t)
+	_, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "nowhere.>"), testLogger(t))
+	if err == nil || !errors.Is(err, jetstream.ErrStreamNotFound) || !strings.Contains(err.Error(), `no JetStream stream stores subject "nowhere.>"`) {
+		t.Fatalf("no stream: %v", err)
+	}
+	if _, err := e.js.CreateStream(pubCtx(t, 5*time.Second), jetstream.StreamConfig{Name: "MORE", Subjects: []string{"more.a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.CreateStream(pubCtx(t, 5*time.Second), jetstream.StreamConfig{Name: "MORE2", Subjects: []string{"more.b"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "more.*"), testLogger(t))
+	if err == nil || !strings.Contains(err.Error(), "several streams (MORE, MORE2)") {
+		t.Fatalf("two streams: %v", err)
+	}
+	if _, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", ""), nil); err == nil {
+		t.Fatal("no subject accepted")
+	}
+}
+
+// Close while Run waits in a pull returns promptly.
+func TestSourceCloseStopsRun(t *testing.T) {
+	e := newSourceEnv(t)
+	s := newNATSSource(t, e, natsInbox("c", "orders.>"), DefaultAckWait)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(context.Background(), func(context.Context, []engine.Inbound) error { return nil })
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %s", d)
+	}
+	if err := s.Run(context.Background(), nil); err == nil {
+		t.Fatal("second Run accepted")
+	}
+}
+
+func TestSourceRetentionWarning(t *testing.T) {
+	e := newSourceEnv(t)
+	if _, err := e.js.CreateStream(pubCtx(t, 5*time.Second), jetstream.StreamConfig{Name: "AGED", Subjects: []string{"aged.>"}, MaxAge: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	in := natsInbox("aged", "aged.>")
+	in.TTL = 24 * time.Hour
+	if w := newNATSSource(t, e, in, DefaultAckWait).Warnings(); len(w) != 0 {
+		t.Fatalf("ttl above max_age: %q", w)
+	}
+	in.TTL = time.Hour
+	w := newNATSSource(t, e, in, DefaultAckWait).Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], `the dedup window (ttl 1h0m0s) is shorter than the max_age of stream "AGED" (2h0m0s)`) {
+		t.Fatalf("warnings %q", w)
+	}
+}
+
+// A durable deleted under a running source is created again; consuming goes
+// on (from the start of the stream: the inbox drops what it has).
+func TestSourceDurableDeletedIsRecreated(t *testing.T) {
+	e := newSourceEnv(t)
+	s := newNATSSource(t, e, natsInbox("gone", "orders.>"), DefaultAckWait)
+	var c collector
+	r := runSource(s, c.receive)
+	defer r.stop(t)
+	e.publish(t, "orders.created", "before", 3)
+	eventually(t, "first messages", 10*time.Second, func() bool { return c.distinct() == 3 })
+	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(t, "orders.created", "after", 3)
+	eventually(t, "messages after the delete", 20*time.Second, func() bool { return c.distinct() == 6 })
+}

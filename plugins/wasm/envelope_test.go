@@ -1,0 +1,147 @@
+package wasm
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+func TestEventEnvelopeRoundTrip(t *testing.T) {
+	ev := testEvent("e1")
+	b := appendEvent(nil, ev)
+	got, key, err := decodeEvent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "k1" || got.ID != ev.ID || got.Type != ev.Type || got.Source != ev.Source || got.Subject != ev.Subject ||
+		!reflect.DeepEqual(got.Extensions, ev.Extensions) || !bytes.Equal(got.Data, ev.Data) {
+		t.Fatalf("decoded %+v key %q from %+v", got, key, ev)
+	}
+	// The layout, byte for byte, for the SDK authors.
+	small := &storage.Event{ID: "i", Type: "t", Source: "s", Extensions: []storage.Header{{Name: "partitionkey", Value: "k"}}, Data: []byte("d")}
+	want := "\x01" + "\x01\x00\x00\x00i" + "\x01\x00\x00\x00t" + "\x01\x00\x00\x00s" + "\x00\x00\x00\x00" + "\x01\x00\x00\x00k" +
+		"\x01\x00\x00\x00" + "\x0c\x00\x00\x00partitionkey" + "\x01\x00\x00\x00k" + "\x01\x00\x00\x00d"
+	if got := string(appendEvent(nil, small)); got != want {
+		t.Fatalf("envelope %q, want %q", got, want)
+	}
+}
+
+func TestDecodeOutput(t *testing.T) {
+	full := &output{Destination: "nats.local:x", HasKey: true, Key: "k", HasHeaders: true,
+		Headers: []storage.Header{{Name: "b", Value: "2"}, {Name: "a", Value: "1"}}, HasData: true, Data: []byte("data")}
+	b := appendOutput(nil, full)
+	o, err := decodeOutput(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sorted := *full
+	sorted.Headers = []storage.Header{{Name: "a", Value: "1"}, {Name: "b", Value: "2"}}
+	if !reflect.DeepEqual(o, sorted) {
+		t.Fatalf("decoded %+v, want %+v (headers sorted)", o, sorted)
+	}
+	// flags 0: everything inherited
+	if o, err := decodeOutput([]byte("\x00\x00\x00\x00\x00")); err != nil || !reflect.DeepEqual(o, output{}) {
+		t.Fatalf("minimal envelope: %+v %v", o, err)
+	}
+	hdr := func(name, value string) []byte {
+		return appendOutput(nil, &output{HasHeaders: true, Headers: []storage.Header{{Name: name, Value: value}}})
+	}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"empty", nil, "at byte 0: the envelope ends before the length of the destination (4 bytes, 0 left)"},
+		{"no flags", []byte("\x00\x00\x00\x00"), "at byte 4: the envelope ends before the flags (1 byte)"},
+		{"short destination", []byte("\x09\x00\x00\x00abc"), "at byte 0: the destination is 9 bytes long but only 3 bytes follow"},
+		{"unknown flags", []byte("\x00\x00\x00\x00\x08"), "at byte 4: flags 0x08 has unknown bits"},
+		{"key missing", []byte("\x00\x00\x00\x00\x01"), "at byte 5: the envelope ends before the length of the key"},
+		{"huge header count", []byte("\x00\x00\x00\x00\x02\xff\xff\xff\xff"), "at byte 5: 4294967295 headers cannot fit in the 0 bytes left"},
+		{"trailing bytes", []byte("\x00\x00\x00\x00\x00zz"), "at byte 5: 2 bytes follow the last field (flags 0x00)"},
+		{"header name", hdr("Trace-Parent", "x"), `header name "Trace-Parent": names are 1 to 64 lower-case letters and digits`},
+		{"context attribute", hdr("type", "x"), `header name "type" is a CloudEvents context attribute`},
+		{"header value", hdr("a", "\xff"), `header "a": the value is not valid UTF-8`},
+		{"long header value", hdr("a", strings.Repeat("v", 4097)), `header "a": the value is longer than 4096 bytes`},
+		{"duplicate header", appendOutput(nil, &output{HasHeaders: true, Headers: []storage.Header{{Name: "a"}, {Name: "a"}}}), `header "a" appears twice`},
+		{"key", appendOutput(nil, &output{HasKey: true, Key: "\xc0"}), "the key is not valid UTF-8"},
+		{"destination", appendOutput(nil, &output{Destination: "nats.local: x"}), `destination "nats.local: x" contains white space`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := decodeOutput(tc.in)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestOutputKeyRules: the key and the partitionkey extension always agree.
+func TestOutputKeyRules(t *testing.T) {
+	p := &Plugin{}
+	ev := testEvent("e1") // partitionkey k1, traceparent
+	tp := ev.Extensions[1]
+	for _, tc := range []struct {
+		name    string
+		o       output
+		key     string
+		headers []storage.Header
+	}{
+		{"inherit", output{}, "k1", ev.Extensions},
+		{"new key", output{HasKey: true, Key: "k2"}, "k2", []storage.Header{{Name: "partitionkey", Value: "k2"}, tp}},
+		{"key removed", output{HasKey: true}, "", []storage.Header{tp}},
+		{"headers without partitionkey keep the key", output{HasHeaders: true, Headers: []storage.Header{{Name: "x", Value: "1"}}},
+			"k1", []storage.Header{{Name: "partitionkey", Value: "k1"}, {Name: "x", Value: "1"}}},
+		{"headers with partitionkey set the key", output{HasHeaders: true, Headers: []storage.Header{{Name: "partitionkey", Value: "k3"}}},
+			"k3", []storage.Header{{Name: "partitionkey", Value: "k3"}}},
+		{"the key wins over headers", output{HasKey: true, Key: "k4", HasHeaders: true, Headers: []storage.Header{{Name: "partitionkey", Value: "k3"}, {Name: "z", Value: "1"}}},
+			"k4", []storage.Header{{Name: "partitionkey", Value: "k4"}, {Name: "z", Value: "1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := cloneEvent(ev)
+			outs := p.outputs(ev, []output{tc.o})
+			if got := outs[0]; got.Key != tc.key || !reflect.DeepEqual(got.Event.Extensions, tc.headers) {
+				t.Errorf("key %q headers %+v, want %q %+v", got.Key, got.Event.Extensions, tc.key, tc.headers)
+			}
+			if !reflect.DeepEqual(*ev, before) {
+				t.Errorf("the input changed")
+			}
+		})
+	}
+}
+
+// FuzzDecodeOutput: any bytes decode or fail cleanly (no panic, no huge
+// allocation), and what decodes re-encodes to something that decodes the
+// same. The seed corpus is in testdata/fuzz/FuzzDecodeOutput.
+func FuzzDecodeOutput(f *testing.F) {
+	f.Add([]byte("\x00\x00\x00\x00\x00"))
+	f.Add(appendOutput(nil, &output{Destination: "kafka.main:orders", HasKey: true, Key: "k", HasHeaders: true,
+		Headers: []storage.Header{{Name: "region", Value: "eu"}}, HasData: true, Data: []byte(`{"a":1}`)}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in := bytes.Clone(b)
+		o, err := decodeOutput(in)
+		if err != nil {
+			if o.Destination != "" || o.Headers != nil || o.Data != nil {
+				t.Fatalf("a failed decode returned %+v", o)
+			}
+			return
+		}
+		re := appendOutput(nil, &o)
+		o2, err := decodeOutput(re)
+		if err != nil {
+			t.Fatalf("re-encoded %q does not decode: %v", re, err)
+		}
+		if !reflect.DeepEqual(o, o2) {
+			t.Fatalf("round trip: %+v, then %+v", o, o2)
+		}
+		if len(re) != len(b) {
+			t.Fatalf("re-encoded to %d bytes from %d", len(re), len(b))
+		}
+		// The result aliases its input: it must not be the caller's.
+		if !bytes.Equal(in, b) {
+			t.Fatalf("decodeOutput modified its input")
+		}
+	})
+}

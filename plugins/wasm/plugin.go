@@ -1,0 +1,464 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// DefaultLimits are the limits of a plugin block without a limits block;
+// Load fills the zero fields of config.PluginLimits with them.
+var DefaultLimits = config.PluginLimits{
+	Memory:         16 << 20,
+	Timeout:        50 * time.Millisecond,
+	MaxOutputs:     16,
+	MaxOutputBytes: 1 << 20,
+}
+
+// minInitTimeout bounds _initialize, sy_abi_version and sy_init (each) from
+// below: a Go runtime starting up needs more than the 50ms of an event.
+const minInitTimeout = time.Second
+
+// LoadOptions configure Load.
+type LoadOptions struct {
+	// Instances bounds the plugin's pool: how many events it handles at
+	// once. Instances are created as needed; a Handle that finds them all
+	// busy waits for one. 0 = GOMAXPROCS.
+	Instances int
+}
+
+// Plugin is a loaded plugin. It implements engine.Plugin; Handle is safe
+// for concurrent use.
+type Plugin struct {
+	name, file string
+	rt         *Runtime
+	compiled   wazero.CompiledModule
+	limits     config.PluginLimits
+	configEnv  []byte
+	log        hclog.Logger
+
+	hasInitialize, hasInit bool
+	initTimeout            time.Duration
+
+	idle  chan *instance
+	slots chan struct{} // one token per live instance
+
+	started, discarded atomic.Int64
+}
+
+var _ engine.Plugin = (*Plugin)(nil)
+
+// Load reads, compiles (or finds in the cache) and validates the plugin's
+// module, and starts one instance, which runs _initialize,
+// sy_abi_version and sy_init: a plugin that loads is one that can run. A
+// relative cfg.Wasm is relative to the working directory. Errors name the
+// plugin and its file and say what is wrong.
+func (rt *Runtime) Load(ctx context.Context, cfg config.Plugin, opts LoadOptions) (*Plugin, error) {
+	bin, err := os.ReadFile(cfg.Wasm)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %q: %w", cfg.Name, err)
+	}
+	return rt.LoadBytes(ctx, cfg, bin, opts)
+}
+
+// LoadBytes is Load on a module already read; cfg.Wasm only names it in
+// errors and logs.
+func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte, opts LoadOptions) (*Plugin, error) {
+	wrap := func(err error) error { return fmt.Errorf("plugin %q (%s): %w", cfg.Name, cfg.Wasm, err) }
+	lim := cfg.Limits
+	if lim.Memory <= 0 {
+		lim.Memory = DefaultLimits.Memory
+	}
+	if lim.Timeout <= 0 {
+		lim.Timeout = DefaultLimits.Timeout
+	}
+	if lim.MaxOutputs <= 0 {
+		lim.MaxOutputs = DefaultLimits.MaxOutputs
+	}
+	if lim.MaxOutputBytes <= 0 {
+		lim.MaxOutputBytes = DefaultLimits.MaxOutputBytes
+	}
+	if lim.Memory > 4<<30 {
+		return nil, wrap(fmt.Errorf("limits.memory = %s is over the 4GiB a wasm32 memory can address", formatBytes(uint64(lim.Memory))))
+	}
+	n := opts.Instances
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	p := &Plugin{
+		name:        cfg.Name,
+		file:        cfg.Wasm,
+		rt:          rt,
+		limits:      lim,
+		configEnv:   appendConfig(nil, cfg.Config),
+		log:         rt.log.With("plugin", cfg.Name),
+		initTimeout: max(10*lim.Timeout, minInitTimeout),
+		idle:        make(chan *instance, n),
+		slots:       make(chan struct{}, n),
+	}
+
+	start := time.Now()
+	compiled, err := rt.r.CompileModule(ctx, bin)
+	if err != nil {
+		return nil, wrap(fmt.Errorf("not a valid WebAssembly module: %w", err))
+	}
+	compileTook := time.Since(start)
+	p.compiled = compiled
+	if err := p.validate(); err != nil {
+		compiled.Close(ctx)
+		return nil, wrap(err)
+	}
+	in, err := p.newInstance(ctx)
+	if err != nil {
+		compiled.Close(ctx)
+		return nil, wrap(err)
+	}
+	p.slots <- struct{}{}
+	p.idle <- in
+	p.started.Add(1)
+	rt.log.Debug("plugin loaded", "plugin", p.name, "file", p.file, "compile", compileTook.Round(time.Microsecond),
+		"total", time.Since(start).Round(time.Microsecond), "instances", n,
+		"memory", formatBytes(uint64(lim.Memory)), "timeout", lim.Timeout)
+	return p, nil
+}
+
+// validate checks the module's exports and imports against the ABI: every
+// problem, in one error.
+func (p *Plugin) validate() error {
+	m := p.compiled
+	var probs []string
+	exports := m.ExportedFunctions()
+	sig := func(name string, params, results []api.ValueType, required bool) {
+		f, ok := exports[name]
+		if !ok {
+			if required {
+				probs = append(probs, fmt.Sprintf("it does not export %s", signature(name, params, results)))
+			}
+			return
+		}
+		if !slices.Equal(f.ParamTypes(), params) || !slices.Equal(f.ResultTypes(), results) {
+			probs = append(probs, fmt.Sprintf("it exports %s, want %s",
+				signature(name, f.ParamTypes(), f.ResultTypes()), signature(name, params, results)))
+		}
+	}
+	sig("sy_abi_version", nil, []api.ValueType{i32}, true)
+	sig("sy_handle", []api.ValueType{i32}, []api.ValueType{i32}, true)
+	sig("sy_init", []api.ValueType{i32}, []api.ValueType{i32}, false)
+	sig("_initialize", nil, nil, false)
+	_, p.hasInit = exports["sy_init"]
+	_, p.hasInitialize = exports["_initialize"]
+	if _, ok := exports["sy_handle"]; !ok {
+		if _, ok := exports["_start"]; ok {
+			probs = append(probs, "it exports _start, so it was built as a WASI command: build a reactor (Go: -buildmode=c-shared; C: -mexec-model=reactor)")
+		}
+	}
+
+	if mem, ok := m.ExportedMemories()["memory"]; !ok {
+		probs = append(probs, `it does not export its memory as "memory"`)
+	} else if minBytes := uint64(mem.Min()) * 65536; minBytes > uint64(p.limits.Memory) {
+		probs = append(probs, fmt.Sprintf("its memory starts at %s, over limits.memory = %s",
+			formatBytes(minBytes), formatBytes(uint64(p.limits.Memory))))
+	}
+	if len(m.ImportedMemories()) > 0 {
+		probs = append(probs, "it imports a memory: a plugin defines and exports its own")
+	}
+
+	for _, f := range m.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		got := signature(name, f.ParamTypes(), f.ResultTypes())
+		switch mod {
+		case HostModule:
+			want, ok := hostFuncs[name]
+			switch {
+			case !ok:
+				probs = append(probs, fmt.Sprintf("it imports %q.%q: module %q has only input_read, emit, fail and log", mod, name, HostModule))
+			case !slices.Equal(f.ParamTypes(), want.params) || !slices.Equal(f.ResultTypes(), want.results):
+				probs = append(probs, fmt.Sprintf("it imports %s.%s, want %s", mod, got, signature(name, want.params, want.results)))
+			}
+		case "wasi_snapshot_preview1":
+			want, ok := p.rt.wasi[name]
+			switch {
+			case !ok:
+				probs = append(probs, fmt.Sprintf("it imports %q.%q, which is not a wasi_snapshot_preview1 function", mod, name))
+			case !slices.Equal(f.ParamTypes(), want.ParamTypes()) || !slices.Equal(f.ResultTypes(), want.ResultTypes()):
+				probs = append(probs, fmt.Sprintf("it imports %s.%s, want %s", mod, got, signature(name, want.ParamTypes(), want.ResultTypes())))
+			}
+		default:
+			probs = append(probs, fmt.Sprintf("it imports %q.%q (%s): plugins may import only from %q and \"wasi_snapshot_preview1\"", mod, name, got, HostModule))
+		}
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(probs, "; "))
+}
+
+// signature formats a function type: "sy_handle(i32) -> i32".
+func signature(name string, params, results []api.ValueType) string {
+	var b strings.Builder
+	b.WriteString(name)
+	b.WriteByte('(')
+	for i, t := range params {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(api.ValueTypeName(t))
+	}
+	b.WriteByte(')')
+	if len(results) > 0 {
+		b.WriteString(" -> ")
+		for i, t := range results {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(api.ValueTypeName(t))
+		}
+	}
+	return b.String()
+}
+
+// Info describes a loaded module, for `router plugin check`.
+type Info struct {
+	Imports []string // "module.name", sorted
+	Exports []string // function names, sorted
+	// MemoryMin and MemoryMax are the declared bounds of the memory in
+	// bytes; MemoryMax is 0 when the module declares none.
+	MemoryMin, MemoryMax uint64
+}
+
+// Info describes the plugin's module.
+func (p *Plugin) Info() Info {
+	var info Info
+	for _, f := range p.compiled.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		info.Imports = append(info.Imports, mod+"."+name)
+	}
+	for name := range p.compiled.ExportedFunctions() {
+		info.Exports = append(info.Exports, name)
+	}
+	slices.Sort(info.Imports)
+	info.Imports = slices.Compact(info.Imports)
+	slices.Sort(info.Exports)
+	if mem, ok := p.compiled.ExportedMemories()["memory"]; ok {
+		info.MemoryMin = uint64(mem.Min()) * 65536
+		if max, ok := mem.Max(); ok {
+			info.MemoryMax = uint64(max) * 65536
+		}
+	}
+	return info
+}
+
+// Name is the plugin block's name.
+func (p *Plugin) Name() string { return p.name }
+
+// File is the module's path.
+func (p *Plugin) File() string { return p.file }
+
+// Limits are the plugin's limits, with defaults filled in.
+func (p *Plugin) Limits() config.PluginLimits { return p.limits }
+
+// Handle runs sy_handle on ev in an instance of the pool: exactly one guest
+// call. It returns the outputs on verdict ok (none = the event is dropped),
+// an *Error wrapping engine.ErrPluginRetry on verdict retry or on a
+// failure (trap, timeout, memory limit, an output over the limits or
+// malformed), and engine.Permanent(*Error) on verdict reject. A failed
+// instance is discarded; the pool starts a new one when needed.
+func (p *Plugin) Handle(ctx context.Context, ev *storage.Event) ([]engine.PluginOutput, error) {
+	in, err := p.get(ctx)
+	if err != nil {
+		return nil, p.retry(ev.ID, err.Error(), err)
+	}
+	outs, err, keep := in.run(ctx, ev)
+	if keep {
+		p.idle <- in
+	} else {
+		p.log.Debug("plugin instance discarded", "event", ev.ID, "error", err)
+		p.discard(in)
+	}
+	return outs, err
+}
+
+// get takes an idle instance, starts a new one if the pool has room, or
+// waits for one.
+func (p *Plugin) get(ctx context.Context) (*instance, error) {
+	select {
+	case in := <-p.idle:
+		return in, nil
+	default:
+	}
+	select {
+	case in := <-p.idle:
+		return in, nil
+	case p.slots <- struct{}{}:
+		in, err := p.newInstance(ctx)
+		if err != nil {
+			<-p.slots
+			return nil, fmt.Errorf("starting an instance: %w", err)
+		}
+		p.started.Add(1)
+		return in, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for an instance: %w", ctx.Err())
+	}
+}
+
+func (p *Plugin) discard(in *instance) {
+	in.close()
+	<-p.slots
+	p.discarded.Add(1)
+}
+
+// Stats are counters of a plugin's pool.
+type Stats struct {
+	Started   int64 // instances started, the one Load starts included
+	Discarded int64 // instances discarded (failures and Close)
+	Live      int   // instances now alive, idle or busy
+}
+
+// Stats returns the pool's counters.
+func (p *Plugin) Stats() Stats {
+	return Stats{Started: p.started.Load(), Discarded: p.discarded.Load(), Live: len(p.slots)}
+}
+
+// Close closes the idle instances and the compiled module. Call it after
+// the last Handle has returned.
+func (p *Plugin) Close(ctx context.Context) error {
+	for {
+		select {
+		case in := <-p.idle:
+			p.discard(in)
+		default:
+			return p.compiled.Close(ctx)
+		}
+	}
+}
+
+// outputs maps the decoded outputs onto ev.
+func (p *Plugin) outputs(ev *storage.Event, outs []output) []engine.PluginOutput {
+	if len(outs) == 0 {
+		return nil
+	}
+	res := make([]engine.PluginOutput, len(outs))
+	inKey := ev.PartitionKey()
+	for i := range outs {
+		o := &outs[i]
+		r := &res[i]
+		r.Destination = o.Destination
+		r.Event = *ev
+		r.Key = inKey
+		if o.HasHeaders {
+			r.Event.Extensions = o.Headers
+			if k, ok := extension(o.Headers, "partitionkey"); ok {
+				r.Key = k
+			}
+		}
+		if o.HasKey {
+			r.Key = o.Key
+		}
+		if o.HasData {
+			r.Event.Data = o.Data
+		}
+		// The key and the partitionkey extension are one thing (storage
+		// Event.PartitionKey): keep them in agreement.
+		if k, ok := extension(r.Event.Extensions, "partitionkey"); k != r.Key || ok != (r.Key != "") {
+			r.Event.Extensions = withExtension(r.Event.Extensions, "partitionkey", r.Key)
+		}
+	}
+	return res
+}
+
+func extension(hs []storage.Header, name string) (string, bool) {
+	for _, h := range hs {
+		if h.Name == name {
+			return h.Value, true
+		}
+	}
+	return "", false
+}
+
+// withExtension returns a sorted copy of hs with name set to value ("" =
+// removed).
+func withExtension(hs []storage.Header, name, value string) []storage.Header {
+	out := make([]storage.Header, 0, len(hs)+1)
+	for _, h := range hs {
+		if h.Name != name {
+			out = append(out, h)
+		}
+	}
+	if value != "" {
+		i, _ := slices.BinarySearchFunc(out, name, func(h storage.Header, n string) int { return strings.Compare(h.Name, n) })
+		out = slices.Insert(out, i, storage.Header{Name: name, Value: value})
+	}
+	return out
+}
+
+// Verdict is a plugin's answer to one event.
+type Verdict int
+
+// The verdicts of sy_handle.
+const (
+	VerdictOK     Verdict = 0
+	VerdictRetry  Verdict = 1
+	VerdictReject Verdict = 2
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case VerdictOK:
+		return "ok"
+	case VerdictRetry:
+		return "retry"
+	case VerdictReject:
+		return "reject"
+	}
+	return fmt.Sprintf("verdict(%d)", int(v))
+}
+
+// Error is a Handle that did not end in verdict ok: the plugin's retry or
+// reject (Reason is what it passed to fail()), or a failure that counts as
+// retry (trap, timeout, memory limit, a bad output; Reason says which).
+// A retry wraps engine.ErrPluginRetry; a reject comes wrapped in
+// engine.Permanent. errors.As finds it in both.
+type Error struct {
+	Plugin  string
+	EventID string
+	Verdict Verdict // VerdictRetry or VerdictReject
+	Reason  string
+	// Cause is the runtime's error of a trap (with its wasm stack trace) or
+	// of the caller's context; nil otherwise.
+	Cause error
+}
+
+// Error is `plugin "enrich", event "01ab…": reason`.
+func (e *Error) Error() string {
+	return fmt.Sprintf("plugin %q, event %q: %s", e.Plugin, e.EventID, e.Reason)
+}
+
+func (e *Error) Unwrap() []error {
+	var errs []error
+	if e.Verdict == VerdictRetry {
+		errs = append(errs, engine.ErrPluginRetry)
+	}
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	return errs
+}
+
+func (p *Plugin) retry(id, reason string, cause error) error {
+	return &Error{Plugin: p.name, EventID: id, Verdict: VerdictRetry, Reason: reason, Cause: cause}
+}

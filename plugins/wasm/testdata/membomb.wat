@@ -1,0 +1,16 @@
+;; membomb: on events whose id starts with "x", grows its memory by 1 MiB
+;; at a time until memory.grow fails, then traps; passes the others through.
+(module
+  (import "switchyard" "input_read" (func $input_read (param i32 i32) (result i32)))
+  (import "switchyard" "emit" (func $emit (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "sy_abi_version") (result i32) (i32.const 1))
+  (func (export "sy_handle") (param i32) (result i32)
+    (drop (call $input_read (i32.const 1024) (i32.const 64)))
+    (if (i32.eq (i32.load8_u (i32.const 1029)) (i32.const 0x78))
+      (then (loop $grow
+        (if (i32.eq (memory.grow (i32.const 16)) (i32.const -1))
+          (then unreachable))
+        (br $grow))))
+    (drop (call $emit (i32.const 0) (i32.const 5)))
+    (i32.const 0)))

@@ -1,0 +1,522 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// syncBuffer collects log output from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newTestRuntime(t testing.TB, cacheDir string) (*Runtime, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	log := hclog.New(&hclog.LoggerOptions{Name: "switchyard", Level: hclog.Trace, Output: logs})
+	rt, err := NewRuntime(context.Background(), RuntimeOptions{CacheDir: cacheDir, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	return rt, logs
+}
+
+func testdata(name string) string { return filepath.Join("testdata", name+".wasm") }
+
+// load loads testdata/<name>.wasm. Its timeout defaults to 10s, not 50ms:
+// timeouts are wall-clock, and a test machine busy with other work can
+// stall a process for longer than 50ms.
+func load(t testing.TB, rt *Runtime, name string, lim config.PluginLimits, instances int) *Plugin {
+	t.Helper()
+	if lim.Timeout == 0 {
+		lim.Timeout = 10 * time.Second
+	}
+	p, err := rt.Load(context.Background(), config.Plugin{Name: name, Wasm: testdata(name), Limits: lim}, LoadOptions{Instances: instances})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p
+}
+
+func testEvent(id string) *storage.Event {
+	return &storage.Event{
+		ID:              id,
+		Source:          "/orders",
+		Type:            "order.created",
+		SpecVersion:     "1.0",
+		Subject:         "o-42",
+		Time:            time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		DataContentType: "application/json",
+		Extensions: []storage.Header{
+			{Name: "partitionkey", Value: "k1"},
+			{Name: "traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		},
+		Data: []byte(`{"total":12}`),
+	}
+}
+
+func cloneEvent(ev *storage.Event) storage.Event {
+	c := *ev
+	c.Extensions = append([]storage.Header(nil), ev.Extensions...)
+	c.Data = append([]byte(nil), ev.Data...)
+	return c
+}
+
+// mustRetry checks err is a retry-class *Error whose reason contains want.
+func mustRetry(t *testing.T, err error, id, want string) *Error {
+	t.Helper()
+	var pe *Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v (%T) is not a *wasm.Error", err, err)
+	}
+	if !errors.Is(err, engine.ErrPluginRetry) || engine.IsPermanent(err) || pe.Verdict != VerdictRetry {
+		t.Fatalf("error %v: want a retry (ErrPluginRetry, not permanent)", err)
+	}
+	if pe.EventID != id || !strings.HasPrefix(err.Error(), fmt.Sprintf("plugin %q, event %q: ", pe.Plugin, id)) {
+		t.Fatalf("error %q does not name the plugin and the event %q", err, id)
+	}
+	if !strings.Contains(pe.Reason, want) {
+		t.Fatalf("reason %q does not contain %q", pe.Reason, want)
+	}
+	return pe
+}
+
+func TestWasmPassthrough(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p, err := rt.Load(context.Background(), config.Plugin{Name: "passthrough", Wasm: testdata("passthrough")}, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	ev := testEvent("e1")
+	outs, err := p.Handle(context.Background(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []engine.PluginOutput{{Event: *ev, Key: "k1"}}
+	if !reflect.DeepEqual(outs, want) {
+		t.Fatalf("outputs %+v, want %+v", outs, want)
+	}
+	if l := p.Limits(); l != DefaultLimits {
+		t.Errorf("limits %+v, want the defaults %+v", l, DefaultLimits)
+	}
+}
+
+func TestWasmTransformer(t *testing.T) {
+	rt, logs := newTestRuntime(t, "")
+	p := load(t, rt, "transformer", config.PluginLimits{}, 1)
+	ev := testEvent("e1")
+	before := cloneEvent(ev)
+	outs, err := p.Handle(context.Background(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 1 {
+		t.Fatalf("%d outputs", len(outs))
+	}
+	o := outs[0]
+	if o.Destination != "kafka.main:enriched" || o.Key != "k2" || string(o.Event.Data) != `{"enriched":true}` {
+		t.Errorf("output %+v", o)
+	}
+	// Headers replace the input's (traceparent is gone); the new key is
+	// the partitionkey extension too; the rest is the input's.
+	wantExt := []storage.Header{{Name: "partitionkey", Value: "k2"}, {Name: "region", Value: "eu-1"}}
+	if !reflect.DeepEqual(o.Event.Extensions, wantExt) || o.Event.PartitionKey() != o.Key {
+		t.Errorf("extensions %+v, want %+v", o.Event.Extensions, wantExt)
+	}
+	if o.Event.ID != ev.ID || o.Event.Type != ev.Type || o.Event.Source != ev.Source || !o.Event.Time.Equal(ev.Time) {
+		t.Errorf("attributes changed: %+v", o.Event)
+	}
+	if !reflect.DeepEqual(*ev, before) {
+		t.Errorf("the input event changed: %+v", *ev)
+	}
+	if l := logs.String(); !strings.Contains(l, "[INFO]  switchyard.plugin: transforming: plugin=transformer event=e1") {
+		t.Errorf("log() line missing:\n%s", l)
+	}
+}
+
+func TestWasmFilter(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "filter", config.PluginLimits{}, 1)
+	outs, err := p.Handle(context.Background(), testEvent("e1"))
+	if err != nil || len(outs) != 0 {
+		t.Fatalf("outputs %v, error %v; want none (dropped)", outs, err)
+	}
+}
+
+func TestWasmSplitter(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "splitter", config.PluginLimits{}, 1)
+	ev := testEvent("e1")
+	before := cloneEvent(ev)
+	outs, err := p.Handle(context.Background(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 3 {
+		t.Fatalf("%d outputs, want 3", len(outs))
+	}
+	for i, o := range outs {
+		key, data := string(rune('a'+i)), string(rune('1'+i))
+		if o.Key != key || string(o.Event.Data) != data || o.Destination != "" {
+			t.Errorf("output %d: key %q data %q destination %q", i, o.Key, o.Event.Data, o.Destination)
+		}
+		want := []storage.Header{{Name: "partitionkey", Value: key}, ev.Extensions[1]}
+		if !reflect.DeepEqual(o.Event.Extensions, want) {
+			t.Errorf("output %d: extensions %+v, want %+v", i, o.Event.Extensions, want)
+		}
+	}
+	if !reflect.DeepEqual(*ev, before) {
+		t.Errorf("the input event changed: %+v", *ev)
+	}
+}
+
+func TestWasmRejectVerdict(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "reject", config.PluginLimits{}, 1)
+	_, err := p.Handle(context.Background(), testEvent("e1"))
+	if !engine.IsPermanent(err) || errors.Is(err, engine.ErrPluginRetry) {
+		t.Fatalf("error %v: want a reject (permanent, not a retry)", err)
+	}
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Verdict != VerdictReject || pe.Reason != "order total is negative" {
+		t.Fatalf("error %#v", err)
+	}
+	if got := err.Error(); got != `plugin "reject", event "e1": order total is negative` {
+		t.Errorf("message %q", got)
+	}
+	if s := p.Stats(); s.Discarded != 0 {
+		t.Errorf("a reject discarded the instance: %+v", s)
+	}
+}
+
+func TestWasmRetryVerdict(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "retry", config.PluginLimits{}, 1)
+	_, err := p.Handle(context.Background(), testEvent("e1"))
+	mustRetry(t, err, "e1", "upstream not ready")
+	if s := p.Stats(); s.Discarded != 0 {
+		t.Errorf("a retry verdict discarded the instance: %+v", s)
+	}
+}
+
+// hostile runs a plugin that misbehaves on events whose id starts with "x":
+// the bad event fails with a retry whose reason contains want, the instance
+// is discarded, and the next event works on a new instance.
+func hostile(t *testing.T, name string, lim config.PluginLimits, want string) *Error {
+	t.Helper()
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, name, lim, 1)
+	start := time.Now()
+	_, err := p.Handle(context.Background(), testEvent("x1"))
+	took := time.Since(start)
+	pe := mustRetry(t, err, "x1", want)
+	t.Logf("%s: %v (in %v)", name, err, took)
+	if s := p.Stats(); s.Discarded != 1 || s.Live != 0 {
+		t.Errorf("stats %+v: want the instance discarded", s)
+	}
+	outs, err := p.Handle(context.Background(), testEvent("e2"))
+	if err != nil || len(outs) != 1 {
+		t.Fatalf("the next event: %v %v", outs, err)
+	}
+	if s := p.Stats(); s.Started != 2 || s.Live != 1 {
+		t.Errorf("stats %+v: want a second instance", s)
+	}
+	return pe
+}
+
+func TestWasmHostileEndlessLoop(t *testing.T) {
+	start := time.Now()
+	hostile(t, "loop", config.PluginLimits{Timeout: 50 * time.Millisecond}, "timed out: sy_handle ran longer than 50ms")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("took %v", took)
+	}
+}
+
+func TestWasmHostileMemoryBomb(t *testing.T) {
+	// A generous timeout: growing memory is slow under -race, and the memory
+	// limit is what must stop the plugin.
+	hostile(t, "membomb", config.PluginLimits{Memory: 4 << 20, Timeout: 10 * time.Second}, "memory limit reached: the plugin tried to grow its memory to 4.1MiB, over limits.memory = 4MiB")
+}
+
+func TestWasmHostileTrap(t *testing.T) {
+	pe := hostile(t, "trap", config.PluginLimits{}, "sy_handle trapped: unreachable (at .parse_order()")
+	if pe.Cause == nil || !strings.Contains(pe.Cause.Error(), "wasm stack trace") {
+		t.Errorf("cause %v: want the runtime's error with its stack trace", pe.Cause)
+	}
+}
+
+func TestWasmHostileOutputs(t *testing.T) {
+	for _, tc := range []struct{ name, want string }{
+		{"toomany", "too many outputs: output 17 is over limits.max_outputs = 16"},
+		{"toolarge", "output 1 is too large: 2.0MiB, over limits.max_output_bytes = 1MiB"},
+		{"malformed", "output 1 is malformed: at byte 4: flags 0xff has unknown bits"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt, _ := newTestRuntime(t, "")
+			p := load(t, rt, tc.name, config.PluginLimits{}, 1)
+			_, err := p.Handle(context.Background(), testEvent("e1"))
+			mustRetry(t, err, "e1", tc.want)
+			t.Log(err)
+			if s := p.Stats(); s.Discarded != 1 {
+				t.Errorf("stats %+v: want the instance discarded", s)
+			}
+		})
+	}
+}
+
+func TestWasmLoadErrors(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	garbage := filepath.Join(t.TempDir(), "garbage.wasm")
+	os.WriteFile(garbage, []byte("\x00asm\x02\x00\x00\x00"), 0o600)
+	for _, tc := range []struct {
+		name, file string
+		lim        config.PluginLimits
+		want       []string
+	}{
+		{"badimport", testdata("badimport"), config.PluginLimits{}, []string{
+			`it imports "env"."abort" (abort(i32, i32, i32, i32)): plugins may import only from "switchyard" and "wasi_snapshot_preview1"`}},
+		{"badwasi", testdata("badwasi"), config.PluginLimits{}, []string{
+			`it imports "wasi_snapshot_preview1"."sock_open", which is not a wasi_snapshot_preview1 function`,
+			`it imports switchyard.emit(i32) -> i32, want emit(i32, i32) -> i32`,
+			`it exports sy_handle() -> i32, want sy_handle(i32) -> i32`}},
+		{"abi2", testdata("abi2"), config.PluginLimits{}, []string{
+			`sy_abi_version() returned 2: this router speaks plugin ABI version 1`}},
+		{"command", testdata("command"), config.PluginLimits{}, []string{
+			`it does not export sy_abi_version() -> i32`, `it does not export sy_handle(i32) -> i32`,
+			`it exports _start, so it was built as a WASI command: build a reactor`}},
+		{"initfail", testdata("initfail"), config.PluginLimits{}, []string{
+			`sy_init returned 1: config key "region" is required`}},
+		{"toolarge", testdata("toolarge"), config.PluginLimits{Memory: 1 << 20}, []string{
+			`its memory starts at 2.1MiB, over limits.memory = 1MiB`}},
+		{"garbage", garbage, config.PluginLimits{}, []string{`not a valid WebAssembly module`}},
+		{"missing", "testdata/nope.wasm", config.PluginLimits{}, []string{`open testdata/nope.wasm: no such file`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := rt.Load(context.Background(), config.Plugin{Name: tc.name, Wasm: tc.file, Limits: tc.lim}, LoadOptions{})
+			if err == nil {
+				t.Fatal("loaded")
+			}
+			t.Log(err)
+			prefix := fmt.Sprintf("plugin %q (%s): ", tc.name, tc.file)
+			if tc.name == "missing" {
+				prefix = fmt.Sprintf("plugin %q: ", tc.name)
+			}
+			if !strings.HasPrefix(err.Error(), prefix) {
+				t.Errorf("error %q does not start with %q", err, prefix)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestWasmInitAndConfig(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p, err := rt.Load(context.Background(), config.Plugin{Name: "initcfg", Wasm: testdata("initcfg"),
+		Config: map[string]string{"region": "eu-1", "endpoint": "http://x", "a": ""}}, LoadOptions{Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	outs, err := p.Handle(context.Background(), testEvent("e1"))
+	if err != nil || len(outs) != 1 {
+		t.Fatal(outs, err)
+	}
+	// The config envelope: u32 n × (str key, str value), sorted by key.
+	want := appendU32(nil, 3)
+	for _, kv := range [][2]string{{"a", ""}, {"endpoint", "http://x"}, {"region", "eu-1"}} {
+		want = appendStr(appendStr(want, kv[0]), kv[1])
+	}
+	if !bytes.Equal(outs[0].Event.Data, want) {
+		t.Errorf("config envelope %q, want %q", outs[0].Event.Data, want)
+	}
+}
+
+func TestWasmGuestText(t *testing.T) {
+	rt, logs := newTestRuntime(t, "")
+	p := load(t, rt, "chatty", config.PluginLimits{}, 1)
+	if _, err := p.Handle(context.Background(), testEvent("e1")); err != nil {
+		t.Fatal(err)
+	}
+	l := logs.String()
+	for _, want := range []string{
+		"[INFO]  switchyard.plugin: hello from stdout: plugin=chatty stream=stdout event=e1",
+		"[WARN]  switchyard.plugin: a warning from log(): plugin=chatty event=e1",
+		"[WARN]  switchyard.plugin: " + strings.Repeat("e", maxText-len("hello from stdout")-len("a warning from log()")) + ": plugin=chatty stream=stderr event=e1",
+		"[WARN]  switchyard.plugin: plugin output truncated: too much log text in one call: plugin=chatty dropped_bytes=941 limit_bytes=4096 event=e1",
+	} {
+		if !strings.Contains(l, want) {
+			t.Errorf("log lacks %.120q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("log:\n%.2000s", l)
+	}
+}
+
+func TestWasmCancelledContext(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "passthrough", config.PluginLimits{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := p.Handle(ctx, testEvent("e1"))
+	mustRetry(t, err, "e1", "context canceled")
+	if s := p.Stats(); s.Discarded != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	// Every instance busy: Handle waits, and gives up with its context.
+	in, _ := p.get(context.Background())
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = p.Handle(ctx, testEvent("e2"))
+	mustRetry(t, err, "e2", "waiting for an instance: context deadline exceeded")
+	p.idle <- in
+}
+
+// TestWasmCompilationCache loads a module into a runtime with an on-disk
+// cache, then into a second runtime on the same directory, as a restart
+// does: the second load reads the cache and writes nothing.
+func TestWasmCompilationCache(t *testing.T) {
+	dir := t.TempDir()
+	files := func() map[string]time.Time {
+		m := map[string]time.Time{}
+		filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				info, _ := d.Info()
+				m[path] = info.ModTime()
+			}
+			return nil
+		})
+		return m
+	}
+	loadOnce := func() time.Duration {
+		rt, err := NewRuntime(context.Background(), RuntimeOptions{CacheDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close(context.Background())
+		start := time.Now()
+		p, err := rt.Load(context.Background(), config.Plugin{Name: "transformer", Wasm: testdata("transformer")}, LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		if _, err := p.Handle(context.Background(), testEvent("e1")); err != nil {
+			t.Fatal(err)
+		}
+		return took
+	}
+	first := loadOnce()
+	cached := files()
+	if len(cached) == 0 {
+		t.Fatal("the cache directory is empty after a load")
+	}
+	second := loadOnce()
+	t.Logf("load with compile: %v; load from the cache: %v; %d cache files", first, second, len(cached))
+	if after := files(); !reflect.DeepEqual(after, cached) {
+		t.Errorf("the second load wrote to the cache (a miss): %v, then %v", cached, after)
+	}
+}
+
+// TestWasmConcurrent drives one plugin's pool from many goroutines, with a
+// trap every tenth event: run it with -race.
+func TestWasmConcurrent(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	const size, goroutines, events = 4, 16, 100
+	p := load(t, rt, "trap", config.PluginLimits{}, size)
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range events {
+				id := fmt.Sprintf("e-%d-%d", g, i)
+				if i%10 == 9 {
+					id = "x" + id
+				}
+				outs, err := p.Handle(context.Background(), testEvent(id))
+				switch {
+				case id[0] == 'x' && (err == nil || !errors.Is(err, engine.ErrPluginRetry)):
+					errs <- fmt.Errorf("%s: want a trap, got %v", id, err)
+					return
+				case id[0] != 'x' && (err != nil || len(outs) != 1 || outs[0].Event.ID != id):
+					errs <- fmt.Errorf("%s: %v %v", id, outs, err)
+					return
+				}
+				if live := p.Stats().Live; live > size {
+					errs <- fmt.Errorf("%d live instances, pool of %d", live, size)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	s := p.Stats()
+	t.Logf("stats %+v", s)
+	if want := int64(goroutines * events / 10); s.Discarded != want {
+		t.Errorf("discarded %d, want %d", s.Discarded, want)
+	}
+}
+
+// TestWasmEngineChain runs plugins the way the engine does (a chain): the
+// splitter's outputs go through the transformer.
+func TestWasmEngineChain(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	split := load(t, rt, "splitter", config.PluginLimits{}, 1)
+	tr := load(t, rt, "transformer", config.PluginLimits{}, 1)
+	var outs []engine.PluginOutput
+	for _, in := range []engine.PluginOutput{{Event: *testEvent("e1")}} {
+		got, err := split.Handle(context.Background(), &in.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range got {
+			got, err := tr.Handle(context.Background(), &o.Event)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs = append(outs, got...)
+		}
+	}
+	if len(outs) != 3 || outs[2].Key != "k2" {
+		t.Fatalf("%+v", outs)
+	}
+}

@@ -1,0 +1,497 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// request is what the test server saw.
+type request struct {
+	method, path, query string
+	header              http.Header
+	body                string
+}
+
+type server struct {
+	mu       sync.Mutex
+	reqs     []request
+	inFlight atomic.Int32
+	maxIn    atomic.Int32
+	handler  func(w http.ResponseWriter, r *http.Request)
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for {
+		m := s.maxIn.Load()
+		if n <= m || s.maxIn.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	s.reqs = append(s.reqs, request{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), string(body)})
+	h := s.handler
+	s.mu.Unlock()
+	if h != nil {
+		h(w, r)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) setHandler(h func(w http.ResponseWriter, r *http.Request)) {
+	s.mu.Lock()
+	s.handler = h
+	s.mu.Unlock()
+}
+
+func (s *server) requests() []request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]request(nil), s.reqs...)
+}
+
+// unixServer serves on a socket in a short temp dir (socket paths are
+// limited to ~100 bytes) and returns the deliver URL.
+func unixServer(t *testing.T, srv *server) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "svc.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: srv}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return "unix://" + sock + "/events?v=1"
+}
+
+func tcpServer(t *testing.T, srv *server) string {
+	t.Helper()
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return ts.URL + "/events?v=1"
+}
+
+func newSink(t *testing.T, url string, timeout time.Duration, opts ...Option) *Sink {
+	t.Helper()
+	s, err := New(config.Inbox{Name: "payments", Deliver: config.Deliver{URL: url, Timeout: timeout}}, nil, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+func msg(id string) *engine.Message {
+	return &engine.Message{
+		Event: &storage.Event{
+			ID: id, Source: "/pay", Type: "payment.done", SpecVersion: "1.0", Subject: "invoice 7",
+			Time:            time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC),
+			DataContentType: "application/json",
+			Extensions: []storage.Header{
+				{Name: "note", Value: `100% "café"`},
+				{Name: "traceparent", Value: traceparent},
+			},
+			Data: []byte(`{"id":"` + id + `"}`),
+		},
+		Destination: "deliver",
+		MsgID:       id,
+	}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func forBoth(t *testing.T, f func(t *testing.T, url func(*server) string)) {
+	t.Run("unix", func(t *testing.T) { f(t, func(s *server) string { return unixServer(t, s) }) })
+	t.Run("tcp", func(t *testing.T) { f(t, func(s *server) string { return tcpServer(t, s) }) })
+}
+
+func TestDeliverHeaders(t *testing.T) {
+	forBoth(t, func(t *testing.T, url func(*server) string) {
+		srv := &server{}
+		s := newSink(t, url(srv), time.Second)
+		if s.Name() != "inbox.payments" {
+			t.Fatalf("Name = %q", s.Name())
+		}
+		res := s.Publish(ctxT(t, 5*time.Second), []*engine.Message{msg("a 1")})
+		if len(res) != 1 || res[0].Err != nil || res[0].Position != (storage.Position{}) {
+			t.Fatalf("results %+v", res)
+		}
+		reqs := srv.requests()
+		if len(reqs) != 1 {
+			t.Fatalf("%d requests", len(reqs))
+		}
+		r := reqs[0]
+		if r.method != "POST" || r.path != "/events" || r.query != "v=1" || r.body != `{"id":"a 1"}` {
+			t.Fatalf("request %+v", r)
+		}
+		want := map[string]string{
+			"Ce-Id":           "a%201",
+			"Ce-Specversion":  "1.0",
+			"Ce-Source":       "/pay",
+			"Ce-Type":         "payment.done",
+			"Ce-Subject":      "invoice%207",
+			"Ce-Time":         "2026-03-04T05:06:07Z",
+			"Ce-Note":         "100%25%20%22caf%C3%A9%22",
+			"Content-Type":    "application/json",
+			"Traceparent":     traceparent,
+			"Idempotency-Key": "a%201",
+		}
+		for k, v := range want {
+			if got := r.header.Get(k); got != v {
+				t.Errorf("header %s = %q, want %q", k, got, v)
+			}
+		}
+		// What a receiver decodes is the event again.
+		back, warnings := engine.DecodeInbound(flatten(r.header), []byte(r.body), "ce-", "", "http")
+		if len(warnings) > 0 || back.Event.ID != "a 1" || back.Event.Extension("note") != `100% "café"` ||
+			back.Event.Subject != "invoice 7" || back.Event.Extension("traceparent") != traceparent {
+			t.Fatalf("decoded back %+v %v", back.Event, warnings)
+		}
+	})
+}
+
+func flatten(h http.Header) []storage.Header {
+	var out []storage.Header
+	for k, vs := range h {
+		for _, v := range vs {
+			out = append(out, storage.Header{Name: k, Value: v})
+		}
+	}
+	return out
+}
+
+func TestStatuses(t *testing.T) {
+	date := time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
+	cases := []struct {
+		name       string
+		status     int
+		retryAfter string
+		body       string
+		permanent  bool
+		wantAfter  time.Duration // 0 = none; else at least this, at most +1s
+	}{
+		{name: "200", status: 200},
+		{name: "202", status: 202},
+		{name: "429 seconds", status: 429, retryAfter: "7", wantAfter: 7 * time.Second},
+		{name: "503 date", status: 503, retryAfter: date, wantAfter: 2 * time.Second},
+		{name: "429 without Retry-After", status: 429},
+		{name: "400", status: 400, body: `{"error":"bad amount"}`, permanent: true},
+		{name: "404", status: 404, permanent: true},
+		{name: "409 without Retry-After", status: 409, permanent: true},
+		{name: "409 with Retry-After", status: 409, retryAfter: "1", wantAfter: time.Second},
+		{name: "408", status: 408},
+		{name: "500", status: 500, body: "boom"},
+		{name: "502 with Retry-After", status: 502, retryAfter: "2", wantAfter: 2 * time.Second},
+		{name: "302", status: 302, permanent: true},
+	}
+	forBoth(t, func(t *testing.T, url func(*server) string) {
+		srv := &server{}
+		s := newSink(t, url(srv), time.Second)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				srv.setHandler(func(w http.ResponseWriter, r *http.Request) {
+					if tc.retryAfter != "" {
+						w.Header().Set("Retry-After", tc.retryAfter)
+					}
+					if tc.status == 302 {
+						w.Header().Set("Location", "/elsewhere")
+					}
+					w.WriteHeader(tc.status)
+					io.WriteString(w, tc.body)
+				})
+				r := s.Publish(ctxT(t, 5*time.Second), []*engine.Message{msg("x")})[0]
+				ok := tc.status >= 200 && tc.status < 300
+				switch {
+				case ok && r.Err != nil:
+					t.Fatalf("err %v", r.Err)
+				case ok:
+					return
+				case r.Err == nil:
+					t.Fatal("no error")
+				}
+				if engine.IsPermanent(r.Err) != tc.permanent {
+					t.Fatalf("permanent = %v, want %v: %v", engine.IsPermanent(r.Err), tc.permanent, r.Err)
+				}
+				if errors.Is(r.Err, engine.ErrSinkUnavailable) || errors.Is(r.Err, engine.ErrUnknownOutcome) {
+					t.Fatalf("an answer is neither unavailable nor unknown: %v", r.Err)
+				}
+				if !strings.Contains(r.Err.Error(), fmt.Sprint(tc.status)) || !strings.Contains(r.Err.Error(), tc.body) {
+					t.Fatalf("error lacks status or body: %v", r.Err)
+				}
+				if tc.wantAfter == 0 && r.RetryAfter != 0 || tc.wantAfter != 0 &&
+					(r.RetryAfter < tc.wantAfter || r.RetryAfter > tc.wantAfter+time.Second) {
+					t.Fatalf("RetryAfter = %s, want %s", r.RetryAfter, tc.wantAfter)
+				}
+			})
+		}
+	})
+}
+
+func TestLongErrorBodyIsCut(t *testing.T) {
+	srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(422)
+		io.WriteString(w, strings.Repeat("é", 10000))
+	}}
+	s := newSink(t, tcpServer(t, srv), time.Second)
+	r := s.Publish(ctxT(t, 5*time.Second), []*engine.Message{msg("x")})[0]
+	if !engine.IsPermanent(r.Err) || len(r.Err.Error()) > 600 || !strings.HasSuffix(r.Err.Error(), "é…") {
+		t.Fatalf("%v", r.Err)
+	}
+}
+
+func TestTimeoutIsARetry(t *testing.T) {
+	forBoth(t, func(t *testing.T, url func(*server) string) {
+		release := make(chan struct{})
+		srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}}
+		defer close(release)
+		s := newSink(t, url(srv), 100*time.Millisecond)
+		start := time.Now()
+		r := s.Publish(ctxT(t, 5*time.Second), []*engine.Message{msg("slow")})[0]
+		if r.Err == nil || engine.IsPermanent(r.Err) || errors.Is(r.Err, engine.ErrUnknownOutcome) ||
+			errors.Is(r.Err, engine.ErrSinkUnavailable) || !strings.Contains(r.Err.Error(), "no response within") {
+			t.Fatalf("err %v", r.Err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("took %s", d)
+		}
+	})
+}
+
+func TestCallerDeadlineIsUnknownOutcome(t *testing.T) {
+	release := make(chan struct{})
+	srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}}
+	defer close(release)
+	s := newSink(t, tcpServer(t, srv), 10*time.Second)
+	r := s.Publish(ctxT(t, 100*time.Millisecond), []*engine.Message{msg("x")})[0]
+	if !errors.Is(r.Err, engine.ErrUnknownOutcome) {
+		t.Fatalf("err %v", r.Err)
+	}
+}
+
+func TestUnreachableIsUnavailable(t *testing.T) {
+	dir, err := os.MkdirTemp("", "sy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := ln.Addr().String()
+	ln.Close()
+	for _, u := range []string{"unix://" + dir + "/missing.sock/events", "http://" + closedPort + "/events"} {
+		s := newSink(t, u, time.Second)
+		r := s.Publish(ctxT(t, 5*time.Second), []*engine.Message{msg("x")})[0]
+		if !errors.Is(r.Err, engine.ErrSinkUnavailable) || engine.IsPermanent(r.Err) {
+			t.Fatalf("%s: err %v", u, r.Err)
+		}
+		if err := s.Healthy(ctxT(t, time.Second)); err == nil {
+			t.Fatalf("%s: healthy", u)
+		}
+	}
+	srv := &server{}
+	s := newSink(t, unixServer(t, srv), time.Second)
+	if err := s.Healthy(ctxT(t, time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDoubleSend(t *testing.T) {
+	forBoth(t, func(t *testing.T, url func(*server) string) {
+		srv := &server{}
+		s := newSink(t, url(srv), time.Second, WithDoubleSend())
+		msgs := []*engine.Message{msg("a"), msg("b"), msg("c")}
+		for _, r := range s.Publish(ctxT(t, 5*time.Second), msgs) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		count := map[string]int{}
+		for _, r := range srv.requests() {
+			count[r.header.Get("Idempotency-Key")]++
+		}
+		if len(count) != 3 || count["a"] != 2 || count["b"] != 2 || count["c"] != 2 {
+			t.Fatalf("requests per key %v", count)
+		}
+	})
+}
+
+func TestConcurrencyBoundAndKeyOrder(t *testing.T) {
+	srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+		w.WriteHeader(200)
+	}}
+	s := newSink(t, unixServer(t, srv), 5*time.Second)
+	var msgs []*engine.Message
+	for i := range 40 {
+		m := msg(fmt.Sprintf("e%02d", i))
+		if i%2 == 0 {
+			m.Key = "k" // 20 messages with one key: strictly in order
+		}
+		msgs = append(msgs, m)
+	}
+	for _, r := range s.Publish(ctxT(t, 20*time.Second), msgs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if m := srv.maxIn.Load(); m > DefaultConcurrency || m < 2 {
+		t.Fatalf("max in flight %d", m)
+	}
+	var keyed []string
+	for _, r := range srv.requests() {
+		var n int
+		fmt.Sscanf(r.header.Get("Ce-Id"), "e%d", &n)
+		if n%2 == 0 {
+			keyed = append(keyed, r.header.Get("Ce-Id"))
+		}
+	}
+	for i := 1; i < len(keyed); i++ {
+		if keyed[i] < keyed[i-1] {
+			t.Fatalf("same-key messages out of order: %v", keyed)
+		}
+	}
+}
+
+func TestKeyChainStopsAfterFailure(t *testing.T) {
+	srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Ce-Id") == "b" {
+			w.WriteHeader(500)
+			return
+		}
+		w.WriteHeader(200)
+	}}
+	s := newSink(t, tcpServer(t, srv), time.Second)
+	msgs := []*engine.Message{msg("a"), msg("b"), msg("c"), msg("d")}
+	for _, m := range msgs[:3] {
+		m.Key = "k"
+	}
+	res := s.Publish(ctxT(t, 5*time.Second), msgs)
+	if res[0].Err != nil || res[1].Err == nil || !errors.Is(res[2].Err, engine.ErrSinkUnavailable) || res[3].Err != nil {
+		t.Fatalf("results %v %v %v %v", res[0].Err, res[1].Err, res[2].Err, res[3].Err)
+	}
+	for _, r := range srv.requests() {
+		if r.header.Get("Ce-Id") == "c" {
+			t.Fatal("c was sent after b failed")
+		}
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	cases := []struct {
+		in                    string
+		request, socket, host string
+		bad                   bool
+	}{
+		{in: "unix:///run/payments.sock/events", request: "http://localhost/events", socket: "/run/payments.sock"},
+		{in: "unix:///run/svc.sock", request: "http://localhost/", socket: "/run/svc.sock"},
+		{in: "unix:///run/svc.sock/", request: "http://localhost/", socket: "/run/svc.sock"},
+		{in: "unix:///run/a.sock/b.sock/x?q=1", request: "http://localhost/b.sock/x?q=1", socket: "/run/a.sock"},
+		{in: "unix:///run/svc/socket", request: "http://localhost/", socket: "/run/svc/socket"},
+		{in: "unix://./data/svc.sock/in", request: "http://localhost/in", socket: "./data/svc.sock"},
+		{in: "http://127.0.0.1:9000/alerts", request: "http://127.0.0.1:9000/alerts", host: "127.0.0.1:9000"},
+		{in: "https://svc.local/x#frag", request: "https://svc.local/x", host: "svc.local:443"},
+		{in: "http://[::1]/x", request: "http://[::1]/x", host: "[::1]:80"},
+		{in: "ftp://x/y", bad: true},
+		{in: "unix://", bad: true},
+		{in: "http:///path", bad: true},
+	}
+	for _, tc := range cases {
+		got, err := ParseURL(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("%s: no error", tc.in)
+			}
+			continue
+		}
+		if err != nil || got.Request != tc.request || got.Socket != tc.socket || got.HostPort != tc.host {
+			t.Errorf("%s: got %+v %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestEncodeHeaderValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain-id_1.2~": "plain-id_1.2~",
+		"a b":           "a%20b",
+		`"q"`:           "%22q%22",
+		"50%":           "50%25",
+		"é":             "%C3%A9",
+		"tab\tnl\n\x7f": "tab%09nl%0A%7F",
+	} {
+		if got := EncodeHeaderValue(in); got != want {
+			t.Errorf("%q: got %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Duration{
+		"0":                             0,
+		"120":                           2 * time.Minute,
+		"Thu, 01 Jan 2026 00:00:30 GMT": 30 * time.Second,
+		"Wed, 31 Dec 2025 00:00:00 GMT": 0,
+	} {
+		got, ok := parseRetryAfter(in, now)
+		if !ok || got != want {
+			t.Errorf("%q: %s %v", in, got, ok)
+		}
+	}
+	for _, in := range []string{"", "-1", "soon"} {
+		if _, ok := parseRetryAfter(in, now); ok {
+			t.Errorf("%q parsed", in)
+		}
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	if _, err := New(config.Inbox{Name: "x"}, nil); err == nil {
+		t.Fatal("no url accepted")
+	}
+	if _, err := New(config.Inbox{Name: "x", Deliver: config.Deliver{URL: "gopher://x"}}, nil); err == nil {
+		t.Fatal("bad scheme accepted")
+	}
+}
