@@ -95,6 +95,7 @@ type pluginFlags struct {
 	outputs  int
 	outBytes sizeFlag
 	logLevel string
+	cacheDir string
 }
 
 func (c *PluginCommand) flags(cmd string) *pluginFlags {
@@ -109,6 +110,7 @@ func (c *PluginCommand) flags(cmd string) *pluginFlags {
 	fs.IntVar(&f.outputs, "max-outputs", 0, "limits.max_outputs (default 16)")
 	fs.Var(&f.outBytes, "max-output-bytes", "limits.max_output_bytes, e.g. 1MiB (default 1MiB)")
 	fs.StringVar(&f.logLevel, "log-level", "trace", "the lowest level of plugin log lines shown on stderr")
+	fs.StringVar(&f.cacheDir, "cache-dir", defaultPluginCache(), `the compilation cache ("" = none): a Go plugin compiles in seconds, loads from the cache in milliseconds`)
 	return f
 }
 
@@ -183,8 +185,17 @@ func (f *pluginFlags) plugin() (config.Plugin, error) {
 	return p, nil
 }
 
-// load starts a runtime (no disk cache: an author's module changes from
-// run to run) and loads the plugin with one instance.
+// defaultPluginCache is the user's cache directory: a module tested on
+// several events compiles once.
+func defaultPluginCache() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "switchyard", "wasm-cache")
+}
+
+// load starts a runtime and loads the plugin with one instance.
 func (c *PluginCommand) load(ctx context.Context, f *pluginFlags) (*wasm.Plugin, func(), error) {
 	pc, err := f.plugin()
 	if err != nil {
@@ -196,7 +207,7 @@ func (c *PluginCommand) load(ctx context.Context, f *pluginFlags) (*wasm.Plugin,
 		Output: c.Stderr,
 		Color:  hclog.AutoColor,
 	})
-	rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{Logger: log})
+	rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: f.cacheDir, Logger: log})
 	if err != nil {
 		return nil, nil, &exitError{code: pluginExitError, err: err}
 	}
@@ -279,7 +290,7 @@ func (c *PluginCommand) test(ctx context.Context, args []string) error {
 		}
 	case errors.As(herr, &pe):
 		res.Verdict, res.Reason = pe.Verdict.String(), pe.Reason
-		if pe.Cause != nil {
+		if pe.Cause != nil && strings.Contains(pe.Cause.Error(), "wasm stack trace") {
 			res.Detail = strings.Split(strings.TrimSpace(pe.Cause.Error()), "\n")
 		}
 		code = pluginExitRetry
