@@ -102,6 +102,14 @@ func (c *PluginCommand) flags(cmd string) *pluginFlags {
 	f := &pluginFlags{fs: flag.NewFlagSet("router plugin "+cmd, flag.ContinueOnError)}
 	fs := f.fs
 	fs.SetOutput(c.Stderr)
+	fs.Usage = func() {
+		synopsis := "router plugin test <file.wasm> [flags] < event.json"
+		if cmd == "check" {
+			synopsis = "router plugin check <file.wasm> [flags]"
+		}
+		fmt.Fprintf(c.Stderr, "Usage: %s\n\nFlags (before or after the file):\n", synopsis)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&f.name, "name", "", "the plugin's name in logs and errors (default: the file name without .wasm)")
 	fs.StringVar(&f.policies, "policies", "", "take the plugin's config and limits from the plugin block named -name in this policies.hcl")
 	fs.Var(&f.config, "config", "a config pair key=value for sy_init (repeatable)")

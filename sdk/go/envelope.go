@@ -3,6 +3,7 @@ package sdk
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"unsafe"
@@ -19,7 +20,7 @@ const (
 )
 
 // ErrMalformed is wrapped by every envelope decoding error.
-var ErrMalformed = errors.New("switchyard: malformed envelope")
+var ErrMalformed = errors.New("switchyard sdk: malformed envelope")
 
 type decoder struct {
 	b   []byte
@@ -29,7 +30,7 @@ type decoder struct {
 
 func (d *decoder) fail(what string) {
 	if d.err == nil {
-		d.err = errors.Join(ErrMalformed, errors.New(what+" at offset "+strconv.Itoa(d.off)))
+		d.err = fmt.Errorf("%w: %s at offset %d", ErrMalformed, what, d.off)
 	}
 }
 
@@ -114,7 +115,7 @@ func (d *decoder) end(what string) {
 func decodeEvent(b []byte) (*Event, error) {
 	d := decoder{b: b}
 	if v := d.u8("version"); d.err == nil && v != EventVersion {
-		return nil, errors.Join(ErrMalformed, errors.New("event envelope version "+strconv.Itoa(int(v))+", want 1"))
+		return nil, fmt.Errorf("%w: event envelope version %d, want %d", ErrMalformed, v, EventVersion)
 	}
 	ev := &Event{}
 	ev.ID = d.str("id")

@@ -244,7 +244,7 @@ func callInit(n int32) (rc int32) {
 	}
 	cfg, err := decodeConfig(buf)
 	if err != nil {
-		hostFail("switchyard sdk: " + err.Error())
+		hostFail(err.Error())
 		return 1
 	}
 	if initFunc != nil {
@@ -270,7 +270,7 @@ func callHandle(n int32) int32 {
 	}
 	ev, err := decodeEvent(buf)
 	if err != nil {
-		return int32(Reject("switchyard sdk: " + err.Error()))
+		return int32(Reject(err.Error()))
 	}
 	return int32(handler(ev))
 }

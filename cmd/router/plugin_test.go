@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// wasmTestdata is a test plugin of plugins/wasm.
+func wasmTestdata(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "plugins", "wasm", "testdata", name+".wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const pluginTestEvent = `{"specversion":"1.0","id":"e-1","type":"order.created","source":"/shop",
+  "partitionkey":"k1","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+  "time":"2026-01-02T03:04:05Z","data":{"total":12}}`
+
+func runPluginTest(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	m := NewMain(strings.NewReader(stdin), &out, &errOut)
+	err := m.Run(context.Background(), append([]string{"plugin"}, args...))
+	if err != nil {
+		code = exitCode(err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+func TestPluginTestCommand(t *testing.T) {
+	stdout, stderr, code := runPluginTest(t, pluginTestEvent, "test", wasmTestdata(t, "transformer"), "-cache-dir", "")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var res struct {
+		Plugin, Event, Verdict string
+		Outputs                []struct {
+			Destination, Key string
+			Event            map[string]any
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if res.Plugin != "transformer" || res.Event != "e-1" || res.Verdict != "ok" || len(res.Outputs) != 1 {
+		t.Fatalf("%s", stdout)
+	}
+	o := res.Outputs[0]
+	if o.Destination != "kafka.main:enriched" || o.Key != "k2" || o.Event["region"] != "eu-1" || o.Event["partitionkey"] != "k2" ||
+		o.Event["id"] != "e-1" || o.Event["traceparent"] != nil {
+		t.Errorf("output %+v", o)
+	}
+	if d, _ := o.Event["data"].(map[string]any); d["enriched"] != true {
+		t.Errorf("data %v: want JSON as JSON", o.Event["data"])
+	}
+	if !strings.Contains(stderr, "transforming: plugin=transformer event=e-1") {
+		t.Errorf("the plugin's log is not on stderr:\n%s", stderr)
+	}
+
+	// An output event is a structured CloudEvent again: chain it.
+	next, _ := json.Marshal(o.Event)
+	stdout, _, code = runPluginTest(t, string(next), "test", wasmTestdata(t, "splitter"), "-cache-dir", "", "-log-level", "off")
+	if code != 0 || strings.Count(stdout, `"destination"`) != 3 {
+		t.Fatalf("chained: exit %d\n%s", code, stdout)
+	}
+}
+
+func TestPluginTestCommandVerdicts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code int
+		want []string
+	}{
+		{"filter", 0, []string{`"verdict": "ok"`, `"note": "no outputs: the event is dropped (filtered)"`, `"outputs": []`}},
+		{"retry", 1, []string{`"verdict": "retry"`, `"reason": "upstream not ready"`}},
+		{"reject", 2, []string{`"verdict": "reject"`, `"reason": "order total is negative"`}},
+		{"trap", 1, []string{`"verdict": "retry"`, `"reason": "sy_handle trapped: unreachable`, `"wasm stack trace:"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := pluginTestEvent
+			if tc.name == "trap" {
+				ev = strings.Replace(ev, `"e-1"`, `"x-1"`, 1)
+			}
+			stdout, stderr, code := runPluginTest(t, ev, "test", "-cache-dir", "", wasmTestdata(t, tc.name))
+			if code != tc.code {
+				t.Errorf("exit %d, want %d", code, tc.code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("output lacks %s:\n%s\n%s", w, stdout, stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestPluginCommandErrors(t *testing.T) {
+	_, stderr, code := runPluginTest(t, pluginTestEvent, "test", wasmTestdata(t, "badimport"), "-cache-dir", "")
+	if code != 3 {
+		t.Errorf("a plugin that does not load: exit %d, want 3", code)
+	}
+	_ = stderr
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"", []string{"test", wasmTestdata(t, "passthrough")}, "no event on stdin"},
+		{"[]", []string{"test", wasmTestdata(t, "passthrough")}, "one event per run"},
+		{pluginTestEvent, []string{"test"}, "name the plugin's .wasm file"},
+		{pluginTestEvent, []string{"test", "x.wasm", "-config", "novalue"}, `"novalue" is not key=value`},
+		{pluginTestEvent, []string{"frobnicate"}, `unknown subcommand "frobnicate"`},
+	} {
+		var out, errOut bytes.Buffer
+		err := NewMain(strings.NewReader(tc.stdin), &out, &errOut).Run(context.Background(), append([]string{"plugin"}, tc.args...))
+		if err == nil || exitCode(err) != 3 || !strings.Contains(err.Error()+errOut.String(), tc.want) {
+			t.Errorf("%v: error %v (exit %d), want %q", tc.args, err, exitCode(err), tc.want)
+		}
+	}
+
+	var out bytes.Buffer
+	err := NewMain(nil, &out, io.Discard).Run(context.Background(), []string{"plugin", "check", wasmTestdata(t, "initcfg"), "-cache-dir", "", "-config", "a=1"})
+	if err != nil || !strings.Contains(out.String(), "ok, plugin ABI v1") || !strings.Contains(out.String(), "_initialize, sy_abi_version, sy_handle, sy_init") {
+		t.Errorf("check: %v\n%s", err, out.String())
+	}
+}
+
+// TestRunWithWasmPlugin runs the router with a plugin chain: the splitter
+// makes three outputs of one event, each published to NATS; the data
+// directory gets the compilation cache.
+func TestRunWithWasmPlugin(t *testing.T) {
+	dir, err := os.MkdirTemp("", "sy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "r.sock")
+	src := `
+listen  { socket = "` + sock + `" }
+storage { path = "` + filepath.Join(dir, "r.db") + `" }
+nats "local" {
+  embedded = true
+  port     = -1
+  stream "events" { subjects = ["t.>"] }
+}
+plugin "split" {
+  wasm = "` + wasmTestdata(t, "splitter") + `"
+  limits { timeout = "5s" }
+}
+event "t.order" {
+  plugins = ["split"]
+  route {
+    to      = "nats.local"
+    subject = "t.orders"
+  }
+}
+`
+	path := filepath.Join(dir, "policies.hcl")
+	os.WriteFile(path, []byte(src), 0o600)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	go func() {
+		done <- NewMain(nil, io.Discard, &syncWriter{w: &logs}).Run(ctx, []string{"run", "-config", path, "-log-level", "debug"})
+	}()
+	c := socketClient(sock)
+	waitHealthy(t, c)
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+		strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/t","id":"o-1","partitionkey":"k","data":{}}`))
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("post: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body := get(t, c, "/v1/events/o-1")
+		if strings.Contains(body, `"delivered"`) && strings.Count(body, `"sequence"`) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered as 3 outputs: %s\n%s", body, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "wasm-cache")); len(entries) == 0 {
+		t.Error("no compilation cache in the data directory")
+	}
+	if l := logs.String(); !strings.Contains(l, "plugin loaded: plugin=split") {
+		t.Errorf("no plugin loaded line:\n%s", l)
+	}
+}
