@@ -16,9 +16,23 @@ listen {
   # The HTTP API on a unix socket (created 0660).
   socket = "./data/router.sock"
 
-  # An optional TCP listener, off by default. When on, every request needs a
-  # bearer token from tokens_file.
+  # The socket is trusted by its file mode: whoever can connect acts for the
+  # tenant of its X-Tenant header and may use the admin routes (DLQ, stats,
+  # metrics). Under systemd the socket unit passes it (docs/systemd/).
+
+  # An optional TCP listener, off by default. When on, every request but
+  # GET /healthz needs "Authorization: Bearer <token>" with a token from
+  # tokens_file; the token decides the tenant (X-Tenant is ignored on TCP),
+  # and only admin tokens reach the DLQ, stats and metrics. Tokens travel in
+  # clear text: keep it on loopback or put TLS in front.
   # http        = "127.0.0.1:8080"
+  #
+  # tokens_file is JSON, mode 0600; tokens of 16 characters or more, or their
+  # SHA-256 digest in hex instead of the token itself:
+  #   {"tokens": [
+  #     {"token": "a-long-random-secret-for-acme", "tenant": "acme"},
+  #     {"sha256": "9f86d081884c7d65...", "tenant": "ops", "admin": true}
+  #   ]}
   # tokens_file = "./tokens.json"
 
   max_body  = "1MiB" # largest request body
@@ -40,7 +54,8 @@ outbox {
   ttl = "24h"
 }
 
-# How long resolved DLQ records are kept.
+# How long resolved DLQ records are kept (router dlq resolve; POST
+# /v1/dlq/{id}/resolve): then they are removed, with the event.
 dlq {
   ttl = "168h"
 }

@@ -201,3 +201,30 @@ func TestDLQRetryManyChunks(t *testing.T) {
 		}
 	}
 }
+
+// Stats, metrics and event status of a stored type the configuration no
+// longer has neither panic nor start a loop for it (it has no policy).
+func TestStatsOfARemovedType(t *testing.T) {
+	h := newHarness(t, dlqPolicies, true)
+	ctx := context.Background()
+	err := h.db.Update(ctx, func(tx *storage.Tx) error {
+		return tx.InsertEvent(&storage.Record{Event: storage.Event{ID: "gone-1", Type: "t.gone"}, CreatedAt: h.clock.Now()}, false)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err := h.eng.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range stats {
+		found = found || (s.Type == "t.gone" && s.Pending == 1)
+	}
+	if !found {
+		t.Fatalf("stats %+v", stats)
+	}
+	if r, err := h.eng.EventStatus("gone-1"); err != nil || r.State != storage.StatePending {
+		t.Fatalf("status: %v", err)
+	}
+}

@@ -256,7 +256,7 @@ func (e *Engine) EventStatus(id string) (*storage.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec.State == storage.StatePending && e.loop(rec.QueueName()).holds(rec.Key()) {
+	if l := e.loopIfAny(rec.QueueName()); rec.State == storage.StatePending && l != nil && l.holds(rec.Key()) {
 		rec.State = storage.StateInProcess
 	}
 	return rec, nil
@@ -326,9 +326,10 @@ func (e *Engine) Stats() ([]TypeStats, error) {
 			if !q.OldestPending.IsZero() && q.OldestPending.Before(now) {
 				s.OldestPending = now.Sub(q.OldestPending)
 			}
-			l := e.loop(t)
-			s.InProcess = l.inProcess()
-			s.PollDelay = l.currentDelay()
+			if l := e.loopIfAny(t); l != nil { // never start one here: a pull inbox has none, a removed type cannot
+				s.InProcess = l.inProcess()
+				s.PollDelay = l.currentDelay()
+			}
 			s.OldestAgeSecs = s.OldestPending.Seconds()
 			s.PollDelaySecs = s.PollDelay.Seconds()
 			out = append(out, s)

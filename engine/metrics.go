@@ -114,6 +114,16 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// loopIfAny returns the loop of queue t if one exists, without creating it:
+// reads (stats, metrics, event status) must not start a loop for a pull
+// inbox, nor build one for a stored type the configuration no longer has
+// (it has no policy).
+func (e *Engine) loopIfAny(t string) *Loop {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.loops[t]
+}
+
 // observePublish records how long one sink took over one batch.
 func (m *metrics) observePublish(sink string, took time.Duration) {
 	m.publishSecs.WithLabelValues(sink).Observe(took.Seconds())

@@ -100,12 +100,19 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	rep := &benchReport{Options: o}
+	text := o.Output == "text"
+	if text {
+		rep.writeHeader(c.Stdout)
+	}
 	if o.FsyncProbe != "" {
 		p, err := fsyncProbe(o.FsyncProbe, 2*time.Second)
 		if err != nil {
 			return fmt.Errorf("bench: fsync probe: %w", err)
 		}
 		rep.Fsync = p
+		if text {
+			rep.writeProbe(c.Stdout)
+		}
 	}
 	b := newBench(o)
 	defer b.client.CloseIdleConnections()
@@ -124,13 +131,13 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	if b.tracker != nil {
 		rep.E2E = b.tracker.wait(ctx, b.start, o.Drain)
 	}
-	if o.Output == "json" {
-		enc := json.NewEncoder(c.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+	if text {
+		rep.writeResults(c.Stdout)
+		return nil
 	}
-	rep.writeText(c.Stdout)
-	return nil
+	enc := json.NewEncoder(c.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
 }
 
 // bench is one load run.
@@ -511,7 +518,9 @@ type e2eReport struct {
 	Latency      Summary       `json:"latency"`
 }
 
-func (r *benchReport) writeText(w io.Writer) {
+// writeHeader, writeProbe and writeResults print the text report, each
+// part as soon as it is known.
+func (r *benchReport) writeHeader(w io.Writer) {
 	o := r.Options
 	mode := "closed loop"
 	if o.Rate > 0 {
@@ -523,10 +532,15 @@ func (r *benchReport) writeText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "switchyard bench: %s, %d clients, batch %d, %s, %d-byte data, type %s, socket %s\n",
 		limit, o.Concurrency, o.Batch, mode, o.DataBytes, o.Type, o.Socket)
-	if f := r.Fsync; f != nil {
-		fmt.Fprintf(w, "fsync probe   %.0f fsyncs/s (%d × 4 KiB write + fdatasync in %.1fs, %s)\n",
-			f.PerSec, f.Syncs, f.Elapsed.Seconds(), f.Dir)
-	}
+}
+
+func (r *benchReport) writeProbe(w io.Writer) {
+	f := r.Fsync
+	fmt.Fprintf(w, "fsync probe   %.0f fsyncs/s (%d × 4 KiB write + fdatasync in %.1fs, %s)\n",
+		f.PerSec, f.Syncs, f.Elapsed.Seconds(), f.Dir)
+}
+
+func (r *benchReport) writeResults(w io.Writer) {
 	fmt.Fprintf(w, "throughput    %.0f req/s, %.0f events/s (%d requests, %d events ok in %.2fs)\n",
 		r.RequestsPerSec, r.EventsPerSec, r.Requests, r.Events, r.Elapsed.Seconds())
 	fmt.Fprintf(w, "latency       %s\n", latencyLine(r.Latency))

@@ -86,10 +86,15 @@ func runRouter(t *testing.T, path, sock string, args ...string) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	logs := &syncWriter{w: new(strings.Builder)}
 	go func() {
-		done <- NewMain(nil, io.Discard, io.Discard).Run(ctx, append([]string{"run", "-config", path}, args...))
+		done <- NewMain(nil, io.Discard, logs).Run(ctx, append([]string{"run", "-config", path}, args...))
 	}()
-	waitHealthy(t, socketClient(sock))
+	select {
+	case err := <-done:
+		t.Fatalf("router stopped at start: %v\n%s", err, logs.w)
+	case <-healthy(socketClient(sock), 30*time.Second):
+	}
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

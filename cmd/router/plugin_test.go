@@ -30,6 +30,9 @@ func runPluginTest(t *testing.T, stdin string, args ...string) (stdout, stderr s
 	t.Helper()
 	var out, errOut bytes.Buffer
 	m := NewMain(strings.NewReader(stdin), &out, &errOut)
+	// A generous timeout: the default 50ms is wall time, and a busy test
+	// machine can stall a process for longer.
+	args = append(args, "-timeout", "5s")
 	err := m.Run(context.Background(), append([]string{"plugin"}, args...))
 	if err != nil {
 		code = exitCode(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -330,12 +331,16 @@ func loadConfig(path string, embedded bool) (*config.Config, error) {
 	return config.Load(path)
 }
 
-func newLogger(w interface{ Write([]byte) (int, error) }, level, format string) hclog.Logger {
+func newLogger(w io.Writer, level, format string) hclog.Logger {
+	color := hclog.ColorOff
+	if _, isFile := w.(*os.File); isFile {
+		color = hclog.AutoColor // a terminal gets colour, a file or pipe does not
+	}
 	return hclog.New(&hclog.LoggerOptions{
 		Name:       "switchyard",
 		Level:      hclog.LevelFromString(level),
 		Output:     w,
 		JSONFormat: format == "json",
-		Color:      hclog.AutoColor,
+		Color:      color,
 	})
 }

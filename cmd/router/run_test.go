@@ -148,17 +148,29 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 
 func waitHealthy(t *testing.T, c *http.Client) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := c.Get("http://r/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+	if ok := <-healthy(c, 30*time.Second); !ok {
+		t.Fatal("router did not become healthy")
 	}
-	t.Fatal("router did not become healthy")
+}
+
+// healthy answers true once /healthz answers 200, false after timeout.
+func healthy(c *http.Client, timeout time.Duration) <-chan bool {
+	ch := make(chan bool, 1)
+	go func() {
+		deadline := time.Now().Add(timeout)
+		for time.Now().Before(deadline) {
+			if resp, err := c.Get("http://r/healthz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					ch <- true
+					return
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		ch <- false
+	}()
+	return ch
 }
 
 func get(t *testing.T, c *http.Client, path string) string {

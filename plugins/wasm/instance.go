@@ -92,6 +92,7 @@ type callCtx struct {
 
 	mu           sync.Mutex
 	armed, fired bool
+	gen          uint64 // the timer's generation: a stale timer's fire is ignored
 }
 
 func (c *callCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -113,11 +114,12 @@ func (c *callCtx) Value(key any) any {
 	return nil
 }
 
-// fire is the timer's function: it ends the call that is running, if any.
-func (c *callCtx) fire() {
+// fire is the function of the timer of generation gen: it ends the call
+// that is running, if any.
+func (c *callCtx) fire(gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.armed && !c.fired {
+	if c.armed && !c.fired && gen == c.gen {
 		c.fired = true
 		close(c.done)
 	}
@@ -245,9 +247,22 @@ func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
 		}
 	}
 	in.handle = in.mod.ExportedFunction("sy_handle")
-	in.timer = time.AfterFunc(time.Hour, in.cctx.fire)
-	in.timer.Stop()
+	in.newTimer()
 	return in, nil
+}
+
+// newTimer gives the instance a stopped timer of a new generation. A
+// timer whose Stop came too late (its function already started) is
+// replaced: its function may still be waiting for the lock, and must not
+// end the next call.
+func (in *instance) newTimer() {
+	c := &in.cctx
+	c.mu.Lock()
+	c.gen++
+	gen := c.gen
+	c.mu.Unlock()
+	in.timer = time.AfterFunc(time.Hour, func() { c.fire(gen) })
+	in.timer.Stop()
 }
 
 // close releases the instance.
@@ -279,6 +294,9 @@ func (in *instance) failure(call string, err error, fired bool, timeout time.Dur
 			return fmt.Sprintf("timed out: %s ran longer than %s", call, timeout)
 		case sys.ExitCodeContextCanceled:
 			return fmt.Sprintf("%s was cancelled", call)
+		}
+		if exit.ExitCode() == 0 {
+			return fmt.Sprintf("%s exited: proc_exit(0), or the runtime is closing", call)
 		}
 		return fmt.Sprintf("%s exited with code %d (proc_exit)", call, exit.ExitCode())
 	case in.violation != "":
@@ -312,7 +330,7 @@ func describeTrap(call string, err error) string {
 
 // run calls sy_handle on ev. keep is false when the instance must be
 // discarded.
-func (in *instance) run(ctx context.Context, ev *storage.Event) (outs []engine.PluginOutput, err error, keep bool) {
+func (in *instance) run(ctx context.Context, ev *storage.Event) (outs []engine.PluginOutput, keep bool, err error) {
 	p := in.p
 	timeout := p.limits.Timeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -322,7 +340,7 @@ func (in *instance) run(ctx context.Context, ev *storage.Event) (outs []engine.P
 		if err == nil {
 			err = context.DeadlineExceeded
 		}
-		return nil, p.retry(ev.ID, "not run: "+err.Error(), err), true
+		return nil, true, p.retry(ev.ID, "not run: "+err.Error(), err)
 	}
 
 	in.buf = appendEvent(in.buf[:0], ev)
@@ -334,8 +352,11 @@ func (in *instance) run(ctx context.Context, ev *storage.Event) (outs []engine.P
 	in.cctx.arm()
 	in.timer.Reset(timeout)
 	callErr := in.handle.CallWithStack(&in.cctx, in.stack[:])
-	in.timer.Stop()
+	stopped := in.timer.Stop()
 	fired := in.cctx.disarm()
+	if !stopped && !fired {
+		in.newTimer() // it expired as the call returned: make it stale
+	}
 
 	in.flushText()
 	in.phase, in.input, in.ev = phaseIdle, nil, nil
@@ -345,25 +366,25 @@ func (in *instance) run(ctx context.Context, ev *storage.Event) (outs []engine.P
 	}()
 
 	if reason := in.failure("sy_handle", callErr, fired, timeout); reason != "" {
-		return nil, p.retry(ev.ID, reason, callErr), false
+		return nil, false, p.retry(ev.ID, reason, callErr)
 	}
 	switch v := api.DecodeI32(in.stack[0]); v {
 	case 0:
-		return p.outputs(ev, in.outs), nil, true
+		return p.outputs(ev, in.outs), true, nil
 	case 1:
 		reason := in.reason
 		if reason == "" {
 			reason = "the plugin asked for a retry (no reason given)"
 		}
-		return nil, p.retry(ev.ID, reason, nil), true
+		return nil, true, p.retry(ev.ID, reason, nil)
 	case 2:
 		reason := in.reason
 		if reason == "" {
 			reason = "the plugin rejected the event (no reason given)"
 		}
-		return nil, engine.Permanent(&Error{Plugin: p.name, EventID: ev.ID, Verdict: VerdictReject, Reason: reason}), true
+		return nil, true, engine.Permanent(&Error{Plugin: p.name, EventID: ev.ID, Verdict: VerdictReject, Reason: reason})
 	default:
-		return nil, p.retry(ev.ID, fmt.Sprintf("sy_handle returned %d: the verdicts are 0 ok, 1 retry, 2 reject", v), nil), false
+		return nil, false, p.retry(ev.ID, fmt.Sprintf("sy_handle returned %d: the verdicts are 0 ok, 1 retry, 2 reject", v), nil)
 	}
 }
 

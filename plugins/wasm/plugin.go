@@ -282,7 +282,7 @@ func (p *Plugin) Handle(ctx context.Context, ev *storage.Event) ([]engine.Plugin
 	if err != nil {
 		return nil, p.retry(ev.ID, err.Error(), err)
 	}
-	outs, err, keep := in.run(ctx, ev)
+	outs, keep, err := in.run(ctx, ev)
 	if keep {
 		p.idle <- in
 	} else {
