@@ -15,12 +15,15 @@ import (
 
 // The inbox routes: the dedup audit, the claims arbiter, and pull delivery.
 func (s *Server) inboxRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/inbox/{name}/dedup", s.getDedup)
+	// Claims are scoped by the caller's tenant. An inbox's audit and its
+	// subscription belong to the router's operator: on TCP they need an
+	// admin token, like the DLQ.
 	mux.HandleFunc("POST /v1/inbox/{consumer}/claims", s.postClaim)
 	mux.HandleFunc("POST /v1/inbox/{consumer}/claims/{id}/complete", s.postComplete)
 	mux.HandleFunc("POST /v1/inbox/{consumer}/claims/{id}/release", s.postRelease)
-	mux.HandleFunc("GET /v1/subscriptions/{name}/messages", s.getMessages)
-	mux.HandleFunc("POST /v1/subscriptions/{name}/ack", s.postAck)
+	mux.Handle("GET /v1/inbox/{name}/dedup", s.adminFunc(s.getDedup))
+	mux.Handle("GET /v1/subscriptions/{name}/messages", s.adminFunc(s.getMessages))
+	mux.Handle("POST /v1/subscriptions/{name}/ack", s.adminFunc(s.postAck))
 }
 
 // Limits of the inbox routes.

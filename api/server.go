@@ -1,5 +1,6 @@
 // Package api is the router's HTTP API (DESIGN §4): ingest, event status,
-// stats, health and metrics, served on a unix socket.
+// the DLQ, stats, health and metrics, served on a unix socket and, when
+// listen.http is set, on TCP behind bearer tokens (auth.go).
 package api
 
 import (

@@ -25,12 +25,6 @@ var (
 	bucketResolvedExp = []byte("resolved_exp")
 )
 
-func init() {
-	// Created on Open with the others; appended here so that the schema
-	// list in tx.go stays one line per package concern.
-	allBuckets = append(allBuckets, bucketResolved, bucketResolvedExp)
-}
-
 // ErrNotDead is returned by the DLQ operations for a record that is not a
 // dead letter (pending, delivered) or not in the state the operation needs.
 var ErrNotDead = errors.New("storage: not in the DLQ")

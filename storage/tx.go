@@ -32,7 +32,8 @@ var (
 	bucketIdemExp = []byte("idem_exp")
 	bucketMeta    = []byte("meta")
 	allBuckets    = [][]byte{bucketEvents, bucketQueue, bucketKeys, bucketDLQ, bucketDone, bucketIdem, bucketIdemExp, bucketMeta,
-		bucketInboxIDs, bucketInboxExp, bucketAudit, bucketClaims, bucketClaimExp}
+		bucketInboxIDs, bucketInboxExp, bucketAudit, bucketClaims, bucketClaimExp, // inbox.go
+		bucketResolved, bucketResolvedExp} // dlq.go
 
 	keySchema     = []byte("schema")
 	keySeq        = []byte("seq")

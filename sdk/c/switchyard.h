@@ -100,6 +100,22 @@ static inline int sy_str_eqs(sy_str a, sy_str b) {
 /* sy_str_eq(s, "text"): s equals the NUL-terminated string. */
 static inline int sy_str_eq(sy_str a, const char *b) { return sy_str_eqs(a, sy_cstr(b)); }
 
+/* A header name the router accepts in an output: 1 to 64 lower-case ASCII
+ * letters and digits (a CloudEvents extension name), and not one of the
+ * CloudEvents context attributes (id, source, type, ...). */
+static inline int sy_valid_header_name(sy_str name) {
+    static const char *const context[] = {"specversion", "id", "source", "type", "subject",
+                                          "time", "datacontenttype", "dataschema", "data"};
+    if (name.len == 0 || name.len > 64) return 0;
+    for (uint32_t i = 0; i < name.len; i++) {
+        char c = name.ptr[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return 0;
+    }
+    for (uint32_t i = 0; i < sizeof context / sizeof context[0]; i++)
+        if (sy_str_eq(name, context[i])) return 0;
+    return 1;
+}
+
 /* ---- logging and failure reasons -------------------------------------- */
 
 static inline void sy_log_str(int32_t level, sy_str msg) { sy__log(level, msg.ptr, msg.len); }

@@ -76,6 +76,29 @@ type Header struct {
 	Name, Value string
 }
 
+// contextAttrs are the CloudEvents context attributes, which are not headers.
+var contextAttrs = map[string]bool{
+	"specversion": true, "id": true, "source": true, "type": true, "subject": true,
+	"time": true, "datacontenttype": true, "dataschema": true, "data": true,
+}
+
+// ValidHeaderName reports whether the router accepts name as an output
+// header: a CloudEvents extension name (1 to 64 lower-case ASCII letters and
+// digits) that is not a context attribute (id, source, type, ...). The
+// router also refuses a header twice in one output and values over 4096
+// bytes or not UTF-8; a refused output makes the event retry.
+func ValidHeaderName(name string) bool {
+	if name == "" || len(name) > 64 || contextAttrs[name] {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
 // Headers is an ordered list of headers. Names are compared exactly
 // (case-sensitively).
 type Headers []Header

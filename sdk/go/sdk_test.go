@@ -116,6 +116,19 @@ func TestHeaders(t *testing.T) {
 	}
 }
 
+func TestValidHeaderName(t *testing.T) {
+	for _, n := range []string{"region", "x9", "traceparent", "partitionkey"} {
+		if !ValidHeaderName(n) {
+			t.Errorf("%q refused", n)
+		}
+	}
+	for _, n := range []string{"", "a-b", "Region", "type", "id", string(make([]byte, 65))} {
+		if ValidHeaderName(n) {
+			t.Errorf("%q accepted", n)
+		}
+	}
+}
+
 func TestRun(t *testing.T) {
 	var seen map[string]string
 	Init(func(cfg map[string]string) error {

@@ -211,6 +211,20 @@ impl<'a> Output<'a> {
     }
 }
 
+/// Whether the router accepts `name` as an output header: a CloudEvents
+/// extension name (1 to 64 lower-case ASCII letters and digits) that is not a
+/// context attribute (id, source, type, ...). The router also refuses a
+/// header twice in one output, and values over 4096 bytes.
+pub fn valid_header_name(name: &str) -> bool {
+    const CONTEXT: [&str; 9] = [
+        "specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data",
+    ];
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && !CONTEXT.contains(&name)
+}
+
 /// The router refused an output (the negative code `emit` returned).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EmitError(pub i32);

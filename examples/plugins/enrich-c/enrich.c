@@ -6,6 +6,10 @@
  * name is replaced; the others pass through unchanged, in their order, before
  * the added ones. Key, data and destination are inherited (the event type's
  * route).
+ *
+ * Header names are CloudEvents extension names: 1 to 64 lower-case letters
+ * and digits, not a context attribute (id, type, source, ...); any other
+ * config key refuses to load the plugin.
  */
 #include "../../../sdk/c/switchyard.h"
 
@@ -13,7 +17,9 @@ static int32_t configure(const sy_config *cfg) {
     sy_str k, v;
     sy_iter it = sy_pairs_iter(cfg);
     while (sy_pairs_next(&it, &k, &v))
-        if (k.len == 0) return sy_reject("enrich-c: empty header name in config");
+        if (!sy_valid_header_name(k))
+            return sy_reject("enrich-c: config keys become header names: 1 to 64 lower-case letters and "
+                             "digits, not a CloudEvents context attribute (id, type, source, ...)");
     if (cfg->count == 0) sy_log(SY_WARN, "enrich-c: empty config, events pass through unchanged");
     return SY_OK;
 }

@@ -3,11 +3,12 @@
 //!
 //! Config (all optional):
 //!   destination  = "nats.local:items"  where the outputs go ("" = the type's route)
-//!   index_header = "split-index"       adds this header, the element's index
+//!   index_header = "splitindex"       adds this header, the element's index
 //!                                      (0-based), to the input's headers
 //!
 //! An empty array yields no output (the event is dropped). Data that is not a
-//! JSON array is rejected. The splitting is deliberately minimal (no
+//! JSON array is rejected. The router caps the outputs of one event at the
+//! plugin's limits.max_outputs (default 16): raise it for longer arrays. The splitting is deliberately minimal (no
 //! dependencies): it finds the top-level elements, matching brackets and
 //! braces and skipping strings with their escapes, and does not check that
 //! scalars are valid JSON.
@@ -22,8 +23,13 @@ fn init(cfg: &Config) -> Result<(), String> {
     for (k, v) in cfg.iter() {
         match k {
             "destination" => {}
-            "index_header" if !v.is_empty() => {}
-            "index_header" => return Err("split-rust: index_header is empty".to_string()),
+            "index_header" if switchyard::valid_header_name(v) => {}
+            "index_header" => {
+                return Err(format!(
+                    "split-rust: index_header {:?} is not a header name (1 to 64 lower-case letters and digits, not a CloudEvents attribute)",
+                    v
+                ))
+            }
             _ => {
                 return Err(format!(
                     "split-rust: unknown config key {:?} (want destination, index_header)",
@@ -175,23 +181,25 @@ mod tests {
         let ev = TestEvent {
             id: "e1".into(),
             ty: "batch".into(),
-            headers: vec![("traceparent".into(), "00-x".into()), ("split-index".into(), "old".into())],
+            headers: vec![("traceparent".into(), "00-x".into()), ("splitindex".into(), "old".into())],
             data: br#"[{"a":1},{"b":2}]"#.to_vec(),
             ..Default::default()
         };
-        let r = run(&[("destination", "nats.local:items"), ("index_header", "split-index")], Some(sy_init), sy_handle, &ev);
+        let r = run(&[("destination", "nats.local:items"), ("index_header", "splitindex")], Some(sy_init), sy_handle, &ev);
         assert_eq!(r.verdict, 0, "{:?}", r);
         assert_eq!(r.outputs.len(), 2);
         assert_eq!(r.outputs[1].destination, "nats.local:items");
         assert_eq!(r.outputs[1].data.as_deref(), Some(&br#"{"b":2}"#[..]));
         let hs = r.outputs[1].headers.clone().unwrap();
-        assert_eq!(hs, vec![("traceparent".to_string(), "00-x".to_string()), ("split-index".to_string(), "1".to_string())]);
+        assert_eq!(hs, vec![("traceparent".to_string(), "00-x".to_string()), ("splitindex".to_string(), "1".to_string())]);
 
         let r = run(&[], Some(sy_init), sy_handle, &TestEvent { data: b"{}".to_vec(), ..Default::default() });
         assert_eq!(r.verdict, 2);
         assert!(r.reason.contains("not a JSON array"), "{}", r.reason);
 
         let r = run(&[("bogus", "1")], Some(sy_init), sy_handle, &TestEvent::default());
+        assert_eq!(r.init, 2);
+        let r = run(&[("index_header", "split-index")], Some(sy_init), sy_handle, &TestEvent::default());
         assert_eq!(r.init, 2);
 
         let r = run(&[], Some(sy_init), sy_handle, &TestEvent { data: b"[1,2,3]".to_vec(), ..Default::default() });

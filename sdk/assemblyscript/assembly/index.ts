@@ -222,6 +222,23 @@ export class Event {
   }
 }
 
+/**
+ * Whether the router accepts name as an output header: a CloudEvents
+ * extension name (1 to 64 lower-case ASCII letters and digits) that is not a
+ * context attribute (id, source, type, ...). The router also refuses a
+ * header twice in one output, and values over 4096 bytes.
+ */
+export function validHeaderName(name: string): bool {
+  const n = name.length;
+  if (n == 0 || n > 64) return false;
+  for (let i = 0; i < n; i++) {
+    const c = name.charCodeAt(i);
+    if (!((c >= 0x61 && c <= 0x7a) || (c >= 0x30 && c <= 0x39))) return false;
+  }
+  return !(name == "specversion" || name == "id" || name == "source" || name == "type" ||
+    name == "subject" || name == "time" || name == "datacontenttype" || name == "dataschema" || name == "data");
+}
+
 // ---- outputs ------------------------------------------------------------------
 
 /** One message for the router to publish; a null field inherits the input's. */

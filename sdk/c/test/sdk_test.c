@@ -145,6 +145,10 @@ int main(void) {
     sy_output_begin(SY_STR(""), 8); /* unknown flag */
     CHECK(sy_output_emit() == SY_ERR_BUILD);
 
+    CHECK(sy_valid_header_name(SY_STR("region")) && sy_valid_header_name(SY_STR("x9")));
+    CHECK(!sy_valid_header_name(SY_STR("")) && !sy_valid_header_name(SY_STR("a-b")) &&
+          !sy_valid_header_name(SY_STR("Region")) && !sy_valid_header_name(SY_STR("type")));
+
     printf("c-sdk: %d passed, %d failed\n", passes, failures);
     return failures != 0;
 }
