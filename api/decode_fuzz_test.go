@@ -1,0 +1,75 @@
+package api
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/engine"
+)
+
+func fixedNow() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
+
+// checkDecoded holds for anything the decoders accept: the invariants the
+// rest of the router relies on.
+func checkDecoded(t *testing.T, events []engine.IngestEvent, err error) {
+	if err != nil {
+		if _, ok := err.(*engine.Error); !ok {
+			t.Fatalf("decode error is not a coded error: %T %v", err, err)
+		}
+		return
+	}
+	for _, ev := range events {
+		e := ev.Event
+		if e.ID == "" || e.Source == "" || e.Type == "" || e.SpecVersion != "1.0" || e.Time.IsZero() {
+			t.Fatalf("accepted an incomplete event: %+v", e)
+		}
+		if ev.ClientID && len(ev.Digest) == 0 {
+			t.Fatal("client id without a digest")
+		}
+	}
+}
+
+func FuzzDecodeStructured(f *testing.F) {
+	f.Add([]byte(`{"specversion":"1.0","type":"t","source":"/s","id":"1","data":{"a":1}}`))
+	f.Add([]byte(`{"specversion":"1.0","type":"t","source":"/s","data_base64":"AAEC","datacontenttype":"application/octet-stream"}`))
+	f.Add([]byte(`{"specversion":"1.0","type":"t","source":"/s","time":"2026-01-02T03:04:05Z","partitionkey":"k","n":3,"b":true}`))
+	f.Add([]byte(`{"specversion":"1.0","type":"t","source":"/s","data":"text","datacontenttype":"text/plain"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		h := http.Header{"Content-Type": {mediaStructured}}
+		events, _, err := decodeRequest(h, body, 10, fixedNow)
+		checkDecoded(t, events, err)
+	})
+}
+
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add([]byte(`[{"specversion":"1.0","type":"t","source":"/s","id":"1"},{"specversion":"1.0","type":"t","source":"/s"}]`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`[{"specversion":"1.0","type":"t","source":"/s","id":"1"},{"specversion":"1.0","type":"t","source":"/s","id":"1"}]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		h := http.Header{"Content-Type": {mediaBatch}}
+		events, batch, err := decodeRequest(h, body, 10, fixedNow)
+		checkDecoded(t, events, err)
+		if err == nil && (!batch || len(events) == 0 || len(events) > 10) {
+			t.Fatalf("batch of %d accepted (batch=%v)", len(events), batch)
+		}
+	})
+}
+
+func FuzzDecodeBinary(f *testing.F) {
+	f.Add("1.0", "t", "/s", "id-1", "text/plain", "k%20v", []byte("hello"))
+	f.Add("1.0", "t", "/s", "", "application/json", "%zz", []byte(`{"a":1}`))
+	f.Fuzz(func(t *testing.T, spec, typ, source, id, ct, ext string, body []byte) {
+		h := http.Header{}
+		for k, v := range map[string]string{"Ce-Specversion": spec, "Ce-Type": typ, "Ce-Source": source, "Ce-Id": id, "Content-Type": ct, "Ce-Partitionkey": ext} {
+			if v != "" {
+				h.Set(k, v)
+			}
+		}
+		if h.Get("Ce-Specversion") == "" {
+			h.Set("Ce-Specversion", "1.0")
+		}
+		events, _, err := decodeRequest(h, body, 10, fixedNow)
+		checkDecoded(t, events, err)
+	})
+}
