@@ -203,7 +203,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.writeError(w, r, engine.Errorf(engine.EUNAUTHORIZED, "this listener needs an Authorization: Bearer token"))
 			return
 		}
-		e, ok := s.tokens.lookup(tok)
+		e, ok := s.tokens.Load().lookup(tok)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard", error="invalid_token"`)
 			s.writeError(w, r, engine.Errorf(engine.EUNAUTHORIZED, "the bearer token is not valid"))

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -55,7 +56,7 @@ type Server struct {
 	http   *http.Server
 	ln     net.Listener
 	tcp    net.Listener // listen.http; nil = off
-	tokens *Tokens      // for tcp
+	tokens atomic.Pointer[Tokens] // for tcp; swapped by ReloadTokens
 	done   chan error
 	served int // listeners being served (answers expected on done)
 
@@ -118,7 +119,7 @@ func (s *Server) Open() error {
 		if fi, err := os.Stat(s.listen.TokensFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
 			s.log.Warn("tokens_file is readable by others than its owner; chmod 600 it", "path", s.listen.TokensFile, "mode", fi.Mode().Perm().String())
 		}
-		s.tokens = tokens
+		s.tokens.Store(tokens)
 		if tcp, err = net.Listen("tcp", s.listen.HTTP); err != nil {
 			return fmt.Errorf("listen %s: %w", s.listen.HTTP, err)
 		}
@@ -143,7 +144,7 @@ func (s *Server) Open() error {
 		if host, _, _ := net.SplitHostPort(s.listen.HTTP); !isLoopback(host) {
 			s.log.Warn("the TCP listener is not on loopback: bearer tokens travel in clear text unless TLS is put in front", "addr", tcp.Addr().String())
 		}
-		s.log.Info("API on TCP", "addr", tcp.Addr().String(), "tokens", s.tokens.Len())
+		s.log.Info("API on TCP", "addr", tcp.Addr().String(), "tokens", s.tokens.Load().Len())
 	}
 	return nil
 }
@@ -158,6 +159,20 @@ func isLoopback(host string) bool {
 
 // TCPAddr is the address of the TCP listener ("" when off): with port 0 in
 // listen.http, the port the system picked.
+// ReloadTokens reads listen.tokens_file again (SIGHUP). A file that does
+// not load is refused and the tokens in force stay.
+func (s *Server) ReloadTokens() error {
+	if s.tokens.Load() == nil {
+		return nil // no TCP listener
+	}
+	tokens, err := LoadTokens(s.listen.TokensFile)
+	if err != nil {
+		return err
+	}
+	s.tokens.Store(tokens)
+	return nil
+}
+
 func (s *Server) TCPAddr() string {
 	if s.tcp == nil {
 		return ""

@@ -192,7 +192,7 @@ func (e *Engine) resolveAction() dlqAction {
 			return Errorf(ENOTINDLQ, "event %q is %s, not in the DLQ: nothing to resolve", r.Event.ID, r.State)
 		},
 		apply: func(tx *storage.Tx, r *storage.Record, now time.Time) error {
-			return tx.ResolveDeadLetter(r, now, e.cfg.DLQ.TTL)
+			return tx.ResolveDeadLetter(r, now, e.config().DLQ.TTL)
 		},
 	}
 }

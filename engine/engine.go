@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -51,9 +52,9 @@ type Options struct {
 // Engine runs the loops. Open starts them; Close stops them.
 type Engine struct {
 	store   Store
-	cfg     *config.Config
+	conf    atomic.Pointer[config.Config] // swapped by Reload
 	sinks   map[string]Sink
-	plugins map[string]Plugin
+	plugins atomic.Pointer[map[string]Plugin]
 	inboxes map[string]*inbox
 
 	inboxMetrics *inboxMetrics
@@ -87,7 +88,6 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 	}
 	e := &Engine{
 		store:    store,
-		cfg:      cfg,
 		sinks:    make(map[string]Sink, len(sinks)),
 		opts:     opts,
 		log:      opts.Logger.Named("engine"),
@@ -109,10 +109,8 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 			}
 		}
 	}
-	e.plugins = make(map[string]Plugin, len(opts.Plugins))
-	for _, p := range opts.Plugins {
-		e.plugins[p.Name()] = p
-	}
+	e.conf.Store(cfg)
+	e.plugins.Store(pluginMap(opts.Plugins))
 	for t, p := range cfg.Events {
 		for _, r := range p.Routes {
 			if _, ok := e.sinks[r.To]; !ok {
@@ -120,14 +118,14 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 			}
 		}
 		for _, name := range p.Plugins {
-			if _, ok := e.plugins[name]; !ok {
+			if _, ok := e.plugin(name); !ok {
 				return nil, fmt.Errorf("event %q uses plugin %q, which is not loaded", t, name)
 			}
 		}
 	}
 	for _, in := range cfg.Inboxes {
 		for _, name := range in.Plugins {
-			if _, ok := e.plugins[name]; !ok {
+			if _, ok := e.plugin(name); !ok {
 				return nil, fmt.Errorf("inbox %q uses plugin %q, which is not loaded", in.Name, name)
 			}
 		}
@@ -147,7 +145,23 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 
 func (e *Engine) now() time.Time { return e.opts.Now() }
 
-func (e *Engine) policy(eventType string) (*config.Policy, bool) { return e.cfg.Policy(eventType) }
+func (e *Engine) policy(eventType string) (*config.Policy, bool) { return e.config().Policy(eventType) }
+
+// config is the configuration in force (Reload swaps it).
+func (e *Engine) config() *config.Config { return e.conf.Load() }
+
+func (e *Engine) plugin(name string) (Plugin, bool) {
+	p, ok := (*e.plugins.Load())[name]
+	return p, ok
+}
+
+func pluginMap(plugins []Plugin) *map[string]Plugin {
+	m := make(map[string]Plugin, len(plugins))
+	for _, p := range plugins {
+		m[p.Name()] = p
+	}
+	return &m
+}
 
 // Open starts a loop for every configured event type and for every type
 // that has pending events in the data file (caught by "*"), and the
@@ -157,7 +171,7 @@ func (e *Engine) Open() error {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.mu.Unlock()
 	types := make(map[string]bool)
-	for t := range e.cfg.Events {
+	for t := range e.config().Events {
 		if t != "*" {
 			types[t] = true
 		}
@@ -221,6 +235,12 @@ func (e *Engine) loop(t string) *Loop {
 	if l, ok := e.loops[t]; ok {
 		return l
 	}
+	return e.startLoopLocked(t)
+}
+
+// startLoopLocked creates type t's loop and, if the engine is open, starts
+// it. e.mu is held.
+func (e *Engine) startLoopLocked(t string) *Loop {
 	pol, _ := e.policyOf(t)
 	l := newLoop(e, t, pol)
 	e.loops[t] = l
@@ -412,7 +432,7 @@ func (e *Engine) chain(p *config.Policy) []Plugin {
 	}
 	out := make([]Plugin, len(p.Plugins))
 	for i, name := range p.Plugins {
-		out[i] = e.plugins[name]
+		out[i], _ = e.plugin(name)
 	}
 	return out
 }

@@ -93,7 +93,7 @@ func (e *Engine) policyOf(queue string) (*config.Policy, bool) {
 		}
 		return in.policy, true
 	}
-	return e.cfg.Policy(queue)
+	return e.config().Policy(queue)
 }
 
 func (e *Engine) inbox(name string) (*inbox, error) {
@@ -280,7 +280,7 @@ func (e *Engine) Ack(ctx context.Context, name string, ids []string) (int, error
 			if rec.State != storage.StatePending {
 				continue
 			}
-			if err := tx.MarkDelivered(rec, now, e.cfg.Outbox.TTL); err != nil {
+			if err := tx.MarkDelivered(rec, now, e.config().Outbox.TTL); err != nil {
 				return err
 			}
 			n++
@@ -416,5 +416,5 @@ func (e *Engine) claimTTL(consumer string) time.Duration {
 	if in, ok := e.inboxes[consumer]; ok {
 		return in.cfg.TTL
 	}
-	return e.cfg.Idempotency.Window
+	return e.config().Idempotency.Window
 }

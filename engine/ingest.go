@@ -174,7 +174,7 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 			types[ev.Event.Type]++
 			if ev.ClientID {
 				if err := tx.PutIdempotency(idScope(req.Tenant, ev.Event.Source, ev.Event.ID), &storage.IdemRecord{
-					Digest: ev.Digest, EventIDs: []string{ev.Event.ID}, CreatedAt: now, ExpiresAt: now.Add(e.cfg.Idempotency.Window),
+					Digest: ev.Digest, EventIDs: []string{ev.Event.ID}, CreatedAt: now, ExpiresAt: now.Add(e.config().Idempotency.Window),
 				}); err != nil {
 					return err
 				}
@@ -185,7 +185,7 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 		}
 		return tx.PutIdempotency(keyScope(req.Tenant, req.Endpoint, req.Key), &storage.IdemRecord{
 			Digest: req.Digest, Status: resp.Status, ContentType: resp.ContentType, Body: resp.Body,
-			EventIDs: req.ids(), CreatedAt: now, ExpiresAt: now.Add(e.cfg.Idempotency.Window),
+			EventIDs: req.ids(), CreatedAt: now, ExpiresAt: now.Add(e.config().Idempotency.Window),
 		})
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard-router/switchyard/config"
@@ -22,7 +23,7 @@ const abandonGrace = 5 * time.Second
 type Loop struct {
 	e     *Engine
 	typ   string
-	pol   *config.Policy
+	pol   atomic.Pointer[config.Policy] // swapped by Reload
 	wakeC chan struct{}
 
 	mu      sync.Mutex
@@ -31,14 +32,25 @@ type Loop struct {
 }
 
 func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
-	return &Loop{
+	l := &Loop{
 		e:       e,
 		typ:     t,
-		pol:     pol,
 		wakeC:   make(chan struct{}, 1),
 		delay:   NewDelay(pol.Polling),
 		claimed: make(map[string]struct{}),
 	}
+	l.pol.Store(pol)
+	return l
+}
+
+// setPolicy takes a reloaded policy; the next poll uses it.
+func (l *Loop) setPolicy(pol *config.Policy) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pol.Swap(pol).Polling != pol.Polling {
+		l.delay = NewDelay(pol.Polling)
+	}
+	l.wake()
 }
 
 func (l *Loop) wake() {
@@ -101,6 +113,7 @@ func (l *Loop) run(ctx context.Context) {
 		for len(commits) > 0 && commits[0].finished() {
 			settle(len(commits) - 1)
 		}
+		pol := l.pol.Load()
 		b, err := l.claimAndPublish(ctx)
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
@@ -111,10 +124,10 @@ func (l *Loop) run(ctx context.Context) {
 			commits = append(commits, l.commitAsync(ctx, b))
 		}
 		l.mu.Lock()
-		d := l.delay.Next(claimed == l.pol.BatchSize)
+		d := l.delay.Next(claimed == pol.BatchSize)
 		l.mu.Unlock()
-		l.e.metrics.polled(l.typ, claimed, l.pol.BatchSize)
-		if claimed == l.pol.BatchSize && failed == 0 && err == nil {
+		l.e.metrics.polled(l.typ, claimed, pol.BatchSize)
+		if claimed == pol.BatchSize && failed == 0 && err == nil {
 			// A full batch says more is waiting: drain the backlog now
 			// instead of at min's pace (docs/decisions/full-batch.md).
 			if ctx.Err() != nil {
@@ -164,19 +177,20 @@ func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
 // claimAndPublish claims up to a batch of due events, holds them, and
 // publishes their outputs. It returns nil when nothing is due.
 func (l *Loop) claimAndPublish(ctx context.Context) (*batch, error) {
+	pol := l.pol.Load()
 	now := l.e.now()
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {
 		var err error
-		recs, err = tx.Due(l.typ, now, l.pol.BatchSize, l.pol.Ordering == "key", l.holds)
+		recs, err = tx.Due(l.typ, now, pol.BatchSize, pol.Ordering == "key", l.holds)
 		return err
 	})
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
 	l.hold(recs)
-	b := l.outputs(ctx, recs)
-	pubCtx, cancel := context.WithTimeout(ctx, l.pol.MaxProcessingTime)
+	b := l.outputs(ctx, pol, recs)
+	pubCtx, cancel := context.WithTimeout(ctx, pol.MaxProcessingTime)
 	b.publish(pubCtx, l.e.sinks, l.e.metrics.observePublish)
 	cancel()
 	return b, nil
@@ -266,6 +280,7 @@ type output struct {
 
 // batch is a claimed batch with its outputs grouped by sink.
 type batch struct {
+	pol    *config.Policy // as it was when the batch was claimed
 	items  []item
 	bySink map[string][]*output
 	failed int
@@ -276,12 +291,12 @@ type batch struct {
 // Outputs acknowledged on an earlier attempt are left out; they are known by
 // destination and message id, which are the same on every attempt as long
 // as the plugins are deterministic.
-func (l *Loop) outputs(ctx context.Context, recs []*storage.Record) *batch {
-	b := &batch{items: make([]item, len(recs)), bySink: make(map[string][]*output)}
+func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.Record) *batch {
+	b := &batch{pol: pol, items: make([]item, len(recs)), bySink: make(map[string][]*output)}
 	for i, rec := range recs {
 		it := &b.items[i]
 		it.rec = rec
-		outs, err := runChain(ctx, l.e.chain(l.pol), &rec.Event)
+		outs, err := runChain(ctx, l.e.chain(b.pol), &rec.Event)
 		if err != nil {
 			it.err = err
 			b.failed++
@@ -289,7 +304,7 @@ func (l *Loop) outputs(ctx context.Context, recs []*storage.Record) *batch {
 		}
 		n := 0
 		for _, po := range outs {
-			dests, err := l.destinations(po.Destination)
+			dests, err := l.destinations(b.pol, po.Destination)
 			if err != nil {
 				it.err = fmt.Errorf("event %q: %w", rec.Event.ID, err)
 				b.failed++
@@ -326,10 +341,10 @@ type dest struct{ full, sink, topic string }
 // destinations resolves a plugin output's destination: "" means the
 // type's routes; otherwise "<sink>:<topic>", whose sink must be configured
 // (a plugin naming another is a reject: retrying cannot fix it).
-func (l *Loop) destinations(d string) ([]dest, error) {
+func (l *Loop) destinations(pol *config.Policy, d string) ([]dest, error) {
 	if d == "" {
-		out := make([]dest, len(l.pol.Routes))
-		for i, r := range l.pol.Routes {
+		out := make([]dest, len(pol.Routes))
+		for i, r := range pol.Routes {
 			out[i] = dest{full: destination(r), sink: r.To}
 			out[i].topic = out[i].full[len(r.To)+1:]
 		}
@@ -472,13 +487,13 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 			rec.Attempts++
 			rec.LastError = retry.Error()
 			rec.History = append(rec.History, storage.Attempt{At: now, Error: retry.Error()})
-			if rec.Attempts > l.pol.MaxRetries {
+			if rec.Attempts > b.pol.MaxRetries {
 				err = tx.MoveToDLQ(rec, now, fmt.Sprintf("gave up after %d attempts: %v", rec.Attempts, retry))
 				res.DeadLettered++
 			} else {
 				// The receiver's Retry-After, when it asks for more than
 				// the backoff.
-				err = tx.Reschedule(rec, now.Add(max(Backoff(l.pol.Backoff, rec.Attempts), retryAfter)))
+				err = tx.Reschedule(rec, now.Add(max(Backoff(b.pol.Backoff, rec.Attempts), retryAfter)))
 				res.Retried++
 			}
 		case unknown != nil:
@@ -489,7 +504,7 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 			err = tx.Save(rec)
 			res.Released++
 		default:
-			err = tx.MarkDelivered(rec, now, l.e.cfg.Outbox.TTL)
+			err = tx.MarkDelivered(rec, now, l.e.config().Outbox.TTL)
 			res.Delivered++
 		}
 		if err != nil {

@@ -544,17 +544,21 @@ func (c *RunCommand) loadPlugins(ctx context.Context, cfg *config.Config) ([]eng
 	if len(cfg.Plugins) == 0 {
 		return nil, nil
 	}
-	cacheDir := filepath.Join(filepath.Dir(cfg.Storage.Path), "wasm-cache")
-	rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: cacheDir, Logger: c.log})
-	if err != nil {
-		return nil, err
+	if c.wasm == nil {
+		cacheDir := filepath.Join(filepath.Dir(cfg.Storage.Path), "wasm-cache")
+		rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: cacheDir, Logger: c.log})
+		if err != nil {
+			return nil, err
+		}
+		c.wasm = rt
 	}
-	c.wasm = rt
+	rt := c.wasm
 	plugins := make([]engine.Plugin, 0, len(cfg.Plugins))
 	for _, pc := range cfg.Plugins {
 		start := time.Now()
 		p, err := rt.Load(ctx, pc, wasm.LoadOptions{})
 		if err != nil {
+			closePlugins(ctx, plugins)
 			return nil, err
 		}
 		c.log.Info("plugin loaded", "plugin", p.Name(), "file", pc.Wasm, "took", time.Since(start).Round(time.Microsecond))

@@ -48,6 +48,7 @@ type RunCommand struct {
 	db          *storage.DB
 	natsServers []*natsplugin.Server
 	wasm        *wasm.Runtime // nil without plugins
+	plugins     []engine.Plugin
 	sources     []engine.Source
 	sourcesCtx  context.Context // ends when Close begins
 	stopSources context.CancelFunc
@@ -93,7 +94,7 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	if err := sdNotify("READY=1"); err != nil {
 		c.log.Warn("could not tell systemd the router is ready", "error", err)
 	}
-	<-ctx.Done()
+	c.serve(ctx) // reload.go: until ctx ends, reloading on SIGHUP
 	c.log.Info("stopping")
 	sdNotify("STOPPING=1")
 	return nil
@@ -189,6 +190,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	c.plugins = plugins
 	eng, err := engine.New(db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: reg, DoubleSend: c.DoubleSend, Plugins: plugins})
 	if err != nil {
 		return err

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// SIGHUP to the real binary: a new event type is taken without a restart;
+// a bad config is refused (with file:line:col in the log) and the old one
+// stays in force.
+func TestReloadOnSIGHUP(t *testing.T) {
+	bin := routerBinary(t)
+	path, sock := writeConfig(t, "")
+	base := mustRead(t, path)
+	logs := &syncWriter{w: new(strings.Builder)}
+	cmd := exec.Command(bin, "run", "-config", path)
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	c := socketClient(sock)
+	waitHealthy(t, c)
+	post := func(typ string) int {
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+			strings.NewReader(`{"specversion":"1.0","type":"`+typ+`","source":"/t"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post("t.new"); got != 422 {
+		t.Fatalf("unknown type before the reload: %d", got)
+	}
+	waitLog := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(logs.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("log lacks %q:\n%s", want, logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	os.WriteFile(path, []byte(base+`
+event "t.new" {
+  route {
+    to      = "nats.local"
+    subject = "t.new"
+  }
+}
+`), 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog("configuration reloaded")
+	if got := post("t.new"); got != 202 {
+		t.Fatalf("new type after the reload: %d", got)
+	}
+
+	os.WriteFile(path, []byte(base+"\nevent \"t.other\" {\n  batch_size = \"lots\"\n}\n"), 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog("reload refused")
+	if !strings.Contains(logs.String(), path+":") {
+		t.Fatalf("refusal does not name the file: %s", logs.String())
+	}
+	if post("t.new") != 202 || post("t.order") != 202 {
+		t.Fatal("the running configuration did not stay in force")
+	}
+
+	// A change that needs a restart is refused too.
+	os.WriteFile(path, []byte(strings.Replace(base, `subjects = ["t.>"]`, `subjects = ["u.>"]`, 1)), 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog("needs a restart")
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.(*strings.Builder).String()
+}
