@@ -55,7 +55,7 @@ type Server struct {
 	log    hclog.Logger
 	http   *http.Server
 	ln     net.Listener
-	tcp    net.Listener // listen.http; nil = off
+	tcp    net.Listener           // listen.http; nil = off
 	tokens atomic.Pointer[Tokens] // for tcp; swapped by ReloadTokens
 	done   chan error
 	served int // listeners being served (answers expected on done)
