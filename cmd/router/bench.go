@@ -318,7 +318,7 @@ func (b *bench) post(ctx context.Context, start time.Time) (int, error) {
 	if b.tracker != nil {
 		ids, err := acceptedIDs(body)
 		if err != nil {
-			return resp.StatusCode, err
+			return 0, err
 		}
 		b.tracker.sent(ids, start)
 	}

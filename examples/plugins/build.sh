@@ -75,7 +75,7 @@ need "$GO"; need "$CLANG"; need "$RUSTC"; need "$WAT2WASM"; need node; need npm;
 build_route_go() {
   (cd "$here/route-go" &&
     GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 GOFLAGS= "$GO" build -buildmode=c-shared \
-      -trimpath -buildvcs=false -ldflags='-s -w -buildid=' -o "$(dest route route-go)" .)
+      -trimpath -buildvcs=false -ldflags=-buildid= -o "$(dest route route-go)" .)
 }
 
 build_enrich_c() {

@@ -14,7 +14,7 @@
 //
 // Build (see the README for why each flag):
 //   npx asc assembly/index.ts -o plugin.wasm -O3 --runtime stub --noAssert \
-//     --use abort=@switchyard-router/sdk-assemblyscript/assembly/index/abort
+//     --use abort=~lib/@switchyard-router/sdk-assemblyscript/assembly/index/abort
 //
 // Memory with --runtime stub (a bump allocator that never frees): everything
 // allocated while an event is handled (the Event, its strings, outputs) is
@@ -533,7 +533,7 @@ function decodeEvent(p: usize, n: usize): Event | null {
 /**
  * Replaces AssemblyScript's `env.abort` import (the router refuses imports
  * other than switchyard.* and wasi_snapshot_preview1.*): build with
- *   --use abort=@switchyard-router/sdk-assemblyscript/assembly/index/abort
+ *   --use abort=~lib/@switchyard-router/sdk-assemblyscript/assembly/index/abort
  * It logs the message and its place, records it as the failure reason, and
  * traps: the router retries the event on a fresh instance.
  */

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// TestBench runs `router bench` against the real router binary: singles
+// and batches, closed and open loop, end to end through JetStream.
+func TestBench(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary")
+	}
+	r := newCrashRouter(t, 2*time.Minute)
+	r.start()
+	for _, scenario := range [][]string{
+		{"-n", "300", "-c", "8"},
+		{"-n", "30", "-c", "4", "-batch", "10", "-e2e"},
+		{"-d", "500ms", "-c", "4", "-rate", "400", "-e2e"},
+	} {
+		var out bytes.Buffer
+		m := NewMain(nil, &out, &out)
+		args := append([]string{"-socket", r.socket, "-type", crashType, "-o", "json",
+			"-nats-url", r.natsURL(), "-subject", crashSubject + ".>", "-drain", "5s"}, scenario...)
+		if err := (&BenchCommand{Main: m}).Run(context.Background(), args); err != nil {
+			t.Fatalf("bench %v: %v\n%s", scenario, err, out.Bytes())
+		}
+		var rep benchReport
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatalf("bench %v: %v\n%s", scenario, err, out.Bytes())
+		}
+		o := rep.Options
+		switch {
+		case len(rep.Errors) > 0:
+			t.Errorf("bench %v: errors %v", scenario, rep.Errors)
+		case rep.Events != rep.Requests*uint64(o.Batch) || rep.Requests == 0:
+			t.Errorf("bench %v: %d requests, %d events", scenario, rep.Requests, rep.Events)
+		case o.Requests > 0 && rep.Requests != uint64(o.Requests):
+			t.Errorf("bench %v: %d requests ok, want %d", scenario, rep.Requests, o.Requests)
+		case rep.Latency.Count != rep.Requests || rep.Latency.P50 <= 0 || rep.Latency.P50 > rep.Latency.Max:
+			t.Errorf("bench %v: latency %+v", scenario, rep.Latency)
+		}
+		if o.E2E {
+			if e := rep.E2E; e == nil || e.Received != rep.Events || e.Missing != 0 || e.EventsPerSec <= 0 {
+				t.Errorf("bench %v: end to end %+v, want all %d events", scenario, e, rep.Events)
+			}
+		}
+		t.Logf("bench %v: %.0f req/s, p50 %s", scenario, rep.RequestsPerSec, ms(rep.Latency.P50))
+	}
+}
