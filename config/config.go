@@ -194,6 +194,17 @@ type Inbox struct {
 	From     string   // "kafka.main" or "nats.local"
 	Topics   []string // Kafka
 	Group    string   // Kafka
+	// InstanceID makes this router a static member of the Kafka group
+	// (KIP-345): restarted, it takes its partitions back at once instead
+	// of waiting for the group to notice the old member is gone. Unique
+	// per router.
+	InstanceID string
+	// SessionTimeout is how long the Kafka group waits for a member that
+	// stopped answering; default franz-go's 45s.
+	SessionTimeout time.Duration
+	// ReadCommitted reads only committed records of transactional
+	// producers (Kafka's isolation.level=read_committed); default off.
+	ReadCommitted bool
 	Subject  string   // NATS
 	Durable  string   // NATS
 	TTL      time.Duration

@@ -149,7 +149,7 @@ var (
 	limitsSchema = schema("memory timeout max_outputs max_output_bytes")
 	// An inbox has the policy attributes but no routes: it hands its events
 	// to deliver (or to pull subscribers), not to a sink.
-	inboxSchema = schema("from topics group subject durable ttl id_header missing_id "+policyAttrs,
+	inboxSchema = schema("from topics group instance_id session_timeout read_committed subject durable ttl id_header missing_id "+policyAttrs,
 		block("deliver"), block("polling"), block("backoff"))
 	deliverSchema = schema("url timeout")
 )
@@ -563,12 +563,15 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		in.Topics = d.requiredList(c, "topics", b, `["<topic>", ...] for a Kafka sink`)
 		in.Group, in.IDHeader = in.Name, "ce_id"
 		d.str(c.Attributes["group"], &in.Group)
+		d.str(c.Attributes["instance_id"], &in.InstanceID)
+		d.duration(c.Attributes["session_timeout"], &in.SessionTimeout, true)
+		d.boolean(c.Attributes["read_committed"], &in.ReadCommitted)
 		d.unused(c, "Kafka", "subject", "durable")
 	case "nats":
 		in.Subject = d.required(c, "subject", b, `"<subject>" for a NATS sink`)
 		in.Durable, in.IDHeader = in.Name, "ce-id"
 		d.str(c.Attributes["durable"], &in.Durable)
-		d.unused(c, "NATS", "topics", "group")
+		d.unused(c, "NATS", "topics", "group", "instance_id", "session_timeout", "read_committed")
 	}
 	d.duration(c.Attributes["ttl"], &in.TTL, true)
 	d.str(c.Attributes["id_header"], &in.IDHeader)

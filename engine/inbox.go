@@ -175,8 +175,11 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []Inbound) (Rece
 		return ReceiveResult{}, fmt.Errorf("inbox %s: store batch: %w", name, err)
 	}
 	for _, s := range skips {
-		e.log.Info("inbox dropped a redelivery", "inbox", name, "id", s.ID, "reason", s.Reason, "origin", s.Origin, "first", s.FirstOrigin)
+		e.log.Debug("inbox dropped a redelivery", "inbox", name, "id", s.ID, "reason", s.Reason, "origin", s.Origin, "first", s.FirstOrigin)
 		e.inboxMetrics.skips.WithLabelValues(name, s.Reason).Inc()
+	}
+	if len(skips) > 0 {
+		e.log.Info("inbox dropped redeliveries (see GET /v1/inbox/{name}/dedup)", "inbox", name, "dropped", len(skips), "stored", res.Stored)
 	}
 	e.inboxMetrics.received.WithLabelValues(name).Add(float64(res.Stored))
 	if res.Stored > 0 {

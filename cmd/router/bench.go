@@ -227,9 +227,9 @@ func (b *bench) run(ctx context.Context, rep *benchReport) {
 	if o.Duration > 0 {
 		deadline = b.start.Add(o.Duration)
 	}
-	var interval time.Duration // between requests, open loop
+	var interval float64 // nanoseconds between requests, open loop
 	if o.Rate > 0 {
-		interval = time.Duration(float64(time.Second) * float64(o.Batch) / o.Rate)
+		interval = float64(time.Second) * float64(o.Batch) / o.Rate
 	}
 	results := make([]workerResult, o.Concurrency)
 	var wg sync.WaitGroup
@@ -262,7 +262,7 @@ type workerResult struct {
 	errors  map[string]uint64
 }
 
-func (b *bench) worker(ctx context.Context, deadline time.Time, interval time.Duration, r *workerResult) {
+func (b *bench) worker(ctx context.Context, deadline time.Time, interval float64, r *workerResult) {
 	r.errors = map[string]uint64{}
 	for ctx.Err() == nil {
 		g := b.next.Add(1) - 1
@@ -271,7 +271,7 @@ func (b *bench) worker(ctx context.Context, deadline time.Time, interval time.Du
 		}
 		start := time.Now()
 		if interval > 0 {
-			due := b.start.Add(time.Duration(g) * interval)
+			due := b.start.Add(time.Duration(float64(g) * interval))
 			if !deadline.IsZero() && !due.Before(deadline) {
 				return
 			}

@@ -130,14 +130,23 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 		stop:     make(chan struct{}),
 		runDone:  make(chan struct{}),
 	}
+	if in.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(in.InstanceID))
+	}
+	if in.ReadCommitted {
+		// Records of aborted transactions never reach the inbox. Off by
+		// default, as in Kafka's own consumer: see RATIONALE-source.md.
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	if in.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(in.SessionTimeout))
+	}
 	opts = append(opts,
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(in.Topics...),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// Records of aborted transactions never reach the inbox.
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			log.Info("partitions assigned", "group", group, "partitions", fmtPartitions(m))
 		}),
