@@ -190,10 +190,10 @@ type PluginLimits struct {
 
 // Inbox is an inbox "<name>" block.
 type Inbox struct {
-	Name     string
-	From     string   // "kafka.main" or "nats.local"
-	Topics   []string // Kafka
-	Group    string   // Kafka
+	Name   string
+	From   string   // "kafka.main" or "nats.local"
+	Topics []string // Kafka
+	Group  string   // Kafka
 	// InstanceID makes this router a static member of the Kafka group
 	// (KIP-345): restarted, it takes its partitions back at once instead
 	// of waiting for the group to notice the old member is gone. Unique
@@ -205,10 +205,10 @@ type Inbox struct {
 	// ReadCommitted reads only committed records of transactional
 	// producers (Kafka's isolation.level=read_committed); default off.
 	ReadCommitted bool
-	Subject  string   // NATS
-	Durable  string   // NATS
-	TTL      time.Duration
-	IDHeader string
+	Subject       string // NATS
+	Durable       string // NATS
+	TTL           time.Duration
+	IDHeader      string
 	// MissingID is what to do with a message without an id header:
 	// "derive" (default: store it under an id derived from its content,
 	// with a warning) or "reject" (acknowledge and drop it, audited).
