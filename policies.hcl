@@ -200,6 +200,11 @@ event "demo.greeting" {
 #   group     = "edge-1"    # routers sharing a group split the partitions; default: the inbox name
 #   ttl       = "24h"
 #   id_header = "ce_id"     # "ce-id" for NATS
+#   missing_id = "derive"   # a message without an id: "derive" one from its content, or "reject" it (audited)
+#   instance_id     = "edge-1-payments" # Kafka static membership: a restarted router takes its partitions back at once
+#   session_timeout = "45s"             # how long the group waits for a member that stopped answering
+#   read_committed  = false             # true: skip records of aborted transactions
+#   # plugins = ["..."]     # an inbox runs only the plugins it names
 #   deliver {
 #     url     = "unix:///run/payments.sock/events" # or http(s)://...; leave deliver out to pull
 #     timeout = "10s"
