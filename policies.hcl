@@ -72,6 +72,11 @@ nats "local" {
   host     = "127.0.0.1"
   port     = 4222 # -1 picks a free port
   # store_dir = "./data/nats"  # JetStream files; default: next to storage.path
+  # JetStream acks a message once it is written to the OS and fsyncs every
+  # 2 minutes: an acked message survives a crash of the router, not a power
+  # loss. sync_always = true fsyncs before every ack (about 6x slower here:
+  # BENCHMARKS.md).
+  sync_always = false
 
   jetstream       = true # false publishes with core NATS: at most once
   max_pending     = 4096 # in-flight asynchronous publishes

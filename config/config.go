@@ -122,13 +122,17 @@ type Route struct {
 
 // NATS is a nats "<name>" block.
 type NATS struct {
-	Name      string
-	URL       string // external server; "" with Embedded
-	Embedded  bool   // run an in-process nats-server with JetStream
-	Host      string // embedded: listen host; default "127.0.0.1"
-	Port      int    // embedded: listen port; default 4222; -1 = random
-	StoreDir  string // embedded: JetStream store; default <data dir>/nats
-	JetStream bool   // publish through JetStream (default true); false = core NATS, at most once
+	Name     string
+	URL      string // external server; "" with Embedded
+	Embedded bool   // run an in-process nats-server with JetStream
+	Host     string // embedded: listen host; default "127.0.0.1"
+	Port     int    // embedded: listen port; default 4222; -1 = random
+	StoreDir string // embedded: JetStream store; default <data dir>/nats
+	// SyncAlways makes the embedded server fsync every stored message
+	// before it acks (JetStream's sync_interval: always). Off, an acked
+	// message survives a crash of the process, not of the machine.
+	SyncAlways bool
+	JetStream  bool // publish through JetStream (default true); false = core NATS, at most once
 	// MaxPending bounds in-flight async publishes; default 4096.
 	MaxPending int
 	// PublishTimeout bounds one batch publish; default 10s.

@@ -138,7 +138,7 @@ var (
 	pollingSchema = schema("type min max multiplier")
 	backoffSchema = schema("enabled delay multiplier")
 	routeSchema   = schema("to subject topic")
-	natsSchema    = schema("url embedded host port store_dir jetstream max_pending publish_timeout",
+	natsSchema    = schema("url embedded host port store_dir sync_always jetstream max_pending publish_timeout",
 		block("stream", "name"))
 	streamSchema = schema("subjects storage replicas max_age duplicates")
 	kafkaSchema  = schema("brokers client_id compression linger max_record_bytes idempotent publish_timeout",
@@ -438,6 +438,7 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 	c := d.content(b.Body, natsSchema)
 	d.str(c.Attributes["url"], &n.URL)
 	d.boolean(c.Attributes["embedded"], &n.Embedded)
+	d.boolean(c.Attributes["sync_always"], &n.SyncAlways)
 	d.str(c.Attributes["host"], &n.Host)
 	d.integer(c.Attributes["port"], &n.Port, -1, 65535)
 	d.str(c.Attributes["store_dir"], &n.StoreDir)

@@ -97,6 +97,7 @@ type crashRouter struct {
 	socket   string
 	logPath  string
 	natsPort int
+	logLevel string // the router's -log-level; default warn
 	client   *http.Client
 
 	cmd      *exec.Cmd
@@ -122,6 +123,7 @@ func newCrashRouter(t *testing.T, dupWindow time.Duration) *crashRouter {
 		socket:   filepath.Join(sockDir, "r.sock"),
 		logPath:  filepath.Join(dir, "router.log"),
 		natsPort: freePort(t),
+		logLevel: "warn",
 	}
 	cfg := fmt.Sprintf(`
 listen { socket = %q }
@@ -181,7 +183,7 @@ func (r *crashRouter) start() {
 	r.starts++
 	fmt.Fprintf(logf, "=== start %d at %s\n", r.starts, time.Now().Format(time.RFC3339Nano))
 	begin := time.Now()
-	cmd := exec.Command(r.bin, "run", "-config", r.config, "-log-level", "warn")
+	cmd := exec.Command(r.bin, "run", "-config", r.config, "-log-level", r.logLevel)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()

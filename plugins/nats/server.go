@@ -75,6 +75,7 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 		Port:       cfg.Port,
 		JetStream:  true,
 		StoreDir:   storeDir,
+		SyncAlways: cfg.SyncAlways,
 		// The router owns the process's signals.
 		NoSigs: true,
 		Debug:  logger.IsTrace(),
