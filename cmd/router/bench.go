@@ -20,6 +20,7 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // BenchCommand loads a running router over its socket.
@@ -43,7 +44,11 @@ type benchOptions struct {
 	E2E         bool          `json:"e2e"`
 	NATSURL     string        `json:"nats_url,omitempty"`
 	Subject     string        `json:"subject,omitempty"`
-	Drain       time.Duration `json:"drain_ns,omitempty"`
+	// KafkaBrokers, with -e2e, consumes Topic from Kafka instead of
+	// subscribing to Subject on NATS.
+	KafkaBrokers []string      `json:"kafka_brokers,omitempty"`
+	Topic        string        `json:"topic,omitempty"`
+	Drain        time.Duration `json:"drain_ns,omitempty"`
 }
 
 func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
@@ -61,9 +66,11 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Second, "per-request timeout")
 	fs.StringVar(&o.Output, "o", "text", "report format: text or json")
 	fs.StringVar(&o.FsyncProbe, "fsync-probe", "", "before the load, measure the raw fsync rate (4 KiB write + fdatasync) of the disk holding this directory")
-	fs.BoolVar(&o.E2E, "e2e", false, "also measure end to end: subscribe to -subject and time each event from POST to delivery")
+	fs.BoolVar(&o.E2E, "e2e", false, "also measure end to end: subscribe to -subject on NATS (or consume -topic with -kafka-brokers) and time each event from POST to delivery")
 	fs.StringVar(&o.NATSURL, "nats-url", "nats://127.0.0.1:4222", "with -e2e: the NATS server the router publishes to")
 	fs.StringVar(&o.Subject, "subject", "", "with -e2e: the subject to subscribe to (default: the event type)")
+	brokers := fs.String("kafka-brokers", "", "with -e2e: consume -topic from these Kafka brokers (comma-separated host:port) instead of subscribing on NATS")
+	fs.StringVar(&o.Topic, "topic", "", "with -e2e and -kafka-brokers: the topic to consume (default: the event type)")
 	fs.DurationVar(&o.Drain, "drain", 30*time.Second, "with -e2e: after the load, how long to wait without progress for outstanding events")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -83,11 +90,22 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	if o.Requests == 0 && o.Duration == 0 {
 		o.Duration = 10 * time.Second
 	}
-	if o.Subject == "" {
-		o.Subject = o.Type
+	if *brokers != "" {
+		o.KafkaBrokers = strings.Split(*brokers, ",")
 	}
-	if !o.E2E {
-		o.NATSURL, o.Subject, o.Drain = "", "", 0
+	switch {
+	case !o.E2E:
+		o.NATSURL, o.Subject, o.KafkaBrokers, o.Topic, o.Drain = "", "", nil, "", 0
+	case len(o.KafkaBrokers) > 0:
+		o.NATSURL, o.Subject = "", ""
+		if o.Topic == "" {
+			o.Topic = o.Type
+		}
+	default:
+		o.Topic = ""
+		if o.Subject == "" {
+			o.Subject = o.Type
+		}
 	}
 	return o, nil
 }
@@ -120,7 +138,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if o.E2E {
-		tr, err := subscribe(o.NATSURL, o.Subject)
+		tr, err := newTracker(ctx, o)
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
@@ -369,12 +387,12 @@ func errorClass(status int, err error) string {
 	return s
 }
 
-// e2eTracker pairs each acknowledged event with its message on the
-// subject, whichever comes first: the message can arrive before the POST's
-// response.
+// e2eTracker pairs each acknowledged event with its message on the NATS
+// subject or the Kafka topic, whichever comes first: the message can arrive
+// before the POST's response.
 type e2eTracker struct {
-	nc  *natsgo.Conn
-	sub *natsgo.Subscription
+	stop  func() // no more messages after it returns
+	close func()
 
 	mu       sync.Mutex
 	pending  map[string]time.Time // acknowledged, not received yet: POST start
@@ -384,32 +402,93 @@ type e2eTracker struct {
 	progress chan struct{}
 }
 
-func subscribe(url, subject string) (*e2eTracker, error) {
-	nc, err := natsgo.Connect(url, natsgo.Name("switchyard-bench"))
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", url, err)
-	}
+// newTracker starts receiving o's messages: from -kafka-brokers if set,
+// else from NATS. Messages published before it returns are not counted.
+func newTracker(ctx context.Context, o *benchOptions) (*e2eTracker, error) {
 	t := &e2eTracker{
-		nc:       nc,
 		pending:  map[string]time.Time{},
 		early:    map[string]time.Time{},
 		progress: make(chan struct{}, 1),
 	}
-	t.sub, err = nc.Subscribe(subject, func(m *natsgo.Msg) { t.received(m.Header.Get("ce-id"), time.Now()) })
+	var err error
+	if len(o.KafkaBrokers) > 0 {
+		err = t.consumeKafka(ctx, o.KafkaBrokers, o.Topic)
+	} else {
+		err = t.subscribeNATS(o.NATSURL, o.Subject)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// subscribeNATS takes the messages of a core NATS subscription; the router
+// sets the event id in the ce-id header.
+func (t *e2eTracker) subscribeNATS(url, subject string) error {
+	nc, err := natsgo.Connect(url, natsgo.Name("switchyard-bench"))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", url, err)
+	}
+	sub, err := nc.Subscribe(subject, func(m *natsgo.Msg) { t.received(m.Header.Get("ce-id"), time.Now()) })
 	if err == nil {
-		err = t.sub.SetPendingLimits(-1, -1)
+		err = sub.SetPendingLimits(-1, -1)
 	}
 	if err == nil {
 		err = nc.Flush() // the subscription is in place before the first POST
 	}
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("subscribe to %s: %w", subject, err)
+		return fmt.Errorf("subscribe to %s: %w", subject, err)
 	}
-	return t, nil
+	t.stop = func() { sub.Unsubscribe() }
+	t.close = nc.Close
+	return nil
 }
 
-func (t *e2eTracker) close() { t.nc.Close() }
+// consumeKafka consumes every partition of topic from the first record
+// produced from now on (found by timestamp, so the consumer need not have
+// its offsets before the first POST); the router sets the event id in the
+// ce_id header. A consumer sees a record only once the broker has
+// acknowledged it (up to the high watermark).
+func (t *e2eTracker) consumeKafka(ctx context.Context, brokers []string, topic string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("switchyard-bench"),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().UnixMilli())))
+	if err != nil {
+		return fmt.Errorf("kafka %v: %w", brokers, err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := cl.Ping(pingCtx); err != nil {
+		cl.Close()
+		return fmt.Errorf("kafka %v: %w", brokers, err)
+	}
+	pollCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for pollCtx.Err() == nil {
+			fetches := cl.PollFetches(pollCtx)
+			if fetches.IsClientClosed() {
+				return
+			}
+			now := time.Now()
+			fetches.EachRecord(func(r *kgo.Record) {
+				for _, h := range r.Headers {
+					if h.Key == "ce_id" {
+						t.received(string(h.Value), now)
+						return
+					}
+				}
+			})
+		}
+	}()
+	t.stop = func() {
+		stop()
+		<-done
+	}
+	t.close = cl.Close
+	return nil
+}
 
 func (t *e2eTracker) sent(ids []string, start time.Time) {
 	t.mu.Lock()
@@ -476,7 +555,7 @@ func (t *e2eTracker) wait(ctx context.Context, start time.Time, drain time.Durat
 		}
 		break
 	}
-	t.sub.Unsubscribe()
+	t.stop()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := &e2eReport{
@@ -532,6 +611,12 @@ func (r *benchReport) writeHeader(w io.Writer) {
 	}
 	fmt.Fprintf(w, "switchyard bench: %s, %d clients, batch %d, %s, %d-byte data, type %s, socket %s\n",
 		limit, o.Concurrency, o.Batch, mode, o.DataBytes, o.Type, o.Socket)
+	switch {
+	case len(o.KafkaBrokers) > 0:
+		fmt.Fprintf(w, "end to end    Kafka topic %s on %s\n", o.Topic, strings.Join(o.KafkaBrokers, ","))
+	case o.E2E:
+		fmt.Fprintf(w, "end to end    NATS subject %s on %s\n", o.Subject, o.NATSURL)
+	}
 }
 
 func (r *benchReport) writeProbe(w io.Writer) {

@@ -221,6 +221,40 @@ inbox "in" {
 	if !strings.Contains(body, `"reason"`) {
 		t.Fatalf("no dropped redelivery in the audit: %s", body)
 	}
+	// Once a delivery is committed it is never made again: two more kills
+	// and restarts (Kafka replays whatever offsets were not committed) add
+	// no delivery at all.
+	drainInbox(t, r, "inbox:in")
+	before := svc.snapshot()
+	for range 2 {
+		r.kill()
+		r.start()
+		time.Sleep(time.Second)
+	}
+	after := svc.snapshot()
+	for id, k := range after {
+		if k != before[id] {
+			t.Errorf("%s delivered again after its delivery was committed: %d → %d", id, before[id], k)
+		}
+	}
+}
+
+// drainInbox waits until an inbox's queue has nothing pending or in process.
+func drainInbox(t *testing.T, r *crashRouter, queue string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		body := get(t, r.client, "/v1/stats")
+		i := strings.Index(body, `"type": "`+queue+`"`)
+		if i >= 0 && strings.Contains(body[i:min(len(body), i+200)], `"pending": 0,`) &&
+			strings.Contains(body[i:min(len(body), i+200)], `"in_process": 0,`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("inbox not drained: %s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Three routers in one Kafka consumer group split the partitions; one is
