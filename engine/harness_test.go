@@ -65,7 +65,14 @@ func (c *clock) Advance(d time.Duration) {
 // newHarness starts everything for policies (HCL appended to natsBlock).
 // With fake, the engine runs on a fake clock and is not opened: the test
 // steps its loops with Poll.
-func newHarness(t testing.TB, policies string, fake bool, extra ...engine.Sink) *harness {
+// harnessOption adjusts the engine's options.
+type harnessOption func(*engine.Options)
+
+func withPlugins(p ...engine.Plugin) harnessOption {
+	return func(o *engine.Options) { o.Plugins = append(o.Plugins, p...) }
+}
+
+func newHarness(t testing.TB, policies string, fake bool, extra ...any) *harness {
 	t.Helper()
 	cfg, err := config.Parse([]byte(natsBlock+policies), "test.hcl")
 	if err != nil {
@@ -79,7 +86,16 @@ func newHarness(t testing.TB, policies string, fake bool, extra ...engine.Sink) 
 		h.clock = &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 		opts.Now = h.clock.Now
 	}
-	h.eng, err = engine.New(h.db, cfg, append([]engine.Sink{h.sink}, extra...), opts)
+	sinks := []engine.Sink{h.sink}
+	for _, x := range extra {
+		switch x := x.(type) {
+		case engine.Sink:
+			sinks = append(sinks, x)
+		case harnessOption:
+			x(&opts)
+		}
+	}
+	h.eng, err = engine.New(h.db, cfg, sinks, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +152,19 @@ func portOf(url string) int {
 		}
 	}
 	return port
+}
+
+// ingestEvent stores one event as given and returns its id.
+func (h *harness) ingestEvent(ev storage.Event) string {
+	h.t.Helper()
+	req := &engine.IngestRequest{
+		Tenant: "default", Events: []engine.IngestEvent{{Event: ev}},
+		Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+	}
+	if _, err := h.eng.Ingest(context.Background(), req); err != nil {
+		h.t.Fatal(err)
+	}
+	return ev.ID
 }
 
 // ingest stores n events of type typ and returns their ids.

@@ -1,0 +1,74 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// funcPlugin is a plugin written in Go for the engine's own tests (the
+// WebAssembly host has its own, in plugins/wasm and cmd/router).
+type funcPlugin struct {
+	name string
+	fn   func(ev *storage.Event) ([]engine.PluginOutput, error)
+}
+
+func (p funcPlugin) Name() string { return p.name }
+func (p funcPlugin) Handle(_ context.Context, ev *storage.Event) ([]engine.PluginOutput, error) {
+	return p.fn(ev)
+}
+
+// A chain's outputs go to their own destinations or the type's routes; a
+// destination naming a sink that is not configured is a reject (DLQ at
+// once, with the reason); outputs split from one event get distinct
+// Nats-Msg-Ids.
+func TestPluginChainDestinations(t *testing.T) {
+	split := funcPlugin{name: "split", fn: func(ev *storage.Event) ([]engine.PluginOutput, error) {
+		if ev.Subject == "bad" {
+			return []engine.PluginOutput{{Destination: "kafka.nope:x", Event: *ev}}, nil
+		}
+		var outs []engine.PluginOutput
+		for i := range 3 {
+			o := engine.PluginOutput{Event: *ev}
+			o.Event.Data = []byte(fmt.Sprint(i))
+			if i == 2 {
+				o.Destination = "nats.local:t.direct"
+			}
+			outs = append(outs, o)
+		}
+		return outs, nil
+	}}
+	h := newHarness(t, `
+plugin "split" { wasm = "unused.wasm" }
+event "t.chain" {
+  plugins = ["split"]
+  route {
+    to      = "nats.local"
+    subject = "t.routed"
+  }
+}
+`, true, withPlugins(split))
+	ok := h.ingest("t.chain", 1)[0]
+	bad := h.ingestEvent(storage.Event{ID: "bad-1", Type: "t.chain", Source: "/t", SpecVersion: "1.0", Subject: "bad"})
+	if _, err := h.eng.Loop("t.chain").Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rec := h.record(ok); rec.State != storage.StateDelivered || len(rec.Outputs) != 3 {
+		t.Fatalf("split event: %s, outputs %+v", rec.State, rec.Outputs)
+	}
+	bySubject := map[string][]string{}
+	for _, m := range h.streamMessages() {
+		bySubject[m.Subject] = append(bySubject[m.Subject], m.Header.Get("Nats-Msg-Id")+"="+string(m.Data))
+	}
+	if got := fmt.Sprint(bySubject["t.routed"], bySubject["t.direct"]); got != fmt.Sprintf("[%s=0 %s-1=1] [%s-2=2]", ok, ok, ok) {
+		t.Fatalf("outputs: %s", got)
+	}
+	rec := h.record(bad)
+	if rec.State != storage.StateDLQ || rec.Attempts != 1 || !strings.Contains(rec.LastError, `sink "kafka.nope"`) {
+		t.Fatalf("unknown destination: %s attempts %d %q", rec.State, rec.Attempts, rec.LastError)
+	}
+}
