@@ -35,6 +35,8 @@ listen {
   #   ]}
   # tokens_file = "./tokens.json"
 
+  # pprof = "127.0.0.1:6060" # Go's CPU and heap profiles, for performance work
+
   max_body  = "1MiB" # largest request body
   max_batch = 1000   # most events in one batch request
 }

@@ -63,6 +63,9 @@ type Listen struct {
 	TokensFile string // bearer tokens for the TCP listener
 	MaxBody    int64  // bytes; default 1 MiB
 	MaxBatch   int    // events per batch request; default 1000
+	// Pprof, if set, serves net/http/pprof on this TCP address (keep it on
+	// loopback): CPU and heap profiles of a running router.
+	Pprof string
 }
 
 // Storage is the storage block: the bbolt data file.

@@ -133,7 +133,7 @@ var (
 		block("listen"), block("storage"), block("idempotency"), block("outbox"), block("dlq"),
 		block("nats", "name"), block("kafka", "name"), block("plugin", "name"),
 		block("defaults"), block("event", "type"), block("inbox", "name"))
-	listenSchema  = schema("socket http tokens_file max_body max_batch")
+	listenSchema  = schema("socket http tokens_file max_body max_batch pprof")
 	policySchema  = schema(policyAttrs, block("polling"), block("backoff"), block("route"))
 	pollingSchema = schema("type min max multiplier")
 	backoffSchema = schema("enabled delay multiplier")
@@ -338,6 +338,7 @@ func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	d.str(c.Attributes["socket"], &l.Socket)
 	d.str(c.Attributes["http"], &l.HTTP)
 	d.str(c.Attributes["tokens_file"], &l.TokensFile)
+	d.str(c.Attributes["pprof"], &l.Pprof)
 	d.size(c.Attributes["max_body"], &l.MaxBody)
 	d.integer(c.Attributes["max_batch"], &l.MaxBatch, 1, math.MaxInt)
 	// DESIGN §4: the TCP listener always requires a bearer token.

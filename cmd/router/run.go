@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,7 @@ type RunCommand struct {
 	natsServers []*natsplugin.Server
 	wasm        *wasm.Runtime // nil without plugins
 	plugins     []engine.Plugin
+	pprof       *http.Server // listen { pprof }; nil when off
 	sources     []engine.Source
 	sourcesCtx  context.Context // ends when Close begins
 	stopSources context.CancelFunc
@@ -210,6 +212,11 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	if ln != nil {
 		c.log.Info("serving the API on the socket systemd passed", "addr", ln.Addr().String())
 	}
+	if cfg.Listen.Pprof != "" {
+		if err := c.servePprof(cfg.Listen.Pprof); err != nil {
+			return err
+		}
+	}
 	c.api = api.New(eng, cfg.Listen, api.Options{Logger: c.log, Gatherer: reg, Registerer: reg, Ready: c.ready, Listener: ln})
 	return c.api.Open()
 }
@@ -294,6 +301,9 @@ func (c *RunCommand) ready(ctx context.Context) map[string]error {
 // data file.
 func (c *RunCommand) Close(ctx context.Context) error {
 	var errs []error
+	if c.pprof != nil {
+		c.pprof.Close()
+	}
 	if c.api != nil {
 		errs = append(errs, c.api.Close(ctx))
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -194,4 +195,21 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+func TestPprofListener(t *testing.T) {
+	path, sock := writeConfig(t, "")
+	port := freePort(t)
+	src := strings.Replace(mustRead(t, path), fmt.Sprintf("listen  { socket = %q }", sock),
+		fmt.Sprintf("listen {\n  socket = %q\n  pprof  = \"127.0.0.1:%d\"\n}", sock, port), 1)
+	os.WriteFile(path, []byte(src), 0o600)
+	runRouter(t, path, sock)
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("pprof index: %d", resp.StatusCode)
+	}
 }
