@@ -63,7 +63,7 @@ var _ engine.Source = (*Source)(nil)
 // consumer rewinds to the batch's first offset per partition, so the same
 // records come again after a backoff (the inbox drops what it stored
 // already). A new group starts at the earliest offset. See
-// RATIONALE-source.md.
+// RATIONALE.md.
 type Source struct {
 	name     string // the inbox's name
 	sink     string // "kafka.<block name>"
@@ -135,7 +135,7 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 	}
 	if in.ReadCommitted {
 		// Records of aborted transactions never reach the inbox. Off by
-		// default, as in Kafka's own consumer: see RATIONALE-source.md.
+		// default, as in Kafka's own consumer: see RATIONALE.md.
 		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
 	if in.SessionTimeout > 0 {
