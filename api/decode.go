@@ -364,3 +364,21 @@ func requestDigest(h http.Header, body []byte) []byte {
 	d.Write(body)
 	return d.Sum(nil)
 }
+
+// DecodeEvent decodes one CloudEvent in the JSON format, with the checks
+// ingest makes, and fills in what the router assigns (a UUIDv7 id, the
+// time). `router plugin test` reads its input event with it.
+func DecodeEvent(body []byte) (storage.Event, error) {
+	in, err := decodeStructured(body)
+	if err != nil {
+		return storage.Event{}, err
+	}
+	finish(&in, time.Now)
+	return in.Event, nil
+}
+
+// EncodeEvent renders an event in the CloudEvents JSON format (the pull
+// subscription's messages, `router plugin test`'s outputs): data as JSON
+// when its content type is JSON, as a string when it is UTF-8 text, else as
+// data_base64.
+func EncodeEvent(ev *storage.Event) map[string]any { return structuredEvent(ev) }

@@ -3,24 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"mime"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
@@ -344,66 +341,16 @@ type testOutput struct {
 	Event       json.RawMessage `json:"event"`
 }
 
-// cloudEventJSON writes ev as a structured CloudEvent: context attributes
-// first, then the extensions, then data (JSON as JSON, other text as a
-// string, anything else as data_base64).
+// cloudEventJSON writes ev as a structured CloudEvent, as the API does.
 func cloudEventJSON(ev *storage.Event) json.RawMessage {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	n := 0
-	field := func(name string, v any) {
-		if n > 0 {
-			b.WriteByte(',')
-		}
-		n++
-		k, _ := json.Marshal(name)
-		val, _ := json.Marshal(v)
-		b.Write(k)
-		b.WriteByte(':')
-		b.Write(val)
-	}
-	str := func(name, v string) {
-		if v != "" {
-			field(name, v)
-		}
-	}
-	str("specversion", ev.SpecVersion)
-	str("id", ev.ID)
-	str("source", ev.Source)
-	str("type", ev.Type)
-	str("subject", ev.Subject)
-	if !ev.Time.IsZero() {
-		str("time", ev.Time.UTC().Format(time.RFC3339Nano))
-	}
-	str("datacontenttype", ev.DataContentType)
-	str("dataschema", ev.DataSchema)
-	for _, h := range ev.Extensions {
-		field(h.Name, h.Value)
-	}
-	switch {
-	case ev.Data == nil:
-	case isJSONType(ev.DataContentType) && json.Valid(ev.Data):
-		field("data", json.RawMessage(ev.Data))
-	case utf8.Valid(ev.Data):
-		field("data", string(ev.Data))
-	default:
-		field("data_base64", base64.StdEncoding.EncodeToString(ev.Data))
-	}
-	b.WriteByte('}')
-	return b.Bytes()
-}
-
-func isJSONType(ct string) bool {
-	if ct == "" {
-		return true
-	}
-	media, _, _ := mime.ParseMediaType(ct)
-	return media == "application/json" || media == "text/json" || strings.HasSuffix(media, "+json")
+	b, _ := json.Marshal(api.EncodeEvent(ev))
+	return b
 }
 
 // parseCloudEvent reads one structured-mode CloudEvent, leniently: what a
-// test event leaves out gets a default (specversion 1.0, id "test-1",
-// source "/router/plugin-test", type "test", time now).
+// test event leaves out of the required attributes gets a default
+// (specversion 1.0, id "test-1", source "/router/plugin-test", type "test");
+// the rest is checked as ingest checks it (api.DecodeEvent).
 func parseCloudEvent(src []byte) (*storage.Event, error) {
 	src = bytes.TrimSpace(src)
 	if len(src) == 0 {
@@ -413,89 +360,20 @@ func parseCloudEvent(src []byte) (*storage.Event, error) {
 		return nil, errors.New("a batch (JSON array): test one event per run")
 	}
 	var m map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(src))
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
+	if err := json.Unmarshal(src, &m); err != nil {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
-	ev := &storage.Event{SpecVersion: "1.0", ID: "test-1", Source: "/router/plugin-test", Type: "test"}
-	var data, data64 json.RawMessage
-	for k, v := range m {
-		switch k {
-		case "data":
-			data = v
-			continue
-		case "data_base64":
-			data64 = v
-			continue
-		}
-		var s string
-		switch t := bytes.TrimSpace(v); {
-		case string(t) == "null":
-			continue
-		case len(t) > 0 && t[0] == '"':
-			if err := json.Unmarshal(t, &s); err != nil {
-				return nil, fmt.Errorf("attribute %q: %w", k, err)
-			}
-		case len(t) > 0 && (t[0] == '{' || t[0] == '['):
-			return nil, fmt.Errorf("attribute %q must be a string, number or boolean", k)
-		default:
-			s = string(t)
-		}
-		switch k {
-		case "specversion":
-			ev.SpecVersion = s
-		case "id":
-			ev.ID = s
-		case "source":
-			ev.Source = s
-		case "type":
-			ev.Type = s
-		case "subject":
-			ev.Subject = s
-		case "datacontenttype":
-			ev.DataContentType = s
-		case "dataschema":
-			ev.DataSchema = s
-		case "time":
-			t, err := time.Parse(time.RFC3339Nano, s)
-			if err != nil {
-				return nil, fmt.Errorf("time %q is not an RFC 3339 timestamp", s)
-			}
-			ev.Time = t
-		default:
-			ev.Extensions = append(ev.Extensions, storage.Header{Name: k, Value: s})
+	for k, v := range map[string]string{"specversion": "1.0", "id": "test-1", "source": "/router/plugin-test", "type": "test"} {
+		if _, ok := m[k]; !ok {
+			m[k], _ = json.Marshal(v)
 		}
 	}
-	if ev.Time.IsZero() {
-		ev.Time = time.Now().UTC()
+	full, _ := json.Marshal(m)
+	ev, err := api.DecodeEvent(full)
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case data != nil && data64 != nil:
-		return nil, errors.New("an event has data or data_base64, not both")
-	case data64 != nil:
-		var s string
-		if err := json.Unmarshal(data64, &s); err != nil {
-			return nil, errors.New("data_base64 must be a string")
-		}
-		b, err := base64.StdEncoding.DecodeString(s)
-		if err != nil {
-			return nil, fmt.Errorf("data_base64: %w", err)
-		}
-		ev.Data = b
-	case data != nil && string(data) != "null":
-		if ev.DataContentType == "" {
-			ev.DataContentType = "application/json"
-		}
-		ev.Data = []byte(data)
-		if data[0] == '"' && !isJSONType(ev.DataContentType) {
-			var s string
-			json.Unmarshal(data, &s)
-			ev.Data = []byte(s)
-		}
-	}
-	slices.SortFunc(ev.Extensions, func(a, b storage.Header) int { return strings.Compare(a.Name, b.Name) })
-	return ev, nil
+	return &ev, nil
 }
 
 // kvFlag is a repeatable key=value flag.
