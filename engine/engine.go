@@ -347,7 +347,10 @@ func (e *Engine) Stats() ([]TypeStats, error) {
 				s.OldestPending = now.Sub(q.OldestPending)
 			}
 			if l := e.loopIfAny(t); l != nil { // never start one here: a pull inbox has none, a removed type cannot
-				s.InProcess = l.inProcess()
+				// Claimed events are still in the queue: count them once,
+				// as in_process, as GET /v1/events/{id} does.
+				s.InProcess = min(l.inProcess(), s.Pending)
+				s.Pending -= s.InProcess
 				s.PollDelay = l.currentDelay()
 			}
 			s.OldestAgeSecs = s.OldestPending.Seconds()

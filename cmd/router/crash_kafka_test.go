@@ -147,7 +147,8 @@ func produceTwice(t *testing.T, brokers []string, topic string, n int) {
 		}}
 		for range 2 {
 			wg.Add(1)
-			cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
+			copy := *rec // franz-go writes into a record it produces: one each
+			cl.Produce(context.Background(), &copy, func(_ *kgo.Record, err error) {
 				defer wg.Done()
 				if err != nil {
 					t.Error(err)
