@@ -215,6 +215,7 @@ event "demo.greeting" {
 #   deliver {
 #     url     = "unix:///run/payments.sock/events" # or http(s)://...; leave deliver out to pull
 #     timeout = "10s"
+#     concurrency = 8 # POSTs in flight to the service
 #   }
 # }
 #

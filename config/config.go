@@ -229,4 +229,6 @@ type Inbox struct {
 type Deliver struct {
 	URL     string
 	Timeout time.Duration
+	// Concurrency bounds the POSTs in flight to the service; default 8.
+	Concurrency int
 }

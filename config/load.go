@@ -151,7 +151,7 @@ var (
 	// to deliver (or to pull subscribers), not to a sink.
 	inboxSchema = schema("from topics group instance_id session_timeout read_committed subject durable ttl id_header missing_id "+policyAttrs,
 		block("deliver"), block("polling"), block("backoff"))
-	deliverSchema = schema("url timeout")
+	deliverSchema = schema("url timeout concurrency")
 )
 
 // decoder turns HCL bodies into resolved structs, collecting every
@@ -583,6 +583,7 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		dc := d.content(db.Body, deliverSchema)
 		d.str(dc.Attributes["url"], &in.Deliver.URL)
 		d.duration(dc.Attributes["timeout"], &in.Deliver.Timeout, true)
+		d.integer(dc.Attributes["concurrency"], &in.Deliver.Concurrency, 1, 1024)
 		if u := in.Deliver.URL; u != "" && !validDeliverURL(u) {
 			d.errorf(dc.Attributes["url"].Expr.Range(), "Invalid URL",
 				`%q: deliver url must be http://host/path, https://host/path or unix:///path/to.sock/path.`, u)

@@ -126,7 +126,10 @@ inbox "payments" {
   topics = ["payments"]
   group  = %q
   polling { min = "10ms" }
-  deliver { url = "unix://%s/events" }
+  deliver {
+    url         = "unix://%s/events"
+    concurrency = 16
+  }
 }
 `, kc.ListenAddrs()[0], group, svc.sock)
 	}

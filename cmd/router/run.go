@@ -166,7 +166,11 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		if in.Deliver.URL == "" {
 			continue // pulled: GET /v1/subscriptions/{name}/messages
 		}
-		sink, err := webhook.New(in, c.log)
+		var opts []webhook.Option
+		if in.Deliver.Concurrency > 0 {
+			opts = append(opts, webhook.WithConcurrency(in.Deliver.Concurrency))
+		}
+		sink, err := webhook.New(in, c.log, opts...)
 		if err != nil {
 			return fmt.Errorf("inbox %q: %w", in.Name, err)
 		}
