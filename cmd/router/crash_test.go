@@ -567,17 +567,7 @@ func TestCrashPublish(t *testing.T) {
 	acked := crashLoad(t, r, kills)
 
 	// Let the router drain: nothing pending, then every event delivered.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		pending, inProcess, err := r.typeStats()
-		if err == nil && pending == 0 && inProcess == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not drained after 60s: pending %d, in process %d, err %v", pending, inProcess, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	drain(t, r)
 	st, err := r.statuses(acked)
 	if err != nil {
 		t.Fatalf("reading statuses: %v", err)
