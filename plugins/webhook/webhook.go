@@ -65,7 +65,6 @@ type Sink struct {
 	network string // "unix" or "tcp": what Healthy dials
 	address string // socket path or host:port
 	timeout time.Duration
-	double  bool
 
 	transport *http.Transport
 	client    *http.Client
@@ -76,15 +75,8 @@ type Sink struct {
 type Option func(*options)
 
 type options struct {
-	double      bool
 	concurrency int
 }
-
-// WithDoubleSend makes every delivery happen twice: after a successful
-// POST the same request is sent again (same Idempotency-Key), and the
-// second answer is the result. It exists for the double-send test mode
-// (DESIGN §8): the receivers' state must equal a normal run's.
-func WithDoubleSend() Option { return func(o *options) { o.double = true } }
 
 // WithConcurrency sets how many POSTs the Sink has in flight at most,
 // across all Publish calls (default DefaultConcurrency).
@@ -152,7 +144,6 @@ func New(in config.Inbox, logger hclog.Logger, opts ...Option) (*Sink, error) {
 		display:   in.Deliver.URL,
 		target:    t.Request,
 		timeout:   timeout,
-		double:    o.double,
 		transport: tr,
 		client: &http.Client{
 			Transport: tr,
@@ -301,16 +292,13 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 	return res
 }
 
-// deliver sends one message (twice in double-send mode).
+// deliver sends one message. (Double-send mode is the engine's: it wraps
+// every sink, this one included.)
 func (s *Sink) deliver(ctx context.Context, m *engine.Message) engine.Result {
 	if m == nil || m.Event == nil {
 		return engine.Result{Err: engine.Permanentf("%s: message without an event", s.name)}
 	}
-	r := s.post(ctx, m)
-	if s.double && r.Err == nil {
-		r = s.post(ctx, m)
-	}
-	return r
+	return s.post(ctx, m)
 }
 
 // post makes one POST and classifies its outcome.

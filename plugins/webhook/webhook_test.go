@@ -338,26 +338,6 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	}
 }
 
-func TestDoubleSend(t *testing.T) {
-	forBoth(t, func(t *testing.T, url func(*server) string) {
-		srv := &server{}
-		s := newSink(t, url(srv), time.Second, WithDoubleSend())
-		msgs := []*engine.Message{msg("a"), msg("b"), msg("c")}
-		for _, r := range s.Publish(ctxT(t, 5*time.Second), msgs) {
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-		}
-		count := map[string]int{}
-		for _, r := range srv.requests() {
-			count[r.header.Get("Idempotency-Key")]++
-		}
-		if len(count) != 3 || count["a"] != 2 || count["b"] != 2 || count["c"] != 2 {
-			t.Fatalf("requests per key %v", count)
-		}
-	})
-}
-
 func TestConcurrencyBoundAndKeyOrder(t *testing.T) {
 	srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(20 * time.Millisecond)
