@@ -10,11 +10,6 @@ import (
 	"github.com/switchyard-router/switchyard/storage"
 )
 
-// ENOTINDLQ is the code of an operator action on an event that is not in
-// the state the action needs: retry or delete of an event that is pending
-// or delivered, resolve of one that is not dead (HTTP 409).
-const ENOTINDLQ = "not_in_dlq"
-
 // DLQ paging limits.
 const (
 	DLQPageDefault = 100

@@ -18,6 +18,7 @@ const (
 	EIDCONFLICT       = "event_id_conflict"      // the id is stored for another event
 	ENOTFOUND         = "not_found"
 	ECONFLICT         = "conflict"            // the resource is not in a state that allows this
+	ENOTINDLQ         = "not_in_dlq"          // a DLQ action on an event that is not dead (or resolved)
 	EUNAVAILABLE      = "storage_unavailable" // the data file cannot take writes
 	EUNAUTHORIZED     = "unauthorized"
 	EFORBIDDEN        = "forbidden"
