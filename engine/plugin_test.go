@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
@@ -70,5 +71,60 @@ event "t.chain" {
 	rec := h.record(bad)
 	if rec.State != storage.StateDLQ || rec.Attempts != 1 || !strings.Contains(rec.LastError, `sink "kafka.nope"`) {
 		t.Fatalf("unknown destination: %s attempts %d %q", rec.State, rec.Attempts, rec.LastError)
+	}
+}
+
+// ordering = "key": an event waits while an earlier one with the same
+// partition key is still pending (here: failing, then dead-lettered); an
+// event with another key does not wait.
+func TestOrderingByKey(t *testing.T) {
+	router := funcPlugin{name: "router", fn: func(ev *storage.Event) ([]engine.PluginOutput, error) {
+		dest := "nats.local:t.ok"
+		if ev.ID == "first" {
+			dest = "nats.local:nostream.fail" // no stream: always fails
+		}
+		return []engine.PluginOutput{{Destination: dest, Event: *ev, Key: ev.PartitionKey()}}, nil
+	}}
+	h := newHarness(t, `
+plugin "router" { wasm = "unused.wasm" }
+event "t.ord" {
+  plugins     = ["router"]
+  ordering    = "key"
+  max_retries = 1
+  backoff { delay = "10s" }
+}
+`, true, withPlugins(router))
+	key := []storage.Header{{Name: "partitionkey", Value: "k"}}
+	other := []storage.Header{{Name: "partitionkey", Value: "other"}}
+	h.ingestEvent(storage.Event{ID: "first", Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: key})
+	h.clock.Advance(time.Millisecond)
+	h.ingestEvent(storage.Event{ID: "second", Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: key})
+	h.ingestEvent(storage.Event{ID: "third", Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: other})
+	loop := h.eng.Loop("t.ord")
+	poll := func() {
+		t.Helper()
+		if _, err := loop.Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll() // first fails (retry in 10s); third is delivered; second waits
+	poll()
+	if s := h.record("second").State; s != storage.StatePending {
+		t.Fatalf("second: %s while first is pending", s)
+	}
+	if s := h.record("third").State; s != storage.StateDelivered {
+		t.Fatalf("third (another key): %s", s)
+	}
+	h.clock.Advance(11 * time.Second)
+	poll() // first fails again: max_retries reached, DLQ
+	if s := h.record("first").State; s != storage.StateDLQ {
+		t.Fatalf("first: %s", s)
+	}
+	if s := h.record("second").State; s != storage.StatePending {
+		t.Fatalf("second was claimed in the same batch as first's last try: %s", s)
+	}
+	poll() // first is no longer pending: second goes
+	if s := h.record("second").State; s != storage.StateDelivered {
+		t.Fatalf("second after first left: %s", s)
 	}
 }
