@@ -349,3 +349,47 @@ func (s *slowStore) Update(ctx context.Context, fn func(*storage.Tx) error) erro
 	<-s.gate
 	return s.Store.Update(ctx, fn)
 }
+
+// busySink answers every message "come back later" (an HTTP 429 with
+// Retry-After, as the webhook sink reports it).
+type busySink struct {
+	name  string
+	after time.Duration
+}
+
+func (s busySink) Name() string { return s.name }
+func (s busySink) Publish(_ context.Context, msgs []*engine.Message) []engine.Result {
+	r := make([]engine.Result, len(msgs))
+	for i := range r {
+		r[i] = engine.Result{Err: errors.New("429 Too Many Requests"), RetryAfter: s.after}
+	}
+	return r
+}
+func (busySink) Close(context.Context) error { return nil }
+
+// A receiver's Retry-After longer than the backoff is honoured; a shorter
+// one does not shorten the backoff.
+func TestRetryAfterIsHonoured(t *testing.T) {
+	for _, c := range []struct {
+		after, want time.Duration
+	}{{2 * time.Minute, 2 * time.Minute}, {time.Second, 10 * time.Second}} {
+		h := newHarness(t, `
+kafka "busy" { brokers = ["127.0.0.1:1"] }
+event "t.busy" {
+  route {
+    to    = "kafka.busy"
+    topic = "x"
+  }
+}
+`, true, busySink{name: "kafka.busy", after: c.after})
+		id := h.ingest("t.busy", 1)[0]
+		start := h.clock.Now()
+		if _, err := h.eng.Loop("t.busy").Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		rec := h.record(id)
+		if got := rec.NextAttemptAt.Sub(start); rec.Attempts != 1 || got != c.want {
+			t.Errorf("Retry-After %v: next attempt in %v (attempts %d), want %v", c.after, got, rec.Attempts, c.want)
+		}
+	}
+}
