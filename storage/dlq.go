@@ -220,30 +220,11 @@ func (tx *Tx) RetryDeadLetter(r *Record, now time.Time, orderByKey bool) error {
 	if err := tx.unindexDead(r); err != nil {
 		return err
 	}
-	seq, err := tx.nextSeq()
-	if err != nil {
-		return err
-	}
-	r.QueueSeq = seq
-	r.State = StatePending
 	r.Attempts = 0
 	r.LastError = ""
 	r.NextAttemptAt = now
 	r.UpdatedAt = now
-	if err := tx.putEvent(r); err != nil {
-		return err
-	}
-	if err := tx.enqueue(r); err != nil {
-		return err
-	}
-	if pk := r.Event.PartitionKey(); orderByKey && pk != "" {
-		keys, err := tx.sub(bucketKeys, r.QueueName())
-		if err != nil {
-			return err
-		}
-		return keys.Put(partitionKey(pk, r.QueueSeq), []byte(r.Key()))
-	}
-	return nil
+	return tx.makePending(r, orderByKey)
 }
 
 // ResolveDeadLetter marks a dead letter resolved: it leaves the DLQ index

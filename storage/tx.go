@@ -105,15 +105,22 @@ func (tx *Tx) InsertEvent(r *Record, orderByKey bool) error {
 	if events.Get([]byte(r.Key())) != nil {
 		return ErrExists
 	}
+	if r.NextAttemptAt.IsZero() {
+		r.NextAttemptAt = r.CreatedAt
+	}
+	return tx.makePending(r, orderByKey)
+}
+
+// makePending gives r a new queue sequence, stores it as pending and puts
+// it in its queue (and, with orderByKey, in its key's line): the one way a
+// record enters a queue, new or retried from the DLQ.
+func (tx *Tx) makePending(r *Record, orderByKey bool) error {
 	seq, err := tx.nextSeq()
 	if err != nil {
 		return err
 	}
 	r.QueueSeq = seq
 	r.State = StatePending
-	if r.NextAttemptAt.IsZero() {
-		r.NextAttemptAt = r.CreatedAt
-	}
 	if err := tx.putEvent(r); err != nil {
 		return err
 	}
