@@ -136,22 +136,29 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 
 	var resp *Response
 	outcomes := make([]Outcome, len(req.Events))
-	err := e.store.View(func(tx *storage.Tx) error {
-		var err error
-		resp, err = req.lookup(tx, now, outcomes)
-		return err
-	})
-	if err != nil {
-		return nil, unavailable(err)
+	for i := range req.Events {
+		outcomes[i].ID = req.Events[i].Event.ID
 	}
-	if resp != nil {
-		return resp, nil
+	// Only a request with a scope can have been seen before: the common
+	// case (no key, router-assigned ids) skips the read transaction.
+	if len(scopes) > 0 {
+		err := e.store.View(func(tx *storage.Tx) error {
+			var err error
+			resp, err = req.lookup(tx, now, outcomes)
+			return err
+		})
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		if resp != nil {
+			return resp, nil
+		}
 	}
 
 	r := req.Render(outcomes)
 	resp = &r
 	types := make(map[string]int, 1)
-	err = e.store.Update(ctx, func(tx *storage.Tx) error {
+	err := e.store.Update(ctx, func(tx *storage.Tx) error {
 		for i := range req.Events {
 			if outcomes[i].Duplicate {
 				continue
@@ -256,7 +263,6 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 	dups := 0
 	for i := range req.Events {
 		ev := &req.Events[i]
-		outcomes[i].ID = ev.Event.ID
 		if !ev.ClientID {
 			continue
 		}
