@@ -42,27 +42,21 @@ func readTopic(t *testing.T, brokers []string, topic string, want int) (ids map[
 	ids = map[string]int{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for len(ids) < want && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-			records++
-			for _, h := range r.Headers {
-				if h.Key == "ce_id" {
-					ids[string(h.Value)]++
-				}
-			}
-		})
-	}
-	// Anything still buffered after the last id arrived.
-	tail, cancelTail := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancelTail()
-	cl.PollFetches(tail).EachRecord(func(r *kgo.Record) {
+	count := func(r *kgo.Record) {
 		records++
 		for _, h := range r.Headers {
 			if h.Key == "ce_id" {
 				ids[string(h.Value)]++
 			}
 		}
-	})
+	}
+	for len(ids) < want && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(count)
+	}
+	// Anything still buffered after the last id arrived.
+	tail, cancelTail := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancelTail()
+	cl.PollFetches(tail).EachRecord(count)
 	return ids, records
 }
 
