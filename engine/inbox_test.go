@@ -173,3 +173,32 @@ func TestClaims(t *testing.T) {
 		t.Error("at-most-once id claimed twice")
 	}
 }
+
+// A message without an id: stored under its derived id by default,
+// dropped (and audited) with missing_id = "reject".
+func TestReceiveMissingID(t *testing.T) {
+	for _, c := range []struct {
+		policy       string
+		stored, skip int
+	}{{"", 1, 0}, {`missing_id = "reject"`, 0, 1}} {
+		h := newHarness(t, `
+inbox "pay" {
+  from    = "nats.local"
+  subject = "t.pay"
+  `+c.policy+`
+}
+`, true)
+		msgs := inbound("sha256-abc")
+		msgs[0].IDDerived = true
+		res, err := h.eng.Receive(context.Background(), "pay", msgs)
+		if err != nil || res.Stored != c.stored || res.Skipped != c.skip {
+			t.Fatalf("%q: %+v %v", c.policy, res, err)
+		}
+		if c.skip > 0 {
+			skips, _ := h.eng.Skips("pay", time.Time{}, 10)
+			if len(skips) != 1 || skips[0].Reason != "no_id" {
+				t.Fatalf("audit: %+v", skips)
+			}
+		}
+	}
+}
