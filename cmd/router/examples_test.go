@@ -29,6 +29,8 @@ func TestExamplePluginsInTheRouter(t *testing.T) {
 		}
 		return abs
 	}
+	compilePlugins(t, ex("route-go/route.wasm"), ex("enrich-c/enrich.wasm"), ex("filter-as/filter.wasm"),
+		ex("split-rust/split.wasm"), ex("passthrough-wat/passthrough.wasm"))
 	natsPort := freePort(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 kafka "main" { brokers = [%q] }

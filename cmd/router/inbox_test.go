@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -78,34 +77,6 @@ func (s *service) waitIDs(t *testing.T, n int, timeout time.Duration) map[string
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// runRouter runs the router in process on path until the test ends (or
-// the returned stop is called).
-func runRouter(t *testing.T, path, sock string, args ...string) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	logs := &syncWriter{w: new(strings.Builder)}
-	go func() {
-		done <- NewMain(nil, io.Discard, logs).Run(ctx, append([]string{"run", "-config", path}, args...))
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("router stopped at start: %v\n%s", err, logs.w)
-	case <-healthy(socketClient(sock), 30*time.Second):
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("router: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
 }
 
 // A Kafka topic where every message is delivered twice, then a consumer

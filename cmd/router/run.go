@@ -44,8 +44,11 @@ type RunCommand struct {
 	ShutdownTimeout time.Duration
 	// DoubleSend makes every publish and delivery happen twice (tests).
 	DoubleSend bool
+	// PluginCacheDir keeps compiled plugins; "" = <data dir>/wasm-cache.
+	PluginCacheDir string
 
 	log         hclog.Logger
+	progress    *startProgress // while open runs; nil after
 	db          *storage.DB
 	natsServers []*natsplugin.Server
 	wasm        *wasm.Runtime // nil without plugins
@@ -69,6 +72,7 @@ func (c *RunCommand) ParseFlags(args []string) error {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
 	fs.BoolVar(&c.DoubleSend, "double-send", false, "test mode: make every publish and every delivery twice, to prove receivers idempotent")
+	fs.StringVar(&c.PluginCacheDir, "plugin-cache-dir", "", "where compiled plugins are kept across restarts (default <data dir>/wasm-cache)")
 	return fs.Parse(args)
 }
 
@@ -89,7 +93,14 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 			err = cerr
 		}
 	}()
-	if err := c.open(ctx, cfg); err != nil {
+	c.progress = newStartProgress(ctx, c.log)
+	err = c.open(ctx, cfg)
+	if err != nil && ctx.Err() != nil {
+		err = c.progress.cancelled(err)
+	}
+	c.progress.done()
+	c.progress = nil
+	if err != nil {
 		return err
 	}
 	c.log.Info("switchyard is running", "version", versionString(), "socket", cfg.Listen.Socket, "data", cfg.Storage.Path)
@@ -118,10 +129,12 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	})
 	reg.MustRegister(commits, commitSecs)
 
+	end := c.progress.step("opening the data file %s", cfg.Storage.Path)
 	db, err := storage.Open(cfg.Storage.Path, storage.Options{OnCommit: func(n int, took time.Duration) {
 		commits.Observe(float64(n))
 		commitSecs.Observe(took.Seconds())
 	}})
+	end()
 	if err != nil {
 		return err
 	}
@@ -138,7 +151,9 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	for _, n := range cfg.NATS {
 		url := n.URL
 		if n.Embedded {
+			end := c.progress.step("starting the embedded NATS server %q", n.Name)
 			srv, err := natsplugin.StartServer(n, dataDir, c.log.Named("nats-server"))
+			end()
 			if err != nil {
 				return fmt.Errorf("nats %q: %w", n.Name, err)
 			}
@@ -147,19 +162,24 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 			c.log.Info("embedded NATS server with JetStream", "name", n.Name, "url", url)
 		}
 		natsURLs[n.Name] = url
+		end := c.progress.step("connecting to nats %q", n.Name)
 		sink, err := natsplugin.Open(ctx, n, url, c.log)
+		end()
 		if err != nil {
 			return fmt.Errorf("nats %q: %w", n.Name, err)
 		}
 		c.sinks = append(c.sinks, sink)
 	}
 	for _, k := range cfg.Kafka {
+		end := c.progress.step("connecting to kafka %q", k.Name)
 		sink, err := kafka.Open(ctx, k, c.log)
 		if err != nil {
+			end()
 			return fmt.Errorf("kafka %q: %w", k.Name, err)
 		}
 		c.sinks = append(c.sinks, sink)
 		c.warnMissingTopics(ctx, cfg, sink)
+		end()
 	}
 
 	for _, in := range cfg.Inboxes {
@@ -197,15 +217,20 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	c.plugins = plugins
+	end = c.progress.step("starting the engine")
 	eng, err := engine.New(db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: reg, DoubleSend: c.DoubleSend, Plugins: plugins})
+	if err == nil {
+		err = eng.Open()
+	}
+	end()
 	if err != nil {
 		return err
 	}
-	if err := eng.Open(); err != nil {
-		return err
-	}
 	c.engine = eng
-	if err := c.openSources(ctx, cfg, natsURLs); err != nil {
+	end = c.progress.step("opening the inbox sources")
+	err = c.openSources(ctx, cfg, natsURLs)
+	end()
+	if err != nil {
 		return err
 	}
 
@@ -221,6 +246,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 			return err
 		}
 	}
+	defer c.progress.step("opening the API socket %s", cfg.Listen.Socket)()
 	c.api = api.New(eng, cfg.Listen, api.Options{Logger: c.log, Gatherer: reg, Registerer: reg, Ready: c.ready, Listener: ln})
 	return c.api.Open()
 }

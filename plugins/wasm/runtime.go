@@ -105,6 +105,17 @@ func NewRuntime(ctx context.Context, opts RuntimeOptions) (*Runtime, error) {
 	return rt, nil
 }
 
+// Compile compiles a module without loading it. With a CacheDir that fills
+// the compilation cache: a later Load of the same module, in this runtime or
+// another one on the same directory, does not compile it again.
+func (rt *Runtime) Compile(ctx context.Context, bin []byte) error {
+	compiled, err := rt.r.CompileModule(ctx, bin)
+	if err != nil {
+		return fmt.Errorf("not a valid WebAssembly module: %w", err)
+	}
+	return compiled.Close(ctx)
+}
+
 // Close closes every plugin instance and module of the runtime and the
 // compilation cache.
 func (rt *Runtime) Close(ctx context.Context) error {
