@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -198,19 +199,14 @@ func (s *Server) Close(ctx context.Context) error {
 	return err
 }
 
+// listenUnix creates the API socket at path. What is already there is
+// removed only when it is a unix socket that nothing answers on (a router
+// that crashed left it); anything else — a live socket, a file, a folder,
+// a link — is refused and left untouched: the path may be a mistake for
+// the data file or a folder of the user's.
 func listenUnix(path string) (net.Listener, error) {
-	if _, err := os.Stat(path); err == nil {
-		conn, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
-			conn.Close()
-			return nil, fmt.Errorf("listen %s: another process is serving on this socket", path)
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
-			return nil, fmt.Errorf("listen %s: socket exists and cannot be probed: %w", path, err)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("listen %s: remove stale socket: %w", path, err)
-		}
+	if err := removeStaleSocket(path); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	if err := os.MkdirAll(dirOf(path), 0o750); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
@@ -228,6 +224,46 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// removeStaleSocket removes path if it is a unix socket nobody serves on.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("a %s is there, not a socket; the router only ever replaces a stale socket of its own, so it leaves it untouched: move it away or set listen.socket to another path", fileKind(fi))
+	}
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		conn.Close()
+		return errors.New("another process is serving on this socket")
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("socket exists and cannot be probed: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	return nil
+}
+
+// fileKind names what a non-socket path is, for errors.
+func fileKind(fi fs.FileInfo) string {
+	switch t := fi.Mode().Type(); {
+	case t == 0:
+		return fmt.Sprintf("regular file (%d bytes)", fi.Size())
+	case t&fs.ModeDir != 0:
+		return "folder"
+	case t&fs.ModeSymlink != 0:
+		return "symbolic link"
+	default:
+		return "special file (" + t.String() + ")"
+	}
 }
 
 func dirOf(path string) string {

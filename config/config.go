@@ -71,6 +71,10 @@ type Listen struct {
 // Storage is the storage block: the bbolt data file.
 type Storage struct {
 	Path string // default "./data/router.db"
+	// PluginCache keeps compiled plugins across restarts; default
+	// <data dir>/wasm-cache (not settable in the file: `router run
+	// -plugin-cache-dir` overrides it).
+	PluginCache string
 }
 
 // Idempotency is the idempotency block.

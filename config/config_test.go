@@ -41,7 +41,7 @@ func TestBuiltinDefaults(t *testing.T) {
 	want := &Config{
 		File:        "test.hcl",
 		Listen:      Listen{Socket: "./data/router.sock", MaxBody: 1 << 20, MaxBatch: 1000},
-		Storage:     Storage{Path: "./data/router.db"},
+		Storage:     Storage{Path: "./data/router.db", PluginCache: "data/wasm-cache"},
 		Idempotency: Idempotency{Window: 24 * time.Hour},
 		Outbox:      Outbox{TTL: 24 * time.Hour},
 		DLQ:         DLQ{TTL: 168 * time.Hour},
@@ -396,6 +396,18 @@ plugin "p" { wasm = "p.wasm" }
 		{"http without tokens", "listen {\n  http = \":8080\"\n}\n", "test.hcl:2:10: Missing tokens_file"},
 		{"huge number", "plugin \"p\" {\n  wasm = \"p\"\n  config = { a = \"${1e400000000}\" }\n}\n", "test.hcl:3:21: Number out of range"},
 		{"port", "nats \"n\" {\n  embedded = true\n  port = 70000\n}\n", "test.hcl:3:10: Invalid value: port must be at most 65535"},
+		{"socket is the data file", "listen {\n  socket = \"/srv/sy/r.db\"\n}\nstorage {\n  path = \"/srv/sy/r.db\"\n}\n",
+			`test.hcl:2:12: Socket path in use: listen.socket "/srv/sy/r.db" is the path of storage.path ("/srv/sy/r.db")`},
+		{"socket is the default data file", "storage {\n  path = \"./data/router.sock\"\n}\n",
+			`test.hcl:2:10: Socket path in use: listen.socket "./data/router.sock" is the path of storage.path`},
+		{"socket inside the nats store", "listen {\n  socket = \"/srv/sy/nats/s.sock\"\n}\nstorage {\n  path = \"/srv/sy/r.db\"\n}\nnats \"n\" { embedded = true }\n",
+			`test.hcl:2:12: Socket path in use: listen.socket "/srv/sy/nats/s.sock" is inside the store_dir of nats "n"`},
+		{"socket is the tokens file", "listen {\n  socket = \"/srv/t.json\"\n  http = \"127.0.0.1:8080\"\n  tokens_file = \"/srv/t.json\"\n}\n",
+			`test.hcl:2:12: Socket path in use: listen.socket "/srv/t.json" is the path of listen.tokens_file`},
+		{"socket above the data file", "listen {\n  socket = \"/srv/sy\"\n}\nstorage {\n  path = \"/srv/sy/r.db\"\n}\n",
+			`test.hcl:2:12: Socket path in use: listen.socket "/srv/sy" is a parent folder of storage.path`},
+		{"socket is a plugin", "listen {\n  socket = \"p.wasm\"\n}\nplugin \"p\" { wasm = \"./p.wasm\" }\n",
+			`test.hcl:2:12: Socket path in use: listen.socket "p.wasm" is the path of the wasm file of plugin "p"`},
 	}
 	line := regexp.MustCompile(`^test\.hcl:\d+:\d+: \S`)
 	for _, tt := range tests {

@@ -160,6 +160,10 @@ type decoder struct {
 	diags   hcl.Diagnostics
 	sinks   map[string]bool // declared sinks: "nats.local", "kafka.main"
 	plugins map[string]bool // declared plugin names
+	// owned are the paths the router reads or writes besides its socket,
+	// with where each is set: the socket must be none of them (paths.go).
+	owned    []ownedPath
+	socketAt *hcl.Range // listen.socket, when the file sets it
 }
 
 func (d *decoder) errorf(rng hcl.Range, summary, format string, args ...any) {
@@ -269,9 +273,15 @@ func (d *decoder) root(body hcl.Body) *Config {
 	if b := d.single(c.Blocks, "listen"); b != nil {
 		d.listen(b, &cfg.Listen)
 	}
+	storageAt := body.MissingItemRange()
 	if b := d.single(c.Blocks, "storage"); b != nil {
-		d.str(d.content(b.Body, schema("path")).Attributes["path"], &cfg.Storage.Path)
+		a := d.content(b.Body, schema("path")).Attributes["path"]
+		d.str(a, &cfg.Storage.Path)
+		storageAt = attrOr(a, b.DefRange)
 	}
+	cfg.Storage.PluginCache = filepath.Join(filepath.Dir(cfg.Storage.Path), "wasm-cache")
+	d.own("storage.path", cfg.Storage.Path, false, storageAt)
+	d.own("the plugin cache", cfg.Storage.PluginCache, true, storageAt)
 	d.durationBlock(c.Blocks, "idempotency", "window", &cfg.Idempotency.Window)
 	d.durationBlock(c.Blocks, "outbox", "ttl", &cfg.Outbox.TTL)
 	d.durationBlock(c.Blocks, "dlq", "ttl", &cfg.DLQ.TTL)
@@ -322,6 +332,7 @@ func (d *decoder) root(body hcl.Body) *Config {
 			cfg.Inboxes = append(cfg.Inboxes, in)
 		}
 	}
+	d.checkSocketPath(cfg.Listen.Socket, body.MissingItemRange())
 	return cfg
 }
 
@@ -336,8 +347,14 @@ func (d *decoder) durationBlock(blocks hcl.Blocks, typ, attr string, dst *time.D
 func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	c := d.content(b.Body, listenSchema)
 	d.str(c.Attributes["socket"], &l.Socket)
+	if a := c.Attributes["socket"]; a != nil {
+		d.socketAt = a.Expr.Range().Ptr()
+	}
 	d.str(c.Attributes["http"], &l.HTTP)
 	d.str(c.Attributes["tokens_file"], &l.TokensFile)
+	if l.TokensFile != "" {
+		d.own("listen.tokens_file", l.TokensFile, false, c.Attributes["tokens_file"].Expr.Range())
+	}
 	d.str(c.Attributes["pprof"], &l.Pprof)
 	d.size(c.Attributes["max_body"], &l.MaxBody)
 	d.integer(c.Attributes["max_batch"], &l.MaxBatch, 1, math.MaxInt)
@@ -457,6 +474,9 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 	if n.Embedded && n.StoreDir == "" {
 		n.StoreDir = filepath.Join(filepath.Dir(storagePath), "nats")
 	}
+	if n.Embedded {
+		d.own(fmt.Sprintf("the store_dir of nats %q", n.Name), n.StoreDir, true, attrOr(c.Attributes["store_dir"], b.DefRange))
+	}
 
 	streams := c.Blocks.OfType("stream")
 	if len(streams) > 0 && !n.JetStream {
@@ -536,6 +556,9 @@ func (d *decoder) plugin(b *hcl.Block) Plugin {
 	}
 	c := d.content(b.Body, pluginSchema)
 	p.Wasm = d.required(c, "wasm", b, `"path/to/plugin.wasm"`)
+	if p.Wasm != "" {
+		d.own(fmt.Sprintf("the wasm file of plugin %q", p.Name), p.Wasm, false, c.Attributes["wasm"].Expr.Range())
+	}
 	d.stringMap(c.Attributes["config"], &p.Config)
 	if lb := d.single(c.Blocks, "limits"); lb != nil {
 		lc := d.content(lb.Body, limitsSchema)

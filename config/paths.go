@@ -1,0 +1,70 @@
+package config
+
+import (
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// ownedPath is a file or folder the router reads or writes.
+type ownedPath struct {
+	what string // "storage.path", `the store_dir of nats "local"`
+	path string
+	dir  bool // a folder the router fills
+	at   hcl.Range
+}
+
+func (d *decoder) own(what, path string, dir bool, at hcl.Range) {
+	d.owned = append(d.owned, ownedPath{what, path, dir, at})
+}
+
+// attrOr is where a, if set, or else fallback is in the file.
+func attrOr(a *hcl.Attribute, fallback hcl.Range) hcl.Range {
+	if a != nil {
+		return a.Expr.Range()
+	}
+	return fallback
+}
+
+// checkSocketPath refuses a socket path equal to, inside or above a path
+// the router owns. The router replaces a stale socket at its path when it
+// starts and removes the socket when it stops: at the path of the data
+// file that would destroy the data. (The router also refuses at start to
+// replace anything but a socket; this catches the mistake earlier, in
+// `router validate`.)
+func (d *decoder) checkSocketPath(socket string, fileStart hcl.Range) {
+	sock, err := filepath.Abs(socket)
+	if err != nil {
+		return
+	}
+	for _, o := range d.owned {
+		p, err := filepath.Abs(o.path)
+		if err != nil {
+			continue
+		}
+		var relation string
+		switch {
+		case p == sock:
+			relation = "is the path of"
+		case o.dir && within(sock, p):
+			relation = "is inside"
+		case within(p, sock):
+			relation = "is a parent folder of"
+		default:
+			continue
+		}
+		at := o.at
+		if d.socketAt != nil {
+			at = *d.socketAt
+		}
+		d.errorf(at, "Socket path in use",
+			"listen.socket %q %s %s (%q): the router creates and removes its socket there. Give the socket a path of its own, such as \"./data/router.sock\".",
+			socket, relation, o.what, o.path)
+	}
+}
+
+// within reports whether path is below dir.
+func within(path, dir string) bool {
+	return strings.HasPrefix(path, dir+string(filepath.Separator))
+}
