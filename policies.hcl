@@ -67,12 +67,18 @@ dlq {
 # "kafka.<name>".
 
 # An in-process NATS server with JetStream, so the router runs with nothing
-# else installed. Point url at a real server instead for production:
-#   nats "local" { url = "nats://nats.internal:4222" }
+# else installed (for production, an external server: "remote" below).
+# It admits only the router: user "switchyard" with a password the router
+# generates on first start into ./data/nats-local.password (mode 0600, next
+# to storage.path). Watch it with that password, e.g. the nats CLI:
+#   nats -s nats://127.0.0.1:4222 --user switchyard \
+#     --password "$(cat data/nats-local.password)" sub 'demo.>'
 nats "local" {
   embedded = true
   host     = "127.0.0.1"
   port     = 4222 # -1 picks a free port
+  # user          = "switchyard"                # the defaults: set both
+  # password_file = "./data/nats-local.password" # to choose your own
   # store_dir = "./data/nats"  # JetStream files; default: next to storage.path
   # JetStream acks a message once it is written to the OS and fsyncs every
   # 2 minutes: an acked message survives a crash of the router, not a power
@@ -95,6 +101,21 @@ nats "local" {
   }
 }
 
+# An external NATS server. Credentials: at most one of user with
+# password_file (or password_env), token_file (or token_env), creds_file
+# (a JWT .creds file) or nkey_seed_file. Secrets are never written here:
+# only files (mode 0600; others' read access is refused) or variables.
+# nats "remote" {
+#   url           = "tls://nats.internal:4222"
+#   user          = "edge-1"
+#   password_file = "/etc/switchyard/nats.password"
+#   tls {
+#     ca_file   = "/etc/switchyard/nats-ca.pem"
+#     # cert_file = "/etc/switchyard/nats-client.pem"    # a client certificate,
+#     # key_file  = "/etc/switchyard/nats-client-key.pem" # if the server asks
+#   }
+# }
+
 # A Kafka cluster.
 # kafka "main" {
 #   brokers          = ["127.0.0.1:9092"]
@@ -113,7 +134,7 @@ nats "local" {
 #   sasl {
 #     mechanism = "SCRAM-SHA-512" # or PLAIN, SCRAM-SHA-256
 #     username  = "switchyard"
-#     password  = "change-me"
+#     password_file = "/etc/switchyard/kafka.password" # or password_env = "KAFKA_PASSWORD"
 #   }
 # }
 

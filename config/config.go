@@ -145,7 +145,35 @@ type NATS struct {
 	// PublishTimeout bounds one batch publish; default 10s.
 	PublishTimeout time.Duration
 	Streams        []Stream
+	// Auth is how the router proves itself to the server. An embedded
+	// server always requires it: user "switchyard" with a password the
+	// router generates into <data dir>/nats-<name>.password (mode 0600)
+	// unless the block names its own.
+	Auth NATSAuth
+	TLS  *TLS // a tls block: how to reach an external server over TLS
 }
+
+// NATSAuth is a NATS client's credentials; at most one kind is set, and
+// each secret lives in a file (or the environment), never in policies.hcl.
+type NATSAuth struct {
+	User     string // with Password
+	Password Secret
+	Token    Secret
+	// CredsFile is a JWT user credentials file (nsc's .creds).
+	CredsFile string
+	// NKeySeedFile holds an nkey seed (SU...).
+	NKeySeedFile string
+}
+
+// Secret is a password or token kept outside policies.hcl: in a file
+// (the whole file, less a trailing newline) or an environment variable.
+type Secret struct {
+	File string
+	Env  string
+}
+
+// IsSet reports whether the secret is configured.
+func (s Secret) IsSet() bool { return s.File != "" || s.Env != "" }
 
 // Stream is a stream block inside a nats block: created on start.
 type Stream struct {
@@ -179,8 +207,9 @@ type TLS struct {
 
 // SASL is a sasl block.
 type SASL struct {
-	Mechanism          string // "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"
-	Username, Password string
+	Mechanism string // "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"
+	Username  string
+	Password  Secret
 }
 
 // Plugin is a plugin "<name>" block.

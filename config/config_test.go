@@ -214,10 +214,10 @@ func TestDefault(t *testing.T) {
 }
 
 // TestDefaultExamples uncomments the example blocks of default.hcl (those
-// starting with `# kafka "`, `# plugin "`, `# event "` or `# inbox "`, up
+// starting with `# nats "`, `# kafka "`, `# plugin "`, `# event "` or `# inbox "`, up
 // to `# }`): what users copy from must be valid.
 func TestDefaultExamples(t *testing.T) {
-	start := regexp.MustCompile(`^# (kafka|plugin|event|inbox) "`)
+	start := regexp.MustCompile(`^# (nats|kafka|plugin|event|inbox) "`)
 	var out []string
 	inside, examples := false, 0
 	for _, line := range strings.Split(string(switchyard.Policies), "\n") {
@@ -235,6 +235,9 @@ func TestDefaultExamples(t *testing.T) {
 		t.Fatalf("found %d examples, want at least 5", examples)
 	}
 	cfg := mustParse(t, strings.Join(out, "\n"))
+	if len(cfg.NATS) != 2 || cfg.NATS[1].Auth.Password.File == "" || cfg.NATS[1].TLS == nil {
+		t.Errorf("nats example = %+v", cfg.NATS)
+	}
 	if len(cfg.Kafka) != 1 || cfg.Kafka[0].SASL == nil || cfg.Kafka[0].TLS == nil {
 		t.Errorf("kafka example = %+v", cfg.Kafka)
 	}
@@ -260,6 +263,7 @@ func TestFullConfig(t *testing.T) {
 	wantNATS := []NATS{{
 		Name: "local", Embedded: true, Host: "0.0.0.0", Port: -1, StoreDir: "/var/lib/nats",
 		JetStream: true, MaxPending: 100, PublishTimeout: 5 * time.Second,
+		Auth: NATSAuth{User: "switchyard", Password: Secret{File: "/var/lib/sy/nats-local.password"}},
 		Streams: []Stream{
 			{Name: "a", Subjects: []string{"a.>"}, Storage: "memory", Replicas: 3, MaxAge: time.Hour, Duplicates: time.Minute},
 			{Name: "b", Subjects: []string{"b"}, Storage: "file", Replicas: 1, Duplicates: 2 * time.Minute},
@@ -267,6 +271,7 @@ func TestFullConfig(t *testing.T) {
 	}, {
 		Name: "remote", URL: "nats://nats:4222", Host: "127.0.0.1", Port: 4222,
 		MaxPending: 4096, PublishTimeout: 10 * time.Second,
+		Auth: NATSAuth{CredsFile: "/etc/sy/remote.creds"}, TLS: &TLS{CAFile: "nats-ca.pem"},
 	}}
 	if !reflect.DeepEqual(cfg.NATS, wantNATS) {
 		t.Errorf("nats:\n got %+v\nwant %+v", cfg.NATS, wantNATS)
@@ -275,7 +280,7 @@ func TestFullConfig(t *testing.T) {
 		Name: "main", Brokers: []string{"k1:9092", "k2:9092"}, ClientID: "edge", Compression: "zstd",
 		Linger: 5 * time.Millisecond, MaxRecordBytes: 2_000_000, Idempotent: false, PublishTimeout: time.Minute,
 		TLS:  &TLS{CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", InsecureSkipVerify: true},
-		SASL: &SASL{Mechanism: "SCRAM-SHA-256", Username: "u", Password: "p"},
+		SASL: &SASL{Mechanism: "SCRAM-SHA-256", Username: "u", Password: Secret{Env: "KAFKA_PASSWORD"}},
 	}}
 	if !reflect.DeepEqual(cfg.Kafka, wantKafka) {
 		t.Errorf("kafka:\n got %+v\nwant %+v", cfg.Kafka, wantKafka)
@@ -379,8 +384,16 @@ plugin "p" { wasm = "p.wasm" }
 		{"stream without subjects", "nats \"n\" {\n  url = \"nats://x\"\n  stream \"s\" {}\n}\n", "test.hcl:3:3: Missing required argument: The stream block needs subjects"},
 		{"kafka without brokers", "kafka \"k\" {\n  brokers = []\n}\n", "test.hcl:1:1: Missing required argument: The kafka block needs brokers"},
 		{"compression", "kafka \"k\" {\n  brokers = [\"k\"]\n  compression = \"brotli\"\n}\n", "test.hcl:3:17: Invalid value: compression must be one of"},
-		{"sasl mechanism", "kafka \"k\" {\n  brokers = [\"k\"]\n  sasl {\n    mechanism = \"MD5\"\n    username = \"u\"\n    password = \"p\"\n  }\n}\n", "test.hcl:4:17: Invalid value: mechanism must be one of"},
-		{"sasl without password", "kafka \"k\" {\n  brokers = [\"k\"]\n  sasl {\n    mechanism = \"PLAIN\"\n    username = \"u\"\n  }\n}\n", "test.hcl:3:3: Missing required argument: The sasl block needs password"},
+		{"sasl mechanism", "kafka \"k\" {\n  brokers = [\"k\"]\n  sasl {\n    mechanism = \"MD5\"\n    username = \"u\"\n    password_file = \"p\"\n  }\n}\n", "test.hcl:4:17: Invalid value: mechanism must be one of"},
+		{"sasl without password", "kafka \"k\" {\n  brokers = [\"k\"]\n  sasl {\n    mechanism = \"PLAIN\"\n    username = \"u\"\n  }\n}\n", "test.hcl:3:3: Missing required argument: The sasl block needs password_file or password_env"},
+		{"sasl password inline", "kafka \"k\" {\n  brokers = [\"k\"]\n  sasl {\n    mechanism = \"PLAIN\"\n    username = \"u\"\n    password = \"hunter2\"\n  }\n}\n", "test.hcl:6:5: Secret in the configuration: Put the password in a file (password_file, mode 0600)"},
+		{"nats url with password", "nats \"n\" {\n  url = \"nats://u:p@x:4222\"\n}\n", "test.hcl:2:9: Secret in the configuration: url carries credentials"},
+		{"nats token inline", "nats \"n\" {\n  url = \"nats://x\"\n  token = \"t\"\n}\n", "test.hcl:3:3: Secret in the configuration: Put the token in a file"},
+		{"nats two kinds of credentials", "nats \"n\" {\n  url = \"nats://x\"\n  token_file = \"t\"\n  creds_file = \"c\"\n}\n", "test.hcl:1:1: Conflicting arguments: Set one kind of credentials, not creds_file and token"},
+		{"nats user without password", "nats \"n\" {\n  url = \"nats://x\"\n  user = \"u\"\n}\n", "test.hcl:1:1: Incomplete credentials"},
+		{"nats password file and env", "nats \"n\" {\n  url = \"nats://x\"\n  user = \"u\"\n  password_file = \"f\"\n  password_env = \"E\"\n}\n", "test.hcl:1:1: Conflicting arguments: Set password_file or password_env, not both"},
+		{"embedded nats token", "nats \"n\" {\n  embedded = true\n  token_file = \"t\"\n}\n", "test.hcl:1:1: Unsupported argument: An embedded server takes user and password_file"},
+		{"embedded nats tls", "nats \"n\" {\n  embedded = true\n  tls { ca_file = \"c\" }\n}\n", "test.hcl:3:3: Unsupported block"},
 		{"tls half a certificate", "kafka \"k\" {\n  brokers = [\"k\"]\n  tls { cert_file = \"c\" }\n}\n", "test.hcl:3:3: Incomplete client certificate"},
 		{"plugin without wasm", "plugin \"p\" {}\n", "test.hcl:1:1: Missing required argument: The plugin block needs wasm"},
 		{"plugin config nested", "plugin \"p\" {\n  wasm = \"p\"\n  config = { a = [1] }\n}\n", "test.hcl:3:12: Incorrect attribute value type: config.a must be a string, number or bool"},

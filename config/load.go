@@ -138,13 +138,14 @@ var (
 	pollingSchema = schema("type min max multiplier")
 	backoffSchema = schema("enabled delay multiplier")
 	routeSchema   = schema("to subject topic")
-	natsSchema    = schema("url embedded host port store_dir sync_always jetstream max_pending publish_timeout",
-		block("stream", "name"))
+	natsSchema    = schema("url embedded host port store_dir sync_always jetstream max_pending publish_timeout "+
+		"user password password_file password_env token token_file token_env creds_file nkey_seed_file",
+		block("stream", "name"), block("tls"))
 	streamSchema = schema("subjects storage replicas max_age duplicates")
 	kafkaSchema  = schema("brokers client_id compression linger max_record_bytes idempotent publish_timeout",
 		block("tls"), block("sasl"))
 	tlsSchema    = schema("ca_file cert_file key_file insecure_skip_verify")
-	saslSchema   = schema("mechanism username password")
+	saslSchema   = schema("mechanism username password password_file password_env")
 	pluginSchema = schema("wasm config", block("limits"))
 	limitsSchema = schema("memory timeout max_outputs max_output_bytes")
 	// An inbox has the policy attributes but no routes: it hands its events
@@ -474,8 +475,18 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 	if n.Embedded && n.StoreDir == "" {
 		n.StoreDir = filepath.Join(filepath.Dir(storagePath), "nats")
 	}
+	if u, err := url.Parse(n.URL); err == nil && u.User != nil {
+		d.errorf(c.Attributes["url"].Expr.Range(), "Secret in the configuration",
+			"url carries credentials; give them as user and password_file (or token_file) instead.")
+	}
+	d.natsAuth(c, b, &n, storagePath)
+	n.TLS = d.tls(c.Blocks)
 	if n.Embedded {
 		d.own(fmt.Sprintf("the store_dir of nats %q", n.Name), n.StoreDir, true, attrOr(c.Attributes["store_dir"], b.DefRange))
+		if n.TLS != nil {
+			d.errorf(c.Blocks.OfType("tls")[0].DefRange, "Unsupported block",
+				"The embedded server listens on loopback for this router; tls applies to an external server (url).")
+		}
 	}
 
 	streams := c.Blocks.OfType("stream")
@@ -491,6 +502,78 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 		}
 	}
 	return n
+}
+
+// natsAuth decodes the credentials of a nats block: at most one kind. An
+// embedded server always requires a user and password: by default user
+// "switchyard" and a password the router generates into
+// <data dir>/nats-<name>.password.
+func (d *decoder) natsAuth(c *hcl.BodyContent, b *hcl.Block, n *NATS, storagePath string) {
+	a := &n.Auth
+	d.str(c.Attributes["user"], &a.User)
+	a.Password = d.secret(c, "password", b)
+	a.Token = d.secret(c, "token", b)
+	d.str(c.Attributes["creds_file"], &a.CredsFile)
+	d.str(c.Attributes["nkey_seed_file"], &a.NKeySeedFile)
+	var kinds []string
+	for kind, set := range map[string]bool{
+		"user": a.User != "" || a.Password.IsSet(), "token": a.Token.IsSet(),
+		"creds_file": a.CredsFile != "", "nkey_seed_file": a.NKeySeedFile != "",
+	} {
+		if set {
+			kinds = append(kinds, kind)
+		}
+	}
+	slices.Sort(kinds)
+	switch {
+	case len(kinds) > 1:
+		d.errorf(b.DefRange, "Conflicting arguments", "Set one kind of credentials, not %s.", strings.Join(kinds, " and "))
+	case (a.User == "") != !a.Password.IsSet():
+		d.errorf(b.DefRange, "Incomplete credentials", "user and password_file (or password_env) go together.")
+	case n.Embedded && len(kinds) == 1 && kinds[0] != "user":
+		d.errorf(b.DefRange, "Unsupported argument", "An embedded server takes user and password_file (or nothing: the router generates them), not %s.", kinds[0])
+	case n.Embedded && len(kinds) == 0:
+		a.User = "switchyard"
+		a.Password.File = filepath.Join(filepath.Dir(storagePath), "nats-"+n.Name+".password")
+	}
+	if a.Password.File != "" {
+		d.own(fmt.Sprintf("the password file of nats %q", n.Name), a.Password.File, false, attrOr(c.Attributes["password_file"], b.DefRange))
+	}
+}
+
+// secret decodes <name>_file and <name>_env; <name> itself (the secret
+// inline) is refused: policies.hcl is read by many and kept in version
+// control.
+func (d *decoder) secret(c *hcl.BodyContent, name string, b *hcl.Block) Secret {
+	var s Secret
+	if a := c.Attributes[name]; a != nil {
+		d.errorf(a.NameRange, "Secret in the configuration",
+			"Put the %s in a file (%s_file, mode 0600) or an environment variable (%s_env), not in %s.", name, name, name, a.NameRange.Filename)
+	}
+	d.str(c.Attributes[name+"_file"], &s.File)
+	d.str(c.Attributes[name+"_env"], &s.Env)
+	if s.File != "" && s.Env != "" {
+		d.errorf(b.DefRange, "Conflicting arguments", "Set %s_file or %s_env, not both.", name, name)
+	}
+	return s
+}
+
+// tls decodes the optional tls block among blocks.
+func (d *decoder) tls(blocks hcl.Blocks) *TLS {
+	tb := d.single(blocks, "tls")
+	if tb == nil {
+		return nil
+	}
+	tc := d.content(tb.Body, tlsSchema)
+	t := &TLS{}
+	d.str(tc.Attributes["ca_file"], &t.CAFile)
+	d.str(tc.Attributes["cert_file"], &t.CertFile)
+	d.str(tc.Attributes["key_file"], &t.KeyFile)
+	d.boolean(tc.Attributes["insecure_skip_verify"], &t.InsecureSkipVerify)
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		d.errorf(tb.DefRange, "Incomplete client certificate", "cert_file and key_file must be set together.")
+	}
+	return t
 }
 
 func (d *decoder) stream(b *hcl.Block) Stream {
@@ -522,28 +605,21 @@ func (d *decoder) kafka(b *hcl.Block) Kafka {
 	d.boolean(c.Attributes["idempotent"], &k.Idempotent)
 	d.duration(c.Attributes["publish_timeout"], &k.PublishTimeout, true)
 
-	if tb := d.single(c.Blocks, "tls"); tb != nil {
-		tc := d.content(tb.Body, tlsSchema)
-		k.TLS = &TLS{}
-		d.str(tc.Attributes["ca_file"], &k.TLS.CAFile)
-		d.str(tc.Attributes["cert_file"], &k.TLS.CertFile)
-		d.str(tc.Attributes["key_file"], &k.TLS.KeyFile)
-		d.boolean(tc.Attributes["insecure_skip_verify"], &k.TLS.InsecureSkipVerify)
-		if (k.TLS.CertFile == "") != (k.TLS.KeyFile == "") {
-			d.errorf(tb.DefRange, "Incomplete client certificate", "cert_file and key_file must be set together.")
-		}
-	}
+	k.TLS = d.tls(c.Blocks)
 	if sb := d.single(c.Blocks, "sasl"); sb != nil {
 		sc := d.content(sb.Body, saslSchema)
 		mechanisms := []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 		k.SASL = &SASL{
 			Mechanism: d.required(sc, "mechanism", sb, quoteAll(mechanisms)),
 			Username:  d.required(sc, "username", sb, `"<user>"`),
-			Password:  d.required(sc, "password", sb, `"<password>"`),
+			Password:  d.secret(sc, "password", sb),
 		}
 		if m := k.SASL.Mechanism; m != "" && !slices.Contains(mechanisms, m) {
 			d.errorf(sc.Attributes["mechanism"].Expr.Range(), "Invalid value",
 				"mechanism must be one of %s, not %q.", quoteAll(mechanisms), m)
+		}
+		if !k.SASL.Password.IsSet() {
+			d.errorf(sb.DefRange, "Missing required argument", "The sasl block needs password_file or password_env.")
 		}
 	}
 	return k

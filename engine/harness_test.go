@@ -119,6 +119,7 @@ func (h *harness) startNATS() {
 	h.t.Helper()
 	n := h.cfg.NATS[0]
 	n.StoreDir = h.dir + "/nats"
+	n.Auth.Password.File = h.dir + "/nats.password"
 	if h.srv != nil {
 		// Restart on the same port and store.
 		n.Port = portOf(h.srv.ClientURL())
@@ -135,7 +136,11 @@ func (h *harness) startNATS() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1))
+	auth, err := natsplugin.ClientOptions(n)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.ClientURL(), append(auth, nats.MaxReconnects(-1))...)
 	if err != nil {
 		h.t.Fatal(err)
 	}

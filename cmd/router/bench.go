@@ -43,6 +43,7 @@ type benchOptions struct {
 	FsyncProbe  string        `json:"fsync_probe,omitempty"`
 	E2E         bool          `json:"e2e"`
 	NATSURL     string        `json:"nats_url,omitempty"`
+	Config      string        `json:"-"`
 	Subject     string        `json:"subject,omitempty"`
 	// KafkaBrokers, with -e2e, consumes Topic from Kafka instead of
 	// subscribing to Subject on NATS.
@@ -67,7 +68,8 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	fs.StringVar(&o.Output, "o", "text", "report format: text or json")
 	fs.StringVar(&o.FsyncProbe, "fsync-probe", "", "before the load, measure the raw fsync rate (4 KiB write + fdatasync) of the disk holding this directory")
 	fs.BoolVar(&o.E2E, "e2e", false, "also measure end to end: subscribe to -subject on NATS (or consume -topic with -kafka-brokers) and time each event from POST to delivery")
-	fs.StringVar(&o.NATSURL, "nats-url", "nats://127.0.0.1:4222", "with -e2e: the NATS server the router publishes to")
+	fs.StringVar(&o.Config, "config", defaultConfigPath, "with -e2e on NATS: the router's configuration; its first nats block says where the server is and the credentials to connect with")
+	fs.StringVar(&o.NATSURL, "nats-url", "", "with -e2e: the NATS server the router publishes to (default: from -config)")
 	fs.StringVar(&o.Subject, "subject", "", "with -e2e: the subject to subscribe to (default: the event type)")
 	brokers := fs.String("kafka-brokers", "", "with -e2e: consume -topic from these Kafka brokers (comma-separated host:port) instead of subscribing on NATS")
 	fs.StringVar(&o.Topic, "topic", "", "with -e2e and -kafka-brokers: the topic to consume (default: the event type)")
@@ -414,7 +416,7 @@ func newTracker(ctx context.Context, o *benchOptions) (*e2eTracker, error) {
 	if len(o.KafkaBrokers) > 0 {
 		err = t.consumeKafka(ctx, o.KafkaBrokers, o.Topic)
 	} else {
-		err = t.subscribeNATS(o.NATSURL, o.Subject)
+		err = t.subscribeNATS(o.Config, o.NATSURL, o.Subject)
 	}
 	if err != nil {
 		return nil, err
@@ -424,10 +426,10 @@ func newTracker(ctx context.Context, o *benchOptions) (*e2eTracker, error) {
 
 // subscribeNATS takes the messages of a core NATS subscription; the router
 // sets the event id in the ce-id header.
-func (t *e2eTracker) subscribeNATS(url, subject string) error {
-	nc, err := natsgo.Connect(url, natsgo.Name("switchyard-bench"))
+func (t *e2eTracker) subscribeNATS(config, url, subject string) error {
+	nc, err := connectNATS(config, "", url, natsgo.Name("switchyard-bench"))
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", url, err)
+		return err
 	}
 	sub, err := nc.Subscribe(subject, func(m *natsgo.Msg) { t.received(m.Header.Get("ce-id"), time.Now()) })
 	if err == nil {

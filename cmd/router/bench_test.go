@@ -24,7 +24,7 @@ func TestBench(t *testing.T) {
 		var out bytes.Buffer
 		m := NewMain(nil, &out, &out)
 		args := append([]string{"-socket", r.socket, "-type", crashType, "-o", "json",
-			"-nats-url", r.natsURL(), "-subject", crashSubject + ".>", "-drain", "5s"}, scenario...)
+			"-config", r.config, "-nats-url", r.natsURL(), "-subject", crashSubject + ".>", "-drain", "5s"}, scenario...)
 		if err := (&BenchCommand{Main: m}).Run(context.Background(), args); err != nil {
 			t.Fatalf("bench %v: %v\n%s", scenario, err, out.Bytes())
 		}

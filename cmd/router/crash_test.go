@@ -585,7 +585,7 @@ func TestCrashPublish(t *testing.T) {
 		t.Fatalf("%d of %d acknowledged events not delivered", notDelivered, len(acked))
 	}
 
-	bySeq, total := readStream(t, r.natsURL())
+	bySeq, total := readStream(t, r.config, r.natsURL())
 	ids := make(map[string]int, len(bySeq))
 	for _, id := range bySeq {
 		ids[id]++
@@ -625,11 +625,11 @@ func TestCrashPublish(t *testing.T) {
 
 // readStream reads the whole crash stream with an ordered consumer and
 // returns the ce-id of each message by sequence, and the message count.
-func readStream(t *testing.T, url string) (map[uint64]string, uint64) {
+func readStream(t *testing.T, config, url string) (map[uint64]string, uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, err := natsgo.Connect(url)
+	nc, err := connectNATS(config, "local", url)
 	if err != nil {
 		t.Fatal(err)
 	}

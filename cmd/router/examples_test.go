@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -120,7 +119,7 @@ event "ex.pass" {
 		waitState(t, c, id, "delivered", 30*time.Second)
 	}
 
-	msgs := streamBySubject(t, natsPort, "ex")
+	msgs := streamBySubject(t, path, natsPort, "ex")
 	check := func(subject string, n int) []*jetstream.RawStreamMsg {
 		t.Helper()
 		if got := len(msgs[subject]); got != n {
@@ -175,9 +174,9 @@ event "ex.pass" {
 }
 
 // streamBySubject reads a whole stream, grouped by subject in order.
-func streamBySubject(t *testing.T, natsPort int, stream string) map[string][]*jetstream.RawStreamMsg {
+func streamBySubject(t *testing.T, config string, natsPort int, stream string) map[string][]*jetstream.RawStreamMsg {
 	t.Helper()
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
+	nc, err := connectNATS(config, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,7 +198,7 @@ inbox "alerts" {
 }
 `, natsPort, svc.sock))
 	runRouter(t, path, sock)
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
+	nc, err := connectNATS(path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	if err != nil {
 		t.Fatal(err)
 	}

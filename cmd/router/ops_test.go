@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -210,7 +209,7 @@ func (r *opsRouter) waitState(state string, ids ...string) {
 // createStream makes late.fail deliverable.
 func (r *opsRouter) createStream(name, subjects string) {
 	r.t.Helper()
-	nc, err := natsgo.Connect(r.natsURL)
+	nc, err := connectNATS(filepath.Join(r.dir, "policies.hcl"), "local", r.natsURL)
 	if err != nil {
 		r.t.Fatal(err)
 	}

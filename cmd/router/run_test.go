@@ -109,16 +109,27 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	metrics := get(t, c, "/metrics")
-	for _, want := range []string{
+	// The loop counts a batch's metrics right after its commit, which a
+	// GET can see first: poll for them.
+	wantMetrics := []string{
 		`switchyard_published_total{sink="nats.local",type="t.order"} 1`,
 		`switchyard_events_ingested_total{type="t.order"} 1`,
 		`switchyard_pending_events{type="t.order"} 0`,
 		`switchyard_storage_fsyncs_total`,
 		`switchyard_sink_up{sink="nats.local"} 1`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("metrics lack %s", want)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		metrics, missing := get(t, c, "/metrics"), []string(nil)
+		for _, want := range wantMetrics {
+			if !strings.Contains(metrics, want) {
+				missing = append(missing, want)
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics lack %s", strings.Join(missing, ", "))
 		}
 	}
 	if ready := get(t, c, "/readyz"); !strings.Contains(ready, `"ready": true`) {

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // runBinary runs the real router binary with args and returns its exit
@@ -86,5 +90,60 @@ func TestSocketPathIsTheDataFile(t *testing.T) {
 	}
 	if _, err := os.Stat(db); err == nil {
 		t.Errorf("a refused config created the data file")
+	}
+}
+
+// The embedded NATS server, as shipped (loopback, a fixed port), admits no
+// client without the router's credentials: another local process can
+// neither read the stream nor publish into it, so it cannot forge an
+// event under an id a local service is about to use (it published
+// "victim-1" first, and JetStream dropped the real event as a duplicate).
+func TestEmbeddedNATSIsClosed(t *testing.T) {
+	r := newCrashRouter(t, 2*time.Minute)
+	r.start()
+	for _, opts := range [][]natsgo.Option{nil, {natsgo.UserInfo("switchyard", "")}, {natsgo.Token("switchyard")}} {
+		nc, err := natsgo.Connect(r.natsURL(), opts...)
+		if err == nil {
+			// What the attacker did on main: read a stored event, forge one.
+			_, rerr := nc.Request("$JS.API.STREAM.MSG.GET."+crashStream, []byte(`{"seq":1}`), time.Second)
+			m := natsgo.NewMsg(crashSubject + ".events")
+			m.Header.Set("Nats-Msg-Id", "victim-1")
+			m.Data = []byte(`{"forged":true}`)
+			perr := nc.PublishMsg(m)
+			nc.Close()
+			t.Fatalf("connected without the router's password (%d options); read: %v, publish: %v", len(opts), rerr, perr)
+		}
+		if !strings.Contains(err.Error(), "Authorization Violation") {
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	pw := filepath.Join(filepath.Dir(r.config), "data", "nats-local.password")
+	if fi, err := os.Stat(pw); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("password file %s: %v %v", pw, fi, err)
+	}
+
+	body := `{"specversion":"1.0","type":"` + crashType + `","source":"/t","id":"victim-1","data":{"real":true}}`
+	resp, err := r.client.Post("http://router/v1/events", "application/cloudevents+json", strings.NewReader(body))
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("post: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitState(t, r.client, "victim-1", "delivered", 30*time.Second)
+	nc, err := connectNATS(r.config, "local", r.natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(context.Background(), crashStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := s.GetLastMsgForSubject(context.Background(), crashSubject+".events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(msg.Data) != `{"real":true}` || msg.Header.Get("ce-id") != "victim-1" {
+		t.Errorf("the stream holds %s %v, want the posted event", msg.Data, msg.Header)
 	}
 }

@@ -33,6 +33,10 @@ nats "local" {
 nats "remote" {
   url       = "nats://nats:4222"
   jetstream = false
+  creds_file = "/etc/sy/remote.creds"
+  tls {
+    ca_file = "nats-ca.pem"
+  }
 }
 
 kafka "main" {
@@ -52,7 +56,7 @@ kafka "main" {
   sasl {
     mechanism = "SCRAM-SHA-256"
     username  = "u"
-    password  = "p"
+    password_env = "KAFKA_PASSWORD"
   }
 }
 

@@ -49,6 +49,7 @@ type Sink struct {
 	timeout time.Duration
 
 	cl     *kgo.Client
+	conn   *connState // why connecting to a broker last failed
 	topics *topicCache
 
 	// stall is non-nil while the sink is unhealthy: a Publish hit its
@@ -86,7 +87,8 @@ func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo
 	if err != nil {
 		return nil, err
 	}
-	opts = append(append(opts, popts...), extra...)
+	conn := &connState{log: logger, sasl: cfg.SASL != nil}
+	opts = append(append(opts, popts...), append(extra, kgo.WithHooks(conn))...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka %q: %w", cfg.Name, err)
@@ -96,6 +98,7 @@ func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo
 		log:     logger,
 		timeout: cfg.PublishTimeout,
 		cl:      cl,
+		conn:    conn,
 		topics:  newTopicCache(),
 	}, nil
 }
@@ -166,9 +169,14 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 		case <-w.done:
 		case <-pctx.Done():
 		}
+		connErr := s.conn.lastError()
 		got := w.finish(func(j int) engine.Result {
-			return engine.Result{Err: fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
-				s.name, msgs[send[j]].Destination, time.Since(start).Round(time.Millisecond), engine.ErrUnknownOutcome)}
+			err := fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
+				s.name, msgs[send[j]].Destination, time.Since(start).Round(time.Millisecond), engine.ErrUnknownOutcome)
+			if connErr != nil {
+				err = fmt.Errorf("%w; %w", err, connErr)
+			}
+			return engine.Result{Err: err}
 		})
 		again := send[:0:0]
 		for j, i := range send {
@@ -336,6 +344,9 @@ func (s *Sink) Healthy(ctx context.Context) error {
 			s.name, ErrStalled, st.since.UTC().Format(time.RFC3339), st.misses)
 	}
 	if err := s.client().Ping(ctx); err != nil {
+		if connErr := s.conn.lastError(); connErr != nil {
+			return fmt.Errorf("%s: no broker reachable: %w", s.name, connErr)
+		}
 		return fmt.Errorf("%s: no broker reachable: %w", s.name, err)
 	}
 	return nil

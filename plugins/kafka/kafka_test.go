@@ -30,6 +30,7 @@ import (
 
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -629,7 +630,7 @@ func TestOpenConfig(t *testing.T) {
 	}
 	for _, mech := range []string{"PLAIN", "SCRAM-SHA-256", "scram-sha-512"} {
 		cfg := base
-		cfg.SASL = &config.SASL{Mechanism: mech, Username: "u", Password: "p"}
+		cfg.SASL = &config.SASL{Mechanism: mech, Username: "u", Password: config.Secret{File: testkit.SecretFile(t, "p")}}
 		s, err := Open(context.Background(), cfg, nil)
 		if err != nil {
 			t.Fatalf("sasl %s: %v", mech, err)
@@ -644,7 +645,7 @@ func TestSASL(t *testing.T) {
 		t.Run(mech, func(t *testing.T) {
 			c := newCluster(t, kfake.EnableSASL(), kfake.Superuser(mech, "edge", "s3cret"))
 			cfg := testConfig(c)
-			cfg.SASL = &config.SASL{Mechanism: mech, Username: "edge", Password: "s3cret"}
+			cfg.SASL = &config.SASL{Mechanism: mech, Username: "edge", Password: config.Secret{File: testkit.SecretFile(t, "s3cret")}}
 			s := newSink(t, cfg)
 			publishOK(t, s, messages("sasl", 3, topic))
 		})

@@ -1,11 +1,7 @@
 package kafka
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -61,7 +57,7 @@ func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
 		kgo.WithLogger(kgoLogger{logger}),
 	}
 	if cfg.TLS != nil {
-		tc, err := tlsConfig(cfg.TLS)
+		tc, err := cfg.TLS.ClientConfig()
 		if err != nil {
 			return nil, fmt.Errorf("kafka %q: tls: %w", cfg.Name, err)
 		}
@@ -129,43 +125,18 @@ func compression(name string) (kgo.CompressionCodec, error) {
 	return kgo.CompressionCodec{}, fmt.Errorf("unknown compression %q (want none, gzip, snappy, lz4 or zstd)", name)
 }
 
-func tlsConfig(t *config.TLS) (*tls.Config, error) {
-	tc := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // an explicit operator choice
-	}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s: no PEM certificates found", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	switch {
-	case t.CertFile != "" && t.KeyFile != "":
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, err
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	case t.CertFile != "" || t.KeyFile != "":
-		return nil, errors.New("cert_file and key_file must be set together")
-	}
-	return tc, nil
-}
-
 func saslMechanism(s *config.SASL) (ksasl.Mechanism, error) {
+	pass, err := s.Password.Read()
+	if err != nil {
+		return nil, fmt.Errorf("password: %w", err)
+	}
 	switch strings.ToUpper(s.Mechanism) {
 	case "PLAIN":
-		return ksaslplain.Auth{User: s.Username, Pass: s.Password}.AsMechanism(), nil
+		return ksaslplain.Auth{User: s.Username, Pass: pass}.AsMechanism(), nil
 	case "SCRAM-SHA-256":
-		return ksaslscram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism(), nil
+		return ksaslscram.Auth{User: s.Username, Pass: pass}.AsSha256Mechanism(), nil
 	case "SCRAM-SHA-512":
-		return ksaslscram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism(), nil
+		return ksaslscram.Auth{User: s.Username, Pass: pass}.AsSha512Mechanism(), nil
 	}
 	return nil, fmt.Errorf("unknown mechanism %q (want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", s.Mechanism)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -33,8 +34,17 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// testPassword is the embedded test servers' password (testAuth connects
+// with it); config.Secret reads it from the environment.
+const testPassword = "test-password-for-the-embedded-server"
+
+var testAuth = natsgo.UserInfo("switchyard", testPassword)
+
+func init() { os.Setenv("SWITCHYARD_TEST_NATS_PASSWORD", testPassword) }
+
 func testConfig(jetStream bool) config.NATS {
 	return config.NATS{
+		Auth:           config.NATSAuth{User: "switchyard", Password: config.Secret{Env: "SWITCHYARD_TEST_NATS_PASSWORD"}},
 		Name:           "local",
 		Embedded:       true,
 		Host:           "127.0.0.1",
@@ -119,7 +129,7 @@ func requireOK(t *testing.T, res []engine.Result, n int) {
 
 func streamMsgs(t *testing.T, url, stream string) uint64 {
 	t.Helper()
-	nc, err := natsgo.Connect(url)
+	nc, err := natsgo.Connect(url, testAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +180,7 @@ func TestJetStreamPublishAndDedup(t *testing.T) {
 
 	// Every stored message: the headers of the binding, at the sequence the
 	// result named.
-	nc, err := natsgo.Connect(srv.ClientURL())
+	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +327,7 @@ func TestCorePublish(t *testing.T) {
 	srv := startServer(t, cfg, t.TempDir())
 	sink := openSink(t, cfg, srv.ClientURL())
 
-	nc, err := natsgo.Connect(srv.ClientURL())
+	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +390,7 @@ func TestStreamCreateOrUpdate(t *testing.T) {
 	cfg.Streams[0].Duplicates = time.Minute
 	openSink(t, cfg, srv.ClientURL())
 
-	nc, err := natsgo.Connect(srv.ClientURL())
+	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +418,7 @@ func TestNoAckIsUnknownOutcome(t *testing.T) {
 	cfg.MaxPending = 4
 	srv := startServer(t, cfg, t.TempDir())
 	sink := openSink(t, cfg, srv.ClientURL())
-	nc, err := natsgo.Connect(srv.ClientURL())
+	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -587,4 +597,12 @@ func BenchmarkPublishParallel(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(n.Load()*batch)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+type natsOption = natsgo.Option
+
+var userInfo = natsgo.UserInfo
+
+func connectWith(url string, opts ...natsgo.Option) (*natsgo.Conn, error) {
+	return natsgo.Connect(url, opts...)
 }

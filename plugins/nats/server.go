@@ -69,7 +69,12 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 	if name == "" {
 		name = "embedded"
 	}
+	users, err := serverUsers(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nats %s: embedded server: %w", name, err)
+	}
 	opts := &server.Options{
+		Users:      users,
 		ServerName: "switchyard-" + name,
 		Host:       host,
 		Port:       cfg.Port,

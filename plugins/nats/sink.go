@@ -123,7 +123,11 @@ func Open(ctx context.Context, cfg config.NATS, url string, logger hclog.Logger)
 			}
 		}),
 	}
-	nc, err := natsgo.Connect(url, opts...)
+	auth, err := ClientOptions(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	nc, err := natsgo.Connect(url, append(opts, auth...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect %s: %w", name, url, err)
 	}

@@ -133,7 +133,11 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		stop:     make(chan struct{}),
 		runDone:  make(chan struct{}),
 	}
-	nc, err := natsgo.Connect(url,
+	auth, err := ClientOptions(ncfg)
+	if err != nil {
+		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
+	}
+	nc, err := natsgo.Connect(url, append(auth,
 		natsgo.Name(ClientName+"-inbox-"+in.Name),
 		natsgo.MaxReconnects(-1),
 		natsgo.ReconnectWait(reconnectWait),
@@ -149,7 +153,7 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
 			log.Warn("NATS async error", "error", err)
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox %q: %s: connect %s: %w", in.Name, sink, url, err)
 	}

@@ -27,7 +27,7 @@ func newSourceEnv(t *testing.T) *sourceEnv {
 	cfg := testConfig(true)
 	srv := startServer(t, cfg, t.TempDir())
 	openSink(t, cfg, srv.ClientURL()) // creates the stream
-	nc, err := natsgo.Connect(srv.ClientURL())
+	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,84 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// A sink reaches a cluster that requires SASL SCRAM over TLS with the
+// password from a file or the environment and the CA of its tls block; a
+// wrong password or an untrusted certificate fails within the publish
+// deadline with an error that names the sink and the cause, never the
+// password.
+func TestSASLAndTLS(t *testing.T) {
+	serverTLS, caFile := testkit.ServerTLS(t)
+	c := newCluster(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "edge", "kafka-password-value"), kfake.TLS(serverTLS))
+	t.Setenv("SY_TEST_KAFKA_PASSWORD", "kafka-password-value")
+	withAuth := func(password config.Secret, tlsBlock *config.TLS) config.Kafka {
+		cfg := testConfig(c)
+		cfg.PublishTimeout = 3 * time.Second
+		cfg.TLS = tlsBlock
+		cfg.SASL = &config.SASL{Mechanism: "SCRAM-SHA-512", Username: "edge", Password: password}
+		return cfg
+	}
+	trusted := &config.TLS{CAFile: caFile}
+	tests := []struct {
+		name    string
+		cfg     config.Kafka
+		wantErr string // "" = the publish goes through
+	}{
+		{"password file", withAuth(config.Secret{File: testkit.SecretFile(t, "kafka-password-value")}, trusted), ""},
+		{"password env", withAuth(config.Secret{Env: "SY_TEST_KAFKA_PASSWORD"}, trusted), ""},
+		{"wrong password", withAuth(config.Secret{File: testkit.SecretFile(t, "wrong-password")}, trusted), "while the client authenticated: check the sasl mechanism, username and password"},
+		{"untrusted certificate", withAuth(config.Secret{Env: "SY_TEST_KAFKA_PASSWORD"}, &config.TLS{}), "certificate signed by unknown authority"},
+		{"unset variable", withAuth(config.Secret{Env: "SY_TEST_UNSET_VARIABLE"}, trusted), `kafka "main": sasl: password: the environment variable SY_TEST_UNSET_VARIABLE is not set`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			err := publishOne(tt.cfg)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("publish failed: %v", err)
+			case tt.wantErr != "" && err == nil:
+				t.Fatal("published with a wrong credential")
+			case tt.wantErr != "" && !strings.Contains(err.Error(), tt.wantErr):
+				t.Fatalf("error %q does not say %q", err, tt.wantErr)
+			}
+			if err != nil {
+				t.Logf("%v (after %s)", err, time.Since(start).Round(time.Millisecond))
+				if strings.Contains(err.Error(), "password-value") || strings.Contains(err.Error(), "wrong-password") {
+					t.Errorf("the error shows the password: %v", err)
+				}
+				if took := time.Since(start); took > 10*time.Second {
+					t.Errorf("a refused credential took %s to fail", took)
+				}
+			}
+		})
+	}
+}
+
+// publishOne opens a sink on cfg and publishes one message through it.
+func publishOne(cfg config.Kafka) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg, nil)
+	if err != nil {
+		return err
+	}
+	defer s.Close(ctx)
+	res := s.Publish(ctx, []*engine.Message{message("auth", 0, topic)})
+	if res[0].Err != nil {
+		return fmt.Errorf("%s: %w", s.Name(), res[0].Err)
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package kafka
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// connState remembers why the client's last connection to a broker failed
+// (dial, TLS handshake, SASL authentication: kgo reports each through
+// OnBrokerConnect), so that a publish that times out says why instead of
+// only "no acknowledgement", and a wrong password is logged once, not
+// retried in silence.
+type connState struct {
+	log  hclog.Logger
+	sasl bool // the client authenticates after connecting
+
+	mu   sync.Mutex
+	err  error // nil after a connection succeeded
+	addr string
+	at   time.Time
+}
+
+var _ kgo.HookBrokerConnect = (*connState)(nil)
+
+func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, conn net.Conn, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	addr := net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port))
+	if err == nil {
+		c.err = nil
+		return
+	}
+	if conn != nil && c.sasl {
+		// Dialled, then failed while setting up the connection: with SASL,
+		// a broker that refuses the credentials may just close it (EOF).
+		err = fmt.Errorf("%w (the broker ended the connection while the client authenticated: check the sasl mechanism, username and password)", err)
+	}
+	if c.err == nil || c.err.Error() != err.Error() {
+		c.log.Warn("cannot connect to a broker", "broker", addr, "error", err)
+	}
+	c.err, c.addr, c.at = err, addr, time.Now()
+}
+
+// lastError is why the last connection attempt failed, or nil when it
+// succeeded.
+func (c *connState) lastError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		return nil
+	}
+	return fmt.Errorf("the last connection to %s failed %s ago: %w", c.addr, time.Since(c.at).Round(time.Millisecond), c.err)
+}

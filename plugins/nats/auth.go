@@ -1,0 +1,109 @@
+package nats
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats-server/v2/server"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/switchyard-router/switchyard/config"
+)
+
+// ClientOptions are the nats.go options that authenticate a client of the
+// server of cfg (credentials, TLS): the sink, the inbox source, `router
+// validate -check-sinks` and the tests all connect with them. Errors name
+// the file or variable that is wrong, never a secret.
+func ClientOptions(cfg config.NATS) ([]natsgo.Option, error) {
+	var opts []natsgo.Option
+	a := cfg.Auth
+	switch {
+	case a.User != "":
+		pass, err := a.Password.Read()
+		if err != nil {
+			return nil, fmt.Errorf("password: %w", err)
+		}
+		opts = append(opts, natsgo.UserInfo(a.User, pass))
+	case a.Token.IsSet():
+		tok, err := a.Token.Read()
+		if err != nil {
+			return nil, fmt.Errorf("token: %w", err)
+		}
+		opts = append(opts, natsgo.Token(tok))
+	case a.CredsFile != "":
+		if _, err := os.Stat(a.CredsFile); err != nil {
+			return nil, fmt.Errorf("creds_file: %w", err)
+		}
+		opts = append(opts, natsgo.UserCredentials(a.CredsFile))
+	case a.NKeySeedFile != "":
+		opt, err := natsgo.NkeyOptionFromSeed(a.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey_seed_file: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	if cfg.TLS != nil {
+		tc, err := cfg.TLS.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		opts = append(opts, natsgo.Secure(tc))
+	}
+	return opts, nil
+}
+
+// serverUsers is the one user an embedded server admits: the router's,
+// with the password of cfg.Auth, which is generated on first start when
+// its file does not exist yet. A server without users would admit any
+// local process (docs/decisions/embedded-broker-auth.md).
+func serverUsers(cfg config.NATS) ([]*server.User, error) {
+	if cfg.Auth.User == "" || !cfg.Auth.Password.IsSet() {
+		return nil, errors.New("an embedded server needs a user and a password file (config resolves them)")
+	}
+	if f := cfg.Auth.Password.File; f != "" {
+		if err := generatePassword(f); err != nil {
+			return nil, err
+		}
+	}
+	pass, err := cfg.Auth.Password.Read()
+	if err != nil {
+		return nil, fmt.Errorf("password: %w", err)
+	}
+	// The server keeps only a bcrypt hash (it warns about a plaintext
+	// one). The lowest cost is enough: the password is 256 random bits,
+	// not something a person chose, so slowing a guess adds nothing.
+	hash, err := bcrypt.GenerateFromPassword([]byte(pass), bcrypt.MinCost)
+	if err != nil {
+		return nil, err
+	}
+	return []*server.User{{Username: cfg.Auth.User, Password: string(hash)}}, nil
+}
+
+// generatePassword writes 32 random bytes, base64url, to path with mode
+// 0600 unless the file exists. O_EXCL: a file that appears meanwhile (or a
+// link planted there) is never overwritten.
+func generatePassword(path string) error {
+	if _, err := os.Lstat(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	b := make([]byte, 32)
+	rand.Read(b)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(base64.RawURLEncoding.EncodeToString(b) + "\n")
+	return errors.Join(err, f.Sync(), f.Close())
+}

@@ -1,0 +1,170 @@
+package nats
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// externalServer starts a plain nats-server (no JetStream) with the given
+// auth options on a random loopback port: the "external" broker of a sink.
+func externalServer(t *testing.T, set func(*server.Options)) string {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true}
+	set(opts)
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns.ClientURL()
+}
+
+// externalConfig is a core-NATS sink on an external server with auth.
+func externalConfig(url string, auth config.NATSAuth, tlsBlock *config.TLS) config.NATS {
+	return config.NATS{Name: "ext", URL: url, MaxPending: 64, PublishTimeout: 5 * time.Second, Auth: auth, TLS: tlsBlock}
+}
+
+// openExternal opens a sink and publishes one message through it.
+func openExternal(cfg config.NATS) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg, cfg.URL, nil)
+	if err != nil {
+		return err
+	}
+	defer s.Close(ctx)
+	for _, r := range s.Publish(ctx, makeMsgs("auth", "auth.test", 1)) {
+		if r.Err != nil {
+			return r.Err
+		}
+	}
+	return nil
+}
+
+// A sink reaches a server that requires a token, an nkey or TLS with the
+// credentials of its block; a wrong credential fails at once with an error
+// that names the sink and the cause, and never shows the secret.
+func TestExternalAuth(t *testing.T) {
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	other, _ := nkeys.CreateUser()
+	otherSeed, _ := other.Seed()
+	serverTLS, caFile := testkit.ServerTLS(t)
+
+	tokenURL := externalServer(t, func(o *server.Options) { o.Authorization = "s3cret-token-value" })
+	nkeyURL := externalServer(t, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
+	userURL := externalServer(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "edge", Password: "edge-password-value"}}
+	})
+	tlsURL := externalServer(t, func(o *server.Options) {
+		o.TLSConfig, o.TLS, o.TLSVerify = serverTLS, true, false
+		o.Authorization = "tls-token-value"
+	})
+
+	tests := []struct {
+		name    string
+		cfg     config.NATS
+		wantErr string // "" = the publish goes through
+	}{
+		{"token", externalConfig(tokenURL, config.NATSAuth{Token: config.Secret{File: testkit.SecretFile(t, "s3cret-token-value")}}, nil), ""},
+		{"wrong token", externalConfig(tokenURL, config.NATSAuth{Token: config.Secret{File: testkit.SecretFile(t, "wrong-token")}}, nil), "nats.ext: connect"},
+		{"no credentials", externalConfig(tokenURL, config.NATSAuth{}, nil), "Authorization Violation"},
+		{"nkey", externalConfig(nkeyURL, config.NATSAuth{NKeySeedFile: testkit.SecretFile(t, string(seed))}, nil), ""},
+		{"wrong nkey", externalConfig(nkeyURL, config.NATSAuth{NKeySeedFile: testkit.SecretFile(t, string(otherSeed))}, nil), "Authorization Violation"},
+		{"user", externalConfig(userURL, config.NATSAuth{User: "edge", Password: config.Secret{File: testkit.SecretFile(t, "edge-password-value")}}, nil), ""},
+		{"wrong password", externalConfig(userURL, config.NATSAuth{User: "edge", Password: config.Secret{File: testkit.SecretFile(t, "nope")}}, nil), "Authorization Violation"},
+		{"tls", externalConfig(tlsURL, config.NATSAuth{Token: config.Secret{File: testkit.SecretFile(t, "tls-token-value")}}, &config.TLS{CAFile: caFile}), ""},
+		{"tls unknown ca", externalConfig(tlsURL, config.NATSAuth{Token: config.Secret{File: testkit.SecretFile(t, "tls-token-value")}}, &config.TLS{}), "certificate signed by unknown authority"},
+		{"missing password file", externalConfig(userURL, config.NATSAuth{User: "edge", Password: config.Secret{File: "/nonexistent/pw"}}, nil), "nats.ext: password: stat /nonexistent/pw"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			err := openExternal(tt.cfg)
+			took := time.Since(start)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("publish failed: %v", err)
+			case tt.wantErr != "" && err == nil:
+				t.Fatal("the sink connected with a wrong credential")
+			case tt.wantErr != "" && !strings.Contains(err.Error(), tt.wantErr):
+				t.Fatalf("error %q does not say %q", err, tt.wantErr)
+			}
+			if err != nil {
+				for _, secret := range []string{"s3cret-token-value", "wrong-token", "edge-password-value", "nope", string(seed)} {
+					if strings.Contains(err.Error(), secret) {
+						t.Errorf("the error shows a secret: %v", err)
+					}
+				}
+				if took > 5*time.Second {
+					t.Errorf("a refused credential took %s to fail", took)
+				}
+				t.Logf("%s: %v", tt.name, err)
+			}
+		})
+	}
+}
+
+// A password file that others may read is refused with the mode to set.
+func TestPasswordFileMode(t *testing.T) {
+	f := testkit.SecretFile(t, "pw")
+	os.Chmod(f, 0o644)
+	_, err := ClientOptions(config.NATS{Auth: config.NATSAuth{User: "u", Password: config.Secret{File: f}}})
+	if err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("a 0644 password file: %v", err)
+	}
+}
+
+// The embedded server admits only the router's user: a client without the
+// password (any other local user or process) can neither read nor publish,
+// and the generated password file is private to the router's user.
+func TestEmbeddedServerRequiresPassword(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(true)
+	cfg.Auth = config.NATSAuth{User: "switchyard", Password: config.Secret{File: filepath.Join(dir, "nats-local.password")}}
+	srv := startServer(t, cfg, dir)
+	fi, err := os.Stat(cfg.Auth.Password.File)
+	if err != nil {
+		t.Fatalf("no password file generated: %v", err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o600 {
+		t.Errorf("password file mode %04o, want 0600", perm)
+	}
+	if pw, _ := cfg.Auth.Password.Read(); len(pw) < 40 {
+		t.Errorf("generated password %d characters long", len(pw))
+	}
+	for _, opts := range [][]natsOption{nil, {userInfo("switchyard", "guess")}, {userInfo("", "")}} {
+		if nc, err := connectWith(srv.ClientURL(), opts...); err == nil {
+			nc.Close()
+			t.Fatalf("connected without the password (%d options)", len(opts))
+		} else if !strings.Contains(err.Error(), "Authorization Violation") {
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	// The router's own sink gets in, and a second start keeps the password.
+	before, _ := os.ReadFile(cfg.Auth.Password.File)
+	requireOK(t, openSink(t, cfg, srv.ClientURL()).Publish(pubCtx(t, 5*time.Second), makeMsgs("in", "orders.in", 1)), 1)
+	srv.Close(context.Background())
+	startServer(t, cfg, dir)
+	if after, _ := os.ReadFile(cfg.Auth.Password.File); string(after) != string(before) {
+		t.Error("a restart generated a new password")
+	}
+}
