@@ -60,7 +60,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("storage: create data directory: %w", err)
 	}
-	bdb, err := bolt.Open(path, 0o600, &bolt.Options{
+	bdb, err := openBolt(path, &bolt.Options{
 		Timeout: time.Second, // another router holds the file: fail, don't hang
 		// The freelist is rebuilt on open instead of written on every commit:
 		// one page less to write per fsync.
@@ -72,17 +72,19 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
-	err = bdb.Update(func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
+	err = faultSafe(func() error {
+		return bdb.Update(func(tx *bolt.Tx) error {
+			for _, name := range allBuckets {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return err
+				}
 			}
-		}
-		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(keySchema); v != nil && string(v) != schemaVersion {
-			return fmt.Errorf("data file schema %q, this router reads %q", v, schemaVersion)
-		}
-		return meta.Put(keySchema, []byte(schemaVersion))
+			meta := tx.Bucket(bucketMeta)
+			if v := meta.Get(keySchema); v != nil && string(v) != schemaVersion {
+				return fmt.Errorf("data file schema %q, this router reads %q", v, schemaVersion)
+			}
+			return meta.Put(keySchema, []byte(schemaVersion))
+		})
 	})
 	if err != nil {
 		bdb.Close()

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,5 +146,61 @@ func TestEmbeddedNATSIsClosed(t *testing.T) {
 	}
 	if string(msg.Data) != `{"real":true}` || msg.Header.Get("ce-id") != "victim-1" {
 		t.Errorf("the stream holds %s %v, want the posted event", msg.Data, msg.Header)
+	}
+}
+
+// A data file cut short (a copy interrupted, a disk that filled) makes the
+// real binary exit with one clear error that names the file and its
+// expected and actual sizes — never SIGBUS and a goroutine dump — and
+// leaves the file byte for byte as it was.
+func TestTruncatedDataFile(t *testing.T) {
+	path, sock := writeConfig(t, "")
+	stop := runRouter(t, path, sock)
+	c := socketClient(sock)
+	data := strings.Repeat("x", 400)
+	for b := 0; b < 40; b++ {
+		var batch []string
+		for i := range 100 {
+			batch = append(batch, fmt.Sprintf(`{"specversion":"1.0","type":"t.order","source":"/t","id":"e-%d-%d","data":%q}`, b, i, data))
+		}
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents-batch+json", strings.NewReader("["+strings.Join(batch, ",")+"]"))
+		if err != nil || resp.StatusCode != 202 {
+			t.Fatalf("post: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	stop()
+	full, err := os.ReadFile(filepath.Join(filepath.Dir(path), "r.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("data file: %d bytes", len(full))
+	for _, cut := range []int{64 << 10, 1 << 20, 2 << 20, 4 << 20} { // ~6 MB of the file are in use
+		if cut >= len(full) {
+			t.Fatalf("the data file (%d bytes) is too small to cut at %d", len(full), cut)
+		}
+		t.Run(fmt.Sprint(cut), func(t *testing.T) {
+			dir := t.TempDir()
+			db := filepath.Join(dir, "r.db")
+			os.WriteFile(db, full[:cut], 0o600)
+			cfg := filepath.Join(dir, "policies.hcl")
+			os.WriteFile(cfg, []byte(fmt.Sprintf("listen { socket = %q }\nstorage { path = %q }\n", filepath.Join(dir, "r.sock"), db)), 0o600)
+			err, out := runBinary(t, 30*time.Second, "run", "-config", cfg)
+			if err == nil {
+				t.Fatalf("the router ran on a truncated file:\n%s", out)
+			}
+			for _, bad := range []string{"SIGBUS", "goroutine ", "panic"} {
+				if strings.Contains(out, bad) {
+					t.Fatalf("the router crashed (%s):\n%s", bad, out)
+				}
+			}
+			want := fmt.Sprintf("%s: the data file is truncated: it has %d bytes", db, cut)
+			if !strings.Contains(out, want) || !strings.Contains(out, "restore it from a backup") {
+				t.Errorf("the error does not say %q:\n%s", want, out)
+			}
+			if after, _ := os.ReadFile(db); !bytes.Equal(after, full[:cut]) {
+				t.Errorf("the file changed: %d bytes, was %d", len(after), cut)
+			}
+		})
 	}
 }

@@ -1,0 +1,120 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"runtime/debug"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// bbolt's file layout, as far as checkSize reads it: two meta pages at the
+// start of the file, each a 16-byte page header followed by the meta
+// (go.etcd.io/bbolt/internal/common/meta.go), in the machine's byte order
+// (little-endian on every platform Switchyard is built for).
+const (
+	boltMagic      = 0xED0CDAED
+	boltVersion    = 2
+	pageHeaderSize = 16
+	metaSumLen     = 56 // the meta's bytes before its checksum
+)
+
+// boltMeta is what checkSize needs of a meta page.
+type boltMeta struct {
+	pageSize uint32
+	pgid     uint64 // pages in use: the file holds at least pgid*pageSize bytes
+	txid     uint64
+}
+
+// readMeta decodes the meta at off; ok is false when it is not a valid one
+// (magic, version, checksum).
+func readMeta(f *os.File, off int64) (m boltMeta, ok bool) {
+	buf := make([]byte, pageHeaderSize+metaSumLen+8)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return m, false
+	}
+	meta := buf[pageHeaderSize:]
+	le := binary.LittleEndian
+	h := fnv.New64a()
+	h.Write(meta[:metaSumLen])
+	if le.Uint32(meta[0:]) != boltMagic || le.Uint32(meta[4:]) != boltVersion || le.Uint64(meta[metaSumLen:]) != h.Sum64() {
+		return m, false
+	}
+	return boltMeta{pageSize: le.Uint32(meta[8:]), pgid: le.Uint64(meta[40:]), txid: le.Uint64(meta[48:])}, true
+}
+
+// checkSize refuses a data file shorter than its own metadata says it is:
+// a truncated file (a copy cut short, a full disk during a copy). bbolt
+// would map it and die with SIGBUS on the first page past the end; this
+// says what is wrong instead, before anything reads or writes the file.
+func checkSize(path string) error {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil // a new data file
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() == 0 {
+		return nil // bbolt initializes an empty file
+	}
+	m0, ok0 := readMeta(f, 0)
+	pageSize := int64(os.Getpagesize())
+	if ok0 {
+		pageSize = int64(m0.pageSize)
+	}
+	m1, ok1 := readMeta(f, pageSize)
+	var m boltMeta
+	switch {
+	case ok0 && ok1:
+		m = m0
+		if m1.txid > m0.txid {
+			m = m1
+		}
+	case ok0:
+		m = m0
+	case ok1:
+		m = m1
+	default:
+		return nil // not a bbolt file, or both metas damaged: bbolt says which
+	}
+	if want := int64(m.pgid) * int64(m.pageSize); fi.Size() < want {
+		return fmt.Errorf("the data file is truncated: it has %d bytes, but its metadata (transaction %d) says it holds %d pages of %d bytes, %d bytes; "+
+			"the file was left as it is: restore it from a backup (router backup), or move it away to start empty",
+			fi.Size(), m.txid, m.pgid, m.pageSize, want)
+	}
+	return nil
+}
+
+// openBolt opens the file with bbolt after checkSize.
+func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
+	if err := checkSize(path); err != nil {
+		return nil, err
+	}
+	err = faultSafe(func() (err error) {
+		db, err = bolt.Open(path, 0o600, opts)
+		return err
+	})
+	return db, err
+}
+
+// faultSafe runs fn, turning a memory fault while bbolt reads its mapping
+// (a damaged file that passed checkSize) into an error: without
+// SetPanicOnFault the Go runtime ends the process on SIGBUS. It guards what
+// Open does on the caller's goroutine.
+func faultSafe(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the data file is damaged (reading it faulted: %v); the file was left as it is: check it with `router db check`, restore it from a backup", r)
+		}
+	}()
+	return fn()
+}
