@@ -235,6 +235,13 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"slash in id", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","id":"../x"}`, 400, "invalid_event"},
 		{"invalid utf-8", structured(), "{\"specversion\":\"1.0\",\"type\":\"order.created\",\"source\":\"/\xff\"}", 400, "invalid_event"},
 		{"invalid utf-8 header", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/\xff"}, "", 400, "invalid_event"},
+		// CR, LF, NUL and C1 controls as JSON escapes: stored as sent, they
+		// would be published otherwise (header bindings cannot carry them).
+		{"CR LF in subject", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","subject":"a\r\nb"}`, 400, "invalid_event"},
+		{"NUL in an extension", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","tenantid":"a\u0000b"}`, 400, "invalid_event"},
+		{"C1 control in source", structured(), `{"specversion":"1.0","type":"order.created","source":"/s\u0085"}`, 400, "invalid_event"},
+		{"DEL in type", structured(), `{"specversion":"1.0","type":"order.created\u007f","source":"/s"}`, 400, "invalid_event"},
+		{"control in a binary header", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/s", "Ce-Subject": "a%0Ab"}, "", 400, "invalid_event"},
 		{"wrong content type", map[string]string{"Content-Type": "application/json"}, orderJSON, 415, "unsupported_media_type"},
 		{"body too large", structured(), big, 413, "payload_too_large"},
 		{"batch too large", batchCT, "[" + strings.Join(many, ",") + "]", 413, "payload_too_large"},

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 )
 
@@ -91,6 +92,9 @@ type tokensFile struct {
 // LoadTokens reads a tokens_file. Every problem is an error: a router with
 // a TCP listener does not start on tokens it does not understand.
 func LoadTokens(path string) (*Tokens, error) {
+	if err := config.CheckPrivate(path); err != nil {
+		return nil, fmt.Errorf("tokens_file: %w", err)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokens_file: %w", err)

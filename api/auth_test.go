@@ -374,4 +374,13 @@ func TestAuthTokensFile(t *testing.T) {
 		srv.Close(context.Background())
 		t.Fatal("opened with no tokens")
 	}
+	// Nor on a good file that others may read: it refuses, naming the mode
+	// to set, as ssh does with a key.
+	os.WriteFile(path, []byte(`{"tokens":[{"token":"0123456789abcdef","tenant":"a"}]}`), 0o644)
+	os.Chmod(path, 0o644)
+	srv = api.New(nil, config.Listen{Socket: filepath.Join(dir, "s"), HTTP: "127.0.0.1:0", TokensFile: path, MaxBody: 1024, MaxBatch: 1}, api.Options{})
+	if err := srv.Open(); err == nil || !strings.Contains(err.Error(), "(mode 0644): chmod 600 "+path) {
+		srv.Close(context.Background())
+		t.Fatalf("opened on a 0644 tokens_file: %v", err)
+	}
 }

@@ -201,6 +201,11 @@ func attrString(name string, v json.RawMessage) (*string, error) {
 	}
 }
 
+// isControl reports the characters CloudEvents' String type excludes. A
+// header binding could not carry them as sent (NATS and Kafka headers end
+// at CR LF), so what is stored would not be what is published.
+func isControl(r rune) bool { return r <= 0x1f || (r >= 0x7f && r <= 0x9f) }
+
 // setAttr sets a context attribute or extension by its CloudEvents name.
 func setAttr(ev *storage.Event, name, value string) error {
 	if len(value) > maxAttrLen {
@@ -208,6 +213,10 @@ func setAttr(ev *storage.Event, name, value string) error {
 	}
 	if !utf8.ValidString(value) {
 		return engine.Errorf(engine.EINVALID, "attribute %q is not valid UTF-8", name)
+	}
+	if i := strings.IndexFunc(value, isControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(value[i:])
+		return engine.Errorf(engine.EINVALID, "attribute %q has the control character %U at byte %d: CloudEvents attribute strings exclude U+0000-U+001F and U+007F-U+009F", name, r, i)
 	}
 	switch name {
 	case "specversion":

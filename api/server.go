@@ -117,9 +117,6 @@ func (s *Server) Open() error {
 		if err != nil {
 			return err
 		}
-		if fi, err := os.Stat(s.listen.TokensFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			s.log.Warn("tokens_file is readable by others than its owner; chmod 600 it", "path", s.listen.TokensFile, "mode", fi.Mode().Perm().String())
-		}
 		s.tokens.Store(tokens)
 		if tcp, err = net.Listen("tcp", s.listen.HTTP); err != nil {
 			return fmt.Errorf("listen %s: %w", s.listen.HTTP, err)

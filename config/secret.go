@@ -16,12 +16,8 @@ import (
 func (s Secret) Read() (string, error) {
 	switch {
 	case s.File != "":
-		fi, err := os.Stat(s.File)
-		if err != nil {
+		if err := CheckPrivate(s.File); err != nil {
 			return "", err
-		}
-		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-			return "", fmt.Errorf("%s is readable by others than its owner (mode %04o): chmod 600 it", s.File, perm)
 		}
 		b, err := os.ReadFile(s.File)
 		if err != nil {
@@ -40,6 +36,20 @@ func (s Secret) Read() (string, error) {
 		return v, nil
 	}
 	return "", errors.New("no secret configured")
+}
+
+// CheckPrivate refuses a file that anyone but its owner may read or write
+// (any of the mode bits 0077), as ssh refuses such a key: a file of secrets
+// is only as private as its mode.
+func CheckPrivate(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%s may be read by others than its owner (mode %04o): chmod 600 %s", path, perm, path)
+	}
+	return nil
 }
 
 // ClientConfig is the crypto/tls configuration of a tls block: TLS 1.2 or

@@ -522,7 +522,7 @@ func (in *instance) text(level hclog.Level, stream string, b []byte) {
 		return
 	}
 	in.textLeft -= len(b)
-	msg := strings.ToValidUTF8(string(b), "\uFFFD")
+	msg := escapeControls(strings.ToValidUTF8(string(b), "\uFFFD"))
 	args := make([]any, 0, 4)
 	if stream != "" {
 		args = append(args, "stream", stream)
@@ -534,6 +534,29 @@ func (in *instance) text(level hclog.Level, stream string, b []byte) {
 	}
 	in.p.log.Log(level, msg, args...)
 }
+
+// escapeControls writes the control characters of a plugin's text (but
+// tab) as Go escapes: a plugin must not be able to move the cursor, clear
+// the screen or end a log line in the operator's terminal or log file.
+func escapeControls(s string) string {
+	if !strings.ContainsFunc(s, isEscaped) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case !isEscaped(r):
+			b.WriteRune(r)
+		case r <= 0xff:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+	}
+	return b.String()
+}
+
+func isEscaped(r rune) bool { return r != '\t' && (r <= 0x1f || (r >= 0x7f && r <= 0x9f) || r == 0x2028 || r == 0x2029) }
 
 // flushText logs what is left of stdout/stderr lines and says how much the
 // budget dropped.
