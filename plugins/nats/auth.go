@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/switchyard-router/switchyard/config"

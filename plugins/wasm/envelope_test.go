@@ -151,9 +151,9 @@ func FuzzDecodeOutput(f *testing.F) {
 func TestEscapeControls(t *testing.T) {
 	for in, want := range map[string]string{
 		"plain text, ünïcode\tand a tab": "plain text, ünïcode\tand a tab",
-		"\x1b[2Jcleared":                  `\x1b[2Jcleared`,
-		"a\x00b\r\nc":                     `a\x00b\x0d\x0ac`,
-		"c1\u0085 and \u2028":             `c1\x85 and \u2028`,
+		"\x1b[2Jcleared":                 `\x1b[2Jcleared`,
+		"a\x00b\r\nc":                    `a\x00b\x0d\x0ac`,
+		"c1\u0085 and \u2028":            `c1\x85 and \u2028`,
 	} {
 		if got := escapeControls(in); got != want {
 			t.Errorf("escapeControls(%q) = %q, want %q", in, got, want)

@@ -556,7 +556,9 @@ func escapeControls(s string) string {
 	return b.String()
 }
 
-func isEscaped(r rune) bool { return r != '\t' && (r <= 0x1f || (r >= 0x7f && r <= 0x9f) || r == 0x2028 || r == 0x2029) }
+func isEscaped(r rune) bool {
+	return r != '\t' && (r <= 0x1f || (r >= 0x7f && r <= 0x9f) || r == 0x2028 || r == 0x2029)
+}
 
 // flushText logs what is left of stdout/stderr lines and says how much the
 // budget dropped.
