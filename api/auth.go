@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // Who may do what (DESIGN §4):
@@ -143,7 +144,7 @@ func ParseTokens(b []byte, name string) (*Tokens, error) {
 			if !en.admin {
 				return nil, fmt.Errorf("tokens_file %s: token %d: a tenant is required (admin tokens default to \"default\")", name, i)
 			}
-			en.tenant = "default"
+			en.tenant = storage.DefaultTenant
 		}
 		if err := checkTenant(en.tenant); err != nil {
 			return nil, fmt.Errorf("tokens_file %s: token %d: tenant %q: %v", name, i, en.tenant, err)

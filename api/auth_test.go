@@ -384,3 +384,45 @@ func TestAuthTokensFile(t *testing.T) {
 		t.Fatalf("opened on a 0644 tokens_file: %v", err)
 	}
 }
+
+// Tenant B cannot squat tenant A's event ids: B stores "order-42" first,
+// then A's own "order-42" (even with the same source) is accepted, each
+// tenant finds only its own, and B's replay of its request stays B's.
+func TestTenantCannotSquatIDs(t *testing.T) {
+	r := newTCPRouter(t)
+	ct := map[string]string{"Content-Type": "application/cloudevents+json"}
+	ev := func(data string) string {
+		return `{"specversion":"1.0","type":"order.created","source":"/shop","id":"order-42","data":` + data + `}`
+	}
+	if rep := r.tcp("POST", "/v1/events", tokBeta, ct, ev(`{"by":"beta"}`)); rep.status != 202 {
+		t.Fatalf("beta: %d %s", rep.status, rep.body)
+	}
+	if rep := r.tcp("POST", "/v1/events", tokAcme, ct, ev(`{"by":"acme"}`)); rep.status != 202 {
+		t.Fatalf("acme's own id after beta used it: %d %s", rep.status, rep.body)
+	}
+	// The same event again from beta replays beta's acceptance; other
+	// content under that id is beta's own conflict, not acme's.
+	if rep := r.tcp("POST", "/v1/events", tokBeta, ct, ev(`{"by":"beta"}`)); rep.status != 202 {
+		t.Fatalf("beta's resend: %d %s", rep.status, rep.body)
+	}
+	if rep := r.tcp("POST", "/v1/events", tokBeta, ct, ev(`{"by":"beta, changed"}`)); rep.status != 422 {
+		t.Fatalf("beta's changed resend: %d %s", rep.status, rep.body)
+	}
+	for tok, tenant := range map[string]string{tokAcme: "acme", tokBeta: "beta"} {
+		rep := r.tcp("GET", "/v1/events/order-42", tok, nil, "")
+		if rep.status != 200 {
+			t.Fatalf("%s: %d %s", tenant, rep.status, rep.body)
+		}
+		if n := r.stored(); n != 2 {
+			t.Fatalf("%d events stored, want 2", n)
+		}
+	}
+	// The admin addresses a tenant's event by ?tenant=: found (pending,
+	// so not a dead letter), where the default tenant has no such id.
+	if rep := r.tcp("GET", "/v1/dlq/order-42?tenant=acme", tokAdmin, nil, ""); !strings.Contains(string(rep.body), "it is pending") {
+		t.Errorf("admin lookup of acme's order-42: %d %s", rep.status, rep.body)
+	}
+	if rep := r.tcp("GET", "/v1/dlq/order-42", tokAdmin, nil, ""); !strings.Contains(string(rep.body), `no event with id \"order-42\"`) {
+		t.Errorf("admin lookup of the default tenant's order-42: %d %s", rep.status, rep.body)
+	}
+}

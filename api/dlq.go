@@ -23,10 +23,12 @@ import (
 //	POST   /v1/dlq/{id}/retry                            back to pending, attempts reset
 //	POST   /v1/dlq/{id}/resolve                          resolved, removed after dlq { ttl }
 //	DELETE /v1/dlq/{id}                                  removed
-//	POST   /v1/dlq/retry|resolve|delete                  many: {"type","status","since","ids","all"}
+//	POST   /v1/dlq/retry|resolve|delete                  many: {"type","status","since","ids","tenant","all"}
 //
 // {id} is an event id; a dead letter of an inbox is addressed with
-// ?queue=inbox:<name> (in a bulk body: "type": "inbox:<name>" with "ids").
+// ?queue=inbox:<name> (in a bulk body: "type": "inbox:<name>" with "ids"),
+// one of a tenant other than the default with ?tenant=<tenant> (in a bulk
+// body: "tenant" with "ids"): tenants choose their event ids independently.
 func (s *Server) dlqRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /v1/dlq", s.adminFunc(s.listDLQ))
 	mux.Handle("GET /v1/dlq/stats", s.adminFunc(s.dlqStats))
@@ -61,7 +63,11 @@ func checkRef(id string) error {
 }
 
 func dlqRef(r *http.Request) (engine.DLQRef, error) {
-	ref := engine.DLQRef{ID: r.PathValue("id"), Queue: r.URL.Query().Get("queue")}
+	q := r.URL.Query()
+	ref := engine.DLQRef{ID: r.PathValue("id"), Queue: q.Get("queue"), Tenant: q.Get("tenant")}
+	if ref.Tenant != "" && checkTenant(ref.Tenant) != nil {
+		return ref, engine.Errorf(engine.EINVALID, "tenant must be up to 64 bytes of printable UTF-8")
+	}
 	if err := checkRef(ref.ID); err != nil {
 		return ref, err
 	}
@@ -270,6 +276,7 @@ type dlqFilterBody struct {
 	Status string   `json:"status"`
 	Since  string   `json:"since"`
 	IDs    []string `json:"ids"`
+	Tenant string   `json:"tenant"`
 	All    bool     `json:"all"`
 }
 
@@ -325,7 +332,7 @@ func (s *Server) readFilter(w http.ResponseWriter, r *http.Request) (engine.DLQF
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil {
-		return f, engine.Errorf(engine.EINVALID, "the filter is not valid: %v (fields: type, status, since, ids, all)", err)
+		return f, engine.Errorf(engine.EINVALID, "the filter is not valid: %v (fields: type, status, since, ids, tenant, all)", err)
 	}
 	if dec.More() {
 		return f, engine.Errorf(engine.EINVALID, "the body holds more than one JSON value")
@@ -338,7 +345,7 @@ func (s *Server) readFilter(w http.ResponseWriter, r *http.Request) (engine.DLQF
 			return f, engine.Errorf(engine.EINVALID, "ids[%d]: %s", i, err.(*engine.Error).Message)
 		}
 	}
-	f = engine.DLQFilter{Type: b.Type, Status: storage.State(b.Status), IDs: b.IDs, All: b.All}
+	f = engine.DLQFilter{Type: b.Type, Status: storage.State(b.Status), IDs: b.IDs, Tenant: b.Tenant, All: b.All}
 	if f.Since, err = parseSince(b.Since, s.opts.Now()); err != nil {
 		return f, err
 	}

@@ -278,7 +278,7 @@ func tenant(r *http.Request) (string, error) {
 	}
 	t := r.Header.Get("X-Tenant")
 	if t == "" {
-		return "default", nil
+		return storage.DefaultTenant, nil
 	}
 	if checkTenant(t) != nil {
 		return "", engine.Errorf(engine.EINVALID, "X-Tenant must be up to 64 bytes of printable UTF-8")
@@ -408,7 +408,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	rec, err := s.engine.EventStatus(id)
+	rec, err := s.engine.EventStatus(ten, id)
 	if err == nil && rec.Tenant != ten {
 		err = engine.Errorf(engine.ENOTFOUND, "no event with id %q", id)
 	}

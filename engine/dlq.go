@@ -22,14 +22,16 @@ const (
 )
 
 // DLQRef names a dead letter: its event id and, for an inbox's records,
-// the inbox queue ("inbox:<name>"); "" = an outbound event.
+// the inbox queue ("inbox:<name>"; "" = an outbound event); an outbound
+// event of a tenant other than the default one also by its Tenant.
 type DLQRef struct {
-	Queue string
-	ID    string
+	Queue  string
+	Tenant string
+	ID     string
 }
 
 func (r DLQRef) key() string {
-	rec := storage.Record{Queue: r.Queue, Event: storage.Event{ID: r.ID}}
+	rec := storage.Record{Queue: r.Queue, Tenant: r.Tenant, Event: storage.Event{ID: r.ID}}
 	return rec.Key()
 }
 
@@ -282,6 +284,7 @@ type DLQFilter struct {
 	Status storage.State // which index a filter walks: dlq (default) or resolved
 	Since  time.Time     // entered the DLQ (or was resolved) at or after
 	IDs    []string      // these events (in Type's queue when it is an inbox)
+	Tenant string        // whose events IDs are ("" = the default tenant)
 	All    bool          // everything in the index
 }
 
@@ -401,7 +404,7 @@ func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQB
 			ids := f.IDs[start:min(start+dlqChunk, len(f.IDs))]
 			err := run(func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
 				for _, id := range ids {
-					en, err := tx.DLQEntry(DLQRef{Queue: queue, ID: id}.key())
+					en, err := tx.DLQEntry(DLQRef{Queue: queue, Tenant: f.Tenant, ID: id}.key())
 					switch {
 					case errors.Is(err, storage.ErrNotFound):
 						res.NotFound = append(res.NotFound, id)

@@ -174,7 +174,7 @@ func TestDLQPagingBulkAndResolveTTL(t *testing.T) {
 	if _, err := h.eng.Cleanup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.eng.EventStatus(ids[0]); code(err) != engine.ENOTFOUND {
+	if _, err := h.eng.EventStatus(storage.DefaultTenant, ids[0]); code(err) != engine.ENOTFOUND {
 		t.Fatalf("resolved record after TTL: %v", err)
 	}
 }
@@ -224,7 +224,7 @@ func TestStatsOfARemovedType(t *testing.T) {
 	if !found {
 		t.Fatalf("stats %+v", stats)
 	}
-	if r, err := h.eng.EventStatus("gone-1"); err != nil || r.State != storage.StatePending {
+	if r, err := h.eng.EventStatus(storage.DefaultTenant, "gone-1"); err != nil || r.State != storage.StatePending {
 		t.Fatalf("status: %v", err)
 	}
 }

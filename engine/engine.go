@@ -263,11 +263,11 @@ func (e *Engine) wake(t string) { e.loop(t).wake() }
 
 // EventStatus is GET /v1/events/{id}: the stored record, with the state
 // in_process while a loop holds it.
-func (e *Engine) EventStatus(id string) (*storage.Record, error) {
+func (e *Engine) EventStatus(tenant, id string) (*storage.Record, error) {
 	var rec *storage.Record
 	err := e.store.View(func(tx *storage.Tx) error {
 		var err error
-		rec, err = tx.Event(id)
+		rec, err = tx.Event(storage.EventKey(tenant, id))
 		return err
 	})
 	if errors.Is(err, storage.ErrNotFound) {
@@ -302,7 +302,7 @@ func (e *Engine) EventsByKey(tenant, endpoint, key string) ([]*storage.Record, e
 	}
 	out := make([]*storage.Record, 0, len(ids))
 	for _, id := range ids {
-		rec, err := e.EventStatus(id)
+		rec, err := e.EventStatus(tenant, id)
 		if err != nil {
 			return nil, err
 		}

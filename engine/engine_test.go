@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -391,5 +392,61 @@ event "t.busy" {
 		if got := rec.NextAttemptAt.Sub(start); rec.Attempts != 1 || got != c.want {
 			t.Errorf("Retry-After %v: next attempt in %v (attempts %d), want %v", c.after, got, rec.Attempts, c.want)
 		}
+	}
+}
+
+// Two tenants may choose the same event id: both events are stored, each is
+// found only by its own tenant, and both reach the stream — JetStream
+// deduplicates by a message id that includes the tenant, so one tenant's
+// event is never dropped as a "duplicate" of the other's.
+func TestTenantsChooseIDsIndependently(t *testing.T) {
+	h := newHarness(t, oneRoute, false)
+	for _, tenant := range []string{"acme", "beta", storage.DefaultTenant} {
+		req := &engine.IngestRequest{
+			Tenant: tenant,
+			Events: []engine.IngestEvent{{ClientID: true, Event: storage.Event{
+				ID: "order-42", Type: "t.order", Source: "/" + tenant, SpecVersion: "1.0", Time: time.Now(),
+				DataContentType: "application/json", Data: []byte(`{"tenant":"` + tenant + `"}`),
+			}}},
+			Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+		}
+		if _, err := h.eng.Ingest(context.Background(), req); err != nil {
+			t.Fatalf("%s: %v", tenant, err)
+		}
+	}
+	for _, tenant := range []string{"acme", "beta", storage.DefaultTenant} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			rec, err := h.eng.EventStatus(tenant, "order-42")
+			if err != nil {
+				t.Fatalf("%s: %v", tenant, err)
+			}
+			if rec.Tenant != tenant || rec.Event.Source != "/"+tenant {
+				t.Fatalf("%s sees another tenant's event: %+v", tenant, rec)
+			}
+			if rec.State == storage.StateDelivered {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's order-42 not delivered: %s %q", tenant, rec.State, rec.LastError)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if _, err := h.eng.EventStatus("gamma", "order-42"); err == nil {
+		t.Error("a tenant without the event found it")
+	}
+	msgs := h.streamMessages()
+	got := map[string]string{}
+	for _, m := range msgs {
+		got[string(m.Data)] = m.Header.Get("Nats-Msg-Id") + " ce-id=" + m.Header.Get("ce-id")
+	}
+	want := map[string]string{
+		`{"tenant":"acme"}`:    "acme/order-42 ce-id=order-42",
+		`{"tenant":"beta"}`:    "beta/order-42 ce-id=order-42",
+		`{"tenant":"default"}`: "order-42 ce-id=order-42",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("stream holds %v, want %v", got, want)
 	}
 }

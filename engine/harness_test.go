@@ -195,7 +195,7 @@ func (h *harness) ingest(typ string, n int, extra ...storage.Header) []string {
 
 func (h *harness) record(id string) *storage.Record {
 	h.t.Helper()
-	rec, err := h.eng.EventStatus(id)
+	rec, err := h.eng.EventStatus(storage.DefaultTenant, id)
 	if err != nil {
 		h.t.Fatalf("status of %s: %v", id, err)
 	}

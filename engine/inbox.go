@@ -148,7 +148,7 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []Inbound) (Rece
 				res.Skipped++
 				continue
 			}
-			rec := &storage.Record{Event: m.Event, Tenant: "default", Queue: InboxQueue(name), CreatedAt: now, UpdatedAt: now}
+			rec := &storage.Record{Event: m.Event, Tenant: storage.DefaultTenant, Queue: InboxQueue(name), CreatedAt: now, UpdatedAt: now}
 			if err := tx.InsertEvent(rec, in.policy.Ordering == "key"); err != nil {
 				if errors.Is(err, storage.ErrExists) {
 					// Stored before, its id since forgotten: the record

@@ -61,7 +61,7 @@ func TestReceiveDropsRedeliveries(t *testing.T) {
 	}
 	// The inbox's events are apart from the outbox: an outbound event may
 	// carry the same id.
-	if _, err := h.eng.EventStatus("a"); err == nil {
+	if _, err := h.eng.EventStatus(storage.DefaultTenant, "a"); err == nil {
 		t.Error("an inbox event is visible as an outbound event")
 	}
 	// Pull them, ack them; acked ones are not pulled again.

@@ -311,7 +311,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 				break
 			}
 			for _, dest := range dests {
-				msgID := rec.Event.ID
+				msgID := rec.MsgID()
 				if n > 0 {
 					msgID += "-" + strconv.Itoa(n)
 				}

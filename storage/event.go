@@ -107,12 +107,38 @@ func (r *Record) QueueName() string {
 	return r.Event.Type
 }
 
-// Key is the record's key in the events bucket: the event id for outbound
-// events; for a record in a named queue (an inbox) the queue and the id, so
-// an event the router consumes never collides with one it publishes.
+// DefaultTenant is the tenant of a request that names none: every request
+// on the unix socket without X-Tenant.
+const DefaultTenant = "default"
+
+// Key is the record's key in the events bucket: for an outbound event its
+// EventKey; for a record in a named queue (an inbox) the queue and the id,
+// so an event the router consumes never collides with one it publishes.
 func (r *Record) Key() string {
 	if r.Queue == "" {
-		return r.Event.ID
+		return EventKey(r.Tenant, r.Event.ID)
 	}
 	return r.Queue + "\x00" + r.Event.ID
+}
+
+// EventKey is the key of a tenant's outbound event: its id for the default
+// tenant, "<tenant>/<id>" for the others, so that tenants choose ids
+// independently (docs/decisions/tenant-scope.md). An id never holds '/'
+// (ingest refuses it), so the two forms never collide.
+func EventKey(tenant, id string) string {
+	if tenant == "" || tenant == DefaultTenant {
+		return id
+	}
+	return tenant + "/" + id
+}
+
+// MsgID is the id a broker deduplicates the record's outputs by
+// (Nats-Msg-Id): the event's key for outbound events, so that two tenants'
+// events with the same id are not taken for one; the event id for an
+// inbox's records, which a local service gets as Idempotency-Key.
+func (r *Record) MsgID() string {
+	if r.Queue == "" {
+		return EventKey(r.Tenant, r.Event.ID)
+	}
+	return r.Event.ID
 }

@@ -23,12 +23,13 @@ type DLQCommand struct {
 
 const dlqUsage = `Usage:
   router dlq list    [-type T] [-status dlq|resolved] [-since 1h|RFC3339] [-limit 100] [-cursor C] [-all-pages]
-  router dlq show    ID [-queue inbox:NAME]
+  router dlq show    ID [-queue inbox:NAME] [-tenant T]
   router dlq retry   ID... | -type T [-since S] | -all        back to pending, attempts reset
   router dlq resolve ID... | -type T [-since S] | -all        kept as resolved, removed after dlq { ttl }
   router dlq delete  ID... | -type T [-since S] | -all        removed
 
-Every subcommand takes -socket PATH (default ./data/router.sock), or -addr
+An id of a tenant other than the default one needs -tenant (tenants choose
+their ids independently). Every subcommand takes -socket PATH (default ./data/router.sock), or -addr
 HOST:PORT with -token (or $SWITCHYARD_TOKEN, or -token-file) for the TCP
 listener, and -o table|json.
 `
@@ -201,6 +202,7 @@ func dlqPath(id, suffix string) string {
 func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	fs, af := c.flags("show")
 	queue := fs.String("queue", "", "the inbox queue of the event (inbox:NAME); default: an outbound event")
+	tenant := fs.String("tenant", "", "the tenant of the event (tenants choose ids independently); default: the default tenant")
 	ids, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -212,10 +214,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	q := url.Values{}
-	if *queue != "" {
-		q.Set("queue", *queue)
-	}
+	q := refQuery(*queue, *tenant)
 	var d dlqDetail
 	raw, err := cl.getJSON(ctx, dlqPath(ids[0], ""), q, &d)
 	if err != nil {
@@ -299,6 +298,7 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 	since := fs.String("since", "", "those that entered the DLQ since: a duration (1h) or an RFC 3339 time")
 	all := fs.Bool("all", false, "every dead letter (no filter)")
 	queue := fs.String("queue", "", "the inbox queue of a single id (inbox:NAME)")
+	tenant := fs.String("tenant", "", "with ids: the tenant they belong to (default: the default tenant)")
 	ids, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -311,7 +311,7 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 		return err
 	}
 	if len(ids) == 1 && *typ == "" && *since == "" && *status == "" && !*all {
-		return c.actOne(ctx, cl, af, action, ids[0], *queue)
+		return c.actOne(ctx, cl, af, action, ids[0], refQuery(*queue, *tenant))
 	}
 	if *queue != "" && *typ == "" {
 		*typ = *queue
@@ -328,6 +328,9 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 	}
 	if len(ids) > 0 {
 		body["ids"] = ids
+	}
+	if *tenant != "" {
+		body["tenant"] = *tenant
 	}
 	if *all {
 		body["all"] = true
@@ -364,11 +367,19 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 	return nil
 }
 
-func (c *DLQCommand) actOne(ctx context.Context, cl *apiClient, af *apiFlags, action, id, queue string) error {
+// refQuery is the query that addresses one dead letter besides its id.
+func refQuery(queue, tenant string) url.Values {
 	q := url.Values{}
 	if queue != "" {
 		q.Set("queue", queue)
 	}
+	if tenant != "" {
+		q.Set("tenant", tenant)
+	}
+	return q
+}
+
+func (c *DLQCommand) actOne(ctx context.Context, cl *apiClient, af *apiFlags, action, id string, q url.Values) error {
 	method, path := http.MethodPost, dlqPath(id, "/"+action)
 	if action == "delete" {
 		method, path = http.MethodDelete, dlqPath(id, "")
