@@ -209,8 +209,12 @@ event "demo.greeting" {
 # }
 
 # A catch-all: types without a block of their own. Without it, the router
-# refuses events of an unknown type (unknown_event_type).
+# refuses events of an unknown type (unknown_event_type). Each type it
+# catches gets a queue, a loop and its own metrics series, so it takes at
+# most max_types of them; a further new type is refused (422
+# too_many_event_types) until it gets a block of its own.
 # event "*" {
+#   max_types = 256
 #   route {
 #     to      = "nats.local"
 #     subject = "demo.other"

@@ -28,7 +28,10 @@ const (
 
 // Limits on attributes the router stores and puts in URLs and headers.
 const (
-	maxIDLen        = 256
+	maxIDLen = 256
+	// maxTypeLen bounds a type name: each type is a queue, a loop and a
+	// label on every per-type metric.
+	maxTypeLen      = 256
 	maxAttrLen      = 4096
 	maxExtensionLen = 64
 )
@@ -311,6 +314,8 @@ func validate(in *engine.IngestEvent) error {
 		return engine.Errorf(engine.EINVALID, "source is required")
 	case ev.Type == "":
 		return engine.Errorf(engine.EINVALID, "type is required")
+	case len(ev.Type) > maxTypeLen:
+		return engine.Errorf(engine.EINVALID, "type is longer than %d bytes", maxTypeLen)
 	case len(ev.ID) > maxIDLen:
 		return engine.Errorf(engine.EINVALID, "id is longer than %d bytes", maxIDLen)
 	}

@@ -28,6 +28,10 @@ type Config struct {
 	// Events maps an event type to its resolved policy. The key "*", if
 	// present, catches every type without a block of its own.
 	Events map[string]*Policy
+	// MaxTypes bounds how many types the "*" block catches (its max_types;
+	// default 256): each type is a loop, metrics series and stats rows, so
+	// a client must not be able to create them without end.
+	MaxTypes int
 
 	Plugins []Plugin
 	Inboxes []Inbox

@@ -45,6 +45,7 @@ func TestBuiltinDefaults(t *testing.T) {
 		Idempotency: Idempotency{Window: 24 * time.Hour},
 		Outbox:      Outbox{TTL: 24 * time.Hour},
 		DLQ:         DLQ{TTL: 168 * time.Hour},
+		MaxTypes:    256,
 		Defaults: Policy{
 			BatchSize:         200,
 			MaxRetries:        3,
@@ -409,6 +410,8 @@ plugin "p" { wasm = "p.wasm" }
 		{"http without tokens", "listen {\n  http = \":8080\"\n}\n", "test.hcl:2:10: Missing tokens_file"},
 		{"huge number", "plugin \"p\" {\n  wasm = \"p\"\n  config = { a = \"${1e400000000}\" }\n}\n", "test.hcl:3:21: Number out of range"},
 		{"port", "nats \"n\" {\n  embedded = true\n  port = 70000\n}\n", "test.hcl:3:10: Invalid value: port must be at most 65535"},
+		{"max_types outside the catch-all", "event \"a\" {\n  max_types = 3\n}\n", `test.hcl:2:3: Unsupported argument: max_types applies to the catch-all event "*" block only`},
+		{"max_types zero", "event \"*\" {\n  max_types = 0\n}\n", `test.hcl:2:15: Invalid value: max_types must be at least 1`},
 		{"socket is the data file", "listen {\n  socket = \"/srv/sy/r.db\"\n}\nstorage {\n  path = \"/srv/sy/r.db\"\n}\n",
 			`test.hcl:2:12: Socket path in use: listen.socket "/srv/sy/r.db" is the path of storage.path ("/srv/sy/r.db")`},
 		{"socket is the default data file", "storage {\n  path = \"./data/router.sock\"\n}\n",

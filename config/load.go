@@ -135,6 +135,7 @@ var (
 		block("defaults"), block("event", "type"), block("inbox", "name"))
 	listenSchema  = schema("socket http tokens_file max_body max_batch pprof")
 	policySchema  = schema(policyAttrs, block("polling"), block("backoff"), block("route"))
+	eventSchema   = schema(policyAttrs+" max_types", block("polling"), block("backoff"), block("route"))
 	pollingSchema = schema("type min max multiplier")
 	backoffSchema = schema("enabled delay multiplier")
 	routeSchema   = schema("to subject topic")
@@ -270,6 +271,7 @@ func (d *decoder) root(body hcl.Body) *Config {
 		DLQ:         DLQ{TTL: 7 * day},
 		Defaults:    builtinPolicy(),
 		Events:      map[string]*Policy{},
+		MaxTypes:    256,
 	}
 	if b := d.single(c.Blocks, "listen"); b != nil {
 		d.listen(b, &cfg.Listen)
@@ -321,7 +323,14 @@ func (d *decoder) root(body hcl.Body) *Config {
 	eventTypes := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("event") {
 		p := cfg.Defaults.clone()
-		d.policy(d.content(b.Body, policySchema), &p)
+		ec := d.content(b.Body, eventSchema)
+		d.policy(ec, &p)
+		if a := ec.Attributes["max_types"]; a != nil {
+			if b.Labels[0] != "*" {
+				d.errorf(a.NameRange, "Unsupported argument", `max_types applies to the catch-all event "*" block only.`)
+			}
+			d.integer(a, &cfg.MaxTypes, 1, 100_000)
+		}
 		if d.declare(eventTypes, b) {
 			cfg.Events[b.Labels[0]] = &p
 		}

@@ -11,6 +11,7 @@ import (
 const (
 	EINVALID          = "invalid_event"          // the request is malformed
 	EUNKNOWNTYPE      = "unknown_event_type"     // no event block for the type
+	ETOOMANYTYPES     = "too_many_event_types"   // the catch-all holds max_types types already
 	ETOOLARGE         = "payload_too_large"      // body or batch over the limits
 	EMEDIATYPE        = "unsupported_media_type" // content type not understood
 	EIDEMREUSE        = "idempotency_key_reuse"  // same key, another request

@@ -94,6 +94,36 @@ func keyScope(tenant, endpoint, key string) string {
 	return "k\x00" + tenant + "\x00" + endpoint + "\x00" + key
 }
 
+// admitType checks that events of type t may be stored: t has a block of
+// its own, or the catch-all "*" takes it. A type the catch-all has not
+// seen yet is admitted only while it holds fewer than max_types, and gets
+// its loop at once, under the lock: concurrent requests cannot overshoot.
+func (e *Engine) admitType(t string) error {
+	cfg := e.config()
+	if _, ok := cfg.Events[t]; ok {
+		return nil
+	}
+	if _, ok := cfg.Events["*"]; !ok {
+		return Errorf(EUNKNOWNTYPE, "no event block in the configuration for type %q", t)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.loops[t]; ok {
+		return nil
+	}
+	caught := 0
+	for lt := range e.loops {
+		if _, own := cfg.Events[lt]; !own && !strings.HasPrefix(lt, inboxQueuePrefix) {
+			caught++
+		}
+	}
+	if caught >= cfg.MaxTypes {
+		return Errorf(ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types); type %q needs a block of its own, or a higher max_types", caught, t)
+	}
+	e.startLoopLocked(t)
+	return nil
+}
+
 func idScope(tenant, source, id string) string {
 	return "i\x00" + tenant + "\x00" + source + "\x00" + id
 }
@@ -107,8 +137,8 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 		if strings.HasPrefix(req.Events[i].Event.Type, inboxQueuePrefix) {
 			return nil, Errorf(EINVALID, "event types starting with %q are the router's own", inboxQueuePrefix)
 		}
-		if _, ok := e.policy(req.Events[i].Event.Type); !ok {
-			return nil, Errorf(EUNKNOWNTYPE, "no event block in the configuration for type %q", req.Events[i].Event.Type)
+		if err := e.admitType(req.Events[i].Event.Type); err != nil {
+			return nil, err
 		}
 	}
 	scopes, digests := req.scopes()

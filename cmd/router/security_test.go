@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -202,5 +203,59 @@ func TestTruncatedDataFile(t *testing.T) {
 				t.Errorf("the file changed: %d bytes, was %d", len(after), cut)
 			}
 		})
+	}
+}
+
+// A client cannot create event types without end through the catch-all:
+// past max_types a new type is refused with too_many_event_types and
+// nothing stored, known types keep flowing, and /metrics carries series
+// for the admitted types only.
+func TestCatchAllTypesAreBounded(t *testing.T) {
+	path, sock := writeConfig(t, `
+event "*" {
+  max_types = 20
+  route {
+    to      = "nats.local"
+    subject = "t.any"
+  }
+}
+`)
+	runRouter(t, path, sock)
+	c := socketClient(sock)
+	post := func(typ string) (int, string) {
+		body := `{"specversion":"1.0","type":"` + typ + `","source":"/flood","data":1}`
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for i := range 50 {
+		status, body := post(fmt.Sprintf("flood.%d", i))
+		switch {
+		case i < 20 && status != 202:
+			t.Fatalf("type %d refused: %d %s", i, status, body)
+		case i >= 20 && (status != 422 || !strings.Contains(body, `"code":"too_many_event_types"`)):
+			t.Fatalf("type %d past max_types: %d %s", i, status, body)
+		}
+	}
+	if status, body := post("flood.3"); status != 202 {
+		t.Errorf("an admitted type refused: %d %s", status, body)
+	}
+	if status, body := post("t.order"); status != 202 {
+		t.Errorf("the type with its own block refused: %d %s", status, body)
+	}
+	if status, body := post(strings.Repeat("x", 300)); status != 400 || !strings.Contains(body, "type is longer than 256 bytes") {
+		t.Errorf("a 300-byte type: %d %s", status, body)
+	}
+	metrics := get(t, c, "/metrics")
+	if n := strings.Count(metrics, `switchyard_events_ingested_total{type="flood.`); n != 20 {
+		t.Errorf("/metrics has %d ingested series for flood types, want 20", n)
+	}
+	stats := get(t, c, "/v1/stats")
+	if strings.Contains(stats, "flood.20") || strings.Count(stats, `"flood.`) != 20 {
+		t.Errorf("stats list refused types: %s", stats)
 	}
 }
