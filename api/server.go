@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
@@ -54,7 +55,8 @@ type Server struct {
 	listen config.Listen
 	opts   Options
 	log    hclog.Logger
-	http   *http.Server
+	http   *http.Server // the unix socket
+	tcpSrv *http.Server // the TCP listener: its own limits
 	ln     net.Listener
 	tcp    net.Listener           // listen.http; nil = off
 	tokens atomic.Pointer[Tokens] // for tcp; swapped by ReloadTokens
@@ -73,14 +75,28 @@ func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
 		opts.Now = time.Now
 	}
 	s := &Server{engine: eng, listen: listen, opts: opts, log: opts.Logger.Named("api"), metrics: newMetrics(opts.Registerer)}
-	s.http = &http.Server{
-		Handler:           s.Handler(),
+	h := s.Handler()
+	s.http, s.tcpSrv = s.httpServer(h), s.httpServer(h)
+	return s
+}
+
+// httpServer is one listener's server: each has its own, so that shutting
+// down or limiting one leaves the other alone. A request must arrive whole
+// within listen.read_timeout: a client that sends headers announcing a body
+// and then nothing holds its connection no longer than that.
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	readTimeout := s.listen.ReadTimeout
+	if readTimeout <= 0 {
+		readTimeout = 30 * time.Second
+	}
+	return &http.Server{
+		Handler:           h,
 		ConnContext:       connContext,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(10*time.Second, readTimeout),
+		ReadTimeout:       readTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
-	return s
 }
 
 // Handler is the API's routes, behind authentication: requests over the
@@ -121,6 +137,11 @@ func (s *Server) Open() error {
 		if tcp, err = net.Listen("tcp", s.listen.HTTP); err != nil {
 			return fmt.Errorf("listen %s: %w", s.listen.HTTP, err)
 		}
+		if n := s.listen.MaxConnections; n > 0 {
+			// Past n open connections Accept waits: new clients queue in
+			// the kernel's backlog, costing no file descriptor here.
+			tcp = netutil.LimitListener(tcp, n)
+		}
 	}
 	ln := s.opts.Listener
 	if ln == nil {
@@ -138,7 +159,7 @@ func (s *Server) Open() error {
 	go func() { s.done <- s.http.Serve(ln) }()
 	if tcp != nil {
 		s.served++
-		go func() { s.done <- s.http.Serve(tcp) }()
+		go func() { s.done <- s.tcpSrv.Serve(tcp) }()
 		if host, _, _ := net.SplitHostPort(s.listen.HTTP); !isLoopback(host) {
 			s.log.Warn("the TCP listener is not on loopback: bearer tokens travel in clear text unless TLS is put in front", "addr", tcp.Addr().String())
 		}
@@ -186,7 +207,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.ln == nil {
 		return nil
 	}
-	err := s.http.Shutdown(ctx)
+	err := errors.Join(s.http.Shutdown(ctx), s.tcpSrv.Shutdown(ctx))
 	for range s.served {
 		if serr := <-s.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 			err = serr

@@ -67,6 +67,14 @@ type Listen struct {
 	TokensFile string // bearer tokens for the TCP listener
 	MaxBody    int64  // bytes; default 1 MiB
 	MaxBatch   int    // events per batch request; default 1000
+	// MaxConnections caps the TCP listener's open connections (default
+	// 512): a flood of clients waits in the kernel's backlog instead of
+	// taking the file descriptors the unix socket, the data file and the
+	// brokers need. The unix socket is not counted against it.
+	MaxConnections int
+	// ReadTimeout bounds reading one request, headers and body (default
+	// 30s): a client that announces a body and sends nothing is cut off.
+	ReadTimeout time.Duration
 	// Pprof, if set, serves net/http/pprof on this TCP address (keep it on
 	// loopback): CPU and heap profiles of a running router.
 	Pprof string

@@ -40,7 +40,7 @@ func TestBuiltinDefaults(t *testing.T) {
 	cfg := mustParse(t, "")
 	want := &Config{
 		File:        "test.hcl",
-		Listen:      Listen{Socket: "./data/router.sock", MaxBody: 1 << 20, MaxBatch: 1000},
+		Listen:      Listen{Socket: "./data/router.sock", MaxBody: 1 << 20, MaxBatch: 1000, MaxConnections: 512, ReadTimeout: 30 * time.Second},
 		Storage:     Storage{Path: "./data/router.db", PluginCache: "data/wasm-cache"},
 		Idempotency: Idempotency{Window: 24 * time.Hour},
 		Outbox:      Outbox{TTL: 24 * time.Hour},
@@ -255,7 +255,7 @@ func TestFullConfig(t *testing.T) {
 	if cfg.File != "testdata/full.hcl" {
 		t.Errorf("File = %q", cfg.File)
 	}
-	if want := (Listen{Socket: "/run/sy.sock", HTTP: ":8080", TokensFile: "tokens.json", MaxBody: 512 << 10, MaxBatch: 10}); cfg.Listen != want {
+	if want := (Listen{Socket: "/run/sy.sock", HTTP: ":8080", TokensFile: "tokens.json", MaxBody: 512 << 10, MaxBatch: 10, MaxConnections: 64, ReadTimeout: 5 * time.Second}); cfg.Listen != want {
 		t.Errorf("listen = %+v, want %+v", cfg.Listen, want)
 	}
 	if got := cfg.Sinks(); !reflect.DeepEqual(got, []string{"nats.local", "nats.remote", "kafka.main"}) {

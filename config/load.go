@@ -133,7 +133,7 @@ var (
 		block("listen"), block("storage"), block("idempotency"), block("outbox"), block("dlq"),
 		block("nats", "name"), block("kafka", "name"), block("plugin", "name"),
 		block("defaults"), block("event", "type"), block("inbox", "name"))
-	listenSchema  = schema("socket http tokens_file max_body max_batch pprof")
+	listenSchema  = schema("socket http tokens_file max_body max_batch max_connections read_timeout pprof")
 	policySchema  = schema(policyAttrs, block("polling"), block("backoff"), block("route"))
 	eventSchema   = schema(policyAttrs+" max_types", block("polling"), block("backoff"), block("route"))
 	pollingSchema = schema("type min max multiplier")
@@ -264,7 +264,7 @@ func (d *decoder) unused(c *hcl.BodyContent, kind string, names ...string) {
 func (d *decoder) root(body hcl.Body) *Config {
 	c := d.content(body, rootSchema)
 	cfg := &Config{
-		Listen:      Listen{Socket: "./data/router.sock", MaxBody: mib, MaxBatch: 1000},
+		Listen:      Listen{Socket: "./data/router.sock", MaxBody: mib, MaxBatch: 1000, MaxConnections: 512, ReadTimeout: 30 * time.Second},
 		Storage:     Storage{Path: "./data/router.db"},
 		Idempotency: Idempotency{Window: day},
 		Outbox:      Outbox{TTL: day},
@@ -368,6 +368,8 @@ func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	d.str(c.Attributes["pprof"], &l.Pprof)
 	d.size(c.Attributes["max_body"], &l.MaxBody)
 	d.integer(c.Attributes["max_batch"], &l.MaxBatch, 1, math.MaxInt)
+	d.integer(c.Attributes["max_connections"], &l.MaxConnections, 1, 1<<20)
+	d.duration(c.Attributes["read_timeout"], &l.ReadTimeout, true)
 	// DESIGN §4: the TCP listener always requires a bearer token.
 	if l.HTTP != "" && l.TokensFile == "" {
 		d.errorf(c.Attributes["http"].Expr.Range(), "Missing tokens_file",

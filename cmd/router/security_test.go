@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -257,5 +260,117 @@ event "*" {
 	stats := get(t, c, "/v1/stats")
 	if strings.Contains(stats, "flood.20") || strings.Count(stats, `"flood.`) != 20 {
 		t.Errorf("stats list refused types: %s", stats)
+	}
+}
+
+// Unauthenticated TCP clients that open connections, announce a body and
+// send nothing cannot starve the router: the TCP listener holds at most
+// max_connections of them and cuts each off after read_timeout, so the
+// real binary, under a file-descriptor limit a flood would otherwise
+// exhaust, keeps answering on its unix socket throughout and delivers
+// what it accepted, without a restart.
+func TestHeldConnectionFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens 1,500 connections to the real binary")
+	}
+	dir := t.TempDir()
+	sockDir, _ := os.MkdirTemp("/tmp", "sy")
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sock := filepath.Join(sockDir, "r.sock")
+	tokens := filepath.Join(dir, "tokens.json")
+	os.WriteFile(tokens, []byte(`{"tokens":[{"token":"a-long-token-for-the-flood-test","tenant":"acme"}]}`), 0o600)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	path := filepath.Join(dir, "policies.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`
+listen {
+  socket          = %q
+  http            = %q
+  tokens_file     = %q
+  max_connections = 100
+  read_timeout    = "3s"
+}
+storage { path = %q }
+nats "local" {
+  embedded = true
+  port     = -1
+  stream "events" { subjects = ["t.>"] }
+}
+event "t.order" {
+  route {
+    to      = "nats.local"
+    subject = "t.orders"
+  }
+  polling { min = "10ms" }
+}
+`, sock, addr, tokens, filepath.Join(dir, "data", "r.db"))), 0o600)
+
+	// 400 descriptors: the 1,500 held connections would take them all.
+	var logs bytes.Buffer
+	cmd := exec.Command("bash", "-c", `ulimit -n 400 && exec "$0" run -config "$1"`, routerBinary(t), path)
+	cmd.Stdout, cmd.Stderr = &syncWriter{w: &logs}, &syncWriter{w: &logs}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	c := socketClient(sock)
+	waitHealthy(t, c)
+
+	// The flood: connections that send headers announcing a body, then hold.
+	var conns []net.Conn
+	for range 1500 {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			continue // the kernel's backlog is full: the flood is at its limit
+		}
+		conn.Write([]byte("POST /v1/events HTTP/1.1\r\nHost: r\r\nContent-Type: application/cloudevents+json\r\nContent-Length: 100000\r\n\r\n"))
+		conns = append(conns, conn)
+	}
+	t.Logf("%d connections held", len(conns))
+
+	// The unix socket answers throughout, and what it accepts is delivered.
+	var ids []string
+	for i := range 20 {
+		id := fmt.Sprintf("during-%d", i)
+		start := time.Now()
+		c.Timeout = 5 * time.Second
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+			strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/t","id":"`+id+`","data":{}}`))
+		if err != nil || resp.StatusCode != 202 {
+			t.Fatalf("unix-socket ingest during the flood: %v %v (after %s)\n%s", resp, err, time.Since(start), logs.String())
+		}
+		resp.Body.Close()
+		ids = append(ids, id)
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, id := range ids {
+		waitState(t, c, id, "delivered", 30*time.Second)
+	}
+
+	// The router cut the held connections off after read_timeout.
+	closed := 0
+	deadline := time.Now().Add(15 * time.Second)
+	for _, conn := range conns {
+		conn.SetReadDeadline(deadline)
+		if _, err := conn.Read(make([]byte, 1)); err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			closed++ // an answer (408/400) or EOF: the router let go
+		}
+		conn.Close()
+	}
+	if closed < 100 {
+		t.Errorf("the router let go of %d held connections, want at least the first 100", closed)
+	}
+	// And after the flood: ingest, delivery and readiness as before.
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+		strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/t","id":"after","data":{}}`))
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("ingest after the flood: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitState(t, c, "after", "delivered", 30*time.Second)
+	if ready := get(t, c, "/readyz"); !strings.Contains(ready, `"ready": true`) {
+		t.Errorf("readyz after the flood: %s", ready)
+	}
+	if strings.Contains(logs.String(), "too many open files") {
+		t.Errorf("the router ran out of file descriptors:\n%s", logs.String())
 	}
 }

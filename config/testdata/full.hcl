@@ -5,6 +5,8 @@ listen {
   tokens_file = "tokens.json"
   max_body    = "512KiB"
   max_batch   = 10
+  max_connections = 64
+  read_timeout = "5s"
 }
 
 storage { path = "/var/lib/sy/router.db" }
