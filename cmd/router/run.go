@@ -158,6 +158,15 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 				return fmt.Errorf("nats %q: %w", n.Name, err)
 			}
 			c.natsServers = append(c.natsServers, srv)
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "switchyard_nats_server_up", Help: "1 while the embedded NATS server's JetStream store takes writes.",
+				ConstLabels: prometheus.Labels{"server": n.Name},
+			}, func() float64 {
+				if srv.Healthy(context.Background()) != nil {
+					return 0
+				}
+				return 1
+			}))
 			url = srv.ClientURL()
 			c.log.Info("embedded NATS server with JetStream", "name", n.Name, "url", url)
 		}
@@ -315,13 +324,17 @@ func (c *RunCommand) warnMissingTopics(ctx context.Context, cfg *config.Config, 
 	}
 }
 
-// ready is /readyz: the data file and every sink.
+// ready is /readyz: the data file, every sink and every embedded NATS
+// server (a JetStream store that cannot write).
 func (c *RunCommand) ready(ctx context.Context) map[string]error {
 	checks := map[string]error{"storage": nil}
 	for _, s := range c.sinks {
 		if h, ok := s.(engine.HealthChecker); ok {
 			checks[s.Name()] = h.Healthy(ctx)
 		}
+	}
+	for _, s := range c.natsServers {
+		checks["nats-server."+s.Name()] = s.Healthy(ctx)
 	}
 	return checks
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -166,5 +167,46 @@ func TestEmbeddedServerRequiresPassword(t *testing.T) {
 	startServer(t, cfg, dir)
 	if after, _ := os.ReadFile(cfg.Auth.Password.File); string(after) != string(before) {
 		t.Error("a restart generated a new password")
+	}
+}
+
+// After a JetStream store write error the embedded server says so
+// (Healthy), restarts itself in place on the same port and store, and the
+// router's sink — which reconnects by itself — publishes again: no restart
+// of the router. (The error is signalled as the server's logger does on
+// "Critical write error"; a real one needs a full disk or no descriptors.)
+func TestEmbeddedServerRecoversFromWriteError(t *testing.T) {
+	defer func(d time.Duration) { recoverAfter = d }(recoverAfter)
+	recoverAfter = 100 * time.Millisecond
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	url := srv.ClientURL()
+	requireOK(t, sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("before", "orders.a", 5)), 5)
+
+	srv.serverLoggerFor().Errorf("JetStream resource: Critical write error: %v", "write /store/1.blk: too many open files")
+	if err := srv.Healthy(context.Background()); err == nil || !strings.Contains(err.Error(), "too many open files") {
+		t.Fatalf("Healthy after a write error: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.Restarts() == 0 || srv.Healthy(context.Background()) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not recovered: %d restarts, %v", srv.Restarts(), srv.Healthy(context.Background()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if srv.ClientURL() != url {
+		t.Errorf("the restarted server moved from %s to %s", url, srv.ClientURL())
+	}
+	var res []engine.Result
+	for time.Now().Before(deadline) {
+		if res = sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("after", "orders.a", 5)); res[0].Err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	requireOK(t, res, 5)
+	if got := streamMsgs(t, url, "ORDERS"); got != 10 {
+		t.Errorf("the stream holds %d messages after the restart, want 10", got)
 	}
 }

@@ -606,3 +606,8 @@ var userInfo = natsgo.UserInfo
 func connectWith(url string, opts ...natsgo.Option) (*natsgo.Conn, error) {
 	return natsgo.Connect(url, opts...)
 }
+
+// serverLoggerFor is the logger a started server reports through.
+func (s *Server) serverLoggerFor() *serverLogger {
+	return &serverLogger{l: s.log, critical: s.signalCritical}
+}

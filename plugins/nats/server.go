@@ -5,11 +5,13 @@ package nats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,13 +33,26 @@ const readyTimeout = 30 * time.Second
 // Server is an embedded nats-server with JetStream enabled, running inside
 // the router's process.
 type Server struct {
-	ns       *server.Server
+	opts     *server.Options
+	name     string
 	storeDir string
 	log      hclog.Logger
 
+	mu       sync.Mutex
+	ns       *server.Server // replaced when the server is restarted to recover
+	writeErr error          // a JetStream store write error not yet recovered from
+	restarts int
+
+	critical  chan struct{} // a store write error was logged (buffered 1)
 	closeOnce sync.Once
+	closing   chan struct{}
 	closed    chan struct{}
 }
+
+// recoverAfter is how long the server waits after a JetStream store write
+// error before it restarts to recover (doubling, up to a minute, while the
+// cause persists).
+var recoverAfter = 5 * time.Second
 
 // StartServer starts an in-process nats-server with JetStream listening on
 // cfg.Host:cfg.Port (host default 127.0.0.1; port 0 = 4222, -1 = a random
@@ -48,6 +63,13 @@ type Server struct {
 //
 // The server installs no signal handlers; the router owns the process's
 // signals and calls Close.
+//
+// A JetStream file store that fails to write (a full disk, no file
+// descriptors left) refuses every later message of its stream until it is
+// opened again; the server then reports the error (Healthy) and restarts
+// itself in place, on the same port and store, until the store takes writes
+// again: the router's clients reconnect, and no restart of the router is
+// needed once the cause is gone.
 //
 // Durability note: JetStream's file store acknowledges a message once it is
 // written to the OS, and fsyncs on an interval (2 minutes by default), so an
@@ -73,45 +95,146 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: embedded server: %w", name, err)
 	}
-	opts := &server.Options{
-		Users:      users,
-		ServerName: "switchyard-" + name,
-		Host:       host,
-		Port:       cfg.Port,
-		JetStream:  true,
-		StoreDir:   storeDir,
-		SyncAlways: cfg.SyncAlways,
-		// The router owns the process's signals.
-		NoSigs: true,
-		Debug:  logger.IsTrace(),
-		Trace:  logger.IsTrace(),
+	s := &Server{
+		opts: &server.Options{
+			Users:      users,
+			ServerName: "switchyard-" + name,
+			Host:       host,
+			Port:       cfg.Port,
+			JetStream:  true,
+			StoreDir:   storeDir,
+			SyncAlways: cfg.SyncAlways,
+			// The router owns the process's signals.
+			NoSigs: true,
+			Debug:  logger.IsTrace(),
+			Trace:  logger.IsTrace(),
+		},
+		name: name, storeDir: storeDir, log: logger.Named("nats-server"),
+		critical: make(chan struct{}, 1), closing: make(chan struct{}), closed: make(chan struct{}),
 	}
-	ns, err := server.NewServer(opts)
+	ns, err := s.start()
 	if err != nil {
-		return nil, fmt.Errorf("nats %s: embedded server: %w", name, err)
+		return nil, err
 	}
-	slog := logger.Named("nats-server")
-	ns.SetLoggerV2(&serverLogger{l: slog}, logger.IsTrace(), logger.IsTrace(), false)
-	ns.Start()
-	if !ns.ReadyForConnections(readyTimeout) {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-		return nil, fmt.Errorf("nats %s: embedded server not ready after %s (listen %s, store %s)",
-			name, readyTimeout, net.JoinHostPort(host, strconv.Itoa(cfg.Port)), storeDir)
-	}
-	s := &Server{ns: ns, storeDir: storeDir, log: slog, closed: make(chan struct{})}
+	s.ns = ns
+	// A random port is fixed at the first start: a restart keeps it.
+	s.opts.Port = ns.Addr().(*net.TCPAddr).Port
+	go s.supervise()
 	logger.Info("embedded NATS server started", "name", name, "url", s.ClientURL(),
 		"store_dir", storeDir, "version", server.VERSION)
 	return s, nil
 }
 
+// start starts one nats-server on s.opts and waits until it takes clients.
+func (s *Server) start() (*server.Server, error) {
+	ns, err := server.NewServer(s.opts.Clone())
+	if err != nil {
+		return nil, fmt.Errorf("nats %s: embedded server: %w", s.name, err)
+	}
+	ns.SetLoggerV2(&serverLogger{l: s.log, critical: s.signalCritical}, s.log.IsTrace(), s.log.IsTrace(), false)
+	ns.Start()
+	if !ns.ReadyForConnections(readyTimeout) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("nats %s: embedded server not ready after %s (listen %s, store %s)",
+			s.name, readyTimeout, net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port)), s.storeDir)
+	}
+	return ns, nil
+}
+
+// supervise restarts the server after a store write error: the failed
+// store refuses writes until it is opened again.
+func (s *Server) supervise() {
+	defer close(s.closed)
+	wait := recoverAfter
+	for {
+		select {
+		case <-s.closing:
+			s.shutdown()
+			return
+		case <-s.critical:
+		}
+		select {
+		case <-s.closing:
+			s.shutdown()
+			return
+		case <-time.After(wait):
+		}
+		s.shutdown()
+		ns, err := s.start()
+		s.mu.Lock()
+		if err == nil {
+			s.ns, s.writeErr = ns, nil
+			s.restarts++
+		}
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Error("embedded NATS server did not restart; trying again", "error", err, "in", wait)
+			wait = min(2*wait, time.Minute)
+			s.signalCritical(err)
+			continue
+		}
+		s.log.Warn("embedded NATS server restarted to recover from a JetStream store write error", "after", wait)
+		wait = min(2*wait, time.Minute) // if the cause persists, the next error comes soon
+	}
+}
+
+func (s *Server) shutdown() {
+	s.mu.Lock()
+	ns := s.ns
+	s.mu.Unlock()
+	if ns != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}
+}
+
+// signalCritical records a store write error and wakes supervise.
+func (s *Server) signalCritical(err error) {
+	s.mu.Lock()
+	s.writeErr = err
+	s.mu.Unlock()
+	select {
+	case s.critical <- struct{}{}:
+	default:
+	}
+}
+
+// Healthy reports a JetStream store write error the server has not yet
+// recovered from, or JetStream being off.
+func (s *Server) Healthy(context.Context) error {
+	s.mu.Lock()
+	ns, werr := s.ns, s.writeErr
+	s.mu.Unlock()
+	switch {
+	case werr != nil:
+		return fmt.Errorf("nats %s: embedded server: JetStream store write error (restarting the server to recover): %w", s.name, werr)
+	case !ns.JetStreamEnabled():
+		return fmt.Errorf("nats %s: embedded server: JetStream is not enabled", s.name)
+	}
+	return nil
+}
+
+// Restarts is how many times the server restarted to recover.
+func (s *Server) Restarts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarts
+}
+
+// Name is the nats block's name.
+func (s *Server) Name() string { return s.name }
+
 // ClientURL is the URL clients use to reach the server (nats://host:port),
 // with the actual port when the config asked for a random one. An
 // unspecified listen host (0.0.0.0, ::) is replaced by loopback.
 func (s *Server) ClientURL() string {
-	u, err := url.Parse(s.ns.ClientURL())
+	s.mu.Lock()
+	raw := s.ns.ClientURL()
+	s.mu.Unlock()
+	u, err := url.Parse(raw)
 	if err != nil {
-		return s.ns.ClientURL()
+		return raw
 	}
 	host, port := u.Hostname(), u.Port()
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
@@ -127,13 +250,7 @@ func (s *Server) StoreDir() string { return s.storeDir }
 // Close shuts the server down and waits until it has stopped, or until ctx
 // is done (the shutdown then continues in the background).
 func (s *Server) Close(ctx context.Context) error {
-	s.closeOnce.Do(func() {
-		go func() {
-			s.ns.Shutdown()
-			s.ns.WaitForShutdown()
-			close(s.closed)
-		}()
-	})
+	s.closeOnce.Do(func() { close(s.closing) })
 	select {
 	case <-s.closed:
 		return nil
@@ -142,8 +259,12 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 }
 
-// serverLogger routes nats-server's logs into hclog.
-type serverLogger struct{ l hclog.Logger }
+// serverLogger routes nats-server's logs into hclog, and tells the Server
+// of a JetStream store write error (critical), which it logs only.
+type serverLogger struct {
+	l        hclog.Logger
+	critical func(error)
+}
 
 var _ server.Logger = (*serverLogger)(nil)
 
@@ -161,7 +282,13 @@ func (a *serverLogger) Fatalf(format string, v ...any) {
 	a.l.Error(fmt.Sprintf(format, v...), "fatal", true)
 }
 
-func (a *serverLogger) Errorf(format string, v ...any) { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *serverLogger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	a.l.Error(msg)
+	if a.critical != nil && strings.Contains(msg, "Critical write error") {
+		a.critical(errors.New(msg))
+	}
+}
 
 func (a *serverLogger) Debugf(format string, v ...any) {
 	if a.l.IsTrace() {
@@ -174,3 +301,4 @@ func (a *serverLogger) Tracef(format string, v ...any) {
 		a.l.Trace(fmt.Sprintf(format, v...))
 	}
 }
+
