@@ -301,4 +301,3 @@ func (a *serverLogger) Tracef(format string, v ...any) {
 		a.l.Trace(fmt.Sprintf(format, v...))
 	}
 }
-
