@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -43,6 +44,9 @@ type Options struct {
 	// Registerer receives the API's metrics (problems by code, replays,
 	// ingest latency); nil = kept but not exported.
 	Registerer prometheus.Registerer
+	// Backup, if set, serves GET /v1/backup (admin): it writes a consistent
+	// copy of the data file to w, telling size first.
+	Backup func(w io.Writer, size func(int64)) (int64, error)
 	// Listener, if set, is served instead of creating listen.socket: a
 	// socket passed by systemd (socket activation). Close closes it but
 	// leaves its file to systemd.
@@ -107,6 +111,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/events/{id}", s.getEvent)
 	mux.HandleFunc("GET /v1/events", s.getEventsByKey)
 	mux.Handle("GET /v1/stats", s.adminFunc(s.getStats))
+	if s.opts.Backup != nil {
+		mux.Handle("GET /v1/backup", s.adminFunc(s.getBackup))
+	}
 	s.dlqRoutes(mux)
 	s.inboxRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -473,6 +480,27 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 		stats = []engine.TypeStats{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"types": stats})
+}
+
+// getBackup streams a consistent copy of the data file: one read
+// transaction's view, while ingest and delivery go on. Content-Length is
+// the copy's size, so a client can tell a cut-off copy from a whole one.
+func (s *Server) getBackup(w http.ResponseWriter, r *http.Request) {
+	// A large file takes longer than the write timeout a request gets.
+	http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="router.db"`)
+	start := time.Now()
+	n, err := s.opts.Backup(w, func(size int64) {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	})
+	if err != nil {
+		// The status is sent: the client sees a body shorter than
+		// Content-Length and fails; the log says why.
+		s.log.Error("backup failed", "error", err, "written", n)
+		return
+	}
+	s.log.Info("backup streamed", "bytes", n, "took", time.Since(start).Round(time.Millisecond), "by", actor(r))
 }
 
 func (s *Server) getReady(w http.ResponseWriter, r *http.Request) {

@@ -220,8 +220,8 @@ func (db *DB) commit(group []*write) {
 	}
 }
 
-// Check runs bbolt's consistency check over the whole file (tests, and
-// `router check`).
+// Check runs bbolt's consistency check over the whole file of an open
+// data file (tests; CheckFile checks one no router has open).
 func (db *DB) Check() error {
 	return db.bolt.View(func(tx *bolt.Tx) error {
 		var errs []error

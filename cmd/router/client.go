@@ -102,6 +102,17 @@ func (e *problemError) Error() string {
 // do sends a request and returns the body of a 2xx answer; any other answer
 // is a *problemError.
 func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, body any) ([]byte, error) {
+	resp, err := c.send(ctx, method, path, query, body)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+}
+
+// send sends a request and returns a 2xx answer with its body unread (the
+// caller closes it); any other answer is a *problemError.
+func (c *apiClient) send(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
 	u := c.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
@@ -132,13 +143,13 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		}
 		return nil, err
 	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return nil, err
-	}
-	if resp.StatusCode/100 == 2 {
-		return b, nil
 	}
 	pe := &problemError{Status: resp.StatusCode, Code: http.StatusText(resp.StatusCode)}
 	var p struct {

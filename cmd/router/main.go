@@ -84,6 +84,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&DLQCommand{Main: m}).Run(ctx, rest)
 	case "stats":
 		return (&StatsCommand{Main: m}).Run(ctx, rest)
+	case "backup":
+		return (&BackupCommand{Main: m}).Run(ctx, rest)
+	case "db":
+		return (&DBCommand{Main: m}).Run(ctx, rest)
 	case "help", "-h", "--help":
 		m.usage()
 		return nil
@@ -106,6 +110,8 @@ Commands:
   plugin     test or check a WebAssembly plugin (router plugin test x.wasm < event.json)
   dlq        list, show, retry, resolve or delete dead letters of a running router
   stats      per-type depth, oldest age, poll delay and DLQ of a running router
+  backup     a consistent copy of a running router's data file (router backup OUT)
+  db         offline tools for a data file: router db check FILE
   version    print the version
 
 Run 'router <command> -h' for a command's flags.

@@ -256,7 +256,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		}
 	}
 	defer c.progress.step("opening the API socket %s", cfg.Listen.Socket)()
-	c.api = api.New(eng, cfg.Listen, api.Options{Logger: c.log, Gatherer: reg, Registerer: reg, Ready: c.ready, Listener: ln})
+	c.api = api.New(eng, cfg.Listen, api.Options{Logger: c.log, Gatherer: reg, Registerer: reg, Ready: c.ready, Listener: ln, Backup: db.Backup})
 	return c.api.Open()
 }
 

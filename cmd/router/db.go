@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// BackupCommand is `router backup OUT`: a consistent copy of a running
+// router's data file, over its API (GET /v1/backup), written to OUT only
+// once it is whole and checked.
+type BackupCommand struct {
+	*Main
+}
+
+// Run streams the copy into OUT.partial, fsyncs it, checks it like `router
+// db check`, and renames it to OUT.
+func (c *BackupCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("router backup", flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	af := &apiFlags{}
+	af.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(c.Stderr, "Usage: router backup OUT [-socket ./data/router.sock | -addr HOST:PORT -token T]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return &exitError{code: 2, err: errors.New("backup: name the file to write")}
+	}
+	out := pos[0]
+	if _, err := os.Stat(out); err == nil {
+		return fmt.Errorf("backup: %s exists; the backup never overwrites a file", out)
+	}
+	af.timeout = 0 // a large file takes as long as it takes
+	cl, err := af.client()
+	if err != nil {
+		return err
+	}
+	n, err := c.fetch(ctx, cl, out+".partial")
+	if err != nil {
+		os.Remove(out + ".partial")
+		return fmt.Errorf("backup: %w", err)
+	}
+	rep, err := checkIsolated(ctx, out+".partial")
+	if err == nil && len(rep.Problems) > 0 {
+		err = fmt.Errorf("the copy does not check: %v", rep.Problems)
+	}
+	if err != nil {
+		os.Remove(out + ".partial")
+		return fmt.Errorf("backup: %w", err)
+	}
+	if err := os.Rename(out+".partial", out); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	if af.output == "json" {
+		return json.NewEncoder(c.Stdout).Encode(map[string]any{"file": out, "bytes": n, "events": rep.Events})
+	}
+	fmt.Fprintf(c.Stdout, "backup %s: %d bytes, %d events, consistent\n", out, n, rep.Events)
+	return nil
+}
+
+// fetch writes GET /v1/backup to path (mode 0600: it holds every event)
+// and fsyncs it; a copy shorter than its Content-Length is an error.
+func (c *BackupCommand) fetch(ctx context.Context, cl *apiClient, path string) (int64, error) {
+	resp, err := cl.send(ctx, http.MethodGet, "/v1/backup", nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, resp.Body)
+	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
+		err = fmt.Errorf("the copy ended after %d of %d bytes", n, resp.ContentLength)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	return n, err
+}
+
+// syncDir fsyncs a folder, so that a file created or renamed in it stays.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// DBCommand is `router db`: offline tools for a data file no router has
+// open.
+type DBCommand struct {
+	*Main
+}
+
+// Run dispatches `router db check FILE`.
+func (c *DBCommand) Run(ctx context.Context, args []string) error {
+	usage := func() {
+		fmt.Fprint(c.Stderr, `Usage:
+  router db check FILE [-o table|json]
+      Checks a data file that no router has open: its size against its
+      metadata, bbolt's consistency check over every page, and that every
+      stored event decodes. Read-only. Exit 0 consistent, 1 problems found.
+`)
+	}
+	if len(args) == 0 || args[0] != "check" {
+		usage()
+		if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
+			return nil
+		}
+		return &exitError{code: 2, err: errors.New("db: name a subcommand: check")}
+	}
+	fs := flag.NewFlagSet("router db check", flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	output := fs.String("o", "table", "output: table or json")
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		usage()
+		return &exitError{code: 2, err: errors.New("db check: name one data file")}
+	}
+	rep, err := checkIsolated(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if *output == "json" {
+		if err := json.NewEncoder(c.Stdout).Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(c.Stdout, "%s: %d bytes, %d events\n", rep.Path, rep.Bytes, rep.Events)
+		for _, p := range rep.Problems {
+			fmt.Fprintf(c.Stdout, "  problem: %s\n", p)
+		}
+		if len(rep.Problems) == 0 {
+			fmt.Fprintln(c.Stdout, "consistent")
+		}
+	}
+	if len(rep.Problems) > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("db check: %d problems in %s", len(rep.Problems), rep.Path)}
+	}
+	return nil
+}
+
+// checkWorkerEnv marks the child process that checkIsolated starts.
+const checkWorkerEnv = "SWITCHYARD_DB_CHECK_WORKER"
+
+// checkIsolated runs storage.CheckFile in a child process (this binary,
+// `db check -o json`): on a damaged file bbolt can panic in a goroutine of
+// its own (its free-page scan asserts on a page that lies about itself),
+// which no recover reaches and which would end the process. The child's
+// crash becomes a problem in the report instead.
+func checkIsolated(ctx context.Context, path string) (*storage.CheckReport, error) {
+	if os.Getenv(checkWorkerEnv) == "1" {
+		return storage.CheckFile(path)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, self, "db", "check", path, "-o", "json")
+	cmd.Env = append(os.Environ(), checkWorkerEnv+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var rep storage.CheckReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err == nil && rep.Path != "" {
+		return &rep, nil
+	}
+	if runErr == nil {
+		return nil, fmt.Errorf("db check: the checking process printed no report")
+	}
+	// No report: the child stopped (a panic) or could not check at all.
+	msg := strings.TrimSpace(stderr.String())
+	if first, _, ok := strings.Cut(msg, "\n\ngoroutine "); ok {
+		msg = first
+	}
+	if strings.HasPrefix(msg, "router: ") { // an error, not a crash
+		return nil, errors.New(strings.TrimPrefix(msg, "router: "))
+	}
+	fi, _ := os.Stat(path)
+	rep = storage.CheckReport{Path: path, Problems: []string{"the file is damaged: reading it stopped the checker: " + msg}}
+	if fi != nil {
+		rep.Bytes = fi.Size()
+	}
+	return &rep, nil
+}

@@ -1,0 +1,86 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// CheckReport is what CheckFile found.
+type CheckReport struct {
+	Path     string   `json:"path"`
+	Bytes    int64    `json:"bytes"`
+	Events   int      `json:"events"`
+	Problems []string `json:"problems"` // empty: the file is consistent
+}
+
+// maxProblems bounds a report: a badly damaged file has a problem a page.
+const maxProblems = 100
+
+// CheckFile checks a data file that no router has open (`router db
+// check`): that it is not truncated, bbolt's own consistency check over
+// every page, and that every stored record decodes. It opens the file
+// read-only and changes nothing.
+func CheckFile(path string) (*CheckReport, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	rep := &CheckReport{Path: path, Bytes: fi.Size(), Problems: []string{}}
+	bdb, err := openBolt(path, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("%s is open in a running router: stop it, or check a backup (router backup)", path)
+	}
+	if err != nil {
+		rep.Problems = append(rep.Problems, err.Error())
+		return rep, nil
+	}
+	defer bdb.Close()
+	err = faultSafe(func() error {
+		return bdb.View(func(tx *bolt.Tx) error {
+			for err := range tx.Check() {
+				if len(rep.Problems) < maxProblems {
+					rep.Problems = append(rep.Problems, err.Error())
+				}
+			}
+			events := tx.Bucket(bucketEvents)
+			if events == nil {
+				rep.Problems = append(rep.Problems, "no events bucket: not a Switchyard data file")
+				return nil
+			}
+			return events.ForEach(func(k, v []byte) error {
+				rep.Events++
+				if _, err := decodeRecord(v); err != nil && len(rep.Problems) < maxProblems {
+					rep.Problems = append(rep.Problems, fmt.Sprintf("event %q: %v", k, err))
+				}
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		rep.Problems = append(rep.Problems, err.Error())
+	}
+	return rep, nil
+}
+
+// Backup writes a consistent copy of the whole data file to w while the
+// router runs: one read transaction's view (bbolt's Tx.WriteTo), so writers
+// go on meanwhile and the copy holds exactly what was committed when it
+// began. size, if set, learns the copy's size before it is written (an
+// HTTP Content-Length). It returns the bytes written.
+func (db *DB) Backup(w io.Writer, size func(int64)) (int64, error) {
+	var n int64
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		if size != nil {
+			size(tx.Size())
+		}
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	return n, err
+}
