@@ -28,6 +28,8 @@ type Config struct {
 	// Events maps an event type to its resolved policy. The key "*", if
 	// present, catches every type without a block of its own.
 	Events map[string]*Policy
+	// EventsAt is where each event block is (nil without event blocks).
+	EventsAt map[string]Pos
 	// MaxTypes bounds how many types the "*" block catches (its max_types;
 	// default 256): each type is a loop, metrics series and stats rows, so
 	// a client must not be able to create them without end.
@@ -65,6 +67,7 @@ type Listen struct {
 	Socket     string // unix socket path; default "./data/router.sock"
 	HTTP       string // optional TCP address; "" = off
 	TokensFile string // bearer tokens for the TCP listener
+	TokensAt   Pos    // where tokens_file is set
 	MaxBody    int64  // bytes; default 1 MiB
 	MaxBatch   int    // events per batch request; default 1000
 	// MaxConnections caps the TCP listener's open connections (default
@@ -138,6 +141,10 @@ type Route struct {
 	Subject string // for NATS sinks
 	Topic   string // for Kafka sinks
 }
+
+// Pos is a place in the configuration file, "file:line:col": checks made
+// after loading (router validate) report problems where they were written.
+type Pos string
 
 // NATS is a nats "<name>" block.
 type NATS struct {
@@ -228,6 +235,7 @@ type SASL struct {
 type Plugin struct {
 	Name   string
 	Wasm   string
+	At     Pos // where wasm is set
 	Config map[string]string
 	Limits PluginLimits
 }

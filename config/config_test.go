@@ -255,7 +255,7 @@ func TestFullConfig(t *testing.T) {
 	if cfg.File != "testdata/full.hcl" {
 		t.Errorf("File = %q", cfg.File)
 	}
-	if want := (Listen{Socket: "/run/sy.sock", HTTP: ":8080", TokensFile: "tokens.json", MaxBody: 512 << 10, MaxBatch: 10, MaxConnections: 64, ReadTimeout: 5 * time.Second}); cfg.Listen != want {
+	if want := (Listen{Socket: "/run/sy.sock", HTTP: ":8080", TokensFile: "tokens.json", TokensAt: "testdata/full.hcl:5:17", MaxBody: 512 << 10, MaxBatch: 10, MaxConnections: 64, ReadTimeout: 5 * time.Second}); cfg.Listen != want {
 		t.Errorf("listen = %+v, want %+v", cfg.Listen, want)
 	}
 	if got := cfg.Sinks(); !reflect.DeepEqual(got, []string{"nats.local", "nats.remote", "kafka.main"}) {
@@ -287,11 +287,11 @@ func TestFullConfig(t *testing.T) {
 		t.Errorf("kafka:\n got %+v\nwant %+v", cfg.Kafka, wantKafka)
 	}
 	wantPlugins := []Plugin{{
-		Name: "enrich", Wasm: "enrich.wasm",
+		Name: "enrich", Wasm: "enrich.wasm", At: "testdata/full.hcl:66:12",
 		Config: map[string]string{"region": "eu-1", "ratio": "1.5", "verbose": "true", "count": "3"},
 		Limits: PluginLimits{Memory: 1 << 30, Timeout: time.Second, MaxOutputs: 2, MaxOutputBytes: 4096},
 	}, {
-		Name: "noop", Wasm: "noop.wasm",
+		Name: "noop", Wasm: "noop.wasm", At: "testdata/full.hcl:76:24",
 		Limits: PluginLimits{Memory: 16 << 20, Timeout: 50 * time.Millisecond, MaxOutputs: 16, MaxOutputBytes: 1 << 20},
 	}}
 	if !reflect.DeepEqual(cfg.Plugins, wantPlugins) {
@@ -410,6 +410,13 @@ plugin "p" { wasm = "p.wasm" }
 		{"http without tokens", "listen {\n  http = \":8080\"\n}\n", "test.hcl:2:10: Missing tokens_file"},
 		{"huge number", "plugin \"p\" {\n  wasm = \"p\"\n  config = { a = \"${1e400000000}\" }\n}\n", "test.hcl:3:21: Number out of range"},
 		{"port", "nats \"n\" {\n  embedded = true\n  port = 70000\n}\n", "test.hcl:3:10: Invalid value: port must be at most 65535"},
+		{"max_body huge", "listen {\n  max_body = \"100GB\"\n}\n", `test.hcl:2:14: Invalid size: max_body: 100GB is over the limit of 256MiB`},
+		{"plugin memory huge", "plugin \"p\" {\n  wasm = \"p\"\n  limits { memory = \"100GiB\" }\n}\n", `test.hcl:3:21: Invalid size: memory: 100GiB is over the limit of 4GiB`},
+		{"batch_size huge", "defaults {\n  batch_size = 99999999999\n}\n", `test.hcl:2:16: Invalid value: batch_size must be at most 100000`},
+		{"http not an address", "listen {\n  http = \"not-an-address\"\n  tokens_file = \"t\"\n}\n", `test.hcl:2:10: Invalid address: http: "not-an-address" is not host:port`},
+		{"http bad port", "listen {\n  http = \"127.0.0.1:99999\"\n  tokens_file = \"t\"\n}\n", `test.hcl:2:10: Invalid address: http: "127.0.0.1:99999": the port must be a number`},
+		{"kafka broker without port", "kafka \"k\" {\n  brokers = [\"k1:9092\", \"k2\"]\n}\n", `test.hcl:2:25: Invalid address: brokers: "k2" is not host:port`},
+		{"nats url", "nats \"n\" {\n  url = \"http://x:4222\"\n}\n", `test.hcl:2:9: Invalid URL: url "http://x:4222": write nats://host:4222`},
 		{"max_types outside the catch-all", "event \"a\" {\n  max_types = 3\n}\n", `test.hcl:2:3: Unsupported argument: max_types applies to the catch-all event "*" block only`},
 		{"max_types zero", "event \"*\" {\n  max_types = 0\n}\n", `test.hcl:2:15: Invalid value: max_types must be at least 1`},
 		{"socket is the data file", "listen {\n  socket = \"/srv/sy/r.db\"\n}\nstorage {\n  path = \"/srv/sy/r.db\"\n}\n",

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -333,6 +334,10 @@ func (d *decoder) root(body hcl.Body) *Config {
 		}
 		if d.declare(eventTypes, b) {
 			cfg.Events[b.Labels[0]] = &p
+			if cfg.EventsAt == nil {
+				cfg.EventsAt = map[string]Pos{}
+			}
+			cfg.EventsAt[b.Labels[0]] = posOf(b.DefRange)
 		}
 	}
 	inboxNames := map[string]hcl.Range{}
@@ -360,14 +365,15 @@ func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	if a := c.Attributes["socket"]; a != nil {
 		d.socketAt = a.Expr.Range().Ptr()
 	}
-	d.str(c.Attributes["http"], &l.HTTP)
+	d.address(c.Attributes["http"], &l.HTTP)
 	d.str(c.Attributes["tokens_file"], &l.TokensFile)
 	if l.TokensFile != "" {
 		d.own("listen.tokens_file", l.TokensFile, false, c.Attributes["tokens_file"].Expr.Range())
+		l.TokensAt = posOf(c.Attributes["tokens_file"].Expr.Range())
 	}
-	d.str(c.Attributes["pprof"], &l.Pprof)
-	d.size(c.Attributes["max_body"], &l.MaxBody)
-	d.integer(c.Attributes["max_batch"], &l.MaxBatch, 1, math.MaxInt)
+	d.address(c.Attributes["pprof"], &l.Pprof)
+	d.size(c.Attributes["max_body"], &l.MaxBody, 256*mib)
+	d.integer(c.Attributes["max_batch"], &l.MaxBatch, 1, 100_000)
 	d.integer(c.Attributes["max_connections"], &l.MaxConnections, 1, 1<<20)
 	d.duration(c.Attributes["read_timeout"], &l.ReadTimeout, true)
 	// DESIGN §4: the TCP listener always requires a bearer token.
@@ -381,7 +387,7 @@ func (d *decoder) listen(b *hcl.Block, l *Listen) {
 // leaves out, including single fields of polling and backoff, keeps p's
 // value. Lists (plugins, routes) are replaced as a whole when set.
 func (d *decoder) policy(c *hcl.BodyContent, p *Policy) {
-	d.integer(c.Attributes["batch_size"], &p.BatchSize, 1, math.MaxInt)
+	d.integer(c.Attributes["batch_size"], &p.BatchSize, 1, 100_000)
 	d.integer(c.Attributes["max_retries"], &p.MaxRetries, 0, math.MaxInt)
 	d.duration(c.Attributes["max_processing_time"], &p.MaxProcessingTime, true)
 	d.oneOf(c.Attributes["ordering"], &p.Ordering, "", "none", "key")
@@ -486,7 +492,9 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 	if n.Embedded && n.StoreDir == "" {
 		n.StoreDir = filepath.Join(filepath.Dir(storagePath), "nats")
 	}
-	if u, err := url.Parse(n.URL); err == nil && u.User != nil {
+	if u, err := url.Parse(n.URL); n.URL != "" && (err != nil || u.Host == "" || !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme)) {
+		d.errorf(c.Attributes["url"].Expr.Range(), "Invalid URL", "url %q: write nats://host:4222 (or tls://, ws://, wss://).", n.URL)
+	} else if err == nil && u.User != nil {
 		d.errorf(c.Attributes["url"].Expr.Range(), "Secret in the configuration",
 			"url carries credentials; give them as user and password_file (or token_file) instead.")
 	}
@@ -609,10 +617,18 @@ func (d *decoder) kafka(b *hcl.Block) Kafka {
 	}
 	c := d.content(b.Body, kafkaSchema)
 	k.Brokers = d.requiredList(c, "brokers", b, `["host:9092", ...]`)
+	if a := c.Attributes["brokers"]; a != nil && len(k.Brokers) > 0 {
+		rngs := d.strs(a, &k.Brokers)
+		for i, broker := range k.Brokers {
+			if _, port, err := net.SplitHostPort(broker); err != nil || port == "" {
+				d.errorf(rngs[i], "Invalid address", "brokers: %q is not host:port.", broker)
+			}
+		}
+	}
 	d.str(c.Attributes["client_id"], &k.ClientID)
 	d.oneOf(c.Attributes["compression"], &k.Compression, "none", "gzip", "snappy", "lz4", "zstd")
 	d.duration(c.Attributes["linger"], &k.Linger, false)
-	d.size(c.Attributes["max_record_bytes"], &k.MaxRecordBytes)
+	d.size(c.Attributes["max_record_bytes"], &k.MaxRecordBytes, 1<<30)
 	d.boolean(c.Attributes["idempotent"], &k.Idempotent)
 	d.duration(c.Attributes["publish_timeout"], &k.PublishTimeout, true)
 
@@ -644,15 +660,16 @@ func (d *decoder) plugin(b *hcl.Block) Plugin {
 	c := d.content(b.Body, pluginSchema)
 	p.Wasm = d.required(c, "wasm", b, `"path/to/plugin.wasm"`)
 	if p.Wasm != "" {
+		p.At = posOf(c.Attributes["wasm"].Expr.Range())
 		d.own(fmt.Sprintf("the wasm file of plugin %q", p.Name), p.Wasm, false, c.Attributes["wasm"].Expr.Range())
 	}
 	d.stringMap(c.Attributes["config"], &p.Config)
 	if lb := d.single(c.Blocks, "limits"); lb != nil {
 		lc := d.content(lb.Body, limitsSchema)
-		d.size(lc.Attributes["memory"], &p.Limits.Memory)
+		d.size(lc.Attributes["memory"], &p.Limits.Memory, 4<<30) // what a wasm32 memory can address
 		d.duration(lc.Attributes["timeout"], &p.Limits.Timeout, true)
 		d.integer(lc.Attributes["max_outputs"], &p.Limits.MaxOutputs, 1, math.MaxInt)
-		d.size(lc.Attributes["max_output_bytes"], &p.Limits.MaxOutputBytes)
+		d.size(lc.Attributes["max_output_bytes"], &p.Limits.MaxOutputBytes, 64*mib)
 	}
 	return p
 }
@@ -721,4 +738,9 @@ func validDeliverURL(s string) bool {
 		return u.Path != ""
 	}
 	return false
+}
+
+// posOf is rng's start as "file:line:col".
+func posOf(rng hcl.Range) Pos {
+	return Pos(fmt.Sprintf("%s:%d:%d", rng.Filename, rng.Start.Line, rng.Start.Column))
 }

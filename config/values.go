@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,7 +137,7 @@ func (d *decoder) duration(a *hcl.Attribute, dst *time.Duration, positive bool) 
 
 // size decodes a positive byte count: a whole number of bytes or a string
 // such as "512KiB", "16MiB" or "1GB".
-func (d *decoder) size(a *hcl.Attribute, dst *int64) {
+func (d *decoder) size(a *hcl.Attribute, dst *int64, max int64) {
 	s, ok := d.text(a)
 	if !ok {
 		return
@@ -146,7 +147,45 @@ func (d *decoder) size(a *hcl.Attribute, dst *int64) {
 		d.errorf(a.Expr.Range(), "Invalid size", "%s: %v.", a.Name, err)
 		return
 	}
+	if n > max {
+		d.errorf(a.Expr.Range(), "Invalid size", "%s: %s is over the limit of %s.", a.Name, s, formatSize(max))
+		return
+	}
 	*dst = n
+}
+
+// formatSize writes a limit the way a config writes it: 256MiB, 4GiB.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// address decodes a host:port TCP address (host may be empty: all
+// interfaces).
+func (d *decoder) address(a *hcl.Attribute, dst *string) {
+	s, ok := d.text(a)
+	if !ok || s == "" {
+		return
+	}
+	host, port, err := net.SplitHostPort(s)
+	n, perr := strconv.Atoi(port)
+	switch {
+	case err != nil:
+		d.errorf(a.Expr.Range(), "Invalid address", "%s: %q is not host:port (%v).", a.Name, s, err)
+	case perr != nil || n < 0 || n > 65535:
+		d.errorf(a.Expr.Range(), "Invalid address", "%s: %q: the port must be a number from 0 to 65535.", a.Name, s)
+	case strings.ContainsAny(host, " /"):
+		d.errorf(a.Expr.Range(), "Invalid address", "%s: %q: %q is not a host name or IP address.", a.Name, s, host)
+	default:
+		*dst = s
+	}
 }
 
 // strs decodes a list of strings and returns the range of each element, for

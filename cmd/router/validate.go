@@ -5,12 +5,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
+	"github.com/switchyard-router/switchyard/plugins/wasm"
 )
 
 // ValidateCommand checks a configuration file and reports every problem with
@@ -36,6 +41,9 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	cfg, err := loadConfig(*path, false)
 	if err != nil {
 		return &exitError{code: 1, err: err}
+	}
+	if problems := checkLoaded(ctx, cfg); len(problems) > 0 {
+		return &exitError{code: 1, err: errors.New(strings.Join(problems, "\n"))}
 	}
 	fmt.Fprintf(c.Stdout, "%s: ok (%d event types, sinks %v)\n", *path, len(cfg.Events), cfg.Sinks())
 	if !*checkSinks {
@@ -69,7 +77,11 @@ func checkSinksOf(ctx context.Context, cfg *config.Config, timeout time.Duration
 		n.Streams = nil // checking must not create or change streams
 		sink, err := natsplugin.Open(cctx, n, n.URL, nil)
 		if err == nil {
-			err = errors.Join(sink.Healthy(cctx), sink.Close(cctx))
+			err = sink.Healthy(cctx)
+			if subjects := routedSubjects(cfg, "nats."+n.Name); err == nil && n.JetStream && len(subjects) > 0 {
+				err = sink.CheckSubjects(cctx, subjects)
+			}
+			err = errors.Join(err, sink.Close(cctx))
 		}
 		cancel()
 		out["nats."+n.Name] = err
@@ -90,15 +102,79 @@ func checkSinksOf(ctx context.Context, cfg *config.Config, timeout time.Duration
 	return out
 }
 
-// routedTopics lists the topics the event types route to on sink.
-func routedTopics(cfg *config.Config, sink engine.Sink) []string {
-	var topics []string
-	for _, p := range cfg.Events {
-		for _, r := range p.Routes {
-			if r.To == sink.Name() {
-				topics = append(topics, r.Topic)
+// checkLoaded checks what parsing cannot: the files the config names and
+// what they hold. Each problem is a "file:line:col: ..." line.
+//   - tokens_file: exists, private to its owner, holds valid tokens;
+//   - every plugin: loads as the router loads it (compiled, ABI exports and
+//     imports, _initialize and sy_init with its config);
+//   - every route to an embedded NATS server (JetStream): one of its
+//     declared streams captures the subject, or no publish is acknowledged.
+func checkLoaded(ctx context.Context, cfg *config.Config) []string {
+	var problems []string
+	if cfg.Listen.TokensFile != "" {
+		if _, err := api.LoadTokens(cfg.Listen.TokensFile); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", cfg.Listen.TokensAt, err))
+		}
+	}
+	problems = append(problems, checkPlugins(ctx, cfg)...)
+	for _, n := range cfg.NATS {
+		if !n.Embedded || !n.JetStream {
+			continue
+		}
+		for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
+			for _, r := range cfg.Events[t].Routes {
+				if r.To == "nats."+n.Name && natsplugin.StreamCapturing(n.Streams, r.Subject) == "" {
+					problems = append(problems, fmt.Sprintf("%s: event %q routes to subject %q, which no stream of nats %q captures: a publish there is never acknowledged; add the subject to a stream block",
+						cfg.EventsAt[t], t, r.Subject, n.Name))
+				}
 			}
 		}
 	}
-	return topics
+	return problems
+}
+
+// checkPlugins loads every plugin once, in a runtime of its own with the
+// user's compilation cache (as `router plugin test`), and closes it.
+func checkPlugins(ctx context.Context, cfg *config.Config) []string {
+	if len(cfg.Plugins) == 0 {
+		return nil
+	}
+	rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: defaultPluginCache()})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer rt.Close(ctx)
+	var problems []string
+	for _, pc := range cfg.Plugins {
+		p, err := rt.Load(ctx, pc, wasm.LoadOptions{Instances: 1})
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", pc.At, err))
+			continue
+		}
+		p.Close(ctx)
+	}
+	return problems
+}
+
+// routedSubjects lists the subjects the event types route to on sink.
+func routedSubjects(cfg *config.Config, sink string) []string {
+	return routed(cfg, sink, func(r config.Route) string { return r.Subject })
+}
+
+// routedTopics lists the topics the event types route to on sink.
+func routedTopics(cfg *config.Config, sink engine.Sink) []string {
+	return routed(cfg, sink.Name(), func(r config.Route) string { return r.Topic })
+}
+
+// routed lists what of each route to sink pick takes.
+func routed(cfg *config.Config, sink string, pick func(config.Route) string) []string {
+	var out []string
+	for _, p := range cfg.Events {
+		for _, r := range p.Routes {
+			if r.To == sink {
+				out = append(out, pick(r))
+			}
+		}
+	}
+	return out
 }

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// `router validate` refuses, with the file:line:col of the mistake, what
+// used to pass it and fail only at run time (or never): plugin files that
+// are missing or not WebAssembly, absurd sizes and numbers, a bad address,
+// a missing tokens_file, a route no stream captures.
+func TestValidateFindsWhatParsingCannot(t *testing.T) {
+	dir := t.TempDir()
+	notWasm := filepath.Join(dir, "not.wasm")
+	os.WriteFile(notWasm, []byte("#!/bin/sh\necho hello\n"), 0o644)
+	good := filepath.Join("..", "..", "examples", "plugins", "passthrough-wat", "passthrough.wasm")
+	cases := []struct{ name, src, want string }{
+		{"missing plugin", `plugin "p" { wasm = "/nonexistent/p.wasm" }`, `:1:21: plugin "p": open /nonexistent/p.wasm: no such file or directory`},
+		{"not wasm", fmt.Sprintf(`plugin "p" { wasm = %q }`, notWasm), `:1:21: plugin "p" (` + notWasm + `): not a valid WebAssembly module`},
+		{"plugin memory", fmt.Sprintf("plugin \"p\" {\n  wasm = %q\n  limits { memory = \"100GiB\" }\n}", good), `:3:21: Invalid size: memory: 100GiB is over the limit of 4GiB`},
+		{"missing tokens_file", "listen {\n  http = \"127.0.0.1:8080\"\n  tokens_file = \"/nonexistent/tokens.json\"\n}", `:3:17: tokens_file: stat /nonexistent/tokens.json: no such file or directory`},
+		{"http address", "listen {\n  http = \"not-an-address\"\n  tokens_file = \"t\"\n}", `:2:10: Invalid address`},
+		{"max_body", "listen {\n  max_body = \"100GB\"\n}", `:2:14: Invalid size: max_body: 100GB is over the limit of 256MiB`},
+		{"batch_size", "defaults {\n  batch_size = 99999999999\n}", `:2:16: Invalid value: batch_size must be at most 100000`},
+		{"route no stream captures", "nats \"local\" {\n  embedded = true\n  stream \"s\" { subjects = [\"a.>\"] }\n}\nevent \"x\" {\n  route {\n    to      = \"nats.local\"\n    subject = \"b.x\"\n  }\n}",
+			`:5:1: event "x" routes to subject "b.x", which no stream of nats "local" captures`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "policies.hcl")
+			os.WriteFile(path, []byte(tc.src+"\n"), 0o600)
+			var out bytes.Buffer
+			err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path})
+			if err == nil || exitCode(err) != 1 {
+				t.Fatalf("validate passed: %v\n%s", err, out.String())
+			}
+			if !strings.Contains(err.Error(), path+tc.want) {
+				t.Errorf("the error does not say %q:\n%v", path+tc.want, err)
+			}
+		})
+	}
+	// The good plugin with a stream that captures its route passes.
+	path := filepath.Join(t.TempDir(), "policies.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`
+nats "local" {
+  embedded = true
+  stream "s" { subjects = ["a.>"] }
+}
+plugin "p" { wasm = %q }
+event "x" {
+  plugins = ["p"]
+  route {
+    to      = "nats.local"
+    subject = "a.x"
+  }
+}
+`, good)), 0o600)
+	var out bytes.Buffer
+	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil {
+		t.Fatalf("a good config: %v\n%s", err, out.String())
+	}
+}
+
+// `router validate -check-sinks` asks an external JetStream server which
+// stream captures each routed subject, and fails on one that none does.
+func TestValidateCheckSinksStreams(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "orders", Subjects: []string{"orders.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "policies.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`
+nats "ext" { url = %q }
+event "a" {
+  route {
+    to      = "nats.ext"
+    subject = "orders.created"
+  }
+}
+event "b" {
+  route {
+    to      = "nats.ext"
+    subject = "payments.done"
+  }
+}
+`, ns.ClientURL())), 0o600)
+	var out bytes.Buffer
+	err = NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path, "-check-sinks"})
+	if err == nil || !strings.Contains(out.String(), `nats.ext: no stream captures the routed subject "payments.done"`) {
+		t.Fatalf("-check-sinks: %v\n%s", err, out.String())
+	}
+	if strings.Contains(out.String(), `"orders.created"`) {
+		t.Errorf("a captured subject was reported:\n%s", out.String())
+	}
+}
