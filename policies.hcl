@@ -27,7 +27,8 @@ listen {
   # clear text: keep it on loopback or put TLS in front.
   # http        = "127.0.0.1:8080"
   #
-  # tokens_file is JSON, mode 0600; tokens of 16 characters or more, or their
+  # tokens_file is JSON, mode 0600 (a file others may read is refused);
+  # tokens of 16 characters or more, or their
   # SHA-256 digest in hex instead of the token itself:
   #   {"tokens": [
   #     {"token": "a-long-random-secret-for-acme", "tenant": "acme"},
@@ -37,8 +38,16 @@ listen {
 
   # pprof = "127.0.0.1:6060" # Go's CPU and heap profiles, for performance work
 
-  max_body  = "1MiB" # largest request body
+  max_body  = "1MiB" # largest request body (at most 256MiB)
   max_batch = 1000   # most events in one batch request
+
+  # The TCP listener holds at most max_connections open connections (more
+  # wait in the kernel's backlog, costing the router nothing), so a flood of
+  # clients cannot take the file descriptors the socket, the data file and
+  # the brokers need; the unix socket is not counted. Every request on
+  # either must arrive whole within read_timeout.
+  max_connections = 512
+  read_timeout    = "30s"
 }
 
 # The single data file: outbox, inbox, DLQ and idempotency records.

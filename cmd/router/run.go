@@ -104,6 +104,7 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 		return err
 	}
 	c.log.Info("switchyard is running", "version", versionString(), "socket", cfg.Listen.Socket, "data", cfg.Storage.Path)
+	logFileLimit(c.log)
 	if err := sdNotify("READY=1"); err != nil {
 		c.log.Warn("could not tell systemd the router is ready", "error", err)
 	}

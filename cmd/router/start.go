@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -130,4 +131,20 @@ func (p *startProgress) report() {
 			p.log.Info("still starting", "after", p.elapsed(), "waiting_for", p.String())
 		}
 	}
+}
+
+// logFileLimit says how many file descriptors the router may open. The Go
+// runtime raises the soft limit to the hard one at start (Linux, Go 1.19+),
+// so this is the hard limit; a low one is worth a warning, since every
+// connection, JetStream block file and Kafka broker takes one.
+func logFileLimit(log hclog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	if lim.Cur < 4096 {
+		log.Warn("few file descriptors: raise LimitNOFILE (systemd) or ulimit -n", "limit", lim.Cur)
+		return
+	}
+	log.Debug("file descriptor limit", "limit", lim.Cur)
 }
