@@ -95,6 +95,9 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 		loops:    make(map[string]*Loop),
 	}
 	for _, s := range sinks {
+		if r, ok := s.(ReadyNotifier); ok {
+			r.OnReady(e.kickAll)
+		}
 		if opts.DoubleSend {
 			s = doubleSink{s}
 		}
@@ -257,6 +260,15 @@ func (e *Engine) startLoopLocked(t string) *Loop {
 // Loop returns the loop of an event type, creating it (not started) if
 // needed. Tests step loops by hand with Loop.Poll.
 func (e *Engine) Loop(eventType string) *Loop { return e.loop(eventType) }
+
+// kickAll makes every loop poll now: a sink became reachable.
+func (e *Engine) kickAll() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range e.loops {
+		l.kick()
+	}
+}
 
 // wake tells type t's loop that new events were committed.
 func (e *Engine) wake(t string) { e.loop(t).wake() }

@@ -25,6 +25,7 @@ type Loop struct {
 	typ   string
 	pol   atomic.Pointer[config.Policy] // swapped by Reload
 	wakeC chan struct{}
+	kickC chan struct{} // a sink became reachable: poll now, even after a failure
 
 	mu      sync.Mutex
 	delay   *Delay
@@ -36,6 +37,7 @@ func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 		e:       e,
 		typ:     t,
 		wakeC:   make(chan struct{}, 1),
+		kickC:   make(chan struct{}, 1),
 		delay:   NewDelay(pol.Polling),
 		claimed: make(map[string]struct{}),
 	}
@@ -56,6 +58,15 @@ func (l *Loop) setPolicy(pol *config.Policy) {
 func (l *Loop) wake() {
 	select {
 	case l.wakeC <- struct{}{}:
+	default:
+	}
+}
+
+// kick makes the loop poll now, whatever the last poll met: a sink it
+// publishes to is reachable again.
+func (l *Loop) kick() {
+	select {
+	case l.kickC <- struct{}{}:
 	default:
 	}
 }
@@ -148,6 +159,8 @@ func (l *Loop) run(ctx context.Context) {
 		case <-timer.C:
 		case <-wake:
 			timer.Stop() // Go ≥ 1.23: no stale tick to drain
+		case <-l.kickC:
+			timer.Stop()
 		}
 	}
 }

@@ -56,6 +56,14 @@ type HealthChecker interface {
 	Healthy(ctx context.Context) error
 }
 
+// ReadyNotifier is implemented by sinks that say when their broker becomes
+// reachable: the first connection of a router that started without it, or
+// a reconnect. The engine then polls every loop at once, instead of at the
+// end of the delay an outage grew (up to polling.max).
+type ReadyNotifier interface {
+	OnReady(func())
+}
+
 // ErrUnknownOutcome marks a publish whose fate the router cannot know (the
 // deadline fired before the broker answered). The batch is released without
 // counting an attempt: fail closed, retry with the same id.

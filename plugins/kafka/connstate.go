@@ -56,3 +56,13 @@ func (c *connState) lastError() error {
 	}
 	return fmt.Errorf("the last connection to %s failed %s ago: %w", c.addr, time.Since(c.at).Round(time.Millisecond), c.err)
 }
+
+// withConnError adds to an unknown outcome why connecting to a broker last
+// failed, if it did: "no acknowledgement" alone does not say that the
+// password is wrong.
+func (s *Sink) withConnError(err error) error {
+	if connErr := s.conn.lastError(); connErr != nil {
+		return fmt.Errorf("%w; %w", err, connErr)
+	}
+	return err
+}

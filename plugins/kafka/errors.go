@@ -51,7 +51,7 @@ func (s *Sink) classify(topic string, err error) error {
 	}
 	for _, u := range unknownOutcomeErrs {
 		if errors.Is(err, u) {
-			return fmt.Errorf("%s: topic %q: %w (%w)", s.name, topic, engine.ErrUnknownOutcome, err)
+			return s.withConnError(fmt.Errorf("%s: topic %q: %w (%w)", s.name, topic, engine.ErrUnknownOutcome, err))
 		}
 	}
 	return fmt.Errorf("%s: topic %q: %w", s.name, topic, err)

@@ -169,14 +169,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 		case <-w.done:
 		case <-pctx.Done():
 		}
-		connErr := s.conn.lastError()
 		got := w.finish(func(j int) engine.Result {
-			err := fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
-				s.name, msgs[send[j]].Destination, time.Since(start).Round(time.Millisecond), engine.ErrUnknownOutcome)
-			if connErr != nil {
-				err = fmt.Errorf("%w; %w", err, connErr)
-			}
-			return engine.Result{Err: err}
+			return engine.Result{Err: s.withConnError(fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
+				s.name, msgs[send[j]].Destination, time.Since(start).Round(time.Millisecond), engine.ErrUnknownOutcome))}
 		})
 		again := send[:0:0]
 		for j, i := range send {

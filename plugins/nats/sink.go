@@ -53,11 +53,21 @@ const (
 // Every message carries the CloudEvents NATS binding headers (ce-*,
 // content-type) and the W3C trace context (traceparent, tracestate).
 type Sink struct {
-	name    string
-	log     hclog.Logger
-	nc      *natsgo.Conn
-	js      jetstream.JetStream // nil in core NATS mode
-	timeout time.Duration
+	name       string
+	log        hclog.Logger
+	nc         *natsgo.Conn
+	js         jetstream.JetStream // publishes; nil in core NATS mode
+	jsAdmin    jetstream.JetStream // creates streams (core mode too)
+	timeout    time.Duration
+	maxPending int
+	streams    []config.Stream
+
+	mu             sync.Mutex
+	streamsCreated bool  // every stream of the config exists
+	streamsErr     error // why creating them failed, on the last connection
+	connErr        error // why the last connection attempt failed
+	everConnected  bool
+	ready          func() // engine.ReadyNotifier
 
 	closedCh chan struct{}
 
@@ -67,100 +77,198 @@ type Sink struct {
 var (
 	_ engine.Sink          = (*Sink)(nil)
 	_ engine.HealthChecker = (*Sink)(nil)
+	_ engine.ReadyNotifier = (*Sink)(nil)
 )
 
 // Open connects to the NATS server at url (a comma-separated list is
 // accepted) and creates or updates every stream in cfg.Streams (in core
-// NATS mode too: a stream captures core publishes as well). The connection
-// reconnects forever; Open itself fails if the first connection cannot be
-// made or a stream cannot be created or updated. Zero config values take
-// the defaults: max_pending 4096, publish_timeout 10s, and per stream file
+// NATS mode too: a stream captures core publishes as well). A server that
+// cannot be reached does not fail Open: the router starts without its
+// broker (after a power cut the node often boots before its network), the
+// connection keeps trying every reconnectWait, and on connecting the sink
+// creates the streams and tells the engine (OnReady), which publishes at
+// once. Meanwhile Publish fails fast as unavailable and Healthy says why.
+// Open fails only on what retrying cannot fix: a bad URL or credentials
+// file, or a stream the server refuses. Zero config values take the
+// defaults: max_pending 4096, publish_timeout 10s, and per stream file
 // storage, 1 replica, a 2m duplicates window.
 func Open(ctx context.Context, cfg config.NATS, url string, logger hclog.Logger) (*Sink, error) {
+	s := newSink(cfg, logger)
+	auth, err := ClientOptions(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.name, err)
+	}
+	opts := append(s.connOptions(), auth...)
+	nc, err := natsgo.Connect(url, opts...)
+	if err != nil {
+		// Not there, or refusing us: keep trying in the background, and
+		// keep the reason for Healthy and Publish's errors.
+		s.setConnErr(err)
+		nc, err = natsgo.Connect(url, append(opts, natsgo.RetryOnFailedConnect(true))...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: connect %s: %w", s.name, url, err)
+	}
+	s.nc = nc
+	if err := s.openJetStream(cfg); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if !nc.IsConnected() {
+		s.log.Warn("NATS is not reachable; the router runs without it and connects when it appears", "url", url, "error", s.connError())
+		return s, nil
+	}
+	if err := s.ensureStreams(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s.connectedOnce()
+	return s, nil
+}
+
+// newSink is a sink on cfg's settings, not yet connected.
+func newSink(cfg config.NATS, logger hclog.Logger) *Sink {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	name := "nats." + cfg.Name
-	log := logger.Named(name)
-	timeout := cfg.PublishTimeout
-	if timeout <= 0 {
-		timeout = DefaultPublishTimeout
-	}
-	maxPending := cfg.MaxPending
-	if maxPending <= 0 {
-		maxPending = DefaultMaxPending
-	}
 	s := &Sink{
-		name:     name,
-		log:      log,
-		timeout:  timeout,
-		closedCh: make(chan struct{}),
+		name:           "nats." + cfg.Name,
+		timeout:        cfg.PublishTimeout,
+		maxPending:     cfg.MaxPending,
+		streams:        cfg.Streams,
+		closedCh:       make(chan struct{}),
+		streamsCreated: len(cfg.Streams) == 0,
 	}
+	s.log = logger.Named(s.name)
+	if s.timeout <= 0 {
+		s.timeout = DefaultPublishTimeout
+	}
+	if s.maxPending <= 0 {
+		s.maxPending = DefaultMaxPending
+	}
+	return s
+}
+
+// connOptions are the connection's options: reconnect forever, and the
+// handlers that log and that set the streams up on every (re)connection.
+func (s *Sink) connOptions() []natsgo.Option {
 	var closeOnce sync.Once
-	opts := []natsgo.Option{
+	return []natsgo.Option{
 		natsgo.Name(ClientName),
 		natsgo.MaxReconnects(-1),
 		natsgo.ReconnectWait(reconnectWait),
 		natsgo.ReconnectJitter(reconnectJitter, reconnectJitter),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
 			if err != nil {
-				log.Warn("disconnected from NATS", "error", err)
+				s.log.Warn("disconnected from NATS", "error", err)
 			} else {
-				log.Debug("disconnected from NATS")
+				s.log.Debug("disconnected from NATS")
 			}
 		}),
-		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
-			log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
-		}),
+		natsgo.ConnectHandler(func(*natsgo.Conn) { go s.onConnect("connected to NATS") }),
+		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { s.setConnErr(err) }),
+		natsgo.ReconnectHandler(func(*natsgo.Conn) { go s.onConnect("reconnected to NATS") }),
 		natsgo.ClosedHandler(func(*natsgo.Conn) {
 			closeOnce.Do(func() { close(s.closedCh) })
 		}),
 		natsgo.ErrorHandler(func(_ *natsgo.Conn, sub *natsgo.Subscription, err error) {
 			if sub != nil {
-				log.Warn("NATS async error", "subject", sub.Subject, "error", err)
+				s.log.Warn("NATS async error", "subject", sub.Subject, "error", err)
 			} else {
-				log.Warn("NATS async error", "error", err)
+				s.log.Warn("NATS async error", "error", err)
 			}
 		}),
 	}
-	auth, err := ClientOptions(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	nc, err := natsgo.Connect(url, append(opts, auth...)...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: connect %s: %w", name, url, err)
-	}
-	s.nc = nc
-	fail := func(err error) (*Sink, error) {
-		nc.Close()
-		return nil, err
-	}
+}
 
-	if cfg.JetStream || len(cfg.Streams) > 0 {
-		js, err := jetstream.New(nc,
-			jetstream.WithPublishAsyncMaxPending(maxPending),
-			jetstream.WithPublishAsyncTimeout(timeout+ackTimeoutMargin),
-		)
-		if err != nil {
-			return fail(fmt.Errorf("%s: jetstream: %w", name, err))
-		}
-		for _, st := range cfg.Streams {
-			if err := ensureStream(ctx, js, st); err != nil {
-				return fail(fmt.Errorf("%s: %w", name, err))
-			}
-			log.Debug("stream ready", "stream", st.Name, "subjects", st.Subjects)
-		}
-		if cfg.JetStream {
-			s.js = js
-		}
+// openJetStream makes the JetStream context (it needs no connection yet).
+func (s *Sink) openJetStream(cfg config.NATS) error {
+	if !cfg.JetStream && len(cfg.Streams) == 0 {
+		return nil
 	}
-	mode := "jetstream"
-	if s.js == nil {
-		mode = "core (at most once)"
+	js, err := jetstream.New(s.nc,
+		jetstream.WithPublishAsyncMaxPending(s.maxPending),
+		jetstream.WithPublishAsyncTimeout(s.timeout+ackTimeoutMargin),
+	)
+	if err != nil {
+		return fmt.Errorf("%s: jetstream: %w", s.name, err)
 	}
-	log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted(), "mode", mode)
-	return s, nil
+	s.jsAdmin = js
+	if cfg.JetStream {
+		s.js = js
+	}
+	return nil
+}
+
+// ensureStreams creates or updates the config's streams.
+func (s *Sink) ensureStreams(ctx context.Context) error {
+	for _, st := range s.streams {
+		if err := ensureStream(ctx, s.jsAdmin, st); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		s.log.Debug("stream ready", "stream", st.Name, "subjects", st.Subjects)
+	}
+	s.mu.Lock()
+	s.streamsCreated, s.streamsErr = true, nil
+	s.mu.Unlock()
+	return nil
+}
+
+// setConnErr keeps why the last connection attempt failed.
+func (s *Sink) setConnErr(err error) {
+	s.mu.Lock()
+	s.connErr = err
+	s.mu.Unlock()
+}
+
+func (s *Sink) connError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.connErr
+}
+
+// onConnect runs on every (re)connection: streams first (a broker that
+// came up empty gets them), then the engine is told to publish.
+func (s *Sink) onConnect(what string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if err := s.ensureStreams(ctx); err != nil {
+		s.mu.Lock()
+		s.streamsErr = err
+		s.mu.Unlock()
+		s.log.Error("connected, but the streams cannot be set up; publishes wait", "error", err)
+		return
+	}
+	s.log.Info(what, "url", s.nc.ConnectedUrlRedacted())
+	s.connectedOnce()
+}
+
+// connectedOnce logs the mode on the first connection and tells the engine
+// the sink is reachable.
+func (s *Sink) connectedOnce() {
+	s.mu.Lock()
+	first := !s.everConnected
+	s.everConnected = true
+	ready := s.ready
+	s.mu.Unlock()
+	if first {
+		mode := "jetstream"
+		if s.js == nil {
+			mode = "core (at most once)"
+		}
+		s.log.Info("NATS sink ready", "url", s.nc.ConnectedUrlRedacted(), "mode", mode)
+	}
+	if ready != nil {
+		ready()
+	}
+}
+
+// OnReady registers the function called whenever the sink (re)connects
+// (engine.ReadyNotifier).
+func (s *Sink) OnReady(fn func()) {
+	s.mu.Lock()
+	s.ready = fn
+	s.mu.Unlock()
 }
 
 // ensureStream creates the stream or updates it to match st.
@@ -203,8 +311,33 @@ func (s *Sink) Name() string { return s.name }
 
 // Healthy reports an error unless the connection to the server is up.
 func (s *Sink) Healthy(context.Context) error {
+	if err := s.unavailable(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// unavailable says why nothing can be published now: not connected (with
+// the last connection error: a refused password, a server not there), or
+// the streams not set up. nil when publishing can go ahead.
+func (s *Sink) unavailable() error {
 	if st := s.nc.Status(); st != natsgo.CONNECTED {
-		return fmt.Errorf("%s: connection %s", s.name, st)
+		last := s.nc.LastError()
+		if last == nil {
+			last = s.connError()
+		}
+		if last != nil {
+			return fmt.Errorf("%s: not connected (connection %s; last error: %v)", s.name, st, last)
+		}
+		return fmt.Errorf("%s: not connected (connection %s)", s.name, st)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.streamsErr != nil:
+		return fmt.Errorf("%s: connected, but the streams are not set up: %w", s.name, s.streamsErr)
+	case !s.streamsCreated:
+		return fmt.Errorf("%s: connected; setting up the streams", s.name)
 	}
 	return nil
 }
@@ -247,8 +380,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 	// Fail fast while disconnected: nothing is sent, so the outcome is known.
 	// (nats.go would otherwise buffer the messages for after the reconnect
 	// and the batch would wait out its whole deadline.)
-	if st := s.nc.Status(); st != natsgo.CONNECTED {
-		err := fmt.Errorf("%s: not connected (connection %s): %w", s.name, st, engine.ErrSinkUnavailable)
+	if why := s.unavailable(); why != nil {
+		err := fmt.Errorf("%w: %w", why, engine.ErrSinkUnavailable)
 		for i := range res {
 			res[i].Err = err
 		}
