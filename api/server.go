@@ -37,9 +37,13 @@ const endpointEvents = "POST /v1/events"
 type Options struct {
 	Logger   hclog.Logger
 	Gatherer prometheus.Gatherer // serves /metrics; nil = no metrics route
-	// Ready reports whether the router can do its work (storage open, sinks
-	// connected), per component; nil = always ready.
+	// Ready reports, per component, whether the router can take events
+	// (the data file): /readyz answers 503 when one fails. nil = ready.
 	Ready func(ctx context.Context) map[string]error
+	// Sinks reports each sink's (and embedded broker's) connection: detail
+	// in /readyz that does not make the router unready — it stores events
+	// while a broker is away and delivers them when it is back.
+	Sinks func(ctx context.Context) map[string]error
 	Now   func() time.Time
 	// Registerer receives the API's metrics (problems by code, replays,
 	// ingest latency); nil = kept but not exported.
@@ -503,8 +507,11 @@ func (s *Server) getBackup(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("backup streamed", "bytes", n, "took", time.Since(start).Round(time.Millisecond), "by", actor(r))
 }
 
+// getReady is /readyz: 200 while ingest works (the data file takes writes),
+// whatever the brokers do; "sinks" says which are connected ("ok") and why
+// the others are not.
 func (s *Server) getReady(w http.ResponseWriter, r *http.Request) {
-	status, checks := http.StatusOK, map[string]string{}
+	status, checks, sinks := http.StatusOK, map[string]string{}, map[string]string{}
 	if s.opts.Ready != nil {
 		for name, err := range s.opts.Ready(r.Context()) {
 			checks[name] = "ok"
@@ -514,7 +521,15 @@ func (s *Server) getReady(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	writeJSON(w, status, map[string]any{"ready": status == http.StatusOK, "checks": checks})
+	if s.opts.Sinks != nil {
+		for name, err := range s.opts.Sinks(r.Context()) {
+			sinks[name] = "ok"
+			if err != nil {
+				sinks[name] = err.Error()
+			}
+		}
+	}
+	writeJSON(w, status, map[string]any{"ready": status == http.StatusOK, "checks": checks, "sinks": sinks})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -47,6 +47,9 @@ type DB struct {
 	done   chan struct{}
 
 	commits atomic.Uint64 // fsynced transactions
+	// commitErr is the error of the last commit when it failed (a full
+	// disk, an I/O error); nil after one succeeds.
+	commitErr atomic.Pointer[error]
 }
 
 type write struct {
@@ -207,7 +210,9 @@ func (db *DB) commit(group []*write) {
 		}
 		if err != nil {
 			err = fmt.Errorf("storage: commit: %w", err)
+			db.commitErr.Store(&err)
 		} else {
+			db.commitErr.Store(nil)
 			db.commits.Add(1)
 			if db.opts.OnCommit != nil {
 				db.opts.OnCommit(len(group), time.Since(start))
@@ -218,6 +223,15 @@ func (db *DB) commit(group []*write) {
 		}
 		return
 	}
+}
+
+// Writable reports why the data file cannot take writes: the error of the
+// last commit when it failed; nil when it succeeded (or none was made).
+func (db *DB) Writable() error {
+	if p := db.commitErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Check runs bbolt's consistency check over the whole file of an open

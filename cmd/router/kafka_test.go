@@ -172,8 +172,9 @@ event "fan.broken" {
 }
 
 // A Kafka broker that never answers: the router's own deadline fires, the
-// batch is released without counting an attempt, /readyz says which sink is
-// down; once the broker answers again everything is delivered.
+// batch is released without counting an attempt, /readyz (still ready:
+// ingest works) says which sink is down; once the broker answers again
+// everything is delivered.
 func TestKafkaBrokerHangs(t *testing.T) {
 	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
 	if err != nil {
@@ -230,7 +231,9 @@ event "hang.order" {
 	if !strings.Contains(body, `"attempts": 0`) || strings.Contains(body, `"state": "delivered"`) || !strings.Contains(body, "outcome unknown") {
 		t.Fatalf("while the broker hangs: %s", body)
 	}
-	if ready := get(t, c, "/readyz"); !strings.Contains(ready, `"ready": false`) || !strings.Contains(ready, "kafka.main") {
+	// Ingest works, so the router is ready; the sink's detail says why it
+	// is not delivering.
+	if ready := get(t, c, "/readyz"); !strings.Contains(ready, `"ready": true`) || !strings.Contains(ready, `"kafka.main": "kafka.main: `) {
 		t.Fatalf("readyz while hung: %s", ready)
 	}
 	blocked.Store(false)

@@ -188,7 +188,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 			return fmt.Errorf("kafka %q: %w", k.Name, err)
 		}
 		c.sinks = append(c.sinks, sink)
-		c.warnMissingTopics(ctx, cfg, sink)
+		go c.warnMissingTopics(ctx, cfg, sink) // a cluster that is away must not hold up the start
 		end()
 	}
 
@@ -257,7 +257,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		}
 	}
 	defer c.progress.step("opening the API socket %s", cfg.Listen.Socket)()
-	c.api = api.New(eng, cfg.Listen, api.Options{Logger: c.log, Gatherer: reg, Registerer: reg, Ready: c.ready, Listener: ln, Backup: db.Backup})
+	c.api = api.New(eng, cfg.Listen, api.Options{Logger: c.log, Gatherer: reg, Registerer: reg, Ready: c.ready, Sinks: c.sinkHealth, Listener: ln, Backup: db.Backup})
 	return c.api.Open()
 }
 
@@ -325,10 +325,15 @@ func (c *RunCommand) warnMissingTopics(ctx context.Context, cfg *config.Config, 
 	}
 }
 
-// ready is /readyz: the data file, every sink and every embedded NATS
+// ready is what /readyz answers on: whether events can be stored.
+func (c *RunCommand) ready(context.Context) map[string]error {
+	return map[string]error{"storage": c.db.Writable()}
+}
+
+// sinkHealth is /readyz's detail: every sink and every embedded NATS
 // server (a JetStream store that cannot write).
-func (c *RunCommand) ready(ctx context.Context) map[string]error {
-	checks := map[string]error{"storage": nil}
+func (c *RunCommand) sinkHealth(ctx context.Context) map[string]error {
+	checks := map[string]error{}
 	for _, s := range c.sinks {
 		if h, ok := s.(engine.HealthChecker); ok {
 			checks[s.Name()] = h.Healthy(ctx)

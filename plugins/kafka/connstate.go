@@ -19,10 +19,11 @@ type connState struct {
 	log  hclog.Logger
 	sasl bool // the client authenticates after connecting
 
-	mu   sync.Mutex
-	err  error // nil after a connection succeeded
-	addr string
-	at   time.Time
+	mu    sync.Mutex
+	err   error // nil after a connection succeeded
+	addr  string
+	at    time.Time
+	ready func() // engine.ReadyNotifier: called when a connection succeeds after one failed
 }
 
 var _ kgo.HookBrokerConnect = (*connState)(nil)
@@ -32,6 +33,9 @@ func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, co
 	defer c.mu.Unlock()
 	addr := net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port))
 	if err == nil {
+		if c.err != nil && c.ready != nil {
+			go c.ready()
+		}
 		c.err = nil
 		return
 	}
@@ -65,4 +69,13 @@ func (s *Sink) withConnError(err error) error {
 		return fmt.Errorf("%w; %w", err, connErr)
 	}
 	return err
+}
+
+// OnReady registers the function called when a broker connection succeeds
+// after one failed (engine.ReadyNotifier): a router that started without
+// its cluster, or one that was away, publishes at once.
+func (s *Sink) OnReady(fn func()) {
+	s.conn.mu.Lock()
+	s.conn.ready = fn
+	s.conn.mu.Unlock()
 }

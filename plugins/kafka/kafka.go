@@ -40,6 +40,7 @@ var ErrStalled = errors.New("publishes stalled")
 var (
 	_ engine.Sink          = (*Sink)(nil)
 	_ engine.HealthChecker = (*Sink)(nil)
+	_ engine.ReadyNotifier = (*Sink)(nil)
 )
 
 // Sink publishes to one Kafka cluster (one kafka "<name>" block).

@@ -55,6 +55,15 @@ func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
 		kgo.WithLogger(kgoLogger{logger}),
+		// A cluster that comes back (or comes up after the router) is
+		// found within about a second: kgo refreshes metadata at most
+		// every MetadataMinAge (5 s by default) and backs retries off up
+		// to 2.5 s. At most one metadata request a second while the
+		// cluster is away is the cost.
+		kgo.MetadataMinAge(time.Second),
+		kgo.RetryBackoffFn(func(tries int) time.Duration {
+			return min(100*time.Millisecond<<min(tries, 4), time.Second)
+		}),
 	}
 	if cfg.TLS != nil {
 		tc, err := cfg.TLS.ClientConfig()

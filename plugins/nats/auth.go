@@ -107,3 +107,17 @@ func generatePassword(path string) error {
 	_, err = f.WriteString(base64.RawURLEncoding.EncodeToString(b) + "\n")
 	return errors.Join(err, f.Sync(), f.Close())
 }
+
+// dial connects to url. A server that is not there, or refuses the
+// credentials, does not fail it: the connection then keeps trying in the
+// background (RetryOnFailedConnect, every reconnectWait), and onFail learns
+// why the first try failed. Only what retrying cannot fix (a malformed URL)
+// is an error.
+func dial(url string, opts []natsgo.Option, onFail func(error)) (*natsgo.Conn, error) {
+	nc, err := natsgo.Connect(url, opts...)
+	if err == nil {
+		return nc, nil
+	}
+	onFail(err)
+	return natsgo.Connect(url, append(opts, natsgo.RetryOnFailedConnect(true))...)
+}

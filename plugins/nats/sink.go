@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +71,7 @@ type Sink struct {
 	ready          func() // engine.ReadyNotifier
 
 	closedCh chan struct{}
+	opened   chan struct{} // closed when Open returns
 
 	scratchPool sync.Pool // *scratch
 }
@@ -94,18 +96,12 @@ var (
 // storage, 1 replica, a 2m duplicates window.
 func Open(ctx context.Context, cfg config.NATS, url string, logger hclog.Logger) (*Sink, error) {
 	s := newSink(cfg, logger)
+	defer close(s.opened) // connection handlers wait for Open to finish
 	auth, err := ClientOptions(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.name, err)
 	}
-	opts := append(s.connOptions(), auth...)
-	nc, err := natsgo.Connect(url, opts...)
-	if err != nil {
-		// Not there, or refusing us: keep trying in the background, and
-		// keep the reason for Healthy and Publish's errors.
-		s.setConnErr(err)
-		nc, err = natsgo.Connect(url, append(opts, natsgo.RetryOnFailedConnect(true))...)
-	}
+	nc, err := dial(url, append(s.connOptions(), auth...), s.setConnErr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect %s: %w", s.name, url, err)
 	}
@@ -135,8 +131,9 @@ func newSink(cfg config.NATS, logger hclog.Logger) *Sink {
 		name:           "nats." + cfg.Name,
 		timeout:        cfg.PublishTimeout,
 		maxPending:     cfg.MaxPending,
-		streams:        cfg.Streams,
+		streams:        slices.Clone(cfg.Streams),
 		closedCh:       make(chan struct{}),
+		opened:         make(chan struct{}),
 		streamsCreated: len(cfg.Streams) == 0,
 	}
 	s.log = logger.Named(s.name)
@@ -230,6 +227,10 @@ func (s *Sink) connError() error {
 // onConnect runs on every (re)connection: streams first (a broker that
 // came up empty gets them), then the engine is told to publish.
 func (s *Sink) onConnect(what string) {
+	<-s.opened
+	if s.nc == nil || s.nc.IsClosed() {
+		return // Open failed
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	if err := s.ensureStreams(ctx); err != nil {

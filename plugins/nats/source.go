@@ -73,8 +73,9 @@ type Source struct {
 	log      hclog.Logger
 	nc       *natsgo.Conn
 	js       jetstream.JetStream
-	stream   string
+	stream   string // under mu once Run may be setting it up
 	ccfg     jetstream.ConsumerConfig
+	ttl      time.Duration // the inbox's dedup window, for checkRetention
 	idHeader string
 	batch    int
 	ackWait  time.Duration
@@ -137,7 +138,7 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 	if err != nil {
 		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
 	}
-	nc, err := natsgo.Connect(url, append(auth,
+	nc, err := dial(url, append(auth,
 		natsgo.Name(ClientName+"-inbox-"+in.Name),
 		natsgo.MaxReconnects(-1),
 		natsgo.ReconnectWait(reconnectWait),
@@ -153,25 +154,19 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
 			log.Warn("NATS async error", "error", err)
 		}),
-	)...)
+	), func(err error) {
+		log.Warn("NATS is not reachable; the inbox starts consuming when it appears", "url", url, "error", err)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("inbox %q: %s: connect %s: %w", in.Name, sink, url, err)
 	}
 	s.nc = nc
-	fail := func(err error) (*Source, error) {
-		nc.Close()
-		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
-	}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return fail(fmt.Errorf("jetstream: %w", err))
+		nc.Close()
+		return nil, fmt.Errorf("inbox %q: %s: jetstream: %w", in.Name, sink, err)
 	}
 	s.js = js
-	stream, err := streamFor(ctx, js, in.Subject)
-	if err != nil {
-		return fail(err)
-	}
-	s.stream = stream
 	s.ccfg = jetstream.ConsumerConfig{
 		Durable:       durable,
 		Description:   "switchyard inbox " + in.Name,
@@ -182,15 +177,37 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		MaxDeliver:    -1,
 		MaxAckPending: max(minMaxAckPending, 8*batch),
 	}
-	if err := s.ensureConsumer(ctx); err != nil {
-		return fail(err)
+	s.ttl = in.TTL
+	if !nc.IsConnected() {
+		return s, nil // Run sets the consumer up once the server is there
 	}
-	s.warnings = s.checkRetention(ctx, in.TTL)
-	for _, w := range s.warnings {
-		log.Warn(w)
+	if err := s.setup(ctx); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
 	}
-	log.Info("consuming", "stream", stream, "durable", durable, "subject", in.Subject, "url", nc.ConnectedUrlRedacted())
 	return s, nil
+}
+
+// setup finds the stream of the inbox's subject and creates or updates the
+// durable consumer on it; OpenSource does it when the server is there, Run
+// when it comes.
+func (s *Source) setup(ctx context.Context) error {
+	stream, err := streamFor(ctx, s.js, s.ccfg.FilterSubject)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.stream = stream
+	s.mu.Unlock()
+	if err := s.ensureConsumer(ctx); err != nil {
+		return err
+	}
+	s.warnings = s.checkRetention(ctx, s.ttl)
+	for _, w := range s.warnings {
+		s.log.Warn(w)
+	}
+	s.log.Info("consuming", "stream", stream, "durable", s.ccfg.Durable, "subject", s.ccfg.FilterSubject, "url", s.nc.ConnectedUrlRedacted())
+	return nil
 }
 
 // streamFor finds the one stream that stores subject.
@@ -265,8 +282,12 @@ func (s *Source) consumer() jetstream.Consumer {
 // Name is the inbox's name.
 func (s *Source) Name() string { return s.name }
 
-// Stream is the stream the inbox consumes.
-func (s *Source) Stream() string { return s.stream }
+// Stream is the stream the inbox consumes ("" until the server is there).
+func (s *Source) Stream() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stream
+}
 
 // Run consumes until ctx ends (or Close is called), then returns nil. It
 // returns an error only when called twice.
@@ -288,6 +309,16 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 	var backoff time.Duration
 	var lastLog time.Time
 	for ctx.Err() == nil {
+		if s.consumer() == nil { // started without its server
+			if err := s.setup(ctx); err != nil {
+				if ctx.Err() == nil && time.Since(lastLog) >= 30*time.Second {
+					lastLog = time.Now()
+					s.log.Warn("cannot start consuming yet; trying again", "error", err)
+				}
+				sleep(ctx, errorPause)
+				continue
+			}
+		}
 		err := s.pull(ctx, receive, &backoff)
 		if err == nil || ctx.Err() != nil {
 			continue

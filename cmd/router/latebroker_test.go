@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// brokerLate is how long the late-broker tests keep the broker away after
+// the router started and took its events.
+const brokerLate = 10 * time.Second
+
+// serveBinary runs the real router binary on the config at path until the
+// test ends, and returns a client of its socket once it is healthy.
+func serveBinary(t *testing.T, path, sock string) (*http.Client, *syncWriter) {
+	t.Helper()
+	logs := &syncWriter{w: new(strings.Builder)}
+	cmd := exec.Command(routerBinary(t), "run", "-config", path)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("router log:\n%s", logs.String())
+		}
+	})
+	c := socketClient(sock)
+	if ok := <-healthy(c, routerStartWait); !ok {
+		t.Fatalf("router not healthy after %s:\n%s", routerStartWait, logs.String())
+	}
+	return c, logs
+}
+
+// postBatches posts n events of type typ in batches of 100 and returns
+// their ids.
+func postBatches(t *testing.T, c *http.Client, typ string, n int) []string {
+	t.Helper()
+	var ids []string
+	for start := 0; start < n; start += 100 {
+		var batch []string
+		for i := start; i < min(start+100, n); i++ {
+			id := fmt.Sprintf("%s-%d", typ, i)
+			ids = append(ids, id)
+			batch = append(batch, fmt.Sprintf(`{"specversion":"1.0","type":%q,"source":"/late","id":%q,"data":{"i":%d}}`, typ, id, i))
+		}
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents-batch+json", strings.NewReader("["+strings.Join(batch, ",")+"]"))
+		if err != nil || resp.StatusCode != 202 {
+			t.Fatalf("post while the broker is away: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	return ids
+}
+
+// waitAllDelivered waits until every id is delivered and says how long the
+// first and the last took after since.
+func waitAllDelivered(t *testing.T, c *http.Client, ids []string, since time.Time) {
+	t.Helper()
+	var first time.Duration
+	for _, id := range ids {
+		waitState(t, c, id, "delivered", 60*time.Second)
+		if first == 0 {
+			first = time.Since(since)
+		}
+	}
+	t.Logf("%d events: first delivered %s after the broker appeared, all %s after", len(ids), first.Round(time.Millisecond), time.Since(since).Round(time.Millisecond))
+}
+
+// The router starts while its external NATS server is down: it opens its
+// socket, takes 1,000 events, says in /readyz (still ready) why the sink is
+// not connected, and when the server appears 10 s later it creates its
+// stream and delivers every event, without a restart.
+func TestStartWithExternalNATSDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 10 s for a late broker")
+	}
+	port := freePort(t)
+	path, sock := writeConfig(t, fmt.Sprintf(`
+nats "ext" {
+  url = "nats://127.0.0.1:%d"
+  stream "late" { subjects = ["late.>"] }
+}
+event "late.order" {
+  route {
+    to      = "nats.ext"
+    subject = "late.orders"
+  }
+}
+`, port))
+	c, _ := serveBinary(t, path, sock)
+	ids := postBatches(t, c, "late.order", 1000)
+	if ready := get(t, c, "/readyz"); !strings.Contains(ready, `"ready": true`) || !strings.Contains(ready, `"nats.ext": "nats.ext: not connected`) {
+		t.Fatalf("readyz with the broker away: %s", ready)
+	}
+	time.Sleep(brokerLate)
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	appeared := time.Now()
+	waitAllDelivered(t, c, ids, appeared)
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(context.Background(), "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := st.Info(context.Background()); info.State.Msgs != 1000 {
+		t.Errorf("the stream holds %d messages, want 1000", info.State.Msgs)
+	}
+}
+
+// The same with a Kafka cluster that appears 10 s after the router.
+func TestStartWithKafkaDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 10 s for a late broker")
+	}
+	port := freePort(t)
+	path, sock := writeConfig(t, fmt.Sprintf(`
+kafka "late" { brokers = ["127.0.0.1:%d"] }
+event "late.order" {
+  route {
+    to    = "kafka.late"
+    topic = "late-orders"
+  }
+}
+`, port))
+	c, _ := serveBinary(t, path, sock)
+	ids := postBatches(t, c, "late.order", 1000)
+	time.Sleep(brokerLate)
+	kc, err := kfake.NewCluster(kfake.Ports(port), kfake.SeedTopics(3, "late-orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	waitAllDelivered(t, c, ids, time.Now())
+}
+
+// An inbox whose NATS server appears 10 s after the router: it starts
+// consuming then, and the local service gets every event once.
+func TestInboxStartsWithNATSDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 10 s for a late broker")
+	}
+	port := freePort(t)
+	svc := startService(t)
+	path, sock := writeConfig(t, fmt.Sprintf(`
+nats "ext" { url = "nats://127.0.0.1:%d" }
+inbox "alerts" {
+  from    = "nats.ext"
+  subject = "alerts.>"
+  polling { min = "10ms" }
+  deliver { url = "unix://%s/events" }
+}
+`, port, svc.sock))
+	serveBinary(t, path, sock)
+	time.Sleep(brokerLate)
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "alerts", Subjects: []string{"alerts.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	for i := range n {
+		m := natsgo.NewMsg("alerts.disk")
+		m.Header.Set("ce-id", fmt.Sprintf("alert-%d", i))
+		m.Header.Set("ce-specversion", "1.0")
+		m.Header.Set("ce-type", "alert")
+		m.Header.Set("ce-source", "/late")
+		m.Data = []byte(`{}`)
+		if _, err := js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := svc.waitIDs(t, n, 60*time.Second)
+	for id, k := range got {
+		if k != 1 {
+			t.Errorf("%s delivered %d times", id, k)
+		}
+	}
+}
