@@ -53,6 +53,16 @@ listen {
 # The single data file: outbox, inbox, DLQ and idempotency records.
 storage {
   path = "./data/router.db"
+  # A budget for the data file, so that a long broker outage fills it, not
+  # the node's disk. Past max_size (the pages that hold data) or under
+  # min_free (left on the disk), ingest answers 507 storage_full with
+  # Retry-After and stores nothing; delivery and the DLQ go on, delivered
+  # records are removed before their outbox ttl to make room, and ingest
+  # resumes as the backlog drains. Measured every 250 ms: a burst can pass
+  # the budget by what arrives meanwhile. /v1/stats and the
+  # switchyard_storage_* metrics show used, budget and free.
+  # max_size = "2GiB"     # default: none
+  # min_free = "64MiB"    # the default
 }
 
 # How long an Idempotency-Key (or a client-supplied event id) is remembered.

@@ -14,6 +14,7 @@ import (
 var statusOf = map[string]int{
 	engine.EINVALID:          http.StatusBadRequest,
 	engine.EUNKNOWNTYPE:      http.StatusUnprocessableEntity,
+	engine.ESTORAGEFULL:      http.StatusInsufficientStorage,
 	engine.ETOOMANYTYPES:     http.StatusUnprocessableEntity,
 	engine.ETOOLARGE:         http.StatusRequestEntityTooLarge,
 	engine.EMEDIATYPE:        http.StatusUnsupportedMediaType,

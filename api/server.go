@@ -483,7 +483,13 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 	if stats == nil {
 		stats = []engine.TypeStats{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"types": stats})
+	out := map[string]any{"types": stats}
+	if sp, maxSize, ok := s.engine.Space(); ok {
+		out["storage"] = map[string]any{
+			"used_bytes": sp.Used, "file_bytes": sp.File, "disk_free_bytes": sp.DiskFree, "max_size_bytes": maxSize,
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // getBackup streams a consistent copy of the data file: one read

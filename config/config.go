@@ -86,6 +86,13 @@ type Listen struct {
 // Storage is the storage block: the bbolt data file.
 type Storage struct {
 	Path string // default "./data/router.db"
+	// MaxSize is the data file's budget: past it ingest answers 507
+	// storage_full (delivery goes on and makes room). 0 = no budget.
+	MaxSize int64
+	// MinFree is the free-disk floor: ingest stops while the disk holding
+	// the data file has less left (default 64 MiB), so the node keeps room
+	// for everything else on it.
+	MinFree int64
 	// PluginCache keeps compiled plugins across restarts; default
 	// <data dir>/wasm-cache (not settable in the file: `router run
 	// -plugin-cache-dir` overrides it).

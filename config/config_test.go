@@ -41,7 +41,7 @@ func TestBuiltinDefaults(t *testing.T) {
 	want := &Config{
 		File:        "test.hcl",
 		Listen:      Listen{Socket: "./data/router.sock", MaxBody: 1 << 20, MaxBatch: 1000, MaxConnections: 512, ReadTimeout: 30 * time.Second},
-		Storage:     Storage{Path: "./data/router.db", PluginCache: "data/wasm-cache"},
+		Storage:     Storage{Path: "./data/router.db", MinFree: 64 << 20, PluginCache: "data/wasm-cache"},
 		Idempotency: Idempotency{Window: 24 * time.Hour},
 		Outbox:      Outbox{TTL: 24 * time.Hour},
 		DLQ:         DLQ{TTL: 168 * time.Hour},

@@ -266,7 +266,7 @@ func (d *decoder) root(body hcl.Body) *Config {
 	c := d.content(body, rootSchema)
 	cfg := &Config{
 		Listen:      Listen{Socket: "./data/router.sock", MaxBody: mib, MaxBatch: 1000, MaxConnections: 512, ReadTimeout: 30 * time.Second},
-		Storage:     Storage{Path: "./data/router.db"},
+		Storage:     Storage{Path: "./data/router.db", MinFree: 64 * mib},
 		Idempotency: Idempotency{Window: day},
 		Outbox:      Outbox{TTL: day},
 		DLQ:         DLQ{TTL: 7 * day},
@@ -279,8 +279,11 @@ func (d *decoder) root(body hcl.Body) *Config {
 	}
 	storageAt := body.MissingItemRange()
 	if b := d.single(c.Blocks, "storage"); b != nil {
-		a := d.content(b.Body, schema("path")).Attributes["path"]
+		sc := d.content(b.Body, schema("path max_size min_free"))
+		a := sc.Attributes["path"]
 		d.str(a, &cfg.Storage.Path)
+		d.size(sc.Attributes["max_size"], &cfg.Storage.MaxSize, 1<<50)
+		d.size(sc.Attributes["min_free"], &cfg.Storage.MinFree, 1<<50)
 		storageAt = attrOr(a, b.DefRange)
 	}
 	cfg.Storage.PluginCache = filepath.Join(filepath.Dir(cfg.Storage.Path), "wasm-cache")

@@ -66,6 +66,7 @@ type Engine struct {
 
 	mu     sync.Mutex
 	loops  map[string]*Loop
+	space  *spaceWatch     // nil when the store cannot measure itself
 	ctx    context.Context // the loops' context; nil until Open
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -93,6 +94,9 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 		log:      opts.Logger.Named("engine"),
 		inflight: inFlight{scopes: make(map[string]*flight)},
 		loops:    make(map[string]*Loop),
+	}
+	if m, ok := store.(SpaceMeter); ok {
+		e.space = &spaceWatch{meter: m}
 	}
 	for _, s := range sinks {
 		if r, ok := s.(ReadyNotifier); ok {
@@ -208,6 +212,14 @@ func (e *Engine) Open() error {
 		defer e.wg.Done()
 		e.cleanupLoop(e.ctx)
 	}()
+	if e.space != nil {
+		e.space.measure(e.config().Storage.MaxSize, e.config().Storage.MinFree)
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.spaceLoop(e.ctx)
+		}()
+	}
 	return nil
 }
 

@@ -21,6 +21,7 @@ const (
 	ECONFLICT         = "conflict"            // the resource is not in a state that allows this
 	ENOTINDLQ         = "not_in_dlq"          // a DLQ action on an event that is not dead (or resolved)
 	EUNAVAILABLE      = "storage_unavailable" // the data file cannot take writes
+	ESTORAGEFULL      = "storage_full"        // the data file's budget (max_size, min_free) is reached
 	EUNAUTHORIZED     = "unauthorized"
 	EFORBIDDEN        = "forbidden"
 	EMETHODNOTALLOWED = "method_not_allowed"

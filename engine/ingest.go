@@ -132,6 +132,9 @@ func idScope(tenant, source, id string) string {
 // to give. It returns only after the data file is fsynced: a Response with
 // a 2xx status is the promise that the events are on disk.
 func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, error) {
+	if err := e.space.check(); err != nil {
+		return nil, err
+	}
 	now := e.now()
 	for i := range req.Events {
 		if strings.HasPrefix(req.Events[i].Event.Type, inboxQueuePrefix) {

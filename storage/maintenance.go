@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -83,4 +85,37 @@ func (db *DB) Backup(w io.Writer, size func(int64)) (int64, error) {
 		return err
 	})
 	return n, err
+}
+
+// Space is how much room the data file takes and has.
+type Space struct {
+	// Used is the bytes of the pages that hold data: the file's
+	// high-water mark less its free pages (which new writes reuse).
+	Used int64 `json:"used_bytes"`
+	// File is the data file's size on disk (bbolt grows it ahead of use
+	// and never shrinks it).
+	File int64 `json:"file_bytes"`
+	// DiskFree is what the filesystem holding the file has left for
+	// unprivileged writes.
+	DiskFree int64 `json:"disk_free_bytes"`
+}
+
+// Space measures the data file's use and the room left on its disk.
+func (db *DB) Space() (Space, error) {
+	var sp Space
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		sp.Used = tx.Size()
+		return nil
+	})
+	if err != nil {
+		return sp, err
+	}
+	sp.Used -= int64(db.bolt.Stats().FreeAlloc)
+	sp.File = db.Size()
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(db.path), &fs); err != nil {
+		return sp, err
+	}
+	sp.DiskFree = int64(fs.Bavail) * int64(fs.Bsize)
+	return sp, nil
 }

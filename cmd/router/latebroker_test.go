@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,16 +33,23 @@ func serveBinary(t *testing.T, path, sock string) (*http.Client, *syncWriter) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
+		<-exited
 		if t.Failed() {
 			t.Logf("router log:\n%s", logs.String())
 		}
 	})
 	c := socketClient(sock)
-	if ok := <-healthy(c, routerStartWait); !ok {
-		t.Fatalf("router not healthy after %s:\n%s", routerStartWait, logs.String())
+	select {
+	case <-exited:
+		t.Fatalf("router stopped at start: %v\n%s", cmd.ProcessState, logs.String())
+	case ok := <-healthy(c, routerStartWait):
+		if !ok {
+			t.Fatalf("router not healthy after %s:\n%s", routerStartWait, logs.String())
+		}
 	}
 	return c, logs
 }
@@ -209,5 +219,134 @@ inbox "alerts" {
 		if k != 1 {
 			t.Errorf("%s delivered %d times", id, k)
 		}
+	}
+}
+
+// A long outage on a node with a storage budget: while the broker is away
+// the backlog grows until storage.max_size, where ingest answers 507
+// storage_full with Retry-After and stores nothing; every event
+// acknowledged before is delivered when the broker comes back, delivered
+// records make room, and ingest resumes — no restart, nothing lost.
+func TestStorageBudgetDuringOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a storage budget through the real binary")
+	}
+	port := freePort(t)
+	path, sock := writeConfig(t, fmt.Sprintf(`
+nats "ext" {
+  url = "nats://127.0.0.1:%d"
+  stream "budget" { subjects = ["budget.>"] }
+}
+event "budget.order" {
+  route {
+    to      = "nats.ext"
+    subject = "budget.orders"
+  }
+}
+`, port))
+	// The budget goes into the writeConfig's storage block.
+	src := regexp.MustCompile(`storage \{ (path = "[^"]*") \}`).ReplaceAllString(mustRead(t, path), "storage {\n  max_size = \"4MiB\"\n  $1\n}")
+	os.WriteFile(path, []byte(src), 0o600)
+	c, _ := serveBinary(t, path, sock)
+
+	var acked []string
+	post := func(batch int) *http.Response {
+		var evs []string
+		for i := range 100 {
+			id := fmt.Sprintf("b-%d-%d", batch, i)
+			evs = append(evs, fmt.Sprintf(`{"specversion":"1.0","type":"budget.order","source":"/b","id":%q,"data":%q}`, id, strings.Repeat("z", 400)))
+		}
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents-batch+json", strings.NewReader("["+strings.Join(evs, ",")+"]"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == 202 {
+			for i := range 100 {
+				acked = append(acked, fmt.Sprintf("b-%d-%d", batch, i))
+			}
+		}
+		return resp
+	}
+	var full *http.Response
+	for b := 0; b < 500 && full == nil; b++ {
+		resp := post(b)
+		if resp.StatusCode != 202 {
+			full = resp
+			break
+		}
+		resp.Body.Close()
+		time.Sleep(10 * time.Millisecond) // the budget is measured every 250 ms
+	}
+	if full == nil {
+		t.Fatal("the budget was never reached")
+	}
+	body, _ := io.ReadAll(full.Body)
+	full.Body.Close()
+	if full.StatusCode != 507 || !strings.Contains(string(body), `"code":"storage_full"`) || full.Header.Get("Retry-After") == "" {
+		t.Fatalf("past the budget: %d %s (Retry-After %q)", full.StatusCode, body, full.Header.Get("Retry-After"))
+	}
+	stats := get(t, c, "/v1/stats")
+	t.Logf("budget reached after %d events acknowledged; stats: %s", len(acked), strings.Join(strings.Fields(stats[strings.Index(stats, `"storage"`):]), " "))
+
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	// Delivered records are removed early to make room, so the proof that
+	// nothing was lost is the stream: every acknowledged id is in it.
+	start := time.Now()
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	deadline := time.Now().Add(60 * time.Second)
+	var msgs uint64
+	for {
+		if st, err := js.Stream(context.Background(), "budget"); err == nil {
+			if info, err := st.Info(context.Background()); err == nil {
+				msgs = info.State.Msgs
+			}
+		}
+		if msgs >= uint64(len(acked)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream holds %d messages of the %d acknowledged", msgs, len(acked))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("backlog of %d drained in %s (%.0f events/s)", len(acked), time.Since(start).Round(time.Millisecond), float64(len(acked))/time.Since(start).Seconds())
+	seen := map[string]bool{}
+	cons, err := js.OrderedConsumer(context.Background(), "budget", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(seen) < len(acked) {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			break
+		}
+		seen[m.Headers().Get("ce-id")] = true
+	}
+	for _, id := range acked {
+		if !seen[id] {
+			t.Fatalf("acknowledged event %s is not in the stream", id)
+		}
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		resp := post(10_000)
+		resp.Body.Close()
+		if resp.StatusCode == 202 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ingest did not resume after the backlog drained: %d", resp.StatusCode)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

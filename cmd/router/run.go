@@ -237,6 +237,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	c.engine = eng
+	registerSpace(reg, eng)
 	end = c.progress.step("opening the inbox sources")
 	err = c.openSources(ctx, cfg, natsURLs)
 	end()
@@ -404,4 +405,17 @@ func newLogger(w io.Writer, level, format string) hclog.Logger {
 		JSONFormat: format == "json",
 		Color:      color,
 	})
+}
+
+// registerSpace exports the data file's use against its budget.
+func registerSpace(reg prometheus.Registerer, eng *engine.Engine) {
+	gauge := func(name, help string, value func(storage.Space, int64) int64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			sp, maxSize, _ := eng.Space()
+			return float64(value(sp, maxSize))
+		}))
+	}
+	gauge("switchyard_storage_used_bytes", "Bytes of the data file's pages that hold data.", func(sp storage.Space, _ int64) int64 { return sp.Used })
+	gauge("switchyard_storage_max_size_bytes", "The data file's budget (storage.max_size); 0 = none.", func(_ storage.Space, m int64) int64 { return m })
+	gauge("switchyard_storage_disk_free_bytes", "Free bytes on the disk holding the data file.", func(sp storage.Space, _ int64) int64 { return sp.DiskFree })
 }

@@ -323,11 +323,16 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 		if err == nil || ctx.Err() != nil {
 			continue
 		}
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-			s.log.Warn("durable consumer gone; creating it again (messages not yet acknowledged come again)",
-				"durable", s.ccfg.Durable, "error", err)
-			if cerr := s.ensureConsumer(ctx); cerr != nil {
-				s.log.Error("cannot create the durable consumer", "error", cerr)
+		// A pull on a deleted durable fails one of three ways, depending on
+		// when it was deleted: gone, not found, or nobody answering the
+		// pull request at all.
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, natsgo.ErrNoResponders) {
+			if cerr := s.ensureConsumer(ctx); cerr == nil {
+				s.log.Warn("durable consumer gone; created it again (messages not yet acknowledged come again)",
+					"durable", s.ccfg.Durable, "error", err)
+			} else if time.Since(lastLog) >= 30*time.Second {
+				lastLog = time.Now()
+				s.log.Error("durable consumer gone, and it cannot be created again yet", "durable", s.ccfg.Durable, "error", cerr)
 			}
 		} else if time.Since(lastLog) >= 30*time.Second {
 			lastLog = time.Now()

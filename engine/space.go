@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// spaceEvery is how often the engine measures the data file against its
+// budget; ingest reads the last verdict, so a request pays nothing for it.
+var spaceEvery = 250 * time.Millisecond
+
+// SpaceMeter is a store that can say how much room it takes and has
+// (storage.DB). Without one there is no budget.
+type SpaceMeter interface {
+	Space() (storage.Space, error)
+}
+
+// spaceState is the last measurement and its verdict.
+type spaceState struct {
+	space storage.Space
+	full  error // non-nil: ingest answers it (507 storage_full)
+}
+
+// spaceWatch keeps the verdict on the data file's budget fresh: storage
+// { max_size } against the pages in use, min_free against the disk. While
+// over, ingest is refused, delivery and the DLQ go on, and delivered
+// records are removed before their outbox.ttl to make room: ingest resumes
+// as the backlog drains.
+type spaceWatch struct {
+	meter SpaceMeter
+	state atomic.Pointer[spaceState]
+}
+
+// check returns the storage_full error while the budget is exhausted.
+func (w *spaceWatch) check() error {
+	if w == nil {
+		return nil
+	}
+	if st := w.state.Load(); st != nil {
+		return st.full
+	}
+	return nil
+}
+
+// measure takes a measurement and decides.
+func (w *spaceWatch) measure(maxSize, minFree int64) *spaceState {
+	sp, err := w.meter.Space()
+	st := &spaceState{space: sp}
+	switch {
+	case err != nil:
+		// Cannot tell: do not refuse on a failed measurement.
+	case maxSize > 0 && sp.Used >= maxSize:
+		st.full = &Error{Code: ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
+			"the data file holds %d bytes, its budget (storage.max_size) is %d: nothing was stored; delivery goes on and makes room", sp.Used, maxSize)}
+	case minFree > 0 && sp.DiskFree < minFree:
+		st.full = &Error{Code: ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
+			"the disk holding the data file has %d bytes free, under its floor (storage.min_free) of %d: nothing was stored", sp.DiskFree, minFree)}
+	}
+	w.state.Store(st)
+	return st
+}
+
+// spaceLoop measures every spaceEvery; while the budget is exhausted it
+// removes delivered records early.
+func (e *Engine) spaceLoop(ctx context.Context) {
+	t := time.NewTicker(spaceEvery)
+	defer t.Stop()
+	wasFull := false
+	for {
+		cfg := e.config()
+		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
+		if full := st.full != nil; full != wasFull {
+			wasFull = full
+			if full {
+				e.log.Warn("storage budget reached: ingest refused (507 storage_full) until delivery makes room", "reason", st.full.(*Error).Message)
+			} else {
+				e.log.Info("storage budget has room again: ingest resumes", "used_bytes", st.space.Used)
+			}
+		}
+		if st.full != nil {
+			if n, err := e.dropDelivered(ctx); err != nil && ctx.Err() == nil {
+				e.log.Error("removing delivered records to make room", "error", err)
+			} else if n > 0 {
+				e.log.Info("removed delivered records before their ttl to make room", "records", n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// dropDelivered removes every delivered record now, as if its outbox.ttl
+// had passed: under storage pressure an event that is out matters less
+// than room for the next.
+func (e *Engine) dropDelivered(ctx context.Context) (int, error) {
+	total := 0
+	horizon := e.now().Add(e.config().Outbox.TTL + time.Second)
+	for ctx.Err() == nil {
+		n := 0
+		err := e.store.Update(ctx, func(tx *storage.Tx) error {
+			var err error
+			n, err = tx.DeleteExpiredDelivered(horizon, cleanupChunk)
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < cleanupChunk {
+			break
+		}
+	}
+	return total, nil
+}
+
+// Space is the last measurement of the data file and its budget, for
+// /v1/stats; ok is false without a meter.
+func (e *Engine) Space() (sp storage.Space, maxSize int64, ok bool) {
+	if e.space == nil {
+		return sp, 0, false
+	}
+	if st := e.space.state.Load(); st != nil {
+		sp = st.space
+	}
+	return sp, e.config().Storage.MaxSize, true
+}
