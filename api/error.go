@@ -17,6 +17,7 @@ var statusOf = map[string]int{
 	engine.ESTORAGEFULL:      http.StatusInsufficientStorage,
 	engine.ETOOMANYTYPES:     http.StatusUnprocessableEntity,
 	engine.ETOOLARGE:         http.StatusRequestEntityTooLarge,
+	engine.EROUTELIMIT:       http.StatusRequestEntityTooLarge,
 	engine.EMEDIATYPE:        http.StatusUnsupportedMediaType,
 	engine.EIDEMREUSE:        http.StatusUnprocessableEntity,
 	engine.EINPROGRESS:       http.StatusConflict,

@@ -94,6 +94,29 @@ func keyScope(tenant, endpoint, key string) string {
 	return "k\x00" + tenant + "\x00" + endpoint + "\x00" + key
 }
 
+// fitsRoutes refuses an event that a route of its type could never carry
+// (a sink's size limits; docs/decisions/poison-events.md). Only a type
+// without plugins is checked: a plugin's outputs are known only when it
+// runs, and the sink's refusal then sends the event to the DLQ at once.
+func (e *Engine) fitsRoutes(ev *storage.Event) error {
+	pol, ok := e.policy(ev.Type)
+	if !ok || len(pol.Plugins) > 0 {
+		return nil
+	}
+	for _, r := range pol.Routes {
+		f, ok := e.sinks[r.To].(Fitter)
+		if !ok {
+			continue
+		}
+		full := destination(r)
+		m := Message{Event: ev, Destination: full[len(r.To)+1:], Key: ev.PartitionKey(), MsgID: ev.ID}
+		if err := f.Fits(&m); err != nil {
+			return Errorf(EROUTELIMIT, "event %q can never be published to %s: %v", ev.ID, full, err)
+		}
+	}
+	return nil
+}
+
 // admitType checks that events of type t may be stored: t has a block of
 // its own, or the catch-all "*" takes it. A type the catch-all has not
 // seen yet is admitted only while it holds fewer than max_types, and gets
@@ -141,6 +164,9 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 			return nil, Errorf(EINVALID, "event types starting with %q are the router's own", inboxQueuePrefix)
 		}
 		if err := e.admitType(req.Events[i].Event.Type); err != nil {
+			return nil, err
+		}
+		if err := e.fitsRoutes(&req.Events[i].Event); err != nil {
 			return nil, err
 		}
 	}

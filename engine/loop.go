@@ -96,9 +96,11 @@ func (l *Loop) currentDelay() time.Duration {
 const maxCommitsInFlight = 4
 
 // run polls until ctx ends: after each poll it waits the adaptive delay, or
-// less when a commit of this type wakes it. After a poll that hit sink
-// errors it waits the full delay, so a broker outage makes it back off
-// instead of spinning on every new event.
+// less when a commit of this type wakes it. After a poll that found a sink
+// unavailable (or could not learn an outcome) it waits the full delay, so a
+// broker outage makes it back off instead of spinning on every new event;
+// an event that failed for its own sake (retried later, or dead-lettered)
+// does not slow the others.
 //
 // While a backlog drains, publishing the next batches overlaps the commits
 // of the previous ones. A batch's events stay held until its commit is
@@ -129,16 +131,16 @@ func (l *Loop) run(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
 		}
-		claimed, failed := 0, 0
+		claimed, outage := 0, 0
 		if b != nil {
-			claimed, failed = len(b.items), b.failed
+			claimed, outage = len(b.items), b.outage
 			commits = append(commits, l.commitAsync(ctx, b))
 		}
 		l.mu.Lock()
 		d := l.delay.Next(claimed == pol.BatchSize)
 		l.mu.Unlock()
 		l.e.metrics.polled(l.typ, claimed, pol.BatchSize)
-		if claimed == pol.BatchSize && failed == 0 && err == nil {
+		if claimed == pol.BatchSize && outage == 0 && err == nil {
 			// A full batch says more is waiting: drain the backlog now
 			// instead of at min's pace (docs/decisions/full-batch.md).
 			if ctx.Err() != nil {
@@ -150,7 +152,7 @@ func (l *Loop) run(ctx context.Context) {
 		settle(0)
 		timer.Reset(d)
 		wake := l.wakeC
-		if failed > 0 || err != nil {
+		if outage > 0 || err != nil {
 			wake = nil
 		}
 		select {
@@ -297,6 +299,10 @@ type batch struct {
 	items  []item
 	bySink map[string][]*output
 	failed int
+	// outage counts the outputs that failed for the sink's sake, not the
+	// event's: not sent (sink unavailable) or unknown outcome. Only these
+	// make the loop back off: a poison event must not hold up its type.
+	outage int
 }
 
 // outputs runs each event through the type's plugin chain (none: the event
@@ -408,8 +414,11 @@ func (b *batch) publish(ctx context.Context, sinks map[string]Sink, observe func
 	wg.Wait()
 	for _, outs := range b.bySink {
 		for _, o := range outs {
-			if o.result.Err != nil {
+			if err := o.result.Err; err != nil {
 				b.failed++
+				if errors.Is(err, ErrSinkUnavailable) || errors.Is(err, ErrUnknownOutcome) {
+					b.outage++
+				}
 			}
 		}
 	}

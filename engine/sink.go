@@ -56,6 +56,14 @@ type HealthChecker interface {
 	Healthy(ctx context.Context) error
 }
 
+// Fitter is implemented by sinks that can tell, before an event is stored,
+// that a message could never be accepted (its size against the broker's
+// limits): ingest refuses such a poison event with 413 instead of
+// acknowledging it and retrying it for ever.
+type Fitter interface {
+	Fits(m *Message) error
+}
+
 // ReadyNotifier is implemented by sinks that say when their broker becomes
 // reachable: the first connection of a router that started without it, or
 // a reconnect. The engine then polls every loop at once, instead of at the

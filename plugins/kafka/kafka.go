@@ -41,13 +41,15 @@ var (
 	_ engine.Sink          = (*Sink)(nil)
 	_ engine.HealthChecker = (*Sink)(nil)
 	_ engine.ReadyNotifier = (*Sink)(nil)
+	_ engine.Fitter        = (*Sink)(nil)
 )
 
 // Sink publishes to one Kafka cluster (one kafka "<name>" block).
 type Sink struct {
-	name    string
-	log     hclog.Logger
-	timeout time.Duration
+	maxRecordBytes int64 // max_record_bytes: the producer's batch limit
+	name           string
+	log            hclog.Logger
+	timeout        time.Duration
 
 	cl     *kgo.Client
 	conn   *connState // why connecting to a broker last failed
@@ -95,12 +97,13 @@ func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo
 		return nil, fmt.Errorf("kafka %q: %w", cfg.Name, err)
 	}
 	return &Sink{
-		name:    "kafka." + cfg.Name,
-		log:     logger,
-		timeout: cfg.PublishTimeout,
-		cl:      cl,
-		conn:    conn,
-		topics:  newTopicCache(),
+		maxRecordBytes: cfg.MaxRecordBytes,
+		name:           "kafka." + cfg.Name,
+		log:            logger,
+		timeout:        cfg.PublishTimeout,
+		cl:             cl,
+		conn:           conn,
+		topics:         newTopicCache(),
 	}, nil
 }
 
@@ -400,4 +403,29 @@ func (w *waiter) finish(unresolved func(i int) engine.Result) []engine.Result {
 		}
 	}
 	return w.res
+}
+
+// recordOverhead bounds what Kafka's record batch format adds around one
+// record: the batch header (61 bytes) and the record's own varints and
+// attributes, with room to spare.
+const recordOverhead = 128
+
+// Fits tells whether the producer could ever send m (engine.Fitter): the
+// record — key, value and headers — in one batch of at most
+// max_record_bytes. (A topic's own max.message.bytes, if lower, is the
+// broker's to refuse: that refusal is permanent, and the event goes to the
+// DLQ at once.)
+func (s *Sink) Fits(m *engine.Message) error {
+	if m == nil || m.Event == nil {
+		return nil
+	}
+	r := s.record(m)
+	n := recordOverhead + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 10
+	}
+	if int64(n) > s.maxRecordBytes {
+		return fmt.Errorf("%s: the record takes about %d bytes (%d of data), over max_record_bytes of %d", s.name, n, len(r.Value), s.maxRecordBytes)
+	}
+	return nil
 }

@@ -80,6 +80,7 @@ var (
 	_ engine.Sink          = (*Sink)(nil)
 	_ engine.HealthChecker = (*Sink)(nil)
 	_ engine.ReadyNotifier = (*Sink)(nil)
+	_ engine.Fitter        = (*Sink)(nil)
 )
 
 // Open connects to the NATS server at url (a comma-separated list is
@@ -629,6 +630,9 @@ func (s *Sink) ackError(m *engine.Message, err error) error {
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return engine.Permanentf("%s: subject %q: message of %d bytes over the stream's max_msg_size: %w",
 			s.name, m.Destination, len(m.Event.Data), err)
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeHeaderExceedsMaximum:
+		return engine.Permanentf("%s: subject %q: headers over JetStream's limit of %d bytes: %w",
+			s.name, m.Destination, maxJetStreamHeaders, err)
 	default:
 		return fmt.Errorf("%s: subject %q: JetStream refused the message: %w", s.name, m.Destination, err)
 	}
@@ -672,4 +676,39 @@ func (s *Sink) publishCore(ctx context.Context, msgs []*engine.Message, res []en
 			}
 		}
 	}
+}
+
+// JetStream refuses a message whose headers exceed 64 KiB
+// (nats-server's JSStreamHeaderExceedsMaximumErr, error code 10097).
+const (
+	maxJetStreamHeaders                               = 64 << 10
+	jsErrCodeHeaderExceedsMaximum jetstream.ErrorCode = 10097
+)
+
+// Fits tells whether the server could ever take m (engine.Fitter): its
+// headers against JetStream's 64 KiB, headers and data together against
+// the max_payload the server announced (unknown until the first
+// connection: then only the publish can tell, and its refusal is
+// permanent). The sizes are those of the wire format: "NATS/1.0\r\n",
+// one "name: value\r\n" per header, a blank line.
+func (s *Sink) Fits(m *engine.Message) error {
+	if m == nil || m.Event == nil {
+		return nil
+	}
+	id := m.MsgID
+	if id == "" {
+		id = m.Event.ID
+	}
+	hdr := len("NATS/1.0\r\n\r\n") + len(jetstream.MsgIDHeader) + len(": \r\n") + len(id)
+	for _, h := range engine.BindingHeaders(m.Event, "ce-") {
+		hdr += len(h.Name) + len(": \r\n") + len(h.Value)
+	}
+	if s.js != nil && hdr > maxJetStreamHeaders {
+		return fmt.Errorf("%s: the headers take %d bytes, over JetStream's limit of %d", s.name, hdr, maxJetStreamHeaders)
+	}
+	if limit := s.nc.MaxPayload(); limit > 0 && int64(hdr+len(m.Event.Data)) > limit {
+		return fmt.Errorf("%s: the message takes %d bytes (%d of headers, %d of data), over the server's max_payload of %d",
+			s.name, hdr+len(m.Event.Data), hdr, len(m.Event.Data), limit)
+	}
+	return nil
 }
