@@ -100,10 +100,13 @@ nats "local" {
   # password_file = "./data/nats-local.password" # to choose your own
   # store_dir = "./data/nats"  # JetStream files; default: next to storage.path
   # JetStream acks a message once it is written to the OS and fsyncs every
-  # 2 minutes: an acked message survives a crash of the router, not a power
-  # loss. sync_always = true fsyncs before every ack (about 6x slower here:
-  # BENCHMARKS.md).
-  sync_always = false
+  # sync_interval. After a crash or power cut the router republishes what it
+  # delivered in the last 2 x sync_interval + 5s under the same message ids
+  # (JetStream drops what it kept), so an acknowledged event survives a
+  # power cut (docs/decisions/power-loss.md). sync_always = true fsyncs
+  # before every ack instead (about 6x slower here: BENCHMARKS.md).
+  sync_interval = "1s"
+  sync_always   = false
 
   jetstream       = true # false publishes with core NATS: at most once
   max_pending     = 4096 # in-flight asynchronous publishes

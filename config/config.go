@@ -161,6 +161,11 @@ type NATS struct {
 	Host     string // embedded: listen host; default "127.0.0.1"
 	Port     int    // embedded: listen port; default 4222; -1 = random
 	StoreDir string // embedded: JetStream store; default <data dir>/nats
+	// SyncInterval is how often the embedded server fsyncs its JetStream
+	// store (default 1s; nats-server's own default is 2m). After an
+	// unclean stop the router republishes what it delivered in the last
+	// 2×SyncInterval+5s (docs/decisions/power-loss.md).
+	SyncInterval time.Duration
 	// SyncAlways makes the embedded server fsync every stored message
 	// before it acks (JetStream's sync_interval: always). Off, an acked
 	// message survives a crash of the process, not of the machine.

@@ -262,7 +262,7 @@ func TestFullConfig(t *testing.T) {
 		t.Errorf("Sinks() = %q", got)
 	}
 	wantNATS := []NATS{{
-		Name: "local", Embedded: true, Host: "0.0.0.0", Port: -1, StoreDir: "/var/lib/nats",
+		Name: "local", Embedded: true, Host: "0.0.0.0", Port: -1, StoreDir: "/var/lib/nats", SyncInterval: time.Second,
 		JetStream: true, MaxPending: 100, PublishTimeout: 5 * time.Second,
 		Auth: NATSAuth{User: "switchyard", Password: Secret{File: "/var/lib/sy/nats-local.password"}},
 		Streams: []Stream{

@@ -140,7 +140,7 @@ var (
 	pollingSchema = schema("type min max multiplier")
 	backoffSchema = schema("enabled delay multiplier")
 	routeSchema   = schema("to subject topic")
-	natsSchema    = schema("url embedded host port store_dir sync_always jetstream max_pending publish_timeout "+
+	natsSchema    = schema("url embedded host port store_dir sync_always sync_interval jetstream max_pending publish_timeout "+
 		"user password password_file password_env token token_file token_env creds_file nkey_seed_file",
 		block("stream", "name"), block("tls"))
 	streamSchema = schema("subjects storage replicas max_age duplicates")
@@ -478,6 +478,10 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 	d.str(c.Attributes["url"], &n.URL)
 	d.boolean(c.Attributes["embedded"], &n.Embedded)
 	d.boolean(c.Attributes["sync_always"], &n.SyncAlways)
+	if n.Embedded {
+		n.SyncInterval = time.Second
+	}
+	d.duration(c.Attributes["sync_interval"], &n.SyncInterval, true)
 	d.str(c.Attributes["host"], &n.Host)
 	d.integer(c.Attributes["port"], &n.Port, -1, 65535)
 	d.str(c.Attributes["store_dir"], &n.StoreDir)

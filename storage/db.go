@@ -47,6 +47,7 @@ type DB struct {
 	done   chan struct{}
 
 	commits atomic.Uint64 // fsynced transactions
+	unclean bool          // the previous run did not stop cleanly
 	// commitErr is the error of the last commit when it failed (a full
 	// disk, an I/O error); nil after one succeeds.
 	commitErr atomic.Pointer[error]
@@ -63,6 +64,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("storage: create data directory: %w", err)
 	}
+	var unclean bool
 	bdb, err := openBolt(path, &bolt.Options{
 		Timeout: time.Second, // another router holds the file: fail, don't hang
 		// The freelist is rebuilt on open instead of written on every commit:
@@ -86,6 +88,12 @@ func Open(path string, opts Options) (*DB, error) {
 			if v := meta.Get(keySchema); v != nil && string(v) != schemaVersion {
 				return fmt.Errorf("data file schema %q, this router reads %q", v, schemaVersion)
 			}
+			// A running mark left by the last run means it did not stop
+			// cleanly (a crash, SIGKILL, a power cut).
+			unclean = meta.Get(keyRunning) != nil
+			if err := meta.Put(keyRunning, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+				return err
+			}
 			return meta.Put(keySchema, []byte(schemaVersion))
 		})
 	})
@@ -94,11 +102,12 @@ func Open(path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("storage: init %s: %w", path, err)
 	}
 	db := &DB{
-		bolt:   bdb,
-		path:   path,
-		opts:   opts,
-		writes: make(chan *write, maxGroup),
-		done:   make(chan struct{}),
+		unclean: unclean,
+		bolt:    bdb,
+		path:    path,
+		opts:    opts,
+		writes:  make(chan *write, maxGroup),
+		done:    make(chan struct{}),
 	}
 	go db.writer()
 	return db, nil
@@ -135,8 +144,16 @@ func (db *DB) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("storage: close: %w", ctx.Err())
 	}
-	return db.bolt.Close()
+	// The clean stop: the next Open finds no running mark.
+	err := db.bolt.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(keyRunning) })
+	return errors.Join(err, db.bolt.Close())
 }
+
+// Unclean reports whether the run before this one did not stop cleanly
+// (its running mark was still in the file): a crash, a SIGKILL, a power
+// cut. The router then republishes what it delivered last to a broker that
+// may have lost it (docs/decisions/power-loss.md).
+func (db *DB) Unclean() bool { return db.unclean }
 
 // Update runs fn in a write transaction that is fsynced before Update
 // returns nil. Concurrent Updates share one transaction (group commit), so

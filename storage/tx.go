@@ -36,6 +36,7 @@ var (
 		bucketResolved, bucketResolvedExp} // dlq.go
 
 	keySchema     = []byte("schema")
+	keyRunning    = []byte("running") // present while a router has the file open
 	keySeq        = []byte("seq")
 	schemaVersion = "1"
 )
@@ -348,4 +349,57 @@ func (tx *Tx) expire(index []byte, now time.Time, limit int, del func(rest []byt
 		n++
 	}
 	return n, nil
+}
+
+// RecentlyDelivered returns the delivered records whose delivered-index
+// entries lie within window of the newest one: what was delivered last
+// before the router stopped. (The index is keyed by delivery time plus the
+// outbox ttl; within one run's last moments the ttl is one and the same.)
+func (tx *Tx) RecentlyDelivered(window time.Duration) ([]*Record, error) {
+	c := tx.tx.Bucket(bucketDone).Cursor()
+	last, _ := c.Last()
+	if last == nil {
+		return nil, nil
+	}
+	from := binary.BigEndian.Uint64(last) - uint64(window.Nanoseconds())
+	var out []*Record
+	seen := map[string]bool{}
+	for k, _ := c.Last(); k != nil && binary.BigEndian.Uint64(k) >= from; k, _ = c.Prev() {
+		key := string(k[8:])
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		r, err := tx.Event(key)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.State == StateDelivered {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Redeliver makes a delivered record pending again with the outputs that
+// again picks marked not delivered, so that its type's loop publishes them
+// once more with their message ids. It reports whether any output was
+// picked.
+func (tx *Tx) Redeliver(r *Record, again func(Output) bool, orderByKey bool, now time.Time) (bool, error) {
+	picked := false
+	for i := range r.Outputs {
+		if r.Outputs[i].Delivered && again(r.Outputs[i]) {
+			r.Outputs[i].Delivered = false
+			picked = true
+		}
+	}
+	if !picked {
+		return false, nil
+	}
+	r.NextAttemptAt = now
+	r.UpdatedAt = now
+	return true, tx.makePending(r, orderByKey)
 }

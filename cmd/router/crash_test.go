@@ -573,7 +573,14 @@ func TestCrashPublish(t *testing.T) {
 	// The dedup window must cover the whole run for "no duplicates" to hold.
 	r := newCrashRouter(t, 30*time.Minute)
 	acked := crashLoad(t, r, kills)
+	checkExactlyOnce(t, r, acked)
+}
 
+// checkExactlyOnce lets the router drain, then checks that every
+// acknowledged event is delivered, in the stream exactly once, at the
+// position the router recorded.
+func checkExactlyOnce(t *testing.T, r *crashRouter, acked []string) {
+	t.Helper()
 	// Let the router drain: nothing pending, then every event delivered.
 	drain(t, r)
 	st, err := r.statuses(acked)

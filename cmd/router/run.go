@@ -238,6 +238,9 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	}
 	c.engine = eng
 	registerSpace(reg, eng)
+	if db.Unclean() {
+		c.republishAfterCrash(ctx, cfg)
+	}
 	end = c.progress.step("opening the inbox sources")
 	err = c.openSources(ctx, cfg, natsURLs)
 	end()
@@ -418,4 +421,32 @@ func registerSpace(reg prometheus.Registerer, eng *engine.Engine) {
 	gauge("switchyard_storage_used_bytes", "Bytes of the data file's pages that hold data.", func(sp storage.Space, _ int64) int64 { return sp.Used })
 	gauge("switchyard_storage_max_size_bytes", "The data file's budget (storage.max_size); 0 = none.", func(_ storage.Space, m int64) int64 { return m })
 	gauge("switchyard_storage_disk_free_bytes", "Free bytes on the disk holding the data file.", func(sp storage.Space, _ int64) int64 { return sp.DiskFree })
+}
+
+// republishAfterCrash runs after an unclean stop: the embedded JetStream
+// acknowledges a message before it fsyncs it (within sync_interval), so a
+// power cut can take from it what the router had already marked delivered.
+// What was delivered to it in the last 2×sync_interval+5s goes out again
+// under the same message ids; JetStream drops those it kept
+// (docs/decisions/power-loss.md). A server that fsyncs every message
+// (sync_always) needs none of this.
+func (c *RunCommand) republishAfterCrash(ctx context.Context, cfg *config.Config) {
+	var sinks []string
+	var window time.Duration
+	for _, n := range cfg.NATS {
+		if n.Embedded && !n.SyncAlways {
+			sinks = append(sinks, "nats."+n.Name)
+			window = max(window, 2*n.SyncInterval+5*time.Second)
+		}
+	}
+	if len(sinks) == 0 {
+		return
+	}
+	n, err := c.engine.Republish(ctx, sinks, window)
+	if err != nil {
+		c.log.Error("the last run did not stop cleanly, and republishing what it delivered last failed", "error", err)
+		return
+	}
+	c.log.Warn("the last run did not stop cleanly: republishing what it delivered last to the embedded NATS server (it drops what it kept)",
+		"events", n, "window", window, "sinks", sinks)
 }

@@ -97,13 +97,14 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 	}
 	s := &Server{
 		opts: &server.Options{
-			Users:      users,
-			ServerName: "switchyard-" + name,
-			Host:       host,
-			Port:       cfg.Port,
-			JetStream:  true,
-			StoreDir:   storeDir,
-			SyncAlways: cfg.SyncAlways,
+			Users:        users,
+			ServerName:   "switchyard-" + name,
+			Host:         host,
+			Port:         cfg.Port,
+			JetStream:    true,
+			StoreDir:     storeDir,
+			SyncAlways:   cfg.SyncAlways,
+			SyncInterval: cfg.SyncInterval,
 			// The router owns the process's signals.
 			NoSigs: true,
 			Debug:  logger.IsTrace(),
