@@ -617,7 +617,11 @@ func (r *benchReport) writeHeader(w io.Writer) {
 	case len(o.KafkaBrokers) > 0:
 		fmt.Fprintf(w, "end to end    Kafka topic %s on %s\n", o.Topic, strings.Join(o.KafkaBrokers, ","))
 	case o.E2E:
-		fmt.Fprintf(w, "end to end    NATS subject %s on %s\n", o.Subject, o.NATSURL)
+		where := o.NATSURL
+		if where == "" {
+			where = "the server of " + o.Config
+		}
+		fmt.Fprintf(w, "end to end    NATS subject %s on %s\n", o.Subject, where)
 	}
 }
 
