@@ -227,22 +227,44 @@ func (s *Sink) connError() error {
 
 // onConnect runs on every (re)connection: streams first (a broker that
 // came up empty gets them), then the engine is told to publish.
+//
+// Setting the streams up can fail for a while (a cluster electing a stream
+// leader after a node died): it is tried again every second while the
+// connection is up. Until the streams were set up once, publishes wait;
+// after that they go ahead meanwhile (the streams exist, only their update
+// is pending).
 func (s *Sink) onConnect(what string) {
 	<-s.opened
 	if s.nc == nil || s.nc.IsClosed() {
 		return // Open failed
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	if err := s.ensureStreams(ctx); err != nil {
-		s.mu.Lock()
-		s.streamsErr = err
-		s.mu.Unlock()
-		s.log.Error("connected, but the streams cannot be set up; publishes wait", "error", err)
-		return
-	}
 	s.log.Info(what, "url", s.nc.ConnectedUrlRedacted())
-	s.connectedOnce()
+	announced := false
+	for logged := false; s.nc.IsConnected(); time.Sleep(time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		err := s.ensureStreams(ctx)
+		cancel()
+		if err == nil {
+			if !announced {
+				s.connectedOnce()
+			}
+			return
+		}
+		s.mu.Lock()
+		created := s.streamsCreated
+		if !created {
+			s.streamsErr = err
+		}
+		s.mu.Unlock()
+		if created && !announced {
+			announced = true
+			s.connectedOnce() // publishing goes on while the update is retried
+		}
+		if !logged {
+			logged = true
+			s.log.Warn("connected, but the streams cannot be set up yet; trying again every second", "error", err, "publishing", created)
+		}
+	}
 }
 
 // connectedOnce logs the mode on the first connection and tells the engine

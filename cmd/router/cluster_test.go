@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// natsCluster starts three in-process nats-servers with JetStream in one
+// cluster and returns them and their client URLs.
+func natsCluster(t *testing.T) ([]*server.Server, []string) {
+	t.Helper()
+	ports := []int{freePort(t), freePort(t), freePort(t)}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	var servers []*server.Server
+	var urls []string
+	for i, p := range ports {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+			JetStream: true, StoreDir: t.TempDir(),
+			Cluster: server.ClusterOpts{Name: "edge", Host: "127.0.0.1", Port: p},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		}
+		ns, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Start()
+		t.Cleanup(ns.Shutdown)
+		servers = append(servers, ns)
+	}
+	for _, ns := range servers {
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("cluster node not ready")
+		}
+		urls = append(urls, ns.ClientURL())
+	}
+	// JetStream answers once the cluster elected its meta leader.
+	nc, err := natsgo.Connect(strings.Join(urls, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("JetStream cluster not ready: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return servers, urls
+}
+
+// underLoad posts events with a loader while kill runs, then returns every
+// acknowledged id.
+func underLoad(t *testing.T, sock string, kill func()) []string {
+	t.Helper()
+	l := &loader{client: socketClient(sock)}
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := l.run(ctx, 4)
+	time.Sleep(1500 * time.Millisecond)
+	kill()
+	time.Sleep(3 * time.Second)
+	cancel()
+	wait()
+	acked := l.ackedIDs()
+	if len(acked) == 0 {
+		t.Fatal("no event was acknowledged")
+	}
+	return acked
+}
+
+// Publishing to a 3-node NATS cluster with an R3 stream goes on when the
+// node leading the stream is killed under load: every acknowledged event
+// is delivered and in the stream.
+func TestNATSClusterNodeKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 3-node NATS cluster under load")
+	}
+	servers, urls := natsCluster(t)
+	path, sock := writeConfig(t, fmt.Sprintf(`
+nats "cluster" {
+  url = %q
+  stream %q {
+    subjects = [%q]
+    replicas = 3
+  }
+}
+event %q {
+  route {
+    to      = "nats.cluster"
+    subject = %q
+  }
+  polling { min = "10ms" }
+}
+`, strings.Join(urls, ","), crashStream, crashSubject+".>", crashType, crashSubject+".events"))
+	runRouter(t, path, sock)
+	nc, err := natsgo.Connect(strings.Join(urls, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	acked := underLoad(t, sock, func() {
+		st, err := js.Stream(context.Background(), crashStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, _ := st.Info(context.Background())
+		for _, ns := range servers {
+			if info.Cluster != nil && ns.Name() == info.Cluster.Leader {
+				t.Logf("killing %s, the stream's leader", ns.Name())
+				ns.Shutdown()
+				return
+			}
+		}
+		servers[0].Shutdown()
+	})
+	c := socketClient(sock)
+	for _, id := range acked {
+		waitState(t, c, id, "delivered", 60*time.Second)
+	}
+	// Read the whole stream; a read cut short while the cluster settles
+	// starts over.
+	st, err := js.Stream(context.Background(), crashStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		var m *jetstream.RawStreamMsg
+		for try := 0; ; try++ {
+			if m, err = st.GetMsg(context.Background(), seq); err == nil || try == 20 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("read sequence %d: %v", seq, err)
+		}
+		seen[m.Header.Get("ce-id")]++
+	}
+	dups := 0
+	for _, id := range acked {
+		switch seen[id] {
+		case 0:
+			t.Fatalf("acknowledged event %s is not in the stream", id)
+		case 1:
+		default:
+			dups++
+		}
+	}
+	t.Logf("%d events acknowledged, all in the R3 stream after a node was killed (%d stored twice)", len(acked), dups)
+}
+
+// Publishing to a 3-broker Kafka cluster goes on when a broker is removed
+// under load: every acknowledged event is delivered and in the topic.
+func TestKafkaClusterBrokerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 3-broker Kafka cluster under load")
+	}
+	kc, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(6, "cluster-events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	path, sock := writeConfig(t, fmt.Sprintf(`
+kafka "cluster" { brokers = [%s] }
+event %q {
+  route {
+    to    = "kafka.cluster"
+    topic = "cluster-events"
+  }
+  polling { min = "10ms" }
+}
+`, `"`+strings.Join(kc.ListenAddrs(), `", "`)+`"`, crashType))
+	runRouter(t, path, sock)
+	acked := underLoad(t, sock, func() {
+		leader := kc.LeaderFor("cluster-events", 0)
+		t.Logf("removing broker %d, the leader of partition 0", leader)
+		if err := kc.RemoveNode(leader); err != nil {
+			t.Fatal(err)
+		}
+	})
+	c := socketClient(sock)
+	for _, id := range acked {
+		waitState(t, c, id, "delivered", 60*time.Second)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumeTopics("cluster-events"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	seen := map[string]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for len(seen) < len(acked) && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			for _, h := range r.Headers {
+				if h.Key == "ce_id" {
+					seen[string(h.Value)]++
+				}
+			}
+		})
+	}
+	for _, id := range acked {
+		if seen[id] == 0 {
+			t.Fatalf("acknowledged event %s is not in the topic", id)
+		}
+	}
+	t.Logf("%d events acknowledged, all in the topic after a broker was removed", len(acked))
+}
