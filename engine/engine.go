@@ -51,9 +51,10 @@ type Options struct {
 
 // Engine runs the loops. Open starts them; Close stops them.
 type Engine struct {
-	store   Store
-	conf    atomic.Pointer[config.Config] // swapped by Reload
-	sinks   map[string]Sink
+	store Store
+	conf  atomic.Pointer[config.Config] // swapped by Reload
+	// sinks by name; copy on write (Reload adds), read without a lock.
+	sinkMap atomic.Pointer[map[string]Sink]
 	plugins atomic.Pointer[map[string]Plugin]
 	inboxes map[string]*inbox
 
@@ -89,7 +90,6 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 	}
 	e := &Engine{
 		store:    store,
-		sinks:    make(map[string]Sink, len(sinks)),
 		opts:     opts,
 		log:      opts.Logger.Named("engine"),
 		inflight: inFlight{scopes: make(map[string]*flight)},
@@ -98,20 +98,12 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 	if m, ok := store.(SpaceMeter); ok {
 		e.space = &spaceWatch{meter: m}
 	}
-	for _, s := range sinks {
-		if r, ok := s.(ReadyNotifier); ok {
-			r.OnReady(e.kickAll)
-		}
-		if opts.DoubleSend {
-			s = doubleSink{s}
-		}
-		e.sinks[s.Name()] = s
-	}
+	e.sinkMap.Store(e.withSinks(nil, sinks))
 	e.inboxes = make(map[string]*inbox, len(cfg.Inboxes))
 	for _, in := range cfg.Inboxes {
 		e.inboxes[in.Name] = newInbox(in)
 		if in.Deliver.URL != "" {
-			if _, ok := e.sinks[InboxSink(in.Name)]; !ok {
+			if _, ok := e.sinks()[InboxSink(in.Name)]; !ok {
 				return nil, fmt.Errorf("inbox %q delivers to %s, but no sink %q was given", in.Name, in.Deliver.URL, InboxSink(in.Name))
 			}
 		}
@@ -120,7 +112,7 @@ func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, 
 	e.plugins.Store(pluginMap(opts.Plugins))
 	for t, p := range cfg.Events {
 		for _, r := range p.Routes {
-			if _, ok := e.sinks[r.To]; !ok {
+			if _, ok := e.sinks()[r.To]; !ok {
 				return nil, fmt.Errorf("event %q routes to %q, which is not a configured sink", t, r.To)
 			}
 		}
@@ -462,4 +454,26 @@ func (e *Engine) chain(p *config.Policy) []Plugin {
 		out[i], _ = e.plugin(name)
 	}
 	return out
+}
+
+// sinks is the sinks by name.
+func (e *Engine) sinks() map[string]Sink { return *e.sinkMap.Load() }
+
+// withSinks returns a copy of old with sinks added: wrapped for
+// -double-send, and told to wake the loops when they become reachable.
+func (e *Engine) withSinks(old map[string]Sink, sinks []Sink) *map[string]Sink {
+	m := make(map[string]Sink, len(old)+len(sinks))
+	for name, s := range old {
+		m[name] = s
+	}
+	for _, s := range sinks {
+		if r, ok := s.(ReadyNotifier); ok {
+			r.OnReady(e.kickAll)
+		}
+		if e.opts.DoubleSend {
+			s = doubleSink{s}
+		}
+		m[s.Name()] = s
+	}
+	return &m
 }

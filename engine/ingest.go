@@ -104,7 +104,7 @@ func (e *Engine) fitsRoutes(ev *storage.Event) error {
 		return nil
 	}
 	for _, r := range pol.Routes {
-		f, ok := e.sinks[r.To].(Fitter)
+		f, ok := e.sinks()[r.To].(Fitter)
 		if !ok {
 			continue
 		}

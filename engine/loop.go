@@ -206,7 +206,7 @@ func (l *Loop) claimAndPublish(ctx context.Context) (*batch, error) {
 	l.hold(recs)
 	b := l.outputs(ctx, pol, recs)
 	pubCtx, cancel := context.WithTimeout(ctx, pol.MaxProcessingTime)
-	b.publish(pubCtx, l.e.sinks, l.e.metrics.observePublish)
+	b.publish(pubCtx, l.e.sinks(), l.e.metrics.observePublish)
 	cancel()
 	return b, nil
 }
@@ -373,7 +373,7 @@ func (l *Loop) destinations(pol *config.Policy, d string) ([]dest, error) {
 	if !ok || topic == "" {
 		return nil, Permanentf("destination %q is not <sink>:<topic or subject>", d)
 	}
-	if _, ok := l.e.sinks[sink]; !ok {
+	if _, ok := l.e.sinks()[sink]; !ok {
 		return nil, Permanentf("destination %q names sink %q, which is not configured", d, sink)
 	}
 	return []dest{{full: d, sink: sink, topic: topic}}, nil

@@ -9,11 +9,13 @@ import (
 
 // Reload swaps in a new configuration and plugin set without a restart
 // (SIGHUP): new and changed event types, new plugin versions, new windows
-// and TTLs. What the running router is built from — the listeners, the data
-// file, the sinks and the inboxes — cannot change this way; a config that
-// changes them is refused and the old one stays in force. Batches in flight
-// finish under the policy they were claimed with.
-func (e *Engine) Reload(cfg *config.Config, plugins []Plugin) error {
+// and TTLs, and new sinks (added: the caller opened them, and they connect
+// in the background like the sinks of a start). What else the running
+// router is built from — the listeners, the data file, the sinks it has
+// and the inboxes — cannot change this way; a config that changes them is
+// refused and the old one stays in force. Batches in flight finish under
+// the policy they were claimed with.
+func (e *Engine) Reload(cfg *config.Config, plugins []Plugin, added ...Sink) error {
 	old := e.config()
 	for _, c := range []struct {
 		what     string
@@ -21,18 +23,19 @@ func (e *Engine) Reload(cfg *config.Config, plugins []Plugin) error {
 	}{
 		{"listen", old.Listen, cfg.Listen},
 		{"storage", old.Storage, cfg.Storage},
-		{"nats", old.NATS, cfg.NATS},
-		{"kafka", old.Kafka, cfg.Kafka},
+		{"nats", old.NATS, prefix(cfg.NATS, len(old.NATS))},
+		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka))},
 		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes},
 	} {
-		if !reflect.DeepEqual(c.old, c.new) {
-			return fmt.Errorf("reload: the %s blocks changed; that needs a restart", c.what)
+		if !reflect.DeepEqual(c.old, c.new) && !(isEmpty(c.old) && isEmpty(c.new)) {
+			return fmt.Errorf("reload: the %s blocks changed; that needs a restart (new blocks may be added after the others)", c.what)
 		}
 	}
+	sinks := *e.withSinks(e.sinks(), added)
 	byName := *pluginMap(plugins)
 	for t, p := range cfg.Events {
 		for _, r := range p.Routes {
-			if _, ok := e.sinks[r.To]; !ok {
+			if _, ok := sinks[r.To]; !ok {
 				return fmt.Errorf("reload: event %q routes to %q, which is not a configured sink", t, r.To)
 			}
 		}
@@ -52,6 +55,7 @@ func (e *Engine) Reload(cfg *config.Config, plugins []Plugin) error {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.sinkMap.Store(&sinks)
 	e.plugins.Store(&byName)
 	e.conf.Store(cfg)
 	for t, l := range e.loops {
@@ -68,4 +72,15 @@ func (e *Engine) Reload(cfg *config.Config, plugins []Plugin) error {
 		}
 	}
 	return nil
+}
+
+// prefix is the first n of list (all of it when shorter): the blocks a
+// reload must leave as they were, before the ones it adds.
+func prefix[T any](list []T, n int) []T { return list[:min(n, len(list))] }
+
+// isEmpty tells an empty list from a value: nil and empty lists compare
+// equal for Reload.
+func isEmpty(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Slice && rv.Len() == 0
 }

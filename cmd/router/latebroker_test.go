@@ -350,3 +350,58 @@ event "budget.order" {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A reload (SIGHUP) that adds a sink whose broker is not up is taken like a
+// start without brokers: the new type's events are stored at once and
+// delivered when the server appears, without a restart.
+func TestReloadAddsSinkWithBrokerDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary with a late broker")
+	}
+	path, sock := writeConfig(t, "")
+	logs := &syncWriter{w: new(strings.Builder)}
+	cmd := exec.Command(routerBinary(t), "run", "-config", path)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("router log:\n%s", logs.String())
+		}
+	}()
+	c := socketClient(sock)
+	waitHealthy(t, c)
+	port := freePort(t)
+	os.WriteFile(path, []byte(mustRead(t, path)+fmt.Sprintf(`
+nats "added" {
+  url = "nats://127.0.0.1:%d"
+  stream "added" { subjects = ["added.>"] }
+}
+event "added.order" {
+  route {
+    to      = "nats.added"
+    subject = "added.orders"
+  }
+}
+`, port)), 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "configuration reloaded") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the reload was not taken:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ids := postBatches(t, c, "added.order", 200)
+	time.Sleep(2 * time.Second)
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	waitAllDelivered(t, c, ids, time.Now())
+}

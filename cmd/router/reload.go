@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/plugins/kafka"
+	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
 )
 
@@ -49,10 +53,22 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := c.engine.Reload(cfg, plugins); err != nil {
+	added, err := c.openAddedSinks(ctx, cfg)
+	if err != nil {
 		closePlugins(ctx, plugins)
 		return err
 	}
+	if err := c.engine.Reload(cfg, plugins, added...); err != nil {
+		closePlugins(ctx, plugins)
+		for _, s := range added {
+			s.Close(ctx)
+		}
+		return err
+	}
+	c.sinksMu.Lock()
+	c.sinks = append(c.sinks, added...)
+	c.sinksMu.Unlock()
+	c.cfg = cfg
 	old := c.plugins
 	c.plugins = plugins
 	time.AfterFunc(pluginGrace, func() { closePlugins(context.Background(), old) })
@@ -73,4 +89,36 @@ func closePlugins(ctx context.Context, plugins []engine.Plugin) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// openAddedSinks opens the nats and kafka blocks a reloaded config adds
+// after those in force (the engine refuses any other change to them). Like
+// the sinks of a start they need not reach their brokers now: they connect
+// in the background. An embedded server needs a restart.
+func (c *RunCommand) openAddedSinks(ctx context.Context, cfg *config.Config) ([]engine.Sink, error) {
+	var added []engine.Sink
+	fail := func(err error) ([]engine.Sink, error) {
+		for _, s := range added {
+			s.Close(ctx)
+		}
+		return nil, err
+	}
+	for _, n := range cfg.NATS[min(len(c.cfg.NATS), len(cfg.NATS)):] {
+		if n.Embedded {
+			return fail(fmt.Errorf("reload: nats %q is an embedded server; adding one needs a restart", n.Name))
+		}
+		s, err := natsplugin.Open(ctx, n, n.URL, c.log)
+		if err != nil {
+			return fail(fmt.Errorf("reload: nats %q: %w", n.Name, err))
+		}
+		added = append(added, s)
+	}
+	for _, k := range cfg.Kafka[min(len(c.cfg.Kafka), len(cfg.Kafka)):] {
+		s, err := kafka.Open(ctx, k, c.log)
+		if err != nil {
+			return fail(fmt.Errorf("reload: kafka %q: %w", k.Name, err))
+		}
+		added = append(added, s)
+	}
+	return added, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,7 +59,9 @@ type RunCommand struct {
 	sourcesCtx  context.Context // ends when Close begins
 	stopSources context.CancelFunc
 	sourcesWG   sync.WaitGroup
+	sinksMu     sync.Mutex // a reload adds sinks while /readyz reads them
 	sinks       []engine.Sink
+	cfg         *config.Config // in force: the start's, then each reload's
 	engine      *engine.Engine
 	api         *api.Server
 }
@@ -237,6 +240,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	c.engine = eng
+	c.cfg = cfg
 	registerSpace(reg, eng)
 	if db.Unclean() {
 		c.republishAfterCrash(ctx, cfg)
@@ -338,7 +342,10 @@ func (c *RunCommand) ready(context.Context) map[string]error {
 // server (a JetStream store that cannot write).
 func (c *RunCommand) sinkHealth(ctx context.Context) map[string]error {
 	checks := map[string]error{}
-	for _, s := range c.sinks {
+	c.sinksMu.Lock()
+	sinks := slices.Clone(c.sinks)
+	c.sinksMu.Unlock()
+	for _, s := range sinks {
 		if h, ok := s.(engine.HealthChecker); ok {
 			checks[s.Name()] = h.Healthy(ctx)
 		}
