@@ -416,20 +416,32 @@ func (e *Engine) Cleanup(ctx context.Context) (int, error) {
 		})
 	}
 	for _, step := range steps {
-		for ctx.Err() == nil {
-			n := 0
-			err := e.store.Update(ctx, func(tx *storage.Tx) error {
-				var err error
-				n, err = step(tx, e.now(), cleanupChunk)
-				return err
-			})
-			if err != nil {
-				return total, err
-			}
-			total += n
-			if n < cleanupChunk {
-				break
-			}
+		n, err := e.inChunks(ctx, step)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// inChunks runs a removal step in transactions of at most cleanupChunk
+// records until one removes fewer, and returns how many it removed.
+func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time, int) (int, error)) (int, error) {
+	total := 0
+	for ctx.Err() == nil {
+		n := 0
+		err := e.store.Update(ctx, func(tx *storage.Tx) error {
+			var err error
+			n, err = step(tx, e.now(), cleanupChunk)
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < cleanupChunk {
+			break
 		}
 	}
 	return total, nil

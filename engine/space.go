@@ -100,24 +100,10 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 // had passed: under storage pressure an event that is out matters less
 // than room for the next.
 func (e *Engine) dropDelivered(ctx context.Context) (int, error) {
-	total := 0
-	horizon := e.now().Add(e.config().Outbox.TTL + time.Second)
-	for ctx.Err() == nil {
-		n := 0
-		err := e.store.Update(ctx, func(tx *storage.Tx) error {
-			var err error
-			n, err = tx.DeleteExpiredDelivered(horizon, cleanupChunk)
-			return err
-		})
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < cleanupChunk {
-			break
-		}
-	}
-	return total, nil
+	ttl := e.config().Outbox.TTL + time.Second
+	return e.inChunks(ctx, func(tx *storage.Tx, now time.Time, limit int) (int, error) {
+		return tx.DeleteExpiredDelivered(now.Add(ttl), limit)
+	})
 }
 
 // Space is the last measurement of the data file and its budget, for

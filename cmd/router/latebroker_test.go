@@ -54,6 +54,23 @@ func serveBinary(t *testing.T, path, sock string) (*http.Client, *syncWriter) {
 	return c, logs
 }
 
+// jetStreamServer starts a plain nats-server with JetStream (no auth) on
+// loopback at port (-1: a free one) until the test ends: the external
+// broker of a test.
+func jetStreamServer(t *testing.T, port int) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return ns
+}
+
 // postBatches posts n events of type typ in batches of 100 and returns
 // their ids.
 func postBatches(t *testing.T, c *http.Client, typ string, n int) []string {
@@ -116,12 +133,7 @@ event "late.order" {
 		t.Fatalf("readyz with the broker away: %s", ready)
 	}
 	time.Sleep(brokerLate)
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
+	ns := jetStreamServer(t, port)
 	appeared := time.Now()
 	waitAllDelivered(t, c, ids, appeared)
 	nc, err := natsgo.Connect(ns.ClientURL())
@@ -184,15 +196,7 @@ inbox "alerts" {
 `, port, svc.sock))
 	serveBinary(t, path, sock)
 	time.Sleep(brokerLate)
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	ns := jetStreamServer(t, port)
 	nc, err := natsgo.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -288,12 +292,7 @@ event "budget.order" {
 	stats := get(t, c, "/v1/stats")
 	t.Logf("budget reached after %d events acknowledged; stats: %s", len(acked), strings.Join(strings.Fields(stats[strings.Index(stats, `"storage"`):]), " "))
 
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
+	ns := jetStreamServer(t, port)
 	// Delivered records are removed early to make room, so the proof that
 	// nothing was lost is the stream: every acknowledged id is in it.
 	start := time.Now()
@@ -397,11 +396,6 @@ event "added.order" {
 	}
 	ids := postBatches(t, c, "added.order", 200)
 	time.Sleep(2 * time.Second)
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
+	jetStreamServer(t, port)
 	waitAllDelivered(t, c, ids, time.Now())
 }

@@ -8,9 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -74,15 +72,7 @@ event "x" {
 // `router validate -check-sinks` asks an external JetStream server which
 // stream captures each routed subject, and fails on one that none does.
 func TestValidateCheckSinksStreams(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	ns := jetStreamServer(t, -1)
 	nc, err := natsgo.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
