@@ -18,7 +18,7 @@ import (
 	"github.com/switchyard-router/switchyard/storage"
 )
 
-// Who may do what (DESIGN §4):
+// Who may do what (contract §4):
 //
 //   - The unix socket is guarded by its file permissions (0660): whoever can
 //     connect is trusted, acts for the tenant of its X-Tenant header, and

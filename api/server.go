@@ -1,4 +1,4 @@
-// Package api is the router's HTTP API (DESIGN §4): ingest, event status,
+// Package api is the router's HTTP API (contract §4): ingest, event status,
 // the DLQ, stats, health and metrics, served on a unix socket and, when
 // listen.http is set, on TCP behind bearer tokens (auth.go).
 package api

@@ -1,7 +1,7 @@
 // Package config loads policies.hcl: the router's whole configuration.
 //
 // The structs here are the resolved form: durations and sizes parsed, every
-// event policy already merged with the defaults block (DESIGN §6). Nothing
+// event policy already merged with the defaults block (contract §6). Nothing
 // outside this package ever sees raw HCL.
 package config
 

@@ -89,7 +89,7 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Built-in defaults (DESIGN §6) that the config file overrides.
+// Built-in defaults (contract §6) that the config file overrides.
 const (
 	mib = 1 << 20
 	day = 24 * time.Hour
@@ -379,7 +379,7 @@ func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	d.integer(c.Attributes["max_batch"], &l.MaxBatch, 1, 100_000)
 	d.integer(c.Attributes["max_connections"], &l.MaxConnections, 1, 1<<20)
 	d.duration(c.Attributes["read_timeout"], &l.ReadTimeout, true)
-	// DESIGN §4: the TCP listener always requires a bearer token.
+	// contract §4: the TCP listener always requires a bearer token.
 	if l.HTTP != "" && l.TokensFile == "" {
 		d.errorf(c.Attributes["http"].Expr.Range(), "Missing tokens_file",
 			"A TCP listener requires bearer tokens: set tokens_file in the listen block.")

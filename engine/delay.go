@@ -6,7 +6,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 )
 
-// Delay is the poll delay of one loop (DESIGN §5, oncebox's rule): a poll
+// Delay is the poll delay of one loop (contract §5, oncebox's rule): a poll
 // that returns a full batch resets the delay to Min; a partial or empty one
 // multiplies it by Multiplier, capped at Max. A fixed policy always waits
 // Min. It is pure logic: the loop feeds it outcomes, tests feed it a clock.

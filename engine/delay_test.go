@@ -27,7 +27,7 @@ func simulate(p config.Polling, d time.Duration) (polls int, atMax time.Duration
 	return polls, atMax
 }
 
-// DESIGN §5: an idle type at defaults polls about 70 times an hour (a fixed
+// contract §5: an idle type at defaults polls about 70 times an hour (a fixed
 // 250ms delay would poll 14,400 times) and reaches the 1m ceiling in about
 // 3.5 minutes.
 func TestAdaptiveDelayIdleHour(t *testing.T) {

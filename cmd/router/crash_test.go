@@ -1,6 +1,6 @@
 package main
 
-// Crash tests (DESIGN §8): the real router binary under load, killed with
+// Crash tests (contract §8): the real router binary under load, killed with
 // SIGKILL at random moments and restarted on the same data file, then
 // counted. Every event the router acknowledged with a 2xx must be in the
 // data file (TestCrashIngest) and in the JetStream stream (TestCrashPublish).

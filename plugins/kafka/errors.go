@@ -25,7 +25,7 @@ var permanentErrs = []error{
 
 // unknownOutcomeErrs end a record without a broker answer: it may or may not
 // be in the log. The engine releases the event without counting an attempt
-// and retries it with the same id (DESIGN §1, fail closed).
+// and retries it with the same id (contract §1, fail closed).
 var unknownOutcomeErrs = []error{
 	context.DeadlineExceeded,
 	context.Canceled,

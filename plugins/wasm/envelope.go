@@ -11,7 +11,7 @@ import (
 	"github.com/switchyard-router/switchyard/storage"
 )
 
-// Envelopes (DESIGN §7) are little-endian and length-prefixed; a str is a
+// Envelopes (docs/plugin-abi.md) are little-endian and length-prefixed; a str is a
 // u32 byte length followed by the bytes.
 //
 // Event envelope, what sy_handle's input_read returns:

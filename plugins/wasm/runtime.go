@@ -1,5 +1,5 @@
 // Package wasm runs Switchyard plugins: WebAssembly modules that speak the
-// plugin ABI v1 (DESIGN §7), on wazero.
+// plugin ABI v1 (docs/plugin-abi.md), on wazero.
 //
 // A Runtime compiles modules (with an on-disk compilation cache, so a
 // restart does not compile again) and hosts the imports every plugin shares:
