@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -71,7 +72,7 @@ func dlqRef(r *http.Request) (engine.DLQRef, error) {
 	if err := checkRef(ref.ID); err != nil {
 		return ref, err
 	}
-	if ref.Queue != "" && (len(ref.Queue) > maxRefLen || !strings.HasPrefix(ref.Queue, "inbox:")) {
+	if ref.Queue != "" && (len(ref.Queue) > maxRefLen || !strings.HasPrefix(ref.Queue, config.InboxQueuePrefix)) {
 		return ref, engine.Errorf(engine.EINVALID, "queue names an inbox: inbox:<name>")
 	}
 	return ref, nil

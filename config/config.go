@@ -54,10 +54,10 @@ func (c *Config) Policy(eventType string) (p *Policy, ok bool) {
 func (c *Config) Sinks() []string {
 	sinks := make([]string, 0, len(c.NATS)+len(c.Kafka))
 	for _, n := range c.NATS {
-		sinks = append(sinks, "nats."+n.Name)
+		sinks = append(sinks, n.SinkName())
 	}
 	for _, k := range c.Kafka {
-		sinks = append(sinks, "kafka."+k.Name)
+		sinks = append(sinks, k.SinkName())
 	}
 	return sinks
 }
@@ -120,7 +120,7 @@ type Policy struct {
 	BatchSize         int
 	MaxRetries        int
 	MaxProcessingTime time.Duration // default 300s
-	Ordering          string        // "" (none) or "key"
+	Ordering          Ordering      // OrderingNone or OrderingKey
 	Polling           Polling
 	Backoff           Backoff
 	Plugins           []string
@@ -129,7 +129,7 @@ type Policy struct {
 
 // Polling is the adaptive (or fixed) poll delay of a type's loop.
 type Polling struct {
-	Type       string        // "adaptive" (default) or "fixed"
+	Type       PollingType   // PollingAdaptive (default) or PollingFixed
 	Min        time.Duration // default 250ms
 	Max        time.Duration // default 1m
 	Multiplier float64       // default 1.5
@@ -282,9 +282,10 @@ type Inbox struct {
 	TTL           time.Duration
 	IDHeader      string
 	// MissingID is what to do with a message without an id header:
-	// "derive" (default: store it under an id derived from its content,
-	// with a warning) or "reject" (acknowledge and drop it, audited).
-	MissingID string
+	// MissingIDDerive (default: store it under an id derived from its
+	// content, with a warning) or MissingIDReject (acknowledge and drop it,
+	// audited).
+	MissingID MissingID
 	Plugins   []string
 	Deliver   Deliver
 	Policy    Policy
@@ -297,3 +298,44 @@ type Deliver struct {
 	// Concurrency bounds the POSTs in flight to the service; default 8.
 	Concurrency int
 }
+
+// Ordering is a policy's ordering attribute.
+type Ordering string
+
+const (
+	OrderingNone Ordering = ""    // next-attempt order only ("none" in the file)
+	OrderingKey  Ordering = "key" // an event waits behind earlier ones of its partition key
+)
+
+// ByKey reports whether events of the policy wait behind earlier ones with
+// the same partition key.
+func (p *Policy) ByKey() bool { return p != nil && p.Ordering == OrderingKey }
+
+// PollingType is a polling block's type.
+type PollingType string
+
+const (
+	PollingAdaptive PollingType = "adaptive" // the delay adapts to what polls find
+	PollingFixed    PollingType = "fixed"    // every min
+)
+
+// MissingID is what an inbox does with a message without an event id.
+type MissingID string
+
+const (
+	MissingIDDerive MissingID = "derive" // an id derived from the content
+	MissingIDReject MissingID = "reject" // acknowledged, dropped and audited
+)
+
+// Target is the route's subject (NATS) or topic (Kafka): the one its sink
+// takes.
+func (r Route) Target() string {
+	if r.Topic != "" {
+		return r.Topic
+	}
+	return r.Subject
+}
+
+// Destination names the route's output: "<sink>:<subject or topic>",
+// "nats.local:orders.created".
+func (r Route) Destination() string { return r.To + ":" + r.Target() }

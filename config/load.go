@@ -100,7 +100,7 @@ func builtinPolicy() Policy {
 		BatchSize:         200,
 		MaxRetries:        3,
 		MaxProcessingTime: 300 * time.Second,
-		Polling:           Polling{Type: "adaptive", Min: 250 * time.Millisecond, Max: time.Minute, Multiplier: 1.5},
+		Polling:           Polling{Type: PollingAdaptive, Min: 250 * time.Millisecond, Max: time.Minute, Multiplier: 1.5},
 		Backoff:           Backoff{Enabled: true, Delay: 10 * time.Second, Multiplier: 3},
 	}
 }
@@ -299,7 +299,7 @@ func (d *decoder) root(body hcl.Body) *Config {
 		n := d.nats(b, cfg.Storage.Path)
 		if d.declare(natsNames, b) {
 			cfg.NATS = append(cfg.NATS, n)
-			d.sinks["nats."+n.Name] = true
+			d.sinks[n.SinkName()] = true
 		}
 	}
 	kafkaNames := map[string]hcl.Range{}
@@ -307,7 +307,7 @@ func (d *decoder) root(body hcl.Body) *Config {
 		k := d.kafka(b)
 		if d.declare(kafkaNames, b) {
 			cfg.Kafka = append(cfg.Kafka, k)
-			d.sinks["kafka."+k.Name] = true
+			d.sinks[k.SinkName()] = true
 		}
 	}
 	pluginNames := map[string]hcl.Range{}
@@ -393,9 +393,9 @@ func (d *decoder) policy(c *hcl.BodyContent, p *Policy) {
 	d.integer(c.Attributes["batch_size"], &p.BatchSize, 1, 100_000)
 	d.integer(c.Attributes["max_retries"], &p.MaxRetries, 0, math.MaxInt)
 	d.duration(c.Attributes["max_processing_time"], &p.MaxProcessingTime, true)
-	d.oneOf(c.Attributes["ordering"], &p.Ordering, "", "none", "key")
+	oneOf(d, c.Attributes["ordering"], &p.Ordering, OrderingNone, "none", OrderingKey)
 	if p.Ordering == "none" {
-		p.Ordering = "" // "none" exists so that an event can undo the defaults' "key"
+		p.Ordering = OrderingNone // "none" exists so that an event can undo the defaults' "key"
 	}
 	if a := c.Attributes["plugins"]; a != nil {
 		for i, rng := range d.strs(a, &p.Plugins) {
@@ -406,7 +406,7 @@ func (d *decoder) policy(c *hcl.BodyContent, p *Policy) {
 	}
 	if b := d.single(c.Blocks, "polling"); b != nil {
 		pc := d.content(b.Body, pollingSchema)
-		d.oneOf(pc.Attributes["type"], &p.Polling.Type, "adaptive", "fixed")
+		oneOf(d, pc.Attributes["type"], &p.Polling.Type, PollingAdaptive, PollingFixed)
 		d.duration(pc.Attributes["min"], &p.Polling.Min, true)
 		d.duration(pc.Attributes["max"], &p.Polling.Max, true)
 		d.multiplier(pc.Attributes["multiplier"], &p.Polling.Multiplier)
@@ -711,8 +711,8 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 	}
 	d.duration(c.Attributes["ttl"], &in.TTL, true)
 	d.str(c.Attributes["id_header"], &in.IDHeader)
-	in.MissingID = "derive"
-	d.oneOf(c.Attributes["missing_id"], &in.MissingID, "derive", "reject")
+	in.MissingID = MissingIDDerive
+	oneOf(d, c.Attributes["missing_id"], &in.MissingID, MissingIDDerive, MissingIDReject)
 	if db := d.single(c.Blocks, "deliver"); db != nil {
 		dc := d.content(db.Body, deliverSchema)
 		d.str(dc.Attributes["url"], &in.Deliver.URL)

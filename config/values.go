@@ -57,15 +57,24 @@ func (d *decoder) str(a *hcl.Attribute, dst *string) {
 }
 
 func (d *decoder) oneOf(a *hcl.Attribute, dst *string, allowed ...string) {
+	oneOf(d, a, dst, allowed...)
+}
+
+// oneOf decodes a into a string type that takes one of allowed values.
+func oneOf[T ~string](d *decoder, a *hcl.Attribute, dst *T, allowed ...T) {
 	s, ok := d.text(a)
 	if !ok {
 		return
 	}
-	if !slices.Contains(allowed, s) {
-		d.errorf(a.Expr.Range(), "Invalid value", "%s must be one of %s, not %q.", a.Name, quoteAll(allowed), s)
+	if !slices.Contains(allowed, T(s)) {
+		names := make([]string, len(allowed))
+		for i, v := range allowed {
+			names[i] = string(v)
+		}
+		d.errorf(a.Expr.Range(), "Invalid value", "%s must be one of %s, not %q.", a.Name, quoteAll(names), s)
 		return
 	}
-	*dst = s
+	*dst = T(s)
 }
 
 func (d *decoder) boolean(a *hcl.Attribute, dst *bool) {

@@ -24,7 +24,7 @@ func (d *Delay) Current() time.Duration { return d.current }
 // Next records a poll's outcome and returns the delay until the next poll.
 func (d *Delay) Next(full bool) time.Duration {
 	switch {
-	case d.policy.Type == "fixed" || full:
+	case d.policy.Type == config.PollingFixed || full:
 		d.current = d.policy.Min
 	default:
 		next := time.Duration(float64(d.current) * d.policy.Multiplier)

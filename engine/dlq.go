@@ -171,7 +171,7 @@ func (e *Engine) retryAction() dlqAction {
 		},
 		apply: func(tx *storage.Tx, r *storage.Record, now time.Time) error {
 			pol, _ := e.policyOf(r.QueueName())
-			return tx.RetryDeadLetter(r, now, pol.Ordering == "key")
+			return tx.RetryDeadLetter(r, now, pol.ByKey())
 		},
 	}
 }

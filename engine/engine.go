@@ -447,15 +447,6 @@ func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time,
 	return total, nil
 }
 
-// destination names an output: "nats.local:orders.created".
-func destination(r config.Route) string {
-	name := r.Subject
-	if strings.HasPrefix(r.To, "kafka.") {
-		name = r.Topic
-	}
-	return r.To + ":" + name
-}
-
 // chain returns the plugins of a policy, in order.
 func (e *Engine) chain(p *config.Policy) []Plugin {
 	if len(p.Plugins) == 0 {

@@ -20,13 +20,13 @@ import (
 // ("inbox.<name>"), so inbound delivery gets the same adaptive polling,
 // retries, backoff and DLQ as publishing. An inbox without a deliver block
 // is pulled instead (GET /v1/subscriptions/{name}/messages).
-const inboxQueuePrefix = "inbox:"
+const inboxQueuePrefix = config.InboxQueuePrefix
 
 // InboxQueue is the queue name of an inbox.
-func InboxQueue(name string) string { return inboxQueuePrefix + name }
+func InboxQueue(name string) string { return config.InboxQueueName(name) }
 
 // InboxSink is the name of the sink that delivers an inbox's events.
-func InboxSink(name string) string { return "inbox." + name }
+func InboxSink(name string) string { return config.InboxSinkName(name) }
 
 // inbox is one configured inbox.
 type inbox struct {
@@ -131,7 +131,7 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []Inbound) (Rece
 			id := m.Event.ID
 			skip := storage.Skip{ID: id, Source: m.Event.Source, At: now, Origin: m.Origin}
 			switch seen, err := tx.InboxSeen(name, id, now); {
-			case m.IDDerived && in.cfg.MissingID == "reject":
+			case m.IDDerived && in.cfg.MissingID == config.MissingIDReject:
 				skip.Reason = "no_id"
 			case batch[id] != "":
 				skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate_in_batch", batch[id], now
@@ -149,7 +149,7 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []Inbound) (Rece
 				continue
 			}
 			rec := &storage.Record{Event: m.Event, Tenant: storage.DefaultTenant, Queue: InboxQueue(name), CreatedAt: now, UpdatedAt: now}
-			if err := tx.InsertEvent(rec, in.policy.Ordering == "key"); err != nil {
+			if err := tx.InsertEvent(rec, in.policy.ByKey()); err != nil {
 				if errors.Is(err, storage.ErrExists) {
 					// Stored before, its id since forgotten: the record
 					// (waiting or delivered) already stands for it.
@@ -225,7 +225,7 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 		now := e.now()
 		var recs []*storage.Record
 		err := e.store.View(func(tx *storage.Tx) (err error) {
-			recs, err = tx.Due(InboxQueue(name), now, max, in.policy.Ordering == "key", func(key string) bool {
+			recs, err = tx.Due(InboxQueue(name), now, max, in.policy.ByKey(), func(key string) bool {
 				in.mu.Lock()
 				defer in.mu.Unlock()
 				until, ok := in.leases[key]

@@ -108,8 +108,8 @@ func (e *Engine) fitsRoutes(ev *storage.Event) error {
 		if !ok {
 			continue
 		}
-		full := destination(r)
-		m := Message{Event: ev, Destination: full[len(r.To)+1:], Key: ev.PartitionKey(), MsgID: ev.ID}
+		full := r.Destination()
+		m := Message{Event: ev, Destination: r.Target(), Key: ev.PartitionKey(), MsgID: ev.ID}
 		if err := f.Fits(&m); err != nil {
 			return Errorf(EROUTELIMIT, "event %q can never be published to %s: %v", ev.ID, full, err)
 		}
@@ -231,7 +231,7 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 				CreatedAt:      now,
 				UpdatedAt:      now,
 			}
-			if err := tx.InsertEvent(rec, pol.Ordering == "key"); err != nil {
+			if err := tx.InsertEvent(rec, pol.ByKey()); err != nil {
 				if errors.Is(err, storage.ErrExists) {
 					return Errorf(EIDCONFLICT, "event id %q is already stored for another event", ev.Event.ID)
 				}

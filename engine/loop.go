@@ -197,7 +197,7 @@ func (l *Loop) claimAndPublish(ctx context.Context) (*batch, error) {
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {
 		var err error
-		recs, err = tx.Due(l.typ, now, pol.BatchSize, pol.Ordering == "key", l.holds)
+		recs, err = tx.Due(l.typ, now, pol.BatchSize, pol.ByKey(), l.holds)
 		return err
 	})
 	if err != nil || len(recs) == 0 {
@@ -364,8 +364,7 @@ func (l *Loop) destinations(pol *config.Policy, d string) ([]dest, error) {
 	if d == "" {
 		out := make([]dest, len(pol.Routes))
 		for i, r := range pol.Routes {
-			out[i] = dest{full: destination(r), sink: r.To}
-			out[i].topic = out[i].full[len(r.To)+1:]
+			out[i] = dest{full: r.Destination(), sink: r.To, topic: r.Target()}
 		}
 		return out, nil
 	}

@@ -35,7 +35,7 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 		now := e.now()
 		for _, r := range recs {
 			pol, _ := e.policyOf(r.QueueName())
-			orderByKey := pol != nil && pol.Ordering == "key"
+			orderByKey := pol.ByKey()
 			picked, err := tx.Redeliver(r, again, orderByKey, now)
 			if err != nil {
 				return err

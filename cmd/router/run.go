@@ -442,7 +442,7 @@ func (c *RunCommand) republishAfterCrash(ctx context.Context, cfg *config.Config
 	var window time.Duration
 	for _, n := range cfg.NATS {
 		if n.Embedded && !n.SyncAlways {
-			sinks = append(sinks, "nats."+n.Name)
+			sinks = append(sinks, n.SinkName())
 			window = max(window, 2*n.SyncInterval+5*time.Second)
 		}
 	}

@@ -78,13 +78,13 @@ func checkSinksOf(ctx context.Context, cfg *config.Config, timeout time.Duration
 		sink, err := natsplugin.Open(cctx, n, n.URL, nil)
 		if err == nil {
 			err = sink.Healthy(cctx)
-			if subjects := routedSubjects(cfg, "nats."+n.Name); err == nil && n.JetStream && len(subjects) > 0 {
+			if subjects := routedSubjects(cfg, n.SinkName()); err == nil && n.JetStream && len(subjects) > 0 {
 				err = sink.CheckSubjects(cctx, subjects)
 			}
 			err = errors.Join(err, sink.Close(cctx))
 		}
 		cancel()
-		out["nats."+n.Name] = err
+		out[n.SinkName()] = err
 	}
 	for _, k := range cfg.Kafka {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -97,7 +97,7 @@ func checkSinksOf(ctx context.Context, cfg *config.Config, timeout time.Duration
 			err = errors.Join(err, sink.Close(cctx))
 		}
 		cancel()
-		out["kafka."+k.Name] = err
+		out[k.SinkName()] = err
 	}
 	return out
 }
@@ -123,7 +123,7 @@ func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 		}
 		for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
 			for _, r := range cfg.Events[t].Routes {
-				if r.To == "nats."+n.Name && natsplugin.StreamCapturing(n.Streams, r.Subject) == "" {
+				if r.To == n.SinkName() && natsplugin.StreamCapturing(n.Streams, r.Subject) == "" {
 					problems = append(problems, fmt.Sprintf("%s: event %q routes to subject %q, which no stream of nats %q captures: a publish there is never acknowledged; add the subject to a stream block",
 						cfg.EventsAt[t], t, r.Subject, n.Name))
 				}

@@ -81,7 +81,7 @@ func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	logger = logger.Named("kafka." + cfg.Name)
+	logger = logger.Named(cfg.SinkName())
 	opts, err := ClientOptions(cfg, logger)
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo
 	}
 	return &Sink{
 		maxRecordBytes: cfg.MaxRecordBytes,
-		name:           "kafka." + cfg.Name,
+		name:           cfg.SinkName(),
 		log:            logger,
 		timeout:        cfg.PublishTimeout,
 		cl:             cl,

@@ -97,7 +97,7 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	sink := "kafka." + kcfg.Name
+	sink := kcfg.SinkName()
 	if len(in.Topics) == 0 {
 		return nil, fmt.Errorf("inbox %q: no topics to consume from %s", in.Name, sink)
 	}

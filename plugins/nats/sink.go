@@ -129,7 +129,7 @@ func newSink(cfg config.NATS, logger hclog.Logger) *Sink {
 		logger = hclog.NewNullLogger()
 	}
 	s := &Sink{
-		name:           "nats." + cfg.Name,
+		name:           cfg.SinkName(),
 		timeout:        cfg.PublishTimeout,
 		maxPending:     cfg.MaxPending,
 		streams:        slices.Clone(cfg.Streams),
@@ -330,7 +330,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream)
 	return nil
 }
 
-// Name is how routes refer to the sink: "nats." + the config block's name.
+// Name is how routes refer to the sink (config.NATS.SinkName).
 func (s *Sink) Name() string { return s.name }
 
 // Healthy reports an error unless the connection to the server is up.

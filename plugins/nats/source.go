@@ -107,7 +107,7 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	sink := "nats." + ncfg.Name
+	sink := ncfg.SinkName()
 	if in.Subject == "" {
 		return nil, fmt.Errorf("inbox %q: no subject to consume from %s", in.Name, sink)
 	}

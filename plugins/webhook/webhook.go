@@ -108,7 +108,7 @@ func New(in config.Inbox, logger hclog.Logger, opts ...Option) (*Sink, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	name := "inbox." + in.Name
+	name := config.InboxSinkName(in.Name)
 	if in.Deliver.URL == "" {
 		return nil, fmt.Errorf("%s: no deliver url", name)
 	}
@@ -233,7 +233,7 @@ func sockElement(path string) int {
 	return -1
 }
 
-// Name is "inbox." + the inbox's name.
+// Name is the inbox's sink name (config.InboxSinkName).
 func (s *Sink) Name() string { return s.name }
 
 // Publish POSTs every message (at most the sink's concurrency at once) and
