@@ -90,6 +90,11 @@ func (l *Loop) currentDelay() time.Duration {
 	return l.delay.Current()
 }
 
+// outageProbe bounds the wait after a poll that found its sink unavailable
+// or could not learn an outcome: the loop ignores new events until then, so
+// an outage costs one probe a second, not a poll per event.
+const outageProbe = time.Second
+
 // maxCommitsInFlight bounds how many published batches of one loop may wait
 // for their commit while the loop claims the next (group commit joins them
 // into one fsync).
@@ -97,8 +102,9 @@ const maxCommitsInFlight = 4
 
 // run polls until ctx ends: after each poll it waits the adaptive delay, or
 // less when a commit of this type wakes it. After a poll that found a sink
-// unavailable (or could not learn an outcome) it waits the full delay, so a
-// broker outage makes it back off instead of spinning on every new event;
+// unavailable (or could not learn an outcome) it ignores wake-ups and waits
+// the delay, at most outageProbe, so a broker outage makes it probe once a
+// second instead of spinning on every new event;
 // an event that failed for its own sake (retried later, or dead-lettered)
 // does not slow the others.
 //
@@ -150,11 +156,15 @@ func (l *Loop) run(ctx context.Context) {
 			continue
 		}
 		settle(0)
-		timer.Reset(d)
 		wake := l.wakeC
 		if outage > 0 || err != nil {
+			// Back off from new events, but probe again within a second:
+			// a broker can come back without a reconnect to tell us (a
+			// cluster electing a new stream leader).
 			wake = nil
+			d = min(d, outageProbe)
 		}
+		timer.Reset(d)
 		select {
 		case <-ctx.Done():
 			return

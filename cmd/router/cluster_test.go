@@ -135,9 +135,11 @@ event %q {
 		servers[0].Shutdown()
 	})
 	c := socketClient(sock)
+	killed := time.Now()
 	for _, id := range acked {
 		waitState(t, c, id, "delivered", 60*time.Second)
 	}
+	t.Logf("all delivered %s after the load stopped", time.Since(killed).Round(time.Millisecond))
 	// Read the whole stream; a read cut short while the cluster settles
 	// starts over.
 	st, err := js.Stream(context.Background(), crashStream)
