@@ -16,7 +16,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
@@ -49,6 +48,7 @@ type RunCommand struct {
 	PluginCacheDir string
 
 	log         hclog.Logger
+	reg         *prometheus.Registry
 	progress    *startProgress // while open runs; nil after
 	db          *storage.DB
 	natsServers []*natsplugin.Server
@@ -117,84 +117,80 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	return nil
 }
 
+// open builds the router in the order of the story in
+// docs/architecture.md: the data file, the brokers and sinks, the plugins,
+// the engine (and, after an unclean stop, the republish), the inbox
+// sources, and last the API, so that nothing is served before it works.
 func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	c.sourcesCtx, c.stopSources = context.WithCancel(context.WithoutCancel(ctx))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	commits := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "switchyard_storage_group_commit_writes",
-		Help:    "Writes carried by one fsynced transaction (group commit).",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
-	})
-	commitSecs := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "switchyard_storage_commit_seconds",
-		Help:    "Time to write and fsync one transaction.",
-		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
-	})
-	reg.MustRegister(commits, commitSecs)
-
-	end := c.progress.step("opening the data file %s", cfg.Storage.Path)
-	db, err := storage.Open(cfg.Storage.Path, storage.Options{OnCommit: func(n int, took time.Duration) {
-		commits.Observe(float64(n))
-		commitSecs.Observe(took.Seconds())
-	}})
+	c.reg = newRegistry()
+	if err := c.openStorage(cfg); err != nil {
+		return err
+	}
+	natsURLs, err := c.openSinks(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	plugins, err := c.loadPlugins(ctx, cfg) // plugin.go
+	if err != nil {
+		return err
+	}
+	c.plugins = plugins
+	if err := c.startEngine(ctx, cfg); err != nil {
+		return err
+	}
+	end := c.progress.step("opening the inbox sources")
+	err = c.openSources(ctx, cfg, natsURLs)
 	end()
 	if err != nil {
 		return err
 	}
-	c.db = db
-	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "switchyard_storage_fsyncs_total", Help: "Fsynced write transactions."},
-			func() float64 { return float64(db.Commits()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "switchyard_storage_file_size_bytes", Help: "Size of the data file."},
-			func() float64 { return float64(db.Size()) }),
-	)
+	return c.openAPI(cfg)
+}
 
-	dataDir := filepath.Dir(cfg.Storage.Path)
+// openStorage opens the data file.
+func (c *RunCommand) openStorage(cfg *config.Config) error {
+	defer c.progress.step("opening the data file %s", cfg.Storage.Path)()
+	db, err := storage.Open(cfg.Storage.Path, storage.Options{OnCommit: storageMetrics(c.reg)})
+	if err != nil {
+		return err
+	}
+	c.db = db
+	registerStorage(c.reg, db)
+	return nil
+}
+
+// openSinks starts the embedded NATS servers and opens every sink: NATS,
+// Kafka, and the webhooks of the inboxes that deliver. It returns the
+// client URL of each nats block, for the inbox sources.
+func (c *RunCommand) openSinks(ctx context.Context, cfg *config.Config) (map[string]string, error) {
 	natsURLs := make(map[string]string, len(cfg.NATS))
 	for _, n := range cfg.NATS {
 		url := n.URL
 		if n.Embedded {
-			end := c.progress.step("starting the embedded NATS server %q", n.Name)
-			srv, err := natsplugin.StartServer(n, dataDir, c.log.Named("nats-server"))
-			end()
+			srv, err := c.startNATSServer(n, filepath.Dir(cfg.Storage.Path))
 			if err != nil {
-				return fmt.Errorf("nats %q: %w", n.Name, err)
+				return nil, err
 			}
-			c.natsServers = append(c.natsServers, srv)
-			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "switchyard_nats_server_up", Help: "1 while the embedded NATS server's JetStream store takes writes.",
-				ConstLabels: prometheus.Labels{"server": n.Name},
-			}, func() float64 {
-				if srv.Healthy(context.Background()) != nil {
-					return 0
-				}
-				return 1
-			}))
 			url = srv.ClientURL()
-			c.log.Info("embedded NATS server with JetStream", "name", n.Name, "url", url)
 		}
 		natsURLs[n.Name] = url
 		end := c.progress.step("connecting to nats %q", n.Name)
 		sink, err := natsplugin.Open(ctx, n, url, c.log)
 		end()
 		if err != nil {
-			return fmt.Errorf("nats %q: %w", n.Name, err)
+			return nil, fmt.Errorf("nats %q: %w", n.Name, err)
 		}
 		c.sinks = append(c.sinks, sink)
 	}
 	for _, k := range cfg.Kafka {
-		end := c.progress.step("connecting to kafka %q", k.Name)
 		sink, err := kafka.Open(ctx, k, c.log)
 		if err != nil {
-			end()
-			return fmt.Errorf("kafka %q: %w", k.Name, err)
+			return nil, fmt.Errorf("kafka %q: %w", k.Name, err)
 		}
 		c.sinks = append(c.sinks, sink)
 		go c.warnMissingTopics(ctx, cfg, sink) // a cluster that is away must not hold up the start
-		end()
 	}
-
 	for _, in := range cfg.Inboxes {
 		if in.Deliver.URL == "" {
 			continue // pulled: GET /v1/subscriptions/{name}/messages
@@ -205,33 +201,32 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		}
 		sink, err := webhook.New(in, c.log, opts...)
 		if err != nil {
-			return fmt.Errorf("inbox %q: %w", in.Name, err)
+			return nil, fmt.Errorf("inbox %q: %w", in.Name, err)
 		}
 		c.sinks = append(c.sinks, sink)
 	}
+	registerSinks(c.reg, c.sinks)
+	return natsURLs, nil
+}
 
-	for _, s := range c.sinks {
-		if h, ok := s.(engine.HealthChecker); ok {
-			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "switchyard_sink_up", Help: "1 when the sink's broker is reachable and answering.",
-				ConstLabels: prometheus.Labels{"sink": s.Name()},
-			}, func() float64 {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				if h.Healthy(ctx) != nil {
-					return 0
-				}
-				return 1
-			}))
-		}
-	}
-	plugins, err := c.loadPlugins(ctx, cfg) // plugin.go
+// startNATSServer starts the in-process server of an embedded nats block.
+func (c *RunCommand) startNATSServer(n config.NATS, dataDir string) (*natsplugin.Server, error) {
+	defer c.progress.step("starting the embedded NATS server %q", n.Name)()
+	srv, err := natsplugin.StartServer(n, dataDir, c.log.Named("nats-server"))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("nats %q: %w", n.Name, err)
 	}
-	c.plugins = plugins
-	end = c.progress.step("starting the engine")
-	eng, err := engine.New(db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: reg, DoubleSend: c.DoubleSend, Plugins: plugins})
+	c.natsServers = append(c.natsServers, srv)
+	registerNATSServer(c.reg, n.Name, srv)
+	c.log.Info("embedded NATS server with JetStream", "name", n.Name, "url", srv.ClientURL())
+	return srv, nil
+}
+
+// startEngine starts the loops over the data file and the sinks and, after
+// an unclean stop, republishes what the embedded JetStream may have lost.
+func (c *RunCommand) startEngine(ctx context.Context, cfg *config.Config) error {
+	end := c.progress.step("starting the engine")
+	eng, err := engine.New(c.db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: c.reg, DoubleSend: c.DoubleSend, Plugins: c.plugins})
 	if err == nil {
 		err = eng.Open()
 	}
@@ -241,17 +236,16 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	}
 	c.engine = eng
 	c.cfg = cfg
-	registerSpace(reg, eng)
-	if db.Unclean() {
+	registerSpace(c.reg, eng)
+	if c.db.Unclean() {
 		c.republishAfterCrash(ctx, cfg)
 	}
-	end = c.progress.step("opening the inbox sources")
-	err = c.openSources(ctx, cfg, natsURLs)
-	end()
-	if err != nil {
-		return err
-	}
+	return nil
+}
 
+// openAPI serves the API on the unix socket (or the one systemd passed),
+// the TCP listener if configured, and pprof if asked for.
+func (c *RunCommand) openAPI(cfg *config.Config) error {
 	ln, err := activationListener() // systemd socket activation (sdnotify.go); nil = create the socket
 	if err != nil {
 		return err
@@ -265,7 +259,8 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 		}
 	}
 	defer c.progress.step("opening the API socket %s", cfg.Listen.Socket)()
-	c.api = api.New(eng, cfg.Listen, api.Options{Logger: c.log, Gatherer: reg, Registerer: reg, Ready: c.ready, Sinks: c.sinkHealth, Listener: ln, Backup: db.Backup})
+	c.api = api.New(c.engine, cfg.Listen, api.Options{Logger: c.log, Gatherer: c.reg, Registerer: c.reg,
+		Ready: c.ready, Sinks: c.sinkHealth, Listener: ln, Backup: c.db.Backup})
 	return c.api.Open()
 }
 
@@ -415,19 +410,6 @@ func newLogger(w io.Writer, level, format string) hclog.Logger {
 		JSONFormat: format == "json",
 		Color:      color,
 	})
-}
-
-// registerSpace exports the data file's use against its budget.
-func registerSpace(reg prometheus.Registerer, eng *engine.Engine) {
-	gauge := func(name, help string, value func(storage.Space, int64) int64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
-			sp, maxSize, _ := eng.Space()
-			return float64(value(sp, maxSize))
-		}))
-	}
-	gauge("switchyard_storage_used_bytes", "Bytes of the data file's pages that hold data.", func(sp storage.Space, _ int64) int64 { return sp.Used })
-	gauge("switchyard_storage_max_size_bytes", "The data file's budget (storage.max_size); 0 = none.", func(_ storage.Space, m int64) int64 { return m })
-	gauge("switchyard_storage_disk_free_bytes", "Free bytes on the disk holding the data file.", func(sp storage.Space, _ int64) int64 { return sp.DiskFree })
 }
 
 // republishAfterCrash runs after an unclean stop: the embedded JetStream

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/switchyard-router/switchyard/engine"
+	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// newRegistry is the router's Prometheus registry, with the Go runtime's
+// and the process's collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// storageMetrics registers the group-commit histograms and returns the
+// storage.Options.OnCommit that feeds them.
+func storageMetrics(reg prometheus.Registerer) func(n int, took time.Duration) {
+	commits := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "switchyard_storage_group_commit_writes",
+		Help:    "Writes carried by one fsynced transaction (group commit).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+	})
+	commitSecs := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "switchyard_storage_commit_seconds",
+		Help:    "Time to write and fsync one transaction.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+	})
+	reg.MustRegister(commits, commitSecs)
+	return func(n int, took time.Duration) {
+		commits.Observe(float64(n))
+		commitSecs.Observe(took.Seconds())
+	}
+}
+
+// registerStorage exports the data file's fsyncs and size.
+func registerStorage(reg prometheus.Registerer, db *storage.DB) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "switchyard_storage_fsyncs_total", Help: "Fsynced write transactions."},
+			func() float64 { return float64(db.Commits()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "switchyard_storage_file_size_bytes", Help: "Size of the data file."},
+			func() float64 { return float64(db.Size()) }),
+	)
+}
+
+// registerNATSServer exports whether an embedded server's JetStream store
+// takes writes.
+func registerNATSServer(reg prometheus.Registerer, name string, srv *natsplugin.Server) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "switchyard_nats_server_up", Help: "1 while the embedded NATS server's JetStream store takes writes.",
+		ConstLabels: prometheus.Labels{"server": name},
+	}, func() float64 { return up(srv.Healthy(context.Background())) }))
+}
+
+// registerSinks exports whether each sink's broker is reachable.
+func registerSinks(reg prometheus.Registerer, sinks []engine.Sink) {
+	for _, s := range sinks {
+		h, ok := s.(engine.HealthChecker)
+		if !ok {
+			continue
+		}
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "switchyard_sink_up", Help: "1 when the sink's broker is reachable and answering.",
+			ConstLabels: prometheus.Labels{"sink": s.Name()},
+		}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return up(h.Healthy(ctx))
+		}))
+	}
+}
+
+// up is a gauge's 1 for no error, 0 for one.
+func up(err error) float64 {
+	if err != nil {
+		return 0
+	}
+	return 1
+}
+
+// registerSpace exports the data file's use against its budget.
+func registerSpace(reg prometheus.Registerer, eng *engine.Engine) {
+	gauge := func(name, help string, value func(storage.Space, int64) int64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			sp, maxSize, _ := eng.Space()
+			return float64(value(sp, maxSize))
+		}))
+	}
+	gauge("switchyard_storage_used_bytes", "Bytes of the data file's pages that hold data.", func(sp storage.Space, _ int64) int64 { return sp.Used })
+	gauge("switchyard_storage_max_size_bytes", "The data file's budget (storage.max_size); 0 = none.", func(_ storage.Space, m int64) int64 { return m })
+	gauge("switchyard_storage_disk_free_bytes", "Free bytes on the disk holding the data file.", func(sp storage.Space, _ int64) int64 { return sp.DiskFree })
+}
