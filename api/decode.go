@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"mime"
 	"net/http"
 	"net/url"
@@ -92,7 +93,7 @@ func decodeBatch(body []byte, maxBatch int) ([]engine.IngestEvent, error) {
 		ev, err := decodeStructured(raw)
 		if err != nil {
 			var e *engine.Error
-			if ok := asError(err, &e); ok {
+			if ok := errors.As(err, &e); ok {
 				e.Message = "event " + strconv.Itoa(i) + ": " + e.Message
 			}
 			return nil, err
@@ -107,14 +108,6 @@ func decodeBatch(body []byte, maxBatch int) ([]engine.IngestEvent, error) {
 		events[i] = ev
 	}
 	return events, nil
-}
-
-func asError(err error, target **engine.Error) bool {
-	e, ok := err.(*engine.Error)
-	if ok {
-		*target = e
-	}
-	return ok
 }
 
 // decodeStructured decodes one event in the CloudEvents JSON format.

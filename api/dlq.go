@@ -90,14 +90,7 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, engine.Errorf(engine.EINVALID, "since %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (1h)", truncateStr(v, 64))
-}
-
-func truncateStr(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return time.Time{}, engine.Errorf(engine.EINVALID, "since %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (1h)", engine.Truncate(v, 64))
 }
 
 // dlqItemView is one dead letter in a listing.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -69,14 +70,19 @@ func encodeCursor(pos []byte) string {
 func decodeCursor(s string) ([]byte, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) != 17 || b[0] != cursorVersion {
-		return nil, Errorf(EINVALID, "cursor %q is not one this router handed out", truncate(s, 64))
+		return nil, Errorf(EINVALID, "cursor %q is not one this router handed out", Truncate(s, 64))
 	}
 	return b[1:], nil
 }
 
-func truncate(s string, n int) string {
+// Truncate shortens s to at most n bytes for an error message, on a rune
+// boundary, marking the cut with "…".
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
@@ -88,7 +94,7 @@ func checkStatus(s storage.State) (storage.State, error) {
 	case storage.StateResolved:
 		return s, nil
 	}
-	return "", Errorf(EINVALID, "status %q: use dlq or resolved", truncate(string(s), 64))
+	return "", Errorf(EINVALID, "status %q: use dlq or resolved", Truncate(string(s), 64))
 }
 
 // DLQList is one page of dead letters, newest first.
