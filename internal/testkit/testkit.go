@@ -64,3 +64,16 @@ func ServerTLS(t testing.TB) (*tls.Config, string) {
 	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, caFile
 }
+
+// Eventually polls cond every 10 ms until it holds, and fails the test
+// (naming what it waited for) if it does not within d.
+func Eventually(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 const srcTopic = "payments"
@@ -154,17 +155,6 @@ func (r *runner) stop(t testing.TB) {
 	}
 }
 
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // Duplicates in the log are all handed over, in order, decoded, and each
 // batch is committed only after receive returned (so while receive runs,
 // the committed offset is where the batch starts).
@@ -192,8 +182,8 @@ func TestSourceReceivesInOrderAndCommitsAfter(t *testing.T) {
 		got = append(got, msgs...)
 		return nil
 	})
-	waitFor(t, "all records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 2*n })
-	waitFor(t, "the last commit", 5*time.Second, func() bool { return committed(t, c, "g1", 1)[0] == 2*n })
+	testkit.Eventually(t, "all records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 2*n })
+	testkit.Eventually(t, "the last commit", 5*time.Second, func() bool { return committed(t, c, "g1", 1)[0] == 2*n })
 	r.stop(t)
 	mu.Lock()
 	defer mu.Unlock()
@@ -254,8 +244,8 @@ func TestSourceReceiveErrorRedelivers(t *testing.T) {
 		}
 		return nil
 	})
-	waitFor(t, "every record stored", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(stored) == n })
-	waitFor(t, "commits", 5*time.Second, func() bool {
+	testkit.Eventually(t, "every record stored", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(stored) == n })
+	testkit.Eventually(t, "commits", 5*time.Second, func() bool {
 		off := committed(t, c, "g2", 2)
 		return off[0] == n/2 && off[1] == n/2
 	})
@@ -288,7 +278,7 @@ func TestSourceRestartResumesAfterCommit(t *testing.T) {
 			mu.Unlock()
 			return nil
 		})
-		waitFor(t, "records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= want })
+		testkit.Eventually(t, "records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= want })
 		time.Sleep(300 * time.Millisecond) // nothing more comes
 		r.stop(t)
 		mu.Lock()
@@ -373,7 +363,7 @@ func TestSourceGroupSplitsAndRebalances(t *testing.T) {
 	}
 	// Produce until every source owns partitions (the group settles).
 	produced := 0
-	waitFor(t, "all three sources to get partitions", 20*time.Second, func() bool {
+	testkit.Eventually(t, "all three sources to get partitions", 20*time.Second, func() bool {
 		produce(t, c, "p"+strconv.Itoa(produced), parts, 1, parts)
 		produced += parts
 		time.Sleep(50 * time.Millisecond)
@@ -381,7 +371,7 @@ func TestSourceGroupSplitsAndRebalances(t *testing.T) {
 		defer mu.Unlock()
 		return len(byWho[0]) > 0 && len(byWho[1]) > 0 && len(byWho[2]) > 0
 	})
-	waitFor(t, "every record so far", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == produced })
+	testkit.Eventually(t, "every record so far", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == produced })
 
 	// Close the source that owns partitions now; the others take them.
 	victim := 0
@@ -402,7 +392,7 @@ func TestSourceGroupSplitsAndRebalances(t *testing.T) {
 	mu.Unlock()
 	produce(t, c, "late", 10*parts, 1, parts)
 	produced += 10 * parts
-	waitFor(t, "every record after the close", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == produced })
+	testkit.Eventually(t, "every record after the close", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == produced })
 	for _, r := range runs[1:] {
 		r.stop(t)
 	}
@@ -461,7 +451,7 @@ func TestSourceDerivedID(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	waitFor(t, "records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
+	testkit.Eventually(t, "records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
 	r.stop(t)
 	if !got[0].IDDerived || got[0].Event.ID != got[1].Event.ID || !strings.HasPrefix(got[0].Event.ID, engine.DerivedIDPrefix) {
 		t.Fatalf("derived ids %+v %+v", got[0], got[1])
@@ -490,7 +480,7 @@ func TestSourceRetentionWarnings(t *testing.T) {
 	}
 	// Run checks in the background and keeps the result.
 	r := run(s, func(context.Context, []engine.Inbound) error { return nil })
-	waitFor(t, "warnings", 5*time.Second, func() bool { return len(s.Warnings()) == 2 })
+	testkit.Eventually(t, "warnings", 5*time.Second, func() bool { return len(s.Warnings()) == 2 })
 	r.stop(t)
 
 	for _, tc := range []struct {

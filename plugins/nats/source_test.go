@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // sourceEnv is an embedded server with the ORDERS stream (orders.>).
@@ -111,17 +112,6 @@ func (r *natsRunner) stop(t *testing.T) {
 	}
 }
 
-func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 type collector struct {
 	mu  sync.Mutex
 	got []engine.Inbound
@@ -158,8 +148,8 @@ func TestSourceReceivesAndAcks(t *testing.T) {
 	}
 	var c collector
 	r := runSource(s, c.receive)
-	eventually(t, "all messages", 10*time.Second, func() bool { return c.distinct() == n })
-	eventually(t, "acks", 5*time.Second, func() bool {
+	testkit.Eventually(t, "all messages", 10*time.Second, func() bool { return c.distinct() == n })
+	testkit.Eventually(t, "acks", 5*time.Second, func() bool {
 		info := e.info(t, "inbox-a")
 		return info.NumAckPending == 0 && info.NumPending == 0
 	})
@@ -214,8 +204,8 @@ func TestSourceReceiveErrorRedelivers(t *testing.T) {
 		mu.Unlock()
 		return c.receive(ctx, msgs)
 	})
-	eventually(t, "all messages", 10*time.Second, func() bool { return c.distinct() == n })
-	eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "inbox-r").NumAckPending == 0 })
+	testkit.Eventually(t, "all messages", 10*time.Second, func() bool { return c.distinct() == n })
+	testkit.Eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "inbox-r").NumAckPending == 0 })
 	r.stop(t)
 	mu.Lock()
 	defer mu.Unlock()
@@ -250,7 +240,7 @@ func TestSourceTwoOnOneDurable(t *testing.T) {
 	r2 := runSource(s2, slow(&c2))
 	const n = 200
 	e.publish(t, "orders.created", "s", n)
-	eventually(t, "all messages across both", 20*time.Second, func() bool {
+	testkit.Eventually(t, "all messages across both", 20*time.Second, func() bool {
 		c1.mu.Lock()
 		c2.mu.Lock()
 		defer c1.mu.Unlock()
@@ -264,7 +254,7 @@ func TestSourceTwoOnOneDurable(t *testing.T) {
 		}
 		return len(all) == n
 	})
-	eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "shared").NumAckPending == 0 })
+	testkit.Eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "shared").NumAckPending == 0 })
 	r1.stop(t)
 	r2.stop(t)
 	if c1.distinct() == 0 || c2.distinct() == 0 {
@@ -299,8 +289,8 @@ func TestSourceSlowReceiveKeepsMessages(t *testing.T) {
 	s2 := newNATSSource(t, e, in, ackWait)
 	var c2 collector
 	r2 := runSource(s2, c2.receive)
-	eventually(t, "every message", 20*time.Second, func() bool { return c1.distinct()+c2.distinct() >= 3 })
-	eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "slow").NumAckPending == 0 })
+	testkit.Eventually(t, "every message", 20*time.Second, func() bool { return c1.distinct()+c2.distinct() >= 3 })
+	testkit.Eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "slow").NumAckPending == 0 })
 	r1.stop(t)
 	r2.stop(t)
 	c2.mu.Lock()
@@ -339,7 +329,7 @@ func TestSourceDerivedAndCustomID(t *testing.T) {
 	s := newNATSSource(t, e, in, DefaultAckWait)
 	var c collector
 	r := runSource(s, c.receive)
-	eventually(t, "messages", 10*time.Second, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.got) == 3 })
+	testkit.Eventually(t, "messages", 10*time.Second, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.got) == 3 })
 	r.stop(t)
 	g := c.got
 	if !g[0].IDDerived || g[0].Event.ID != g[1].Event.ID || !strings.HasPrefix(g[0].Event.ID, engine.DerivedIDPrefix) {
@@ -423,10 +413,10 @@ func TestSourceDurableDeletedIsRecreated(t *testing.T) {
 	r := runSource(s, c.receive)
 	defer r.stop(t)
 	e.publish(t, "orders.created", "before", 3)
-	eventually(t, "first messages", 10*time.Second, func() bool { return c.distinct() == 3 })
+	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return c.distinct() == 3 })
 	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "gone"); err != nil {
 		t.Fatal(err)
 	}
 	e.publish(t, "orders.created", "after", 3)
-	eventually(t, "messages after the delete", 20*time.Second, func() bool { return c.distinct() == 6 })
+	testkit.Eventually(t, "messages after the delete", 20*time.Second, func() bool { return c.distinct() == 6 })
 }
