@@ -155,32 +155,88 @@ func idScope(tenant, source, id string) string {
 // to give. It returns only after the data file is fsynced: a Response with
 // a 2xx status is the promise that the events are on disk.
 func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, error) {
-	if err := e.space.check(); err != nil {
+	if err := e.admit(req); err != nil {
 		return nil, err
 	}
+	scopes, digests := req.scopes()
+	release, err := e.enterFlight(ctx, scopes, digests)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
 	now := e.now()
+	outcomes := make([]Outcome, len(req.Events))
 	for i := range req.Events {
-		if strings.HasPrefix(req.Events[i].Event.Type, inboxQueuePrefix) {
-			return nil, Errorf(EINVALID, "event types starting with %q are the router's own", inboxQueuePrefix)
+		outcomes[i].ID = req.Events[i].Event.ID
+	}
+	// Only a request with a scope can have been seen before: the common
+	// case (no key, router-assigned ids) skips the read transaction.
+	if len(scopes) > 0 {
+		var resp *Response
+		err := e.store.View(func(tx *storage.Tx) error {
+			var err error
+			resp, err = req.lookup(tx, now, outcomes)
+			return err
+		})
+		if err != nil {
+			return nil, unavailable(err)
 		}
-		if err := e.admitType(req.Events[i].Event.Type); err != nil {
-			return nil, err
-		}
-		if err := e.fitsRoutes(&req.Events[i].Event); err != nil {
-			return nil, err
+		if resp != nil {
+			return resp, nil // a replay
 		}
 	}
-	scopes, digests := req.scopes()
+	resp := req.Render(outcomes)
+	types := make(map[string]int, 1)
+	err = e.store.Update(ctx, func(tx *storage.Tx) error {
+		clear(types)
+		return e.storeRequest(tx, req, outcomes, &resp, now, types)
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	for t, n := range types {
+		e.metrics.ingestedType(t, n)
+		e.wake(t)
+	}
+	return &resp, nil
+}
+
+// admit checks a request before anything is stored: the data file has
+// room, and every event's type is one the router takes and can carry.
+func (e *Engine) admit(req *IngestRequest) error {
+	if err := e.space.check(); err != nil {
+		return err
+	}
+	for i := range req.Events {
+		ev := &req.Events[i].Event
+		if strings.HasPrefix(ev.Type, inboxQueuePrefix) {
+			return Errorf(EINVALID, "event types starting with %q are the router's own", inboxQueuePrefix)
+		}
+		if err := e.admitType(ev.Type); err != nil {
+			return err
+		}
+		if err := e.fitsRoutes(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enterFlight registers the request's scopes as in flight. When the same
+// request (same digest) is in flight already, it waits for it, up to
+// IdempotencyWait, so that this one replays its outcome; another body
+// under a scope in flight is refused at once. The returned release must be
+// called once the request is done.
+func (e *Engine) enterFlight(ctx context.Context, scopes []string, digests [][]byte) (release func(), err error) {
 	for {
 		fl, digest, ok := e.inflight.acquire(scopes, digests)
 		if ok {
-			defer e.inflight.release(scopes, fl)
-			break
+			return func() { e.inflight.release(scopes, fl) }, nil
 		}
 		if !bytes.Equal(fl.digest, digest) {
 			return nil, Errorf(EIDEMREUSE, "the idempotency key or event id is in use by a request with another body")
 		}
-		// The same request is in flight: wait for it, then replay its outcome.
 		wait := time.NewTimer(e.opts.IdempotencyWait)
 		select {
 		case <-fl.done:
@@ -192,76 +248,43 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 			return nil, ctx.Err()
 		}
 	}
+}
 
-	var resp *Response
-	outcomes := make([]Outcome, len(req.Events))
+// storeRequest writes one request in tx: each new event with its queue entry
+// (and, for a client-chosen id, its idempotency record), then the request's
+// own idempotency record with the response it gets. types counts the
+// events stored per type.
+func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Outcome, resp *Response, now time.Time, types map[string]int) error {
+	window := e.config().Idempotency.Window
 	for i := range req.Events {
-		outcomes[i].ID = req.Events[i].Event.ID
-	}
-	// Only a request with a scope can have been seen before: the common
-	// case (no key, router-assigned ids) skips the read transaction.
-	if len(scopes) > 0 {
-		err := e.store.View(func(tx *storage.Tx) error {
-			var err error
-			resp, err = req.lookup(tx, now, outcomes)
+		if outcomes[i].Duplicate {
+			continue
+		}
+		ev := &req.Events[i]
+		pol, _ := e.policy(ev.Event.Type)
+		rec := &storage.Record{Event: ev.Event, Tenant: req.Tenant, IdempotencyKey: req.Key, CreatedAt: now, UpdatedAt: now}
+		if err := tx.InsertEvent(rec, pol.ByKey()); err != nil {
+			if errors.Is(err, storage.ErrExists) {
+				return Errorf(EIDCONFLICT, "event id %q is already stored for another event", ev.Event.ID)
+			}
 			return err
-		})
-		if err != nil {
-			return nil, unavailable(err)
 		}
-		if resp != nil {
-			return resp, nil
-		}
-	}
-
-	r := req.Render(outcomes)
-	resp = &r
-	types := make(map[string]int, 1)
-	err := e.store.Update(ctx, func(tx *storage.Tx) error {
-		for i := range req.Events {
-			if outcomes[i].Duplicate {
-				continue
-			}
-			ev := &req.Events[i]
-			pol, _ := e.policy(ev.Event.Type)
-			rec := &storage.Record{
-				Event:          ev.Event,
-				Tenant:         req.Tenant,
-				IdempotencyKey: req.Key,
-				CreatedAt:      now,
-				UpdatedAt:      now,
-			}
-			if err := tx.InsertEvent(rec, pol.ByKey()); err != nil {
-				if errors.Is(err, storage.ErrExists) {
-					return Errorf(EIDCONFLICT, "event id %q is already stored for another event", ev.Event.ID)
-				}
+		types[ev.Event.Type]++
+		if ev.ClientID {
+			if err := tx.PutIdempotency(idScope(req.Tenant, ev.Event.Source, ev.Event.ID), &storage.IdemRecord{
+				Digest: ev.Digest, EventIDs: []string{ev.Event.ID}, CreatedAt: now, ExpiresAt: now.Add(window),
+			}); err != nil {
 				return err
 			}
-			types[ev.Event.Type]++
-			if ev.ClientID {
-				if err := tx.PutIdempotency(idScope(req.Tenant, ev.Event.Source, ev.Event.ID), &storage.IdemRecord{
-					Digest: ev.Digest, EventIDs: []string{ev.Event.ID}, CreatedAt: now, ExpiresAt: now.Add(e.config().Idempotency.Window),
-				}); err != nil {
-					return err
-				}
-			}
 		}
-		if req.Key == "" || resp.Status >= 300 {
-			return nil
-		}
-		return tx.PutIdempotency(keyScope(req.Tenant, req.Endpoint, req.Key), &storage.IdemRecord{
-			Digest: req.Digest, Status: resp.Status, ContentType: resp.ContentType, Body: resp.Body,
-			EventIDs: req.ids(), CreatedAt: now, ExpiresAt: now.Add(e.config().Idempotency.Window),
-		})
+	}
+	if req.Key == "" || resp.Status >= 300 {
+		return nil
+	}
+	return tx.PutIdempotency(keyScope(req.Tenant, req.Endpoint, req.Key), &storage.IdemRecord{
+		Digest: req.Digest, Status: resp.Status, ContentType: resp.ContentType, Body: resp.Body,
+		EventIDs: req.ids(), CreatedAt: now, ExpiresAt: now.Add(window),
 	})
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	for t, n := range types {
-		e.metrics.ingestedType(t, n)
-		e.wake(t)
-	}
-	return resp, nil
 }
 
 // unavailable passes coded errors through and turns storage failures into
