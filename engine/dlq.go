@@ -351,100 +351,120 @@ func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQB
 	if len(f.IDs) > DLQMaxIDs {
 		return nil, Errorf(ETOOLARGE, "%d ids; at most %d per request", len(f.IDs), DLQMaxIDs)
 	}
-	total := &DLQBulkResult{Action: act.name}
-	woken := make(map[string]bool)
-	defer func() {
-		if act.name == "retry" {
-			for q := range woken {
-				e.wakeQueue(q)
-			}
+	b := &bulk{e: e, ctx: ctx, act: act, total: &DLQBulkResult{Action: act.name}, woken: make(map[string]bool)}
+	defer b.finish()
+	if len(f.IDs) > 0 {
+		return b.total, b.byIDs(f)
+	}
+	return b.total, b.byFilter(f)
+}
+
+// bulk is one bulk DLQ action, applied in chunked transactions.
+type bulk struct {
+	e     *Engine
+	ctx   context.Context
+	act   dlqAction
+	total *DLQBulkResult
+	woken map[string]bool // queues that got events back (retry)
+}
+
+// finish wakes the queues a retry refilled and counts the action.
+func (b *bulk) finish() {
+	if b.act.name == "retry" {
+		for q := range b.woken {
+			b.e.wakeQueue(q)
 		}
-		e.metrics.dlqAction(act.name, total.Done)
-	}()
-	run := func(fn func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error) error {
-		var res *DLQBulkResult
-		var queues map[string]bool
-		err := e.store.Update(ctx, func(tx *storage.Tx) error {
-			// The group commit may run this more than once: start afresh.
-			res, queues = &DLQBulkResult{}, make(map[string]bool)
-			return fn(tx, e.now(), res, queues)
+	}
+	b.e.metrics.dlqAction(b.act.name, b.total.Done)
+}
+
+// chunk runs fn in one transaction and adds what it did to the total. The
+// group commit may run fn more than once: each run starts afresh.
+func (b *bulk) chunk(fn func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error) error {
+	if err := b.ctx.Err(); err != nil {
+		return err
+	}
+	var res *DLQBulkResult
+	var queues map[string]bool
+	err := b.e.store.Update(b.ctx, func(tx *storage.Tx) error {
+		res, queues = &DLQBulkResult{}, make(map[string]bool)
+		return fn(tx, b.e.now(), res, queues)
+	})
+	if err != nil {
+		return unavailable(err)
+	}
+	b.total.add(res)
+	for q := range queues {
+		b.woken[q] = true
+	}
+	return nil
+}
+
+// apply does the action to one matched record, or records why not.
+func (b *bulk) apply(tx *storage.Tx, r *storage.Record, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
+	res.Matched++
+	if err := b.act.check(r); err != nil {
+		skip := DLQSkip{ID: r.Event.ID, Code: ErrorCode(err), Reason: err.Error()}
+		var coded *Error
+		if errors.As(err, &coded) {
+			skip.Reason = coded.Message
+		}
+		res.Skipped = append(res.Skipped, skip)
+		return nil
+	}
+	if err := b.act.apply(tx, r, now); err != nil {
+		return err
+	}
+	res.Done++
+	queues[r.QueueName()] = true
+	return nil
+}
+
+// byIDs applies the action to the given ids, dlqChunk at a time. With a
+// type, the ids are looked up in that queue when it is an inbox's; a record
+// the filter excludes is skipped.
+func (b *bulk) byIDs(f DLQFilter) error {
+	var queue string
+	if strings.HasPrefix(f.Type, inboxQueuePrefix) {
+		queue = f.Type
+	}
+	for start := 0; start < len(f.IDs); start += dlqChunk {
+		ids := f.IDs[start:min(start+dlqChunk, len(f.IDs))]
+		err := b.chunk(func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
+			for _, id := range ids {
+				en, err := tx.DLQEntry(DLQRef{Queue: queue, Tenant: f.Tenant, ID: id}.key())
+				switch {
+				case errors.Is(err, storage.ErrNotFound):
+					res.NotFound = append(res.NotFound, id)
+					continue
+				case err != nil && !errors.Is(err, storage.ErrNotDead):
+					return err
+				}
+				if reason := f.excludes(en.Record, en.At); reason != "" {
+					res.Skipped = append(res.Skipped, DLQSkip{ID: id, Code: "filtered", Reason: reason})
+					continue
+				}
+				if err := b.apply(tx, en.Record, now, res, queues); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
 		if err != nil {
-			return unavailable(err)
-		}
-		total.add(res)
-		for q := range queues {
-			woken[q] = true
-		}
-		return nil
-	}
-	apply := func(tx *storage.Tx, r *storage.Record, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
-		if err := act.check(r); err != nil {
-			skip := DLQSkip{ID: r.Event.ID, Code: ErrorCode(err), Reason: err.Error()}
-			var coded *Error
-			if errors.As(err, &coded) {
-				skip.Reason = coded.Message
-			}
-			res.Skipped = append(res.Skipped, skip)
-			return nil
-		}
-		if err := act.apply(tx, r, now); err != nil {
 			return err
 		}
-		res.Done++
-		queues[r.QueueName()] = true
-		return nil
 	}
+	return nil
+}
 
-	if len(f.IDs) > 0 {
-		// Ids with a type: the ids are looked up in that queue when it is an
-		// inbox's; a record of another type is skipped.
-		var queue string
-		if strings.HasPrefix(f.Type, inboxQueuePrefix) {
-			queue = f.Type
-		}
-		for start := 0; start < len(f.IDs); start += dlqChunk {
-			if err := ctx.Err(); err != nil {
-				return total, err
-			}
-			ids := f.IDs[start:min(start+dlqChunk, len(f.IDs))]
-			err := run(func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
-				for _, id := range ids {
-					en, err := tx.DLQEntry(DLQRef{Queue: queue, Tenant: f.Tenant, ID: id}.key())
-					switch {
-					case errors.Is(err, storage.ErrNotFound):
-						res.NotFound = append(res.NotFound, id)
-						continue
-					case err != nil && !errors.Is(err, storage.ErrNotDead):
-						return err
-					}
-					r := en.Record
-					if reason := f.excludes(r, en.At); reason != "" {
-						res.Skipped = append(res.Skipped, DLQSkip{ID: id, Code: "filtered", Reason: reason})
-						continue
-					}
-					res.Matched++
-					if err := apply(tx, r, now, res, queues); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return total, err
-			}
-		}
-		return total, nil
-	}
-
+// byFilter applies the action to every dead letter the filter selects,
+// walking the DLQ index dlqChunk entries at a time.
+func (b *bulk) byFilter(f DLQFilter) error {
 	var cursor []byte
 	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
 		var n int
 		var last []byte
-		err := run(func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
+		err := b.chunk(func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
 			entries, err := tx.DLQ(storage.DLQQuery{Queue: f.Type, State: f.Status, Since: f.Since, Before: cursor, Limit: dlqChunk})
 			if err != nil {
 				return err
@@ -452,18 +472,14 @@ func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQB
 			n, last = len(entries), nil
 			for _, en := range entries {
 				last = en.Pos
-				res.Matched++
-				if err := apply(tx, en.Record, now, res, queues); err != nil {
+				if err := b.apply(tx, en.Record, now, res, queues); err != nil {
 					return err
 				}
 			}
 			return nil
 		})
-		if err != nil {
-			return total, err
-		}
-		if n < dlqChunk {
-			return total, nil
+		if err != nil || n < dlqChunk {
+			return err
 		}
 		cursor = last
 	}
