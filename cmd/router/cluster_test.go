@@ -109,7 +109,14 @@ event %q {
     to      = "nats.cluster"
     subject = %q
   }
-  polling { min = "10ms" }
+  # While the cluster elects a new stream leader JetStream answers "no
+  # response from stream", which counts an attempt and backs off; a retry
+  # comes due at the loop's poll cadence, so keep max short here.
+  polling {
+    min = "10ms"
+    max = "1s"
+  }
+  backoff { delay = "1s" }
 }
 `, strings.Join(urls, ","), crashStream, crashSubject+".>", crashType, crashSubject+".events"))
 	runRouter(t, path, sock)
