@@ -98,20 +98,21 @@ func keyScope(tenant, endpoint, key string) string {
 // (a sink's size limits; docs/decisions/poison-events.md). Only a type
 // without plugins is checked: a plugin's outputs are known only when it
 // runs, and the sink's refusal then sends the event to the DLQ at once.
-func (e *Engine) fitsRoutes(ev *storage.Event) error {
+func (e *Engine) fitsRoutes(tenant string, ev *storage.Event) error {
 	pol, ok := e.policy(ev.Type)
 	if !ok || len(pol.Plugins) > 0 {
 		return nil
 	}
+	sinks := e.sinks()
 	for _, r := range pol.Routes {
-		f, ok := e.sinks()[r.To].(Fitter)
+		f, ok := sinks[r.To].(Fitter)
 		if !ok {
 			continue
 		}
-		full := r.Destination()
-		m := Message{Event: ev, Destination: r.Target(), Key: ev.PartitionKey(), MsgID: ev.ID}
+		// The message id the loop will give it (storage.Record.MsgID).
+		m := Message{Event: ev, Destination: r.Target(), Key: ev.PartitionKey(), MsgID: storage.EventKey(tenant, ev.ID)}
 		if err := f.Fits(&m); err != nil {
-			return Errorf(EROUTELIMIT, "event %q can never be published to %s: %v", ev.ID, full, err)
+			return Errorf(EROUTELIMIT, "event %q can never be published to %s: %v", ev.ID, r.Destination(), err)
 		}
 	}
 	return nil
@@ -216,7 +217,7 @@ func (e *Engine) admit(req *IngestRequest) error {
 		if err := e.admitType(ev.Type); err != nil {
 			return err
 		}
-		if err := e.fitsRoutes(ev); err != nil {
+		if err := e.fitsRoutes(req.Tenant, ev); err != nil {
 			return err
 		}
 	}

@@ -27,7 +27,8 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 	n := 0
 	types := map[string]bool{}
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
-		n = 0
+		n = 0 // the group commit may run this more than once
+		clear(types)
 		recs, err := tx.RecentlyDelivered(window)
 		if err != nil {
 			return err
@@ -35,8 +36,7 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 		now := e.now()
 		for _, r := range recs {
 			pol, _ := e.policyOf(r.QueueName())
-			orderByKey := pol.ByKey()
-			picked, err := tx.Redeliver(r, again, orderByKey, now)
+			picked, err := tx.Redeliver(r, again, pol.ByKey(), now)
 			if err != nil {
 				return err
 			}

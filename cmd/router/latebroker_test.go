@@ -290,6 +290,12 @@ event "budget.order" {
 		t.Fatalf("past the budget: %d %s (Retry-After %q)", full.StatusCode, body, full.Header.Get("Retry-After"))
 	}
 	stats := get(t, c, "/v1/stats")
+	if !strings.Contains(stats, `"max_size_bytes": 4194304`) {
+		t.Errorf("/v1/stats lacks the budget: %s", stats)
+	}
+	if m := get(t, c, "/metrics"); !strings.Contains(m, "switchyard_storage_max_size_bytes 4.194304e+06") || !strings.Contains(m, "switchyard_storage_used_bytes ") {
+		t.Errorf("/metrics lacks the budget's series")
+	}
 	t.Logf("budget reached after %d events acknowledged; stats: %s", len(acked), strings.Join(strings.Fields(stats[strings.Index(stats, `"storage"`):]), " "))
 
 	ns := jetStreamServer(t, port)

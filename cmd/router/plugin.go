@@ -425,9 +425,9 @@ func (c *RunCommand) loadPlugins(ctx context.Context, cfg *config.Config) ([]eng
 		return nil, nil
 	}
 	if c.wasm == nil {
-		cacheDir := c.PluginCacheDir
-		if cacheDir == "" {
-			cacheDir = filepath.Join(filepath.Dir(cfg.Storage.Path), "wasm-cache")
+		cacheDir := cfg.Storage.PluginCache
+		if c.PluginCacheDir != "" {
+			cacheDir = c.PluginCacheDir
 		}
 		rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: cacheDir, Logger: c.log})
 		if err != nil {

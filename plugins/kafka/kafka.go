@@ -419,13 +419,10 @@ func (s *Sink) Fits(m *engine.Message) error {
 	if m == nil || m.Event == nil {
 		return nil
 	}
-	r := s.record(m)
-	n := recordOverhead + len(r.Key) + len(r.Value)
-	for _, h := range r.Headers {
-		n += len(h.Key) + len(h.Value) + 10
-	}
+	bytes, headers := engine.BindingSize(m.Event, "ce_")
+	n := recordOverhead + len(m.Key) + len(m.Event.Data) + bytes + headers*10
 	if int64(n) > s.maxRecordBytes {
-		return fmt.Errorf("%s: the record takes about %d bytes (%d of data), over max_record_bytes of %d", s.name, n, len(r.Value), s.maxRecordBytes)
+		return fmt.Errorf("%s: the record takes about %d bytes (%d of data), over max_record_bytes of %d", s.name, n, len(m.Event.Data), s.maxRecordBytes)
 	}
 	return nil
 }

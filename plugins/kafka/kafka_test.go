@@ -804,3 +804,26 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Fits refuses a record that could never go out in one batch of
+// max_record_bytes — its data, or its headers — and passes one that can:
+// ingest answers 413 for the first instead of storing a poison event.
+func TestFitsMaxRecordBytes(t *testing.T) {
+	cfg := testConfig(newCluster(t))
+	cfg.MaxRecordBytes = 4096
+	s := newSink(t, cfg)
+	small := message("fits", 0, topic)
+	if err := s.Fits(small); err != nil {
+		t.Fatalf("a small record: %v", err)
+	}
+	big := message("fits", 1, topic)
+	big.Event.Data = make([]byte, 4096)
+	if err := s.Fits(big); err == nil || !strings.Contains(err.Error(), "over max_record_bytes of 4096") {
+		t.Fatalf("data over the limit: %v", err)
+	}
+	headers := message("fits", 2, topic)
+	headers.Event.Extensions = append(headers.Event.Extensions, storage.Header{Name: "big", Value: strings.Repeat("h", 4000)})
+	if err := s.Fits(headers); err == nil {
+		t.Fatal("headers over the limit passed")
+	}
+}

@@ -163,9 +163,9 @@ func (s *Sink) connOptions() []natsgo.Option {
 				s.log.Debug("disconnected from NATS")
 			}
 		}),
-		natsgo.ConnectHandler(func(*natsgo.Conn) { go s.onConnect("connected to NATS") }),
+		natsgo.ConnectHandler(func(*natsgo.Conn) { go s.onConnect("connected to NATS", true) }),
 		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { s.setConnErr(err) }),
-		natsgo.ReconnectHandler(func(*natsgo.Conn) { go s.onConnect("reconnected to NATS") }),
+		natsgo.ReconnectHandler(func(*natsgo.Conn) { go s.onConnect("reconnected to NATS", false) }),
 		natsgo.ClosedHandler(func(*natsgo.Conn) {
 			closeOnce.Do(func() { close(s.closedCh) })
 		}),
@@ -233,10 +233,16 @@ func (s *Sink) connError() error {
 // connection is up. Until the streams were set up once, publishes wait;
 // after that they go ahead meanwhile (the streams exist, only their update
 // is pending).
-func (s *Sink) onConnect(what string) {
+func (s *Sink) onConnect(what string, initial bool) {
 	<-s.opened
 	if s.nc == nil || s.nc.IsClosed() {
 		return // Open failed
+	}
+	s.mu.Lock()
+	done := initial && s.everConnected
+	s.mu.Unlock()
+	if done {
+		return // the first connection came at once: Open set it up
 	}
 	s.log.Info(what, "url", s.nc.ConnectedUrlRedacted())
 	announced := false
@@ -334,12 +340,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream)
 func (s *Sink) Name() string { return s.name }
 
 // Healthy reports an error unless the connection to the server is up.
-func (s *Sink) Healthy(context.Context) error {
-	if err := s.unavailable(); err != nil {
-		return err
-	}
-	return nil
-}
+func (s *Sink) Healthy(context.Context) error { return s.unavailable() }
 
 // unavailable says why nothing can be published now: not connected (with
 // the last connection error: a refused password, a server not there), or
@@ -721,10 +722,9 @@ func (s *Sink) Fits(m *engine.Message) error {
 	if id == "" {
 		id = m.Event.ID
 	}
-	hdr := len("NATS/1.0\r\n\r\n") + len(jetstream.MsgIDHeader) + len(": \r\n") + len(id)
-	for _, h := range engine.BindingHeaders(m.Event, "ce-") {
-		hdr += len(h.Name) + len(": \r\n") + len(h.Value)
-	}
+	bytes, headers := engine.BindingSize(m.Event, "ce-")
+	hdr := len("NATS/1.0\r\n\r\n") + len(jetstream.MsgIDHeader) + len(": \r\n") + len(id) +
+		bytes + headers*len(": \r\n")
 	if s.js != nil && hdr > maxJetStreamHeaders {
 		return fmt.Errorf("%s: the headers take %d bytes, over JetStream's limit of %d", s.name, hdr, maxJetStreamHeaders)
 	}
