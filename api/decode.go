@@ -17,8 +17,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // The CloudEvents content modes (HTTP binding).
@@ -62,7 +62,7 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 		}
 		events = []engine.IngestEvent{ev}
 	default:
-		return nil, false, engine.Errorf(engine.EMEDIATYPE,
+		return nil, false, switchyard.Errorf(switchyard.EMEDIATYPE,
 			"content type %q is not a CloudEvent: send %s (structured), %s (batch), or ce-* headers with the data as body (binary)",
 			ct, mediaStructured, mediaBatch)
 	}
@@ -75,24 +75,24 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 
 func decodeBatch(body []byte, maxBatch int) ([]engine.IngestEvent, error) {
 	if !utf8.Valid(body) {
-		return nil, engine.Errorf(engine.EINVALID, "the body is not valid UTF-8")
+		return nil, switchyard.Errorf(switchyard.EINVALID, "the body is not valid UTF-8")
 	}
 	var raws []json.RawMessage
 	if err := json.Unmarshal(body, &raws); err != nil {
-		return nil, engine.Errorf(engine.EINVALID, "a batch is a JSON array of CloudEvents: %v", err)
+		return nil, switchyard.Errorf(switchyard.EINVALID, "a batch is a JSON array of CloudEvents: %v", err)
 	}
 	if len(raws) == 0 {
-		return nil, engine.Errorf(engine.EINVALID, "the batch is empty")
+		return nil, switchyard.Errorf(switchyard.EINVALID, "the batch is empty")
 	}
 	if len(raws) > maxBatch {
-		return nil, engine.Errorf(engine.ETOOLARGE, "the batch has %d events; the limit is %d", len(raws), maxBatch)
+		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "the batch has %d events; the limit is %d", len(raws), maxBatch)
 	}
 	events := make([]engine.IngestEvent, len(raws))
 	ids := make(map[[2]string]bool, len(raws))
 	for i, raw := range raws {
 		ev, err := decodeStructured(raw)
 		if err != nil {
-			var e *engine.Error
+			var e *switchyard.Error
 			if ok := errors.As(err, &e); ok {
 				e.Message = "event " + strconv.Itoa(i) + ": " + e.Message
 			}
@@ -101,7 +101,7 @@ func decodeBatch(body []byte, maxBatch int) ([]engine.IngestEvent, error) {
 		if ev.ClientID {
 			k := [2]string{ev.Event.Source, ev.Event.ID}
 			if ids[k] {
-				return nil, engine.Errorf(engine.EINVALID, "event %d: id %q from source %q appears twice in the batch", i, ev.Event.ID, ev.Event.Source)
+				return nil, switchyard.Errorf(switchyard.EINVALID, "event %d: id %q from source %q appears twice in the batch", i, ev.Event.ID, ev.Event.Source)
 			}
 			ids[k] = true
 		}
@@ -114,11 +114,11 @@ func decodeBatch(body []byte, maxBatch int) ([]engine.IngestEvent, error) {
 func decodeStructured(body []byte) (engine.IngestEvent, error) {
 	var out engine.IngestEvent
 	if !utf8.Valid(body) {
-		return out, engine.Errorf(engine.EINVALID, "the body is not valid UTF-8")
+		return out, switchyard.Errorf(switchyard.EINVALID, "the body is not valid UTF-8")
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
-		return out, engine.Errorf(engine.EINVALID, "the body is not a JSON object: %v", err)
+		return out, switchyard.Errorf(switchyard.EINVALID, "the body is not a JSON object: %v", err)
 	}
 	ev := &out.Event
 	var data, data64 json.RawMessage
@@ -144,15 +144,15 @@ func decodeStructured(body []byte) (engine.IngestEvent, error) {
 	}
 	switch {
 	case data != nil && data64 != nil:
-		return out, engine.Errorf(engine.EINVALID, "an event has data or data_base64, not both")
+		return out, switchyard.Errorf(switchyard.EINVALID, "an event has data or data_base64, not both")
 	case data64 != nil:
 		var s string
 		if err := json.Unmarshal(data64, &s); err != nil {
-			return out, engine.Errorf(engine.EINVALID, "data_base64 must be a string")
+			return out, switchyard.Errorf(switchyard.EINVALID, "data_base64 must be a string")
 		}
 		b, err := base64.StdEncoding.DecodeString(s)
 		if err != nil {
-			return out, engine.Errorf(engine.EINVALID, "data_base64 is not base64: %v", err)
+			return out, switchyard.Errorf(switchyard.EINVALID, "data_base64 is not base64: %v", err)
 		}
 		ev.Data = b
 	case data != nil && string(data) != "null":
@@ -186,11 +186,11 @@ func attrString(name string, v json.RawMessage) (*string, error) {
 	case v[0] == '"':
 		var s string
 		if err := json.Unmarshal(v, &s); err != nil {
-			return nil, engine.Errorf(engine.EINVALID, "attribute %q: %v", name, err)
+			return nil, switchyard.Errorf(switchyard.EINVALID, "attribute %q: %v", name, err)
 		}
 		return &s, nil
 	case v[0] == '{' || v[0] == '[':
-		return nil, engine.Errorf(engine.EINVALID, "attribute %q must be a string, number or boolean", name)
+		return nil, switchyard.Errorf(switchyard.EINVALID, "attribute %q must be a string, number or boolean", name)
 	default:
 		s := string(v)
 		return &s, nil
@@ -203,16 +203,16 @@ func attrString(name string, v json.RawMessage) (*string, error) {
 func isControl(r rune) bool { return r <= 0x1f || (r >= 0x7f && r <= 0x9f) }
 
 // setAttr sets a context attribute or extension by its CloudEvents name.
-func setAttr(ev *storage.Event, name, value string) error {
+func setAttr(ev *switchyard.Event, name, value string) error {
 	if len(value) > maxAttrLen {
-		return engine.Errorf(engine.EINVALID, "attribute %q is longer than %d bytes", name, maxAttrLen)
+		return switchyard.Errorf(switchyard.EINVALID, "attribute %q is longer than %d bytes", name, maxAttrLen)
 	}
 	if !utf8.ValidString(value) {
-		return engine.Errorf(engine.EINVALID, "attribute %q is not valid UTF-8", name)
+		return switchyard.Errorf(switchyard.EINVALID, "attribute %q is not valid UTF-8", name)
 	}
 	if i := strings.IndexFunc(value, isControl); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(value[i:])
-		return engine.Errorf(engine.EINVALID, "attribute %q has the control character %U at byte %d: CloudEvents attribute strings exclude U+0000-U+001F and U+007F-U+009F", name, r, i)
+		return switchyard.Errorf(switchyard.EINVALID, "attribute %q has the control character %U at byte %d: CloudEvents attribute strings exclude U+0000-U+001F and U+007F-U+009F", name, r, i)
 	}
 	switch name {
 	case "specversion":
@@ -232,14 +232,14 @@ func setAttr(ev *storage.Event, name, value string) error {
 	case "time":
 		t, err := time.Parse(time.RFC3339Nano, value)
 		if err != nil {
-			return engine.Errorf(engine.EINVALID, "time %q is not an RFC 3339 timestamp", value)
+			return switchyard.Errorf(switchyard.EINVALID, "time %q is not an RFC 3339 timestamp", value)
 		}
 		ev.Time = t
 	default:
 		if !validExtensionName(name) {
-			return engine.Errorf(engine.EINVALID, "extension attribute %q: names are 1 to %d lower-case letters and digits", name, maxExtensionLen)
+			return switchyard.Errorf(switchyard.EINVALID, "extension attribute %q: names are 1 to %d lower-case letters and digits", name, maxExtensionLen)
 		}
-		ev.Extensions = append(ev.Extensions, storage.Header{Name: name, Value: value})
+		ev.Extensions = append(ev.Extensions, switchyard.Header{Name: name, Value: value})
 	}
 	return nil
 }
@@ -270,7 +270,7 @@ func decodeBinary(h http.Header, body []byte) (engine.IngestEvent, error) {
 		if strings.Contains(v, "%") {
 			dec, err := url.PathUnescape(v)
 			if err != nil {
-				return out, engine.Errorf(engine.EINVALID, "header %s: bad percent-encoding", k)
+				return out, switchyard.Errorf(switchyard.EINVALID, "header %s: bad percent-encoding", k)
 			}
 			v = dec
 		}
@@ -287,10 +287,10 @@ func decodeBinary(h http.Header, body []byte) (engine.IngestEvent, error) {
 
 // passTraceContext copies W3C trace headers of the request onto an event
 // that does not carry its own.
-func passTraceContext(h http.Header, ev *storage.Event) {
+func passTraceContext(h http.Header, ev *switchyard.Event) {
 	for _, name := range []string{"traceparent", "tracestate"} {
 		if v := h.Get(name); v != "" && ev.Extension(name) == "" && utf8.ValidString(v) {
-			ev.Extensions = append(ev.Extensions, storage.Header{Name: name, Value: v})
+			ev.Extensions = append(ev.Extensions, switchyard.Header{Name: name, Value: v})
 		}
 	}
 }
@@ -300,21 +300,21 @@ func validate(in *engine.IngestEvent) error {
 	ev := &in.Event
 	switch {
 	case ev.SpecVersion == "":
-		return engine.Errorf(engine.EINVALID, "specversion is required")
+		return switchyard.Errorf(switchyard.EINVALID, "specversion is required")
 	case ev.SpecVersion != "1.0":
-		return engine.Errorf(engine.EINVALID, "specversion %q is not supported; use 1.0", ev.SpecVersion)
+		return switchyard.Errorf(switchyard.EINVALID, "specversion %q is not supported; use 1.0", ev.SpecVersion)
 	case ev.Source == "":
-		return engine.Errorf(engine.EINVALID, "source is required")
+		return switchyard.Errorf(switchyard.EINVALID, "source is required")
 	case ev.Type == "":
-		return engine.Errorf(engine.EINVALID, "type is required")
+		return switchyard.Errorf(switchyard.EINVALID, "type is required")
 	case len(ev.Type) > maxTypeLen:
-		return engine.Errorf(engine.EINVALID, "type is longer than %d bytes", maxTypeLen)
+		return switchyard.Errorf(switchyard.EINVALID, "type is longer than %d bytes", maxTypeLen)
 	case len(ev.ID) > maxIDLen:
-		return engine.Errorf(engine.EINVALID, "id is longer than %d bytes", maxIDLen)
+		return switchyard.Errorf(switchyard.EINVALID, "id is longer than %d bytes", maxIDLen)
 	}
 	for _, r := range ev.ID {
 		if r < 0x20 || r == 0x7f || r == '/' {
-			return engine.Errorf(engine.EINVALID, "id must not contain control characters or '/'")
+			return switchyard.Errorf(switchyard.EINVALID, "id must not contain control characters or '/'")
 		}
 	}
 	sortExtensions(ev)
@@ -335,14 +335,14 @@ func finish(in *engine.IngestEvent, now func() time.Time) {
 	sortExtensions(&in.Event)
 }
 
-func sortExtensions(ev *storage.Event) {
+func sortExtensions(ev *switchyard.Event) {
 	sort.Slice(ev.Extensions, func(i, j int) bool { return ev.Extensions[i].Name < ev.Extensions[j].Name })
 }
 
 // eventDigest fingerprints an event as the client sent it (before the
 // router filled anything in), so a resend of the same event matches
 // whichever content mode carried it.
-func eventDigest(ev *storage.Event) []byte {
+func eventDigest(ev *switchyard.Event) []byte {
 	b, _ := json.Marshal(ev)
 	sum := sha256.Sum256(b)
 	return sum[:]
@@ -375,10 +375,10 @@ func requestDigest(h http.Header, body []byte) []byte {
 // DecodeEvent decodes one CloudEvent in the JSON format, with the checks
 // ingest makes, and fills in what the router assigns (a UUIDv7 id, the
 // time). `router plugin test` reads its input event with it.
-func DecodeEvent(body []byte) (storage.Event, error) {
+func DecodeEvent(body []byte) (switchyard.Event, error) {
 	in, err := decodeStructured(body)
 	if err != nil {
-		return storage.Event{}, err
+		return switchyard.Event{}, err
 	}
 	finish(&in, time.Now)
 	return in.Event, nil
@@ -388,4 +388,4 @@ func DecodeEvent(body []byte) (storage.Event, error) {
 // subscription's messages, `router plugin test`'s outputs): data as JSON
 // when its content type is JSON, as a string when it is UTF-8 text, else as
 // data_base64.
-func EncodeEvent(ev *storage.Event) map[string]any { return structuredEvent(ev) }
+func EncodeEvent(ev *switchyard.Event) map[string]any { return structuredEvent(ev) }

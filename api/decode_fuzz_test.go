@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
 )
 
@@ -14,7 +15,7 @@ func fixedNow() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 // rest of the router relies on.
 func checkDecoded(t *testing.T, events []engine.IngestEvent, err error) {
 	if err != nil {
-		if _, ok := err.(*engine.Error); !ok {
+		if _, ok := err.(*switchyard.Error); !ok {
 			t.Fatalf("decode error is not a coded error: %T %v", err, err)
 		}
 		return

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
@@ -49,15 +50,15 @@ const maxRefLen = 1024
 func checkRef(id string) error {
 	switch {
 	case id == "":
-		return engine.Errorf(engine.EINVALID, "the event id is empty")
+		return switchyard.Errorf(switchyard.EINVALID, "the event id is empty")
 	case len(id) > maxRefLen:
-		return engine.Errorf(engine.EINVALID, "the event id is longer than %d bytes", maxRefLen)
+		return switchyard.Errorf(switchyard.EINVALID, "the event id is longer than %d bytes", maxRefLen)
 	case !utf8.ValidString(id):
-		return engine.Errorf(engine.EINVALID, "the event id is not valid UTF-8")
+		return switchyard.Errorf(switchyard.EINVALID, "the event id is not valid UTF-8")
 	}
 	for _, r := range id {
 		if r < 0x20 || r == 0x7f {
-			return engine.Errorf(engine.EINVALID, "the event id contains control characters")
+			return switchyard.Errorf(switchyard.EINVALID, "the event id contains control characters")
 		}
 	}
 	return nil
@@ -67,13 +68,13 @@ func dlqRef(r *http.Request) (engine.DLQRef, error) {
 	q := r.URL.Query()
 	ref := engine.DLQRef{ID: r.PathValue("id"), Queue: q.Get("queue"), Tenant: q.Get("tenant")}
 	if ref.Tenant != "" && checkTenant(ref.Tenant) != nil {
-		return ref, engine.Errorf(engine.EINVALID, "tenant must be up to 64 bytes of printable UTF-8")
+		return ref, switchyard.Errorf(switchyard.EINVALID, "tenant must be up to 64 bytes of printable UTF-8")
 	}
 	if err := checkRef(ref.ID); err != nil {
 		return ref, err
 	}
 	if ref.Queue != "" && (len(ref.Queue) > maxRefLen || !strings.HasPrefix(ref.Queue, config.InboxQueuePrefix)) {
-		return ref, engine.Errorf(engine.EINVALID, "queue names an inbox: inbox:<name>")
+		return ref, switchyard.Errorf(switchyard.EINVALID, "queue names an inbox: inbox:<name>")
 	}
 	return ref, nil
 }
@@ -90,7 +91,7 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, engine.Errorf(engine.EINVALID, "since %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (1h)", engine.Truncate(v, 64))
+	return time.Time{}, switchyard.Errorf(switchyard.EINVALID, "since %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (1h)", engine.Truncate(v, 64))
 }
 
 // dlqItemView is one dead letter in a listing.
@@ -146,7 +147,7 @@ func dlqDetailOf(it *engine.DLQItem) dlqDetailView {
 
 // cloudEvent renders an event in the CloudEvents JSON format: JSON data as
 // JSON, text as a string, anything else as data_base64.
-func cloudEvent(ev *storage.Event) map[string]any {
+func cloudEvent(ev *switchyard.Event) map[string]any {
 	m := map[string]any{
 		"specversion": ev.SpecVersion,
 		"id":          ev.ID,
@@ -315,28 +316,28 @@ func (s *Server) readFilter(w http.ResponseWriter, r *http.Request) (engine.DLQF
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return f, engine.Errorf(engine.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
+			return f, switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
 		}
-		return f, engine.Errorf(engine.EINVALID, "reading the body: %v", err)
+		return f, switchyard.Errorf(switchyard.EINVALID, "reading the body: %v", err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return f, engine.Errorf(engine.EINVALID, `the body is a JSON filter: {"type": ..., "since": ..., "ids": [...]} or {"all": true}`)
+		return f, switchyard.Errorf(switchyard.EINVALID, `the body is a JSON filter: {"type": ..., "since": ..., "ids": [...]} or {"all": true}`)
 	}
 	var b dlqFilterBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil {
-		return f, engine.Errorf(engine.EINVALID, "the filter is not valid: %v (fields: type, status, since, ids, tenant, all)", err)
+		return f, switchyard.Errorf(switchyard.EINVALID, "the filter is not valid: %v (fields: type, status, since, ids, tenant, all)", err)
 	}
 	if dec.More() {
-		return f, engine.Errorf(engine.EINVALID, "the body holds more than one JSON value")
+		return f, switchyard.Errorf(switchyard.EINVALID, "the body holds more than one JSON value")
 	}
 	if len(b.IDs) > engine.DLQMaxIDs {
-		return f, engine.Errorf(engine.ETOOLARGE, "%d ids; at most %d per request", len(b.IDs), engine.DLQMaxIDs)
+		return f, switchyard.Errorf(switchyard.ETOOLARGE, "%d ids; at most %d per request", len(b.IDs), engine.DLQMaxIDs)
 	}
 	for i, id := range b.IDs {
 		if err := checkRef(id); err != nil {
-			return f, engine.Errorf(engine.EINVALID, "ids[%d]: %s", i, err.(*engine.Error).Message)
+			return f, switchyard.Errorf(switchyard.EINVALID, "ids[%d]: %s", i, err.(*switchyard.Error).Message)
 		}
 	}
 	f = engine.DLQFilter{Type: b.Type, Status: storage.State(b.Status), IDs: b.IDs, Tenant: b.Tenant, All: b.All}

@@ -6,30 +6,30 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard"
 )
 
 // statusOf maps an error code to its HTTP status: the one place where codes
 // meet HTTP.
 var statusOf = map[string]int{
-	engine.EINVALID:          http.StatusBadRequest,
-	engine.EUNKNOWNTYPE:      http.StatusUnprocessableEntity,
-	engine.ESTORAGEFULL:      http.StatusInsufficientStorage,
-	engine.ETOOMANYTYPES:     http.StatusUnprocessableEntity,
-	engine.ETOOLARGE:         http.StatusRequestEntityTooLarge,
-	engine.EROUTELIMIT:       http.StatusRequestEntityTooLarge,
-	engine.EMEDIATYPE:        http.StatusUnsupportedMediaType,
-	engine.EIDEMREUSE:        http.StatusUnprocessableEntity,
-	engine.EINPROGRESS:       http.StatusConflict,
-	engine.EIDCONFLICT:       http.StatusConflict,
-	engine.ENOTFOUND:         http.StatusNotFound,
-	engine.ECONFLICT:         http.StatusConflict,
-	engine.EUNAVAILABLE:      http.StatusServiceUnavailable,
-	engine.EUNAUTHORIZED:     http.StatusUnauthorized,
-	engine.EFORBIDDEN:        http.StatusForbidden,
-	engine.EMETHODNOTALLOWED: http.StatusMethodNotAllowed,
-	engine.EINTERNAL:         http.StatusInternalServerError,
-	engine.ENOTINDLQ:         http.StatusConflict,
+	switchyard.EINVALID:          http.StatusBadRequest,
+	switchyard.EUNKNOWNTYPE:      http.StatusUnprocessableEntity,
+	switchyard.ESTORAGEFULL:      http.StatusInsufficientStorage,
+	switchyard.ETOOMANYTYPES:     http.StatusUnprocessableEntity,
+	switchyard.ETOOLARGE:         http.StatusRequestEntityTooLarge,
+	switchyard.EROUTELIMIT:       http.StatusRequestEntityTooLarge,
+	switchyard.EMEDIATYPE:        http.StatusUnsupportedMediaType,
+	switchyard.EIDEMREUSE:        http.StatusUnprocessableEntity,
+	switchyard.EINPROGRESS:       http.StatusConflict,
+	switchyard.EIDCONFLICT:       http.StatusConflict,
+	switchyard.ENOTFOUND:         http.StatusNotFound,
+	switchyard.ECONFLICT:         http.StatusConflict,
+	switchyard.EUNAVAILABLE:      http.StatusServiceUnavailable,
+	switchyard.EUNAUTHORIZED:     http.StatusUnauthorized,
+	switchyard.EFORBIDDEN:        http.StatusForbidden,
+	switchyard.EMETHODNOTALLOWED: http.StatusMethodNotAllowed,
+	switchyard.EINTERNAL:         http.StatusInternalServerError,
+	switchyard.ENOTINDLQ:         http.StatusConflict,
 }
 
 // problem is an RFC 9457 problem details document, with the stable code.
@@ -46,12 +46,12 @@ type problem struct {
 const problemTypeBase = "https://switchyard.dev/problems/"
 
 // writeError answers with err as problem+json. Errors that are not an
-// *engine.Error are logged and shown as internal, without their text.
+// *switchyard.Error are logged and shown as internal, without their text.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	var e *engine.Error
+	var e *switchyard.Error
 	if !errors.As(err, &e) {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		e = &engine.Error{Code: engine.EINTERNAL, Message: "internal error"}
+		e = &switchyard.Error{Code: switchyard.EINTERNAL, Message: "internal error"}
 	} else if e.Err != nil {
 		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", e.Code, "error", e.Err)
 	}

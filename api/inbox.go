@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -40,15 +41,15 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return engine.Errorf(engine.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
+			return switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
 		}
-		return engine.Errorf(engine.EINVALID, "reading the body: %v", err)
+		return switchyard.Errorf(switchyard.EINVALID, "reading the body: %v", err)
 	}
 	if len(body) == 0 {
 		return nil
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return engine.Errorf(engine.EINVALID, "the body is not the JSON this route takes: %v", err)
+		return switchyard.Errorf(switchyard.EINVALID, "the body is not the JSON this route takes: %v", err)
 	}
 	return nil
 }
@@ -61,7 +62,7 @@ func queryInt(r *http.Request, name string, def, max int) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > max {
-		return 0, engine.Errorf(engine.EINVALID, "%s must be a whole number from 1 to %d", name, max)
+		return 0, switchyard.Errorf(switchyard.EINVALID, "%s must be a whole number from 1 to %d", name, max)
 	}
 	return n, nil
 }
@@ -74,7 +75,7 @@ func queryDuration(r *http.Request, name string, def, max time.Duration) (time.D
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 || d > max {
-		return 0, engine.Errorf(engine.EINVALID, "%s must be a duration such as 5s, at most %v", name, max)
+		return 0, switchyard.Errorf(switchyard.EINVALID, "%s must be a duration such as 5s, at most %v", name, max)
 	}
 	return d, nil
 }
@@ -88,7 +89,7 @@ func (s *Server) getDedup(w http.ResponseWriter, r *http.Request) {
 	var before time.Time
 	if v := r.URL.Query().Get("before"); v != "" {
 		if before, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			s.writeError(w, r, engine.Errorf(engine.EINVALID, "before must be an RFC 3339 time"))
+			s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "before must be an RFC 3339 time"))
 			return
 		}
 	}
@@ -142,7 +143,7 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 	req := engine.ClaimRequest{Tenant: ten, Consumer: r.PathValue("consumer"), ID: body.ID, Mode: body.Mode}
 	if body.Lease != "" {
 		if req.Lease, err = time.ParseDuration(body.Lease); err != nil || req.Lease <= 0 {
-			s.writeError(w, r, engine.Errorf(engine.EINVALID, "lease must be a positive duration such as 30s"))
+			s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "lease must be a positive duration such as 30s"))
 			return
 		}
 	}
@@ -229,7 +230,7 @@ func (s *Server) postAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(body.IDs) == 0 || len(body.IDs) > maxPull {
-		s.writeError(w, r, engine.Errorf(engine.EINVALID, "ids must list 1 to %d ids", maxPull))
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "ids must list 1 to %d ids", maxPull))
 		return
 	}
 	n, err := s.engine.Ack(r.Context(), r.PathValue("name"), body.IDs)
@@ -243,7 +244,7 @@ func (s *Server) postAck(w http.ResponseWriter, r *http.Request) {
 // structuredEvent renders an event in the CloudEvents JSON format: data as
 // JSON when its content type is JSON, else as a string when it is UTF-8
 // text, else base64 in data_base64.
-func structuredEvent(ev *storage.Event) map[string]any {
+func structuredEvent(ev *switchyard.Event) map[string]any {
 	m := map[string]any{"specversion": ev.SpecVersion, "id": ev.ID, "source": ev.Source, "type": ev.Type}
 	set := func(k, v string) {
 		if v != "" {

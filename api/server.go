@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
@@ -128,7 +129,7 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /metrics", s.adminOnly(promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{})))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, engine.Errorf(engine.ENOTFOUND, "no route %s %s", r.Method, r.URL.Path))
+		s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "no route %s %s", r.Method, r.URL.Path))
 	})
 	return s.authenticate(mux)
 }
@@ -313,7 +314,7 @@ func tenant(r *http.Request) (string, error) {
 		return storage.DefaultTenant, nil
 	}
 	if checkTenant(t) != nil {
-		return "", engine.Errorf(engine.EINVALID, "X-Tenant must be up to 64 bytes of printable UTF-8")
+		return "", switchyard.Errorf(switchyard.EINVALID, "X-Tenant must be up to 64 bytes of printable UTF-8")
 	}
 	return t, nil
 }
@@ -337,9 +338,9 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			err = engine.Errorf(engine.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
+			err = switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
 		} else {
-			err = engine.Errorf(engine.EINVALID, "reading the body: %v", err)
+			err = switchyard.Errorf(switchyard.EINVALID, "reading the body: %v", err)
 		}
 		s.writeError(w, r, err)
 		return
@@ -357,7 +358,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		Render:   renderAccepted(batch),
 	}
 	if len(req.Key) > 255 || !utf8.ValidString(req.Key) {
-		s.writeError(w, r, engine.Errorf(engine.EINVALID, "Idempotency-Key must be up to 255 bytes of UTF-8"))
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "Idempotency-Key must be up to 255 bytes of UTF-8"))
 		return
 	}
 	if req.Key != "" {
@@ -442,7 +443,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	rec, err := s.engine.EventStatus(ten, id)
 	if err == nil && rec.Tenant != ten {
-		err = engine.Errorf(engine.ENOTFOUND, "no event with id %q", id)
+		err = switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", id)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -459,7 +460,7 @@ func (s *Server) getEventsByKey(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.URL.Query().Get("idempotency_key")
 	if key == "" {
-		s.writeError(w, r, engine.Errorf(engine.EINVALID, "the idempotency_key query parameter is required"))
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "the idempotency_key query parameter is required"))
 		return
 	}
 	recs, err := s.engine.EventsByKey(ten, endpointEvents, key)

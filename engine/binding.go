@@ -3,7 +3,7 @@ package engine
 import (
 	"time"
 
-	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard"
 )
 
 // passThrough are headers that travel under their own names, not as ce-
@@ -14,10 +14,10 @@ var passThrough = map[string]bool{"traceparent": true, "tracestate": true}
 // given attribute prefix ("ce-" for NATS and HTTP, "ce_" for Kafka), plus
 // content-type and the pass-through trace headers. Sinks add their own
 // (Nats-Msg-Id) on top.
-func BindingHeaders(e *storage.Event, prefix string) []storage.Header {
-	h := make([]storage.Header, 0, 8+len(e.Extensions))
+func BindingHeaders(e *switchyard.Event, prefix string) []switchyard.Header {
+	h := make([]switchyard.Header, 0, 8+len(e.Extensions))
 	eachBinding(e, prefix, func(namePrefix, name, value string) {
-		h = append(h, storage.Header{Name: namePrefix + name, Value: value})
+		h = append(h, switchyard.Header{Name: namePrefix + name, Value: value})
 	})
 	return h
 }
@@ -25,8 +25,8 @@ func BindingHeaders(e *storage.Event, prefix string) []storage.Header {
 // BindingSize is what BindingHeaders(e, prefix) adds up to, without
 // building it: the bytes of every header's name and value, and how many
 // headers there are. Ingest sizes an event against its routes with it
-// (engine.Fitter) for every event, so it allocates nothing but the time.
-func BindingSize(e *storage.Event, prefix string) (bytes, headers int) {
+// (switchyard.Fitter) for every event, so it allocates nothing but the time.
+func BindingSize(e *switchyard.Event, prefix string) (bytes, headers int) {
 	eachBinding(e, prefix, func(namePrefix, name, value string) {
 		bytes += len(namePrefix) + len(name) + len(value)
 		headers++
@@ -37,7 +37,7 @@ func BindingSize(e *storage.Event, prefix string) (bytes, headers int) {
 // eachBinding calls add for every binary-mode header of e that has a
 // value, its name in two parts (the attribute prefix, or "" for
 // content-type and the pass-through headers).
-func eachBinding(e *storage.Event, prefix string, add func(namePrefix, name, value string)) {
+func eachBinding(e *switchyard.Event, prefix string, add func(namePrefix, name, value string)) {
 	attr := func(name, value string) {
 		if value != "" {
 			add(prefix, name, value)

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -32,7 +33,7 @@ type DLQRef struct {
 }
 
 func (r DLQRef) key() string {
-	rec := storage.Record{Queue: r.Queue, Tenant: r.Tenant, Event: storage.Event{ID: r.ID}}
+	rec := storage.Record{Queue: r.Queue, Tenant: r.Tenant, Event: switchyard.Event{ID: r.ID}}
 	return rec.Key()
 }
 
@@ -70,7 +71,7 @@ func encodeCursor(pos []byte) string {
 func decodeCursor(s string) ([]byte, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) != 17 || b[0] != cursorVersion {
-		return nil, Errorf(EINVALID, "cursor %q is not one this router handed out", Truncate(s, 64))
+		return nil, switchyard.Errorf(switchyard.EINVALID, "cursor %q is not one this router handed out", Truncate(s, 64))
 	}
 	return b[1:], nil
 }
@@ -94,7 +95,7 @@ func checkStatus(s storage.State) (storage.State, error) {
 	case storage.StateResolved:
 		return s, nil
 	}
-	return "", Errorf(EINVALID, "status %q: use dlq or resolved", Truncate(string(s), 64))
+	return "", switchyard.Errorf(switchyard.EINVALID, "status %q: use dlq or resolved", Truncate(string(s), 64))
 }
 
 // DLQList is one page of dead letters, newest first.
@@ -144,9 +145,9 @@ func (e *Engine) DLQGet(ref DLQRef) (*DLQItem, error) {
 	})
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		return nil, Errorf(ENOTFOUND, "no event with id %q", ref.ID)
+		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", ref.ID)
 	case errors.Is(err, storage.ErrNotDead):
-		return nil, Errorf(ENOTFOUND, "event %q is not in the DLQ: it is %s (GET /v1/events/{id} shows it)", ref.ID, en.Record.State)
+		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "event %q is not in the DLQ: it is %s (GET /v1/events/{id} shows it)", ref.ID, en.Record.State)
 	case err != nil:
 		return nil, unavailable(err)
 	}
@@ -168,10 +169,10 @@ func (e *Engine) retryAction() dlqAction {
 		name: "retry",
 		check: func(r *storage.Record) error {
 			if r.State != storage.StateDLQ && r.State != storage.StateResolved {
-				return Errorf(ENOTINDLQ, "event %q is %s, not in the DLQ: nothing to retry", r.Event.ID, r.State)
+				return switchyard.Errorf(switchyard.ENOTINDLQ, "event %q is %s, not in the DLQ: nothing to retry", r.Event.ID, r.State)
 			}
 			if _, ok := e.policyOf(r.QueueName()); !ok {
-				return Errorf(EUNKNOWNTYPE, "the configuration has no block for %q any more: a retried event would wait forever", r.QueueName())
+				return switchyard.Errorf(switchyard.EUNKNOWNTYPE, "the configuration has no block for %q any more: a retried event would wait forever", r.QueueName())
 			}
 			return nil
 		},
@@ -190,9 +191,9 @@ func (e *Engine) resolveAction() dlqAction {
 			case storage.StateDLQ:
 				return nil
 			case storage.StateResolved:
-				return Errorf(ENOTINDLQ, "event %q is already resolved", r.Event.ID)
+				return switchyard.Errorf(switchyard.ENOTINDLQ, "event %q is already resolved", r.Event.ID)
 			}
-			return Errorf(ENOTINDLQ, "event %q is %s, not in the DLQ: nothing to resolve", r.Event.ID, r.State)
+			return switchyard.Errorf(switchyard.ENOTINDLQ, "event %q is %s, not in the DLQ: nothing to resolve", r.Event.ID, r.State)
 		},
 		apply: func(tx *storage.Tx, r *storage.Record, now time.Time) error {
 			return tx.ResolveDeadLetter(r, now, e.config().DLQ.TTL)
@@ -205,7 +206,7 @@ func (e *Engine) deleteAction() dlqAction {
 		name: "delete",
 		check: func(r *storage.Record) error {
 			if r.State != storage.StateDLQ && r.State != storage.StateResolved {
-				return Errorf(ENOTINDLQ, "event %q is %s, not in the DLQ: only dead letters are deleted", r.Event.ID, r.State)
+				return switchyard.Errorf(switchyard.ENOTINDLQ, "event %q is %s, not in the DLQ: only dead letters are deleted", r.Event.ID, r.State)
 			}
 			return nil
 		},
@@ -244,7 +245,7 @@ func (e *Engine) dlqOne(ctx context.Context, ref DLQRef, act dlqAction) (*DLQIte
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
 		r, err := tx.Event(ref.key())
 		if errors.Is(err, storage.ErrNotFound) {
-			return Errorf(ENOTFOUND, "no event with id %q", ref.ID)
+			return switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", ref.ID)
 		}
 		if err != nil {
 			return err
@@ -325,7 +326,7 @@ func (e *Engine) DLQRetryMany(ctx context.Context, f DLQFilter) (*DLQBulkResult,
 // DLQResolveMany resolves every dead letter the filter selects.
 func (e *Engine) DLQResolveMany(ctx context.Context, f DLQFilter) (*DLQBulkResult, error) {
 	if f.Status == storage.StateResolved {
-		return nil, Errorf(EINVALID, "status resolved: those are resolved already")
+		return nil, switchyard.Errorf(switchyard.EINVALID, "status resolved: those are resolved already")
 	}
 	return e.dlqMany(ctx, f, e.resolveAction())
 }
@@ -346,10 +347,10 @@ func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQB
 	}
 	f.Status = status
 	if f.Type == "" && f.Since.IsZero() && len(f.IDs) == 0 && !f.All {
-		return nil, Errorf(EINVALID, "a bulk %s needs a filter: type, since or ids (or \"all\": true for everything)", act.name)
+		return nil, switchyard.Errorf(switchyard.EINVALID, "a bulk %s needs a filter: type, since or ids (or \"all\": true for everything)", act.name)
 	}
 	if len(f.IDs) > DLQMaxIDs {
-		return nil, Errorf(ETOOLARGE, "%d ids; at most %d per request", len(f.IDs), DLQMaxIDs)
+		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "%d ids; at most %d per request", len(f.IDs), DLQMaxIDs)
 	}
 	b := &bulk{e: e, ctx: ctx, act: act, total: &DLQBulkResult{Action: act.name}, woken: make(map[string]bool)}
 	defer b.finish()
@@ -404,8 +405,8 @@ func (b *bulk) chunk(fn func(tx *storage.Tx, now time.Time, res *DLQBulkResult, 
 func (b *bulk) apply(tx *storage.Tx, r *storage.Record, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
 	res.Matched++
 	if err := b.act.check(r); err != nil {
-		skip := DLQSkip{ID: r.Event.ID, Code: ErrorCode(err), Reason: err.Error()}
-		var coded *Error
+		skip := DLQSkip{ID: r.Event.ID, Code: switchyard.ErrorCode(err), Reason: err.Error()}
+		var coded *switchyard.Error
 		if errors.As(err, &coded) {
 			skip.Reason = coded.Message
 		}

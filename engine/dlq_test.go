@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -46,7 +47,7 @@ func (h *harness) pollAll(types ...string) {
 	}
 }
 
-func code(err error) string { return engine.ErrorCode(err) }
+func code(err error) string { return switchyard.ErrorCode(err) }
 
 // A dead letter retried after its cause is fixed is delivered, and the
 // output the broker had already acknowledged is not sent again.
@@ -81,13 +82,13 @@ func TestDLQRetryAfterFixDoesNotResendAcknowledged(t *testing.T) {
 		t.Fatalf("the acknowledged output was published %d times, want 1", len(msgs))
 	}
 	// Retrying what is not dead is a state conflict.
-	if _, err := h.eng.DLQRetry(ctx, engine.DLQRef{ID: id}); code(err) != engine.ENOTINDLQ {
+	if _, err := h.eng.DLQRetry(ctx, engine.DLQRef{ID: id}); code(err) != switchyard.ENOTINDLQ {
 		t.Fatalf("retry of a delivered event: %v", err)
 	}
-	if _, err := h.eng.DLQGet(engine.DLQRef{ID: id}); code(err) != engine.ENOTFOUND {
+	if _, err := h.eng.DLQGet(engine.DLQRef{ID: id}); code(err) != switchyard.ENOTFOUND {
 		t.Fatalf("get of a delivered event: %v", err)
 	}
-	if _, err := h.eng.DLQGet(engine.DLQRef{ID: "nope"}); code(err) != engine.ENOTFOUND {
+	if _, err := h.eng.DLQGet(engine.DLQRef{ID: "nope"}); code(err) != switchyard.ENOTFOUND {
 		t.Fatalf("get of nothing: %v", err)
 	}
 }
@@ -126,12 +127,12 @@ func TestDLQPagingBulkAndResolveTTL(t *testing.T) {
 			t.Fatalf("order %v, want newest first of %v", seen, ids)
 		}
 	}
-	if _, err := h.eng.DLQList(engine.DLQQuery{Cursor: "garbage"}); code(err) != engine.EINVALID {
+	if _, err := h.eng.DLQList(engine.DLQQuery{Cursor: "garbage"}); code(err) != switchyard.EINVALID {
 		t.Fatalf("bad cursor: %v", err)
 	}
 
 	// An empty filter is refused.
-	if _, err := h.eng.DLQRetryMany(ctx, engine.DLQFilter{}); code(err) != engine.EINVALID {
+	if _, err := h.eng.DLQRetryMany(ctx, engine.DLQFilter{}); code(err) != switchyard.EINVALID {
 		t.Fatalf("empty filter: %v", err)
 	}
 	// Resolve two by id (one unknown), then the rest newer than a point.
@@ -140,7 +141,7 @@ func TestDLQPagingBulkAndResolveTTL(t *testing.T) {
 		t.Fatalf("resolve by ids: %+v %v", res, err)
 	}
 	res, err = h.eng.DLQResolveMany(ctx, engine.DLQFilter{IDs: []string{ids[0]}})
-	if err != nil || res.Done != 0 || len(res.Skipped) != 1 || res.Skipped[0].Code != engine.ENOTINDLQ {
+	if err != nil || res.Done != 0 || len(res.Skipped) != 1 || res.Skipped[0].Code != switchyard.ENOTINDLQ {
 		t.Fatalf("resolve again: %+v %v", res, err)
 	}
 	res, err = h.eng.DLQDeleteMany(ctx, engine.DLQFilter{Type: "x.bad", Since: h.clock.Now().Add(-2500 * time.Millisecond)})
@@ -174,7 +175,7 @@ func TestDLQPagingBulkAndResolveTTL(t *testing.T) {
 	if _, err := h.eng.Cleanup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.eng.EventStatus(storage.DefaultTenant, ids[0]); code(err) != engine.ENOTFOUND {
+	if _, err := h.eng.EventStatus(storage.DefaultTenant, ids[0]); code(err) != switchyard.ENOTFOUND {
 		t.Fatalf("resolved record after TTL: %v", err)
 	}
 }
@@ -208,7 +209,7 @@ func TestStatsOfARemovedType(t *testing.T) {
 	h := newHarness(t, dlqPolicies, true)
 	ctx := context.Background()
 	err := h.db.Update(ctx, func(tx *storage.Tx) error {
-		return tx.InsertEvent(&storage.Record{Event: storage.Event{ID: "gone-1", Type: "t.gone"}, CreatedAt: h.clock.Now()}, false)
+		return tx.InsertEvent(&storage.Record{Event: switchyard.Event{ID: "gone-1", Type: "t.gone"}, CreatedAt: h.clock.Now()}, false)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,22 +1,26 @@
 package engine
 
-import "context"
+import (
+	"context"
+
+	"github.com/switchyard-router/switchyard"
+)
 
 // doubleSink makes every publish happen twice: the double-send mode
 // (`router run -double-send`), so that any receiver that is not idempotent
 // shows up in tests before it does in production. The second send's
 // results are the ones recorded: if the first went through and the second
 // failed, the event is retried, as it would be after a lost ack.
-type doubleSink struct{ Sink }
+type doubleSink struct{ switchyard.Sink }
 
-func (d doubleSink) Publish(ctx context.Context, msgs []*Message) []Result {
+func (d doubleSink) Publish(ctx context.Context, msgs []*switchyard.Message) []switchyard.Result {
 	d.Sink.Publish(ctx, msgs)
 	return d.Sink.Publish(ctx, msgs)
 }
 
 // Healthy passes through to the wrapped sink when it can tell.
 func (d doubleSink) Healthy(ctx context.Context) error {
-	if h, ok := d.Sink.(HealthChecker); ok {
+	if h, ok := d.Sink.(switchyard.HealthChecker); ok {
 		return h.Healthy(ctx)
 	}
 	return nil

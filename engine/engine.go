@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -43,7 +44,7 @@ type Options struct {
 	// CleanupInterval is how often expired records are removed. Default 1m.
 	CleanupInterval time.Duration
 	// Plugins are the loaded plugins, by the names policies use.
-	Plugins []Plugin
+	Plugins []switchyard.Plugin
 	// DoubleSend makes every publish and every delivery happen twice
 	// (a test mode; never on by default).
 	DoubleSend bool
@@ -54,8 +55,8 @@ type Engine struct {
 	store Store
 	conf  atomic.Pointer[config.Config] // swapped by Reload
 	// sinks by name; copy on write (Reload adds), read without a lock.
-	sinkMap atomic.Pointer[map[string]Sink]
-	plugins atomic.Pointer[map[string]Plugin]
+	sinkMap atomic.Pointer[map[string]switchyard.Sink]
+	plugins atomic.Pointer[map[string]switchyard.Plugin]
 	inboxes map[string]*inbox
 
 	inboxMetrics *inboxMetrics
@@ -75,7 +76,7 @@ type Engine struct {
 
 // New checks that every route names a configured sink and returns an engine
 // ready to Open.
-func New(store Store, cfg *config.Config, sinks []Sink, opts Options) (*Engine, error) {
+func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
@@ -149,13 +150,13 @@ func (e *Engine) policy(eventType string) (*config.Policy, bool) { return e.conf
 // config is the configuration in force (Reload swaps it).
 func (e *Engine) config() *config.Config { return e.conf.Load() }
 
-func (e *Engine) plugin(name string) (Plugin, bool) {
+func (e *Engine) plugin(name string) (switchyard.Plugin, bool) {
 	p, ok := (*e.plugins.Load())[name]
 	return p, ok
 }
 
-func pluginMap(plugins []Plugin) *map[string]Plugin {
-	m := make(map[string]Plugin, len(plugins))
+func pluginMap(plugins []switchyard.Plugin) *map[string]switchyard.Plugin {
+	m := make(map[string]switchyard.Plugin, len(plugins))
 	for _, p := range plugins {
 		m[p.Name()] = p
 	}
@@ -287,7 +288,7 @@ func (e *Engine) EventStatus(tenant, id string) (*storage.Record, error) {
 		return err
 	})
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, Errorf(ENOTFOUND, "no event with id %q", id)
+		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", id)
 	}
 	if err != nil {
 		return nil, err
@@ -311,7 +312,7 @@ func (e *Engine) EventsByKey(tenant, endpoint, key string) ([]*storage.Record, e
 		return nil
 	})
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, Errorf(ENOTFOUND, "no request with idempotency key %q in the window", key)
+		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "no request with idempotency key %q in the window", key)
 	}
 	if err != nil {
 		return nil, err
@@ -448,11 +449,11 @@ func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time,
 }
 
 // chain returns the plugins of a policy, in order.
-func (e *Engine) chain(p *config.Policy) []Plugin {
+func (e *Engine) chain(p *config.Policy) []switchyard.Plugin {
 	if len(p.Plugins) == 0 {
 		return nil
 	}
-	out := make([]Plugin, len(p.Plugins))
+	out := make([]switchyard.Plugin, len(p.Plugins))
 	for i, name := range p.Plugins {
 		out[i], _ = e.plugin(name)
 	}
@@ -460,17 +461,17 @@ func (e *Engine) chain(p *config.Policy) []Plugin {
 }
 
 // sinks is the sinks by name.
-func (e *Engine) sinks() map[string]Sink { return *e.sinkMap.Load() }
+func (e *Engine) sinks() map[string]switchyard.Sink { return *e.sinkMap.Load() }
 
 // withSinks returns a copy of old with sinks added: wrapped for
 // -double-send, and told to wake the loops when they become reachable.
-func (e *Engine) withSinks(old map[string]Sink, sinks []Sink) *map[string]Sink {
-	m := make(map[string]Sink, len(old)+len(sinks))
+func (e *Engine) withSinks(old map[string]switchyard.Sink, sinks []switchyard.Sink) *map[string]switchyard.Sink {
+	m := make(map[string]switchyard.Sink, len(old)+len(sinks))
 	for name, s := range old {
 		m[name] = s
 	}
 	for _, s := range sinks {
-		if r, ok := s.(ReadyNotifier); ok {
+		if r, ok := s.(switchyard.ReadyNotifier); ok {
 			r.OnReady(e.kickAll)
 		}
 		if e.opts.DoubleSend {

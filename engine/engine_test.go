@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -30,7 +31,7 @@ event "t.order" {
 func TestPublishToJetStream(t *testing.T) {
 	h := newHarness(t, oneRoute, false)
 	const n = 1000
-	ids := h.ingest("t.order", n, storage.Header{Name: "traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
+	ids := h.ingest("t.order", n, switchyard.Header{Name: "traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
 	h.waitDelivered(ids, 30*time.Second)
 
 	msgs := h.streamMessages()
@@ -243,7 +244,7 @@ func TestNATSOutage(t *testing.T) {
 		attempts += h.record(id).Attempts
 	}
 	// An outage is not the events' fault: it must not push them toward
-	// the DLQ (engine.ErrSinkUnavailable, engine.ErrUnknownOutcome).
+	// the DLQ (switchyard.ErrSinkUnavailable, switchyard.ErrUnknownOutcome).
 	t.Logf("%d events, %d messages in the stream, %d distinct, %d attempts counted", len(ids), len(msgs), len(distinct), attempts)
 	if len(distinct) != len(ids) {
 		t.Fatalf("distinct %d, want %d", len(distinct), len(ids))
@@ -255,11 +256,11 @@ func TestNATSOutage(t *testing.T) {
 type hangingSink struct{ name string }
 
 func (s hangingSink) Name() string { return s.name }
-func (s hangingSink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Result {
+func (s hangingSink) Publish(ctx context.Context, msgs []*switchyard.Message) []switchyard.Result {
 	<-ctx.Done()
-	r := make([]engine.Result, len(msgs))
+	r := make([]switchyard.Result, len(msgs))
 	for i := range r {
-		r[i].Err = fmt.Errorf("waiting for ack: %w", engine.ErrUnknownOutcome)
+		r[i].Err = fmt.Errorf("waiting for ack: %w", switchyard.ErrUnknownOutcome)
 	}
 	return r
 }
@@ -301,14 +302,14 @@ event "t.stuck" {
 func TestSameKeyInFlightGets409(t *testing.T) {
 	h := newHarness(t, oneRoute, false)
 	slow := &slowStore{Store: h.db, gate: make(chan struct{}), entered: make(chan struct{})}
-	eng, err := engine.New(slow, h.cfg, []engine.Sink{h.sink}, engine.Options{IdempotencyWait: 50 * time.Millisecond})
+	eng, err := engine.New(slow, h.cfg, []switchyard.Sink{h.sink}, engine.Options{IdempotencyWait: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	req := func(body string) *engine.IngestRequest {
 		return &engine.IngestRequest{
 			Tenant: "default", Endpoint: "POST /v1/events", Key: "k", Digest: []byte(body),
-			Events: []engine.IngestEvent{{Event: storage.Event{ID: "e1", Type: "t.order", Source: "/s", SpecVersion: "1.0"}}},
+			Events: []engine.IngestEvent{{Event: switchyard.Event{ID: "e1", Type: "t.order", Source: "/s", SpecVersion: "1.0"}}},
 			Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202, Body: []byte(body)} },
 		}
 	}
@@ -319,12 +320,12 @@ func TestSameKeyInFlightGets409(t *testing.T) {
 	}()
 	<-slow.entered
 	_, err = eng.Ingest(context.Background(), req("a"))
-	var coded *engine.Error
-	if !errors.As(err, &coded) || coded.Code != engine.EINPROGRESS || coded.RetryAfter <= 0 {
+	var coded *switchyard.Error
+	if !errors.As(err, &coded) || coded.Code != switchyard.EINPROGRESS || coded.RetryAfter <= 0 {
 		t.Fatalf("same key while in flight: %v", err)
 	}
 	_, err = eng.Ingest(context.Background(), req("b"))
-	if !errors.As(err, &coded) || coded.Code != engine.EIDEMREUSE {
+	if !errors.As(err, &coded) || coded.Code != switchyard.EIDEMREUSE {
 		t.Fatalf("same key, other body, while in flight: %v", err)
 	}
 	close(slow.gate)
@@ -359,10 +360,10 @@ type busySink struct {
 }
 
 func (s busySink) Name() string { return s.name }
-func (s busySink) Publish(_ context.Context, msgs []*engine.Message) []engine.Result {
-	r := make([]engine.Result, len(msgs))
+func (s busySink) Publish(_ context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	r := make([]switchyard.Result, len(msgs))
 	for i := range r {
-		r[i] = engine.Result{Err: errors.New("429 Too Many Requests"), RetryAfter: s.after}
+		r[i] = switchyard.Result{Err: errors.New("429 Too Many Requests"), RetryAfter: s.after}
 	}
 	return r
 }
@@ -404,7 +405,7 @@ func TestTenantsChooseIDsIndependently(t *testing.T) {
 	for _, tenant := range []string{"acme", "beta", storage.DefaultTenant} {
 		req := &engine.IngestRequest{
 			Tenant: tenant,
-			Events: []engine.IngestEvent{{ClientID: true, Event: storage.Event{
+			Events: []engine.IngestEvent{{ClientID: true, Event: switchyard.Event{
 				ID: "order-42", Type: "t.order", Source: "/" + tenant, SpecVersion: "1.0", Time: time.Now(),
 				DataContentType: "application/json", Data: []byte(`{"tenant":"` + tenant + `"}`),
 			}}},

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
@@ -68,7 +69,7 @@ func (c *clock) Advance(d time.Duration) {
 // harnessOption adjusts the engine's options.
 type harnessOption func(*engine.Options)
 
-func withPlugins(p ...engine.Plugin) harnessOption {
+func withPlugins(p ...switchyard.Plugin) harnessOption {
 	return func(o *engine.Options) { o.Plugins = append(o.Plugins, p...) }
 }
 
@@ -86,10 +87,10 @@ func newHarness(t testing.TB, policies string, fake bool, extra ...any) *harness
 		h.clock = &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 		opts.Now = h.clock.Now
 	}
-	sinks := []engine.Sink{h.sink}
+	sinks := []switchyard.Sink{h.sink}
 	for _, x := range extra {
 		switch x := x.(type) {
-		case engine.Sink:
+		case switchyard.Sink:
 			sinks = append(sinks, x)
 		case harnessOption:
 			x(&opts)
@@ -160,7 +161,7 @@ func portOf(url string) int {
 }
 
 // ingestEvent stores one event as given and returns its id.
-func (h *harness) ingestEvent(ev storage.Event) string {
+func (h *harness) ingestEvent(ev switchyard.Event) string {
 	h.t.Helper()
 	req := &engine.IngestRequest{
 		Tenant: "default", Events: []engine.IngestEvent{{Event: ev}},
@@ -173,7 +174,7 @@ func (h *harness) ingestEvent(ev storage.Event) string {
 }
 
 // ingest stores n events of type typ and returns their ids.
-func (h *harness) ingest(typ string, n int, extra ...storage.Header) []string {
+func (h *harness) ingest(typ string, n int, extra ...switchyard.Header) []string {
 	h.t.Helper()
 	req := &engine.IngestRequest{
 		Tenant: "default",
@@ -182,7 +183,7 @@ func (h *harness) ingest(typ string, n int, extra ...storage.Header) []string {
 	ids := make([]string, n)
 	for i := range n {
 		ids[i] = fmt.Sprintf("%s-%d-%d", typ, time.Now().UnixNano(), i)
-		req.Events = append(req.Events, engine.IngestEvent{Event: storage.Event{
+		req.Events = append(req.Events, engine.IngestEvent{Event: switchyard.Event{
 			ID: ids[i], Type: typ, Source: "/test", SpecVersion: "1.0", Time: time.Now(),
 			DataContentType: "application/json", Data: []byte(`{"i":` + fmt.Sprint(i) + `}`), Extensions: extra,
 		}})

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard"
 )
 
 // Attribute prefixes of the CloudEvents binary-mode bindings.
@@ -56,7 +56,7 @@ const DerivedIDPrefix = "sha256-"
 // a time that is not RFC 3339 (left zero). Missing attributes are left
 // empty: a message that is no CloudEvent at all (no ce headers) becomes an
 // event with only data and a derived id.
-func DecodeInbound(headers []storage.Header, value []byte, prefix, idHeader, origin string) (in Inbound, warnings []string) {
+func DecodeInbound(headers []switchyard.Header, value []byte, prefix, idHeader, origin string) (in switchyard.Inbound, warnings []string) {
 	prefix = strings.ToLower(prefix)
 	if idHeader == "" {
 		idHeader = prefix + "id"
@@ -100,7 +100,7 @@ func DecodeInbound(headers []storage.Header, value []byte, prefix, idHeader, ori
 		case name == "content-type":
 			ev.DataContentType = v
 		case passThrough[name]:
-			ev.Extensions = append(ev.Extensions, storage.Header{Name: name, Value: v})
+			ev.Extensions = append(ev.Extensions, switchyard.Header{Name: name, Value: v})
 		case !isAttr:
 			// Not part of the event (broker or application metadata).
 		default:
@@ -129,7 +129,7 @@ func DecodeInbound(headers []storage.Header, value []byte, prefix, idHeader, ori
 				}
 				ev.Time = t
 			default:
-				ev.Extensions = append(ev.Extensions, storage.Header{Name: attr, Value: v})
+				ev.Extensions = append(ev.Extensions, switchyard.Header{Name: attr, Value: v})
 			}
 		}
 	}
@@ -153,10 +153,10 @@ func DecodeInbound(headers []storage.Header, value []byte, prefix, idHeader, ori
 // header: DerivedIDPrefix + the hex SHA-256 of source, type, subject, the
 // headers (names lower-cased, sorted by name then value) and the data, each
 // length-prefixed so no two different messages can encode alike.
-func DeriveInboundID(source, typ, subject string, headers []storage.Header, data []byte) string {
-	hs := make([]storage.Header, len(headers))
+func DeriveInboundID(source, typ, subject string, headers []switchyard.Header, data []byte) string {
+	hs := make([]switchyard.Header, len(headers))
 	for i, h := range headers {
-		hs[i] = storage.Header{Name: strings.ToLower(h.Name), Value: h.Value}
+		hs[i] = switchyard.Header{Name: strings.ToLower(h.Name), Value: h.Value}
 	}
 	sort.Slice(hs, func(i, j int) bool {
 		if hs[i].Name != hs[j].Name {

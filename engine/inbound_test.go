@@ -6,26 +6,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard"
 )
 
 func TestDecodeInbound(t *testing.T) {
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	at := time.Date(2026, 3, 4, 5, 6, 7, 890000000, time.UTC)
-	hs := func(kv ...string) []storage.Header {
-		out := make([]storage.Header, 0, len(kv)/2)
+	hs := func(kv ...string) []switchyard.Header {
+		out := make([]switchyard.Header, 0, len(kv)/2)
 		for i := 0; i < len(kv); i += 2 {
-			out = append(out, storage.Header{Name: kv[i], Value: kv[i+1]})
+			out = append(out, switchyard.Header{Name: kv[i], Value: kv[i+1]})
 		}
 		return out
 	}
 	tests := []struct {
 		name     string
-		headers  []storage.Header
+		headers  []switchyard.Header
 		value    string
 		prefix   string
 		idHeader string
-		want     storage.Event
+		want     switchyard.Event
 		derived  bool
 		warnings int
 	}{
@@ -37,7 +37,7 @@ func TestDecodeInbound(t *testing.T) {
 				"tracestate", "k=v", "x-app", "ignored"),
 			value:  `{"amount":1}`,
 			prefix: "ce_",
-			want: storage.Event{ID: "a-1", SpecVersion: "1.0", Source: "/pay", Type: "payment.done", Subject: "inv/7",
+			want: switchyard.Event{ID: "a-1", SpecVersion: "1.0", Source: "/pay", Type: "payment.done", Subject: "inv/7",
 				Time: at, DataSchema: "urn:s", DataContentType: "application/json",
 				Extensions: hs("partitionkey", "cust-1", "traceparent", tp, "tracestate", "k=v"),
 				Data:       []byte(`{"amount":1}`)},
@@ -47,41 +47,41 @@ func TestDecodeInbound(t *testing.T) {
 			headers: hs("Ce-Specversion", "1.0", "CE-ID", "n-1", "ce-source", "/s", "ce-type", "t", "Content-Type", "text/plain"),
 			value:   "hi",
 			prefix:  "ce-",
-			want: storage.Event{ID: "n-1", SpecVersion: "1.0", Source: "/s", Type: "t", DataContentType: "text/plain",
+			want: switchyard.Event{ID: "n-1", SpecVersion: "1.0", Source: "/s", Type: "t", DataContentType: "text/plain",
 				Data: []byte("hi")},
 		},
 		{
 			name:    "percent-decoding with ce-",
 			headers: hs("ce-id", "id%20one", "ce-source", "/caf%C3%A9", "ce-type", "t", "ce-note", "100%25 %22ok%22"),
 			prefix:  "ce-",
-			want: storage.Event{ID: "id one", Source: "/café", Type: "t",
+			want: switchyard.Event{ID: "id one", Source: "/café", Type: "t",
 				Extensions: hs("note", `100% "ok"`)},
 		},
 		{
 			name:    "no percent-decoding with ce_",
 			headers: hs("ce_id", "id%20one", "ce_source", "/caf%C3%A9"),
 			prefix:  "ce_",
-			want:    storage.Event{ID: "id%20one", Source: "/caf%C3%A9"},
+			want:    switchyard.Event{ID: "id%20one", Source: "/caf%C3%A9"},
 		},
 		{
 			name:     "bad percent-encoding keeps the raw value",
 			headers:  hs("ce-id", "x", "ce-source", "100%"),
 			prefix:   "ce-",
-			want:     storage.Event{ID: "x", Source: "100%"},
+			want:     switchyard.Event{ID: "x", Source: "100%"},
 			warnings: 1,
 		},
 		{
 			name:     "bad time is dropped with a warning",
 			headers:  hs("ce_id", "x", "ce_time", "yesterday"),
 			prefix:   "ce_",
-			want:     storage.Event{ID: "x"},
+			want:     switchyard.Event{ID: "x"},
 			warnings: 1,
 		},
 		{
 			name:     "invalid UTF-8 is replaced",
 			headers:  hs("ce_id", "x", "ce_source", "a\xffb"),
 			prefix:   "ce_",
-			want:     storage.Event{ID: "x", Source: "a\uFFFDb"},
+			want:     switchyard.Event{ID: "x", Source: "a\uFFFDb"},
 			warnings: 1,
 		},
 		{
@@ -89,26 +89,26 @@ func TestDecodeInbound(t *testing.T) {
 			headers:  hs("ce_id", "ce-value", "Message-Id", "m-9", "ce_type", "t"),
 			prefix:   "ce_",
 			idHeader: "message-id",
-			want:     storage.Event{ID: "m-9", Type: "t"},
+			want:     switchyard.Event{ID: "m-9", Type: "t"},
 		},
 		{
 			name:    "first of a repeated header wins",
 			headers: hs("ce_id", "first", "ce_id", "second"),
 			prefix:  "ce_",
-			want:    storage.Event{ID: "first"},
+			want:    switchyard.Event{ID: "first"},
 		},
 		{
 			name:    "datacontenttype attribute as fallback",
 			headers: hs("ce_id", "x", "ce_datacontenttype", "application/xml"),
 			prefix:  "ce_",
-			want:    storage.Event{ID: "x", DataContentType: "application/xml"},
+			want:    switchyard.Event{ID: "x", DataContentType: "application/xml"},
 		},
 		{
 			name:    "missing id is derived",
 			headers: hs("ce_source", "/s", "ce_type", "t"),
 			value:   "body",
 			prefix:  "ce_",
-			want: storage.Event{ID: DeriveInboundID("/s", "t", "", hs("ce_source", "/s", "ce_type", "t"), []byte("body")),
+			want: switchyard.Event{ID: DeriveInboundID("/s", "t", "", hs("ce_source", "/s", "ce_type", "t"), []byte("body")),
 				Source: "/s", Type: "t", Data: []byte("body")},
 			derived: true,
 		},
@@ -116,7 +116,7 @@ func TestDecodeInbound(t *testing.T) {
 			name:    "empty id is derived",
 			headers: hs("ce-id", ""),
 			prefix:  "ce-",
-			want:    storage.Event{ID: DeriveInboundID("", "", "", hs("ce-id", ""), nil)},
+			want:    switchyard.Event{ID: DeriveInboundID("", "", "", hs("ce-id", ""), nil)},
 			derived: true,
 		},
 		{
@@ -124,7 +124,7 @@ func TestDecodeInbound(t *testing.T) {
 			headers:  hs("ce-id", "dash"),
 			prefix:   "ce_",
 			idHeader: "",
-			want:     storage.Event{ID: DeriveInboundID("", "", "", hs("ce-id", "dash"), nil)},
+			want:     switchyard.Event{ID: DeriveInboundID("", "", "", hs("ce-id", "dash"), nil)},
 			derived:  true,
 		},
 	}
@@ -152,10 +152,10 @@ func TestDecodeInbound(t *testing.T) {
 }
 
 func TestDeriveInboundIDStable(t *testing.T) {
-	h := []storage.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}, {Name: "X-A", Value: "1"}}
+	h := []switchyard.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}, {Name: "X-A", Value: "1"}}
 	a, _ := DecodeInbound(h, []byte("data"), "ce_", "", "kafka.main:p/0@1")
 	// The same content at another offset, headers in another order.
-	h2 := []storage.Header{{Name: "x-a", Value: "1"}, {Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}}
+	h2 := []switchyard.Header{{Name: "x-a", Value: "1"}, {Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}}
 	b, _ := DecodeInbound(h2, []byte("data"), "ce_", "", "kafka.main:p/5@900")
 	if !a.IDDerived || a.Event.ID != b.Event.ID {
 		t.Fatalf("ids differ for identical content: %q vs %q", a.Event.ID, b.Event.ID)
@@ -164,13 +164,13 @@ func TestDeriveInboundIDStable(t *testing.T) {
 		t.Fatalf("derived id %q", a.Event.ID)
 	}
 	for _, other := range []struct {
-		h    []storage.Header
+		h    []switchyard.Header
 		data string
 	}{
 		{h, "datb"},
-		{[]storage.Header{{Name: "ce_type", Value: "u"}, {Name: "x-b", Value: "2"}, {Name: "X-A", Value: "1"}}, "data"},
-		{[]storage.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}}, "data"},
-		{[]storage.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "21"}, {Name: "X-A", Value: ""}}, "data"},
+		{[]switchyard.Header{{Name: "ce_type", Value: "u"}, {Name: "x-b", Value: "2"}, {Name: "X-A", Value: "1"}}, "data"},
+		{[]switchyard.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}}, "data"},
+		{[]switchyard.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "21"}, {Name: "X-A", Value: ""}}, "data"},
 	} {
 		c, _ := DecodeInbound(other.h, []byte(other.data), "ce_", "", "o")
 		if c.Event.ID == a.Event.ID {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -99,7 +100,7 @@ func (e *Engine) policyOf(queue string) (*config.Policy, bool) {
 func (e *Engine) inbox(name string) (*inbox, error) {
 	in, ok := e.inboxes[name]
 	if !ok {
-		return nil, Errorf(ENOTFOUND, "no inbox %q in the configuration", name)
+		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "no inbox %q in the configuration", name)
 	}
 	return in, nil
 }
@@ -115,7 +116,7 @@ type ReceiveResult struct {
 // transaction; a redelivery is dropped and written to the dedup audit. Only
 // after Receive returns nil may the source acknowledge the batch to the
 // broker.
-func (e *Engine) Receive(ctx context.Context, name string, msgs []Inbound) (ReceiveResult, error) {
+func (e *Engine) Receive(ctx context.Context, name string, msgs []switchyard.Inbound) (ReceiveResult, error) {
 	in, err := e.inbox(name)
 	if err != nil {
 		return ReceiveResult{}, err
@@ -214,7 +215,7 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 		return nil, err
 	}
 	if !in.pull() {
-		return nil, Errorf(EINVALID, "inbox %q delivers to %s; it is not pulled", name, in.cfg.Deliver.URL)
+		return nil, switchyard.Errorf(switchyard.EINVALID, "inbox %q delivers to %s; it is not pulled", name, in.cfg.Deliver.URL)
 	}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
@@ -302,7 +303,7 @@ func (e *Engine) Ack(ctx context.Context, name string, ids []string) (int, error
 }
 
 func inboxKey(name, id string) string {
-	r := storage.Record{Queue: InboxQueue(name), Event: storage.Event{ID: id}}
+	r := storage.Record{Queue: InboxQueue(name), Event: switchyard.Event{ID: id}}
 	return r.Key()
 }
 
@@ -327,14 +328,14 @@ type ClaimRequest struct {
 // once, so a redelivery is skipped even if the effect then failed.
 func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim, created bool, err error) {
 	if req.ID == "" || req.Consumer == "" {
-		return nil, false, Errorf(EINVALID, "a claim needs a consumer and an id")
+		return nil, false, switchyard.Errorf(switchyard.EINVALID, "a claim needs a consumer and an id")
 	}
 	switch req.Mode {
 	case "":
 		req.Mode = ModeEffectivelyOnce
 	case ModeEffectivelyOnce, ModeAtMostOnce:
 	default:
-		return nil, false, Errorf(EINVALID, "mode %q: use %s or %s", req.Mode, ModeEffectivelyOnce, ModeAtMostOnce)
+		return nil, false, switchyard.Errorf(switchyard.EINVALID, "mode %q: use %s or %s", req.Mode, ModeEffectivelyOnce, ModeAtMostOnce)
 	}
 	if req.Lease <= 0 {
 		req.Lease = 30 * time.Second
@@ -349,7 +350,7 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 			c = old
 			return nil
 		case err == nil && now.Before(old.LeaseUntil):
-			return &Error{Code: EINPROGRESS, Message: fmt.Sprintf("id %q is claimed until %s", req.ID, old.LeaseUntil.Format(time.RFC3339)),
+			return &switchyard.Error{Code: switchyard.EINPROGRESS, Message: fmt.Sprintf("id %q is claimed until %s", req.ID, old.LeaseUntil.Format(time.RFC3339)),
 				RetryAfter: old.LeaseUntil.Sub(now)}
 		case err != nil && !errors.Is(err, storage.ErrNotFound):
 			return err
@@ -374,7 +375,7 @@ func (e *Engine) Complete(ctx context.Context, tenant, consumer, id string, resu
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
 		old, err := tx.Claim(tenant, consumer, id, now)
 		if errors.Is(err, storage.ErrNotFound) {
-			return Errorf(ENOTFOUND, "id %q is not claimed", id)
+			return switchyard.Errorf(switchyard.ENOTFOUND, "id %q is not claimed", id)
 		}
 		if err != nil {
 			return err
@@ -406,7 +407,7 @@ func (e *Engine) Release(ctx context.Context, tenant, consumer, id string) error
 			return err
 		}
 		if old.State == storage.ClaimCompleted {
-			return Errorf(ECONFLICT, "id %q is completed; it cannot be released", id)
+			return switchyard.Errorf(switchyard.ECONFLICT, "id %q is completed; it cannot be released", id)
 		}
 		return tx.DeleteClaim(tenant, consumer, id)
 	})

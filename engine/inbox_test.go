@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -21,11 +22,11 @@ inbox "pay" {
 }
 `
 
-func inbound(ids ...string) []engine.Inbound {
-	out := make([]engine.Inbound, len(ids))
+func inbound(ids ...string) []switchyard.Inbound {
+	out := make([]switchyard.Inbound, len(ids))
 	for i, id := range ids {
-		out[i] = engine.Inbound{
-			Event:  storage.Event{ID: id, Type: "payment", Source: "/bank", SpecVersion: "1.0", Data: []byte(`{}`)},
+		out[i] = switchyard.Inbound{
+			Event:  switchyard.Event{ID: id, Type: "payment", Source: "/bank", SpecVersion: "1.0", Data: []byte(`{}`)},
 			Origin: fmt.Sprintf("nats.local:events#%d", i+1),
 		}
 	}
@@ -124,11 +125,11 @@ func TestClaims(t *testing.T) {
 			_, ok, err := h.eng.Claim(ctx, req)
 			mu.Lock()
 			defer mu.Unlock()
-			var coded *engine.Error
+			var coded *switchyard.Error
 			switch {
 			case err == nil && ok:
 				created++
-			case errors.As(err, &coded) && coded.Code == engine.EINPROGRESS && coded.RetryAfter > 0:
+			case errors.As(err, &coded) && coded.Code == switchyard.EINPROGRESS && coded.RetryAfter > 0:
 				busy++
 			default:
 				t.Errorf("claim: %v", err)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -27,7 +28,7 @@ type IngestRequest struct {
 
 // IngestEvent is one event of a request.
 type IngestEvent struct {
-	Event storage.Event
+	Event switchyard.Event
 	// ClientID is true when the client chose the id: (source, id) is then a
 	// natural idempotency key, compared by Digest.
 	ClientID bool
@@ -98,21 +99,21 @@ func keyScope(tenant, endpoint, key string) string {
 // (a sink's size limits; docs/decisions/poison-events.md). Only a type
 // without plugins is checked: a plugin's outputs are known only when it
 // runs, and the sink's refusal then sends the event to the DLQ at once.
-func (e *Engine) fitsRoutes(tenant string, ev *storage.Event) error {
+func (e *Engine) fitsRoutes(tenant string, ev *switchyard.Event) error {
 	pol, ok := e.policy(ev.Type)
 	if !ok || len(pol.Plugins) > 0 {
 		return nil
 	}
 	sinks := e.sinks()
 	for _, r := range pol.Routes {
-		f, ok := sinks[r.To].(Fitter)
+		f, ok := sinks[r.To].(switchyard.Fitter)
 		if !ok {
 			continue
 		}
 		// The message id the loop will give it (storage.Record.MsgID).
-		m := Message{Event: ev, Destination: r.Target(), Key: ev.PartitionKey(), MsgID: storage.EventKey(tenant, ev.ID)}
+		m := switchyard.Message{Event: ev, Destination: r.Target(), Key: ev.PartitionKey(), MsgID: storage.EventKey(tenant, ev.ID)}
 		if err := f.Fits(&m); err != nil {
-			return Errorf(EROUTELIMIT, "event %q can never be published to %s: %v", ev.ID, r.Destination(), err)
+			return switchyard.Errorf(switchyard.EROUTELIMIT, "event %q can never be published to %s: %v", ev.ID, r.Destination(), err)
 		}
 	}
 	return nil
@@ -128,7 +129,7 @@ func (e *Engine) admitType(t string) error {
 		return nil
 	}
 	if _, ok := cfg.Events["*"]; !ok {
-		return Errorf(EUNKNOWNTYPE, "no event block in the configuration for type %q", t)
+		return switchyard.Errorf(switchyard.EUNKNOWNTYPE, "no event block in the configuration for type %q", t)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -142,7 +143,7 @@ func (e *Engine) admitType(t string) error {
 		}
 	}
 	if caught >= cfg.MaxTypes {
-		return Errorf(ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types); type %q needs a block of its own, or a higher max_types", caught, t)
+		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types); type %q needs a block of its own, or a higher max_types", caught, t)
 	}
 	e.startLoopLocked(t)
 	return nil
@@ -212,7 +213,7 @@ func (e *Engine) admit(req *IngestRequest) error {
 	for i := range req.Events {
 		ev := &req.Events[i].Event
 		if strings.HasPrefix(ev.Type, inboxQueuePrefix) {
-			return Errorf(EINVALID, "event types starting with %q are the router's own", inboxQueuePrefix)
+			return switchyard.Errorf(switchyard.EINVALID, "event types starting with %q are the router's own", inboxQueuePrefix)
 		}
 		if err := e.admitType(ev.Type); err != nil {
 			return err
@@ -236,14 +237,14 @@ func (e *Engine) enterFlight(ctx context.Context, scopes []string, digests [][]b
 			return func() { e.inflight.release(scopes, fl) }, nil
 		}
 		if !bytes.Equal(fl.digest, digest) {
-			return nil, Errorf(EIDEMREUSE, "the idempotency key or event id is in use by a request with another body")
+			return nil, switchyard.Errorf(switchyard.EIDEMREUSE, "the idempotency key or event id is in use by a request with another body")
 		}
 		wait := time.NewTimer(e.opts.IdempotencyWait)
 		select {
 		case <-fl.done:
 			wait.Stop()
 		case <-wait.C:
-			return nil, &Error{Code: EINPROGRESS, Message: "a request with this idempotency key is still in flight", RetryAfter: time.Second}
+			return nil, &switchyard.Error{Code: switchyard.EINPROGRESS, Message: "a request with this idempotency key is still in flight", RetryAfter: time.Second}
 		case <-ctx.Done():
 			wait.Stop()
 			return nil, ctx.Err()
@@ -266,7 +267,7 @@ func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Out
 		rec := &storage.Record{Event: ev.Event, Tenant: req.Tenant, IdempotencyKey: req.Key, CreatedAt: now, UpdatedAt: now}
 		if err := tx.InsertEvent(rec, pol.ByKey()); err != nil {
 			if errors.Is(err, storage.ErrExists) {
-				return Errorf(EIDCONFLICT, "event id %q is already stored for another event", ev.Event.ID)
+				return switchyard.Errorf(switchyard.EIDCONFLICT, "event id %q is already stored for another event", ev.Event.ID)
 			}
 			return err
 		}
@@ -294,11 +295,11 @@ func unavailable(err error) error {
 	if err == nil {
 		return nil
 	}
-	var coded *Error
+	var coded *switchyard.Error
 	if errors.As(err, &coded) {
 		return err
 	}
-	return &Error{Code: EUNAVAILABLE, Message: "the data file cannot be used; nothing was stored", RetryAfter: time.Second, Err: err}
+	return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: "the data file cannot be used; nothing was stored", RetryAfter: time.Second, Err: err}
 }
 
 // scopes lists the idempotency scopes a request claims, with the digest
@@ -336,7 +337,7 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 		rec, err := tx.Idempotency(keyScope(req.Tenant, req.Endpoint, req.Key), now)
 		switch {
 		case err == nil && !bytes.Equal(rec.Digest, req.Digest):
-			return nil, Errorf(EIDEMREUSE, "idempotency key %q was used with another request body", req.Key)
+			return nil, switchyard.Errorf(switchyard.EIDEMREUSE, "idempotency key %q was used with another request body", req.Key)
 		case err == nil:
 			return &Response{Status: rec.Status, ContentType: rec.ContentType, Body: rec.Body, Replayed: true}, nil
 		case !errors.Is(err, storage.ErrNotFound):
@@ -352,7 +353,7 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 		rec, err := tx.Idempotency(idScope(req.Tenant, ev.Event.Source, ev.Event.ID), now)
 		switch {
 		case err == nil && !bytes.Equal(rec.Digest, ev.Digest):
-			return nil, Errorf(EIDEMREUSE, "event %q from source %q was already accepted with other content", ev.Event.ID, ev.Event.Source)
+			return nil, switchyard.Errorf(switchyard.EIDEMREUSE, "event %q from source %q was already accepted with other content", ev.Event.ID, ev.Event.Source)
 		case err == nil:
 			outcomes[i].Duplicate = true
 			dups++

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -298,9 +299,9 @@ type item struct {
 type output struct {
 	dest   string // "nats.local:orders"
 	sink   string
-	msg    Message
-	event  storage.Event // the plugin chain's output event
-	result Result
+	msg    switchyard.Message
+	event  switchyard.Event // the plugin chain's output event
+	result switchyard.Result
 }
 
 // batch is a claimed batch with its outputs grouped by sink.
@@ -349,7 +350,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 					continue
 				}
 				o := &output{dest: dest.full, sink: dest.sink, event: po.Event}
-				o.msg = Message{Event: &o.event, Destination: dest.topic, Key: po.Key, MsgID: msgID}
+				o.msg = switchyard.Message{Event: &o.event, Destination: dest.topic, Key: po.Key, MsgID: msgID}
 				it.outputs = append(it.outputs, o)
 			}
 		}
@@ -380,10 +381,10 @@ func (l *Loop) destinations(pol *config.Policy, d string) ([]dest, error) {
 	}
 	sink, topic, ok := strings.Cut(d, ":")
 	if !ok || topic == "" {
-		return nil, Permanentf("destination %q is not <sink>:<topic or subject>", d)
+		return nil, switchyard.Permanentf("destination %q is not <sink>:<topic or subject>", d)
 	}
 	if _, ok := l.e.sinks()[sink]; !ok {
-		return nil, Permanentf("destination %q names sink %q, which is not configured", d, sink)
+		return nil, switchyard.Permanentf("destination %q names sink %q, which is not configured", d, sink)
 	}
 	return []dest{{full: d, sink: sink, topic: topic}}, nil
 }
@@ -400,10 +401,10 @@ func delivered(rec *storage.Record, dest, msgID string) bool {
 // publish sends every sink its messages concurrently and waits for all. A
 // sink that overstays the deadline by abandonGrace is given up on: its
 // outputs count as unknown.
-func (b *batch) publish(ctx context.Context, sinks map[string]Sink, observe func(sink string, took time.Duration)) {
+func (b *batch) publish(ctx context.Context, sinks map[string]switchyard.Sink, observe func(sink string, took time.Duration)) {
 	var wg sync.WaitGroup
 	for name, outs := range b.bySink {
-		msgs := make([]*Message, len(outs))
+		msgs := make([]*switchyard.Message, len(outs))
 		for i, o := range outs {
 			msgs[i] = &o.msg
 		}
@@ -425,7 +426,7 @@ func (b *batch) publish(ctx context.Context, sinks map[string]Sink, observe func
 		for _, o := range outs {
 			if err := o.result.Err; err != nil {
 				b.failed++
-				if errors.Is(err, ErrSinkUnavailable) || errors.Is(err, ErrUnknownOutcome) {
+				if errors.Is(err, switchyard.ErrSinkUnavailable) || errors.Is(err, switchyard.ErrUnknownOutcome) {
 					b.outage++
 				}
 			}
@@ -433,8 +434,8 @@ func (b *batch) publish(ctx context.Context, sinks map[string]Sink, observe func
 	}
 }
 
-func publishBounded(ctx context.Context, s Sink, msgs []*Message) []Result {
-	ch := make(chan []Result, 1)
+func publishBounded(ctx context.Context, s switchyard.Sink, msgs []*switchyard.Message) []switchyard.Result {
+	ch := make(chan []switchyard.Result, 1)
 	go func() { ch <- s.Publish(ctx, msgs) }()
 	select {
 	case r := <-ch:
@@ -453,11 +454,11 @@ func publishBounded(ctx context.Context, s Sink, msgs []*Message) []Result {
 		}
 	case <-grace.C:
 	}
-	return unknown(len(msgs), fmt.Errorf("sink %s did not answer by the deadline: %w", s.Name(), ErrUnknownOutcome))
+	return unknown(len(msgs), fmt.Errorf("sink %s did not answer by the deadline: %w", s.Name(), switchyard.ErrUnknownOutcome))
 }
 
-func unknown(n int, err error) []Result {
-	r := make([]Result, n)
+func unknown(n int, err error) []switchyard.Result {
+	r := make([]switchyard.Result, n)
 	for i := range r {
 		r[i].Err = err
 	}
@@ -482,7 +483,7 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 		var retryAfter time.Duration
 		switch {
 		case it.err == nil:
-		case IsPermanent(it.err):
+		case switchyard.IsPermanent(it.err):
 			permanent = it.err
 		default:
 			retry = it.err
@@ -492,9 +493,9 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 			setOutput(rec, o, now)
 			switch {
 			case err == nil:
-			case IsPermanent(err):
+			case switchyard.IsPermanent(err):
 				permanent = fmt.Errorf("%s: %w", o.dest, err)
-			case errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrSinkUnavailable) || errors.Is(err, context.DeadlineExceeded):
+			case errors.Is(err, switchyard.ErrUnknownOutcome) || errors.Is(err, switchyard.ErrSinkUnavailable) || errors.Is(err, context.DeadlineExceeded):
 				unknown = fmt.Errorf("%s: %w", o.dest, err)
 			default:
 				retry = fmt.Errorf("%s: %w", o.dest, err)

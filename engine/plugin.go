@@ -2,45 +2,15 @@ package engine
 
 import (
 	"context"
-	"errors"
 
-	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard"
 )
 
-// Plugin transforms and routes one event: the engine knows plugins only
-// through this interface; plugins/wasm implements it on wazero.
-type Plugin interface {
-	// Name is the plugin block's name in policies.hcl.
-	Name() string
-	// Handle runs the plugin on one event and returns its outputs: none
-	// means the event is dropped (filtered). A verdict of retry returns an
-	// error (the event is retried with backoff); a reject returns an error
-	// wrapped with Permanent (the event goes to the DLQ with the reason).
-	// Errors name the plugin and the event id.
-	Handle(ctx context.Context, ev *storage.Event) ([]PluginOutput, error)
-}
-
-// PluginOutput is one output of a plugin.
-type PluginOutput struct {
-	// Destination is "<sink>:<topic or subject>", for example
-	// "kafka.main:orders"; "" sends the output along the type's routes.
-	Destination string
-	// Event is the output event: the input's, with whatever the plugin
-	// replaced (key, headers, data). Its id is the input's id.
-	Event storage.Event
-	// Key is the partition key (Kafka record key).
-	Key string
-}
-
-// ErrPluginRetry marks a plugin's retry verdict or failure (trap, timeout,
-// memory limit, malformed output): the event is retried with backoff.
-var ErrPluginRetry = errors.New("plugin asked for a retry")
-
 // runChain runs plugins in order, each on every output of the one before.
-func runChain(ctx context.Context, chain []Plugin, ev *storage.Event) ([]PluginOutput, error) {
-	outs := []PluginOutput{{Event: *ev, Key: ev.PartitionKey()}}
+func runChain(ctx context.Context, chain []switchyard.Plugin, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+	outs := []switchyard.PluginOutput{{Event: *ev, Key: ev.PartitionKey()}}
 	for _, p := range chain {
-		var next []PluginOutput
+		var next []switchyard.PluginOutput
 		for i := range outs {
 			got, err := p.Handle(ctx, &outs[i].Event)
 			if err != nil {

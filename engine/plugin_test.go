@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -15,11 +15,11 @@ import (
 // WebAssembly host has its own, in plugins/wasm and cmd/router).
 type funcPlugin struct {
 	name string
-	fn   func(ev *storage.Event) ([]engine.PluginOutput, error)
+	fn   func(ev *switchyard.Event) ([]switchyard.PluginOutput, error)
 }
 
 func (p funcPlugin) Name() string { return p.name }
-func (p funcPlugin) Handle(_ context.Context, ev *storage.Event) ([]engine.PluginOutput, error) {
+func (p funcPlugin) Handle(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 	return p.fn(ev)
 }
 
@@ -28,13 +28,13 @@ func (p funcPlugin) Handle(_ context.Context, ev *storage.Event) ([]engine.Plugi
 // once, with the reason); outputs split from one event get distinct
 // Nats-Msg-Ids.
 func TestPluginChainDestinations(t *testing.T) {
-	split := funcPlugin{name: "split", fn: func(ev *storage.Event) ([]engine.PluginOutput, error) {
+	split := funcPlugin{name: "split", fn: func(ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		if ev.Subject == "bad" {
-			return []engine.PluginOutput{{Destination: "kafka.nope:x", Event: *ev}}, nil
+			return []switchyard.PluginOutput{{Destination: "kafka.nope:x", Event: *ev}}, nil
 		}
-		var outs []engine.PluginOutput
+		var outs []switchyard.PluginOutput
 		for i := range 3 {
-			o := engine.PluginOutput{Event: *ev}
+			o := switchyard.PluginOutput{Event: *ev}
 			o.Event.Data = []byte(fmt.Sprint(i))
 			if i == 2 {
 				o.Destination = "nats.local:t.direct"
@@ -54,7 +54,7 @@ event "t.chain" {
 }
 `, true, withPlugins(split))
 	ok := h.ingest("t.chain", 1)[0]
-	bad := h.ingestEvent(storage.Event{ID: "bad-1", Type: "t.chain", Source: "/t", SpecVersion: "1.0", Subject: "bad"})
+	bad := h.ingestEvent(switchyard.Event{ID: "bad-1", Type: "t.chain", Source: "/t", SpecVersion: "1.0", Subject: "bad"})
 	if _, err := h.eng.Loop("t.chain").Poll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +78,12 @@ event "t.chain" {
 // partition key is still pending (here: failing, then dead-lettered); an
 // event with another key does not wait.
 func TestOrderingByKey(t *testing.T) {
-	router := funcPlugin{name: "router", fn: func(ev *storage.Event) ([]engine.PluginOutput, error) {
+	router := funcPlugin{name: "router", fn: func(ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		dest := "nats.local:t.ok"
 		if ev.ID == "first" {
 			dest = "nats.local:nostream.fail" // no stream: always fails
 		}
-		return []engine.PluginOutput{{Destination: dest, Event: *ev, Key: ev.PartitionKey()}}, nil
+		return []switchyard.PluginOutput{{Destination: dest, Event: *ev, Key: ev.PartitionKey()}}, nil
 	}}
 	h := newHarness(t, `
 plugin "router" { wasm = "unused.wasm" }
@@ -94,12 +94,12 @@ event "t.ord" {
   backoff { delay = "10s" }
 }
 `, true, withPlugins(router))
-	key := []storage.Header{{Name: "partitionkey", Value: "k"}}
-	other := []storage.Header{{Name: "partitionkey", Value: "other"}}
-	h.ingestEvent(storage.Event{ID: "first", Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: key})
+	key := []switchyard.Header{{Name: "partitionkey", Value: "k"}}
+	other := []switchyard.Header{{Name: "partitionkey", Value: "other"}}
+	h.ingestEvent(switchyard.Event{ID: "first", Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: key})
 	h.clock.Advance(time.Millisecond)
-	h.ingestEvent(storage.Event{ID: "second", Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: key})
-	h.ingestEvent(storage.Event{ID: "third", Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: other})
+	h.ingestEvent(switchyard.Event{ID: "second", Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: key})
+	h.ingestEvent(switchyard.Event{ID: "third", Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: other})
 	loop := h.eng.Loop("t.ord")
 	poll := func() {
 		t.Helper()

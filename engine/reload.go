@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 )
 
@@ -15,7 +16,7 @@ import (
 // and the inboxes — cannot change this way; a config that changes them is
 // refused and the old one stays in force. Batches in flight finish under
 // the policy they were claimed with.
-func (e *Engine) Reload(cfg *config.Config, plugins []Plugin, added ...Sink) error {
+func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added ...switchyard.Sink) error {
 	old := e.config()
 	for _, c := range []struct {
 		what     string

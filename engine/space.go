@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -54,10 +55,10 @@ func (w *spaceWatch) measure(maxSize, minFree int64) *spaceState {
 	case err != nil:
 		// Cannot tell: do not refuse on a failed measurement.
 	case maxSize > 0 && sp.Used >= maxSize:
-		st.full = &Error{Code: ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
+		st.full = &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
 			"the data file holds %d bytes, its budget (storage.max_size) is %d: nothing was stored; delivery goes on and makes room", sp.Used, maxSize)}
 	case minFree > 0 && sp.DiskFree < minFree:
-		st.full = &Error{Code: ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
+		st.full = &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
 			"the disk holding the data file has %d bytes free, under its floor (storage.min_free) of %d: nothing was stored", sp.DiskFree, minFree)}
 	}
 	w.state.Store(st)
@@ -76,7 +77,7 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 		if full := st.full != nil; full != wasFull {
 			wasFull = full
 			if full {
-				e.log.Warn("storage budget reached: ingest refused (507 storage_full) until delivery makes room", "reason", st.full.(*Error).Message)
+				e.log.Warn("storage budget reached: ingest refused (507 storage_full) until delivery makes room", "reason", st.full.(*switchyard.Error).Message)
 			} else {
 				e.log.Info("storage budget has room again: ingest resumes", "used_bytes", st.space.Used)
 			}

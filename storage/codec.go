@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/switchyard-router/switchyard"
 )
 
 // Records are encoded in a small binary format rather than JSON: they are
@@ -99,9 +101,9 @@ func decodeRecord(v []byte) (*Record, error) {
 	}
 	e.Time = d.time()
 	if n := d.count(); n > 0 {
-		e.Extensions = make([]Header, n)
+		e.Extensions = make([]switchyard.Header, n)
 		for i := range e.Extensions {
-			e.Extensions[i] = Header{Name: d.str(), Value: d.str()}
+			e.Extensions[i] = switchyard.Header{Name: d.str(), Value: d.str()}
 		}
 	}
 	e.Data = d.bytes()
@@ -114,7 +116,7 @@ func decodeRecord(v []byte) (*Record, error) {
 			o.Delivered = d.u8() == 1
 			o.DeliveredAt = d.time()
 			if d.u8() == 1 {
-				o.Position = &Position{Stream: d.str(), Sequence: d.uvarint(), Topic: d.str(), Partition: int32(d.varint()), Offset: d.varint()}
+				o.Position = &switchyard.Position{Stream: d.str(), Sequence: d.uvarint(), Topic: d.str(), Partition: int32(d.varint()), Offset: d.varint()}
 			}
 			o.LastError = d.str()
 		}

@@ -4,30 +4,32 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard"
 )
 
 func sampleRecord() *Record {
 	t0 := time.Date(2026, 11, 29, 10, 0, 0, 123, time.UTC)
 	return &Record{
-		Event: Event{
+		Event: switchyard.Event{
 			ID: "01a2", Source: "/shop", Type: "order.created", SpecVersion: "1.0", Subject: "o-1",
 			Time: t0, DataContentType: "application/json", DataSchema: "https://x/schema",
-			Extensions: []Header{{Name: "partitionkey", Value: "c-7"}, {Name: "traceparent", Value: "00-abc"}},
+			Extensions: []switchyard.Header{{Name: "partitionkey", Value: "c-7"}, {Name: "traceparent", Value: "00-abc"}},
 			Data:       []byte(`{"total":12}`),
 		},
 		Tenant: "acme", IdempotencyKey: "k-1", State: StateDLQ, Attempts: 4,
 		CreatedAt: t0, UpdatedAt: t0.Add(time.Second), NextAttemptAt: t0.Add(time.Minute), LastError: "boom", QueueSeq: 99, Queue: "inbox:pay",
 		Outputs: []Output{
-			{Destination: "nats.local:orders", MsgID: "01a2", Delivered: true, DeliveredAt: t0, Position: &Position{Stream: "events", Sequence: 7}},
+			{Destination: "nats.local:orders", MsgID: "01a2", Delivered: true, DeliveredAt: t0, Position: &switchyard.Position{Stream: "events", Sequence: 7}},
 			{Destination: "kafka.main:orders", LastError: "timeout"},
-			{Destination: "kafka.main:audit", Delivered: true, DeliveredAt: t0, Position: &Position{Topic: "audit", Partition: 3, Offset: 1 << 40}},
+			{Destination: "kafka.main:audit", Delivered: true, DeliveredAt: t0, Position: &switchyard.Position{Topic: "audit", Partition: 3, Offset: 1 << 40}},
 		},
 		History: []Attempt{{At: t0, Error: "a"}, {At: t0.Add(time.Second), Error: "b"}},
 	}
 }
 
 func TestRecordRoundTrip(t *testing.T) {
-	for _, r := range []*Record{sampleRecord(), {Event: Event{ID: "x"}}} {
+	for _, r := range []*Record{sampleRecord(), {Event: switchyard.Event{ID: "x"}}} {
 		b, err := encodeRecord(r)
 		if err != nil {
 			t.Fatal(err)

@@ -1,43 +1,10 @@
 package storage
 
-import "time"
+import (
+	"time"
 
-// Event is a CloudEvents 1.0 event as stored in the outbox. Data holds the
-// payload bytes exactly as they will be published (binary mode).
-type Event struct {
-	ID              string    `json:"id"`
-	Source          string    `json:"source"`
-	Type            string    `json:"type"`
-	SpecVersion     string    `json:"specversion"`
-	Subject         string    `json:"subject,omitempty"`
-	Time            time.Time `json:"time"`
-	DataContentType string    `json:"datacontenttype,omitempty"`
-	DataSchema      string    `json:"dataschema,omitempty"`
-	// Extensions are the CloudEvents extension attributes (partitionkey, ...)
-	// and pass-through headers (traceparent, tracestate), sorted by name.
-	Extensions []Header `json:"extensions,omitempty"`
-	Data       []byte   `json:"data,omitempty"`
-}
-
-// Header is one name/value pair.
-type Header struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
-
-// Extension returns the value of an extension attribute, or "".
-func (e *Event) Extension(name string) string {
-	for _, h := range e.Extensions {
-		if h.Name == name {
-			return h.Value
-		}
-	}
-	return ""
-}
-
-// PartitionKey is the CloudEvents partitioning extension: the Kafka record
-// key and the unit of ordering = "key".
-func (e *Event) PartitionKey() string { return e.Extension("partitionkey") }
+	"github.com/switchyard-router/switchyard"
+)
 
 // State is where an event is in its life.
 type State string
@@ -50,27 +17,17 @@ const (
 	StateResolved  State = "resolved" // a DLQ record an operator resolved
 )
 
-// Position is where a broker put one output: JetStream stream and sequence,
-// or Kafka topic, partition and offset.
-type Position struct {
-	Stream    string `json:"stream,omitempty"`
-	Sequence  uint64 `json:"sequence,omitempty"`
-	Topic     string `json:"topic,omitempty"`
-	Partition int32  `json:"partition,omitempty"`
-	Offset    int64  `json:"offset,omitempty"`
-}
-
 // Output is the delivery state of one output of an event.
 type Output struct {
 	// Destination is the sink and its topic/subject: "nats.local:orders".
 	Destination string `json:"destination"`
 	// MsgID tells apart several outputs to one destination (a plugin that
 	// splits an event): the event id, suffixed "-N" after the first output.
-	MsgID       string    `json:"msg_id,omitempty"`
-	Delivered   bool      `json:"delivered"`
-	DeliveredAt time.Time `json:"delivered_at,omitzero"`
-	Position    *Position `json:"position,omitempty"`
-	LastError   string    `json:"last_error,omitempty"`
+	MsgID       string               `json:"msg_id,omitempty"`
+	Delivered   bool                 `json:"delivered"`
+	DeliveredAt time.Time            `json:"delivered_at,omitzero"`
+	Position    *switchyard.Position `json:"position,omitempty"`
+	LastError   string               `json:"last_error,omitempty"`
 }
 
 // Attempt is one failed try, kept for the DLQ view.
@@ -81,17 +38,17 @@ type Attempt struct {
 
 // Record is an event with its delivery state: the value of the events bucket.
 type Record struct {
-	Event          Event     `json:"event"`
-	Tenant         string    `json:"tenant"`
-	IdempotencyKey string    `json:"idempotency_key,omitempty"`
-	State          State     `json:"state"`
-	Attempts       int       `json:"attempts"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
-	NextAttemptAt  time.Time `json:"next_attempt_at,omitzero"`
-	LastError      string    `json:"last_error,omitempty"`
-	Outputs        []Output  `json:"outputs,omitempty"`
-	History        []Attempt `json:"history,omitempty"`
+	Event          switchyard.Event `json:"event"`
+	Tenant         string           `json:"tenant"`
+	IdempotencyKey string           `json:"idempotency_key,omitempty"`
+	State          State            `json:"state"`
+	Attempts       int              `json:"attempts"`
+	CreatedAt      time.Time        `json:"created_at"`
+	UpdatedAt      time.Time        `json:"updated_at"`
+	NextAttemptAt  time.Time        `json:"next_attempt_at,omitzero"`
+	LastError      string           `json:"last_error,omitempty"`
+	Outputs        []Output         `json:"outputs,omitempty"`
+	History        []Attempt        `json:"history,omitempty"`
 	// QueueSeq makes the queue key unique among events due at the same instant.
 	QueueSeq uint64 `json:"queue_seq"`
 	// Queue is the queue the record waits in when it is not its event type's

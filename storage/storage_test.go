@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/storage"
 	"github.com/switchyard-router/switchyard/storage/storagetest"
 )
@@ -16,11 +17,11 @@ var ctx = context.Background()
 
 func record(id, typ string, created time.Time, pk string) *storage.Record {
 	r := &storage.Record{
-		Event:     storage.Event{ID: id, Type: typ, Source: "/t", SpecVersion: "1.0"},
+		Event:     switchyard.Event{ID: id, Type: typ, Source: "/t", SpecVersion: "1.0"},
 		CreatedAt: created,
 	}
 	if pk != "" {
-		r.Event.Extensions = []storage.Header{{Name: "partitionkey", Value: pk}}
+		r.Event.Extensions = []switchyard.Header{{Name: "partitionkey", Value: pk}}
 	}
 	return r
 }

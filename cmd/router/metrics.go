@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/storage"
@@ -60,9 +61,9 @@ func registerNATSServer(reg prometheus.Registerer, name string, srv *natsplugin.
 }
 
 // registerSinks exports whether each sink's broker is reachable.
-func registerSinks(reg prometheus.Registerer, sinks []engine.Sink) {
+func registerSinks(reg prometheus.Registerer, sinks []switchyard.Sink) {
 	for _, s := range sinks {
-		h, ok := s.(engine.HealthChecker)
+		h, ok := s.(switchyard.HealthChecker)
 		if !ok {
 			continue
 		}

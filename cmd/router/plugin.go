@@ -19,11 +19,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sync/errgroup"
 
+	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // Exit codes of `router plugin test`.
@@ -301,7 +300,7 @@ func (c *PluginCommand) test(ctx context.Context, args []string) error {
 			res.Detail = strings.Split(strings.TrimSpace(pe.Cause.Error()), "\n")
 		}
 		code = pluginExitRetry
-		if engine.IsPermanent(herr) {
+		if switchyard.IsPermanent(herr) {
 			code = pluginExitReject
 		}
 	default:
@@ -344,7 +343,7 @@ type testOutput struct {
 }
 
 // cloudEventJSON writes ev as a structured CloudEvent, as the API does.
-func cloudEventJSON(ev *storage.Event) json.RawMessage {
+func cloudEventJSON(ev *switchyard.Event) json.RawMessage {
 	b, _ := json.Marshal(api.EncodeEvent(ev))
 	return b
 }
@@ -353,7 +352,7 @@ func cloudEventJSON(ev *storage.Event) json.RawMessage {
 // test event leaves out of the required attributes gets a default
 // (specversion 1.0, id "test-1", source "/router/plugin-test", type "test");
 // the rest is checked as ingest checks it (api.DecodeEvent).
-func parseCloudEvent(src []byte) (*storage.Event, error) {
+func parseCloudEvent(src []byte) (*switchyard.Event, error) {
 	src = bytes.TrimSpace(src)
 	if len(src) == 0 {
 		return nil, errors.New(`no event on stdin: pipe in a structured CloudEvent, e.g. {"type":"order.created","source":"/shop","id":"1","data":{"total":12}}`)
@@ -420,7 +419,7 @@ func (f *sizeFlag) Set(s string) error {
 // <data dir>/wasm-cache (a restart does not compile again), and loads every
 // plugin block; a relative wasm path is relative to the working directory.
 // Close closes the runtime.
-func (c *RunCommand) loadPlugins(ctx context.Context, cfg *config.Config) ([]engine.Plugin, error) {
+func (c *RunCommand) loadPlugins(ctx context.Context, cfg *config.Config) ([]switchyard.Plugin, error) {
 	if len(cfg.Plugins) == 0 {
 		return nil, nil
 	}
@@ -437,7 +436,7 @@ func (c *RunCommand) loadPlugins(ctx context.Context, cfg *config.Config) ([]eng
 	}
 	// Compiling is the slow part of a load (seconds for a Go module on a
 	// cold cache) and uses one core: load the plugins side by side.
-	plugins := make([]engine.Plugin, len(cfg.Plugins))
+	plugins := make([]switchyard.Plugin, len(cfg.Plugins))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, pc := range cfg.Plugins {
 		g.Go(func() error {
@@ -453,7 +452,7 @@ func (c *RunCommand) loadPlugins(ctx context.Context, cfg *config.Config) ([]eng
 		})
 	}
 	if err := g.Wait(); err != nil {
-		closePlugins(ctx, slices.DeleteFunc(plugins, func(p engine.Plugin) bool { return p == nil }))
+		closePlugins(ctx, slices.DeleteFunc(plugins, func(p switchyard.Plugin) bool { return p == nil }))
 		return nil, err
 	}
 	return plugins, nil

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
@@ -81,8 +81,8 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 }
 
 // closePlugins closes WebAssembly plugins (the engine knows them only as
-// engine.Plugin).
-func closePlugins(ctx context.Context, plugins []engine.Plugin) error {
+// switchyard.Plugin).
+func closePlugins(ctx context.Context, plugins []switchyard.Plugin) error {
 	var errs []error
 	for _, p := range plugins {
 		if wp, ok := p.(*wasm.Plugin); ok {
@@ -96,9 +96,9 @@ func closePlugins(ctx context.Context, plugins []engine.Plugin) error {
 // after those in force (the engine refuses any other change to them). Like
 // the sinks of a start they need not reach their brokers now: they connect
 // in the background. An embedded server needs a restart.
-func (c *RunCommand) openAddedSinks(ctx context.Context, cfg *config.Config) ([]engine.Sink, error) {
-	var added []engine.Sink
-	fail := func(err error) ([]engine.Sink, error) {
+func (c *RunCommand) openAddedSinks(ctx context.Context, cfg *config.Config) ([]switchyard.Sink, error) {
+	var added []switchyard.Sink
+	fail := func(err error) ([]switchyard.Sink, error) {
 		for _, s := range added {
 			s.Close(ctx)
 		}

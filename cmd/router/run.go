@@ -53,14 +53,14 @@ type RunCommand struct {
 	db          *storage.DB
 	natsServers []*natsplugin.Server
 	wasm        *wasm.Runtime // nil without plugins
-	plugins     []engine.Plugin
+	plugins     []switchyard.Plugin
 	pprof       *http.Server // listen { pprof }; nil when off
-	sources     []engine.Source
+	sources     []switchyard.Source
 	sourcesCtx  context.Context // ends when Close begins
 	stopSources context.CancelFunc
 	sourcesWG   sync.WaitGroup
 	sinksMu     sync.Mutex // a reload adds sinks while /readyz reads them
-	sinks       []engine.Sink
+	sinks       []switchyard.Sink
 	cfg         *config.Config // in force: the start's, then each reload's
 	engine      *engine.Engine
 	api         *api.Server
@@ -267,7 +267,7 @@ func (c *RunCommand) openAPI(cfg *config.Config) error {
 // openSources starts consuming every inbox's broker into the data file.
 func (c *RunCommand) openSources(ctx context.Context, cfg *config.Config, natsURLs map[string]string) error {
 	for _, in := range cfg.Inboxes {
-		var src engine.Source
+		var src switchyard.Source
 		kind, sinkName, _ := strings.Cut(in.From, ".")
 		switch kind {
 		case "kafka":
@@ -302,7 +302,7 @@ func (c *RunCommand) openSources(ctx context.Context, cfg *config.Config, natsUR
 		c.sourcesWG.Add(1)
 		go func() {
 			defer c.sourcesWG.Done()
-			receive := func(ctx context.Context, msgs []engine.Inbound) error {
+			receive := func(ctx context.Context, msgs []switchyard.Inbound) error {
 				_, err := c.engine.Receive(ctx, name, msgs)
 				return err
 			}
@@ -341,7 +341,7 @@ func (c *RunCommand) sinkHealth(ctx context.Context) map[string]error {
 	sinks := slices.Clone(c.sinks)
 	c.sinksMu.Unlock()
 	for _, s := range sinks {
-		if h, ok := s.(engine.HealthChecker); ok {
+		if h, ok := s.(switchyard.HealthChecker); ok {
 			checks[s.Name()] = h.Healthy(ctx)
 		}
 	}

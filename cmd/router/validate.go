@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
@@ -162,7 +162,7 @@ func routedSubjects(cfg *config.Config, sink string) []string {
 }
 
 // routedTopics lists the topics the event types route to on sink.
-func routedTopics(cfg *config.Config, sink engine.Sink) []string {
+func routedTopics(cfg *config.Config, sink switchyard.Sink) []string {
 	return routed(cfg, sink.Name(), func(r config.Route) string { return r.Topic })
 }
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -76,7 +76,7 @@ func publishOne(cfg config.Kafka) error {
 		return err
 	}
 	defer s.Close(ctx)
-	res := s.Publish(ctx, []*engine.Message{message("auth", 0, topic)})
+	res := s.Publish(ctx, []*switchyard.Message{message("auth", 0, topic)})
 	if res[0].Err != nil {
 		return fmt.Errorf("%s: %w", s.Name(), res[0].Err)
 	}

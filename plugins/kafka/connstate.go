@@ -23,7 +23,7 @@ type connState struct {
 	err   error // nil after a connection succeeded
 	addr  string
 	at    time.Time
-	ready func() // engine.ReadyNotifier: called when a connection succeeds after one failed
+	ready func() // switchyard.ReadyNotifier: called when a connection succeeds after one failed
 }
 
 var _ kgo.HookBrokerConnect = (*connState)(nil)
@@ -72,7 +72,7 @@ func (s *Sink) withConnError(err error) error {
 }
 
 // OnReady registers the function called when a broker connection succeeds
-// after one failed (engine.ReadyNotifier): a router that started without
+// after one failed (switchyard.ReadyNotifier): a router that started without
 // its cluster, or one that was away, publishes at once.
 func (s *Sink) OnReady(fn func()) {
 	s.conn.mu.Lock()

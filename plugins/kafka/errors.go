@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/twmb/franz-go/pkg/kerr"
 	kgo "github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/switchyard-router/switchyard/engine"
 )
 
 // permanentErrs are the broker answers that retrying the same record cannot
@@ -42,7 +41,7 @@ func (s *Sink) classify(topic string, err error) error {
 	}
 	for _, p := range permanentErrs {
 		if errors.Is(err, p) {
-			return engine.Permanent(fmt.Errorf("%s: topic %q: %w", s.name, topic, err))
+			return switchyard.Permanent(fmt.Errorf("%s: topic %q: %w", s.name, topic, err))
 		}
 	}
 	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
@@ -51,7 +50,7 @@ func (s *Sink) classify(topic string, err error) error {
 	}
 	for _, u := range unknownOutcomeErrs {
 		if errors.Is(err, u) {
-			return s.withConnError(fmt.Errorf("%s: topic %q: %w (%w)", s.name, topic, engine.ErrUnknownOutcome, err))
+			return s.withConnError(fmt.Errorf("%s: topic %q: %w (%w)", s.name, topic, switchyard.ErrUnknownOutcome, err))
 		}
 	}
 	return fmt.Errorf("%s: topic %q: %w", s.name, topic, err)

@@ -1,6 +1,6 @@
 // Package kafka is the Kafka sink of the router, on franz-go.
 //
-// One engine.Message becomes one record: topic = the message's destination,
+// One switchyard.Message becomes one record: topic = the message's destination,
 // key = its partition key, value = the event data, headers = the CloudEvents
 // Kafka binding (ce_*, content-type, traceparent/tracestate). Records go out
 // with acks=all and, unless the config turns it off, the idempotent producer,
@@ -8,7 +8,7 @@
 //
 // Publish never waits longer than the router's deadline (the smaller of the
 // caller's deadline and the block's publish_timeout). A record without a
-// broker answer by then comes back wrapping engine.ErrUnknownOutcome and the
+// broker answer by then comes back wrapping switchyard.ErrUnknownOutcome and the
 // sink reports itself unhealthy until a later record is acknowledged. The
 // records still in the client are cancelled with the deadline
 // (kgo.AllowIdempotentProduceCancellation), so the next Publish is not
@@ -27,9 +27,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	kgo "github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // ErrStalled is what Healthy wraps while publishes are stalled: a Publish
@@ -38,10 +38,10 @@ import (
 var ErrStalled = errors.New("publishes stalled")
 
 var (
-	_ engine.Sink          = (*Sink)(nil)
-	_ engine.HealthChecker = (*Sink)(nil)
-	_ engine.ReadyNotifier = (*Sink)(nil)
-	_ engine.Fitter        = (*Sink)(nil)
+	_ switchyard.Sink          = (*Sink)(nil)
+	_ switchyard.HealthChecker = (*Sink)(nil)
+	_ switchyard.ReadyNotifier = (*Sink)(nil)
+	_ switchyard.Fitter        = (*Sink)(nil)
 )
 
 // Sink publishes to one Kafka cluster (one kafka "<name>" block).
@@ -115,17 +115,17 @@ func (s *Sink) client() *kgo.Client { return s.cl }
 // Publish sends msgs and waits for every acknowledgement, at most until the
 // router's deadline: min(ctx's deadline, publish_timeout). It returns one
 // Result per message, in order.
-func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Result {
+func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switchyard.Result {
 	if len(msgs) == 0 {
-		return []engine.Result{}
+		return []switchyard.Result{}
 	}
 	start := time.Now()
 	if ctx.Err() != nil {
 		// Nothing was sent; the caller gave us no time. Not the
 		// broker's fault, so no stall either.
-		res := make([]engine.Result, len(msgs))
+		res := make([]switchyard.Result, len(msgs))
 		for i := range res {
-			res[i].Err = fmt.Errorf("%s: %w (%w)", s.name, engine.ErrUnknownOutcome, ctx.Err())
+			res[i].Err = fmt.Errorf("%s: %w (%w)", s.name, switchyard.ErrUnknownOutcome, ctx.Err())
 		}
 		return res
 	}
@@ -141,7 +141,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 
 	refused := s.checkNewTopics(pctx, msgs)
 
-	res := make([]engine.Result, len(msgs))
+	res := make([]switchyard.Result, len(msgs))
 	send := make([]int, 0, len(msgs)) // indexes of msgs to produce
 	for i, m := range msgs {
 		if err := s.validate(m); err != nil {
@@ -163,7 +163,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 				// Promises run serially inside franz-go: no blocking here.
 				if err != nil && isContextErr(err) && pctx.Err() == nil {
 					// Not our context: see foreignCancel.
-					w.resolve(j, engine.Result{Err: &foreignCancel{err}})
+					w.resolve(j, switchyard.Result{Err: &foreignCancel{err}})
 					return
 				}
 				w.resolve(j, s.result(r, err))
@@ -173,9 +173,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 		case <-w.done:
 		case <-pctx.Done():
 		}
-		got := w.finish(func(j int) engine.Result {
-			return engine.Result{Err: s.withConnError(fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
-				s.name, msgs[send[j]].Destination, time.Since(start).Round(time.Millisecond), engine.ErrUnknownOutcome))}
+		got := w.finish(func(j int) switchyard.Result {
+			return switchyard.Result{Err: s.withConnError(fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
+				s.name, msgs[send[j]].Destination, time.Since(start).Round(time.Millisecond), switchyard.ErrUnknownOutcome))}
 		})
 		again := send[:0:0]
 		for j, i := range send {
@@ -198,7 +198,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 		// cancelled caller (shutdown) says nothing about the broker.
 		var missed int64
 		for _, r := range res {
-			if r.Err != nil && errors.Is(r.Err, engine.ErrUnknownOutcome) {
+			if r.Err != nil && errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
 				missed++
 			}
 		}
@@ -231,18 +231,18 @@ func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-func (s *Sink) validate(m *engine.Message) error {
+func (s *Sink) validate(m *switchyard.Message) error {
 	switch {
 	case m == nil || m.Event == nil:
-		return engine.Permanentf("%s: message without an event", s.name)
+		return switchyard.Permanentf("%s: message without an event", s.name)
 	case m.Destination == "":
-		return engine.Permanentf("%s: event %s: no destination topic", s.name, m.Event.ID)
+		return switchyard.Permanentf("%s: event %s: no destination topic", s.name, m.Event.ID)
 	}
 	return nil
 }
 
 // record maps a message onto the CloudEvents Kafka binding.
-func (s *Sink) record(m *engine.Message) *kgo.Record {
+func (s *Sink) record(m *switchyard.Message) *kgo.Record {
 	hs := engine.BindingHeaders(m.Event, "ce_")
 	headers := make([]kgo.RecordHeader, len(hs))
 	for i, h := range hs {
@@ -255,19 +255,19 @@ func (s *Sink) record(m *engine.Message) *kgo.Record {
 	return r
 }
 
-func (s *Sink) result(r *kgo.Record, err error) engine.Result {
+func (s *Sink) result(r *kgo.Record, err error) switchyard.Result {
 	if err != nil {
-		return engine.Result{Err: s.classify(r.Topic, err)}
+		return switchyard.Result{Err: s.classify(r.Topic, err)}
 	}
 	s.clearStall()
-	return engine.Result{Position: storage.Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}}
+	return switchyard.Result{Position: switchyard.Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}}
 }
 
 // checkNewTopics returns the topics of msgs that the broker refuses (missing,
 // not authorized, invalid), asking it about topics we have not seen yet. If
 // the cluster cannot be asked, it returns what it knows and lets the produce
 // find out.
-func (s *Sink) checkNewTopics(ctx context.Context, msgs []*engine.Message) map[string]error {
+func (s *Sink) checkNewTopics(ctx context.Context, msgs []*switchyard.Message) map[string]error {
 	now := time.Now()
 	var refused map[string]error
 	var ask []string
@@ -369,7 +369,7 @@ func (s *Sink) Close(ctx context.Context) error {
 // are dropped: the results slice belongs to the caller.
 type waiter struct {
 	mu     sync.Mutex
-	res    []engine.Result
+	res    []switchyard.Result
 	set    []bool
 	left   int
 	closed bool
@@ -377,10 +377,10 @@ type waiter struct {
 }
 
 func newWaiter(n int) *waiter {
-	return &waiter{res: make([]engine.Result, n), set: make([]bool, n), left: n, done: make(chan struct{})}
+	return &waiter{res: make([]switchyard.Result, n), set: make([]bool, n), left: n, done: make(chan struct{})}
 }
 
-func (w *waiter) resolve(i int, r engine.Result) {
+func (w *waiter) resolve(i int, r switchyard.Result) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || w.set[i] {
@@ -393,7 +393,7 @@ func (w *waiter) resolve(i int, r engine.Result) {
 	}
 }
 
-func (w *waiter) finish(unresolved func(i int) engine.Result) []engine.Result {
+func (w *waiter) finish(unresolved func(i int) switchyard.Result) []switchyard.Result {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
@@ -410,12 +410,12 @@ func (w *waiter) finish(unresolved func(i int) engine.Result) []engine.Result {
 // attributes, with room to spare.
 const recordOverhead = 128
 
-// Fits tells whether the producer could ever send m (engine.Fitter): the
+// Fits tells whether the producer could ever send m (switchyard.Fitter): the
 // record — key, value and headers — in one batch of at most
 // max_record_bytes. (A topic's own max.message.bytes, if lower, is the
 // broker's to refuse: that refusal is permanent, and the event goes to the
 // DLQ at once.)
-func (s *Sink) Fits(m *engine.Message) error {
+func (s *Sink) Fits(m *switchyard.Message) error {
 	if m == nil || m.Event == nil {
 		return nil
 	}

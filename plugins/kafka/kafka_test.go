@@ -28,10 +28,9 @@ import (
 	kgo "github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 const topic = "orders"
@@ -90,17 +89,17 @@ func newSink(t testing.TB, cfg config.Kafka) *Sink {
 
 var evtTime = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func message(prefix string, i int, dest string) *engine.Message {
+func message(prefix string, i int, dest string) *switchyard.Message {
 	id := fmt.Sprintf("%s-%05d", prefix, i)
-	return &engine.Message{
-		Event: &storage.Event{
+	return &switchyard.Message{
+		Event: &switchyard.Event{
 			ID:              id,
 			Source:          "/test/orders",
 			Type:            "order.created",
 			SpecVersion:     "1.0",
 			Time:            evtTime,
 			DataContentType: "application/json",
-			Extensions: []storage.Header{
+			Extensions: []switchyard.Header{
 				{Name: "partitionkey", Value: fmt.Sprintf("cust-%d", i%17)},
 				{Name: "traceparent", Value: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
 			},
@@ -112,15 +111,15 @@ func message(prefix string, i int, dest string) *engine.Message {
 	}
 }
 
-func messages(prefix string, n int, dest string) []*engine.Message {
-	ms := make([]*engine.Message, n)
+func messages(prefix string, n int, dest string) []*switchyard.Message {
+	ms := make([]*switchyard.Message, n)
 	for i := range ms {
 		ms[i] = message(prefix, i, dest)
 	}
 	return ms
 }
 
-func publishOK(t testing.TB, s *Sink, msgs []*engine.Message) []engine.Result {
+func publishOK(t testing.TB, s *Sink, msgs []*switchyard.Message) []switchyard.Result {
 	t.Helper()
 	res := s.Publish(context.Background(), msgs)
 	if len(res) != len(msgs) {
@@ -375,7 +374,7 @@ func testBrokerNeverAnswers(t *testing.T, idempotent bool) {
 			t.Fatalf("round %d: Publish took %s, want about the 1s publish timeout", round, took)
 		}
 		for i, r := range res {
-			if !errors.Is(r.Err, engine.ErrUnknownOutcome) || engine.IsPermanent(r.Err) {
+			if !errors.Is(r.Err, switchyard.ErrUnknownOutcome) || switchyard.IsPermanent(r.Err) {
 				t.Fatalf("round %d: result %d: %v, want ErrUnknownOutcome", round, i, r.Err)
 			}
 		}
@@ -397,7 +396,7 @@ func testBrokerNeverAnswers(t *testing.T, idempotent bool) {
 	if took := time.Since(start); took > 900*time.Millisecond {
 		t.Fatalf("Publish with a 300ms context took %s", took)
 	}
-	if !errors.Is(res[0].Err, engine.ErrUnknownOutcome) {
+	if !errors.Is(res[0].Err, switchyard.ErrUnknownOutcome) {
 		t.Fatalf("short deadline: %v", res[0].Err)
 	}
 
@@ -453,7 +452,7 @@ func TestCallerCancelIsNotAStall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(200*time.Millisecond, cancel)
 	res := s.Publish(ctx, messages("x", 3, topic))
-	if !errors.Is(res[0].Err, engine.ErrUnknownOutcome) {
+	if !errors.Is(res[0].Err, switchyard.ErrUnknownOutcome) {
 		t.Fatalf("got %v", res[0].Err)
 	}
 	if s.stall.Load() != nil {
@@ -463,7 +462,7 @@ func TestCallerCancelIsNotAStall(t *testing.T) {
 	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
 	res = s.Publish(ctx, messages("y", 2, topic))
-	if !errors.Is(res[1].Err, engine.ErrUnknownOutcome) || s.stall.Load() != nil {
+	if !errors.Is(res[1].Err, switchyard.ErrUnknownOutcome) || s.stall.Load() != nil {
 		t.Fatalf("expired context: %v, stalled %v", res[1].Err, s.stall.Load() != nil)
 	}
 }
@@ -479,11 +478,11 @@ func TestPermanentErrors(t *testing.T) {
 		m := message("big", 0, topic)
 		m.Event.Data = bytes.Repeat([]byte("x"), 4096)
 		start := time.Now()
-		res := s.Publish(context.Background(), []*engine.Message{m, message("small", 1, topic)})
+		res := s.Publish(context.Background(), []*switchyard.Message{m, message("small", 1, topic)})
 		if time.Since(start) > time.Second {
 			t.Fatalf("took %s", time.Since(start))
 		}
-		if !engine.IsPermanent(res[0].Err) || !errors.Is(res[0].Err, kerr.MessageTooLarge) {
+		if !switchyard.IsPermanent(res[0].Err) || !errors.Is(res[0].Err, kerr.MessageTooLarge) {
 			t.Fatalf("big record: %v", res[0].Err)
 		}
 		if res[1].Err != nil {
@@ -494,8 +493,8 @@ func TestPermanentErrors(t *testing.T) {
 		publishOK(t, s, messages("warm", 1, topic))
 		f := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: e, Count: 1})
 		defer f.Remove()
-		res := s.Publish(context.Background(), []*engine.Message{message(e.Message, 0, topic)})
-		if !engine.IsPermanent(res[0].Err) || !errors.Is(res[0].Err, e) {
+		res := s.Publish(context.Background(), []*switchyard.Message{message(e.Message, 0, topic)})
+		if !switchyard.IsPermanent(res[0].Err) || !errors.Is(res[0].Err, e) {
 			t.Fatalf("got %v, want permanent %s", res[0].Err, e.Message)
 		}
 	}
@@ -503,8 +502,8 @@ func TestPermanentErrors(t *testing.T) {
 		t.Run("broker "+e.Message, func(t *testing.T) { brokerSays(t, e) })
 	}
 	t.Run("no destination", func(t *testing.T) {
-		res := s.Publish(context.Background(), []*engine.Message{message("nodest", 0, "")})
-		if !engine.IsPermanent(res[0].Err) {
+		res := s.Publish(context.Background(), []*switchyard.Message{message("nodest", 0, "")})
+		if !switchyard.IsPermanent(res[0].Err) {
 			t.Fatalf("got %v", res[0].Err)
 		}
 	})
@@ -520,7 +519,7 @@ func TestMissingTopic(t *testing.T) {
 	c := newCluster(t) // kfake creates no topic on its own
 	s := newSink(t, testConfig(c))
 
-	msgs := []*engine.Message{message("m", 0, "nope"), message("m", 1, topic), message("m", 2, "nope")}
+	msgs := []*switchyard.Message{message("m", 0, "nope"), message("m", 1, topic), message("m", 2, "nope")}
 	start := time.Now()
 	res := s.Publish(context.Background(), msgs)
 	if took := time.Since(start); took > time.Second {
@@ -529,7 +528,7 @@ func TestMissingTopic(t *testing.T) {
 	for _, i := range []int{0, 2} {
 		err := res[i].Err
 		if err == nil || !strings.Contains(err.Error(), `topic "nope" does not exist`) ||
-			!errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, engine.ErrUnknownOutcome) {
+			!errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, switchyard.ErrUnknownOutcome) {
 			t.Fatalf("result %d: %v", i, err)
 		}
 	}
@@ -822,7 +821,7 @@ func TestFitsMaxRecordBytes(t *testing.T) {
 		t.Fatalf("data over the limit: %v", err)
 	}
 	headers := message("fits", 2, topic)
-	headers.Event.Extensions = append(headers.Event.Extensions, storage.Header{Name: "big", Value: strings.Repeat("h", 4000)})
+	headers.Event.Extensions = append(headers.Event.Extensions, switchyard.Header{Name: "big", Value: strings.Repeat("h", 4000)})
 	if err := s.Fits(headers); err == nil {
 		t.Fatal("headers over the limit passed")
 	}

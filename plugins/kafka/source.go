@@ -17,9 +17,9 @@ import (
 	kgo "github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // Source defaults.
@@ -50,7 +50,7 @@ var (
 	fetchErrorPause = time.Second
 )
 
-var _ engine.Source = (*Source)(nil)
+var _ switchyard.Source = (*Source)(nil)
 
 // Source consumes an inbox's topics as a member of a Kafka consumer group
 // (the inbox's group): several routers in one group split the partitions.
@@ -175,7 +175,7 @@ func (s *Source) Name() string { return s.name }
 
 // Run consumes until ctx ends (or Close is called), then returns nil. It
 // returns an error only when called twice.
-func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs []engine.Inbound) error) error {
+func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs []switchyard.Inbound) error) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("inbox %q: Run called twice", s.name)
 	}
@@ -222,9 +222,9 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 
 // handle receives one polled batch and commits it, or rewinds. It always
 // allows the blocked rebalance before it returns.
-func (s *Source) handle(ctx context.Context, recs []*kgo.Record, receive func(context.Context, []engine.Inbound) error) error {
+func (s *Source) handle(ctx context.Context, recs []*kgo.Record, receive func(context.Context, []switchyard.Inbound) error) error {
 	defer s.cl.AllowRebalance()
-	msgs := make([]engine.Inbound, len(recs))
+	msgs := make([]switchyard.Inbound, len(recs))
 	for i, r := range recs {
 		msgs[i] = s.decode(r)
 	}
@@ -265,17 +265,17 @@ func (s *Source) rewind(recs []*kgo.Record) {
 // decode maps a record onto an Inbound by the CloudEvents Kafka binding. A
 // record key becomes the partitionkey extension unless a ce_partitionkey
 // header says otherwise.
-func (s *Source) decode(r *kgo.Record) engine.Inbound {
-	hs := make([]storage.Header, 0, len(r.Headers)+1)
+func (s *Source) decode(r *kgo.Record) switchyard.Inbound {
+	hs := make([]switchyard.Header, 0, len(r.Headers)+1)
 	hasKey := false
 	for _, h := range r.Headers {
-		hs = append(hs, storage.Header{Name: h.Key, Value: string(h.Value)})
+		hs = append(hs, switchyard.Header{Name: h.Key, Value: string(h.Value)})
 		if strings.EqualFold(h.Key, engine.KafkaPrefix+"partitionkey") {
 			hasKey = true
 		}
 	}
 	if !hasKey && len(r.Key) > 0 {
-		hs = append(hs, storage.Header{Name: engine.KafkaPrefix + "partitionkey", Value: string(r.Key)})
+		hs = append(hs, switchyard.Header{Name: engine.KafkaPrefix + "partitionkey", Value: string(r.Key)})
 	}
 	origin := s.sink + ":" + r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "@" + strconv.FormatInt(r.Offset, 10)
 	in, warnings := engine.DecodeInbound(hs, r.Value, engine.KafkaPrefix, s.idHeader, origin)

@@ -14,6 +14,7 @@ import (
 	kgo "github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
@@ -135,7 +136,7 @@ type runner struct {
 	done   chan error
 }
 
-func run(s *Source, receive func(context.Context, []engine.Inbound) error) *runner {
+func run(s *Source, receive func(context.Context, []switchyard.Inbound) error) *runner {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runner{cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- s.Run(ctx, receive) }()
@@ -167,9 +168,9 @@ func TestSourceReceivesInOrderAndCommitsAfter(t *testing.T) {
 		t.Fatalf("Name %q", s.Name())
 	}
 	var mu sync.Mutex
-	var got []engine.Inbound
+	var got []switchyard.Inbound
 	var commitErr error
-	r := run(s, func(_ context.Context, msgs []engine.Inbound) error {
+	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		defer mu.Unlock()
 		want := int64(len(got))
@@ -221,7 +222,7 @@ func TestSourceReceiveErrorRedelivers(t *testing.T) {
 	next := map[int]int64{} // partition -> next offset expected in a stored batch
 	stored := map[string]bool{}
 	var gap error
-	r := run(s, func(_ context.Context, msgs []engine.Inbound) error {
+	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if failures > 0 {
@@ -269,10 +270,10 @@ func TestSourceReceiveErrorRedelivers(t *testing.T) {
 func TestSourceRestartResumesAfterCommit(t *testing.T) {
 	c := sourceCluster(t, 1)
 	produce(t, c, "a", 25, 1, 1)
-	collect := func(s *Source, want int) []engine.Inbound {
+	collect := func(s *Source, want int) []switchyard.Inbound {
 		var mu sync.Mutex
-		var got []engine.Inbound
-		r := run(s, func(_ context.Context, msgs []engine.Inbound) error {
+		var got []switchyard.Inbound
+		r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 			mu.Lock()
 			got = append(got, msgs...)
 			mu.Unlock()
@@ -318,8 +319,8 @@ func TestSourceGroupSplitsAndRebalances(t *testing.T) {
 	seen := map[key]bool{}
 	closedAt := map[int]bool{}
 	var overlap, afterClose error
-	receiver := func(who int) func(context.Context, []engine.Inbound) error {
-		return func(_ context.Context, msgs []engine.Inbound) error {
+	receiver := func(who int) func(context.Context, []switchyard.Inbound) error {
+		return func(_ context.Context, msgs []switchyard.Inbound) error {
 			parts := map[int]bool{}
 			mu.Lock()
 			if closedAt[who] && afterClose == nil {
@@ -444,8 +445,8 @@ func TestSourceDerivedID(t *testing.T) {
 	}
 	s := newSource(t, c, inboxConfig("g5"))
 	var mu sync.Mutex
-	var got []engine.Inbound
-	r := run(s, func(_ context.Context, msgs []engine.Inbound) error {
+	var got []switchyard.Inbound
+	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		got = append(got, msgs...)
 		mu.Unlock()
@@ -479,7 +480,7 @@ func TestSourceRetentionWarnings(t *testing.T) {
 		t.Fatalf("ttl above retention: %q %v", ws, err)
 	}
 	// Run checks in the background and keeps the result.
-	r := run(s, func(context.Context, []engine.Inbound) error { return nil })
+	r := run(s, func(context.Context, []switchyard.Inbound) error { return nil })
 	testkit.Eventually(t, "warnings", 5*time.Second, func() bool { return len(s.Warnings()) == 2 })
 	r.stop(t)
 

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -200,7 +200,7 @@ func TestEmbeddedServerRecoversFromWriteError(t *testing.T) {
 	if srv.ClientURL() != url {
 		t.Errorf("the restarted server moved from %s to %s", url, srv.ClientURL())
 	}
-	var res []engine.Result
+	var res []switchyard.Result
 	for time.Now().Before(deadline) {
 		if res = sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("after", "orders.a", 5)); res[0].Err == nil {
 			break

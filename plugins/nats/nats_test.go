@@ -16,9 +16,8 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -83,20 +82,20 @@ func openSink(t testing.TB, cfg config.NATS, url string) *Sink {
 	return sink
 }
 
-func makeMsgs(prefix, subject string, n int) []*engine.Message {
-	msgs := make([]*engine.Message, n)
+func makeMsgs(prefix, subject string, n int) []*switchyard.Message {
+	msgs := make([]*switchyard.Message, n)
 	now := time.Now()
 	for i := range msgs {
 		id := fmt.Sprintf("%s-%06d", prefix, i)
-		msgs[i] = &engine.Message{
-			Event: &storage.Event{
+		msgs[i] = &switchyard.Message{
+			Event: &switchyard.Event{
 				ID:              id,
 				Source:          "/test/orders",
 				Type:            "order.created",
 				SpecVersion:     "1.0",
 				Time:            now,
 				DataContentType: "application/json",
-				Extensions: []storage.Header{
+				Extensions: []switchyard.Header{
 					{Name: "partitionkey", Value: "customer-" + strconv.Itoa(i%7)},
 					{Name: "traceparent", Value: traceparent},
 				},
@@ -115,7 +114,7 @@ func pubCtx(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-func requireOK(t *testing.T, res []engine.Result, n int) {
+func requireOK(t *testing.T, res []switchyard.Result, n int) {
 	t.Helper()
 	if len(res) != n {
 		t.Fatalf("got %d results, want %d", len(res), n)
@@ -236,7 +235,7 @@ func TestJetStreamNoStream(t *testing.T) {
 	sink := openSink(t, cfg, srv.ClientURL())
 	res := sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("x", "nowhere.subject", 3))
 	for i, r := range res {
-		if r.Err == nil || engine.IsPermanent(r.Err) || errors.Is(r.Err, engine.ErrUnknownOutcome) {
+		if r.Err == nil || switchyard.IsPermanent(r.Err) || errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
 			t.Fatalf("result %d: want a plain retryable error, got %v", i, r.Err)
 		}
 		if want := `no JetStream stream for subject "nowhere.subject"`; !strings.Contains(r.Err.Error(), want) {
@@ -244,9 +243,9 @@ func TestJetStreamNoStream(t *testing.T) {
 		}
 	}
 	// A message without a subject or an event is permanent.
-	bad := []*engine.Message{{Event: &storage.Event{ID: "a"}}, nil}
+	bad := []*switchyard.Message{{Event: &switchyard.Event{ID: "a"}}, nil}
 	for i, r := range sink.Publish(pubCtx(t, 5*time.Second), bad) {
-		if !engine.IsPermanent(r.Err) {
+		if !switchyard.IsPermanent(r.Err) {
 			t.Fatalf("bad %d: want permanent, got %v", i, r.Err)
 		}
 	}
@@ -306,7 +305,7 @@ func TestServerDownAndReconnect(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	msgs := makeMsgs("after", "orders.created", 10)
-	var last []engine.Result
+	var last []switchyard.Result
 	for attempt := 0; attempt < 5; attempt++ {
 		last = sink.Publish(pubCtx(t, 2*time.Second), msgs)
 		if last[0].Err == nil {
@@ -346,7 +345,7 @@ func TestCorePublish(t *testing.T) {
 	res := sink.Publish(pubCtx(t, 5*time.Second), msgs)
 	requireOK(t, res, 20)
 	for i, r := range res {
-		if r.Position != (storage.Position{}) {
+		if r.Position != (switchyard.Position{}) {
 			t.Fatalf("result %d: core NATS has no position, got %+v", i, r.Position)
 		}
 	}
@@ -441,7 +440,7 @@ func TestNoAckIsUnknownOutcome(t *testing.T) {
 		t.Fatalf("Publish took %s with a 300ms deadline", el)
 	}
 	for i, r := range res {
-		if !errors.Is(r.Err, engine.ErrUnknownOutcome) {
+		if !errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
 			t.Fatalf("result %d: want ErrUnknownOutcome, got %v", i, r.Err)
 		}
 	}
@@ -493,14 +492,14 @@ func TestShutdownMidFlight(t *testing.T) {
 	}
 	sink := openSink(t, cfg, srv.ClientURL())
 	msgs := makeMsgs("mid", "orders.mid", 20000)
-	resc := make(chan []engine.Result, 1)
+	resc := make(chan []switchyard.Result, 1)
 	start := time.Now()
 	go func() { resc <- sink.Publish(pubCtx(t, 2*time.Second), msgs) }()
 	time.Sleep(5 * time.Millisecond)
 	if err := srv.Close(pubCtx(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	var res []engine.Result
+	var res []switchyard.Result
 	select {
 	case res = <-resc:
 	case <-time.After(5 * time.Second):
@@ -514,7 +513,7 @@ func TestShutdownMidFlight(t *testing.T) {
 				t.Fatalf("result %d: success without a position", i)
 			}
 			ok++
-		case errors.Is(r.Err, engine.ErrUnknownOutcome):
+		case errors.Is(r.Err, switchyard.ErrUnknownOutcome):
 			unknown++
 		default:
 			other++

@@ -13,9 +13,9 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // Defaults applied when the config leaves a field at its zero value.
@@ -39,8 +39,8 @@ const (
 	ackTimeoutMargin = 5 * time.Second
 )
 
-// Sink publishes events to NATS. It implements engine.Sink and
-// engine.HealthChecker.
+// Sink publishes events to NATS. It implements switchyard.Sink and
+// switchyard.HealthChecker.
 //
 // With JetStream (config jetstream = true, the default) a message counts as
 // delivered only once a stream acknowledged it; every message carries
@@ -68,7 +68,7 @@ type Sink struct {
 	streamsErr     error // why creating them failed, on the last connection
 	connErr        error // why the last connection attempt failed
 	everConnected  bool
-	ready          func() // engine.ReadyNotifier
+	ready          func() // switchyard.ReadyNotifier
 
 	closedCh chan struct{}
 	opened   chan struct{} // closed when Open returns
@@ -77,10 +77,10 @@ type Sink struct {
 }
 
 var (
-	_ engine.Sink          = (*Sink)(nil)
-	_ engine.HealthChecker = (*Sink)(nil)
-	_ engine.ReadyNotifier = (*Sink)(nil)
-	_ engine.Fitter        = (*Sink)(nil)
+	_ switchyard.Sink          = (*Sink)(nil)
+	_ switchyard.HealthChecker = (*Sink)(nil)
+	_ switchyard.ReadyNotifier = (*Sink)(nil)
+	_ switchyard.Fitter        = (*Sink)(nil)
 )
 
 // Open connects to the NATS server at url (a comma-separated list is
@@ -294,7 +294,7 @@ func (s *Sink) connectedOnce() {
 }
 
 // OnReady registers the function called whenever the sink (re)connects
-// (engine.ReadyNotifier).
+// (switchyard.ReadyNotifier).
 func (s *Sink) OnReady(fn func()) {
 	s.mu.Lock()
 	s.ready = fn
@@ -389,14 +389,14 @@ func (s *Sink) Close(ctx context.Context) error {
 // flush (core NATS). It returns one Result per message, in order, once every
 // message has an outcome or the deadline passed: the earlier of ctx's
 // deadline and now + publish_timeout. A message still unanswered then gets
-// an error wrapping engine.ErrUnknownOutcome.
+// an error wrapping switchyard.ErrUnknownOutcome.
 //
 // Errors: a message that cannot ever be accepted (payload over the server's
-// or stream's limit, invalid subject, no event) is engine.Permanent; a
+// or stream's limit, invalid subject, no event) is switchyard.Permanent; a
 // subject no stream listens to, a connection that is down and other broker
 // errors are plain (retryable) errors.
-func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Result {
-	res := make([]engine.Result, len(msgs))
+func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	res := make([]switchyard.Result, len(msgs))
 	if len(msgs) == 0 {
 		return res
 	}
@@ -406,7 +406,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 	// (nats.go would otherwise buffer the messages for after the reconnect
 	// and the batch would wait out its whole deadline.)
 	if why := s.unavailable(); why != nil {
-		err := fmt.Errorf("%w: %w", why, engine.ErrSinkUnavailable)
+		err := fmt.Errorf("%w: %w", why, switchyard.ErrSinkUnavailable)
 		for i := range res {
 			res[i].Err = err
 		}
@@ -428,7 +428,7 @@ func (s *Sink) bound(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, s.timeout)
 }
 
-func (s *Sink) publishJetStream(ctx context.Context, msgs []*engine.Message, res []engine.Result) {
+func (s *Sink) publishJetStream(ctx context.Context, msgs []*switchyard.Message, res []switchyard.Result) {
 	sc := s.getScratch(len(msgs))
 	defer s.putScratch(sc)
 	futs := sc.futs
@@ -475,7 +475,7 @@ func (s *Sink) publishJetStream(ctx context.Context, msgs []*engine.Message, res
 			case err = <-f.Err():
 			default:
 				err = fmt.Errorf("%s: subject %q: no acknowledgement before the deadline (%v): %w",
-					s.name, msgs[i].Destination, ctx.Err(), engine.ErrUnknownOutcome)
+					s.name, msgs[i].Destination, ctx.Err(), switchyard.ErrUnknownOutcome)
 			}
 		}
 		if err != nil {
@@ -484,7 +484,7 @@ func (s *Sink) publishJetStream(ctx context.Context, msgs []*engine.Message, res
 		}
 		// A duplicate (ack.Duplicate) is a success: the stream already holds
 		// the message and the ack names its original sequence.
-		res[i].Position = storage.Position{Stream: ack.Stream, Sequence: ack.Sequence}
+		res[i].Position = switchyard.Position{Stream: ack.Stream, Sequence: ack.Sequence}
 	}
 }
 
@@ -563,12 +563,12 @@ func (s *Sink) putScratch(sc *scratch) {
 // encode maps m onto the NATS CloudEvents binding: subject = destination,
 // data = the event's data, headers = ce-* attributes, content-type, trace
 // context and Nats-Msg-Id. The returned message is valid until the next call.
-func (sc *scratch) encode(sink string, m *engine.Message) (*natsgo.Msg, error) {
+func (sc *scratch) encode(sink string, m *switchyard.Message) (*natsgo.Msg, error) {
 	if m == nil || m.Event == nil {
-		return nil, engine.Permanentf("%s: message without an event", sink)
+		return nil, switchyard.Permanentf("%s: message without an event", sink)
 	}
 	if m.Destination == "" {
-		return nil, engine.Permanentf("%s: event %s: no subject to publish to", sink, m.Event.ID)
+		return nil, switchyard.Permanentf("%s: event %s: no subject to publish to", sink, m.Event.ID)
 	}
 	hs := engine.BindingHeaders(m.Event, "ce-")
 	clear(sc.hdr)
@@ -596,7 +596,7 @@ func (sc *scratch) encode(sink string, m *engine.Message) (*natsgo.Msg, error) {
 }
 
 // errNotConnected: the connection dropped in the middle of a batch.
-var errNotConnected = fmt.Errorf("not connected: %w", engine.ErrSinkUnavailable)
+var errNotConnected = fmt.Errorf("not connected: %w", switchyard.ErrSinkUnavailable)
 
 // canSend stops a batch from being sent once its deadline passed or the
 // connection dropped (nats.go would buffer the rest for after a reconnect,
@@ -615,29 +615,29 @@ func (s *Sink) canSend(ctx context.Context) error {
 
 // sendError classifies an error from encoding a message or handing it to
 // the connection.
-func (s *Sink) sendError(m *engine.Message, err error) error {
+func (s *Sink) sendError(m *switchyard.Message, err error) error {
 	switch {
-	case engine.IsPermanent(err):
+	case switchyard.IsPermanent(err):
 		return err
 	case errors.Is(err, natsgo.ErrMaxPayload):
-		return engine.Permanentf("%s: subject %q: payload of %d bytes over the server's max_payload (%d): %w",
+		return switchyard.Permanentf("%s: subject %q: payload of %d bytes over the server's max_payload (%d): %w",
 			s.name, m.Destination, len(m.Event.Data), s.nc.MaxPayload(), err)
 	case errors.Is(err, natsgo.ErrBadSubject):
-		return engine.Permanentf("%s: invalid subject %q: %w", s.name, m.Destination, err)
+		return switchyard.Permanentf("%s: invalid subject %q: %w", s.name, m.Destination, err)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		// Not sent (the publisher stalled, too many publishes in flight, or
 		// the batch took too long): the router may retry freely and need not
 		// count an attempt.
 		return fmt.Errorf("%s: subject %q: not sent before the deadline (%v): %w",
-			s.name, m.Destination, err, engine.ErrUnknownOutcome)
+			s.name, m.Destination, err, switchyard.ErrUnknownOutcome)
 	default:
 		return fmt.Errorf("%s: subject %q: not sent: %w", s.name, m.Destination, err)
 	}
 }
 
 // ackError classifies an error that came back instead of an ack.
-func (s *Sink) ackError(m *engine.Message, err error) error {
-	if errors.Is(err, engine.ErrUnknownOutcome) {
+func (s *Sink) ackError(m *switchyard.Message, err error) error {
+	if errors.Is(err, switchyard.ErrUnknownOutcome) {
 		return err
 	}
 	var apiErr *jetstream.APIError
@@ -649,12 +649,12 @@ func (s *Sink) ackError(m *engine.Message, err error) error {
 		// Sent, but the connection dropped (or the ack never came) before
 		// the stream answered: it may or may not have stored the message.
 		return fmt.Errorf("%s: subject %q: %v before the acknowledgement: %w",
-			s.name, m.Destination, err, engine.ErrUnknownOutcome)
+			s.name, m.Destination, err, switchyard.ErrUnknownOutcome)
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
-		return engine.Permanentf("%s: subject %q: message of %d bytes over the stream's max_msg_size: %w",
+		return switchyard.Permanentf("%s: subject %q: message of %d bytes over the stream's max_msg_size: %w",
 			s.name, m.Destination, len(m.Event.Data), err)
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeHeaderExceedsMaximum:
-		return engine.Permanentf("%s: subject %q: headers over JetStream's limit of %d bytes: %w",
+		return switchyard.Permanentf("%s: subject %q: headers over JetStream's limit of %d bytes: %w",
 			s.name, m.Destination, maxJetStreamHeaders, err)
 	default:
 		return fmt.Errorf("%s: subject %q: JetStream refused the message: %w", s.name, m.Destination, err)
@@ -663,7 +663,7 @@ func (s *Sink) ackError(m *engine.Message, err error) error {
 
 // publishCore publishes on core NATS: at most once, no broker ack. One flush
 // at the end proves the server read every message of the batch.
-func (s *Sink) publishCore(ctx context.Context, msgs []*engine.Message, res []engine.Result) {
+func (s *Sink) publishCore(ctx context.Context, msgs []*switchyard.Message, res []switchyard.Result) {
 	sc := s.getScratch(0)
 	defer s.putScratch(sc)
 	sent := 0
@@ -687,11 +687,11 @@ func (s *Sink) publishCore(ctx context.Context, msgs []*engine.Message, res []en
 	}
 	if err := s.nc.FlushWithContext(ctx); err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%s: flush not confirmed before the deadline (%v): %w", s.name, err, engine.ErrUnknownOutcome)
+			err = fmt.Errorf("%s: flush not confirmed before the deadline (%v): %w", s.name, err, switchyard.ErrUnknownOutcome)
 		} else {
 			// The connection dropped mid-flush: the messages may or may not
 			// have reached the server.
-			err = fmt.Errorf("%s: flush: %v: %w", s.name, err, engine.ErrUnknownOutcome)
+			err = fmt.Errorf("%s: flush: %v: %w", s.name, err, switchyard.ErrUnknownOutcome)
 		}
 		for i := range res {
 			if res[i].Err == nil {
@@ -708,13 +708,13 @@ const (
 	jsErrCodeHeaderExceedsMaximum jetstream.ErrorCode = 10097
 )
 
-// Fits tells whether the server could ever take m (engine.Fitter): its
+// Fits tells whether the server could ever take m (switchyard.Fitter): its
 // headers against JetStream's 64 KiB, headers and data together against
 // the max_payload the server announced (unknown until the first
 // connection: then only the publish can tell, and its refusal is
 // permanent). The sizes are those of the wire format: "NATS/1.0\r\n",
 // one "name: value\r\n" per header, a blank line.
-func (s *Sink) Fits(m *engine.Message) error {
+func (s *Sink) Fits(m *switchyard.Message) error {
 	if m == nil || m.Event == nil {
 		return nil
 	}

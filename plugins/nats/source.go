@@ -15,9 +15,9 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // Source defaults.
@@ -53,7 +53,7 @@ var (
 	receiveBackoffMax = 30 * time.Second
 )
 
-var _ engine.Source = (*Source)(nil)
+var _ switchyard.Source = (*Source)(nil)
 
 // Source consumes an inbox's subject through a durable JetStream pull
 // consumer (the inbox's durable, explicit acks). Several routers on one
@@ -291,7 +291,7 @@ func (s *Source) Stream() string {
 
 // Run consumes until ctx ends (or Close is called), then returns nil. It
 // returns an error only when called twice.
-func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs []engine.Inbound) error) error {
+func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs []switchyard.Inbound) error) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("inbox %q: Run called twice", s.name)
 	}
@@ -349,7 +349,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 // so no message waits in the client with its ack wait running unseen.
 // After a failed receive it waits out the backoff (the batch was nak'd
 // with that delay).
-func (s *Source) pull(ctx context.Context, receive func(context.Context, []engine.Inbound) error, backoff *time.Duration) error {
+func (s *Source) pull(ctx context.Context, receive func(context.Context, []switchyard.Inbound) error, backoff *time.Duration) error {
 	cons := s.consumer()
 	fctx, cancel := context.WithTimeout(ctx, fetchWait)
 	defer cancel()
@@ -393,8 +393,8 @@ func collect(mb jetstream.MessageBatch) ([]jetstream.Msg, error) {
 }
 
 // handle receives one batch and acks it, or naks it with the next backoff.
-func (s *Source) handle(ctx context.Context, msgs []jetstream.Msg, receive func(context.Context, []engine.Inbound) error, backoff *time.Duration) error {
-	in := make([]engine.Inbound, len(msgs))
+func (s *Source) handle(ctx context.Context, msgs []jetstream.Msg, receive func(context.Context, []switchyard.Inbound) error, backoff *time.Duration) error {
+	in := make([]switchyard.Inbound, len(msgs))
 	for i, m := range msgs {
 		in[i] = s.decode(m)
 	}
@@ -488,17 +488,17 @@ func nakAll(msgs []jetstream.Msg, delay time.Duration) {
 }
 
 // decode maps a message onto an Inbound by the CloudEvents NATS binding.
-func (s *Source) decode(m jetstream.Msg) engine.Inbound {
+func (s *Source) decode(m jetstream.Msg) switchyard.Inbound {
 	h := m.Headers()
 	names := make([]string, 0, len(h))
 	for k := range h {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	hs := make([]storage.Header, 0, len(names))
+	hs := make([]switchyard.Header, 0, len(names))
 	for _, k := range names {
 		for _, v := range h[k] {
-			hs = append(hs, storage.Header{Name: k, Value: v})
+			hs = append(hs, switchyard.Header{Name: k, Value: v})
 		}
 	}
 	origin := s.sink + ":" + s.stream

@@ -12,6 +12,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
@@ -92,7 +93,7 @@ type natsRunner struct {
 	done   chan error
 }
 
-func runSource(s *Source, receive func(context.Context, []engine.Inbound) error) *natsRunner {
+func runSource(s *Source, receive func(context.Context, []switchyard.Inbound) error) *natsRunner {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &natsRunner{cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- s.Run(ctx, receive) }()
@@ -114,11 +115,11 @@ func (r *natsRunner) stop(t *testing.T) {
 
 type collector struct {
 	mu  sync.Mutex
-	got []engine.Inbound
+	got []switchyard.Inbound
 	ids map[string]int
 }
 
-func (c *collector) receive(_ context.Context, msgs []engine.Inbound) error {
+func (c *collector) receive(_ context.Context, msgs []switchyard.Inbound) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ids == nil {
@@ -191,7 +192,7 @@ func TestSourceReceiveErrorRedelivers(t *testing.T) {
 	fails := 2
 	var failedIDs []string
 	var c collector
-	r := runSource(s, func(ctx context.Context, msgs []engine.Inbound) error {
+	r := runSource(s, func(ctx context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		if fails > 0 {
 			fails--
@@ -228,8 +229,8 @@ func TestSourceTwoOnOneDurable(t *testing.T) {
 	in := natsInbox("shared", "orders.>")
 	in.Policy.BatchSize = 5
 	var c1, c2 collector
-	slow := func(c *collector) func(context.Context, []engine.Inbound) error {
-		return func(ctx context.Context, msgs []engine.Inbound) error {
+	slow := func(c *collector) func(context.Context, []switchyard.Inbound) error {
+		return func(ctx context.Context, msgs []switchyard.Inbound) error {
 			time.Sleep(10 * time.Millisecond)
 			return c.receive(ctx, msgs)
 		}
@@ -274,10 +275,10 @@ func TestSourceSlowReceiveKeepsMessages(t *testing.T) {
 	const ackWait = 600 * time.Millisecond
 	s1 := newNATSSource(t, e, in, ackWait)
 	e.publish(t, "orders.created", "w", 3)
-	entered := make(chan []engine.Inbound, 1)
+	entered := make(chan []switchyard.Inbound, 1)
 	var once sync.Once
 	var c1 collector
-	r1 := runSource(s1, func(ctx context.Context, msgs []engine.Inbound) error {
+	r1 := runSource(s1, func(ctx context.Context, msgs []switchyard.Inbound) error {
 		once.Do(func() { entered <- msgs })
 		time.Sleep(3 * ackWait)
 		return c1.receive(ctx, msgs)
@@ -367,7 +368,7 @@ func TestSourceCloseStopsRun(t *testing.T) {
 	s := newNATSSource(t, e, natsInbox("c", "orders.>"), DefaultAckWait)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Run(context.Background(), func(context.Context, []engine.Inbound) error { return nil })
+		done <- s.Run(context.Background(), func(context.Context, []switchyard.Inbound) error { return nil })
 	}()
 	time.Sleep(100 * time.Millisecond)
 	start := time.Now()

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard"
 )
 
 // Envelopes (docs/plugin-abi.md) are little-endian and length-prefixed; a str is a
@@ -56,7 +56,7 @@ type output struct {
 	HasKey      bool
 	Key         string
 	HasHeaders  bool
-	Headers     []storage.Header
+	Headers     []switchyard.Header
 	HasData     bool
 	Data        []byte
 }
@@ -66,7 +66,7 @@ func appendU32(b []byte, n int) []byte { return binary.LittleEndian.AppendUint32
 func appendStr(b []byte, s string) []byte { return append(appendU32(b, len(s)), s...) }
 
 // appendEvent appends the event envelope of ev to b.
-func appendEvent(b []byte, ev *storage.Event) []byte {
+func appendEvent(b []byte, ev *switchyard.Event) []byte {
 	b = append(b, EventVersion)
 	b = appendStr(b, ev.ID)
 	b = appendStr(b, ev.Type)
@@ -218,7 +218,7 @@ func decodeOutput(b []byte) (output, error) {
 			r.fail("%d headers cannot fit in the %d bytes left", n, len(b)-r.off-4)
 		}
 		if r.err == nil {
-			o.Headers = make([]storage.Header, n)
+			o.Headers = make([]switchyard.Header, n)
 			for i := range o.Headers {
 				o.Headers[i].Name = r.str("a header name")
 				o.Headers[i].Value = r.str("a header value")
@@ -287,7 +287,7 @@ func (o *output) check() error {
 	return nil
 }
 
-func cmpHeader(a, b storage.Header) int { return strings.Compare(a.Name, b.Name) }
+func cmpHeader(a, b switchyard.Header) int { return strings.Compare(a.Name, b.Name) }
 
 func validHeaderName(s string) bool {
 	if s == "" || len(s) > maxHeaderName {
@@ -303,7 +303,7 @@ func validHeaderName(s string) bool {
 
 // decodeEvent decodes an event envelope (the guest's side; the tests use
 // it to check appendEvent). Strings alias b.
-func decodeEvent(b []byte) (ev storage.Event, key string, err error) {
+func decodeEvent(b []byte) (ev switchyard.Event, key string, err error) {
 	r := reader{b: b}
 	if v := r.u8("the version"); r.err == nil && v != EventVersion {
 		return ev, "", fmt.Errorf("version %d, want %d", v, EventVersion)
@@ -318,7 +318,7 @@ func decodeEvent(b []byte) (ev storage.Event, key string, err error) {
 		r.fail("%d headers cannot fit", n)
 	}
 	if r.err == nil && n > 0 {
-		ev.Extensions = make([]storage.Header, n)
+		ev.Extensions = make([]switchyard.Header, n)
 		for i := range ev.Extensions {
 			ev.Extensions[i].Name = r.str("a header name")
 			ev.Extensions[i].Value = r.str("a header value")

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard"
 )
 
 func TestEventEnvelopeRoundTrip(t *testing.T) {
@@ -21,7 +21,7 @@ func TestEventEnvelopeRoundTrip(t *testing.T) {
 		t.Fatalf("decoded %+v key %q from %+v", got, key, ev)
 	}
 	// The layout, byte for byte, for the SDK authors.
-	small := &storage.Event{ID: "i", Type: "t", Source: "s", Extensions: []storage.Header{{Name: "partitionkey", Value: "k"}}, Data: []byte("d")}
+	small := &switchyard.Event{ID: "i", Type: "t", Source: "s", Extensions: []switchyard.Header{{Name: "partitionkey", Value: "k"}}, Data: []byte("d")}
 	want := "\x01" + "\x01\x00\x00\x00i" + "\x01\x00\x00\x00t" + "\x01\x00\x00\x00s" + "\x00\x00\x00\x00" + "\x01\x00\x00\x00k" +
 		"\x01\x00\x00\x00" + "\x0c\x00\x00\x00partitionkey" + "\x01\x00\x00\x00k" + "\x01\x00\x00\x00d"
 	if got := string(appendEvent(nil, small)); got != want {
@@ -31,14 +31,14 @@ func TestEventEnvelopeRoundTrip(t *testing.T) {
 
 func TestDecodeOutput(t *testing.T) {
 	full := &output{Destination: "nats.local:x", HasKey: true, Key: "k", HasHeaders: true,
-		Headers: []storage.Header{{Name: "b", Value: "2"}, {Name: "a", Value: "1"}}, HasData: true, Data: []byte("data")}
+		Headers: []switchyard.Header{{Name: "b", Value: "2"}, {Name: "a", Value: "1"}}, HasData: true, Data: []byte("data")}
 	b := appendOutput(nil, full)
 	o, err := decodeOutput(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sorted := *full
-	sorted.Headers = []storage.Header{{Name: "a", Value: "1"}, {Name: "b", Value: "2"}}
+	sorted.Headers = []switchyard.Header{{Name: "a", Value: "1"}, {Name: "b", Value: "2"}}
 	if !reflect.DeepEqual(o, sorted) {
 		t.Fatalf("decoded %+v, want %+v (headers sorted)", o, sorted)
 	}
@@ -47,7 +47,7 @@ func TestDecodeOutput(t *testing.T) {
 		t.Fatalf("minimal envelope: %+v %v", o, err)
 	}
 	hdr := func(name, value string) []byte {
-		return appendOutput(nil, &output{HasHeaders: true, Headers: []storage.Header{{Name: name, Value: value}}})
+		return appendOutput(nil, &output{HasHeaders: true, Headers: []switchyard.Header{{Name: name, Value: value}}})
 	}
 	for _, tc := range []struct {
 		name string
@@ -65,7 +65,7 @@ func TestDecodeOutput(t *testing.T) {
 		{"context attribute", hdr("type", "x"), `header name "type" is a CloudEvents context attribute`},
 		{"header value", hdr("a", "\xff"), `header "a": the value is not valid UTF-8`},
 		{"long header value", hdr("a", strings.Repeat("v", 4097)), `header "a": the value is longer than 4096 bytes`},
-		{"duplicate header", appendOutput(nil, &output{HasHeaders: true, Headers: []storage.Header{{Name: "a"}, {Name: "a"}}}), `header "a" appears twice`},
+		{"duplicate header", appendOutput(nil, &output{HasHeaders: true, Headers: []switchyard.Header{{Name: "a"}, {Name: "a"}}}), `header "a" appears twice`},
 		{"key", appendOutput(nil, &output{HasKey: true, Key: "\xc0"}), "the key is not valid UTF-8"},
 		{"destination", appendOutput(nil, &output{Destination: "nats.local: x"}), `destination "nats.local: x" contains white space`},
 	} {
@@ -87,17 +87,17 @@ func TestOutputKeyRules(t *testing.T) {
 		name    string
 		o       output
 		key     string
-		headers []storage.Header
+		headers []switchyard.Header
 	}{
 		{"inherit", output{}, "k1", ev.Extensions},
-		{"new key", output{HasKey: true, Key: "k2"}, "k2", []storage.Header{{Name: "partitionkey", Value: "k2"}, tp}},
-		{"key removed", output{HasKey: true}, "", []storage.Header{tp}},
-		{"headers without partitionkey keep the key", output{HasHeaders: true, Headers: []storage.Header{{Name: "x", Value: "1"}}},
-			"k1", []storage.Header{{Name: "partitionkey", Value: "k1"}, {Name: "x", Value: "1"}}},
-		{"headers with partitionkey set the key", output{HasHeaders: true, Headers: []storage.Header{{Name: "partitionkey", Value: "k3"}}},
-			"k3", []storage.Header{{Name: "partitionkey", Value: "k3"}}},
-		{"the key wins over headers", output{HasKey: true, Key: "k4", HasHeaders: true, Headers: []storage.Header{{Name: "partitionkey", Value: "k3"}, {Name: "z", Value: "1"}}},
-			"k4", []storage.Header{{Name: "partitionkey", Value: "k4"}, {Name: "z", Value: "1"}}},
+		{"new key", output{HasKey: true, Key: "k2"}, "k2", []switchyard.Header{{Name: "partitionkey", Value: "k2"}, tp}},
+		{"key removed", output{HasKey: true}, "", []switchyard.Header{tp}},
+		{"headers without partitionkey keep the key", output{HasHeaders: true, Headers: []switchyard.Header{{Name: "x", Value: "1"}}},
+			"k1", []switchyard.Header{{Name: "partitionkey", Value: "k1"}, {Name: "x", Value: "1"}}},
+		{"headers with partitionkey set the key", output{HasHeaders: true, Headers: []switchyard.Header{{Name: "partitionkey", Value: "k3"}}},
+			"k3", []switchyard.Header{{Name: "partitionkey", Value: "k3"}}},
+		{"the key wins over headers", output{HasKey: true, Key: "k4", HasHeaders: true, Headers: []switchyard.Header{{Name: "partitionkey", Value: "k3"}, {Name: "z", Value: "1"}}},
+			"k4", []switchyard.Header{{Name: "partitionkey", Value: "k4"}, {Name: "z", Value: "1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := cloneEvent(ev)
@@ -118,7 +118,7 @@ func TestOutputKeyRules(t *testing.T) {
 func FuzzDecodeOutput(f *testing.F) {
 	f.Add([]byte("\x00\x00\x00\x00\x00"))
 	f.Add(appendOutput(nil, &output{Destination: "kafka.main:orders", HasKey: true, Key: "k", HasHeaders: true,
-		Headers: []storage.Header{{Name: "region", Value: "eu"}}, HasData: true, Data: []byte(`{"a":1}`)}))
+		Headers: []switchyard.Header{{Name: "region", Value: "eu"}}, HasData: true, Data: []byte(`{"a":1}`)}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		in := bytes.Clone(b)
 		o, err := decodeOutput(in)

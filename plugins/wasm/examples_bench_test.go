@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // exampleDir is where the example plugins live, relative to this package.
@@ -81,7 +81,7 @@ func BenchmarkExamples(b *testing.B) {
 
 // exampleEvent reads a structured CloudEvent (an example's event.json): its
 // attributes as strings, its data as JSON.
-func exampleEvent(tb testing.TB, path string) *storage.Event {
+func exampleEvent(tb testing.TB, path string) *switchyard.Event {
 	tb.Helper()
 	src, err := os.ReadFile(path)
 	if err != nil {
@@ -93,7 +93,7 @@ func exampleEvent(tb testing.TB, path string) *storage.Event {
 	if err := dec.Decode(&m); err != nil {
 		tb.Fatalf("%s: %v", path, err)
 	}
-	ev := &storage.Event{DataContentType: "application/json", Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	ev := &switchyard.Event{DataContentType: "application/json", Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	for k, v := range m {
 		if k == "data" {
 			ev.Data = bytes.TrimSpace(v)
@@ -117,9 +117,9 @@ func exampleEvent(tb testing.TB, path string) *storage.Event {
 		case "datacontenttype":
 			ev.DataContentType = s
 		default:
-			ev.Extensions = append(ev.Extensions, storage.Header{Name: k, Value: s})
+			ev.Extensions = append(ev.Extensions, switchyard.Header{Name: k, Value: s})
 		}
 	}
-	slices.SortFunc(ev.Extensions, func(a, b storage.Header) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(ev.Extensions, func(a, b switchyard.Header) int { return strings.Compare(a.Name, b.Name) })
 	return ev
 }

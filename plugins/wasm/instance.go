@@ -16,8 +16,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
-	"github.com/switchyard-router/switchyard/engine"
-	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard"
 )
 
 // What emit returns to the guest.
@@ -62,7 +61,7 @@ type instance struct {
 	phase     phase
 	input     []byte // what input_read copies: the event or config envelope
 	buf       []byte // the event envelope, reused from event to event
-	ev        *storage.Event
+	ev        *switchyard.Event
 	outs      []output
 	reason    string // from fail()
 	violation string // the first broken rule (emit, input_read, ...): the call counts as retry
@@ -330,7 +329,7 @@ func describeTrap(call string, err error) string {
 
 // run calls sy_handle on ev. keep is false when the instance must be
 // discarded.
-func (in *instance) run(ctx context.Context, ev *storage.Event) (outs []engine.PluginOutput, keep bool, err error) {
+func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switchyard.PluginOutput, keep bool, err error) {
 	p := in.p
 	timeout := p.limits.Timeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -382,7 +381,7 @@ func (in *instance) run(ctx context.Context, ev *storage.Event) (outs []engine.P
 		if reason == "" {
 			reason = "the plugin rejected the event (no reason given)"
 		}
-		return nil, true, engine.Permanent(&Error{Plugin: p.name, EventID: ev.ID, Verdict: VerdictReject, Reason: reason})
+		return nil, true, switchyard.Permanent(&Error{Plugin: p.name, EventID: ev.ID, Verdict: VerdictReject, Reason: reason})
 	default:
 		return nil, false, p.retry(ev.ID, fmt.Sprintf("sy_handle returned %d: the verdicts are 0 ok, 1 retry, 2 reject", v), nil)
 	}

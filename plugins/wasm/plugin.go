@@ -15,9 +15,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // DefaultLimits are the limits of a plugin block without a limits block;
@@ -41,7 +40,7 @@ type LoadOptions struct {
 	Instances int
 }
 
-// Plugin is a loaded plugin. It implements engine.Plugin; Handle is safe
+// Plugin is a loaded plugin. It implements switchyard.Plugin; Handle is safe
 // for concurrent use.
 type Plugin struct {
 	name, file string
@@ -60,7 +59,7 @@ type Plugin struct {
 	started, discarded atomic.Int64
 }
 
-var _ engine.Plugin = (*Plugin)(nil)
+var _ switchyard.Plugin = (*Plugin)(nil)
 
 // Load reads, compiles (or finds in the cache) and validates the plugin's
 // module, and starts one instance, which runs _initialize,
@@ -273,11 +272,11 @@ func (p *Plugin) Limits() config.PluginLimits { return p.limits }
 
 // Handle runs sy_handle on ev in an instance of the pool: exactly one guest
 // call. It returns the outputs on verdict ok (none = the event is dropped),
-// an *Error wrapping engine.ErrPluginRetry on verdict retry or on a
+// an *Error wrapping switchyard.ErrPluginRetry on verdict retry or on a
 // failure (trap, timeout, memory limit, an output over the limits or
-// malformed), and engine.Permanent(*Error) on verdict reject. A failed
+// malformed), and switchyard.Permanent(*Error) on verdict reject. A failed
 // instance is discarded; the pool starts a new one when needed.
-func (p *Plugin) Handle(ctx context.Context, ev *storage.Event) ([]engine.PluginOutput, error) {
+func (p *Plugin) Handle(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 	in, err := p.get(ctx)
 	if err != nil {
 		return nil, p.retry(ev.ID, err.Error(), err)
@@ -348,11 +347,11 @@ func (p *Plugin) Close(ctx context.Context) error {
 }
 
 // outputs maps the decoded outputs onto ev.
-func (p *Plugin) outputs(ev *storage.Event, outs []output) []engine.PluginOutput {
+func (p *Plugin) outputs(ev *switchyard.Event, outs []output) []switchyard.PluginOutput {
 	if len(outs) == 0 {
 		return nil
 	}
-	res := make([]engine.PluginOutput, len(outs))
+	res := make([]switchyard.PluginOutput, len(outs))
 	inKey := ev.PartitionKey()
 	for i := range outs {
 		o := &outs[i]
@@ -381,7 +380,7 @@ func (p *Plugin) outputs(ev *storage.Event, outs []output) []engine.PluginOutput
 	return res
 }
 
-func extension(hs []storage.Header, name string) (string, bool) {
+func extension(hs []switchyard.Header, name string) (string, bool) {
 	for _, h := range hs {
 		if h.Name == name {
 			return h.Value, true
@@ -392,16 +391,16 @@ func extension(hs []storage.Header, name string) (string, bool) {
 
 // withExtension returns a sorted copy of hs with name set to value ("" =
 // removed).
-func withExtension(hs []storage.Header, name, value string) []storage.Header {
-	out := make([]storage.Header, 0, len(hs)+1)
+func withExtension(hs []switchyard.Header, name, value string) []switchyard.Header {
+	out := make([]switchyard.Header, 0, len(hs)+1)
 	for _, h := range hs {
 		if h.Name != name {
 			out = append(out, h)
 		}
 	}
 	if value != "" {
-		i, _ := slices.BinarySearchFunc(out, name, func(h storage.Header, n string) int { return strings.Compare(h.Name, n) })
-		out = slices.Insert(out, i, storage.Header{Name: name, Value: value})
+		i, _ := slices.BinarySearchFunc(out, name, func(h switchyard.Header, n string) int { return strings.Compare(h.Name, n) })
+		out = slices.Insert(out, i, switchyard.Header{Name: name, Value: value})
 	}
 	return out
 }
@@ -431,8 +430,8 @@ func (v Verdict) String() string {
 // Error is a Handle that did not end in verdict ok: the plugin's retry or
 // reject (Reason is what it passed to fail()), or a failure that counts as
 // retry (trap, timeout, memory limit, a bad output; Reason says which).
-// A retry wraps engine.ErrPluginRetry; a reject comes wrapped in
-// engine.Permanent. errors.As finds it in both.
+// A retry wraps switchyard.ErrPluginRetry; a reject comes wrapped in
+// switchyard.Permanent. errors.As finds it in both.
 type Error struct {
 	Plugin  string
 	EventID string
@@ -451,7 +450,7 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() []error {
 	var errs []error
 	if e.Verdict == VerdictRetry {
-		errs = append(errs, engine.ErrPluginRetry)
+		errs = append(errs, switchyard.ErrPluginRetry)
 	}
 	if e.Cause != nil {
 		errs = append(errs, e.Cause)

@@ -5,7 +5,7 @@
 // restart does not compile again) and hosts the imports every plugin shares:
 // module "switchyard" (input_read, emit, fail, log) and a sandboxed
 // wasi_snapshot_preview1. Runtime.Load validates a module and returns a
-// Plugin, which implements engine.Plugin on a pool of instances.
+// Plugin, which implements switchyard.Plugin on a pool of instances.
 //
 // What a plugin must export, in the order the host calls them on a new
 // instance:

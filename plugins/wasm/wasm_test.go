@@ -16,9 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // syncBuffer collects log output from several goroutines.
@@ -69,8 +68,8 @@ func load(t testing.TB, rt *Runtime, name string, lim config.PluginLimits, insta
 	return p
 }
 
-func testEvent(id string) *storage.Event {
-	return &storage.Event{
+func testEvent(id string) *switchyard.Event {
+	return &switchyard.Event{
 		ID:              id,
 		Source:          "/orders",
 		Type:            "order.created",
@@ -78,7 +77,7 @@ func testEvent(id string) *storage.Event {
 		Subject:         "o-42",
 		Time:            time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		DataContentType: "application/json",
-		Extensions: []storage.Header{
+		Extensions: []switchyard.Header{
 			{Name: "partitionkey", Value: "k1"},
 			{Name: "traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		},
@@ -86,9 +85,9 @@ func testEvent(id string) *storage.Event {
 	}
 }
 
-func cloneEvent(ev *storage.Event) storage.Event {
+func cloneEvent(ev *switchyard.Event) switchyard.Event {
 	c := *ev
-	c.Extensions = append([]storage.Header(nil), ev.Extensions...)
+	c.Extensions = append([]switchyard.Header(nil), ev.Extensions...)
 	c.Data = append([]byte(nil), ev.Data...)
 	return c
 }
@@ -100,7 +99,7 @@ func mustRetry(t *testing.T, err error, id, want string) *Error {
 	if !errors.As(err, &pe) {
 		t.Fatalf("error %v (%T) is not a *wasm.Error", err, err)
 	}
-	if !errors.Is(err, engine.ErrPluginRetry) || engine.IsPermanent(err) || pe.Verdict != VerdictRetry {
+	if !errors.Is(err, switchyard.ErrPluginRetry) || switchyard.IsPermanent(err) || pe.Verdict != VerdictRetry {
 		t.Fatalf("error %v: want a retry (ErrPluginRetry, not permanent)", err)
 	}
 	if pe.EventID != id || !strings.HasPrefix(err.Error(), fmt.Sprintf("plugin %q, event %q: ", pe.Plugin, id)) {
@@ -124,7 +123,7 @@ func TestWasmPassthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []engine.PluginOutput{{Event: *ev, Key: "k1"}}
+	want := []switchyard.PluginOutput{{Event: *ev, Key: "k1"}}
 	if !reflect.DeepEqual(outs, want) {
 		t.Fatalf("outputs %+v, want %+v", outs, want)
 	}
@@ -151,7 +150,7 @@ func TestWasmTransformer(t *testing.T) {
 	}
 	// Headers replace the input's (traceparent is gone); the new key is
 	// the partitionkey extension too; the rest is the input's.
-	wantExt := []storage.Header{{Name: "partitionkey", Value: "k2"}, {Name: "region", Value: "eu-1"}}
+	wantExt := []switchyard.Header{{Name: "partitionkey", Value: "k2"}, {Name: "region", Value: "eu-1"}}
 	if !reflect.DeepEqual(o.Event.Extensions, wantExt) || o.Event.PartitionKey() != o.Key {
 		t.Errorf("extensions %+v, want %+v", o.Event.Extensions, wantExt)
 	}
@@ -192,7 +191,7 @@ func TestWasmSplitter(t *testing.T) {
 		if o.Key != key || string(o.Event.Data) != data || o.Destination != "" {
 			t.Errorf("output %d: key %q data %q destination %q", i, o.Key, o.Event.Data, o.Destination)
 		}
-		want := []storage.Header{{Name: "partitionkey", Value: key}, ev.Extensions[1]}
+		want := []switchyard.Header{{Name: "partitionkey", Value: key}, ev.Extensions[1]}
 		if !reflect.DeepEqual(o.Event.Extensions, want) {
 			t.Errorf("output %d: extensions %+v, want %+v", i, o.Event.Extensions, want)
 		}
@@ -206,7 +205,7 @@ func TestWasmRejectVerdict(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
 	p := load(t, rt, "reject", config.PluginLimits{}, 1)
 	_, err := p.Handle(context.Background(), testEvent("e1"))
-	if !engine.IsPermanent(err) || errors.Is(err, engine.ErrPluginRetry) {
+	if !switchyard.IsPermanent(err) || errors.Is(err, switchyard.ErrPluginRetry) {
 		t.Fatalf("error %v: want a reject (permanent, not a retry)", err)
 	}
 	var pe *Error
@@ -472,7 +471,7 @@ func TestWasmConcurrent(t *testing.T) {
 				}
 				outs, err := p.Handle(context.Background(), testEvent(id))
 				switch {
-				case id[0] == 'x' && (err == nil || !errors.Is(err, engine.ErrPluginRetry)):
+				case id[0] == 'x' && (err == nil || !errors.Is(err, switchyard.ErrPluginRetry)):
 					errs <- fmt.Errorf("%s: want a trap, got %v", id, err)
 					return
 				case id[0] != 'x' && (err != nil || len(outs) != 1 || outs[0].Event.ID != id):
@@ -504,8 +503,8 @@ func TestWasmEngineChain(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
 	split := load(t, rt, "splitter", config.PluginLimits{}, 1)
 	tr := load(t, rt, "transformer", config.PluginLimits{}, 1)
-	var outs []engine.PluginOutput
-	for _, in := range []engine.PluginOutput{{Event: *testEvent("e1")}} {
+	var outs []switchyard.PluginOutput
+	for _, in := range []switchyard.PluginOutput{{Event: *testEvent("e1")}} {
 		got, err := split.Handle(context.Background(), &in.Event)
 		if err != nil {
 			t.Fatal(err)

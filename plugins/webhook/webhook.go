@@ -3,13 +3,13 @@
 // from datacontenttype, the data as body) with an Idempotency-Key, to a
 // http://, https:// or unix:// URL.
 //
-// It implements engine.Sink, so the inbox's delivery loop gets the engine's
+// It implements switchyard.Sink, so the inbox's delivery loop gets the engine's
 // retries, backoff and DLQ: a 2xx is delivered; 429 and 503 (and 408, 425,
 // and 409 with Retry-After) are retried no earlier than their Retry-After;
 // any other 4xx is permanent (to the DLQ at once, with the status and the
 // start of the body); 5xx, timeouts and broken connections are retried. A
 // receiver that cannot be reached at all (connection refused, no socket
-// file) counts no attempt (engine.ErrSinkUnavailable): a service that is
+// file) counts no attempt (switchyard.ErrSinkUnavailable): a service that is
 // down must not push its events to the DLQ. See RATIONALE.md.
 package webhook
 
@@ -30,6 +30,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 )
@@ -52,8 +53,8 @@ const (
 const IdempotencyKeyHeader = "Idempotency-Key"
 
 var (
-	_ engine.Sink          = (*Sink)(nil)
-	_ engine.HealthChecker = (*Sink)(nil)
+	_ switchyard.Sink          = (*Sink)(nil)
+	_ switchyard.HealthChecker = (*Sink)(nil)
 )
 
 // Sink POSTs one inbox's events to its deliver URL.
@@ -240,11 +241,11 @@ func (s *Sink) Name() string { return s.name }
 // returns one Result per message, in order. Messages with the same
 // partition key are sent one after another in batch order; when one fails,
 // the later ones of that key are not sent (their error wraps
-// engine.ErrSinkUnavailable, so no attempt is counted). Position is always
+// switchyard.ErrSinkUnavailable, so no attempt is counted). Position is always
 // empty. Once ctx is done Publish returns; a POST cut short by it wraps
-// engine.ErrUnknownOutcome.
-func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Result {
-	res := make([]engine.Result, len(msgs))
+// switchyard.ErrUnknownOutcome.
+func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	res := make([]switchyard.Result, len(msgs))
 	if len(msgs) == 0 {
 		return res
 	}
@@ -281,7 +282,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 				if res[i].Err != nil {
 					for _, j := range chain[n+1:] {
 						res[j].Err = fmt.Errorf("%s: not sent: the earlier event %s with the same partition key failed: %w",
-							s.name, msgs[i].Event.ID, engine.ErrSinkUnavailable)
+							s.name, msgs[i].Event.ID, switchyard.ErrSinkUnavailable)
 					}
 					return
 				}
@@ -294,20 +295,20 @@ func (s *Sink) Publish(ctx context.Context, msgs []*engine.Message) []engine.Res
 
 // deliver sends one message. (Double-send mode is the engine's: it wraps
 // every sink, this one included.)
-func (s *Sink) deliver(ctx context.Context, m *engine.Message) engine.Result {
+func (s *Sink) deliver(ctx context.Context, m *switchyard.Message) switchyard.Result {
 	if m == nil || m.Event == nil {
-		return engine.Result{Err: engine.Permanentf("%s: message without an event", s.name)}
+		return switchyard.Result{Err: switchyard.Permanentf("%s: message without an event", s.name)}
 	}
 	return s.post(ctx, m)
 }
 
 // post makes one POST and classifies its outcome.
-func (s *Sink) post(ctx context.Context, m *engine.Message) engine.Result {
+func (s *Sink) post(ctx context.Context, m *switchyard.Message) switchyard.Result {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return engine.Result{Err: fmt.Errorf("%s: event %s not sent before the deadline (%v): %w",
-			s.name, m.Event.ID, ctx.Err(), engine.ErrUnknownOutcome)}
+		return switchyard.Result{Err: fmt.Errorf("%s: event %s not sent before the deadline (%v): %w",
+			s.name, m.Event.ID, ctx.Err(), switchyard.ErrUnknownOutcome)}
 	}
 	defer func() { <-s.sem }()
 
@@ -315,20 +316,20 @@ func (s *Sink) post(ctx context.Context, m *engine.Message) engine.Result {
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.target, bytes.NewReader(m.Event.Data))
 	if err != nil {
-		return engine.Result{Err: engine.Permanentf("%s: %w", s.name, err)}
+		return switchyard.Result{Err: switchyard.Permanentf("%s: %w", s.name, err)}
 	}
 	setHeaders(req.Header, m)
 	start := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return engine.Result{Err: s.transportError(ctx, rctx, m, err, time.Since(start))}
+		return switchyard.Result{Err: s.transportError(ctx, rctx, m, err, time.Since(start))}
 	}
 	defer resp.Body.Close()
 	snippet, rerr := readSnippet(resp.Body)
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		// Delivered, whatever happens to the rest of the body.
-		return engine.Result{}
+		return switchyard.Result{}
 	case rerr != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 		snippet = "(body cut short by the timeout)"
 	}
@@ -336,7 +337,7 @@ func (s *Sink) post(ctx context.Context, m *engine.Message) engine.Result {
 }
 
 // statusResult classifies a non-2xx answer.
-func (s *Sink) statusResult(m *engine.Message, resp *http.Response, snippet string) engine.Result {
+func (s *Sink) statusResult(m *switchyard.Message, resp *http.Response, snippet string) switchyard.Result {
 	code := resp.StatusCode
 	retryAfter, hasRetryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	err := fmt.Errorf("%s: POST %s: event %s: %s", s.name, s.display, m.Event.ID, resp.Status)
@@ -348,28 +349,28 @@ func (s *Sink) statusResult(m *engine.Message, resp *http.Response, snippet stri
 		code == http.StatusRequestTimeout, code == http.StatusTooEarly,
 		code == http.StatusConflict && hasRetryAfter,
 		code >= 500:
-		return engine.Result{Err: err, RetryAfter: retryAfter}
+		return switchyard.Result{Err: err, RetryAfter: retryAfter}
 	default:
 		// Any other 4xx, and 1xx/3xx (redirects are not followed): the
 		// same request cannot fare better.
-		return engine.Result{Err: engine.Permanent(err)}
+		return switchyard.Result{Err: switchyard.Permanent(err)}
 	}
 }
 
 // transportError classifies a POST that got no response.
-func (s *Sink) transportError(ctx, rctx context.Context, m *engine.Message, err error, took time.Duration) error {
+func (s *Sink) transportError(ctx, rctx context.Context, m *switchyard.Message, err error, took time.Duration) error {
 	var op *net.OpError
 	switch {
 	case ctx.Err() != nil:
 		// The caller gave up (shutdown, the engine's own deadline): the
 		// receiver may or may not have acted on the request.
-		return fmt.Errorf("%s: POST %s: event %s: %v: %w", s.name, s.display, m.Event.ID, ctx.Err(), engine.ErrUnknownOutcome)
+		return fmt.Errorf("%s: POST %s: event %s: %v: %w", s.name, s.display, m.Event.ID, ctx.Err(), switchyard.ErrUnknownOutcome)
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
 		// The receiver was too slow: a plain retry (it has the
 		// Idempotency-Key if it did act).
 		return fmt.Errorf("%s: POST %s: event %s: no response within %s", s.name, s.display, m.Event.ID, s.timeout)
 	case errors.As(err, &op) && op.Op == "dial":
-		return fmt.Errorf("%s: POST %s: receiver unreachable: %v: %w", s.name, s.display, op.Err, engine.ErrSinkUnavailable)
+		return fmt.Errorf("%s: POST %s: receiver unreachable: %v: %w", s.name, s.display, op.Err, switchyard.ErrSinkUnavailable)
 	default:
 		return fmt.Errorf("%s: POST %s: event %s: %v (after %s)", s.name, s.display, m.Event.ID,
 			unwrapURLError(err), took.Round(time.Millisecond))
@@ -385,7 +386,7 @@ func unwrapURLError(err error) error {
 }
 
 // setHeaders maps m onto the CloudEvents HTTP binary binding.
-func setHeaders(h http.Header, m *engine.Message) {
+func setHeaders(h http.Header, m *switchyard.Message) {
 	for _, x := range engine.BindingHeaders(m.Event, engine.HeaderPrefix) {
 		switch {
 		case x.Name == "content-type":

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -108,13 +108,13 @@ func newSink(t *testing.T, url string, timeout time.Duration, opts ...Option) *S
 	return s
 }
 
-func msg(id string) *engine.Message {
-	return &engine.Message{
-		Event: &storage.Event{
+func msg(id string) *switchyard.Message {
+	return &switchyard.Message{
+		Event: &switchyard.Event{
 			ID: id, Source: "/pay", Type: "payment.done", SpecVersion: "1.0", Subject: "invoice 7",
 			Time:            time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC),
 			DataContentType: "application/json",
-			Extensions: []storage.Header{
+			Extensions: []switchyard.Header{
 				{Name: "note", Value: `100% "café"`},
 				{Name: "traceparent", Value: traceparent},
 			},
@@ -143,8 +143,8 @@ func TestDeliverHeaders(t *testing.T) {
 		if s.Name() != "inbox.payments" {
 			t.Fatalf("Name = %q", s.Name())
 		}
-		res := s.Publish(ctxT(t, 5*time.Second), []*engine.Message{msg("a 1")})
-		if len(res) != 1 || res[0].Err != nil || res[0].Position != (storage.Position{}) {
+		res := s.Publish(ctxT(t, 5*time.Second), []*switchyard.Message{msg("a 1")})
+		if len(res) != 1 || res[0].Err != nil || res[0].Position != (switchyard.Position{}) {
 			t.Fatalf("results %+v", res)
 		}
 		reqs := srv.requests()
@@ -181,11 +181,11 @@ func TestDeliverHeaders(t *testing.T) {
 	})
 }
 
-func flatten(h http.Header) []storage.Header {
-	var out []storage.Header
+func flatten(h http.Header) []switchyard.Header {
+	var out []switchyard.Header
 	for k, vs := range h {
 		for _, v := range vs {
-			out = append(out, storage.Header{Name: k, Value: v})
+			out = append(out, switchyard.Header{Name: k, Value: v})
 		}
 	}
 	return out
@@ -230,7 +230,7 @@ func TestStatuses(t *testing.T) {
 					w.WriteHeader(tc.status)
 					io.WriteString(w, tc.body)
 				})
-				r := s.Publish(ctxT(t, 5*time.Second), []*engine.Message{msg("x")})[0]
+				r := s.Publish(ctxT(t, 5*time.Second), []*switchyard.Message{msg("x")})[0]
 				ok := tc.status >= 200 && tc.status < 300
 				switch {
 				case ok && r.Err != nil:
@@ -240,10 +240,10 @@ func TestStatuses(t *testing.T) {
 				case r.Err == nil:
 					t.Fatal("no error")
 				}
-				if engine.IsPermanent(r.Err) != tc.permanent {
-					t.Fatalf("permanent = %v, want %v: %v", engine.IsPermanent(r.Err), tc.permanent, r.Err)
+				if switchyard.IsPermanent(r.Err) != tc.permanent {
+					t.Fatalf("permanent = %v, want %v: %v", switchyard.IsPermanent(r.Err), tc.permanent, r.Err)
 				}
-				if errors.Is(r.Err, engine.ErrSinkUnavailable) || errors.Is(r.Err, engine.ErrUnknownOutcome) {
+				if errors.Is(r.Err, switchyard.ErrSinkUnavailable) || errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
 					t.Fatalf("an answer is neither unavailable nor unknown: %v", r.Err)
 				}
 				if !strings.Contains(r.Err.Error(), fmt.Sprint(tc.status)) || !strings.Contains(r.Err.Error(), tc.body) {
@@ -264,8 +264,8 @@ func TestLongErrorBodyIsCut(t *testing.T) {
 		io.WriteString(w, strings.Repeat("é", 10000))
 	}}
 	s := newSink(t, tcpServer(t, srv), time.Second)
-	r := s.Publish(ctxT(t, 5*time.Second), []*engine.Message{msg("x")})[0]
-	if !engine.IsPermanent(r.Err) || len(r.Err.Error()) > 600 || !strings.HasSuffix(r.Err.Error(), "é…") {
+	r := s.Publish(ctxT(t, 5*time.Second), []*switchyard.Message{msg("x")})[0]
+	if !switchyard.IsPermanent(r.Err) || len(r.Err.Error()) > 600 || !strings.HasSuffix(r.Err.Error(), "é…") {
 		t.Fatalf("%v", r.Err)
 	}
 }
@@ -282,9 +282,9 @@ func TestTimeoutIsARetry(t *testing.T) {
 		defer close(release)
 		s := newSink(t, url(srv), 100*time.Millisecond)
 		start := time.Now()
-		r := s.Publish(ctxT(t, 5*time.Second), []*engine.Message{msg("slow")})[0]
-		if r.Err == nil || engine.IsPermanent(r.Err) || errors.Is(r.Err, engine.ErrUnknownOutcome) ||
-			errors.Is(r.Err, engine.ErrSinkUnavailable) || !strings.Contains(r.Err.Error(), "no response within") {
+		r := s.Publish(ctxT(t, 5*time.Second), []*switchyard.Message{msg("slow")})[0]
+		if r.Err == nil || switchyard.IsPermanent(r.Err) || errors.Is(r.Err, switchyard.ErrUnknownOutcome) ||
+			errors.Is(r.Err, switchyard.ErrSinkUnavailable) || !strings.Contains(r.Err.Error(), "no response within") {
 			t.Fatalf("err %v", r.Err)
 		}
 		if d := time.Since(start); d > 2*time.Second {
@@ -303,8 +303,8 @@ func TestCallerDeadlineIsUnknownOutcome(t *testing.T) {
 	}}
 	defer close(release)
 	s := newSink(t, tcpServer(t, srv), 10*time.Second)
-	r := s.Publish(ctxT(t, 100*time.Millisecond), []*engine.Message{msg("x")})[0]
-	if !errors.Is(r.Err, engine.ErrUnknownOutcome) {
+	r := s.Publish(ctxT(t, 100*time.Millisecond), []*switchyard.Message{msg("x")})[0]
+	if !errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
 		t.Fatalf("err %v", r.Err)
 	}
 }
@@ -323,8 +323,8 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	ln.Close()
 	for _, u := range []string{"unix://" + dir + "/missing.sock/events", "http://" + closedPort + "/events"} {
 		s := newSink(t, u, time.Second)
-		r := s.Publish(ctxT(t, 5*time.Second), []*engine.Message{msg("x")})[0]
-		if !errors.Is(r.Err, engine.ErrSinkUnavailable) || engine.IsPermanent(r.Err) {
+		r := s.Publish(ctxT(t, 5*time.Second), []*switchyard.Message{msg("x")})[0]
+		if !errors.Is(r.Err, switchyard.ErrSinkUnavailable) || switchyard.IsPermanent(r.Err) {
 			t.Fatalf("%s: err %v", u, r.Err)
 		}
 		if err := s.Healthy(ctxT(t, time.Second)); err == nil {
@@ -344,7 +344,7 @@ func TestConcurrencyBoundAndKeyOrder(t *testing.T) {
 		w.WriteHeader(200)
 	}}
 	s := newSink(t, unixServer(t, srv), 5*time.Second)
-	var msgs []*engine.Message
+	var msgs []*switchyard.Message
 	for i := range 40 {
 		m := msg(fmt.Sprintf("e%02d", i))
 		if i%2 == 0 {
@@ -384,12 +384,12 @@ func TestKeyChainStopsAfterFailure(t *testing.T) {
 		w.WriteHeader(200)
 	}}
 	s := newSink(t, tcpServer(t, srv), time.Second)
-	msgs := []*engine.Message{msg("a"), msg("b"), msg("c"), msg("d")}
+	msgs := []*switchyard.Message{msg("a"), msg("b"), msg("c"), msg("d")}
 	for _, m := range msgs[:3] {
 		m.Key = "k"
 	}
 	res := s.Publish(ctxT(t, 5*time.Second), msgs)
-	if res[0].Err != nil || res[1].Err == nil || !errors.Is(res[2].Err, engine.ErrSinkUnavailable) || res[3].Err != nil {
+	if res[0].Err != nil || res[1].Err == nil || !errors.Is(res[2].Err, switchyard.ErrSinkUnavailable) || res[3].Err != nil {
 		t.Fatalf("results %v %v %v %v", res[0].Err, res[1].Err, res[2].Err, res[3].Err)
 	}
 	for _, r := range srv.requests() {

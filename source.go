@@ -1,10 +1,6 @@
-package engine
+package switchyard
 
-import (
-	"context"
-
-	"github.com/switchyard-router/switchyard/storage"
-)
+import "context"
 
 // Source consumes an inbox's messages from a broker. The engine knows
 // sources only through this interface; plugins/kafka and plugins/nats
@@ -28,7 +24,7 @@ type Inbound struct {
 	// headers, the value as data). Event.ID is the dedup key: the id header
 	// (config id_header), or, for a message without one, an id derived from
 	// its content (never from its offset) — then IDDerived is true.
-	Event     storage.Event
+	Event     Event
 	IDDerived bool
 	// Origin says where it came from, for the dedup audit:
 	// "kafka.main:payments/3@1042" or "nats.local:events#17".

@@ -1,19 +1,17 @@
-package engine
+package switchyard
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // Message is one output of an event, ready for a sink. Sinks map it onto
 // their CloudEvents binding (NATS ce-* headers, Kafka ce_* headers).
 type Message struct {
 	// Event is the event as the pipeline left it; Data is the payload.
-	Event *storage.Event
+	Event *Event
 	// Destination is the topic (Kafka) or subject (NATS) on the sink.
 	Destination string
 	// Key is the partition key (Kafka record key); "" = none.
@@ -26,7 +24,7 @@ type Message struct {
 // Result is a sink's answer for one Message.
 type Result struct {
 	// Position is where the broker stored the message, when Err is nil.
-	Position storage.Position
+	Position Position
 	// Err is nil when the broker acknowledged the message. Wrap it with
 	// Permanent when retrying cannot help (record too large, not authorized).
 	Err error
