@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/engine"
 )
 
@@ -37,7 +38,7 @@ func FuzzDecodeStructured(f *testing.F) {
 	f.Add([]byte(`{"specversion":"1.0","type":"t","source":"/s","time":"2026-01-02T03:04:05Z","partitionkey":"k","n":3,"b":true}`))
 	f.Add([]byte(`{"specversion":"1.0","type":"t","source":"/s","data":"text","datacontenttype":"text/plain"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		h := http.Header{"Content-Type": {mediaStructured}}
+		h := http.Header{"Content-Type": {cloudevents.MediaStructured}}
 		events, _, err := decodeRequest(h, body, 10, fixedNow)
 		checkDecoded(t, events, err)
 	})
@@ -48,7 +49,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`[{"specversion":"1.0","type":"t","source":"/s","id":"1"},{"specversion":"1.0","type":"t","source":"/s","id":"1"}]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		h := http.Header{"Content-Type": {mediaBatch}}
+		h := http.Header{"Content-Type": {cloudevents.MediaBatch}}
 		events, batch, err := decodeRequest(h, body, 10, fixedNow)
 		checkDecoded(t, events, err)
 		if err == nil && (!batch || len(events) == 0 || len(events) > 10) {

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
@@ -115,7 +115,7 @@ type dlqDetailView struct {
 	dlqItemView
 	History []storage.Attempt `json:"history"`
 	Outputs []storage.Output  `json:"outputs"`
-	Event   map[string]any    `json:"event"`
+	Event   cloudevents.JSON  `json:"event"`
 }
 
 func dlqItemOf(it *engine.DLQItem) dlqItemView {
@@ -135,7 +135,7 @@ func dlqItemOf(it *engine.DLQItem) dlqItemView {
 
 func dlqDetailOf(it *engine.DLQItem) dlqDetailView {
 	rec := it.Record
-	v := dlqDetailView{dlqItemView: dlqItemOf(it), History: rec.History, Outputs: rec.Outputs, Event: cloudEvent(&rec.Event)}
+	v := dlqDetailView{dlqItemView: dlqItemOf(it), History: rec.History, Outputs: rec.Outputs, Event: cloudevents.JSON{Event: &rec.Event}}
 	if v.History == nil {
 		v.History = []storage.Attempt{}
 	}
@@ -143,40 +143,6 @@ func dlqDetailOf(it *engine.DLQItem) dlqDetailView {
 		v.Outputs = []storage.Output{}
 	}
 	return v
-}
-
-// cloudEvent renders an event in the CloudEvents JSON format: JSON data as
-// JSON, text as a string, anything else as data_base64.
-func cloudEvent(ev *switchyard.Event) map[string]any {
-	m := map[string]any{
-		"specversion": ev.SpecVersion,
-		"id":          ev.ID,
-		"source":      ev.Source,
-		"type":        ev.Type,
-	}
-	if !ev.Time.IsZero() {
-		m["time"] = ev.Time.Format(time.RFC3339Nano)
-	}
-	for k, v := range map[string]string{"subject": ev.Subject, "datacontenttype": ev.DataContentType, "dataschema": ev.DataSchema} {
-		if v != "" {
-			m[k] = v
-		}
-	}
-	for _, h := range ev.Extensions {
-		if _, taken := m[h.Name]; !taken && h.Name != "data" && h.Name != "data_base64" {
-			m[h.Name] = h.Value
-		}
-	}
-	switch {
-	case len(ev.Data) == 0:
-	case isJSONMedia(ev.DataContentType) && json.Valid(ev.Data):
-		m["data"] = json.RawMessage(ev.Data)
-	case strings.HasPrefix(ev.DataContentType, "text/") && utf8.Valid(ev.Data):
-		m["data"] = string(ev.Data)
-	default:
-		m["data_base64"] = base64.StdEncoding.EncodeToString(ev.Data)
-	}
-	return m
 }
 
 func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {

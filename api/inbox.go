@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -196,8 +196,8 @@ func (s *Server) postRelease(w http.ResponseWriter, r *http.Request) {
 
 // pulled is one message of a pull: the event in structured mode.
 type pulled struct {
-	ID    string         `json:"id"`
-	Event map[string]any `json:"event"`
+	ID    string           `json:"id"`
+	Event cloudevents.JSON `json:"event"`
 }
 
 func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
@@ -210,7 +210,7 @@ func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
 				if recs, err = s.engine.Pull(r.Context(), r.PathValue("name"), max, wait, lease); err == nil {
 					msgs := make([]pulled, len(recs))
 					for i, rec := range recs {
-						msgs[i] = pulled{ID: rec.Event.ID, Event: structuredEvent(&rec.Event)}
+						msgs[i] = pulled{ID: rec.Event.ID, Event: cloudevents.JSON{Event: &rec.Event}}
 					}
 					writeJSON(w, http.StatusOK, map[string]any{"messages": msgs})
 					return
@@ -239,35 +239,4 @@ func (s *Server) postAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"acked": n})
-}
-
-// structuredEvent renders an event in the CloudEvents JSON format: data as
-// JSON when its content type is JSON, else as a string when it is UTF-8
-// text, else base64 in data_base64.
-func structuredEvent(ev *switchyard.Event) map[string]any {
-	m := map[string]any{"specversion": ev.SpecVersion, "id": ev.ID, "source": ev.Source, "type": ev.Type}
-	set := func(k, v string) {
-		if v != "" {
-			m[k] = v
-		}
-	}
-	set("subject", ev.Subject)
-	set("datacontenttype", ev.DataContentType)
-	set("dataschema", ev.DataSchema)
-	if !ev.Time.IsZero() {
-		m["time"] = ev.Time.Format(time.RFC3339Nano)
-	}
-	for _, x := range ev.Extensions {
-		m[x.Name] = x.Value
-	}
-	switch {
-	case len(ev.Data) == 0:
-	case isJSONMedia(ev.DataContentType) && json.Valid(ev.Data):
-		m["data"] = json.RawMessage(ev.Data)
-	case utf8.Valid(ev.Data):
-		m["data"] = string(ev.Data)
-	default:
-		m["data_base64"] = ev.Data
-	}
-	return m
 }

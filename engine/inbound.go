@@ -4,24 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
-	"net/url"
+	"slices"
 	"sort"
 	"strings"
-	"time"
-	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
-)
-
-// Attribute prefixes of the CloudEvents binary-mode bindings.
-const (
-	// KafkaPrefix is the Kafka binding's header prefix. Its header values
-	// are plain UTF-8: no percent-encoding.
-	KafkaPrefix = "ce_"
-	// HeaderPrefix is the prefix of the HTTP and NATS bindings. Values may
-	// be percent-encoded (HTTP binding §3.1.3.2); DecodeInbound decodes them.
-	HeaderPrefix = "ce-"
+	"github.com/switchyard-router/switchyard/cloudevents"
 )
 
 // DerivedIDPrefix starts every id DecodeInbound derives from a message's
@@ -29,124 +17,49 @@ const (
 const DerivedIDPrefix = "sha256-"
 
 // DecodeInbound turns one consumed message (its headers and value) into an
-// Inbound by the CloudEvents binary-mode binding whose attribute prefix is
-// prefix: KafkaPrefix ("ce_") for Kafka, HeaderPrefix ("ce-") for NATS and
-// HTTP.
+// Inbound by the binding it came through (cloudevents.NATS or
+// cloudevents.Kafka), leniently (Binding.DecodeLenient): it never fails, so
+// an inbox neither wedges on a message it cannot fully read nor drops it;
+// what it worked around is returned as warnings for the source to log.
 //
-//   - <prefix><attr> headers are the context attributes (specversion, source,
-//     type, subject, dataschema, time) and, for any other name, extensions
-//     (lower-cased). With the "ce-" prefix a value containing '%' is
-//     percent-decoded.
-//   - content-type is datacontenttype; traceparent and tracestate pass
-//     through as extensions, as ingest stores them.
-//   - The value is the data.
-//   - Event.ID comes from the header idHeader ("" = <prefix>id) and only from
-//     it: a message without it (or with an empty value) gets an id derived
-//     from its content, DerivedIDPrefix + the hex SHA-256 of its source, type,
-//     subject, every header (sorted) and its data, and IDDerived is set. The
-//     same content always yields the same id; the offset or sequence never
-//     enters it, so a redelivery is recognised.
-//   - Header names match case-insensitively; of a repeated header the first
-//     value counts.
-//
-// DecodeInbound never fails: an inbox must neither wedge on a message it
-// cannot fully parse nor drop it. What it had to work around is returned as
-// warnings for the source to log: a value that is not valid UTF-8 (invalid
-// bytes replaced by U+FFFD), a bad percent-encoding (the raw value is kept),
-// a time that is not RFC 3339 (left zero). Missing attributes are left
-// empty: a message that is no CloudEvent at all (no ce headers) becomes an
-// event with only data and a derived id.
-func DecodeInbound(headers []switchyard.Header, value []byte, prefix, idHeader, origin string) (in switchyard.Inbound, warnings []string) {
-	prefix = strings.ToLower(prefix)
-	if idHeader == "" {
-		idHeader = prefix + "id"
-	}
-	idHeader = strings.ToLower(idHeader)
-	percent := prefix == HeaderPrefix
-
-	ev := &in.Event
-	seen := make(map[string]bool, len(headers))
-	var id string
-	var ceContentType string
-	for _, h := range headers {
-		name := strings.ToLower(h.Name)
-		if seen[name] {
-			continue
-		}
-		seen[name] = true
-		attr, isAttr := strings.CutPrefix(name, prefix)
-		isAttr = isAttr && attr != ""
-		v := h.Value
-		if !utf8.ValidString(v) {
-			warnings = append(warnings, fmt.Sprintf("header %s: value is not valid UTF-8; invalid bytes replaced", h.Name))
-			v = strings.ToValidUTF8(v, "\uFFFD")
-		}
-		if isAttr && percent && strings.IndexByte(v, '%') >= 0 {
-			dec, err := url.PathUnescape(v)
-			switch {
-			case err != nil:
-				warnings = append(warnings, fmt.Sprintf("header %s: bad percent-encoding; raw value kept", h.Name))
-			case !utf8.ValidString(dec):
-				warnings = append(warnings, fmt.Sprintf("header %s: percent-encoding is not UTF-8; raw value kept", h.Name))
-			default:
-				v = dec
-			}
-		}
-		if name == idHeader {
-			id = v
-			continue
-		}
-		switch {
-		case name == "content-type":
-			ev.DataContentType = v
-		case passThrough[name]:
-			ev.Extensions = append(ev.Extensions, switchyard.Header{Name: name, Value: v})
-		case !isAttr:
-			// Not part of the event (broker or application metadata).
-		default:
-			switch attr {
-			case "id":
-				// Only the configured id header names the id.
-			case "specversion":
-				ev.SpecVersion = v
-			case "source":
-				ev.Source = v
-			case "type":
-				ev.Type = v
-			case "subject":
-				ev.Subject = v
-			case "dataschema":
-				ev.DataSchema = v
-			case "datacontenttype":
-				// Not in the binding (content-type carries it); accepted
-				// when content-type is absent.
-				ceContentType = v
-			case "time":
-				t, err := time.Parse(time.RFC3339Nano, v)
-				if err != nil {
-					warnings = append(warnings, fmt.Sprintf("header %s: %q is not an RFC 3339 time; ignored", h.Name, v))
-					break
-				}
-				ev.Time = t
-			default:
-				ev.Extensions = append(ev.Extensions, switchyard.Header{Name: attr, Value: v})
-			}
-		}
-	}
-	if ev.DataContentType == "" {
-		ev.DataContentType = ceContentType
-	}
-	sort.SliceStable(ev.Extensions, func(i, j int) bool { return ev.Extensions[i].Name < ev.Extensions[j].Name })
-	if len(value) > 0 {
-		ev.Data = value
-	}
+// Event.ID comes from the header idHeader ("" = the binding's id
+// attribute) and only from it: a message without it (or with an empty
+// value) gets an id derived from its content, DerivedIDPrefix + the hex
+// SHA-256 of its source, type, subject, every header (sorted) and its
+// data, and IDDerived is set. The same content always yields the same id;
+// the offset or sequence never enters it, so a redelivery is recognised.
+func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []byte, idHeader, origin string) (in switchyard.Inbound, warnings []string) {
+	in.Event, warnings = b.DecodeLenient(headers, value)
+	id := inboundID(b, &in.Event, headers, idHeader)
 	if id == "" {
-		id = DeriveInboundID(ev.Source, ev.Type, ev.Subject, headers, value)
+		id = DeriveInboundID(in.Event.Source, in.Event.Type, in.Event.Subject, headers, value)
 		in.IDDerived = true
 	}
-	ev.ID = id
+	in.Event.ID = id
 	in.Origin = origin
 	return in, warnings
+}
+
+// inboundID is the message's id by the inbox's id header: the binding's id
+// attribute; another attribute, which then leaves the extensions; or a
+// header outside the event, read as it is (UTF-8 repaired).
+func inboundID(b cloudevents.Binding, ev *switchyard.Event, headers []switchyard.Header, idHeader string) string {
+	idHeader = strings.ToLower(idHeader)
+	attr, isAttr := strings.CutPrefix(idHeader, b.Prefix())
+	switch {
+	case idHeader == "" || attr == cloudevents.AttrID:
+		return ev.ID
+	case isAttr:
+		id := ev.Extension(attr)
+		ev.Extensions = slices.DeleteFunc(ev.Extensions, func(h switchyard.Header) bool { return h.Name == attr })
+		return id
+	}
+	for _, h := range headers {
+		if strings.ToLower(h.Name) == idHeader {
+			return strings.ToValidUTF8(h.Value, "\uFFFD")
+		}
+	}
+	return ""
 }
 
 // DeriveInboundID is the id DecodeInbound gives a message without an id

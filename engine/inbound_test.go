@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 )
 
 func TestDecodeInbound(t *testing.T) {
@@ -23,7 +24,7 @@ func TestDecodeInbound(t *testing.T) {
 		name     string
 		headers  []switchyard.Header
 		value    string
-		prefix   string
+		binding  cloudevents.Binding
 		idHeader string
 		want     switchyard.Event
 		derived  bool
@@ -35,8 +36,8 @@ func TestDecodeInbound(t *testing.T) {
 				"ce_subject", "inv/7", "ce_time", "2026-03-04T05:06:07.89Z", "ce_dataschema", "urn:s",
 				"content-type", "application/json", "ce_partitionkey", "cust-1", "traceparent", tp,
 				"tracestate", "k=v", "x-app", "ignored"),
-			value:  `{"amount":1}`,
-			prefix: "ce_",
+			value:   `{"amount":1}`,
+			binding: cloudevents.Kafka,
 			want: switchyard.Event{ID: "a-1", SpecVersion: "1.0", Source: "/pay", Type: "payment.done", Subject: "inv/7",
 				Time: at, DataSchema: "urn:s", DataContentType: "application/json",
 				Extensions: hs("partitionkey", "cust-1", "traceparent", tp, "tracestate", "k=v"),
@@ -46,68 +47,68 @@ func TestDecodeInbound(t *testing.T) {
 			name:    "nats binding, mixed case names",
 			headers: hs("Ce-Specversion", "1.0", "CE-ID", "n-1", "ce-source", "/s", "ce-type", "t", "Content-Type", "text/plain"),
 			value:   "hi",
-			prefix:  "ce-",
+			binding: cloudevents.NATS,
 			want: switchyard.Event{ID: "n-1", SpecVersion: "1.0", Source: "/s", Type: "t", DataContentType: "text/plain",
 				Data: []byte("hi")},
 		},
 		{
 			name:    "percent-decoding with ce-",
 			headers: hs("ce-id", "id%20one", "ce-source", "/caf%C3%A9", "ce-type", "t", "ce-note", "100%25 %22ok%22"),
-			prefix:  "ce-",
+			binding: cloudevents.NATS,
 			want: switchyard.Event{ID: "id one", Source: "/café", Type: "t",
 				Extensions: hs("note", `100% "ok"`)},
 		},
 		{
 			name:    "no percent-decoding with ce_",
 			headers: hs("ce_id", "id%20one", "ce_source", "/caf%C3%A9"),
-			prefix:  "ce_",
+			binding: cloudevents.Kafka,
 			want:    switchyard.Event{ID: "id%20one", Source: "/caf%C3%A9"},
 		},
 		{
 			name:     "bad percent-encoding keeps the raw value",
 			headers:  hs("ce-id", "x", "ce-source", "100%"),
-			prefix:   "ce-",
+			binding:  cloudevents.NATS,
 			want:     switchyard.Event{ID: "x", Source: "100%"},
 			warnings: 1,
 		},
 		{
 			name:     "bad time is dropped with a warning",
 			headers:  hs("ce_id", "x", "ce_time", "yesterday"),
-			prefix:   "ce_",
+			binding:  cloudevents.Kafka,
 			want:     switchyard.Event{ID: "x"},
 			warnings: 1,
 		},
 		{
 			name:     "invalid UTF-8 is replaced",
 			headers:  hs("ce_id", "x", "ce_source", "a\xffb"),
-			prefix:   "ce_",
+			binding:  cloudevents.Kafka,
 			want:     switchyard.Event{ID: "x", Source: "a\uFFFDb"},
 			warnings: 1,
 		},
 		{
 			name:     "custom id header; ce id not used",
 			headers:  hs("ce_id", "ce-value", "Message-Id", "m-9", "ce_type", "t"),
-			prefix:   "ce_",
+			binding:  cloudevents.Kafka,
 			idHeader: "message-id",
 			want:     switchyard.Event{ID: "m-9", Type: "t"},
 		},
 		{
 			name:    "first of a repeated header wins",
 			headers: hs("ce_id", "first", "ce_id", "second"),
-			prefix:  "ce_",
+			binding: cloudevents.Kafka,
 			want:    switchyard.Event{ID: "first"},
 		},
 		{
 			name:    "datacontenttype attribute as fallback",
 			headers: hs("ce_id", "x", "ce_datacontenttype", "application/xml"),
-			prefix:  "ce_",
+			binding: cloudevents.Kafka,
 			want:    switchyard.Event{ID: "x", DataContentType: "application/xml"},
 		},
 		{
 			name:    "missing id is derived",
 			headers: hs("ce_source", "/s", "ce_type", "t"),
 			value:   "body",
-			prefix:  "ce_",
+			binding: cloudevents.Kafka,
 			want: switchyard.Event{ID: DeriveInboundID("/s", "t", "", hs("ce_source", "/s", "ce_type", "t"), []byte("body")),
 				Source: "/s", Type: "t", Data: []byte("body")},
 			derived: true,
@@ -115,14 +116,14 @@ func TestDecodeInbound(t *testing.T) {
 		{
 			name:    "empty id is derived",
 			headers: hs("ce-id", ""),
-			prefix:  "ce-",
+			binding: cloudevents.NATS,
 			want:    switchyard.Event{ID: DeriveInboundID("", "", "", hs("ce-id", ""), nil)},
 			derived: true,
 		},
 		{
 			name:     "id header of another prefix does not count",
 			headers:  hs("ce-id", "dash"),
-			prefix:   "ce_",
+			binding:  cloudevents.Kafka,
 			idHeader: "",
 			want:     switchyard.Event{ID: DeriveInboundID("", "", "", hs("ce-id", "dash"), nil)},
 			derived:  true,
@@ -134,7 +135,7 @@ func TestDecodeInbound(t *testing.T) {
 			if tc.value != "" {
 				value = []byte(tc.value)
 			}
-			in, warnings := DecodeInbound(tc.headers, value, tc.prefix, tc.idHeader, "kafka.main:p/0@1")
+			in, warnings := DecodeInbound(tc.binding, tc.headers, value, tc.idHeader, "kafka.main:p/0@1")
 			if len(warnings) != tc.warnings {
 				t.Errorf("warnings = %q, want %d", warnings, tc.warnings)
 			}
@@ -153,10 +154,10 @@ func TestDecodeInbound(t *testing.T) {
 
 func TestDeriveInboundIDStable(t *testing.T) {
 	h := []switchyard.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}, {Name: "X-A", Value: "1"}}
-	a, _ := DecodeInbound(h, []byte("data"), "ce_", "", "kafka.main:p/0@1")
+	a, _ := DecodeInbound(cloudevents.Kafka, h, []byte("data"), "", "kafka.main:p/0@1")
 	// The same content at another offset, headers in another order.
 	h2 := []switchyard.Header{{Name: "x-a", Value: "1"}, {Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}}
-	b, _ := DecodeInbound(h2, []byte("data"), "ce_", "", "kafka.main:p/5@900")
+	b, _ := DecodeInbound(cloudevents.Kafka, h2, []byte("data"), "", "kafka.main:p/5@900")
 	if !a.IDDerived || a.Event.ID != b.Event.ID {
 		t.Fatalf("ids differ for identical content: %q vs %q", a.Event.ID, b.Event.ID)
 	}
@@ -172,7 +173,7 @@ func TestDeriveInboundIDStable(t *testing.T) {
 		{[]switchyard.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}}, "data"},
 		{[]switchyard.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "21"}, {Name: "X-A", Value: ""}}, "data"},
 	} {
-		c, _ := DecodeInbound(other.h, []byte(other.data), "ce_", "", "o")
+		c, _ := DecodeInbound(cloudevents.Kafka, other.h, []byte(other.data), "", "o")
 		if c.Event.ID == a.Event.ID {
 			t.Errorf("different content %v %q got the same id", other.h, other.data)
 		}

@@ -21,6 +21,7 @@ import (
 
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
 )
@@ -344,8 +345,7 @@ type testOutput struct {
 
 // cloudEventJSON writes ev as a structured CloudEvent, as the API does.
 func cloudEventJSON(ev *switchyard.Event) json.RawMessage {
-	b, _ := json.Marshal(api.EncodeEvent(ev))
-	return b
+	return cloudevents.EncodeJSON(ev)
 }
 
 // parseCloudEvent reads one structured-mode CloudEvent, leniently: what a

@@ -28,8 +28,8 @@ import (
 	kgo "github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
 )
 
 // ErrStalled is what Healthy wraps while publishes are stalled: a Publish
@@ -243,7 +243,7 @@ func (s *Sink) validate(m *switchyard.Message) error {
 
 // record maps a message onto the CloudEvents Kafka binding.
 func (s *Sink) record(m *switchyard.Message) *kgo.Record {
-	hs := engine.BindingHeaders(m.Event, "ce_")
+	hs := cloudevents.Kafka.Headers(m.Event)
 	headers := make([]kgo.RecordHeader, len(hs))
 	for i, h := range hs {
 		headers[i] = kgo.RecordHeader{Key: h.Name, Value: []byte(h.Value)}
@@ -419,7 +419,7 @@ func (s *Sink) Fits(m *switchyard.Message) error {
 	if m == nil || m.Event == nil {
 		return nil
 	}
-	bytes, headers := engine.BindingSize(m.Event, "ce_")
+	bytes, headers := cloudevents.Kafka.Size(m.Event)
 	n := recordOverhead + len(m.Key) + len(m.Event.Data) + bytes + headers*10
 	if int64(n) > s.maxRecordBytes {
 		return fmt.Errorf("%s: the record takes about %d bytes (%d of data), over max_record_bytes of %d", s.name, n, len(m.Event.Data), s.maxRecordBytes)

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 )
@@ -270,15 +271,15 @@ func (s *Source) decode(r *kgo.Record) switchyard.Inbound {
 	hasKey := false
 	for _, h := range r.Headers {
 		hs = append(hs, switchyard.Header{Name: h.Key, Value: string(h.Value)})
-		if strings.EqualFold(h.Key, engine.KafkaPrefix+"partitionkey") {
+		if strings.EqualFold(h.Key, cloudevents.Kafka.Prefix()+"partitionkey") {
 			hasKey = true
 		}
 	}
 	if !hasKey && len(r.Key) > 0 {
-		hs = append(hs, switchyard.Header{Name: engine.KafkaPrefix + "partitionkey", Value: string(r.Key)})
+		hs = append(hs, switchyard.Header{Name: cloudevents.Kafka.Prefix() + "partitionkey", Value: string(r.Key)})
 	}
 	origin := s.sink + ":" + r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "@" + strconv.FormatInt(r.Offset, 10)
-	in, warnings := engine.DecodeInbound(hs, r.Value, engine.KafkaPrefix, s.idHeader, origin)
+	in, warnings := engine.DecodeInbound(cloudevents.Kafka, hs, r.Value, s.idHeader, origin)
 	for _, w := range warnings {
 		s.log.Warn("record decoded leniently", "origin", origin, "problem", w)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
 )
 
 // Defaults applied when the config leaves a field at its zero value.
@@ -570,7 +570,7 @@ func (sc *scratch) encode(sink string, m *switchyard.Message) (*natsgo.Msg, erro
 	if m.Destination == "" {
 		return nil, switchyard.Permanentf("%s: event %s: no subject to publish to", sink, m.Event.ID)
 	}
-	hs := engine.BindingHeaders(m.Event, "ce-")
+	hs := cloudevents.NATS.Headers(m.Event)
 	clear(sc.hdr)
 	if cap(sc.vals) < len(hs)+1 {
 		sc.vals = make([]string, len(hs)+1)
@@ -722,7 +722,7 @@ func (s *Sink) Fits(m *switchyard.Message) error {
 	if id == "" {
 		id = m.Event.ID
 	}
-	bytes, headers := engine.BindingSize(m.Event, "ce-")
+	bytes, headers := cloudevents.NATS.Size(m.Event)
 	hdr := len("NATS/1.0\r\n\r\n") + len(jetstream.MsgIDHeader) + len(": \r\n") + len(id) +
 		bytes + headers*len(": \r\n")
 	if s.js != nil && hdr > maxJetStreamHeaders {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 )
@@ -505,7 +506,7 @@ func (s *Source) decode(m jetstream.Msg) switchyard.Inbound {
 	if md, err := m.Metadata(); err == nil {
 		origin = s.sink + ":" + md.Stream + "#" + strconv.FormatUint(md.Sequence.Stream, 10)
 	}
-	in, warnings := engine.DecodeInbound(hs, m.Data(), engine.HeaderPrefix, s.idHeader, origin)
+	in, warnings := engine.DecodeInbound(cloudevents.NATS, hs, m.Data(), s.idHeader, origin)
 	for _, w := range warnings {
 		s.log.Warn("message decoded leniently", "origin", origin, "problem", w)
 	}

@@ -31,8 +31,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/engine"
 )
 
 // Defaults.
@@ -387,53 +387,21 @@ func unwrapURLError(err error) error {
 
 // setHeaders maps m onto the CloudEvents HTTP binary binding.
 func setHeaders(h http.Header, m *switchyard.Message) {
-	for _, x := range engine.BindingHeaders(m.Event, engine.HeaderPrefix) {
-		switch {
-		case x.Name == "content-type":
+	for _, x := range cloudevents.HTTP.Headers(m.Event) {
+		if x.Name == cloudevents.ContentTypeHeader {
 			h.Set("Content-Type", x.Value)
-		case strings.HasPrefix(x.Name, engine.HeaderPrefix):
-			// Lower-case names, as the binding writes them; set directly
-			// so Go does not canonicalise them.
-			h[x.Name] = []string{EncodeHeaderValue(x.Value)}
-		default:
-			// traceparent, tracestate: their own syntax, printable ASCII.
-			h[x.Name] = []string{x.Value}
+			continue
 		}
+		// Lower-case names, as the binding writes them; set directly so Go
+		// does not canonicalise them.
+		h[x.Name] = []string{x.Value}
 	}
 	key := m.MsgID
 	if key == "" {
 		key = m.Event.ID
 	}
-	h.Set(IdempotencyKeyHeader, EncodeHeaderValue(key))
+	h.Set(IdempotencyKeyHeader, cloudevents.PercentEncode(key))
 }
-
-// EncodeHeaderValue percent-encodes v as the CloudEvents HTTP binding
-// requires (§3.1.3.2): space, '"', '%' and every byte outside printable
-// ASCII (U+0021..U+007E) become %XX of their UTF-8 bytes.
-func EncodeHeaderValue(v string) string {
-	n := 0
-	for i := 0; i < len(v); i++ {
-		if mustEncode(v[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return v
-	}
-	const hexDigits = "0123456789ABCDEF"
-	b := make([]byte, 0, len(v)+2*n)
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if mustEncode(c) {
-			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
-		} else {
-			b = append(b, c)
-		}
-	}
-	return string(b)
-}
-
-func mustEncode(c byte) bool { return c <= ' ' || c >= 0x7f || c == '"' || c == '%' }
 
 // parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.
 // ok is false when there is none or it cannot be read.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 )
@@ -173,7 +174,7 @@ func TestDeliverHeaders(t *testing.T) {
 			}
 		}
 		// What a receiver decodes is the event again.
-		back, warnings := engine.DecodeInbound(flatten(r.header), []byte(r.body), "ce-", "", "http")
+		back, warnings := engine.DecodeInbound(cloudevents.HTTP, flatten(r.header), []byte(r.body), "", "http")
 		if len(warnings) > 0 || back.Event.ID != "a 1" || back.Event.Extension("note") != `100% "café"` ||
 			back.Event.Subject != "invoice 7" || back.Event.Extension("traceparent") != traceparent {
 			t.Fatalf("decoded back %+v %v", back.Event, warnings)
@@ -428,21 +429,6 @@ func TestParseURL(t *testing.T) {
 		}
 		if err != nil || got.Request != tc.request || got.Socket != tc.socket || got.HostPort != tc.host {
 			t.Errorf("%s: got %+v %v", tc.in, got, err)
-		}
-	}
-}
-
-func TestEncodeHeaderValue(t *testing.T) {
-	for in, want := range map[string]string{
-		"plain-id_1.2~": "plain-id_1.2~",
-		"a b":           "a%20b",
-		`"q"`:           "%22q%22",
-		"50%":           "50%25",
-		"é":             "%C3%A9",
-		"tab\tnl\n\x7f": "tab%09nl%0A%7F",
-	} {
-		if got := EncodeHeaderValue(in); got != want {
-			t.Errorf("%q: got %q, want %q", in, got, want)
 		}
 	}
 }

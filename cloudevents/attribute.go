@@ -1,0 +1,183 @@
+// Package cloudevents is the one place the router maps a switchyard.Event
+// to and from the CloudEvents formats and protocol bindings it speaks: the
+// JSON event format (structured and batch mode, over HTTP and in pull
+// messages, the DLQ view and `router plugin test`) and the binary mode of
+// the HTTP, NATS and Kafka bindings, each with its own header rules.
+//
+// Everything that reads or writes an event goes through it, so the same
+// event looks the same in every binding, and encode → decode returns it
+// unchanged (the round-trip property test in this package). Why each rule
+// is what it is, with the spec sections: docs/decisions/cloudevents-codec.md.
+package cloudevents
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/switchyard-router/switchyard"
+)
+
+// SpecVersion is the only CloudEvents version the router speaks.
+const SpecVersion = "1.0"
+
+// The context attributes of CloudEvents 1.0, by their names.
+const (
+	AttrSpecVersion     = "specversion"
+	AttrID              = "id"
+	AttrSource          = "source"
+	AttrType            = "type"
+	AttrSubject         = "subject"
+	AttrTime            = "time"
+	AttrDataContentType = "datacontenttype"
+	AttrDataSchema      = "dataschema"
+)
+
+// MaxExtensionNameLen bounds an extension attribute's name. The spec asks
+// for at most 20 characters (SHOULD); the router accepts up to 64.
+const MaxExtensionNameLen = 64
+
+// passThrough are extensions that travel under their own header names in
+// every binding, not as ce- attributes: W3C trace context, whose headers
+// tracing middleware reads as they are.
+var passThrough = map[string]bool{"traceparent": true, "tracestate": true}
+
+// IsPassThrough reports whether the extension name travels under its own
+// header name (traceparent, tracestate).
+func IsPassThrough(name string) bool { return passThrough[name] }
+
+// Each calls fn for every attribute of e that has a value, in the canonical
+// order: the context attributes as the spec lists them, then the
+// extensions (sorted by name, as events are stored). time is in its
+// canonical form, RFC 3339 in UTC.
+func Each(e *switchyard.Event, fn func(name, value string)) {
+	attr := func(name, value string) {
+		if value != "" {
+			fn(name, value)
+		}
+	}
+	attr(AttrSpecVersion, e.SpecVersion)
+	attr(AttrID, e.ID)
+	attr(AttrSource, e.Source)
+	attr(AttrType, e.Type)
+	attr(AttrSubject, e.Subject)
+	if !e.Time.IsZero() {
+		fn(AttrTime, FormatTime(e.Time))
+	}
+	attr(AttrDataContentType, e.DataContentType)
+	attr(AttrDataSchema, e.DataSchema)
+	for _, x := range e.Extensions {
+		attr(x.Name, x.Value)
+	}
+}
+
+// FormatTime is the canonical string of a Timestamp attribute.
+func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// Set sets the attribute name of e to value after checking both against
+// the spec (Check). An unknown name is an extension.
+func Set(e *switchyard.Event, name, value string) error {
+	if err := Check(name, value); err != nil {
+		return err
+	}
+	return set(e, name, value)
+}
+
+// Check reports why value cannot be the value of the attribute name, or
+// why name cannot name an extension: strings are UTF-8 without the control
+// characters the String type excludes (a header binding could not carry
+// them as sent), and extension names are lower-case letters and digits.
+func Check(name, value string) error {
+	if !utf8.ValidString(value) {
+		return invalid("attribute %q is not valid UTF-8", name)
+	}
+	if i := strings.IndexFunc(value, isControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(value[i:])
+		return invalid("attribute %q has the control character %U at byte %d: CloudEvents attribute strings exclude U+0000-U+001F and U+007F-U+009F", name, r, i)
+	}
+	if !isContextAttribute(name) && !validExtensionName(name) {
+		return invalid("extension attribute %q: names are 1 to %d lower-case letters and digits", name, MaxExtensionNameLen)
+	}
+	return nil
+}
+
+// set assigns without Check: it fails only where the value cannot be held
+// at all (a time that is no RFC 3339 timestamp, a name the JSON format
+// reserves).
+func set(e *switchyard.Event, name, value string) error {
+	switch name {
+	case AttrSpecVersion:
+		e.SpecVersion = value
+	case AttrID:
+		e.ID = value
+	case AttrSource:
+		e.Source = value
+	case AttrType:
+		e.Type = value
+	case AttrSubject:
+		e.Subject = value
+	case AttrDataContentType:
+		e.DataContentType = value
+	case AttrDataSchema:
+		e.DataSchema = value
+	case AttrTime:
+		t, err := time.Parse(time.RFC3339Nano, value)
+		if err != nil {
+			return invalid("time %q is not an RFC 3339 timestamp", value)
+		}
+		e.Time = t
+	case "data", "data_base64":
+		return invalid("%q is not an attribute: the JSON format reserves it for the data", name)
+	default:
+		// An empty value is an absent attribute, as it is for the
+		// context attributes' fields.
+		if value != "" {
+			e.Extensions = append(e.Extensions, switchyard.Header{Name: name, Value: value})
+		}
+	}
+	return nil
+}
+
+func isContextAttribute(name string) bool {
+	switch name {
+	case AttrSpecVersion, AttrID, AttrSource, AttrType, AttrSubject, AttrTime, AttrDataContentType, AttrDataSchema:
+		return true
+	}
+	return false
+}
+
+// isControl reports the characters CloudEvents' String type excludes.
+func isControl(r rune) bool { return r <= 0x1f || (r >= 0x7f && r <= 0x9f) }
+
+func validExtensionName(s string) bool {
+	if s == "" || len(s) > MaxExtensionNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// SortExtensions puts e's extensions in name order, the order events are
+// stored and compared in.
+func SortExtensions(e *switchyard.Event) {
+	x := e.Extensions
+	for i := 1; i < len(x); i++ { // insertion sort: a handful, mostly sorted
+		for j := i; j > 0 && x[j].Name < x[j-1].Name; j-- {
+			x[j], x[j-1] = x[j-1], x[j]
+		}
+	}
+}
+
+func invalid(format string, args ...any) error {
+	return switchyard.Errorf(switchyard.EINVALID, format, args...)
+}
+
+// warn formats a lenient decoder's note about a header it worked around.
+func warn(header, format string, args ...any) string {
+	return "header " + header + ": " + fmt.Sprintf(format, args...)
+}

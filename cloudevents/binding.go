@@ -1,0 +1,306 @@
+package cloudevents
+
+import (
+	"mime"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/switchyard-router/switchyard"
+)
+
+// Binding is the binary content mode of one CloudEvents protocol binding:
+// how an event's attributes become message headers and back, the data
+// being the message body. The three the router speaks differ in two rules
+// (docs/decisions/cloudevents-codec.md):
+//
+//   - HTTP (http-protocol-binding §3.1.3): ce- headers, values
+//     percent-encoded; datacontenttype is Content-Type.
+//   - NATS (nats-protocol-binding §3.1.3): ce- headers, values
+//     percent-encoded as in HTTP; datacontenttype is ce-datacontenttype
+//     (the router writes Content-Type too, for tools that read it).
+//   - Kafka (kafka-protocol-binding §3.2.3): ce_ headers, values as plain
+//     UTF-8, never percent-encoded; datacontenttype is content-type.
+type Binding struct {
+	name    string
+	prefix  string
+	percent bool // values are percent-encoded
+	ceType  bool // datacontenttype travels as <prefix>datacontenttype
+}
+
+// The bindings.
+var (
+	HTTP  = Binding{name: "HTTP", prefix: "ce-", percent: true}
+	NATS  = Binding{name: "NATS", prefix: "ce-", percent: true, ceType: true}
+	Kafka = Binding{name: "Kafka", prefix: "ce_"}
+)
+
+// ContentTypeHeader carries datacontenttype (lower-case, as the bindings
+// write header names).
+const ContentTypeHeader = "content-type"
+
+// Prefix is the header name prefix of the binding's attributes.
+func (b Binding) Prefix() string { return b.prefix }
+
+// String names the binding.
+func (b Binding) String() string { return b.name }
+
+// Headers returns e's attributes as the binding's headers, values encoded
+// as it requires; names are lower-case. Sinks add their own (Nats-Msg-Id,
+// Idempotency-Key) on top.
+func (b Binding) Headers(e *switchyard.Event) []switchyard.Header {
+	h := make([]switchyard.Header, 0, 8+len(e.Extensions))
+	b.each(e, func(prefix, name, value string, encode bool) {
+		if encode {
+			value = PercentEncode(value)
+		}
+		h = append(h, switchyard.Header{Name: prefix + name, Value: value})
+	})
+	return h
+}
+
+// Size is what Headers(e) adds up to, without building it: the bytes of
+// every header's name and encoded value, and how many headers there are.
+// Ingest sizes every event against its routes with it, so it allocates
+// nothing.
+func (b Binding) Size(e *switchyard.Event) (bytes, headers int) {
+	b.each(e, func(prefix, name, value string, encode bool) {
+		n := len(value)
+		if encode {
+			n = percentEncodedLen(value)
+		}
+		bytes += len(prefix) + len(name) + n
+		headers++
+	})
+	return bytes, headers
+}
+
+// each calls add for every header of e in the binding, its name in two
+// parts (the attribute prefix, or "" for content-type and the pass-through
+// headers) and whether its value is to be percent-encoded.
+func (b Binding) each(e *switchyard.Event, add func(prefix, name, value string, encode bool)) {
+	Each(e, func(name, value string) {
+		switch {
+		case name == AttrDataContentType:
+			add("", ContentTypeHeader, value, false)
+			if b.ceType {
+				add(b.prefix, name, value, b.percent)
+			}
+		case passThrough[name]:
+			add("", name, value, false)
+		default:
+			add(b.prefix, name, value, b.percent)
+		}
+	})
+}
+
+// Decode reads an event from a message's headers and body, strictly: the
+// first header that does not follow the binding or the spec is an
+// invalid_event error. A message whose content type is the JSON event
+// format is read in structured mode (DecodeJSON). Ingest uses it.
+func (b Binding) Decode(hs []switchyard.Header, data []byte) (switchyard.Event, error) {
+	if isStructured(hs) {
+		return DecodeJSON(data)
+	}
+	var first error
+	ev := b.decodeBinary(hs, data, func(header string, err error) bool {
+		first = invalid("header %s: %s", header, errorMessage(err))
+		return false
+	})
+	return ev, first
+}
+
+// DecodeLenient reads an event as Decode does, but never fails: a consumer
+// must neither wedge on a message it cannot fully read nor drop it. What
+// it worked around is returned as warnings: a value that is not UTF-8
+// (invalid bytes replaced by U+FFFD), a bad percent-encoding (the raw value
+// kept), a time that is not RFC 3339 (left zero), a name the spec does not
+// allow (kept), a structured body that is not a CloudEvent (read as
+// binary). Missing attributes are left empty.
+func (b Binding) DecodeLenient(hs []switchyard.Header, data []byte) (ev switchyard.Event, warnings []string) {
+	if isStructured(hs) {
+		ev, err := DecodeJSON(data)
+		if err == nil {
+			return ev, nil
+		}
+		warnings = append(warnings, "structured body: "+errorMessage(err)+"; read in binary mode")
+	}
+	ev = b.decodeBinary(hs, data, func(header string, err error) bool {
+		warnings = append(warnings, warn(header, "%s", errorMessage(err)))
+		return true
+	})
+	return ev, warnings
+}
+
+// decodeBinary maps headers to attributes. Names match case-insensitively;
+// of a repeated header the first counts. problem is told each header it
+// had to work around and says whether to go on.
+func (b Binding) decodeBinary(hs []switchyard.Header, data []byte, problem func(header string, err error) bool) switchyard.Event {
+	var ev switchyard.Event
+	seen := make(map[string]bool, len(hs))
+	extension := func(name, value string) { // the first of ce-traceparent and traceparent counts
+		if value != "" && ev.Extension(name) == "" {
+			ev.Extensions = append(ev.Extensions, switchyard.Header{Name: name, Value: value})
+		}
+	}
+	var contentType, ceContentType string
+	for _, h := range hs {
+		name := strings.ToLower(h.Name)
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		attr, isAttr := strings.CutPrefix(name, b.prefix)
+		isAttr = isAttr && attr != ""
+		if !isAttr && name != ContentTypeHeader && !passThrough[name] {
+			continue // not part of the event (broker or application metadata)
+		}
+		v, err := b.headerValue(h.Value, isAttr)
+		if err != nil && !problem(h.Name, err) {
+			return ev
+		}
+		switch {
+		case name == ContentTypeHeader:
+			contentType = v
+		case !isAttr:
+			extension(name, v)
+		case attr == AttrDataContentType:
+			ceContentType = v
+		default:
+			if err := Check(attr, v); err != nil && !problem(h.Name, err) {
+				return ev
+			}
+			if passThrough[attr] {
+				extension(attr, v)
+			} else if err := set(&ev, attr, v); err != nil && !problem(h.Name, err) {
+				return ev
+			}
+		}
+	}
+	ev.DataContentType = b.contentType(contentType, ceContentType)
+	SortExtensions(&ev)
+	if len(data) > 0 {
+		ev.Data = data
+	}
+	return ev
+}
+
+// contentType picks datacontenttype from the two headers that may carry
+// it: the binding's own first, the other when it is absent.
+func (b Binding) contentType(header, ce string) string {
+	if b.ceType && ce != "" || header == "" {
+		return ce
+	}
+	return header
+}
+
+// headerValue decodes one header value: valid UTF-8 (invalid bytes
+// replaced, with an error), and for a percent-encoding binding's attribute
+// one round of percent-decoding, after unquoting a double-quoted value
+// (§3.1.3.2). A bad encoding keeps the raw value, with an error.
+func (b Binding) headerValue(v string, isAttr bool) (string, error) {
+	if !utf8.ValidString(v) {
+		return strings.ToValidUTF8(v, "\uFFFD"), invalid("value is not valid UTF-8; invalid bytes replaced")
+	}
+	if !isAttr || !b.percent {
+		return v, nil
+	}
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = unquote(v[1 : len(v)-1])
+	}
+	if strings.IndexByte(v, '%') < 0 {
+		return v, nil
+	}
+	dec, err := url.PathUnescape(v)
+	switch {
+	case err != nil:
+		return v, invalid("bad percent-encoding; raw value kept")
+	case !utf8.ValidString(dec):
+		return v, invalid("percent-encoding is not UTF-8; raw value kept")
+	}
+	return dec, nil
+}
+
+// unquote undoes an RFC 7230 quoted-string's backslash escapes.
+func unquote(s string) string {
+	if strings.IndexByte(s, '\\') < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// isStructured reports a message whose content type is the JSON event
+// format: the body is the whole event.
+func isStructured(hs []switchyard.Header) bool {
+	for _, h := range hs {
+		if strings.EqualFold(h.Name, ContentTypeHeader) {
+			media, _, _ := mime.ParseMediaType(h.Value)
+			return media == MediaStructured
+		}
+	}
+	return false
+}
+
+// PercentEncode encodes v as the HTTP and NATS bindings require
+// (§3.1.3.2): space, '"', '%' and every byte outside printable ASCII
+// (U+0021..U+007E) become %XX of their UTF-8 bytes, upper-case.
+func PercentEncode(v string) string {
+	n := percentEncodedLen(v)
+	if n == len(v) {
+		return v
+	}
+	const hexDigits = "0123456789ABCDEF"
+	b := make([]byte, 0, n)
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if mustEncode(c) {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func percentEncodedLen(v string) int {
+	n := len(v)
+	for i := 0; i < len(v); i++ {
+		if mustEncode(v[i]) {
+			n += 2
+		}
+	}
+	return n
+}
+
+func mustEncode(c byte) bool { return c <= ' ' || c >= 0x7f || c == '"' || c == '%' }
+
+// FromHTTP lists an HTTP request's headers as the bindings read them: the
+// first value of each, sorted by name so the result does not depend on
+// map order.
+func FromHTTP(h http.Header) []switchyard.Header {
+	hs := make([]switchyard.Header, 0, len(h))
+	for k, vs := range h {
+		if len(vs) > 0 {
+			hs = append(hs, switchyard.Header{Name: k, Value: vs[0]})
+		}
+	}
+	sort.Slice(hs, func(i, j int) bool { return hs[i].Name < hs[j].Name })
+	return hs
+}
+
+// errorMessage is an error's text without the invalid_event code prefix.
+func errorMessage(err error) string {
+	if e, ok := err.(*switchyard.Error); ok {
+		return e.Message
+	}
+	return err.Error()
+}

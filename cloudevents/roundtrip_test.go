@@ -1,0 +1,248 @@
+package cloudevents_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
+)
+
+// runes the generator builds attribute values from: ASCII, the characters
+// the header bindings must percent-encode, escape look-alikes and
+// non-ASCII up to four UTF-8 bytes.
+var runes = []rune("aZ09-_./:;=+,?#@!~*'()[]{}<>& %\"\\$éü€😀ñ漢\u00a0\u2028")
+
+func randString(r *rand.Rand, max int) string {
+	n := r.IntN(max + 1)
+	var b strings.Builder
+	for range n {
+		switch r.IntN(8) {
+		case 0:
+			b.WriteString([]string{"%41", "%20", "%", "%zz", "%C0%A0", "\"q\""}[r.IntN(6)])
+		default:
+			b.WriteRune(runes[r.IntN(len(runes))])
+		}
+	}
+	return b.String()
+}
+
+// genEvent makes an event with every attribute kind, each present or not:
+// strings with spaces, percent signs, quotes and non-ASCII, a time with
+// nanoseconds, extensions (trace context included), and data that is
+// absent, JSON, text or arbitrary bytes under a content type that fits it
+// or not.
+func genEvent(r *rand.Rand) switchyard.Event {
+	opt := func(s string) string {
+		if r.IntN(3) == 0 {
+			return ""
+		}
+		return s
+	}
+	ev := switchyard.Event{
+		SpecVersion: cloudevents.SpecVersion,
+		ID:          randString(r, 12) + "x",
+		Source:      "/" + randString(r, 20),
+		Type:        "t." + randString(r, 10),
+		Subject:     opt(randString(r, 20)),
+		DataSchema:  opt("https://example.com/" + randString(r, 8)),
+	}
+	if r.IntN(4) != 0 {
+		ev.Time = time.Unix(r.Int64N(4e9), r.Int64N(1e9)).UTC()
+	}
+	names := map[string]bool{}
+	for range r.IntN(5) {
+		name := []string{"partitionkey", "traceparent", "tracestate", "dataref", "x1", "sequence", "comexampleextension"}[r.IntN(7)]
+		if names[name] {
+			continue
+		}
+		names[name] = true
+		v := randString(r, 16) + "v"
+		if cloudevents.IsPassThrough(name) {
+			v = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		}
+		ev.Extensions = append(ev.Extensions, switchyard.Header{Name: name, Value: v})
+	}
+	cloudevents.SortExtensions(&ev)
+	genData(r, &ev)
+	return ev
+}
+
+func genData(r *rand.Rand, ev *switchyard.Event) {
+	ct := []string{"", "application/json", "application/cloudevents-ish+json", "text/plain; charset=utf-8", "application/octet-stream"}[r.IntN(5)]
+	ev.DataContentType = ct
+	switch r.IntN(6) {
+	case 0: // no data
+	case 1:
+		ev.Data = []byte(fmt.Sprintf(`{"n":%d,"s":%q,"a":[1, 2 ,{"x":null}]}`, r.IntN(100), randString(r, 10)))
+	case 2:
+		ev.Data = []byte(fmt.Sprintf("%q", randString(r, 10))) // a JSON string
+	case 3:
+		ev.Data = []byte(randString(r, 40) + "t") // text
+	case 4:
+		ev.Data = make([]byte, 1+r.IntN(64)) // bytes, often not UTF-8
+		for i := range ev.Data {
+			ev.Data[i] = byte(r.UintN(256))
+		}
+	case 5:
+		ev.Data = []byte(" null ")
+	}
+}
+
+// sameEvent fails t unless got is want: every attribute, extension and
+// data byte, and the time as the same instant.
+func sameEvent(t *testing.T, where string, got, want switchyard.Event) {
+	t.Helper()
+	if !got.Time.Equal(want.Time) {
+		t.Fatalf("%s: time %v, want %v", where, got.Time, want.Time)
+	}
+	got.Time, want.Time = time.Time{}, time.Time{}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s:\n got %#v\nwant %#v", where, got, want)
+	}
+}
+
+// Every generated event comes back identical through every binding:
+// encode → decode in the JSON format, in a batch, and in the binary mode of
+// HTTP, NATS and Kafka, strictly and leniently.
+func TestRoundTripEveryBinding(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	for i := range 5000 {
+		ev := genEvent(r)
+		where := func(b string) string { return fmt.Sprintf("event %d, %s", i, b) }
+
+		got, err := cloudevents.DecodeJSON(cloudevents.EncodeJSON(&ev))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", where("JSON"), err, cloudevents.EncodeJSON(&ev))
+		}
+		sameEvent(t, where("JSON"), got, ev)
+
+		batch, err := cloudevents.DecodeBatch([]byte("["+string(cloudevents.EncodeJSON(&ev))+","+string(cloudevents.EncodeJSON(&ev))+"]"), 2)
+		if err != nil || len(batch) != 2 {
+			t.Fatalf("%s: %v", where("batch"), err)
+		}
+		sameEvent(t, where("batch"), batch[1], ev)
+
+		for _, b := range []cloudevents.Binding{cloudevents.HTTP, cloudevents.NATS, cloudevents.Kafka} {
+			hs := b.Headers(&ev)
+			got, err := b.Decode(hs, ev.Data)
+			if err != nil {
+				t.Fatalf("%s: %v\n%v", where(b.String()), err, hs)
+			}
+			sameEvent(t, where(b.String()), got, ev)
+			lenient, warnings := b.DecodeLenient(hs, ev.Data)
+			if len(warnings) > 0 {
+				t.Fatalf("%s: warnings %v", where(b.String()), warnings)
+			}
+			sameEvent(t, where(b.String()+" lenient"), lenient, ev)
+			if n, k := b.Size(&ev); k != len(hs) || n != headerBytes(hs) {
+				t.Fatalf("%s: Size = %d bytes in %d headers, Headers has %d in %d", where(b.String()), n, k, headerBytes(hs), len(hs))
+			}
+		}
+	}
+}
+
+func headerBytes(hs []switchyard.Header) int {
+	n := 0
+	for _, h := range hs {
+		n += len(h.Name) + len(h.Value)
+	}
+	return n
+}
+
+// The header bindings write values by their own rule: HTTP and NATS
+// percent-encode space, '"', '%' and non-ASCII (upper-case hex), Kafka
+// writes UTF-8 as it is; NATS carries datacontenttype as
+// ce-datacontenttype, HTTP and Kafka as content-type.
+func TestBindingHeaderRules(t *testing.T) {
+	ev := switchyard.Event{SpecVersion: "1.0", ID: "1", Source: "/bar/ünï%20code", Type: "t", Subject: `a%41b c/é"`, DataContentType: "text/plain"}
+	header := func(b cloudevents.Binding, name string) string {
+		for _, h := range b.Headers(&ev) {
+			if h.Name == name {
+				return h.Value
+			}
+		}
+		return "<absent>"
+	}
+	for _, c := range []struct {
+		b            cloudevents.Binding
+		name, want   string
+		ceType, ctyp string
+	}{
+		{cloudevents.HTTP, "ce-subject", "a%2541b%20c/%C3%A9%22", "<absent>", "text/plain"},
+		{cloudevents.NATS, "ce-subject", "a%2541b%20c/%C3%A9%22", "text/plain", "text/plain"},
+		{cloudevents.Kafka, "ce_subject", `a%41b c/é"`, "<absent>", "text/plain"},
+	} {
+		if got := header(c.b, c.name); got != c.want {
+			t.Errorf("%s %s = %q, want %q", c.b, c.name, got, c.want)
+		}
+		if got := header(c.b, c.b.Prefix()+"datacontenttype"); got != c.ceType {
+			t.Errorf("%s %sdatacontenttype = %q, want %q", c.b, c.b.Prefix(), got, c.ceType)
+		}
+		if got := header(c.b, "content-type"); got != c.ctyp {
+			t.Errorf("%s content-type = %q, want %q", c.b, got, c.ctyp)
+		}
+	}
+}
+
+// Decoding follows §3.1.3.2 of the HTTP and NATS bindings: lower-case hex
+// and needless escapes are accepted, a double-quoted value is unquoted, an
+// escape that is not UTF-8 is refused (strict) or kept raw with a warning
+// (lenient); Kafka values are never percent-decoded.
+func TestBindingDecodeRules(t *testing.T) {
+	hs := func(subject string) []switchyard.Header {
+		return []switchyard.Header{{Name: "Ce-Specversion", Value: "1.0"}, {Name: "ce-subject", Value: subject}, {Name: "CE_SUBJECT", Value: subject}}
+	}
+	for _, c := range []struct {
+		in, http string
+		bad      bool
+	}{
+		{"a%c3%a9%41", "aéA", false},
+		{`"a b\"c"`, `a b"c`, false},
+		{"%C0%A0", "%C0%A0", true},
+		{"100%", "100%", true},
+	} {
+		ev, warnings := cloudevents.HTTP.DecodeLenient(hs(c.in), nil)
+		if ev.Subject != c.http || (len(warnings) > 0) != c.bad {
+			t.Errorf("HTTP lenient %q = %q %v, want %q (warning %v)", c.in, ev.Subject, warnings, c.http, c.bad)
+		}
+		if _, err := cloudevents.NATS.Decode(hs(c.in), nil); (err != nil) != c.bad {
+			t.Errorf("NATS strict %q: err %v, want error %v", c.in, err, c.bad)
+		}
+		if ev, _ := cloudevents.Kafka.DecodeLenient(hs(c.in), nil); ev.Subject != c.in {
+			t.Errorf("Kafka %q = %q, want it unchanged", c.in, ev.Subject)
+		}
+	}
+}
+
+// A NATS or Kafka message whose content type is the JSON event format is
+// read in structured mode: its body is the event.
+func TestStructuredMessage(t *testing.T) {
+	body := `{"specversion":"1.0","id":"s1","source":"/s","type":"t","subject":"a b","data":{"k":1}}`
+	for _, b := range []cloudevents.Binding{cloudevents.NATS, cloudevents.Kafka} {
+		ev, warnings := b.DecodeLenient([]switchyard.Header{{Name: "Content-Type", Value: "application/cloudevents+json; charset=utf-8"}}, []byte(body))
+		if ev.ID != "s1" || ev.Subject != "a b" || string(ev.Data) != `{"k":1}` || len(warnings) > 0 {
+			t.Errorf("%s: %+v %v", b, ev, warnings)
+		}
+	}
+}
+
+// PercentEncode escapes exactly what §3.1.3.2 names, in upper-case hex.
+func TestPercentEncode(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain-id_1.2~": "plain-id_1.2~",
+		"a b":           "a%20b",
+		`"q"`:           "%22q%22",
+		"50%":           "50%25",
+		"é":             "%C3%A9",
+		"tab\tnl\n\x7f": "tab%09nl%0A%7F",
+	} {
+		if got := cloudevents.PercentEncode(in); got != want {
+			t.Errorf("%q: got %q, want %q", in, got, want)
+		}
+	}
+}
