@@ -263,6 +263,9 @@ event "demo.greeting" {
 #     url     = "unix:///run/payments.sock/events" # or http(s)://...; leave deliver out to pull
 #     timeout = "10s"
 #     concurrency = 8 # POSTs in flight to the service
+#     mode    = "binary" # CloudEvents content mode: "binary" (ce- headers, percent-encoded;
+#                        # the data as the body) or "structured" (the event as JSON, every
+#                        # value exactly: for receivers whose SDK does not percent-decode)
 #   }
 # }
 #

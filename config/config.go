@@ -295,9 +295,29 @@ type Inbox struct {
 type Deliver struct {
 	URL     string
 	Timeout time.Duration
-	// Concurrency bounds the POSTs in flight to the service; default 8.
+	// Concurrency bounds the POSTs in flight to the service
+	// (DefaultDeliverConcurrency).
 	Concurrency int
+	// Mode is the CloudEvents HTTP content mode of each POST.
+	Mode ContentMode
 }
+
+// DefaultDeliverConcurrency is a deliver block's concurrency when it sets
+// none.
+const DefaultDeliverConcurrency = 8
+
+// ContentMode is a CloudEvents content mode.
+type ContentMode string
+
+const (
+	// ContentModeBinary: attributes in ce- headers (percent-encoded), the
+	// data as the body. The default.
+	ContentModeBinary ContentMode = "binary"
+	// ContentModeStructured: the whole event as the body, in the JSON
+	// format (application/cloudevents+json) — every value exactly, for a
+	// receiver whose SDK does not percent-decode headers.
+	ContentModeStructured ContentMode = "structured"
+)
 
 // Ordering is a policy's ordering attribute.
 type Ordering string

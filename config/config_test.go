@@ -302,12 +302,12 @@ func TestFullConfig(t *testing.T) {
 	}
 	k, n := cfg.Inboxes[0], cfg.Inboxes[1]
 	if k.From != "kafka.main" || !reflect.DeepEqual(k.Topics, []string{"payments"}) || k.Group != "pay" ||
-		k.IDHeader != "ce_id" || k.TTL != time.Hour || k.Deliver != (Deliver{URL: "unix:///run/pay.sock/events", Timeout: 2 * time.Second}) ||
+		k.IDHeader != "ce_id" || k.TTL != time.Hour || k.Deliver != (Deliver{URL: "unix:///run/pay.sock/events", Timeout: 2 * time.Second, Concurrency: DefaultDeliverConcurrency, Mode: ContentModeBinary}) ||
 		!reflect.DeepEqual(k.Plugins, []string{"noop"}) || k.Policy.BatchSize != 5 {
 		t.Errorf("kafka inbox = %+v", k)
 	}
 	if n.From != "nats.remote" || n.Subject != "alerts.>" || n.Durable != "alerts" || n.IDHeader != "x-id" ||
-		n.TTL != 24*time.Hour || n.Deliver != (Deliver{Timeout: 10 * time.Second}) {
+		n.TTL != 24*time.Hour || n.Deliver != (Deliver{Timeout: 10 * time.Second, Concurrency: DefaultDeliverConcurrency, Mode: ContentModeBinary}) {
 		t.Errorf("nats inbox = %+v", n)
 	}
 	if p := cfg.Events["fixed"]; p.Polling != (Polling{Type: "fixed", Min: time.Second, Max: time.Minute, Multiplier: 1.5}) || p.Ordering != "" {

@@ -154,7 +154,7 @@ var (
 	// to deliver (or to pull subscribers), not to a sink.
 	inboxSchema = schema("from topics group instance_id session_timeout read_committed subject durable ttl id_header missing_id "+policyAttrs,
 		block("deliver"), block("polling"), block("backoff"))
-	deliverSchema = schema("url timeout concurrency")
+	deliverSchema = schema("url timeout concurrency mode")
 )
 
 // decoder turns HCL bodies into resolved structs, collecting every
@@ -687,7 +687,7 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 	in := Inbox{
 		Name:    b.Labels[0],
 		TTL:     day,
-		Deliver: Deliver{Timeout: 10 * time.Second},
+		Deliver: Deliver{Timeout: 10 * time.Second, Concurrency: DefaultDeliverConcurrency, Mode: ContentModeBinary},
 		Policy:  defaults.clone(),
 	}
 	in.Policy.Routes = nil
@@ -718,6 +718,7 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		d.str(dc.Attributes["url"], &in.Deliver.URL)
 		d.duration(dc.Attributes["timeout"], &in.Deliver.Timeout, true)
 		d.integer(dc.Attributes["concurrency"], &in.Deliver.Concurrency, 1, 1024)
+		oneOf(d, dc.Attributes["mode"], &in.Deliver.Mode, ContentModeBinary, ContentModeStructured)
 		if u := in.Deliver.URL; u != "" && !validDeliverURL(u) {
 			d.errorf(dc.Attributes["url"].Expr.Range(), "Invalid URL",
 				`%q: deliver url must be http://host/path, https://host/path or unix:///path/to.sock/path.`, u)

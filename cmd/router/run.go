@@ -195,11 +195,7 @@ func (c *RunCommand) openSinks(ctx context.Context, cfg *config.Config) (map[str
 		if in.Deliver.URL == "" {
 			continue // pulled: GET /v1/subscriptions/{name}/messages
 		}
-		var opts []webhook.Option
-		if in.Deliver.Concurrency > 0 {
-			opts = append(opts, webhook.WithConcurrency(in.Deliver.Concurrency))
-		}
-		sink, err := webhook.New(in, c.log, opts...)
+		sink, err := webhook.New(in, c.log)
 		if err != nil {
 			return nil, fmt.Errorf("inbox %q: %w", in.Name, err)
 		}

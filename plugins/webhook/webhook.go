@@ -35,12 +35,8 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 )
 
-// Defaults.
+// Limits.
 const (
-	// DefaultConcurrency bounds the POSTs one Sink has in flight.
-	DefaultConcurrency = 8
-	// DefaultTimeout bounds one POST when the deliver block sets none.
-	DefaultTimeout = 10 * time.Second
 	// snippetLen is how much of an error response's body an error quotes.
 	snippetLen = 256
 	// drainLen is how much of a response body is read so the connection
@@ -66,27 +62,11 @@ type Sink struct {
 	network string // "unix" or "tcp": what Healthy dials
 	address string // socket path or host:port
 	timeout time.Duration
+	mode    config.ContentMode
 
 	transport *http.Transport
 	client    *http.Client
 	sem       chan struct{}
-}
-
-// Option changes how a Sink delivers.
-type Option func(*options)
-
-type options struct {
-	concurrency int
-}
-
-// WithConcurrency sets how many POSTs the Sink has in flight at most,
-// across all Publish calls (default DefaultConcurrency).
-func WithConcurrency(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.concurrency = n
-		}
-	}
 }
 
 // New builds the sink of inbox in's deliver block. Its name is
@@ -101,11 +81,7 @@ func WithConcurrency(n int) Option {
 // ".sock" element is all socket, and the request path is "/". A host part
 // makes the socket path relative: unix://./data/svc.sock/events is the
 // socket ./data/svc.sock, path /events.
-func New(in config.Inbox, logger hclog.Logger, opts ...Option) (*Sink, error) {
-	o := options{concurrency: DefaultConcurrency}
-	for _, opt := range opts {
-		opt(&o)
-	}
+func New(in config.Inbox, logger hclog.Logger) (*Sink, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -117,14 +93,14 @@ func New(in config.Inbox, logger hclog.Logger, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	timeout := in.Deliver.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
+	timeout, concurrency := in.Deliver.Timeout, in.Deliver.Concurrency
+	if timeout <= 0 || concurrency < 1 {
+		return nil, fmt.Errorf("%s: timeout %s and concurrency %d: the deliver block is not resolved (config.Load sets both)", name, timeout, concurrency)
 	}
 	tr := &http.Transport{
 		Proxy:               nil, // a deliver URL is local; never via HTTP_PROXY
-		MaxIdleConnsPerHost: o.concurrency,
-		MaxConnsPerHost:     o.concurrency,
+		MaxIdleConnsPerHost: concurrency,
+		MaxConnsPerHost:     concurrency,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: timeout,
 		ForceAttemptHTTP2:   true,
@@ -145,6 +121,7 @@ func New(in config.Inbox, logger hclog.Logger, opts ...Option) (*Sink, error) {
 		display:   in.Deliver.URL,
 		target:    t.Request,
 		timeout:   timeout,
+		mode:      in.Deliver.Mode,
 		transport: tr,
 		client: &http.Client{
 			Transport: tr,
@@ -153,7 +130,7 @@ func New(in config.Inbox, logger hclog.Logger, opts ...Option) (*Sink, error) {
 			// the POST into a GET).
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		sem: make(chan struct{}, o.concurrency),
+		sem: make(chan struct{}, concurrency),
 	}
 	if t.Socket != "" {
 		s.network, s.address = "unix", t.Socket
@@ -314,11 +291,10 @@ func (s *Sink) post(ctx context.Context, m *switchyard.Message) switchyard.Resul
 
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.target, bytes.NewReader(m.Event.Data))
+	req, err := s.request(rctx, m)
 	if err != nil {
 		return switchyard.Result{Err: switchyard.Permanentf("%s: %w", s.name, err)}
 	}
-	setHeaders(req.Header, m)
 	start := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -385,22 +361,40 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// setHeaders maps m onto the CloudEvents HTTP binary binding.
-func setHeaders(h http.Header, m *switchyard.Message) {
+// request is the POST of m in the deliver block's content mode: binary
+// (the HTTP binding's headers, the data as the body) or structured (the
+// event in the JSON format as the body, every value exactly). Both carry
+// the Idempotency-Key and the W3C trace headers.
+func (s *Sink) request(ctx context.Context, m *switchyard.Message) (*http.Request, error) {
+	body := m.Event.Data
+	if s.mode == config.ContentModeStructured {
+		body = cloudevents.EncodeJSON(m.Event)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.target, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	h := req.Header
 	for _, x := range cloudevents.HTTP.Headers(m.Event) {
-		if x.Name == cloudevents.ContentTypeHeader {
+		switch {
+		case x.Name == cloudevents.ContentTypeHeader:
 			h.Set("Content-Type", x.Value)
-			continue
+		case s.mode == config.ContentModeStructured && !cloudevents.IsPassThrough(x.Name):
+		default:
+			// Lower-case names, as the binding writes them; set directly
+			// so Go does not canonicalise them.
+			h[x.Name] = []string{x.Value}
 		}
-		// Lower-case names, as the binding writes them; set directly so Go
-		// does not canonicalise them.
-		h[x.Name] = []string{x.Value}
+	}
+	if s.mode == config.ContentModeStructured {
+		h.Set("Content-Type", cloudevents.MediaStructured)
 	}
 	key := m.MsgID
 	if key == "" {
 		key = m.Event.ID
 	}
 	h.Set(IdempotencyKeyHeader, cloudevents.PercentEncode(key))
+	return req, nil
 }
 
 // parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,9 +100,14 @@ func tcpServer(t *testing.T, srv *server) string {
 	return ts.URL + "/events?v=1"
 }
 
-func newSink(t *testing.T, url string, timeout time.Duration, opts ...Option) *Sink {
+func newSink(t *testing.T, url string, timeout time.Duration) *Sink {
 	t.Helper()
-	s, err := New(config.Inbox{Name: "payments", Deliver: config.Deliver{URL: url, Timeout: timeout}}, nil, opts...)
+	return newSinkMode(t, url, timeout, config.ContentModeBinary)
+}
+
+func newSinkMode(t *testing.T, url string, timeout time.Duration, mode config.ContentMode) *Sink {
+	t.Helper()
+	s, err := New(config.Inbox{Name: "payments", Deliver: config.Deliver{URL: url, Timeout: timeout, Concurrency: 8, Mode: mode}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +186,34 @@ func TestDeliverHeaders(t *testing.T) {
 			t.Fatalf("decoded back %+v %v", back.Event, warnings)
 		}
 	})
+}
+
+// In structured mode the body is the whole event in the JSON format, with
+// Content-Type application/cloudevents+json, no ce- headers, and the
+// Idempotency-Key and trace headers still set; it decodes to the event.
+func TestDeliverStructured(t *testing.T) {
+	srv := &server{}
+	s := newSinkMode(t, tcpServer(t, srv), time.Second, config.ContentModeStructured)
+	m := msg("a 1")
+	if res := s.Publish(ctxT(t, 5*time.Second), []*switchyard.Message{m}); res[0].Err != nil {
+		t.Fatal(res[0].Err)
+	}
+	r := srv.requests()[0]
+	if ct := r.header.Get("Content-Type"); ct != cloudevents.MediaStructured {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	for k := range r.header {
+		if strings.HasPrefix(strings.ToLower(k), "ce-") {
+			t.Errorf("structured request has header %s", k)
+		}
+	}
+	if r.header.Get("Idempotency-Key") != "a%201" || r.header.Get("Traceparent") != traceparent {
+		t.Errorf("headers %v", r.header)
+	}
+	got, err := cloudevents.DecodeJSON([]byte(r.body))
+	if err != nil || !reflect.DeepEqual(got, *m.Event) {
+		t.Fatalf("body decodes to %+v, %v; want %+v", got, err, *m.Event)
+	}
 }
 
 func flatten(h http.Header) []switchyard.Header {
@@ -358,7 +392,7 @@ func TestConcurrencyBoundAndKeyOrder(t *testing.T) {
 			t.Fatal(r.Err)
 		}
 	}
-	if m := srv.maxIn.Load(); m > DefaultConcurrency || m < 2 {
+	if m := srv.maxIn.Load(); m > 8 || m < 2 {
 		t.Fatalf("max in flight %d", m)
 	}
 	var keyed []string
@@ -457,7 +491,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := New(config.Inbox{Name: "x"}, nil); err == nil {
 		t.Fatal("no url accepted")
 	}
-	if _, err := New(config.Inbox{Name: "x", Deliver: config.Deliver{URL: "gopher://x"}}, nil); err == nil {
+	if _, err := New(config.Inbox{Name: "x", Deliver: config.Deliver{URL: "gopher://x", Timeout: time.Second, Concurrency: 1}}, nil); err == nil {
 		t.Fatal("bad scheme accepted")
 	}
 }
