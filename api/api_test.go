@@ -453,7 +453,7 @@ func TestClaimsOverHTTP(t *testing.T) {
 	if rep := r.do("GET", "/v1/inbox/nope/dedup", nil, ""); rep.status != 404 {
 		t.Fatalf("unknown inbox audit: %d", rep.status)
 	}
-	if rep := r.do("GET", "/v1/subscriptions/pay/messages?max=5&wait=10ms", nil, ""); rep.status != 200 || !strings.Contains(string(rep.body), `"messages": []`) {
+	if rep := r.do("GET", "/v1/subscriptions/pay/messages?max=5&wait=10ms", nil, ""); rep.status != 200 || !strings.Contains(string(rep.body), `"messages":[]`) {
 		t.Fatalf("empty pull: %d %s", rep.status, rep.body)
 	}
 }

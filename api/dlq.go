@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
-	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
@@ -115,7 +114,7 @@ type dlqDetailView struct {
 	dlqItemView
 	History []storage.Attempt `json:"history"`
 	Outputs []storage.Output  `json:"outputs"`
-	Event   cloudevents.JSON  `json:"event"`
+	// and "event": the event in the JSON format (withEvent)
 }
 
 func dlqItemOf(it *engine.DLQItem) dlqItemView {
@@ -135,7 +134,7 @@ func dlqItemOf(it *engine.DLQItem) dlqItemView {
 
 func dlqDetailOf(it *engine.DLQItem) dlqDetailView {
 	rec := it.Record
-	v := dlqDetailView{dlqItemView: dlqItemOf(it), History: rec.History, Outputs: rec.Outputs, Event: cloudevents.JSON{Event: &rec.Event}}
+	v := dlqDetailView{dlqItemView: dlqItemOf(it), History: rec.History, Outputs: rec.Outputs}
 	if v.History == nil {
 		v.History = []storage.Attempt{}
 	}
@@ -184,7 +183,7 @@ func (s *Server) getDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, dlqDetailOf(it))
+	writeWithEvents(w, http.StatusOK, withEvent(dlqDetailOf(it), &it.Record.Event))
 }
 
 func (s *Server) retryDLQ(w http.ResponseWriter, r *http.Request) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
-	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -194,10 +193,10 @@ func (s *Server) postRelease(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// pulled is one message of a pull: the event in structured mode.
+// pulled is one message of a pull: its id, and "event", the event in the
+// JSON format (withEvent).
 type pulled struct {
-	ID    string           `json:"id"`
-	Event cloudevents.JSON `json:"event"`
+	ID string `json:"id"`
 }
 
 func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
@@ -208,11 +207,14 @@ func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
 			if lease, err = queryDuration(r, "lease", 30*time.Second, time.Hour); err == nil {
 				var recs []*storage.Record
 				if recs, err = s.engine.Pull(r.Context(), r.PathValue("name"), max, wait, lease); err == nil {
-					msgs := make([]pulled, len(recs))
+					body := []byte(`{"messages":[`)
 					for i, rec := range recs {
-						msgs[i] = pulled{ID: rec.Event.ID, Event: cloudevents.JSON{Event: &rec.Event}}
+						if i > 0 {
+							body = append(body, ',')
+						}
+						body = append(body, withEvent(pulled{ID: rec.Event.ID}, &rec.Event)...)
 					}
-					writeJSON(w, http.StatusOK, map[string]any{"messages": msgs})
+					writeWithEvents(w, http.StatusOK, append(body, "]}"...))
 					return
 				}
 			}

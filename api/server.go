@@ -26,6 +26,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
@@ -545,4 +546,27 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// writeWithEvents writes a response that embeds events in the JSON format:
+// body, built by withEvent. Not through encoding/json, which compacts (and
+// indents) the JSON a Marshaler or RawMessage holds, changing the bytes of
+// an event's JSON data.
+func writeWithEvents(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// withEvent renders v, whose JSON is an object, with one more member,
+// "event": ev in the JSON format, its data byte for byte.
+func withEvent(v any, ev *switchyard.Event) []byte {
+	b, _ := json.Marshal(v)
+	b = b[:len(b)-1] // the closing brace
+	if len(b) > 1 {
+		b = append(b, ',')
+	}
+	b = append(b, `"event":`...)
+	b = cloudevents.AppendJSON(b, ev)
+	return append(b, '}')
 }

@@ -19,21 +19,18 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	sdk "github.com/cloudevents/sdk-go/v2"
 	"github.com/cloudevents/sdk-go/v2/binding"
-	"github.com/cloudevents/sdk-go/v2/binding/format"
-	"github.com/cloudevents/sdk-go/v2/binding/spec"
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
-	"github.com/cloudevents/sdk-go/v2/types"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // plain is what every binding and the SDK carry byte for byte: printable
@@ -105,27 +102,6 @@ func pathString(r *rand.Rand, n int) string {
 	return b.String()
 }
 
-// fromSDK is the SDK's event in the router's model.
-func fromSDK(t *testing.T, e *event.Event) switchyard.Event {
-	t.Helper()
-	ev := switchyard.Event{
-		SpecVersion: e.SpecVersion(), ID: e.ID(), Source: e.Source(), Type: e.Type(),
-		Subject: e.Subject(), Time: e.Time(), DataContentType: e.DataContentType(), DataSchema: e.DataSchema(),
-	}
-	for name, v := range e.Extensions() {
-		s, err := types.Format(v)
-		if err != nil {
-			t.Fatalf("extension %s: %v", name, err)
-		}
-		ev.Extensions = append(ev.Extensions, switchyard.Header{Name: name, Value: s})
-	}
-	sort.Slice(ev.Extensions, func(i, j int) bool { return ev.Extensions[i].Name < ev.Extensions[j].Name })
-	if len(e.Data()) > 0 {
-		ev.Data = e.Data()
-	}
-	return ev
-}
-
 // toSDK is the router's event built with the SDK's setters.
 func toSDK(t *testing.T, ev *switchyard.Event) event.Event {
 	t.Helper()
@@ -152,83 +128,6 @@ func toSDK(t *testing.T, ev *switchyard.Event) event.Event {
 	return e
 }
 
-// sdkHeaderMessage is a binary- or structured-mode message as the SDK's
-// Kafka and NATS bindings read it: <prefix>* headers are attributes or
-// extensions, content-type is datacontenttype, values as they are.
-type sdkHeaderMessage struct {
-	specs   *spec.Versions
-	headers []switchyard.Header
-	body    []byte
-}
-
-func (m *sdkHeaderMessage) get(name string) string {
-	for _, h := range m.headers {
-		if h.Name == name {
-			return h.Value
-		}
-	}
-	return ""
-}
-
-func (m *sdkHeaderMessage) ReadEncoding() binding.Encoding {
-	if m.get(m.specs.PrefixedSpecVersionName()) != "" {
-		return binding.EncodingBinary
-	}
-	return binding.EncodingStructured
-}
-
-func (m *sdkHeaderMessage) ReadStructured(ctx context.Context, w binding.StructuredWriter) error {
-	if m.ReadEncoding() != binding.EncodingStructured {
-		return binding.ErrNotStructured
-	}
-	return w.SetStructuredEvent(ctx, format.JSON, bytes.NewReader(m.body))
-}
-
-func (m *sdkHeaderMessage) ReadBinary(ctx context.Context, w binding.BinaryWriter) error {
-	if m.ReadEncoding() != binding.EncodingBinary {
-		return binding.ErrNotBinary
-	}
-	version := m.specs.Version(m.get(m.specs.PrefixedSpecVersionName()))
-	for _, h := range m.headers {
-		var err error
-		switch {
-		case strings.HasPrefix(h.Name, m.specs.Prefix()):
-			if attr := version.Attribute(h.Name); attr != nil {
-				err = w.SetAttribute(attr, h.Value)
-			} else {
-				err = w.SetExtension(strings.TrimPrefix(h.Name, m.specs.Prefix()), h.Value)
-			}
-		case h.Name == "content-type":
-			err = w.SetAttribute(version.AttributeFromKind(spec.DataContentType), h.Value)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if m.body != nil {
-		return w.SetData(bytes.NewReader(m.body))
-	}
-	return nil
-}
-
-func (m *sdkHeaderMessage) Finish(error) error { return nil }
-
-func (m *sdkHeaderMessage) GetAttribute(k spec.Kind) (spec.Attribute, interface{}) {
-	version := m.specs.Version(m.get(m.specs.PrefixedSpecVersionName()))
-	attr := version.AttributeFromKind(k)
-	if v := m.get(attr.PrefixedName()); v != "" {
-		return attr, v
-	}
-	return attr, nil
-}
-
-func (m *sdkHeaderMessage) GetExtension(name string) interface{} {
-	if v := m.get(m.specs.Prefix() + name); v != "" {
-		return v
-	}
-	return nil
-}
-
 // sdkRead is the SDK's reading of what the binding writes for ev.
 func sdkRead(t *testing.T, b cloudevents.Binding, ev *switchyard.Event) switchyard.Event {
 	t.Helper()
@@ -240,13 +139,13 @@ func sdkRead(t *testing.T, b cloudevents.Binding, ev *switchyard.Event) switchya
 		}
 		msg = cehttp.NewMessageFromHttpRequest(req)
 	} else {
-		msg = &sdkHeaderMessage{specs: spec.WithPrefix(b.Prefix()), headers: b.Headers(ev), body: ev.Data}
+		msg = testkit.SDKHeaderMessage(b.Prefix(), b.Headers(ev), ev.Data)
 	}
 	got, err := binding.ToEvent(context.Background(), msg)
 	if err != nil {
 		t.Fatalf("%s: the SDK cannot read %v: %v", b, b.Headers(ev), err)
 	}
-	return fromSDK(t, got)
+	return testkit.FromSDK(t, got)
 }
 
 // What the router writes in every binding — the HTTP binary mode of the
@@ -263,7 +162,7 @@ func TestSDKReadsWhatTheRouterWrites(t *testing.T) {
 		if err := got.UnmarshalJSON(cloudevents.EncodeJSON(&ev)); err != nil {
 			t.Fatalf("event %d: the SDK cannot read %s: %v", i, cloudevents.EncodeJSON(&ev), err)
 		}
-		sameEvent(t, fmt.Sprintf("event %d, JSON", i), fromSDK(t, &got), ev)
+		sameEvent(t, fmt.Sprintf("event %d, JSON", i), testkit.FromSDK(t, &got), ev)
 	}
 }
 
@@ -280,7 +179,7 @@ func TestSDKReadsWildValues(t *testing.T) {
 		if err := got.UnmarshalJSON(cloudevents.EncodeJSON(&ev)); err != nil {
 			t.Fatalf("event %d: the SDK cannot read %s: %v", i, cloudevents.EncodeJSON(&ev), err)
 		}
-		sameEvent(t, fmt.Sprintf("event %d, JSON", i), fromSDK(t, &got), ev)
+		sameEvent(t, fmt.Sprintf("event %d, JSON", i), testkit.FromSDK(t, &got), ev)
 
 		escaped := ev
 		escaped.Subject = cloudevents.PercentEncode(ev.Subject)

@@ -213,13 +213,6 @@ func dataForm(e *switchyard.Event) (string, []byte) {
 	return "data_base64", d
 }
 
-// JSON is an event that encoding/json renders in the JSON event format,
-// for responses that embed events in a larger document.
-type JSON struct{ Event *switchyard.Event }
-
-// MarshalJSON implements json.Marshaler.
-func (j JSON) MarshalJSON() ([]byte, error) { return EncodeJSON(j.Event), nil }
-
 // appendString appends s as a JSON string. encoding/json's escaping, but
 // without HTML escaping: the JSON read by people keeps '<', '>' and '&'.
 func appendString(b []byte, s string) []byte {
