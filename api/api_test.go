@@ -381,7 +381,7 @@ func TestSocketPermissionsAndStaleSocket(t *testing.T) {
 		t.Fatalf("socket mode %o, want 660", perm)
 	}
 	// A live socket is refused.
-	cfg := config.Listen{Socket: r.sock, MaxBody: 1024, MaxBatch: 1}
+	cfg := listenOn(r.sock, "", "")
 	if err := api.New(nil, cfg, api.Options{}).Open(); err == nil || !strings.Contains(err.Error(), "another process") {
 		t.Fatalf("second server on a live socket: %v", err)
 	}
@@ -390,7 +390,7 @@ func TestSocketPermissionsAndStaleSocket(t *testing.T) {
 	ln, _ := net.Listen("unix", stale)
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	ln.Close()
-	srv := api.New(nil, config.Listen{Socket: stale, MaxBody: 1024, MaxBatch: 1}, api.Options{})
+	srv := api.New(nil, listenOn(stale, "", ""), api.Options{})
 	if err := srv.Open(); err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
 	}
@@ -456,4 +456,13 @@ func TestClaimsOverHTTP(t *testing.T) {
 	if rep := r.do("GET", "/v1/subscriptions/pay/messages?max=5&wait=10ms", nil, ""); rep.status != 200 || !strings.Contains(string(rep.body), `"messages":[]`) {
 		t.Fatalf("empty pull: %d %s", rep.status, rep.body)
 	}
+}
+
+// listenOn is a resolved listen block (config.NewListen) on socket, with a
+// TCP listener on http and its tokens file when they are not "", and small
+// limits.
+func listenOn(socket, http, tokens string) config.Listen {
+	l := config.NewListen(socket)
+	l.HTTP, l.TokensFile, l.MaxBody, l.MaxBatch = http, tokens, 1024, 1
+	return l
 }

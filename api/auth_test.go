@@ -369,7 +369,7 @@ func TestAuthTokensFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "t.json")
 	os.WriteFile(path, []byte(`{"tokens":[]}`), 0o600)
-	srv := api.New(nil, config.Listen{Socket: filepath.Join(dir, "s"), HTTP: "127.0.0.1:0", TokensFile: path, MaxBody: 1024, MaxBatch: 1}, api.Options{})
+	srv := api.New(nil, listenOn(filepath.Join(dir, "s"), "127.0.0.1:0", path), api.Options{})
 	if err := srv.Open(); err == nil {
 		srv.Close(context.Background())
 		t.Fatal("opened with no tokens")
@@ -378,7 +378,7 @@ func TestAuthTokensFile(t *testing.T) {
 	// to set, as ssh does with a key.
 	os.WriteFile(path, []byte(`{"tokens":[{"token":"0123456789abcdef","tenant":"a"}]}`), 0o644)
 	os.Chmod(path, 0o644)
-	srv = api.New(nil, config.Listen{Socket: filepath.Join(dir, "s"), HTTP: "127.0.0.1:0", TokensFile: path, MaxBody: 1024, MaxBatch: 1}, api.Options{})
+	srv = api.New(nil, listenOn(filepath.Join(dir, "s"), "127.0.0.1:0", path), api.Options{})
 	if err := srv.Open(); err == nil || !strings.Contains(err.Error(), "(mode 0644): chmod 600 "+path) {
 		srv.Close(context.Background())
 		t.Fatalf("opened on a 0644 tokens_file: %v", err)

@@ -92,13 +92,11 @@ func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
 
 // httpServer is one listener's server: each has its own, so that shutting
 // down or limiting one leaves the other alone. A request must arrive whole
-// within listen.read_timeout: a client that sends headers announcing a body
-// and then nothing holds its connection no longer than that.
+// within listen.read_timeout (config.DefaultReadTimeout when the file sets
+// none): a client that sends headers announcing a body and then nothing
+// holds its connection no longer than that.
 func (s *Server) httpServer(h http.Handler) *http.Server {
 	readTimeout := s.listen.ReadTimeout
-	if readTimeout <= 0 {
-		readTimeout = 30 * time.Second
-	}
 	return &http.Server{
 		Handler:           h,
 		ConnContext:       connContext,

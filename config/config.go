@@ -302,10 +302,6 @@ type Deliver struct {
 	Mode ContentMode
 }
 
-// DefaultDeliverConcurrency is a deliver block's concurrency when it sets
-// none.
-const DefaultDeliverConcurrency = 8
-
 // ContentMode is a CloudEvents content mode.
 type ContentMode string
 

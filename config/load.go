@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/switchyard-router/switchyard/cloudevents"
 )
 
 // Load reads and parses the config file at path.
@@ -94,16 +95,6 @@ const (
 	mib = 1 << 20
 	day = 24 * time.Hour
 )
-
-func builtinPolicy() Policy {
-	return Policy{
-		BatchSize:         200,
-		MaxRetries:        3,
-		MaxProcessingTime: 300 * time.Second,
-		Polling:           Polling{Type: PollingAdaptive, Min: 250 * time.Millisecond, Max: time.Minute, Multiplier: 1.5},
-		Backoff:           Backoff{Enabled: true, Delay: 10 * time.Second, Multiplier: 3},
-	}
-}
 
 // clone copies p so that an event inheriting the defaults' lists never
 // shares their backing arrays.
@@ -265,12 +256,12 @@ func (d *decoder) unused(c *hcl.BodyContent, kind string, names ...string) {
 func (d *decoder) root(body hcl.Body) *Config {
 	c := d.content(body, rootSchema)
 	cfg := &Config{
-		Listen:      Listen{Socket: "./data/router.sock", MaxBody: mib, MaxBatch: 1000, MaxConnections: 512, ReadTimeout: 30 * time.Second},
+		Listen:      NewListen("./data/router.sock"),
 		Storage:     Storage{Path: "./data/router.db", MinFree: 64 * mib},
 		Idempotency: Idempotency{Window: day},
 		Outbox:      Outbox{TTL: day},
 		DLQ:         DLQ{TTL: 7 * day},
-		Defaults:    builtinPolicy(),
+		Defaults:    DefaultPolicy(),
 		Events:      map[string]*Policy{},
 		MaxTypes:    256,
 	}
@@ -466,14 +457,7 @@ func (d *decoder) sink(c *hcl.BodyContent, name string, b *hcl.Block) (ref, kind
 }
 
 func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
-	n := NATS{
-		Name:           b.Labels[0],
-		Host:           "127.0.0.1",
-		Port:           4222,
-		JetStream:      true,
-		MaxPending:     4096,
-		PublishTimeout: 10 * time.Second,
-	}
+	n := NewNATS(b.Labels[0])
 	c := d.content(b.Body, natsSchema)
 	d.str(c.Attributes["url"], &n.URL)
 	d.boolean(c.Attributes["embedded"], &n.Embedded)
@@ -603,25 +587,23 @@ func (d *decoder) tls(blocks hcl.Blocks) *TLS {
 }
 
 func (d *decoder) stream(b *hcl.Block) Stream {
-	s := Stream{Name: b.Labels[0], Storage: "file", Replicas: 1, Duplicates: 2 * time.Minute}
+	s := NewStream(b.Labels[0])
 	c := d.content(b.Body, streamSchema)
 	s.Subjects = d.requiredList(c, "subjects", b, `["<subject>", ...]`)
 	d.oneOf(c.Attributes["storage"], &s.Storage, "file", "memory")
 	d.integer(c.Attributes["replicas"], &s.Replicas, 1, math.MaxInt)
 	d.duration(c.Attributes["max_age"], &s.MaxAge, false)
+	if c.Attributes["duplicates"] == nil && s.MaxAge > 0 && s.Duplicates > s.MaxAge {
+		// JetStream refuses a duplicates window longer than max_age: the
+		// default shrinks to fit; a set one is the server's to refuse.
+		s.Duplicates = s.MaxAge
+	}
 	d.duration(c.Attributes["duplicates"], &s.Duplicates, true)
 	return s
 }
 
 func (d *decoder) kafka(b *hcl.Block) Kafka {
-	k := Kafka{
-		Name:           b.Labels[0],
-		ClientID:       "switchyard",
-		Compression:    "none",
-		MaxRecordBytes: mib,
-		Idempotent:     true,
-		PublishTimeout: 10 * time.Second,
-	}
+	k := NewKafka(b.Labels[0])
 	c := d.content(b.Body, kafkaSchema)
 	k.Brokers = d.requiredList(c, "brokers", b, `["host:9092", ...]`)
 	if a := c.Attributes["brokers"]; a != nil && len(k.Brokers) > 0 {
@@ -662,7 +644,7 @@ func (d *decoder) kafka(b *hcl.Block) Kafka {
 func (d *decoder) plugin(b *hcl.Block) Plugin {
 	p := Plugin{
 		Name:   b.Labels[0],
-		Limits: PluginLimits{Memory: 16 * mib, Timeout: 50 * time.Millisecond, MaxOutputs: 16, MaxOutputBytes: mib},
+		Limits: DefaultPluginLimits,
 	}
 	c := d.content(b.Body, pluginSchema)
 	p.Wasm = d.required(c, "wasm", b, `"path/to/plugin.wasm"`)
@@ -686,8 +668,8 @@ func (d *decoder) plugin(b *hcl.Block) Plugin {
 func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 	in := Inbox{
 		Name:    b.Labels[0],
-		TTL:     day,
-		Deliver: Deliver{Timeout: 10 * time.Second, Concurrency: DefaultDeliverConcurrency, Mode: ContentModeBinary},
+		TTL:     DefaultInboxTTL,
+		Deliver: Deliver{Timeout: DefaultDeliverTimeout, Concurrency: DefaultDeliverConcurrency, Mode: ContentModeBinary},
 		Policy:  defaults.clone(),
 	}
 	in.Policy.Routes = nil
@@ -697,7 +679,7 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 	switch kind {
 	case "kafka":
 		in.Topics = d.requiredList(c, "topics", b, `["<topic>", ...] for a Kafka sink`)
-		in.Group, in.IDHeader = in.Name, "ce_id"
+		in.Group, in.IDHeader = in.Name, cloudevents.Kafka.Prefix()+cloudevents.AttrID
 		d.str(c.Attributes["group"], &in.Group)
 		d.str(c.Attributes["instance_id"], &in.InstanceID)
 		d.duration(c.Attributes["session_timeout"], &in.SessionTimeout, true)
@@ -705,7 +687,7 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		d.unused(c, "Kafka", "subject", "durable")
 	case "nats":
 		in.Subject = d.required(c, "subject", b, `"<subject>" for a NATS sink`)
-		in.Durable, in.IDHeader = in.Name, "ce-id"
+		in.Durable, in.IDHeader = in.Name, cloudevents.NATS.Prefix()+cloudevents.AttrID
 		d.str(c.Attributes["durable"], &in.Durable)
 		d.unused(c, "NATS", "topics", "group", "instance_id", "session_timeout", "read_committed")
 	}

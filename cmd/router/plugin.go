@@ -141,7 +141,7 @@ func (f *pluginFlags) parse(args []string) error {
 // plugin builds the config.Plugin: the policies block if any, then the
 // flags on top.
 func (f *pluginFlags) plugin() (config.Plugin, error) {
-	var p config.Plugin
+	p := config.Plugin{Limits: config.DefaultPluginLimits}
 	if f.policies != "" {
 		cfg, err := config.Load(f.policies)
 		if err != nil {

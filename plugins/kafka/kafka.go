@@ -77,7 +77,9 @@ func Open(ctx context.Context, cfg config.Kafka, logger hclog.Logger) (*Sink, er
 
 // open is Open with extra kgo options on top (tests shorten backoffs).
 func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo.Opt) (*Sink, error) {
-	cfg = withDefaults(cfg)
+	if err := resolved(cfg); err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}

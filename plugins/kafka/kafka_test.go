@@ -65,12 +65,9 @@ func fastOpts() []kgo.Opt {
 }
 
 func testConfig(c *kfake.Cluster) config.Kafka {
-	return config.Kafka{
-		Name:           "main",
-		Brokers:        c.ListenAddrs(),
-		Idempotent:     true,
-		PublishTimeout: 5 * time.Second,
-	}
+	cfg := config.NewKafka("main", c.ListenAddrs()...)
+	cfg.PublishTimeout = 5 * time.Second
+	return cfg
 }
 
 func newSink(t testing.TB, cfg config.Kafka) *Sink {
@@ -602,8 +599,8 @@ func TestLeaderRemoved(t *testing.T) {
 }
 
 func TestOpenConfig(t *testing.T) {
-	base := config.Kafka{Name: "x", Brokers: []string{"127.0.0.1:1"}, Idempotent: true}
-	for _, comp := range []string{"", "none", "gzip", "snappy", "lz4", "zstd"} {
+	base := config.NewKafka("x", "127.0.0.1:1")
+	for _, comp := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
 		cfg := base
 		cfg.Compression = comp
 		s, err := Open(context.Background(), cfg, nil)

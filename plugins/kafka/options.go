@@ -14,37 +14,21 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 )
 
-// Defaults for fields a config.Kafka may leave zero (the config package
-// normally fills them; Open does it again so a hand-built config works).
-const (
-	DefaultClientID       = "switchyard"
-	DefaultMaxRecordBytes = 1 << 20 // 1 MiB
-	DefaultPublishTimeout = 10 * time.Second
-)
-
-// withDefaults fills the zero fields of cfg. Idempotent is a bool whose
-// default is true, so it cannot be defaulted here: the config package owns it.
-func withDefaults(cfg config.Kafka) config.Kafka {
-	if cfg.ClientID == "" {
-		cfg.ClientID = DefaultClientID
+// resolved refuses a block config's resolved form would never give:
+// Open and OpenSource default nothing (config.NewKafka and config.Load set
+// every default).
+func resolved(cfg config.Kafka) error {
+	if cfg.ClientID == "" || cfg.MaxRecordBytes <= 0 || cfg.PublishTimeout <= 0 || cfg.Compression == "" {
+		return fmt.Errorf("kafka %q: client_id %q, max_record_bytes %d, publish_timeout %s, compression %q: the block is not resolved (config.NewKafka sets them)",
+			cfg.Name, cfg.ClientID, cfg.MaxRecordBytes, cfg.PublishTimeout, cfg.Compression)
 	}
-	if cfg.MaxRecordBytes <= 0 {
-		cfg.MaxRecordBytes = DefaultMaxRecordBytes
-	}
-	if cfg.PublishTimeout <= 0 {
-		cfg.PublishTimeout = DefaultPublishTimeout
-	}
-	if cfg.Compression == "" {
-		cfg.Compression = "none"
-	}
-	return cfg
+	return nil
 }
 
 // ClientOptions returns the connection options of a kafka block: brokers,
 // client id, TLS, SASL and the logger. They are shared by anything in the
 // router that talks to this cluster (the sink here, an inbox consumer).
 func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
-	cfg = withDefaults(cfg)
 	if len(cfg.Brokers) == 0 {
 		return nil, fmt.Errorf("kafka %q: no brokers", cfg.Name)
 	}

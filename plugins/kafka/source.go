@@ -23,14 +23,7 @@ import (
 	"github.com/switchyard-router/switchyard/engine"
 )
 
-// Source defaults.
 const (
-	// DefaultSourceBatch is the most records one receive call gets when
-	// the inbox's batch_size is unset.
-	DefaultSourceBatch = 200
-	// DefaultIDHeader is the Kafka binding's id header.
-	DefaultIDHeader = "ce_id"
-
 	// commitTimeout bounds the synchronous offset commit after a stored
 	// batch (it runs even while the router shuts down).
 	commitTimeout = 10 * time.Second
@@ -94,7 +87,9 @@ func OpenSource(ctx context.Context, kcfg config.Kafka, in config.Inbox, logger 
 // openSource is OpenSource with extra kgo options on top (tests shorten
 // group timings).
 func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger, extra ...kgo.Opt) (*Source, error) {
-	kcfg = withDefaults(kcfg)
+	if err := resolved(kcfg); err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -102,17 +97,9 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 	if len(in.Topics) == 0 {
 		return nil, fmt.Errorf("inbox %q: no topics to consume from %s", in.Name, sink)
 	}
-	group := in.Group
-	if group == "" {
-		group = in.Name
-	}
-	idHeader := in.IDHeader
-	if idHeader == "" {
-		idHeader = DefaultIDHeader
-	}
-	batch := in.Policy.BatchSize
-	if batch <= 0 {
-		batch = DefaultSourceBatch
+	group, idHeader, batch := in.Group, in.IDHeader, in.Policy.BatchSize
+	if group == "" || idHeader == "" || batch <= 0 {
+		return nil, fmt.Errorf("inbox %q: group %q, id_header %q, batch_size %d: the block is not resolved (config.NewInbox sets them)", in.Name, group, idHeader, batch)
 	}
 	log := logger.Named("inbox." + in.Name)
 	opts, err := ClientOptions(kcfg, log)

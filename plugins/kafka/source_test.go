@@ -33,8 +33,9 @@ func sourceCluster(t testing.TB, partitions int32, opts ...kfake.Opt) *kfake.Clu
 }
 
 func inboxConfig(group string) config.Inbox {
-	return config.Inbox{Name: "pay", From: "kafka.main", Topics: []string{srcTopic}, Group: group,
-		IDHeader: "ce_id", TTL: 24 * time.Hour, Policy: config.Policy{BatchSize: 20}}
+	in := config.NewInbox("pay", config.NewKafka("main"), config.DefaultPolicy())
+	in.Topics, in.Group, in.Policy.BatchSize = []string{srcTopic}, group, 20
+	return in
 }
 
 // sourceOpts: quick group membership changes and polls for tests.
@@ -504,10 +505,10 @@ func TestSourceRetentionWarnings(t *testing.T) {
 func TestOpenSourceErrors(t *testing.T) {
 	in := inboxConfig("g")
 	in.Topics = nil
-	if _, err := OpenSource(context.Background(), config.Kafka{Name: "main", Brokers: []string{"127.0.0.1:1"}}, in, nil); err == nil {
+	if _, err := OpenSource(context.Background(), config.NewKafka("main", "127.0.0.1:1"), in, nil); err == nil {
 		t.Fatal("no topics accepted")
 	}
-	if _, err := OpenSource(context.Background(), config.Kafka{Name: "main"}, inboxConfig("g"), nil); err == nil {
+	if _, err := OpenSource(context.Background(), config.NewKafka("main"), inboxConfig("g"), nil); err == nil {
 		t.Fatal("no brokers accepted")
 	}
 }

@@ -36,7 +36,10 @@ func externalServer(t *testing.T, set func(*server.Options)) string {
 
 // externalConfig is a core-NATS sink on an external server with auth.
 func externalConfig(url string, auth config.NATSAuth, tlsBlock *config.TLS) config.NATS {
-	return config.NATS{Name: "ext", URL: url, MaxPending: 64, PublishTimeout: 5 * time.Second, Auth: auth, TLS: tlsBlock}
+	cfg := config.NewNATS("ext")
+	cfg.URL, cfg.MaxPending, cfg.PublishTimeout, cfg.Auth, cfg.TLS = url, 64, 5*time.Second, auth, tlsBlock
+	cfg.JetStream = false // core NATS: the server under test has no JetStream
+	return cfg
 }
 
 // openExternal opens a sink and publishes one message through it.

@@ -42,22 +42,11 @@ var testAuth = natsgo.UserInfo("switchyard", testPassword)
 func init() { os.Setenv("SWITCHYARD_TEST_NATS_PASSWORD", testPassword) }
 
 func testConfig(jetStream bool) config.NATS {
-	return config.NATS{
-		Auth:           config.NATSAuth{User: "switchyard", Password: config.Secret{Env: "SWITCHYARD_TEST_NATS_PASSWORD"}},
-		Name:           "local",
-		Embedded:       true,
-		Host:           "127.0.0.1",
-		Port:           -1,
-		JetStream:      jetStream,
-		MaxPending:     4096,
-		PublishTimeout: 5 * time.Second,
-		Streams: []config.Stream{{
-			Name:       "ORDERS",
-			Subjects:   []string{"orders.>"},
-			Storage:    "file",
-			Duplicates: 2 * time.Minute,
-		}},
-	}
+	cfg := config.NewNATS("local")
+	cfg.Auth = config.NATSAuth{User: "switchyard", Password: config.Secret{Env: "SWITCHYARD_TEST_NATS_PASSWORD"}}
+	cfg.Embedded, cfg.Port, cfg.JetStream, cfg.PublishTimeout = true, -1, jetStream, 5*time.Second
+	cfg.Streams = []config.Stream{config.NewStream("ORDERS", "orders.>")}
+	return cfg
 }
 
 func startServer(t testing.TB, cfg config.NATS, dir string) *Server {
@@ -381,7 +370,9 @@ func TestHealthyAfterClose(t *testing.T) {
 // Open creates the configured streams and, on a later Open, updates them.
 func TestStreamCreateOrUpdate(t *testing.T) {
 	cfg := testConfig(true)
-	cfg.Streams = []config.Stream{{Name: "AUDIT", Subjects: []string{"audit.>"}, Storage: "memory", MaxAge: time.Hour}}
+	audit := config.NewStream("AUDIT", "audit.>")
+	audit.Storage, audit.MaxAge = "memory", time.Hour
+	cfg.Streams = []config.Stream{audit}
 	srv := startServer(t, cfg, t.TempDir())
 	openSink(t, cfg, srv.ClientURL())
 

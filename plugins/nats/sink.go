@@ -18,12 +18,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 )
 
-// Defaults applied when the config leaves a field at its zero value.
 const (
-	DefaultMaxPending     = 4096
-	DefaultPublishTimeout = 10 * time.Second
-	DefaultDuplicates     = 2 * time.Minute
-
 	// ClientName is the connection name the server shows for the router.
 	ClientName = "switchyard"
 
@@ -92,10 +87,13 @@ var (
 // creates the streams and tells the engine (OnReady), which publishes at
 // once. Meanwhile Publish fails fast as unavailable and Healthy says why.
 // Open fails only on what retrying cannot fix: a bad URL or credentials
-// file, or a stream the server refuses. Zero config values take the
-// defaults: max_pending 4096, publish_timeout 10s, and per stream file
-// storage, 1 replica, a 2m duplicates window.
+// file, or a stream the server refuses. cfg is config's resolved form
+// (config.NewNATS and config.Load set every default); Open defaults
+// nothing.
 func Open(ctx context.Context, cfg config.NATS, url string, logger hclog.Logger) (*Sink, error) {
+	if cfg.PublishTimeout <= 0 || cfg.MaxPending <= 0 {
+		return nil, fmt.Errorf("%s: publish_timeout %s, max_pending %d: the block is not resolved (config.NewNATS sets both)", cfg.SinkName(), cfg.PublishTimeout, cfg.MaxPending)
+	}
 	s := newSink(cfg, logger)
 	defer close(s.opened) // connection handlers wait for Open to finish
 	auth, err := ClientOptions(cfg)
@@ -138,12 +136,6 @@ func newSink(cfg config.NATS, logger hclog.Logger) *Sink {
 		streamsCreated: len(cfg.Streams) == 0,
 	}
 	s.log = logger.Named(s.name)
-	if s.timeout <= 0 {
-		s.timeout = DefaultPublishTimeout
-	}
-	if s.maxPending <= 0 {
-		s.maxPending = DefaultMaxPending
-	}
 	return s
 }
 
@@ -310,20 +302,8 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream)
 		MaxAge:     st.MaxAge,
 		Duplicates: st.Duplicates,
 	}
-	if sc.Replicas <= 0 {
-		sc.Replicas = 1
-	}
-	if sc.Duplicates <= 0 {
-		sc.Duplicates = DefaultDuplicates
-		// JetStream rejects a duplicates window longer than max_age; a
-		// defaulted window shrinks to fit, an explicit one is the server's
-		// error to report.
-		if sc.MaxAge > 0 && sc.Duplicates > sc.MaxAge {
-			sc.Duplicates = sc.MaxAge
-		}
-	}
 	switch strings.ToLower(st.Storage) {
-	case "", "file":
+	case "file":
 		sc.Storage = jetstream.FileStorage
 	case "memory":
 		sc.Storage = jetstream.MemoryStorage

@@ -21,13 +21,7 @@ import (
 	"github.com/switchyard-router/switchyard/engine"
 )
 
-// Source defaults.
 const (
-	// DefaultSourceBatch is the pull batch when the inbox's batch_size is
-	// unset.
-	DefaultSourceBatch = 200
-	// DefaultIDHeader is the NATS binding's id header.
-	DefaultIDHeader = "ce-id"
 	// DefaultAckWait is how long JetStream waits for an ack before it
 	// redelivers (to this router or another on the same durable). While
 	// receive runs longer than a third of it, the source tells JetStream
@@ -112,17 +106,9 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 	if in.Subject == "" {
 		return nil, fmt.Errorf("inbox %q: no subject to consume from %s", in.Name, sink)
 	}
-	durable := in.Durable
-	if durable == "" {
-		durable = in.Name
-	}
-	idHeader := in.IDHeader
-	if idHeader == "" {
-		idHeader = DefaultIDHeader
-	}
-	batch := in.Policy.BatchSize
-	if batch <= 0 {
-		batch = DefaultSourceBatch
+	durable, idHeader, batch := in.Durable, in.IDHeader, in.Policy.BatchSize
+	if durable == "" || idHeader == "" || batch <= 0 {
+		return nil, fmt.Errorf("inbox %q: durable %q, id_header %q, batch_size %d: the block is not resolved (config.NewInbox sets them)", in.Name, durable, idHeader, batch)
 	}
 	log := logger.Named("inbox." + in.Name)
 	s := &Source{

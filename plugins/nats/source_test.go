@@ -74,8 +74,9 @@ func (e *sourceEnv) info(t *testing.T, durable string) *jetstream.ConsumerInfo {
 }
 
 func natsInbox(durable, subject string) config.Inbox {
-	return config.Inbox{Name: "orders", From: "nats.local", Subject: subject, Durable: durable,
-		IDHeader: "ce-id", TTL: time.Hour, Policy: config.Policy{BatchSize: 10}}
+	in := config.NewInbox("orders", config.NewNATS("local"), config.DefaultPolicy())
+	in.Subject, in.Durable, in.TTL, in.Policy.BatchSize = subject, durable, time.Hour, 10
+	return in
 }
 
 func newNATSSource(t *testing.T, e *sourceEnv, in config.Inbox, ackWait time.Duration) *Source {

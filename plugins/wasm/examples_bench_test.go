@@ -57,7 +57,7 @@ func BenchmarkExamples(b *testing.B) {
 				Name:   ex.dir,
 				Wasm:   filepath.Join(exampleDir, ex.dir, ex.wasm),
 				Config: ex.config,
-				Limits: lim,
+				Limits: withDefaults(lim),
 			}, LoadOptions{Instances: 1})
 			if err != nil {
 				b.Fatal(err)

@@ -19,15 +19,6 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 )
 
-// DefaultLimits are the limits of a plugin block without a limits block;
-// Load fills the zero fields of config.PluginLimits with them.
-var DefaultLimits = config.PluginLimits{
-	Memory:         16 << 20,
-	Timeout:        50 * time.Millisecond,
-	MaxOutputs:     16,
-	MaxOutputBytes: 1 << 20,
-}
-
 // minInitTimeout bounds _initialize, sy_abi_version and sy_init (each) from
 // below: a Go runtime starting up needs more than the 50ms of an event.
 const minInitTimeout = time.Second
@@ -79,17 +70,8 @@ func (rt *Runtime) Load(ctx context.Context, cfg config.Plugin, opts LoadOptions
 func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte, opts LoadOptions) (*Plugin, error) {
 	wrap := func(err error) error { return fmt.Errorf("plugin %q (%s): %w", cfg.Name, cfg.Wasm, err) }
 	lim := cfg.Limits
-	if lim.Memory <= 0 {
-		lim.Memory = DefaultLimits.Memory
-	}
-	if lim.Timeout <= 0 {
-		lim.Timeout = DefaultLimits.Timeout
-	}
-	if lim.MaxOutputs <= 0 {
-		lim.MaxOutputs = DefaultLimits.MaxOutputs
-	}
-	if lim.MaxOutputBytes <= 0 {
-		lim.MaxOutputBytes = DefaultLimits.MaxOutputBytes
+	if lim.Memory <= 0 || lim.Timeout <= 0 || lim.MaxOutputs <= 0 || lim.MaxOutputBytes <= 0 {
+		return nil, wrap(fmt.Errorf("limits %+v: not resolved (config.DefaultPluginLimits has every one)", lim))
 	}
 	if lim.Memory > 4<<30 {
 		return nil, wrap(fmt.Errorf("limits.memory = %s is over the 4GiB a wasm32 memory can address", formatBytes(uint64(lim.Memory))))

@@ -60,12 +60,31 @@ func load(t testing.TB, rt *Runtime, name string, lim config.PluginLimits, insta
 	if lim.Timeout == 0 {
 		lim.Timeout = 10 * time.Second
 	}
-	p, err := rt.Load(context.Background(), config.Plugin{Name: name, Wasm: testdata(name), Limits: lim}, LoadOptions{Instances: instances})
+	p, err := rt.Load(context.Background(), config.Plugin{Name: name, Wasm: testdata(name), Limits: withDefaults(lim)}, LoadOptions{Instances: instances})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close(context.Background()) })
 	return p
+}
+
+// withDefaults is lim with config's default for each limit it leaves zero,
+// as a plugin block with a partial limits block resolves.
+func withDefaults(lim config.PluginLimits) config.PluginLimits {
+	d := config.DefaultPluginLimits
+	if lim.Memory > 0 {
+		d.Memory = lim.Memory
+	}
+	if lim.Timeout > 0 {
+		d.Timeout = lim.Timeout
+	}
+	if lim.MaxOutputs > 0 {
+		d.MaxOutputs = lim.MaxOutputs
+	}
+	if lim.MaxOutputBytes > 0 {
+		d.MaxOutputBytes = lim.MaxOutputBytes
+	}
+	return d
 }
 
 func testEvent(id string) *switchyard.Event {
@@ -113,7 +132,7 @@ func mustRetry(t *testing.T, err error, id, want string) *Error {
 
 func TestWasmPassthrough(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
-	p, err := rt.Load(context.Background(), config.Plugin{Name: "passthrough", Wasm: testdata("passthrough")}, LoadOptions{})
+	p, err := rt.Load(context.Background(), config.Plugin{Name: "passthrough", Wasm: testdata("passthrough"), Limits: config.DefaultPluginLimits}, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +146,8 @@ func TestWasmPassthrough(t *testing.T) {
 	if !reflect.DeepEqual(outs, want) {
 		t.Fatalf("outputs %+v, want %+v", outs, want)
 	}
-	if l := p.Limits(); l != DefaultLimits {
-		t.Errorf("limits %+v, want the defaults %+v", l, DefaultLimits)
+	if l := p.Limits(); l != config.DefaultPluginLimits {
+		t.Errorf("limits %+v, want the defaults %+v", l, config.DefaultPluginLimits)
 	}
 }
 
@@ -325,7 +344,7 @@ func TestWasmLoadErrors(t *testing.T) {
 		{"missing", "testdata/nope.wasm", config.PluginLimits{}, []string{`open testdata/nope.wasm: no such file`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := rt.Load(context.Background(), config.Plugin{Name: tc.name, Wasm: tc.file, Limits: tc.lim}, LoadOptions{})
+			_, err := rt.Load(context.Background(), config.Plugin{Name: tc.name, Wasm: tc.file, Limits: withDefaults(tc.lim)}, LoadOptions{})
 			if err == nil {
 				t.Fatal("loaded")
 			}
@@ -348,7 +367,7 @@ func TestWasmLoadErrors(t *testing.T) {
 
 func TestWasmInitAndConfig(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
-	p, err := rt.Load(context.Background(), config.Plugin{Name: "initcfg", Wasm: testdata("initcfg"),
+	p, err := rt.Load(context.Background(), config.Plugin{Name: "initcfg", Wasm: testdata("initcfg"), Limits: config.DefaultPluginLimits,
 		Config: map[string]string{"region": "eu-1", "endpoint": "http://x", "a": ""}}, LoadOptions{Instances: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -432,7 +451,7 @@ func TestWasmCompilationCache(t *testing.T) {
 		}
 		defer rt.Close(context.Background())
 		start := time.Now()
-		p, err := rt.Load(context.Background(), config.Plugin{Name: "transformer", Wasm: testdata("transformer")}, LoadOptions{})
+		p, err := rt.Load(context.Background(), config.Plugin{Name: "transformer", Wasm: testdata("transformer"), Limits: config.DefaultPluginLimits}, LoadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

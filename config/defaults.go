@@ -1,0 +1,108 @@
+package config
+
+import (
+	"time"
+
+	"github.com/switchyard-router/switchyard/cloudevents"
+)
+
+// The defaults: one home for each value the router runs with when
+// policies.hcl does not say. Load puts them into the resolved form it
+// returns, and the plugins take that form as it is — they never default
+// again. A test that builds a block by hand starts from the constructors
+// below, which Load uses too.
+const (
+	DefaultPublishTimeout     = 10 * time.Second // nats and kafka blocks
+	DefaultNATSMaxPending     = 4096
+	DefaultNATSHost           = "127.0.0.1"
+	DefaultNATSPort           = 4222
+	DefaultStreamReplicas     = 1
+	DefaultStreamDuplicates   = 2 * time.Minute
+	DefaultKafkaClientID      = "switchyard"
+	DefaultKafkaCompression   = "none"
+	DefaultMaxRecordBytes     = 1 << 20
+	DefaultBatchSize          = 200
+	DefaultInboxTTL           = 24 * time.Hour
+	DefaultDeliverTimeout     = 10 * time.Second
+	DefaultDeliverConcurrency = 8
+	DefaultMaxBody            = 1 << 20
+	DefaultMaxBatch           = 1000
+	DefaultMaxConnections     = 512
+	DefaultReadTimeout        = 30 * time.Second
+)
+
+// DefaultPluginLimits are a plugin block's limits when it has no limits
+// block.
+var DefaultPluginLimits = PluginLimits{Memory: 16 << 20, Timeout: 50 * time.Millisecond, MaxOutputs: 16, MaxOutputBytes: 1 << 20}
+
+// NewListen is a listen block on socket with every default set.
+func NewListen(socket string) Listen {
+	return Listen{Socket: socket, MaxBody: DefaultMaxBody, MaxBatch: DefaultMaxBatch, MaxConnections: DefaultMaxConnections, ReadTimeout: DefaultReadTimeout}
+}
+
+// NewNATS is a nats block with every default set.
+func NewNATS(name string) NATS {
+	return NATS{
+		Name:           name,
+		Host:           DefaultNATSHost,
+		Port:           DefaultNATSPort,
+		JetStream:      true,
+		MaxPending:     DefaultNATSMaxPending,
+		PublishTimeout: DefaultPublishTimeout,
+	}
+}
+
+// NewStream is a stream block capturing subjects, with every default set.
+func NewStream(name string, subjects ...string) Stream {
+	return Stream{Name: name, Subjects: subjects, Storage: "file", Replicas: DefaultStreamReplicas, Duplicates: DefaultStreamDuplicates}
+}
+
+// NewKafka is a kafka block for brokers, with every default set.
+func NewKafka(name string, brokers ...string) Kafka {
+	return Kafka{
+		Name:           name,
+		Brokers:        brokers,
+		ClientID:       DefaultKafkaClientID,
+		Compression:    DefaultKafkaCompression,
+		MaxRecordBytes: DefaultMaxRecordBytes,
+		Idempotent:     true,
+		PublishTimeout: DefaultPublishTimeout,
+	}
+}
+
+// NewInbox is an inbox block consuming from the sink from (a kafka or nats
+// block's SinkName) under policy, with every default set: the group or
+// durable is the inbox's name, the id header the binding's id attribute.
+func NewInbox(name string, from Broker, policy Policy) Inbox {
+	in := Inbox{
+		Name:      name,
+		From:      from.SinkName(),
+		TTL:       DefaultInboxTTL,
+		MissingID: MissingIDDerive,
+		Deliver:   Deliver{Timeout: DefaultDeliverTimeout, Concurrency: DefaultDeliverConcurrency, Mode: ContentModeBinary},
+		Policy:    policy.clone(),
+	}
+	in.Policy.Routes = nil
+	switch from.(type) {
+	case Kafka, *Kafka:
+		in.Group, in.IDHeader = name, cloudevents.Kafka.Prefix()+cloudevents.AttrID
+	default:
+		in.Durable, in.IDHeader = name, cloudevents.NATS.Prefix()+cloudevents.AttrID
+	}
+	return in
+}
+
+// Broker is a kafka or nats block, as an inbox's from names it.
+type Broker interface{ SinkName() string }
+
+// DefaultPolicy is the policy an event type or inbox has when neither it
+// nor a defaults block sets anything.
+func DefaultPolicy() Policy {
+	return Policy{
+		BatchSize:         DefaultBatchSize,
+		MaxRetries:        3,
+		MaxProcessingTime: 300 * time.Second,
+		Polling:           Polling{Type: PollingAdaptive, Min: 250 * time.Millisecond, Max: time.Minute, Multiplier: 1.5},
+		Backoff:           Backoff{Enabled: true, Delay: 10 * time.Second, Multiplier: 3},
+	}
+}
