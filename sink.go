@@ -12,8 +12,9 @@ import (
 type Message struct {
 	// Event is the event as the pipeline left it; Data is the payload.
 	Event *Event
-	// Destination is the topic (Kafka) or subject (NATS) on the sink.
-	Destination string
+	// Topic is the Kafka topic or the NATS subject on the sink (a
+	// Destination's second half: "kafka.main:orders" → "orders").
+	Topic string
 	// Key is the partition key (Kafka record key); "" = none.
 	Key string
 	// MsgID is unique per output: the event id, suffixed "-N" when one event

@@ -162,7 +162,7 @@ func TestPostStructured(t *testing.T) {
 		t.Fatalf("stored event: %v", ev)
 	}
 	var rec *storage.Record
-	r.db.View(func(tx *storage.Tx) (err error) { rec, err = tx.Event(acc.ID); return })
+	r.db.View(func(tx *storage.Tx) (err error) { rec, err = tx.Record(acc.ID); return })
 	if string(rec.Event.Data) != `{"total":12}` || rec.Event.DataContentType != "application/json" ||
 		rec.Event.PartitionKey() != "cust-7" || rec.Event.Extension("traceparent") == "" || rec.Event.Time.IsZero() {
 		t.Fatalf("stored record: %+v", rec.Event)
@@ -179,7 +179,7 @@ func TestPostBinary(t *testing.T) {
 		t.Fatalf("status %d: %s", rep.status, rep.body)
 	}
 	var rec *storage.Record
-	r.db.View(func(tx *storage.Tx) (err error) { rec, err = tx.Event("pay-1"); return })
+	r.db.View(func(tx *storage.Tx) (err error) { rec, err = tx.Record("pay-1"); return })
 	if rec == nil || string(rec.Event.Data) != "paid in full" || rec.Event.DataContentType != "text/plain" ||
 		rec.Event.PartitionKey() != "k 1" || rec.Event.Time.Year() != 2026 {
 		t.Fatalf("stored: %+v", rec)

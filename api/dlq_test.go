@@ -20,7 +20,7 @@ func (r *router) deadLetter(body string) string {
 	}
 	id := decode[struct{ ID string }](r.t, rep.body).ID
 	err := r.db.Update(context.Background(), func(tx *storage.Tx) error {
-		rec, err := tx.Event(id)
+		rec, err := tx.Record(id)
 		if err != nil {
 			return err
 		}

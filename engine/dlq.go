@@ -243,7 +243,7 @@ func (e *Engine) DLQDelete(ctx context.Context, ref DLQRef) error {
 func (e *Engine) dlqOne(ctx context.Context, ref DLQRef, act dlqAction) (*DLQItem, error) {
 	var out *DLQItem
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
-		r, err := tx.Event(ref.key())
+		r, err := tx.Record(ref.key())
 		if errors.Is(err, storage.ErrNotFound) {
 			return switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", ref.ID)
 		}

@@ -1,4 +1,4 @@
-// Package engine is the scheduler: one loop per event type that claims due
+// Package engine is the scheduler: one loop per event type that takes due
 // events from the outbox, publishes every output through its sink, and
 // commits the outcome (delivered, retry with backoff, DLQ) in one
 // transaction. Ingest runs here too, so that a commit can wake the loops of
@@ -284,7 +284,7 @@ func (e *Engine) EventStatus(tenant, id string) (*storage.Record, error) {
 	var rec *storage.Record
 	err := e.store.View(func(tx *storage.Tx) error {
 		var err error
-		rec, err = tx.Event(storage.EventKey(tenant, id))
+		rec, err = tx.Record(storage.EventKey(tenant, id))
 		return err
 	})
 	if errors.Is(err, storage.ErrNotFound) {
@@ -364,7 +364,7 @@ func (e *Engine) Stats() ([]TypeStats, error) {
 				s.OldestPending = now.Sub(q.OldestPending)
 			}
 			if l := e.loopIfAny(t); l != nil { // never start one here: a pull inbox has none, a removed type cannot
-				// Claimed events are still in the queue: count them once,
+				// Taken events are still in the queue: count them once,
 				// as in_process, as GET /v1/events/{id} does.
 				s.InProcess = min(l.inProcess(), s.Pending)
 				s.Pending -= s.InProcess

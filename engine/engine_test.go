@@ -80,7 +80,7 @@ event "t.bad" {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Claimed > 0 {
+		if res.Taken > 0 {
 			tried = append(tried, h.clock.Now().Sub(start))
 		}
 		h.clock.Advance(time.Second)
@@ -286,15 +286,15 @@ event "t.stuck" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); res.Released != 1 || took > 2*time.Second {
-		t.Fatalf("released %d after %v", res.Released, took)
+	if took := time.Since(start); res.Requeued != 1 || took > 2*time.Second {
+		t.Fatalf("requeued %d after %v", res.Requeued, took)
 	}
 	rec := h.record(id)
 	if rec.State != storage.StatePending || rec.Attempts != 0 || !strings.Contains(rec.LastError, "unknown") {
 		t.Fatalf("record after release: %s attempts %d %q", rec.State, rec.Attempts, rec.LastError)
 	}
 	// Still due: the next poll claims it again.
-	if res, _ := eng.Loop("t.stuck").Poll(context.Background()); res.Claimed != 1 {
+	if res, _ := eng.Loop("t.stuck").Poll(context.Background()); res.Taken != 1 {
 		t.Fatalf("released event not claimed again: %+v", res)
 	}
 }

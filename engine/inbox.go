@@ -274,7 +274,7 @@ func (e *Engine) Ack(ctx context.Context, name string, ids []string) (int, error
 	err = e.store.Update(ctx, func(tx *storage.Tx) error {
 		n = 0
 		for _, id := range ids {
-			rec, err := tx.Event(inboxKey(name, id))
+			rec, err := tx.Record(inboxKey(name, id))
 			if errors.Is(err, storage.ErrNotFound) {
 				continue
 			}

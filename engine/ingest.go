@@ -79,7 +79,7 @@ func (f *inFlight) acquire(scopes []string, digests [][]byte) (*flight, []byte, 
 	return fl, nil, true
 }
 
-func (f *inFlight) release(scopes []string, fl *flight) {
+func (f *inFlight) leave(scopes []string, fl *flight) {
 	f.mu.Lock()
 	for _, s := range scopes {
 		delete(f.scopes, s)
@@ -111,7 +111,7 @@ func (e *Engine) fitsRoutes(tenant string, ev *switchyard.Event) error {
 			continue
 		}
 		// The message id the loop will give it (storage.Record.MsgID).
-		m := switchyard.Message{Event: ev, Destination: r.Target(), Key: ev.PartitionKey(), MsgID: storage.EventKey(tenant, ev.ID)}
+		m := switchyard.Message{Event: ev, Topic: r.Target(), Key: ev.PartitionKey(), MsgID: storage.EventKey(tenant, ev.ID)}
 		if err := f.Fits(&m); err != nil {
 			return switchyard.Errorf(switchyard.EROUTELIMIT, "event %q can never be published to %s: %v", ev.ID, r.Destination(), err)
 		}
@@ -161,11 +161,11 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 		return nil, err
 	}
 	scopes, digests := req.scopes()
-	release, err := e.enterFlight(ctx, scopes, digests)
+	leave, err := e.enterFlight(ctx, scopes, digests)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
+	defer leave()
 
 	now := e.now()
 	outcomes := make([]Outcome, len(req.Events))
@@ -228,13 +228,13 @@ func (e *Engine) admit(req *IngestRequest) error {
 // enterFlight registers the request's scopes as in flight. When the same
 // request (same digest) is in flight already, it waits for it, up to
 // IdempotencyWait, so that this one replays its outcome; another body
-// under a scope in flight is refused at once. The returned release must be
+// under a scope in flight is refused at once. The returned leave must be
 // called once the request is done.
-func (e *Engine) enterFlight(ctx context.Context, scopes []string, digests [][]byte) (release func(), err error) {
+func (e *Engine) enterFlight(ctx context.Context, scopes []string, digests [][]byte) (leave func(), err error) {
 	for {
 		fl, digest, ok := e.inflight.acquire(scopes, digests)
 		if ok {
-			return func() { e.inflight.release(scopes, fl) }, nil
+			return func() { e.inflight.leave(scopes, fl) }, nil
 		}
 		if !bytes.Equal(fl.digest, digest) {
 			return nil, switchyard.Errorf(switchyard.EIDEMREUSE, "the idempotency key or event id is in use by a request with another body")
@@ -302,7 +302,7 @@ func unavailable(err error) error {
 	return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: "the data file cannot be used; nothing was stored", RetryAfter: time.Second, Err: err}
 }
 
-// scopes lists the idempotency scopes a request claims, with the digest
+// scopes lists the idempotency scopes a request takes, with the digest
 // each must match.
 func (req *IngestRequest) scopes() ([]string, [][]byte) {
 	var scopes []string

@@ -28,19 +28,19 @@ type Loop struct {
 	wakeC chan struct{}
 	kickC chan struct{} // a sink became reachable: poll now, even after a failure
 
-	mu      sync.Mutex
-	delay   *Delay
-	claimed map[string]struct{} // ids claimed by the batch in flight
+	mu    sync.Mutex
+	delay *Delay
+	held  map[string]struct{} // ids of the events the batches in flight hold
 }
 
 func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 	l := &Loop{
-		e:       e,
-		typ:     t,
-		wakeC:   make(chan struct{}, 1),
-		kickC:   make(chan struct{}, 1),
-		delay:   NewDelay(pol.Polling),
-		claimed: make(map[string]struct{}),
+		e:     e,
+		typ:   t,
+		wakeC: make(chan struct{}, 1),
+		kickC: make(chan struct{}, 1),
+		delay: NewDelay(pol.Polling),
+		held:  make(map[string]struct{}),
 	}
 	l.pol.Store(pol)
 	return l
@@ -75,14 +75,14 @@ func (l *Loop) kick() {
 func (l *Loop) holds(id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, ok := l.claimed[id]
+	_, ok := l.held[id]
 	return ok
 }
 
 func (l *Loop) inProcess() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.claimed)
+	return len(l.held)
 }
 
 func (l *Loop) currentDelay() time.Duration {
@@ -97,7 +97,7 @@ func (l *Loop) currentDelay() time.Duration {
 const outageProbe = time.Second
 
 // maxCommitsInFlight bounds how many published batches of one loop may wait
-// for their commit while the loop claims the next (group commit joins them
+// for their commit while the loop takes the next (group commit joins them
 // into one fsync).
 const maxCommitsInFlight = 4
 
@@ -111,8 +111,8 @@ const maxCommitsInFlight = 4
 //
 // While a backlog drains, publishing the next batches overlaps the commits
 // of the previous ones. A batch's events stay held until its commit is
-// done; the hold is let go before a claim whose snapshot sees that commit,
-// never during one, so no claim can take an event its commit delivered.
+// done; the hold is let go before a take whose snapshot sees that commit,
+// never during one, so no take can see an event its commit delivered.
 func (l *Loop) run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -128,26 +128,26 @@ func (l *Loop) run(ctx context.Context) {
 	}
 	defer settle(0)
 	for {
-		// Let go of the holds of commits already done: this claim's
+		// Let go of the holds of commits already done: this take's
 		// snapshot will see them.
 		for len(commits) > 0 && commits[0].finished() {
 			settle(len(commits) - 1)
 		}
 		pol := l.pol.Load()
-		b, err := l.claimAndPublish(ctx)
+		b, err := l.takeAndPublish(ctx)
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
 		}
-		claimed, outage := 0, 0
+		taken, outage := 0, 0
 		if b != nil {
-			claimed, outage = len(b.items), b.outage
+			taken, outage = len(b.items), b.outage
 			commits = append(commits, l.commitAsync(ctx, b))
 		}
 		l.mu.Lock()
-		d := l.delay.Next(claimed == pol.BatchSize)
+		d := l.delay.Next(taken == pol.BatchSize)
 		l.mu.Unlock()
-		l.e.metrics.polled(l.typ, claimed, pol.BatchSize)
-		if claimed == pol.BatchSize && outage == 0 && err == nil {
+		l.e.metrics.polled(l.typ, taken, pol.BatchSize)
+		if taken == pol.BatchSize && outage == 0 && err == nil {
 			// A full batch says more is waiting: drain the backlog now
 			// instead of at min's pace (docs/decisions/full-batch.md).
 			if ctx.Err() != nil {
@@ -180,29 +180,29 @@ func (l *Loop) run(ctx context.Context) {
 
 // PollResult counts what one poll did.
 type PollResult struct {
-	Claimed      int // events taken from the queue
+	Taken        int // events taken from the queue
 	Delivered    int // every output acknowledged
 	Retried      int // rescheduled with backoff
 	DeadLettered int // moved to the DLQ
-	Released     int // outcome unknown: back to pending, no attempt counted
+	Requeued     int // outcome unknown: back to pending, no attempt counted
 	Failed       int // outputs that failed, any reason
 }
 
-// Poll claims one batch of due events, publishes their outputs and commits
+// Poll takes one batch of due events, publishes their outputs and commits
 // the outcome. run does the same with commits overlapping the next batch;
 // tests step a loop with Poll.
 func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
-	b, err := l.claimAndPublish(ctx)
+	b, err := l.takeAndPublish(ctx)
 	if b == nil {
 		return PollResult{}, err
 	}
-	defer l.release(b)
+	defer l.letGo(b)
 	return l.commitBatch(ctx, b)
 }
 
-// claimAndPublish claims up to a batch of due events, holds them, and
+// takeAndPublish takes up to a batch of due events, holds them, and
 // publishes their outputs. It returns nil when nothing is due.
-func (l *Loop) claimAndPublish(ctx context.Context) (*batch, error) {
+func (l *Loop) takeAndPublish(ctx context.Context) (*batch, error) {
 	pol := l.pol.Load()
 	now := l.e.now()
 	var recs []*storage.Record
@@ -223,11 +223,11 @@ func (l *Loop) claimAndPublish(ctx context.Context) (*batch, error) {
 }
 
 // commitBatch records a published batch's outcome in one transaction. It
-// does not let go of the batch's hold; the caller does, with release.
+// does not let go of the batch's hold; the caller does, with letGo.
 func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 	var res PollResult
 	err := l.e.store.Update(context.WithoutCancel(ctx), func(tx *storage.Tx) error {
-		res = PollResult{Claimed: len(b.items), Failed: b.failed}
+		res = PollResult{Taken: len(b.items), Failed: b.failed}
 		return l.commit(tx, b, &res)
 	})
 	if err != nil {
@@ -239,7 +239,7 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 	return res, nil
 }
 
-// inCommit is a batch whose commit runs while the loop claims the next.
+// inCommit is a batch whose commit runs while the loop takes the next.
 type inCommit struct {
 	l    *Loop
 	b    *batch
@@ -268,27 +268,27 @@ func (c *inCommit) finished() bool {
 // wait waits for the commit, then lets go of the batch's hold.
 func (c *inCommit) wait() error {
 	<-c.done
-	c.l.release(c.b)
+	c.l.letGo(c.b)
 	return c.err
 }
 
 func (l *Loop) hold(recs []*storage.Record) {
 	l.mu.Lock()
 	for _, r := range recs {
-		l.claimed[r.Key()] = struct{}{}
+		l.held[r.Key()] = struct{}{}
 	}
 	l.mu.Unlock()
 }
 
-func (l *Loop) release(b *batch) {
+func (l *Loop) letGo(b *batch) {
 	l.mu.Lock()
 	for _, it := range b.items {
-		delete(l.claimed, it.rec.Key())
+		delete(l.held, it.rec.Key())
 	}
 	l.mu.Unlock()
 }
 
-// item is one claimed event and the outputs it still owes.
+// item is one taken event and the outputs it still owes.
 type item struct {
 	rec     *storage.Record
 	outputs []*output
@@ -304,9 +304,9 @@ type output struct {
 	result switchyard.Result
 }
 
-// batch is a claimed batch with its outputs grouped by sink.
+// batch is a taken batch with its outputs grouped by sink.
 type batch struct {
-	pol    *config.Policy // as it was when the batch was claimed
+	pol    *config.Policy // as it was when the batch was taken
 	items  []item
 	bySink map[string][]*output
 	failed int
@@ -350,7 +350,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 					continue
 				}
 				o := &output{dest: dest.full, sink: dest.sink, event: po.Event}
-				o.msg = switchyard.Message{Event: &o.event, Destination: dest.topic, Key: po.Key, MsgID: msgID}
+				o.msg = switchyard.Message{Event: &o.event, Topic: dest.topic, Key: po.Key, MsgID: msgID}
 				it.outputs = append(it.outputs, o)
 			}
 		}
@@ -466,13 +466,13 @@ func unknown(n int, err error) []switchyard.Result {
 }
 
 // commit records a batch's outcome. Each event is read again inside the
-// transaction: if it changed since the claim (an operator moved it), its
+// transaction: if it changed since the take (an operator moved it), its
 // outcome is dropped, except that acknowledged outputs are still recorded.
 func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 	now := l.e.now()
 	for i := range b.items {
 		it := &b.items[i]
-		rec, err := tx.Event(it.rec.Key())
+		rec, err := tx.Record(it.rec.Key())
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}
@@ -534,7 +534,7 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 			// no attempt.
 			rec.LastError = unknown.Error()
 			err = tx.Save(rec)
-			res.Released++
+			res.Requeued++
 		default:
 			err = tx.MarkDelivered(rec, now, l.e.config().Outbox.TTL)
 			res.Delivered++

@@ -20,7 +20,7 @@ type metrics struct {
 	publishErrs  *prometheus.CounterVec
 	retried      *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
-	released     *prometheus.CounterVec
+	requeued     *prometheus.CounterVec
 	publishSecs  *prometheus.HistogramVec
 	dlqActions   *prometheus.CounterVec
 
@@ -47,9 +47,9 @@ func newMetrics(e *Engine) *metrics {
 		publishErrs:  counter("publish_errors_total", "Outputs a broker did not acknowledge.", "type", "sink"),
 		retried:      counter("retried_total", "Events rescheduled with backoff after a failed output.", "type"),
 		deadLettered: counter("dead_lettered_total", "Events moved to the DLQ.", "type"),
-		released:     counter("released_total", "Events released to pending without an attempt (outcome unknown).", "type"),
+		requeued:     counter("requeued_total", "Events put back to pending without an attempt (publish outcome unknown).", "type"),
 		pending:      gauge("pending_events", "Events waiting in a type's queue."),
-		inProcess:    gauge("in_process_events", "Events claimed by a type's loop."),
+		inProcess:    gauge("in_process_events", "Events a type's loop holds (taken, being published)."),
 		oldestAge:    gauge("oldest_pending_age_seconds", "Age of the earliest due pending event."),
 		pollDelay:    gauge("poll_delay_seconds", "A type's current adaptive poll delay."),
 		dlq:          gauge("dlq_events", "Events in a type's DLQ."),
@@ -65,7 +65,7 @@ func newMetrics(e *Engine) *metrics {
 }
 
 func (m *metrics) vecs() []prometheus.Collector {
-	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.released, m.publishSecs, m.dlqActions}
+	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.requeued, m.publishSecs, m.dlqActions}
 }
 
 // Describe implements prometheus.Collector.
@@ -138,9 +138,9 @@ func (m *metrics) dlqAction(action string, n int) {
 
 func (m *metrics) ingestedType(t string, n int) { m.ingested.WithLabelValues(t).Add(float64(n)) }
 
-func (m *metrics) polled(t string, claimed, batchSize int) {
+func (m *metrics) polled(t string, taken, batchSize int) {
 	outcome := "partial"
-	switch claimed {
+	switch taken {
 	case 0:
 		outcome = "empty"
 	case batchSize:
@@ -164,5 +164,5 @@ func (m *metrics) committed(t string, res *PollResult, b *batch) {
 	}
 	m.retried.WithLabelValues(t).Add(float64(res.Retried))
 	m.deadLettered.WithLabelValues(t).Add(float64(res.DeadLettered))
-	m.released.WithLabelValues(t).Add(float64(res.Released))
+	m.requeued.WithLabelValues(t).Add(float64(res.Requeued))
 }

@@ -117,7 +117,7 @@ func (tx *Tx) DLQ(q DLQQuery) ([]DLQEntry, error) {
 		}
 		k, v := top.k, top.v
 		top.k, top.v = top.c.Prev()
-		r, err := tx.Event(string(v))
+		r, err := tx.Record(string(v))
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
@@ -157,7 +157,7 @@ func (tx *Tx) subNames(parent []byte) []string {
 // position. A record that is not a dead letter is returned with a nil Pos
 // and ErrNotDead; a missing one gives ErrNotFound.
 func (tx *Tx) DLQEntry(key string) (*DLQEntry, error) {
-	r, err := tx.Event(key)
+	r, err := tx.Record(key)
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +282,7 @@ func (tx *Tx) DeleteExpiredResolved(now time.Time, limit int) (int, error) {
 		if err := b.Delete(pos); err != nil {
 			return err
 		}
-		r, err := tx.Event(string(key))
+		r, err := tx.Record(string(key))
 		if errors.Is(err, ErrNotFound) {
 			return nil
 		}

@@ -20,7 +20,7 @@ func deadLetters(t *testing.T, db *storage.DB, typ string, n int, t0 time.Time) 
 		r := record(ids[i], typ, t0, "k")
 		insert(t, db, r)
 		err := db.Update(ctx, func(tx *storage.Tx) error {
-			r, _ := tx.Event(ids[i])
+			r, _ := tx.Record(ids[i])
 			r.Attempts = 3
 			r.History = []storage.Attempt{{At: t0, Error: "boom"}}
 			return tx.MoveToDLQ(r, t0.Add(time.Duration(i)*time.Second), "gave up")
@@ -86,7 +86,7 @@ func TestDLQRetryResolveDelete(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ids := deadLetters(t, db, "a", 3, t0)
 	err := db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Event(ids[0])
+		r, _ := tx.Record(ids[0])
 		r.Outputs = []storage.Output{{Destination: "nats.local:x", MsgID: ids[0], Delivered: true}, {Destination: "nats.local:y", MsgID: ids[0] + "-1"}}
 		return tx.Save(r)
 	})
@@ -95,16 +95,16 @@ func TestDLQRetryResolveDelete(t *testing.T) {
 	}
 	var oldSeq uint64
 	err = db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Event(ids[0])
+		r, _ := tx.Record(ids[0])
 		oldSeq = r.QueueSeq
 		if err := tx.RetryDeadLetter(r, t0.Add(time.Hour), true); err != nil {
 			return err
 		}
-		r1, _ := tx.Event(ids[1])
+		r1, _ := tx.Record(ids[1])
 		if err := tx.ResolveDeadLetter(r1, t0.Add(time.Hour), 24*time.Hour); err != nil {
 			return err
 		}
-		r2, _ := tx.Event(ids[2])
+		r2, _ := tx.Record(ids[2])
 		return tx.DeleteDeadLetter(r2)
 	})
 	if err != nil {
@@ -114,11 +114,11 @@ func TestDLQRetryResolveDelete(t *testing.T) {
 		t.Fatalf("due after retry = %v", got)
 	}
 	db.View(func(tx *storage.Tx) error {
-		r, _ := tx.Event(ids[0])
+		r, _ := tx.Record(ids[0])
 		if r.State != storage.StatePending || r.Attempts != 0 || r.QueueSeq == oldSeq || !r.Outputs[0].Delivered || r.Outputs[1].Delivered || len(r.History) != 1 {
 			t.Errorf("retried record: %+v", r)
 		}
-		if _, err := tx.Event(ids[2]); !errors.Is(err, storage.ErrNotFound) {
+		if _, err := tx.Record(ids[2]); !errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("deleted record: %v", err)
 		}
 		c := tx.DLQCounts()
@@ -144,7 +144,7 @@ func TestDLQRetryResolveDelete(t *testing.T) {
 	}
 	// Operations check the state: a pending record is not a dead letter.
 	err = db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Event(ids[0])
+		r, _ := tx.Record(ids[0])
 		return tx.DeleteDeadLetter(r)
 	})
 	if !errors.Is(err, storage.ErrNotDead) {
@@ -161,7 +161,7 @@ func TestDLQRetryResolveDelete(t *testing.T) {
 		t.Fatalf("expired = %d", n)
 	}
 	db.View(func(tx *storage.Tx) error {
-		if _, err := tx.Event(ids[1]); !errors.Is(err, storage.ErrNotFound) {
+		if _, err := tx.Record(ids[1]); !errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("resolved record after TTL: %v", err)
 		}
 		if c := tx.DLQCounts(); len(c) != 0 {
@@ -180,7 +180,7 @@ func TestDLQStaleTTLEntryKeepsRecord(t *testing.T) {
 	step := func(fn func(tx *storage.Tx, r *storage.Record) error) {
 		t.Helper()
 		if err := db.Update(ctx, func(tx *storage.Tx) error {
-			r, err := tx.Event(id)
+			r, err := tx.Record(id)
 			if err != nil {
 				return err
 			}
@@ -198,7 +198,7 @@ func TestDLQStaleTTLEntryKeepsRecord(t *testing.T) {
 	var n int
 	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredResolved(t0.Add(2*time.Hour), 10); return })
 	db.View(func(tx *storage.Tx) error {
-		if r, err := tx.Event(id); err != nil || r.State != storage.StateResolved {
+		if r, err := tx.Record(id); err != nil || r.State != storage.StateResolved {
 			t.Errorf("removed by a stale TTL entry: %v", err)
 		}
 		return nil
@@ -216,12 +216,12 @@ func TestDLQPositionFoundAfterLateSave(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	id := deadLetters(t, db, "a", 1, t0)[0]
 	db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Event(id)
+		r, _ := tx.Record(id)
 		r.UpdatedAt = t0.Add(time.Hour)
 		return tx.Save(r)
 	})
 	err := db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Event(id)
+		r, _ := tx.Record(id)
 		return tx.DeleteDeadLetter(r)
 	})
 	if err != nil {

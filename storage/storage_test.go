@@ -118,7 +118,7 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 	}
 	db.View(func(tx *storage.Tx) error {
 		for i := range errs {
-			_, err := tx.Event(fmt.Sprintf("e%02d", i))
+			_, err := tx.Record(fmt.Sprintf("e%02d", i))
 			if stored := err == nil; stored == (i%5 == 0) {
 				t.Errorf("event %d stored = %v", i, stored)
 			}
@@ -148,15 +148,15 @@ func TestDueOrderRescheduleDeliverDLQ(t *testing.T) {
 	}
 	// 1 fails: rescheduled after 3; 2 delivered; 3 dead-lettered.
 	err := db.Update(ctx, func(tx *storage.Tx) error {
-		r1, _ := tx.Event("1")
+		r1, _ := tx.Record("1")
 		if err := tx.Reschedule(r1, t0.Add(time.Minute)); err != nil {
 			return err
 		}
-		r2, _ := tx.Event("2")
+		r2, _ := tx.Record("2")
 		if err := tx.MarkDelivered(r2, t0, time.Hour); err != nil {
 			return err
 		}
-		r3, _ := tx.Event("3")
+		r3, _ := tx.Record("3")
 		return tx.MoveToDLQ(r3, t0, "bad")
 	})
 	if err != nil {
@@ -169,7 +169,7 @@ func TestDueOrderRescheduleDeliverDLQ(t *testing.T) {
 		t.Fatalf("due before retry time = %s, want []", got)
 	}
 	db.View(func(tx *storage.Tx) error {
-		r3, _ := tx.Event("3")
+		r3, _ := tx.Record("3")
 		if r3.State != storage.StateDLQ || r3.LastError != "bad" || tx.DLQDepth("a") != 1 {
 			t.Errorf("3 = %s %q, dlq depth %d", r3.State, r3.LastError, tx.DLQDepth("a"))
 		}
@@ -189,7 +189,7 @@ func TestDueOrderRescheduleDeliverDLQ(t *testing.T) {
 		t.Fatalf("expired = %d, want 1", n)
 	}
 	db.View(func(tx *storage.Tx) error {
-		if _, err := tx.Event("2"); !errors.Is(err, storage.ErrNotFound) {
+		if _, err := tx.Record("2"); !errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("delivered record still there after TTL: %v", err)
 		}
 		return nil
@@ -202,7 +202,7 @@ func TestDueOrderByKey(t *testing.T) {
 	insert(t, db, record("k1", "a", t0, "k"), record("x", "a", t0, "other"), record("k2", "a", t0, "k"))
 	// k1 fails and is rescheduled later: k2 must wait for it.
 	db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Event("k1")
+		r, _ := tx.Record("k1")
 		return tx.Reschedule(r, t0.Add(time.Minute))
 	})
 	if got := fmt.Sprint(due(t, db, "a", t0, true)); got != "[x]" {
@@ -212,7 +212,7 @@ func TestDueOrderByKey(t *testing.T) {
 		t.Fatalf("due without ordering = %s, want [x k2]", got)
 	}
 	db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Event("k1")
+		r, _ := tx.Record("k1")
 		return tx.MarkDelivered(r, t0, time.Hour)
 	})
 	if got := fmt.Sprint(due(t, db, "a", t0, true)); got != "[x k2]" {

@@ -88,9 +88,9 @@ func (tx *Tx) nextSeq() (uint64, error) {
 	return tx.tx.Bucket(bucketMeta).NextSequence()
 }
 
-// Event returns the record stored under key (an outbound event's id, see
+// Record returns the record stored under key (an outbound event's id, see
 // Record.Key), or ErrNotFound.
-func (tx *Tx) Event(key string) (*Record, error) {
+func (tx *Tx) Record(key string) (*Record, error) {
 	v := tx.tx.Bucket(bucketEvents).Get([]byte(key))
 	if v == nil {
 		return nil, ErrNotFound
@@ -191,7 +191,7 @@ func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func
 		if skip != nil && skip(string(v)) {
 			continue
 		}
-		r, err := tx.Event(string(v))
+		r, err := tx.Record(string(v))
 		if err != nil {
 			return nil, fmt.Errorf("storage: queue %s points at %s: %w", t, v, err)
 		}
@@ -370,7 +370,7 @@ func (tx *Tx) RecentlyDelivered(window time.Duration) ([]*Record, error) {
 			continue
 		}
 		seen[key] = true
-		r, err := tx.Event(key)
+		r, err := tx.Record(key)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}

@@ -150,8 +150,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switch
 			res[i].Err = err
 			continue
 		}
-		if err, bad := refused[m.Destination]; bad {
-			res[i].Err = s.classify(m.Destination, err)
+		if err, bad := refused[m.Topic]; bad {
+			res[i].Err = s.classify(m.Topic, err)
 			continue
 		}
 		send = append(send, i)
@@ -177,7 +177,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switch
 		}
 		got := w.finish(func(j int) switchyard.Result {
 			return switchyard.Result{Err: s.withConnError(fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
-				s.name, msgs[send[j]].Destination, time.Since(start).Round(time.Millisecond), switchyard.ErrUnknownOutcome))}
+				s.name, msgs[send[j]].Topic, time.Since(start).Round(time.Millisecond), switchyard.ErrUnknownOutcome))}
 		})
 		again := send[:0:0]
 		for j, i := range send {
@@ -187,7 +187,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switch
 					again = append(again, i)
 					continue
 				}
-				got[j].Err = s.classify(msgs[i].Destination, fc.err)
+				got[j].Err = s.classify(msgs[i].Topic, fc.err)
 			}
 			res[i] = got[j]
 		}
@@ -237,7 +237,7 @@ func (s *Sink) validate(m *switchyard.Message) error {
 	switch {
 	case m == nil || m.Event == nil:
 		return switchyard.Permanentf("%s: message without an event", s.name)
-	case m.Destination == "":
+	case m.Topic == "":
 		return switchyard.Permanentf("%s: event %s: no destination topic", s.name, m.Event.ID)
 	}
 	return nil
@@ -250,7 +250,7 @@ func (s *Sink) record(m *switchyard.Message) *kgo.Record {
 	for i, h := range hs {
 		headers[i] = kgo.RecordHeader{Key: h.Name, Value: []byte(h.Value)}
 	}
-	r := &kgo.Record{Topic: m.Destination, Value: m.Event.Data, Headers: headers}
+	r := &kgo.Record{Topic: m.Topic, Value: m.Event.Data, Headers: headers}
 	if m.Key != "" {
 		r.Key = []byte(m.Key)
 	}
@@ -275,19 +275,19 @@ func (s *Sink) checkNewTopics(ctx context.Context, msgs []*switchyard.Message) m
 	var ask []string
 	seen := map[string]bool{}
 	for _, m := range msgs {
-		if m == nil || m.Destination == "" || seen[m.Destination] {
+		if m == nil || m.Topic == "" || seen[m.Topic] {
 			continue
 		}
-		seen[m.Destination] = true
-		known, err := s.topics.lookup(m.Destination, now)
+		seen[m.Topic] = true
+		known, err := s.topics.lookup(m.Topic, now)
 		switch {
 		case !known:
-			ask = append(ask, m.Destination)
+			ask = append(ask, m.Topic)
 		case err != nil:
 			if refused == nil {
 				refused = map[string]error{}
 			}
-			refused[m.Destination] = err
+			refused[m.Topic] = err
 		}
 	}
 	if len(ask) == 0 {

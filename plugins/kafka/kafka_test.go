@@ -102,9 +102,9 @@ func message(prefix string, i int, dest string) *switchyard.Message {
 			},
 			Data: fmt.Appendf(nil, `{"n":%d}`, i),
 		},
-		Destination: dest,
-		Key:         fmt.Sprintf("cust-%d", i%17),
-		MsgID:       id,
+		Topic: dest,
+		Key:   fmt.Sprintf("cust-%d", i%17),
+		MsgID: id,
 	}
 }
 

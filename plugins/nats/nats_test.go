@@ -90,8 +90,8 @@ func makeMsgs(prefix, subject string, n int) []*switchyard.Message {
 				},
 				Data: []byte(`{"order":"` + id + `","amount":42}`),
 			},
-			Destination: subject,
-			MsgID:       id,
+			Topic: subject,
+			MsgID: id,
 		}
 	}
 	return msgs

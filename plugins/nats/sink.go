@@ -455,7 +455,7 @@ func (s *Sink) publishJetStream(ctx context.Context, msgs []*switchyard.Message,
 			case err = <-f.Err():
 			default:
 				err = fmt.Errorf("%s: subject %q: no acknowledgement before the deadline (%v): %w",
-					s.name, msgs[i].Destination, ctx.Err(), switchyard.ErrUnknownOutcome)
+					s.name, msgs[i].Topic, ctx.Err(), switchyard.ErrUnknownOutcome)
 			}
 		}
 		if err != nil {
@@ -547,7 +547,7 @@ func (sc *scratch) encode(sink string, m *switchyard.Message) (*natsgo.Msg, erro
 	if m == nil || m.Event == nil {
 		return nil, switchyard.Permanentf("%s: message without an event", sink)
 	}
-	if m.Destination == "" {
+	if m.Topic == "" {
 		return nil, switchyard.Permanentf("%s: event %s: no subject to publish to", sink, m.Event.ID)
 	}
 	hs := cloudevents.NATS.Headers(m.Event)
@@ -571,7 +571,7 @@ func (sc *scratch) encode(sink string, m *switchyard.Message) (*natsgo.Msg, erro
 	// What jetstream.WithMsgID does, without a per-message option.
 	vals[len(hs)] = id
 	sc.hdr[jetstream.MsgIDHeader] = vals[len(hs):]
-	sc.msg = natsgo.Msg{Subject: m.Destination, Header: sc.hdr, Data: m.Event.Data}
+	sc.msg = natsgo.Msg{Subject: m.Topic, Header: sc.hdr, Data: m.Event.Data}
 	return &sc.msg, nil
 }
 
@@ -601,17 +601,17 @@ func (s *Sink) sendError(m *switchyard.Message, err error) error {
 		return err
 	case errors.Is(err, natsgo.ErrMaxPayload):
 		return switchyard.Permanentf("%s: subject %q: payload of %d bytes over the server's max_payload (%d): %w",
-			s.name, m.Destination, len(m.Event.Data), s.nc.MaxPayload(), err)
+			s.name, m.Topic, len(m.Event.Data), s.nc.MaxPayload(), err)
 	case errors.Is(err, natsgo.ErrBadSubject):
-		return switchyard.Permanentf("%s: invalid subject %q: %w", s.name, m.Destination, err)
+		return switchyard.Permanentf("%s: invalid subject %q: %w", s.name, m.Topic, err)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		// Not sent (the publisher stalled, too many publishes in flight, or
 		// the batch took too long): the router may retry freely and need not
 		// count an attempt.
 		return fmt.Errorf("%s: subject %q: not sent before the deadline (%v): %w",
-			s.name, m.Destination, err, switchyard.ErrUnknownOutcome)
+			s.name, m.Topic, err, switchyard.ErrUnknownOutcome)
 	default:
-		return fmt.Errorf("%s: subject %q: not sent: %w", s.name, m.Destination, err)
+		return fmt.Errorf("%s: subject %q: not sent: %w", s.name, m.Topic, err)
 	}
 }
 
@@ -624,20 +624,20 @@ func (s *Sink) ackError(m *switchyard.Message, err error) error {
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return fmt.Errorf("%s: no JetStream stream for subject %q (add a stream block whose subjects match it): %w",
-			s.name, m.Destination, err)
+			s.name, m.Topic, err)
 	case errors.Is(err, natsgo.ErrDisconnected), errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		// Sent, but the connection dropped (or the ack never came) before
 		// the stream answered: it may or may not have stored the message.
 		return fmt.Errorf("%s: subject %q: %v before the acknowledgement: %w",
-			s.name, m.Destination, err, switchyard.ErrUnknownOutcome)
+			s.name, m.Topic, err, switchyard.ErrUnknownOutcome)
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return switchyard.Permanentf("%s: subject %q: message of %d bytes over the stream's max_msg_size: %w",
-			s.name, m.Destination, len(m.Event.Data), err)
+			s.name, m.Topic, len(m.Event.Data), err)
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeHeaderExceedsMaximum:
 		return switchyard.Permanentf("%s: subject %q: headers over JetStream's limit of %d bytes: %w",
-			s.name, m.Destination, maxJetStreamHeaders, err)
+			s.name, m.Topic, maxJetStreamHeaders, err)
 	default:
-		return fmt.Errorf("%s: subject %q: JetStream refused the message: %w", s.name, m.Destination, err)
+		return fmt.Errorf("%s: subject %q: JetStream refused the message: %w", s.name, m.Topic, err)
 	}
 }
 

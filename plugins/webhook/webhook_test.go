@@ -127,8 +127,8 @@ func msg(id string) *switchyard.Message {
 			},
 			Data: []byte(`{"id":"` + id + `"}`),
 		},
-		Destination: "deliver",
-		MsgID:       id,
+		Topic: "deliver",
+		MsgID: id,
 	}
 }
 
