@@ -140,11 +140,20 @@ func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switch
 	// queued in front of the next one.
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	res, send := s.screen(pctx, msgs)
+	for round := 1; len(send) > 0; round++ {
+		send = s.produceRound(pctx, msgs, send, res, round, start)
+	}
+	s.noteDeadline(pctx, res)
+	return res
+}
 
-	refused := s.checkNewTopics(pctx, msgs)
-
-	res := make([]switchyard.Result, len(msgs))
-	send := make([]int, 0, len(msgs)) // indexes of msgs to produce
+// screen answers the messages that cannot be produced (invalid, or to a
+// topic the cluster refused) and returns the indexes of the others.
+func (s *Sink) screen(ctx context.Context, msgs []*switchyard.Message) (res []switchyard.Result, send []int) {
+	refused := s.checkNewTopics(ctx, msgs)
+	res = make([]switchyard.Result, len(msgs))
+	send = make([]int, 0, len(msgs))
 	for i, m := range msgs {
 		if err := s.validate(m); err != nil {
 			res[i].Err = err
@@ -156,59 +165,64 @@ func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switch
 		}
 		send = append(send, i)
 	}
+	return res, send
+}
 
+// produceRound produces msgs[send], waits for every answer or the
+// deadline, records each result in res, and returns the indexes to
+// produce again: records another Publish's cancellation failed (see
+// foreignCancel), up to maxRounds.
+func (s *Sink) produceRound(ctx context.Context, msgs []*switchyard.Message, send []int, res []switchyard.Result, round int, start time.Time) (again []int) {
+	w := newWaiter(len(send))
 	cl := s.client()
-	for round := 1; len(send) > 0; round++ {
-		w := newWaiter(len(send))
-		for j, i := range send {
-			cl.Produce(pctx, s.record(msgs[i]), func(r *kgo.Record, err error) {
-				// Promises run serially inside franz-go: no blocking here.
-				if err != nil && isContextErr(err) && pctx.Err() == nil {
-					// Not our context: see foreignCancel.
-					w.resolve(j, switchyard.Result{Err: &foreignCancel{err}})
-					return
-				}
-				w.resolve(j, s.result(r, err))
-			})
-		}
-		select {
-		case <-w.done:
-		case <-pctx.Done():
-		}
-		got := w.finish(func(j int) switchyard.Result {
-			return switchyard.Result{Err: s.withConnError(fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
-				s.name, msgs[send[j]].Topic, time.Since(start).Round(time.Millisecond), switchyard.ErrUnknownOutcome))}
+	for j, i := range send {
+		cl.Produce(ctx, s.record(msgs[i]), func(r *kgo.Record, err error) {
+			// Promises run serially inside franz-go: no blocking here.
+			if err != nil && isContextErr(err) && ctx.Err() == nil {
+				w.resolve(j, switchyard.Result{Err: &foreignCancel{err}})
+				return
+			}
+			w.resolve(j, s.result(r, err))
 		})
-		again := send[:0:0]
-		for j, i := range send {
-			var fc *foreignCancel
-			if errors.As(got[j].Err, &fc) {
-				if round < maxRounds && pctx.Err() == nil {
-					again = append(again, i)
-					continue
-				}
-				got[j].Err = s.classify(msgs[i].Topic, fc.err)
-			}
-			res[i] = got[j]
-		}
-		send = again
 	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+	}
+	got := w.finish(func(j int) switchyard.Result {
+		return switchyard.Result{Err: s.withConnError(fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
+			s.name, msgs[send[j]].Topic, time.Since(start).Round(time.Millisecond), switchyard.ErrUnknownOutcome))}
+	})
+	for j, i := range send {
+		var fc *foreignCancel
+		if errors.As(got[j].Err, &fc) {
+			if round < maxRounds && ctx.Err() == nil {
+				again = append(again, i)
+				continue
+			}
+			got[j].Err = s.classify(msgs[i].Topic, fc.err)
+		}
+		res[i] = got[j]
+	}
+	return again
+}
 
-	if errors.Is(pctx.Err(), context.DeadlineExceeded) {
-		// Unanswered records, and those franz-go failed with the
-		// deadline itself: only a deadline marks the sink unhealthy, a
-		// cancelled caller (shutdown) says nothing about the broker.
-		var missed int64
-		for _, r := range res {
-			if r.Err != nil && errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
-				missed++
-			}
-		}
-		if missed > 0 {
-			s.markStalled(missed)
+// noteDeadline marks the sink stalled by the records left unanswered when
+// the publish deadline passed. Only a deadline does: a cancelled caller
+// (shutdown) says nothing about the broker.
+func (s *Sink) noteDeadline(ctx context.Context, res []switchyard.Result) {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return
+	}
+	var missed int64
+	for _, r := range res {
+		if r.Err != nil && errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
+			missed++
 		}
 	}
-	return res
+	if missed > 0 {
+		s.markStalled(missed)
+	}
 }
 
 // maxRounds bounds how often one Publish re-produces records that another

@@ -97,27 +97,38 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 	if len(in.Topics) == 0 {
 		return nil, fmt.Errorf("inbox %q: no topics to consume from %s", in.Name, sink)
 	}
-	group, idHeader, batch := in.Group, in.IDHeader, in.Policy.BatchSize
-	if group == "" || idHeader == "" || batch <= 0 {
-		return nil, fmt.Errorf("inbox %q: group %q, id_header %q, batch_size %d: the block is not resolved (config.NewInbox sets them)", in.Name, group, idHeader, batch)
-	}
-	log := logger.Named("inbox." + in.Name)
-	opts, err := ClientOptions(kcfg, log)
-	if err != nil {
-		return nil, err
+	if in.Group == "" || in.IDHeader == "" || in.Policy.BatchSize <= 0 {
+		return nil, fmt.Errorf("inbox %q: group %q, id_header %q, batch_size %d: the block is not resolved (config.NewInbox sets them)",
+			in.Name, in.Group, in.IDHeader, in.Policy.BatchSize)
 	}
 	s := &Source{
 		name:     in.Name,
 		sink:     sink,
-		log:      log,
+		log:      logger.Named("inbox." + in.Name),
 		topics:   slices.Clone(in.Topics),
-		group:    group,
-		idHeader: idHeader,
-		batch:    batch,
+		group:    in.Group,
+		idHeader: in.IDHeader,
+		batch:    in.Policy.BatchSize,
 		ttl:      in.TTL,
 		stop:     make(chan struct{}),
 		runDone:  make(chan struct{}),
 	}
+	opts, err := ClientOptions(kcfg, s.log)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(append(opts, s.groupOptions(in)...), extra...)
+	if s.cl, err = kgo.NewClient(opts...); err != nil {
+		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
+	}
+	return s, nil
+}
+
+// groupOptions are the consumer group's options: offsets committed only by
+// the source after a stored batch, from the start of a new group, and the
+// group's changes logged.
+func (s *Source) groupOptions(in config.Inbox) []kgo.Opt {
+	var opts []kgo.Opt
 	if in.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(in.InstanceID))
 	}
@@ -129,33 +140,26 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 	if in.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(in.SessionTimeout))
 	}
-	opts = append(opts,
-		kgo.ConsumerGroup(group),
+	return append(opts,
+		kgo.ConsumerGroup(s.group),
 		kgo.ConsumeTopics(in.Topics...),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			log.Info("partitions assigned", "group", group, "partitions", fmtPartitions(m))
+			s.log.Info("partitions assigned", "group", s.group, "partitions", fmtPartitions(m))
 		}),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			if len(m) > 0 {
-				log.Info("partitions revoked", "group", group, "partitions", fmtPartitions(m))
+				s.log.Info("partitions revoked", "group", s.group, "partitions", fmtPartitions(m))
 			}
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			if len(m) > 0 {
-				log.Warn("partitions lost (records received since the last commit come again)", "group", group, "partitions", fmtPartitions(m))
+				s.log.Warn("partitions lost (records received since the last commit come again)", "group", s.group, "partitions", fmtPartitions(m))
 			}
 		}),
 	)
-	opts = append(opts, extra...)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
-	}
-	s.cl = cl
-	return s, nil
 }
 
 // Name is the inbox's name.

@@ -103,76 +103,84 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		logger = hclog.NewNullLogger()
 	}
 	sink := ncfg.SinkName()
+	wrap := func(err error) error { return fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err) }
 	if in.Subject == "" {
 		return nil, fmt.Errorf("inbox %q: no subject to consume from %s", in.Name, sink)
 	}
-	durable, idHeader, batch := in.Durable, in.IDHeader, in.Policy.BatchSize
-	if durable == "" || idHeader == "" || batch <= 0 {
-		return nil, fmt.Errorf("inbox %q: durable %q, id_header %q, batch_size %d: the block is not resolved (config.NewInbox sets them)", in.Name, durable, idHeader, batch)
+	if in.Durable == "" || in.IDHeader == "" || in.Policy.BatchSize <= 0 {
+		return nil, fmt.Errorf("inbox %q: durable %q, id_header %q, batch_size %d: the block is not resolved (config.NewInbox sets them)",
+			in.Name, in.Durable, in.IDHeader, in.Policy.BatchSize)
 	}
-	log := logger.Named("inbox." + in.Name)
 	s := &Source{
 		name:     in.Name,
 		sink:     sink,
-		log:      log,
-		idHeader: idHeader,
-		batch:    batch,
+		log:      logger.Named("inbox." + in.Name),
+		idHeader: in.IDHeader,
+		batch:    in.Policy.BatchSize,
 		ackWait:  ackWait,
+		ttl:      in.TTL,
 		stop:     make(chan struct{}),
 		runDone:  make(chan struct{}),
+		ccfg:     consumerConfig(in, ackWait),
 	}
 	auth, err := ClientOptions(ncfg)
 	if err != nil {
-		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
+		return nil, wrap(err)
 	}
-	nc, err := dial(url, append(auth,
-		natsgo.Name(ClientName+"-inbox-"+in.Name),
-		natsgo.MaxReconnects(-1),
-		natsgo.ReconnectWait(reconnectWait),
-		natsgo.ReconnectJitter(reconnectJitter, reconnectJitter),
-		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
-			if err != nil {
-				log.Warn("disconnected from NATS", "error", err)
-			}
-		}),
-		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
-			log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
-		}),
-		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
-			log.Warn("NATS async error", "error", err)
-		}),
-	), func(err error) {
-		log.Warn("NATS is not reachable; the inbox starts consuming when it appears", "url", url, "error", err)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("inbox %q: %s: connect %s: %w", in.Name, sink, url, err)
+	if s.nc, err = dial(url, append(auth, s.connOptions()...), func(err error) {
+		s.log.Warn("NATS is not reachable; the inbox starts consuming when it appears", "url", url, "error", err)
+	}); err != nil {
+		return nil, wrap(fmt.Errorf("connect %s: %w", url, err))
 	}
-	s.nc = nc
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("inbox %q: %s: jetstream: %w", in.Name, sink, err)
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		s.nc.Close()
+		return nil, wrap(fmt.Errorf("jetstream: %w", err))
 	}
-	s.js = js
-	s.ccfg = jetstream.ConsumerConfig{
-		Durable:       durable,
+	if !s.nc.IsConnected() {
+		return s, nil // Run sets the consumer up once the server is there
+	}
+	if err := s.setup(ctx); err != nil {
+		s.nc.Close()
+		return nil, wrap(err)
+	}
+	return s, nil
+}
+
+// consumerConfig is the inbox's durable pull consumer: every message from
+// the start of the stream, acked one by one, redelivered without limit.
+func consumerConfig(in config.Inbox, ackWait time.Duration) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       in.Durable,
 		Description:   "switchyard inbox " + in.Name,
 		FilterSubject: in.Subject,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxDeliver:    -1,
-		MaxAckPending: max(minMaxAckPending, 8*batch),
+		MaxAckPending: max(minMaxAckPending, 8*in.Policy.BatchSize),
 	}
-	s.ttl = in.TTL
-	if !nc.IsConnected() {
-		return s, nil // Run sets the consumer up once the server is there
+}
+
+// connOptions are the inbox connection's options: reconnect forever, and
+// log what happens to the connection.
+func (s *Source) connOptions() []natsgo.Option {
+	return []natsgo.Option{
+		natsgo.Name(ClientName + "-inbox-" + s.name),
+		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectWait(reconnectWait),
+		natsgo.ReconnectJitter(reconnectJitter, reconnectJitter),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if err != nil {
+				s.log.Warn("disconnected from NATS", "error", err)
+			}
+		}),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			s.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+		}),
+		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
+			s.log.Warn("NATS async error", "error", err)
+		}),
 	}
-	if err := s.setup(ctx); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
-	}
-	return s, nil
 }
 
 // setup finds the stream of the inbox's subject and creates or updates the
