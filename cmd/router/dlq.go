@@ -114,48 +114,63 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 		}
 	}
 	q.Set("limit", strconv.Itoa(*limit))
-	var items []dlqItem
-	var raws []json.RawMessage
-	next := ""
+	items, raws, next, err := fetchDLQPages(ctx, cl, q, *allPages)
+	if err != nil {
+		return err
+	}
+	if af.output == "json" {
+		return c.writeDLQJSON(raws, next)
+	}
+	return c.writeDLQTable(items, *status, next)
+}
+
+// fetchDLQPages gets a page of GET /v1/dlq, or with all every page, and
+// returns the items both decoded and as the API sent them, and the cursor
+// where the last page ended.
+func fetchDLQPages(ctx context.Context, cl *apiClient, q url.Values, all bool) (items []dlqItem, raws []json.RawMessage, next string, err error) {
 	for {
 		var page struct {
 			Items      []json.RawMessage `json:"items"`
 			NextCursor string            `json:"next_cursor"`
 		}
 		if _, err := cl.getJSON(ctx, "/v1/dlq", q, &page); err != nil {
-			return err
+			return nil, nil, "", err
 		}
 		for _, raw := range page.Items {
 			var it dlqItem
 			if err := json.Unmarshal(raw, &it); err != nil {
-				return err
+				return nil, nil, "", err
 			}
 			items = append(items, it)
 			raws = append(raws, raw)
 		}
 		next = page.NextCursor
-		if !*allPages || next == "" {
-			break
+		if !all || next == "" {
+			return items, raws, next, nil
 		}
 		q.Set("cursor", next)
 	}
-	if af.output == "json" {
-		out := map[string]any{"items": raws}
-		if raws == nil {
-			out["items"] = []json.RawMessage{}
-		}
-		if next != "" {
-			out["next_cursor"] = next
-		}
-		b, _ := json.Marshal(out)
-		return writeIndented(c.Stdout, b)
+}
+
+func (c *DLQCommand) writeDLQJSON(raws []json.RawMessage, next string) error {
+	out := map[string]any{"items": raws}
+	if raws == nil {
+		out["items"] = []json.RawMessage{}
 	}
+	if next != "" {
+		out["next_cursor"] = next
+	}
+	b, _ := json.Marshal(out)
+	return writeIndented(c.Stdout, b)
+}
+
+func (c *DLQCommand) writeDLQTable(items []dlqItem, status, next string) error {
 	if len(items) == 0 {
 		fmt.Fprintln(c.Stdout, "no dead letters")
 		return nil
 	}
 	when := "MOVED"
-	if *status == "resolved" {
+	if status == "resolved" {
 		when = "RESOLVED"
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
