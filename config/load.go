@@ -268,23 +268,49 @@ func (d *decoder) root(body hcl.Body) *Config {
 	if b := d.single(c.Blocks, "listen"); b != nil {
 		d.listen(b, &cfg.Listen)
 	}
-	storageAt := body.MissingItemRange()
-	if b := d.single(c.Blocks, "storage"); b != nil {
-		sc := d.content(b.Body, schema("path max_size min_free"))
-		a := sc.Attributes["path"]
-		d.str(a, &cfg.Storage.Path)
-		d.size(sc.Attributes["max_size"], &cfg.Storage.MaxSize, 1<<50)
-		d.size(sc.Attributes["min_free"], &cfg.Storage.MinFree, 1<<50)
-		storageAt = attrOr(a, b.DefRange)
-	}
-	cfg.Storage.PluginCache = filepath.Join(filepath.Dir(cfg.Storage.Path), "wasm-cache")
-	d.own("storage.path", cfg.Storage.Path, false, storageAt)
-	d.own("the plugin cache", cfg.Storage.PluginCache, true, storageAt)
+	d.storage(c, body, &cfg.Storage)
 	d.durationBlock(c.Blocks, "idempotency", "window", &cfg.Idempotency.Window)
 	d.durationBlock(c.Blocks, "outbox", "ttl", &cfg.Outbox.TTL)
 	d.durationBlock(c.Blocks, "dlq", "ttl", &cfg.DLQ.TTL)
-
 	// Sinks and plugins first: policies and inboxes refer to them.
+	d.sinksAndPlugins(c, cfg)
+	// Inheritance: built-in ← defaults block ← each event (and inbox) block,
+	// by decoding each block over a copy of what it inherits.
+	if b := d.single(c.Blocks, "defaults"); b != nil {
+		d.policy(d.content(b.Body, policySchema), &cfg.Defaults)
+	}
+	d.events(c, cfg)
+	inboxNames := map[string]hcl.Range{}
+	for _, b := range c.Blocks.OfType("inbox") {
+		in := d.inbox(b, cfg.Defaults)
+		if d.declare(inboxNames, b) {
+			cfg.Inboxes = append(cfg.Inboxes, in)
+		}
+	}
+	d.checkSocketPath(cfg.Listen.Socket, body.MissingItemRange())
+	return cfg
+}
+
+// storage decodes the storage block into st, and claims the data file and
+// the plugin cache beside it as paths the router owns.
+func (d *decoder) storage(c *hcl.BodyContent, body hcl.Body, st *Storage) {
+	at := body.MissingItemRange()
+	if b := d.single(c.Blocks, "storage"); b != nil {
+		sc := d.content(b.Body, schema("path max_size min_free"))
+		a := sc.Attributes["path"]
+		d.str(a, &st.Path)
+		d.size(sc.Attributes["max_size"], &st.MaxSize, 1<<50)
+		d.size(sc.Attributes["min_free"], &st.MinFree, 1<<50)
+		at = attrOr(a, b.DefRange)
+	}
+	st.PluginCache = filepath.Join(filepath.Dir(st.Path), "wasm-cache")
+	d.own("storage.path", st.Path, false, at)
+	d.own("the plugin cache", st.PluginCache, true, at)
+}
+
+// sinksAndPlugins decodes the nats, kafka and plugin blocks, each name
+// declared once.
+func (d *decoder) sinksAndPlugins(c *hcl.BodyContent, cfg *Config) {
 	natsNames := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("nats") {
 		n := d.nats(b, cfg.Storage.Path)
@@ -309,12 +335,10 @@ func (d *decoder) root(body hcl.Body) *Config {
 			d.plugins[p.Name] = true
 		}
 	}
+}
 
-	// Inheritance: built-in ← defaults block ← each event (and inbox) block,
-	// by decoding each block over a copy of what it inherits.
-	if b := d.single(c.Blocks, "defaults"); b != nil {
-		d.policy(d.content(b.Body, policySchema), &cfg.Defaults)
-	}
+// events decodes each event block over a copy of the defaults.
+func (d *decoder) events(c *hcl.BodyContent, cfg *Config) {
 	eventTypes := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("event") {
 		p := cfg.Defaults.clone()
@@ -334,15 +358,6 @@ func (d *decoder) root(body hcl.Body) *Config {
 			cfg.EventsAt[b.Labels[0]] = posOf(b.DefRange)
 		}
 	}
-	inboxNames := map[string]hcl.Range{}
-	for _, b := range c.Blocks.OfType("inbox") {
-		in := d.inbox(b, cfg.Defaults)
-		if d.declare(inboxNames, b) {
-			cfg.Inboxes = append(cfg.Inboxes, in)
-		}
-	}
-	d.checkSocketPath(cfg.Listen.Socket, body.MissingItemRange())
-	return cfg
 }
 
 // durationBlock decodes a block holding a single duration, such as
