@@ -205,13 +205,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		tok, ok := bearer(r)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
-			s.writeError(w, r, switchyard.Errorf(switchyard.EUNAUTHORIZED, "this listener needs an Authorization: Bearer token"))
+			s.writeError(w, r, switchyard.Errorf(eUnauthorized, "this listener needs an Authorization: Bearer token"))
 			return
 		}
 		e, ok := s.tokens.Load().lookup(tok)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard", error="invalid_token"`)
-			s.writeError(w, r, switchyard.Errorf(switchyard.EUNAUTHORIZED, "the bearer token is not valid"))
+			s.writeError(w, r, switchyard.Errorf(eUnauthorized, "the bearer token is not valid"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{tenant: e.tenant, admin: e.admin})))
@@ -222,7 +222,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 func (s *Server) adminOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := principalOf(r.Context()); p == nil || !p.admin {
-			s.writeError(w, r, switchyard.Errorf(switchyard.EFORBIDDEN, "this route needs an admin token"))
+			s.writeError(w, r, switchyard.Errorf(eForbidden, "this route needs an admin token"))
 			return
 		}
 		h.ServeHTTP(w, r)

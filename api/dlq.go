@@ -3,8 +3,6 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -263,27 +261,50 @@ func (s *Server) bulkDLQ(action string) http.HandlerFunc {
 			s.writeError(w, r, err)
 			return
 		}
-		if res.NotFound == nil {
-			res.NotFound = []string{}
-		}
-		if res.Skipped == nil {
-			res.Skipped = []engine.DLQSkip{}
-		}
-		writeJSON(w, http.StatusOK, res)
+		writeJSON(w, http.StatusOK, bulkViewOf(res))
 	}
+}
+
+// dlqStatsView is one queue's line of GET /v1/dlq/stats.
+type dlqStatsView struct {
+	Type     string `json:"type,omitempty"`
+	DLQ      int    `json:"dlq"`
+	Resolved int    `json:"resolved"`
+}
+
+// bulkView is the answer to a bulk DLQ action.
+type bulkView struct {
+	Action   string     `json:"action"`
+	Matched  int        `json:"matched"`
+	Done     int        `json:"done"`
+	NotFound []string   `json:"not_found"`
+	Skipped  []skipView `json:"skipped"`
+}
+
+type skipView struct {
+	ID     string `json:"id"`
+	Code   string `json:"code"`
+	Reason string `json:"reason"`
+}
+
+func bulkViewOf(r *engine.DLQBulkResult) bulkView {
+	v := bulkView{Action: r.Action, Matched: r.Matched, Done: r.Done, NotFound: r.NotFound, Skipped: []skipView{}}
+	if v.NotFound == nil {
+		v.NotFound = []string{}
+	}
+	for _, sk := range r.Skipped {
+		v.Skipped = append(v.Skipped, skipView{ID: sk.ID, Code: sk.Code, Reason: sk.Reason})
+	}
+	return v
 }
 
 // readFilter decodes a bulk filter strictly: an unknown field (a typo such
 // as "typ") is an error, not a filter that selects more than meant.
 func (s *Server) readFilter(w http.ResponseWriter, r *http.Request) (engine.DLQFilter, error) {
 	var f engine.DLQFilter
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.listen.MaxBody))
+	body, err := s.readBody(w, r)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return f, switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
-		}
-		return f, switchyard.Errorf(switchyard.EINVALID, "reading the body: %v", err)
+		return f, err
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return f, switchyard.Errorf(switchyard.EINVALID, `the body is a JSON filter: {"type": ..., "since": ..., "ids": [...]} or {"all": true}`)
@@ -318,13 +339,12 @@ func (s *Server) dlqStats(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	total := engine.DLQTypeStats{Type: "*"}
-	for _, st := range stats {
+	var total dlqStatsView
+	views := make([]dlqStatsView, len(stats))
+	for i, st := range stats {
+		views[i] = dlqStatsView{Type: st.Type, DLQ: st.DLQ, Resolved: st.Resolved}
 		total.DLQ += st.DLQ
 		total.Resolved += st.Resolved
 	}
-	if stats == nil {
-		stats = []engine.DLQTypeStats{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"types": stats, "total": map[string]int{"dlq": total.DLQ, "resolved": total.Resolved}})
+	writeJSON(w, http.StatusOK, map[string]any{"types": views, "total": map[string]int{"dlq": total.DLQ, "resolved": total.Resolved}})
 }

@@ -9,27 +9,33 @@ import (
 	"github.com/switchyard-router/switchyard"
 )
 
+// The codes only the HTTP API produces: the rest are the router's
+// (switchyard.Error).
+const (
+	eUnauthorized = "unauthorized" // no bearer token, or not a valid one
+	eForbidden    = "forbidden"    // a tenant token on an admin route
+)
+
 // statusOf maps an error code to its HTTP status: the one place where codes
 // meet HTTP.
 var statusOf = map[string]int{
-	switchyard.EINVALID:          http.StatusBadRequest,
-	switchyard.EUNKNOWNTYPE:      http.StatusUnprocessableEntity,
-	switchyard.ESTORAGEFULL:      http.StatusInsufficientStorage,
-	switchyard.ETOOMANYTYPES:     http.StatusUnprocessableEntity,
-	switchyard.ETOOLARGE:         http.StatusRequestEntityTooLarge,
-	switchyard.EROUTELIMIT:       http.StatusRequestEntityTooLarge,
-	switchyard.EMEDIATYPE:        http.StatusUnsupportedMediaType,
-	switchyard.EIDEMREUSE:        http.StatusUnprocessableEntity,
-	switchyard.EINPROGRESS:       http.StatusConflict,
-	switchyard.EIDCONFLICT:       http.StatusConflict,
-	switchyard.ENOTFOUND:         http.StatusNotFound,
-	switchyard.ECONFLICT:         http.StatusConflict,
-	switchyard.EUNAVAILABLE:      http.StatusServiceUnavailable,
-	switchyard.EUNAUTHORIZED:     http.StatusUnauthorized,
-	switchyard.EFORBIDDEN:        http.StatusForbidden,
-	switchyard.EMETHODNOTALLOWED: http.StatusMethodNotAllowed,
-	switchyard.EINTERNAL:         http.StatusInternalServerError,
-	switchyard.ENOTINDLQ:         http.StatusConflict,
+	switchyard.EINVALID:      http.StatusBadRequest,
+	switchyard.EUNKNOWNTYPE:  http.StatusUnprocessableEntity,
+	switchyard.ESTORAGEFULL:  http.StatusInsufficientStorage,
+	switchyard.ETOOMANYTYPES: http.StatusUnprocessableEntity,
+	switchyard.ETOOLARGE:     http.StatusRequestEntityTooLarge,
+	switchyard.EROUTELIMIT:   http.StatusRequestEntityTooLarge,
+	switchyard.EMEDIATYPE:    http.StatusUnsupportedMediaType,
+	switchyard.EIDEMREUSE:    http.StatusUnprocessableEntity,
+	switchyard.EINPROGRESS:   http.StatusConflict,
+	switchyard.EIDCONFLICT:   http.StatusConflict,
+	switchyard.ENOTFOUND:     http.StatusNotFound,
+	switchyard.ECONFLICT:     http.StatusConflict,
+	switchyard.EUNAVAILABLE:  http.StatusServiceUnavailable,
+	eUnauthorized:            http.StatusUnauthorized,
+	eForbidden:               http.StatusForbidden,
+	switchyard.EINTERNAL:     http.StatusInternalServerError,
+	switchyard.ENOTINDLQ:     http.StatusConflict,
 }
 
 // problem is an RFC 9457 problem details document, with the stable code.

@@ -2,8 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -36,13 +34,9 @@ const (
 // readJSON decodes a small JSON request body into v; an empty body leaves v
 // as it is.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.listen.MaxBody))
+	body, err := s.readBody(w, r)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
-		}
-		return switchyard.Errorf(switchyard.EINVALID, "reading the body: %v", err)
+		return err
 	}
 	if len(body) == 0 {
 		return nil

@@ -333,14 +333,8 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.listen.MaxBody))
+	body, err := s.readBody(w, r)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			err = switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
-		} else {
-			err = switchyard.Errorf(switchyard.EINVALID, "reading the body: %v", err)
-		}
 		s.writeError(w, r, err)
 		return
 	}
@@ -474,16 +468,28 @@ func (s *Server) getEventsByKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"idempotency_key": key, "events": views})
 }
 
+// typeStatsView is one queue's line in GET /v1/stats.
+type typeStatsView struct {
+	Type          string  `json:"type"`
+	Pending       int     `json:"pending"`
+	InProcess     int     `json:"in_process"`
+	OldestAgeSecs float64 `json:"oldest_pending_age_seconds"`
+	PollDelaySecs float64 `json:"poll_delay_seconds"`
+	DLQ           int     `json:"dlq"`
+}
+
 func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 	stats, err := s.engine.Stats()
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if stats == nil {
-		stats = []engine.TypeStats{}
+	views := make([]typeStatsView, len(stats))
+	for i, st := range stats {
+		views[i] = typeStatsView{Type: st.Type, Pending: st.Pending, InProcess: st.InProcess,
+			OldestAgeSecs: st.OldestPending.Seconds(), PollDelaySecs: st.PollDelay.Seconds(), DLQ: st.DLQ}
 	}
-	out := map[string]any{"types": stats}
+	out := map[string]any{"types": views}
 	if sp, maxSize, ok := s.engine.Space(); ok {
 		out["storage"] = map[string]any{
 			"used_bytes": sp.Used, "file_bytes": sp.File, "disk_free_bytes": sp.DiskFree, "max_size_bytes": maxSize,
@@ -544,6 +550,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// readBody reads a request's body, up to listen.max_body: more is a
+// payload_too_large error.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.listen.MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
+		}
+		return nil, switchyard.Errorf(switchyard.EINVALID, "reading the body: %v", err)
+	}
+	return body, nil
 }
 
 // writeWithEvents writes a response that embeds events in the JSON format:

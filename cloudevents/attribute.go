@@ -96,7 +96,7 @@ func Check(name, value string) error {
 		r, _ := utf8.DecodeRuneInString(value[i:])
 		return invalid("attribute %q has the control character %U at byte %d: CloudEvents attribute strings exclude U+0000-U+001F and U+007F-U+009F", name, r, i)
 	}
-	if !isContextAttribute(name) && !validExtensionName(name) {
+	if !isContextAttribute(name) && !ValidExtensionName(name) {
 		return invalid("extension attribute %q: names are 1 to %d lower-case letters and digits", name, MaxExtensionNameLen)
 	}
 	return nil
@@ -150,7 +150,9 @@ func isContextAttribute(name string) bool {
 // isControl reports the characters CloudEvents' String type excludes.
 func isControl(r rune) bool { return r <= 0x1f || (r >= 0x7f && r <= 0x9f) }
 
-func validExtensionName(s string) bool {
+// ValidExtensionName reports a name the router takes for an extension
+// attribute: 1 to MaxExtensionNameLen lower-case letters and digits.
+func ValidExtensionName(s string) bool {
 	if s == "" || len(s) > MaxExtensionNameLen {
 		return false
 	}

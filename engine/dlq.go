@@ -297,18 +297,18 @@ type DLQFilter struct {
 
 // DLQBulkResult reports a bulk action.
 type DLQBulkResult struct {
-	Action   string    `json:"action"`
-	Matched  int       `json:"matched"` // records the filter selected
-	Done     int       `json:"done"`    // of those, how many the action applied to
-	NotFound []string  `json:"not_found,omitempty"`
-	Skipped  []DLQSkip `json:"skipped,omitempty"`
+	Action   string
+	Matched  int // records the filter selected
+	Done     int // of those, how many the action applied to
+	NotFound []string
+	Skipped  []DLQSkip
 }
 
 // DLQSkip is a selected record the action did not apply to, and why.
 type DLQSkip struct {
-	ID     string `json:"id"`
-	Code   string `json:"code"`
-	Reason string `json:"reason"`
+	ID     string
+	Code   string
+	Reason string
 }
 
 func (r *DLQBulkResult) add(o *DLQBulkResult) {
@@ -497,11 +497,11 @@ func (f *DLQFilter) excludes(r *storage.Record, at time.Time) string {
 	return ""
 }
 
-// DLQTypeStats is one queue's line of GET /v1/dlq/stats.
+// DLQTypeStats is one queue's dead letters: in the DLQ, and resolved.
 type DLQTypeStats struct {
-	Type     string `json:"type"`
-	DLQ      int    `json:"dlq"`
-	Resolved int    `json:"resolved"`
+	Type     string
+	DLQ      int
+	Resolved int
 }
 
 // DLQStats counts dead and resolved records per queue.

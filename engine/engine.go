@@ -330,16 +330,14 @@ func (e *Engine) EventsByKey(tenant, endpoint, key string) ([]*storage.Record, e
 	return out, nil
 }
 
-// TypeStats is one type's line in /v1/stats.
+// TypeStats is one queue's depth: an event type's or an inbox's.
 type TypeStats struct {
-	Type          string        `json:"type"`
-	Pending       int           `json:"pending"`
-	InProcess     int           `json:"in_process"`
-	OldestPending time.Duration `json:"-"`
-	OldestAgeSecs float64       `json:"oldest_pending_age_seconds"`
-	PollDelay     time.Duration `json:"-"`
-	PollDelaySecs float64       `json:"poll_delay_seconds"`
-	DLQ           int           `json:"dlq"`
+	Type          string
+	Pending       int // due or waiting, not held by the loop
+	InProcess     int // held by the loop: being published
+	OldestPending time.Duration
+	PollDelay     time.Duration
+	DLQ           int
 }
 
 // Stats reports every type's depth, oldest pending age, poll delay and DLQ
@@ -370,8 +368,6 @@ func (e *Engine) Stats() ([]TypeStats, error) {
 				s.Pending -= s.InProcess
 				s.PollDelay = l.currentDelay()
 			}
-			s.OldestAgeSecs = s.OldestPending.Seconds()
-			s.PollDelaySecs = s.PollDelay.Seconds()
 			out = append(out, s)
 		}
 		return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -26,25 +27,12 @@ func natsCluster(t *testing.T) ([]*server.Server, []string) {
 	var servers []*server.Server
 	var urls []string
 	for i, p := range ports {
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
-			JetStream: true, StoreDir: t.TempDir(),
-			Cluster: server.ClusterOpts{Name: "edge", Host: "127.0.0.1", Port: p},
-			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
-		}
-		ns, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ns.Start()
-		t.Cleanup(ns.Shutdown)
-		servers = append(servers, ns)
-	}
-	for _, ns := range servers {
-		if !ns.ReadyForConnections(10 * time.Second) {
-			t.Fatal("cluster node not ready")
-		}
-		urls = append(urls, ns.ClientURL())
+		ns := testkit.NATS(t, func(o *server.Options) {
+			o.ServerName, o.JetStream, o.StoreDir = fmt.Sprintf("n%d", i+1), true, t.TempDir()
+			o.Cluster = server.ClusterOpts{Name: "edge", Host: "127.0.0.1", Port: p}
+			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		})
+		servers, urls = append(servers, ns), append(urls, ns.ClientURL())
 	}
 	// JetStream answers once the cluster elected its meta leader.
 	nc, err := natsgo.Connect(strings.Join(urls, ","))
@@ -53,19 +41,12 @@ func natsCluster(t *testing.T) ([]*server.Server, []string) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.EventuallyWith(t, 30*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := js.AccountInfo(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("JetStream cluster not ready: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		defer cancel()
+		_, err = js.AccountInfo(ctx)
+		return err == nil
+	}, func() string { return fmt.Sprintf("JetStream cluster not ready: %v", err) })
 	return servers, urls
 }
 
@@ -190,11 +171,7 @@ func TestKafkaClusterBrokerKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-broker Kafka cluster under load")
 	}
-	kc, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(6, "cluster-events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc := testkit.Kafka(t, kfake.NumBrokers(3), kfake.SeedTopics(6, "cluster-events"))
 	path, sock := writeConfig(t, fmt.Sprintf(`
 kafka "cluster" { brokers = [%s] }
 event %q {

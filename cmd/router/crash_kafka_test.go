@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -72,11 +73,7 @@ func TestCrashPublishKafka(t *testing.T) {
 	if *long {
 		kills = 200
 	}
-	kc, err := kfake.NewCluster(kfake.SeedTopics(3, "crash"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc := testkit.Kafka(t, kfake.SeedTopics(3, "crash"))
 	r := newCrashRouter(t, time.Minute)
 	withConfig(t, r, fmt.Sprintf(`
 kafka "main" { brokers = [%q] }
@@ -111,17 +108,14 @@ event %q {
 // drain waits until the crash type has nothing pending or in process.
 func drain(t *testing.T, r *crashRouter) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		pending, inProcess, err := r.typeStats()
-		if err == nil && pending == 0 && inProcess == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not drained after 60s: pending %d, in process %d, err %v", pending, inProcess, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var pending, inProcess int
+	var err error
+	testkit.EventuallyWith(t, 60*time.Second, func() bool {
+		pending, inProcess, err = r.typeStats()
+		return err == nil && pending == 0 && inProcess == 0
+	}, func() string {
+		return fmt.Sprintf("not drained: pending %d, in process %d, err %v", pending, inProcess, err)
+	})
 }
 
 // produceTwice puts n events on topic, each record twice (a redelivering
@@ -167,11 +161,7 @@ func TestCrashInbox(t *testing.T) {
 	if *long {
 		kills = 200
 	}
-	kc, err := kfake.NewCluster(kfake.SeedTopics(4, "inbound"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc := testkit.Kafka(t, kfake.SeedTopics(4, "inbound"))
 	const n = 20000
 	produceTwice(t, kc.ListenAddrs(), "inbound", n)
 	svc := startService(t)
@@ -237,19 +227,13 @@ inbox "in" {
 // drainInbox waits until an inbox's queue has nothing pending or in process.
 func drainInbox(t *testing.T, r *crashRouter, queue string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		body := get(t, r.client, "/v1/stats")
+	var body string
+	testkit.EventuallyWith(t, 60*time.Second, func() bool {
+		body = get(t, r.client, "/v1/stats")
 		i := strings.Index(body, `"type": "`+queue+`"`)
-		if i >= 0 && strings.Contains(body[i:min(len(body), i+200)], `"pending": 0,`) &&
-			strings.Contains(body[i:min(len(body), i+200)], `"in_process": 0,`) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("inbox not drained: %s", body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return i >= 0 && strings.Contains(body[i:min(len(body), i+200)], `"pending": 0,`) &&
+			strings.Contains(body[i:min(len(body), i+200)], `"in_process": 0,`)
+	}, func() string { return "inbox not drained: " + body })
 }
 
 // Three routers in one Kafka consumer group split the partitions; one is
@@ -259,11 +243,7 @@ func TestInboxGroupOfThree(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three router binaries")
 	}
-	kc, err := kfake.NewCluster(kfake.SeedTopics(6, "shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc := testkit.Kafka(t, kfake.SeedTopics(6, "shared"))
 	svc := startService(t)
 	routers := make([]*crashRouter, 3)
 	for i := range routers {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -57,11 +58,7 @@ func startIdempotentService(t *testing.T) *idempotentService {
 // inbox of the same router to the service, and returns the service's final
 // state and how many calls it got.
 func runOutboxToInbox(t *testing.T, n int, args ...string) (state map[string]string, effects map[string]int, calls int) {
-	kc, err := kfake.NewCluster(kfake.SeedTopics(2, "loop"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc := testkit.Kafka(t, kfake.SeedTopics(2, "loop"))
 	svc := startIdempotentService(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 kafka "main" { brokers = [%q] }
@@ -89,19 +86,13 @@ inbox "loop" {
 		}
 		resp.Body.Close()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	got := func() int {
 		svc.mu.Lock()
-		done := len(svc.received) == n
-		svc.mu.Unlock()
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("service got %d of %d", len(svc.received), n)
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer svc.mu.Unlock()
+		return len(svc.received)
 	}
+	testkit.EventuallyWith(t, 30*time.Second, func() bool { return got() == n },
+		func() string { return fmt.Sprintf("service got %d of %d", got(), n) })
 	time.Sleep(300 * time.Millisecond) // let any second delivery land
 	svc.mu.Lock()
 	defer svc.mu.Unlock()

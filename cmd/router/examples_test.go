@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -16,11 +17,7 @@ import (
 // Every example plugin in examples/plugins through the real router, with
 // the in-process NATS server and, for the one that routes to Kafka, kfake.
 func TestExamplePluginsInTheRouter(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders.large"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc := testkit.Kafka(t, kfake.SeedTopics(1, "orders.large"))
 	ex := func(p string) string {
 		abs, err := filepath.Abs(filepath.Join("..", "..", "examples", "plugins", p))
 		if err != nil {

@@ -93,11 +93,7 @@ func (r *received) count(reader string) int {
 func TestEventFidelityThroughTheBinary(t *testing.T) {
 	got := &received{seen: map[string]map[string]switchyard.Event{}}
 	hook := fidelityWebhook(t, got)
-	kc, err := kfake.NewCluster(kfake.SeedTopics(2, "fid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc := testkit.Kafka(t, kfake.SeedTopics(2, "fid"))
 	dir := t.TempDir()
 	sock, natsPort := filepath.Join(dir, "r.sock"), freePort(t)
 	path := filepath.Join(dir, "policies.hcl")

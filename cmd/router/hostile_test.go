@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // Hostile plugins in the real router: each is retried, then dead-lettered
@@ -100,15 +102,10 @@ event "calm" {
 // waitState polls GET /v1/events/{id} until its state is state.
 func waitState(t *testing.T, c *http.Client, id, state string, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		body := get(t, c, "/v1/events/"+id)
-		if strings.Contains(body, `"state": "`+state+`"`) {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not %s after %v: %s", id, state, timeout, body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var body string
+	testkit.EventuallyWith(t, timeout, func() bool {
+		body = get(t, c, "/v1/events/"+id)
+		return strings.Contains(body, `"state": "`+state+`"`)
+	}, func() string { return fmt.Sprintf("%s not %s: %s", id, state, body) })
+	return body
 }

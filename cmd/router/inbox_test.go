@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -66,28 +67,19 @@ func (s *service) snapshot() map[string]int {
 // waitIDs waits until the service has seen n distinct ids.
 func (s *service) waitIDs(t *testing.T, n int, timeout time.Duration) map[string]int {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		got := s.snapshot()
-		if len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("service saw %d distinct ids, want %d", len(got), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var got map[string]int
+	testkit.EventuallyWith(t, timeout, func() bool {
+		got = s.snapshot()
+		return len(got) >= n
+	}, func() string { return fmt.Sprintf("service saw %d distinct ids, want %d", len(got), n) })
+	return got
 }
 
 // A Kafka topic where every message is delivered twice, then a consumer
 // group that replays the whole topic: the local service sees each id
 // exactly once, and the audit lists every dropped duplicate.
 func TestInboxKafkaDropsRedeliveries(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.SeedTopics(3, "payments"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close) // after the routers' cleanups: they leave the group
+	kc := testkit.Kafka(t, kfake.SeedTopics(3, "payments")) // after the routers' cleanups: they leave the group
 	svc := startService(t)
 	inbox := func(group string) string {
 		return fmt.Sprintf(`
@@ -154,19 +146,13 @@ inbox "payments" {
 // redeliveries.
 func waitAudit(t *testing.T, c *http.Client, inbox string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		body := get(t, c, fmt.Sprintf("/v1/inbox/%s/dedup?limit=1000", inbox))
-		if k := strings.Count(body, `"reason"`); k >= n {
-			if !strings.Contains(body, `"first_origin": "kafka.main:payments/`) && !strings.Contains(body, `"first_origin": "nats.`) {
-				t.Fatalf("audit entries do not point at the first delivery: %.500s", body)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("audit has %d entries, want %d", strings.Count(body, `"reason"`), n)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var body string
+	testkit.EventuallyWith(t, 30*time.Second, func() bool {
+		body = get(t, c, fmt.Sprintf("/v1/inbox/%s/dedup?limit=1000", inbox))
+		return strings.Count(body, `"reason"`) >= n
+	}, func() string { return fmt.Sprintf("audit has %d entries, want %d", strings.Count(body, `"reason"`), n) })
+	if !strings.Contains(body, `"first_origin": "kafka.main:payments/`) && !strings.Contains(body, `"first_origin": "nats.`) {
+		t.Fatalf("audit entries do not point at the first delivery: %.500s", body)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -20,11 +21,7 @@ import (
 // router; a second type whose Kafka topic does not exist shows a failure in
 // one output does not re-send the other.
 func TestKafkaAndNATSFanOut(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.SeedTopics(3, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := testkit.Kafka(t, kfake.SeedTopics(3, "orders"))
 	natsPort := freePort(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 kafka "main" {
@@ -176,11 +173,7 @@ event "fan.broken" {
 // ingest works) says which sink is down; once the broker answers again
 // everything is delivered.
 func TestKafkaBrokerHangs(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := testkit.Kafka(t, kfake.SeedTopics(1, "orders"))
 	var blocked atomic.Bool
 	blocked.Store(true)
 	unblock := make(chan struct{})
@@ -238,29 +231,22 @@ event "hang.order" {
 	}
 	blocked.Store(false)
 	close(unblock)
-	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; i < 20; {
-		body := get(t, c, fmt.Sprintf("/v1/events/h-%d", i))
-		if strings.Contains(body, `"state": "delivered"`) {
-			i++
-			continue
+	next, body := 0, ""
+	testkit.EventuallyWith(t, 30*time.Second, func() bool {
+		for ; next < 20; next++ {
+			if body = get(t, c, fmt.Sprintf("/v1/events/h-%d", next)); !strings.Contains(body, `"state": "delivered"`) {
+				return false
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("h-%d not delivered after the broker came back: %s", i, body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	}, func() string { return fmt.Sprintf("h-%d not delivered after the broker came back: %s", next, body) })
 	if ready := get(t, c, "/readyz"); !strings.Contains(ready, `"ready": true`) {
 		t.Fatalf("readyz after recovery: %s", ready)
 	}
 }
 
 func TestValidateCheckSinks(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := testkit.Kafka(t, kfake.SeedTopics(1, "orders"))
 	cfg := func(topic string) string {
 		path, _ := writeConfig(t, fmt.Sprintf(`
 kafka "main" { brokers = [%q] }
@@ -282,7 +268,7 @@ event "v.order" {
 		t.Fatalf("output: %s", out.String())
 	}
 	out.Reset()
-	err = m.Run(context.Background(), []string{"validate", "-check-sinks", "-config", cfg("nope")})
+	err := m.Run(context.Background(), []string{"validate", "-check-sinks", "-config", cfg("nope")})
 	if err == nil || !strings.Contains(out.String(), `topic "nope" does not exist`) {
 		t.Fatalf("missing topic: %v\n%s", err, out.String())
 	}

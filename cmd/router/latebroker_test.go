@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -59,16 +60,7 @@ func serveBinary(t *testing.T, path, sock string) (*http.Client, *syncWriter) {
 // broker of a test.
 func jetStreamServer(t *testing.T, port int) *server.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	return ns
+	return testkit.NATS(t, func(o *server.Options) { o.Port, o.JetStream, o.StoreDir = port, true, t.TempDir() })
 }
 
 // postBatches posts n events of type typ in batches of 100 and returns
@@ -169,11 +161,7 @@ event "late.order" {
 	c, _ := serveBinary(t, path, sock)
 	ids := postBatches(t, c, "late.order", 1000)
 	time.Sleep(brokerLate)
-	kc, err := kfake.NewCluster(kfake.Ports(port), kfake.SeedTopics(3, "late-orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	testkit.Kafka(t, kfake.Ports(port), kfake.SeedTopics(3, "late-orders"))
 	waitAllDelivered(t, c, ids, time.Now())
 }
 
@@ -308,22 +296,17 @@ event "budget.order" {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	deadline := time.Now().Add(60 * time.Second)
 	var msgs uint64
-	for {
+	testkit.EventuallyWith(t, 60*time.Second, func() bool {
 		if st, err := js.Stream(context.Background(), "budget"); err == nil {
 			if info, err := st.Info(context.Background()); err == nil {
 				msgs = info.State.Msgs
 			}
 		}
-		if msgs >= uint64(len(acked)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stream holds %d messages of the %d acknowledged", msgs, len(acked))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return msgs >= uint64(len(acked))
+	}, func() string {
+		return fmt.Sprintf("the stream holds %d messages of the %d acknowledged", msgs, len(acked))
+	})
 	t.Logf("backlog of %d drained in %s (%.0f events/s)", len(acked), time.Since(start).Round(time.Millisecond), float64(len(acked))/time.Since(start).Seconds())
 	seen := map[string]bool{}
 	cons, err := js.OrderedConsumer(context.Background(), "budget", jetstream.OrderedConsumerConfig{})
@@ -342,7 +325,7 @@ event "budget.order" {
 			t.Fatalf("acknowledged event %s is not in the stream", id)
 		}
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp := post(10_000)
 		resp.Body.Close()
@@ -393,13 +376,8 @@ event "added.order" {
 }
 `, port)), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "configuration reloaded") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the reload was not taken:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "configuration reloaded") },
+		func() string { return "the reload was not taken:\n" + logs.String() })
 	ids := postBatches(t, c, "added.order", 200)
 	time.Sleep(2 * time.Second)
 	jetStreamServer(t, port)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 const (
@@ -195,15 +196,17 @@ func (r *opsRouter) state(id string) string {
 // waitState waits until every id is in state.
 func (r *opsRouter) waitState(state string, ids ...string) {
 	r.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for _, id := range ids {
-		for r.state(id) != state {
-			if time.Now().After(deadline) {
-				r.t.Fatalf("%s is %s, not %s\n%s", id, r.state(id), state, r.logs)
+	next := 0
+	testkit.EventuallyWith(r.t, 20*time.Second, func() bool {
+		for ; next < len(ids); next++ {
+			if r.state(ids[next]) != state {
+				return false
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return true
+	}, func() string {
+		return fmt.Sprintf("%s is %s, not %s\n%s", ids[next], r.state(ids[next]), state, r.logs)
+	})
 }
 
 // createStream makes late.fail deliverable.

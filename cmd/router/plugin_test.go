@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // wasmTestdata is a test plugin of plugins/wasm.
@@ -185,17 +188,11 @@ event "t.order" {
 		t.Fatalf("post: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		body := get(t, c, "/v1/events/o-1")
-		if strings.Contains(body, `"delivered"`) && strings.Count(body, `"sequence"`) == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not delivered as 3 outputs: %s\n%s", body, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var body string
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		body = get(t, c, "/v1/events/o-1")
+		return strings.Contains(body, `"delivered"`) && strings.Count(body, `"sequence"`) == 3
+	}, func() string { return fmt.Sprintf("not delivered as 3 outputs: %s\n%s", body, logs.String()) })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // poisonBody is an event its NATS route can never carry: data just under
@@ -121,23 +122,24 @@ event "poison.plugged" {
 			resp.Body.Close()
 			time.Sleep(5 * time.Millisecond)
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		var lat []time.Duration
-		for id, at := range sent {
-			for {
-				mu.Lock()
-				got, ok := received[id]
-				mu.Unlock()
-				if ok {
-					lat = append(lat, got.Sub(at))
-					break
+		var missing string
+		testkit.EventuallyWith(t, 30*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for id := range sent {
+				if _, ok := received[id]; !ok {
+					missing = id
+					return false
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s not received", id)
-				}
-				time.Sleep(5 * time.Millisecond)
 			}
+			return true
+		}, func() string { return missing + " not received" })
+		var lat []time.Duration
+		mu.Lock()
+		for id, at := range sent {
+			lat = append(lat, received[id].Sub(at))
 		}
+		mu.Unlock()
 		slices.Sort(lat)
 		return lat
 	}

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // SIGHUP to the real binary: a new event type is taken without a restart;
@@ -42,13 +45,8 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 	waitLog := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(logs.String(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("log lacks %q:\n%s", want, logs.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testkit.EventuallyWith(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), want) },
+			func() string { return fmt.Sprintf("log lacks %q:\n%s", want, logs.String()) })
 	}
 
 	os.WriteFile(path, []byte(base+`

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // writeConfig writes a config with an embedded NATS server on a free port
@@ -98,17 +100,11 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 		t.Fatalf("post: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		body := get(t, c, "/v1/events/o-1")
-		if strings.Contains(body, `"delivered"`) && strings.Contains(body, `"sequence": 1`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not delivered: %s", body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var body string
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		body = get(t, c, "/v1/events/o-1")
+		return strings.Contains(body, `"delivered"`) && strings.Contains(body, `"sequence": 1`)
+	}, func() string { return "not delivered: " + body })
 	// The loop counts a batch's metrics right after its commit, which a
 	// GET can see first: poll for them.
 	wantMetrics := []string{
@@ -118,20 +114,17 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 		`switchyard_storage_fsyncs_total`,
 		`switchyard_sink_up{sink="nats.local"} 1`,
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		metrics, missing := get(t, c, "/metrics"), []string(nil)
+	var missing []string
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		metrics := get(t, c, "/metrics")
+		missing = nil
 		for _, want := range wantMetrics {
 			if !strings.Contains(metrics, want) {
 				missing = append(missing, want)
 			}
 		}
-		if len(missing) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics lack %s", strings.Join(missing, ", "))
-		}
-	}
+		return len(missing) == 0
+	}, func() string { return "metrics lack " + strings.Join(missing, ", ") })
 	if ready := get(t, c, "/readyz"); !strings.Contains(ready, `"ready": true`) {
 		t.Errorf("readyz: %s", ready)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // listenNotify is a unixgram socket standing in for systemd's notify
@@ -191,18 +194,15 @@ func TestSocketActivationBinary(t *testing.T) {
 		cmd.Process.Kill()
 	}()
 	c := socketClient(actSock)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := c.Get("http://r/healthz")
-		if err == nil && resp.StatusCode == 200 {
-			resp.Body.Close()
-			break
+	var err error
+	testkit.EventuallyWith(t, 30*time.Second, func() bool {
+		var resp *http.Response
+		if resp, err = c.Get("http://r/healthz"); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer on the passed socket: %v\n%s", err, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, func() string { return fmt.Sprintf("no answer on the passed socket: %v\n%s", err, logs.String()) })
 	if _, err := os.Stat(confSock); !os.IsNotExist(err) {
 		t.Errorf("the configured socket was created too: %v", err)
 	}

@@ -17,6 +17,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // SecretFile writes content (and a newline) to a new file of mode 0600, as
@@ -69,11 +72,52 @@ func ServerTLS(t testing.TB) (*tls.Config, string) {
 // (naming what it waited for) if it does not within d.
 func Eventually(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
+	EventuallyWith(t, d, cond, func() string { return "waiting for " + what })
+}
+
+// EventuallyWith polls cond every 10 ms until it holds, and fails the test
+// with what explain says (called at the time out, so it can show the last
+// state cond saw) if it does not within d.
+func EventuallyWith(t testing.TB, d time.Duration, cond func() bool, explain func() string) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+			t.Fatalf("timed out after %s: %s", d, explain())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Kafka starts an in-process Kafka cluster (franz-go's kfake) with opts
+// until the test ends.
+func Kafka(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// NATS starts an in-process nats-server on a free loopback port, quiet,
+// with whatever set changes in its options, and waits until it takes
+// connections; it shuts down when the test ends.
+func NATS(t testing.TB, set func(*server.Options)) *server.Server {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true}
+	if set != nil {
+		set(opts)
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return ns
 }

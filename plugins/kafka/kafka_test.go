@@ -48,12 +48,7 @@ func testLogger() hclog.Logger {
 func newCluster(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	t.Helper()
 	opts = append([]kfake.Opt{kfake.SeedTopics(3, topic)}, opts...)
-	c, err := kfake.NewCluster(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return testkit.Kafka(t, opts...)
 }
 
 // fastOpts shorten franz-go's metadata and retry waits for tests.

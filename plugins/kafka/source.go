@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/backoff"
 )
 
 const (
@@ -38,8 +39,7 @@ const (
 // Receive backoff: after a failed receive the source waits before it reads
 // the same records again (min, doubling to max).
 var (
-	receiveBackoffMin = 500 * time.Millisecond
-	receiveBackoffMax = 30 * time.Second
+	receiveBackoff = backoff.Receive // a variable so tests can shorten it
 	// fetchErrorPause is the pause after a poll that returned only errors.
 	fetchErrorPause = time.Second
 )
@@ -183,7 +183,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 	}()
 	go s.checkRetentionLoop(ctx)
 
-	backoff := time.Duration(0)
+	pause := time.Duration(0)
 	lastErr := map[string]time.Time{}
 	for ctx.Err() == nil {
 		fetches := s.cl.PollRecords(ctx, s.batch)
@@ -196,18 +196,18 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 		if len(recs) == 0 {
 			s.cl.AllowRebalance()
 			if failed && !polled {
-				sleep(ctx, fetchErrorPause)
+				backoff.Sleep(ctx, fetchErrorPause)
 			}
 			continue
 		}
 		if err := s.handle(ctx, recs, receive); err != nil {
-			backoff = nextBackoff(backoff)
+			pause = receiveBackoff.Next(pause)
 			s.log.Warn("inbox could not take the batch; not committed, reading it again after a pause",
-				"records", len(recs), "retry_in", backoff, "error", err)
-			sleep(ctx, backoff)
+				"records", len(recs), "retry_in", pause, "error", err)
+			backoff.Sleep(ctx, pause)
 			continue
 		}
-		backoff = 0
+		pause = 0
 	}
 	return nil
 }
@@ -333,7 +333,7 @@ func (s *Source) checkRetentionLoop(ctx context.Context) {
 			return
 		}
 		s.log.Debug("cannot check topic retention yet", "error", err)
-		if !sleep(ctx, retentionRetry) {
+		if !backoff.Sleep(ctx, retentionRetry) {
 			return
 		}
 	}
@@ -446,23 +446,4 @@ func fmtPartitions(m map[string][]int32) string {
 		fmt.Fprintf(&b, "%s%v", t, ps)
 	}
 	return b.String()
-}
-
-func nextBackoff(d time.Duration) time.Duration {
-	if d <= 0 {
-		return receiveBackoffMin
-	}
-	return min(2*d, receiveBackoffMax)
-}
-
-// sleep waits d or until ctx ends; it reports whether the full d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

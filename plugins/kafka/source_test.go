@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/backoff"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -24,12 +25,7 @@ const srcTopic = "payments"
 
 func sourceCluster(t testing.TB, partitions int32, opts ...kfake.Opt) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.SeedTopics(partitions, srcTopic)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return testkit.Kafka(t, append([]kfake.Opt{kfake.SeedTopics(partitions, srcTopic)}, opts...)...)
 }
 
 func inboxConfig(group string) config.Inbox {
@@ -211,8 +207,8 @@ func TestSourceReceivesInOrderAndCommitsAfter(t *testing.T) {
 // receive succeeds they are committed. No record is skipped: per partition
 // the stored offsets run without a gap.
 func TestSourceReceiveErrorRedelivers(t *testing.T) {
-	defer func(old time.Duration) { receiveBackoffMin = old }(receiveBackoffMin)
-	receiveBackoffMin = 10 * time.Millisecond
+	defer func(old backoff.Doubling) { receiveBackoff = old }(receiveBackoff)
+	receiveBackoff.Min = 10 * time.Millisecond
 	c := sourceCluster(t, 2)
 	const n = 30
 	produce(t, c, "e", n, 1, 2)

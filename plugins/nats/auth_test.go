@@ -20,18 +20,7 @@ import (
 // auth options on a random loopback port: the "external" broker of a sink.
 func externalServer(t *testing.T, set func(*server.Options)) string {
 	t.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true}
-	set(opts)
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns.ClientURL()
+	return testkit.NATS(t, set).ClientURL()
 }
 
 // externalConfig is a core-NATS sink on an external server with auth.

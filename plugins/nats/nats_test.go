@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -260,13 +261,8 @@ func TestServerDownAndReconnect(t *testing.T) {
 	}
 
 	// (e) Healthy notices the server is gone.
-	deadline := time.Now().Add(5 * time.Second)
-	for sink.Healthy(context.Background()) == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("Healthy still nil after the server stopped")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, "Healthy to fail after the server stopped", 5*time.Second,
+		func() bool { return sink.Healthy(context.Background()) != nil })
 	t.Logf("Healthy while down: %v", sink.Healthy(context.Background()))
 
 	// (c) Publish fails promptly with errors, no hang.
@@ -286,13 +282,8 @@ func TestServerDownAndReconnect(t *testing.T) {
 	cfg2 := cfg
 	cfg2.Port = port
 	srv2 := startServer(t, cfg2, dir)
-	deadline = time.Now().Add(10 * time.Second)
-	for sink.Healthy(context.Background()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reconnect: %v", sink.Healthy(context.Background()))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { return sink.Healthy(context.Background()) == nil },
+		func() string { return fmt.Sprintf("no reconnect: %v", sink.Healthy(context.Background())) })
 	msgs := makeMsgs("after", "orders.created", 10)
 	var last []switchyard.Result
 	for attempt := 0; attempt < 5; attempt++ {

@@ -416,12 +416,9 @@ func (s *Sink) publishJetStream(ctx context.Context, msgs []*switchyard.Message,
 	// Send everything first, then wait: the acks of the whole batch are in
 	// flight together.
 	for i, m := range msgs {
-		nm, err := sc.encode(s.name, m)
-		if err == nil {
-			err = s.canSend(ctx)
-		}
+		nm, err := s.prepare(ctx, sc, m)
 		if err != nil {
-			res[i].Err = s.sendError(m, err)
+			res[i].Err = err
 			continue
 		}
 		f, err := s.publishAsync(ctx, nm)
@@ -641,6 +638,19 @@ func (s *Sink) ackError(m *switchyard.Message, err error) error {
 	}
 }
 
+// prepare encodes m into the scratch message, if the connection can send
+// now; an error is m's result.
+func (s *Sink) prepare(ctx context.Context, sc *scratch, m *switchyard.Message) (*natsgo.Msg, error) {
+	nm, err := sc.encode(s.name, m)
+	if err == nil {
+		err = s.canSend(ctx)
+	}
+	if err != nil {
+		return nil, s.sendError(m, err)
+	}
+	return nm, nil
+}
+
 // publishCore publishes on core NATS: at most once, no broker ack. One flush
 // at the end proves the server read every message of the batch.
 func (s *Sink) publishCore(ctx context.Context, msgs []*switchyard.Message, res []switchyard.Result) {
@@ -648,12 +658,9 @@ func (s *Sink) publishCore(ctx context.Context, msgs []*switchyard.Message, res 
 	defer s.putScratch(sc)
 	sent := 0
 	for i, m := range msgs {
-		nm, err := sc.encode(s.name, m)
-		if err == nil {
-			err = s.canSend(ctx)
-		}
+		nm, err := s.prepare(ctx, sc, m)
 		if err != nil {
-			res[i].Err = s.sendError(m, err)
+			res[i].Err = err
 			continue
 		}
 		if err := s.nc.PublishMsg(nm); err != nil {

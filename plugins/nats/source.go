@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/backoff"
 )
 
 const (
@@ -44,8 +45,7 @@ const (
 // Receive backoff: after a failed receive the messages are nak'd with this
 // delay (min, doubling to max).
 var (
-	receiveBackoffMin = 500 * time.Millisecond
-	receiveBackoffMax = 30 * time.Second
+	receiveBackoff = backoff.Receive // a variable so tests can shorten it
 )
 
 var _ switchyard.Source = (*Source)(nil)
@@ -301,7 +301,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 		}
 	}()
 
-	var backoff time.Duration
+	var pause time.Duration
 	var lastLog time.Time
 	for ctx.Err() == nil {
 		if s.consumer() == nil { // started without its server
@@ -310,11 +310,11 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 					lastLog = time.Now()
 					s.log.Warn("cannot start consuming yet; trying again", "error", err)
 				}
-				sleep(ctx, errorPause)
+				backoff.Sleep(ctx, errorPause)
 				continue
 			}
 		}
-		err := s.pull(ctx, receive, &backoff)
+		err := s.pull(ctx, receive, &pause)
 		if err == nil || ctx.Err() != nil {
 			continue
 		}
@@ -333,7 +333,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 			lastLog = time.Now()
 			s.log.Warn("pull failed", "error", err)
 		}
-		sleep(ctx, errorPause)
+		backoff.Sleep(ctx, errorPause)
 	}
 	return nil
 }
@@ -344,7 +344,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 // so no message waits in the client with its ack wait running unseen.
 // After a failed receive it waits out the backoff (the batch was nak'd
 // with that delay).
-func (s *Source) pull(ctx context.Context, receive func(context.Context, []switchyard.Inbound) error, backoff *time.Duration) error {
+func (s *Source) pull(ctx context.Context, receive func(context.Context, []switchyard.Inbound) error, pause *time.Duration) error {
 	cons := s.consumer()
 	fctx, cancel := context.WithTimeout(ctx, fetchWait)
 	defer cancel()
@@ -367,8 +367,8 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 		nakAll(msgs, 0)
 		return nil
 	}
-	if err := s.handle(ctx, msgs, receive, backoff); err != nil {
-		sleep(ctx, *backoff)
+	if err := s.handle(ctx, msgs, receive, pause); err != nil {
+		backoff.Sleep(ctx, *pause)
 	}
 	return nil
 }
@@ -387,8 +387,8 @@ func collect(mb jetstream.MessageBatch) ([]jetstream.Msg, error) {
 	return msgs, err
 }
 
-// handle receives one batch and acks it, or naks it with the next backoff.
-func (s *Source) handle(ctx context.Context, msgs []jetstream.Msg, receive func(context.Context, []switchyard.Inbound) error, backoff *time.Duration) error {
+// handle receives one batch and acks it, or naks it with the next pause.
+func (s *Source) handle(ctx context.Context, msgs []jetstream.Msg, receive func(context.Context, []switchyard.Inbound) error, pause *time.Duration) error {
 	in := make([]switchyard.Inbound, len(msgs))
 	for i, m := range msgs {
 		in[i] = s.decode(m)
@@ -397,8 +397,8 @@ func (s *Source) handle(ctx context.Context, msgs []jetstream.Msg, receive func(
 	err := receive(ctx, in)
 	stop()
 	if err != nil {
-		*backoff = nextBackoff(*backoff)
-		delay := *backoff
+		*pause = receiveBackoff.Next(*pause)
+		delay := *pause
 		if ctx.Err() != nil {
 			delay = 0
 		}
@@ -407,7 +407,7 @@ func (s *Source) handle(ctx context.Context, msgs []jetstream.Msg, receive func(
 			"messages", len(msgs), "retry_in", delay, "error", err)
 		return err
 	}
-	*backoff = 0
+	*pause = 0
 	s.ackAll(ctx, msgs)
 	return nil
 }
@@ -528,26 +528,4 @@ func (s *Source) Close(ctx context.Context) error {
 		s.nc.Close()
 	})
 	return err
-}
-
-func nextBackoff(d time.Duration) time.Duration {
-	if d <= 0 {
-		return receiveBackoffMin
-	}
-	return min(2*d, receiveBackoffMax)
-}
-
-// sleep waits d or until ctx ends; it reports whether the full d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

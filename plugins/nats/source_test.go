@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/backoff"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -183,8 +184,8 @@ func TestSourceReceivesAndAcks(t *testing.T) {
 }
 
 func TestSourceReceiveErrorRedelivers(t *testing.T) {
-	defer func(old time.Duration) { receiveBackoffMin = old }(receiveBackoffMin)
-	receiveBackoffMin = 20 * time.Millisecond
+	defer func(old backoff.Doubling) { receiveBackoff = old }(receiveBackoff)
+	receiveBackoff.Min = 20 * time.Millisecond
 	e := newSourceEnv(t)
 	const n = 8
 	e.publish(t, "orders.created", "r", n)

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 )
 
 // Envelopes (docs/plugin-abi.md) are little-endian and length-prefixed; a str is a
@@ -46,7 +47,6 @@ const (
 	flagsKnown  = flagKey | flagHeaders | flagData
 
 	// Output header limits, the same as the HTTP API's for extensions.
-	maxHeaderName  = 64
 	maxHeaderValue = 4096
 )
 
@@ -263,8 +263,8 @@ func (o *output) check() error {
 		return nil
 	}
 	for _, h := range o.Headers {
-		if !validHeaderName(h.Name) {
-			return fmt.Errorf("header name %q: names are 1 to %d lower-case letters and digits (CloudEvents extension names)", h.Name, maxHeaderName)
+		if !cloudevents.ValidExtensionName(h.Name) {
+			return fmt.Errorf("header name %q: names are 1 to %d lower-case letters and digits (CloudEvents extension names)", h.Name, cloudevents.MaxExtensionNameLen)
 		}
 		if contextAttrs[h.Name] {
 			return fmt.Errorf("header name %q is a CloudEvents context attribute, not an extension", h.Name)
@@ -288,18 +288,6 @@ func (o *output) check() error {
 }
 
 func cmpHeader(a, b switchyard.Header) int { return strings.Compare(a.Name, b.Name) }
-
-func validHeaderName(s string) bool {
-	if s == "" || len(s) > maxHeaderName {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
-}
 
 // decodeEvent decodes an event envelope (the guest's side; the tests use
 // it to check appendEvent). Strings alias b.
