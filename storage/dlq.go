@@ -146,7 +146,7 @@ func posTime(pos []byte) time.Time {
 // subNames lists the nested buckets of a top-level bucket.
 func (tx *Tx) subNames(parent []byte) []string {
 	var out []string
-	tx.tx.Bucket(parent).ForEachBucket(func(k []byte) error {
+	tx.bucket(parent).ForEachBucket(func(k []byte) error {
 		out = append(out, string(k))
 		return nil
 	})
@@ -247,7 +247,7 @@ func (tx *Tx) ResolveDeadLetter(r *Record, now time.Time, ttl time.Duration) err
 		return err
 	}
 	exp := timeKey(now.Add(ttl), append(bytes.Clone(pos), r.QueueName()...))
-	if err := tx.tx.Bucket(bucketResolvedExp).Put(exp, nil); err != nil {
+	if err := tx.bucket(bucketResolvedExp).Put(exp, nil); err != nil {
 		return err
 	}
 	return tx.putEvent(r)
@@ -258,7 +258,7 @@ func (tx *Tx) DeleteDeadLetter(r *Record) error {
 	if err := tx.unindexDead(r); err != nil {
 		return err
 	}
-	return tx.tx.Bucket(bucketEvents).Delete([]byte(r.Key()))
+	return tx.bucket(bucketEvents).Delete([]byte(r.Key()))
 }
 
 // DeleteExpiredResolved removes up to limit resolved records whose TTL
@@ -292,7 +292,7 @@ func (tx *Tx) DeleteExpiredResolved(now time.Time, limit int) (int, error) {
 		if r.State != StateResolved {
 			return nil
 		}
-		return tx.tx.Bucket(bucketEvents).Delete(key)
+		return tx.bucket(bucketEvents).Delete(key)
 	})
 }
 
@@ -352,7 +352,7 @@ func (tx *Tx) CountStates() StateCounts {
 			s.Pending += b.Stats().KeyN
 		}
 	}
-	s.Delivered = tx.tx.Bucket(bucketDone).Stats().KeyN
+	s.Delivered = tx.bucket(bucketDone).Stats().KeyN
 	for _, c := range tx.DLQCounts() {
 		s.DLQ += c.Dead
 		s.Resolved += c.Resolved

@@ -22,7 +22,7 @@ type IdemRecord struct {
 // Idempotency returns the record stored under scope, or ErrNotFound (also
 // when it has expired but not yet been cleaned up).
 func (tx *Tx) Idempotency(scope string, now time.Time) (*IdemRecord, error) {
-	v := tx.tx.Bucket(bucketIdem).Get([]byte(scope))
+	v := tx.bucket(bucketIdem).Get([]byte(scope))
 	if v == nil {
 		return nil, ErrNotFound
 	}
@@ -39,11 +39,11 @@ func (tx *Tx) Idempotency(scope string, now time.Time) (*IdemRecord, error) {
 // PutIdempotency stores r under scope until r.ExpiresAt, replacing an
 // expired record of the same scope.
 func (tx *Tx) PutIdempotency(scope string, r *IdemRecord) error {
-	b := tx.tx.Bucket(bucketIdem)
+	b := tx.bucket(bucketIdem)
 	if old := b.Get([]byte(scope)); old != nil {
 		var o IdemRecord
 		if err := json.Unmarshal(old, &o); err == nil {
-			if err := tx.tx.Bucket(bucketIdemExp).Delete(timeKey(o.ExpiresAt, []byte(scope))); err != nil {
+			if err := tx.bucket(bucketIdemExp).Delete(timeKey(o.ExpiresAt, []byte(scope))); err != nil {
 				return err
 			}
 		}
@@ -55,13 +55,13 @@ func (tx *Tx) PutIdempotency(scope string, r *IdemRecord) error {
 	if err := b.Put([]byte(scope), v); err != nil {
 		return err
 	}
-	return tx.tx.Bucket(bucketIdemExp).Put(timeKey(r.ExpiresAt, []byte(scope)), nil)
+	return tx.bucket(bucketIdemExp).Put(timeKey(r.ExpiresAt, []byte(scope)), nil)
 }
 
 // DeleteExpiredIdempotency removes up to limit idempotency records whose
 // window ended before now.
 func (tx *Tx) DeleteExpiredIdempotency(now time.Time, limit int) (int, error) {
 	return tx.expire(bucketIdemExp, now, limit, func(scope []byte) error {
-		return tx.tx.Bucket(bucketIdem).Delete(scope)
+		return tx.bucket(bucketIdem).Delete(scope)
 	})
 }

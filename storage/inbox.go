@@ -48,7 +48,7 @@ func inboxIDKey(inbox, id string) []byte { return []byte(inbox + "\x00" + id) }
 // InboxSeen returns what inbox remembers of id, or ErrNotFound (also once
 // the id's window has passed).
 func (tx *Tx) InboxSeen(inbox, id string, now time.Time) (*Seen, error) {
-	v := tx.tx.Bucket(bucketInboxIDs).Get(inboxIDKey(inbox, id))
+	v := tx.bucket(bucketInboxIDs).Get(inboxIDKey(inbox, id))
 	if v == nil {
 		return nil, ErrNotFound
 	}
@@ -65,11 +65,11 @@ func (tx *Tx) InboxSeen(inbox, id string, now time.Time) (*Seen, error) {
 // PutInboxSeen records id as accepted by inbox until s.ExpiresAt.
 func (tx *Tx) PutInboxSeen(inbox, id string, s *Seen) error {
 	k := inboxIDKey(inbox, id)
-	b := tx.tx.Bucket(bucketInboxIDs)
+	b := tx.bucket(bucketInboxIDs)
 	if old := b.Get(k); old != nil { // expired, not yet cleaned: drop its index entry
 		var o Seen
 		if json.Unmarshal(old, &o) == nil {
-			if err := tx.tx.Bucket(bucketInboxExp).Delete(timeKey(o.ExpiresAt, k)); err != nil {
+			if err := tx.bucket(bucketInboxExp).Delete(timeKey(o.ExpiresAt, k)); err != nil {
 				return err
 			}
 		}
@@ -81,13 +81,13 @@ func (tx *Tx) PutInboxSeen(inbox, id string, s *Seen) error {
 	if err := b.Put(k, v); err != nil {
 		return err
 	}
-	return tx.tx.Bucket(bucketInboxExp).Put(timeKey(s.ExpiresAt, k), nil)
+	return tx.bucket(bucketInboxExp).Put(timeKey(s.ExpiresAt, k), nil)
 }
 
 // DeleteExpiredInboxIDs forgets up to limit ids whose window ended.
 func (tx *Tx) DeleteExpiredInboxIDs(now time.Time, limit int) (int, error) {
 	return tx.expire(bucketInboxExp, now, limit, func(k []byte) error {
-		return tx.tx.Bucket(bucketInboxIDs).Delete(k)
+		return tx.bucket(bucketInboxIDs).Delete(k)
 	})
 }
 
@@ -175,7 +175,7 @@ func claimKey(tenant, consumer, id string) []byte {
 
 // Claim returns the claim of id, or ErrNotFound (also once expired).
 func (tx *Tx) Claim(tenant, consumer, id string, now time.Time) (*Claim, error) {
-	v := tx.tx.Bucket(bucketClaims).Get(claimKey(tenant, consumer, id))
+	v := tx.bucket(bucketClaims).Get(claimKey(tenant, consumer, id))
 	if v == nil {
 		return nil, ErrNotFound
 	}
@@ -199,16 +199,16 @@ func (tx *Tx) PutClaim(tenant, consumer, id string, c *Claim) error {
 	if err != nil {
 		return err
 	}
-	if err := tx.tx.Bucket(bucketClaims).Put(k, v); err != nil {
+	if err := tx.bucket(bucketClaims).Put(k, v); err != nil {
 		return err
 	}
-	return tx.tx.Bucket(bucketClaimExp).Put(timeKey(c.ExpiresAt, k), nil)
+	return tx.bucket(bucketClaimExp).Put(timeKey(c.ExpiresAt, k), nil)
 }
 
 // DeleteClaim removes the claim of id, if any.
 func (tx *Tx) DeleteClaim(tenant, consumer, id string) error {
 	k := claimKey(tenant, consumer, id)
-	b := tx.tx.Bucket(bucketClaims)
+	b := tx.bucket(bucketClaims)
 	old := b.Get(k)
 	if old == nil {
 		return nil
@@ -217,7 +217,7 @@ func (tx *Tx) DeleteClaim(tenant, consumer, id string) error {
 	if err := json.Unmarshal(old, &o); err != nil {
 		return errors.Join(fmt.Errorf("storage: decode claim: %w", err), b.Delete(k))
 	}
-	if err := tx.tx.Bucket(bucketClaimExp).Delete(timeKey(o.ExpiresAt, k)); err != nil {
+	if err := tx.bucket(bucketClaimExp).Delete(timeKey(o.ExpiresAt, k)); err != nil {
 		return err
 	}
 	return b.Delete(k)
@@ -226,6 +226,6 @@ func (tx *Tx) DeleteClaim(tenant, consumer, id string) error {
 // DeleteExpiredClaims removes up to limit claims past their TTL.
 func (tx *Tx) DeleteExpiredClaims(now time.Time, limit int) (int, error) {
 	return tx.expire(bucketClaimExp, now, limit, func(k []byte) error {
-		return tx.tx.Bucket(bucketClaims).Delete(k)
+		return tx.bucket(bucketClaims).Delete(k)
 	})
 }

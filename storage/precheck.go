@@ -98,10 +98,21 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	if err := checkSize(path); err != nil {
 		return nil, err
 	}
+	before, _ := os.Stat(path)
 	err = faultSafe(func() (err error) {
 		db, err = bolt.Open(path, 0o600, opts)
 		return err
 	})
+	if err == nil && before != nil {
+		// bbolt opens the file, then waits for its lock: a file renamed
+		// into place meanwhile (router db compact finishing) would leave
+		// this process on the old, unlinked one, where nothing it writes
+		// is kept.
+		if after, serr := os.Stat(path); serr != nil || !os.SameFile(before, after) {
+			db.Close()
+			return nil, fmt.Errorf("%s was replaced while it was being opened (router db compact?): open it again", path)
+		}
+	}
 	return db, err
 }
 

@@ -77,21 +77,25 @@ func partitionKey(pk string, seq uint64) []byte {
 
 // sub returns the nested bucket name of parent, creating it in a writable tx.
 func (tx *Tx) sub(parent []byte, name string) (*bolt.Bucket, error) {
-	p := tx.tx.Bucket(parent)
+	p := tx.bucket(parent)
 	if !tx.writable {
 		return p.Bucket([]byte(name)), nil
 	}
-	return p.CreateBucketIfNotExists([]byte(name))
+	b, err := p.CreateBucketIfNotExists([]byte(name))
+	if f, ok := subFillOf[string(parent)]; ok && fillByKeys && err == nil {
+		b.FillPercent = f
+	}
+	return b, err
 }
 
 func (tx *Tx) nextSeq() (uint64, error) {
-	return tx.tx.Bucket(bucketMeta).NextSequence()
+	return tx.bucket(bucketMeta).NextSequence()
 }
 
 // Record returns the record stored under key (an outbound event's id, see
 // Record.Key), or ErrNotFound.
 func (tx *Tx) Record(key string) (*Record, error) {
-	v := tx.tx.Bucket(bucketEvents).Get([]byte(key))
+	v := tx.bucket(bucketEvents).Get([]byte(key))
 	if v == nil {
 		return nil, ErrNotFound
 	}
@@ -102,7 +106,7 @@ func (tx *Tx) Record(key string) (*Record, error) {
 // when zero), and assigns r.QueueSeq. It returns ErrExists, before writing
 // anything, when the id is taken.
 func (tx *Tx) InsertEvent(r *Record, orderByKey bool) error {
-	events := tx.tx.Bucket(bucketEvents)
+	events := tx.bucket(bucketEvents)
 	if events.Get([]byte(r.Key())) != nil {
 		return ErrExists
 	}
@@ -143,7 +147,7 @@ func (tx *Tx) putEvent(r *Record) error {
 	if err != nil {
 		return err
 	}
-	return tx.tx.Bucket(bucketEvents).Put([]byte(r.Key()), v)
+	return tx.bucket(bucketEvents).Put([]byte(r.Key()), v)
 }
 
 func (tx *Tx) enqueue(r *Record) error {
@@ -242,7 +246,7 @@ func (tx *Tx) MarkDelivered(r *Record, now time.Time, ttl time.Duration) error {
 	r.State = StateDelivered
 	r.NextAttemptAt = time.Time{}
 	r.UpdatedAt = now
-	if err := tx.tx.Bucket(bucketDone).Put(timeKey(now.Add(ttl), []byte(r.Key())), nil); err != nil {
+	if err := tx.bucket(bucketDone).Put(timeKey(now.Add(ttl), []byte(r.Key())), nil); err != nil {
 		return err
 	}
 	return tx.putEvent(r)
@@ -302,7 +306,7 @@ func (tx *Tx) DLQDepth(t string) int {
 // Types lists the event types that have a queue.
 func (tx *Tx) Types() []string {
 	var out []string
-	tx.tx.Bucket(bucketQueue).ForEachBucket(func(k []byte) error {
+	tx.bucket(bucketQueue).ForEachBucket(func(k []byte) error {
 		out = append(out, string(k))
 		return nil
 	})
@@ -313,7 +317,7 @@ func (tx *Tx) Types() []string {
 // ended before now. It returns how many it removed.
 func (tx *Tx) DeleteExpiredDelivered(now time.Time, limit int) (int, error) {
 	return tx.expire(bucketDone, now, limit, func(id []byte) error {
-		v := tx.tx.Bucket(bucketEvents).Get(id)
+		v := tx.bucket(bucketEvents).Get(id)
 		if v == nil {
 			return nil
 		}
@@ -324,14 +328,14 @@ func (tx *Tx) DeleteExpiredDelivered(now time.Time, limit int) (int, error) {
 		if r.State != StateDelivered { // retried by hand since: keep it
 			return nil
 		}
-		return tx.tx.Bucket(bucketEvents).Delete(id)
+		return tx.bucket(bucketEvents).Delete(id)
 	})
 }
 
 // expire walks a TTL index (expires ‖ rest → nil) and calls del for the
 // rest of every entry that expired before now, up to limit entries.
 func (tx *Tx) expire(index []byte, now time.Time, limit int, del func(rest []byte) error) (int, error) {
-	b := tx.tx.Bucket(index)
+	b := tx.bucket(index)
 	end := uint64(now.UnixNano())
 	c := b.Cursor()
 	n := 0
@@ -356,7 +360,7 @@ func (tx *Tx) expire(index []byte, now time.Time, limit int, del func(rest []byt
 // before the router stopped. (The index is keyed by delivery time plus the
 // outbox ttl; within one run's last moments the ttl is one and the same.)
 func (tx *Tx) RecentlyDelivered(window time.Duration) ([]*Record, error) {
-	c := tx.tx.Bucket(bucketDone).Cursor()
+	c := tx.bucket(bucketDone).Cursor()
 	last, _ := c.Last()
 	if last == nil {
 		return nil, nil

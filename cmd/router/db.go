@@ -119,24 +119,28 @@ type DBCommand struct {
 	*Main
 }
 
-// Run dispatches `router db check FILE`.
-func (c *DBCommand) Run(ctx context.Context, args []string) error {
-	usage := func() {
-		fmt.Fprint(c.Stderr, `Usage:
+// dbUsage is `router db`'s help.
+const dbUsage = `Usage:
   router db check FILE [-o table|json]
       Checks a data file that no router has open: its size against its
       metadata, bbolt's consistency check over every page, and that every
       stored event decodes. Read-only. Exit 0 consistent, 1 problems found.
-`)
-	}
-	if len(args) == 0 || args[0] != "check" {
-		usage()
+  router db compact FILE [-o table|json]
+      Gives a data file's free space back to the filesystem: copies it,
+      every page packed full, checks the copy, and renames it over FILE.
+      The router must be stopped; it needs free space for the copy.
+`
+
+// Run dispatches `router db check FILE` and `router db compact FILE`.
+func (c *DBCommand) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "check" && args[0] != "compact" {
+		fmt.Fprint(c.Stderr, dbUsage)
 		if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
 			return nil
 		}
-		return &exitError{code: 2, err: errors.New("db: name a subcommand: check")}
+		return &exitError{code: 2, err: errors.New("db: name a subcommand: check or compact")}
 	}
-	fs := flag.NewFlagSet("router db check", flag.ContinueOnError)
+	fs := flag.NewFlagSet("router db "+args[0], flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
 	output := fs.String("o", "table", "output: table or json")
 	pos, err := parseInterspersed(fs, args[1:])
@@ -144,14 +148,22 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		usage()
-		return &exitError{code: 2, err: errors.New("db check: name one data file")}
+		fmt.Fprint(c.Stderr, dbUsage)
+		return &exitError{code: 2, err: fmt.Errorf("db %s: name one data file", args[0])}
 	}
-	rep, err := checkIsolated(ctx, pos[0])
+	if args[0] == "compact" {
+		return c.compact(pos[0], *output)
+	}
+	return c.check(ctx, pos[0], *output)
+}
+
+// check is `router db check`.
+func (c *DBCommand) check(ctx context.Context, path, output string) error {
+	rep, err := checkIsolated(ctx, path)
 	if err != nil {
 		return err
 	}
-	if *output == "json" {
+	if output == "json" {
 		if err := json.NewEncoder(c.Stdout).Encode(rep); err != nil {
 			return err
 		}
@@ -167,6 +179,19 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 	if len(rep.Problems) > 0 {
 		return &exitError{code: 1, err: fmt.Errorf("db check: %d problems in %s", len(rep.Problems), rep.Path)}
 	}
+	return nil
+}
+
+// compact is `router db compact`.
+func (c *DBCommand) compact(path, output string) error {
+	rep, err := storage.CompactFile(path)
+	if err != nil {
+		return fmt.Errorf("db compact: %w", err)
+	}
+	if output == "json" {
+		return json.NewEncoder(c.Stdout).Encode(rep)
+	}
+	fmt.Fprintf(c.Stdout, "%s: %d bytes → %d bytes (%d freed)\n", rep.Path, rep.Before, rep.After, rep.Before-rep.After)
 	return nil
 }
 

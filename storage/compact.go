@@ -1,0 +1,104 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// CompactReport is what CompactFile did.
+type CompactReport struct {
+	Path   string `json:"path"`
+	Before int64  `json:"before_bytes"`
+	After  int64  `json:"after_bytes"`
+}
+
+// CompactFile gives the free space of a data file that no router has open
+// back to the filesystem (`router db compact`). bbolt never shrinks a file:
+// pages freed by cleanup are used again, but a file that once held a large
+// backlog keeps its size. CompactFile copies every bucket into a new file
+// beside it with every page packed full (bbolt.Compact), checks the copy
+// as `router db check` does, and only then renames it over the original;
+// on any failure the original is left as it was and the copy removed. It
+// needs free space for the copy, about what the original holds in use.
+func CompactFile(path string) (*CompactReport, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	rep := &CompactReport{Path: path, Before: fi.Size()}
+	// The original stays open (a shared lock) until the copy has replaced
+	// it: a router that starts meanwhile waits for the lock, and then sees
+	// that the file was replaced (openBolt).
+	src, err := openBolt(path, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("%s is open in a running router: stop it first", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	tmp := path + ".compacting"
+	os.Remove(tmp) // a copy left by a compaction that was stopped
+	if err := compactInto(src, path, tmp); err == nil {
+		err = replaceWith(path, tmp)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	if fi, err := os.Stat(path); err == nil {
+		rep.After = fi.Size()
+	}
+	return rep, nil
+}
+
+// compactInto copies src, the data file at path, into a new file at tmp
+// and checks the copy.
+func compactInto(src *bolt.DB, path, tmp string) error {
+	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return err
+	}
+	err = faultSafe(func() error { return bolt.Compact(dst, src, 64<<20) })
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("compact %s: %w", path, err)
+	}
+	rep, err := CheckFile(tmp)
+	if err != nil {
+		return fmt.Errorf("checking the compacted copy: %w", err)
+	}
+	if len(rep.Problems) > 0 {
+		return fmt.Errorf("the compacted copy is not consistent (%s); %s is unchanged", rep.Problems[0], path)
+	}
+	return nil
+}
+
+// replaceWith renames tmp over path and makes the rename durable.
+func replaceWith(path, tmp string) error {
+	f, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

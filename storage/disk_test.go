@@ -1,0 +1,251 @@
+package storage
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/switchyard-router/switchyard"
+)
+
+// diskEvent is the event the disk benchmarks store: a UUIDv7 id, as the
+// router assigns, and 400 bytes of JSON data (about 550 bytes encoded).
+func diskEvent(now time.Time) *Record {
+	data := make([]byte, 400)
+	for i := range data {
+		data[i] = 'a' + byte(i%26)
+	}
+	data[0], data[len(data)-1] = '"', '"'
+	return &Record{
+		Event: switchyard.Event{
+			ID: uuid.Must(uuid.NewV7()).String(), Type: "orders.created", Source: "/shop/checkout", SpecVersion: "1.0",
+			Time: now, DataContentType: "application/json", Data: data,
+		},
+		Tenant:    DefaultTenant,
+		CreatedAt: now,
+	}
+}
+
+// insertBatches stores n disk events, 100 to a transaction as ingest's
+// group commit joins them, and returns their encoded size.
+func insertBatches(b testing.TB, db *DB, n int) (encoded int) {
+	now := time.Now()
+	for done := 0; done < n; {
+		err := db.Update(context.Background(), func(tx *Tx) error {
+			for i := 0; i < 100 && done < n; i++ {
+				r := diskEvent(now)
+				if err := tx.InsertEvent(r, false); err != nil {
+					return err
+				}
+				v, _ := encodeRecord(r)
+				encoded += len(v)
+				done++
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return encoded
+}
+
+// pageUse is how full the file's leaf and branch pages are.
+type pageUse struct {
+	leafInuse, leafAlloc, branchInuse, branchAlloc int
+	used                                           int64 // the pages in use up to the high-water mark (bbolt grows the file ahead of it)
+}
+
+func pagesOf(b testing.TB, path string) pageUse {
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bdb.Close()
+	var u pageUse
+	bdb.View(func(tx *bolt.Tx) error {
+		u.used = tx.Size()
+		return tx.ForEach(func(_ []byte, bk *bolt.Bucket) error {
+			s := bk.Stats()
+			u.leafInuse += s.LeafInuse
+			u.leafAlloc += s.LeafAlloc
+			u.branchInuse += s.BranchInuse
+			u.branchAlloc += s.BranchAlloc
+			return nil
+		})
+	})
+	return u
+}
+
+// BenchmarkStoredBytes measures the data file against what it holds: b.N
+// pending events (at least 100,000) stored as ingest stores them. Reported:
+// file bytes per event, the bytes of the pages up to the file's high-water
+// mark per event (bbolt grows a file 16 MiB ahead), the encoded record per
+// event, and how full the leaf and branch pages are.
+func BenchmarkStoredBytes(b *testing.B) { eachFill(b, storedBytes) }
+
+// eachFill runs bench with bbolt's default fill percent and with the
+// router's, one after the other in one run.
+func eachFill(b *testing.B, bench func(*testing.B)) {
+	defer func() { fillByKeys = true }()
+	for _, byKeys := range []bool{false, true} {
+		name := map[bool]string{false: "bbolt-default", true: "fill-by-keys"}[byKeys]
+		b.Run(name, func(b *testing.B) {
+			fillByKeys = byKeys
+			bench(b)
+		})
+	}
+}
+
+func storedBytes(b *testing.B) {
+	n := max(b.N, 100_000)
+	path := filepath.Join(b.TempDir(), "router.db")
+	db, err := Open(path, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	encoded := insertBatches(b, db, n)
+	b.StopTimer()
+	if err := db.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	u := pagesOf(b, path)
+	b.ReportMetric(float64(fi.Size())/float64(n), "file-B/event")
+	b.ReportMetric(float64(encoded)/float64(n), "record-B/event")
+	b.ReportMetric(float64(u.used)/float64(n), "used-B/event")
+	b.ReportMetric(float64(u.used)/float64(encoded), "used/record")
+	b.ReportMetric(100*float64(u.leafInuse)/float64(max(u.leafAlloc, 1)), "leaf-fill-%")
+	b.ReportMetric(100*float64(u.branchInuse)/float64(max(u.branchAlloc, 1)), "branch-fill-%")
+}
+
+// BenchmarkSteadyBacklog measures whether the space TTL cleanup frees is
+// used again: a backlog of 10,000 events, then rounds in which the oldest
+// 1,000 are delivered and expired and 1,000 new ones arrive. Reported: the
+// file's growth from the fifth round to the last (0 = a constant size),
+// and its size per event of backlog.
+func BenchmarkSteadyBacklog(b *testing.B) { eachFill(b, steadyBacklog) }
+
+func steadyBacklog(b *testing.B) {
+	const backlog, churn = 10_000, 1_000
+	rounds := max(b.N, 30)
+	path := filepath.Join(b.TempDir(), "router.db")
+	db, err := Open(path, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	insertBatches(b, db, backlog)
+	size := func() int64 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return fi.Size()
+	}
+	var at5 int64
+	b.ResetTimer()
+	for round := 1; round <= rounds; round++ {
+		deliverAndExpire(b, db, churn)
+		insertBatches(b, db, churn)
+		if round == 5 {
+			at5 = size()
+		}
+	}
+	b.StopTimer()
+	end := size()
+	b.ReportMetric(100*float64(end-at5)/float64(at5), "growth-%")
+	b.ReportMetric(float64(end)/backlog, "file-B/event")
+}
+
+// deliverAndExpire delivers the n oldest pending events with a TTL of
+// zero, then lets the cleanup remove them, as the loop and the cleanup do.
+func deliverAndExpire(b testing.TB, db *DB, n int) {
+	now := time.Now()
+	err := db.Update(context.Background(), func(tx *Tx) error {
+		due, err := tx.Due("orders.created", now.Add(time.Hour), n, false, func(string) bool { return false })
+		if err != nil {
+			return err
+		}
+		for _, r := range due {
+			if err := tx.MarkDelivered(r, now, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = db.Update(context.Background(), func(tx *Tx) error {
+			_, err := tx.DeleteExpiredDelivered(now.Add(time.Second), n)
+			return err
+		})
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// Compacting a file whose backlog was delivered and expired gives the space
+// back: the file shrinks to a fraction, every remaining record reads back,
+// the copy passes the consistency check, and a router opens it again. A
+// file a router has open is refused and left alone.
+func TestCompactFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "router.db")
+	db, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertBatches(t, db, 20_000)
+	deliverAndExpire(t, db, 19_000)
+	var keep []string
+	db.View(func(tx *Tx) error {
+		due, _ := tx.Due("orders.created", time.Now().Add(time.Hour), 2000, false, func(string) bool { return false })
+		for _, r := range due {
+			keep = append(keep, r.Key())
+		}
+		return nil
+	})
+	if _, err := CompactFile(path); err == nil || !strings.Contains(err.Error(), "running router") {
+		t.Fatalf("compacting an open file: %v", err)
+	}
+	if err := db.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := CompactFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d → %d bytes for %d events", rep.Before, rep.After, len(keep))
+	if len(keep) != 1000 || rep.After*4 > rep.Before {
+		t.Fatalf("kept %d events; %d → %d bytes, want at most a quarter", len(keep), rep.Before, rep.After)
+	}
+	if chk, err := CheckFile(path); err != nil || len(chk.Problems) > 0 || chk.Events != 1000 {
+		t.Fatalf("check after compaction: %+v %v", chk, err)
+	}
+	db, err = Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	db.View(func(tx *Tx) error {
+		for _, k := range keep {
+			if _, err := tx.Record(k); err != nil {
+				t.Fatalf("record %s after compaction: %v", k, err)
+			}
+		}
+		return nil
+	})
+	if _, err := os.Stat(path + ".compacting"); !os.IsNotExist(err) {
+		t.Fatalf("the copy was left behind: %v", err)
+	}
+}

@@ -1,0 +1,55 @@
+package storage
+
+import bolt "go.etcd.io/bbolt"
+
+// Fill percents: how full bbolt makes a page when it splits one, by the
+// way each bucket's keys arrive (docs/decisions/page-fill.md). bbolt's
+// default, 0.5, suits keys that land anywhere; on a bucket whose keys only
+// grow it leaves every page half empty for inserts that never come, and
+// writes twice the pages per commit.
+const (
+	// fillAppend: keys that only grow — time-ordered indexes (due queues,
+	// expiry indexes, DLQ and audit positions), whose new keys always sort
+	// last. Pages are packed full.
+	fillAppend = 1.0
+	// fillMostlyAppend: keys that mostly grow — the events bucket, keyed
+	// by id: UUIDv7 ids the router assigns sort by time, clients' own ids
+	// land anywhere. A little room is left for those.
+	fillMostlyAppend = 0.9
+)
+
+// fillOf is the fill percent of each top-level bucket, and of the buckets
+// nested in one (a queue per type); absent = bbolt's default.
+var (
+	fillOf = map[string]float64{
+		string(bucketEvents):      fillMostlyAppend,
+		string(bucketDone):        fillAppend,
+		string(bucketIdemExp):     fillAppend,
+		string(bucketInboxIDs):    fillMostlyAppend,
+		string(bucketInboxExp):    fillAppend,
+		string(bucketClaimExp):    fillAppend,
+		string(bucketResolvedExp): fillAppend,
+	}
+	subFillOf = map[string]float64{
+		string(bucketQueue):    fillAppend,
+		string(bucketDLQ):      fillAppend,
+		string(bucketResolved): fillAppend,
+		string(bucketAudit):    fillAppend,
+	}
+)
+
+// fillByKeys turns the fill percents on; the disk benchmarks turn it off to
+// measure bbolt's default in the same run.
+var fillByKeys = true
+
+// bucket is the top-level bucket name, with its fill percent set when the
+// transaction writes.
+func (tx *Tx) bucket(name []byte) *bolt.Bucket {
+	b := tx.tx.Bucket(name)
+	if tx.writable && fillByKeys && b != nil {
+		if f, ok := fillOf[string(name)]; ok {
+			b.FillPercent = f
+		}
+	}
+	return b
+}
