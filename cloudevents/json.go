@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"mime"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/switchyard-router/switchyard"
 )
@@ -20,50 +24,29 @@ const (
 
 // DecodeJSON reads one event in the JSON event format. Attribute values
 // are strings, or numbers and booleans kept in their JSON form (the
-// Integer and Boolean types' canonical strings); null is absent. data is
-// kept as the bytes it was sent as when the content type is JSON (absent
-// content type = application/json), a JSON string's text otherwise;
-// data_base64 is decoded. Required attributes are the caller's to check.
+// Integer and Boolean types' canonical strings); null is absent; of a
+// repeated member the last counts. data is kept as the bytes it was sent
+// as when the content type is JSON (absent content type =
+// application/json), a JSON string's text otherwise; data_base64 is
+// decoded. Required attributes are the caller's to check.
+//
+// It reads the body in one pass with a streaming tokenizer (jsontext, of
+// encoding/json/v2: docs/decisions/json-decoding.md), without building a
+// map of the members.
 func DecodeJSON(body []byte) (switchyard.Event, error) {
-	var ev switchyard.Event
 	if !utf8.Valid(body) {
-		return ev, invalid("the body is not valid UTF-8")
+		return switchyard.Event{}, invalid("the body is not valid UTF-8")
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return ev, invalid("the body is not a JSON object: %v", err)
-	}
-	data, hasData := m["data"]
-	data64, hasData64 := m["data_base64"]
-	delete(m, "data")
-	delete(m, "data_base64")
-	for k, v := range m {
-		s, err := attrString(k, v)
+	return withDecoder(body, func(d *jsontext.Decoder) (switchyard.Event, error) {
+		ev, err := decodeObject(d)
 		if err != nil {
 			return ev, err
 		}
-		if s == nil {
-			continue // null: absent
+		if _, err := d.ReadToken(); err != io.EOF {
+			return ev, invalid("the body is not a JSON object: more after the object")
 		}
-		if err := Set(&ev, k, *s); err != nil {
-			return ev, err
-		}
-	}
-	SortExtensions(&ev)
-	if hasData && hasData64 && !isNull(data) && !isNull(data64) {
-		return ev, invalid("an event has data or data_base64, not both")
-	}
-	var err error
-	switch {
-	case hasData64 && !isNull(data64):
-		ev.Data, err = decodeBase64(data64)
-	case hasData && !isNull(data):
-		ev.Data, err = decodeData(&ev, data)
-	}
-	if len(ev.Data) == 0 {
-		ev.Data = nil
-	}
-	return ev, err
+		return ev, nil
+	})
 }
 
 // DecodeBatch reads a batch: a JSON array of events in the JSON format,
@@ -72,36 +55,190 @@ func DecodeBatch(body []byte, max int) ([]switchyard.Event, error) {
 	if !utf8.Valid(body) {
 		return nil, invalid("the body is not valid UTF-8")
 	}
-	var raws []json.RawMessage
-	if err := json.Unmarshal(body, &raws); err != nil {
-		return nil, invalid("a batch is a JSON array of CloudEvents: %v", err)
+	return withDecoder(body, func(d *jsontext.Decoder) ([]switchyard.Event, error) { return decodeBatch(d, max) })
+}
+
+// decodeBatch reads the array of a batch from d.
+func decodeBatch(d *jsontext.Decoder, max int) ([]switchyard.Event, error) {
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '[' {
+		return nil, invalid("a batch is a JSON array of CloudEvents%s", syntaxDetail(err))
 	}
-	if len(raws) == 0 {
-		return nil, invalid("the batch is empty")
-	}
-	if len(raws) > max {
-		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "the batch has %d events; the limit is %d", len(raws), max)
-	}
-	events := make([]switchyard.Event, len(raws))
-	for i, raw := range raws {
-		ev, err := DecodeJSON(raw)
+	var events []switchyard.Event
+	for d.PeekKind() != ']' {
+		if len(events) == max {
+			n, _ := countRest(d)
+			return nil, switchyard.Errorf(switchyard.ETOOLARGE, "the batch has %d events; the limit is %d", max+n, max)
+		}
+		ev, err := decodeObject(d)
 		if err != nil {
 			if e, ok := err.(*switchyard.Error); ok {
-				e.Message = "event " + strconv.Itoa(i) + ": " + e.Message
+				e.Message = "event " + strconv.Itoa(len(events)) + ": " + e.Message
 			}
 			return nil, err
 		}
-		events[i] = ev
+		events = append(events, ev)
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return nil, invalid("a batch is a JSON array of CloudEvents%s", syntaxDetail(err))
+	}
+	if _, err := d.ReadToken(); err != io.EOF {
+		return nil, invalid("a batch is a JSON array of CloudEvents: more after the array")
+	}
+	if len(events) == 0 {
+		return nil, invalid("the batch is empty")
 	}
 	return events, nil
 }
 
-func decodeBase64(v json.RawMessage) ([]byte, error) {
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
+// countRest counts the values left in the array d is in, to say how large
+// a batch over the limit is.
+func countRest(d *jsontext.Decoder) (int, error) {
+	n := 0
+	for d.PeekKind() != ']' {
+		if err := d.SkipValue(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// decoders are reused: a decoder's buffers are most of what decoding an
+// event allocates.
+var decoders = sync.Pool{New: func() any { return &pooledDecoder{} }}
+
+type pooledDecoder struct {
+	r bytes.Reader
+	d jsontext.Decoder
+}
+
+// withDecoder runs fn with a decoder reading body.
+func withDecoder[T any](body []byte, fn func(*jsontext.Decoder) (T, error)) (T, error) {
+	p := decoders.Get().(*pooledDecoder)
+	defer decoders.Put(p)
+	p.r.Reset(body)
+	// Repeated member names are allowed, as encoding/json allows them:
+	// in data they are the sender's business; among the attributes the
+	// last counts (decodeObject).
+	p.d.Reset(&p.r, jsontext.AllowDuplicateNames(true))
+	defer func() { p.r.Reset(nil); p.d.Reset(&p.r) }() // keep no reference to body
+	return fn(&p.d)
+}
+
+// member is one attribute member of an event object, before it is set.
+type member struct {
+	name, value string
+	null        bool
+}
+
+// decodeObject reads one event object from d.
+func decodeObject(d *jsontext.Decoder) (switchyard.Event, error) {
+	var ev switchyard.Event
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+		return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
+	}
+	var members []member
+	var data, data64 jsontext.Value
+	for d.PeekKind() != '}' {
+		name, err := d.ReadToken()
+		if err != nil {
+			return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
+		}
+		key := name.String()
+		v, err := d.ReadValue()
+		if err != nil {
+			return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
+		}
+		switch key {
+		case "data":
+			data = bytes.Clone(v)
+		case "data_base64":
+			data64 = bytes.Clone(v)
+		default:
+			m, err := memberOf(key, v)
+			if err != nil {
+				return ev, err
+			}
+			members = setMember(members, m)
+		}
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
+	}
+	for _, m := range members {
+		if m.null {
+			continue // null: absent
+		}
+		if err := Set(&ev, m.name, m.value); err != nil {
+			return ev, err
+		}
+	}
+	SortExtensions(&ev)
+	return ev, setData(&ev, data, data64)
+}
+
+// memberOf reads an attribute value: a string's text, a number or boolean
+// in its JSON form, null as absent; objects and arrays are refused.
+func memberOf(name string, v jsontext.Value) (member, error) {
+	switch v.Kind() {
+	case '"':
+		s, err := jsontext.AppendUnquote(nil, v)
+		return member{name: name, value: string(s)}, err
+	case 'n':
+		return member{name: name, null: true}, nil
+	case '{', '[':
+		return member{}, invalid("attribute %q must be a string, number or boolean", name)
+	}
+	return member{name: name, value: string(v)}, nil
+}
+
+// setMember adds m, replacing an earlier member of the same name.
+func setMember(ms []member, m member) []member {
+	for i := range ms {
+		if ms[i].name == m.name {
+			ms[i] = m
+			return ms
+		}
+	}
+	return append(ms, m)
+}
+
+// setData sets ev's data from the data or data_base64 member (either may
+// be absent or null).
+func setData(ev *switchyard.Event, data, data64 jsontext.Value) error {
+	hasData, hasData64 := len(data) > 0 && data.Kind() != 'n', len(data64) > 0 && data64.Kind() != 'n'
+	var err error
+	switch {
+	case hasData && hasData64:
+		return invalid("an event has data or data_base64, not both")
+	case hasData64:
+		ev.Data, err = decodeBase64(data64)
+	case hasData:
+		ev.Data, err = decodeData(ev, data)
+	}
+	if len(ev.Data) == 0 {
+		ev.Data = nil
+	}
+	return err
+}
+
+// syntaxDetail is ": " and a decoder's error, or "" for none.
+func syntaxDetail(err error) string {
+	if err == nil {
+		return ""
+	}
+	return ": " + err.Error()
+}
+
+func decodeBase64(v jsontext.Value) ([]byte, error) {
+	if v.Kind() != '"' {
 		return nil, invalid("data_base64 must be a string")
 	}
-	b, err := base64.StdEncoding.DecodeString(s)
+	s, err := jsontext.AppendUnquote(nil, v)
+	if err != nil {
+		return nil, invalid("data_base64: %v", err)
+	}
+	b, err := base64.StdEncoding.AppendDecode(nil, s)
 	if err != nil {
 		return nil, invalid("data_base64 is not base64: %v", err)
 	}
@@ -109,43 +246,20 @@ func decodeBase64(v json.RawMessage) ([]byte, error) {
 }
 
 // decodeData reads the data member: JSON kept as sent for a JSON content
-// type, a string's text for any other.
-func decodeData(ev *switchyard.Event, v json.RawMessage) ([]byte, error) {
+// type, a string's text for any other. v is the decoder's copy.
+func decodeData(ev *switchyard.Event, v jsontext.Value) ([]byte, error) {
 	if ev.DataContentType == "" {
 		ev.DataContentType = "application/json"
 	}
-	if v[0] == '"' && !IsJSONMedia(ev.DataContentType) {
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
+	if v.Kind() == '"' && !IsJSONMedia(ev.DataContentType) {
+		s, err := jsontext.AppendUnquote(nil, v)
+		if err != nil {
 			return nil, invalid("data: %v", err)
 		}
-		return []byte(s), nil
+		return s, nil
 	}
-	return bytes.Clone(v), nil
+	return v, nil
 }
-
-// attrString reads an attribute value: strings as they are, numbers and
-// booleans in their JSON form, null as absent.
-func attrString(name string, v json.RawMessage) (*string, error) {
-	v = bytes.TrimSpace(v)
-	switch {
-	case len(v) == 0 || isNull(v):
-		return nil, nil
-	case v[0] == '"':
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return nil, invalid("attribute %q: %v", name, err)
-		}
-		return &s, nil
-	case v[0] == '{' || v[0] == '[':
-		return nil, invalid("attribute %q must be a string, number or boolean", name)
-	default:
-		s := string(v)
-		return &s, nil
-	}
-}
-
-func isNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
 
 // IsJSONMedia reports a JSON content type: application/json, text/json or
 // any +json suffix.
