@@ -125,56 +125,74 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []switchyard.Inb
 	var res ReceiveResult
 	var skips []storage.Skip
 	err = e.store.Update(ctx, func(tx *storage.Tx) error {
+		// A group commit may run this again: start afresh each time.
 		res, skips = ReceiveResult{}, skips[:0]
 		batch := make(map[string]string, len(msgs))
 		for i := range msgs {
-			m := &msgs[i]
-			id := m.Event.ID
-			skip := storage.Skip{ID: id, Source: m.Event.Source, At: now, Origin: m.Origin}
-			switch seen, err := tx.InboxSeen(name, id, now); {
-			case m.IDDerived && in.cfg.MissingID == config.MissingIDReject:
-				skip.Reason = "no_id"
-			case batch[id] != "":
-				skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate_in_batch", batch[id], now
-			case err == nil:
-				skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate", seen.Origin, seen.ReceivedAt
-			case !errors.Is(err, storage.ErrNotFound):
+			skip, err := in.receiveOne(tx, &msgs[i], batch, now)
+			if err != nil {
 				return err
 			}
-			if skip.Reason != "" {
-				if err := tx.AddSkip(name, &skip); err != nil {
-					return err
-				}
-				skips = append(skips, skip)
-				res.Skipped++
+			if skip == nil {
+				res.Stored++
 				continue
 			}
-			rec := &storage.Record{Event: m.Event, Tenant: storage.DefaultTenant, Queue: InboxQueue(name), CreatedAt: now, UpdatedAt: now}
-			if err := tx.InsertEvent(rec, in.policy.ByKey()); err != nil {
-				if errors.Is(err, storage.ErrExists) {
-					// Stored before, its id since forgotten: the record
-					// (waiting or delivered) already stands for it.
-					skip.Reason = "duplicate"
-					if err := tx.AddSkip(name, &skip); err != nil {
-						return err
-					}
-					skips = append(skips, skip)
-					res.Skipped++
-					continue
-				}
+			if err := tx.AddSkip(name, skip); err != nil {
 				return err
 			}
-			if err := tx.PutInboxSeen(name, id, &storage.Seen{Origin: m.Origin, ReceivedAt: now, ExpiresAt: now.Add(in.cfg.TTL)}); err != nil {
-				return err
-			}
-			batch[id] = m.Origin
-			res.Stored++
+			skips = append(skips, *skip)
+			res.Skipped++
 		}
 		return nil
 	})
 	if err != nil {
 		return ReceiveResult{}, fmt.Errorf("inbox %s: store batch: %w", name, err)
 	}
+	e.noteReceived(in, res, skips)
+	return res, nil
+}
+
+// receiveOne stores one consumed message in the inbox's queue and
+// remembers its id, or returns why it was dropped: no id where one is
+// required, a duplicate in this batch, an id seen within the window, or a
+// record that already stands for it.
+func (in *inbox) receiveOne(tx *storage.Tx, m *switchyard.Inbound, batch map[string]string, now time.Time) (*storage.Skip, error) {
+	name, id := in.cfg.Name, m.Event.ID
+	skip := &storage.Skip{ID: id, Source: m.Event.Source, At: now, Origin: m.Origin}
+	switch seen, err := tx.InboxSeen(name, id, now); {
+	case m.IDDerived && in.cfg.MissingID == config.MissingIDReject:
+		skip.Reason = "no_id"
+	case batch[id] != "":
+		skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate_in_batch", batch[id], now
+	case err == nil:
+		skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate", seen.Origin, seen.ReceivedAt
+	case !errors.Is(err, storage.ErrNotFound):
+		return nil, err
+	}
+	if skip.Reason != "" {
+		return skip, nil
+	}
+	rec := &storage.Record{Event: m.Event, Tenant: storage.DefaultTenant, Queue: InboxQueue(name), CreatedAt: now, UpdatedAt: now}
+	if err := tx.InsertEvent(rec, in.policy.ByKey()); err != nil {
+		if errors.Is(err, storage.ErrExists) {
+			// Stored before, its id since forgotten: the record (waiting
+			// or delivered) already stands for it.
+			skip.Reason = "duplicate"
+			return skip, nil
+		}
+		return nil, err
+	}
+	if err := tx.PutInboxSeen(name, id, &storage.Seen{Origin: m.Origin, ReceivedAt: now, ExpiresAt: now.Add(in.cfg.TTL)}); err != nil {
+		return nil, err
+	}
+	batch[id] = m.Origin
+	return nil, nil
+}
+
+// noteReceived logs and counts a stored batch's drops and stores, and
+// wakes whoever delivers the inbox.
+func (e *Engine) noteReceived(in *inbox, res ReceiveResult, skips []storage.Skip) {
+	name := in.cfg.Name
 	for _, s := range skips {
 		e.log.Debug("inbox dropped a redelivery", "inbox", name, "id", s.ID, "reason", s.Reason, "origin", s.Origin, "first", s.FirstOrigin)
 		e.inboxMetrics.skips.WithLabelValues(name, s.Reason).Inc()
@@ -190,7 +208,6 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []switchyard.Inb
 			e.wake(InboxQueue(name))
 		}
 	}
-	return res, nil
 }
 
 // Skips is GET /v1/inbox/{name}/dedup: the audit of dropped redeliveries,

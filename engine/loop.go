@@ -479,71 +479,89 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 		if err != nil {
 			return err
 		}
-		var permanent, retry, unknown error
-		var retryAfter time.Duration
-		switch {
-		case it.err == nil:
-		case switchyard.IsPermanent(it.err):
-			permanent = it.err
-		default:
-			retry = it.err
-		}
-		for _, o := range it.outputs {
-			err := o.result.Err
-			setOutput(rec, o, now)
-			switch {
-			case err == nil:
-			case switchyard.IsPermanent(err):
-				permanent = fmt.Errorf("%s: %w", o.dest, err)
-			case errors.Is(err, switchyard.ErrUnknownOutcome) || errors.Is(err, switchyard.ErrSinkUnavailable) || errors.Is(err, context.DeadlineExceeded):
-				unknown = fmt.Errorf("%s: %w", o.dest, err)
-			default:
-				retry = fmt.Errorf("%s: %w", o.dest, err)
-				retryAfter = max(retryAfter, o.result.RetryAfter)
-			}
-		}
+		v := verdictOf(it, rec, now)
 		rec.UpdatedAt = now
 		if rec.State != storage.StatePending || rec.QueueSeq != it.rec.QueueSeq {
+			// Moved since the take (an operator): keep the outputs only.
 			if err := tx.Save(rec); err != nil {
 				return err
 			}
 			continue
 		}
-		switch {
-		case permanent != nil:
-			rec.Attempts++
-			rec.History = append(rec.History, storage.Attempt{At: now, Error: permanent.Error()})
-			err = tx.MoveToDLQ(rec, now, "rejected: "+permanent.Error())
-			res.DeadLettered++
-		case retry != nil:
-			rec.Attempts++
-			rec.LastError = retry.Error()
-			rec.History = append(rec.History, storage.Attempt{At: now, Error: retry.Error()})
-			if rec.Attempts > b.pol.MaxRetries {
-				err = tx.MoveToDLQ(rec, now, fmt.Sprintf("gave up after %d attempts: %v", rec.Attempts, retry))
-				res.DeadLettered++
-			} else {
-				// The receiver's Retry-After, when it asks for more than
-				// the backoff.
-				err = tx.Reschedule(rec, now.Add(max(Backoff(b.pol.Backoff, rec.Attempts), retryAfter)))
-				res.Retried++
-			}
-		case unknown != nil:
-			// Fail closed: the broker may or may not have it (or was not
-			// reachable). Keep the event due, with the same id, and count
-			// no attempt.
-			rec.LastError = unknown.Error()
-			err = tx.Save(rec)
-			res.Requeued++
-		default:
-			err = tx.MarkDelivered(rec, now, l.e.config().Outbox.TTL)
-			res.Delivered++
-		}
-		if err != nil {
+		if err := l.settle(tx, rec, v, b.pol, now, res); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// verdict is what one attempt at an event came to: the first of these
+// that is set decides (settle).
+type verdict struct {
+	permanent, retry, unknown error
+	retryAfter                time.Duration
+}
+
+// verdictOf records the results of the item's outputs in rec and sums them up
+// with the plugin chain's error.
+func verdictOf(it *item, rec *storage.Record, now time.Time) verdict {
+	var v verdict
+	switch {
+	case it.err == nil:
+	case switchyard.IsPermanent(it.err):
+		v.permanent = it.err
+	default:
+		v.retry = it.err
+	}
+	for _, o := range it.outputs {
+		err := o.result.Err
+		setOutput(rec, o, now)
+		switch {
+		case err == nil:
+		case switchyard.IsPermanent(err):
+			v.permanent = fmt.Errorf("%s: %w", o.dest, err)
+		case errors.Is(err, switchyard.ErrUnknownOutcome) || errors.Is(err, switchyard.ErrSinkUnavailable) || errors.Is(err, context.DeadlineExceeded):
+			v.unknown = fmt.Errorf("%s: %w", o.dest, err)
+		default:
+			v.retry = fmt.Errorf("%s: %w", o.dest, err)
+			v.retryAfter = max(v.retryAfter, o.result.RetryAfter)
+		}
+	}
+	return v
+}
+
+// settle writes the outcome of an attempt: dead-lettered, rescheduled with
+// backoff (or dead-lettered past max_retries), requeued without an attempt
+// when the outcome is unknown, or delivered.
+func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *config.Policy, now time.Time, res *PollResult) error {
+	switch {
+	case v.permanent != nil:
+		rec.Attempts++
+		rec.History = append(rec.History, storage.Attempt{At: now, Error: v.permanent.Error()})
+		res.DeadLettered++
+		return tx.MoveToDLQ(rec, now, "rejected: "+v.permanent.Error())
+	case v.retry != nil:
+		rec.Attempts++
+		rec.LastError = v.retry.Error()
+		rec.History = append(rec.History, storage.Attempt{At: now, Error: v.retry.Error()})
+		if rec.Attempts > pol.MaxRetries {
+			res.DeadLettered++
+			return tx.MoveToDLQ(rec, now, fmt.Sprintf("gave up after %d attempts: %v", rec.Attempts, v.retry))
+		}
+		res.Retried++
+		// The receiver's Retry-After, when it asks for more than the
+		// backoff.
+		return tx.Reschedule(rec, now.Add(max(Backoff(pol.Backoff, rec.Attempts), v.retryAfter)))
+	case v.unknown != nil:
+		// Fail closed: the broker may or may not have it (or was not
+		// reachable). Keep the event due, with the same id, and count no
+		// attempt.
+		rec.LastError = v.unknown.Error()
+		res.Requeued++
+		return tx.Save(rec)
+	}
+	res.Delivered++
+	return tx.MarkDelivered(rec, now, l.e.config().Outbox.TTL)
 }
 
 // setOutput records an output's result in the event's output list.
