@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -196,18 +197,9 @@ func (c *DLQCommand) writeDLQTable(items []dlqItem, status, next string) error {
 // dlqDetail is GET /v1/dlq/{id}.
 type dlqDetail struct {
 	dlqItem
-	History []struct {
-		At    time.Time `json:"at"`
-		Error string    `json:"error"`
-	} `json:"history"`
-	Outputs []struct {
-		Destination string          `json:"destination"`
-		MsgID       string          `json:"msg_id"`
-		Delivered   bool            `json:"delivered"`
-		Position    json.RawMessage `json:"position"`
-		LastError   string          `json:"last_error"`
-	} `json:"outputs"`
-	Event map[string]json.RawMessage `json:"event"`
+	History []dlqAttempt               `json:"history"`
+	Outputs []dlqOutput                `json:"outputs"`
+	Event   map[string]json.RawMessage `json:"event"`
 }
 
 func dlqPath(id, suffix string) string {
@@ -238,6 +230,60 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if af.output == "json" {
 		return writeIndented(c.Stdout, raw)
 	}
+	if err := c.writeDLQSummary(&d); err != nil {
+		return err
+	}
+	writeDLQAttempts(c.Stdout, d.History)
+	writeDLQOutputs(c.Stdout, d.Outputs)
+	ev, _ := json.MarshalIndent(d.Event, "  ", "  ")
+	fmt.Fprintf(c.Stdout, "\nEvent:\n  %s\n", ev)
+	return nil
+}
+
+type dlqAttempt struct {
+	At    time.Time `json:"at"`
+	Error string    `json:"error"`
+}
+
+type dlqOutput struct {
+	Destination string          `json:"destination"`
+	MsgID       string          `json:"msg_id"`
+	Delivered   bool            `json:"delivered"`
+	Position    json.RawMessage `json:"position"`
+	LastError   string          `json:"last_error"`
+}
+
+// writeDLQAttempts writes a dead letter's attempts, with their errors.
+func writeDLQAttempts(w io.Writer, history []dlqAttempt) {
+	fmt.Fprintf(w, "\nAttempts (%d):\n", len(history))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tAT\tERROR")
+	for i, a := range history {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\n", i+1, a.At.Local().Format(time.RFC3339), tableCell(a.Error, 120))
+	}
+	tw.Flush()
+}
+
+// writeDLQOutputs writes a dead letter's outputs and where each stands.
+func writeDLQOutputs(w io.Writer, outputs []dlqOutput) {
+	if len(outputs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nOutputs (%d):\n", len(outputs))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  DESTINATION\tMSG ID\tDELIVERED\tPOSITION\tLAST ERROR")
+	for _, o := range outputs {
+		pos := string(o.Position)
+		if pos == "" || pos == "null" {
+			pos = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%t\t%s\t%s\n", o.Destination, o.MsgID, o.Delivered, pos, tableCell(o.LastError, 80))
+	}
+	tw.Flush()
+}
+
+// writeDLQSummary writes a dead letter's fields, one a line.
+func (c *DLQCommand) writeDLQSummary(d *dlqDetail) error {
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
@@ -261,32 +307,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	row("Moved to DLQ", ts(d.MovedAt))
 	row("Resolved", ts(d.ResolvedAt))
 	row("Reason", d.Reason)
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(c.Stdout, "\nAttempts (%d):\n", len(d.History))
-	tw = tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tAT\tERROR")
-	for i, a := range d.History {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\n", i+1, a.At.Local().Format(time.RFC3339), tableCell(a.Error, 120))
-	}
-	tw.Flush()
-	if len(d.Outputs) > 0 {
-		fmt.Fprintf(c.Stdout, "\nOutputs (%d):\n", len(d.Outputs))
-		tw = tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  DESTINATION\tMSG ID\tDELIVERED\tPOSITION\tLAST ERROR")
-		for _, o := range d.Outputs {
-			pos := string(o.Position)
-			if pos == "" || pos == "null" {
-				pos = "-"
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%t\t%s\t%s\n", o.Destination, o.MsgID, o.Delivered, pos, tableCell(o.LastError, 80))
-		}
-		tw.Flush()
-	}
-	ev, _ := json.MarshalIndent(d.Event, "  ", "  ")
-	fmt.Fprintf(c.Stdout, "\nEvent:\n  %s\n", ev)
-	return nil
+	return tw.Flush()
 }
 
 // bulkResult is the answer of the bulk routes.
