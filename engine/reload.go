@@ -15,7 +15,7 @@ import (
 // router is built from — the listeners, the data file, the sinks it has
 // and the inboxes — cannot change this way; a config that changes them is
 // refused and the old one stays in force. Batches in flight finish under
-// the policy they were claimed with.
+// the policy they were taken with.
 func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added ...switchyard.Sink) error {
 	old := e.config()
 	for _, c := range []struct {

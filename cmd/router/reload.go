@@ -17,7 +17,7 @@ import (
 )
 
 // pluginGrace is how long replaced plugins stay open after a reload, for
-// batches claimed before it that still run them.
+// batches taken before it that still run them.
 const pluginGrace = time.Minute
 
 // serve waits until ctx ends, reloading the configuration on SIGHUP.
