@@ -555,7 +555,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // readBody reads a request's body, up to listen.max_body: more is a
 // payload_too_large error.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.listen.MaxBody))
+	rd := http.MaxBytesReader(w, r.Body, s.listen.MaxBody)
+	var body []byte
+	var err error
+	if n := r.ContentLength; n > 0 && n <= s.listen.MaxBody {
+		// The announced length (net/http holds the body to it): one
+		// allocation, where ReadAll would grow and copy its buffer.
+		body = make([]byte, n)
+		_, err = io.ReadFull(rd, body)
+	} else {
+		body, err = io.ReadAll(rd)
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -137,14 +137,18 @@ func decodeObject(d *jsontext.Decoder) (switchyard.Event, error) {
 	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
 		return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
 	}
-	var members []member
+	var room [12]member // the attributes of most events: no allocation
+	members := room[:0]
 	var data, data64 jsontext.Value
 	for d.PeekKind() != '}' {
-		name, err := d.ReadToken()
+		name, err := d.ReadValue()
 		if err != nil {
 			return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
 		}
-		key := name.String()
+		key, err := memberName(name)
+		if err != nil {
+			return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
+		}
 		v, err := d.ReadValue()
 		if err != nil {
 			return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
@@ -175,6 +179,35 @@ func decodeObject(d *jsontext.Decoder) (switchyard.Event, error) {
 	}
 	SortExtensions(&ev)
 	return ev, setData(&ev, data, data64)
+}
+
+// memberName is an object member's name: the spec's names without
+// allocating a string for each, others unquoted.
+func memberName(quoted jsontext.Value) (string, error) {
+	switch string(quoted) {
+	case `"specversion"`:
+		return AttrSpecVersion, nil
+	case `"id"`:
+		return AttrID, nil
+	case `"source"`:
+		return AttrSource, nil
+	case `"type"`:
+		return AttrType, nil
+	case `"subject"`:
+		return AttrSubject, nil
+	case `"time"`:
+		return AttrTime, nil
+	case `"datacontenttype"`:
+		return AttrDataContentType, nil
+	case `"dataschema"`:
+		return AttrDataSchema, nil
+	case `"data"`:
+		return "data", nil
+	case `"data_base64"`:
+		return "data_base64", nil
+	}
+	b, err := jsontext.AppendUnquote(nil, quoted)
+	return string(b), err
 }
 
 // memberOf reads an attribute value: a string's text, a number or boolean
