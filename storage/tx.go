@@ -78,14 +78,22 @@ func partitionKey(pk string, seq uint64) []byte {
 // sub returns the nested bucket name of parent, creating it in a writable tx.
 func (tx *Tx) sub(parent []byte, name string) (*bolt.Bucket, error) {
 	p := tx.bucket(parent)
+	// Bucket is a map lookup once the transaction has opened the child;
+	// CreateBucketIfNotExists would seek and copy the name every time.
+	b := p.Bucket([]byte(name))
 	if !tx.writable {
-		return p.Bucket([]byte(name)), nil
+		return b, nil
 	}
-	b, err := p.CreateBucketIfNotExists([]byte(name))
-	if f, ok := subFillOf[string(parent)]; ok && fillByKeys && err == nil {
+	if b == nil {
+		var err error
+		if b, err = p.CreateBucketIfNotExists([]byte(name)); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := subFillOf[string(parent)]; ok && fillByKeys {
 		b.FillPercent = f
 	}
-	return b, err
+	return b, nil
 }
 
 func (tx *Tx) nextSeq() (uint64, error) {
