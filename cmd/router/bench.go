@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,9 +149,13 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		defer tr.close()
 		b.tracker = tr
 	}
+	before, _ := b.routerUse(ctx)
 	b.run(ctx, rep)
 	if b.tracker != nil {
 		rep.E2E = b.tracker.wait(ctx, b.start, o.Drain)
+	}
+	if after, err := b.routerUse(ctx); err == nil && before != nil {
+		rep.Router = after.since(before, rep.Events)
 	}
 	if text {
 		rep.writeResults(c.Stdout)
@@ -585,6 +591,59 @@ type benchReport struct {
 	Latency        Summary           `json:"latency"`
 	Errors         map[string]uint64 `json:"errors"`
 	E2E            *e2eReport        `json:"e2e,omitempty"`
+	Router         *routerReport     `json:"router,omitempty"`
+}
+
+// routerReport is what the run cost the router process, from its own
+// /metrics before and after (with -e2e, until the last event arrived, so
+// delivery is included): CPU, allocations and memory per event.
+type routerReport struct {
+	CPUPerEvent        float64 `json:"cpu_us_per_event"`
+	AllocBytesPerEvent float64 `json:"alloc_bytes_per_event"`
+	AllocsPerEvent     float64 `json:"allocs_per_event"`
+	HeapInuse          float64 `json:"heap_inuse_bytes"` // at the end
+	Resident           float64 `json:"resident_bytes"`   // at the end, with the pages of the data file it has mapped
+}
+
+// routerUse is the process counters of the router's /metrics.
+type routerUse map[string]float64
+
+var routerUseNames = []string{"process_cpu_seconds_total", "go_memstats_alloc_bytes_total", "go_memstats_mallocs_total",
+	"go_memstats_heap_inuse_bytes", "process_resident_memory_bytes"}
+
+func (b *bench) routerUse(ctx context.Context) (routerUse, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://router/metrics", nil)
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	u := routerUse{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if ok && slices.Contains(routerUseNames, name) {
+			u[name], _ = strconv.ParseFloat(value, 64)
+		}
+	}
+	return u, sc.Err()
+}
+
+// since is the use from before to u, per event.
+func (u routerUse) since(before routerUse, events uint64) *routerReport {
+	n := float64(max(events, 1))
+	d := func(name string) float64 { return u[name] - before[name] }
+	return &routerReport{
+		CPUPerEvent:        1e6 * d("process_cpu_seconds_total") / n,
+		AllocBytesPerEvent: d("go_memstats_alloc_bytes_total") / n,
+		AllocsPerEvent:     d("go_memstats_mallocs_total") / n,
+		HeapInuse:          u["go_memstats_heap_inuse_bytes"],
+		Resident:           u["process_resident_memory_bytes"],
+	}
 }
 
 // e2eReport is the end-to-end part: POST start to message receipt.
@@ -640,6 +699,10 @@ func (r *benchReport) writeResults(w io.Writer) {
 		fmt.Fprintf(w, "end to end    %.0f events/s (%d received in %.2fs), missing %d, unmatched (duplicates or not ours) %d\n",
 			e.EventsPerSec, e.Received, e.Elapsed.Seconds(), e.Missing, e.Unmatched)
 		fmt.Fprintf(w, "e2e latency   %s\n", latencyLine(e.Latency))
+	}
+	if u := r.Router; u != nil {
+		fmt.Fprintf(w, "router        %.1f µs CPU, %.0f bytes and %.1f allocations per event; heap in use %.0f MiB, resident %.0f MiB (with the mapped data file)\n",
+			u.CPUPerEvent, u.AllocBytesPerEvent, u.AllocsPerEvent, u.HeapInuse/(1<<20), u.Resident/(1<<20))
 	}
 }
 

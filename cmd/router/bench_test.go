@@ -10,6 +10,9 @@ import (
 
 // TestBench runs `router bench` against the real router binary: singles
 // and batches, closed and open loop, end to end through JetStream.
+// router bench against a running router: every request it sends is
+// acknowledged and counted, with -e2e every event is received, and it reports
+// what the run cost the router (allocations, heap, resident memory).
 func TestBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the router binary")
@@ -42,6 +45,9 @@ func TestBench(t *testing.T) {
 			t.Errorf("bench %v: %d requests ok, want %d", scenario, rep.Requests, o.Requests)
 		case rep.Latency.Count != rep.Requests || rep.Latency.P50 <= 0 || rep.Latency.P50 > rep.Latency.Max:
 			t.Errorf("bench %v: latency %+v", scenario, rep.Latency)
+		}
+		if u := rep.Router; u == nil || u.AllocsPerEvent <= 0 || u.AllocBytesPerEvent <= 0 || u.HeapInuse <= 0 || u.Resident <= 0 {
+			t.Errorf("bench %v: router use %+v", scenario, u)
 		}
 		if o.E2E {
 			if e := rep.E2E; e == nil || e.Received != rep.Events || e.Missing != 0 || e.EventsPerSec <= 0 {
