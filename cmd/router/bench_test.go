@@ -9,10 +9,9 @@ import (
 )
 
 // TestBench runs `router bench` against the real router binary: singles
-// and batches, closed and open loop, end to end through JetStream.
-// router bench against a running router: every request it sends is
-// acknowledged and counted, with -e2e every event is received, and it reports
-// what the run cost the router (allocations, heap, resident memory).
+// and batches, closed and open loop, end to end through JetStream; every
+// request is acknowledged and counted, with -e2e every event received, and
+// the report says what the run cost the router.
 func TestBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the router binary")
