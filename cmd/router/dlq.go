@@ -353,20 +353,13 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 		*typ = *queue
 	}
 	body := map[string]any{}
-	if *typ != "" {
-		body["type"] = *typ
-	}
-	if *status != "" {
-		body["status"] = *status
-	}
-	if *since != "" {
-		body["since"] = *since
+	for k, v := range map[string]string{"type": *typ, "status": *status, "since": *since, "tenant": *tenant} {
+		if v != "" {
+			body[k] = v
+		}
 	}
 	if len(ids) > 0 {
 		body["ids"] = ids
-	}
-	if *tenant != "" {
-		body["tenant"] = *tenant
 	}
 	if *all {
 		body["all"] = true
@@ -380,27 +373,31 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 		return err
 	}
 	if af.output == "json" {
-		if err := writeIndented(c.Stdout, raw); err != nil {
-			return err
-		}
+		err = writeIndented(c.Stdout, raw)
 	} else {
-		fmt.Fprintf(c.Stdout, "%s %d of %d matched\n", pastTense[action], res.Done, res.Matched)
-		if len(res.NotFound) > 0 {
-			fmt.Fprintf(c.Stdout, "not found (%d): %s\n", len(res.NotFound), strings.Join(res.NotFound, " "))
-		}
-		if len(res.Skipped) > 0 {
-			fmt.Fprintf(c.Stdout, "skipped (%d):\n", len(res.Skipped))
-			tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-			for _, s := range res.Skipped {
-				fmt.Fprintf(tw, "  %s\t%s\t%s\n", tableCell(s.ID, 40), s.Code, tableCell(s.Reason, 100))
-			}
-			tw.Flush()
-		}
+		c.writeBulk(action, &res)
 	}
-	if len(res.NotFound) > 0 || len(res.Skipped) > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("dlq %s: %d not found, %d skipped", action, len(res.NotFound), len(res.Skipped))}
+	if err == nil && (len(res.NotFound) > 0 || len(res.Skipped) > 0) {
+		err = &exitError{code: 1, err: fmt.Errorf("dlq %s: %d not found, %d skipped", action, len(res.NotFound), len(res.Skipped))}
 	}
-	return nil
+	return err
+}
+
+// writeBulk writes what a bulk action did: how many, and which ids it did
+// not find or skipped, and why.
+func (c *DLQCommand) writeBulk(action string, res *bulkResult) {
+	fmt.Fprintf(c.Stdout, "%s %d of %d matched\n", pastTense[action], res.Done, res.Matched)
+	if len(res.NotFound) > 0 {
+		fmt.Fprintf(c.Stdout, "not found (%d): %s\n", len(res.NotFound), strings.Join(res.NotFound, " "))
+	}
+	if len(res.Skipped) > 0 {
+		fmt.Fprintf(c.Stdout, "skipped (%d):\n", len(res.Skipped))
+		tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+		for _, s := range res.Skipped {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", tableCell(s.ID, 40), s.Code, tableCell(s.Reason, 100))
+		}
+		tw.Flush()
+	}
 }
 
 // refQuery is the query that addresses one dead letter besides its id.
