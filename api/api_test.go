@@ -338,6 +338,20 @@ func TestClientIDIsANaturalKey(t *testing.T) {
 	if bin.status != 202 || bin.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("binary resend: %d %s", bin.status, bin.body)
 	}
+	// A retry carries a new traceparent (per attempt): still the same event.
+	for _, h := range []map[string]string{
+		{"Content-Type": "application/json", "Ce-Specversion": "1.0", "Ce-Type": "order.paid", "Ce-Source": "/pay", "Ce-Id": "p-9",
+			"Traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		structured("Traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+	} {
+		body := `{"n":1}`
+		if h["Ce-Id"] == "" {
+			body = ev
+		}
+		if rep := r.post(h, body); rep.status != 202 || rep.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("resend with a new traceparent: %d %s", rep.status, rep.body)
+		}
+	}
 	changed := r.post(structured(), strings.Replace(ev, `"n":1`, `"n":2`, 1))
 	if changed.status != 422 || r.stored() != 1 {
 		t.Fatalf("changed: %d %s, stored %d", changed.status, changed.body, r.stored())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"mime"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -154,9 +155,13 @@ func finish(in *engine.IngestEvent, now func() time.Time) {
 
 // eventDigest fingerprints an event as the client sent it (before the
 // router filled anything in), so a resend of the same event matches
-// whichever content mode carried it.
+// whichever content mode carried it. The trace context is left out: a
+// retry carries a new traceparent (tracing middleware makes one per
+// attempt), in a header of its own in binary mode as in structured.
 func eventDigest(ev *switchyard.Event) []byte {
-	b, _ := json.Marshal(ev)
+	e := *ev
+	e.Extensions = slices.DeleteFunc(slices.Clone(e.Extensions), func(h switchyard.Header) bool { return cloudevents.IsPassThrough(h.Name) })
+	b, _ := json.Marshal(&e)
 	sum := sha256.Sum256(b)
 	return sum[:]
 }

@@ -72,6 +72,21 @@ func Each(e *switchyard.Event, fn func(name, value string)) {
 	}
 }
 
+// Get is the value of e's attribute name in its canonical string form, or
+// "" when e has none.
+func Get(e *switchyard.Event, name string) (value string) {
+	Each(e, func(n, v string) {
+		if n == name && value == "" {
+			value = v
+		}
+	})
+	return value
+}
+
+// IsContextAttribute reports one of the spec's context attributes, as
+// opposed to an extension.
+func IsContextAttribute(name string) bool { return isContextAttribute(name) }
+
 // FormatTime is the canonical string of a Timestamp attribute.
 func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 

@@ -101,7 +101,7 @@ func (b Binding) each(e *switchyard.Event, add func(prefix, name, value string, 
 // invalid_event error. A message whose content type is the JSON event
 // format is read in structured mode (DecodeJSON). Ingest uses it.
 func (b Binding) Decode(hs []switchyard.Header, data []byte) (switchyard.Event, error) {
-	if isStructured(hs) {
+	if b.isStructured(hs) {
 		return DecodeJSON(data)
 	}
 	var first error
@@ -120,7 +120,7 @@ func (b Binding) Decode(hs []switchyard.Header, data []byte) (switchyard.Event, 
 // allow (kept), a structured body that is not a CloudEvent (read as
 // binary). Missing attributes are left empty.
 func (b Binding) DecodeLenient(hs []switchyard.Header, data []byte) (ev switchyard.Event, warnings []string) {
-	if isStructured(hs) {
+	if b.isStructured(hs) {
 		ev, err := DecodeJSON(data)
 		if err == nil {
 			return ev, nil
@@ -163,11 +163,27 @@ func (b Binding) decodeBinary(hs []switchyard.Header, data []byte, problem func(
 		}
 		switch {
 		case name == ContentTypeHeader:
+			if err := Check(AttrDataContentType, v); err != nil && !problem(h.Name, err) {
+				return ev
+			}
 			contentType = v
 		case !isAttr:
+			if err := Check(name, v); err != nil && !problem(h.Name, err) {
+				return ev
+			}
 			extension(name, v)
 		case attr == AttrDataContentType:
+			if err := Check(attr, v); err != nil && !problem(h.Name, err) {
+				return ev
+			}
 			ceContentType = v
+		case !isContextAttribute(attr) && !ValidExtensionName(attr):
+			// A name no binding could carry on (a webhook refuses the
+			// header): not kept, or delivering the event would fail for
+			// ever.
+			if !problem(h.Name, invalid("extension attribute %q: names are 1 to %d lower-case letters and digits; dropped", attr, MaxExtensionNameLen)) {
+				return ev
+			}
 		default:
 			if err := Check(attr, v); err != nil && !problem(h.Name, err) {
 				return ev
@@ -239,15 +255,22 @@ func unquote(s string) string {
 }
 
 // isStructured reports a message whose content type is the JSON event
-// format: the body is the whole event.
-func isStructured(hs []switchyard.Header) bool {
+// format: the body is the whole event. A message with the binding's
+// specversion header is in binary mode whatever its content type (as the
+// SDKs read it), so an event whose own datacontenttype is
+// application/cloudevents+json still travels in binary mode.
+func (b Binding) isStructured(hs []switchyard.Header) bool {
+	structured := false
 	for _, h := range hs {
-		if strings.EqualFold(h.Name, ContentTypeHeader) {
+		switch {
+		case strings.EqualFold(h.Name, b.prefix+AttrSpecVersion):
+			return false
+		case strings.EqualFold(h.Name, ContentTypeHeader):
 			media, _, _ := mime.ParseMediaType(h.Value)
-			return media == MediaStructured
+			structured = structured || media == MediaStructured
 		}
 	}
-	return false
+	return structured
 }
 
 // PercentEncode encodes v as the HTTP and NATS bindings require

@@ -350,7 +350,9 @@ func dataForm(e *switchyard.Event) (string, []byte) {
 	case e.DataContentType == "":
 		return "data_base64", d
 	case IsJSONMedia(e.DataContentType):
-		if json.Valid(d) && len(bytes.TrimSpace(d)) == len(d) && string(d) != "null" {
+		// Valid as DecodeJSON reads it: UTF-8, no lone surrogate escapes
+		// (encoding/json.Valid takes both); repeated names allowed.
+		if jsontext.Value(d).IsValid(jsontext.AllowDuplicateNames(true)) && len(bytes.TrimSpace(d)) == len(d) && string(d) != "null" {
 			return "data", d
 		}
 		return "data_base64", d

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"mime"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -102,34 +101,29 @@ func refAttrString(name string, v json.RawMessage) (*string, error) {
 }
 func refIsNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
 
-// IsJSONMedia reports a JSON content type: application/json, text/json or
-// any +json suffix.
-func IsJSONMedia(contentType string) bool {
-	media, _, _ := mime.ParseMediaType(contentType)
-	return media == "application/json" || media == "text/json" || strings.HasSuffix(media, "+json")
-}
-
 func refInvalid(format string, args ...any) error {
 	return switchyard.Errorf(switchyard.EINVALID, format, args...)
 }
 
 // The streaming decoder accepts exactly what the map-based one accepted
-// and reads the same event from it; the one difference on purpose: a body
-// that is JSON null, which the map-based decoder read as an empty event.
+// and reads the same event from it. Two differences on purpose: a body
+// that is JSON null, which the map-based decoder read as an empty event,
+// and a lone surrogate escape ("\ud800"), which it turned into U+FFFD and
+// the new one refuses as invalid JSON text (RFC 8259 §8.2).
 func FuzzDecodeJSONMatchesReference(f *testing.F) {
 	for _, s := range []string{
 		`{"specversion":"1.0","id":"1","source":"/s","type":"t","data":{"a": [1, 2]}}`,
 		`{"specversion":"1.0","id":"1","id":"2","subject":null,"subject":"x","ext":1.5e3,"b":true,"data_base64":"AAEC"}`,
 		`{"datacontenttype":"text/plain","data":"h\u00e9llo","data_base64":null}`,
 		`{"data":"x","data_base64":"eA=="}`, `{"a":{}}`, `{"a":[]}`, `[]`, `null`, ` {"x":"y"} `, `{"x":"y"} {}`,
-		`{"time":"2020-01-01T00:00:00+02:00","data":null}`, `{"data_base64":"!!"}`, `{"data_base64":7}`,
+		`{"time":"2020-01-01T00:00:00+02:00","data":null}`, `{"subject":"\ud800"}`, `{"data_base64":"!!"}`, `{"data_base64":7}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		got, err := cloudevents.DecodeJSON(body)
 		want, refErr := referenceDecodeJSON(body)
-		if string(bytes.TrimSpace(body)) == "null" {
+		if string(bytes.TrimSpace(body)) == "null" || err != nil && refErr == nil && strings.Contains(err.Error(), "surrogate") {
 			return
 		}
 		if (err == nil) != (refErr == nil) {

@@ -49,6 +49,8 @@ func inboundID(b cloudevents.Binding, ev *switchyard.Event, headers []switchyard
 	switch {
 	case idHeader == "" || attr == cloudevents.AttrID:
 		return ev.ID
+	case isAttr && cloudevents.IsContextAttribute(attr):
+		return cloudevents.Get(ev, attr)
 	case isAttr:
 		id := ev.Extension(attr)
 		ev.Extensions = slices.DeleteFunc(ev.Extensions, func(h switchyard.Header) bool { return h.Name == attr })

@@ -93,6 +93,13 @@ func TestDecodeInbound(t *testing.T) {
 			want:     switchyard.Event{ID: "m-9", Type: "t"},
 		},
 		{
+			name:     "id header naming a context attribute",
+			headers:  hs("ce_id", "ce-value", "ce_subject", "s-1", "ce_type", "t"),
+			binding:  cloudevents.Kafka,
+			idHeader: "ce_subject",
+			want:     switchyard.Event{ID: "s-1", Type: "t", Subject: "s-1"},
+		},
+		{
 			name:    "first of a repeated header wins",
 			headers: hs("ce_id", "first", "ce_id", "second"),
 			binding: cloudevents.Kafka,
