@@ -120,9 +120,19 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 // validate checks the module's exports and imports against the ABI: every
 // problem, in one error.
 func (p *Plugin) validate() error {
-	m := p.compiled
-	var probs []string
-	exports := m.ExportedFunctions()
+	probs := p.checkExports()
+	probs = append(probs, p.checkMemory()...)
+	probs = append(probs, p.checkImports()...)
+	if len(probs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(probs, "; "))
+}
+
+// checkExports checks the ABI's exports and their signatures, and notes
+// which optional ones the module has.
+func (p *Plugin) checkExports() (probs []string) {
+	exports := p.compiled.ExportedFunctions()
 	sig := func(name string, params, results []api.ValueType, required bool) {
 		f, ok := exports[name]
 		if !ok {
@@ -147,7 +157,13 @@ func (p *Plugin) validate() error {
 			probs = append(probs, "it exports _start, so it was built as a WASI command: build a reactor (Go: -buildmode=c-shared; C: -mexec-model=reactor)")
 		}
 	}
+	return probs
+}
 
+// checkMemory checks that the module exports its own memory, within
+// limits.memory.
+func (p *Plugin) checkMemory() (probs []string) {
+	m := p.compiled
 	if mem, ok := m.ExportedMemories()["memory"]; !ok {
 		probs = append(probs, `it does not export its memory as "memory"`)
 	} else if minBytes := uint64(mem.Min()) * 65536; minBytes > uint64(p.limits.Memory) {
@@ -157,8 +173,13 @@ func (p *Plugin) validate() error {
 	if len(m.ImportedMemories()) > 0 {
 		probs = append(probs, "it imports a memory: a plugin defines and exports its own")
 	}
+	return probs
+}
 
-	for _, f := range m.ImportedFunctions() {
+// checkImports checks that the module imports only the host's functions
+// and WASI's, with their signatures.
+func (p *Plugin) checkImports() (probs []string) {
+	for _, f := range p.compiled.ImportedFunctions() {
 		mod, name, _ := f.Import()
 		got := signature(name, f.ParamTypes(), f.ResultTypes())
 		switch mod {
@@ -182,10 +203,7 @@ func (p *Plugin) validate() error {
 			probs = append(probs, fmt.Sprintf("it imports %q.%q (%s): plugins may import only from %q and \"wasi_snapshot_preview1\"", mod, name, got, HostModule))
 		}
 	}
-	if len(probs) == 0 {
-		return nil
-	}
-	return errors.New(strings.Join(probs, "; "))
+	return probs
 }
 
 // signature formats a function type: "sy_handle(i32) -> i32".
