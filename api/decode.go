@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -99,7 +98,7 @@ func admitEvents(evs []switchyard.Event, batch bool) ([]engine.IngestEvent, erro
 // that does not carry its own.
 func passTraceContext(h http.Header, ev *switchyard.Event) {
 	for _, name := range []string{"traceparent", "tracestate"} {
-		if v := h.Get(name); v != "" && ev.Extension(name) == "" && utf8.ValidString(v) {
+		if v := h.Get(name); v != "" && ev.Extension(name) == "" && cloudevents.Check(name, v) == nil {
 			ev.Extensions = append(ev.Extensions, switchyard.Header{Name: name, Value: v})
 		}
 	}
@@ -174,7 +173,7 @@ func requestDigest(h http.Header, body []byte) []byte {
 	var names []string
 	for k := range h {
 		lk := strings.ToLower(k)
-		if strings.HasPrefix(lk, "ce-") || lk == "traceparent" || lk == "tracestate" {
+		if strings.HasPrefix(lk, cloudevents.HTTP.Prefix()) || cloudevents.IsPassThrough(lk) {
 			names = append(names, k)
 		}
 	}

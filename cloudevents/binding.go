@@ -1,6 +1,7 @@
 package cloudevents
 
 import (
+	"errors"
 	"mime"
 	"net/http"
 	"net/url"
@@ -51,7 +52,12 @@ func (b Binding) String() string { return b.name }
 // as it requires; names are lower-case. Sinks add their own (Nats-Msg-Id,
 // Idempotency-Key) on top.
 func (b Binding) Headers(e *switchyard.Event) []switchyard.Header {
-	h := make([]switchyard.Header, 0, 8+len(e.Extensions))
+	return b.AppendHeaders(make([]switchyard.Header, 0, 9+len(e.Extensions)), e)
+}
+
+// AppendHeaders appends Headers(e) to h: a sink reuses one slice for
+// every message it encodes.
+func (b Binding) AppendHeaders(h []switchyard.Header, e *switchyard.Event) []switchyard.Header {
 	b.each(e, func(prefix, name, value string, encode bool) {
 		if encode {
 			value = PercentEncode(value)
@@ -322,7 +328,7 @@ func FromHTTP(h http.Header) []switchyard.Header {
 
 // errorMessage is an error's text without the invalid_event code prefix.
 func errorMessage(err error) string {
-	if e, ok := err.(*switchyard.Error); ok {
+	if e := (*switchyard.Error)(nil); errors.As(err, &e) {
 		return e.Message
 	}
 	return err.Error()

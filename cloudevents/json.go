@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime"
 	"strconv"
@@ -71,7 +72,7 @@ func decodeBatch(d *jsontext.Decoder, max int) ([]switchyard.Event, error) {
 		}
 		ev, err := decodeObject(d)
 		if err != nil {
-			if e, ok := err.(*switchyard.Error); ok {
+			if e := (*switchyard.Error)(nil); errors.As(err, &e) {
 				e.Message = "event " + strconv.Itoa(len(events)) + ": " + e.Message
 			}
 			return nil, err

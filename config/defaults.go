@@ -74,19 +74,27 @@ func NewKafka(name string, brokers ...string) Kafka {
 // block's SinkName) under policy, with every default set: the group or
 // durable is the inbox's name, the id header the binding's id attribute.
 func NewInbox(name string, from Broker, policy Policy) Inbox {
+	_, kafka := from.(Kafka)
+	if _, ok := from.(*Kafka); ok {
+		kafka = true
+	}
+	return newInbox(name, from.SinkName(), kafka, policy)
+}
+
+// newInbox is NewInbox for the sink named from, a Kafka one or not (NATS).
+func newInbox(name, from string, kafka bool, policy Policy) Inbox {
 	in := Inbox{
 		Name:      name,
-		From:      from.SinkName(),
+		From:      from,
 		TTL:       DefaultInboxTTL,
 		MissingID: MissingIDDerive,
 		Deliver:   Deliver{Timeout: DefaultDeliverTimeout, Concurrency: DefaultDeliverConcurrency, Mode: ContentModeBinary},
 		Policy:    policy.clone(),
 	}
 	in.Policy.Routes = nil
-	switch from.(type) {
-	case Kafka, *Kafka:
+	if kafka {
 		in.Group, in.IDHeader = name, cloudevents.Kafka.Prefix()+cloudevents.AttrID
-	default:
+	} else {
 		in.Durable, in.IDHeader = name, cloudevents.NATS.Prefix()+cloudevents.AttrID
 	}
 	return in

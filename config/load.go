@@ -15,7 +15,6 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
-	"github.com/switchyard-router/switchyard/cloudevents"
 )
 
 // Load reads and parses the config file at path.
@@ -681,20 +680,12 @@ func (d *decoder) plugin(b *hcl.Block) Plugin {
 // inbox decodes an inbox block. Its policy inherits from the defaults like an
 // event's does, except routes: an inbox delivers to deliver, not to a sink.
 func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
-	in := Inbox{
-		Name:    b.Labels[0],
-		TTL:     DefaultInboxTTL,
-		Deliver: Deliver{Timeout: DefaultDeliverTimeout, Concurrency: DefaultDeliverConcurrency, Mode: ContentModeBinary},
-		Policy:  defaults.clone(),
-	}
-	in.Policy.Routes = nil
 	c := d.content(b.Body, inboxSchema)
-	var kind string
-	in.From, kind = d.sink(c, "from", b)
+	from, kind := d.sink(c, "from", b)
+	in := newInbox(b.Labels[0], from, kind == "kafka", defaults)
 	switch kind {
 	case "kafka":
 		in.Topics = d.requiredList(c, "topics", b, `["<topic>", ...] for a Kafka sink`)
-		in.Group, in.IDHeader = in.Name, cloudevents.Kafka.Prefix()+cloudevents.AttrID
 		d.str(c.Attributes["group"], &in.Group)
 		d.str(c.Attributes["instance_id"], &in.InstanceID)
 		d.duration(c.Attributes["session_timeout"], &in.SessionTimeout, true)
@@ -702,13 +693,11 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		d.unused(c, "Kafka", "subject", "durable")
 	case "nats":
 		in.Subject = d.required(c, "subject", b, `"<subject>" for a NATS sink`)
-		in.Durable, in.IDHeader = in.Name, cloudevents.NATS.Prefix()+cloudevents.AttrID
 		d.str(c.Attributes["durable"], &in.Durable)
 		d.unused(c, "NATS", "topics", "group", "instance_id", "session_timeout", "read_committed")
 	}
 	d.duration(c.Attributes["ttl"], &in.TTL, true)
 	d.str(c.Attributes["id_header"], &in.IDHeader)
-	in.MissingID = MissingIDDerive
 	oneOf(d, c.Attributes["missing_id"], &in.MissingID, MissingIDDerive, MissingIDReject)
 	if db := d.single(c.Blocks, "deliver"); db != nil {
 		dc := d.content(db.Body, deliverSchema)

@@ -57,7 +57,7 @@ func inboundID(b cloudevents.Binding, ev *switchyard.Event, headers []switchyard
 		return id
 	}
 	for _, h := range headers {
-		if strings.ToLower(h.Name) == idHeader {
+		if strings.EqualFold(h.Name, idHeader) {
 			return strings.ToValidUTF8(h.Value, "\uFFFD")
 		}
 	}

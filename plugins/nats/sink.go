@@ -515,6 +515,7 @@ type scratch struct {
 	msg  natsgo.Msg
 	hdr  natsgo.Header
 	vals []string
+	hs   []switchyard.Header
 }
 
 func (s *Sink) getScratch(n int) *scratch {
@@ -532,6 +533,7 @@ func (s *Sink) getScratch(n int) *scratch {
 func (s *Sink) putScratch(sc *scratch) {
 	clear(sc.futs) // drop references to futures
 	clear(sc.vals)
+	clear(sc.hs)
 	clear(sc.hdr)
 	sc.msg = natsgo.Msg{}
 	s.scratchPool.Put(sc)
@@ -547,7 +549,8 @@ func (sc *scratch) encode(sink string, m *switchyard.Message) (*natsgo.Msg, erro
 	if m.Topic == "" {
 		return nil, switchyard.Permanentf("%s: event %s: no subject to publish to", sink, m.Event.ID)
 	}
-	hs := cloudevents.NATS.Headers(m.Event)
+	sc.hs = cloudevents.NATS.AppendHeaders(sc.hs[:0], m.Event)
+	hs := sc.hs
 	clear(sc.hdr)
 	if cap(sc.vals) < len(hs)+1 {
 		sc.vals = make([]string, len(hs)+1)

@@ -375,19 +375,23 @@ func (s *Sink) request(ctx context.Context, m *switchyard.Message) (*http.Reques
 		return nil, err
 	}
 	h := req.Header
-	for _, x := range cloudevents.HTTP.Headers(m.Event) {
-		switch {
-		case x.Name == cloudevents.ContentTypeHeader:
-			h.Set("Content-Type", x.Value)
-		case s.mode == config.ContentModeStructured && !cloudevents.IsPassThrough(x.Name):
-		default:
+	if s.mode == config.ContentModeStructured {
+		h.Set("Content-Type", cloudevents.MediaStructured)
+		for _, x := range m.Event.Extensions {
+			if cloudevents.IsPassThrough(x.Name) {
+				h[x.Name] = []string{x.Value} // for tracing middleware
+			}
+		}
+	} else {
+		for _, x := range cloudevents.HTTP.Headers(m.Event) {
+			if x.Name == cloudevents.ContentTypeHeader {
+				h.Set("Content-Type", x.Value)
+				continue
+			}
 			// Lower-case names, as the binding writes them; set directly
 			// so Go does not canonicalise them.
 			h[x.Name] = []string{x.Value}
 		}
-	}
-	if s.mode == config.ContentModeStructured {
-		h.Set("Content-Type", cloudevents.MediaStructured)
 	}
 	key := m.MsgID
 	if key == "" {
