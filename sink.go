@@ -49,6 +49,21 @@ type Sink interface {
 	Close(ctx context.Context) error
 }
 
+// Sender is implemented by sinks that can send a batch now and learn its
+// outcome later. Send writes msgs to the broker, in order, before it
+// returns; the wait it returns blocks until every message has an outcome,
+// under Publish's contract (one Result per message, in order; a message
+// still unanswered when ctx is done gets ErrUnknownOutcome). ctx must stay
+// live until wait returns, and wait is called once.
+//
+// The engine sends a type's next batch while the acknowledgements of the
+// last are still in flight: batches leave in the order they were taken and
+// their round trips overlap. A sink without Send has its batches published
+// one at a time.
+type Sender interface {
+	Send(ctx context.Context, msgs []*Message) (wait func() []Result)
+}
+
 // HealthChecker is implemented by sinks that can say whether their broker is
 // reachable; /readyz and the sink_up metric use it.
 type HealthChecker interface {

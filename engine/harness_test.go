@@ -69,6 +69,9 @@ func (c *clock) Advance(d time.Duration) {
 // harnessOption adjusts the engine's options.
 type harnessOption func(*engine.Options)
 
+// sinkWrap wraps the harness's NATS sink before the engine gets it.
+type sinkWrap func(*natsplugin.Sink) switchyard.Sink
+
 func withPlugins(p ...switchyard.Plugin) harnessOption {
 	return func(o *engine.Options) { o.Plugins = append(o.Plugins, p...) }
 }
@@ -90,6 +93,8 @@ func newHarness(t testing.TB, policies string, fake bool, extra ...any) *harness
 	sinks := []switchyard.Sink{h.sink}
 	for _, x := range extra {
 		switch x := x.(type) {
+		case sinkWrap:
+			sinks[0] = x(h.sink)
 		case switchyard.Sink:
 			sinks = append(sinks, x)
 		case harnessOption:

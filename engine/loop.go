@@ -96,10 +96,10 @@ func (l *Loop) currentDelay() time.Duration {
 // an outage costs one probe a second, not a poll per event.
 const outageProbe = time.Second
 
-// maxCommitsInFlight bounds how many published batches of one loop may wait
-// for their commit while the loop takes the next (group commit joins them
-// into one fsync).
-const maxCommitsInFlight = 4
+// maxInTransit bounds how many sent batches of one loop may wait for their
+// acknowledgements and commit while the loop takes and sends the next
+// (docs/decisions/full-batch.md).
+const maxInTransit = 4
 
 // run polls until ctx ends: after each poll it waits the adaptive delay, or
 // less when a commit of this type wakes it. After a poll that found a sink
@@ -109,54 +109,54 @@ const maxCommitsInFlight = 4
 // an event that failed for its own sake (retried later, or dead-lettered)
 // does not slow the others.
 //
-// While a backlog drains, publishing the next batches overlaps the commits
-// of the previous ones. A batch's events stay held until its commit is
-// done; the hold is let go before a take whose snapshot sees that commit,
-// never during one, so no take can see an event its commit delivered.
+// While a backlog drains, the loop sends the next batch while the
+// acknowledgements and the commit of the last ones are outstanding: the
+// batches leave in order, their round trips overlap. A batch's events stay
+// held until its commit is done; the hold is let go before a take whose
+// snapshot sees that commit, never during one, so no take can see an event
+// its commit delivered.
 func (l *Loop) run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var commits []*inCommit // oldest first
-	// settle waits for commits until at most keep are left in flight.
-	settle := func(keep int) {
-		for len(commits) > keep {
-			if err := commits[0].wait(); err != nil && ctx.Err() == nil {
-				l.e.log.Error("commit failed", "type", l.typ, "error", err)
-			}
-			commits = commits[1:]
-		}
-	}
-	defer settle(0)
+	var transit inTransitQueue
+	defer transit.settle(ctx, l, 0)
 	for {
-		// Let go of the holds of commits already done: this take's
+		// Let go of the holds of batches already committed: this take's
 		// snapshot will see them.
-		for len(commits) > 0 && commits[0].finished() {
-			settle(len(commits) - 1)
-		}
+		transit.letGoFinished(ctx, l)
 		pol := l.pol.Load()
-		b, err := l.takeAndPublish(ctx)
+		b, err := l.takeAndSend(ctx)
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
 		}
-		taken, outage := 0, 0
+		taken := 0
 		if b != nil {
-			taken, outage = len(b.items), b.outage
-			commits = append(commits, l.commitAsync(ctx, b))
+			taken = len(b.items)
+			transit.add(l.finishAsync(ctx, b))
 		}
 		l.mu.Lock()
 		d := l.delay.Next(taken == pol.BatchSize)
 		l.mu.Unlock()
 		l.e.metrics.polled(l.typ, taken, pol.BatchSize)
-		if taken == pol.BatchSize && outage == 0 && err == nil {
+		if taken == pol.BatchSize && err == nil {
 			// A full batch says more is waiting: drain the backlog now
-			// instead of at min's pace (docs/decisions/full-batch.md).
-			if ctx.Err() != nil {
-				return
+			// instead of at min's pace (docs/decisions/full-batch.md),
+			// with up to maxInTransit batches outstanding — one when a
+			// sink cannot keep batches in order by itself.
+			keep := maxInTransit - 1
+			if !b.sentInOrder {
+				keep = 0
 			}
-			settle(maxCommitsInFlight - 1)
-			continue
+			transit.settle(ctx, l, keep)
+			if transit.outage == 0 && ctx.Err() == nil {
+				continue
+			}
 		}
-		settle(0)
+		transit.settle(ctx, l, 0)
+		outage := transit.takeOutage()
+		if ctx.Err() != nil {
+			return
+		}
 		wake := l.wakeC
 		if outage > 0 || err != nil {
 			// Back off from new events, but probe again within a second:
@@ -189,20 +189,21 @@ type PollResult struct {
 }
 
 // Poll takes one batch of due events, publishes their outputs and commits
-// the outcome. run does the same with commits overlapping the next batch;
-// tests step a loop with Poll.
+// the outcome. run does the same with batches overlapping; tests step a
+// loop with Poll.
 func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
-	b, err := l.takeAndPublish(ctx)
+	b, err := l.takeAndSend(ctx)
 	if b == nil {
 		return PollResult{}, err
 	}
 	defer l.letGo(b)
-	return l.commitBatch(ctx, b)
+	return l.finish(ctx, b)
 }
 
-// takeAndPublish takes up to a batch of due events, holds them, and
-// publishes their outputs. It returns nil when nothing is due.
-func (l *Loop) takeAndPublish(ctx context.Context) (*batch, error) {
+// takeAndSend takes up to a batch of due events, holds them, runs them
+// through the plugin chain and sends their outputs. It returns nil when
+// nothing is due.
+func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
 	pol := l.pol.Load()
 	now := l.e.now()
 	var recs []*storage.Record
@@ -216,10 +217,15 @@ func (l *Loop) takeAndPublish(ctx context.Context) (*batch, error) {
 	}
 	l.hold(recs)
 	b := l.outputs(ctx, pol, recs)
-	pubCtx, cancel := context.WithTimeout(ctx, pol.MaxProcessingTime)
-	b.publish(pubCtx, l.e.sinks(), l.e.metrics.observePublish)
-	cancel()
+	b.send(ctx, l.e.sinks())
 	return b, nil
+}
+
+// finish waits for a sent batch's acknowledgements and records its
+// outcome. It does not let go of the batch's hold; the caller does.
+func (l *Loop) finish(ctx context.Context, b *batch) (PollResult, error) {
+	b.await(l.e.metrics.observePublish)
+	return l.commitBatch(ctx, b)
 }
 
 // commitBatch records a published batch's outcome in one transaction. It
@@ -239,37 +245,70 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 	return res, nil
 }
 
-// inCommit is a batch whose commit runs while the loop takes the next.
-type inCommit struct {
-	l    *Loop
+// inTransit is a sent batch whose acknowledgements and commit run while
+// the loop takes the next.
+type inTransit struct {
 	b    *batch
 	done chan struct{}
 	err  error
 }
 
-func (l *Loop) commitAsync(ctx context.Context, b *batch) *inCommit {
-	c := &inCommit{l: l, b: b, done: make(chan struct{})}
+func (l *Loop) finishAsync(ctx context.Context, b *batch) *inTransit {
+	t := &inTransit{b: b, done: make(chan struct{})}
 	go func() {
-		_, c.err = l.commitBatch(ctx, b)
-		close(c.done)
+		_, t.err = l.finish(ctx, b)
+		close(t.done)
 	}()
-	return c
+	return t
 }
 
-func (c *inCommit) finished() bool {
+func (t *inTransit) finished() bool {
 	select {
-	case <-c.done:
+	case <-t.done:
 		return true
 	default:
 		return false
 	}
 }
 
-// wait waits for the commit, then lets go of the batch's hold.
-func (c *inCommit) wait() error {
-	<-c.done
-	c.l.letGo(c.b)
-	return c.err
+// inTransitQueue is a loop's batches in transit, oldest first, and the
+// outage its settled batches met since the loop last looked.
+type inTransitQueue struct {
+	batches []*inTransit
+	outage  int // outputs that met an outage (sink unavailable, outcome unknown)
+}
+
+func (q *inTransitQueue) add(t *inTransit) { q.batches = append(q.batches, t) }
+
+// settle waits for the oldest batches until at most keep are left in
+// transit and lets go of their holds.
+func (q *inTransitQueue) settle(ctx context.Context, l *Loop, keep int) {
+	for len(q.batches) > keep {
+		t := q.batches[0]
+		<-t.done
+		l.letGo(t.b)
+		if t.err != nil && ctx.Err() == nil {
+			l.e.log.Error("commit failed", "type", l.typ, "error", t.err)
+		}
+		q.outage += t.b.outage
+		q.batches = q.batches[1:]
+	}
+}
+
+// letGoFinished settles the oldest batches as long as they are done. (A
+// newer batch that finished first keeps its hold until the older ones
+// have: holds are let go in the order batches were taken.)
+func (q *inTransitQueue) letGoFinished(ctx context.Context, l *Loop) {
+	for len(q.batches) > 0 && q.batches[0].finished() {
+		q.settle(ctx, l, len(q.batches)-1)
+	}
+}
+
+// takeOutage returns the outage met since the last call and forgets it.
+func (q *inTransitQueue) takeOutage() int {
+	n := q.outage
+	q.outage = 0
+	return n
 }
 
 func (l *Loop) hold(recs []*storage.Record) {
@@ -314,6 +353,19 @@ type batch struct {
 	// event's: not sent (sink unavailable) or unknown outcome. Only these
 	// make the loop back off: a poison event must not hold up its type.
 	outage int
+
+	// Set by send, used by await.
+	cancel      context.CancelFunc // ends the publish deadline
+	waits       []sinkWait
+	sentInOrder bool // every sink had the messages before send returned
+}
+
+// sinkWait is one sink's share of a sent batch, and how to learn its answers.
+type sinkWait struct {
+	sink  string
+	outs  []*output
+	start time.Time
+	wait  func() []switchyard.Result
 }
 
 // outputs runs each event through the type's plugin chain (none: the event
@@ -398,32 +450,60 @@ func delivered(rec *storage.Record, dest, msgID string) bool {
 	return false
 }
 
-// publish sends every sink its messages concurrently and waits for all. A
-// sink that overstays the deadline by abandonGrace is given up on: its
-// outputs count as unknown.
-func (b *batch) publish(ctx context.Context, sinks map[string]switchyard.Sink, observe func(sink string, took time.Duration)) {
-	var wg sync.WaitGroup
+// send hands every sink its messages, with the publish deadline
+// (max_processing_time) running from now. A switchyard.Sender sink gets
+// them before send returns, so the next batch goes out behind this one; any
+// other sink publishes in a goroutine of its own, and the batch is not
+// sentInOrder.
+func (b *batch) send(ctx context.Context, sinks map[string]switchyard.Sink) {
+	ctx, b.cancel = context.WithTimeout(ctx, b.pol.MaxProcessingTime)
+	b.sentInOrder = true
 	for name, outs := range b.bySink {
 		msgs := make([]*switchyard.Message, len(outs))
 		for i, o := range outs {
 			msgs[i] = &o.msg
 		}
+		w := sinkWait{sink: name, outs: outs, start: time.Now()}
+		if s, ok := sinks[name].(switchyard.Sender); ok {
+			w.wait = s.Send(ctx, msgs)
+		} else {
+			b.sentInOrder = false
+			w.wait = publishLater(ctx, sinks[name], msgs)
+		}
+		b.waits = append(b.waits, w)
+	}
+}
+
+// publishLater starts s.Publish in a goroutine and returns how to wait
+// for it.
+func publishLater(ctx context.Context, s switchyard.Sink, msgs []*switchyard.Message) func() []switchyard.Result {
+	ch := make(chan []switchyard.Result, 1)
+	go func() { ch <- s.Publish(ctx, msgs) }()
+	return func() []switchyard.Result { return <-ch }
+}
+
+// await waits for every sink's answers, concurrently, and counts the
+// failures. A sink that overstays the deadline by abandonGrace is given up
+// on: its outputs count as unknown.
+func (b *batch) await(observe func(sink string, took time.Duration)) {
+	defer b.cancel()
+	var wg sync.WaitGroup
+	for _, w := range b.waits {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			start := time.Now()
-			results := publishBounded(ctx, sinks[name], msgs)
+			results := b.bounded(w)
 			if observe != nil {
-				observe(name, time.Since(start))
+				observe(w.sink, time.Since(w.start))
 			}
-			for i, o := range outs {
+			for i, o := range w.outs {
 				o.result = results[i]
 			}
 		}()
 	}
 	wg.Wait()
-	for _, outs := range b.bySink {
-		for _, o := range outs {
+	for _, w := range b.waits {
+		for _, o := range w.outs {
 			if err := o.result.Err; err != nil {
 				b.failed++
 				if errors.Is(err, switchyard.ErrSinkUnavailable) || errors.Is(err, switchyard.ErrUnknownOutcome) {
@@ -434,27 +514,25 @@ func (b *batch) publish(ctx context.Context, sinks map[string]switchyard.Sink, o
 	}
 }
 
-func publishBounded(ctx context.Context, s switchyard.Sink, msgs []*switchyard.Message) []switchyard.Result {
+// bounded is w's answers, or unknown outcomes for all if the sink does not
+// answer within abandonGrace after the deadline (or answers wrongly).
+func (b *batch) bounded(w sinkWait) []switchyard.Result {
+	n := len(w.outs)
 	ch := make(chan []switchyard.Result, 1)
-	go func() { ch <- s.Publish(ctx, msgs) }()
-	select {
-	case r := <-ch:
-		if len(r) == len(msgs) {
-			return r
-		}
-		return unknown(len(msgs), fmt.Errorf("sink %s returned %d results for %d messages", s.Name(), len(r), len(msgs)))
-	case <-ctx.Done():
-	}
-	grace := time.NewTimer(abandonGrace)
+	go func() { ch <- w.wait() }()
+	var r []switchyard.Result
+	deadline := time.Until(w.start.Add(b.pol.MaxProcessingTime))
+	grace := time.NewTimer(max(deadline, 0) + abandonGrace)
 	defer grace.Stop()
 	select {
-	case r := <-ch:
-		if len(r) == len(msgs) {
-			return r
-		}
+	case r = <-ch:
 	case <-grace.C:
+		return unknown(n, fmt.Errorf("sink %s did not answer by the deadline: %w", w.sink, switchyard.ErrUnknownOutcome))
 	}
-	return unknown(len(msgs), fmt.Errorf("sink %s did not answer by the deadline: %w", s.Name(), switchyard.ErrUnknownOutcome))
+	if len(r) != n {
+		return unknown(n, fmt.Errorf("sink %s returned %d results for %d messages", w.sink, len(r), n))
+	}
+	return r
 }
 
 func unknown(n int, err error) []switchyard.Result {

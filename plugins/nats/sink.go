@@ -376,28 +376,42 @@ func (s *Sink) Close(ctx context.Context) error {
 // subject no stream listens to, a connection that is down and other broker
 // errors are plain (retryable) errors.
 func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	return s.Send(ctx, msgs)()
+}
+
+// Send is Publish in two steps (switchyard.Sender): every message is
+// written to the connection before Send returns; the returned wait collects
+// the acknowledgements. On core NATS, Send does it all.
+func (s *Sink) Send(ctx context.Context, msgs []*switchyard.Message) (wait func() []switchyard.Result) {
 	res := make([]switchyard.Result, len(msgs))
+	done := func() []switchyard.Result { return res }
 	if len(msgs) == 0 {
-		return res
+		return done
 	}
 	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	// Fail fast while disconnected: nothing is sent, so the outcome is known.
 	// (nats.go would otherwise buffer the messages for after the reconnect
 	// and the batch would wait out its whole deadline.)
 	if why := s.unavailable(); why != nil {
+		cancel()
 		err := fmt.Errorf("%w: %w", why, switchyard.ErrSinkUnavailable)
 		for i := range res {
 			res[i].Err = err
 		}
+		return done
+	}
+	if s.js == nil {
+		s.publishCore(ctx, msgs, res)
+		cancel()
+		return done
+	}
+	sc := s.sendJetStream(ctx, msgs, res)
+	return func() []switchyard.Result {
+		s.awaitJetStream(ctx, sc, msgs, res)
+		s.putScratch(sc)
+		cancel()
 		return res
 	}
-	if s.js != nil {
-		s.publishJetStream(ctx, msgs, res)
-	} else {
-		s.publishCore(ctx, msgs, res)
-	}
-	return res
 }
 
 // bound limits ctx to the publish timeout unless it already ends earlier.
@@ -408,13 +422,11 @@ func (s *Sink) bound(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, s.timeout)
 }
 
-func (s *Sink) publishJetStream(ctx context.Context, msgs []*switchyard.Message, res []switchyard.Result) {
+// sendJetStream sends every message without waiting: the acks of the
+// whole batch are in flight together. The futures are in the returned
+// scratch, which awaitJetStream reads.
+func (s *Sink) sendJetStream(ctx context.Context, msgs []*switchyard.Message, res []switchyard.Result) *scratch {
 	sc := s.getScratch(len(msgs))
-	defer s.putScratch(sc)
-	futs := sc.futs
-
-	// Send everything first, then wait: the acks of the whole batch are in
-	// flight together.
 	for i, m := range msgs {
 		nm, err := s.prepare(ctx, sc, m)
 		if err != nil {
@@ -426,11 +438,16 @@ func (s *Sink) publishJetStream(ctx context.Context, msgs []*switchyard.Message,
 			res[i].Err = s.sendError(m, err)
 			continue
 		}
-		futs[i] = f
+		sc.futs[i] = f
 	}
+	return sc
+}
 
+// awaitJetStream collects the acknowledgements of what sendJetStream sent,
+// until ctx is done; what has not arrived by then is an unknown outcome.
+func (s *Sink) awaitJetStream(ctx context.Context, sc *scratch, msgs []*switchyard.Message, res []switchyard.Result) {
 	done := ctx.Done()
-	for i, f := range futs {
+	for i, f := range sc.futs {
 		if f == nil {
 			continue
 		}
