@@ -156,6 +156,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	}
 	if after, err := b.routerUse(ctx); err == nil && before != nil {
 		rep.Router = after.since(before, rep.Events)
+		b.measureDisk(ctx, rep.Router)
 	}
 	if text {
 		rep.writeResults(c.Stdout)
@@ -603,13 +604,23 @@ type routerReport struct {
 	AllocsPerEvent     float64 `json:"allocs_per_event"`
 	HeapInuse          float64 `json:"heap_inuse_bytes"` // at the end
 	Resident           float64 `json:"resident_bytes"`   // at the end, with the pages of the data file it has mapped
+	// The data file at the end: pages holding data, its size, the records
+	// it holds (every state) and the pages per record.
+	DiskUsed      float64 `json:"disk_used_bytes"`
+	DiskFile      float64 `json:"disk_file_bytes"`
+	Records       float64 `json:"records"`
+	DiskPerRecord float64 `json:"disk_bytes_per_record"`
 }
 
 // routerUse is the process counters of the router's /metrics.
 type routerUse map[string]float64
 
 var routerUseNames = []string{"process_cpu_seconds_total", "go_memstats_alloc_bytes_total", "go_memstats_mallocs_total",
-	"go_memstats_heap_inuse_bytes", "process_resident_memory_bytes"}
+	"go_memstats_heap_inuse_bytes", "process_resident_memory_bytes",
+	"switchyard_storage_used_bytes", "switchyard_storage_file_size_bytes"}
+
+// recordsMetric is summed over its states: every record in the data file.
+const recordsMetric = "switchyard_events"
 
 func (b *bench) routerUse(ctx context.Context) (routerUse, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://router/metrics", nil)
@@ -626,11 +637,38 @@ func (b *bench) routerUse(ctx context.Context) (routerUse, error) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, value, ok := strings.Cut(sc.Text(), " ")
-		if ok && slices.Contains(routerUseNames, name) {
-			u[name], _ = strconv.ParseFloat(value, 64)
+		v, _ := strconv.ParseFloat(value, 64)
+		switch {
+		case !ok:
+		case slices.Contains(routerUseNames, name):
+			u[name] = v
+		case strings.HasPrefix(name, recordsMetric+"{"):
+			u[recordsMetric] += v
 		}
 	}
 	return u, sc.Err()
+}
+
+// diskSettle is how long the data file's measure may lag behind: the
+// router measures it every 250 ms (engine.spaceEvery).
+const diskSettle = 500 * time.Millisecond
+
+// measureDisk reads the data file's numbers once the router's own measure
+// has caught up with the run's last commit.
+func (b *bench) measureDisk(ctx context.Context, r *routerReport) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(diskSettle):
+	}
+	u, err := b.routerUse(ctx)
+	if err != nil {
+		return
+	}
+	r.DiskUsed = u["switchyard_storage_used_bytes"]
+	r.DiskFile = u["switchyard_storage_file_size_bytes"]
+	r.Records = u[recordsMetric]
+	r.DiskPerRecord = r.DiskUsed / max(r.Records, 1)
 }
 
 // since is the use from before to u, per event.
@@ -703,6 +741,8 @@ func (r *benchReport) writeResults(w io.Writer) {
 	if u := r.Router; u != nil {
 		fmt.Fprintf(w, "router        %.1f µs CPU, %.0f bytes and %.1f allocations per event; heap in use %.0f MiB, resident %.0f MiB (with the mapped data file)\n",
 			u.CPUPerEvent, u.AllocBytesPerEvent, u.AllocsPerEvent, u.HeapInuse/(1<<20), u.Resident/(1<<20))
+		fmt.Fprintf(w, "disk          %.0f bytes of pages per stored record (%.1f MiB in use for %.0f records; file %.1f MiB)\n",
+			u.DiskPerRecord, u.DiskUsed/(1<<20), u.Records, u.DiskFile/(1<<20))
 	}
 }
 

@@ -47,6 +47,10 @@ func TestBench(t *testing.T) {
 		}
 		if u := rep.Router; u == nil || u.AllocsPerEvent <= 0 || u.AllocBytesPerEvent <= 0 || u.HeapInuse <= 0 || u.Resident <= 0 {
 			t.Errorf("bench %v: router use %+v", scenario, u)
+		} else if u.Records < float64(rep.Events) || u.DiskUsed <= 0 || u.DiskFile < u.DiskUsed || u.DiskPerRecord != u.DiskUsed/u.Records {
+			// Every event of the run is still in the file (delivered ones
+			// are kept until outbox.ttl).
+			t.Errorf("bench %v: data file %+v after %d events", scenario, u, rep.Events)
 		}
 		if o.E2E {
 			if e := rep.E2E; e == nil || e.Received != rep.Events || e.Missing != 0 || e.EventsPerSec <= 0 {
