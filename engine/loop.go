@@ -105,7 +105,9 @@ const maxInTransit = 4
 // less when a commit of this type wakes it. After a poll that found a sink
 // unavailable (or could not learn an outcome) it ignores wake-ups and waits
 // the delay, at most outageProbe, so a broker outage makes it probe once a
-// second instead of spinning on every new event;
+// second instead of spinning on every new event (such a poll does not count
+// as full, however many events it took: the delay grows, and the probes
+// send one batch at a time);
 // an event that failed for its own sake (retried later, or dead-lettered)
 // does not slow the others.
 //
@@ -120,6 +122,7 @@ func (l *Loop) run(ctx context.Context) {
 	defer timer.Stop()
 	var transit inTransitQueue
 	defer transit.settle(ctx, l, 0)
+	probing := false // the last poll met an outage: send one batch at a time
 	for {
 		// Let go of the holds of batches already committed: this take's
 		// snapshot will see them.
@@ -134,29 +137,32 @@ func (l *Loop) run(ctx context.Context) {
 			taken = len(b.items)
 			transit.add(l.finishAsync(ctx, b))
 		}
-		l.mu.Lock()
-		d := l.delay.Next(taken == pol.BatchSize)
-		l.mu.Unlock()
 		l.e.metrics.polled(l.typ, taken, pol.BatchSize)
-		if taken == pol.BatchSize && err == nil {
+		full := taken == pol.BatchSize && err == nil
+		if full {
 			// A full batch says more is waiting: drain the backlog now
 			// instead of at min's pace (docs/decisions/full-batch.md),
 			// with up to maxInTransit batches outstanding — one when a
 			// sink cannot keep batches in order by itself.
 			keep := maxInTransit - 1
-			if !b.sentInOrder {
+			if !b.sentInOrder || probing {
 				keep = 0
 			}
 			transit.settle(ctx, l, keep)
 			if transit.outage == 0 && ctx.Err() == nil {
+				probing = false
+				l.nextDelay(true)
 				continue
 			}
 		}
 		transit.settle(ctx, l, 0)
-		outage := transit.takeOutage()
 		if ctx.Err() != nil {
 			return
 		}
+		outage := transit.takeOutage()
+		// A poll that met an outage is not a full one: the delay grows.
+		probing = outage > 0
+		d := l.nextDelay(full && !probing)
 		wake := l.wakeC
 		if outage > 0 || err != nil {
 			// Back off from new events, but probe again within a second:
@@ -176,6 +182,13 @@ func (l *Loop) run(ctx context.Context) {
 			timer.Stop()
 		}
 	}
+}
+
+// nextDelay feeds the adaptive delay a poll's outcome and returns the wait.
+func (l *Loop) nextDelay(full bool) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.delay.Next(full)
 }
 
 // PollResult counts what one poll did.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 )
 
@@ -110,4 +111,36 @@ func keyIndex(t *testing.T, k string) int {
 		t.Fatalf("partition key %q", k)
 	}
 	return i
+}
+
+// With the broker down and a backlog of full batches, a loop probes about
+// once a second instead of at polling.min: each probe that meets the outage
+// grows the delay (and rewrites its batch), so it must not repeat every
+// few milliseconds.
+func TestOutageWithBacklogProbesSlowly(t *testing.T) {
+	h := newHarness(t, `
+event "t.backlog" {
+  batch_size = 10
+  route {
+    to      = "nats.local"
+    subject = "t.backlog"
+  }
+  polling { min = "5ms" }
+}
+`, false)
+	h.srv.Close(context.Background())
+	testkit.Eventually(t, "the sink to see the server go", 10*time.Second, func() bool {
+		return h.sink.Healthy(context.Background()) != nil
+	})
+	h.ingest("t.backlog", 200)
+	time.Sleep(500 * time.Millisecond) // the first probes, while the delay grows
+	before := h.db.Commits()
+	time.Sleep(2 * time.Second)
+	commits := h.db.Commits() - before
+	// At 5 ms a poll, a loop that kept treating its full batches as a
+	// backlog would commit ~400 times; probing within a second, ≤ 4.
+	if commits > 6 {
+		t.Fatalf("%d commits in 2s of outage: the loop polls at min, not once a second", commits)
+	}
+	t.Logf("%d commits in 2s of outage", commits)
 }
