@@ -78,9 +78,11 @@ func encodeRecord(r *Record) ([]byte, error) {
 }
 
 // decodeRecord copies everything out of v: the result stays valid after
-// the transaction that read v ends.
+// the transaction that read v ends. It copies v twice, not once per field:
+// every string of the record is a substring of one copy of v, and the data
+// is a copy of its own (a record's fields live and die together).
 func decodeRecord(v []byte) (*Record, error) {
-	d := decoder{b: v}
+	d := decoder{b: v, s: string(v)}
 	if d.u8() != recordVersion {
 		return nil, fmt.Errorf("%w: unknown version", errCorrupt)
 	}
@@ -160,7 +162,8 @@ func appendTime(b []byte, t time.Time) []byte {
 // decoder reads the layout above; the first error sticks and every later
 // read returns a zero value, so decodeRecord checks once at the end.
 type decoder struct {
-	b   []byte
+	b   []byte // what is left to read
+	s   string // all of it, as read: strings are cut from it
 	err error
 }
 
@@ -218,7 +221,14 @@ func (d *decoder) raw() []byte {
 	return v
 }
 
-func (d *decoder) str() string { return string(d.raw()) }
+func (d *decoder) str() string {
+	v := d.raw()
+	if len(v) == 0 {
+		return ""
+	}
+	end := len(d.s) - len(d.b) // v ends where what is left begins
+	return d.s[end-len(v) : end]
+}
 
 func (d *decoder) bytes() []byte {
 	v := d.raw()

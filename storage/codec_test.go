@@ -68,3 +68,32 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRecordCodec measures encoding and decoding one record as the hot
+// path meets it: an ingested event (400 bytes of data) with one delivered
+// output.
+func BenchmarkRecordCodec(b *testing.B) {
+	r := sampleRecord()
+	r.Event.Data = make([]byte, 400)
+	r.Outputs, r.History = r.Outputs[:1], nil
+	v, err := encodeRecord(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := encodeRecord(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeRecord(v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
