@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"mime"
 	"net/http"
 	"slices"
 	"sort"
@@ -33,7 +32,7 @@ const (
 // reports the batch mode, whose response is a list.
 func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Time) (events []engine.IngestEvent, batch bool, err error) {
 	ct := h.Get("Content-Type")
-	media, _, _ := mime.ParseMediaType(ct)
+	media := cloudevents.Media(ct)
 	var evs []switchyard.Event
 	switch {
 	case media == cloudevents.MediaStructured:

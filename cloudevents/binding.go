@@ -2,7 +2,6 @@ package cloudevents
 
 import (
 	"errors"
-	"mime"
 	"net/http"
 	"net/url"
 	"sort"
@@ -272,7 +271,7 @@ func (b Binding) isStructured(hs []switchyard.Header) bool {
 		case strings.EqualFold(h.Name, b.prefix+AttrSpecVersion):
 			return false
 		case strings.EqualFold(h.Name, ContentTypeHeader):
-			media, _, _ := mime.ParseMediaType(h.Value)
+			media := Media(h.Value)
 			structured = structured || media == MediaStructured
 		}
 	}

@@ -295,10 +295,22 @@ func decodeData(ev *switchyard.Event, v jsontext.Value) ([]byte, error) {
 	return v, nil
 }
 
+// Media is a content type's media type, lower-case, without parameters; ""
+// when it does not parse. The common values, exactly as this package
+// writes them, skip the parser (it allocates on every call).
+func Media(contentType string) string {
+	switch contentType {
+	case MediaStructured, MediaBatch, "application/json":
+		return contentType
+	}
+	media, _, _ := mime.ParseMediaType(contentType)
+	return media
+}
+
 // IsJSONMedia reports a JSON content type: application/json, text/json or
 // any +json suffix.
 func IsJSONMedia(contentType string) bool {
-	media, _, _ := mime.ParseMediaType(contentType)
+	media := Media(contentType)
 	return media == "application/json" || media == "text/json" || strings.HasSuffix(media, "+json")
 }
 

@@ -3,6 +3,7 @@ package cloudevents_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"mime"
 	"reflect"
 	"strings"
 	"testing"
@@ -269,5 +270,16 @@ func TestReviewCases(t *testing.T) {
 	ev, warnings := cloudevents.Kafka.DecodeLenient([]switchyard.Header{{Name: "ce_specversion", Value: "1.0"}, {Name: "ce_a b:c", Value: "x"}}, nil)
 	if len(ev.Extensions) != 0 || len(warnings) != 1 {
 		t.Errorf("extension %v kept, warnings %v", ev.Extensions, warnings)
+	}
+}
+
+// Media gives what mime.ParseMediaType gives, with or without its fast path.
+func TestMedia(t *testing.T) {
+	for _, ct := range []string{cloudevents.MediaStructured, cloudevents.MediaBatch, "application/json", "Application/JSON",
+		"application/cloudevents+json; charset=utf-8", "text/plain;charset=x", "", "not a type", "application/json;"} {
+		want, _, _ := mime.ParseMediaType(ct)
+		if got := cloudevents.Media(ct); got != want {
+			t.Errorf("Media(%q) = %q, want %q", ct, got, want)
+		}
 	}
 }

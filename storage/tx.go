@@ -52,6 +52,22 @@ var ErrExists = errors.New("storage: event id already stored")
 type Tx struct {
 	tx       *bolt.Tx
 	writable bool
+	events   *bolt.Cursor // getEvent's, made on first use
+}
+
+// getEvent is the events bucket's Get through one cursor per transaction:
+// bbolt's Get makes a cursor, and grows its stack, on every call; Seek
+// on a kept cursor reuses them. (Seek starts from the bucket's root, so it
+// sees this transaction's own writes, as Get does.)
+func (tx *Tx) getEvent(key []byte) []byte {
+	if tx.events == nil {
+		tx.events = tx.bucket(bucketEvents).Cursor()
+	}
+	k, v := tx.events.Seek(key)
+	if !bytes.Equal(k, key) {
+		return nil
+	}
+	return v
 }
 
 func timeKey(t time.Time, rest []byte) []byte {
@@ -103,7 +119,7 @@ func (tx *Tx) nextSeq() (uint64, error) {
 // Record returns the record stored under key (an outbound event's id, see
 // Record.Key), or ErrNotFound.
 func (tx *Tx) Record(key string) (*Record, error) {
-	v := tx.bucket(bucketEvents).Get([]byte(key))
+	v := tx.getEvent([]byte(key))
 	if v == nil {
 		return nil, ErrNotFound
 	}
@@ -114,8 +130,7 @@ func (tx *Tx) Record(key string) (*Record, error) {
 // when zero), and assigns r.QueueSeq. It returns ErrExists, before writing
 // anything, when the id is taken.
 func (tx *Tx) InsertEvent(r *Record, orderByKey bool) error {
-	events := tx.bucket(bucketEvents)
-	if events.Get([]byte(r.Key())) != nil {
+	if tx.getEvent([]byte(r.Key())) != nil {
 		return ErrExists
 	}
 	if r.NextAttemptAt.IsZero() {
@@ -325,7 +340,7 @@ func (tx *Tx) Types() []string {
 // ended before now. It returns how many it removed.
 func (tx *Tx) DeleteExpiredDelivered(now time.Time, limit int) (int, error) {
 	return tx.expire(bucketDone, now, limit, func(id []byte) error {
-		v := tx.bucket(bucketEvents).Get(id)
+		v := tx.getEvent(id)
 		if v == nil {
 			return nil
 		}
