@@ -602,8 +602,9 @@ type routerReport struct {
 	CPUPerEvent        float64 `json:"cpu_us_per_event"`
 	AllocBytesPerEvent float64 `json:"alloc_bytes_per_event"`
 	AllocsPerEvent     float64 `json:"allocs_per_event"`
-	HeapInuse          float64 `json:"heap_inuse_bytes"` // at the end
-	Resident           float64 `json:"resident_bytes"`   // at the end, with the pages of the data file it has mapped
+	HeapInuse          float64 `json:"heap_inuse_bytes"`    // at the end
+	Resident           float64 `json:"resident_bytes"`      // at the end, with the pages of the data file it has mapped
+	AnonResident       float64 `json:"anon_resident_bytes"` // at the end, without them (Linux)
 	// The data file at the end: pages holding data, its size, the records
 	// it holds (every state) and the pages per record.
 	DiskUsed      float64 `json:"disk_used_bytes"`
@@ -617,7 +618,7 @@ type routerUse map[string]float64
 
 var routerUseNames = []string{"process_cpu_seconds_total", "go_memstats_alloc_bytes_total", "go_memstats_mallocs_total",
 	"go_memstats_heap_inuse_bytes", "process_resident_memory_bytes",
-	"switchyard_storage_used_bytes", "switchyard_storage_file_size_bytes"}
+	"switchyard_storage_used_bytes", "switchyard_storage_file_size_bytes", "switchyard_process_anon_resident_bytes"}
 
 // recordsMetric is summed over its states: every record in the data file.
 const recordsMetric = "switchyard_events"
@@ -681,6 +682,7 @@ func (u routerUse) since(before routerUse, events uint64) *routerReport {
 		AllocsPerEvent:     d("go_memstats_mallocs_total") / n,
 		HeapInuse:          u["go_memstats_heap_inuse_bytes"],
 		Resident:           u["process_resident_memory_bytes"],
+		AnonResident:       u["switchyard_process_anon_resident_bytes"],
 	}
 }
 
@@ -739,8 +741,8 @@ func (r *benchReport) writeResults(w io.Writer) {
 		fmt.Fprintf(w, "e2e latency   %s\n", latencyLine(e.Latency))
 	}
 	if u := r.Router; u != nil {
-		fmt.Fprintf(w, "router        %.1f µs CPU, %.0f bytes and %.1f allocations per event; heap in use %.0f MiB, resident %.0f MiB (with the mapped data file)\n",
-			u.CPUPerEvent, u.AllocBytesPerEvent, u.AllocsPerEvent, u.HeapInuse/(1<<20), u.Resident/(1<<20))
+		fmt.Fprintf(w, "router        %.1f µs CPU, %.0f bytes and %.1f allocations per event; heap in use %.0f MiB, resident %.0f MiB (%.0f MiB without the mapped data file)\n",
+			u.CPUPerEvent, u.AllocBytesPerEvent, u.AllocsPerEvent, u.HeapInuse/(1<<20), u.Resident/(1<<20), u.AnonResident/(1<<20))
 		fmt.Fprintf(w, "disk          %.0f bytes of pages per stored record (%.1f MiB in use for %.0f records; file %.1f MiB)\n",
 			u.DiskPerRecord, u.DiskUsed/(1<<20), u.Records, u.DiskFile/(1<<20))
 	}

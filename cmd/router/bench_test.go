@@ -45,7 +45,8 @@ func TestBench(t *testing.T) {
 		case rep.Latency.Count != rep.Requests || rep.Latency.P50 <= 0 || rep.Latency.P50 > rep.Latency.Max:
 			t.Errorf("bench %v: latency %+v", scenario, rep.Latency)
 		}
-		if u := rep.Router; u == nil || u.AllocsPerEvent <= 0 || u.AllocBytesPerEvent <= 0 || u.HeapInuse <= 0 || u.Resident <= 0 {
+		if u := rep.Router; u == nil || u.AllocsPerEvent <= 0 || u.AllocBytesPerEvent <= 0 || u.HeapInuse <= 0 || u.Resident <= 0 ||
+			u.AnonResident <= 0 || u.AnonResident > u.Resident {
 			t.Errorf("bench %v: router use %+v", scenario, u)
 		} else if u.Records < float64(rep.Events) || u.DiskUsed <= 0 || u.DiskFile < u.DiskUsed || u.DiskPerRecord != u.DiskUsed/u.Records {
 			// Every event of the run is still in the file (delivered ones

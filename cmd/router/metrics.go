@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"math"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,11 +18,32 @@ import (
 )
 
 // newRegistry is the router's Prometheus registry, with the Go runtime's
-// and the process's collectors.
+// and the process's collectors, and the anonymous part of the resident set.
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "switchyard_process_anon_resident_bytes",
+			Help: "Resident memory not backed by a file (Linux RssAnon): the process's own memory, without the pages of the data file it has mapped, which process_resident_memory_bytes counts."},
+			anonResident))
 	return reg
+}
+
+// anonResident reads RssAnon from /proc/self/status; NaN where there is none.
+func anonResident() float64 {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return math.NaN()
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				return math.NaN()
+			}
+			return kb * 1024
+		}
+	}
+	return math.NaN()
 }
 
 // storageMetrics registers the group-commit histograms and returns the
