@@ -118,8 +118,17 @@ func (s *Sink) client() *kgo.Client { return s.cl }
 // router's deadline: min(ctx's deadline, publish_timeout). It returns one
 // Result per message, in order.
 func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	return s.Send(ctx, msgs)()
+}
+
+// Send is Publish in two steps (switchyard.Sender): every record is handed
+// to the client, in order, before Send returns — franz-go keeps that order
+// within a partition, so the next batch's records queue behind these —
+// and the returned wait collects the acknowledgements (and produces again
+// what another batch's cancellation failed, see foreignCancel).
+func (s *Sink) Send(ctx context.Context, msgs []*switchyard.Message) (wait func() []switchyard.Result) {
 	if len(msgs) == 0 {
-		return []switchyard.Result{}
+		return func() []switchyard.Result { return []switchyard.Result{} }
 	}
 	start := time.Now()
 	if ctx.Err() != nil {
@@ -129,23 +138,27 @@ func (s *Sink) Publish(ctx context.Context, msgs []*switchyard.Message) []switch
 		for i := range res {
 			res[i].Err = fmt.Errorf("%s: %w (%w)", s.name, switchyard.ErrUnknownOutcome, ctx.Err())
 		}
-		return res
+		return func() []switchyard.Result { return res }
 	}
 	// Every record carries this context. With
 	// AllowIdempotentProduceCancellation franz-go honours it even for a
-	// batch already on the wire: when it ends (deadline, or this function
+	// batch already on the wire: when it ends (deadline, or wait
 	// returning), the produce connection is dropped and the unanswered
 	// batches are failed, after which franz-go bumps the producer epoch
 	// so the sequence numbers stay valid. Nothing of this call stays
-	// queued in front of the next one.
+	// queued in front of a later one.
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	res, send := s.screen(pctx, msgs)
-	for round := 1; len(send) > 0; round++ {
-		send = s.produceRound(pctx, msgs, send, res, round, start)
+	w := s.produce(pctx, msgs, send)
+	return func() []switchyard.Result {
+		defer cancel()
+		send = s.collect(pctx, msgs, send, res, w, 1, start)
+		for round := 2; len(send) > 0; round++ {
+			send = s.collect(pctx, msgs, send, res, s.produce(pctx, msgs, send), round, start)
+		}
+		s.noteDeadline(pctx, res)
+		return res
 	}
-	s.noteDeadline(pctx, res)
-	return res
 }
 
 // screen answers the messages that cannot be produced (invalid, or to a
@@ -168,11 +181,9 @@ func (s *Sink) screen(ctx context.Context, msgs []*switchyard.Message) (res []sw
 	return res, send
 }
 
-// produceRound produces msgs[send], waits for every answer or the
-// deadline, records each result in res, and returns the indexes to
-// produce again: records another Publish's cancellation failed (see
-// foreignCancel), up to maxRounds.
-func (s *Sink) produceRound(ctx context.Context, msgs []*switchyard.Message, send []int, res []switchyard.Result, round int, start time.Time) (again []int) {
+// produce hands msgs[send] to the client, in order, and returns the
+// waiter their promises resolve.
+func (s *Sink) produce(ctx context.Context, msgs []*switchyard.Message, send []int) *waiter {
 	w := newWaiter(len(send))
 	cl := s.client()
 	for j, i := range send {
@@ -185,6 +196,14 @@ func (s *Sink) produceRound(ctx context.Context, msgs []*switchyard.Message, sen
 			w.resolve(j, s.result(r, err))
 		})
 	}
+	return w
+}
+
+// collect waits for every answer of what produce sent, or the deadline,
+// records each result in res, and returns the indexes to produce again:
+// records another batch's cancellation failed (see foreignCancel), up to
+// maxRounds.
+func (s *Sink) collect(ctx context.Context, msgs []*switchyard.Message, send []int, res []switchyard.Result, w *waiter, round int, start time.Time) (again []int) {
 	select {
 	case <-w.done:
 	case <-ctx.Done():
@@ -393,7 +412,11 @@ type waiter struct {
 }
 
 func newWaiter(n int) *waiter {
-	return &waiter{res: make([]switchyard.Result, n), set: make([]bool, n), left: n, done: make(chan struct{})}
+	w := &waiter{res: make([]switchyard.Result, n), set: make([]bool, n), left: n, done: make(chan struct{})}
+	if n == 0 {
+		close(w.done) // nothing to wait for
+	}
+	return w
 }
 
 func (w *waiter) resolve(i int, r switchyard.Result) {
