@@ -115,6 +115,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/events/{id}", s.getEvent)
 	mux.HandleFunc("GET /v1/events", s.getEventsByKey)
 	mux.Handle("GET /v1/stats", s.adminFunc(s.getStats))
+	mux.Handle("GET /v1/tail", s.adminFunc(s.getTail))
 	if s.opts.Backup != nil {
 		mux.Handle("GET /v1/backup", s.adminFunc(s.getBackup))
 	}

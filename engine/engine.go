@@ -65,6 +65,7 @@ type Engine struct {
 	metrics      *metrics
 
 	inflight inFlight
+	tail     tail
 
 	mu     sync.Mutex
 	loops  map[string]*Loop

@@ -255,6 +255,7 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 		return res, fmt.Errorf("commit batch of %s: %w", l.typ, err)
 	}
 	l.e.metrics.committed(l.typ, &res, b)
+	l.e.tail.published(l.typ, b, l.e.now())
 	return res, nil
 }
 

@@ -30,6 +30,7 @@ type metrics struct {
 	pollDelay *prometheus.Desc
 	dlq       *prometheus.Desc
 	events    *prometheus.Desc
+	watchers  *prometheus.Desc
 }
 
 func newMetrics(e *Engine) *metrics {
@@ -59,6 +60,7 @@ func newMetrics(e *Engine) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms … 16s
 		}, []string{"sink"}),
 		dlqActions: counter("dlq_actions_total", "Dead letters an operator retried, resolved or deleted.", "action"),
+		watchers:   prometheus.NewDesc("switchyard_tail_watchers", "Live tails watching published outputs (router tail, the console).", nil, nil),
 		events: prometheus.NewDesc("switchyard_events", "Records in the data file by state (pending excludes in_process; delivered are kept until outbox.ttl).",
 			[]string{"state"}, nil),
 	}
@@ -73,7 +75,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.vecs() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.pending, m.inProcess, m.oldestAge, m.pollDelay, m.dlq, m.events} {
+	for _, d := range []*prometheus.Desc{m.pending, m.inProcess, m.oldestAge, m.pollDelay, m.dlq, m.events, m.watchers} {
 		ch <- d
 	}
 }
@@ -83,6 +85,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.vecs() {
 		c.Collect(ch)
 	}
+	ch <- prometheus.MustNewConstMetric(m.watchers, prometheus.GaugeValue, float64(m.e.tail.watching.Load()))
 	stats, err := m.e.Stats()
 	if err != nil {
 		return

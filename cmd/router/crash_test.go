@@ -111,6 +111,7 @@ type crashRouter struct {
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	starts   int
+	tails    int             // live tails the test started (TestTail)
 	startups []time.Duration // exec to healthy, per start
 }
 

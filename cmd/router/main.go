@@ -84,6 +84,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&DLQCommand{Main: m}).Run(ctx, rest)
 	case "stats":
 		return (&StatsCommand{Main: m}).Run(ctx, rest)
+	case "tail":
+		return (&TailCommand{Main: m}).Run(ctx, rest)
 	case "backup":
 		return (&BackupCommand{Main: m}).Run(ctx, rest)
 	case "db":
@@ -110,6 +112,7 @@ Commands:
   plugin     test or check a WebAssembly plugin (router plugin test x.wasm < event.json)
   dlq        list, show, retry, resolve or delete dead letters of a running router
   stats      per-type depth, oldest age, poll delay and DLQ of a running router
+  tail       print each output a running router publishes, live (-type T, -o json)
   backup     a consistent copy of a running router's data file (router backup OUT)
   db         offline tools for a data file: router db check FILE
   version    print the version

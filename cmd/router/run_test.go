@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -187,6 +188,22 @@ func get(t *testing.T, c *http.Client, path string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// metricValue is the value of one series of the router's /metrics (its
+// name with labels, as printed), 0 when it is absent.
+func metricValue(t *testing.T, c *http.Client, series string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(get(t, c, "/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q", series, v)
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 // syncWriter lets the router's goroutines log into a buffer the test reads.

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// `router tail -o json` against a running router prints each published
+// output once, with its type, destination, stream position and the event;
+// the table form names the same; a tail of another type prints none.
+func TestTail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary")
+	}
+	r := newCrashRouter(t, 2*time.Minute)
+	r.start()
+	all := startTail(t, r, "-o", "json")
+	other := startTail(t, r, "-o", "json", "-type", "not.this.one")
+	table := startTail(t, r, "-type", crashType)
+	ids := postBatches(t, r.client, crashType, 5)
+	select {
+	case line := <-table:
+		if !strings.Contains(line, crashType) || !strings.Contains(line, " → nats.local:"+crashSubject+".events (stream "+crashStream+" #") {
+			t.Fatalf("table line: %q", line)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the table tail printed nothing in 30s")
+	}
+
+	seen := map[string]bool{}
+	deadline := time.After(30 * time.Second)
+	for len(seen) < len(ids) {
+		select {
+		case line := <-all:
+			var p struct {
+				Type        string `json:"type"`
+				Destination string `json:"destination"`
+				Position    struct {
+					Stream   string `json:"stream"`
+					Sequence uint64 `json:"sequence"`
+				} `json:"position"`
+				Event struct {
+					ID   string          `json:"id"`
+					Data json.RawMessage `json:"data"`
+				} `json:"event"`
+			}
+			if err := json.Unmarshal([]byte(line), &p); err != nil {
+				t.Fatalf("tail line %q: %v", line, err)
+			}
+			if p.Type != crashType || p.Destination != "nats.local:"+crashSubject+".events" ||
+				p.Position.Stream != crashStream || p.Position.Sequence == 0 || len(p.Event.Data) == 0 {
+				t.Fatalf("tail line: %s", line)
+			}
+			if seen[p.Event.ID] {
+				t.Fatalf("%s printed twice", p.Event.ID)
+			}
+			seen[p.Event.ID] = true
+		case <-deadline:
+			t.Fatalf("tail printed %d of %d events in 30s", len(seen), len(ids))
+		}
+	}
+	select {
+	case line := <-other:
+		t.Fatalf("a tail of another type printed %s", line)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// startTail runs `router tail` against r and returns its output lines.
+func startTail(t *testing.T, r *crashRouter, args ...string) <-chan string {
+	t.Helper()
+	cmd := exec.Command(r.bin, append([]string{"tail", "-socket", r.socket}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() && stderr.Len() > 0 {
+			t.Logf("router tail %v: %s", args, stderr.String())
+		}
+	})
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	// The stream is open once the router has it registered: give the
+	// request a moment before the test posts.
+	waitTailing(t, r)
+	return lines
+}
+
+// waitTailing waits until the router counts one more live tail than the
+// tails this test started before.
+func waitTailing(t *testing.T, r *crashRouter) {
+	t.Helper()
+	r.tails++
+	testkit.Eventually(t, "the tail to be registered", 10*time.Second, func() bool {
+		return metricValue(t, r.client, "switchyard_tail_watchers") >= float64(r.tails)
+	})
+}
