@@ -169,6 +169,31 @@ func TestPostStructured(t *testing.T) {
 	}
 }
 
+// GET /v1/events/{id}?include=history,event adds the attempts and the
+// event as stored, its data byte for byte; without include, neither.
+func TestEventViewIncludes(t *testing.T) {
+	r := newRouter(t)
+	body := `{"specversion":"1.0","id":"inc-1","type":"order.created","source":"/shop","datacontenttype":"application/json","data":{ "total" : 12 }}`
+	if rep := r.post(structured(), body); rep.status != 202 {
+		t.Fatalf("status %d: %s", rep.status, rep.body)
+	}
+	full := r.do("GET", "/v1/events/inc-1?include=history,event", nil, "")
+	v := decode[struct {
+		State   string `json:"state"`
+		History *[]any `json:"history"`
+		Event   struct {
+			ID   string          `json:"id"`
+			Data json.RawMessage `json:"data"`
+		} `json:"event"`
+	}](t, full.body)
+	if full.status != 200 || v.State != "pending" || v.Event.ID != "inc-1" || string(v.Event.Data) != `{ "total" : 12 }` {
+		t.Fatalf("include=history,event: %d %s", full.status, full.body)
+	}
+	if plain := r.event("inc-1"); plain["event"] != nil || plain["history"] != nil {
+		t.Fatalf("without include: %v", plain)
+	}
+}
+
 func TestPostBinary(t *testing.T) {
 	r := newRouter(t)
 	rep := r.post(map[string]string{

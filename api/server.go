@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -121,6 +122,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	s.dlqRoutes(mux)
 	s.inboxRoutes(mux)
+	s.consoleRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -401,15 +403,16 @@ func renderAccepted(batch bool) func([]engine.Outcome) engine.Response {
 
 // eventView is GET /v1/events/{id}.
 type eventView struct {
-	ID            string           `json:"id"`
-	Type          string           `json:"type"`
-	Source        string           `json:"source"`
-	State         storage.State    `json:"state"`
-	Attempts      int              `json:"attempts"`
-	CreatedAt     time.Time        `json:"created_at"`
-	NextAttemptAt *time.Time       `json:"next_attempt_at,omitempty"`
-	LastError     string           `json:"last_error,omitempty"`
-	Outputs       []storage.Output `json:"outputs"`
+	ID            string            `json:"id"`
+	Type          string            `json:"type"`
+	Source        string            `json:"source"`
+	State         storage.State     `json:"state"`
+	Attempts      int               `json:"attempts"`
+	CreatedAt     time.Time         `json:"created_at"`
+	NextAttemptAt *time.Time        `json:"next_attempt_at,omitempty"`
+	LastError     string            `json:"last_error,omitempty"`
+	Outputs       []storage.Output  `json:"outputs"`
+	History       []storage.Attempt `json:"history,omitempty"` // with ?include=history
 }
 
 func viewOf(rec *storage.Record) eventView {
@@ -443,7 +446,23 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewOf(rec))
+	writeEventView(w, r, rec)
+}
+
+// writeEventView answers with rec's view; ?include=history adds every
+// attempt with its time and error, ?include=event the event itself (its
+// data byte for byte); both: ?include=history,event.
+func writeEventView(w http.ResponseWriter, r *http.Request, rec *storage.Record) {
+	v := viewOf(rec)
+	include := strings.Split(r.URL.Query().Get("include"), ",")
+	if slices.Contains(include, "history") {
+		v.History = rec.History
+	}
+	if slices.Contains(include, "event") {
+		writeWithEvents(w, http.StatusOK, withEvent(v, &rec.Event))
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (s *Server) getEventsByKey(w http.ResponseWriter, r *http.Request) {

@@ -86,6 +86,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&StatsCommand{Main: m}).Run(ctx, rest)
 	case "tail":
 		return (&TailCommand{Main: m}).Run(ctx, rest)
+	case "ui":
+		return (&UICommand{Main: m}).Run(ctx, rest)
 	case "backup":
 		return (&BackupCommand{Main: m}).Run(ctx, rest)
 	case "db":
@@ -113,6 +115,7 @@ Commands:
   dlq        list, show, retry, resolve or delete dead letters of a running router
   stats      per-type depth, oldest age, poll delay and DLQ of a running router
   tail       print each output a running router publishes, live (-type T, -o json)
+  ui         the operator console of a running router in a browser: prints a one-time link
   backup     a consistent copy of a running router's data file (router backup OUT)
   db         offline tools for a data file: router db check FILE
   version    print the version

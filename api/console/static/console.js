@@ -1,0 +1,341 @@
+// The Switchyard operator console: plain JavaScript, no library, no build
+// step. Every page reads the admin API with the bearer token kept in this
+// tab's session storage (never a cookie: a request another site makes
+// carries no credentials). Data is put in the page as text, never as HTML.
+'use strict';
+
+const S = { token: sessionStorage.getItem('sy-token') || '', timers: [], stream: null };
+
+// h builds an element: h('td', {class: 'num'}, 'text', child, ...).
+function h(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null) continue;
+    e.append(c instanceof Node ? c : String(c));
+  }
+  return e;
+}
+
+const main = () => document.getElementById('main');
+
+// api calls the router; a non-2xx answer throws its problem detail (with
+// okStatus, those statuses are answers too).
+async function api(method, path, body, okStatus = []) {
+  const headers = { Accept: 'application/json' };
+  if (S.token) headers.Authorization = 'Bearer ' + S.token;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const r = await fetch(path, {
+    method, headers, credentials: 'omit', cache: 'no-store',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (_) { data = text; }
+  if (!r.ok && !okStatus.includes(r.status)) {
+    const err = new Error((data && (data.detail || data.title)) || `${r.status} ${r.statusText}`);
+    err.status = r.status;
+    throw err;
+  }
+  return data;
+}
+
+function showError(err) {
+  if (err && (err.status === 401 || err.status === 403)) return showLogin(err.message);
+  let box = document.getElementById('error');
+  if (!box) {
+    box = h('p', { id: 'error', class: 'error' });
+    main().prepend(box);
+  }
+  box.textContent = String((err && err.message) || err);
+}
+
+function showLogin(why) {
+  stopAll();
+  sessionStorage.removeItem('sy-token');
+  S.token = '';
+  main().replaceChildren(document.getElementById('login').content.cloneNode(true));
+  if (why) main().prepend(h('p', { class: 'error' }, why));
+  document.getElementById('login-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    S.token = document.getElementById('token').value.trim();
+    sessionStorage.setItem('sy-token', S.token);
+    route();
+  });
+}
+
+function stopAll() {
+  S.timers.forEach(clearInterval);
+  S.timers = [];
+  if (S.stream) S.stream.abort();
+  S.stream = null;
+}
+
+// ---- formatting
+
+function age(seconds) {
+  if (!seconds) return '—';
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  if (seconds < 120) return `${seconds.toFixed(1)} s`;
+  if (seconds < 7200) return `${Math.round(seconds / 60)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+function bytes(n) {
+  if (!n) return '—';
+  const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${u[i]}`;
+}
+function when(t) { return t ? new Date(t).toLocaleString() : '—'; }
+function position(p) {
+  if (!p) return '—';
+  if (p.stream) return `stream ${p.stream} #${p.sequence}`;
+  if (p.topic) return `${p.topic}/${p.partition || 0}@${p.offset || 0}`;
+  return '—';
+}
+function stateCell(state) { return h('td', { class: 'state ' + ({ delivered: 'ok', dlq: 'bad', pending: 'warn' }[state] || '') }, state); }
+function eventLink(id) { return h('a', { href: '#/event?id=' + encodeURIComponent(id) }, id); }
+function table(head, rows, attrs) {
+  return h('table', attrs, h('thead', {}, h('tr', {}, head.map((c) => h('th', { class: /^(pending|in process|DLQ|resolved|attempts)$/.test(c) ? 'num' : null }, c)))),
+    h('tbody', {}, rows));
+}
+
+// ---- overview
+
+async function overview() {
+  const typesBody = h('tbody', { id: 'types' });
+  const sinks = h('div', { id: 'sinks' });
+  const storage = h('div', { id: 'storage' });
+  const updated = h('span', { class: 'muted', id: 'updated' });
+  main().replaceChildren(
+    h('div', { class: 'bar' }, h('h2', {}, 'Event types and inboxes'), updated),
+    h('table', { id: 'types-table' },
+      h('thead', {}, h('tr', {}, ['type', 'pending', 'in process', 'oldest pending', 'poll delay', 'DLQ', 'resolved'].map((c, i) => h('th', { class: i ? 'num' : null }, c)))),
+      typesBody),
+    h('div', { class: 'grid' }, h('section', { class: 'card' }, h('h2', {}, 'Sinks'), sinks), h('section', { class: 'card' }, h('h2', {}, 'Storage'), storage)));
+  const refresh = async () => {
+    const [stats, dlq, ready] = await Promise.all([api('GET', '/v1/stats'), api('GET', '/v1/dlq/stats'), api('GET', '/readyz', undefined, [503])]);
+    const rows = new Map();
+    for (const t of stats.types || []) rows.set(t.type, { ...t });
+    for (const d of dlq.types || []) rows.set(d.type, { ...(rows.get(d.type) || { type: d.type }), dlq: d.dlq, resolved: d.resolved });
+    const sorted = [...rows.values()].sort((a, b) => a.type.localeCompare(b.type));
+    typesBody.replaceChildren(...(sorted.length ? sorted.map((t) => h('tr', { 'data-type': t.type },
+      h('td', {}, t.type),
+      h('td', { class: 'num', 'data-col': 'pending' }, t.pending || 0),
+      h('td', { class: 'num', 'data-col': 'in_process' }, t.in_process || 0),
+      h('td', { class: 'num' }, age(t.oldest_pending_age_seconds)),
+      h('td', { class: 'num' }, age(t.poll_delay_seconds)),
+      h('td', { class: 'num ' + (t.dlq ? 'bad' : ''), 'data-col': 'dlq' }, t.dlq || 0),
+      h('td', { class: 'num' }, t.resolved || 0))) : [h('tr', {}, h('td', { colspan: 7, class: 'muted' }, 'No event types yet.'))]));
+    const sinkNames = Object.keys(ready.sinks || {}).sort();
+    sinks.replaceChildren(sinkNames.length ? table(['sink', 'state'], sinkNames.map((n) => h('tr', {},
+      h('td', {}, n), h('td', { class: ready.sinks[n] === 'ok' ? 'ok' : 'bad' }, ready.sinks[n] === 'ok' ? 'connected' : ready.sinks[n])))) : h('p', { class: 'muted' }, 'No sinks.'));
+    const st = stats.storage;
+    storage.replaceChildren(st ? table(['', ''], [
+      h('tr', {}, h('td', {}, 'pages in use'), h('td', {}, bytes(st.used_bytes))),
+      h('tr', {}, h('td', {}, 'data file'), h('td', {}, bytes(st.file_bytes))),
+      h('tr', {}, h('td', {}, 'limit (storage.max_size)'), h('td', {}, st.max_size_bytes ? bytes(st.max_size_bytes) : 'none')),
+      h('tr', {}, h('td', {}, 'free on the disk'), h('td', {}, bytes(st.disk_free_bytes))),
+      h('tr', {}, h('td', {}, 'ready'), h('td', { class: ready.ready ? 'ok' : 'bad' }, ready.ready ? 'yes' : JSON.stringify(ready.checks))),
+    ]) : h('p', { class: 'muted' }, 'Not measured.'));
+    updated.textContent = 'updated ' + new Date().toLocaleTimeString();
+  };
+  await refresh();
+  S.timers.push(setInterval(() => refresh().catch(showError), 2000));
+}
+
+// ---- one event
+
+async function eventPage(params) {
+  const input = h('input', { id: 'lookup', size: 44, placeholder: 'event id or idempotency key', value: params.get('id') || params.get('key') || '' });
+  const out = h('div', { id: 'event-out' });
+  const go = (kind) => (ev) => { ev.preventDefault(); location.hash = `#/event?${kind}=${encodeURIComponent(input.value.trim())}`; };
+  main().replaceChildren(
+    h('form', { class: 'bar', onsubmit: go('id') }, input,
+      h('button', { class: 'primary', id: 'by-id', onclick: go('id') }, 'Find by id'),
+      h('button', { id: 'by-key', onclick: go('key') }, 'Find by idempotency key')),
+    out);
+  if (params.get('id')) {
+    out.replaceChildren(renderEvent(await api('GET', `/v1/events/${encodeURIComponent(params.get('id'))}?include=history,event`)));
+  } else if (params.get('key')) {
+    const list = await api('GET', `/v1/events?idempotency_key=${encodeURIComponent(params.get('key'))}`);
+    const full = await Promise.all(list.events.map((e) => api('GET', `/v1/events/${encodeURIComponent(e.id)}?include=history,event`)));
+    out.replaceChildren(h('p', { class: 'muted' }, `${full.length} event(s) stored under idempotency key “${params.get('key')}”`), ...full.map(renderEvent));
+  }
+}
+
+function renderEvent(v) {
+  const ev = v.event || {};
+  const attrs = Object.keys(ev).filter((k) => k !== 'data' && k !== 'data_base64').sort();
+  let data = '(no data)';
+  if ('data' in ev) data = typeof ev.data === 'string' ? ev.data : JSON.stringify(ev.data, null, 2);
+  else if ('data_base64' in ev) data = `base64: ${ev.data_base64}`;
+  return h('section', { class: 'card', 'data-event': v.id },
+    h('h2', {}, 'Event ', h('code', {}, v.id)),
+    table(['state', 'attempts', 'created', 'next attempt', 'last error'], [h('tr', {},
+      stateCell(v.state), h('td', { class: 'num' }, v.attempts), h('td', {}, when(v.created_at)),
+      h('td', {}, when(v.next_attempt_at)), h('td', { class: 'error' }, v.last_error || ''))]),
+    h('h2', {}, 'Outputs'),
+    (v.outputs || []).length ? table(['destination', 'delivered', 'at', 'position', 'last error'], v.outputs.map((o) => h('tr', {},
+      h('td', {}, o.destination), h('td', { class: o.delivered ? 'ok' : 'warn' }, o.delivered ? 'yes' : 'no'),
+      h('td', {}, when(o.delivered_at)), h('td', {}, position(o.position)), h('td', { class: 'error' }, o.last_error || '')))) : h('p', { class: 'muted' }, 'None yet.'),
+    h('h2', {}, 'Attempts'),
+    (v.history || []).length ? table(['at', 'error'], v.history.map((a) => h('tr', {}, h('td', {}, when(a.at)), h('td', { class: 'error' }, a.error)))) : h('p', { class: 'muted' }, 'No failed attempt.'),
+    h('h2', {}, 'Attributes'),
+    table(['attribute', 'value'], attrs.map((k) => h('tr', {}, h('td', {}, h('code', {}, k)), h('td', {}, String(ev[k]))))),
+    h('h2', {}, 'Data'), h('pre', { class: 'data' }, data));
+}
+
+// ---- DLQ
+
+async function dlqPage(params) {
+  const stats = await api('GET', '/v1/dlq/stats');
+  const type = h('select', { id: 'dlq-type' }, h('option', { value: '' }, 'every type'),
+    (stats.types || []).map((t) => h('option', { value: t.type, selected: params.get('type') === t.type }, `${t.type} (${t.dlq} dead, ${t.resolved} resolved)`)));
+  const status = h('select', { id: 'dlq-status' }, ['dlq', 'resolved'].map((s) => h('option', { value: s, selected: params.get('status') === s }, s)));
+  const since = h('input', { id: 'dlq-since', size: 6, placeholder: 'e.g. 1h', value: params.get('since') || '' });
+  const filter = () => { const q = new URLSearchParams(); if (type.value) q.set('type', type.value); q.set('status', status.value); if (since.value) q.set('since', since.value); return q; };
+  const apply = (ev) => { ev.preventDefault(); location.hash = '#/dlq?' + filter(); };
+  const confirmBar = h('div', { id: 'dlq-confirm' });
+  const result = h('p', { id: 'dlq-result', class: 'muted' });
+  const body = h('tbody', { id: 'dlq-rows' });
+  main().replaceChildren(
+    h('form', { class: 'bar', onsubmit: apply }, type, status, 'since', since, h('button', {}, 'Filter')),
+    h('div', { class: 'bar' },
+      h('button', { id: 'retry-selected', onclick: () => ask('retry', selected()) }, 'Retry selected'),
+      h('button', { id: 'resolve-selected', onclick: () => ask('resolve', selected()) }, 'Resolve selected'),
+      h('button', { id: 'delete-selected', class: 'danger', onclick: () => ask('delete', selected()) }, 'Delete selected'),
+      h('span', { class: 'muted' }, '·'),
+      h('button', { id: 'retry-all', onclick: () => askAll('retry') }, 'Retry all matching'),
+      h('button', { id: 'resolve-all', onclick: () => askAll('resolve') }, 'Resolve all matching')),
+    confirmBar, result,
+    table(['', 'id', 'type', 'attempts', 'reason', 'moved', ''], [], { id: 'dlq-table' }));
+  document.querySelector('#dlq-table tbody').replaceWith(body);
+  const q = filter();
+  const page = await api('GET', '/v1/dlq?' + q + '&limit=200');
+  const items = page.items || [];
+  body.replaceChildren(...(items.length ? items.map((d) => h('tr', { 'data-id': d.id },
+    h('td', {}, h('input', { type: 'checkbox', value: d.id })), h('td', {}, eventLink(d.id)), h('td', {}, d.type),
+    h('td', { class: 'num' }, d.attempts), h('td', { class: 'error' }, d.reason), h('td', {}, when(d.moved_at || d.resolved_at)),
+    h('td', {}, status.value === 'dlq' ? h('button', { class: 'row-retry', onclick: () => ask('retry', [d.id]) }, 'Retry') : null))) : [h('tr', {}, h('td', { colspan: 7, class: 'muted' }, 'Nothing here.'))]));
+  if (page.next_cursor) result.textContent = 'Showing the newest 200; narrow the filter to see others.';
+
+  function selected() { return [...body.querySelectorAll('input:checked')].map((c) => c.value); }
+  async function countAll() {
+    let n = 0, cursor = '';
+    for (let pages = 0; pages < 50; pages++) {
+      const p = await api('GET', '/v1/dlq?' + q + '&limit=500' + (cursor ? '&cursor=' + encodeURIComponent(cursor) : ''));
+      n += (p.items || []).length;
+      if (!p.next_cursor) return n;
+      cursor = p.next_cursor;
+    }
+    return n + '+';
+  }
+  async function askAll(action) {
+    const n = await countAll();
+    confirmAction(action, `${action} all ${n} dead letter(s) matching ${q.get('type') || 'every type'}${q.get('since') ? ' since ' + q.get('since') : ''}?`,
+      { type: q.get('type') || undefined, since: q.get('since') || undefined, status: q.get('status'), all: !q.get('type') && !q.get('since') });
+  }
+  function ask(action, ids) {
+    if (!ids.length) { result.textContent = 'Select at least one.'; return; }
+    confirmAction(action, `${action} ${ids.length} dead letter(s)?`, { ids, status: q.get('status') });
+  }
+  function confirmAction(action, question, filterBody) {
+    confirmBar.replaceChildren(h('div', { class: 'confirm bar' }, h('span', { id: 'confirm-question' }, question.charAt(0).toUpperCase() + question.slice(1)),
+      h('button', { class: 'primary', id: 'confirm-yes', onclick: async () => {
+        confirmBar.replaceChildren();
+        try {
+          const r = await api('POST', `/v1/dlq/${action}`, filterBody);
+          result.textContent = `${action}: ${r.done} of ${r.matched} done` + (r.skipped && r.skipped.length ? `, ${r.skipped.length} skipped` : '') + (r.not_found && r.not_found.length ? `, ${r.not_found.length} not found` : '');
+          setTimeout(() => route(), 600);
+        } catch (e) { showError(e); }
+      } }, 'Confirm'),
+      h('button', { id: 'confirm-no', onclick: () => confirmBar.replaceChildren() }, 'Cancel')));
+  }
+}
+
+// ---- live tail
+
+async function tailPage(params) {
+  const type = h('input', { id: 'tail-type', placeholder: 'every type', value: params.get('type') || '' });
+  const rows = h('tbody', { id: 'tail-rows' });
+  const state = h('span', { id: 'tail-state', class: 'muted' }, 'connecting…');
+  main().replaceChildren(
+    h('form', { class: 'bar', onsubmit: (ev) => { ev.preventDefault(); location.hash = '#/tail' + (type.value ? '?type=' + encodeURIComponent(type.value) : ''); } },
+      'Outputs as the broker acknowledges them, newest first. Type:', type, h('button', {}, 'Watch'), state),
+    table(['time', 'type', 'event', 'destination', 'position'], [], { id: 'tail-table' }));
+  document.querySelector('#tail-table tbody').replaceWith(rows);
+  const ctrl = new AbortController();
+  S.stream = ctrl;
+  const headers = { Accept: 'text/event-stream' };
+  if (S.token) headers.Authorization = 'Bearer ' + S.token;
+  const r = await fetch('/v1/tail' + (type.value ? '?type=' + encodeURIComponent(type.value) : ''), { headers, credentials: 'omit', signal: ctrl.signal });
+  if (!r.ok) { const e = new Error(`tail: ${r.status} ${r.statusText}`); e.status = r.status; throw e; }
+  state.textContent = 'watching';
+  const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += value;
+      for (let i; (i = buf.indexOf('\n\n')) >= 0;) {
+        const chunk = buf.slice(0, i);
+        buf = buf.slice(i + 2);
+        let event = '', data = '';
+        for (const line of chunk.split('\n')) {
+          if (line.startsWith('event: ')) event = line.slice(7);
+          else if (line.startsWith('data: ')) data += line.slice(6);
+        }
+        if (event === 'published') {
+          const p = JSON.parse(data);
+          rows.prepend(h('tr', { 'data-id': p.event.id }, h('td', {}, new Date(p.at).toLocaleTimeString()), h('td', {}, p.type),
+            h('td', {}, eventLink(p.event.id)), h('td', {}, p.destination), h('td', {}, position(p.position))));
+          while (rows.children.length > 200) rows.lastChild.remove();
+        } else if (event === 'dropped') {
+          state.textContent = `watching (fell behind: ${JSON.parse(data).dropped} skipped)`;
+        }
+      }
+    }
+    state.textContent = 'the router ended the stream';
+  } catch (e) {
+    if (!ctrl.signal.aborted) throw e;
+  }
+}
+
+// ---- routing
+
+const pages = { '/': overview, '/event': eventPage, '/dlq': dlqPage, '/tail': tailPage };
+
+function route() {
+  stopAll();
+  const [path, qs] = location.hash.replace(/^#/, '').split('?');
+  const name = pages[path] ? path : '/';
+  for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.getAttribute('href') === '#' + name);
+  if (!S.token) return showLogin();
+  main().replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+  pages[name](new URLSearchParams(qs || '')).catch(showError);
+}
+
+// start takes a one-time token from the link `router ui` printed (#token=),
+// trades it for this tab's session, and shows the page.
+async function start() {
+  const m = location.hash.match(/[#&?]token=([^&]+)/);
+  if (m) {
+    history.replaceState(null, '', location.pathname + '#/');
+    const r = await fetch('/ui/session', { method: 'POST', headers: { Authorization: 'Bearer ' + decodeURIComponent(m[1]) }, credentials: 'omit' });
+    if (!r.ok) return showLogin(r.status === 404 ? 'This router has no one-time links: sign in with an admin token.' : 'This link was used already or has expired: run router ui again.');
+    S.token = (await r.json()).session;
+    sessionStorage.setItem('sy-token', S.token);
+    document.getElementById('conn').textContent = 'through router ui';
+  }
+  window.addEventListener('hashchange', route);
+  route();
+}
+
+start();
