@@ -229,15 +229,7 @@ func postWithKey(t *testing.T, c *http.Client, typ, key string) string {
 // makeStream creates a JetStream stream on r's embedded server.
 func makeStream(t *testing.T, r *crashRouter, name string, subjects ...string) {
 	t.Helper()
-	nc, err := connectNATS(r.config, "local", r.natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := routerJetStream(t, r.config, r.natsURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects}); err != nil {

@@ -639,21 +639,29 @@ func checkExactlyOnce(t *testing.T, r *crashRouter, acked []string) {
 	}
 }
 
+// routerJetStream connects to a router's embedded NATS server (with the
+// password it generated) for JetStream; the connection closes with the test.
+func routerJetStream(t *testing.T, config, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := connectNATS(config, "local", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // readStream reads the whole crash stream with an ordered consumer and
 // returns the ce-id of each message by sequence, and the message count.
 func readStream(t *testing.T, config, url string) (map[uint64]string, uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, err := connectNATS(config, "local", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := routerJetStream(t, config, url)
 	stream, err := js.Stream(ctx, crashStream)
 	if err != nil {
 		t.Fatal(err)

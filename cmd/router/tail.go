@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/switchyard-router/switchyard"
 )
 
 // TailCommand is `router tail`: the outputs a running router publishes,
@@ -21,17 +23,11 @@ type TailCommand struct {
 
 // tailLine is one published output as GET /v1/tail sends it.
 type tailLine struct {
-	At          time.Time `json:"at"`
-	Type        string    `json:"type"`
-	Destination string    `json:"destination"`
-	Position    *struct {
-		Stream    string `json:"stream"`
-		Sequence  uint64 `json:"sequence"`
-		Topic     string `json:"topic"`
-		Partition int32  `json:"partition"`
-		Offset    int64  `json:"offset"`
-	} `json:"position"`
-	Event struct {
+	At          time.Time            `json:"at"`
+	Type        string               `json:"type"`
+	Destination string               `json:"destination"`
+	Position    *switchyard.Position `json:"position"`
+	Event       struct {
 		ID      string `json:"id"`
 		Source  string `json:"source"`
 		Subject string `json:"subject"`
