@@ -3,6 +3,7 @@ package switchyard
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Plugin transforms and routes one event: the engine knows plugins only
@@ -33,3 +34,17 @@ type PluginOutput struct {
 // ErrPluginRetry marks a plugin's retry verdict or failure (trap, timeout,
 // memory limit, malformed output): the event is retried with backoff.
 var ErrPluginRetry = errors.New("plugin asked for a retry")
+
+// PluginModule says where a loaded plugin's code came from, for operators
+// (the console's plugins page, GET /v1/plugins).
+type PluginModule struct {
+	File     string    // the module's path, as configured
+	SHA256   string    // of the module's bytes, hex
+	LoadedAt time.Time // when this module was loaded (start or reload)
+}
+
+// ModuleReporter is implemented by plugins that can say which module they
+// run (plugins/wasm does).
+type ModuleReporter interface {
+	Module() PluginModule
+}

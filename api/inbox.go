@@ -19,7 +19,9 @@ func (s *Server) inboxRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/inbox/{consumer}/claims", s.postClaim)
 	mux.HandleFunc("POST /v1/inbox/{consumer}/claims/{id}/complete", s.postComplete)
 	mux.HandleFunc("POST /v1/inbox/{consumer}/claims/{id}/release", s.postRelease)
+	mux.Handle("GET /v1/inboxes", s.adminFunc(s.getInboxes))
 	mux.Handle("GET /v1/inbox/{name}/dedup", s.adminFunc(s.getDedup))
+	mux.Handle("GET /v1/claims", s.adminFunc(s.getClaims))
 	mux.Handle("GET /v1/subscriptions/{name}/messages", s.adminFunc(s.getMessages))
 	mux.Handle("POST /v1/subscriptions/{name}/ack", s.adminFunc(s.postAck))
 }
@@ -235,4 +237,60 @@ func (s *Server) postAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"acked": n})
+}
+
+// inboxView is an inbox as GET /v1/inboxes shows it.
+type inboxView struct {
+	Name    string `json:"name"`
+	Queue   string `json:"queue"` // its events' queue in GET /v1/stats
+	From    string `json:"from"`
+	Source  string `json:"source"`
+	Mode    string `json:"mode"` // "push" (delivered to a URL) or "pull" (a subscription)
+	Deliver string `json:"deliver,omitempty"`
+	Leased  int    `json:"leased"`
+}
+
+func (s *Server) getInboxes(w http.ResponseWriter, r *http.Request) {
+	views := []inboxView{}
+	for _, in := range s.engine.Inboxes() {
+		v := inboxView{Name: in.Name, Queue: engine.InboxQueue(in.Name), From: in.From, Source: in.Source, Mode: "push", Deliver: in.Deliver, Leased: in.Leased}
+		if in.Deliver == "" {
+			v.Mode = "pull"
+		}
+		views = append(views, v)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"inboxes": views})
+}
+
+// listedClaimView is a claim in GET /v1/claims: every tenant's, for the
+// operator.
+type listedClaimView struct {
+	Tenant    string    `json:"tenant"`
+	Consumer  string    `json:"consumer"`
+	ClaimedAt time.Time `json:"claimed_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	claimView
+}
+
+func (s *Server) getClaims(w http.ResponseWriter, r *http.Request) {
+	limit, err := queryInt(r, "limit", 100, maxList)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	claims, next, err := s.engine.Claims(r.URL.Query().Get("consumer"), r.URL.Query().Get("cursor"), limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	views := make([]listedClaimView, len(claims))
+	for i := range claims {
+		c := &claims[i]
+		views[i] = listedClaimView{Tenant: c.Tenant, Consumer: c.Consumer, ClaimedAt: c.ClaimedAt, ExpiresAt: c.ExpiresAt, claimView: viewClaim(c.ID, &c.Claim)}
+	}
+	out := map[string]any{"claims": views}
+	if next != "" {
+		out["next_cursor"] = next
+	}
+	writeJSON(w, http.StatusOK, out)
 }

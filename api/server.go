@@ -30,6 +30,7 @@ import (
 	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/history"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -58,6 +59,10 @@ type Options struct {
 	// socket passed by systemd (socket activation). Close closes it but
 	// leaves its file to systemd.
 	Listener net.Listener
+	// History, if set, keeps the last minutes of rates and latencies for
+	// the console (GET /v1/stats/history, plugin latency in
+	// GET /v1/plugins).
+	History *history.Recorder
 }
 
 // Server serves the API.
@@ -116,6 +121,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/events/{id}", s.getEvent)
 	mux.HandleFunc("GET /v1/events", s.getEventsByKey)
 	mux.Handle("GET /v1/stats", s.adminFunc(s.getStats))
+	mux.Handle("GET /v1/stats/history", s.adminFunc(s.getHistory))
+	mux.Handle("GET /v1/plugins", s.adminFunc(s.getPlugins))
 	mux.Handle("GET /v1/tail", s.adminFunc(s.getTail))
 	if s.opts.Backup != nil {
 		mux.Handle("GET /v1/backup", s.adminFunc(s.getBackup))

@@ -60,6 +60,7 @@ type Engine struct {
 	inboxes map[string]*inbox
 
 	inboxMetrics *inboxMetrics
+	pluginStats  *pluginStats
 	opts         Options
 	log          hclog.Logger
 	metrics      *metrics
@@ -133,8 +134,12 @@ func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options)
 	}
 	e.metrics = newMetrics(e)
 	e.inboxMetrics = newInboxMetrics()
+	e.pluginStats = newPluginStats()
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(e.metrics); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+		if err := opts.Registerer.Register(e.pluginStats); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 		if err := e.inboxMetrics.register(opts.Registerer); err != nil {

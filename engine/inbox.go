@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -438,4 +439,46 @@ func (e *Engine) claimTTL(consumer string) time.Duration {
 		return in.cfg.TTL
 	}
 	return e.config().Idempotency.Window
+}
+
+// InboxStatus is an inbox as operators see it; its queue's counts are in
+// Stats under InboxQueue(Name).
+type InboxStatus struct {
+	Name    string
+	From    string // the sink it consumes from, "kafka.main"
+	Source  string // the topics or subject it reads
+	Deliver string // the URL it delivers to; "" = a pull subscription
+	Leased  int    // pull: events handed out and not yet acked, lease still running
+}
+
+// Inboxes returns every configured inbox, by name.
+func (e *Engine) Inboxes() []InboxStatus {
+	now := e.now()
+	out := make([]InboxStatus, 0, len(e.inboxes))
+	for name, in := range e.inboxes {
+		st := InboxStatus{Name: name, From: in.cfg.From, Source: in.cfg.Subject, Deliver: in.cfg.Deliver.URL}
+		if len(in.cfg.Topics) > 0 {
+			st.Source = strings.Join(in.cfg.Topics, ", ")
+		}
+		in.mu.Lock()
+		for _, until := range in.leases {
+			if now.Before(until) {
+				st.Leased++
+			}
+		}
+		in.mu.Unlock()
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b InboxStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Claims lists the dedup arbiter's unexpired claims of consumer ("" =
+// every consumer), a page of up to limit after the cursor after.
+func (e *Engine) Claims(consumer, after string, limit int) (claims []storage.ListedClaim, next string, err error) {
+	err = e.store.View(func(tx *storage.Tx) error {
+		claims, next, err = tx.Claims(consumer, e.now(), after, limit)
+		return err
+	})
+	return claims, next, err
 }

@@ -392,7 +392,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 	for i, rec := range recs {
 		it := &b.items[i]
 		it.rec = rec
-		outs, err := runChain(ctx, l.e.chain(b.pol), &rec.Event)
+		outs, err := l.e.runChain(ctx, l.typ, l.e.chain(b.pol), &rec.Event)
 		if err != nil {
 			it.err = err
 			b.failed++

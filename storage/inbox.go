@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -229,3 +230,44 @@ func (tx *Tx) DeleteExpiredClaims(now time.Time, limit int) (int, error) {
 		return tx.bucket(bucketClaims).Delete(k)
 	})
 }
+
+// ListedClaim is a claim with what its key says: who holds it, for which
+// consumer, on which id.
+type ListedClaim struct {
+	Tenant, Consumer, ID string
+	Claim
+}
+
+// Claims lists up to limit unexpired claims of consumer ("" = every
+// consumer), by tenant, consumer and id, starting after the claim key
+// after ("" = from the first). next is the cursor of the page after, ""
+// at the end.
+func (tx *Tx) Claims(consumer string, now time.Time, after string, limit int) (out []ListedClaim, next string, err error) {
+	c := tx.bucket(bucketClaims).Cursor()
+	k, v := c.First()
+	if after != "" {
+		if k, v = c.Seek([]byte(after)); k != nil && string(k) == after {
+			k, v = c.Next()
+		}
+	}
+	for ; k != nil; k, v = c.Next() {
+		parts := strings.SplitN(string(k), "\x00", 3)
+		if len(parts) != 3 || (consumer != "" && parts[1] != consumer) {
+			continue
+		}
+		var cl Claim
+		if err := json.Unmarshal(v, &cl); err != nil {
+			return nil, "", fmt.Errorf("storage: decode claim: %w", err)
+		}
+		if !now.Before(cl.ExpiresAt) {
+			continue
+		}
+		if len(out) == limit {
+			return out, string(out[len(out)-1].key()), nil
+		}
+		out = append(out, ListedClaim{Tenant: parts[0], Consumer: parts[1], ID: parts[2], Claim: cl})
+	}
+	return out, "", nil
+}
+
+func (c *ListedClaim) key() []byte { return claimKey(c.Tenant, c.Consumer, c.ID) }

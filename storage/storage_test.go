@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -273,4 +274,51 @@ func BenchmarkGroupCommit(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/float64(db.Commits()), "writes/commit")
+}
+
+// Claims lists unexpired claims by tenant, consumer and id, one consumer or
+// all, in pages whose cursors neither skip nor repeat a claim.
+func TestListClaims(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	put := func(tenant, consumer, id string, expires time.Time) {
+		c := &storage.Claim{State: storage.ClaimHeld, Mode: "effectively_once", ClaimedAt: t0, LeaseUntil: t0.Add(time.Minute), ExpiresAt: expires}
+		if err := db.Update(ctx, func(tx *storage.Tx) error { return tx.PutClaim(tenant, consumer, id, c) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("", "billing", "a", t0.Add(time.Hour))
+	put("", "billing", "b", t0.Add(time.Hour))
+	put("", "billing", "old", t0.Add(-time.Second)) // expired: not listed
+	put("", "mail", "c", t0.Add(time.Hour))
+	put("acme", "billing", "d", t0.Add(time.Hour))
+	list := func(consumer, after string, limit int) (ids []string, next string) {
+		db.View(func(tx *storage.Tx) error {
+			got, n, err := tx.Claims(consumer, t0, after, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range got {
+				ids = append(ids, c.Tenant+"/"+c.Consumer+"/"+c.ID)
+			}
+			next = n
+			return nil
+		})
+		return
+	}
+	if ids, next := list("billing", "", 10); strings.Join(ids, " ") != "/billing/a /billing/b acme/billing/d" || next != "" {
+		t.Fatalf("billing claims = %v (next %q)", ids, next)
+	}
+	var all []string
+	for after := ""; ; {
+		ids, next := list("", after, 2)
+		all = append(all, ids...)
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if strings.Join(all, " ") != "/billing/a /billing/b /mail/c acme/billing/d" {
+		t.Fatalf("every claim, in pages of 2 = %v", all)
+	}
 }

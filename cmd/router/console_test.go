@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // deadType is a type whose subject no stream captures until the test makes
@@ -21,12 +24,19 @@ import (
 // the DLQ delivers them once the stream exists.
 const deadType = "dead.letter"
 
+// pluggedType runs a plugin that rejects every event.
+const pluggedType = "plugged"
+
 // The operator console in a real headless Chromium, through `router ui`
 // against the real binary: the overview lists the configured types and its
 // counts follow events as they are posted; an event is found by id and by
 // idempotency key; a dead letter is retried from the DLQ page (after a
-// confirmation that says how many) and is then delivered; the live tail
-// shows a newly posted event. Each page's screenshot is saved
+// confirmation that says how many) and is then delivered; the plugins page
+// shows a plugin's module, its verdicts and its last failure with the event
+// id; the inbox page shows a pull subscription, a dropped redelivery
+// pointing at its first copy, and a claim; the live tail shows a newly
+// posted event; the overview charts the rates in and out and shows the
+// fsync and publish percentiles. Each page's screenshot is saved
 // ($SWITCHYARD_SCREENSHOTS, else the test's temporary directory).
 func TestConsoleInBrowser(t *testing.T) {
 	if testing.Short() {
@@ -46,7 +56,25 @@ event %q {
     subject = %q
   }
 }
-`, deadType, deadType))
+
+plugin "refuse" {
+  wasm = %q
+}
+
+event %q {
+  plugins     = ["refuse"]
+  max_retries = 0
+  route {
+    to      = "nats.local"
+    subject = %q
+  }
+}
+
+inbox "mirror" {
+  from    = "nats.local"
+  subject = %q
+}
+`, deadType, deadType, wasmTestdata(t, "reject"), pluggedType, crashSubject+".plugged", crashSubject+".events"))
 	r.start()
 	link := startUI(t, r)
 	shots := screenshotDir(t)
@@ -81,7 +109,7 @@ event %q {
 	dead := postBatches(t, r.client, deadType, 1)[0]
 	waitState(t, r.client, dead, "dlq", 30*time.Second)
 	run("overview counts", chromedp.WaitVisible(chromedp.CSS(`#types tr[data-type="`+deadType+`"] td[data-col="dlq"].bad`)),
-		textIs(`#types tr[data-type="`+deadType+`"] td[data-col="dlq"]`, "1"), shot("overview"))
+		textIs(`#types tr[data-type="`+deadType+`"] td[data-col="dlq"]`, "1"), shot("overview-counts"))
 
 	// An event by id, and by idempotency key.
 	waitState(t, r.client, ids[3], "delivered", 30*time.Second)
@@ -104,10 +132,75 @@ event %q {
 	run("the retried event", chromedp.Navigate(link0(link)+"#/event?id="+dead),
 		textIs(`section[data-event="`+dead+`"] td.state`, "delivered"))
 
+	// Plugins: the module, the reject counted, the failure with its event.
+	refused := postBatches(t, r.client, pluggedType, 1)[0]
+	waitState(t, r.client, refused, "dlq", 30*time.Second)
+	run("the plugins page", chromedp.Navigate(link0(link)+"#/plugins"),
+		textIs(`section[data-plugin="refuse"] td[data-col="reject"]`, "1"),
+		chromedp.WaitVisible(chromedp.CSS(`section[data-plugin="refuse"] tr[data-failure="`+refused+`"]`)),
+		textIs(`section[data-plugin="refuse"] td.hash`, pluginHash(t, "reject")[:16]), shot("plugins"))
+
+	// Inboxes: the mirror inbox is a pull subscription of what the router
+	// published; a second copy of an event it has is dropped and audited,
+	// and a claim is listed.
+	testkit.EventuallyWith(t, 30*time.Second, func() bool {
+		return strings.Contains(get(t, r.client, "/v1/stats"), `"inbox:mirror"`)
+	}, func() string { return "the mirror inbox stored nothing: " + get(t, r.client, "/v1/stats") })
+	redeliver(t, r, crashSubject+".events", ids[0])
+	testkit.EventuallyWith(t, 30*time.Second, func() bool {
+		return strings.Contains(get(t, r.client, "/v1/inbox/mirror/dedup"), ids[0])
+	}, func() string { return "no dropped copy: " + get(t, r.client, "/v1/inbox/mirror/dedup") })
+	claim(t, r.client, "billing", "invoice-7")
+	run("the inbox page", chromedp.Navigate(link0(link)+"#/inbox?name=mirror"),
+		textIs(`tr[data-inbox="mirror"] td[data-col="mode"]`, "pull subscription"),
+		chromedp.WaitVisible(chromedp.CSS(`#dedup tr[data-skip="`+ids[0]+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#claims tr[data-claim="invoice-7"]`)), shot("inbox"))
+
 	// The live tail.
 	run("open the tail", chromedp.Navigate(link0(link)+"#/tail"), textIs(`#tail-state`, "watching"))
 	newID := postWithKey(t, r.client, crashType, "tail-me")
 	run("the tail shows it", chromedp.WaitVisible(chromedp.CSS(`#tail-rows tr[data-id="`+newID+`"]`)), shot("tail"))
+
+	// The overview again: rates in and out are charted, latencies known.
+	run("overview charts", chromedp.Navigate(link0(link)+"#/"),
+		chromedp.WaitVisible(chromedp.CSS(`#types tr[data-type="`+crashType+`"] td[data-col="rates"] svg polyline.in`)),
+		chromedp.WaitVisible(chromedp.CSS(`#latency tr[data-latency="fsync"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#latency tr[data-latency="publish:nats.local"]`)), shot("overview"))
+}
+
+// pluginHash is the SHA-256 of a test plugin's module, in hex.
+func pluginHash(t *testing.T, name string) string {
+	b, err := os.ReadFile(wasmTestdata(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(b))
+}
+
+// redeliver publishes a second copy of the event id on subject, as a
+// broker's redelivery would arrive (another message id, the same event).
+func redeliver(t *testing.T, r *crashRouter, subject, id string) {
+	t.Helper()
+	js := routerJetStream(t, r.config, r.natsURL())
+	m := nats.NewMsg(subject)
+	for k, v := range map[string]string{"ce-id": id, "ce-specversion": "1.0", "ce-type": crashType, "ce-source": "/console", "Nats-Msg-Id": id + "-again"} {
+		m.Header.Set(k, v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claim takes a claim of id for consumer through the API.
+func claim(t *testing.T, c *http.Client, consumer, id string) {
+	t.Helper()
+	resp, err := c.Post("http://r/v1/inbox/"+consumer+"/claims", "application/json", strings.NewReader(`{"id":"`+id+`","lease":"5m"}`))
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("claim %s: %v %v", id, resp, err)
+	}
+	resp.Body.Close()
 }
 
 // findChromium is the path of a Chromium-based browser, or "".

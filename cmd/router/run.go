@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/history"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
@@ -58,6 +59,8 @@ type RunCommand struct {
 	sources     []switchyard.Source
 	sourcesCtx  context.Context // ends when Close begins
 	stopSources context.CancelFunc
+	history     *history.Recorder // the console's last 15 minutes
+	stopHistory context.CancelFunc
 	sourcesWG   sync.WaitGroup
 	sinksMu     sync.Mutex // a reload adds sinks while /readyz reads them
 	sinks       []switchyard.Sink
@@ -145,6 +148,9 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	var hctx context.Context
+	hctx, c.stopHistory = context.WithCancel(context.WithoutCancel(ctx))
+	c.history = startHistory(hctx, c.reg) // history.go
 	return c.openAPI(cfg)
 }
 
@@ -256,7 +262,7 @@ func (c *RunCommand) openAPI(cfg *config.Config) error {
 	}
 	defer c.progress.step("opening the API socket %s", cfg.Listen.Socket)()
 	c.api = api.New(c.engine, cfg.Listen, api.Options{Logger: c.log, Gatherer: c.reg, Registerer: c.reg,
-		Ready: c.ready, Sinks: c.sinkHealth, Listener: ln, Backup: c.db.Backup})
+		Ready: c.ready, Sinks: c.sinkHealth, Listener: ln, Backup: c.db.Backup, History: c.history})
 	return c.api.Open()
 }
 
@@ -354,6 +360,9 @@ func (c *RunCommand) Close(ctx context.Context) error {
 	var errs []error
 	if c.pprof != nil {
 		c.pprof.Close()
+	}
+	if c.stopHistory != nil {
+		c.stopHistory()
 	}
 	if c.api != nil {
 		errs = append(errs, c.api.Close(ctx))

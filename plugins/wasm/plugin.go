@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -48,6 +49,9 @@ type Plugin struct {
 	slots chan struct{} // one token per live instance
 
 	started, discarded atomic.Int64
+
+	sha256   string // of the module's bytes
+	loadedAt time.Time
 }
 
 var _ switchyard.Plugin = (*Plugin)(nil)
@@ -90,6 +94,8 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 		initTimeout: max(10*lim.Timeout, minInitTimeout),
 		idle:        make(chan *instance, n),
 		slots:       make(chan struct{}, n),
+		sha256:      fmt.Sprintf("%x", sha256.Sum256(bin)),
+		loadedAt:    time.Now(),
 	}
 
 	start := time.Now()
@@ -263,6 +269,11 @@ func (p *Plugin) Info() Info {
 
 // Name is the plugin block's name.
 func (p *Plugin) Name() string { return p.name }
+
+// Module says which module this plugin runs, and since when.
+func (p *Plugin) Module() switchyard.PluginModule {
+	return switchyard.PluginModule{File: p.file, SHA256: p.sha256, LoadedAt: p.loadedAt}
+}
 
 // File is the module's path.
 func (p *Plugin) File() string { return p.file }

@@ -101,8 +101,50 @@ function position(p) {
 function stateCell(state) { return h('td', { class: 'state ' + ({ delivered: 'ok', dlq: 'bad', pending: 'warn' }[state] || '') }, state); }
 function eventLink(id) { return h('a', { href: '#/event?id=' + encodeURIComponent(id) }, id); }
 function table(head, rows, attrs) {
-  return h('table', attrs, h('thead', {}, h('tr', {}, head.map((c) => h('th', { class: /^(pending|in process|DLQ|resolved|attempts)$/.test(c) ? 'num' : null }, c)))),
+  return h('table', attrs, h('thead', {}, h('tr', {}, head.map((c) => h('th', { class: /^(pending|in process|DLQ|resolved|attempts|ok|filtered|retry|reject|outputs|count|p50|p90|p99|leased)$/.test(c) ? 'num' : null }, c)))),
     h('tbody', {}, rows));
+}
+
+// ---- charts: inline SVG, no library
+
+const SVG = 'http://www.w3.org/2000/svg';
+function svg(tag, attrs, ...children) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  e.append(...children);
+  return e;
+}
+
+// rateChart draws a queue's events in (blue) and out (green) per second,
+// one point per 10 s, over the router's window; its text says the latest.
+function rateChart(hist, queue) {
+  const ins = (hist && hist.rates.in && hist.rates.in[queue]) || [];
+  const outs = (hist && hist.rates.out && hist.rates.out[queue]) || [];
+  const n = Math.max(ins.length, outs.length);
+  const last = (xs) => (xs.length ? xs[xs.length - 1] : 0);
+  const label = h('span', { class: 'rate' }, `${rate(last(ins))} in · ${rate(last(outs))} out`);
+  if (n < 2) return h('span', { class: 'chart' }, label);
+  const W = 150, H = 28, top = Math.max(1, ...ins, ...outs);
+  const line = (xs, cls) => svg('polyline', { class: cls, fill: 'none', points: xs.map((v, i) => `${(i * W / (n - 1)).toFixed(1)},${(H - 1 - v * (H - 2) / top).toFixed(1)}`).join(' ') });
+  const chart = svg('svg', { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img' },
+    svg('title', {}, `peak ${rate(top)} over the last ${Math.round((hist.window_seconds || 0) / 60)} min`), line(ins, 'in'), line(outs, 'out'));
+  return h('span', { class: 'chart' }, chart, label);
+}
+function rate(v) { return v >= 100 ? `${Math.round(v)}/s` : `${+v.toFixed(1)}/s`; }
+function ms(s) { return s ? (s < 0.001 ? `${(s * 1e6).toFixed(0)} µs` : `${(s * 1000).toFixed(s < 0.01 ? 2 : 1)} ms`) : '—'; }
+
+// latencyTable is the fsync and publish percentiles over the window.
+function latencyTable(hist) {
+  if (!hist || !hist.latency) return h('p', { class: 'muted' }, 'Not kept.');
+  const rows = [];
+  for (const [what, label] of [['fsync', 'fsync (commit)'], ['publish', 'publish']]) {
+    for (const [key, q] of Object.entries(hist.latency[what] || {}).sort()) {
+      rows.push(h('tr', { 'data-latency': what + (key ? ':' + key : '') }, h('td', {}, key ? `${label} ${key}` : label),
+        h('td', { class: 'num' }, q.count), h('td', { class: 'num' }, ms(q.p50)), h('td', { class: 'num' }, ms(q.p90)), h('td', { class: 'num' }, ms(q.p99))));
+    }
+  }
+  return h('div', {}, table(['', 'count', 'p50', 'p90', 'p99'], rows.length ? rows : [h('tr', {}, h('td', { colspan: 5, class: 'muted' }, 'Nothing yet.'))]),
+    h('p', { class: 'muted' }, `over the last ${age(hist.window_seconds)}`));
 }
 
 // ---- overview
@@ -111,15 +153,21 @@ async function overview() {
   const typesBody = h('tbody', { id: 'types' });
   const sinks = h('div', { id: 'sinks' });
   const storage = h('div', { id: 'storage' });
+  const latency = h('div', { id: 'latency' });
+  let hist = null, histAt = 0;
   const updated = h('span', { class: 'muted', id: 'updated' });
   main().replaceChildren(
     h('div', { class: 'bar' }, h('h2', {}, 'Event types and inboxes'), updated),
     h('table', { id: 'types-table' },
-      h('thead', {}, h('tr', {}, ['type', 'pending', 'in process', 'oldest pending', 'poll delay', 'DLQ', 'resolved'].map((c, i) => h('th', { class: i ? 'num' : null }, c)))),
+      h('thead', {}, h('tr', {}, ['type', 'pending', 'in process', 'oldest pending', 'poll delay', 'DLQ', 'resolved', 'in / out, last 15 min'].map((c, i) => h('th', { class: i && i < 7 ? 'num' : null }, c)))),
       typesBody),
-    h('div', { class: 'grid' }, h('section', { class: 'card' }, h('h2', {}, 'Sinks'), sinks), h('section', { class: 'card' }, h('h2', {}, 'Storage'), storage)));
+    h('div', { class: 'grid' },
+      h('section', { class: 'card' }, h('h2', {}, 'Sinks'), sinks),
+      h('section', { class: 'card' }, h('h2', {}, 'Latency'), latency),
+      h('section', { class: 'card' }, h('h2', {}, 'Storage'), storage)));
   const refresh = async () => {
     const [stats, dlq, ready] = await Promise.all([api('GET', '/v1/stats'), api('GET', '/v1/dlq/stats'), api('GET', '/readyz', undefined, [503])]);
+    if (Date.now() - histAt > 5000) { hist = await api('GET', '/v1/stats/history'); histAt = Date.now(); }
     const rows = new Map();
     for (const t of stats.types || []) rows.set(t.type, { ...t });
     for (const d of dlq.types || []) rows.set(d.type, { ...(rows.get(d.type) || { type: d.type }), dlq: d.dlq, resolved: d.resolved });
@@ -131,7 +179,9 @@ async function overview() {
       h('td', { class: 'num' }, age(t.oldest_pending_age_seconds)),
       h('td', { class: 'num' }, age(t.poll_delay_seconds)),
       h('td', { class: 'num ' + (t.dlq ? 'bad' : ''), 'data-col': 'dlq' }, t.dlq || 0),
-      h('td', { class: 'num' }, t.resolved || 0))) : [h('tr', {}, h('td', { colspan: 7, class: 'muted' }, 'No event types yet.'))]));
+      h('td', { class: 'num' }, t.resolved || 0),
+      h('td', { 'data-col': 'rates' }, rateChart(hist, t.type)))) : [h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'No event types yet.'))]));
+    latency.replaceChildren(latencyTable(hist));
     const sinkNames = Object.keys(ready.sinks || {}).sort();
     sinks.replaceChildren(sinkNames.length ? table(['sink', 'state'], sinkNames.map((n) => h('tr', {},
       h('td', {}, n), h('td', { class: ready.sinks[n] === 'ok' ? 'ok' : 'bad' }, ready.sinks[n] === 'ok' ? 'connected' : ready.sinks[n])))) : h('p', { class: 'muted' }, 'No sinks.'));
@@ -259,6 +309,70 @@ async function dlqPage(params) {
   }
 }
 
+// ---- plugins
+
+async function pluginsPage() {
+  const body = h('div', { id: 'plugins' });
+  main().replaceChildren(h('div', { class: 'bar' }, h('h2', {}, 'Plugins'), h('span', { class: 'muted', id: 'updated' })), body);
+  const refresh = async () => {
+    const { plugins } = await api('GET', '/v1/plugins');
+    body.replaceChildren(...(plugins.length ? plugins.map(renderPlugin) : [h('p', { class: 'muted' }, 'No plugin is loaded.')]));
+    document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+  };
+  await refresh();
+  S.timers.push(setInterval(() => refresh().catch(showError), 5000));
+}
+
+function renderPlugin(p) {
+  const v = p.verdicts || {};
+  const q = p.latency || {};
+  return h('section', { class: 'card', 'data-plugin': p.name },
+    h('h2', {}, 'Plugin ', h('code', {}, p.name)),
+    table(['module', 'sha256', 'loaded', 'used by'], [h('tr', {},
+      h('td', {}, h('code', {}, p.file || '—')), h('td', { class: 'hash', title: p.sha256 || '' }, (p.sha256 || '—').slice(0, 16)),
+      h('td', {}, when(p.loaded_at)), h('td', {}, (p.used_by || []).join(', ') || '—'))]),
+    table(['ok', 'filtered', 'retry', 'reject', 'outputs', 'p50', 'p90', 'p99'], [h('tr', {},
+      h('td', { class: 'num', 'data-col': 'ok' }, v.ok || 0), h('td', { class: 'num', 'data-col': 'filtered' }, v.filtered || 0),
+      h('td', { class: 'num ' + (v.retry ? 'warn' : ''), 'data-col': 'retry' }, v.retry || 0), h('td', { class: 'num ' + (v.reject ? 'bad' : ''), 'data-col': 'reject' }, v.reject || 0),
+      h('td', { class: 'num' }, p.outputs || 0), h('td', { class: 'num' }, ms(q.p50)), h('td', { class: 'num' }, ms(q.p90)), h('td', { class: 'num' }, ms(q.p99)))]),
+    h('h2', {}, 'Last failures'),
+    (p.failures || []).length ? table(['at', 'type', 'event', 'verdict', 'reason'], p.failures.map((f) => h('tr', { 'data-failure': f.event_id },
+      h('td', {}, when(f.at)), h('td', {}, f.type), h('td', {}, eventLink(f.event_id)), h('td', { class: f.verdict === 'reject' ? 'bad' : 'warn' }, f.verdict),
+      h('td', { class: 'error' }, f.reason)))) : h('p', { class: 'muted' }, 'None since the router started.'));
+}
+
+// ---- inboxes
+
+async function inboxPage(params) {
+  const [{ inboxes }, stats] = await Promise.all([api('GET', '/v1/inboxes'), api('GET', '/v1/stats')]);
+  const byQueue = new Map((stats.types || []).map((t) => [t.type, t]));
+  const chosen = params.get('name') || (inboxes[0] && inboxes[0].name) || '';
+  const audit = h('div', { id: 'dedup' });
+  const claims = h('div', { id: 'claims' });
+  main().replaceChildren(
+    h('h2', {}, 'Inboxes'),
+    inboxes.length ? table(['inbox', 'from', 'reads', 'delivery', 'pending', 'in process', 'leased', 'DLQ'], inboxes.map((i) => {
+      const q = byQueue.get(i.queue) || {};
+      return h('tr', { 'data-inbox': i.name, class: i.name === chosen ? 'chosen' : null },
+        h('td', {}, h('a', { href: '#/inbox?name=' + encodeURIComponent(i.name) }, i.name)), h('td', {}, i.from), h('td', {}, h('code', {}, i.source)),
+        h('td', { 'data-col': 'mode' }, i.mode === 'pull' ? 'pull subscription' : `push to ${i.deliver}`),
+        h('td', { class: 'num', 'data-col': 'pending' }, q.pending || 0), h('td', { class: 'num' }, q.in_process || 0),
+        h('td', { class: 'num', 'data-col': 'leased' }, i.mode === 'pull' ? i.leased : '—'), h('td', { class: 'num ' + (q.dlq ? 'bad' : '') }, q.dlq || 0));
+    })) : h('p', { class: 'muted' }, 'No inbox is configured.'),
+    h('h2', {}, 'Dropped redeliveries', chosen ? [' of ', h('code', {}, chosen)] : ''), audit,
+    h('h2', {}, 'Claims (the dedup arbiter)'), claims);
+  if (chosen) {
+    const { skipped } = await api('GET', `/v1/inbox/${encodeURIComponent(chosen)}/dedup?limit=200`);
+    audit.replaceChildren(skipped.length ? table(['dropped at', 'id', 'reason', 'this copy from', 'first copy from', 'first at'], skipped.map((k) => h('tr', { 'data-skip': k.id },
+      h('td', {}, when(k.at)), h('td', {}, h('code', {}, k.id)), h('td', {}, k.reason), h('td', {}, k.origin),
+      h('td', {}, k.first_origin || '—'), h('td', {}, when(k.first_at))))) : h('p', { class: 'muted' }, 'None.'));
+  }
+  const c = await api('GET', '/v1/claims?limit=200');
+  claims.replaceChildren(c.claims.length ? table(['consumer', 'tenant', 'id', 'state', 'mode', 'claimed', 'lease until', 'expires'], c.claims.map((k) => h('tr', { 'data-claim': k.id },
+    h('td', {}, k.consumer), h('td', {}, k.tenant || '—'), h('td', {}, h('code', {}, k.id)), h('td', { class: k.state === 'completed' ? 'ok' : 'warn' }, k.state),
+    h('td', {}, k.mode), h('td', {}, when(k.claimed_at)), h('td', {}, when(k.lease_until)), h('td', {}, when(k.expires_at))))) : h('p', { class: 'muted' }, 'No claim is held.'));
+}
+
 // ---- live tail
 
 async function tailPage(params) {
@@ -310,7 +424,7 @@ async function tailPage(params) {
 
 // ---- routing
 
-const pages = { '/': overview, '/event': eventPage, '/dlq': dlqPage, '/tail': tailPage };
+const pages = { '/': overview, '/event': eventPage, '/dlq': dlqPage, '/inbox': inboxPage, '/plugins': pluginsPage, '/tail': tailPage };
 
 function route() {
   stopAll();
