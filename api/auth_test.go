@@ -209,6 +209,11 @@ func TestAuthAdminRoutesNeedAnAdminToken(t *testing.T) {
 		{"POST", "/v1/dlq/resolve", `{"all":true}`},
 		{"POST", "/v1/dlq/delete", `{"all":true}`},
 		{"GET", "/v1/stats", ""},
+		{"GET", "/v1/stats/history", ""},
+		{"GET", "/v1/plugins", ""},
+		{"GET", "/v1/inboxes", ""},
+		{"GET", "/v1/claims", ""},
+		{"GET", "/v1/inbox/x/dedup", ""},
 		{"GET", "/metrics", ""},
 	}
 	for _, rt := range routes {
@@ -222,7 +227,7 @@ func TestAuthAdminRoutesNeedAnAdminToken(t *testing.T) {
 		}
 	}
 	// The socket needs no token for them.
-	for _, path := range []string{"/v1/dlq", "/v1/dlq/stats", "/v1/stats", "/metrics"} {
+	for _, path := range []string{"/v1/dlq", "/v1/dlq/stats", "/v1/stats", "/v1/stats/history", "/v1/plugins", "/v1/inboxes", "/v1/claims", "/metrics"} {
 		if rep := r.do("GET", path, nil, ""); rep.status != 200 {
 			t.Errorf("socket %s: %d %s", path, rep.status, rep.body)
 		}

@@ -517,6 +517,13 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 			OldestAgeSecs: st.OldestPending.Seconds(), PollDelaySecs: st.PollDelay.Seconds(), DLQ: st.DLQ}
 	}
 	out := map[string]any{"types": views}
+	if errs := s.engine.SinkErrors(); len(errs) > 0 {
+		sinks := map[string]any{}
+		for name, e := range errs {
+			sinks[name] = map[string]any{"last_error": e.Error, "last_error_at": e.At, "type": e.Queue}
+		}
+		out["sinks"] = sinks
+	}
 	if sp, maxSize, ok := s.engine.Space(); ok {
 		out["storage"] = map[string]any{
 			"used_bytes": sp.Used, "file_bytes": sp.File, "disk_free_bytes": sp.DiskFree, "max_size_bytes": maxSize,

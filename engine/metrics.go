@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +33,40 @@ type metrics struct {
 	dlq       *prometheus.Desc
 	events    *prometheus.Desc
 	watchers  *prometheus.Desc
+
+	mu       sync.Mutex
+	sinkErrs map[string]SinkError // the last failed output of each sink
+}
+
+// SinkError is the last output a sink failed to publish, for operators.
+type SinkError struct {
+	At    time.Time
+	Queue string
+	Error string
+}
+
+// sinkFailed keeps the first error among outs as the sink's last.
+func (m *metrics) sinkFailed(sink, queue string, outs []*output) {
+	for _, o := range outs {
+		if o.result.Err != nil {
+			m.mu.Lock()
+			if m.sinkErrs == nil {
+				m.sinkErrs = make(map[string]SinkError)
+			}
+			m.sinkErrs[sink] = SinkError{At: m.e.now(), Queue: queue, Error: o.result.Err.Error()}
+			m.mu.Unlock()
+			return
+		}
+	}
+}
+
+// SinkErrors returns the last publish error of each sink that had one
+// since the router started.
+func (e *Engine) SinkErrors() map[string]SinkError {
+	m := e.metrics
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.sinkErrs)
 }
 
 func newMetrics(e *Engine) *metrics {
@@ -163,6 +199,7 @@ func (m *metrics) committed(t string, res *PollResult, b *batch) {
 		m.published.WithLabelValues(t, sink).Add(float64(ok))
 		if bad := len(outs) - ok; bad > 0 {
 			m.publishErrs.WithLabelValues(t, sink).Add(float64(bad))
+			m.sinkFailed(sink, t, outs)
 		}
 	}
 	m.retried.WithLabelValues(t).Add(float64(res.Retried))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -126,5 +127,59 @@ event "t.ord" {
 	poll() // first is no longer pending: second goes
 	if s := h.record("second").State; s != storage.StateDelivered {
 		t.Fatalf("second after first left: %s", s)
+	}
+}
+
+// Each plugin call is counted by verdict — ok (outputs), filtered (none),
+// retry, reject — with its outputs, and a failure is kept with the plugin's
+// reason, the event's type and the stored event's id.
+func TestPluginVerdictsCounted(t *testing.T) {
+	judge := funcPlugin{name: "judge", fn: func(ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		switch ev.Subject {
+		case "drop":
+			return nil, nil
+		case "later":
+			return nil, fmt.Errorf("not now: %w", switchyard.ErrPluginRetry)
+		case "never":
+			return nil, switchyard.Permanentf("never this one")
+		}
+		return []switchyard.PluginOutput{{Event: *ev}, {Event: *ev}}, nil
+	}}
+	h := newHarness(t, `
+plugin "judge" { wasm = "unused.wasm" }
+event "t.judged" {
+  plugins = ["judge"]
+  route {
+    to      = "nats.local"
+    subject = "t.judged"
+  }
+}
+`, true, withPlugins(judge))
+	ev := func(id, subject string) string {
+		return h.ingestEvent(switchyard.Event{ID: id, Type: "t.judged", Source: "/t", SpecVersion: "1.0", Subject: subject})
+	}
+	ev("pass-1", "")
+	ev("drop-1", "drop")
+	ev("drop-2", "drop")
+	ev("later-1", "later")
+	ev("never-1", "never")
+	if _, err := h.eng.Loop("t.judged").Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ps := h.eng.Plugins()
+	if len(ps) != 1 || ps[0].Name != "judge" || fmt.Sprint(ps[0].UsedBy) != "[t.judged]" {
+		t.Fatalf("plugins = %+v", ps)
+	}
+	p := ps[0]
+	want := map[engine.PluginVerdict]int64{engine.PluginOK: 1, engine.PluginFiltered: 2, engine.PluginRetry: 1, engine.PluginReject: 1}
+	if fmt.Sprint(p.Verdicts) != fmt.Sprint(want) || p.Outputs != 2 {
+		t.Fatalf("verdicts %v outputs %d, want %v and 2", p.Verdicts, p.Outputs, want)
+	}
+	var failures []string
+	for _, f := range p.Failures {
+		failures = append(failures, fmt.Sprintf("%s %s %s %s", f.Queue, f.EventID, f.Verdict, f.Reason))
+	}
+	if got := strings.Join(failures, " | "); !strings.Contains(got, "t.judged never-1 reject never this one") || !strings.Contains(got, "t.judged later-1 retry not now") {
+		t.Fatalf("failures: %s", got)
 	}
 }

@@ -165,7 +165,8 @@ inbox "mirror" {
 	run("overview charts", chromedp.Navigate(link0(link)+"#/"),
 		chromedp.WaitVisible(chromedp.CSS(`#types tr[data-type="`+crashType+`"] td[data-col="rates"] svg polyline.in`)),
 		chromedp.WaitVisible(chromedp.CSS(`#latency tr[data-latency="fsync"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`#latency tr[data-latency="publish:nats.local"]`)), shot("overview"))
+		chromedp.WaitVisible(chromedp.CSS(`#latency tr[data-latency="publish:nats.local"]`)),
+		textHas(`#sinks tr[data-sink="nats.local"] td[data-col="last-error"]`, "("+deadType+")"), shot("overview"))
 }
 
 // pluginHash is the SHA-256 of a test plugin's module, in hex.
@@ -241,6 +242,26 @@ func textIs(sel, want string) chromedp.Action[chromedp.Void] {
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%s reads %q, want %q", sel, got, want)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
+}
+
+// textHas waits until the element's text contains want.
+func textHas(sel, want string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		for {
+			got, err := chromedp.Text(chromedp.CSS(sel))(ctx, tg)
+			if err != nil {
+				return err
+			}
+			if strings.Contains(got, want) {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s reads %q, want it to contain %q", sel, got, want)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}

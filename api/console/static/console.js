@@ -183,8 +183,10 @@ async function overview() {
       h('td', { 'data-col': 'rates' }, rateChart(hist, t.type)))) : [h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'No event types yet.'))]));
     latency.replaceChildren(latencyTable(hist));
     const sinkNames = Object.keys(ready.sinks || {}).sort();
-    sinks.replaceChildren(sinkNames.length ? table(['sink', 'state'], sinkNames.map((n) => h('tr', {},
-      h('td', {}, n), h('td', { class: ready.sinks[n] === 'ok' ? 'ok' : 'bad' }, ready.sinks[n] === 'ok' ? 'connected' : ready.sinks[n])))) : h('p', { class: 'muted' }, 'No sinks.'));
+    const lastErr = stats.sinks || {};
+    sinks.replaceChildren(sinkNames.length ? table(['sink', 'state', 'last publish error'], sinkNames.map((n) => h('tr', { 'data-sink': n },
+      h('td', {}, n), h('td', { class: ready.sinks[n] === 'ok' ? 'ok' : 'bad' }, ready.sinks[n] === 'ok' ? 'connected' : ready.sinks[n]),
+      h('td', { class: 'error', 'data-col': 'last-error' }, lastErr[n] ? `${when(lastErr[n].last_error_at)} (${lastErr[n].type}): ${lastErr[n].last_error}` : '—')))) : h('p', { class: 'muted' }, 'No sinks.'));
     const st = stats.storage;
     storage.replaceChildren(st ? table(['', ''], [
       h('tr', {}, h('td', {}, 'pages in use'), h('td', {}, bytes(st.used_bytes))),
