@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -269,9 +271,9 @@ func textHas(sel, want string) chromedp.Action[chromedp.Void] {
 }
 
 // startUI runs `router ui` against r and returns the link it prints.
-func startUI(t *testing.T, r *crashRouter) string {
+func startUI(t *testing.T, r *crashRouter, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(r.bin, "ui", "-socket", r.socket)
+	cmd := exec.Command(r.bin, append([]string{"ui", "-socket", r.socket}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -348,5 +350,85 @@ func makeStream(t *testing.T, r *crashRouter, name string, subjects ...string) {
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// router ui lets in only what its one-time link started: the link works
+// once and only within -link-ttl; the API behind it needs the session; a
+// request naming another host (DNS rebinding) or coming from another
+// origin is refused; and it never listens beyond loopback.
+func TestUIProxySecurity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary")
+	}
+	r := newCrashRouter(t, time.Minute)
+	r.start()
+	link := startUI(t, r)
+	base := strings.TrimSuffix(link0(link), "/ui/")
+	token := link[strings.Index(link, "#token=")+len("#token="):]
+	call := func(method, path, bearer string, header map[string]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, nil)
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		if h, ok := header["Host"]; ok {
+			req.Host = h
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := call("GET", "/v1/stats", "", nil); code != http.StatusUnauthorized {
+		t.Fatalf("the API without a session: %d, want 401", code)
+	}
+	if code, _ := call("GET", "/ui/console.js", "", nil); code != http.StatusOK {
+		t.Fatalf("the console's files: %d, want 200 (public)", code)
+	}
+	if code, _ := call("POST", "/ui/session", "not-the-token", nil); code != http.StatusUnauthorized {
+		t.Fatalf("a wrong token: %d, want 401", code)
+	}
+	code, body := call("POST", "/ui/session", token, nil)
+	var s struct{ Session string }
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &s) != nil || s.Session == "" {
+		t.Fatalf("the link's token: %d %s", code, body)
+	}
+	if code, _ := call("POST", "/ui/session", token, nil); code != http.StatusUnauthorized {
+		t.Fatalf("the link used a second time: %d, want 401", code)
+	}
+	if code, body := call("GET", "/v1/stats", s.Session, nil); code != http.StatusOK || !strings.Contains(body, crashType) {
+		t.Fatalf("the API with the session: %d %s", code, body)
+	}
+	if code, _ := call("GET", "/v1/stats", s.Session, map[string]string{"Host": "rebound.example:" + strings.Split(base, ":")[2]}); code != http.StatusForbidden {
+		t.Fatalf("another Host: %d, want 403", code)
+	}
+	if code, _ := call("POST", "/v1/dlq/retry", s.Session, map[string]string{"Origin": "http://evil.example"}); code != http.StatusForbidden {
+		t.Fatalf("another Origin: %d, want 403", code)
+	}
+
+	short := startUI(t, r, "-link-ttl", "300ms")
+	time.Sleep(time.Second)
+	shortBase := strings.TrimSuffix(link0(short), "/ui/")
+	req, _ := http.NewRequest("POST", shortBase+"/ui/session", nil)
+	req.Header.Set("Authorization", "Bearer "+short[strings.Index(short, "#token=")+len("#token="):])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("an expired link: %d, want 401", resp.StatusCode)
+	}
+
+	out, err := exec.Command(r.bin, "ui", "-socket", r.socket, "-listen", "0.0.0.0:0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "loopback address only") {
+		t.Fatalf("router ui -listen 0.0.0.0:0: %v %s", err, out)
 	}
 }
