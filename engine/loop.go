@@ -195,10 +195,41 @@ func (l *Loop) nextDelay(full bool) time.Duration {
 type PollResult struct {
 	Taken        int // events taken from the queue
 	Delivered    int // every output acknowledged
+	Filtered     int // the plugin chain returned no output: done, nothing sent
 	Retried      int // rescheduled with backoff
 	DeadLettered int // moved to the DLQ
 	Requeued     int // outcome unknown: back to pending, no attempt counted
 	Failed       int // outputs that failed, any reason
+
+	failures []failure // retried and dead-lettered events, logged after the commit
+}
+
+// failure is one event's failed attempt, as the log tells it.
+type failure struct {
+	id       string
+	attempts int
+	next     time.Time // when it is tried again; zero when dead-lettered
+	reason   string
+}
+
+// loggedFailures bounds the log lines one batch writes; the rest are
+// counted in one more line (and every one is in the event's history).
+const loggedFailures = 5
+
+// logFailures writes one WARN line per failed event of a committed batch.
+func (l *Loop) logFailures(fs []failure, now time.Time) {
+	for i, f := range fs {
+		if i == loggedFailures {
+			l.e.log.Warn("more events of this batch failed: GET /v1/events/{id} or the DLQ has each", "type", l.typ, "more", len(fs)-i)
+			return
+		}
+		if f.next.IsZero() {
+			l.e.log.Warn("event dead-lettered", "type", l.typ, "event", f.id, "attempts", f.attempts, "reason", f.reason)
+		} else {
+			l.e.log.Warn("event failed; retrying with backoff", "type", l.typ, "event", f.id, "attempt", f.attempts,
+				"retry_in", f.next.Sub(now).Round(time.Millisecond), "error", f.reason)
+		}
+	}
 }
 
 // Poll takes one batch of due events, publishes their outputs and commits
@@ -255,6 +286,7 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 		return res, fmt.Errorf("commit batch of %s: %w", l.typ, err)
 	}
 	l.e.metrics.committed(l.typ, &res, b)
+	l.logFailures(res.failures, l.e.now())
 	l.e.tail.published(l.typ, b, l.e.now())
 	return res, nil
 }
@@ -401,6 +433,9 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 		n := 0
 		for _, po := range outs {
 			dests, err := l.destinations(b.pol, po.Destination)
+			if errors.Is(err, errUnrouted) {
+				l.e.metrics.unroutedOutput(l.typ)
+			}
 			if err != nil {
 				it.err = fmt.Errorf("event %q: %w", rec.Event.ID, err)
 				b.failed++
@@ -431,6 +466,13 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 	return b
 }
 
+// errUnrouted is an output with no destination of a type with no route:
+// nothing would carry it. A reject, so that the event waits in the DLQ
+// until the configuration gains a route (and an operator retries it),
+// instead of being dropped.
+var errUnrouted = switchyard.Permanentf("the output names no destination and the type has no route block: nothing would carry it " +
+	"(add a route to the type, or have the plugin name a destination \"<sink>:<topic or subject>\"; then retry the event from the DLQ)")
+
 // dest is a parsed destination.
 type dest struct{ full, sink, topic string }
 
@@ -439,6 +481,9 @@ type dest struct{ full, sink, topic string }
 // (a plugin naming another is a reject: retrying cannot fix it).
 func (l *Loop) destinations(pol *config.Policy, d string) ([]dest, error) {
 	if d == "" {
+		if len(pol.Routes) == 0 {
+			return nil, errUnrouted
+		}
 		out := make([]dest, len(pol.Routes))
 		for i, r := range pol.Routes {
 			out[i] = dest{full: r.Destination(), sink: r.To, topic: r.Target()}
@@ -631,6 +676,7 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		rec.Attempts++
 		rec.History = append(rec.History, storage.Attempt{At: now, Error: v.permanent.Error()})
 		res.DeadLettered++
+		res.failures = append(res.failures, failure{id: rec.Event.ID, attempts: rec.Attempts, reason: "rejected: " + v.permanent.Error()})
 		return tx.MoveToDLQ(rec, now, "rejected: "+v.permanent.Error())
 	case v.retry != nil:
 		rec.Attempts++
@@ -638,12 +684,16 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		rec.History = append(rec.History, storage.Attempt{At: now, Error: v.retry.Error()})
 		if rec.Attempts > pol.MaxRetries {
 			res.DeadLettered++
-			return tx.MoveToDLQ(rec, now, fmt.Sprintf("gave up after %d attempts: %v", rec.Attempts, v.retry))
+			reason := fmt.Sprintf("gave up after %d attempts: %v", rec.Attempts, v.retry)
+			res.failures = append(res.failures, failure{id: rec.Event.ID, attempts: rec.Attempts, reason: reason})
+			return tx.MoveToDLQ(rec, now, reason)
 		}
 		res.Retried++
 		// The receiver's Retry-After, when it asks for more than the
 		// backoff.
-		return tx.Reschedule(rec, now.Add(max(Backoff(pol.Backoff, rec.Attempts), v.retryAfter)))
+		next := now.Add(max(Backoff(pol.Backoff, rec.Attempts), v.retryAfter))
+		res.failures = append(res.failures, failure{id: rec.Event.ID, attempts: rec.Attempts, next: next, reason: v.retry.Error()})
+		return tx.Reschedule(rec, next)
 	case v.unknown != nil:
 		// Fail closed: the broker may or may not have it (or was not
 		// reachable). Keep the event due, with the same id, and count no
@@ -651,6 +701,10 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		rec.LastError = v.unknown.Error()
 		res.Requeued++
 		return tx.Save(rec)
+	}
+	if len(rec.Outputs) == 0 { // the plugin chain returned nothing: filtered
+		res.Filtered++
+		return tx.MarkFiltered(rec, now, l.e.config().Outbox.TTL)
 	}
 	res.Delivered++
 	return tx.MarkDelivered(rec, now, l.e.config().Outbox.TTL)

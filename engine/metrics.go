@@ -23,6 +23,8 @@ type metrics struct {
 	retried      *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
 	requeued     *prometheus.CounterVec
+	filtered     *prometheus.CounterVec
+	unrouted     *prometheus.CounterVec
 	publishSecs  *prometheus.HistogramVec
 	dlqActions   *prometheus.CounterVec
 
@@ -85,6 +87,8 @@ func newMetrics(e *Engine) *metrics {
 		retried:      counter("retried_total", "Events rescheduled with backoff after a failed output.", "type"),
 		deadLettered: counter("dead_lettered_total", "Events moved to the DLQ.", "type"),
 		requeued:     counter("requeued_total", "Events put back to pending without an attempt (publish outcome unknown).", "type"),
+		filtered:     counter("filtered_total", "Events done with nothing sent: the plugin chain returned no output.", "type"),
+		unrouted:     counter("unrouted_outputs_total", "Plugin outputs that named no destination in a type with no route (the event is dead-lettered).", "type"),
 		pending:      gauge("pending_events", "Events waiting in a type's queue."),
 		inProcess:    gauge("in_process_events", "Events a type's loop holds (taken, being published)."),
 		oldestAge:    gauge("oldest_pending_age_seconds", "Age of the earliest due pending event."),
@@ -103,7 +107,7 @@ func newMetrics(e *Engine) *metrics {
 }
 
 func (m *metrics) vecs() []prometheus.Collector {
-	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.requeued, m.publishSecs, m.dlqActions}
+	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.requeued, m.filtered, m.unrouted, m.publishSecs, m.dlqActions}
 }
 
 // Describe implements prometheus.Collector.
@@ -205,4 +209,9 @@ func (m *metrics) committed(t string, res *PollResult, b *batch) {
 	m.retried.WithLabelValues(t).Add(float64(res.Retried))
 	m.deadLettered.WithLabelValues(t).Add(float64(res.DeadLettered))
 	m.requeued.WithLabelValues(t).Add(float64(res.Requeued))
+	if res.Filtered > 0 {
+		m.filtered.WithLabelValues(t).Add(float64(res.Filtered))
+	}
 }
+
+func (m *metrics) unroutedOutput(t string) { m.unrouted.WithLabelValues(t).Inc() }

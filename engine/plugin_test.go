@@ -1,12 +1,15 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
@@ -182,4 +185,72 @@ event "t.judged" {
 	if got := strings.Join(failures, " | "); !strings.Contains(got, "t.judged never-1 reject never this one") || !strings.Contains(got, "t.judged later-1 retry not now") {
 		t.Fatalf("failures: %s", got)
 	}
+}
+
+// An event the plugin chain returns nothing for ends "filtered" (done,
+// nothing sent), not "delivered"; an output that names no destination in a
+// type with no route is dead-lettered with a reason that names the fix and
+// is counted, never dropped; and each failed event is one WARN line with
+// its type, id and reason.
+func TestFilteredAndUnroutedOutputs(t *testing.T) {
+	pick := funcPlugin{name: "pick", fn: func(ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		if ev.Subject == "drop" {
+			return nil, nil
+		}
+		return []switchyard.PluginOutput{{Event: *ev}}, nil // to the type's routes: it has none
+	}}
+	var logs bytes.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, `
+plugin "pick" { wasm = "unused.wasm" }
+event "t.noroute" {
+  plugins = ["pick"]
+}
+`, true, withPlugins(pick), harnessOption(func(o *engine.Options) { o.Logger = log; o.Registerer = reg }))
+	ev := func(id, subject string) string {
+		return h.ingestEvent(switchyard.Event{ID: id, Type: "t.noroute", Source: "/t", SpecVersion: "1.0", Subject: subject})
+	}
+	dropped, unrouted := ev("drop-1", "drop"), ev("keep-1", "")
+	res, err := h.eng.Loop("t.noroute").Poll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Filtered != 1 || res.DeadLettered != 1 || res.Delivered != 0 {
+		t.Fatalf("poll result %+v, want 1 filtered, 1 dead-lettered", res)
+	}
+	if rec := h.record(dropped); rec.State != storage.StateFiltered || len(rec.Outputs) != 0 {
+		t.Fatalf("filtered event: %s %+v", rec.State, rec.Outputs)
+	}
+	rec := h.record(unrouted)
+	if rec.State != storage.StateDLQ || !strings.Contains(rec.LastError, "names no destination and the type has no route") {
+		t.Fatalf("unrouted event: %s %q", rec.State, rec.LastError)
+	}
+	if got := counterValue(t, reg, "switchyard_unrouted_outputs_total"); got != 1 {
+		t.Fatalf("switchyard_unrouted_outputs_total = %v, want 1", got)
+	}
+	if got := counterValue(t, reg, "switchyard_filtered_total"); got != 1 {
+		t.Fatalf("switchyard_filtered_total = %v, want 1", got)
+	}
+	if l := logs.String(); !strings.Contains(l, "[WARN]") || !strings.Contains(l, "event dead-lettered") || !strings.Contains(l, "event=keep-1") || !strings.Contains(l, "type=t.noroute") {
+		t.Fatalf("log: %s", l)
+	}
+}
+
+// counterValue sums a counter family's series in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

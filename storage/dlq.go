@@ -339,7 +339,7 @@ func (tx *Tx) DLQCounts() []DLQCount {
 
 // StateCounts is how many records the data file holds in each state, read
 // from the indexes (cheap enough for every scrape): pending = queued,
-// delivered = kept until outbox.ttl, dlq and resolved = the DLQ indexes.
+// delivered = kept until outbox.ttl (filtered ones too: one TTL index), dlq and resolved = the DLQ indexes.
 type StateCounts struct {
 	Pending, Delivered, DLQ, Resolved int
 }

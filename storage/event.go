@@ -13,8 +13,11 @@ const (
 	StatePending   State = "pending"
 	StateInProcess State = "in_process"
 	StateDelivered State = "delivered"
-	StateDLQ       State = "dlq"
-	StateResolved  State = "resolved" // a DLQ record an operator resolved
+	// StateFiltered is done with nothing sent: the plugin chain returned no
+	// output. Kept, like a delivered event, until outbox.ttl.
+	StateFiltered State = "filtered"
+	StateDLQ      State = "dlq"
+	StateResolved State = "resolved" // a DLQ record an operator resolved
 )
 
 // Output is the delivery state of one output of an event.

@@ -263,10 +263,20 @@ func (tx *Tx) Reschedule(r *Record, next time.Time) error {
 // MarkDelivered takes a pending event off its queue and keeps it as
 // delivered until now+ttl.
 func (tx *Tx) MarkDelivered(r *Record, now time.Time, ttl time.Duration) error {
+	return tx.markDone(r, StateDelivered, now, ttl)
+}
+
+// MarkFiltered takes a pending event off its queue and keeps it as
+// filtered (done, nothing sent) until now+ttl.
+func (tx *Tx) MarkFiltered(r *Record, now time.Time, ttl time.Duration) error {
+	return tx.markDone(r, StateFiltered, now, ttl)
+}
+
+func (tx *Tx) markDone(r *Record, state State, now time.Time, ttl time.Duration) error {
 	if err := tx.dequeue(r); err != nil {
 		return err
 	}
-	r.State = StateDelivered
+	r.State = state
 	r.NextAttemptAt = time.Time{}
 	r.UpdatedAt = now
 	if err := tx.bucket(bucketDone).Put(timeKey(now.Add(ttl), []byte(r.Key())), nil); err != nil {
@@ -348,7 +358,7 @@ func (tx *Tx) DeleteExpiredDelivered(now time.Time, limit int) (int, error) {
 		if err != nil {
 			return err
 		}
-		if r.State != StateDelivered { // retried by hand since: keep it
+		if r.State != StateDelivered && r.State != StateFiltered { // retried by hand since: keep it
 			return nil
 		}
 		return tx.bucket(bucketEvents).Delete(id)

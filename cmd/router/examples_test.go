@@ -112,9 +112,10 @@ event "ex.pass" {
 	post("f-prod", "ex.filter", `,"env":"prod"`, `{}`)
 	post("s-1", "ex.split", "", `[{"sku":"A"},{"sku":"B"},42,"four"]`)
 	post("p-1", "ex.pass", "", `{"same":true}`)
-	for _, id := range []string{"r-large", "r-small", "e-1", "f-test", "f-prod", "s-1", "p-1"} {
+	for _, id := range []string{"r-large", "r-small", "e-1", "f-prod", "s-1", "p-1"} {
 		waitState(t, c, id, "delivered", 30*time.Second)
 	}
+	waitState(t, c, "f-test", "filtered", 30*time.Second) // filter-as dropped it: done, nothing sent
 
 	msgs := streamBySubject(t, path, natsPort, "ex")
 	check := func(subject string, n int) []*jetstream.RawStreamMsg {

@@ -98,7 +98,7 @@ function position(p) {
   if (p.topic) return `${p.topic}/${p.partition || 0}@${p.offset || 0}`;
   return '—';
 }
-function stateCell(state) { return h('td', { class: 'state ' + ({ delivered: 'ok', dlq: 'bad', pending: 'warn' }[state] || '') }, state); }
+function stateCell(state) { return h('td', { class: 'state ' + ({ delivered: 'ok', filtered: 'muted', dlq: 'bad', pending: 'warn' }[state] || '') }, state); }
 function eventLink(id) { return h('a', { href: '#/event?id=' + encodeURIComponent(id) }, id); }
 function table(head, rows, attrs) {
   return h('table', attrs, h('thead', {}, h('tr', {}, head.map((c) => h('th', { class: /^(pending|in process|DLQ|resolved|attempts|ok|filtered|retry|reject|outputs|count|p50|p90|p99|leased)$/.test(c) ? 'num' : null }, c)))),
