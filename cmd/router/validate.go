@@ -45,6 +45,9 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	if problems := checkLoaded(ctx, cfg); len(problems) > 0 {
 		return &exitError{code: 1, err: errors.New(strings.Join(problems, "\n"))}
 	}
+	for _, w := range configWarnings(cfg) {
+		fmt.Fprintf(c.Stdout, "%s\n", w)
+	}
 	fmt.Fprintf(c.Stdout, "%s: ok (%d event types, sinks %v)\n", *path, len(cfg.Events), cfg.Sinks())
 	if !*checkSinks {
 		return nil
@@ -117,6 +120,14 @@ func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 		}
 	}
 	problems = append(problems, checkPlugins(ctx, cfg)...)
+	if len(cfg.Sinks()) == 0 {
+		for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
+			if len(cfg.Events[t].Plugins) > 0 {
+				problems = append(problems, fmt.Sprintf("%s: event %q runs plugins, but the configuration has no sink (no nats or kafka block): every output would be dead-lettered; add the sink its plugins send to",
+					cfg.EventsAt[t], t))
+			}
+		}
+	}
 	for _, n := range cfg.NATS {
 		if !n.Embedded || !n.JetStream {
 			continue
@@ -174,6 +185,22 @@ func routed(cfg *config.Config, sink string, pick func(config.Route) string) []s
 			if r.To == sink {
 				out = append(out, pick(r))
 			}
+		}
+	}
+	return out
+}
+
+// configWarnings are what may be meant but often is not: each is a
+// "file:line:col: warning: ..." line, and validate still passes.
+//   - a type that runs plugins but has no route: an output whose plugin
+//     names no destination is dead-lettered (nothing would carry it).
+func configWarnings(cfg *config.Config) []string {
+	var out []string
+	for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
+		p := cfg.Events[t]
+		if len(p.Plugins) > 0 && len(p.Routes) == 0 && t != "*" {
+			out = append(out, fmt.Sprintf("%s: warning: event %q runs plugins %v but has no route block: an output whose plugin names no destination (\"<sink>:<subject>\") goes to the DLQ; add a route unless every plugin names its destinations",
+				cfg.EventsAt[t], t, p.Plugins))
 		}
 	}
 	return out

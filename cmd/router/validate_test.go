@@ -30,6 +30,8 @@ func TestValidateFindsWhatParsingCannot(t *testing.T) {
 		{"http address", "listen {\n  http = \"not-an-address\"\n  tokens_file = \"t\"\n}", `:2:10: Invalid address`},
 		{"max_body", "listen {\n  max_body = \"100GB\"\n}", `:2:14: Invalid size: max_body: 100GB is over the limit of 256MiB`},
 		{"batch_size", "defaults {\n  batch_size = 99999999999\n}", `:2:16: Invalid value: batch_size must be at most 100000`},
+		{"plugins and no sink", fmt.Sprintf("plugin \"p\" { wasm = %q }\nevent \"x\" {\n  plugins = [\"p\"]\n}", good),
+			`:2:1: event "x" runs plugins, but the configuration has no sink`},
 		{"route no stream captures", "nats \"local\" {\n  embedded = true\n  stream \"s\" { subjects = [\"a.>\"] }\n}\nevent \"x\" {\n  route {\n    to      = \"nats.local\"\n    subject = \"b.x\"\n  }\n}",
 			`:5:1: event "x" routes to subject "b.x", which no stream of nats "local" captures`},
 	}
@@ -66,6 +68,33 @@ event "x" {
 	var out bytes.Buffer
 	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil {
 		t.Fatalf("a good config: %v\n%s", err, out.String())
+	}
+	if strings.Contains(out.String(), "warning") {
+		t.Fatalf("a good config has warnings:\n%s", out.String())
+	}
+}
+
+// A type that runs plugins but has no route passes validate with a
+// warning at its block: an output that names no destination would go to
+// the DLQ.
+func TestValidateWarnsPluginsWithoutRoute(t *testing.T) {
+	good := filepath.Join("..", "..", "examples", "plugins", "passthrough-wat", "passthrough.wasm")
+	path := filepath.Join(t.TempDir(), "policies.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`nats "local" {
+  embedded = true
+  stream "s" { subjects = ["a.>"] }
+}
+plugin "p" { wasm = %q }
+event "x" {
+  plugins = ["p"]
+}
+`, good)), 0o600)
+	var out bytes.Buffer
+	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil {
+		t.Fatalf("validate: %v\n%s", err, out.String())
+	}
+	if want := path + `:6:1: warning: event "x" runs plugins [p] but has no route block`; !strings.Contains(out.String(), want) {
+		t.Fatalf("validate said:\n%s\nwant a line with %s", out.String(), want)
 	}
 }
 
