@@ -17,6 +17,9 @@ type pluginView struct {
 	UsedBy   []string                       `json:"used_by"`
 	Verdicts map[engine.PluginVerdict]int64 `json:"verdicts"`
 	Outputs  int64                          `json:"outputs"`
+	// FailureKinds counts failures without a verdict of the plugin's own:
+	// trap, timeout, memory (retried), broken_rule (rejected).
+	FailureKinds map[string]int64 `json:"failure_kinds"`
 	// Latency is over the console's window (the last 15 minutes), when
 	// the router keeps one.
 	Latency  *history.Quantiles     `json:"latency,omitempty"`
@@ -32,7 +35,10 @@ func (s *Server) getPlugins(w http.ResponseWriter, r *http.Request) {
 	}
 	views := []pluginView{}
 	for _, p := range s.engine.Plugins() {
-		v := pluginView{Name: p.Name, UsedBy: p.UsedBy, Verdicts: p.Verdicts, Outputs: p.Outputs, Failures: p.Failures}
+		v := pluginView{Name: p.Name, UsedBy: p.UsedBy, Verdicts: p.Verdicts, Outputs: p.Outputs, Failures: p.Failures, FailureKinds: p.FailureKinds}
+		if v.FailureKinds == nil {
+			v.FailureKinds = map[string]int64{}
+		}
 		if v.UsedBy == nil {
 			v.UsedBy = []string{}
 		}

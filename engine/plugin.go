@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -71,7 +73,7 @@ type pluginStats struct {
 	byName sync.Map // name → *pluginCounters
 	took   *prometheus.HistogramVec
 
-	verdictsDesc, outputsDesc *prometheus.Desc
+	verdictsDesc, outputsDesc, failuresDesc *prometheus.Desc
 }
 
 func newPluginStats() *pluginStats {
@@ -85,6 +87,9 @@ func newPluginStats() *pluginStats {
 			"Events a plugin handled, by verdict: ok (outputs), filtered (none), retry (verdict or failure), reject.",
 			[]string{"plugin", "verdict"}, nil),
 		outputsDesc: prometheus.NewDesc("switchyard_plugin_outputs_total", "Outputs plugins returned.", []string{"plugin"}, nil),
+		failuresDesc: prometheus.NewDesc("switchyard_plugin_failures_total",
+			"Plugin calls that failed without a verdict of the plugin's own, by kind: trap, timeout, memory (retried), broken_rule (rejected).",
+			[]string{"plugin", "kind"}, nil),
 	}
 }
 
@@ -95,7 +100,16 @@ type pluginCounters struct {
 	took     prometheus.Observer
 
 	mu       sync.Mutex
-	failures []PluginFailure // oldest first, at most keptFailures
+	failures []PluginFailure  // oldest first, at most keptFailures
+	kinds    map[string]int64 // failures without a verdict, by kind (trap, timeout ...)
+}
+
+// failureKind is implemented by plugin errors that failed without a
+// verdict of the plugin's own (plugins/wasm: trap, timeout, memory,
+// broken_rule).
+type failureKind interface {
+	error
+	PluginFailure() string
 }
 
 func (s *pluginStats) of(name string) *pluginCounters {
@@ -116,6 +130,12 @@ func (c *pluginCounters) observe(took time.Duration, outputs int, err error, que
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if fk, ok := errors.AsType[failureKind](err); ok && fk.PluginFailure() != "" {
+		if c.kinds == nil {
+			c.kinds = make(map[string]int64)
+		}
+		c.kinds[fk.PluginFailure()]++
+	}
 	if len(c.failures) == keptFailures {
 		c.failures = append(c.failures[:0], c.failures[1:]...)
 	}
@@ -148,6 +168,7 @@ func (s *pluginStats) Describe(ch chan<- *prometheus.Desc) {
 	s.took.Describe(ch)
 	ch <- s.verdictsDesc
 	ch <- s.outputsDesc
+	ch <- s.failuresDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -159,6 +180,11 @@ func (s *pluginStats) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(s.verdictsDesc, prometheus.CounterValue, float64(c.verdicts[i].Load()), name, string(verdict))
 		}
 		ch <- prometheus.MustNewConstMetric(s.outputsDesc, prometheus.CounterValue, float64(c.outputs.Load()), name)
+		c.mu.Lock()
+		for kind, n := range c.kinds {
+			ch <- prometheus.MustNewConstMetric(s.failuresDesc, prometheus.CounterValue, float64(n), name, kind)
+		}
+		c.mu.Unlock()
 		return true
 	})
 }
@@ -171,6 +197,9 @@ type PluginStatus struct {
 	Verdicts map[PluginVerdict]int64  // since the router started
 	Outputs  int64
 	Failures []PluginFailure // newest first
+	// FailureKinds counts the failures without a verdict of the plugin's
+	// own, by kind (trap, timeout, memory, broken_rule).
+	FailureKinds map[string]int64
 }
 
 // Plugins returns every loaded plugin with its counts, by name.
@@ -189,6 +218,7 @@ func (e *Engine) Plugins() []PluginStatus {
 		}
 		st.Outputs = c.outputs.Load()
 		c.mu.Lock()
+		st.FailureKinds = maps.Clone(c.kinds)
 		for i := len(c.failures) - 1; i >= 0; i-- {
 			st.Failures = append(st.Failures, c.failures[i])
 		}

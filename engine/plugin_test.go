@@ -134,7 +134,8 @@ event "t.ord" {
 }
 
 // Each plugin call is counted by verdict — ok (outputs), filtered (none),
-// retry, reject — with its outputs, and a failure is kept with the plugin's
+// retry, reject — with its outputs and, for failures without a verdict of
+// the plugin's own, their kind; and a failure is kept with the plugin's
 // reason, the event's type and the stored event's id.
 func TestPluginVerdictsCounted(t *testing.T) {
 	judge := funcPlugin{name: "judge", fn: func(ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
@@ -143,6 +144,8 @@ func TestPluginVerdictsCounted(t *testing.T) {
 			return nil, nil
 		case "later":
 			return nil, fmt.Errorf("not now: %w", switchyard.ErrPluginRetry)
+		case "trap":
+			return nil, trapError{}
 		case "never":
 			return nil, switchyard.Permanentf("never this one")
 		}
@@ -166,6 +169,7 @@ event "t.judged" {
 	ev("drop-2", "drop")
 	ev("later-1", "later")
 	ev("never-1", "never")
+	ev("trap-1", "trap")
 	if _, err := h.eng.Loop("t.judged").Poll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +178,7 @@ event "t.judged" {
 		t.Fatalf("plugins = %+v", ps)
 	}
 	p := ps[0]
-	want := map[engine.PluginVerdict]int64{engine.PluginOK: 1, engine.PluginFiltered: 2, engine.PluginRetry: 1, engine.PluginReject: 1}
+	want := map[engine.PluginVerdict]int64{engine.PluginOK: 1, engine.PluginFiltered: 2, engine.PluginRetry: 2, engine.PluginReject: 1}
 	if fmt.Sprint(p.Verdicts) != fmt.Sprint(want) || p.Outputs != 2 {
 		t.Fatalf("verdicts %v outputs %d, want %v and 2", p.Verdicts, p.Outputs, want)
 	}
@@ -185,7 +189,18 @@ event "t.judged" {
 	if got := strings.Join(failures, " | "); !strings.Contains(got, "t.judged never-1 reject never this one") || !strings.Contains(got, "t.judged later-1 retry not now") {
 		t.Fatalf("failures: %s", got)
 	}
+	if fmt.Sprint(p.FailureKinds) != "map[trap:1]" {
+		t.Fatalf("failure kinds %v, want one trap (a verdict is no failure)", p.FailureKinds)
+	}
 }
+
+// trapError is a plugin failure without a verdict, as plugins/wasm reports
+// a trap.
+type trapError struct{}
+
+func (trapError) Error() string         { return "sy_handle trapped: unreachable" }
+func (trapError) PluginFailure() string { return "trap" }
+func (trapError) Unwrap() error         { return switchyard.ErrPluginRetry }
 
 // An event the plugin chain returns nothing for ends "filtered" (done,
 // nothing sent), not "delivered"; an output that names no destination in a

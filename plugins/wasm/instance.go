@@ -208,11 +208,12 @@ func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
 
 	in.mod, err = p.rt.r.InstantiateModule(ictx, p.compiled, mc)
 	if err != nil {
-		return nil, errors.New(in.failure("instantiating", err, false, p.initTimeout))
+		_, reason := in.failure("instantiating", err, false, p.initTimeout)
+		return nil, errors.New(reason)
 	}
 	call := func(name string, params ...uint64) (uint64, error) {
 		res, err := in.mod.ExportedFunction(name).Call(ictx, params...)
-		if reason := in.failure(name, err, false, p.initTimeout); reason != "" {
+		if f, reason := in.failure(name, err, false, p.initTimeout); f != "" {
 			return 0, errors.New(reason)
 		}
 		if len(res) == 0 {
@@ -273,35 +274,48 @@ func (in *instance) close() {
 }
 
 // failure says why a guest call failed, or "" if it did not: the memory
-// limit, the timeout, a trap or exit, or a broken rule of the ABI, in that
-// order. Any of them discards the instance.
-func (in *instance) failure(call string, err error, fired bool, timeout time.Duration) string {
+// limit, the timeout, a broken rule of the ABI, or a trap or exit, in that
+// order. Any of them discards the instance. A trap after the guest called
+// fail() (an AssemblyScript abort, a Rust panic through the SDK's hook)
+// keeps what it said.
+func (in *instance) failure(call string, err error, fired bool, timeout time.Duration) (Failure, string) {
 	lim := in.p.limits
 	switch {
 	case in.mem.refused > 0:
-		return fmt.Sprintf("memory limit reached: the plugin tried to grow its memory to %s, over limits.memory = %s",
+		return FailureMemory, fmt.Sprintf("memory limit reached: the plugin tried to grow its memory to %s, over limits.memory = %s",
 			formatBytes(in.mem.refused), formatBytes(uint64(lim.Memory)))
 	case fired:
-		return fmt.Sprintf("timed out: %s ran longer than %s", call, timeout)
-	case err != nil:
-		var exit *sys.ExitError
-		if !errors.As(err, &exit) {
-			return describeTrap(call, err)
-		}
-		switch exit.ExitCode() {
-		case sys.ExitCodeDeadlineExceeded:
-			return fmt.Sprintf("timed out: %s ran longer than %s", call, timeout)
-		case sys.ExitCodeContextCanceled:
-			return fmt.Sprintf("%s was cancelled", call)
-		}
-		if exit.ExitCode() == 0 {
-			return fmt.Sprintf("%s exited: proc_exit(0), or the runtime is closing", call)
-		}
-		return fmt.Sprintf("%s exited with code %d (proc_exit)", call, exit.ExitCode())
+		return FailureTimeout, fmt.Sprintf("timed out: %s ran longer than %s", call, timeout)
 	case in.violation != "":
-		return in.violation
+		return FailureBrokenRule, in.violation
+	case err != nil:
+		f, reason := FailureTrap, exitReason(call, err, timeout)
+		if strings.HasPrefix(reason, "timed out") {
+			f = FailureTimeout
+		}
+		if in.reason != "" {
+			reason += "; before it, the plugin said: " + in.reason
+		}
+		return f, reason
 	}
-	return ""
+	return "", ""
+}
+
+// exitReason describes a trap, or a proc_exit, as one line.
+func exitReason(call string, err error, timeout time.Duration) string {
+	var exit *sys.ExitError
+	if !errors.As(err, &exit) {
+		return describeTrap(call, err)
+	}
+	switch exit.ExitCode() {
+	case sys.ExitCodeDeadlineExceeded:
+		return fmt.Sprintf("timed out: %s ran longer than %s", call, timeout)
+	case sys.ExitCodeContextCanceled:
+		return fmt.Sprintf("%s was cancelled", call)
+	case 0:
+		return fmt.Sprintf("%s exited: proc_exit(0), or the runtime is closing", call)
+	}
+	return fmt.Sprintf("%s exited with code %d (proc_exit)", call, exit.ExitCode())
 }
 
 // describeTrap turns a wazero trap ("wasm error: unreachable\nwasm stack
@@ -364,8 +378,8 @@ func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switc
 		in.outs = in.outs[:0]
 	}()
 
-	if reason := in.failure("sy_handle", callErr, fired, timeout); reason != "" {
-		return nil, false, p.retry(ev.ID, reason, callErr)
+	if f, reason := in.failure("sy_handle", callErr, fired, timeout); f != "" {
+		return nil, false, p.failed(ev.ID, f, reason, callErr)
 	}
 	switch v := api.DecodeI32(in.stack[0]); v {
 	case 0:
@@ -383,7 +397,7 @@ func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switc
 		}
 		return nil, true, switchyard.Permanent(&Error{Plugin: p.name, EventID: ev.ID, Verdict: VerdictReject, Reason: reason})
 	default:
-		return nil, false, p.retry(ev.ID, fmt.Sprintf("sy_handle returned %d: the verdicts are 0 ok, 1 retry, 2 reject", v), nil)
+		return nil, false, p.failed(ev.ID, FailureBrokenRule, fmt.Sprintf("sy_handle returned %d: the verdicts are 0 ok, 1 retry, 2 reject", v), nil)
 	}
 }
 

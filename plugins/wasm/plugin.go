@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -143,7 +144,7 @@ func (p *Plugin) checkExports() (probs []string) {
 		f, ok := exports[name]
 		if !ok {
 			if required {
-				probs = append(probs, fmt.Sprintf("it does not export %s", signature(name, params, results)))
+				probs = append(probs, fmt.Sprintf("it does not export %s%s", signature(name, params, results), exportHint(name, exports)))
 			}
 			return
 		}
@@ -158,12 +159,53 @@ func (p *Plugin) checkExports() (probs []string) {
 	sig("_initialize", nil, nil, false)
 	_, p.hasInit = exports["sy_init"]
 	_, p.hasInitialize = exports["_initialize"]
-	if _, ok := exports["sy_handle"]; !ok {
-		if _, ok := exports["_start"]; ok {
-			probs = append(probs, "it exports _start, so it was built as a WASI command: build a reactor (Go: -buildmode=c-shared; C: -mexec-model=reactor)")
-		}
+	if _, ok := exports["_start"]; ok && !p.hasInitialize {
+		// Go without -buildmode=c-shared exports the ABI beside _start, and
+		// every call traps in runtime.notInitialized.
+		probs = append(probs, "it exports _start and no _initialize, so it was built as a WASI command: build a reactor (Go: -buildmode=c-shared; C: -mexec-model=reactor; Rust: --crate-type cdylib)")
 	}
 	return probs
+}
+
+// exportHint lists what a module exports instead of name, and the one it
+// most likely meant.
+func exportHint(name string, exports map[string]api.FunctionDefinition) string {
+	names := slices.Sorted(maps.Keys(exports))
+	if len(names) == 0 {
+		return " (it exports no function)"
+	}
+	hint := fmt.Sprintf(" (it exports %s)", strings.Join(names, ", "))
+	best, bestD := "", 3 // a near name is at most two edits away
+	for _, n := range names {
+		if d := editDistance(n, name); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	if best != "" {
+		hint += fmt.Sprintf(": did you mean %s?", best)
+	}
+	return hint
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // checkMemory checks that the module exports its own memory, within
@@ -205,6 +247,12 @@ func (p *Plugin) checkImports() (probs []string) {
 			case !slices.Equal(f.ParamTypes(), want.ParamTypes()) || !slices.Equal(f.ResultTypes(), want.ResultTypes()):
 				probs = append(probs, fmt.Sprintf("it imports %s.%s, want %s", mod, got, signature(name, want.ParamTypes(), want.ResultTypes())))
 			}
+		case "env":
+			hint := ""
+			if name == "abort" { // AssemblyScript's default abort
+				hint = "; AssemblyScript: build with --use abort=~lib/@switchyard-router/sdk-assemblyscript/assembly/index/abort (the SDK's abort says why through fail() and traps)"
+			}
+			probs = append(probs, fmt.Sprintf("it imports %q.%q (%s): plugins may import only from %q and \"wasi_snapshot_preview1\"%s", mod, name, got, HostModule, hint))
 		default:
 			probs = append(probs, fmt.Sprintf("it imports %q.%q (%s): plugins may import only from %q and \"wasi_snapshot_preview1\"", mod, name, got, HostModule))
 		}
@@ -451,7 +499,23 @@ type Error struct {
 	// Cause is the runtime's error of a trap (with its wasm stack trace) or
 	// of the caller's context; nil otherwise.
 	Cause error
+	// Failure says what went wrong when the plugin did not answer with a
+	// verdict of its own; "" when it did.
+	Failure Failure
 }
+
+// Failure is how a guest call failed without a verdict of its own.
+type Failure string
+
+const (
+	FailureTrap       Failure = "trap"        // a trap or proc_exit: retried
+	FailureTimeout    Failure = "timeout"     // over limits.timeout: retried
+	FailureMemory     Failure = "memory"      // over limits.memory: retried
+	FailureBrokenRule Failure = "broken_rule" // a malformed or oversized output, a bad range, an unknown verdict: rejected (it fails every time)
+)
+
+// PluginFailure is the failure's kind, for the engine's per-plugin counts.
+func (e *Error) PluginFailure() string { return string(e.Failure) }
 
 // Error is `plugin "enrich", event "01ab…": reason`.
 func (e *Error) Error() string {
@@ -471,4 +535,17 @@ func (e *Error) Unwrap() []error {
 
 func (p *Plugin) retry(id, reason string, cause error) error {
 	return &Error{Plugin: p.name, EventID: id, Verdict: VerdictRetry, Reason: reason, Cause: cause}
+}
+
+// failed is a guest call that ended without a verdict: a broken rule of
+// the ABI fails the same way every time, so it is a reject (the event goes
+// to the DLQ with the reason); a trap, a timeout or the memory limit may
+// not, so they are retried.
+func (p *Plugin) failed(id string, f Failure, reason string, cause error) error {
+	e := &Error{Plugin: p.name, EventID: id, Verdict: VerdictRetry, Reason: reason, Cause: cause, Failure: f}
+	if f == FailureBrokenRule {
+		e.Verdict = VerdictReject
+		return switchyard.Permanent(e)
+	}
+	return e
 }

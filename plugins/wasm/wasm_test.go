@@ -297,17 +297,27 @@ func TestWasmHostileTrap(t *testing.T) {
 	}
 }
 
+// Outputs that break the ABI's rules, and an answer that is no verdict,
+// fail the same way every time: a reject (the event goes to the DLQ with
+// the reason), not a retry, counted as a broken rule.
 func TestWasmHostileOutputs(t *testing.T) {
 	for _, tc := range []struct{ name, want string }{
 		{"toomany", "too many outputs: output 17 is over limits.max_outputs = 16"},
 		{"toolarge", "output 1 is too large: 2.0MiB, over limits.max_output_bytes = 1MiB"},
 		{"malformed", "output 1 is malformed: at byte 4: flags 0xff has unknown bits"},
+		{"badverdict", "sy_handle returned 3: the verdicts are 0 ok, 1 retry, 2 reject"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt, _ := newTestRuntime(t, "")
 			p := load(t, rt, tc.name, config.PluginLimits{}, 1)
 			_, err := p.Handle(context.Background(), testEvent("e1"))
-			mustRetry(t, err, "e1", tc.want)
+			var pe *Error
+			if !switchyard.IsPermanent(err) || errors.Is(err, switchyard.ErrPluginRetry) || !errors.As(err, &pe) || pe.Verdict != VerdictReject {
+				t.Fatalf("error %v: want a reject (permanent, not a retry)", err)
+			}
+			if pe.Failure != FailureBrokenRule || !strings.Contains(pe.Reason, tc.want) || pe.EventID != "e1" {
+				t.Fatalf("error %+v: want a broken rule saying %q", pe, tc.want)
+			}
 			t.Log(err)
 			if s := p.Stats(); s.Discarded != 1 {
 				t.Errorf("stats %+v: want the instance discarded", s)
@@ -335,7 +345,13 @@ func TestWasmLoadErrors(t *testing.T) {
 			`sy_abi_version() returned 2: this router speaks plugin ABI version 1`}},
 		{"command", testdata("command"), config.PluginLimits{}, []string{
 			`it does not export sy_abi_version() -> i32`, `it does not export sy_handle(i32) -> i32`,
-			`it exports _start, so it was built as a WASI command: build a reactor`}},
+			`it exports _start and no _initialize, so it was built as a WASI command: build a reactor (Go: -buildmode=c-shared`}},
+		{"gocommand", testdata("gocommand"), config.PluginLimits{}, []string{
+			`it exports _start and no _initialize, so it was built as a WASI command: build a reactor (Go: -buildmode=c-shared`}},
+		{"typo", testdata("typo"), config.PluginLimits{}, []string{
+			`it does not export sy_handle(i32) -> i32 (it exports sy_abi_version, sy_handel): did you mean sy_handel?`}},
+		{"env.abort", testdata("badimport"), config.PluginLimits{}, []string{
+			`AssemblyScript: build with --use abort=~lib/@switchyard-router/sdk-assemblyscript/assembly/index/abort`}},
 		{"initfail", testdata("initfail"), config.PluginLimits{}, []string{
 			`sy_init returned 1: config key "region" is required`}},
 		{"toolarge", testdata("toolarge"), config.PluginLimits{Memory: 1 << 20}, []string{
@@ -538,5 +554,21 @@ func TestWasmEngineChain(t *testing.T) {
 	}
 	if len(outs) != 3 || outs[2].Key != "k2" {
 		t.Fatalf("%+v", outs)
+	}
+}
+
+// A trap after the plugin called fail() — an AssemblyScript abort, a Rust
+// panic through the SDK's hook — keeps what it said in the reason, beside
+// where it trapped; it is retried and counted as a trap.
+func TestWasmTrapKeepsTheLastFail(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "abort", config.PluginLimits{}, 1)
+	_, err := p.Handle(context.Background(), testEvent("e1"))
+	pe := mustRetry(t, err, "e1", "sy_handle trapped: unreachable")
+	if !strings.Contains(pe.Reason, "the plugin said: panicked at split.rs:12:5: index out of bounds") || !strings.Contains(pe.Reason, "split") {
+		t.Fatalf("reason %q: want the plugin's last fail() and the function it trapped in", pe.Reason)
+	}
+	if pe.Failure != FailureTrap {
+		t.Fatalf("failure %q, want trap", pe.Failure)
 	}
 }

@@ -337,6 +337,8 @@ function renderPlugin(p) {
       h('td', { class: 'num', 'data-col': 'ok' }, v.ok || 0), h('td', { class: 'num', 'data-col': 'filtered' }, v.filtered || 0),
       h('td', { class: 'num ' + (v.retry ? 'warn' : ''), 'data-col': 'retry' }, v.retry || 0), h('td', { class: 'num ' + (v.reject ? 'bad' : ''), 'data-col': 'reject' }, v.reject || 0),
       h('td', { class: 'num' }, p.outputs || 0), h('td', { class: 'num' }, ms(q.p50)), h('td', { class: 'num' }, ms(q.p90)), h('td', { class: 'num' }, ms(q.p99)))]),
+    h('p', { class: 'muted', 'data-col': 'failure-kinds' }, 'Failures without a verdict: ' +
+      (Object.entries(p.failure_kinds || {}).map(([k, n]) => `${k} ${n}`).join(', ') || 'none')),
     h('h2', {}, 'Last failures'),
     (p.failures || []).length ? table(['at', 'type', 'event', 'verdict', 'reason'], p.failures.map((f) => h('tr', { 'data-failure': f.event_id },
       h('td', {}, when(f.at)), h('td', {}, f.type), h('td', {}, eventLink(f.event_id)), h('td', { class: f.verdict === 'reject' ? 'bad' : 'warn' }, f.verdict),
