@@ -319,26 +319,76 @@ func exitReason(call string, err error, timeout time.Duration) string {
 }
 
 // describeTrap turns a wazero trap ("wasm error: unreachable\nwasm stack
-// trace:\n\t.f()\n\t.sy_handle(i32) i32") into one line.
+// trace:\n\t.f()\n\t.sy_handle(i32) i32") into one line: up to four
+// frames of the plugin's own code, Rust names demangled and the language
+// runtime's panic machinery left out.
 func describeTrap(call string, err error) string {
 	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
 	msg := strings.TrimPrefix(lines[0], "wasm error: ")
 	var frames []string
 	for _, l := range lines[1:] {
 		l = strings.TrimSpace(l)
-		if strings.HasPrefix(l, ".") || strings.Contains(l, "(") && !strings.HasPrefix(l, "0x") {
-			frames = append(frames, l)
+		if !strings.HasPrefix(l, ".") && (!strings.Contains(l, "(") || strings.HasPrefix(l, "0x")) {
+			continue
+		}
+		f := demangle(l)
+		if runtimeFrame(f) {
+			continue
 		}
 		if len(frames) == 4 {
 			frames = append(frames, "…")
 			break
 		}
+		frames = append(frames, f)
 	}
 	s := fmt.Sprintf("%s trapped: %s", call, msg)
 	if len(frames) > 0 {
 		s += " (at " + strings.Join(frames, " ← ") + ")"
 	}
 	return s
+}
+
+// demangle turns a frame of a Rust (legacy-mangled) function,
+// "._ZN6panics12parse_amount17h0123456789abcdefE(i32) i32", into
+// "panics::parse_amount"; other frames are returned without the dot and the
+// signature.
+func demangle(frame string) string {
+	name := strings.TrimPrefix(frame, ".")
+	if i := strings.IndexByte(name, '('); i >= 0 {
+		name = name[:i]
+	}
+	rest, ok := strings.CutPrefix(name, "_ZN")
+	if !ok {
+		return name
+	}
+	var parts []string
+	for len(rest) > 0 && rest[0] != 'E' {
+		n := 0
+		for len(rest) > 0 && rest[0] >= '0' && rest[0] <= '9' {
+			n = n*10 + int(rest[0]-'0')
+			rest = rest[1:]
+		}
+		if n == 0 || n > len(rest) {
+			return name
+		}
+		parts = append(parts, rest[:n])
+		rest = rest[n:]
+	}
+	if k := len(parts) - 1; k > 0 && len(parts[k]) == 17 && parts[k][0] == 'h' { // the hash
+		parts = parts[:k]
+	}
+	return strings.Join(parts, "::")
+}
+
+// runtimeFrame is a frame of a language runtime's panic or abort path,
+// which says nothing about where the plugin failed.
+func runtimeFrame(f string) bool {
+	for _, p := range []string{"std::", "core::", "alloc::", "rust_panic", "__rust", "rust_begin_unwind", "~lib/"} {
+		if strings.HasPrefix(f, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // run calls sy_handle on ev. keep is false when the instance must be

@@ -291,7 +291,7 @@ func TestWasmHostileMemoryBomb(t *testing.T) {
 }
 
 func TestWasmHostileTrap(t *testing.T) {
-	pe := hostile(t, "trap", config.PluginLimits{}, "sy_handle trapped: unreachable (at .parse_order()")
+	pe := hostile(t, "trap", config.PluginLimits{}, "sy_handle trapped: unreachable (at parse_order ←")
 	if pe.Cause == nil || !strings.Contains(pe.Cause.Error(), "wasm stack trace") {
 		t.Errorf("cause %v: want the runtime's error with its stack trace", pe.Cause)
 	}
@@ -570,5 +570,24 @@ func TestWasmTrapKeepsTheLastFail(t *testing.T) {
 	}
 	if pe.Failure != FailureTrap {
 		t.Fatalf("failure %q, want trap", pe.Failure)
+	}
+}
+
+// Trap frames read as the plugin's own code: Rust's legacy mangling is
+// undone (the hash dropped) and the panic machinery is left out.
+func TestDemangleFrames(t *testing.T) {
+	for in, want := range map[string]string{
+		"._ZN6panics12parse_amount17h0123456789abcdefE(i32) i32": "panics::parse_amount",
+		".parse_order()":      "parse_order",
+		"._ZN3bad99E()":       "_ZN3bad99E",
+		".sy_handle(i32) i32": "sy_handle",
+		"._ZN4core9panicking5panic17h0123456789abcdefE(i32)": "core::panicking::panic",
+	} {
+		if got := demangle(in); got != want {
+			t.Errorf("demangle(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if !runtimeFrame("core::panicking::panic") || !runtimeFrame("rust_panic") || runtimeFrame("panics::handle") {
+		t.Error("runtimeFrame: the panic path is the runtime's, the plugin's functions are not")
 	}
 }

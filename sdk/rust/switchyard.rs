@@ -430,6 +430,8 @@ pub fn config() -> &'static Config {
 
 #[doc(hidden)]
 pub fn __init(len: i32, init: fn(&Config) -> Result<(), String>) -> i32 {
+    #[cfg(target_arch = "wasm32")]
+    keep_panic_messages();
     if len < 4 {
         return reject("switchyard sdk: malformed config envelope") as i32;
     }
@@ -453,6 +455,8 @@ pub fn __init(len: i32, init: fn(&Config) -> Result<(), String>) -> i32 {
 
 #[doc(hidden)]
 pub fn __handle(len: i32, handle: fn(&Event) -> Verdict) -> i32 {
+    #[cfg(target_arch = "wasm32")]
+    keep_panic_messages();
     if len < 0 {
         return reject("switchyard sdk: malformed event envelope") as i32;
     }
@@ -468,6 +472,17 @@ pub fn __handle(len: i32, handle: fn(&Event) -> Verdict) -> i32 {
             None => reject("switchyard sdk: malformed event envelope (or text that is not UTF-8)") as i32,
         }
     })
+}
+
+/// A panic traps (`panic=abort` on wasm32): before it does, this hook hands
+/// the panic's message and place to the host through `fail`, so the
+/// router's reason says "panicked at ..." instead of only "unreachable".
+#[cfg(target_arch = "wasm32")]
+fn keep_panic_messages() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        std::panic::set_hook(Box::new(|info| host::fail(&info.to_string())));
+    });
 }
 
 /// `switchyard_plugin!(handle)` or `switchyard_plugin!(handle, init = init)`
