@@ -12,7 +12,7 @@ type Plugin interface {
 	// Name is the plugin block's name in policies.hcl.
 	Name() string
 	// Handle runs the plugin on one event and returns its outputs: none
-	// means the event is dropped (filtered). A verdict of retry returns an
+	// means the event is filtered (it ends "filtered", nothing sent). A verdict of retry returns an
 	// error (the event is retried with backoff); a reject returns an error
 	// wrapped with Permanent (the event goes to the DLQ with the reason).
 	// Errors name the plugin and the event id.

@@ -72,8 +72,16 @@ Usage:
       structured CloudEvent, so outputs can feed the next plugin. An output
       destination "" means the event type's routes. The plugin's log() and
       stdout/stderr go to stderr.
-      Exit code: 0 ok (outputs, or none = dropped), 1 retry (also a trap,
-      timeout or limit), 2 reject, 3 the plugin did not load or bad input.
+      Exit code: 0 ok (outputs, or none = filtered), 1 retry (also a trap,
+      timeout or the memory limit), 2 reject (also a broken ABI rule), 3 the
+      plugin did not load or bad input.
+  router plugin test <file.wasm> -event e.json -expect e.expected.json [-update]
+  router plugin test <file.wasm> -dir testdata/ [-update]
+      Golden tests: compare the result with a file (took and the stack
+      detail ignored); -dir runs every NAME.event.json against
+      NAME.expected.json. -update writes the files from the results.
+      Exit code: 0 every case matches, 1 some differ, 3 the plugin did not
+      load, bad input or a golden file missing.
   router plugin check <file.wasm> [flags]
       Loads the plugin (validation, _initialize, sy_abi_version, sy_init)
       and describes it.
@@ -258,29 +266,59 @@ func orNone(s string) string {
 func (c *PluginCommand) test(ctx context.Context, args []string) error {
 	f := c.flags("test")
 	eventFile := f.fs.String("event", "-", `the event's file ("-" = stdin)`)
+	expect := f.fs.String("expect", "", "compare the result with this golden file (the JSON this command prints; took is ignored)")
+	dir := f.fs.String("dir", "", "run every NAME.event.json in this folder and compare each with NAME.expected.json")
+	update := f.fs.Bool("update", false, "with -expect or -dir: write the results as the golden files instead of comparing")
 	if err := f.parse(args); err != nil {
 		return flagError(err)
 	}
-	var src []byte
-	var err error
-	if *eventFile == "-" {
-		src, err = io.ReadAll(c.Stdin)
-	} else {
-		src, err = os.ReadFile(*eventFile)
+	if *dir != "" {
+		return c.testDir(ctx, f, *dir, *update)
 	}
+	src, err := readEvent(c.Stdin, *eventFile)
 	if err != nil {
-		return &exitError{code: pluginExitError, err: fmt.Errorf("reading the event: %w", err)}
-	}
-	ev, err := parseCloudEvent(src)
-	if err != nil {
-		return &exitError{code: pluginExitError, err: fmt.Errorf("the event: %w", err)}
+		return &exitError{code: pluginExitError, err: err}
 	}
 	p, closeRT, err := c.load(ctx, f)
 	if err != nil {
 		return err
 	}
 	defer closeRT()
+	res, code, herr := runPluginOnce(ctx, p, src)
+	b := res.json()
+	if *expect != "" {
+		return c.golden(*expect, b, *update)
+	}
+	c.Stdout.Write(b)
+	if code != pluginExitOK {
+		return &exitError{code: code, err: herr}
+	}
+	return nil
+}
 
+// readEvent reads an event file, or stdin for "-".
+func readEvent(stdin io.Reader, file string) ([]byte, error) {
+	var src []byte
+	var err error
+	if file == "-" {
+		src, err = io.ReadAll(stdin)
+	} else {
+		src, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the event: %w", err)
+	}
+	return src, nil
+}
+
+// runPluginOnce runs p on the event in src and says what came of it, with
+// the exit code a single test ends with.
+func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte) (testResult, int, error) {
+	ev, err := parseCloudEvent(src)
+	if err != nil {
+		err = fmt.Errorf("the event: %w", err)
+		return testResult{Plugin: p.Name(), Verdict: "error", Reason: err.Error(), Outputs: []testOutput{}}, pluginExitError, err
+	}
 	start := time.Now()
 	outs, herr := p.Handle(ctx, ev)
 	took := time.Since(start)
@@ -290,7 +328,7 @@ func (c *PluginCommand) test(ctx context.Context, args []string) error {
 	var pe *wasm.Error
 	switch {
 	case herr == nil && len(outs) == 0:
-		res.Note = "no outputs: the event is dropped (filtered)"
+		res.Note = "no outputs: the event is filtered (nothing sent)"
 	case herr == nil:
 		for _, o := range outs {
 			res.Outputs = append(res.Outputs, testOutput{Destination: o.Destination, Key: o.Key, Event: cloudEventJSON(&o.Event)})
@@ -307,15 +345,12 @@ func (c *PluginCommand) test(ctx context.Context, args []string) error {
 	default:
 		res.Verdict, res.Reason, code = "retry", herr.Error(), pluginExitRetry
 	}
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	c.Stdout.Write(append(b, '\n'))
-	if code != pluginExitOK {
-		return &exitError{code: code, err: herr}
-	}
-	return nil
+	return res, code, herr
+}
+
+func (r testResult) json() []byte {
+	b, _ := json.MarshalIndent(r, "", "  ")
+	return append(b, '\n')
 }
 
 func flagError(err error) error {

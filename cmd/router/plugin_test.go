@@ -39,6 +39,7 @@ func runPluginTest(t *testing.T, stdin string, args ...string) (stdout, stderr s
 	err := m.Run(context.Background(), append([]string{"plugin"}, args...))
 	if err != nil {
 		code = exitCode(err)
+		fmt.Fprintf(&errOut, "router: %v\n", err) // as main prints it
 	}
 	return out.String(), errOut.String(), code
 }
@@ -87,7 +88,7 @@ func TestPluginTestCommandVerdicts(t *testing.T) {
 		code int
 		want []string
 	}{
-		{"filter", 0, []string{`"verdict": "ok"`, `"note": "no outputs: the event is dropped (filtered)"`, `"outputs": []`}},
+		{"filter", 0, []string{`"verdict": "ok"`, `"note": "no outputs: the event is filtered (nothing sent)"`, `"outputs": []`}},
 		{"retry", 1, []string{`"verdict": "retry"`, `"reason": "upstream not ready"`}},
 		{"reject", 2, []string{`"verdict": "reject"`, `"reason": "order total is negative"`}},
 		{"trap", 1, []string{`"verdict": "retry"`, `"reason": "sy_handle trapped: unreachable`, `"wasm stack trace:"`}},
@@ -202,5 +203,57 @@ event "t.order" {
 	}
 	if l := logs.String(); !strings.Contains(l, "plugin loaded: plugin=split") {
 		t.Errorf("no plugin loaded line:\n%s", l)
+	}
+}
+
+// Golden tests: -update writes the result without what changes between
+// runs (took); -expect passes while the plugin's answer stays the same and
+// fails with the lines that changed when it does not; -dir runs every
+// NAME.event.json against NAME.expected.json, and a missing golden file
+// names -update.
+func TestPluginTestGolden(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ev := write("order.event.json", pluginTestEvent)
+	golden := filepath.Join(dir, "order.expected.json")
+	tr := wasmTestdata(t, "transformer")
+
+	out, errOut, code := runPluginTest(t, "", "test", tr, "-cache-dir", "", "-event", ev, "-expect", golden, "-update")
+	if code != 0 || !strings.Contains(out, "wrote "+golden) {
+		t.Fatalf("-update: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if b, _ := os.ReadFile(golden); strings.Contains(string(b), `"took"`) || !strings.Contains(string(b), `"region": "eu-1"`) {
+		t.Fatalf("golden file:\n%s", b)
+	}
+	if out, errOut, code = runPluginTest(t, "", "test", tr, "-cache-dir", "", "-event", ev, "-expect", golden); code != 0 || !strings.Contains(out, "ok   "+golden) {
+		t.Fatalf("-expect the same: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	// Another plugin's answer differs: exit 1 and the changed lines.
+	out, _, code = runPluginTest(t, "", "test", wasmTestdata(t, "filter"), "-name", "transformer", "-cache-dir", "", "-event", ev, "-expect", golden)
+	if code != goldenExitDiffer || !strings.Contains(out, "FAIL "+golden) || !strings.Contains(out, `  - `) || !strings.Contains(out, `"note": "no outputs: the event is filtered (nothing sent)"`) {
+		t.Fatalf("-expect a different answer: exit %d\n%s", code, out)
+	}
+
+	// A folder: the pair passes; a new event without its golden file fails,
+	// naming -update; -update writes it, and then the folder passes.
+	if out, _, code = runPluginTest(t, "", "test", tr, "-cache-dir", "", "-dir", dir); code != 0 || !strings.Contains(out, "ok: 1 cases") {
+		t.Fatalf("-dir: exit %d\n%s", code, out)
+	}
+	write("second.event.json", strings.Replace(pluginTestEvent, `"e-1"`, `"e-2"`, 1))
+	if _, errOut, code = runPluginTest(t, "", "test", tr, "-cache-dir", "", "-dir", dir); code != pluginExitError || !strings.Contains(errOut, "second.expected.json does not exist: run with -update") {
+		t.Fatalf("-dir with a missing golden file: exit %d\n%s", code, errOut)
+	}
+	if _, _, code = runPluginTest(t, "", "test", tr, "-cache-dir", "", "-dir", dir, "-update"); code != 0 {
+		t.Fatalf("-dir -update: exit %d", code)
+	}
+	if out, _, code = runPluginTest(t, "", "test", tr, "-cache-dir", "", "-dir", dir); code != 0 || !strings.Contains(out, "ok: 2 cases") {
+		t.Fatalf("-dir after -update: exit %d\n%s", code, out)
 	}
 }
