@@ -53,6 +53,10 @@ func (c *PluginCommand) Run(ctx context.Context, args []string) error {
 		return c.test(ctx, args[1:])
 	case "check":
 		return c.check(ctx, args[1:])
+	case "init":
+		return c.init(args[1:])
+	case "doctor":
+		return c.doctor(ctx, args[1:])
 	case "help", "-h", "-help", "--help":
 		c.usage()
 		return nil
@@ -85,6 +89,11 @@ Usage:
   router plugin check <file.wasm> [flags]
       Loads the plugin (validation, _initialize, sy_abi_version, sy_init)
       and describes it.
+  router plugin init -lang go|c|rust|assemblyscript|wat NAME
+      Writes the folder NAME: a plugin that builds and runs as it is, with
+      its SDK, build.sh, golden tests and a policies.hcl (see its README).
+  router plugin doctor -lang go|c|rust|assemblyscript|wat
+      Checks the language's toolchain and says how to install what is missing.
 
 Run 'router plugin test -h' for the flags.
 `)
@@ -383,9 +392,14 @@ func cloudEventJSON(ev *switchyard.Event) json.RawMessage {
 	return cloudevents.EncodeJSON(ev)
 }
 
+// testEventTime is the time of a test event that gives none (ingest would
+// stamp the time of arrival): fixed, so that golden files stay true.
+const testEventTime = "2026-01-01T00:00:00Z"
+
 // parseCloudEvent reads one structured-mode CloudEvent, leniently: what a
 // test event leaves out of the required attributes gets a default
-// (specversion 1.0, id "test-1", source "/router/plugin-test", type "test");
+// (specversion 1.0, id "test-1", source "/router/plugin-test", type "test",
+// time testEventTime);
 // the rest is checked as ingest checks it (api.DecodeEvent).
 func parseCloudEvent(src []byte) (*switchyard.Event, error) {
 	src = bytes.TrimSpace(src)
@@ -399,7 +413,7 @@ func parseCloudEvent(src []byte) (*switchyard.Event, error) {
 	if err := json.Unmarshal(src, &m); err != nil {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
-	for k, v := range map[string]string{"specversion": "1.0", "id": "test-1", "source": "/router/plugin-test", "type": "test"} {
+	for k, v := range map[string]string{"specversion": "1.0", "id": "test-1", "source": "/router/plugin-test", "type": "test", "time": testEventTime} {
 		if _, ok := m[k]; !ok {
 			m[k], _ = json.Marshal(v)
 		}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// For every language, the folder `router plugin init` writes works as it
+// is, with the commands its README gives: the doctor finds the toolchain,
+// build.sh builds the module, the golden tests pass, and a router started on
+// its policies.hcl takes the sample event and publishes it transformed to
+// the stream (the greeting header added; in WAT, unchanged), while the noise
+// event ends filtered. A language whose toolchain this machine lacks is
+// skipped, saying so (.ci/install-toolchains installs them all).
+func TestPluginInitEveryLanguage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a plugin in every language and runs the router binary")
+	}
+	bin := routerBinary(t)
+	path := filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")
+	for _, lang := range pluginLangs {
+		t.Run(lang, func(t *testing.T) {
+			run := func(dir string, args ...string) string {
+				t.Helper()
+				cmd := exec.Command(args[0], args[1:]...)
+				cmd.Dir, cmd.Env = dir, append(os.Environ(), "PATH="+path)
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+				}
+				return string(out)
+			}
+			doctor := exec.Command(bin, "plugin", "doctor", "-lang", lang)
+			if out, err := doctor.CombinedOutput(); err != nil {
+				t.Skipf("SKIPPED: the %s toolchain is not here (.ci/install-toolchains installs it):\n%s", lang, out)
+			}
+			parent := t.TempDir()
+			name := "hello-" + lang
+			port := freePort(t)
+			run(parent, bin, "plugin", "init", "-lang", lang, "-port", fmt.Sprint(port), name)
+			dir := filepath.Join(parent, name)
+			run(dir, "./build.sh")
+			if out := run(dir, bin, "plugin", "test", name+".wasm", "-dir", "testdata", "-config", "greeting=hello"); !strings.Contains(out, "ok: 2 cases") {
+				t.Fatalf("golden tests:\n%s", out)
+			}
+			run(dir, bin, "validate", "-config", "policies.hcl")
+
+			router := exec.Command(bin, "run", "-config", "policies.hcl")
+			router.Dir = dir
+			logs, _ := os.Create(filepath.Join(parent, "router.log"))
+			router.Stdout, router.Stderr = logs, logs
+			if err := router.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { router.Process.Kill(); router.Wait() })
+			c := socketClient(filepath.Join(dir, "data", "router.sock"))
+			waitHealthy(t, c)
+			for _, ev := range []string{"hello", "noise"} {
+				f, _ := os.Open(filepath.Join(dir, "testdata", ev+".event.json"))
+				resp, err := c.Post("http://router/v1/events", "application/cloudevents+json", f)
+				f.Close()
+				if err != nil || resp.StatusCode != http.StatusAccepted {
+					t.Fatalf("post %s: %v %v", ev, resp, err)
+				}
+				resp.Body.Close()
+			}
+			waitState(t, c, "hello-1", "delivered", 30*time.Second)
+			waitState(t, c, "noise-1", "filtered", 30*time.Second)
+
+			t.Chdir(dir) // the config's paths (the NATS password in ./data) are relative to the folder
+			js := routerJetStream(t, "policies.hcl", fmt.Sprintf("nats://127.0.0.1:%d", port))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			stream, err := js.Stream(ctx, "demo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, err := stream.GetLastMsgForSubject(ctx, "demo.greeted")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantGreeting := "hello"
+			if lang == "wat" {
+				wantGreeting = "" // the WAT template passes the event on unchanged
+			}
+			if msg.Header.Get("ce-id") != "hello-1" || msg.Header.Get("ce-greeting") != wantGreeting || string(msg.Data) != `{"name": "Ada"}` {
+				t.Fatalf("on the stream: %v %s", msg.Header, msg.Data)
+			}
+			if _, err := stream.GetLastMsgForSubject(ctx, "demo.noise"); err == nil {
+				t.Fatal("the noise event was published")
+			}
+		})
+	}
+}
+
+// The doctor names each missing tool and the command that installs it,
+// apt-get update first, and fails; init refuses a bad name, an unknown
+// language and a folder that is not empty.
+func TestPluginDoctorAndInitRefusals(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // nothing on it
+	t.Setenv("RUSTC", filepath.Join(t.TempDir(), "rustc"))
+	var out bytes.Buffer
+	err := NewMain(nil, &out, &out).Run(context.Background(), []string{"plugin", "doctor", "-lang", "rust"})
+	if exitCode(err) != 1 || !strings.Contains(out.String(), "MISSING  rustc") ||
+		!strings.Contains(out.String(), "sudo apt-get update && sudo apt-get install -y rustc libstd-rust-dev-wasm32 lld") {
+		t.Fatalf("doctor without rustc: %v\n%s", err, out.String())
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "keep"), nil, 0o644)
+	for _, args := range [][]string{
+		{"-lang", "cobol", "x"},
+		{"-lang", "go", "Bad Name"},
+		{"-lang", "go", "-dir", dir, "x"},
+	} {
+		out.Reset()
+		err := NewMain(nil, &out, &out).Run(context.Background(), append([]string{"plugin", "init"}, args...))
+		if exitCode(err) != pluginExitError {
+			t.Errorf("init %v: %v, want exit %d", args, err, pluginExitError)
+		}
+	}
+}
