@@ -57,6 +57,8 @@ func (c *PluginCommand) Run(ctx context.Context, args []string) error {
 		return c.init(args[1:])
 	case "doctor":
 		return c.doctor(ctx, args[1:])
+	case "dev":
+		return c.dev(ctx, args[1:])
 	case "help", "-h", "-help", "--help":
 		c.usage()
 		return nil
@@ -94,6 +96,9 @@ Usage:
       its SDK, build.sh, golden tests and a policies.hcl (see its README).
   router plugin doctor -lang go|c|rust|assemblyscript|wat
       Checks the language's toolchain and says how to install what is missing.
+  router plugin dev [-config policies.hcl] [-build ./build.sh] [-watch .]
+      Runs the router on the folder's policies.hcl and, when a source file
+      changes, rebuilds and reloads it with the new module.
 
 Run 'router plugin test -h' for the flags.
 `)

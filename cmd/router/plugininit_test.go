@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // For every language, the folder `router plugin init` writes works as it
@@ -126,4 +128,57 @@ func TestPluginDoctorAndInitRefusals(t *testing.T) {
 			t.Errorf("init %v: %v, want exit %d", args, err, pluginExitError)
 		}
 	}
+}
+
+// router plugin dev rebuilds and reloads on a change: the WAT plugin first
+// sends demo.greeting on; after its source is edited to filter that type,
+// the next event ends filtered, with no restart. A source that does not
+// build changes nothing.
+func TestPluginDevRebuildsAndReloads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary")
+	}
+	if _, err := exec.LookPath("wat2wasm"); err != nil {
+		t.Skip("SKIPPED: no wat2wasm (wabt) on this machine; .ci/install-toolchains installs it")
+	}
+	bin := routerBinary(t)
+	parent := t.TempDir()
+	port := freePort(t)
+	out, err := exec.Command(bin, "plugin", "init", "-lang", "wat", "-dir", filepath.Join(parent, "dev"), "-port", fmt.Sprint(port), "dev").CombinedOutput()
+	if err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	dir := filepath.Join(parent, "dev")
+	dev := exec.Command(bin, "plugin", "dev")
+	dev.Dir = dir
+	logs := &syncWriter{w: new(bytes.Buffer)}
+	dev.Stdout, dev.Stderr = logs, logs
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Process.Kill(); dev.Wait() })
+	c := socketClient(filepath.Join(dir, "data", "router.sock"))
+	waitHealthy(t, c)
+	post := func(id string) {
+		t.Helper()
+		body := strings.Replace(mustRead(t, filepath.Join(dir, "testdata", "hello.event.json")), `"hello-1"`, `"`+id+`"`, 1)
+		resp, err := c.Post("http://router/v1/events", "application/cloudevents+json", strings.NewReader(body))
+		if err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post %s: %v %v", id, resp, err)
+		}
+		resp.Body.Close()
+	}
+	post("before")
+	waitState(t, c, "before", "delivered", 30*time.Second)
+
+	src := filepath.Join(dir, "plugin.wat")
+	good := mustRead(t, src)
+	os.WriteFile(src, []byte(good+"\n(this does not parse"), 0o644)
+	testkit.EventuallyWith(t, 20*time.Second, func() bool { return strings.Contains(logs.String(), "the build failed, the running module stays") },
+		func() string { return "no failed build reported:\n" + logs.String() })
+	os.WriteFile(src, []byte(strings.Replace(good, `(data (i32.const 16) ".noise")`, `(data (i32.const 16) "eeting")`, 1)), 0o644)
+	testkit.EventuallyWith(t, 20*time.Second, func() bool { return strings.Contains(logs.String(), "configuration reloaded") },
+		func() string { return "no reload:\n" + logs.String() })
+	post("after")
+	waitState(t, c, "after", "filtered", 30*time.Second)
 }

@@ -30,6 +30,9 @@ func (c *RunCommand) serve(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-hup:
+		case <-c.Reloads: // nil unless router plugin dev: never ready
+		}
+		if ctx.Err() == nil {
 			if err := c.Reload(ctx); err != nil {
 				c.log.Error("reload refused; the running configuration stays in force", "error", err)
 			}

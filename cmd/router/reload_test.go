@@ -78,9 +78,3 @@ event "t.new" {
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitLog("needs a restart")
 }
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.(*strings.Builder).String()
-}

@@ -47,6 +47,8 @@ type RunCommand struct {
 	DoubleSend bool
 	// PluginCacheDir keeps compiled plugins; "" = <data dir>/wasm-cache.
 	PluginCacheDir string
+	// Reloads, if set, asks for a reload as SIGHUP does (router plugin dev).
+	Reloads <-chan struct{}
 
 	log         hclog.Logger
 	reg         *prometheus.Registry

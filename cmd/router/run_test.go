@@ -218,6 +218,13 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
+// String is what was written, when w is a fmt.Stringer (a bytes.Buffer).
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.(fmt.Stringer).String()
+}
+
 func TestPprofListener(t *testing.T) {
 	path, sock := writeConfig(t, "")
 	port := freePort(t)

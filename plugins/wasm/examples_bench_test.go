@@ -123,3 +123,51 @@ func exampleEvent(tb testing.TB, path string) *switchyard.Event {
 	slices.SortFunc(ev.Extensions, func(a, b switchyard.Header) int { return strings.Compare(a.Name, b.Name) })
 	return ev
 }
+
+// BenchmarkLoad is what a router start or a reload costs per plugin: Load
+// (compile or read the compiled module, validate, start one instance and
+// run _initialize, sy_abi_version and sy_init) of each example, cold (a new
+// runtime with no cache: compiles every time) and cached (a new runtime on
+// a cache directory that holds the module, as <data dir>/wasm-cache does
+// after the first start).
+func BenchmarkLoad(b *testing.B) {
+	ctx := context.Background()
+	for _, ex := range examplePlugins {
+		cfg := config.Plugin{Name: ex.dir, Wasm: filepath.Join(exampleDir, ex.dir, ex.wasm), Config: ex.config, Limits: withDefaults(ex.limits)}
+		for _, mode := range []string{"cold", "cached"} {
+			b.Run(ex.dir+"/"+mode, func(b *testing.B) {
+				dir := ""
+				if mode == "cached" {
+					dir = b.TempDir()
+					warm(b, ctx, dir, cfg)
+				}
+				for b.Loop() {
+					rt, err := NewRuntime(ctx, RuntimeOptions{CacheDir: dir})
+					if err != nil {
+						b.Fatal(err)
+					}
+					p, err := rt.Load(ctx, cfg, LoadOptions{Instances: 1})
+					if err != nil {
+						b.Fatal(err)
+					}
+					p.Close(ctx)
+					rt.Close(ctx)
+				}
+			})
+		}
+	}
+}
+
+// warm compiles cfg's module into the cache at dir.
+func warm(b *testing.B, ctx context.Context, dir string, cfg config.Plugin) {
+	rt, err := NewRuntime(ctx, RuntimeOptions{CacheDir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	p, err := rt.Load(ctx, cfg, LoadOptions{Instances: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.Close(ctx)
+}

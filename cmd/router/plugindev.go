@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// `router plugin dev` is the plugin author's loop: it runs the router on
+// the folder's policies.hcl and, whenever a source file changes, runs the
+// build script and reloads the router with the new module (as SIGHUP
+// does). A build that fails is shown and changes nothing.
+
+// devPoll is how often the folder is scanned for changes; devSettle how
+// long it must stay unchanged before a build (editors write in steps).
+const (
+	devPoll   = 300 * time.Millisecond
+	devSettle = 300 * time.Millisecond
+)
+
+// devSkip are folders and files whose changes are the build's or the
+// router's own, not the author's.
+func devSkip(rel string, dir bool) bool {
+	base := filepath.Base(rel)
+	if dir {
+		return base == "data" || base == "node_modules" || base == ".git" || base == "target"
+	}
+	return strings.HasSuffix(base, ".wasm") || strings.HasSuffix(base, ".log") || strings.HasPrefix(base, ".")
+}
+
+func (c *PluginCommand) dev(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("router plugin dev", flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	configPath := fs.String("config", "policies.hcl", "the router's configuration (the one router plugin init wrote)")
+	build := fs.String("build", "./build.sh", "the command that builds the module")
+	watch := fs.String("watch", ".", "the folder whose changes trigger a build")
+	logLevel := fs.String("log-level", "info", "the router's log level")
+	if err := fs.Parse(args); err != nil {
+		return flagError(err)
+	}
+	if err := devBuild(ctx, *build, c.Stderr); err != nil {
+		return &exitError{code: pluginExitError, err: fmt.Errorf("the first build failed: %w", err)}
+	}
+	reloads := make(chan struct{}, 1)
+	go devWatch(ctx, *watch, func() {
+		fmt.Fprintf(c.Stderr, "router plugin dev: a change: building with %s\n", *build)
+		if err := devBuild(ctx, *build, c.Stderr); err != nil {
+			fmt.Fprintf(c.Stderr, "router plugin dev: the build failed, the running module stays: %v\n", err)
+			return
+		}
+		select {
+		case reloads <- struct{}{}:
+		default: // one is pending already
+		}
+	})
+	run := &RunCommand{Main: c.Main, ConfigPath: *configPath, LogLevel: *logLevel, LogFormat: "text",
+		ShutdownTimeout: 10 * time.Second, Reloads: reloads}
+	return run.Run(ctx)
+}
+
+// devBuild runs the build command (through sh, from the working directory).
+func devBuild(ctx context.Context, build string, out io.Writer) error {
+	cmd := exec.CommandContext(ctx, "sh", "-c", build)
+	cmd.Stdout, cmd.Stderr = out, out
+	return cmd.Run()
+}
+
+// devWatch calls changed once the files under dir have changed and then
+// stayed still for devSettle; it scans until ctx ends.
+func devWatch(ctx context.Context, dir string, changed func()) {
+	last := devSnapshot(dir)
+	var pendingSince time.Time
+	t := time.NewTicker(devPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := devSnapshot(dir)
+		if now != last {
+			last, pendingSince = now, time.Now()
+			continue
+		}
+		if !pendingSince.IsZero() && time.Since(pendingSince) >= devSettle {
+			pendingSince = time.Time{}
+			changed()
+			last = devSnapshot(dir) // the build's own writes are not a change
+		}
+	}
+}
+
+// devSnapshot sums up the author's files under dir: names, sizes, times.
+func devSnapshot(dir string) string {
+	var b strings.Builder
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel != "." && devSkip(rel, d.IsDir()) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if info, err := d.Info(); err == nil && !d.IsDir() {
+			fmt.Fprintf(&b, "%s %d %d\n", rel, info.Size(), info.ModTime().UnixNano())
+		}
+		return nil
+	})
+	return b.String()
+}
