@@ -135,6 +135,7 @@ func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options)
 	e.metrics = newMetrics(e)
 	e.inboxMetrics = newInboxMetrics()
 	e.pluginStats = newPluginStats()
+	e.pluginStats.loaded = func() map[string]switchyard.Plugin { return *e.plugins.Load() }
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(e.metrics); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)

@@ -73,7 +73,8 @@ type pluginStats struct {
 	byName sync.Map // name → *pluginCounters
 	took   *prometheus.HistogramVec
 
-	verdictsDesc, outputsDesc, failuresDesc *prometheus.Desc
+	verdictsDesc, outputsDesc, failuresDesc, memoryDesc *prometheus.Desc
+	loaded                                              func() map[string]switchyard.Plugin
 }
 
 func newPluginStats() *pluginStats {
@@ -87,6 +88,8 @@ func newPluginStats() *pluginStats {
 			"Events a plugin handled, by verdict: ok (outputs), filtered (none), retry (verdict or failure), reject.",
 			[]string{"plugin", "verdict"}, nil),
 		outputsDesc: prometheus.NewDesc("switchyard_plugin_outputs_total", "Outputs plugins returned.", []string{"plugin"}, nil),
+		memoryDesc: prometheus.NewDesc("switchyard_plugin_memory_bytes",
+			"Linear memory of a plugin's live instances (plugins that report it: plugins/wasm).", []string{"plugin"}, nil),
 		failuresDesc: prometheus.NewDesc("switchyard_plugin_failures_total",
 			"Plugin calls that failed without a verdict of the plugin's own, by kind: trap, timeout, memory (retried), broken_rule (rejected).",
 			[]string{"plugin", "kind"}, nil),
@@ -169,11 +172,22 @@ func (s *pluginStats) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.verdictsDesc
 	ch <- s.outputsDesc
 	ch <- s.failuresDesc
+	ch <- s.memoryDesc
 }
+
+// memoryReporter is implemented by plugins that know their memory.
+type memoryReporter interface{ MemoryBytes() int64 }
 
 // Collect implements prometheus.Collector.
 func (s *pluginStats) Collect(ch chan<- prometheus.Metric) {
 	s.took.Collect(ch)
+	if s.loaded != nil {
+		for name, p := range s.loaded() {
+			if m, ok := p.(memoryReporter); ok {
+				ch <- prometheus.MustNewConstMetric(s.memoryDesc, prometheus.GaugeValue, float64(m.MemoryBytes()), name)
+			}
+		}
+	}
 	s.byName.Range(func(k, v any) bool {
 		name, c := k.(string), v.(*pluginCounters)
 		for i, verdict := range pluginVerdicts {

@@ -141,6 +141,12 @@ inbox "mirror" {
 		textIs(`section[data-plugin="refuse"] td[data-col="reject"]`, "1"),
 		chromedp.WaitVisible(chromedp.CSS(`section[data-plugin="refuse"] tr[data-failure="`+refused+`"]`)),
 		textIs(`section[data-plugin="refuse"] td.hash`, pluginHash(t, "reject")[:16]), shot("plugins"))
+	if v := metricValue(t, r.client, `switchyard_plugin_memory_bytes{plugin="refuse"}`); v < 65536 {
+		t.Errorf("switchyard_plugin_memory_bytes of refuse = %v, want at least its one page", v)
+	}
+	if v := metricValue(t, r.client, `switchyard_plugin_events_total{plugin="refuse",verdict="reject"}`); v != 1 {
+		t.Errorf("switchyard_plugin_events_total reject = %v, want 1", v)
+	}
 
 	// Inboxes: the mirror inbox is a pull subscription of what the router
 	// published; a second copy of an event it has is dropped and audited,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -148,7 +149,8 @@ var _ context.Context = (*callCtx)(nil)
 type linearMemory struct {
 	buf     []byte
 	limit   uint64
-	refused uint64 // the size of the first refused grow; 0 = none
+	refused uint64        // the size of the first refused grow; 0 = none
+	total   *atomic.Int64 // the plugin's instances' memory, summed
 }
 
 func (m *linearMemory) Allocate(cap, _ uint64) experimental.LinearMemory {
@@ -163,6 +165,7 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 		}
 		return nil
 	}
+	m.total.Add(int64(size) - int64(len(m.buf)))
 	if size <= uint64(cap(m.buf)) {
 		// Wasm memory only grows: the bytes past len were never used and
 		// are still zero.
@@ -175,12 +178,15 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 	return nb
 }
 
-func (m *linearMemory) Free() { m.buf = nil }
+func (m *linearMemory) Free() {
+	m.total.Add(-int64(len(m.buf)))
+	m.buf = nil
+}
 
 // newInstance instantiates the module and runs _initialize,
 // sy_abi_version and sy_init on it.
 func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
-	in := &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory)}}
+	in := &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory), total: &p.memory}}
 	in.cctx = callCtx{inst: in, done: make(chan struct{})}
 	in.stdout = streamWriter{in: in, stream: "stdout", level: hclog.Info}
 	in.stderr = streamWriter{in: in, stream: "stderr", level: hclog.Warn}

@@ -50,6 +50,7 @@ type Plugin struct {
 	slots chan struct{} // one token per live instance
 
 	started, discarded atomic.Int64
+	memory             atomic.Int64 // the live instances' linear memory, in bytes
 
 	sha256   string // of the module's bytes
 	loadedAt time.Time
@@ -379,6 +380,9 @@ func (p *Plugin) discard(in *instance) {
 	<-p.slots
 	p.discarded.Add(1)
 }
+
+// MemoryBytes is the linear memory of the plugin's live instances.
+func (p *Plugin) MemoryBytes() int64 { return p.memory.Load() }
 
 // Stats are counters of a plugin's pool.
 type Stats struct {

@@ -591,3 +591,22 @@ func TestDemangleFrames(t *testing.T) {
 		t.Error("runtimeFrame: the panic path is the runtime's, the plugin's functions are not")
 	}
 }
+
+// A plugin's memory is the linear memory of its live instances: the two
+// pages the passthrough plugin declares, back to zero once closed.
+func TestWasmMemoryBytes(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "passthrough", config.PluginLimits{}, 1)
+	if got := p.MemoryBytes(); got != 2*65536 {
+		t.Fatalf("memory of one instance = %d, want its two pages (131072)", got)
+	}
+	if _, err := p.Handle(context.Background(), testEvent("e1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.MemoryBytes(); got != 0 {
+		t.Fatalf("memory after Close = %d, want 0", got)
+	}
+}
