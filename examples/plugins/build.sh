@@ -94,7 +94,7 @@ build_filter_as() {
 build_split_rust() {
   (cd "$here/split-rust" &&
     "$RUSTC" --edition 2021 --crate-type cdylib --target wasm32-unknown-unknown \
-      -C opt-level=s -C lto -C strip=debuginfo -C target-feature=+bulk-memory -C linker=wasm-ld \
+      -C opt-level=s -C lto -C codegen-units=1 -C strip=debuginfo -C target-feature=+bulk-memory -C linker=wasm-ld \
       -o "$(dest split split-rust)" split.rs)
 }
 

@@ -58,7 +58,7 @@ switchyard_plugin!(handle);
 	os.WriteFile(filepath.Join(dir, "panics.rs"), []byte(src), 0o644)
 	out := filepath.Join(dir, "panics.wasm")
 	cmd := exec.Command(rc, "--edition", "2021", "--crate-type", "cdylib", "--target", "wasm32-unknown-unknown",
-		"-C", "opt-level=s", "-C", "lto", "-C", "strip=debuginfo", "-C", "target-feature=+bulk-memory", "-C", "linker=wasm-ld",
+		"-C", "opt-level=s", "-C", "lto", "-C", "codegen-units=1", "-C", "strip=debuginfo", "-C", "target-feature=+bulk-memory", "-C", "linker=wasm-ld",
 		"-o", out, filepath.Join(dir, "panics.rs"))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", cmd, err, b)
