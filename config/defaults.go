@@ -31,6 +31,14 @@ const (
 	DefaultReadTimeout        = 30 * time.Second
 )
 
+// Plugin state limits, per namespace (docs/plugin-state.md).
+const (
+	StateMaxKeyBytes   = 256
+	StateMaxValueBytes = 64 << 10
+	StateMaxKeys       = 100_000
+	StateMaxBytes      = 64 << 20
+)
+
 // DefaultPluginLimits are a plugin block's limits when it has no limits
 // block.
 var DefaultPluginLimits = PluginLimits{Memory: 16 << 20, Timeout: 50 * time.Millisecond, MaxOutputs: 16, MaxOutputBytes: 1 << 20}

@@ -413,6 +413,7 @@ func (e *Engine) Cleanup(ctx context.Context) (int, error) {
 		(*storage.Tx).DeleteExpiredResolved,
 		(*storage.Tx).DeleteExpiredInboxIDs,
 		(*storage.Tx).DeleteExpiredClaims,
+		(*storage.Tx).DeleteExpiredState, // plugin state keys past their TTL
 	}
 	for name, in := range e.inboxes {
 		steps = append(steps, func(tx *storage.Tx, now time.Time, limit int) (int, error) {

@@ -145,8 +145,8 @@ func (l *Loop) run(ctx context.Context) {
 			// with up to maxInTransit batches outstanding — one when a
 			// sink cannot keep batches in order by itself.
 			keep := maxInTransit - 1
-			if !b.sentInOrder || probing {
-				keep = 0
+			if !b.sentInOrder || probing || b.state.any() {
+				keep = 0 // a batch that used plugin state commits before the next runs its plugins
 			}
 			transit.settle(ctx, l, keep)
 			if transit.outage == 0 && ctx.Err() == nil {
@@ -399,6 +399,8 @@ type batch struct {
 	// event's: not sent (sink unavailable) or unknown outcome. Only these
 	// make the loop back off: a poison event must not hold up its type.
 	outage int
+	// state is the plugin state overlay of the batch; nil without plugins.
+	state *batchState
 
 	// Set by send, used by await.
 	cancel      context.CancelFunc // ends the publish deadline
@@ -421,10 +423,18 @@ type sinkWait struct {
 // as the plugins are deterministic.
 func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.Record) *batch {
 	b := &batch{pol: pol, items: make([]item, len(recs)), bySink: make(map[string][]*output)}
+	chain := l.e.chain(b.pol)
+	if len(chain) > 0 {
+		b.state = newBatchState(l.e, l.typ)
+	}
 	for i, rec := range recs {
 		it := &b.items[i]
 		it.rec = rec
-		outs, err := l.e.runChain(ctx, l.typ, l.e.chain(b.pol), &rec.Event)
+		pctx := ctx
+		if b.state != nil {
+			pctx = switchyard.WithState(ctx, b.state.view(i))
+		}
+		outs, err := l.e.runChain(pctx, l.typ, chain, &rec.Event)
 		if err != nil {
 			it.err = err
 			b.failed++
@@ -607,10 +617,14 @@ func unknown(n int, err error) []switchyard.Result {
 // outcome is dropped, except that acknowledged outputs are still recorded.
 func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 	now := l.e.now()
+	state := b.state.commit() // the plugin state writes that count (state.go)
 	for i := range b.items {
 		it := &b.items[i]
 		rec, err := tx.Record(it.rec.Key())
 		if errors.Is(err, storage.ErrNotFound) {
+			if err := state.settle(tx, i, false); err != nil {
+				return err
+			}
 			continue
 		}
 		if err != nil {
@@ -620,10 +634,19 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 		rec.UpdatedAt = now
 		if rec.State != storage.StatePending || rec.QueueSeq != it.rec.QueueSeq {
 			// Moved since the take (an operator): keep the outputs only.
+			if err := state.settle(tx, i, false); err != nil {
+				return err
+			}
 			if err := tx.Save(rec); err != nil {
 				return err
 			}
 			continue
+		}
+		if state.stale(i) {
+			v = verdict{unknown: errStateNotCommitted}
+		}
+		if err := state.settle(tx, i, v.final(rec.Attempts, b.pol.MaxRetries)); err != nil {
+			return err
 		}
 		if err := l.settle(tx, rec, v, b.pol, now, res); err != nil {
 			return err

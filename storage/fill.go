@@ -29,6 +29,7 @@ var (
 		string(bucketInboxExp):    fillAppend,
 		string(bucketClaimExp):    fillAppend,
 		string(bucketResolvedExp): fillAppend,
+		string(bucketStateExp):    fillAppend,
 	}
 	subFillOf = map[string]float64{
 		string(bucketQueue):    fillAppend,

@@ -322,3 +322,61 @@ func TestListClaims(t *testing.T) {
 		t.Fatalf("every claim, in pages of 2 = %v", all)
 	}
 }
+
+// Plugin state: put, get, delete and a TTL; each namespace's usage (keys,
+// bytes) follows every change; a scan lists one namespace's keys by prefix
+// in order; expired keys are forgotten by cleanup and are never returned.
+func TestPluginState(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	update := func(fn func(tx *storage.Tx) error) {
+		t.Helper()
+		if err := db.Update(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(func(tx *storage.Tx) error {
+		for _, kv := range []struct{ ns, k, v string }{{"p:a", "k1", "one"}, {"p:a", "k2", "two"}, {"p:a", "x", "ex"}, {"p:b", "k1", "other"}} {
+			if err := tx.StatePut(kv.ns, []byte(kv.k), []byte(kv.v), time.Time{}); err != nil {
+				return err
+			}
+		}
+		return tx.StatePut("p:a", []byte("short"), []byte("lived"), t0.Add(time.Minute))
+	})
+	update(func(tx *storage.Tx) error { return tx.StatePut("p:a", []byte("k1"), []byte("uno"), time.Time{}) }) // replaces
+	db.View(func(tx *storage.Tx) error {
+		if v, ok, _ := tx.StateGet("p:a", []byte("k1"), t0); !ok || string(v) != "uno" {
+			t.Errorf("get k1 = %q %v", v, ok)
+		}
+		if v, ok, _ := tx.StateGet("p:b", []byte("k1"), t0); !ok || string(v) != "other" {
+			t.Errorf("namespaces are apart: %q %v", v, ok)
+		}
+		if _, ok, _ := tx.StateGet("p:a", []byte("short"), t0.Add(time.Hour)); ok {
+			t.Error("an expired key is returned")
+		}
+		if u := tx.StateUsage("p:a"); u.Keys != 4 || u.Bytes != int64(len("k1uno")+len("k2two")+len("xex")+len("shortlived")) {
+			t.Errorf("usage of p:a = %+v", u)
+		}
+		got, _ := tx.StateScan("p:a", []byte("k"), nil, t0, 10)
+		if len(got) != 2 || string(got[0].Key) != "k1" || string(got[1].Key) != "k2" {
+			t.Errorf("scan k* = %+v", got)
+		}
+		return nil
+	})
+	var n int
+	update(func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredState(t0.Add(time.Hour), 10); return })
+	update(func(tx *storage.Tx) error { return tx.StateDelete("p:a", []byte("x")) })
+	db.View(func(tx *storage.Tx) error {
+		if u := tx.StateUsage("p:a"); n != 1 || u.Keys != 2 {
+			t.Errorf("after cleanup (%d) and a delete: usage %+v, want 2 keys", n, u)
+		}
+		return nil
+	})
+	update(func(tx *storage.Tx) (err error) { n, err = tx.DeleteStatePrefix("p:a", []byte("k"), 10); return })
+	db.View(func(tx *storage.Tx) error {
+		if ns := tx.StateNamespaces(); n != 2 || len(ns) != 1 || ns["p:b"].Keys != 1 {
+			t.Errorf("after deleting k* (%d): namespaces %+v", n, ns)
+		}
+		return nil
+	})
+}

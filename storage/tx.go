@@ -33,7 +33,8 @@ var (
 	bucketMeta    = []byte("meta")
 	allBuckets    = [][]byte{bucketEvents, bucketQueue, bucketKeys, bucketDLQ, bucketDone, bucketIdem, bucketIdemExp, bucketMeta,
 		bucketInboxIDs, bucketInboxExp, bucketAudit, bucketClaims, bucketClaimExp, // inbox.go
-		bucketResolved, bucketResolvedExp} // dlq.go
+		bucketResolved, bucketResolvedExp, // dlq.go
+		bucketState, bucketStateExp, bucketStateUsage} // state.go
 
 	keySchema     = []byte("schema")
 	keyRunning    = []byte("running") // present while a router has the file open

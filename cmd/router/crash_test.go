@@ -466,6 +466,11 @@ func (r *crashRouter) status(id string) (*eventStatus, error) {
 
 // typeStats is the crash type's line of GET /v1/stats.
 func (r *crashRouter) typeStats() (pending, inProcess int, err error) {
+	return r.statsOf(crashType)
+}
+
+// statsOf is the pending and in-process counts of the type typ.
+func (r *crashRouter) statsOf(typ string) (pending, inProcess int, err error) {
 	resp, err := r.client.Get("http://router/v1/stats")
 	if err != nil {
 		return 0, 0, err
@@ -482,7 +487,7 @@ func (r *crashRouter) typeStats() (pending, inProcess int, err error) {
 		return 0, 0, err
 	}
 	for _, s := range stats.Types {
-		if s.Type == crashType {
+		if s.Type == typ {
 			return s.Pending, s.InProcess, nil
 		}
 	}

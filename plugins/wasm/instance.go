@@ -64,8 +64,10 @@ type instance struct {
 	buf       []byte // the event envelope, reused from event to event
 	ev        *switchyard.Event
 	outs      []output
-	reason    string // from fail()
-	violation string // the first broken rule (emit, input_read, ...): the call counts as retry
+	state     switchyard.StateView // the event's plugin state; nil outside sy_handle
+	stateErr  error                // a state call the store failed, for the reason
+	reason    string               // from fail()
+	violation string               // the first broken rule (emit, input_read, ...): the call counts as retry
 
 	stdout, stderr streamWriter
 	textLeft       int // bytes of log text this call may still write
@@ -414,6 +416,7 @@ func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switc
 
 	in.buf = appendEvent(in.buf[:0], ev)
 	in.phase, in.input, in.ev = phaseHandle, in.buf, ev
+	in.state, in.stateErr = switchyard.StateFrom(ctx), nil
 	in.reason, in.violation = "", ""
 	in.textLeft, in.textDropped = maxText, 0
 	in.stack[0] = uint64(len(in.buf))
@@ -428,7 +431,7 @@ func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switc
 	}
 
 	in.flushText()
-	in.phase, in.input, in.ev = phaseIdle, nil, nil
+	in.phase, in.input, in.ev, in.state = phaseIdle, nil, nil, nil
 	defer func() {
 		clear(in.outs) // drop the references to this event's outputs
 		in.outs = in.outs[:0]
@@ -445,7 +448,10 @@ func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switc
 		if reason == "" {
 			reason = "the plugin asked for a retry (no reason given)"
 		}
-		return nil, true, p.retry(ev.ID, reason, nil)
+		if in.stateErr != nil {
+			reason += " (after " + in.stateErr.Error() + ")"
+		}
+		return nil, true, p.retry(ev.ID, reason, in.stateErr)
 	case 2:
 		reason := in.reason
 		if reason == "" {

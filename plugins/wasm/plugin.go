@@ -236,7 +236,7 @@ func (p *Plugin) checkImports() (probs []string) {
 			want, ok := hostFuncs[name]
 			switch {
 			case !ok:
-				probs = append(probs, fmt.Sprintf("it imports %q.%q: module %q has only input_read, emit, fail and log", mod, name, HostModule))
+				probs = append(probs, fmt.Sprintf("it imports %q.%q: module %q has only input_read, emit, fail, log, state_get, state_put and state_delete", mod, name, HostModule))
 			case !slices.Equal(f.ParamTypes(), want.params) || !slices.Equal(f.ResultTypes(), want.results):
 				probs = append(probs, fmt.Sprintf("it imports %s.%s, want %s", mod, got, signature(name, want.params, want.results)))
 			}
@@ -380,6 +380,9 @@ func (p *Plugin) discard(in *instance) {
 	<-p.slots
 	p.discarded.Add(1)
 }
+
+// UsesState says whether the plugin imports the state functions.
+func (p *Plugin) UsesState() bool { return p.usesState() }
 
 // MemoryBytes is the linear memory of the plugin's live instances.
 func (p *Plugin) MemoryBytes() int64 { return p.memory.Load() }

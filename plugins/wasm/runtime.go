@@ -138,6 +138,10 @@ var (
 		"emit":       {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
 		"fail":       {[]api.ValueType{i32, i32}, nil},
 		"log":        {[]api.ValueType{i32, i32, i32}, nil},
+		// state.go: optional
+		"state_get":    {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
+		"state_put":    {[]api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i32}},
+		"state_delete": {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
 	}
 )
 
@@ -154,6 +158,9 @@ func instantiateHost(ctx context.Context, r wazero.Runtime) error {
 		"emit":       {hostEmit, []string{"ptr", "len"}},
 		"fail":       {hostFail, []string{"ptr", "len"}},
 		"log":        {hostLog, []string{"level", "ptr", "len"}},
+	}
+	for name, f := range stateFuncs {
+		fns[name] = f
 	}
 	for name, f := range fns {
 		sig := hostFuncs[name]

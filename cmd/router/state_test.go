@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// A plugin's state counts each event once, through the real binary killed
+// with SIGKILL at random moments (20 kills; 200 with -long) while events
+// are posted, and through a broker outage that makes publishes fail and
+// events retry: when everything is delivered, the counting plugin's count
+// (read from the data file) equals the number of acknowledged events.
+func TestPluginStateExactlyOnceThroughKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: runs the router binary for a while")
+	}
+	kills := 20
+	if *long {
+		kills = 200
+	}
+	// An external JetStream server, so the test can take the broker away
+	// while the router runs.
+	natsPort, store := freePort(t), t.TempDir()
+	startBroker := func() *server.Server {
+		return testkit.NATS(t, func(o *server.Options) { o.Port, o.JetStream, o.StoreDir = natsPort, true, store })
+	}
+	broker := startBroker()
+
+	r := newCrashRouter(t, time.Hour)
+	dbPath := filepath.Join(filepath.Dir(r.config), "data", "router.db")
+	cfg := fmt.Sprintf(`
+listen  { socket = %q }
+storage { path = %q }
+
+nats "bus" {
+  url = "nats://127.0.0.1:%d"
+  stream "counted" {
+    subjects   = ["counted.>"]
+    duplicates = "1h"
+  }
+}
+
+plugin "counter" {
+  wasm = %q
+}
+
+event "counted" {
+  plugins    = ["counter"]
+  batch_size = 25
+  route {
+    to      = "nats.bus"
+    subject = "counted.events"
+  }
+  polling { min = "10ms" }
+  backoff { delay = "50ms" }
+  max_retries = 1000
+}
+`, r.socket, dbPath, natsPort, wasmTestdata(t, "counter"))
+	if err := os.WriteFile(r.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	compilePlugins(t, wasmTestdata(t, "counter"))
+	r.start()
+
+	// Post events in batches of 10 with ids of our own until the kills end.
+	var mu sync.Mutex
+	var acked []string
+	ctx, stop := context.WithCancel(context.Background())
+	var posters sync.WaitGroup
+	for w := range 4 {
+		posters.Go(func() {
+			for seq := 0; ctx.Err() == nil; seq++ {
+				var ids []string
+				var evs []string
+				for i := range 10 {
+					id := fmt.Sprintf("w%d-%d-%d", w, seq, i)
+					ids = append(ids, id)
+					evs = append(evs, fmt.Sprintf(`{"specversion":"1.0","type":"counted","source":"/t","id":%q,"data":{}}`, id))
+				}
+				time.Sleep(20 * time.Millisecond) // a steady load, not a flood: the drain after the kills stays short
+				resp, err := r.client.Post("http://router/v1/events", "application/cloudevents-batch+json", strings.NewReader("["+strings.Join(evs, ",")+"]"))
+				if err != nil {
+					continue
+				}
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusOK {
+					mu.Lock()
+					acked = append(acked, ids...)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	outageAt := kills / 2
+	for k := range kills {
+		time.Sleep(100*time.Millisecond + rand.N(500*time.Millisecond))
+		if k == outageAt {
+			broker.Shutdown() // publishes fail: events are retried while the router is killed and restarted
+		}
+		r.kill()
+		r.start()
+		if k == outageAt+3 {
+			broker = startBroker()
+		}
+	}
+	stop()
+	posters.Wait()
+	t.Logf("%d kills, a broker outage across kills %d..%d: %d events acknowledged", kills, outageAt, outageAt+3, len(acked))
+
+	testkit.EventuallyWith(t, 2*time.Minute, func() bool {
+		pending, inProcess, err := r.statsOf("counted")
+		return err == nil && pending == 0 && inProcess == 0
+	}, func() string { return "events still pending: " + get(t, r.client, "/v1/stats") })
+	st, err := r.statuses(acked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range acked {
+		if s := st[id]; s == nil || s.State != "delivered" {
+			t.Fatalf("event %s: %+v, want delivered", id, s)
+		}
+	}
+	r.stop()
+	db, err := storage.Open(dbPath, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	var count uint32
+	var states storage.StateCounts
+	db.View(func(tx *storage.Tx) error {
+		v, ok, err := tx.StateGet("counter:counted", []byte("n"), time.Now())
+		if err != nil || !ok || len(v) != 4 {
+			t.Fatalf("the count: %x %v %v", v, ok, err)
+		}
+		count = binary.LittleEndian.Uint32(v)
+		states = tx.CountStates()
+		return nil
+	})
+	// Every stored event is delivered: the acknowledged ones, and those a
+	// kill stored before their 202 could leave.
+	t.Logf("delivered %d (acknowledged %d), counted %d", states.Delivered, len(acked), count)
+	if states.Pending != 0 || states.DLQ != 0 || states.Delivered < len(acked) {
+		t.Fatalf("data file: %+v, want every one of the %d acknowledged events delivered", states, len(acked))
+	}
+	if int(count) != states.Delivered {
+		t.Fatalf("the plugin counted %d events, %d were delivered: state writes must count once per event outcome", count, states.Delivered)
+	}
+}

@@ -1,0 +1,234 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// Plugin state in a batch (docs/plugin-state.md). A plugin handling event
+// i of a batch sees the committed state with the writes of events 0..i of
+// the batch on top, in order: a counter counts every event once. The
+// writes of an event become durable in the transaction that records its
+// outcome (delivered, filtered or dead-lettered). An event that is retried,
+// requeued or lost in a crash has its writes discarded, and they are made
+// again on its next attempt; so is every later event of the batch that read
+// or wrote a key a discarded event wrote (its view was not the committed
+// one): it is requeued without an attempt. A batch that used state is
+// committed before the next batch of its type runs its plugins.
+
+// errStateNotCommitted requeues an event whose view of the state included
+// writes that were discarded.
+var errStateNotCommitted = fmt.Errorf("it read plugin state an earlier event of its batch wrote, and that event was not committed: tried again with the committed state: %w", switchyard.ErrUnknownOutcome)
+
+// batchState is the state overlay of one batch of one queue.
+type batchState struct {
+	e     *Engine
+	queue string
+	now   time.Time
+
+	writes []stateWrite // in the order the events made them
+	used   map[int]map[string]bool
+	usage  map[string]storage.StateUsage // committed usage + this batch's, by namespace
+}
+
+// stateWrite is one put or delete of one event.
+type stateWrite struct {
+	event   int
+	ns      string
+	key     []byte
+	value   []byte // nil: deleted
+	expires time.Time
+}
+
+func newBatchState(e *Engine, queue string) *batchState {
+	return &batchState{e: e, queue: queue, now: e.now(), used: map[int]map[string]bool{}, usage: map[string]storage.StateUsage{}}
+}
+
+// namespace is a plugin's namespace for this queue.
+func (s *batchState) namespace(plugin string) string { return plugin + ":" + s.queue }
+
+// view is event i's view of the state.
+func (s *batchState) view(i int) switchyard.StateView { return &eventState{s: s, i: i} }
+
+// touched says whether event i read or wrote any state.
+func (s *batchState) touched(i int) bool { return len(s.used[i]) > 0 }
+
+// any says whether any event of the batch used state.
+func (s *batchState) any() bool { return s != nil && len(s.used) > 0 }
+
+func (s *batchState) note(i int, ns string, key []byte) string {
+	full := ns + "\x00" + string(key)
+	if s.used[i] == nil {
+		s.used[i] = map[string]bool{}
+	}
+	s.used[i][full] = true
+	return full
+}
+
+// eventState is one event's view: it implements switchyard.StateView.
+type eventState struct {
+	s *batchState
+	i int
+}
+
+func (v *eventState) Get(plugin string, key []byte) ([]byte, bool, error) {
+	s := v.s
+	ns := s.namespace(plugin)
+	s.note(v.i, ns, key)
+	for j := len(s.writes) - 1; j >= 0; j-- {
+		w := &s.writes[j]
+		if w.event <= v.i && w.ns == ns && bytes.Equal(w.key, key) {
+			return bytes.Clone(w.value), w.value != nil, nil
+		}
+	}
+	var val []byte
+	var ok bool
+	err := s.e.store.View(func(tx *storage.Tx) (err error) {
+		val, ok, err = tx.StateGet(ns, key, s.now)
+		return err
+	})
+	return val, ok, err
+}
+
+func (v *eventState) Put(plugin string, key, value []byte, ttl time.Duration) error {
+	s := v.s
+	ns := s.namespace(plugin)
+	switch {
+	case len(key) == 0 || len(key) > config.StateMaxKeyBytes:
+		return fmt.Errorf("state key of %d bytes: keys have 1 to %d: %w", len(key), config.StateMaxKeyBytes, switchyard.ErrStateLimit)
+	case len(value) > config.StateMaxValueBytes:
+		return fmt.Errorf("state value of %d bytes, over the limit of %d: %w", len(value), config.StateMaxValueBytes, switchyard.ErrStateLimit)
+	}
+	old, existed, err := v.Get(plugin, key)
+	if err != nil {
+		return err
+	}
+	u, err := s.usageOf(ns)
+	if err != nil {
+		return err
+	}
+	if !existed {
+		u.Keys++
+		u.Bytes += int64(len(key))
+	}
+	u.Bytes += int64(len(value) - len(old))
+	switch {
+	case u.Keys > config.StateMaxKeys:
+		return fmt.Errorf("namespace %q holds %d keys, the limit: delete some or give them a TTL: %w", ns, config.StateMaxKeys, switchyard.ErrStateLimit)
+	case u.Bytes > config.StateMaxBytes:
+		return fmt.Errorf("namespace %q would hold %d bytes, over the limit of %d: %w", ns, u.Bytes, config.StateMaxBytes, switchyard.ErrStateLimit)
+	}
+	s.usage[ns] = u
+	var expires time.Time
+	if ttl > 0 {
+		expires = s.now.Add(ttl)
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	s.writes = append(s.writes, stateWrite{event: v.i, ns: ns, key: bytes.Clone(key), value: bytes.Clone(value), expires: expires})
+	return nil
+}
+
+func (v *eventState) Delete(plugin string, key []byte) error {
+	s := v.s
+	ns := s.namespace(plugin)
+	old, existed, err := v.Get(plugin, key)
+	if err != nil || !existed {
+		return err
+	}
+	u, err := s.usageOf(ns)
+	if err != nil {
+		return err
+	}
+	u.Keys--
+	u.Bytes -= int64(len(key) + len(old))
+	s.usage[ns] = u
+	s.writes = append(s.writes, stateWrite{event: v.i, ns: ns, key: bytes.Clone(key)})
+	return nil
+}
+
+// usageOf is ns's usage with this batch's writes so far.
+func (s *batchState) usageOf(ns string) (storage.StateUsage, error) {
+	if u, ok := s.usage[ns]; ok {
+		return u, nil
+	}
+	var u storage.StateUsage
+	err := s.e.store.View(func(tx *storage.Tx) error { u = tx.StateUsage(ns); return nil })
+	s.usage[ns] = u
+	return u, err
+}
+
+// stateCommit decides, in one commit of the batch, whose writes become
+// durable: the events are walked in order; an event that is not final has
+// its writes discarded, and so has every later event that used a key they
+// wrote.
+type stateCommit struct {
+	s       *batchState
+	tainted map[string]bool
+}
+
+func (s *batchState) commit() *stateCommit {
+	if s == nil {
+		return nil
+	}
+	return &stateCommit{s: s, tainted: map[string]bool{}}
+}
+
+// stale says whether event i used a key a discarded event wrote.
+func (c *stateCommit) stale(i int) bool {
+	if c == nil {
+		return false
+	}
+	for k := range c.s.used[i] {
+		if c.tainted[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// settle writes event i's writes into tx when final, or discards them.
+func (c *stateCommit) settle(tx *storage.Tx, i int, final bool) error {
+	if c == nil {
+		return nil
+	}
+	for _, w := range c.s.writes {
+		if w.event != i {
+			continue
+		}
+		if !final {
+			c.tainted[w.ns+"\x00"+string(w.key)] = true
+			continue
+		}
+		var err error
+		if w.value == nil {
+			err = tx.StateDelete(w.ns, w.key)
+		} else {
+			err = tx.StatePut(w.ns, w.key, w.value, w.expires)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// final says whether v ends the event's life in this commit (delivered,
+// filtered or dead-lettered), so that its state writes count.
+func (v verdict) final(attempts, maxRetries int) bool {
+	switch {
+	case v.permanent != nil:
+		return true
+	case v.retry != nil:
+		return attempts+1 > maxRetries
+	case v.unknown != nil:
+		return false
+	}
+	return true
+}
