@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,10 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
+	"unicode/utf8"
+
+	switchyard "github.com/switchyard-router/switchyard"
 )
 
 // Golden tests of `router plugin test`: -expect FILE compares one result
@@ -58,6 +63,8 @@ func (c *PluginCommand) testDir(ctx context.Context, f *pluginFlags, dir string,
 		return err
 	}
 	defer closeRT()
+	state := newMemState()
+	ctx = switchyard.WithState(ctx, state)
 	failed := 0
 	for _, evFile := range events {
 		src, err := os.ReadFile(evFile)
@@ -65,6 +72,7 @@ func (c *PluginCommand) testDir(ctx context.Context, f *pluginFlags, dir string,
 			return &exitError{code: pluginExitError, err: err}
 		}
 		res, _, _ := runPluginOnce(ctx, p, src)
+		res.State = state.snapshot()
 		want := strings.TrimSuffix(evFile, ".event.json") + ".expected.json"
 		if err := c.golden(want, res.json(), update); err != nil {
 			var ee *exitError
@@ -167,4 +175,43 @@ func lineDiff(want, got string) string {
 		}
 	}
 	return b.String()
+}
+
+// memState is the plugin state `router plugin test` gives a plugin: in
+// memory, empty at the start of the command, kept from event to event of
+// a -dir run (in name order), so a stateful plugin can be tested offline.
+type memState struct{ m map[string][]byte }
+
+func newMemState() *memState { return &memState{m: map[string][]byte{}} }
+
+func (s *memState) Get(plugin string, key []byte) ([]byte, bool, error) {
+	v, ok := s.m[string(key)]
+	return bytes.Clone(v), ok, nil
+}
+
+func (s *memState) Put(plugin string, key, value []byte, ttl time.Duration) error {
+	s.m[string(key)] = bytes.Clone(value)
+	return nil
+}
+
+func (s *memState) Delete(plugin string, key []byte) error {
+	delete(s.m, string(key))
+	return nil
+}
+
+// snapshot is the state as a result shows it: text values as they are,
+// others as "base64:...".
+func (s *memState) snapshot() map[string]string {
+	if len(s.m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(s.m))
+	for k, v := range s.m {
+		if utf8.Valid(v) && !bytes.ContainsFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' && r != '\n' }) {
+			out[k] = string(v)
+		} else {
+			out[k] = "base64:" + base64.StdEncoding.EncodeToString(v)
+		}
+	}
+	return out
 }

@@ -298,7 +298,9 @@ func (c *PluginCommand) test(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeRT()
-	res, code, herr := runPluginOnce(ctx, p, src)
+	state := newMemState()
+	res, code, herr := runPluginOnce(switchyard.WithState(ctx, state), p, src)
+	res.State = state.snapshot()
 	b := res.json()
 	if *expect != "" {
 		return c.golden(*expect, b, *update)
@@ -383,7 +385,11 @@ type testResult struct {
 	Detail  []string     `json:"detail,omitempty"`
 	Note    string       `json:"note,omitempty"`
 	Outputs []testOutput `json:"outputs"`
-	Took    string       `json:"took"`
+	// State is the plugin's state after the event (router plugin test
+	// keeps one in memory; with -dir, from event to event): text values as
+	// they are, others "base64:...".
+	State map[string]string `json:"state,omitempty"`
+	Took  string            `json:"took"`
 }
 
 type testOutput struct {

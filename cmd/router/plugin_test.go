@@ -257,3 +257,26 @@ func TestPluginTestGolden(t *testing.T) {
 		t.Fatalf("-dir after -update: exit %d\n%s", code, out)
 	}
 }
+
+// router plugin test keeps a stateful plugin's state in memory: from event
+// to event of a -dir run, in name order, and shows it after each event in
+// the result (binary values in base64), so golden files check it too.
+func TestPluginTestKeepsState(t *testing.T) {
+	dir := t.TempDir()
+	for i := 1; i <= 3; i++ {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("e%d.event.json", i)), []byte(fmt.Sprintf(`{"id":"e%d","type":"t"}`, i)), 0o644)
+	}
+	counter := wasmTestdata(t, "counter")
+	if _, errOut, code := runPluginTest(t, "", "test", counter, "-cache-dir", "", "-dir", dir, "-update"); code != 0 {
+		t.Fatalf("-update: exit %d\n%s", code, errOut)
+	}
+	for i, want := range []string{"AQAAAA==", "AgAAAA==", "AwAAAA=="} { // 1, 2, 3 as u32 little endian
+		b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("e%d.expected.json", i+1)))
+		if !strings.Contains(string(b), `"n": "base64:`+want+`"`) {
+			t.Fatalf("e%d.expected.json: want the count %d in its state:\n%s", i+1, i+1, b)
+		}
+	}
+	if out, _, code := runPluginTest(t, "", "test", counter, "-cache-dir", "", "-dir", dir); code != 0 || !strings.Contains(out, "ok: 3 cases") {
+		t.Fatalf("again: exit %d\n%s", code, out)
+	}
+}

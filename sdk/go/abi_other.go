@@ -11,7 +11,34 @@ var sim struct {
 	reason  string
 	logs    []LogLine
 	err     error
+	state   map[string][]byte // the plugin's state: kept across Run calls until ResetState
 }
+
+func hostStateGet(key, buf []byte) int32 {
+	v, ok := sim.state[string(key)]
+	if !ok {
+		return -1
+	}
+	copy(buf, v)
+	return int32(len(v))
+}
+
+func hostStatePut(key, value []byte, _ int32) int32 {
+	if sim.state == nil {
+		sim.state = map[string][]byte{}
+	}
+	sim.state[string(key)] = append([]byte(nil), value...)
+	return 0
+}
+
+func hostStateDelete(key []byte) int32 {
+	delete(sim.state, string(key))
+	return 0
+}
+
+// ResetState (outside wasip1 only) empties the simulated plugin state, which
+// Run keeps from call to call as the router keeps it from event to event.
+func ResetState() { sim.state = nil }
 
 func hostInputRead(b []byte) int32 {
 	copy(b, sim.input)

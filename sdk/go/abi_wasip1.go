@@ -40,3 +40,24 @@ func syInit(configLen int32) int32 { return callInit(configLen) }
 
 //go:wasmexport sy_handle
 func syHandle(eventLen int32) int32 { return callHandle(eventLen) }
+
+//go:wasmimport switchyard state_get
+func stateGet(kp unsafe.Pointer, kn uint32, bp unsafe.Pointer, bn uint32) int32
+
+//go:wasmimport switchyard state_put
+func statePut(kp unsafe.Pointer, kn uint32, vp unsafe.Pointer, vn uint32, ttlSeconds int32) int32
+
+//go:wasmimport switchyard state_delete
+func stateDelete(kp unsafe.Pointer, kn uint32) int32
+
+func hostStateGet(key, buf []byte) int32 {
+	return stateGet(unsafe.Pointer(unsafe.SliceData(key)), uint32(len(key)), unsafe.Pointer(unsafe.SliceData(buf)), uint32(len(buf)))
+}
+
+func hostStatePut(key, value []byte, ttlSeconds int32) int32 {
+	return statePut(unsafe.Pointer(unsafe.SliceData(key)), uint32(len(key)), unsafe.Pointer(unsafe.SliceData(value)), uint32(len(value)), ttlSeconds)
+}
+
+func hostStateDelete(key []byte) int32 {
+	return stateDelete(unsafe.Pointer(unsafe.SliceData(key)), uint32(len(key)))
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // ABIVersion is the plugin ABI version this SDK implements; sy_abi_version
@@ -311,3 +312,52 @@ func recoverAndFail(where string) {
 
 // ErrNoHandler is returned by Run when no handler is registered.
 var ErrNoHandler = errors.New("switchyard sdk: no handler registered")
+
+// ---- state (docs/plugin-state.md) ----
+
+// ErrStateFailed is a state call the router could not serve: answer the
+// event with Retry.
+var ErrStateFailed = errors.New("switchyard: the plugin state is unavailable")
+
+var stateBuf []byte // grown to the largest value read
+
+// StateGet returns the value of key in this plugin's state (its namespace
+// for the event's type): the committed state with the writes of this event
+// and of the events before it in the batch. ok is false when there is no
+// such key.
+func StateGet(key []byte) (value []byte, ok bool, err error) {
+	if stateBuf == nil {
+		stateBuf = make([]byte, 256)
+	}
+	n := hostStateGet(key, stateBuf)
+	if n >= 0 && int(n) > len(stateBuf) {
+		stateBuf = make([]byte, n)
+		n = hostStateGet(key, stateBuf)
+	}
+	switch {
+	case n == -1:
+		return nil, false, nil
+	case n < 0:
+		return nil, false, ErrStateFailed
+	}
+	return append([]byte(nil), stateBuf[:n]...), true, nil
+}
+
+// StatePut sets key to value, for ttl (0: no expiry, else whole seconds).
+// The write counts when the event reaches its outcome (delivered, filtered
+// or dead-lettered); a write over a limit (keys 1–256 bytes, values up to
+// 64 KiB, 100,000 keys or 64 MiB per namespace) rejects the event.
+func StatePut(key, value []byte, ttl time.Duration) error {
+	if hostStatePut(key, value, int32(ttl/time.Second)) != 0 {
+		return ErrStateFailed
+	}
+	return nil
+}
+
+// StateDelete removes key (nothing happens when it is not there).
+func StateDelete(key []byte) error {
+	if hostStateDelete(key) != 0 {
+		return ErrStateFailed
+	}
+	return nil
+}

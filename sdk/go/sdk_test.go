@@ -5,6 +5,7 @@ package sdk
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -171,5 +172,44 @@ func TestRun(t *testing.T) {
 	var ie *InitError
 	if _, err := Run(map[string]string{"bad": "1"}, Event{}); !errors.As(err, &ie) || ie.Reason != "bad config" {
 		t.Fatalf("init error: %v", err)
+	}
+}
+
+// The state functions through Run's simulated host: a value written by one
+// event is read by the next, a value longer than the first read buffer
+// comes back whole, a delete removes it, and ResetState empties the state.
+func TestState(t *testing.T) {
+	Handle(func(ev *Event) Verdict {
+		v, _, err := StateGet([]byte(ev.Subject))
+		if err != nil {
+			return Retry(err.Error())
+		}
+		if ev.Type == "delete" {
+			StateDelete([]byte(ev.Subject))
+			return OK
+		}
+		if err := StatePut([]byte(ev.Subject), append(v, ev.Data...), 0); err != nil {
+			return Retry(err.Error())
+		}
+		return OK
+	})
+	defer func() { handler = nil; ResetState() }()
+	long := strings.Repeat("x", 300)
+	for _, d := range []string{"a", long} {
+		if res, err := Run(nil, Event{Subject: "k", Data: []byte(d)}); err != nil || res.Verdict != OK {
+			t.Fatalf("%+v %v", res, err)
+		}
+	}
+	if v, ok, err := StateGet([]byte("k")); !ok || err != nil || string(v) != "a"+long {
+		t.Fatalf("state k = %d bytes %v %v, want the two appended", len(v), ok, err)
+	}
+	Run(nil, Event{Type: "delete", Subject: "k"})
+	if _, ok, _ := StateGet([]byte("k")); ok {
+		t.Fatal("deleted key still there")
+	}
+	StatePut([]byte("z"), []byte("1"), 0)
+	ResetState()
+	if _, ok, _ := StateGet([]byte("z")); ok {
+		t.Fatal("ResetState kept a key")
 	}
 }
