@@ -129,6 +129,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	s.dlqRoutes(mux)
 	s.inboxRoutes(mux)
+	s.stateRoutes(mux)
 	s.consoleRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -517,6 +518,13 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 			OldestAgeSecs: st.OldestPending.Seconds(), PollDelaySecs: st.PollDelay.Seconds(), DLQ: st.DLQ}
 	}
 	out := map[string]any{"types": views}
+	if nss, err := s.engine.StateNamespaces(""); err == nil && len(nss) > 0 {
+		state := []map[string]any{}
+		for _, ns := range nss {
+			state = append(state, map[string]any{"plugin": ns.Plugin, "type": ns.Queue, "keys": ns.Keys, "bytes": ns.Bytes})
+		}
+		out["plugin_state"] = state
+	}
 	if errs := s.engine.SinkErrors(); len(errs) > 0 {
 		sinks := map[string]any{}
 		for name, e := range errs {

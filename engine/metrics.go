@@ -28,13 +28,14 @@ type metrics struct {
 	publishSecs  *prometheus.HistogramVec
 	dlqActions   *prometheus.CounterVec
 
-	pending   *prometheus.Desc
-	inProcess *prometheus.Desc
-	oldestAge *prometheus.Desc
-	pollDelay *prometheus.Desc
-	dlq       *prometheus.Desc
-	events    *prometheus.Desc
-	watchers  *prometheus.Desc
+	pending               *prometheus.Desc
+	inProcess             *prometheus.Desc
+	oldestAge             *prometheus.Desc
+	pollDelay             *prometheus.Desc
+	dlq                   *prometheus.Desc
+	events                *prometheus.Desc
+	watchers              *prometheus.Desc
+	stateKeys, stateBytes *prometheus.Desc
 
 	mu       sync.Mutex
 	sinkErrs map[string]SinkError // the last failed output of each sink
@@ -101,6 +102,8 @@ func newMetrics(e *Engine) *metrics {
 		}, []string{"sink"}),
 		dlqActions: counter("dlq_actions_total", "Dead letters an operator retried, resolved or deleted.", "action"),
 		watchers:   prometheus.NewDesc("switchyard_tail_watchers", "Live tails watching published outputs (router tail, the console).", nil, nil),
+		stateKeys:  prometheus.NewDesc("switchyard_plugin_state_keys", "Keys a plugin keeps in its state, per event type.", []string{"plugin", "type"}, nil),
+		stateBytes: prometheus.NewDesc("switchyard_plugin_state_bytes", "Bytes of keys and values a plugin keeps in its state, per event type.", []string{"plugin", "type"}, nil),
 		events: prometheus.NewDesc("switchyard_events", "Records in the data file by state (pending excludes in_process; delivered are kept until outbox.ttl).",
 			[]string{"state"}, nil),
 	}
@@ -115,7 +118,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.vecs() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.pending, m.inProcess, m.oldestAge, m.pollDelay, m.dlq, m.events, m.watchers} {
+	for _, d := range []*prometheus.Desc{m.pending, m.inProcess, m.oldestAge, m.pollDelay, m.dlq, m.events, m.watchers, m.stateKeys, m.stateBytes} {
 		ch <- d
 	}
 }
@@ -126,6 +129,12 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		c.Collect(ch)
 	}
 	ch <- prometheus.MustNewConstMetric(m.watchers, prometheus.GaugeValue, float64(m.e.tail.watching.Load()))
+	if nss, err := m.e.StateNamespaces(""); err == nil {
+		for _, ns := range nss {
+			ch <- prometheus.MustNewConstMetric(m.stateKeys, prometheus.GaugeValue, float64(ns.Keys), ns.Plugin, ns.Queue)
+			ch <- prometheus.MustNewConstMetric(m.stateBytes, prometheus.GaugeValue, float64(ns.Bytes), ns.Plugin, ns.Queue)
+		}
+	}
 	stats, err := m.e.Stats()
 	if err != nil {
 		return

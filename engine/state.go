@@ -2,7 +2,11 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/switchyard-router/switchyard"
@@ -208,7 +212,7 @@ func (c *stateCommit) settle(tx *storage.Tx, i int, final bool) error {
 		}
 		var err error
 		if w.value == nil {
-			err = tx.StateDelete(w.ns, w.key)
+			_, err = tx.StateDelete(w.ns, w.key)
 		} else {
 			err = tx.StatePut(w.ns, w.key, w.value, w.expires)
 		}
@@ -231,4 +235,69 @@ func (v verdict) final(attempts, maxRetries int) bool {
 		return false
 	}
 	return true
+}
+
+// StateNamespace is one plugin's namespace for one queue, with its usage.
+type StateNamespace struct {
+	Plugin, Queue string
+	storage.StateUsage
+}
+
+// StateNamespaces lists every namespace that holds keys, of plugin ("" =
+// every plugin).
+func (e *Engine) StateNamespaces(plugin string) ([]StateNamespace, error) {
+	var out []StateNamespace
+	err := e.store.View(func(tx *storage.Tx) error {
+		for ns, u := range tx.StateNamespaces() {
+			p, q, ok := strings.Cut(ns, ":")
+			if ok && (plugin == "" || p == plugin) {
+				out = append(out, StateNamespace{Plugin: p, Queue: q, StateUsage: u})
+			}
+		}
+		return nil
+	})
+	slices.SortFunc(out, func(a, b StateNamespace) int {
+		return cmp.Or(strings.Compare(a.Plugin, b.Plugin), strings.Compare(a.Queue, b.Queue))
+	})
+	return out, err
+}
+
+// StateKeys lists up to limit keys of plugin's namespace for queue that
+// start with prefix, after the key after.
+func (e *Engine) StateKeys(plugin, queue string, prefix, after []byte, limit int) ([]storage.StateEntry, error) {
+	var out []storage.StateEntry
+	err := e.store.View(func(tx *storage.Tx) (err error) {
+		out, err = tx.StateScan(plugin+":"+queue, prefix, after, e.now(), limit)
+		return err
+	})
+	return out, err
+}
+
+// DeleteState removes the keys of plugin's namespace for queue that start
+// with prefix (an operator's action: a batch that read them before is not
+// told), in chunks; it returns how many it removed.
+func (e *Engine) DeleteState(ctx context.Context, plugin, queue string, prefix []byte) (int, error) {
+	total := 0
+	for {
+		var n int
+		err := e.store.Update(ctx, func(tx *storage.Tx) (err error) {
+			n, err = tx.DeleteStatePrefix(plugin+":"+queue, prefix, cleanupChunk)
+			return err
+		})
+		total += n
+		if err != nil || n < cleanupChunk {
+			return total, err
+		}
+	}
+}
+
+// DeleteStateKey removes one key of plugin's namespace for queue and says
+// whether it was there.
+func (e *Engine) DeleteStateKey(ctx context.Context, plugin, queue string, key []byte) (bool, error) {
+	var found bool
+	err := e.store.Update(ctx, func(tx *storage.Tx) (err error) {
+		found, err = tx.StateDelete(plugin+":"+queue, key)
+		return err
+	})
+	return found, err
 }

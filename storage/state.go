@@ -84,10 +84,9 @@ func (tx *Tx) StatePut(ns string, key, value []byte, expires time.Time) error {
 	return tx.putStateUsage(ns, u)
 }
 
-// StateDelete removes key from ns, if it is there.
-func (tx *Tx) StateDelete(ns string, key []byte) error {
-	_, err := tx.stateDrop(ns, stateKey(ns, key))
-	return err
+// StateDelete removes key from ns and says whether it was there.
+func (tx *Tx) StateDelete(ns string, key []byte) (bool, error) {
+	return tx.stateDrop(ns, stateKey(ns, key))
 }
 
 // stateDrop removes the entry k of ns and its expiry, and takes it out of

@@ -365,7 +365,7 @@ func TestPluginState(t *testing.T) {
 	})
 	var n int
 	update(func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredState(t0.Add(time.Hour), 10); return })
-	update(func(tx *storage.Tx) error { return tx.StateDelete("p:a", []byte("x")) })
+	update(func(tx *storage.Tx) error { _, err := tx.StateDelete("p:a", []byte("x")); return err })
 	db.View(func(tx *storage.Tx) error {
 		if u := tx.StateUsage("p:a"); n != 1 || u.Keys != 2 {
 			t.Errorf("after cleanup (%d) and a delete: usage %+v, want 2 keys", n, u)

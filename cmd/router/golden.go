@@ -13,9 +13,9 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	switchyard "github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/api"
 )
 
 // Golden tests of `router plugin test`: -expect FILE compares one result
@@ -207,7 +207,7 @@ func (s *memState) snapshot() map[string]string {
 	}
 	out := make(map[string]string, len(s.m))
 	for k, v := range s.m {
-		if utf8.Valid(v) && !bytes.ContainsFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' && r != '\n' }) {
+		if api.IsText(v) {
 			out[k] = string(v)
 		} else {
 			out[k] = "base64:" + base64.StdEncoding.EncodeToString(v)

@@ -59,6 +59,8 @@ func (c *PluginCommand) Run(ctx context.Context, args []string) error {
 		return c.doctor(ctx, args[1:])
 	case "dev":
 		return c.dev(ctx, args[1:])
+	case "state":
+		return c.state(ctx, args[1:])
 	case "help", "-h", "-help", "--help":
 		c.usage()
 		return nil
@@ -96,6 +98,9 @@ Usage:
       its SDK, build.sh, golden tests and a policies.hcl (see its README).
   router plugin doctor -lang go|c|rust|assemblyscript|wat
       Checks the language's toolchain and says how to install what is missing.
+  router plugin state NAME [-type T [-prefix P]] [-delete -type T (-key K | -prefix P)]
+      A running router's state of the plugin NAME: its namespaces (one per
+      event type), the keys of one, or remove a key or a prefix.
   router plugin dev [-config policies.hcl] [-build ./build.sh] [-watch .]
       Runs the router on the folder's policies.hcl and, when a source file
       changes, rebuilds and reloads it with the new module.

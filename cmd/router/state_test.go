@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -159,5 +160,79 @@ event "counted" {
 	}
 	if int(count) != states.Delivered {
 		t.Fatalf("the plugin counted %d events, %d were delivered: state writes must count once per event outcome", count, states.Delivered)
+	}
+}
+
+// An operator sees and manages a running router's plugin state: router
+// plugin state lists the plugin's namespaces and the keys of one (a binary
+// value in base64), GET /v1/stats and /metrics carry the sizes, and a key is
+// deleted (deleting it again is a clear not found); a write over a limit
+// rejects the event with a reason naming the plugin, the event and the
+// limit.
+func TestPluginStateForOperators(t *testing.T) {
+	path, sock := writeConfig(t, fmt.Sprintf(`
+plugin "counter" { wasm = %q }
+event "t.counted" {
+  plugins = ["counter"]
+  route {
+    to      = "nats.local"
+    subject = "t.counted"
+  }
+  polling { min = "10ms" }
+}
+plugin "bigkey" { wasm = %q }
+event "t.big" {
+  plugins = ["bigkey"]
+  route {
+    to      = "nats.local"
+    subject = "t.big"
+  }
+  polling { min = "10ms" }
+}
+`, wasmTestdata(t, "counter"), wasmTestdata(t, "bigkey")))
+	compilePlugins(t, wasmTestdata(t, "counter"), wasmTestdata(t, "bigkey"))
+	runRouter(t, path, sock)
+	c := socketClient(sock)
+	for i := range 3 {
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+			strings.NewReader(fmt.Sprintf(`{"specversion":"1.0","type":"t.counted","source":"/t","id":"c%d","data":{}}`, i)))
+		if err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		waitState(t, c, fmt.Sprintf("c%d", i), "delivered", 10*time.Second)
+	}
+	cli := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := NewMain(nil, &out, &out).Run(context.Background(), append([]string{"plugin", "state"}, append(args, "-socket", sock)...))
+		return out.String(), err
+	}
+	if out, err := cli("counter"); err != nil || !strings.Contains(out, "t.counted") || !strings.Contains(out, "  1  ") {
+		t.Fatalf("namespaces: %v\n%s", err, out)
+	}
+	if out, err := cli("counter", "-type", "t.counted"); err != nil || !strings.Contains(out, `"n"`) || !strings.Contains(out, "base64:AwAAAA==") {
+		t.Fatalf("keys (want n = 3): %v\n%s", err, out)
+	}
+	if stats := get(t, c, "/v1/stats"); !strings.Contains(stats, `"plugin_state"`) || !strings.Contains(stats, `"keys": 1`) {
+		t.Fatalf("/v1/stats: %s", stats)
+	}
+	if v := metricValue(t, c, `switchyard_plugin_state_keys{plugin="counter",type="t.counted"}`); v != 1 {
+		t.Fatalf("switchyard_plugin_state_keys = %v, want 1", v)
+	}
+	if out, err := cli("counter", "-type", "t.counted", "-delete", "-key", "n"); err != nil || !strings.Contains(out, "deleted 1 key(s)") {
+		t.Fatalf("delete: %v\n%s", err, out)
+	}
+	if _, err := cli("counter", "-type", "t.counted", "-delete", "-key", "n"); err == nil || !strings.Contains(err.Error(), `plugin "counter" has no key "n"`) {
+		t.Fatalf("delete again: %v", err)
+	}
+
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(`{"specversion":"1.0","type":"t.big","source":"/t","id":"b1","data":{}}`))
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("post: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	body := waitState(t, c, "b1", "dlq", 10*time.Second)
+	if !strings.Contains(body, `plugin \"bigkey\", event \"b1\": state_put: state key of 300 bytes: keys have 1 to 256`) {
+		t.Fatalf("over the key limit: %s", body)
 	}
 }

@@ -1,0 +1,120 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/switchyard-router/switchyard"
+)
+
+// Plugin state for the operator (docs/plugin-state.md):
+//
+//	GET    /v1/plugins/{name}/state                      the plugin's namespaces, with keys and bytes
+//	GET    /v1/plugins/{name}/state?type=T&prefix=P      keys of one namespace (paged: limit, cursor)
+//	DELETE /v1/plugins/{name}/state?type=T&key=K         one key
+//	DELETE /v1/plugins/{name}/state?type=T&prefix=P      every key with the prefix ("" = all)
+func (s *Server) stateRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /v1/plugins/{name}/state", s.adminFunc(s.getState))
+	mux.Handle("DELETE /v1/plugins/{name}/state", s.adminFunc(s.deleteState))
+}
+
+// stateEntryView is a key as the API shows it: text as it is, other bytes
+// in base64 (value_base64).
+type stateEntryView struct {
+	Key         string     `json:"key"`
+	Value       *string    `json:"value,omitempty"`
+	ValueBase64 string     `json:"value_base64,omitempty"`
+	Expires     *time.Time `json:"expires_at,omitempty"`
+}
+
+func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
+	plugin, q := r.PathValue("name"), r.URL.Query()
+	if !q.Has("type") {
+		nss, err := s.engine.StateNamespaces(plugin)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		views := []map[string]any{}
+		for _, ns := range nss {
+			views = append(views, map[string]any{"type": ns.Queue, "keys": ns.Keys, "bytes": ns.Bytes})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"plugin": plugin, "namespaces": views})
+		return
+	}
+	limit, err := queryInt(r, "limit", 100, maxList)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var after []byte
+	if c := q.Get("cursor"); c != "" {
+		if after, err = base64.RawURLEncoding.DecodeString(c); err != nil {
+			s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "cursor is not one this API gave"))
+			return
+		}
+	}
+	entries, err := s.engine.StateKeys(plugin, q.Get("type"), []byte(q.Get("prefix")), after, limit+1)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := map[string]any{"plugin": plugin, "type": q.Get("type")}
+	if len(entries) > limit {
+		entries = entries[:limit]
+		out["next_cursor"] = base64.RawURLEncoding.EncodeToString(entries[limit-1].Key)
+	}
+	views := make([]stateEntryView, len(entries))
+	for i, e := range entries {
+		v := stateEntryView{Key: string(e.Key)}
+		if IsText(e.Value) {
+			val := string(e.Value)
+			v.Value = &val
+		} else {
+			v.ValueBase64 = base64.StdEncoding.EncodeToString(e.Value)
+		}
+		if !e.Expires.IsZero() {
+			v.Expires = &e.Expires
+		}
+		views[i] = v
+	}
+	out["keys"] = views
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) deleteState(w http.ResponseWriter, r *http.Request) {
+	plugin, q := r.PathValue("name"), r.URL.Query()
+	if !q.Has("type") || q.Has("key") == q.Has("prefix") {
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "name the namespace with type= and what to delete with key= or prefix= (prefix= with nothing after it: every key)"))
+		return
+	}
+	if q.Has("key") {
+		found, err := s.engine.DeleteStateKey(r.Context(), plugin, q.Get("type"), []byte(q.Get("key")))
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if !found {
+			s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "plugin %q has no key %q for type %q", plugin, q.Get("key"), q.Get("type")))
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"deleted": 1})
+		return
+	}
+	n, err := s.engine.DeleteState(r.Context(), plugin, q.Get("type"), []byte(q.Get("prefix")))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": n})
+}
+
+// IsText says whether b reads as text — UTF-8 without control characters
+// other than tab and newline — and can be shown as it is; other bytes are
+// shown in base64.
+func IsText(b []byte) bool {
+	return utf8.Valid(b) && !bytes.ContainsFunc(b, func(r rune) bool { return r < 0x20 && r != '\t' && r != '\n' || r == 0x7f })
+}
