@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
@@ -234,5 +235,100 @@ event "t.big" {
 	body := waitState(t, c, "b1", "dlq", 10*time.Second)
 	if !strings.Contains(body, `plugin \"bigkey\", event \"b1\": state_put: state key of 300 bytes: keys have 1 to 256`) {
 		t.Fatalf("over the key limit: %s", body)
+	}
+}
+
+// The two stateful examples through the router: onchange-go forwards a
+// reading only when it differs from the last of its key — also across a
+// restart, its state being in the data file; threshold-rust alerts once per
+// upward crossing of each key.
+func TestStatefulExamplesInTheRouter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles a Go plugin and runs the router twice")
+	}
+	ex := func(p string) string { return filepath.Join("..", "..", "examples", "plugins", p) }
+	onchange, threshold := ex("onchange-go/onchange.wasm"), ex("threshold-rust/threshold.wasm")
+	compilePlugins(t, onchange, threshold)
+	dir := t.TempDir()
+	sockDir, _ := os.MkdirTemp("", "sy")
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sock, natsPort := filepath.Join(sockDir, "r.sock"), freePort(t)
+	path := filepath.Join(dir, "policies.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`
+listen  { socket = %q }
+storage { path = %q }
+nats "local" {
+  embedded = true
+  port     = %d
+  stream "ex" { subjects = ["ex.>"] }
+}
+plugin "onchange" { wasm = %q }
+plugin "threshold" {
+  wasm   = %q
+  config = { threshold = "30", alert_destination = "nats.local:ex.alerts", field = "celsius" }
+}
+event "ex.reading" {
+  plugins = ["onchange"]
+  route {
+    to      = "nats.local"
+    subject = "ex.readings"
+  }
+  polling { min = "10ms" }
+}
+event "ex.temp" {
+  plugins = ["threshold"]
+  route {
+    to      = "nats.local"
+    subject = "ex.temps"
+  }
+  polling { min = "10ms" }
+}
+`, sock, filepath.Join(dir, "data", "router.db"), natsPort, onchange, threshold)), 0o600)
+	c := socketClient(sock)
+	n := 0
+	post := func(typ, key, data string) string {
+		t.Helper()
+		n++
+		id := fmt.Sprintf("r%d", n)
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(
+			fmt.Sprintf(`{"specversion":"1.0","type":%q,"source":"/t","id":%q,"partitionkey":%q,"data":%s}`, typ, id, key, data)))
+		if err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		return id
+	}
+	reading := func(key, data, want string) {
+		t.Helper()
+		waitState(t, c, post("ex.reading", key, data), want, 20*time.Second)
+	}
+	stop := runRouter(t, path, sock)
+	reading("s1", "1", "delivered")
+	reading("s1", "1", "filtered")
+	reading("s2", "1", "delivered")
+	stop()
+	runRouter(t, path, sock)
+	reading("s1", "1", "filtered") // the last reading of s1 survived the restart
+	reading("s1", "2", "delivered")
+
+	for _, r := range []struct{ key, c string }{{"a", "25"}, {"a", "31"}, {"a", "35"}, {"b", "40"}, {"a", "20"}, {"a", "32"}} {
+		waitState(t, c, post("ex.temp", r.key, `{"celsius": `+r.c+`}`), "delivered", 20*time.Second)
+	}
+	js := routerJetStream(t, path, fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, "ex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter("ex.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.State.Subjects["ex.alerts"]; got != 3 {
+		t.Fatalf("%d alerts on ex.alerts, want 3 (a at 31, b at 40, a at 32): %v", got, info.State.Subjects)
+	}
+	if got := info.State.Subjects["ex.readings"]; got != 3 {
+		t.Fatalf("%d readings forwarded, want 3 (s1=1, s2=1, s1=2): %v", got, info.State.Subjects)
 	}
 }

@@ -98,11 +98,24 @@ build_split_rust() {
       -o "$(dest split split-rust)" split.rs)
 }
 
+build_onchange_go() {
+  (cd "$here/onchange-go" &&
+    GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 GOFLAGS= "$GO" build -buildmode=c-shared \
+      -trimpath -buildvcs=false -ldflags=-buildid= -o "$(dest onchange onchange-go)" .)
+}
+
+build_threshold_rust() {
+  (cd "$here/threshold-rust" &&
+    "$RUSTC" --edition 2021 --crate-type cdylib --target wasm32-unknown-unknown \
+      -C opt-level=s -C lto -C codegen-units=1 -C strip=debuginfo -C target-feature=+bulk-memory -C linker=wasm-ld \
+      -o "$(dest threshold threshold-rust)" threshold.rs)
+}
+
 build_passthrough_wat() {
   (cd "$here/passthrough-wat" && "$WAT2WASM" passthrough.wat -o "$(dest passthrough passthrough-wat)")
 }
 
-examples=(route-go:route enrich-c:enrich filter-as:filter split-rust:split passthrough-wat:passthrough)
+examples=(route-go:route enrich-c:enrich filter-as:filter split-rust:split passthrough-wat:passthrough onchange-go:onchange threshold-rust:threshold)
 
 for e in "${examples[@]}"; do
   dir=${e%%:*}
@@ -153,8 +166,8 @@ echo "== check"
 for e in "${examples[@]}"; do
   dir=${e%%:*}; name=${e##*:}
   case "$dir" in
-    route-go) lang=go ;; enrich-c) lang=clang ;; filter-as) lang=assemblyscript ;;
-    split-rust) lang=rustc ;; passthrough-wat) lang=wat2wasm ;;
+    route-go|onchange-go) lang=go ;; enrich-c) lang=clang ;; filter-as) lang=assemblyscript ;;
+    split-rust|threshold-rust) lang=rustc ;; passthrough-wat) lang=wat2wasm ;;
   esac
   built="$out/$name.wasm"; committed="$here/$dir/$name.wasm"
   check_module "$built"
@@ -181,12 +194,14 @@ echo "== WAT template (sdk/wat/template.wat)"
 "$WAT2WASM" "$root/sdk/wat/template.wat" -o "$out/template.wasm"
 check_module "$out/template.wasm"
 
-echo "== unit tests: sdk/c, sdk/go, route-go, split-rust"
+echo "== unit tests: sdk/c, sdk/go, route-go, split-rust, onchange-go, threshold-rust"
 (cd "$root/sdk/c/test" && "$CLANG" -std=c99 -O1 -Wall -Wextra -Werror -Wno-unknown-attributes \
   -o "$out/c-sdk-test" sdk_test.c && "$out/c-sdk-test") || bad "sdk/c tests"
 (cd "$root/sdk/go" && "$GO" vet ./... && GOOS=wasip1 GOARCH=wasm "$GO" vet ./... && "$GO" test ./...) || bad "sdk/go tests"
 (cd "$here/route-go" && "$GO" vet ./... && "$GO" test ./...) || bad "route-go tests"
 (cd "$here/split-rust" && "$RUSTC" --edition 2021 --test -o "$out/split-test" split.rs && "$out/split-test") || bad "split-rust tests"
+(cd "$here/onchange-go" && "$GO" vet ./... && "$GO" test ./...) || bad "onchange-go tests"
+(cd "$here/threshold-rust" && "$RUSTC" --edition 2021 --test -o "$out/threshold-test" threshold.rs && "$out/threshold-test") || bad "threshold-rust tests"
 
 if [ "$fail" != 0 ]; then
   echo "== plugins-check: FAILED"

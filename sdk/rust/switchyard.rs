@@ -58,6 +58,12 @@ mod host {
         fn sy_emit(ptr: *const u8, len: u32) -> i32;
         #[link_name = "fail"]
         fn sy_fail(ptr: *const u8, len: u32);
+        #[link_name = "state_get"]
+        fn sy_state_get(kp: *const u8, kn: u32, bp: *mut u8, bn: u32) -> i32;
+        #[link_name = "state_put"]
+        fn sy_state_put(kp: *const u8, kn: u32, vp: *const u8, vn: u32, ttl: i32) -> i32;
+        #[link_name = "state_delete"]
+        fn sy_state_delete(kp: *const u8, kn: u32) -> i32;
         #[link_name = "log"]
         fn sy_log(level: i32, ptr: *const u8, len: u32);
     }
@@ -70,6 +76,15 @@ mod host {
     }
     pub fn fail(s: &str) {
         unsafe { sy_fail(s.as_ptr(), s.len() as u32) }
+    }
+    pub fn state_get(key: &[u8], buf: &mut [u8]) -> i32 {
+        unsafe { sy_state_get(key.as_ptr(), key.len() as u32, buf.as_mut_ptr(), buf.len() as u32) }
+    }
+    pub fn state_put(key: &[u8], value: &[u8], ttl: i32) -> i32 {
+        unsafe { sy_state_put(key.as_ptr(), key.len() as u32, value.as_ptr(), value.len() as u32, ttl) }
+    }
+    pub fn state_delete(key: &[u8]) -> i32 {
+        unsafe { sy_state_delete(key.as_ptr(), key.len() as u32) }
     }
     pub fn log(level: i32, s: &str) {
         unsafe { sy_log(level, s.as_ptr(), s.len() as u32) }
@@ -87,6 +102,8 @@ mod host {
         pub outputs: Vec<Vec<u8>>,
         pub reason: String,
         pub logs: Vec<(i32, String)>,
+        /// The plugin's state: kept across `run` calls, as the router keeps it.
+        pub state: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
     }
 
     thread_local! {
@@ -110,6 +127,24 @@ mod host {
     }
     pub fn fail(r: &str) {
         SIM.with(|s| s.borrow_mut().reason = r.to_string());
+    }
+    pub fn state_get(key: &[u8], buf: &mut [u8]) -> i32 {
+        SIM.with(|s| match s.borrow().state.get(key) {
+            Some(v) => {
+                let n = buf.len().min(v.len());
+                buf[..n].copy_from_slice(&v[..n]);
+                v.len() as i32
+            }
+            None => -1,
+        })
+    }
+    pub fn state_put(key: &[u8], value: &[u8], _ttl: i32) -> i32 {
+        SIM.with(|s| s.borrow_mut().state.insert(key.to_vec(), value.to_vec()));
+        0
+    }
+    pub fn state_delete(key: &[u8]) -> i32 {
+        SIM.with(|s| s.borrow_mut().state.remove(key));
+        0
     }
     pub fn log(level: i32, m: &str) {
         SIM.with(|s| s.borrow_mut().logs.push((level, m.to_string())));
@@ -293,6 +328,55 @@ pub fn emit(o: &Output) -> Result<(), EmitError> {
             _ => Ok(()),
         }
     })
+}
+
+/// A state call the router could not serve: answer the event with `retry`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateError(pub i32);
+
+impl fmt::Display for StateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "plugin state unavailable (returned {})", self.0)
+    }
+}
+
+impl std::error::Error for StateError {}
+
+/// The value of `key` in this plugin's state (its namespace for the event's
+/// type): the committed state with the writes of this event and of the
+/// events before it in the batch (docs/plugin-state.md).
+pub fn state_get(key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+    let mut buf = vec![0u8; 256];
+    let mut n = host::state_get(key, &mut buf);
+    if n >= 0 && n as usize > buf.len() {
+        buf = vec![0u8; n as usize];
+        n = host::state_get(key, &mut buf);
+    }
+    match n {
+        -1 => Ok(None),
+        n if n < 0 => Err(StateError(n)),
+        n => {
+            buf.truncate(n as usize);
+            Ok(Some(buf))
+        }
+    }
+}
+
+/// Sets `key` to `value` for `ttl_seconds` (0: no expiry). The write counts
+/// when the event reaches its outcome; a write over a limit rejects it.
+pub fn state_put(key: &[u8], value: &[u8], ttl_seconds: u32) -> Result<(), StateError> {
+    match host::state_put(key, value, ttl_seconds.min(i32::MAX as u32) as i32) {
+        0 => Ok(()),
+        rc => Err(StateError(rc)),
+    }
+}
+
+/// Removes `key` (nothing happens when it is not there).
+pub fn state_delete(key: &[u8]) -> Result<(), StateError> {
+    match host::state_delete(key) {
+        0 => Ok(()),
+        rc => Err(StateError(rc)),
+    }
 }
 
 /// The input event, unchanged, to the type's configured route.
@@ -540,6 +624,13 @@ pub struct TestEvent {
     pub data: Vec<u8>,
 }
 
+/// Outside wasm only: empties the simulated plugin state, which [`run`]
+/// keeps from call to call as the router keeps it from event to event.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn reset_state() {
+    host::SIM.with(|s| s.borrow_mut().state.clear());
+}
+
 /// Outside wasm only: runs `sy_init` (if `init` is given) with `config`
 /// and then `sy_handle` with `ev`, through real envelopes, as the router
 /// would on a fresh instance.
@@ -550,7 +641,10 @@ pub fn run(
     handle: extern "C" fn(i32) -> i32,
     ev: &TestEvent,
 ) -> RunResult {
-    host::SIM.with(|s| *s.borrow_mut() = host::Sim::default());
+    host::SIM.with(|s| {
+        let state = std::mem::take(&mut s.borrow_mut().state); // kept from run to run
+        *s.borrow_mut() = host::Sim { state, ..Default::default() };
+    });
     CONFIG.with(|c| c.set(&EMPTY_CONFIG));
     let mut cfg: Vec<(&str, &str)> = config.to_vec();
     cfg.sort();
