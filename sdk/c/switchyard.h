@@ -68,6 +68,10 @@ SY__IMPORT("input_read") int32_t sy__input_read(void *ptr, uint32_t len);
 SY__IMPORT("emit") int32_t sy__emit(const void *ptr, uint32_t len);
 SY__IMPORT("fail") void sy__fail(const void *ptr, uint32_t len);
 SY__IMPORT("log") void sy__log(int32_t level, const void *ptr, uint32_t len);
+/* optional: plugin state (imported only by a plugin that calls sy_state_*) */
+SY__IMPORT("state_get") int32_t sy__state_get(const void *kp, uint32_t kn, void *bp, uint32_t bn);
+SY__IMPORT("state_put") int32_t sy__state_put(const void *kp, uint32_t kn, const void *vp, uint32_t vn, int32_t ttl);
+SY__IMPORT("state_delete") int32_t sy__state_delete(const void *kp, uint32_t kn);
 
 /* ---- strings ---------------------------------------------------------- */
 
@@ -471,6 +475,33 @@ static inline int32_t sy__dispatch_event(int32_t n, int32_t (*fn)(const sy_event
     __attribute__((export_name("sy_init"))) int32_t sy_init(int32_t config_len) {              \
         return sy__dispatch_init(config_len, fn);                                               \
     }
+
+/* ---- plugin state (docs/plugin-state.md) ------------------------------ */
+
+/* A key-value store per plugin and event type in the router's data file;
+ * a write counts when the event reaches its outcome. */
+#define SY_STATE_OK 0
+#define SY_STATE_NOT_FOUND (-1)
+#define SY_STATE_FAILED (-2) /* answer with sy_retry */
+
+/* sy_state_get copies up to cap bytes of key's value to buf and returns the
+ * value's length (call again with a larger buf when it is over cap),
+ * SY_STATE_NOT_FOUND or SY_STATE_FAILED. */
+static inline int32_t sy_state_get(sy_str key, void *buf, uint32_t cap) {
+    return sy__state_get(key.ptr, key.len, buf, cap);
+}
+
+/* sy_state_put sets key to value for ttl_seconds (0: no expiry); a write
+ * over a limit (keys 1-256 bytes, values up to 64 KiB, 100,000 keys or
+ * 64 MiB per namespace) rejects the event. */
+static inline int32_t sy_state_put(sy_str key, sy_str value, uint32_t ttl_seconds) {
+    return sy__state_put(key.ptr, key.len, value.ptr, value.len, (int32_t)(ttl_seconds > 0x7fffffff ? 0x7fffffff : ttl_seconds));
+}
+
+/* sy_state_delete removes key (SY_STATE_OK also when it was not there). */
+static inline int32_t sy_state_delete(sy_str key) {
+    return sy__state_delete(key.ptr, key.len);
+}
 
 #ifdef __cplusplus
 }

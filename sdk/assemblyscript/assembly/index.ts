@@ -44,6 +44,16 @@ declare function host_fail(ptr: usize, len: u32): void;
 @external("switchyard", "log")
 declare function host_log(level: i32, ptr: usize, len: u32): void;
 
+// optional: plugin state (imported only by a plugin that calls state*)
+@external("switchyard", "state_get")
+declare function host_state_get(kp: usize, kn: u32, bp: usize, bn: u32): i32;
+
+@external("switchyard", "state_put")
+declare function host_state_put(kp: usize, kn: u32, vp: usize, vn: u32, ttl: i32): i32;
+
+@external("switchyard", "state_delete")
+declare function host_state_delete(kp: usize, kn: u32): i32;
+
 export const ABI_VERSION: i32 = 1;
 
 /** What a handler returns. */
@@ -368,6 +378,57 @@ const FORWARD = memory.data(5); // empty destination, flags 0
 /** The input event, unchanged, to another destination. */
 export function emitTo(destination: string): i32 {
   return emit(Output.to(destination));
+}
+
+// ---- plugin state (docs/plugin-state.md) --------------------------------------
+
+/** A state call the router could not serve: answer the event with retry. */
+export const STATE_FAILED: i32 = -2;
+
+/**
+ * The value of `key` in this plugin's state (its namespace for the event's
+ * type), or null when there is none; throws (traps, with the reason kept)
+ * when the store failed. Reads see the committed state with the writes of
+ * this event and of the events before it in the batch.
+ */
+export function stateGet(key: string): ArrayBuffer | null {
+  const k = String.UTF8.encode(key);
+  let buf = new ArrayBuffer(256);
+  let n = host_state_get(changetype<usize>(k), <u32>k.byteLength, changetype<usize>(buf), <u32>buf.byteLength);
+  if (n > buf.byteLength) {
+    buf = new ArrayBuffer(n);
+    n = host_state_get(changetype<usize>(k), <u32>k.byteLength, changetype<usize>(buf), <u32>buf.byteLength);
+  }
+  if (n == -1) return null;
+  if (n < 0) throw new Error("switchyard: the plugin state is unavailable");
+  return buf.slice(0, n);
+}
+
+/** stateGet as a UTF-8 string. */
+export function stateGetString(key: string): string | null {
+  const v = stateGet(key);
+  return v === null ? null : String.UTF8.decode(v);
+}
+
+/**
+ * Sets `key` to `value` for `ttlSeconds` (0: no expiry); returns 0, or
+ * STATE_FAILED. The write counts when the event reaches its outcome; a write
+ * over a limit rejects the event.
+ */
+export function statePut(key: string, value: ArrayBuffer, ttlSeconds: i32 = 0): i32 {
+  const k = String.UTF8.encode(key);
+  return host_state_put(changetype<usize>(k), <u32>k.byteLength, changetype<usize>(value), <u32>value.byteLength, ttlSeconds);
+}
+
+/** statePut of a UTF-8 string. */
+export function statePutString(key: string, value: string, ttlSeconds: i32 = 0): i32 {
+  return statePut(key, String.UTF8.encode(value), ttlSeconds);
+}
+
+/** Removes `key` (0 also when it was not there), or STATE_FAILED. */
+export function stateDelete(key: string): i32 {
+  const k = String.UTF8.encode(key);
+  return host_state_delete(changetype<usize>(k), <u32>k.byteLength);
 }
 
 // ---- registration -------------------------------------------------------------

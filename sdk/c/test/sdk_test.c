@@ -31,6 +31,26 @@ void sy__fail(const void *ptr, uint32_t len) {
 void sy__log(int32_t level, const void *ptr, uint32_t len) {
     (void)level, (void)ptr, (void)len;
 }
+/* One key of state is enough for the test. */
+static char state_key[64], state_val[64];
+static uint32_t state_key_len, state_val_len;
+static int state_set;
+int32_t sy__state_get(const void *kp, uint32_t kn, void *bp, uint32_t bn) {
+    if (!state_set || kn != state_key_len || memcmp(kp, state_key, kn) != 0) return SY_STATE_NOT_FOUND;
+    memcpy(bp, state_val, bn < state_val_len ? bn : state_val_len);
+    return (int32_t)state_val_len;
+}
+int32_t sy__state_put(const void *kp, uint32_t kn, const void *vp, uint32_t vn, int32_t ttl) {
+    (void)ttl;
+    memcpy(state_key, kp, kn), state_key_len = kn;
+    memcpy(state_val, vp, vn), state_val_len = vn;
+    state_set = 1;
+    return SY_STATE_OK;
+}
+int32_t sy__state_delete(const void *kp, uint32_t kn) {
+    if (state_set && kn == state_key_len && memcmp(kp, state_key, kn) == 0) state_set = 0;
+    return SY_STATE_OK;
+}
 
 static int failures, passes;
 #define CHECK(c)                                                   \
@@ -148,6 +168,13 @@ int main(void) {
     CHECK(sy_valid_header_name(SY_STR("region")) && sy_valid_header_name(SY_STR("x9")));
     CHECK(!sy_valid_header_name(SY_STR("")) && !sy_valid_header_name(SY_STR("a-b")) &&
           !sy_valid_header_name(SY_STR("Region")) && !sy_valid_header_name(SY_STR("type")));
+
+    /* state */
+    char buf[8];
+    CHECK(sy_state_get(SY_STR("n"), buf, sizeof buf) == SY_STATE_NOT_FOUND);
+    CHECK(sy_state_put(SY_STR("n"), SY_STR("hello world"), 0) == SY_STATE_OK);
+    CHECK(sy_state_get(SY_STR("n"), buf, sizeof buf) == 11 && memcmp(buf, "hello wo", 8) == 0);
+    CHECK(sy_state_delete(SY_STR("n")) == SY_STATE_OK && sy_state_get(SY_STR("n"), buf, sizeof buf) == SY_STATE_NOT_FOUND);
 
     printf("c-sdk: %d passed, %d failed\n", passes, failures);
     return failures != 0;
