@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -170,4 +171,79 @@ func warm(b *testing.B, ctx context.Context, dir string, cfg config.Plugin) {
 		b.Fatal(err)
 	}
 	p.Close(ctx)
+}
+
+// memView is an in-memory switchyard.StateView for the benchmarks.
+type memView map[string][]byte
+
+func (m memView) Get(_ string, key []byte) ([]byte, bool, error) {
+	v, ok := m[string(key)]
+	return v, ok, nil
+}
+func (m memView) Put(_ string, key, value []byte, _ time.Duration) error {
+	m[string(key)] = append([]byte(nil), value...)
+	return nil
+}
+func (m memView) Delete(_ string, key []byte) error { delete(m, string(key)); return nil }
+
+// BenchmarkState is the per-event cost of plugins that read and write their
+// state through the real host — one state_get and one state_put per event —
+// with an in-memory view (in the router the engine's overlay and the commit
+// come on top). Two events alternate so that every event writes:
+// wat-counter against wat-passthrough isolates the two host calls;
+// go-onchange and rust-threshold are the examples. $SWITCHYARD_STATE_BENCH
+// may name more modules ("name=file.wasm,..."), such as the C and
+// AssemblyScript counters of the SDK READMEs built by hand.
+func BenchmarkState(b *testing.B) {
+	type stateCase struct {
+		name, wasm string
+		config     map[string]string
+		events     [2]string // event.json files, or inline JSON
+	}
+	reading := func(key, data string) string {
+		return fmt.Sprintf(`{"id":"r","type":"sensor.reading","source":"/b","partitionkey":%q,"data":%s}`, key, data)
+	}
+	cases := []stateCase{
+		{"wat-passthrough", testdata("passthrough"), nil, [2]string{reading("k", "1"), reading("k", "2")}},
+		{"wat-counter", testdata("counter"), nil, [2]string{reading("k", "1"), reading("k", "2")}},
+		{"go-onchange", filepath.Join(exampleDir, "onchange-go", "onchange.wasm"), nil, [2]string{reading("k", "1"), reading("k", "2")}},
+		{"rust-threshold", filepath.Join(exampleDir, "threshold-rust", "threshold.wasm"),
+			map[string]string{"threshold": "30", "alert_destination": "nats.local:alerts", "field": "celsius"},
+			[2]string{reading("k", `{"celsius": 31.5}`), reading("k", `{"celsius": 20}`)}},
+	}
+	for _, more := range strings.Split(os.Getenv("SWITCHYARD_STATE_BENCH"), ",") {
+		if name, file, ok := strings.Cut(more, "="); ok {
+			cases = append(cases, stateCase{name, file, nil, [2]string{reading("k", "1"), reading("k", "2")}})
+		}
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			rt := quietRuntime(b)
+			p, err := rt.Load(context.Background(), config.Plugin{Name: c.name, Wasm: c.wasm, Config: c.config,
+				Limits: withDefaults(config.PluginLimits{Timeout: 10 * time.Second})}, LoadOptions{Instances: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { p.Close(context.Background()) })
+			var evs [2]*switchyard.Event
+			for i, src := range c.events {
+				f := filepath.Join(b.TempDir(), "event.json")
+				os.WriteFile(f, []byte(src), 0o644)
+				evs[i] = exampleEvent(b, f)
+			}
+			view := memView{}
+			ctx := switchyard.WithState(context.Background(), view)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := p.Handle(ctx, evs[i&1]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			if c.name != "wat-passthrough" && len(view) == 0 {
+				b.Fatalf("%s wrote no state", c.name)
+			}
+		})
+	}
 }
