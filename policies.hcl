@@ -172,6 +172,10 @@ nats "local" {
 #     max_outputs      = 16      # outputs per event
 #     max_output_bytes = "1MiB"  # per output
 #   }
+#   # A plugin that uses state (state_get/state_put) keeps one namespace per
+#   # event type; name one to share it across types and plugin blocks
+#   # (docs/plugin-state.md):
+#   # state_namespace = "tally"
 # }
 
 # ---------------------------------------------------------------------------

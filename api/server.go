@@ -521,7 +521,7 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 	if nss, err := s.engine.StateNamespaces(""); err == nil && len(nss) > 0 {
 		state := []map[string]any{}
 		for _, ns := range nss {
-			state = append(state, map[string]any{"plugin": ns.Plugin, "type": ns.Queue, "keys": ns.Keys, "bytes": ns.Bytes})
+			state = append(state, map[string]any{"namespace": ns.Name, "plugin": ns.Plugin, "type": ns.Queue, "keys": ns.Keys, "bytes": ns.Bytes})
 		}
 		out["plugin_state"] = state
 	}

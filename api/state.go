@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"net/http"
+	"net/url"
 	"time"
 	"unicode/utf8"
 
@@ -16,6 +17,10 @@ import (
 //	GET    /v1/plugins/{name}/state?type=T&prefix=P      keys of one namespace (paged: limit, cursor)
 //	DELETE /v1/plugins/{name}/state?type=T&key=K         one key
 //	DELETE /v1/plugins/{name}/state?type=T&prefix=P      every key with the prefix ("" = all)
+//
+// type=T names the plugin's namespace on the type T; a plugin block with
+// state_namespace keeps one shared namespace, named by type too or by
+// namespace=N.
 func (s *Server) stateRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /v1/plugins/{name}/state", s.adminFunc(s.getState))
 	mux.Handle("DELETE /v1/plugins/{name}/state", s.adminFunc(s.deleteState))
@@ -32,7 +37,7 @@ type stateEntryView struct {
 
 func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 	plugin, q := r.PathValue("name"), r.URL.Query()
-	if !q.Has("type") {
+	if !q.Has("type") && !q.Has("namespace") {
 		nss, err := s.engine.StateNamespaces(plugin)
 		if err != nil {
 			s.writeError(w, r, err)
@@ -40,7 +45,13 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 		}
 		views := []map[string]any{}
 		for _, ns := range nss {
-			views = append(views, map[string]any{"type": ns.Queue, "keys": ns.Keys, "bytes": ns.Bytes})
+			v := map[string]any{"namespace": ns.Name, "keys": ns.Keys, "bytes": ns.Bytes}
+			if ns.Shared {
+				v["shared"] = true
+			} else {
+				v["type"] = ns.Queue
+			}
+			views = append(views, v)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"plugin": plugin, "namespaces": views})
 		return
@@ -57,12 +68,13 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	entries, err := s.engine.StateKeys(plugin, q.Get("type"), []byte(q.Get("prefix")), after, limit+1)
+	ns := s.namespaceOf(plugin, q)
+	entries, err := s.engine.StateKeys(ns, []byte(q.Get("prefix")), after, limit+1)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	out := map[string]any{"plugin": plugin, "type": q.Get("type")}
+	out := map[string]any{"plugin": plugin, "namespace": ns}
 	if len(entries) > limit {
 		entries = entries[:limit]
 		out["next_cursor"] = base64.RawURLEncoding.EncodeToString(entries[limit-1].Key)
@@ -87,24 +99,25 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteState(w http.ResponseWriter, r *http.Request) {
 	plugin, q := r.PathValue("name"), r.URL.Query()
-	if !q.Has("type") || q.Has("key") == q.Has("prefix") {
-		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "name the namespace with type= and what to delete with key= or prefix= (prefix= with nothing after it: every key)"))
+	if !q.Has("type") && !q.Has("namespace") || q.Has("key") == q.Has("prefix") {
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "name the namespace with type= (or namespace=) and what to delete with key= or prefix= (prefix= with nothing after it: every key)"))
 		return
 	}
+	ns := s.namespaceOf(plugin, q)
 	if q.Has("key") {
-		found, err := s.engine.DeleteStateKey(r.Context(), plugin, q.Get("type"), []byte(q.Get("key")))
+		found, err := s.engine.DeleteStateKey(r.Context(), ns, []byte(q.Get("key")))
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
 		if !found {
-			s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "plugin %q has no key %q for type %q", plugin, q.Get("key"), q.Get("type")))
+			s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "plugin %q has no key %q in namespace %q", plugin, q.Get("key"), ns))
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"deleted": 1})
 		return
 	}
-	n, err := s.engine.DeleteState(r.Context(), plugin, q.Get("type"), []byte(q.Get("prefix")))
+	n, err := s.engine.DeleteState(r.Context(), ns, []byte(q.Get("prefix")))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -117,4 +130,13 @@ func (s *Server) deleteState(w http.ResponseWriter, r *http.Request) {
 // shown in base64.
 func IsText(b []byte) bool {
 	return utf8.Valid(b) && !bytes.ContainsFunc(b, func(r rune) bool { return r < 0x20 && r != '\t' && r != '\n' || r == 0x7f })
+}
+
+// namespaceOf is the namespace a state request names: namespace=N as it
+// is, or the plugin's namespace on type=T.
+func (s *Server) namespaceOf(plugin string, q url.Values) string {
+	if q.Has("namespace") {
+		return q.Get("namespace")
+	}
+	return s.engine.StateNamespaceOf(plugin, q.Get("type"))
 }

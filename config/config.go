@@ -250,6 +250,11 @@ type Plugin struct {
 	At     Pos // where wasm is set
 	Config map[string]string
 	Limits PluginLimits
+	// StateNamespace, if set, is the state namespace of this plugin on
+	// every type that runs it, shared with any plugin block that names the
+	// same one; "" = one namespace per event type, "<plugin>:<type>"
+	// (docs/plugin-state.md).
+	StateNamespace string
 }
 
 // PluginLimits bounds one plugin instance.

@@ -138,7 +138,7 @@ var (
 		block("tls"), block("sasl"))
 	tlsSchema    = schema("ca_file cert_file key_file insecure_skip_verify")
 	saslSchema   = schema("mechanism username password password_file password_env")
-	pluginSchema = schema("wasm config", block("limits"))
+	pluginSchema = schema("wasm config state_namespace", block("limits"))
 	limitsSchema = schema("memory timeout max_outputs max_output_bytes")
 	// An inbox has the policy attributes but no routes: it hands its events
 	// to deliver (or to pull subscribers), not to a sink.
@@ -667,6 +667,12 @@ func (d *decoder) plugin(b *hcl.Block) Plugin {
 		d.own(fmt.Sprintf("the wasm file of plugin %q", p.Name), p.Wasm, false, c.Attributes["wasm"].Expr.Range())
 	}
 	d.stringMap(c.Attributes["config"], &p.Config)
+	if a := c.Attributes["state_namespace"]; a != nil {
+		d.str(a, &p.StateNamespace)
+		if !validName(p.StateNamespace) {
+			d.errorf(a.Expr.Range(), "Invalid name", "state_namespace %q: use letters, digits, - and _.", p.StateNamespace)
+		}
+	}
 	if lb := d.single(c.Blocks, "limits"); lb != nil {
 		lc := d.content(lb.Body, limitsSchema)
 		d.size(lc.Attributes["memory"], &p.Limits.Memory, 4<<30) // what a wasm32 memory can address

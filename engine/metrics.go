@@ -102,8 +102,8 @@ func newMetrics(e *Engine) *metrics {
 		}, []string{"sink"}),
 		dlqActions: counter("dlq_actions_total", "Dead letters an operator retried, resolved or deleted.", "action"),
 		watchers:   prometheus.NewDesc("switchyard_tail_watchers", "Live tails watching published outputs (router tail, the console).", nil, nil),
-		stateKeys:  prometheus.NewDesc("switchyard_plugin_state_keys", "Keys a plugin keeps in its state, per event type.", []string{"plugin", "type"}, nil),
-		stateBytes: prometheus.NewDesc("switchyard_plugin_state_bytes", "Bytes of keys and values a plugin keeps in its state, per event type.", []string{"plugin", "type"}, nil),
+		stateKeys:  prometheus.NewDesc("switchyard_plugin_state_keys", "Keys a state namespace holds (<plugin>:<type>, or a shared state_namespace).", []string{"namespace"}, nil),
+		stateBytes: prometheus.NewDesc("switchyard_plugin_state_bytes", "Bytes of keys and values a state namespace holds.", []string{"namespace"}, nil),
 		events: prometheus.NewDesc("switchyard_events", "Records in the data file by state (pending excludes in_process; delivered are kept until outbox.ttl).",
 			[]string{"state"}, nil),
 	}
@@ -131,8 +131,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.watchers, prometheus.GaugeValue, float64(m.e.tail.watching.Load()))
 	if nss, err := m.e.StateNamespaces(""); err == nil {
 		for _, ns := range nss {
-			ch <- prometheus.MustNewConstMetric(m.stateKeys, prometheus.GaugeValue, float64(ns.Keys), ns.Plugin, ns.Queue)
-			ch <- prometheus.MustNewConstMetric(m.stateBytes, prometheus.GaugeValue, float64(ns.Bytes), ns.Plugin, ns.Queue)
+			ch <- prometheus.MustNewConstMetric(m.stateKeys, prometheus.GaugeValue, float64(ns.Keys), ns.Name)
+			ch <- prometheus.MustNewConstMetric(m.stateBytes, prometheus.GaugeValue, float64(ns.Bytes), ns.Name)
 		}
 	}
 	stats, err := m.e.Stats()

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -38,6 +37,7 @@ type batchState struct {
 	writes []stateWrite // in the order the events made them
 	used   map[int]map[string]bool
 	usage  map[string]storage.StateUsage // committed usage + this batch's, by namespace
+	ns     map[string]string             // plugin → its namespace on this queue
 }
 
 // stateWrite is one put or delete of one event.
@@ -50,11 +50,29 @@ type stateWrite struct {
 }
 
 func newBatchState(e *Engine, queue string) *batchState {
-	return &batchState{e: e, queue: queue, now: e.now(), used: map[int]map[string]bool{}, usage: map[string]storage.StateUsage{}}
+	return &batchState{e: e, queue: queue, now: e.now(), used: map[int]map[string]bool{}, usage: map[string]storage.StateUsage{}, ns: map[string]string{}}
 }
 
 // namespace is a plugin's namespace for this queue.
-func (s *batchState) namespace(plugin string) string { return plugin + ":" + s.queue }
+func (s *batchState) namespace(plugin string) string {
+	if ns, ok := s.ns[plugin]; ok {
+		return ns
+	}
+	ns := stateNamespace(s.e.config(), plugin, s.queue)
+	s.ns[plugin] = ns
+	return ns
+}
+
+// stateNamespace is plugin's namespace on queue: its plugin block's
+// state_namespace (shared), else "<plugin>:<queue>".
+func stateNamespace(cfg *config.Config, plugin, queue string) string {
+	for _, p := range cfg.Plugins {
+		if p.Name == plugin && p.StateNamespace != "" {
+			return p.StateNamespace
+		}
+	}
+	return plugin + ":" + queue
+}
 
 // view is event i's view of the state.
 func (s *batchState) view(i int) switchyard.StateView { return &eventState{s: s, i: i} }
@@ -237,51 +255,61 @@ func (v verdict) final(attempts, maxRetries int) bool {
 	return true
 }
 
-// StateNamespace is one plugin's namespace for one queue, with its usage.
+// StateNamespace is a namespace that holds keys: a plugin's for one queue
+// (Plugin and Queue set), or a shared one (Shared: a state_namespace).
 type StateNamespace struct {
-	Plugin, Queue string
+	Name          string // as stored: "<plugin>:<queue>", or the shared name
+	Plugin, Queue string // "" for a shared one
+	Shared        bool
 	storage.StateUsage
 }
 
 // StateNamespaces lists every namespace that holds keys, of plugin ("" =
-// every plugin).
+// every plugin): its own, and the shared ones its plugin block names.
 func (e *Engine) StateNamespaces(plugin string) ([]StateNamespace, error) {
+	shared := map[string]bool{}
+	for _, p := range e.config().Plugins {
+		if p.StateNamespace != "" && (plugin == "" || p.Name == plugin) {
+			shared[p.StateNamespace] = true
+		}
+	}
 	var out []StateNamespace
 	err := e.store.View(func(tx *storage.Tx) error {
 		for ns, u := range tx.StateNamespaces() {
 			p, q, ok := strings.Cut(ns, ":")
-			if ok && (plugin == "" || p == plugin) {
-				out = append(out, StateNamespace{Plugin: p, Queue: q, StateUsage: u})
+			switch {
+			case ok && (plugin == "" || p == plugin):
+				out = append(out, StateNamespace{Name: ns, Plugin: p, Queue: q, StateUsage: u})
+			case !ok && (shared[ns] || plugin == ""):
+				out = append(out, StateNamespace{Name: ns, Shared: true, StateUsage: u})
 			}
 		}
 		return nil
 	})
-	slices.SortFunc(out, func(a, b StateNamespace) int {
-		return cmp.Or(strings.Compare(a.Plugin, b.Plugin), strings.Compare(a.Queue, b.Queue))
-	})
+	slices.SortFunc(out, func(a, b StateNamespace) int { return strings.Compare(a.Name, b.Name) })
 	return out, err
 }
 
-// StateKeys lists up to limit keys of plugin's namespace for queue that
-// start with prefix, after the key after.
-func (e *Engine) StateKeys(plugin, queue string, prefix, after []byte, limit int) ([]storage.StateEntry, error) {
+// StateKeys lists up to limit keys of the namespace ns that start with
+// prefix, after the key after.
+func (e *Engine) StateKeys(ns string, prefix, after []byte, limit int) ([]storage.StateEntry, error) {
 	var out []storage.StateEntry
 	err := e.store.View(func(tx *storage.Tx) (err error) {
-		out, err = tx.StateScan(plugin+":"+queue, prefix, after, e.now(), limit)
+		out, err = tx.StateScan(ns, prefix, after, e.now(), limit)
 		return err
 	})
 	return out, err
 }
 
-// DeleteState removes the keys of plugin's namespace for queue that start
-// with prefix (an operator's action: a batch that read them before is not
-// told), in chunks; it returns how many it removed.
-func (e *Engine) DeleteState(ctx context.Context, plugin, queue string, prefix []byte) (int, error) {
+// DeleteState removes the keys of ns that start with prefix (an
+// operator's action: a batch that read them before is not told), in
+// chunks; it returns how many it removed.
+func (e *Engine) DeleteState(ctx context.Context, ns string, prefix []byte) (int, error) {
 	total := 0
 	for {
 		var n int
 		err := e.store.Update(ctx, func(tx *storage.Tx) (err error) {
-			n, err = tx.DeleteStatePrefix(plugin+":"+queue, prefix, cleanupChunk)
+			n, err = tx.DeleteStatePrefix(ns, prefix, cleanupChunk)
 			return err
 		})
 		total += n
@@ -291,13 +319,17 @@ func (e *Engine) DeleteState(ctx context.Context, plugin, queue string, prefix [
 	}
 }
 
-// DeleteStateKey removes one key of plugin's namespace for queue and says
-// whether it was there.
-func (e *Engine) DeleteStateKey(ctx context.Context, plugin, queue string, key []byte) (bool, error) {
+// DeleteStateKey removes one key of ns and says whether it was there.
+func (e *Engine) DeleteStateKey(ctx context.Context, ns string, key []byte) (bool, error) {
 	var found bool
 	err := e.store.Update(ctx, func(tx *storage.Tx) (err error) {
-		found, err = tx.StateDelete(plugin+":"+queue, key)
+		found, err = tx.StateDelete(ns, key)
 		return err
 	})
 	return found, err
+}
+
+// StateNamespaceOf is the namespace plugin keeps on queue.
+func (e *Engine) StateNamespaceOf(plugin, queue string) string {
+	return stateNamespace(e.config(), plugin, queue)
 }

@@ -19,6 +19,7 @@ func (c *PluginCommand) state(ctx context.Context, args []string) error {
 	af := &apiFlags{}
 	af.register(fs)
 	typ := fs.String("type", "", "the event type (or inbox queue) whose namespace to show or change")
+	namespace := fs.String("namespace", "", "a shared namespace (a plugin block's state_namespace), instead of -type")
 	prefix := fs.String("prefix", "", "only keys that start with this")
 	key := fs.String("key", "", "with -delete: the one key to remove")
 	del := fs.Bool("delete", false, "remove -key, or every key with -prefix (needs -type)")
@@ -28,7 +29,7 @@ func (c *PluginCommand) state(ctx context.Context, args []string) error {
 		return flagError(err)
 	}
 	if len(rest) != 1 {
-		return &exitError{code: pluginExitError, err: errors.New("usage: router plugin state NAME [-type T [-prefix P]] [-delete -type T (-key K | -prefix P)]")}
+		return &exitError{code: pluginExitError, err: errors.New("usage: router plugin state NAME [-type T | -namespace N [-prefix P]] [-delete (-type T | -namespace N) (-key K | -prefix P)]")}
 	}
 	cl, err := af.client()
 	if err != nil {
@@ -39,9 +40,13 @@ func (c *PluginCommand) state(ctx context.Context, args []string) error {
 	if *typ != "" {
 		q.Set("type", *typ)
 	}
+	if *namespace != "" {
+		q.Set("namespace", *namespace)
+	}
+	named := *typ != "" || *namespace != ""
 	if *del {
-		if *typ == "" || (*key == "") == !isSet(fs, "prefix") {
-			return &exitError{code: pluginExitError, err: errors.New("-delete needs -type and one of -key or -prefix")}
+		if !named || (*key == "") == !isSet(fs, "prefix") {
+			return &exitError{code: pluginExitError, err: errors.New("-delete needs -type (or -namespace) and one of -key or -prefix")}
 		}
 		if *key != "" {
 			q.Set("key", *key)
@@ -57,7 +62,7 @@ func (c *PluginCommand) state(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.Stdout, "deleted %d key(s)\n", res.Deleted)
 		return nil
 	}
-	if *typ == "" {
+	if !named {
 		return c.stateNamespaces(ctx, cl, path, af.output)
 	}
 	q.Set("prefix", *prefix)
@@ -100,9 +105,11 @@ func (c *PluginCommand) state(ctx context.Context, args []string) error {
 func (c *PluginCommand) stateNamespaces(ctx context.Context, cl *apiClient, path, output string) error {
 	var res struct {
 		Namespaces []struct {
-			Type  string `json:"type"`
-			Keys  int64  `json:"keys"`
-			Bytes int64  `json:"bytes"`
+			Namespace string `json:"namespace"`
+			Type      string `json:"type"`
+			Shared    bool   `json:"shared"`
+			Keys      int64  `json:"keys"`
+			Bytes     int64  `json:"bytes"`
 		} `json:"namespaces"`
 	}
 	b, err := cl.getJSON(ctx, path, nil, &res)
@@ -117,9 +124,13 @@ func (c *PluginCommand) stateNamespaces(ctx context.Context, cl *apiClient, path
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TYPE\tKEYS\tBYTES")
+	fmt.Fprintln(tw, "NAMESPACE\tTYPE\tKEYS\tBYTES")
 	for _, ns := range res.Namespaces {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", ns.Type, ns.Keys, ns.Bytes)
+		typ := ns.Type
+		if ns.Shared {
+			typ = "(shared)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", ns.Namespace, typ, ns.Keys, ns.Bytes)
 	}
 	return tw.Flush()
 }

@@ -167,7 +167,8 @@ event "counted" {
 // An operator sees and manages a running router's plugin state: router
 // plugin state lists the plugin's namespaces and the keys of one (a binary
 // value in base64), GET /v1/stats and /metrics carry the sizes, and a key is
-// deleted (deleting it again is a clear not found); a write over a limit
+// deleted (deleting it again is a clear not found); a plugin block's
+// state_namespace is one namespace shared by the types that run it; a write over a limit
 // rejects the event with a reason naming the plugin, the event and the
 // limit.
 func TestPluginStateForOperators(t *testing.T) {
@@ -182,6 +183,26 @@ event "t.counted" {
   polling { min = "10ms" }
 }
 plugin "bigkey" { wasm = %q }
+plugin "tally" {
+  wasm            = %q
+  state_namespace = "tally"
+}
+event "t.one" {
+  plugins = ["tally"]
+  route {
+    to      = "nats.local"
+    subject = "t.one"
+  }
+  polling { min = "10ms" }
+}
+event "t.two" {
+  plugins = ["tally"]
+  route {
+    to      = "nats.local"
+    subject = "t.two"
+  }
+  polling { min = "10ms" }
+}
 event "t.big" {
   plugins = ["bigkey"]
   route {
@@ -190,7 +211,7 @@ event "t.big" {
   }
   polling { min = "10ms" }
 }
-`, wasmTestdata(t, "counter"), wasmTestdata(t, "bigkey")))
+`, wasmTestdata(t, "counter"), wasmTestdata(t, "bigkey"), wasmTestdata(t, "counter")))
 	compilePlugins(t, wasmTestdata(t, "counter"), wasmTestdata(t, "bigkey"))
 	runRouter(t, path, sock)
 	c := socketClient(sock)
@@ -217,14 +238,31 @@ event "t.big" {
 	if stats := get(t, c, "/v1/stats"); !strings.Contains(stats, `"plugin_state"`) || !strings.Contains(stats, `"keys": 1`) {
 		t.Fatalf("/v1/stats: %s", stats)
 	}
-	if v := metricValue(t, c, `switchyard_plugin_state_keys{plugin="counter",type="t.counted"}`); v != 1 {
+	if v := metricValue(t, c, `switchyard_plugin_state_keys{namespace="counter:t.counted"}`); v != 1 {
 		t.Fatalf("switchyard_plugin_state_keys = %v, want 1", v)
 	}
 	if out, err := cli("counter", "-type", "t.counted", "-delete", "-key", "n"); err != nil || !strings.Contains(out, "deleted 1 key(s)") {
 		t.Fatalf("delete: %v\n%s", err, out)
 	}
-	if _, err := cli("counter", "-type", "t.counted", "-delete", "-key", "n"); err == nil || !strings.Contains(err.Error(), `plugin "counter" has no key "n"`) {
+	if _, err := cli("counter", "-type", "t.counted", "-delete", "-key", "n"); err == nil || !strings.Contains(err.Error(), `plugin "counter" has no key "n" in namespace "counter:t.counted"`) {
 		t.Fatalf("delete again: %v", err)
+	}
+
+	// A shared namespace: the tally plugin counts the events of both types
+	// in one key.
+	for _, typ := range []string{"t.one", "t.two"} {
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(`{"specversion":"1.0","type":"`+typ+`","source":"/t","id":"`+typ+`","data":{}}`))
+		if err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		waitState(t, c, typ, "delivered", 10*time.Second)
+	}
+	if out, err := cli("tally", "-namespace", "tally"); err != nil || !strings.Contains(out, "base64:AgAAAA==") {
+		t.Fatalf("the shared namespace (want n = 2): %v\n%s", err, out)
+	}
+	if out, err := cli("tally"); err != nil || !strings.Contains(out, "(shared)") {
+		t.Fatalf("tally's namespaces: %v\n%s", err, out)
 	}
 
 	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(`{"specversion":"1.0","type":"t.big","source":"/t","id":"b1","data":{}}`))
