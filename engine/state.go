@@ -38,6 +38,7 @@ type batchState struct {
 	used   map[int]map[string]bool
 	usage  map[string]storage.StateUsage // committed usage + this batch's, by namespace
 	ns     map[string]string             // plugin → its namespace on this queue
+	last   map[string]int                // ns ‖ 0 ‖ key → its last write in writes
 }
 
 // stateWrite is one put or delete of one event.
@@ -50,7 +51,7 @@ type stateWrite struct {
 }
 
 func newBatchState(e *Engine, queue string) *batchState {
-	return &batchState{e: e, queue: queue, now: e.now(), used: map[int]map[string]bool{}, usage: map[string]storage.StateUsage{}, ns: map[string]string{}}
+	return &batchState{e: e, queue: queue, now: e.now(), used: map[int]map[string]bool{}, usage: map[string]storage.StateUsage{}, ns: map[string]string{}, last: map[string]int{}}
 }
 
 // namespace is a plugin's namespace for this queue.
@@ -102,11 +103,11 @@ func (v *eventState) Get(plugin string, key []byte) ([]byte, bool, error) {
 	s := v.s
 	ns := s.namespace(plugin)
 	s.note(v.i, ns, key)
-	for j := len(s.writes) - 1; j >= 0; j-- {
+	// Events run in order, so the last write to a key is by this event or
+	// one before it.
+	if j, ok := s.last[ns+"\x00"+string(key)]; ok {
 		w := &s.writes[j]
-		if w.event <= v.i && w.ns == ns && bytes.Equal(w.key, key) {
-			return bytes.Clone(w.value), w.value != nil, nil
-		}
+		return bytes.Clone(w.value), w.value != nil, nil
 	}
 	var val []byte
 	var ok bool
@@ -153,7 +154,7 @@ func (v *eventState) Put(plugin string, key, value []byte, ttl time.Duration) er
 	if value == nil {
 		value = []byte{}
 	}
-	s.writes = append(s.writes, stateWrite{event: v.i, ns: ns, key: bytes.Clone(key), value: bytes.Clone(value), expires: expires})
+	s.write(stateWrite{event: v.i, ns: ns, key: bytes.Clone(key), value: bytes.Clone(value), expires: expires})
 	return nil
 }
 
@@ -171,8 +172,13 @@ func (v *eventState) Delete(plugin string, key []byte) error {
 	u.Keys--
 	u.Bytes -= int64(len(key) + len(old))
 	s.usage[ns] = u
-	s.writes = append(s.writes, stateWrite{event: v.i, ns: ns, key: bytes.Clone(key)})
+	s.write(stateWrite{event: v.i, ns: ns, key: bytes.Clone(key)})
 	return nil
+}
+
+func (s *batchState) write(w stateWrite) {
+	s.last[w.ns+"\x00"+string(w.key)] = len(s.writes)
+	s.writes = append(s.writes, w)
 }
 
 // usageOf is ns's usage with this batch's writes so far.

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -118,5 +119,55 @@ event "t.count" {
 	}
 	if n := h.stateCount("count:t.count"); n != 5 {
 		t.Fatalf("count = %d, want 5: one per event", n)
+	}
+}
+
+// The state limits hold and say which: a value over 64 KiB, a key over 256
+// bytes or empty, and a namespace past 100,000 keys are refused with
+// ErrStateLimit (the wasm host turns it into a reject naming the plugin and
+// the event); a put within the limits is not.
+func TestPluginStateLimits(t *testing.T) {
+	var errs []error
+	limits := ctxPlugin{name: "lim", fn: func(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		st := switchyard.StateFrom(ctx)
+		errs = append(errs,
+			st.Put("lim", []byte("v"), make([]byte, 64<<10+1), 0),
+			st.Put("lim", make([]byte, 257), []byte("x"), 0),
+			st.Put("lim", nil, []byte("x"), 0),
+			st.Put("lim", []byte("ok"), make([]byte, 64<<10), 0))
+		var many error
+		for i := 0; many == nil && !testing.Short(); i++ { // 100,000 puts: not with -short
+			many = st.Put("lim", []byte(fmt.Sprint(i)), nil, 0)
+			if many != nil {
+				errs = append(errs, fmt.Errorf("after %d keys: %w", i, many))
+			}
+		}
+		return nil, nil
+	}}
+	h := newHarness(t, `
+plugin "lim" { wasm = "unused.wasm" }
+event "t.lim" {
+  plugins = ["lim"]
+  route {
+    to      = "nats.local"
+    subject = "t.lim"
+  }
+}
+`, true, withPlugins(limits))
+	h.ingestEvent(switchyard.Event{ID: "l1", Type: "t.lim", Source: "/t", SpecVersion: "1.0"})
+	if _, err := h.eng.Loop("t.lim").Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wants := []string{"state value of 65537 bytes, over the limit of 65536", "state key of 257 bytes: keys have 1 to 256", "state key of 0 bytes", "", "after 99999 keys: namespace \"lim:t.lim\" holds 100000 keys, the limit"}
+	if testing.Short() {
+		wants = wants[:4]
+	}
+	for i, want := range wants {
+		switch err := errs[i]; {
+		case want == "" && err != nil:
+			t.Errorf("put %d: %v, want it stored", i, err)
+		case want != "" && (!errors.Is(err, switchyard.ErrStateLimit) || !strings.Contains(err.Error(), want)):
+			t.Errorf("put %d: %v, want ErrStateLimit saying %q", i, err, want)
+		}
 	}
 }
