@@ -645,7 +645,9 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 		if state.stale(i) {
 			v = verdict{unknown: errStateNotCommitted}
 		}
-		if err := state.settle(tx, i, v.final(rec.Attempts, b.pol.MaxRetries)); err != nil {
+		// A republished event (after a power cut, engine.Republish) counted its
+		// writes when it was delivered: they must not count twice.
+		if err := state.settle(tx, i, v.final(rec.Attempts, b.pol.MaxRetries) && !republished(it.rec)); err != nil {
 			return err
 		}
 		if err := l.settle(tx, rec, v, b.pol, now, res); err != nil {

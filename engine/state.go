@@ -339,3 +339,15 @@ func (e *Engine) DeleteStateKey(ctx context.Context, ns string, key []byte) (boo
 func (e *Engine) StateNamespaceOf(plugin, queue string) string {
 	return stateNamespace(e.config(), plugin, queue)
 }
+
+// republished says whether rec was delivered once and is pending again to
+// be published again (storage.Tx.Redeliver, after a power cut): an output
+// with a broker position that is no longer marked delivered.
+func republished(rec *storage.Record) bool {
+	for _, o := range rec.Outputs {
+		if o.Position != nil && !o.Delivered {
+			return true
+		}
+	}
+	return false
+}

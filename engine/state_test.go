@@ -171,3 +171,40 @@ event "t.lim" {
 		}
 	}
 }
+
+// A delivered event that is republished (after a power cut: its outputs
+// marked undelivered again) runs its plugins again, but its state writes
+// were committed with its first outcome and do not count twice.
+func TestPluginStateRepublishCountsOnce(t *testing.T) {
+	var fail atomic.Bool
+	h := newHarness(t, `
+plugin "count" { wasm = "unused.wasm" }
+event "t.count" {
+  plugins = ["count"]
+  route {
+    to      = "nats.local"
+    subject = "t.count"
+  }
+}
+`, true, withPlugins(counterPlugin(&fail)))
+	id := h.ingestEvent(switchyard.Event{ID: "r1", Type: "t.count", Source: "/t", SpecVersion: "1.0"})
+	if _, err := h.eng.Loop("t.count").Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.db.Update(context.Background(), func(tx *storage.Tx) error {
+		rec := h.record(id)
+		_, err := tx.Redeliver(rec, func(storage.Output) bool { return true }, false, h.clock.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Loop("t.count").Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rec := h.record(id); rec.State != storage.StateDelivered {
+		t.Fatalf("republished event: %s", rec.State)
+	}
+	if n := h.stateCount("count:t.count"); n != 1 {
+		t.Fatalf("count = %d after a republish, want 1", n)
+	}
+}
