@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // Plugin state for the operator (docs/plugin-state.md):
@@ -38,22 +39,7 @@ type stateEntryView struct {
 func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 	plugin, q := r.PathValue("name"), r.URL.Query()
 	if !q.Has("type") && !q.Has("namespace") {
-		nss, err := s.engine.StateNamespaces(plugin)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		views := []map[string]any{}
-		for _, ns := range nss {
-			v := map[string]any{"namespace": ns.Name, "keys": ns.Keys, "bytes": ns.Bytes}
-			if ns.Shared {
-				v["shared"] = true
-			} else {
-				v["type"] = ns.Queue
-			}
-			views = append(views, v)
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"plugin": plugin, "namespaces": views})
+		s.getStateNamespaces(w, r, plugin)
 		return
 	}
 	limit, err := queryInt(r, "limit", 100, maxList)
@@ -79,6 +65,31 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 		entries = entries[:limit]
 		out["next_cursor"] = base64.RawURLEncoding.EncodeToString(entries[limit-1].Key)
 	}
+	out["keys"] = viewStateEntries(entries)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getStateNamespaces lists the plugin's namespaces with their usage.
+func (s *Server) getStateNamespaces(w http.ResponseWriter, r *http.Request, plugin string) {
+	nss, err := s.engine.StateNamespaces(plugin)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	views := []map[string]any{}
+	for _, ns := range nss {
+		v := map[string]any{"namespace": ns.Name, "keys": ns.Keys, "bytes": ns.Bytes}
+		if ns.Shared {
+			v["shared"] = true
+		} else {
+			v["type"] = ns.Queue
+		}
+		views = append(views, v)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plugin": plugin, "namespaces": views})
+}
+
+func viewStateEntries(entries []storage.StateEntry) []stateEntryView {
 	views := make([]stateEntryView, len(entries))
 	for i, e := range entries {
 		v := stateEntryView{Key: string(e.Key)}
@@ -93,8 +104,7 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 		}
 		views[i] = v
 	}
-	out["keys"] = views
-	writeJSON(w, http.StatusOK, out)
+	return views
 }
 
 func (s *Server) deleteState(w http.ResponseWriter, r *http.Request) {

@@ -48,25 +48,35 @@ func (c *PluginCommand) state(ctx context.Context, args []string) error {
 		if !named || (*key == "") == !isSet(fs, "prefix") {
 			return &exitError{code: pluginExitError, err: errors.New("-delete needs -type (or -namespace) and one of -key or -prefix")}
 		}
-		if *key != "" {
-			q.Set("key", *key)
-		} else {
-			q.Set("prefix", *prefix)
-		}
-		b, err := cl.do(ctx, "DELETE", path, q, nil)
-		if err != nil {
-			return err
-		}
-		var res struct{ Deleted int }
-		json.Unmarshal(b, &res)
-		fmt.Fprintf(c.Stdout, "deleted %d key(s)\n", res.Deleted)
-		return nil
+		return c.stateDelete(ctx, cl, path, q, *key, *prefix)
 	}
 	if !named {
 		return c.stateNamespaces(ctx, cl, path, af.output)
 	}
 	q.Set("prefix", *prefix)
 	q.Set("limit", fmt.Sprint(*limit))
+	return c.stateKeys(ctx, cl, path, q, af.output)
+}
+
+// stateDelete removes one key, or every key with a prefix.
+func (c *PluginCommand) stateDelete(ctx context.Context, cl *apiClient, path string, q url.Values, key, prefix string) error {
+	if key != "" {
+		q.Set("key", key)
+	} else {
+		q.Set("prefix", prefix)
+	}
+	b, err := cl.do(ctx, "DELETE", path, q, nil)
+	if err != nil {
+		return err
+	}
+	var res struct{ Deleted int }
+	json.Unmarshal(b, &res)
+	fmt.Fprintf(c.Stdout, "deleted %d key(s)\n", res.Deleted)
+	return nil
+}
+
+// stateKeys prints one page of a namespace's keys.
+func (c *PluginCommand) stateKeys(ctx context.Context, cl *apiClient, path string, q url.Values, output string) error {
 	var page struct {
 		Keys []struct {
 			Key         string  `json:"key"`
@@ -80,7 +90,7 @@ func (c *PluginCommand) state(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if af.output == "json" {
+	if output == "json" {
 		return writeIndented(c.Stdout, b)
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)

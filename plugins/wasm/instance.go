@@ -440,6 +440,13 @@ func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switc
 	if f, reason := in.failure("sy_handle", callErr, fired, timeout); f != "" {
 		return nil, false, p.failed(ev.ID, f, reason, callErr)
 	}
+	return in.verdict(ev, api.DecodeI32(in.stack[0]))
+}
+
+// verdict turns what sy_handle returned into the outputs (ok), a retry or
+// a reject; an answer that is no verdict is a broken rule.
+func (in *instance) verdict(ev *switchyard.Event, v int32) ([]switchyard.PluginOutput, bool, error) {
+	p := in.p
 	switch v := api.DecodeI32(in.stack[0]); v {
 	case 0:
 		return p.outputs(ev, in.outs), true, nil
