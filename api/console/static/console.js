@@ -4,7 +4,14 @@
 // carries no credentials). Data is put in the page as text, never as HTML.
 'use strict';
 
-const S = { token: sessionStorage.getItem('sy-token') || '', timers: [], stream: null };
+const S = { token: sessionStorage.getItem('sy-token') || '', timers: [], stream: null, page: 0 };
+
+// every starts a page's refresh timer, unless the page was left while it
+// loaded (route() counts pages).
+function every(ms, fn) {
+  const page = S.page;
+  return () => { if (page === S.page) S.timers.push(setInterval(() => fn().catch(showError), ms)); };
+}
 
 // h builds an element: h('td', {class: 'num'}, 'text', child, ...).
 function h(tag, attrs, ...children) {
@@ -197,8 +204,9 @@ async function overview() {
     ]) : h('p', { class: 'muted' }, 'Not measured.'));
     updated.textContent = 'updated ' + new Date().toLocaleTimeString();
   };
+  const start = every(2000, refresh);
   await refresh();
-  S.timers.push(setInterval(() => refresh().catch(showError), 2000));
+  start();
 }
 
 // ---- one event
@@ -321,8 +329,9 @@ async function pluginsPage() {
     body.replaceChildren(...(plugins.length ? plugins.map(renderPlugin) : [h('p', { class: 'muted' }, 'No plugin is loaded.')]));
     document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
   };
+  const start = every(5000, refresh);
   await refresh();
-  S.timers.push(setInterval(() => refresh().catch(showError), 5000));
+  start();
 }
 
 function renderPlugin(p) {
@@ -432,6 +441,7 @@ const pages = { '/': overview, '/event': eventPage, '/dlq': dlqPage, '/inbox': i
 
 function route() {
   stopAll();
+  S.page++;
   const [path, qs] = location.hash.replace(/^#/, '').split('?');
   const name = pages[path] ? path : '/';
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.getAttribute('href') === '#' + name);
