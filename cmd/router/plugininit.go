@@ -22,7 +22,8 @@ import (
 // it is: the plugin's source (sdk/templates/L), the SDK beside it, a
 // build.sh, golden tests (testdata/*.event.json with their expected
 // results), a policies.hcl for a router of its own, and a README with the
-// commands. `router plugin doctor -lang L` checks the toolchain.
+// commands. `router plugin doctor -lang L` checks the toolchain. Why the
+// SDK is copied into the folder: docs/decisions/plugin-init.md.
 
 // pluginLangs are the languages init knows, in the order help lists them.
 var pluginLangs = []string{"go", "c", "rust", "assemblyscript", "wat"}
