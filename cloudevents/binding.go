@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
@@ -71,6 +72,14 @@ func (b Binding) AppendHeaders(h []switchyard.Header, e *switchyard.Event) []swi
 // Ingest sizes every event against its routes with it, so it allocates
 // nothing.
 func (b Binding) Size(e *switchyard.Event) (bytes, headers int) {
+	if t := e.Time; !t.IsZero() {
+		// The time header is counted without formatting it (a string per
+		// event); its text never needs percent-encoding.
+		bytes, headers = len(b.prefix)+len(AttrTime)+formattedTimeLen(t), 1
+		untimed := *e
+		untimed.Time = time.Time{}
+		e = &untimed
+	}
 	b.each(e, func(prefix, name, value string, encode bool) {
 		n := len(value)
 		if encode {
@@ -297,6 +306,25 @@ func PercentEncode(v string) string {
 		}
 	}
 	return string(b)
+}
+
+// formattedTimeLen is len(FormatTime(t)), without formatting t: RFC 3339 in
+// UTC, "2006-01-02T15:04:05Z" with the nanoseconds' significant digits.
+func formattedTimeLen(t time.Time) int {
+	u := t.UTC()
+	if y := u.Year(); y < 0 || y > 9999 {
+		return len(FormatTime(t))
+	}
+	n := len("2006-01-02T15:04:05Z")
+	if ns := u.Nanosecond(); ns != 0 {
+		digits := 9
+		for ns%10 == 0 {
+			ns /= 10
+			digits--
+		}
+		n += 1 + digits
+	}
+	return n
 }
 
 func percentEncodedLen(v string) int {
