@@ -424,7 +424,7 @@ type sinkWait struct {
 func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.Record) *batch {
 	b := &batch{pol: pol, items: make([]item, len(recs)), bySink: make(map[string][]*output)}
 	chain := l.e.chain(b.pol)
-	if len(chain) > 0 {
+	if mayUseState(chain) {
 		b.state = newBatchState(l.e, l.typ)
 	}
 	for i, rec := range recs {
@@ -701,8 +701,9 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		rec.Attempts++
 		rec.History = append(rec.History, storage.Attempt{At: now, Error: v.permanent.Error()})
 		res.DeadLettered++
-		res.failures = append(res.failures, failure{id: rec.Event.ID, attempts: rec.Attempts, reason: "rejected: " + v.permanent.Error()})
-		return tx.MoveToDLQ(rec, now, "rejected: "+v.permanent.Error())
+		reason := "rejected: " + v.permanent.Error()
+		res.failures = append(res.failures, failure{id: rec.Event.ID, attempts: rec.Attempts, reason: reason})
+		return tx.MoveToDLQ(rec, now, reason)
 	case v.retry != nil:
 		rec.Attempts++
 		rec.LastError = v.retry.Error()

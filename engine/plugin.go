@@ -26,7 +26,7 @@ func (e *Engine) runChain(ctx context.Context, queue string, chain []switchyard.
 		for i := range outs {
 			start := time.Now()
 			got, err := p.Handle(ctx, &outs[i].Event)
-			st.observe(time.Since(start), len(got), err, queue, ev.ID, e.now())
+			st.observe(time.Since(start), len(got), err, queue, ev.ID, e.now)
 			if err != nil {
 				return nil, err
 			}
@@ -123,7 +123,8 @@ func (s *pluginStats) of(name string) *pluginCounters {
 	return c.(*pluginCounters)
 }
 
-func (c *pluginCounters) observe(took time.Duration, outputs int, err error, queue, id string, now time.Time) {
+// observe counts one call; now is read only for a failure, which is kept.
+func (c *pluginCounters) observe(took time.Duration, outputs int, err error, queue, id string, now func() time.Time) {
 	c.took.Observe(took.Seconds())
 	c.outputs.Add(int64(outputs))
 	v := pluginVerdict(outputs, err)
@@ -142,7 +143,7 @@ func (c *pluginCounters) observe(took time.Duration, outputs int, err error, que
 	if len(c.failures) == keptFailures {
 		c.failures = append(c.failures[:0], c.failures[1:]...)
 	}
-	c.failures = append(c.failures, PluginFailure{At: now, Queue: queue, EventID: id, Verdict: v, Reason: err.Error()})
+	c.failures = append(c.failures, PluginFailure{At: now(), Queue: queue, EventID: id, Verdict: v, Reason: err.Error()})
 }
 
 func verdictIndex(v PluginVerdict) int {

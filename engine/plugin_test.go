@@ -16,15 +16,32 @@ import (
 )
 
 // funcPlugin is a plugin written in Go for the engine's own tests (the
-// WebAssembly host has its own, in plugins/wasm and cmd/router).
+// WebAssembly host has its own, in plugins/wasm and cmd/router); it sees
+// the handle's context, where the state view rides.
 type funcPlugin struct {
 	name string
-	fn   func(ev *switchyard.Event) ([]switchyard.PluginOutput, error)
+	fn   func(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error)
 }
 
 func (p funcPlugin) Name() string { return p.name }
-func (p funcPlugin) Handle(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-	return p.fn(ev)
+func (p funcPlugin) Handle(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+	return p.fn(ctx, ev)
+}
+
+// pluginPolicy is the HCL of a type typ that runs the one plugin and routes
+// to the NATS subject named as the type; extra goes into the event block.
+func pluginPolicy(plugin, typ, extra string) string {
+	return fmt.Sprintf(`
+plugin %[1]q { wasm = "unused.wasm" }
+event %[2]q {
+  plugins = [%[1]q]
+  %[3]s
+  route {
+    to      = "nats.local"
+    subject = %[2]q
+  }
+}
+`, plugin, typ, extra)
 }
 
 // A chain's outputs go to their own destinations or the type's routes; a
@@ -32,7 +49,7 @@ func (p funcPlugin) Handle(_ context.Context, ev *switchyard.Event) ([]switchyar
 // once, with the reason); outputs split from one event get distinct
 // Nats-Msg-Ids.
 func TestPluginChainDestinations(t *testing.T) {
-	split := funcPlugin{name: "split", fn: func(ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+	split := funcPlugin{name: "split", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		if ev.Subject == "bad" {
 			return []switchyard.PluginOutput{{Destination: "kafka.nope:x", Event: *ev}}, nil
 		}
@@ -82,7 +99,7 @@ event "t.chain" {
 // partition key is still pending (here: failing, then dead-lettered); an
 // event with another key does not wait.
 func TestOrderingByKey(t *testing.T) {
-	router := funcPlugin{name: "router", fn: func(ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+	router := funcPlugin{name: "router", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		dest := "nats.local:t.ok"
 		if ev.ID == "first" {
 			dest = "nats.local:nostream.fail" // no stream: always fails
@@ -138,7 +155,7 @@ event "t.ord" {
 // the plugin's own, their kind; and a failure is kept with the plugin's
 // reason, the event's type and the stored event's id.
 func TestPluginVerdictsCounted(t *testing.T) {
-	judge := funcPlugin{name: "judge", fn: func(ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+	judge := funcPlugin{name: "judge", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		switch ev.Subject {
 		case "drop":
 			return nil, nil
@@ -151,16 +168,7 @@ func TestPluginVerdictsCounted(t *testing.T) {
 		}
 		return []switchyard.PluginOutput{{Event: *ev}, {Event: *ev}}, nil
 	}}
-	h := newHarness(t, `
-plugin "judge" { wasm = "unused.wasm" }
-event "t.judged" {
-  plugins = ["judge"]
-  route {
-    to      = "nats.local"
-    subject = "t.judged"
-  }
-}
-`, true, withPlugins(judge))
+	h := newHarness(t, pluginPolicy("judge", "t.judged", ""), true, withPlugins(judge))
 	ev := func(id, subject string) string {
 		return h.ingestEvent(switchyard.Event{ID: id, Type: "t.judged", Source: "/t", SpecVersion: "1.0", Subject: subject})
 	}
@@ -208,7 +216,7 @@ func (trapError) Unwrap() error         { return switchyard.ErrPluginRetry }
 // is counted, never dropped; and each failed event is one WARN line with
 // its type, id and reason.
 func TestFilteredAndUnroutedOutputs(t *testing.T) {
-	pick := funcPlugin{name: "pick", fn: func(ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+	pick := funcPlugin{name: "pick", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		if ev.Subject == "drop" {
 			return nil, nil
 		}

@@ -50,6 +50,21 @@ type stateWrite struct {
 	expires time.Time
 }
 
+// stateUser is implemented by plugins that know whether they use state
+// (plugins/wasm: whether the module imports a state function).
+type stateUser interface{ UsesState() bool }
+
+// mayUseState says whether a plugin of chain may read or write state; a
+// plugin that cannot say is taken to.
+func mayUseState(chain []switchyard.Plugin) bool {
+	for _, p := range chain {
+		if u, ok := p.(stateUser); !ok || u.UsesState() {
+			return true
+		}
+	}
+	return false
+}
+
 func newBatchState(e *Engine, queue string) *batchState {
 	return &batchState{e: e, queue: queue, now: e.now(), used: map[int]map[string]bool{}, usage: map[string]storage.StateUsage{}, ns: map[string]string{}, last: map[string]int{}}
 }
@@ -77,9 +92,6 @@ func stateNamespace(cfg *config.Config, plugin, queue string) string {
 
 // view is event i's view of the state.
 func (s *batchState) view(i int) switchyard.StateView { return &eventState{s: s, i: i} }
-
-// touched says whether event i read or wrote any state.
-func (s *batchState) touched(i int) bool { return len(s.used[i]) > 0 }
 
 // any says whether any event of the batch used state.
 func (s *batchState) any() bool { return s != nil && len(s.used) > 0 }

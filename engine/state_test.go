@@ -14,23 +14,11 @@ import (
 	"github.com/switchyard-router/switchyard/storage"
 )
 
-// ctxPlugin is a plugin written in Go that sees the handle's context (the
-// state view rides on it).
-type ctxPlugin struct {
-	name string
-	fn   func(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error)
-}
-
-func (p ctxPlugin) Name() string { return p.name }
-func (p ctxPlugin) Handle(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-	return p.fn(ctx, ev)
-}
-
 // counterPlugin counts the events it handles in the state key "n"; an event
 // whose subject is "fail" is answered with retry after counting, while fail
 // is set.
-func counterPlugin(fail *atomic.Bool) ctxPlugin {
-	return ctxPlugin{name: "count", fn: func(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+func counterPlugin(fail *atomic.Bool) funcPlugin {
+	return funcPlugin{name: "count", fn: func(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		st := switchyard.StateFrom(ctx)
 		v, _, err := st.Get("count", []byte("n"))
 		if err != nil {
@@ -74,17 +62,7 @@ func (h *harness) stateCount(ns string) uint32 {
 func TestPluginStateCountsEachOutcomeOnce(t *testing.T) {
 	var fail atomic.Bool
 	fail.Store(true)
-	h := newHarness(t, `
-plugin "count" { wasm = "unused.wasm" }
-event "t.count" {
-  plugins = ["count"]
-  backoff { delay = "1s" }
-  route {
-    to      = "nats.local"
-    subject = "t.count"
-  }
-}
-`, true, withPlugins(counterPlugin(&fail)))
+	h := newHarness(t, pluginPolicy("count", "t.count", `backoff { delay = "1s" }`), true, withPlugins(counterPlugin(&fail)))
 	for i := 1; i <= 5; i++ {
 		subject := ""
 		if i == 3 {
@@ -128,7 +106,7 @@ event "t.count" {
 // the event); a put within the limits is not.
 func TestPluginStateLimits(t *testing.T) {
 	var errs []error
-	limits := ctxPlugin{name: "lim", fn: func(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+	limits := funcPlugin{name: "lim", fn: func(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		st := switchyard.StateFrom(ctx)
 		errs = append(errs,
 			st.Put("lim", []byte("v"), make([]byte, 64<<10+1), 0),
@@ -144,16 +122,7 @@ func TestPluginStateLimits(t *testing.T) {
 		}
 		return nil, nil
 	}}
-	h := newHarness(t, `
-plugin "lim" { wasm = "unused.wasm" }
-event "t.lim" {
-  plugins = ["lim"]
-  route {
-    to      = "nats.local"
-    subject = "t.lim"
-  }
-}
-`, true, withPlugins(limits))
+	h := newHarness(t, pluginPolicy("lim", "t.lim", ""), true, withPlugins(limits))
 	h.ingestEvent(switchyard.Event{ID: "l1", Type: "t.lim", Source: "/t", SpecVersion: "1.0"})
 	if _, err := h.eng.Loop("t.lim").Poll(context.Background()); err != nil {
 		t.Fatal(err)
@@ -177,16 +146,7 @@ event "t.lim" {
 // were committed with its first outcome and do not count twice.
 func TestPluginStateRepublishCountsOnce(t *testing.T) {
 	var fail atomic.Bool
-	h := newHarness(t, `
-plugin "count" { wasm = "unused.wasm" }
-event "t.count" {
-  plugins = ["count"]
-  route {
-    to      = "nats.local"
-    subject = "t.count"
-  }
-}
-`, true, withPlugins(counterPlugin(&fail)))
+	h := newHarness(t, pluginPolicy("count", "t.count", ""), true, withPlugins(counterPlugin(&fail)))
 	id := h.ingestEvent(switchyard.Event{ID: "r1", Type: "t.count", Source: "/t", SpecVersion: "1.0"})
 	if _, err := h.eng.Loop("t.count").Poll(context.Background()); err != nil {
 		t.Fatal(err)

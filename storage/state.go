@@ -151,12 +151,13 @@ func (tx *Tx) StateNamespaces() map[string]StateUsage {
 // in key order, after the key after (nil: from the first).
 func (tx *Tx) StateScan(ns string, prefix, after []byte, now time.Time, limit int) ([]StateEntry, error) {
 	c := tx.bucket(bucketState).Cursor()
-	start := stateKey(ns, prefix)
+	within := stateKey(ns, prefix)
+	start := within
 	if after != nil {
 		start = stateKey(ns, after)
 	}
 	var out []StateEntry
-	for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, stateKey(ns, prefix)) && len(out) < limit; k, v = c.Next() {
+	for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, within) && len(out) < limit; k, v = c.Next() {
 		key := k[len(ns)+1:]
 		if after != nil && bytes.Equal(key, after) {
 			continue

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -408,24 +407,7 @@ func TestUIProxySecurity(t *testing.T) {
 	base := strings.TrimSuffix(link0(link), "/ui/")
 	token := link[strings.Index(link, "#token=")+len("#token="):]
 	call := func(method, path, bearer string, header map[string]string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, base+path, nil)
-		if bearer != "" {
-			req.Header.Set("Authorization", "Bearer "+bearer)
-		}
-		for k, v := range header {
-			req.Header.Set(k, v)
-		}
-		if h, ok := header["Host"]; ok {
-			req.Host = h
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return send(t, method, base+path, bearer, "", header)
 	}
 	if code, _ := call("GET", "/v1/stats", "", nil); code != http.StatusUnauthorized {
 		t.Fatalf("the API without a session: %d, want 401", code)
@@ -457,15 +439,8 @@ func TestUIProxySecurity(t *testing.T) {
 	short := startUI(t, r, "-link-ttl", "300ms")
 	time.Sleep(time.Second)
 	shortBase := strings.TrimSuffix(link0(short), "/ui/")
-	req, _ := http.NewRequest("POST", shortBase+"/ui/session", nil)
-	req.Header.Set("Authorization", "Bearer "+short[strings.Index(short, "#token=")+len("#token="):])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("an expired link: %d, want 401", resp.StatusCode)
+	if code, _ := send(t, "POST", shortBase+"/ui/session", short[strings.Index(short, "#token=")+len("#token="):], "", nil); code != http.StatusUnauthorized {
+		t.Fatalf("an expired link: %d, want 401", code)
 	}
 
 	out, err := exec.Command(r.bin, "ui", "-socket", r.socket, "-listen", "0.0.0.0:0").CombinedOutput()

@@ -12,10 +12,10 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"time"
 
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
+	"github.com/switchyard-router/switchyard/plugins/wasm"
 )
 
 // Golden tests of `router plugin test`: -expect FILE compares one result
@@ -63,7 +63,7 @@ func (c *PluginCommand) testDir(ctx context.Context, f *pluginFlags, dir string,
 		return err
 	}
 	defer closeRT()
-	state := newMemState()
+	state := wasm.MemoryState{}
 	ctx = switchyard.WithState(ctx, state)
 	failed := 0
 	for _, evFile := range events {
@@ -72,7 +72,7 @@ func (c *PluginCommand) testDir(ctx context.Context, f *pluginFlags, dir string,
 			return &exitError{code: pluginExitError, err: err}
 		}
 		res, _, _ := runPluginOnce(ctx, p, src)
-		res.State = state.snapshot()
+		res.State = stateSnapshot(state)
 		want := strings.TrimSuffix(evFile, ".event.json") + ".expected.json"
 		if err := c.golden(want, res.json(), update); err != nil {
 			var ee *exitError
@@ -177,36 +177,16 @@ func lineDiff(want, got string) string {
 	return b.String()
 }
 
-// memState is the plugin state `router plugin test` gives a plugin: in
-// memory, empty at the start of the command, kept from event to event of
-// a -dir run (in name order), so a stateful plugin can be tested offline.
-type memState struct{ m map[string][]byte }
-
-func newMemState() *memState { return &memState{m: map[string][]byte{}} }
-
-func (s *memState) Get(plugin string, key []byte) ([]byte, bool, error) {
-	v, ok := s.m[string(key)]
-	return bytes.Clone(v), ok, nil
-}
-
-func (s *memState) Put(plugin string, key, value []byte, ttl time.Duration) error {
-	s.m[string(key)] = bytes.Clone(value)
-	return nil
-}
-
-func (s *memState) Delete(plugin string, key []byte) error {
-	delete(s.m, string(key))
-	return nil
-}
-
-// snapshot is the state as a result shows it: text values as they are,
-// others as "base64:...".
-func (s *memState) snapshot() map[string]string {
-	if len(s.m) == 0 {
+// stateSnapshot is the state router plugin test keeps (in memory: empty
+// at the start of the command, kept from event to event of a -dir run, in
+// name order) as a result shows it: text values as they are, others as
+// "base64:...".
+func stateSnapshot(s wasm.MemoryState) map[string]string {
+	if len(s) == 0 {
 		return nil
 	}
-	out := make(map[string]string, len(s.m))
-	for k, v := range s.m {
+	out := make(map[string]string, len(s))
+	for k, v := range s {
 		if api.IsText(v) {
 			out[k] = string(v)
 		} else {

@@ -483,20 +483,7 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 func TestTCPListenerServesTheAPI(t *testing.T) {
 	r := startOpsRouter(t, "")
 	do := func(method, path, token, body string, header map[string]string) (int, string) {
-		req, _ := http.NewRequest(method, "http://"+r.addr+path, strings.NewReader(body))
-		for k, v := range header {
-			req.Header.Set(k, v)
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return send(t, method, "http://"+r.addr+path, token, body, header)
 	}
 	status, body := do("POST", "/v1/events", opsAcmeToken, `{"specversion":"1.0","type":"t.order","source":"/tcp","id":"tcp-1"}`,
 		map[string]string{"Content-Type": "application/cloudevents+json", "X-Tenant": "default"})

@@ -303,9 +303,9 @@ func (c *PluginCommand) test(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeRT()
-	state := newMemState()
+	state := wasm.MemoryState{}
 	res, code, herr := runPluginOnce(switchyard.WithState(ctx, state), p, src)
-	res.State = state.snapshot()
+	res.State = stateSnapshot(state)
 	b := res.json()
 	if *expect != "" {
 		return c.golden(*expect, b, *update)

@@ -241,3 +241,30 @@ func TestPprofListener(t *testing.T) {
 		t.Fatalf("pprof index: %d", resp.StatusCode)
 	}
 }
+
+// send makes one request to url with the bearer token (if any) and the
+// headers given — a "Host" one sets the request's Host — and returns the
+// status and the body.
+func send(t *testing.T, method, url, bearer, body string, header map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	if h, ok := header["Host"]; ok {
+		req.Host = h
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}

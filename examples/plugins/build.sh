@@ -72,11 +72,23 @@ need "$GO"; need "$CLANG"; need "$RUSTC"; need "$WAT2WASM"; need node; need npm;
 # ---- the builds (each from its own folder, so that relative paths embedded
 # in the output, such as Rust panic locations, are the same everywhere) ------
 
-build_route_go() {
-  (cd "$here/route-go" &&
+# go_plugin NAME DIR: a Go reactor, reproducibly.
+go_plugin() {
+  (cd "$here/$2" &&
     GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 GOFLAGS= "$GO" build -buildmode=c-shared \
-      -trimpath -buildvcs=false -ldflags=-buildid= -o "$(dest route route-go)" .)
+      -trimpath -buildvcs=false -ldflags=-buildid= -o "$(dest "$1" "$2")" .)
 }
+
+# rust_plugin NAME DIR SOURCE: a Rust cdylib, names kept (strip=debuginfo),
+# reproducible (codegen-units=1).
+rust_plugin() {
+  (cd "$here/$2" &&
+    "$RUSTC" --edition 2021 --crate-type cdylib --target wasm32-unknown-unknown \
+      -C opt-level=s -C lto -C codegen-units=1 -C strip=debuginfo -C target-feature=+bulk-memory -C linker=wasm-ld \
+      -o "$(dest "$1" "$2")" "$3")
+}
+
+build_route_go() { go_plugin route route-go; }
 
 build_enrich_c() {
   (cd "$here/enrich-c" &&
@@ -91,25 +103,11 @@ build_filter_as() {
       --use abort=~lib/@switchyard-router/sdk-assemblyscript/assembly/index/abort)
 }
 
-build_split_rust() {
-  (cd "$here/split-rust" &&
-    "$RUSTC" --edition 2021 --crate-type cdylib --target wasm32-unknown-unknown \
-      -C opt-level=s -C lto -C codegen-units=1 -C strip=debuginfo -C target-feature=+bulk-memory -C linker=wasm-ld \
-      -o "$(dest split split-rust)" split.rs)
-}
+build_split_rust() { rust_plugin split split-rust split.rs; }
 
-build_onchange_go() {
-  (cd "$here/onchange-go" &&
-    GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 GOFLAGS= "$GO" build -buildmode=c-shared \
-      -trimpath -buildvcs=false -ldflags=-buildid= -o "$(dest onchange onchange-go)" .)
-}
+build_onchange_go() { go_plugin onchange onchange-go; }
 
-build_threshold_rust() {
-  (cd "$here/threshold-rust" &&
-    "$RUSTC" --edition 2021 --crate-type cdylib --target wasm32-unknown-unknown \
-      -C opt-level=s -C lto -C codegen-units=1 -C strip=debuginfo -C target-feature=+bulk-memory -C linker=wasm-ld \
-      -o "$(dest threshold threshold-rust)" threshold.rs)
-}
+build_threshold_rust() { rust_plugin threshold threshold-rust threshold.rs; }
 
 build_passthrough_wat() {
   (cd "$here/passthrough-wat" && "$WAT2WASM" passthrough.wat -o "$(dest passthrough passthrough-wat)")

@@ -173,19 +173,6 @@ func warm(b *testing.B, ctx context.Context, dir string, cfg config.Plugin) {
 	p.Close(ctx)
 }
 
-// memView is an in-memory switchyard.StateView for the benchmarks.
-type memView map[string][]byte
-
-func (m memView) Get(_ string, key []byte) ([]byte, bool, error) {
-	v, ok := m[string(key)]
-	return v, ok, nil
-}
-func (m memView) Put(_ string, key, value []byte, _ time.Duration) error {
-	m[string(key)] = append([]byte(nil), value...)
-	return nil
-}
-func (m memView) Delete(_ string, key []byte) error { delete(m, string(key)); return nil }
-
 // BenchmarkState is the per-event cost of plugins that read and write their
 // state through the real host — one state_get and one state_put per event —
 // with an in-memory view (in the router the engine's overlay and the commit
@@ -231,7 +218,7 @@ func BenchmarkState(b *testing.B) {
 				os.WriteFile(f, []byte(src), 0o644)
 				evs[i] = exampleEvent(b, f)
 			}
-			view := memView{}
+			view := MemoryState{}
 			ctx := switchyard.WithState(context.Background(), view)
 			b.ReportAllocs()
 			i := 0

@@ -52,8 +52,9 @@ type Plugin struct {
 	started, discarded atomic.Int64
 	memory             atomic.Int64 // the live instances' linear memory, in bytes
 
-	sha256   string // of the module's bytes
-	loadedAt time.Time
+	sha256    string // of the module's bytes
+	loadedAt  time.Time
+	usesState bool // the module imports a state function
 }
 
 var _ switchyard.Plugin = (*Plugin)(nil)
@@ -107,6 +108,7 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 	}
 	compileTook := time.Since(start)
 	p.compiled = compiled
+	p.usesState = importsState(compiled)
 	if err := p.validate(); err != nil {
 		compiled.Close(ctx)
 		return nil, wrap(err)
@@ -381,8 +383,9 @@ func (p *Plugin) discard(in *instance) {
 	p.discarded.Add(1)
 }
 
-// UsesState says whether the plugin imports the state functions.
-func (p *Plugin) UsesState() bool { return p.usesState() }
+// UsesState says whether the plugin imports a state function: the engine
+// keeps a state overlay only for chains that may use one.
+func (p *Plugin) UsesState() bool { return p.usesState }
 
 // MemoryBytes is the linear memory of the plugin's live instances.
 func (p *Plugin) MemoryBytes() int64 { return p.memory.Load() }

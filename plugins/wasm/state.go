@@ -1,11 +1,13 @@
 package wasm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/switchyard-router/switchyard"
@@ -38,9 +40,9 @@ var stateFuncs = map[string]struct {
 	"state_delete": {hostStateDelete, []string{"key_ptr", "key_len"}},
 }
 
-// usesState says whether the module imports a state function.
-func (p *Plugin) usesState() bool {
-	for _, f := range p.compiled.ImportedFunctions() {
+// importsState says whether the module imports a state function.
+func importsState(m wazero.CompiledModule) bool {
+	for _, f := range m.ImportedFunctions() {
 		if mod, name, _ := f.Import(); mod == HostModule && stateFuncs[name].fn != nil {
 			return true
 		}
@@ -131,4 +133,28 @@ func (in *instance) stateResult(call string, err error) int32 {
 		in.stateErr = fmt.Errorf("%s: %w", call, err)
 	}
 	return StateFailed
+}
+
+// MemoryState is a switchyard.StateView kept in memory, for tools and
+// tests that run plugins without a router (router plugin test, the
+// benchmarks): every event sees the writes of the ones before it, nothing
+// is discarded, TTLs are ignored, and every plugin shares it.
+type MemoryState map[string][]byte
+
+// Get implements switchyard.StateView.
+func (m MemoryState) Get(_ string, key []byte) ([]byte, bool, error) {
+	v, ok := m[string(key)]
+	return bytes.Clone(v), ok, nil
+}
+
+// Put implements switchyard.StateView.
+func (m MemoryState) Put(_ string, key, value []byte, _ time.Duration) error {
+	m[string(key)] = bytes.Clone(value)
+	return nil
+}
+
+// Delete implements switchyard.StateView.
+func (m MemoryState) Delete(_ string, key []byte) error {
+	delete(m, string(key))
+	return nil
 }

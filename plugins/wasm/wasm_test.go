@@ -610,3 +610,15 @@ func TestWasmMemoryBytes(t *testing.T) {
 		t.Fatalf("memory after Close = %d, want 0", got)
 	}
 }
+
+// A plugin uses state when its module imports a state function: the
+// engine keeps a state overlay only for chains with one.
+func TestWasmUsesState(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	if !load(t, rt, "counter", config.PluginLimits{}, 1).UsesState() {
+		t.Error("counter imports state_get and state_put: UsesState is false")
+	}
+	if load(t, rt, "passthrough", config.PluginLimits{}, 1).UsesState() {
+		t.Error("passthrough imports no state function: UsesState is true")
+	}
+}
