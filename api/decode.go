@@ -60,8 +60,9 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 	if events, err = admitEvents(evs, batch); err != nil {
 		return nil, batch, err
 	}
+	trace := traceContextOf(h)
 	for i := range events {
-		passTraceContext(h, &events[i].Event)
+		passTraceContext(trace, &events[i].Event)
 		finish(&events[i], now)
 	}
 	return events, batch, nil
@@ -71,7 +72,6 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 // in a batch, that no client-chosen id appears twice.
 func admitEvents(evs []switchyard.Event, batch bool) ([]engine.IngestEvent, error) {
 	events := make([]engine.IngestEvent, len(evs))
-	ids := make(map[[2]string]bool, len(evs))
 	for i, ev := range evs {
 		events[i].Event = ev
 		if err := validate(&events[i]); err != nil {
@@ -81,24 +81,74 @@ func admitEvents(evs []switchyard.Event, batch bool) ([]engine.IngestEvent, erro
 			}
 			return nil, err
 		}
-		if ev.ID == "" {
-			continue
-		}
-		k := [2]string{ev.Source, ev.ID}
-		if ids[k] {
-			return nil, switchyard.Errorf(switchyard.EINVALID, "event %d: id %q from source %q appears twice in the batch", i, ev.ID, ev.Source)
-		}
-		ids[k] = true
+	}
+	if i := repeatedID(evs); i >= 0 {
+		ev := &evs[i]
+		return nil, switchyard.Errorf(switchyard.EINVALID, "event %d: id %q from source %q appears twice in the batch", i, ev.ID, ev.Source)
 	}
 	return events, nil
 }
 
-// passTraceContext copies W3C trace headers of the request onto an event
-// that does not carry its own.
-func passTraceContext(h http.Header, ev *switchyard.Event) {
-	for _, name := range []string{"traceparent", "tracestate"} {
-		if v := h.Get(name); v != "" && ev.Extension(name) == "" && cloudevents.Check(name, v) == nil {
-			ev.Extensions = append(ev.Extensions, switchyard.Header{Name: name, Value: v})
+// repeatedID returns the index of the first event whose client-chosen
+// (source, id) an earlier event of the batch already has, or -1. It sorts
+// indexes rather than filling a map: a batch of 100 was a map of 100
+// entries per request (docs/decisions/json-decoding.md, issue 14).
+func repeatedID(evs []switchyard.Event) int {
+	if len(evs) < 2 {
+		return -1
+	}
+	order := make([]int32, 0, len(evs))
+	for i := range evs {
+		if evs[i].ID != "" {
+			order = append(order, int32(i))
+		}
+	}
+	key := func(i int32) (string, string) { return evs[i].Source, evs[i].ID }
+	slices.SortFunc(order, func(a, b int32) int {
+		as, aid := key(a)
+		bs, bid := key(b)
+		if c := strings.Compare(as, bs); c != 0 {
+			return c
+		}
+		if c := strings.Compare(aid, bid); c != 0 {
+			return c
+		}
+		return int(a - b)
+	})
+	first := -1
+	for j := 1; j < len(order); j++ {
+		a, b := order[j-1], order[j]
+		as, aid := key(a)
+		bs, bid := key(b)
+		if as == bs && aid == bid && (first < 0 || int(b) < first) {
+			first = int(b) // the later of the two: the one that repeats
+		}
+	}
+	return first
+}
+
+// traceContext is the W3C trace context a request carries in its headers.
+type traceContext [2]switchyard.Header
+
+// traceContextOf reads the request's W3C trace headers once per request
+// (by their canonical names: Header.Get canonicalizes, and allocates, for
+// each lower-case name it is given), keeping the valid ones.
+func traceContextOf(h http.Header) traceContext {
+	var t traceContext
+	for i, name := range [2][2]string{{"traceparent", "Traceparent"}, {"tracestate", "Tracestate"}} {
+		if vs := h[name[1]]; len(vs) > 0 && vs[0] != "" && cloudevents.Check(name[0], vs[0]) == nil {
+			t[i] = switchyard.Header{Name: name[0], Value: vs[0]}
+		}
+	}
+	return t
+}
+
+// passTraceContext copies the request's trace context onto an event that
+// does not carry its own.
+func passTraceContext(t traceContext, ev *switchyard.Event) {
+	for _, h := range t {
+		if h.Value != "" && ev.Extension(h.Name) == "" {
+			ev.Extensions = append(ev.Extensions, h)
 		}
 	}
 }

@@ -75,3 +75,40 @@ func FuzzDecodeBinary(f *testing.F) {
 		checkDecoded(t, events, err)
 	})
 }
+
+// repeatedID names the first event whose (source, id) an earlier event of
+// the batch has, as a map of the ids seen so far would, and ignores
+// router-assigned (empty) ids.
+func TestRepeatedID(t *testing.T) {
+	ev := func(src, id string) switchyard.Event { return switchyard.Event{Source: src, ID: id} }
+	byMap := func(evs []switchyard.Event) int {
+		seen := map[[2]string]bool{}
+		for i, e := range evs {
+			if e.ID == "" {
+				continue
+			}
+			k := [2]string{e.Source, e.ID}
+			if seen[k] {
+				return i
+			}
+			seen[k] = true
+		}
+		return -1
+	}
+	cases := [][]switchyard.Event{
+		nil,
+		{ev("/s", "1")},
+		{ev("/s", "1"), ev("/s", "2")},
+		{ev("/s", "1"), ev("/t", "1")},
+		{ev("/s", ""), ev("/s", "")},
+		{ev("/s", "1"), ev("/s", "1")},
+		{ev("/s", "b"), ev("/s", "a"), ev("/s", "c"), ev("/s", "a"), ev("/s", "b")},
+		{ev("/s", "z"), ev("/s", "y"), ev("/s", "z"), ev("/s", "y"), ev("/s", "z")},
+		{ev("/a", "x"), ev("/b", "x"), ev("/a", "y"), ev("/b", "x")},
+	}
+	for i, c := range cases {
+		if got, want := repeatedID(c), byMap(c); got != want {
+			t.Errorf("case %d: repeatedID = %d, want %d", i, got, want)
+		}
+	}
+}

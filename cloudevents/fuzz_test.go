@@ -1,6 +1,7 @@
 package cloudevents_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -79,6 +80,38 @@ func FuzzBindingDecode(f *testing.F) {
 				t.Fatalf("%s: warnings %v for what the strict decoder accepted", b, warnings)
 			}
 			sameEvent(t, b.String()+" lenient", lenient, ev)
+		}
+	})
+}
+
+// An event reads the same in a batch as alone: what the batch decoder
+// remembers from one event to the next (interner) never leaks a value or
+// a member name into another event.
+func FuzzDecodeBatchMatchesEachEvent(f *testing.F) {
+	f.Add([]byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","ext":"a"}`),
+		[]byte(`{"specversion":"1.0","id":"2","source":"/s","type":"u","ext":"b","other":"a"}`),
+		[]byte(`{"specversion":"1.0","id":"3","source":"/t","type":"t","oth":"a","ext":null}`))
+	f.Add([]byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","subject":"x","datacontenttype":"text/plain","data":"a"}`),
+		[]byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","subject":"x\u0041","datacontenttype":"application/json"}`),
+		[]byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","sub\u006aect":"y","n":1,"b":true}`))
+	f.Add([]byte(`{"specversion":"1.0","id":"a","source":"","type":"t"}`),
+		[]byte(`{"specversion":"1.0","id":"b","source":"/s","type":"","e1":"1","e2":"2","e3":"3","e4":"4","e5":"5","e6":"6","e7":"7","e8":"8","e9":"9","e10":"10","e11":"11","e12":"12","e13":"13","e14":"14","e15":"15","e16":"16","e17":"17"}`),
+		[]byte(`{"specversion":"1.0","id":"c","source":"/s","type":"t","e17":"x","e1":"y","e16":"16"}`))
+	f.Fuzz(func(t *testing.T, a, b, c []byte) {
+		var want []switchyard.Event
+		for _, body := range [][]byte{a, b, c} {
+			ev, err := cloudevents.DecodeJSON(body)
+			if err != nil {
+				return
+			}
+			want = append(want, ev)
+		}
+		got, err := cloudevents.DecodeBatch([]byte("["+string(a)+","+string(b)+","+string(c)+"]"), 3)
+		if err != nil {
+			t.Fatalf("the events decode alone but not as a batch: %v", err)
+		}
+		for i := range want {
+			sameEvent(t, "batch event "+strconv.Itoa(i), got[i], want[i])
 		}
 	})
 }

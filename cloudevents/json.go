@@ -39,7 +39,7 @@ func DecodeJSON(body []byte) (switchyard.Event, error) {
 		return switchyard.Event{}, invalid("the body is not valid UTF-8")
 	}
 	return withDecoder(body, func(d *jsontext.Decoder) (switchyard.Event, error) {
-		ev, err := decodeObject(d)
+		ev, err := decodeObject(d, nil)
 		if err != nil {
 			return ev, err
 		}
@@ -65,12 +65,13 @@ func decodeBatch(d *jsontext.Decoder, max int) ([]switchyard.Event, error) {
 		return nil, invalid("a batch is a JSON array of CloudEvents%s", syntaxDetail(err))
 	}
 	var events []switchyard.Event
+	var seen interner
 	for d.PeekKind() != ']' {
 		if len(events) == max {
 			n, _ := countRest(d)
 			return nil, switchyard.Errorf(switchyard.ETOOLARGE, "the batch has %d events; the limit is %d", max+n, max)
 		}
-		ev, err := decodeObject(d)
+		ev, err := decodeObject(d, &seen)
 		if err != nil {
 			if e := (*switchyard.Error)(nil); errors.As(err, &e) {
 				e.Message = "event " + strconv.Itoa(len(events)) + ": " + e.Message
@@ -132,8 +133,9 @@ type member struct {
 	null        bool
 }
 
-// decodeObject reads one event object from d.
-func decodeObject(d *jsontext.Decoder) (switchyard.Event, error) {
+// decodeObject reads one event object from d; seen, when not nil, hands
+// out the names and values the batch's earlier events had.
+func decodeObject(d *jsontext.Decoder, seen *interner) (switchyard.Event, error) {
 	var ev switchyard.Event
 	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
 		return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
@@ -146,7 +148,7 @@ func decodeObject(d *jsontext.Decoder) (switchyard.Event, error) {
 		if err != nil {
 			return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
 		}
-		key, err := memberName(name)
+		key, err := memberName(name, seen)
 		if err != nil {
 			return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
 		}
@@ -160,7 +162,7 @@ func decodeObject(d *jsontext.Decoder) (switchyard.Event, error) {
 		case "data_base64":
 			data64 = bytes.Clone(v)
 		default:
-			m, err := memberOf(key, v)
+			m, err := memberOf(key, v, seen)
 			if err != nil {
 				return ev, err
 			}
@@ -183,8 +185,9 @@ func decodeObject(d *jsontext.Decoder) (switchyard.Event, error) {
 }
 
 // memberName is an object member's name: the spec's names without
-// allocating a string for each, others unquoted.
-func memberName(quoted jsontext.Value) (string, error) {
+// allocating a string for each, others unquoted (or, in a batch, the
+// string an earlier event's member of that name had).
+func memberName(quoted jsontext.Value, seen *interner) (string, error) {
 	switch string(quoted) {
 	case `"specversion"`:
 		return AttrSpecVersion, nil
@@ -207,19 +210,23 @@ func memberName(quoted jsontext.Value) (string, error) {
 	case `"data_base64"`:
 		return "data_base64", nil
 	}
+	if bytes.IndexByte(quoted, '\\') < 0 {
+		return seen.intern("", quoted[1:len(quoted)-1]), nil
+	}
 	b, err := jsontext.AppendUnquote(nil, quoted)
 	return string(b), err
 }
 
 // memberOf reads an attribute value: a string's text, a number or boolean
 // in its JSON form, null as absent; objects and arrays are refused.
-func memberOf(name string, v jsontext.Value) (member, error) {
+func memberOf(name string, v jsontext.Value, seen *interner) (member, error) {
 	switch v.Kind() {
 	case '"':
 		if bytes.IndexByte(v, '\\') < 0 {
 			// No escapes (jsontext has validated it): the text between
-			// the quotes, in one allocation instead of two.
-			return member{name: name, value: string(v[1 : len(v)-1])}, nil
+			// the quotes, in one allocation instead of two, or none when
+			// it repeats.
+			return member{name: name, value: seen.intern(name, v[1:len(v)-1])}, nil
 		}
 		s, err := jsontext.AppendUnquote(nil, v)
 		return member{name: name, value: string(s)}, err

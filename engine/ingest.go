@@ -99,7 +99,11 @@ func keyScope(tenant, endpoint, key string) string {
 // (a sink's size limits; docs/decisions/poison-events.md). Only a type
 // without plugins is checked: a plugin's outputs are known only when it
 // runs, and the sink's refusal then sends the event to the DLQ at once.
-func (e *Engine) fitsRoutes(tenant string, ev *switchyard.Event) error {
+//
+// m is the caller's, reused from event to event: handed to a sink through
+// an interface, a Message of its own per event and route was an
+// allocation each.
+func (e *Engine) fitsRoutes(tenant string, ev *switchyard.Event, m *switchyard.Message) error {
 	pol, ok := e.policy(ev.Type)
 	if !ok || len(pol.Plugins) > 0 {
 		return nil
@@ -111,8 +115,8 @@ func (e *Engine) fitsRoutes(tenant string, ev *switchyard.Event) error {
 			continue
 		}
 		// The message id the loop will give it (storage.Record.MsgID).
-		m := switchyard.Message{Event: ev, Topic: r.Target(), Key: ev.PartitionKey(), MsgID: storage.EventKey(tenant, ev.ID)}
-		if err := f.Fits(&m); err != nil {
+		*m = switchyard.Message{Event: ev, Topic: r.Target(), Key: ev.PartitionKey(), MsgID: storage.EventKey(tenant, ev.ID)}
+		if err := f.Fits(m); err != nil {
 			return switchyard.Errorf(switchyard.EROUTELIMIT, "event %q can never be published to %s: %v", ev.ID, r.Destination(), err)
 		}
 	}
@@ -210,6 +214,7 @@ func (e *Engine) admit(req *IngestRequest) error {
 	if err := e.space.check(); err != nil {
 		return err
 	}
+	m := new(switchyard.Message)
 	for i := range req.Events {
 		ev := &req.Events[i].Event
 		if strings.HasPrefix(ev.Type, inboxQueuePrefix) {
@@ -218,7 +223,7 @@ func (e *Engine) admit(req *IngestRequest) error {
 		if err := e.admitType(ev.Type); err != nil {
 			return err
 		}
-		if err := e.fitsRoutes(req.Tenant, ev); err != nil {
+		if err := e.fitsRoutes(req.Tenant, ev, m); err != nil {
 			return err
 		}
 	}

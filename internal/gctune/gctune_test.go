@@ -1,0 +1,78 @@
+package gctune
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+// Percent gives a small live heap the headroom, and a large one GOGC=100.
+func TestPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{0, 6400},            // an empty heap counts as 1 MiB
+		{1 * mib, 6400},      // next collection at 1 + 64 MiB
+		{8 * mib, 800},       // at 8 + 64 MiB
+		{32 * mib, 200},      // at 32 + 64 MiB
+		{64 * mib, 100},      // at 128 MiB, as GOGC=100
+		{512 * mib, 100},     // a large heap: as GOGC=100, never lower
+		{3 * mib / 2, 4266},  // rounds down
+		{100 * mib / 3, 192}, // rounds down
+	} {
+		if got := Percent(c.live, 64*mib); got != c.want {
+			t.Errorf("Percent(%d MiB) = %d, want %d", c.live/mib, got, c.want)
+		}
+	}
+}
+
+func gogc() uint64 {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// waitGOGC collects until ok(GOGC) or d has passed, and returns GOGC.
+func waitGOGC(t *testing.T, d time.Duration, ok func(uint64) bool) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		runtime.GC()
+		if p := gogc(); ok(p) || time.Now().After(deadline) {
+			return p
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// After a collection the running tuner has raised GOGC for this test's
+// small live heap, and stopping it puts GOGC back to 100.
+func TestTunerFollowsCollections(t *testing.T) {
+	t.Setenv("GOGC", "") // the tuner's own case: no operator setting
+	stop := Start(64 << 20)
+	if p := waitGOGC(t, 5*time.Second, func(p uint64) bool { return p > 100 }); p <= 100 {
+		stop()
+		t.Fatalf("GOGC = %d after collections with a small live heap, want more than 100", p)
+	}
+	stop()
+	if p := gogc(); p != 100 {
+		t.Fatalf("GOGC = %d after stop, want 100", p)
+	}
+	// A stopped tuner does not come back at the next collections.
+	if p := waitGOGC(t, 300*time.Millisecond, func(p uint64) bool { return p != 100 }); p != 100 {
+		t.Fatalf("GOGC = %d after a stopped tuner's collections, want 100", p)
+	}
+}
+
+// An operator's GOGC wins: Start leaves the collector alone.
+func TestOperatorGOGCWins(t *testing.T) {
+	t.Setenv("GOGC", "100")
+	stop := Start(64 << 20)
+	defer stop()
+	if p := waitGOGC(t, 300*time.Millisecond, func(p uint64) bool { return p != 100 }); p != 100 {
+		t.Fatalf("GOGC = %d with the GOGC variable set to 100", p)
+	}
+}
