@@ -24,7 +24,7 @@ func main() {
 	// bytes, not a read of the system's source per id (an allocation and a
 	// call each): docs/decisions/ingest-cost.md.
 	uuid.EnableRandPool()
-	// The collector gets 64 MiB of headroom above a small live heap
+	// The collector gets 32 MiB of headroom above a small live heap
 	// (internal/gctune; GOGC set in the environment turns this off).
 	defer gctune.Start(gctune.DefaultHeadroom)()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

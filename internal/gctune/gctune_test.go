@@ -1,7 +1,9 @@
 package gctune
 
 import (
+	"math"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"testing"
 	"time"
@@ -26,6 +28,17 @@ func TestPercent(t *testing.T) {
 		if got := Percent(c.live, 64*mib); got != c.want {
 			t.Errorf("Percent(%d MiB) = %d, want %d", c.live/mib, got, c.want)
 		}
+	}
+}
+
+// Limit holds the heap near its goal only while GOGC is raised.
+func TestLimit(t *testing.T) {
+	const mib = 1 << 20
+	if got := Limit(8*mib, 32*mib, Percent(8*mib, 32*mib)); got != 56*mib {
+		t.Errorf("Limit(8 MiB live, 32 MiB headroom) = %d MiB, want 56", got/mib)
+	}
+	if got := Limit(64*mib, 32*mib, Percent(64*mib, 32*mib)); got != math.MaxInt64 {
+		t.Errorf("Limit at GOGC=100 = %d, want none", got)
 	}
 }
 
@@ -57,9 +70,16 @@ func TestTunerFollowsCollections(t *testing.T) {
 		stop()
 		t.Fatalf("GOGC = %d after collections with a small live heap, want more than 100", p)
 	}
+	if l := debug.SetMemoryLimit(-1); l == math.MaxInt64 {
+		stop()
+		t.Fatal("no memory limit while GOGC is raised")
+	}
 	stop()
 	if p := gogc(); p != 100 {
 		t.Fatalf("GOGC = %d after stop, want 100", p)
+	}
+	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
+		t.Fatalf("memory limit %d after stop, want none", l)
 	}
 	// A stopped tuner does not come back at the next collections.
 	if p := waitGOGC(t, 300*time.Millisecond, func(p uint64) bool { return p != 100 }); p != 100 {
@@ -74,5 +94,21 @@ func TestOperatorGOGCWins(t *testing.T) {
 	defer stop()
 	if p := waitGOGC(t, 300*time.Millisecond, func(p uint64) bool { return p != 100 }); p != 100 {
 		t.Fatalf("GOGC = %d with the GOGC variable set to 100", p)
+	}
+}
+
+// An operator's GOMEMLIMIT wins over the tuner's limit: the tuner raises
+// GOGC but leaves the memory limit to the runtime.
+func TestOperatorGOMEMLIMITWins(t *testing.T) {
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "1GiB") // read by the tuner; this process's runtime never saw it
+	before := debug.SetMemoryLimit(-1)
+	stop := Start(64 << 20)
+	defer stop()
+	if p := waitGOGC(t, 5*time.Second, func(p uint64) bool { return p > 100 }); p <= 100 {
+		t.Fatalf("GOGC = %d with GOMEMLIMIT set, want the tuner's", p)
+	}
+	if l := debug.SetMemoryLimit(-1); l != before {
+		t.Fatalf("memory limit %d, want the runtime's %d", l, before)
 	}
 }
