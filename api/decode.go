@@ -2,7 +2,6 @@ package api
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -206,11 +205,16 @@ func finish(in *engine.IngestEvent, now func() time.Time) {
 // whichever content mode carried it. The trace context is left out: a
 // retry carries a new traceparent (tracing middleware makes one per
 // attempt), in a header of its own in binary mode as in structured.
+//
+// The digest is of the event's encoding/json form (digest.go writes the
+// same bytes without reflection): digests are stored with the idempotency
+// records, and a resend across an upgrade must still match.
 func eventDigest(ev *switchyard.Event) []byte {
-	e := *ev
-	e.Extensions = slices.DeleteFunc(slices.Clone(e.Extensions), func(h switchyard.Header) bool { return cloudevents.IsPassThrough(h.Name) })
-	b, _ := json.Marshal(&e)
+	buf := digestBuffers.Get().(*[]byte)
+	b := appendDigestJSON((*buf)[:0], ev)
 	sum := sha256.Sum256(b)
+	*buf = b
+	digestBuffers.Put(buf)
 	return sum[:]
 }
 

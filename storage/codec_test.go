@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 	"time"
@@ -96,4 +97,36 @@ func BenchmarkRecordCodec(b *testing.B) {
 			}
 		}
 	})
+}
+
+// An idempotency record reads back as written in the binary encoding, and
+// one a router wrote before (JSON) still reads the same; a truncated or
+// unknown record is an error, not a wrong record.
+func TestIdemRecordEncodings(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 10, 0, 0, 123, time.UTC)
+	for _, r := range []*IdemRecord{
+		{Digest: []byte{1, 2, 3}, Status: 202, ContentType: "application/json", Body: []byte(`{"id":"a"}` + "\n"),
+			EventIDs: []string{"a", "b"}, CreatedAt: t0, ExpiresAt: t0.Add(24 * time.Hour)},
+		{Digest: []byte{9}, EventIDs: []string{"only"}, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)},
+	} {
+		jsonForm, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range map[string][]byte{"binary": encodeIdem(r), "json": jsonForm} {
+			got, err := decodeIdem(v)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if !reflect.DeepEqual(got, r) {
+				t.Fatalf("%s: read %+v, wrote %+v", name, got, r)
+			}
+		}
+		b := encodeIdem(r)
+		for _, bad := range [][]byte{b[:len(b)-1], append([]byte{7}, b[1:]...), append(b, 0)} {
+			if got, err := decodeIdem(bad); err == nil {
+				t.Fatalf("corrupt record %x read as %+v", bad, got)
+			}
+		}
+	}
 }

@@ -18,7 +18,7 @@ import (
 //	keys/<type>         partitionkey ‖ 0x00 ‖ seq → id pending events per key (ordering = "key")
 //	dlq/<type>          moved_at ‖ seq → id           dead letters, newest last
 //	done                expires ‖ id → nil            delivered records to clean up
-//	idem                scope → IdemRecord (JSON)
+//	idem                scope → IdemRecord (binary, idempotency.go; JSON before)
 //	idem_exp            expires ‖ scope → nil         idempotency records to clean up
 //	meta                schema → version
 //	(inbox buckets: inbox.go)

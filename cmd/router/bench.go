@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -40,6 +43,7 @@ type benchOptions struct {
 	Batch       int           `json:"batch"`
 	Rate        float64       `json:"rate,omitempty"` // offered events/s; 0 = closed loop
 	DataBytes   int           `json:"data_bytes"`
+	ClientIDs   bool          `json:"client_ids,omitempty"`
 	Timeout     time.Duration `json:"timeout_ns"`
 	Output      string        `json:"-"`
 	FsyncProbe  string        `json:"fsync_probe,omitempty"`
@@ -66,6 +70,7 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	fs.IntVar(&o.Batch, "batch", 1, "events per request: 1 = a structured event, > 1 = a batch request")
 	fs.Float64Var(&o.Rate, "rate", 0, "offered load in events/s on an open-loop schedule (latency includes queueing); 0 = as fast as possible")
 	fs.IntVar(&o.DataBytes, "data-bytes", 128, "size of each event's data")
+	fs.BoolVar(&o.ClientIDs, "client-ids", false, "give each event an id of its own, as clients do (the router then also keeps an idempotency record per event); without it the router assigns the ids")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Second, "per-request timeout")
 	fs.StringVar(&o.Output, "o", "text", "report format: text or json")
 	fs.StringVar(&o.FsyncProbe, "fsync-probe", "", "before the load, measure the raw fsync rate (4 KiB write + fdatasync) of the disk holding this directory")
@@ -176,8 +181,10 @@ type bench struct {
 	media   string
 	tracker *e2eTracker // nil without -e2e
 
-	start time.Time
-	next  atomic.Int64 // the next request's number
+	start      time.Time
+	next       atomic.Int64 // the next request's number
+	ids        clientIDs    // with -client-ids
+	sentEvents atomic.Int64 // events given a client id so far
 }
 
 func newBench(o *benchOptions) *bench {
@@ -195,20 +202,31 @@ func newBench(o *benchOptions) *bench {
 		o:      o,
 		client: &http.Client{Transport: transport, Timeout: o.Timeout},
 		url:    "http://router/v1/events",
+		ids:    newClientIDs(),
 	}
-	b.body, b.media = requestBody(o.Type, o.Batch, o.DataBytes)
+	b.body, b.media = requestBody(o.Type, o.Batch, o.DataBytes, o.ClientIDs)
 	return b
 }
 
+// idPlaceholder stands for a client id in the body template: the run's
+// prefix and 16 hex digits of the event's number are written over it.
+const idPlaceholder = "################-################"
+
 // requestBody builds the body every request sends: one structured event,
-// or a batch. The router assigns the ids, so one body serves every request.
-func requestBody(typ string, batch, dataBytes int) (body []byte, media string) {
-	ev, _ := json.Marshal(map[string]any{
+// or a batch. Without clientIDs the router assigns the ids, so one body
+// serves every request; with them the ids are idPlaceholders that
+// bodyTemplate.fill replaces per request.
+func requestBody(typ string, batch, dataBytes int, clientIDs bool) (body []byte, media string) {
+	attrs := map[string]any{
 		"specversion": "1.0",
 		"type":        typ,
 		"source":      "/switchyard/bench",
 		"data":        strings.Repeat("x", max(dataBytes-2, 0)), // a JSON string: dataBytes with its quotes
-	})
+	}
+	if clientIDs {
+		attrs["id"] = idPlaceholder
+	}
+	ev, _ := json.Marshal(attrs)
 	if batch == 1 {
 		return ev, "application/cloudevents+json"
 	}
@@ -325,7 +343,11 @@ func (b *bench) worker(ctx context.Context, deadline time.Time, interval float64
 // post sends one request. A 2xx returns nil; with -e2e its ids are handed
 // to the tracker with start.
 func (b *bench) post(ctx context.Context, start time.Time) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(b.body))
+	body := b.body
+	if b.o.ClientIDs {
+		body = b.ids.fill(b.body, b.sentEvents.Add(int64(b.o.Batch))-int64(b.o.Batch))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -335,7 +357,7 @@ func (b *bench) post(ctx context.Context, start time.Time) (int, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body, err = io.ReadAll(resp.Body)
 	if err != nil {
 		return 0, err
 	}
@@ -350,6 +372,36 @@ func (b *bench) post(ctx context.Context, start time.Time) (int, error) {
 		b.tracker.sent(ids, start)
 	}
 	return resp.StatusCode, nil
+}
+
+// clientIDs numbers the events of one run: a random prefix (so that runs
+// against the same data file do not collide) and a counter.
+type clientIDs struct{ prefix [16]byte }
+
+func newClientIDs() clientIDs {
+	var c clientIDs
+	var r [8]byte
+	rand.Read(r[:])
+	hex.Encode(c.prefix[:], r[:])
+	return c
+}
+
+// fill copies the body template and writes the ids first, first+1, ...
+// over its idPlaceholders.
+func (c clientIDs) fill(template []byte, first int64) []byte {
+	body := bytes.Clone(template)
+	var n [8]byte
+	for i, at := int64(0), 0; ; i++ {
+		j := bytes.Index(body[at:], []byte(idPlaceholder))
+		if j < 0 {
+			return body
+		}
+		at += j
+		binary.BigEndian.PutUint64(n[:], uint64(first+i))
+		copy(body[at:], c.prefix[:])
+		hex.Encode(body[at+17:], n[:])
+		at += len(idPlaceholder)
+	}
 }
 
 // acceptedIDs reads the ids from a 202 body: one object, or a list.

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/cloudevents"
 )
 
 // TestBench runs `router bench` against the real router binary: singles
@@ -22,6 +25,7 @@ func TestBench(t *testing.T) {
 		{"-n", "300", "-c", "8"},
 		{"-n", "30", "-c", "4", "-batch", "10", "-e2e"},
 		{"-d", "500ms", "-c", "4", "-rate", "400", "-e2e"},
+		{"-n", "30", "-c", "4", "-batch", "10", "-e2e", "-client-ids"},
 	} {
 		var out bytes.Buffer
 		m := NewMain(nil, &out, &out)
@@ -59,5 +63,29 @@ func TestBench(t *testing.T) {
 			}
 		}
 		t.Logf("bench %v: %.0f req/s, p50 %s", scenario, rep.RequestsPerSec, ms(rep.Latency.P50))
+	}
+}
+
+// With -client-ids every event of every request has an id of its own, in
+// a body that still decodes as the batch it was.
+func TestBenchClientIDs(t *testing.T) {
+	template, _ := requestBody("demo.greeting", 3, 16, true)
+	ids := newClientIDs()
+	seen := map[string]bool{}
+	for _, first := range []int64{0, 3, 1 << 40} {
+		evs, err := cloudevents.DecodeBatch(ids.fill(template, first), 10)
+		if err != nil || len(evs) != 3 {
+			t.Fatalf("body of %d: %d events, %v", first, len(evs), err)
+		}
+		for i, ev := range evs {
+			want := fmt.Sprintf("%s-%016x", ids.prefix[:], first+int64(i))
+			if ev.ID != want || seen[ev.ID] {
+				t.Fatalf("event %d of body %d: id %q, want %q once", i, first, ev.ID, want)
+			}
+			seen[ev.ID] = true
+		}
+	}
+	if single, _ := requestBody("demo.greeting", 1, 16, false); bytes.Contains(single, []byte(`"id"`)) {
+		t.Fatalf("without -client-ids the body has an id: %s", single)
 	}
 }
