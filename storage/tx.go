@@ -54,6 +54,8 @@ type Tx struct {
 	tx       *bolt.Tx
 	writable bool
 	events   *bolt.Cursor // getEvent's, made on first use
+	opened   [8]openedBucket
+	nOpened  int
 }
 
 // getEvent is the events bucket's Get through one cursor per transaction:
