@@ -141,3 +141,35 @@ func FuzzDigestJSONIsMarshal(f *testing.F) {
 		}
 	})
 }
+
+// The 202 body is what json.Marshal made of the accepted list before it
+// was written by hand: clients, and stored idempotency replays, see the
+// same bytes.
+func TestRenderAcceptedIsMarshal(t *testing.T) {
+	type accepted struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	cases := [][]engine.Outcome{
+		{{ID: "a"}},
+		{{ID: "0193b2b4-6a1e-7c3a-9d2f-4c1e2a3b4c5d"}, {ID: "x<&>\\\"\u2028é", Duplicate: true}, {ID: "\x01\t"}},
+		{{ID: "", Duplicate: true}},
+	}
+	for _, outcomes := range cases {
+		list := make([]accepted, len(outcomes))
+		for i, o := range outcomes {
+			list[i] = accepted{ID: o.ID, Status: "accepted"}
+			if o.Duplicate {
+				list[i].Status = "duplicate"
+			}
+		}
+		batch, _ := json.Marshal(list)
+		one, _ := json.Marshal(list[0])
+		if got := renderAccepted(true)(outcomes).Body; string(got) != string(batch)+"\n" {
+			t.Errorf("batch body %s, json.Marshal %s", got, batch)
+		}
+		if got := renderAccepted(false)(outcomes[:1]).Body; string(got) != string(one)+"\n" {
+			t.Errorf("single body %s, json.Marshal %s", got, one)
+		}
+	}
+}

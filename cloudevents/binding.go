@@ -91,6 +91,35 @@ func (b Binding) Size(e *switchyard.Event) (bytes, headers int) {
 	return bytes, headers
 }
 
+// SizeBound is an upper bound of Size(e) in a few additions: every value
+// counted as if each of its bytes were percent-encoded (three bytes) where
+// the binding encodes, every attribute name as the longest one, every
+// header the binding could write counted. A sink that checks an event
+// against its limits with it needs Size only when the bound does not fit
+// (an event of ordinary size never comes near them).
+func (b Binding) SizeBound(e *switchyard.Event) (bytes, headers int) {
+	enc := 1
+	if b.percent {
+		enc = 3
+	}
+	values := len(e.SpecVersion) + len(e.ID) + len(e.Source) + len(e.Type) + len(e.Subject) + len(e.DataContentType) + len(e.DataSchema)
+	headers = 8 + len(e.Extensions) // seven string attributes, the time, the extensions
+	if b.ceType {
+		headers++ // datacontenttype as content-type and as <prefix>datacontenttype
+		values += len(e.DataContentType)
+	}
+	names := headers * (len(b.prefix) + len(AttrDataContentType)) // the longest name
+	for _, x := range e.Extensions {
+		names += len(x.Name)
+		values += len(x.Value)
+	}
+	bytes = names + enc*values
+	if !e.Time.IsZero() {
+		bytes += formattedTimeLen(e.Time)
+	}
+	return bytes, headers
+}
+
 // each calls add for every header of e in the binding, its name in two
 // parts (the attribute prefix, or "" for content-type and the pass-through
 // headers) and whether its value is to be percent-encoded.

@@ -141,8 +141,14 @@ func TestRoundTripEveryBinding(t *testing.T) {
 				t.Fatalf("%s: warnings %v", where(b.String()), warnings)
 			}
 			sameEvent(t, where(b.String()+" lenient"), lenient, ev)
-			if n, k := b.Size(&ev); k != len(hs) || n != headerBytes(hs) {
+			n, k := b.Size(&ev)
+			if k != len(hs) || n != headerBytes(hs) {
 				t.Fatalf("%s: Size = %d bytes in %d headers, Headers has %d in %d", where(b.String()), n, k, headerBytes(hs), len(hs))
+			}
+			// SizeBound never says less than Size: a sink that trusts it
+			// to fit never passes an event that does not.
+			if bn, bk := b.SizeBound(&ev); bn < n || bk < k {
+				t.Fatalf("%s: SizeBound = %d bytes in %d headers, under Size's %d in %d", where(b.String()), bn, bk, n, k)
 			}
 		}
 	}

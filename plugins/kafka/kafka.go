@@ -458,9 +458,14 @@ func (s *Sink) Fits(m *switchyard.Message) error {
 	if m == nil || m.Event == nil {
 		return nil
 	}
-	bytes, headers := cloudevents.Kafka.Size(m.Event)
-	n := recordOverhead + len(m.Key) + len(m.Event.Data) + bytes + headers*10
-	if int64(n) > s.maxRecordBytes {
+	size := func(bytes, headers int) int {
+		return recordOverhead + len(m.Key) + len(m.Event.Data) + bytes + headers*10
+	}
+	// An upper bound first: it fits nearly always (Binding.SizeBound).
+	if int64(size(cloudevents.Kafka.SizeBound(m.Event))) <= s.maxRecordBytes {
+		return nil
+	}
+	if n := size(cloudevents.Kafka.Size(m.Event)); int64(n) > s.maxRecordBytes {
 		return fmt.Errorf("%s: the record takes about %d bytes (%d of data), over max_record_bytes of %d", s.name, n, len(m.Event.Data), s.maxRecordBytes)
 	}
 	return nil
