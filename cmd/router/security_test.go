@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -179,9 +181,19 @@ func TestTruncatedDataFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("data file: %d bytes", len(full))
-	for _, cut := range []int{64 << 10, 1 << 20, 2 << 20, 4 << 20} { // ~6 MB of the file are in use
-		if cut >= len(full) {
-			t.Fatalf("the data file (%d bytes) is too small to cut at %d", len(full), cut)
+	// The first cut is far into the file's pages; its error says how many
+	// bytes the metadata holds, and the next cuts fall inside those.
+	used := 0
+	cuts := []func() int{
+		func() int { return 64 << 10 },
+		func() int { return used / 4 },
+		func() int { return used / 2 },
+		func() int { return used - 4096 },
+	}
+	for _, at := range cuts {
+		cut := at()
+		if cut >= len(full) || cut <= 0 {
+			t.Fatalf("the data file (%d bytes, %d in use) cannot be cut at %d", len(full), used, cut)
 		}
 		t.Run(fmt.Sprint(cut), func(t *testing.T) {
 			dir := t.TempDir()
@@ -202,10 +214,17 @@ func TestTruncatedDataFile(t *testing.T) {
 			if !strings.Contains(out, want) || !strings.Contains(out, "restore it from a backup") {
 				t.Errorf("the error does not say %q:\n%s", want, out)
 			}
+			if m := regexp.MustCompile(`, (\d+) bytes;`).FindStringSubmatch(out); m != nil && used == 0 {
+				used, _ = strconv.Atoi(m[1])
+				t.Logf("the metadata holds %d bytes", used)
+			}
 			if after, _ := os.ReadFile(db); !bytes.Equal(after, full[:cut]) {
 				t.Errorf("the file changed: %d bytes, was %d", len(after), cut)
 			}
 		})
+		if used == 0 {
+			t.Fatal("the first cut's error does not say how many bytes the file holds")
+		}
 	}
 }
 
