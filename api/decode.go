@@ -91,7 +91,7 @@ func admitEvents(evs []switchyard.Event, batch bool) ([]engine.IngestEvent, erro
 // repeatedID returns the index of the first event whose client-chosen
 // (source, id) an earlier event of the batch already has, or -1. It sorts
 // indexes rather than filling a map: a batch of 100 was a map of 100
-// entries per request (docs/decisions/json-decoding.md, issue 14).
+// entries per request (docs/decisions/ingest-cost.md).
 func repeatedID(evs []switchyard.Event) int {
 	if len(evs) < 2 {
 		return -1

@@ -30,7 +30,9 @@ type IngestRequest struct {
 type IngestEvent struct {
 	Event switchyard.Event
 	// ClientID is true when the client chose the id: (source, id) is then a
-	// natural idempotency key, compared by Digest.
+	// natural idempotency key, compared by Digest. When false, the id is one
+	// the router has just made (api.finish: a UUIDv7) and is stored without
+	// looking for an event that already has it (storage.Tx.InsertNewEvent).
 	ClientID bool
 	Digest   []byte // of the event as the client sent it
 }
@@ -270,7 +272,11 @@ func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Out
 		ev := &req.Events[i]
 		pol, _ := e.policy(ev.Event.Type)
 		rec := &storage.Record{Event: ev.Event, Tenant: req.Tenant, IdempotencyKey: req.Key, CreatedAt: now, UpdatedAt: now}
-		if err := tx.InsertEvent(rec, pol.ByKey()); err != nil {
+		insert := tx.InsertEvent
+		if !ev.ClientID {
+			insert = tx.InsertNewEvent // the router made the id (api.finish): it is new
+		}
+		if err := insert(rec, pol.ByKey()); err != nil {
 			if errors.Is(err, storage.ErrExists) {
 				return switchyard.Errorf(switchyard.EIDCONFLICT, "event id %q is already stored for another event", ev.Event.ID)
 			}

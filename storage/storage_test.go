@@ -380,3 +380,24 @@ func TestPluginState(t *testing.T) {
 		return nil
 	})
 }
+
+// InsertNewEvent stores and queues an event as InsertEvent does, and an
+// event it stored is then refused by InsertEvent like any other.
+func TestInsertNewEvent(t *testing.T) {
+	db := storagetest.Open(t)
+	r := record("fresh", "a", time.Unix(1, 0), "")
+	if err := db.Update(ctx, func(tx *storage.Tx) error { return tx.InsertNewEvent(r, false) }); err != nil {
+		t.Fatal(err)
+	}
+	db.View(func(tx *storage.Tx) error {
+		due, err := tx.Due("a", time.Unix(2, 0), 10, false, nil)
+		if err != nil || len(due) != 1 || due[0].Event.ID != "fresh" || due[0].State != storage.StatePending || due[0].QueueSeq == 0 {
+			t.Fatalf("due after InsertNewEvent: %v %+v", err, due)
+		}
+		return nil
+	})
+	err := db.Update(ctx, func(tx *storage.Tx) error { return tx.InsertEvent(record("fresh", "a", time.Unix(2, 0), ""), false) })
+	if !errors.Is(err, storage.ErrExists) {
+		t.Fatalf("InsertEvent of a stored id: %v, want ErrExists", err)
+	}
+}

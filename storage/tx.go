@@ -142,6 +142,17 @@ func (tx *Tx) InsertEvent(r *Record, orderByKey bool) error {
 	return tx.makePending(r, orderByKey)
 }
 
+// InsertNewEvent is InsertEvent for an event whose id the router has just
+// made: a UUIDv7, 74 of its bits from crypto/rand, which no stored event can
+// have. It skips the lookup InsertEvent starts with, one of the three B+tree
+// descents a stored event costs (docs/decisions/ingest-cost.md).
+func (tx *Tx) InsertNewEvent(r *Record, orderByKey bool) error {
+	if r.NextAttemptAt.IsZero() {
+		r.NextAttemptAt = r.CreatedAt
+	}
+	return tx.makePending(r, orderByKey)
+}
+
 // makePending gives r a new queue sequence, stores it as pending and puts
 // it in its queue (and, with orderByKey, in its key's line): the one way a
 // record enters a queue, new or retried from the DLQ.
