@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +73,20 @@ func (rt *Runtime) Load(ctx context.Context, cfg config.Plugin, opts LoadOptions
 	return rt.LoadBytes(ctx, cfg, bin, opts)
 }
 
+// compile compiles bin, one compile of the same module at a time. wazero
+// (v1.12.0) publishes a module it reads from its file cache before it has
+// compiled the module's entry preambles, and a concurrent compile of the
+// same module finds it there and instantiates it half-made
+// (wazero/wazero#2547: a data race, or an index-out-of-range panic in
+// NewFunction). Plugin blocks load in parallel and may share a module;
+// different modules still compile in parallel.
+func (rt *Runtime) compile(ctx context.Context, bin []byte, sum string) (wazero.CompiledModule, error) {
+	mu, _ := rt.compiling.LoadOrStore(sum, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	return rt.r.CompileModule(ctx, bin)
+}
+
 // LoadBytes is Load on a module already read; cfg.Wasm only names it in
 // errors and logs.
 func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte, opts LoadOptions) (*Plugin, error) {
@@ -102,7 +117,7 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 	}
 
 	start := time.Now()
-	compiled, err := rt.r.CompileModule(ctx, bin)
+	compiled, err := rt.compile(ctx, bin, p.sha256)
 	if err != nil {
 		return nil, wrap(fmt.Errorf("not a valid WebAssembly module: %w", err))
 	}

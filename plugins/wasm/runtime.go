@@ -23,9 +23,11 @@ package wasm
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
@@ -60,6 +62,8 @@ type Runtime struct {
 	// wasi are the functions of wasi_snapshot_preview1 that wazero
 	// implements, by name: the allowlist for that module.
 	wasi map[string]api.FunctionDefinition
+	// compiling holds a mutex per module (by sha256): compile.
+	compiling sync.Map
 }
 
 // NewRuntime returns a runtime with the compiler engine (the interpreter
@@ -109,7 +113,7 @@ func NewRuntime(ctx context.Context, opts RuntimeOptions) (*Runtime, error) {
 // the compilation cache: a later Load of the same module, in this runtime or
 // another one on the same directory, does not compile it again.
 func (rt *Runtime) Compile(ctx context.Context, bin []byte) error {
-	compiled, err := rt.r.CompileModule(ctx, bin)
+	compiled, err := rt.compile(ctx, bin, fmt.Sprintf("%x", sha256.Sum256(bin)))
 	if err != nil {
 		return fmt.Errorf("not a valid WebAssembly module: %w", err)
 	}

@@ -622,3 +622,37 @@ func TestWasmUsesState(t *testing.T) {
 		t.Error("passthrough imports no state function: UsesState is true")
 	}
 }
+
+// Plugins that use the same module load at the same time (the router loads
+// its plugin blocks in parallel) from a warm compilation cache without
+// racing inside wazero: it publishes a module read from the file cache
+// before its entry preambles are compiled (wazero/wazero#2547), so a
+// concurrent load of the same module could instantiate it half-made — a
+// data race under -race, an index-out-of-range panic without it.
+func TestSameModuleLoadsConcurrently(t *testing.T) {
+	dir := t.TempDir()
+	warm, _ := newTestRuntime(t, dir)
+	load(t, warm, "transformer", config.PluginLimits{}, 1) // fills the file cache
+	for round := range 5 {
+		rt, _ := newTestRuntime(t, dir) // an empty memory cache, a warm file cache
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for i := range 4 {
+			wg.Go(func() {
+				p, err := rt.Load(context.Background(), config.Plugin{Name: fmt.Sprintf("t%d", i), Wasm: testdata("transformer"), Limits: config.DefaultPluginLimits}, LoadOptions{Instances: 1})
+				if err == nil {
+					_, err = p.Handle(context.Background(), testEvent("e1"))
+					p.Close(context.Background())
+				}
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+}
