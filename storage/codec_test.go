@@ -1,12 +1,16 @@
 package storage
 
 import (
+	"context"
 	"encoding/json"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	bolt "go.etcd.io/bbolt"
 )
 
 func sampleRecord() *Record {
@@ -128,5 +132,62 @@ func TestIdemRecordEncodings(t *testing.T) {
 				t.Fatalf("corrupt record %x read as %+v", bad, got)
 			}
 		}
+	}
+}
+
+// A data file at schema 1 (JSON idempotency records) opens, is marked 2,
+// and its JSON records still read; a schema this router does not know is
+// refused at open, before anything is read or written.
+func TestSchemaUpgradeAndRefusal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	setSchema := func(v string, seed func(*bolt.Tx) error) {
+		t.Helper()
+		b, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if err := b.Update(func(tx *bolt.Tx) error {
+			if err := tx.Bucket(bucketMeta).Put(keySchema, []byte(v)); err != nil {
+				return err
+			}
+			if seed != nil {
+				return seed(tx)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close(context.Background())
+
+	t0 := time.Now().UTC().Truncate(time.Second)
+	old, _ := json.Marshal(&IdemRecord{Digest: []byte{1}, Status: 202, EventIDs: []string{"e"}, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+	setSchema("1", func(tx *bolt.Tx) error { return tx.Bucket(bucketIdem).Put([]byte("scope"), old) })
+	db, err = Open(path, Options{})
+	if err != nil {
+		t.Fatalf("a schema 1 file: %v", err)
+	}
+	db.View(func(tx *Tx) error {
+		if v := string(tx.tx.Bucket(bucketMeta).Get(keySchema)); v != schemaVersion {
+			t.Errorf("schema after open = %q, want %q", v, schemaVersion)
+		}
+		if r, err := tx.Idempotency("scope", t0); err != nil || r.Status != 202 || r.EventIDs[0] != "e" {
+			t.Errorf("the schema 1 record reads %+v, %v", r, err)
+		}
+		return nil
+	})
+	db.Close(context.Background())
+
+	setSchema("3", nil)
+	if db, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), `data file schema "3"`) {
+		if db != nil {
+			db.Close(context.Background())
+		}
+		t.Fatalf("a schema 3 file: %v, want a refusal naming it", err)
 	}
 }

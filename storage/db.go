@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,8 +86,8 @@ func Open(path string, opts Options) (*DB, error) {
 				}
 			}
 			meta := tx.Bucket(bucketMeta)
-			if v := meta.Get(keySchema); v != nil && string(v) != schemaVersion {
-				return fmt.Errorf("data file schema %q, this router reads %q", v, schemaVersion)
+			if v := meta.Get(keySchema); v != nil && !slices.Contains(schemaReadable, string(v)) {
+				return fmt.Errorf("data file schema %q, this router reads %q", v, schemaReadable)
 			}
 			// A running mark left by the last run means it did not stop
 			// cleanly (a crash, SIGKILL, a power cut).

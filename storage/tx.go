@@ -36,10 +36,16 @@ var (
 		bucketResolved, bucketResolvedExp, // dlq.go
 		bucketState, bucketStateExp, bucketStateUsage} // state.go
 
-	keySchema     = []byte("schema")
-	keyRunning    = []byte("running") // present while a router has the file open
-	keySeq        = []byte("seq")
-	schemaVersion = "1"
+	keySchema  = []byte("schema")
+	keyRunning = []byte("running") // present while a router has the file open
+	keySeq     = []byte("seq")
+	// schemaVersion 2: idempotency records are binary (idempotency.go). A
+	// file at 1 is upgraded when it is opened (its JSON records still read);
+	// a router that reads only 1 refuses a file at 2 at start, rather than
+	// failing on each binary record it meets.
+	schemaVersion = "2"
+	// schemaReadable are the versions this router opens.
+	schemaReadable = []string{"1", "2"}
 )
 
 // ErrNotFound is returned when a record does not exist.
