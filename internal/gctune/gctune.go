@@ -18,7 +18,8 @@
 // between would meet the last, high GOGC for one cycle (with 64 MiB of
 // headroom and no limit, the heap goal reached 193 MiB in such cycles).
 // While it gives headroom the tuner therefore also sets a memory limit
-// (debug.SetMemoryLimit) at the live heap plus 1.5 × headroom, which the
+// (debug.SetMemoryLimit) at the live heap plus 1.5 × headroom (plus what
+// the runtime holds beyond the heap: stacks, its structures), which the
 // runtime applies at once; at GOGC=100 it lifts the limit. A heap that
 // outgrows the limit between two collections makes the next one come
 // sooner (the runtime caps the collector at half the CPU), for that cycle
@@ -35,7 +36,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"sync/atomic"
+	"sync"
 )
 
 // DefaultHeadroom is the heap growth the router allows between
@@ -46,11 +47,13 @@ import (
 const DefaultHeadroom = 32 << 20
 
 // Percent is the GOGC that starts the next collection headroom bytes past
-// a live heap of live bytes, and never above GOGC=100's start: at least
-// 100, and for an empty heap 100 × headroom / 1 MiB.
-func Percent(live, headroom uint64) int {
-	live = max(live, 1<<20)
-	return int(max(100, headroom*100/live))
+// the live heap, and never before GOGC=100 would. The runtime applies GOGC
+// to scanned, the live heap plus the roots it scans (goroutine stacks,
+// globals): the next collection starts scanned × GOGC/100 past the live
+// heap. So: at least 100, and for an empty heap 100 × headroom / 1 MiB.
+func Percent(scanned, headroom uint64) int {
+	scanned = max(scanned, 1<<20)
+	return int(max(100, headroom*100/scanned))
 }
 
 // Start runs the tuner until stop is called; it returns a stop that does
@@ -59,11 +62,16 @@ func Start(headroom uint64) (stop func()) {
 	if os.Getenv("GOGC") != "" {
 		return func() {}
 	}
-	t := &tuner{headroom: headroom, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}},
+	t := &tuner{headroom: headroom, sample: make([]metrics.Sample, len(sampled)),
 		setLimit: os.Getenv("GOMEMLIMIT") == "", limit: math.MaxInt64}
+	for i, name := range sampled {
+		t.sample[i].Name = name
+	}
 	t.arm()
 	return func() {
-		t.stopped.Store(true)
+		t.mu.Lock() // a cleanup in adjust finishes first, and none follows
+		defer t.mu.Unlock()
+		t.stopped = true
 		debug.SetGCPercent(100)
 		if t.setLimit {
 			debug.SetMemoryLimit(math.MaxInt64)
@@ -72,15 +80,30 @@ func Start(headroom uint64) (stop func()) {
 }
 
 // Limit is the memory limit that holds the heap near its goal while GOGC
-// is raised (percent > 100): the live heap plus 1.5 × headroom (the goal
-// is the live heap plus headroom; the rest is for what the runtime counts
-// beyond the heap: stacks, its own structures). At GOGC=100 there is no
-// limit (math.MaxInt64).
-func Limit(live, headroom uint64, percent int) int64 {
+// is raised (percent > 100): the live heap plus 1.5 × headroom plus
+// nonHeap, the memory the runtime counts against a limit beyond the heap
+// (goroutine stacks, its own structures; without it, a router with many
+// goroutines would collect on the limit far more often than at GOGC=100).
+// At GOGC=100 there is no limit (math.MaxInt64).
+func Limit(live, nonHeap, headroom uint64, percent int) int64 {
 	if percent <= 100 {
 		return math.MaxInt64
 	}
-	return int64(live + headroom + headroom/2)
+	return int64(live + nonHeap + headroom + headroom/2)
+}
+
+// sampled are the runtime metrics adjust reads: the live heap and the roots
+// GOGC applies to with it, and what makes up the memory a limit counts
+// (total less released) besides the heap.
+var sampled = []string{
+	"/gc/heap/live:bytes",
+	"/gc/scan/stack:bytes",
+	"/gc/scan/globals:bytes",
+	"/memory/classes/total:bytes",
+	"/memory/classes/heap/released:bytes",
+	"/memory/classes/heap/objects:bytes",
+	"/memory/classes/heap/unused:bytes",
+	"/memory/classes/heap/free:bytes",
 }
 
 type tuner struct {
@@ -89,7 +112,8 @@ type tuner struct {
 	percent  int
 	setLimit bool  // no GOMEMLIMIT from the operator
 	limit    int64 // the limit last set
-	stopped  atomic.Bool
+	mu       sync.Mutex
+	stopped  bool
 }
 
 // sentinel is an object nobody keeps: its cleanup runs after the
@@ -99,7 +123,9 @@ type sentinel struct{ _ [32]byte }
 
 func (t *tuner) arm() {
 	runtime.AddCleanup(new(sentinel), func(t *tuner) {
-		if t.stopped.Load() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.stopped {
 			return
 		}
 		t.adjust()
@@ -110,19 +136,24 @@ func (t *tuner) arm() {
 // adjust sets GOGC for the live heap the last collection left.
 func (t *tuner) adjust() {
 	metrics.Read(t.sample)
-	if t.sample[0].Value.Kind() != metrics.KindUint64 {
-		return
+	var v [8]uint64
+	for i, s := range t.sample {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return
+		}
+		v[i] = s.Value.Uint64()
 	}
-	live := t.sample[0].Value.Uint64()
-	p := Percent(live, t.headroom)
-	l := Limit(live, t.headroom, p)
+	live, scanned, total, heap := v[0], v[0]+v[1]+v[2], v[3], v[4]+v[5]+v[6]+v[7]
+	p := Percent(scanned, t.headroom)
+	l := Limit(live, total-min(heap, total), t.headroom, p)
 	// Whichever change tightens goes first, so that the heap goal never
 	// passes either new bound in between.
 	if l < t.limit {
 		t.setMemoryLimit(l)
 	}
-	// Only a change of more than an eighth is worth telling the runtime.
-	if d := p - t.percent; d > t.percent/8 || -d > t.percent/8 {
+	// Only a change of more than an eighth is worth telling the runtime,
+	// and the return to 100 (where the limit is lifted) always is.
+	if d := p - t.percent; d != 0 && (p == 100 || d > t.percent/8 || -d > t.percent/8) {
 		t.percent = p
 		debug.SetGCPercent(p)
 	}

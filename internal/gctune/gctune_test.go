@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"testing"
 	"time"
 )
@@ -34,10 +35,10 @@ func TestPercent(t *testing.T) {
 // Limit holds the heap near its goal only while GOGC is raised.
 func TestLimit(t *testing.T) {
 	const mib = 1 << 20
-	if got := Limit(8*mib, 32*mib, Percent(8*mib, 32*mib)); got != 56*mib {
-		t.Errorf("Limit(8 MiB live, 32 MiB headroom) = %d MiB, want 56", got/mib)
+	if got := Limit(8*mib, 10*mib, 32*mib, Percent(8*mib, 32*mib)); got != 66*mib {
+		t.Errorf("Limit(8 MiB live, 10 MiB beyond the heap, 32 MiB headroom) = %d MiB, want 66", got/mib)
 	}
-	if got := Limit(64*mib, 32*mib, Percent(64*mib, 32*mib)); got != math.MaxInt64 {
+	if got := Limit(64*mib, 10*mib, 32*mib, Percent(64*mib, 32*mib)); got != math.MaxInt64 {
 		t.Errorf("Limit at GOGC=100 = %d, want none", got)
 	}
 }
@@ -111,4 +112,54 @@ func TestOperatorGOMEMLIMITWins(t *testing.T) {
 	if l := debug.SetMemoryLimit(-1); l != before {
 		t.Fatalf("memory limit %d, want the runtime's %d", l, before)
 	}
+}
+
+// With much memory outside the heap (goroutine stacks: ~47 MiB here) the
+// tuner's memory limit still leaves room for its headroom: allocating the
+// same volume takes no more collections than at GOGC=100. A limit counted
+// from the live heap alone made it 4.5 times as many.
+func TestLimitCountsStacks(t *testing.T) {
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 1500 {
+		wg.Go(func() { deepStack(64, release) })
+	}
+	defer func() { close(release); wg.Wait() }()
+	cycles := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	var sink []byte
+	allocate := func() uint64 { // 1 GiB in 64 KiB pieces
+		runtime.GC()
+		before := cycles()
+		for range 1 << 14 {
+			sink = make([]byte, 64<<10)
+		}
+		_ = sink
+		return cycles() - before
+	}
+	plain := allocate()
+	stop := Start(32 << 20)
+	runtime.GC() // the tuner adjusts after each collection
+	tuned := allocate()
+	stop()
+	t.Logf("collections for 1 GiB: %d at GOGC=100, %d tuned", plain, tuned)
+	if tuned > plain+1 { // one for where the run starts in a cycle
+		t.Fatalf("%d collections with the tuner, %d at GOGC=100", tuned, plain)
+	}
+}
+
+// deepStack grows its goroutine's stack by about depth × 512 bytes, then
+// waits.
+func deepStack(depth int, wait chan struct{}) byte {
+	var pad [512]byte
+	if depth == 0 {
+		<-wait
+		return pad[0]
+	}
+	return deepStack(depth-1, wait) + pad[depth%512]
 }
