@@ -71,6 +71,7 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 // in a batch, that no client-chosen id appears twice.
 func admitEvents(evs []switchyard.Event, batch bool) ([]engine.IngestEvent, error) {
 	events := make([]engine.IngestEvent, len(evs))
+	repeated := repeatedID(evs)
 	for i, ev := range evs {
 		events[i].Event = ev
 		if err := validate(&events[i]); err != nil {
@@ -80,10 +81,9 @@ func admitEvents(evs []switchyard.Event, batch bool) ([]engine.IngestEvent, erro
 			}
 			return nil, err
 		}
-	}
-	if i := repeatedID(evs); i >= 0 {
-		ev := &evs[i]
-		return nil, switchyard.Errorf(switchyard.EINVALID, "event %d: id %q from source %q appears twice in the batch", i, ev.ID, ev.Source)
+		if i == repeated { // the first problem in the batch's order, as before
+			return nil, switchyard.Errorf(switchyard.EINVALID, "event %d: id %q from source %q appears twice in the batch", i, ev.ID, ev.Source)
+		}
 	}
 	return events, nil
 }

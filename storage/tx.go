@@ -142,10 +142,7 @@ func (tx *Tx) InsertEvent(r *Record, orderByKey bool) error {
 	if tx.getEvent([]byte(r.Key())) != nil {
 		return ErrExists
 	}
-	if r.NextAttemptAt.IsZero() {
-		r.NextAttemptAt = r.CreatedAt
-	}
-	return tx.makePending(r, orderByKey)
+	return tx.InsertNewEvent(r, orderByKey)
 }
 
 // InsertNewEvent is InsertEvent for an event whose id the router has just
