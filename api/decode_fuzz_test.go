@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,5 +172,18 @@ func TestRenderAcceptedIsMarshal(t *testing.T) {
 		if got := renderAccepted(false)(outcomes[:1]).Body; string(got) != string(one)+"\n" {
 			t.Errorf("single body %s, json.Marshal %s", got, one)
 		}
+	}
+}
+
+// A batch is refused for its first problem in order: a repeated id before
+// a later invalid event is what the client hears about, and the other way.
+func TestBatchFirstProblemInOrder(t *testing.T) {
+	ok := switchyard.Event{SpecVersion: "1.0", Type: "t", Source: "/s", ID: "a"}
+	bad := switchyard.Event{SpecVersion: "0.3", Type: "t", Source: "/s", ID: "b"}
+	if _, err := admitEvents([]switchyard.Event{ok, ok, bad}, true); err == nil || !strings.Contains(err.Error(), "event 1: id \"a\" from source \"/s\" appears twice") {
+		t.Errorf("repeat first: %v", err)
+	}
+	if _, err := admitEvents([]switchyard.Event{ok, bad, ok}, true); err == nil || !strings.Contains(err.Error(), "event 1: specversion") {
+		t.Errorf("invalid first: %v", err)
 	}
 }
