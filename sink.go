@@ -86,6 +86,26 @@ type ReadyNotifier interface {
 	OnReady(func())
 }
 
+// Acked is a message a broker acknowledged: the id it was published under
+// and where the broker said it put it (Result.Position).
+type Acked struct {
+	MsgID    string
+	Position Position
+}
+
+// Keeper is implemented by sinks that can say which messages their broker
+// still holds. After an unclean stop the engine republishes only what the
+// broker lost (engine.Republish): a broker that acknowledges before it
+// fsyncs (the embedded JetStream) can lose its newest messages in a power
+// cut, while a republish of one it kept would be stored twice once the
+// broker's dedup window has passed — and the machine may have been off for
+// longer than that. Kept answers for each message, in order; a message it
+// cannot place counts as lost (republished: a duplicate at worst, never a
+// loss).
+type Keeper interface {
+	Kept(ctx context.Context, msgs []Acked) ([]bool, error)
+}
+
 // ErrUnknownOutcome marks a publish whose fate the router cannot know (the
 // deadline fired before the broker answered). The batch is released without
 // counting an attempt: fail closed, retry with the same id.

@@ -25,3 +25,12 @@ func (d doubleSink) Healthy(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Kept passes through to the sink, so that double-send does not change
+// what a republish after an unclean stop sends again.
+func (d doubleSink) Kept(ctx context.Context, msgs []switchyard.Acked) ([]bool, error) {
+	if k, ok := d.Sink.(switchyard.Keeper); ok {
+		return k.Kept(ctx, msgs)
+	}
+	return make([]bool, len(msgs)), nil
+}

@@ -422,8 +422,8 @@ func newLogger(w io.Writer, level, format string) hclog.Logger {
 // republishAfterCrash runs after an unclean stop: the embedded JetStream
 // acknowledges a message before it fsyncs it (within sync_interval), so a
 // power cut can take from it what the router had already marked delivered.
-// What was delivered to it in the last 2×sync_interval+5s goes out again
-// under the same message ids; JetStream drops those it kept
+// Of what was delivered to it in the last 2×sync_interval+5s, what its
+// streams no longer hold goes out again under the same message ids
 // (docs/decisions/power-loss.md). A server that fsyncs every message
 // (sync_always) needs none of this.
 func (c *RunCommand) republishAfterCrash(ctx context.Context, cfg *config.Config) {
@@ -443,6 +443,6 @@ func (c *RunCommand) republishAfterCrash(ctx context.Context, cfg *config.Config
 		c.log.Error("the last run did not stop cleanly, and republishing what it delivered last failed", "error", err)
 		return
 	}
-	c.log.Warn("the last run did not stop cleanly: republishing what it delivered last to the embedded NATS server (it drops what it kept)",
+	c.log.Warn("the last run did not stop cleanly: republishing what the embedded NATS server lost of what it delivered last",
 		"events", n, "window", window, "sinks", sinks)
 }

@@ -1,0 +1,75 @@
+package nats
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard"
+)
+
+// Kept tells which acknowledged messages a stream still holds after it lost
+// its newest ones and another publisher took their sequences: the
+// surviving prefix is kept; sequences that now hold other messages, those
+// past the stream's end, messages without a position and a stream that is
+// gone are lost.
+func TestKeptAfterLosingTheNewest(t *testing.T) {
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	ctx := pubCtx(t, 20*time.Second)
+	msgs := makeMsgs("a", "orders.created", 10)
+	res := sink.Publish(ctx, msgs)
+	requireOK(t, res, len(msgs))
+	acked := make([]switchyard.Acked, len(msgs)+1)
+	for i, r := range res {
+		acked[i] = switchyard.Acked{MsgID: msgs[i].MsgID, Position: r.Position}
+	}
+	acked[len(msgs)] = switchyard.Acked{MsgID: "core-nats-no-position"}
+	all := slices.Repeat([]bool{true}, len(msgs))
+	checkKept(t, ctx, sink, acked, append(all, false))
+
+	// The stream as a power cut leaves it: its first 4 messages, then 2
+	// of another publisher at the sequences of the 5th and 6th.
+	recreateStream(t, ctx, sink)
+	requireOK(t, sink.Publish(ctx, msgs[:4]), 4)
+	requireOK(t, sink.Publish(ctx, makeMsgs("b", "orders.created", 2)), 2)
+	want := make([]bool, len(acked))
+	copy(want, all[:4])
+	checkKept(t, ctx, sink, acked, want)
+
+	// Shuffled input: the answer follows the input's order.
+	rev := slices.Clone(acked)
+	slices.Reverse(rev)
+	wantRev := slices.Clone(want)
+	slices.Reverse(wantRev)
+	checkKept(t, ctx, sink, rev, wantRev)
+
+	if err := sink.jsAdmin.DeleteStream(ctx, "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	checkKept(t, ctx, sink, acked, make([]bool, len(acked)))
+}
+
+func checkKept(t *testing.T, ctx context.Context, sink *Sink, acked []switchyard.Acked, want []bool) {
+	t.Helper()
+	got, err := sink.Kept(ctx, acked)
+	if err != nil {
+		t.Fatalf("Kept: %v", err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Kept = %v, want %v", got, want)
+	}
+}
+
+// recreateStream deletes the sink's stream and creates it again, empty.
+func recreateStream(t *testing.T, ctx context.Context, sink *Sink) {
+	t.Helper()
+	if err := sink.jsAdmin.DeleteStream(ctx, "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureStream(ctx, sink.jsAdmin, sink.streams[0]); err != nil {
+		t.Fatal(err)
+	}
+}
