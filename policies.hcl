@@ -100,10 +100,10 @@ nats "local" {
   # password_file = "./data/nats-local.password" # to choose your own
   # store_dir = "./data/nats"  # JetStream files; default: next to storage.path
   # JetStream acks a message once it is written to the OS and fsyncs every
-  # sync_interval. After a crash or power cut the router republishes what it
-  # delivered in the last 2 x sync_interval + 5s under the same message ids
-  # (JetStream drops what it kept), so an acknowledged event survives a
-  # power cut (docs/decisions/power-loss.md). sync_always = true fsyncs
+  # sync_interval. After a crash or power cut the router asks the stream
+  # which events of the last 2 x sync_interval + 5s it still holds and
+  # republishes the others under the same message ids, so an acknowledged
+  # event survives a power cut (docs/decisions/power-loss.md). sync_always = true fsyncs
   # before every ack instead (about 6x slower here: BENCHMARKS.md).
   sync_interval = "1s"
   sync_always   = false
@@ -112,14 +112,18 @@ nats "local" {
   max_pending     = 4096 # in-flight asynchronous publishes
   publish_timeout = "10s"
 
-  # Streams are created when the router starts. JetStream drops
-  # a message whose Nats-Msg-Id it has seen within `duplicates`.
+  # Streams are created when the router starts. JetStream drops a message
+  # whose Nats-Msg-Id it has seen within `duplicates`: a republish after
+  # the router's own crash (it restarts in seconds). The server keeps every
+  # id of the window in memory, ~300 bytes each: 5s at 50k events/s is
+  # ~75 MB (docs/decisions/dedup-window.md). Default 5s here, 2m on an
+  # external server (nats-server's own default).
   stream "events" {
     subjects   = ["demo.>"]
     storage    = "file" # or "memory"
     replicas   = 1
     max_age    = "0s" # 0 keeps messages forever
-    duplicates = "2m"
+    duplicates = "5s"
   }
 }
 

@@ -202,6 +202,9 @@ func TestDefault(t *testing.T) {
 	if !n.Embedded || n.StoreDir != filepath.Join("data", "nats") || len(n.Streams) != 1 || n.Streams[0].Subjects[0] != "demo.>" {
 		t.Errorf("nats = %+v", n)
 	}
+	if d := n.Streams[0].Duplicates; d != DefaultEmbeddedDuplicates {
+		t.Errorf("policies.hcl: duplicates = %s, want the embedded default %s", d, DefaultEmbeddedDuplicates)
+	}
 	p, ok := cfg.Policy("demo.greeting")
 	if !ok || !reflect.DeepEqual(p.Routes, []Route{{To: "nats.local", Subject: "demo.greeting"}}) {
 		t.Errorf("demo.greeting = %+v, %v", p, ok)
@@ -211,6 +214,45 @@ func TestDefault(t *testing.T) {
 		cfg.Listen != empty.Listen || cfg.Storage != empty.Storage || cfg.Idempotency != empty.Idempotency ||
 		cfg.Outbox != empty.Outbox || cfg.DLQ != empty.DLQ {
 		t.Errorf("default.hcl disagrees with the built-in defaults:\n got %+v\nwant %+v", cfg, empty)
+	}
+}
+
+// A stream's duplicates window defaults to 5s on the embedded server (its
+// ids are held in the router's memory) and to nats-server's 2m on an
+// external one; a max_age shorter than the default shortens it, and a
+// window that is set is kept.
+func TestStreamDuplicatesDefault(t *testing.T) {
+	cfg := mustParse(t, `
+nats "in" {
+  embedded = true
+  port     = -1
+  stream "a" { subjects = ["a"] }
+  stream "b" {
+    subjects = ["b"]
+    max_age  = "2s"
+  }
+  stream "c" {
+    subjects   = ["c"]
+    duplicates = "1m"
+  }
+}
+nats "out" {
+  url = "nats://127.0.0.1:4222"
+  stream "d" { subjects = ["d"] }
+  stream "e" {
+    subjects = ["e"]
+    max_age  = "1m"
+  }
+}
+`)
+	want := map[string]time.Duration{"a": DefaultEmbeddedDuplicates, "b": 2 * time.Second, "c": time.Minute,
+		"d": DefaultStreamDuplicates, "e": time.Minute}
+	for _, n := range cfg.NATS {
+		for _, s := range n.Streams {
+			if s.Duplicates != want[s.Name] {
+				t.Errorf("nats %q stream %q: duplicates = %s, want %s", n.Name, s.Name, s.Duplicates, want[s.Name])
+			}
+		}
 	}
 }
 
@@ -267,7 +309,7 @@ func TestFullConfig(t *testing.T) {
 		Auth: NATSAuth{User: "switchyard", Password: Secret{File: "/var/lib/sy/nats-local.password"}},
 		Streams: []Stream{
 			{Name: "a", Subjects: []string{"a.>"}, Storage: "memory", Replicas: 3, MaxAge: time.Hour, Duplicates: time.Minute},
-			{Name: "b", Subjects: []string{"b"}, Storage: "file", Replicas: 1, Duplicates: 2 * time.Minute},
+			{Name: "b", Subjects: []string{"b"}, Storage: "file", Replicas: 1, Duplicates: DefaultEmbeddedDuplicates},
 		},
 	}, {
 		Name: "remote", URL: "nats://nats:4222", Host: "127.0.0.1", Port: 4222,

@@ -12,12 +12,16 @@ import (
 // again. A test that builds a block by hand starts from the constructors
 // below, which Load uses too.
 const (
-	DefaultPublishTimeout     = 10 * time.Second // nats and kafka blocks
-	DefaultNATSMaxPending     = 4096
-	DefaultNATSHost           = "127.0.0.1"
-	DefaultNATSPort           = 4222
-	DefaultStreamReplicas     = 1
-	DefaultStreamDuplicates   = 2 * time.Minute
+	DefaultPublishTimeout   = 10 * time.Second // nats and kafka blocks
+	DefaultNATSMaxPending   = 4096
+	DefaultNATSHost         = "127.0.0.1"
+	DefaultNATSPort         = 4222
+	DefaultStreamReplicas   = 1
+	DefaultStreamDuplicates = 2 * time.Minute // nats-server's own default
+	// DefaultEmbeddedDuplicates is the duplicates window of a stream on
+	// the embedded server: it holds every id of the window in the
+	// router's memory (docs/decisions/dedup-window.md).
+	DefaultEmbeddedDuplicates = 5 * time.Second
 	DefaultKafkaClientID      = "switchyard"
 	DefaultKafkaCompression   = "none"
 	DefaultMaxRecordBytes     = 1 << 20

@@ -520,7 +520,7 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 	}
 	names := map[string]hcl.Range{}
 	for _, sb := range streams {
-		s := d.stream(sb)
+		s := d.stream(sb, n.Embedded)
 		if d.declare(names, sb) {
 			n.Streams = append(n.Streams, s)
 		}
@@ -600,8 +600,11 @@ func (d *decoder) tls(blocks hcl.Blocks) *TLS {
 	return t
 }
 
-func (d *decoder) stream(b *hcl.Block) Stream {
+func (d *decoder) stream(b *hcl.Block, embedded bool) Stream {
 	s := NewStream(b.Labels[0])
+	if embedded {
+		s.Duplicates = DefaultEmbeddedDuplicates
+	}
 	c := d.content(b.Body, streamSchema)
 	s.Subjects = d.requiredList(c, "subjects", b, `["<subject>", ...]`)
 	d.oneOf(c.Attributes["storage"], &s.Storage, "file", "memory")
