@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -20,7 +21,10 @@ import (
 // asked what it kept, so a kept message is not stored twice however long
 // the machine was off; for any other sink every such output goes out again
 // and the broker's dedup window must drop what it kept
-// (docs/decisions/power-loss.md). It returns how many events it requeued.
+// (docs/decisions/power-loss.md). Run it before Open: a loop that publishes
+// meanwhile could take a sequence the broker lost, and the window is
+// counted back from the newest delivery. It returns how many events it
+// requeued.
 func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Duration) (int, error) {
 	if len(sinks) == 0 {
 		return 0, nil
@@ -75,6 +79,9 @@ func (e *Engine) lostOutputs(ctx context.Context, recs []*storage.Record, sinks 
 		kept := make([]bool, len(refs))
 		if k, ok := e.sinks()[sink].(switchyard.Keeper); ok {
 			got, err := k.Kept(ctx, acked[sink])
+			if err == nil && len(got) != len(refs) {
+				err = fmt.Errorf("%d answers for %d messages", len(got), len(refs))
+			}
 			if err == nil {
 				kept = got
 			} else {

@@ -56,7 +56,7 @@ func powerCuts(t *testing.T, cuts int, dup, off time.Duration) {
 		if out, err := exec.Command("cp", "-a", store, snap).CombinedOutput(); err != nil {
 			t.Fatalf("copy the store: %v\n%s", err, out)
 		}
-		time.Sleep(time.Duration(100+rand.N(800)) * time.Millisecond) // what the copy holds was marked delivered before the kill
+		time.Sleep(time.Duration(500+rand.N(400)) * time.Millisecond) // what the copy holds was marked delivered before the kill
 		r.kill()
 		if err := os.RemoveAll(store); err != nil {
 			t.Fatal(err)

@@ -231,9 +231,16 @@ func (c *RunCommand) startNATSServer(n config.NATS, dataDir string) (*natsplugin
 func (c *RunCommand) startEngine(ctx context.Context, cfg *config.Config) error {
 	end := c.progress.step("starting the engine")
 	eng, err := engine.New(c.db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: c.reg, DoubleSend: c.DoubleSend, Plugins: c.plugins})
-	if err == nil {
-		err = eng.Open()
+	if err != nil {
+		end()
+		return err
 	}
+	if c.db.Unclean() {
+		// Before Open: nothing may be published or marked delivered
+		// while the streams are asked what they kept.
+		c.republishAfterCrash(ctx, eng, cfg)
+	}
+	err = eng.Open()
 	end()
 	if err != nil {
 		return err
@@ -241,9 +248,6 @@ func (c *RunCommand) startEngine(ctx context.Context, cfg *config.Config) error 
 	c.engine = eng
 	c.cfg = cfg
 	registerSpace(c.reg, eng)
-	if c.db.Unclean() {
-		c.republishAfterCrash(ctx, cfg)
-	}
 	return nil
 }
 
@@ -426,7 +430,7 @@ func newLogger(w io.Writer, level, format string) hclog.Logger {
 // streams no longer hold goes out again under the same message ids
 // (docs/decisions/power-loss.md). A server that fsyncs every message
 // (sync_always) needs none of this.
-func (c *RunCommand) republishAfterCrash(ctx context.Context, cfg *config.Config) {
+func (c *RunCommand) republishAfterCrash(ctx context.Context, eng *engine.Engine, cfg *config.Config) {
 	var sinks []string
 	var window time.Duration
 	for _, n := range cfg.NATS {
@@ -438,7 +442,7 @@ func (c *RunCommand) republishAfterCrash(ctx context.Context, cfg *config.Config
 	if len(sinks) == 0 {
 		return
 	}
-	n, err := c.engine.Republish(ctx, sinks, window)
+	n, err := eng.Republish(ctx, sinks, window)
 	if err != nil {
 		c.log.Error("the last run did not stop cleanly, and republishing what it delivered last failed", "error", err)
 		return
