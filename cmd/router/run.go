@@ -238,7 +238,10 @@ func (c *RunCommand) startEngine(ctx context.Context, cfg *config.Config) error 
 	if c.db.Unclean() {
 		// Before Open: nothing may be published or marked delivered
 		// while the streams are asked what they kept.
-		c.republishAfterCrash(ctx, eng, cfg)
+		if err := c.republishAfterCrash(ctx, eng, cfg); err != nil {
+			end()
+			return err
+		}
 	}
 	err = eng.Open()
 	end()
@@ -429,8 +432,12 @@ func newLogger(w io.Writer, level, format string) hclog.Logger {
 // Of what was delivered to it in the last 2×sync_interval+5s, what its
 // streams no longer hold goes out again under the same message ids
 // (docs/decisions/power-loss.md). A server that fsyncs every message
-// (sync_always) needs none of this.
-func (c *RunCommand) republishAfterCrash(ctx context.Context, eng *engine.Engine, cfg *config.Config) {
+// (sync_always) needs none of this. Each store is fsynced first: what a
+// stream holds then is what survives the next power cut too. Only once the
+// requeue has committed does a clean stop clear the data file's running
+// mark (storage.DB.Recovered); a failure fails the start, and the next
+// start tries again.
+func (c *RunCommand) republishAfterCrash(ctx context.Context, eng *engine.Engine, cfg *config.Config) error {
 	var sinks []string
 	var window time.Duration
 	for _, n := range cfg.NATS {
@@ -439,14 +446,20 @@ func (c *RunCommand) republishAfterCrash(ctx context.Context, eng *engine.Engine
 			window = max(window, 2*n.SyncInterval+5*time.Second)
 		}
 	}
-	if len(sinks) == 0 {
-		return
+	start := time.Now()
+	for _, srv := range c.natsServers {
+		if err := srv.SyncStore(); err != nil {
+			return fmt.Errorf("the last run did not stop cleanly, and syncing the JetStream store %s failed: %w", srv.StoreDir(), err)
+		}
 	}
-	n, err := eng.Republish(ctx, sinks, window)
-	if err != nil {
-		c.log.Error("the last run did not stop cleanly, and republishing what it delivered last failed", "error", err)
-		return
+	if len(sinks) > 0 {
+		n, err := eng.Republish(ctx, sinks, window)
+		if err != nil {
+			return fmt.Errorf("the last run did not stop cleanly, and republishing what it delivered last failed: %w", err)
+		}
+		c.log.Warn("the last run did not stop cleanly: republishing what the embedded NATS server lost of what it delivered last",
+			"events", n, "window", window, "sinks", sinks, "took", time.Since(start).Round(time.Millisecond))
 	}
-	c.log.Warn("the last run did not stop cleanly: republishing what the embedded NATS server lost of what it delivered last",
-		"events", n, "window", window, "sinks", sinks)
+	c.db.Recovered()
+	return nil
 }

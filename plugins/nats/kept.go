@@ -1,11 +1,9 @@
 package nats
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,20 +15,18 @@ var _ switchyard.Keeper = (*Sink)(nil)
 // Kept tells which acknowledged messages their streams still hold
 // (switchyard.Keeper), so that a republish after an unclean stop sends only
 // what a power cut took (docs/decisions/power-loss.md). It must run before
-// the router publishes again (cmd/router starts the loops after it). A file
-// stream loses what it had not synced: its newest messages, and since its
-// block files are flushed in no set order, possibly the tail of an older
-// block too, which recovery leaves as a gap of deleted sequences. So,
-// stream by stream:
-//   - a sequence past the stream's last, or one the stream lists as deleted,
-//     was lost;
-//   - one before its first was kept, then removed by the stream's limits;
-//   - otherwise a message is at that sequence. Reading newest first, the
-//     first that carries the recorded Nats-Msg-Id (ids are unique per
-//     output) proves that sequence was never reused, and with it every
-//     older recorded sequence that holds a message: a sequence can be reused
-//     only above the stream's last one after the cut. Those newer than the
-//     first match hold another publisher's messages: lost.
+// the router publishes again (cmd/router starts the loops after it).
+//
+// A stream is not asked to infer: Kept reads the Nats-Msg-Id of every
+// message from the oldest recorded sequence on (an ordered consumer, headers
+// only) and a message was kept if its recorded sequence holds its id. A
+// power cut can take the newest messages and, since block files are flushed
+// in no set order, the tail of an older block; another client may have
+// filled sequences the cut freed; reading each one covers all of these.
+// The only inference: a recorded sequence below the stream's first was
+// removed by the stream's limits, so it counts as kept — when some recorded
+// message at or above the first was found in place (proving that the
+// sequences below it were not given out again).
 //
 // A message without a position (core NATS), in a stream that is gone, or on
 // a server without JetStream counts as lost.
@@ -63,48 +59,71 @@ func (s *Sink) keptIn(ctx context.Context, name string, msgs []switchyard.Acked,
 	if err != nil {
 		return err
 	}
-	info, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
+	info, err := st.Info(ctx)
 	if err != nil {
 		return err
 	}
 	first, last := info.State.FirstSeq, info.State.LastSeq
-	deleted := make(map[uint64]bool, len(info.State.Deleted))
-	for _, seq := range info.State.Deleted {
-		deleted[seq] = true
-	}
-	seqOf := func(i int) uint64 { return msgs[i].Position.Sequence }
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(seqOf(b), seqOf(a)) })
-	recorded := make(map[uint64]int, len(idx)) // outputs recorded per sequence
+	oldest := last + 1
 	for _, i := range idx {
-		recorded[seqOf(i)]++
+		oldest = min(oldest, msgs[i].Position.Sequence)
 	}
-	var proven uint64 // the sequence of the first match; 0 = none yet
+	ids, err := s.msgIDs(ctx, name, max(oldest, first), last, info.State.Msgs)
+	if err != nil {
+		return err
+	}
+	inPlace := false
 	for _, i := range idx {
-		seq := seqOf(i)
-		switch {
-		case seq > last || deleted[seq]:
-			continue
-		case seq < first:
-			kept[i] = true
-			continue
-		case proven != 0 && recorded[seq] == 1:
-			kept[i] = seq < proven
-			continue
+		if id, ok := ids[msgs[i].Position.Sequence]; ok && id == msgs[i].MsgID {
+			kept[i], inPlace = true, true
 		}
-		// Read the message: no match yet, or two outputs recorded at one
-		// sequence (which the router does not do; then only the one whose id
-		// is there was kept).
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if m.Header.Get(jetstream.MsgIDHeader) == msgs[i].MsgID {
-			kept[i] = true
-			proven = max(proven, seq)
+	}
+	if inPlace {
+		for _, i := range idx {
+			if msgs[i].Position.Sequence < first {
+				kept[i] = true
+			}
 		}
 	}
 	return nil
+}
+
+// msgIDs reads the Nats-Msg-Id of each message of stream from sequence
+// from to to, by sequence.
+func (s *Sink) msgIDs(ctx context.Context, stream string, from, to, msgs uint64) (map[uint64]string, error) {
+	ids := map[uint64]string{}
+	if from > to || msgs == 0 {
+		return ids, nil
+	}
+	c, err := s.jsAdmin.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   from,
+		HeadersOnly:   true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	it, err := c.Messages()
+	if err != nil {
+		return nil, err
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, err
+		}
+		seq := md.Sequence.Stream
+		if seq > to {
+			return ids, nil
+		}
+		ids[seq] = m.Headers().Get(jetstream.MsgIDHeader)
+		if seq == to || md.NumPending == 0 {
+			return ids, nil
+		}
+	}
 }

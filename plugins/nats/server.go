@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -301,4 +303,31 @@ func (a *serverLogger) Tracef(format string, v ...any) {
 	if a.l.IsTrace() {
 		a.l.Trace(fmt.Sprintf(format, v...))
 	}
+}
+
+// SyncStore fsyncs every file and directory of the JetStream store. The
+// server fsyncs only what it writes; after a crash of the process (not of
+// the machine) what it recovered may still sit unsynced in the page cache,
+// and a power cut soon after would take it — after the router had counted
+// it as kept (docs/decisions/power-loss.md).
+func (s *Server) SyncStore() error {
+	return filepath.WalkDir(s.storeDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed meanwhile (a block the server compacted)
+			}
+			return err
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return errors.Join(f.Sync(), f.Close())
+	})
 }
