@@ -451,3 +451,41 @@ func TestTenantsChooseIDsIndependently(t *testing.T) {
 		t.Errorf("stream holds %v, want %v", got, want)
 	}
 }
+
+// An Idempotency-Key whose window has passed is taken by the next request,
+// and the new record lasts its own window: the cleanup at the old record's
+// expiry leaves it (the write replaces the old record's entry in the expiry
+// index from what the request's lookup read, without reading it again).
+func TestExpiredKeyIsReplaced(t *testing.T) {
+	h := newHarness(t, oneRoute, true)
+	ctx := context.Background()
+	window := h.cfg.Idempotency.Window
+	req := func(body, id string) *engine.IngestRequest {
+		return &engine.IngestRequest{
+			Tenant: "default", Endpoint: "POST /v1/events", Key: "k", Digest: []byte(body),
+			Events: []engine.IngestEvent{{ClientID: true, Digest: []byte(body), Event: switchyard.Event{
+				ID: id, Type: "t.order", Source: "/s", SpecVersion: "1.0"}}},
+			Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202, Body: []byte(body)} },
+		}
+	}
+	if _, err := h.eng.Ingest(ctx, req("a", "e1")); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(window + time.Second)
+	resp, err := h.eng.Ingest(ctx, req("b", "e2"))
+	if err != nil || resp.Replayed || string(resp.Body) != "b" {
+		t.Fatalf("the key after its window: %+v, %v; want a new 202", resp, err)
+	}
+	h.clock.Advance(window / 2) // past the first record's expiry, within the second's
+	if _, err := h.eng.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = h.eng.Ingest(ctx, req("b", "e2"))
+	if err != nil || !resp.Replayed || string(resp.Body) != "b" {
+		t.Fatalf("the same request again after the cleanup: %+v, %v; want the stored response replayed", resp, err)
+	}
+	var coded *switchyard.Error
+	if _, err := h.eng.Ingest(ctx, req("c", "e3")); !errors.As(err, &coded) || coded.Code != switchyard.EIDEMREUSE {
+		t.Fatalf("the key with another body within its window: %v, want %s", err, switchyard.EIDEMREUSE)
+	}
+}

@@ -23,32 +23,49 @@ type IdemRecord struct {
 // Idempotency returns the record stored under scope, or ErrNotFound (also
 // when it has expired but not yet been cleaned up).
 func (tx *Tx) Idempotency(scope string, now time.Time) (*IdemRecord, error) {
+	r, err := tx.StoredIdempotency(scope)
+	if err == nil && !now.Before(r.ExpiresAt) {
+		return nil, ErrNotFound
+	}
+	return r, err
+}
+
+// StoredIdempotency returns the record stored under scope, expired or not,
+// or ErrNotFound.
+func (tx *Tx) StoredIdempotency(scope string) (*IdemRecord, error) {
 	v := tx.bucket(bucketIdem).Get([]byte(scope))
 	if v == nil {
 		return nil, ErrNotFound
 	}
-	r, err := decodeIdem(v)
-	if err != nil {
-		return nil, err
-	}
-	if !now.Before(r.ExpiresAt) {
-		return nil, ErrNotFound
-	}
-	return r, nil
+	return decodeIdem(v)
 }
 
 // PutIdempotency stores r under scope until r.ExpiresAt, replacing an
 // expired record of the same scope.
 func (tx *Tx) PutIdempotency(scope string, r *IdemRecord) error {
-	b := tx.bucket(bucketIdem)
-	if old := b.Get([]byte(scope)); old != nil {
+	var expired time.Time
+	if old := tx.bucket(bucketIdem).Get([]byte(scope)); old != nil {
 		if o, err := decodeIdem(old); err == nil {
-			if err := tx.bucket(bucketIdemExp).Delete(timeKey(o.ExpiresAt, []byte(scope))); err != nil {
-				return err
-			}
+			expired = o.ExpiresAt
 		}
 	}
-	if err := b.Put([]byte(scope), encodeIdem(r)); err != nil {
+	return tx.ReplaceIdempotency(scope, r, expired)
+}
+
+// ReplaceIdempotency is PutIdempotency without its read of scope, for a
+// caller that read it in an earlier transaction and kept every other
+// write to scope out since (the engine's in-flight scopes): expired is the
+// expiry of the record found then, zero if there was none. Its entry in
+// the expiry index goes, so that the cleanup does not take the new record
+// at the old time; had the cleanup removed both meanwhile, the delete is a
+// no-op.
+func (tx *Tx) ReplaceIdempotency(scope string, r *IdemRecord, expired time.Time) error {
+	if !expired.IsZero() {
+		if err := tx.bucket(bucketIdemExp).Delete(timeKey(expired, []byte(scope))); err != nil {
+			return err
+		}
+	}
+	if err := tx.bucket(bucketIdem).Put([]byte(scope), encodeIdem(r)); err != nil {
 		return err
 	}
 	return tx.bucket(bucketIdemExp).Put(timeKey(r.ExpiresAt, []byte(scope)), nil)
