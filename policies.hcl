@@ -115,9 +115,9 @@ nats "local" {
   # Streams are created when the router starts. JetStream drops a message
   # whose Nats-Msg-Id it has seen within `duplicates`: a republish after
   # the router's own crash (it restarts in seconds). The server keeps every
-  # id of the window in memory, ~300 bytes each: 5s at 50k events/s is
-  # ~75 MB (docs/decisions/dedup-window.md). Default 5s here, 2m on an
-  # external server (nats-server's own default).
+  # id of the window in memory: 5s at 50k events/s is ~60 MB of live heap,
+  # twice that resident (docs/decisions/dedup-window.md). Default 5s here,
+  # 2m on an external server (nats-server's own default).
   stream "events" {
     subjects   = ["demo.>"]
     storage    = "file" # or "memory"

@@ -190,6 +190,8 @@ event "*" { batch_size = 2 }
 	}
 }
 
+// The shipped policies.hcl parses, routes its demo type to the embedded
+// server, and agrees with the built-in defaults it writes out.
 func TestDefault(t *testing.T) {
 	cfg, err := Parse(switchyard.Policies, "policies.hcl")
 	if err != nil {
@@ -289,6 +291,8 @@ func TestDefaultExamples(t *testing.T) {
 	}
 }
 
+// Every block and attribute of testdata/full.hcl lands in the resolved
+// config, with the defaults filled in where it is silent.
 func TestFullConfig(t *testing.T) {
 	cfg, err := Load("testdata/full.hcl")
 	if err != nil {

@@ -489,3 +489,47 @@ func TestExpiredKeyIsReplaced(t *testing.T) {
 		t.Fatalf("the key with another body within its window: %v, want %s", err, switchyard.EIDEMREUSE)
 	}
 }
+
+// The same for an event's own id: once its window has passed and the event
+// is gone (delivered, then removed after its TTL), the id is taken again,
+// and the cleanup at the first record's expiry leaves the second, so a
+// resend within the second window is still a duplicate.
+func TestExpiredClientIDIsReplaced(t *testing.T) {
+	h := newHarness(t, oneRoute, true)
+	ctx := context.Background()
+	window := h.cfg.Idempotency.Window
+	req := &engine.IngestRequest{
+		Tenant: "default",
+		Events: []engine.IngestEvent{{ClientID: true, Digest: []byte("d"), Event: switchyard.Event{
+			ID: "e1", Type: "t.order", Source: "/s", SpecVersion: "1.0"}}},
+		Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+	}
+	if _, err := h.eng.Ingest(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(window + time.Second)
+	err := h.db.Update(ctx, func(tx *storage.Tx) error {
+		r, err := tx.Record("e1")
+		if err != nil {
+			return err
+		}
+		if err := tx.MarkDelivered(r, h.clock.Now(), time.Second); err != nil {
+			return err
+		}
+		_, err = tx.DeleteExpiredDelivered(h.clock.Now().Add(2*time.Second), 10)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := h.eng.Ingest(ctx, req); err != nil || resp.Replayed {
+		t.Fatalf("the id after its window, its event gone: %+v, %v; want it stored again", resp, err)
+	}
+	h.clock.Advance(window / 2)
+	if _, err := h.eng.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := h.eng.Ingest(ctx, req); err != nil || !resp.Replayed {
+		t.Fatalf("a resend within the second window, after the cleanup: %+v, %v; want a duplicate", resp, err)
+	}
+}

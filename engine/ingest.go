@@ -20,10 +20,11 @@ type IngestRequest struct {
 	Key      string // the Idempotency-Key header; "" = none
 	Digest   []byte // of the whole request, compared when Key is reused
 	Events   []IngestEvent
-	// keyExpired is the expiry of an expired record under Key that lookup
-	// found (zero: none), so that the write replaces it without reading it
-	// again (storage.Tx.ReplaceIdempotency).
-	keyExpired time.Time
+	// keyOldExpiry is the expiry of an expired record under Key, as lookup
+	// found it (zero: none), so that the write replaces it without reading
+	// it again (storage.Tx.ReplaceIdempotency). Set by Ingest's lookup: a
+	// request is built for one Ingest call.
+	keyOldExpiry time.Time
 	// Render builds the response the client gets, from the outcome of each
 	// event in order. It is stored with the idempotency record and replayed
 	// byte-identical, so it must be deterministic.
@@ -39,8 +40,8 @@ type IngestEvent struct {
 	// looking for an event that already has it (storage.Tx.InsertNewEvent).
 	ClientID bool
 	Digest   []byte // of the event as the client sent it
-	// expired: as IngestRequest.keyExpired, for the event's (source, id).
-	expired time.Time
+	// oldExpiry: as IngestRequest.keyOldExpiry, for the event's (source, id).
+	oldExpiry time.Time
 }
 
 // Outcome is what happened to one event of a request.
@@ -293,7 +294,7 @@ func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Out
 			// lookup read the scope; enterFlight keeps other writes to it out.
 			if err := tx.ReplaceIdempotency(idScope(req.Tenant, ev.Event.Source, ev.Event.ID), &storage.IdemRecord{
 				Digest: ev.Digest, EventIDs: []string{ev.Event.ID}, CreatedAt: now, ExpiresAt: now.Add(window),
-			}, ev.expired); err != nil {
+			}, ev.oldExpiry); err != nil {
 				return err
 			}
 		}
@@ -304,7 +305,7 @@ func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Out
 	return tx.ReplaceIdempotency(keyScope(req.Tenant, req.Endpoint, req.Key), &storage.IdemRecord{
 		Digest: req.Digest, Status: resp.Status, ContentType: resp.ContentType, Body: resp.Body,
 		EventIDs: req.ids(), CreatedAt: now, ExpiresAt: now.Add(window),
-	}, req.keyExpired)
+	}, req.keyOldExpiry)
 }
 
 // unavailable passes coded errors through and turns storage failures into
@@ -346,24 +347,15 @@ func (req *IngestRequest) ids() []string {
 	return ids
 }
 
-// stored is the live idempotency record under scope, or ErrNotFound; an
-// expired one sets *expired to its expiry.
-func stored(tx *storage.Tx, scope string, now time.Time, expired *time.Time) (*storage.IdemRecord, error) {
-	rec, err := tx.StoredIdempotency(scope)
-	if err == nil && !now.Before(rec.ExpiresAt) {
-		*expired = rec.ExpiresAt
-		return nil, storage.ErrNotFound
-	}
-	return rec, err
-}
-
 // lookup checks the request against what is stored. It returns the stored
 // response when the Idempotency-Key was seen with the same request, an
 // error when a key or an id is reused for something else, and otherwise
 // marks in outcomes the events that are already stored.
 func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outcome) (*Response, error) {
 	if req.Key != "" {
-		rec, err := stored(tx, keyScope(req.Tenant, req.Endpoint, req.Key), now, &req.keyExpired)
+		var rec *storage.IdemRecord
+		var err error
+		rec, req.keyOldExpiry, err = tx.LiveIdempotency(keyScope(req.Tenant, req.Endpoint, req.Key), now)
 		switch {
 		case err == nil && !bytes.Equal(rec.Digest, req.Digest):
 			return nil, switchyard.Errorf(switchyard.EIDEMREUSE, "idempotency key %q was used with another request body", req.Key)
@@ -379,7 +371,8 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 		if !ev.ClientID {
 			continue
 		}
-		rec, err := stored(tx, idScope(req.Tenant, ev.Event.Source, ev.Event.ID), now, &ev.expired)
+		rec, oldExpiry, err := tx.LiveIdempotency(idScope(req.Tenant, ev.Event.Source, ev.Event.ID), now)
+		ev.oldExpiry = oldExpiry
 		switch {
 		case err == nil && !bytes.Equal(rec.Digest, ev.Digest):
 			return nil, switchyard.Errorf(switchyard.EIDEMREUSE, "event %q from source %q was already accepted with other content", ev.Event.ID, ev.Event.Source)

@@ -49,7 +49,7 @@ type DB struct {
 
 	commits atomic.Uint64 // fsynced transactions
 	unclean bool          // the previous run did not stop cleanly
-	// recovered: what the unclean stop called for is done (Recovered).
+	// recovered: what the unclean stop called for is done (MarkRecovered).
 	recovered atomic.Bool
 	// commitErr is the error of the last commit when it failed (a full
 	// disk, an I/O error); nil after one succeeds.
@@ -148,7 +148,7 @@ func (db *DB) Close(ctx context.Context) error {
 		return fmt.Errorf("storage: close: %w", ctx.Err())
 	}
 	// The clean stop: the next Open finds no running mark — unless the
-	// last run's unclean stop is still to be dealt with (Recovered).
+	// last run's unclean stop is still to be dealt with (MarkRecovered).
 	var err error
 	if !db.unclean || db.recovered.Load() {
 		err = db.bolt.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(keyRunning) })
@@ -162,12 +162,11 @@ func (db *DB) Close(ctx context.Context) error {
 // may have lost it (docs/decisions/power-loss.md).
 func (db *DB) Unclean() bool { return db.unclean }
 
-// Recovered says that what an unclean stop called for is done (the
+// MarkRecovered says that what an unclean stop called for is done (the
 // router's republish has committed). Until it is called, Close leaves the
 // running mark, so that a run which stops before it (a failed start, a
-// SIGTERM during it, a tool that only read the file) leaves the next one
-// Unclean too.
-func (db *DB) Recovered() { db.recovered.Store(true) }
+// SIGTERM during it) leaves the next one Unclean too.
+func (db *DB) MarkRecovered() { db.recovered.Store(true) }
 
 // Update runs fn in a write transaction that is fsynced before Update
 // returns nil. Concurrent Updates share one transaction (group commit), so

@@ -9,9 +9,8 @@ import (
 )
 
 // A data file left by an unclean stop stays unclean through runs that end
-// before the router says it dealt with it (Recovered): a failed start, or a
-// tool that only read the file, must not clear the running mark that
-// tells the next start to republish.
+// before the router says it dealt with it (MarkRecovered): a failed start
+// must not clear the running mark that tells the next start to republish.
 func TestRunningMarkOutlivesAnUnrecoveredRun(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "router.db")
 	open := func() *DB {
@@ -53,9 +52,9 @@ func TestRunningMarkOutlivesAnUnrecoveredRun(t *testing.T) {
 	closeDB(db) // stopped before recovering
 	db = open()
 	if !db.Unclean() {
-		t.Fatal("a run that stopped before Recovered cleared the running mark")
+		t.Fatal("a run that stopped before MarkRecovered cleared the running mark")
 	}
-	db.Recovered()
+	db.MarkRecovered()
 	closeDB(db)
 	db = open()
 	if db.Unclean() {

@@ -225,7 +225,7 @@ func TestIdempotencyRecordsExpire(t *testing.T) {
 	db := storagetest.Open(t)
 	t0 := time.Unix(1000, 0)
 	rec := &storage.IdemRecord{Digest: []byte{1}, Status: 202, Body: []byte("ok"), CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
-	db.Update(ctx, func(tx *storage.Tx) error { return tx.PutIdempotency("s", rec) })
+	db.Update(ctx, func(tx *storage.Tx) error { return tx.ReplaceIdempotency("s", rec, time.Time{}) })
 	db.View(func(tx *storage.Tx) error {
 		got, err := tx.Idempotency("s", t0.Add(time.Minute))
 		if err != nil || string(got.Body) != "ok" {

@@ -435,7 +435,7 @@ func newLogger(w io.Writer, level, format string) hclog.Logger {
 // (sync_always) needs none of this. Each store is fsynced first: what a
 // stream holds then is what survives the next power cut too. Only once the
 // requeue has committed does a clean stop clear the data file's running
-// mark (storage.DB.Recovered); a failure fails the start, and the next
+// mark (storage.DB.MarkRecovered); a failure fails the start, and the next
 // start tries again.
 func (c *RunCommand) republishAfterCrash(ctx context.Context, eng *engine.Engine, cfg *config.Config) error {
 	var sinks []string
@@ -460,6 +460,6 @@ func (c *RunCommand) republishAfterCrash(ctx context.Context, eng *engine.Engine
 		c.log.Warn("the last run did not stop cleanly: republishing what the embedded NATS server lost of what it delivered last",
 			"events", n, "window", window, "sinks", sinks, "took", time.Since(start).Round(time.Millisecond))
 	}
-	c.db.Recovered()
+	c.db.MarkRecovered()
 	return nil
 }

@@ -17,18 +17,9 @@ import (
 // past the stream's end, messages without a position and a stream that is
 // gone are lost.
 func TestKeptAfterLosingTheNewest(t *testing.T) {
-	cfg := testConfig(true)
-	srv := startServer(t, cfg, t.TempDir())
-	sink := openSink(t, cfg, srv.ClientURL())
 	ctx := pubCtx(t, 20*time.Second)
-	msgs := makeMsgs("a", "orders.created", 10)
-	res := sink.Publish(ctx, msgs)
-	requireOK(t, res, len(msgs))
-	acked := make([]switchyard.Acked, len(msgs)+1)
-	for i, r := range res {
-		acked[i] = switchyard.Acked{MsgID: msgs[i].MsgID, Position: r.Position}
-	}
-	acked[len(msgs)] = switchyard.Acked{MsgID: "core-nats-no-position"}
+	sink, msgs, _, acked := publishAcked(t, ctx, 10)
+	acked = append(acked, switchyard.Acked{MsgID: "core-nats-no-position"})
 	all := slices.Repeat([]bool{true}, len(msgs))
 	checkKept(t, ctx, sink, acked, append(all, false))
 
@@ -55,22 +46,12 @@ func TestKeptAfterLosingTheNewest(t *testing.T) {
 }
 
 // A gap the power cut left inside the stream (the unsynced tail of an older
-// block file, which recovery records as deleted sequences) is lost, even
-// below a message that proves the rest kept; what the stream's limits
+// block file) is lost, even below messages that were kept; what the stream's limits
 // removed from its front was kept; of two outputs recorded at one sequence
 // only the one whose id is there was kept.
 func TestKeptWithGapsAndPurges(t *testing.T) {
-	cfg := testConfig(true)
-	srv := startServer(t, cfg, t.TempDir())
-	sink := openSink(t, cfg, srv.ClientURL())
 	ctx := pubCtx(t, 20*time.Second)
-	msgs := makeMsgs("a", "orders.created", 10)
-	res := sink.Publish(ctx, msgs)
-	requireOK(t, res, len(msgs))
-	acked := make([]switchyard.Acked, len(msgs))
-	for i, r := range res {
-		acked[i] = switchyard.Acked{MsgID: msgs[i].MsgID, Position: r.Position}
-	}
+	sink, _, res, acked := publishAcked(t, ctx, 10)
 	st, err := sink.jsAdmin.Stream(ctx, "ORDERS")
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +70,25 @@ func TestKeptWithGapsAndPurges(t *testing.T) {
 	checkKept(t, ctx, sink, acked, want)
 }
 
+// publishAcked starts an embedded server with the ORDERS stream, publishes
+// n messages to it and returns them, their results and what the router
+// would have recorded of them.
+func publishAcked(t *testing.T, ctx context.Context, n int) (*Sink, []*switchyard.Message, []switchyard.Result, []switchyard.Acked) {
+	t.Helper()
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	msgs := makeMsgs("a", "orders.created", n)
+	res := sink.Publish(ctx, msgs)
+	requireOK(t, res, n)
+	acked := make([]switchyard.Acked, n)
+	for i, r := range res {
+		acked[i] = switchyard.Acked{MsgID: msgs[i].MsgID, Position: r.Position}
+	}
+	return sink, msgs, res, acked
+}
+
+// checkKept fails the test unless Kept answers want for acked.
 func checkKept(t *testing.T, ctx context.Context, sink *Sink, acked []switchyard.Acked, want []bool) {
 	t.Helper()
 	got, err := sink.Kept(ctx, acked)
