@@ -310,6 +310,13 @@ func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Out
 
 // unavailable passes coded errors through and turns storage failures into
 // 503 storage_unavailable: the request had no effect and may be retried.
+// unreadable is the error for a request whose stored idempotency record
+// does not decode: retrying cannot help (unlike unavailable), the operator
+// must look at the data file.
+func unreadable(err error) error {
+	return &switchyard.Error{Code: switchyard.EINTERNAL, Message: "a stored idempotency record of this request cannot be read (see router db check); nothing was stored", Err: err}
+}
+
 func unavailable(err error) error {
 	if err == nil {
 		return nil
@@ -361,6 +368,8 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 			return nil, switchyard.Errorf(switchyard.EIDEMREUSE, "idempotency key %q was used with another request body", req.Key)
 		case err == nil:
 			return &Response{Status: rec.Status, ContentType: rec.ContentType, Body: rec.Body, Replayed: true}, nil
+		case errors.Is(err, storage.ErrCorrupt):
+			return nil, unreadable(err)
 		case !errors.Is(err, storage.ErrNotFound):
 			return nil, fmt.Errorf("read idempotency record: %w", err)
 		}
@@ -379,6 +388,8 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 		case err == nil:
 			outcomes[i].Duplicate = true
 			dups++
+		case errors.Is(err, storage.ErrCorrupt):
+			return nil, unreadable(err)
 		case !errors.Is(err, storage.ErrNotFound):
 			return nil, fmt.Errorf("read idempotency record: %w", err)
 		}

@@ -27,7 +27,9 @@ import (
 //	uvarint n × attempt: time at | str error
 const recordVersion = 1
 
-var errCorrupt = errors.New("storage: corrupt record")
+// ErrCorrupt marks a stored record that does not decode: a damaged data
+// file (bbolt keeps no checksums of its pages), never a retryable state.
+var ErrCorrupt = errors.New("storage: corrupt record")
 
 func encodeRecord(r *Record) ([]byte, error) {
 	b := make([]byte, 0, 256+len(r.Event.Data))
@@ -84,7 +86,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 func decodeRecord(v []byte) (*Record, error) {
 	d := decoder{b: v, s: string(v)}
 	if d.u8() != recordVersion {
-		return nil, fmt.Errorf("%w: unknown version", errCorrupt)
+		return nil, fmt.Errorf("%w: unknown version", ErrCorrupt)
 	}
 	r := &Record{}
 	r.Tenant = d.str()
@@ -130,7 +132,7 @@ func decodeRecord(v []byte) (*Record, error) {
 		}
 	}
 	if d.err != nil || len(d.b) != 0 {
-		return nil, errCorrupt
+		return nil, ErrCorrupt
 	}
 	return r, nil
 }
@@ -167,7 +169,7 @@ type decoder struct {
 	err error
 }
 
-func (d *decoder) fail() { d.err, d.b = errCorrupt, nil }
+func (d *decoder) fail() { d.err, d.b = ErrCorrupt, nil }
 
 func (d *decoder) u8() byte {
 	if len(d.b) < 1 {

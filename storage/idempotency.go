@@ -105,13 +105,13 @@ func decodeIdem(v []byte) (*IdemRecord, error) {
 	r := new(IdemRecord)
 	if len(v) > 0 && v[0] == '{' {
 		if err := json.Unmarshal(v, r); err != nil {
-			return nil, fmt.Errorf("storage: decode idempotency record: %w", err)
+			return nil, fmt.Errorf("%w: idempotency record: %v", ErrCorrupt, err)
 		}
 		return r, nil
 	}
 	d := decoder{b: v, s: string(v)}
 	if d.u8() != idemVersion {
-		return nil, fmt.Errorf("storage: decode idempotency record: %w: unknown version", errCorrupt)
+		return nil, fmt.Errorf("storage: decode idempotency record: %w: unknown version", ErrCorrupt)
 	}
 	r.Digest = d.bytes()
 	r.Status = int(d.uvarint())
@@ -126,7 +126,7 @@ func decodeIdem(v []byte) (*IdemRecord, error) {
 	r.CreatedAt = d.time()
 	r.ExpiresAt = d.time()
 	if d.err != nil || len(d.b) != 0 {
-		return nil, fmt.Errorf("storage: decode idempotency record: %w", errCorrupt)
+		return nil, fmt.Errorf("storage: decode idempotency record: %w", ErrCorrupt)
 	}
 	return r, nil
 }

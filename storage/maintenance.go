@@ -54,13 +54,22 @@ func CheckFile(path string) (*CheckReport, error) {
 				rep.Problems = append(rep.Problems, "no events bucket: not a Switchyard data file")
 				return nil
 			}
-			return events.ForEach(func(k, v []byte) error {
+			err := events.ForEach(func(k, v []byte) error {
 				rep.Events++
 				if _, err := decodeRecord(v); err != nil && len(rep.Problems) < maxProblems {
 					rep.Problems = append(rep.Problems, fmt.Sprintf("event %q: %v", k, err))
 				}
 				return nil
 			})
+			if idem := tx.Bucket(bucketIdem); idem != nil && err == nil {
+				err = idem.ForEach(func(k, v []byte) error {
+					if _, err := decodeIdem(v); err != nil && len(rep.Problems) < maxProblems {
+						rep.Problems = append(rep.Problems, fmt.Sprintf("idempotency record %q: %v", k, err))
+					}
+					return nil
+				})
+			}
+			return err
 		})
 	})
 	if err != nil {
