@@ -308,15 +308,18 @@ func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Out
 	}, req.keyOldExpiry)
 }
 
-// unavailable passes coded errors through and turns storage failures into
-// 503 storage_unavailable: the request had no effect and may be retried.
-// unreadable is the error for a request whose stored idempotency record
-// does not decode: retrying cannot help (unlike unavailable), the operator
-// must look at the data file.
-func unreadable(err error) error {
-	return &switchyard.Error{Code: switchyard.EINTERNAL, Message: "a stored idempotency record of this request cannot be read (see router db check); nothing was stored", Err: err}
+// idemReadFailed is the error for a lookup whose idempotency record could
+// not be read. A record that does not decode is internal: retrying cannot
+// help (unlike unavailable), the operator must look at the data file.
+func idemReadFailed(err error) error {
+	if errors.Is(err, storage.ErrCorrupt) {
+		return &switchyard.Error{Code: switchyard.EINTERNAL, Message: "a stored idempotency record of this request cannot be read (see router db check); nothing was stored", Err: err}
+	}
+	return fmt.Errorf("read idempotency record: %w", err)
 }
 
+// unavailable passes coded errors through and turns storage failures into
+// 503 storage_unavailable: the request had no effect and may be retried.
 func unavailable(err error) error {
 	if err == nil {
 		return nil
@@ -368,10 +371,8 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 			return nil, switchyard.Errorf(switchyard.EIDEMREUSE, "idempotency key %q was used with another request body", req.Key)
 		case err == nil:
 			return &Response{Status: rec.Status, ContentType: rec.ContentType, Body: rec.Body, Replayed: true}, nil
-		case errors.Is(err, storage.ErrCorrupt):
-			return nil, unreadable(err)
 		case !errors.Is(err, storage.ErrNotFound):
-			return nil, fmt.Errorf("read idempotency record: %w", err)
+			return nil, idemReadFailed(err)
 		}
 	}
 	dups := 0
@@ -388,10 +389,8 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 		case err == nil:
 			outcomes[i].Duplicate = true
 			dups++
-		case errors.Is(err, storage.ErrCorrupt):
-			return nil, unreadable(err)
 		case !errors.Is(err, storage.ErrNotFound):
-			return nil, fmt.Errorf("read idempotency record: %w", err)
+			return nil, idemReadFailed(err)
 		}
 	}
 	if dups == len(req.Events) && req.Key == "" {

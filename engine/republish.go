@@ -21,11 +21,17 @@ import (
 // asked what it kept, so a kept message is not stored twice however long
 // the machine was off; for any other sink every such output goes out again
 // and the broker's dedup window must drop what it kept
-// (docs/decisions/power-loss.md). Run it before Open: a loop that publishes
-// meanwhile could take a sequence the broker lost, and the window is
-// counted back from the newest delivery. It returns how many events it
-// requeued.
+// (docs/decisions/power-loss.md). It runs before Open, which then starts the
+// loops of the types it requeued: a loop that published meanwhile could
+// take a sequence the broker lost, and the window is counted back from the
+// newest delivery. It returns how many events it requeued.
 func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Duration) (int, error) {
+	e.mu.Lock()
+	open := e.ctx != nil
+	e.mu.Unlock()
+	if open {
+		return 0, errors.New("engine: Republish after Open")
+	}
 	if len(sinks) == 0 {
 		return 0, nil
 	}
@@ -37,17 +43,7 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 	if err != nil {
 		return 0, err
 	}
-	lost := e.lostOutputs(ctx, recs, sinks)
-	n, types, err := e.requeue(ctx, recs, lost)
-	e.mu.Lock()
-	open := e.ctx != nil
-	e.mu.Unlock()
-	for t := range types {
-		if open { // before Open, Open starts the loops of stored events
-			e.wake(t)
-		}
-	}
-	return n, err
+	return e.requeue(ctx, recs, e.lostOutputs(ctx, recs, sinks))
 }
 
 // outputRef names one output of one record.
@@ -98,16 +94,14 @@ func (e *Engine) lostOutputs(ctx context.Context, recs []*storage.Record, sinks 
 }
 
 // requeue makes each of recs pending again with its lost outputs marked
-// not delivered, and says how many it requeued and of which types.
-func (e *Engine) requeue(ctx context.Context, recs []*storage.Record, lost map[outputRef]bool) (int, map[string]bool, error) {
+// not delivered, and says how many it requeued.
+func (e *Engine) requeue(ctx context.Context, recs []*storage.Record, lost map[outputRef]bool) (int, error) {
 	n := 0
-	types := map[string]bool{}
 	if len(lost) == 0 {
-		return 0, types, nil
+		return 0, nil
 	}
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
 		n = 0 // the group commit may run this more than once
-		clear(types)
 		now := e.now()
 		for _, old := range recs {
 			r, err := tx.Record(old.Key())
@@ -128,10 +122,9 @@ func (e *Engine) requeue(ctx context.Context, recs []*storage.Record, lost map[o
 			}
 			if picked {
 				n++
-				types[r.QueueName()] = true
 			}
 		}
 		return nil
 	})
-	return n, types, err
+	return n, err
 }

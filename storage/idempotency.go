@@ -105,7 +105,7 @@ func decodeIdem(v []byte) (*IdemRecord, error) {
 	r := new(IdemRecord)
 	if len(v) > 0 && v[0] == '{' {
 		if err := json.Unmarshal(v, r); err != nil {
-			return nil, fmt.Errorf("%w: idempotency record: %v", ErrCorrupt, err)
+			return nil, fmt.Errorf("storage: decode idempotency record: %w: %v", ErrCorrupt, err)
 		}
 		return r, nil
 	}

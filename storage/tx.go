@@ -147,8 +147,9 @@ func (tx *Tx) InsertEvent(r *Record, orderByKey bool) error {
 
 // InsertNewEvent is InsertEvent for an event whose id the router has just
 // made: a UUIDv7 (a millisecond time, a clock sequence, 62 bits from
-// crypto/rand), which no stored event can have. It skips the lookup InsertEvent starts with, one of the three B+tree
-// descents a stored event costs (docs/decisions/ingest-cost.md).
+// crypto/rand), which no stored event can have. It skips the lookup
+// InsertEvent starts with, one of the three B+tree descents a stored event
+// costs (docs/decisions/ingest-cost.md).
 func (tx *Tx) InsertNewEvent(r *Record, orderByKey bool) error {
 	if r.NextAttemptAt.IsZero() {
 		r.NextAttemptAt = r.CreatedAt

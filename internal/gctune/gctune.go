@@ -95,7 +95,7 @@ func Limit(live, nonHeap, headroom uint64, percent int) int64 {
 // sampled are the runtime metrics adjust reads: the live heap and the roots
 // GOGC applies to with it, and what makes up the memory a limit counts
 // (total less released) besides the heap.
-var sampled = []string{
+var sampled = [...]string{
 	"/gc/heap/live:bytes",
 	"/gc/scan/stack:bytes",
 	"/gc/scan/globals:bytes",
@@ -136,7 +136,7 @@ func (t *tuner) arm() {
 // adjust sets GOGC for the live heap the last collection left.
 func (t *tuner) adjust() {
 	metrics.Read(t.sample)
-	var v [8]uint64
+	var v [len(sampled)]uint64
 	for i, s := range t.sample {
 		if s.Value.Kind() != metrics.KindUint64 {
 			return

@@ -68,7 +68,7 @@ func (s *Sink) keptIn(ctx context.Context, name string, msgs []switchyard.Acked,
 	for _, i := range idx {
 		oldest = min(oldest, msgs[i].Position.Sequence)
 	}
-	ids, err := s.msgIDs(ctx, name, max(oldest, first), last, info.State.Msgs)
+	ids, err := s.msgIDs(ctx, name, max(oldest, first), last, info.State.Msgs == 0)
 	if err != nil {
 		return err
 	}
@@ -89,10 +89,10 @@ func (s *Sink) keptIn(ctx context.Context, name string, msgs []switchyard.Acked,
 }
 
 // msgIDs reads the Nats-Msg-Id of each message of stream from sequence
-// from to to, by sequence.
-func (s *Sink) msgIDs(ctx context.Context, stream string, from, to, msgs uint64) (map[uint64]string, error) {
+// from to to, by sequence (none when the stream is empty).
+func (s *Sink) msgIDs(ctx context.Context, stream string, from, to uint64, empty bool) (map[uint64]string, error) {
 	ids := map[uint64]string{}
-	if from > to || msgs == 0 {
+	if from > to || empty {
 		return ids, nil
 	}
 	c, err := s.jsAdmin.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
