@@ -219,7 +219,7 @@ func TestDefault(t *testing.T) {
 	}
 }
 
-// A stream's duplicates window defaults to 5s on the embedded server (its
+// A stream's duplicates window defaults to 1s on the embedded server (its
 // ids are held in the router's memory) and to nats-server's 2m on an
 // external one; a max_age shorter than the default shortens it, and a
 // window that is set is kept.
@@ -231,7 +231,7 @@ nats "in" {
   stream "a" { subjects = ["a"] }
   stream "b" {
     subjects = ["b"]
-    max_age  = "2s"
+    max_age  = "500ms"
   }
   stream "c" {
     subjects   = ["c"]
@@ -247,7 +247,7 @@ nats "out" {
   }
 }
 `)
-	want := map[string]time.Duration{"a": DefaultEmbeddedDuplicates, "b": 2 * time.Second, "c": time.Minute,
+	want := map[string]time.Duration{"a": DefaultEmbeddedDuplicates, "b": 500 * time.Millisecond, "c": time.Minute,
 		"d": DefaultStreamDuplicates, "e": time.Minute}
 	for _, n := range cfg.NATS {
 		for _, s := range n.Streams {

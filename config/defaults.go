@@ -20,8 +20,9 @@ const (
 	DefaultStreamDuplicates = 2 * time.Minute // nats-server's own default
 	// DefaultEmbeddedDuplicates is the duplicates window of a stream on
 	// the embedded server: it holds every id of the window in the
-	// router's memory (docs/decisions/dedup-window.md).
-	DefaultEmbeddedDuplicates = 5 * time.Second
+	// router's memory, and the router's restart after a crash is covered
+	// by reading back the stream instead (docs/decisions/dedup-window.md).
+	DefaultEmbeddedDuplicates = time.Second
 	DefaultKafkaClientID      = "switchyard"
 	DefaultKafkaCompression   = "none"
 	DefaultMaxRecordBytes     = 1 << 20

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -27,6 +28,10 @@ var _ switchyard.Keeper = (*Sink)(nil)
 // removed by the stream's limits, so it counts as kept — when some recorded
 // message at or above the first was found in place (proving that the
 // sequences below it were not given out again).
+//
+// Between ReadBack and Recall it reads from what ReadBack read where that
+// reaches back far enough, and drops from it the messages it found in
+// place: those the router recorded need no recall.
 //
 // A message without a position (core NATS), in a stream that is gone, or on
 // a server without JetStream counts as lost.
@@ -52,35 +57,25 @@ func (s *Sink) Kept(ctx context.Context, msgs []switchyard.Acked) ([]bool, error
 // keptIn sets kept[i] for the messages msgs[i], i in idx, that stream name
 // holds.
 func (s *Sink) keptIn(ctx context.Context, name string, msgs []switchyard.Acked, idx []int, kept []bool) error {
-	st, err := s.jsAdmin.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return err
-	}
-	first, last := info.State.FirstSeq, info.State.LastSeq
-	oldest := last + 1
+	oldest := uint64(1<<64 - 1)
 	for _, i := range idx {
 		oldest = min(oldest, msgs[i].Position.Sequence)
 	}
-	ids, err := s.msgIDs(ctx, name, max(oldest, first), last, info.State.Msgs == 0)
-	if err != nil {
-		return err
+	t, err := s.tailFrom(ctx, name, oldest)
+	if err != nil || t == nil {
+		return err // a stream that is gone kept nothing
 	}
 	inPlace := false
 	for _, i := range idx {
-		if id, ok := ids[msgs[i].Position.Sequence]; ok && id == msgs[i].MsgID {
+		seq := msgs[i].Position.Sequence
+		if m, ok := t.at[seq]; ok && m.id == msgs[i].MsgID {
 			kept[i], inPlace = true, true
+			delete(t.at, seq) // recorded: nothing to recall
 		}
 	}
 	if inPlace {
 		for _, i := range idx {
-			if msgs[i].Position.Sequence < first {
+			if msgs[i].Position.Sequence < t.first {
 				kept[i] = true
 			}
 		}
@@ -88,18 +83,80 @@ func (s *Sink) keptIn(ctx context.Context, name string, msgs []switchyard.Acked,
 	return nil
 }
 
-// msgIDs reads the Nats-Msg-Id of each message of stream from sequence
-// from to to, by sequence (none when the stream is empty).
-func (s *Sink) msgIDs(ctx context.Context, stream string, from, to uint64, empty bool) (map[uint64]string, error) {
-	ids := map[uint64]string{}
-	if from > to || empty {
-		return ids, nil
+// tail is what a stream held, from sequence from to its last, when it was
+// read: the id and subject of the message at each sequence (a sequence
+// deleted or lost has none).
+type tail struct {
+	first, from, last uint64 // the stream's first sequence then, and the span read
+	at                map[uint64]stored
+}
+
+// stored is one message a tail holds.
+type stored struct{ id, subject string }
+
+// tailFrom is stream name's tail from sequence from (or its first, if
+// later) on: what ReadBack read, if that reaches back so far, or else read
+// now (and kept for Recall while a ReadBack is in progress). It is nil for
+// a stream that does not exist.
+func (s *Sink) tailFrom(ctx context.Context, name string, from uint64) (*tail, error) {
+	s.back.mu.Lock()
+	defer s.back.mu.Unlock()
+	if t, ok := s.back.tails[name]; ok && (t.from <= from || t.from <= t.first) {
+		return t, nil
 	}
-	c, err := s.jsAdmin.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   from,
-		HeadersOnly:   true,
+	t, err := s.readTail(ctx, name, func(first uint64) jetstream.OrderedConsumerConfig {
+		return jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: max(from, first)}
 	})
+	if err == nil && t != nil && s.back.tails != nil {
+		s.back.tails[name] = t
+	}
+	return t, err
+}
+
+// tailSince is stream name's tail from window (and a second more) before
+// its newest message on (nil if the stream does not exist). The second is
+// for Kept: the router's record of a delivery is a little younger than the
+// message it records, and Kept reads no more when this reaches back to the
+// oldest delivery it is asked about.
+func (s *Sink) tailSince(ctx context.Context, name string, window time.Duration) (*tail, error) {
+	st, err := s.jsAdmin.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	since := st.CachedInfo().State.LastTime.Add(-window - time.Second)
+	return s.readTail(ctx, name, func(uint64) jetstream.OrderedConsumerConfig {
+		return jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since}
+	})
+}
+
+// readTail reads the Nats-Msg-Id and subject of each message of stream
+// name from where start says (given the stream's first sequence) to its
+// last (an ordered consumer, headers only). It is nil for a stream that
+// does not exist.
+func (s *Sink) readTail(ctx context.Context, name string, start func(first uint64) jetstream.OrderedConsumerConfig) (*tail, error) {
+	st, err := s.jsAdmin.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	first, last := info.State.FirstSeq, info.State.LastSeq
+	cfg := start(first)
+	t := &tail{first: first, from: max(cfg.OptStartSeq, first), last: last, at: map[uint64]stored{}}
+	if info.State.Msgs == 0 || t.from > last {
+		t.from = last + 1
+		return t, nil
+	}
+	cfg.HeadersOnly = true
+	c, err := s.jsAdmin.OrderedConsumer(ctx, name, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +165,10 @@ func (s *Sink) msgIDs(ctx context.Context, stream string, from, to uint64, empty
 		return nil, err
 	}
 	defer it.Stop()
+	began := time.Now()
+	defer func() {
+		s.log.Debug("read back message ids", "stream", name, "from", t.from, "to", t.last, "messages", len(t.at), "took", time.Since(began))
+	}()
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -118,12 +179,15 @@ func (s *Sink) msgIDs(ctx context.Context, stream string, from, to uint64, empty
 			return nil, err
 		}
 		seq := md.Sequence.Stream
-		if seq > to {
-			return ids, nil
+		if seq > last {
+			return t, nil
 		}
-		ids[seq] = m.Headers().Get(jetstream.MsgIDHeader)
-		if seq == to || md.NumPending == 0 {
-			return ids, nil
+		if len(t.at) == 0 && cfg.DeliverPolicy == jetstream.DeliverByStartTimePolicy {
+			t.from = seq // by time, the first message found starts the span
+		}
+		t.at[seq] = stored{m.Headers().Get(jetstream.MsgIDHeader), m.Subject()}
+		if seq == last || md.NumPending == 0 {
+			return t, nil
 		}
 	}
 }
