@@ -17,8 +17,9 @@ type Message struct {
 	Topic string
 	// Key is the partition key (Kafka record key); "" = none.
 	Key string
-	// MsgID is unique per output: the event id, suffixed "-N" when one event
-	// yields several outputs (JetStream Nats-Msg-Id).
+	// MsgID is unique per output: the event id, or "<id>/<N>/" for the
+	// Nth output after the first when one event yields several
+	// (storage.Record.OutputMsgID; JetStream Nats-Msg-Id).
 	MsgID string
 }
 
@@ -93,17 +94,32 @@ type Acked struct {
 	Position Position
 }
 
-// Keeper is implemented by sinks that can say which messages their broker
-// still holds. After an unclean stop the engine republishes only what the
-// broker lost (engine.Republish): a broker that acknowledges before it
-// fsyncs (the embedded JetStream) can lose its newest messages in a power
-// cut, while a republish of one it kept would be stored twice once the
-// broker's dedup window has passed — and the machine may have been off for
-// longer than that. Kept answers for each message, in order; a message it
-// cannot place counts as lost (republished: a duplicate at worst, never a
-// loss).
+// Stored is a message a broker holds: the topic or subject it went to, the
+// id it was published under, and where it is.
+type Stored struct {
+	Topic    string
+	MsgID    string
+	Position Position
+}
+
+// Keeper is implemented by sinks that can say what their broker holds.
+// After an unclean stop (engine.Republish):
+//   - the engine republishes only what the broker lost of what the router
+//     recorded as delivered: a broker that acknowledges before it fsyncs
+//     (the embedded JetStream) can lose its newest messages in a power cut,
+//     while a republish of one it kept would be stored twice once the
+//     broker's dedup window has passed — and the machine may have been off
+//     for longer than that;
+//   - and it marks delivered, without sending them again, the outputs of
+//     pending events that the broker stored although the router never
+//     recorded it: the crash fell between acknowledgement and commit.
+//
+// Kept answers for each of msgs, in order, whether the broker still holds
+// it (a message it cannot place counts as lost: republished, a duplicate at
+// worst, never a loss), and lists the other messages it stored within
+// window before its newest one.
 type Keeper interface {
-	Kept(ctx context.Context, msgs []Acked) ([]bool, error)
+	Kept(ctx context.Context, msgs []Acked, window time.Duration) (kept []bool, others []Stored, err error)
 }
 
 // ErrUnknownOutcome marks a publish whose fate the router cannot know (the

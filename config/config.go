@@ -213,7 +213,7 @@ type Stream struct {
 	Storage    string        // "file" (default) or "memory"
 	Replicas   int           // default 1
 	MaxAge     time.Duration // 0 = unlimited
-	Duplicates time.Duration // dedup window; default 2m, 5s on the embedded server
+	Duplicates time.Duration // dedup window; default 2m, 1s on the embedded server
 }
 
 // Kafka is a kafka "<name>" block.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/switchyard-router/switchyard"
 )
@@ -28,9 +29,9 @@ func (d doubleSink) Healthy(ctx context.Context) error {
 
 // Kept passes through to the sink, so that double-send does not change
 // what a republish after an unclean stop sends again.
-func (d doubleSink) Kept(ctx context.Context, msgs []switchyard.Acked) ([]bool, error) {
+func (d doubleSink) Kept(ctx context.Context, msgs []switchyard.Acked, window time.Duration) ([]bool, []switchyard.Stored, error) {
 	if k, ok := d.Sink.(switchyard.Keeper); ok {
-		return k.Kept(ctx, msgs)
+		return k.Kept(ctx, msgs, window)
 	}
-	return make([]bool, len(msgs)), nil
+	return make([]bool, len(msgs)), nil, nil
 }

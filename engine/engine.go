@@ -67,6 +67,7 @@ type Engine struct {
 
 	inflight inFlight
 	tail     tail
+	recall   recall // after an unclean stop (republish.go)
 
 	mu     sync.Mutex
 	loops  map[string]*Loop

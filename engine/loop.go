@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -387,6 +386,9 @@ type output struct {
 	msg    switchyard.Message
 	event  switchyard.Event // the plugin chain's output event
 	result switchyard.Result
+	// recalled: the broker holds it already (Republish); recorded at its
+	// position, not sent.
+	recalled bool
 }
 
 // batch is a taken batch with its outputs grouped by sink.
@@ -420,8 +422,11 @@ type sinkWait struct {
 // itself) and sends each result along its destination or the type's routes.
 // Outputs acknowledged on an earlier attempt are left out; they are known by
 // destination and message id, which are the same on every attempt as long
-// as the plugins are deterministic.
+// as the plugins are deterministic. So are outputs the broker stored
+// before an unclean stop without the router recording it (Republish): they
+// are recorded at the broker's position, not sent.
 func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.Record) *batch {
+	now := l.e.now()
 	b := &batch{pol: pol, items: make([]item, len(recs)), bySink: make(map[string][]*output)}
 	chain := l.e.chain(b.pol)
 	if mayUseState(chain) {
@@ -452,25 +457,27 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 				break
 			}
 			for _, dest := range dests {
-				msgID := rec.MsgID()
-				if n > 0 {
-					msgID += "-" + strconv.Itoa(n)
-				}
-				n++
-				if delivered(rec, dest.full, msgID) {
+				msgID := rec.OutputMsgID(n)
+				if delivered(rec, dest.full, msgID) || n > 0 && delivered(rec, dest.full, rec.LegacyOutputMsgID(n)) {
+					n++
 					continue
 				}
+				n++
 				o := &output{dest: dest.full, sink: dest.sink, event: po.Event}
 				o.msg = switchyard.Message{Event: &o.event, Topic: dest.topic, Key: po.Key, MsgID: msgID}
+				o.result.Position, o.recalled = l.e.recall.take(rec.Key(), dest.full, msgID, now)
 				it.outputs = append(it.outputs, o)
 			}
 		}
 		if it.err != nil {
+			l.e.recall.putBack(rec.Key(), it.outputs)
 			it.outputs = nil
 			continue
 		}
 		for _, o := range it.outputs {
-			b.bySink[o.sink] = append(b.bySink[o.sink], o)
+			if !o.recalled {
+				b.bySink[o.sink] = append(b.bySink[o.sink], o)
+			}
 		}
 	}
 	return b

@@ -86,7 +86,7 @@ event "t.chain" {
 	for _, m := range h.streamMessages() {
 		bySubject[m.Subject] = append(bySubject[m.Subject], m.Header.Get("Nats-Msg-Id")+"="+string(m.Data))
 	}
-	if got := fmt.Sprint(bySubject["t.routed"], bySubject["t.direct"]); got != fmt.Sprintf("[%s=0 %s-1=1] [%s-2=2]", ok, ok, ok) {
+	if got := fmt.Sprint(bySubject["t.routed"], bySubject["t.direct"]); got != fmt.Sprintf("[%s=0 %s/1/=1] [%s/2/=2]", ok, ok, ok) {
 		t.Fatalf("outputs: %s", got)
 	}
 	rec := h.record(bad)

@@ -6,34 +6,54 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
-// Republish makes the events delivered within window before the router
-// last stopped pending again, for their outputs to the named sinks that
-// the broker no longer holds; the loops then publish those once more under
-// the same message ids. It is run after an unclean stop, for brokers that
-// acknowledge before they fsync (the embedded JetStream): what they lost in
-// a power cut is published again. A sink that is a switchyard.Keeper is
-// asked what it kept, so a kept message is not stored twice however long
-// the machine was off; for any other sink every such output goes out again
-// and the broker's dedup window must drop what it kept
-// (docs/decisions/power-loss.md). It runs before Open, which then starts the
-// loops of the types it requeued: a loop that published meanwhile could
-// take a sequence the broker lost, and the window is counted back from the
-// newest delivery. It returns how many events it requeued.
-func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Duration) (int, error) {
+// Republished is what Republish did.
+type Republished struct {
+	// Events is how many delivered events it made pending again, for
+	// outputs their broker lost.
+	Events int
+	// Recalled is how many outputs of pending events their broker stored
+	// without the router recording it; the loops mark these delivered
+	// instead of sending them again.
+	Recalled int
+}
+
+// Republish sets right, after an unclean stop and before Open, what the
+// data file and the brokers of the named sinks disagree on
+// (docs/decisions/power-loss.md, docs/decisions/dedup-window.md):
+//
+//   - Outputs delivered within window before the router last stopped that
+//     the broker no longer holds: a broker that acknowledges before it
+//     fsyncs (the embedded JetStream) can lose them in a power cut. Their
+//     events become pending again and the loops publish them once more,
+//     under the same message ids.
+//   - Outputs of pending events that the broker stored and the router never
+//     recorded: the crash fell between acknowledgement and commit. The loops
+//     record these as delivered, at the broker's position, instead of
+//     sending them again — whatever the broker's dedup window, and however
+//     long the router was down.
+//
+// A sink that is a switchyard.Keeper is asked; for any other sink every
+// output of the window counts as lost and nothing is recalled. It runs
+// before Open, which then starts the loops: a loop that published meanwhile
+// could take a sequence the broker lost, and the window is counted back
+// from the newest delivery.
+func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Duration) (Republished, error) {
 	e.mu.Lock()
 	open := e.ctx != nil
 	e.mu.Unlock()
 	if open {
-		return 0, errors.New("engine: Republish after Open")
+		return Republished{}, errors.New("engine: Republish after Open")
 	}
 	if len(sinks) == 0 {
-		return 0, nil
+		return Republished{}, nil
 	}
 	var recs []*storage.Record
 	err := e.store.View(func(tx *storage.Tx) (err error) {
@@ -41,25 +61,35 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return Republished{}, err
 	}
-	return e.requeue(ctx, recs, e.lostOutputs(ctx, recs, sinks))
+	lost, stored := e.askKeepers(ctx, recs, sinks, window)
+	var done Republished
+	// Before the requeue: an event it makes pending again is one whose
+	// outputs were recorded, and must not be taken for one that was not.
+	if done.Recalled, err = e.recallStored(stored); err != nil {
+		return done, err
+	}
+	done.Events, err = e.requeue(ctx, recs, lost)
+	return done, err
 }
 
 // outputRef names one output of one record.
 type outputRef struct{ key, dest, msgID string }
 
-// lostOutputs is the delivered outputs of recs to the named sinks that
-// their broker no longer holds, as far as it can tell (switchyard.Keeper);
-// an output to a sink that cannot tell, or fails to, counts as lost: a
-// duplicate at worst, where the broker's dedup window has passed.
-func (e *Engine) lostOutputs(ctx context.Context, recs []*storage.Record, sinks []string) map[outputRef]bool {
+// askKeepers asks each named sink what its broker holds: of the outputs of
+// recs delivered to it within window before the newest delivery, which it
+// lost (as far as it can tell: an output to a sink that cannot tell, or
+// fails to, counts as lost — a duplicate at worst), and what else it
+// stored lately, by sink. Older outputs were synced long before the stop.
+func (e *Engine) askKeepers(ctx context.Context, recs []*storage.Record, sinks []string, window time.Duration) (map[outputRef]bool, map[string][]switchyard.Stored) {
 	bySink := map[string][]outputRef{}
 	acked := map[string][]switchyard.Acked{}
+	since := newestDelivery(recs).Add(-window)
 	for _, r := range recs {
 		for _, o := range r.Outputs {
 			sink, _, _ := strings.Cut(o.Destination, ":")
-			if !o.Delivered || !slices.Contains(sinks, sink) {
+			if !o.Delivered || o.DeliveredAt.Before(since) || !slices.Contains(sinks, sink) {
 				continue
 			}
 			bySink[sink] = append(bySink[sink], outputRef{r.Key(), o.Destination, o.MsgID})
@@ -71,17 +101,19 @@ func (e *Engine) lostOutputs(ctx context.Context, recs []*storage.Record, sinks 
 		}
 	}
 	lost := map[outputRef]bool{}
-	for sink, refs := range bySink {
+	stored := map[string][]switchyard.Stored{}
+	for _, sink := range sinks {
+		refs := bySink[sink]
 		kept := make([]bool, len(refs))
 		if k, ok := e.sinks()[sink].(switchyard.Keeper); ok {
-			got, err := k.Kept(ctx, acked[sink])
+			got, others, err := k.Kept(ctx, acked[sink], window)
 			if err == nil && len(got) != len(refs) {
 				err = fmt.Errorf("%d answers for %d messages", len(got), len(refs))
 			}
 			if err == nil {
-				kept = got
+				kept, stored[sink] = got, others
 			} else {
-				e.log.Warn("could not ask the broker which messages it kept; republishing them all (it drops those it kept within its duplicates window)", "sink", sink, "error", err)
+				e.log.Warn("could not ask the broker what it holds; republishing what the router delivered to it last, and sending again what it may have stored unrecorded (it drops those within its duplicates window)", "sink", sink, "error", err)
 			}
 		}
 		for i, ref := range refs {
@@ -90,7 +122,121 @@ func (e *Engine) lostOutputs(ctx context.Context, recs []*storage.Record, sinks 
 			}
 		}
 	}
-	return lost
+	return lost, stored
+}
+
+// newestDelivery is the time of the newest delivered output of recs.
+func newestDelivery(recs []*storage.Record) time.Time {
+	var t time.Time
+	for _, r := range recs {
+		for _, o := range r.Outputs {
+			if o.Delivered && o.DeliveredAt.After(t) {
+				t = o.DeliveredAt
+			}
+		}
+	}
+	return t
+}
+
+// recallStored finds, for each message a broker stored (by sink), the
+// pending event that would publish it — and records where the broker holds
+// it, for the loops (recall.take) — and says how many it found. A message
+// its event recorded as delivered is not recalled (sent again, a message is
+// a duplicate at worst; recalled wrongly, it would be a loss).
+func (e *Engine) recallStored(stored map[string][]switchyard.Stored) (int, error) {
+	at := map[outputRef]switchyard.Position{}
+	err := e.store.View(func(tx *storage.Tx) error {
+		for sink, msgs := range stored {
+			for _, m := range msgs {
+				dest := sink + ":" + m.Topic
+				key, err := pendingPublisher(tx, dest, m.MsgID)
+				if err != nil {
+					return err
+				}
+				if key != "" {
+					at[outputRef{key, dest, m.MsgID}] = m.Position
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	e.recall.set(at, e.now())
+	return len(at), nil
+}
+
+// pendingPublisher is the key of the pending outbound event that would
+// publish message msgID to dest, or "" if there is none or it recorded the
+// message as delivered.
+func pendingPublisher(tx *storage.Tx, dest, msgID string) (string, error) {
+	key, _ := storage.OutputOf(msgID)
+	r, err := tx.Record(key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if r.State != storage.StatePending || delivered(r, dest, msgID) {
+		return "", nil
+	}
+	return key, nil
+}
+
+// recall is where brokers hold outputs of pending events that the router
+// did not record (Republish), until the loops take them or recallFor has
+// passed since the start: those events were in flight at the stop, at the
+// head of their queues, and go out in the first rounds. The limit keeps an
+// entry from outliving its event (an operator who deletes it) and answering
+// for a new event of the same id.
+type recall struct {
+	any   atomic.Bool // at is not empty: spares the loops the lock
+	mu    sync.Mutex
+	at    map[outputRef]switchyard.Position
+	until time.Time
+}
+
+// recallFor is how long recall answers after Republish.
+const recallFor = 10 * time.Minute
+
+func (r *recall) set(at map[outputRef]switchyard.Position, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.at, r.until = at, now.Add(recallFor)
+	r.any.Store(len(at) > 0)
+}
+
+// take is where a broker holds the output msgID of the event key to dest,
+// if Republish found it there unrecorded; each is taken once.
+func (r *recall) take(key, dest, msgID string, now time.Time) (switchyard.Position, bool) {
+	if !r.any.Load() {
+		return switchyard.Position{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.After(r.until) {
+		r.at = nil
+	}
+	ref := outputRef{key, dest, msgID}
+	pos, ok := r.at[ref]
+	delete(r.at, ref)
+	r.any.Store(len(r.at) > 0)
+	return pos, ok
+}
+
+// putBack returns what take gave for outputs that were not recorded (the
+// event failed before its commit), for the next attempt.
+func (r *recall) putBack(key string, outs []*output) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, o := range outs {
+		if o.recalled && r.at != nil {
+			r.at[outputRef{key, o.dest, o.msg.MsgID}] = o.result.Position
+			r.any.Store(true)
+		}
+	}
 }
 
 // requeue makes each of recs pending again with its lost outputs marked

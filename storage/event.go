@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/switchyard-router/switchyard"
@@ -25,7 +27,7 @@ type Output struct {
 	// Destination is the sink and its topic/subject: "nats.local:orders".
 	Destination string `json:"destination"`
 	// MsgID tells apart several outputs to one destination (a plugin that
-	// splits an event): the event id, suffixed "-N" after the first output.
+	// splits an event): Record.OutputMsgID.
 	MsgID       string               `json:"msg_id,omitempty"`
 	Delivered   bool                 `json:"delivered"`
 	DeliveredAt time.Time            `json:"delivered_at,omitzero"`
@@ -101,4 +103,38 @@ func (r *Record) MsgID() string {
 		return EventKey(r.Tenant, r.Event.ID)
 	}
 	return r.Event.ID
+}
+
+// OutputMsgID is the id of the record's output n (from 0): MsgID for the
+// first, "<MsgID>/<n>/" for the others. It ends in '/', which no event key
+// does (an event id has no '/'), so it is never another event's id, and
+// OutputOf reads it back. Until 2026-12 it was "<MsgID>-<n>", which event
+// "x" with two outputs shared with event "x-1": a broker's dedup window
+// took one for the other, and marked an event delivered that it never
+// stored (LegacyOutputMsgID).
+func (r *Record) OutputMsgID(n int) string {
+	if n == 0 {
+		return r.MsgID()
+	}
+	return r.MsgID() + "/" + strconv.Itoa(n) + "/"
+}
+
+// LegacyOutputMsgID is the id output n > 0 had before OutputMsgID: outputs
+// recorded under it count as delivered.
+func (r *Record) LegacyOutputMsgID(n int) string {
+	return r.MsgID() + "-" + strconv.Itoa(n)
+}
+
+// OutputOf is the event id (MsgID) and output number an output id names.
+func OutputOf(msgID string) (string, int) {
+	rest, ok := strings.CutSuffix(msgID, "/")
+	i := strings.LastIndexByte(rest, '/')
+	if !ok || i < 0 {
+		return msgID, 0
+	}
+	n, err := strconv.Atoi(rest[i+1:])
+	if err != nil || n < 1 {
+		return msgID, 0
+	}
+	return rest[:i], n
 }

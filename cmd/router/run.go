@@ -426,28 +426,31 @@ func newLogger(w io.Writer, level, format string) hclog.Logger {
 	})
 }
 
-// republishAfterCrash runs after an unclean stop: the embedded JetStream
-// acknowledges a message before it fsyncs it (within sync_interval), so a
-// power cut can take from it what the router had already marked delivered.
-// Of what was delivered to it in the last 2×sync_interval+5s, what its
-// streams no longer hold goes out again under the same message ids
-// (docs/decisions/power-loss.md). A server that fsyncs every message
-// (sync_always) needs none of this. Each store is fsynced first: what a
-// stream holds then is what survives the next power cut too. The same
-// read of the streams finds what they stored and the router never recorded
-// (a crash between acknowledgement and commit): a publish of one of those
-// is answered from there, not sent again (plugins/nats/recall.go), whatever
-// the stream's duplicates window. Only once the requeue has committed does
-// a clean stop clear the data file's running mark (storage.DB.MarkRecovered);
-// a failure fails the start, and the next start tries again.
+// republishAfterCrash runs after an unclean stop, before the loops start
+// (engine.Republish). The embedded JetStream acknowledges a message before
+// it fsyncs it (within sync_interval), so a power cut can take from it what
+// the router had already marked delivered: of what was delivered to it in
+// the last 2×sync_interval+5s, what its streams no longer hold goes out
+// again under the same message ids (docs/decisions/power-loss.md). And
+// what the streams stored that the router never recorded (a crash between
+// acknowledgement and commit) is recorded at the stream's position instead
+// of being sent again (docs/decisions/dedup-window.md). Each store is
+// fsynced first: what a stream holds then is what survives the next power
+// cut too. Only once the requeue has committed does a clean stop clear the
+// data file's running mark (storage.DB.MarkRecovered); a failure fails the
+// start, and the next start tries again.
 func (c *RunCommand) republishAfterCrash(ctx context.Context, eng *engine.Engine, cfg *config.Config) error {
-	var names []string
+	var sinks []string
 	var window time.Duration
 	for _, n := range cfg.NATS {
 		if n.Embedded {
-			names = append(names, n.SinkName())
+			sinks = append(sinks, n.SinkName())
 			window = max(window, 2*n.SyncInterval+5*time.Second)
 		}
+	}
+	if len(sinks) == 0 {
+		c.db.MarkRecovered()
+		return nil
 	}
 	start := time.Now()
 	for _, srv := range c.natsServers {
@@ -455,51 +458,13 @@ func (c *RunCommand) republishAfterCrash(ctx context.Context, eng *engine.Engine
 			return fmt.Errorf("the last run did not stop cleanly, and syncing the JetStream store %s failed: %w", srv.StoreDir(), err)
 		}
 	}
-	sinks := c.embeddedSinks(names)
-	for _, s := range sinks {
-		if err := s.ReadBack(ctx, window); err != nil {
-			c.log.Warn("the last run did not stop cleanly, and reading back what the stream stored last failed; "+
-				"what it stored and the router had not recorded may be stored twice", "error", err)
-		}
-	}
-	readBack := time.Since(start)
-	if n, err := eng.Republish(ctx, c.syncedLater(cfg), window); err != nil {
+	done, err := eng.Republish(ctx, sinks, window)
+	if err != nil {
 		return fmt.Errorf("the last run did not stop cleanly, and republishing what it delivered last failed: %w", err)
-	} else if n > 0 {
-		c.log.Warn("the last run did not stop cleanly: republishing what the embedded NATS server lost of what it delivered last",
-			"events", n, "window", window)
 	}
-	for _, s := range sinks {
-		if n := s.Recall(); n > 0 {
-			c.log.Info("the last run did not stop cleanly: of what the stream stored last, what the router had not recorded is answered from the stream, not sent again",
-				"sink", s.Name(), "messages", n)
-		}
-	}
-	c.log.Info("checked what the embedded NATS server kept", "sinks", names, "took", time.Since(start).Round(time.Millisecond),
-		"sync_and_read_back", readBack.Round(time.Millisecond))
+	c.log.Warn("the last run did not stop cleanly: checked what the embedded NATS server holds of what the router sent it last",
+		"republished_events", done.Events, "recorded_unsent_outputs", done.Recalled, "window", window, "sinks", sinks,
+		"took", time.Since(start).Round(time.Millisecond))
 	c.db.MarkRecovered()
 	return nil
-}
-
-// syncedLater names the sinks of embedded servers that acknowledge before
-// they fsync (not sync_always): the ones a power cut can take from.
-func (c *RunCommand) syncedLater(cfg *config.Config) []string {
-	var names []string
-	for _, n := range cfg.NATS {
-		if n.Embedded && !n.SyncAlways {
-			names = append(names, n.SinkName())
-		}
-	}
-	return names
-}
-
-// embeddedSinks is the NATS sinks of the given names.
-func (c *RunCommand) embeddedSinks(names []string) []*natsplugin.Sink {
-	var out []*natsplugin.Sink
-	for _, s := range c.sinks {
-		if ns, ok := s.(*natsplugin.Sink); ok && slices.Contains(names, ns.Name()) {
-			out = append(out, ns)
-		}
-	}
-	return out
 }

@@ -88,16 +88,18 @@ func publishAcked(t *testing.T, ctx context.Context, n int) (*Sink, []*switchyar
 	return sink, msgs, res, acked
 }
 
-// checkKept fails the test unless Kept answers want for acked.
-func checkKept(t *testing.T, ctx context.Context, sink *Sink, acked []switchyard.Acked, want []bool) {
+// checkKept fails the test unless Kept answers want for acked, and
+// returns the others it read.
+func checkKept(t *testing.T, ctx context.Context, sink *Sink, acked []switchyard.Acked, want []bool) []switchyard.Stored {
 	t.Helper()
-	got, err := sink.Kept(ctx, acked)
+	got, others, err := sink.Kept(ctx, acked, time.Minute)
 	if err != nil {
 		t.Fatalf("Kept: %v", err)
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Kept = %v, want %v", got, want)
 	}
+	return others
 }
 
 // recreateStream deletes the sink's stream and creates it again, empty.

@@ -1,58 +1,42 @@
 package nats
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/switchyard-router/switchyard"
 )
 
-// After an unclean stop, a message the stream stored and the router never
-// recorded is answered with where the stream holds it, not stored again,
-// though the stream's duplicates window has long passed; a message Kept
-// found in place of a recorded delivery is not recalled, one bound for
-// another subject goes out, and each is answered once.
-func TestRecallAnswersWhatTheStreamStored(t *testing.T) {
+// Besides what it was asked about, Kept lists the messages the stream
+// stored lately that it was not asked about or that are not where the
+// router recorded them — each with its subject, id and position — and only
+// those: a message found in place is not listed, nor one from before the
+// window.
+func TestKeptListsTheOthers(t *testing.T) {
 	ctx := pubCtx(t, 20*time.Second)
-	cfg := testConfig(true)
-	cfg.Streams[0].Duplicates = 100 * time.Millisecond
-	srv := startServer(t, cfg, t.TempDir())
-	sink := openSink(t, cfg, srv.ClientURL())
-	msgs := makeMsgs("a", "orders.created", 10)
-	res := sink.Publish(ctx, msgs)
-	requireOK(t, res, 10)
-	time.Sleep(300 * time.Millisecond) // past the stream's window
-	count := func(want uint64) {
-		t.Helper()
-		if got := streamMsgs(t, srv.ClientURL(), "ORDERS"); got != want {
-			t.Fatalf("the stream holds %d messages, want %d", got, want)
-		}
+	sink, msgs, res, acked := publishAcked(t, ctx, 10)
+	elsewhere := acked[5]
+	elsewhere.Position.Sequence = res[6].Position.Sequence // recorded, but the stream has another message there
+	asked := append(slices.Clone(acked[:5]), elsewhere)
+	others := checkKept(t, ctx, sink, asked, []bool{true, true, true, true, true, false})
+	slices.SortFunc(others, func(a, b switchyard.Stored) int { return int(a.Position.Sequence) - int(b.Position.Sequence) })
+	var want []switchyard.Stored
+	for i := 5; i < 10; i++ {
+		want = append(want, switchyard.Stored{Topic: msgs[i].Topic, MsgID: msgs[i].MsgID, Position: res[i].Position})
+	}
+	if !slices.Equal(others, want) {
+		t.Fatalf("others = %+v\nwant     %+v", others, want)
 	}
 
-	if err := sink.ReadBack(ctx, time.Minute); err != nil {
-		t.Fatal(err)
+	// Older than the window: read only as far back as asked.
+	time.Sleep(1200 * time.Millisecond)
+	requireOK(t, sink.Publish(ctx, makeMsgs("b", "orders.created", 1)), 1)
+	got, others, err := sink.Kept(ctx, acked[8:9], 0)
+	if err != nil || !slices.Equal(got, []bool{true}) {
+		t.Fatalf("Kept = %v, %v", got, err)
 	}
-	recorded := make([]switchyard.Acked, 6) // the router recorded the first 6
-	for i := range recorded {
-		recorded[i] = switchyard.Acked{MsgID: msgs[i].MsgID, Position: res[i].Position}
+	if len(others) != 2 || others[0].MsgID == msgs[8].MsgID || others[1].MsgID == msgs[8].MsgID {
+		t.Fatalf("others = %+v, want msgs[9] and the new one", others)
 	}
-	checkKept(t, ctx, sink, recorded, []bool{true, true, true, true, true, true})
-	if n := sink.Recall(); n != 4 {
-		t.Fatalf("Recall = %d messages, want the 4 never recorded", n)
-	}
-
-	moved := *msgs[9]
-	moved.Topic = "orders.moved"
-	requireOK(t, sink.Publish(ctx, []*switchyard.Message{&moved}), 1)
-	count(11)
-	again := sink.Publish(ctx, msgs[6:])
-	requireOK(t, again, 4)
-	for i, r := range again {
-		if r.Position != res[6+i].Position {
-			t.Errorf("message %d: answered %+v, want where the stream holds it, %+v", 6+i, r.Position, res[6+i].Position)
-		}
-	}
-	count(11)
-	requireOK(t, sink.Publish(ctx, []*switchyard.Message{msgs[6], msgs[0]}), 2)
-	count(13)
 }

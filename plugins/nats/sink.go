@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -70,9 +69,6 @@ type Sink struct {
 	opened   chan struct{} // closed when Open returns
 
 	scratchPool sync.Pool // *scratch
-
-	back   readBack                 // after an unclean stop (recall.go)
-	recall atomic.Pointer[recalled] // nil unless Recall answers
 }
 
 var (
@@ -432,10 +428,6 @@ func (s *Sink) bound(ctx context.Context) (context.Context, context.CancelFunc) 
 func (s *Sink) sendJetStream(ctx context.Context, msgs []*switchyard.Message, res []switchyard.Result) *scratch {
 	sc := s.getScratch(len(msgs))
 	for i, m := range msgs {
-		if pos, ok := s.recalledAt(m); ok {
-			res[i].Position = pos // stored before an unclean stop (recall.go)
-			continue
-		}
 		nm, err := s.prepare(ctx, sc, m)
 		if err != nil {
 			res[i].Err = err

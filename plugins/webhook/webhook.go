@@ -44,8 +44,9 @@ const (
 	drainLen = 64 << 10
 )
 
-// IdempotencyKeyHeader carries the output's id (the event id, suffixed
-// "-N" when one event yields several deliveries) on every POST.
+// IdempotencyKeyHeader carries the output's id (the event id, or
+// "<id>/<N>/" for the later ones when one event yields several
+// deliveries; storage.Record.OutputMsgID) on every POST.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
 var (
