@@ -95,11 +95,15 @@ type Acked struct {
 }
 
 // Stored is a message a broker holds: the topic or subject it went to, the
-// id it was published under, and where it is.
+// id it was published under, where it is, when the broker stored it, and
+// the CloudEvents id and source it carries.
 type Stored struct {
 	Topic    string
 	MsgID    string
 	Position Position
+	Time     time.Time
+	EventID  string
+	Source   string
 }
 
 // Keeper is implemented by sinks that can say what their broker holds.

@@ -16,8 +16,9 @@ import (
 
 // Republished is what Republish did.
 type Republished struct {
-	// Events is how many delivered events it made pending again, for
-	// outputs their broker lost.
+	// Events is how many events had outputs their broker lost, now marked
+	// not delivered: a delivered event is pending again, a pending one
+	// publishes them at its next attempt, a dead letter when retried.
 	Events int
 	// Recalled is how many outputs of pending events their broker stored
 	// without the router recording it; the loops mark these delivered
@@ -55,11 +56,7 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 	if len(sinks) == 0 {
 		return Republished{}, nil
 	}
-	var recs []*storage.Record
-	err := e.store.View(func(tx *storage.Tx) (err error) {
-		recs, err = tx.RecentlyDelivered(window)
-		return err
-	})
+	recs, err := e.deliveredLast(window)
 	if err != nil {
 		return Republished{}, err
 	}
@@ -72,6 +69,27 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 	}
 	done.Events, err = e.requeue(ctx, recs, lost)
 	return done, err
+}
+
+// deliveredLast is the records with an output delivered within window
+// before the newest delivery: delivered ones, and pending ones and dead
+// letters whose other outputs failed.
+func (e *Engine) deliveredLast(window time.Duration) ([]*storage.Record, error) {
+	var recs []*storage.Record
+	err := e.store.View(func(tx *storage.Tx) error {
+		done, err := tx.RecentlyDelivered(window)
+		if err != nil {
+			return err
+		}
+		since := time.Time{} // nothing delivered in full: read every pending event and dead letter
+		if newest := newestDelivery(done); !newest.IsZero() {
+			since = newest.Add(-window)
+		}
+		partly, err := tx.PartlyDelivered(since)
+		recs = append(done, partly...)
+		return err
+	})
+	return recs, err
 }
 
 // outputRef names one output of one record.
@@ -149,7 +167,7 @@ func (e *Engine) recallStored(stored map[string][]switchyard.Stored) (int, error
 		for sink, msgs := range stored {
 			for _, m := range msgs {
 				dest := sink + ":" + m.Topic
-				key, err := pendingPublisher(tx, dest, m.MsgID)
+				key, err := pendingPublisher(tx, dest, m)
 				if err != nil {
 					return err
 				}
@@ -168,9 +186,15 @@ func (e *Engine) recallStored(stored map[string][]switchyard.Stored) (int, error
 }
 
 // pendingPublisher is the key of the pending outbound event that would
-// publish message msgID to dest, or "" if there is none or it recorded the
-// message as delivered.
-func pendingPublisher(tx *storage.Tx, dest, msgID string) (string, error) {
+// publish message m to dest, or "" if there is none or it recorded the
+// message as delivered. The message must carry the event's CloudEvents
+// identity (id and source) and be younger than the event: an id that two
+// events share (one written before OutputMsgID, "x-1"; an inbox's bare id;
+// an event sent again after its first was deleted) is then not taken for
+// the wrong one. A plugin that changes an output's id or source leaves its
+// output to be sent again: a duplicate at worst.
+func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string, error) {
+	msgID := m.MsgID
 	key, _ := storage.OutputOf(msgID)
 	r, err := tx.Record(key)
 	if errors.Is(err, storage.ErrNotFound) {
@@ -179,7 +203,8 @@ func pendingPublisher(tx *storage.Tx, dest, msgID string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if r.State != storage.StatePending || delivered(r, dest, msgID) {
+	if r.State != storage.StatePending || delivered(r, dest, msgID) ||
+		r.Event.ID != m.EventID || r.Event.Source != m.Source || m.Time.Before(r.CreatedAt) {
 		return "", nil
 	}
 	return key, nil
@@ -239,8 +264,9 @@ func (r *recall) putBack(key string, outs []*output) {
 	}
 }
 
-// requeue makes each of recs pending again with its lost outputs marked
-// not delivered, and says how many it requeued.
+// requeue marks the lost outputs of each of recs not delivered — making a
+// delivered one pending again; a pending one or a dead letter stays where
+// it is — and says how many events it changed.
 func (e *Engine) requeue(ctx context.Context, recs []*storage.Record, lost map[outputRef]bool) (int, error) {
 	n := 0
 	if len(lost) == 0 {
@@ -257,12 +283,15 @@ func (e *Engine) requeue(ctx context.Context, recs []*storage.Record, lost map[o
 			if err != nil {
 				return err
 			}
-			if r.State != storage.StateDelivered {
-				continue
-			}
 			again := func(o storage.Output) bool { return lost[outputRef{r.Key(), o.Destination, o.MsgID}] }
-			pol, _ := e.policyOf(r.QueueName())
-			picked, err := tx.Redeliver(r, again, pol.ByKey(), now)
+			var picked bool
+			switch r.State {
+			case storage.StateDelivered:
+				pol, _ := e.policyOf(r.QueueName())
+				picked, err = tx.Redeliver(r, again, pol.ByKey(), now)
+			case storage.StatePending, storage.StateDLQ:
+				picked, err = tx.Forget(r, again, now)
+			}
 			if err != nil {
 				return err
 			}

@@ -33,9 +33,11 @@ event "t.b" {
 // After an unclean stop, the outputs of a pending event that the stream
 // stored without the router recording it are recorded at the stream's
 // position by the next poll, not sent again, though the stream's
-// duplicates window has passed; an event whose output the stream holds
-// under its own id is not taken for one, nor is the first output of an
-// event whose id is another event's Nth output's old id ("q-1").
+// duplicates window has passed. Not taken for an event's: a message its
+// event already recorded ("r", from before the replay window), one that
+// carries another event's identity (event q's second output under its id of
+// before 2026-12, "q-1", which is also event q-1's), and one stored before
+// the event was (event n, ingested again after an earlier n was deleted).
 func TestRepublishRecordsWhatTheStreamStoredUnrecorded(t *testing.T) {
 	h := newHarness(t, twoRoutes, true)
 	ctx := context.Background()
@@ -50,11 +52,14 @@ func TestRepublishRecordsWhatTheStreamStoredUnrecorded(t *testing.T) {
 	for _, e := range []switchyard.Event{ev("p", "t.two"), ev("q", "t.two"), ev("q-1", "t.b")} {
 		h.ingestEvent(e)
 	}
+	h.clock.Advance(2 * 365 * 24 * time.Hour) // n is created after the message below (its clock is fake, the stream's real)
+	h.ingestEvent(ev("n", "t.b"))
 	// The stop cut these acknowledgements off: stored, never recorded.
-	p := ev("p", "t.two")
+	p, q, n := ev("p", "t.two"), ev("q", "t.two"), ev("n", "t.b")
 	pRec := h.record("p")
 	unrecorded := []*switchyard.Message{
 		{Event: &p, Topic: "t.a", MsgID: pRec.OutputMsgID(0)}, {Event: &p, Topic: "t.b", MsgID: pRec.OutputMsgID(1)},
+		{Event: &q, Topic: "t.b", MsgID: "q-1"}, {Event: &n, Topic: "t.b", MsgID: "n"},
 	}
 	res := h.sink.Publish(ctx, unrecorded)
 	for _, r := range res {
@@ -73,19 +78,19 @@ func TestRepublishRecordsWhatTheStreamStoredUnrecorded(t *testing.T) {
 		t.Fatalf("Republish = %+v, want p's 2 outputs recalled and nothing requeued", done)
 	}
 	h.pollAll("t.two", "t.b")
-	for _, id := range []string{"p", "q", "q-1"} {
+	for _, id := range []string{"p", "q", "q-1", "n"} {
 		if st := h.record(id).State; st != storage.StateDelivered {
 			t.Fatalf("%s: %s, want delivered", id, st)
 		}
 	}
-	for i, o := range h.record("p").Outputs {
+	for i, o := range h.record("p").Outputs[:2] {
 		if o.Position == nil || *o.Position != res[i].Position {
 			t.Errorf("p's output %s: recorded at %v, want where the stream holds it, %+v", o.MsgID, o.Position, res[i].Position)
 		}
 	}
-	// p sent nothing; q (2 outputs) and q-1 sent theirs, each stored.
-	if sent := len(h.streamMessages()) - before; sent != 3 {
-		t.Errorf("%d messages stored after the restart, want 3", sent)
+	// p sent nothing; q (2 outputs), q-1 and n sent theirs, each stored.
+	if sent := len(h.streamMessages()) - before; sent != 4 {
+		t.Errorf("%d messages stored after the restart, want 4", sent)
 	}
 }
 
@@ -130,5 +135,63 @@ func TestLegacyOutputIDCountsAsDelivered(t *testing.T) {
 	}
 	if sent := len(h.streamMessages()) - before; sent != 1 {
 		t.Errorf("%d messages sent, want 1 (the output to t.a only)", sent)
+	}
+}
+
+// halfRouted is a type with one route into the stream and one to a subject
+// no stream captures (its publish fails, and the event stays pending).
+const halfRouted = `
+event "t.half" {
+  route {
+    to      = "nats.local"
+    subject = "t.a"
+  }
+  route {
+    to      = "nats.local"
+    subject = "x.none"
+  }
+}
+`
+
+// An output the stream lost after acknowledging it (a power cut) is sent
+// again even when its event is still pending because another output
+// fails: Republish finds it among the partly delivered events, not only
+// among the delivered ones.
+func TestRepublishPartlyDeliveredEvent(t *testing.T) {
+	h := newHarness(t, halfRouted, true)
+	ctx := context.Background()
+	h.ingestEvent(switchyard.Event{ID: "h", Type: "t.half", Source: "/t", SpecVersion: "1.0"})
+	h.pollAll("t.half")
+	rec := h.record("h")
+	if rec.State != storage.StatePending || len(rec.Outputs) != 2 || !rec.Outputs[0].Delivered || rec.Outputs[0].Position == nil {
+		t.Fatalf("h after its first attempt: %s, outputs %+v", rec.State, rec.Outputs)
+	}
+	st, err := h.js.Stream(ctx, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, rec.Outputs[0].Position.Sequence); err != nil { // what the cut took
+		t.Fatal(err)
+	}
+	done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Events != 1 {
+		t.Fatalf("Republish = %+v, want h's lost output marked for sending again", done)
+	}
+	h.clock.Advance(time.Hour) // past h's backoff
+	// A deleted message's id stays in the stream's dedup window (a power
+	// cut's restart forgets it): wait the window out.
+	time.Sleep(1200 * time.Millisecond)
+	h.pollAll("t.half")
+	sent := 0
+	for _, m := range h.streamMessages() {
+		if m.Subject == "t.a" && m.Header.Get("Nats-Msg-Id") == "h" {
+			sent++
+		}
+	}
+	if sent != 1 {
+		t.Fatalf("the stream holds h's output to t.a %d times, want once; h: %+v", sent, h.record("h"))
 	}
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 )
 
 var _ switchyard.Keeper = (*Sink)(nil)
@@ -88,10 +91,29 @@ func (s *Sink) keptIn(ctx context.Context, name string, msgs []switchyard.Acked,
 	others := make([]switchyard.Stored, 0, len(t.at))
 	for seq, m := range t.at {
 		if m.id != "" {
-			others = append(others, switchyard.Stored{Topic: m.subject, MsgID: m.id, Position: switchyard.Position{Stream: name, Sequence: seq}})
+			others = append(others, switchyard.Stored{Topic: m.subject, MsgID: m.id, Position: switchyard.Position{Stream: name, Sequence: seq},
+				Time: m.time, EventID: unescape(m.ceID), Source: unescape(m.ceSource)})
 		}
 	}
 	return others, nil
+}
+
+// The headers of the CloudEvents id and source (cloudevents.NATS).
+var (
+	ceIDHeader     = cloudevents.NATS.Prefix() + "id"
+	ceSourceHeader = cloudevents.NATS.Prefix() + "source"
+)
+
+// unescape undoes the binding's percent-encoding of a header value; a value
+// that is not valid stays as it is (and then matches no event).
+func unescape(v string) string {
+	if !strings.Contains(v, "%") {
+		return v
+	}
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
+	}
+	return v
 }
 
 // tail is what a stream held when it was read: the id and subject of the
@@ -101,8 +123,13 @@ type tail struct {
 	at    map[uint64]stored
 }
 
-// stored is one message a tail holds.
-type stored struct{ id, subject string }
+// stored is one message a tail holds: its Nats-Msg-Id, subject, time,
+// and ce-id and ce-source as they are on the wire.
+type stored struct {
+	id, subject    string
+	time           time.Time
+	ceID, ceSource string
+}
 
 // readBack reads stream name from window (and a second more) before its
 // newest message, and further back to the oldest sequence of msgs[i], i in
@@ -182,7 +209,8 @@ func (s *Sink) readTail(ctx context.Context, name string, t *tail, cfg jetstream
 			return from, nil
 		}
 		from = min(from, seq)
-		t.at[seq] = stored{m.Headers().Get(jetstream.MsgIDHeader), m.Subject()}
+		h := m.Headers()
+		t.at[seq] = stored{h.Get(jetstream.MsgIDHeader), m.Subject(), md.Timestamp, h.Get(ceIDHeader), h.Get(ceSourceHeader)}
 		n++
 		if seq == to || md.NumPending == 0 {
 			return from, nil
