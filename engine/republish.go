@@ -77,7 +77,7 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 func (e *Engine) deliveredLast(window time.Duration) ([]*storage.Record, error) {
 	var recs []*storage.Record
 	err := e.store.View(func(tx *storage.Tx) error {
-		done, err := tx.RecentlyDelivered(window)
+		done, err := tx.RecentlyDelivered(window, e.now())
 		if err != nil {
 			return err
 		}

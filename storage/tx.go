@@ -62,6 +62,7 @@ type Tx struct {
 	events   *bolt.Cursor // getEvent's, made on first use
 	opened   [8]openedBucket
 	nOpened  int
+	doneTTL  time.Duration // the ttl noteDoneTTL recorded in this transaction
 }
 
 // getEvent is the events bucket's Get through one cursor per transaction:
@@ -297,6 +298,9 @@ func (tx *Tx) markDone(r *Record, state State, now time.Time, ttl time.Duration)
 	r.State = state
 	r.NextAttemptAt = time.Time{}
 	r.UpdatedAt = now
+	if err := tx.noteDoneTTL(ttl, now); err != nil {
+		return err
+	}
 	if err := tx.bucket(bucketDone).Put(timeKey(now.Add(ttl), []byte(r.Key())), nil); err != nil {
 		return err
 	}
@@ -404,39 +408,6 @@ func (tx *Tx) expire(index []byte, now time.Time, limit int, del func(rest []byt
 		n++
 	}
 	return n, nil
-}
-
-// RecentlyDelivered returns the delivered records whose delivered-index
-// entries lie within window of the newest one: what was delivered last
-// before the router stopped. (The index is keyed by delivery time plus the
-// outbox ttl; within one run's last moments the ttl is one and the same.)
-func (tx *Tx) RecentlyDelivered(window time.Duration) ([]*Record, error) {
-	c := tx.bucket(bucketDone).Cursor()
-	last, _ := c.Last()
-	if last == nil {
-		return nil, nil
-	}
-	from := binary.BigEndian.Uint64(last) - uint64(window.Nanoseconds())
-	var out []*Record
-	seen := map[string]bool{}
-	for k, _ := c.Last(); k != nil && binary.BigEndian.Uint64(k) >= from; k, _ = c.Prev() {
-		key := string(k[8:])
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
-		r, err := tx.Record(key)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if r.State == StateDelivered {
-			out = append(out, r)
-		}
-	}
-	return out, nil
 }
 
 // PartlyDelivered returns the pending and dead-lettered records with an

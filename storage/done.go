@@ -1,0 +1,147 @@
+package storage
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// The delivered index (bucketDone) is keyed by expiry: delivery time plus
+// the outbox ttl then in force, so that cleanup reads it from the front.
+// While the ttl stays the same its newest entries are the newest
+// deliveries, which RecentlyDelivered needs after an unclean stop. A ttl
+// lowered by a reload or a restart breaks that: the next deliveries sort
+// before the last ones under the old ttl, and reading back from the end
+// would find those instead (a power cut's loss unchecked). So the file
+// remembers which ttls its entries were made with (keyDoneTTLs, written only
+// when the ttl changes) and RecentlyDelivered reads back further by the
+// spread between them.
+
+// keyDoneTTLs holds the doneTTLs the delivered index may still hold
+// entries of (meta bucket, JSON).
+var keyDoneTTLs = []byte("done_ttls")
+
+// doneTTL is a ttl the delivered index was written with, until a time
+// (zero: still in use).
+type doneTTL struct {
+	TTL   time.Duration `json:"ttl"`
+	Until time.Time     `json:"until,omitzero"`
+}
+
+// noteDoneTTL records that entries are being made with ttl, once per
+// transaction.
+func (tx *Tx) noteDoneTTL(ttl time.Duration, now time.Time) error {
+	if tx.doneTTL == ttl {
+		return nil
+	}
+	ttls, err := tx.doneTTLs()
+	if err != nil {
+		return err
+	}
+	if n := len(ttls); n == 0 || ttls[n-1].TTL != ttl || !ttls[n-1].Until.IsZero() {
+		if n > 0 && ttls[n-1].Until.IsZero() {
+			ttls[n-1].Until = now
+		}
+		ttls = append(live(ttls, now), doneTTL{TTL: ttl})
+		v, err := json.Marshal(ttls)
+		if err != nil {
+			return err
+		}
+		if err := tx.bucket(bucketMeta).Put(keyDoneTTLs, v); err != nil {
+			return err
+		}
+	}
+	tx.doneTTL = ttl
+	return nil
+}
+
+// doneTTLs is what keyDoneTTLs holds (none in a file from before it).
+func (tx *Tx) doneTTLs() ([]doneTTL, error) {
+	var ttls []doneTTL
+	v := tx.bucket(bucketMeta).Get(keyDoneTTLs)
+	if v == nil {
+		return nil, nil
+	}
+	if err := json.Unmarshal(v, &ttls); err != nil {
+		return nil, errors.Join(ErrCorrupt, err)
+	}
+	return ttls, nil
+}
+
+// live is the ttls whose entries may still be in the index at now.
+func live(ttls []doneTTL, now time.Time) []doneTTL {
+	out := ttls[:0]
+	for _, t := range ttls {
+		if t.Until.IsZero() || t.Until.Add(t.TTL).After(now) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// ttlSpread is how far apart the ttls of the index's live entries are.
+func (tx *Tx) ttlSpread(now time.Time) (time.Duration, error) {
+	ttls, err := tx.doneTTLs()
+	if ttls = live(ttls, now); err != nil || len(ttls) == 0 {
+		return 0, err
+	}
+	lo, hi := ttls[0].TTL, ttls[0].TTL
+	for _, t := range ttls[1:] {
+		lo, hi = min(lo, t.TTL), max(hi, t.TTL)
+	}
+	return hi - lo, nil
+}
+
+// RecentlyDelivered returns the delivered records delivered within window
+// of the newest delivery: what was delivered last before the router
+// stopped at (or before) now. It reads the index back from its end by the
+// window and the spread of the ttls its entries were made with, and picks
+// by each record's own delivery time.
+func (tx *Tx) RecentlyDelivered(window time.Duration, now time.Time) ([]*Record, error) {
+	c := tx.bucket(bucketDone).Cursor()
+	last, _ := c.Last()
+	if last == nil {
+		return nil, nil
+	}
+	spread, err := tx.ttlSpread(now)
+	if err != nil {
+		return nil, err
+	}
+	from := binary.BigEndian.Uint64(last) - uint64((window + spread).Nanoseconds())
+	var read []*Record
+	var newest time.Time
+	seen := map[string]bool{}
+	for k, _ := c.Last(); k != nil && binary.BigEndian.Uint64(k) >= from; k, _ = c.Prev() {
+		key := string(k[8:])
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		r, err := tx.Record(key)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.State == StateDelivered {
+			read = append(read, r)
+			newest = later(newest, r.UpdatedAt)
+		}
+	}
+	out := read[:0]
+	for _, r := range read {
+		if !r.UpdatedAt.Before(newest.Add(-window)) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
