@@ -60,11 +60,11 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 	if err != nil {
 		return Republished{}, err
 	}
-	lost, stored := e.askKeepers(ctx, recs, sinks, window)
+	lost, others := e.askKeepers(ctx, recs, sinks, window)
 	var done Republished
 	// Before the requeue: an event it makes pending again is one whose
 	// outputs were recorded, and must not be taken for one that was not.
-	if done.Recalled, err = e.recallStored(stored); err != nil {
+	if done.Recalled, err = e.recallStored(others); err != nil {
 		return done, err
 	}
 	done.Events, err = e.requeue(ctx, recs, lost)
@@ -77,16 +77,16 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 func (e *Engine) deliveredLast(window time.Duration) ([]*storage.Record, error) {
 	var recs []*storage.Record
 	err := e.store.View(func(tx *storage.Tx) error {
-		done, err := tx.RecentlyDelivered(window, e.now())
+		delivered, err := tx.RecentlyDelivered(window, e.now())
 		if err != nil {
 			return err
 		}
-		since := time.Time{} // nothing delivered in full: read every pending event and dead letter
-		if newest := newestDelivery(done); !newest.IsZero() {
+		since := time.Time{} // nothing delivered in full: every partly delivered event
+		if newest := newestDelivery(delivered); !newest.IsZero() {
 			since = newest.Add(-window)
 		}
 		partly, err := tx.PartlyDelivered(since)
-		recs = append(done, partly...)
+		recs = append(delivered, partly...)
 		return err
 	})
 	return recs, err
@@ -119,7 +119,7 @@ func (e *Engine) askKeepers(ctx context.Context, recs []*storage.Record, sinks [
 		}
 	}
 	lost := map[outputRef]bool{}
-	stored := map[string][]switchyard.Stored{}
+	othersBySink := map[string][]switchyard.Stored{}
 	for _, sink := range sinks {
 		refs := bySink[sink]
 		kept := make([]bool, len(refs))
@@ -129,7 +129,7 @@ func (e *Engine) askKeepers(ctx context.Context, recs []*storage.Record, sinks [
 				err = fmt.Errorf("%d answers for %d messages", len(got), len(refs))
 			}
 			if err == nil {
-				kept, stored[sink] = got, others
+				kept, othersBySink[sink] = got, others
 			} else {
 				e.log.Warn("could not ask the broker what it holds; republishing what the router delivered to it last, and sending again what it may have stored unrecorded (it drops those within its duplicates window)", "sink", sink, "error", err)
 			}
@@ -140,7 +140,7 @@ func (e *Engine) askKeepers(ctx context.Context, recs []*storage.Record, sinks [
 			}
 		}
 	}
-	return lost, stored
+	return lost, othersBySink
 }
 
 // newestDelivery is the time of the newest delivered output of recs.
@@ -161,10 +161,10 @@ func newestDelivery(recs []*storage.Record) time.Time {
 // it, for the loops (recall.take) — and says how many it found. A message
 // its event recorded as delivered is not recalled (sent again, a message is
 // a duplicate at worst; recalled wrongly, it would be a loss).
-func (e *Engine) recallStored(stored map[string][]switchyard.Stored) (int, error) {
+func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error) {
 	at := map[outputRef]switchyard.Position{}
 	err := e.store.View(func(tx *storage.Tx) error {
-		for sink, msgs := range stored {
+		for sink, msgs := range others {
 			for _, m := range msgs {
 				dest := sink + ":" + m.Topic
 				key, err := pendingPublisher(tx, dest, m)

@@ -10,7 +10,7 @@ import (
 )
 
 // twoRoutes is a type whose events go to two subjects (outputs "<id>" and
-// "<id>-1") and a type whose events go to the second of them.
+// "<id>/1/") and a type whose events go to the second of them.
 const twoRoutes = `
 event "t.two" {
   route {
@@ -138,10 +138,13 @@ func TestLegacyOutputIDCountsAsDelivered(t *testing.T) {
 	}
 }
 
-// halfRouted is a type with one route into the stream and one to a subject
-// no stream captures (its publish fails, and the event stays pending).
+// halfRouted is a type with one route into the stream and one that fails:
+// to a subject no stream captures (a retry), or to a sink that is down (an
+// unknown outcome: the event keeps its place in the queue); and a type
+// that is delivered in full.
 const halfRouted = `
-event "t.half" {
+kafka "down" { brokers = ["127.0.0.1:1"] }
+event "t.retry" {
   route {
     to      = "nats.local"
     subject = "t.a"
@@ -151,47 +154,92 @@ event "t.half" {
     subject = "x.none"
   }
 }
+event "t.down" {
+  route {
+    to      = "nats.local"
+    subject = "t.a"
+  }
+  route {
+    to    = "kafka.down"
+    topic = "x"
+  }
+}
+event "t.one" {
+  route {
+    to      = "nats.local"
+    subject = "t.b"
+  }
+}
 `
+
+// downSink is a sink whose broker is unreachable.
+type downSink struct{}
+
+func (downSink) Name() string { return "kafka.down" }
+func (downSink) Publish(_ context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	r := make([]switchyard.Result, len(msgs))
+	for i := range r {
+		r[i].Err = switchyard.ErrSinkUnavailable
+	}
+	return r
+}
+func (downSink) Close(context.Context) error { return nil }
 
 // An output the stream lost after acknowledging it (a power cut) is sent
 // again even when its event is still pending because another output
-// fails: Republish finds it among the partly delivered events, not only
-// among the delivered ones.
+// failed — retried later, or an unknown outcome that left the event's
+// queue entry a minute older than the output's delivery — and another
+// event was delivered in full after it: Republish finds it through the
+// partial index, not only among the delivered events.
 func TestRepublishPartlyDeliveredEvent(t *testing.T) {
-	h := newHarness(t, halfRouted, true)
-	ctx := context.Background()
-	h.ingestEvent(switchyard.Event{ID: "h", Type: "t.half", Source: "/t", SpecVersion: "1.0"})
-	h.pollAll("t.half")
-	rec := h.record("h")
-	if rec.State != storage.StatePending || len(rec.Outputs) != 2 || !rec.Outputs[0].Delivered || rec.Outputs[0].Position == nil {
-		t.Fatalf("h after its first attempt: %s, outputs %+v", rec.State, rec.Outputs)
-	}
-	st, err := h.js.Stream(ctx, "events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.DeleteMsg(ctx, rec.Outputs[0].Position.Sequence); err != nil { // what the cut took
-		t.Fatal(err)
-	}
-	done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if done.Events != 1 {
-		t.Fatalf("Republish = %+v, want h's lost output marked for sending again", done)
-	}
-	h.clock.Advance(time.Hour) // past h's backoff
-	// A deleted message's id stays in the stream's dedup window (a power
-	// cut's restart forgets it): wait the window out.
-	time.Sleep(1200 * time.Millisecond)
-	h.pollAll("t.half")
-	sent := 0
-	for _, m := range h.streamMessages() {
-		if m.Subject == "t.a" && m.Header.Get("Nats-Msg-Id") == "h" {
-			sent++
-		}
-	}
-	if sent != 1 {
-		t.Fatalf("the stream holds h's output to t.a %d times, want once; h: %+v", sent, h.record("h"))
+	for _, typ := range []string{"t.retry", "t.down"} {
+		t.Run(typ, func(t *testing.T) {
+			h := newHarness(t, halfRouted, true, downSink{})
+			ctx := context.Background()
+			// Not the stream's first message: one below the first counts as
+			// removed by the stream's limits (Kept).
+			h.ingestEvent(switchyard.Event{ID: "before", Type: "t.one", Source: "/t", SpecVersion: "1.0"})
+			h.pollAll("t.one")
+			h.ingestEvent(switchyard.Event{ID: "h", Type: typ, Source: "/t", SpecVersion: "1.0"})
+			h.clock.Advance(time.Minute) // taken from a backlog
+			h.pollAll(typ)
+			rec := h.record("h")
+			if rec.State != storage.StatePending || len(rec.Outputs) != 2 || !rec.Outputs[0].Delivered || rec.Outputs[0].Position == nil {
+				t.Fatalf("h after its first attempt: %s, outputs %+v", rec.State, rec.Outputs)
+			}
+			h.ingestEvent(switchyard.Event{ID: "full", Type: "t.one", Source: "/t", SpecVersion: "1.0"})
+			h.pollAll("t.one")
+			st, err := h.js.Stream(ctx, "events")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.DeleteMsg(ctx, rec.Outputs[0].Position.Sequence); err != nil { // what the cut took
+				t.Fatal(err)
+			}
+			done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done.Events != 1 {
+				t.Fatalf("Republish = %+v, want h's lost output marked for sending again", done)
+			}
+			if rec := h.record("h"); rec.Outputs[0].Delivered {
+				t.Fatalf("h's lost output still counts as delivered: %+v", rec.Outputs[0])
+			}
+			h.clock.Advance(time.Hour) // past h's backoff
+			// A deleted message's id stays in the stream's dedup window (a power
+			// cut's restart forgets it): wait the window out.
+			time.Sleep(1200 * time.Millisecond)
+			h.pollAll(typ)
+			sent := 0
+			for _, m := range h.streamMessages() {
+				if m.Subject == "t.a" && m.Header.Get("Nats-Msg-Id") == "h" {
+					sent++
+				}
+			}
+			if sent != 1 {
+				t.Fatalf("the stream holds h's output to t.a %d times, want once; h: %+v", sent, h.record("h"))
+			}
+		})
 	}
 }

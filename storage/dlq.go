@@ -258,6 +258,9 @@ func (tx *Tx) DeleteDeadLetter(r *Record) error {
 	if err := tx.unindexDead(r); err != nil {
 		return err
 	}
+	if err := tx.bucket(bucketPartial).Delete([]byte(r.Key())); err != nil {
+		return err
+	}
 	return tx.bucket(bucketEvents).Delete([]byte(r.Key()))
 }
 

@@ -145,3 +145,53 @@ func later(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// The partial index (bucketPartial: record key → nothing) lists the pending
+// events and dead letters with an output delivered: events whose other
+// outputs failed. The delivered index does not hold them, and their queue
+// entries are no guide to when that output went out (an attempt whose
+// outcome is unknown leaves its entry where it was), yet a power cut can
+// take that output too. Kept by putEvent, which every write of a record goes
+// through: a record without outputs (every new event) costs it nothing.
+
+// indexPartial puts r in the partial index or takes it out.
+func (tx *Tx) indexPartial(r *Record) error {
+	if len(r.Outputs) == 0 {
+		return nil // never partly delivered
+	}
+	k := []byte(r.Key())
+	if (r.State == StatePending || r.State == StateDLQ) && deliveredSince(r, time.Time{}) {
+		return tx.bucket(bucketPartial).Put(k, nil)
+	}
+	return tx.bucket(bucketPartial).Delete(k)
+}
+
+// PartlyDelivered returns the pending events and dead letters with an
+// output delivered at or after since (all of them for a zero since).
+func (tx *Tx) PartlyDelivered(since time.Time) ([]*Record, error) {
+	var out []*Record
+	c := tx.bucket(bucketPartial).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		r, err := tx.Record(string(k))
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if (r.State == StatePending || r.State == StateDLQ) && deliveredSince(r, since) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// deliveredSince says whether an output of r was delivered at or after t.
+func deliveredSince(r *Record, t time.Time) bool {
+	for _, o := range r.Outputs {
+		if o.Delivered && !o.DeliveredAt.Before(t) {
+			return true
+		}
+	}
+	return false
+}

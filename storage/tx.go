@@ -31,7 +31,8 @@ var (
 	bucketIdem    = []byte("idem")
 	bucketIdemExp = []byte("idem_exp")
 	bucketMeta    = []byte("meta")
-	allBuckets    = [][]byte{bucketEvents, bucketQueue, bucketKeys, bucketDLQ, bucketDone, bucketIdem, bucketIdemExp, bucketMeta,
+	bucketPartial = []byte("partial") // done.go
+	allBuckets    = [][]byte{bucketEvents, bucketQueue, bucketKeys, bucketDLQ, bucketDone, bucketIdem, bucketIdemExp, bucketMeta, bucketPartial,
 		bucketInboxIDs, bucketInboxExp, bucketAudit, bucketClaims, bucketClaimExp, // inbox.go
 		bucketResolved, bucketResolvedExp, // dlq.go
 		bucketState, bucketStateExp, bucketStateUsage} // state.go
@@ -189,7 +190,10 @@ func (tx *Tx) putEvent(r *Record) error {
 	if err != nil {
 		return err
 	}
-	return tx.bucket(bucketEvents).Put([]byte(r.Key()), v)
+	if err := tx.bucket(bucketEvents).Put([]byte(r.Key()), v); err != nil {
+		return err
+	}
+	return tx.indexPartial(r)
 }
 
 func (tx *Tx) enqueue(r *Record) error {
@@ -410,60 +414,21 @@ func (tx *Tx) expire(index []byte, now time.Time, limit int, del func(rest []byt
 	return n, nil
 }
 
-// PartlyDelivered returns the pending and dead-lettered records with an
-// output delivered at or after since: events that RecentlyDelivered does
-// not see because another of their outputs failed. A pending one is due no
-// earlier than its last attempt, and a dead letter was parked after it, so
-// only the entries of their indexes from since on are read.
-func (tx *Tx) PartlyDelivered(since time.Time) ([]*Record, error) {
-	var out []*Record
-	var from []byte // zero since: from the first entry (UnixNano would overflow)
-	if !since.IsZero() {
-		from = timeKey(since, nil)
-	}
-	for _, index := range [][]byte{bucketQueue, bucketDLQ} {
-		for _, q := range tx.subNames(index) {
-			b, _ := tx.sub(index, q)
-			if b == nil {
-				continue
-			}
-			c := b.Cursor()
-			k, v := c.First()
-			if from != nil {
-				k, v = c.Seek(from)
-			}
-			for ; k != nil; k, v = c.Next() {
-				r, err := tx.Record(string(v))
-				if errors.Is(err, ErrNotFound) {
-					continue
-				}
-				if err != nil {
-					return nil, err
-				}
-				if (r.State == StatePending || r.State == StateDLQ) && deliveredSince(r, since) {
-					out = append(out, r)
-				}
-			}
-		}
-	}
-	return out, nil
-}
-
-// deliveredSince says whether an output of r was delivered at or after t.
-func deliveredSince(r *Record, t time.Time) bool {
-	for _, o := range r.Outputs {
-		if o.Delivered && !o.DeliveredAt.Before(t) {
-			return true
-		}
-	}
-	return false
-}
-
 // Forget marks the outputs of r that again picks not delivered, leaving r
 // where it is (pending, or a dead letter): its loop, or a retry from the
 // DLQ, publishes them once more with their message ids. It reports whether
 // any output was picked.
 func (tx *Tx) Forget(r *Record, again func(Output) bool, now time.Time) (bool, error) {
+	if !undeliver(r, again) {
+		return false, nil
+	}
+	r.UpdatedAt = now
+	return true, tx.putEvent(r)
+}
+
+// undeliver marks the delivered outputs of r that again picks not
+// delivered, and says whether it picked any.
+func undeliver(r *Record, again func(Output) bool) bool {
 	picked := false
 	for i := range r.Outputs {
 		if r.Outputs[i].Delivered && again(r.Outputs[i]) {
@@ -471,11 +436,7 @@ func (tx *Tx) Forget(r *Record, again func(Output) bool, now time.Time) (bool, e
 			picked = true
 		}
 	}
-	if !picked {
-		return false, nil
-	}
-	r.UpdatedAt = now
-	return true, tx.putEvent(r)
+	return picked
 }
 
 // Redeliver makes a delivered record pending again with the outputs that
@@ -483,14 +444,7 @@ func (tx *Tx) Forget(r *Record, again func(Output) bool, now time.Time) (bool, e
 // once more with their message ids. It reports whether any output was
 // picked.
 func (tx *Tx) Redeliver(r *Record, again func(Output) bool, orderByKey bool, now time.Time) (bool, error) {
-	picked := false
-	for i := range r.Outputs {
-		if r.Outputs[i].Delivered && again(r.Outputs[i]) {
-			r.Outputs[i].Delivered = false
-			picked = true
-		}
-	}
-	if !picked {
+	if !undeliver(r, again) {
 		return false, nil
 	}
 	r.NextAttemptAt = now

@@ -591,8 +591,8 @@ func TestCrashPublish(t *testing.T) {
 // A router started again long after each SIGKILL — three times the
 // embedded server's default duplicates window, which therefore drops
 // nothing — stores nothing twice: what the stream stored and the router had
-// not yet marked delivered is read back at the start and not sent again
-// (plugins/nats/recall.go).
+// not yet marked delivered is read back at the start and recorded, not
+// sent again (engine.Republish).
 func TestCrashPublishDefaultWindow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: runs the router binary for a while")

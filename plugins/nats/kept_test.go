@@ -159,9 +159,11 @@ func TestKeptListsTheOthers(t *testing.T) {
 	if len(others) != 2 || others[0].MsgID == msgs[8].MsgID || others[1].MsgID == msgs[8].MsgID {
 		t.Fatalf("others = %+v, want msgs[9] and the new one", others)
 	}
-	for _, o := range others {
-		if o.MsgID == odd[0].MsgID && (o.EventID != odd[0].Event.ID || o.Source != odd[0].Event.Source) {
-			t.Errorf("read back id %q source %q, want them as sent: %q, %q", o.EventID, o.Source, odd[0].Event.ID, odd[0].Event.Source)
-		}
+	i := slices.IndexFunc(others, func(o switchyard.Stored) bool { return o.MsgID == odd[0].MsgID })
+	if i < 0 {
+		t.Fatalf("others = %+v: the new message is not among them", others)
+	}
+	if o := others[i]; o.EventID != odd[0].Event.ID || o.Source != odd[0].Event.Source {
+		t.Errorf("read back id %q source %q, want them as sent: %q, %q", o.EventID, o.Source, odd[0].Event.ID, odd[0].Event.Source)
 	}
 }
