@@ -154,12 +154,12 @@ func later(a, b time.Time) time.Time {
 // take that output too. Kept by putEvent, which every write of a record goes
 // through: a record without outputs (every new event) costs it nothing.
 
-// indexPartial puts r in the partial index or takes it out.
-func (tx *Tx) indexPartial(r *Record) error {
+// indexPartial puts r, stored under k, in the partial index or takes it
+// out.
+func (tx *Tx) indexPartial(r *Record, k []byte) error {
 	if len(r.Outputs) == 0 {
 		return nil // never partly delivered
 	}
-	k := []byte(r.Key())
 	if (r.State == StatePending || r.State == StateDLQ) && deliveredSince(r, time.Time{}) {
 		return tx.bucket(bucketPartial).Put(k, nil)
 	}

@@ -190,10 +190,11 @@ func (tx *Tx) putEvent(r *Record) error {
 	if err != nil {
 		return err
 	}
-	if err := tx.bucket(bucketEvents).Put([]byte(r.Key()), v); err != nil {
+	k := []byte(r.Key())
+	if err := tx.bucket(bucketEvents).Put(k, v); err != nil {
 		return err
 	}
-	return tx.indexPartial(r)
+	return tx.indexPartial(r, k)
 }
 
 func (tx *Tx) enqueue(r *Record) error {
