@@ -2,10 +2,13 @@ package engine_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -241,5 +244,41 @@ func TestRepublishPartlyDeliveredEvent(t *testing.T) {
 				t.Fatalf("the stream holds h's output to t.a %d times, want once; h: %+v", sent, h.record("h"))
 			}
 		})
+	}
+}
+
+// failingUpdates is a store whose writes fail (a full or failing disk).
+type failingUpdates struct{ engine.Store }
+
+func (failingUpdates) Update(context.Context, func(*storage.Tx) error) error {
+	return errors.New("write failed")
+}
+
+// A requeue that cannot be written makes Republish fail (and with it the
+// router's start, cmd/router), instead of starting with the lost output
+// counted as delivered.
+func TestRepublishFailsWhenTheRequeueCannotBeWritten(t *testing.T) {
+	h := newHarness(t, halfRouted, true, downSink{})
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		h.ingestEvent(switchyard.Event{ID: id, Type: "t.one", Source: "/t", SpecVersion: "1.0"})
+	}
+	h.pollAll("t.one")
+	st, err := h.js.Stream(ctx, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, h.record("b").Outputs[0].Position.Sequence); err != nil { // what the cut took
+		t.Fatal(err)
+	}
+	eng, err := engine.New(failingUpdates{h.db}, h.cfg, []switchyard.Sink{h.sink, downSink{}}, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Republish(ctx, []string{"nats.local"}, 7*time.Second); err == nil || !strings.Contains(err.Error(), "write failed") {
+		t.Fatalf("Republish = %v, want the write's error", err)
+	}
+	if rec := h.record("b"); !rec.Outputs[0].Delivered {
+		t.Fatalf("b changed: %+v", rec.Outputs[0])
 	}
 }
