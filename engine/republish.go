@@ -32,9 +32,10 @@ type Republished struct {
 //
 //   - Outputs delivered within window before the router last stopped that
 //     the broker no longer holds: a broker that acknowledges before it
-//     fsyncs (the embedded JetStream) can lose them in a power cut. Their
-//     events become pending again and the loops publish them once more,
-//     under the same message ids.
+//     fsyncs (the embedded JetStream) can lose them in a power cut. They
+//     are marked not delivered, and go out again under the same message
+//     ids: a delivered event is pending again, a pending one sends them at
+//     its next attempt, a dead letter when it is retried.
 //   - Outputs of pending events that the broker stored and the router never
 //     recorded: the crash fell between acknowledgement and commit. The loops
 //     record these as delivered, at the broker's position, instead of
