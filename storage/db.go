@@ -97,6 +97,9 @@ func Open(path string, opts Options) (*DB, error) {
 			if err := meta.Put(keyRunning, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
 				return err
 			}
+			if err := (&Tx{tx: tx, writable: true}).buildPartialIndex(); err != nil {
+				return err
+			}
 			return meta.Put(keySchema, []byte(schemaVersion))
 		})
 	})

@@ -154,6 +154,39 @@ func later(a, b time.Time) time.Time {
 // take that output too. Kept by putEvent, which every write of a record goes
 // through: a record without outputs (every new event) costs it nothing.
 
+// keyPartialBuilt marks a file whose partial index has been built from its
+// queues and dead letters (meta bucket): a file from before the index gets
+// it at its first open.
+var keyPartialBuilt = []byte("partial_built")
+
+// buildPartialIndex fills the partial index from every queued event and
+// dead letter, once per file.
+func (tx *Tx) buildPartialIndex() error {
+	meta := tx.bucket(bucketMeta)
+	if meta.Get(keyPartialBuilt) != nil {
+		return nil
+	}
+	for _, index := range [][]byte{bucketQueue, bucketDLQ} {
+		for _, q := range tx.subNames(index) {
+			b, _ := tx.sub(index, q)
+			err := b.ForEach(func(_, key []byte) error {
+				r, err := tx.Record(string(key))
+				if errors.Is(err, ErrNotFound) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				return tx.indexPartial(r, []byte(r.Key()))
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return meta.Put(keyPartialBuilt, []byte("1"))
+}
+
 // indexPartial puts r, stored under k, in the partial index or takes it
 // out.
 func (tx *Tx) indexPartial(r *Record, k []byte) error {
