@@ -163,8 +163,8 @@ type NATS struct {
 	StoreDir string // embedded: JetStream store; default <data dir>/nats
 	// SyncInterval is how often the embedded server fsyncs its JetStream
 	// store (default 1s; nats-server's own default is 2m). After an
-	// unclean stop the router republishes what it delivered in the last
-	// 2×SyncInterval+5s (docs/decisions/power-loss.md).
+	// unclean stop the router checks what it delivered in the last
+	// ReplayWindow (docs/decisions/power-loss.md).
 	SyncInterval time.Duration
 	// SyncAlways makes the embedded server fsync every stored message
 	// before it acks (JetStream's sync_interval: always). Off, an acked

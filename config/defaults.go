@@ -65,6 +65,13 @@ func NewNATS(name string) NATS {
 	}
 }
 
+// ReplayWindow is how far back, after an unclean stop, the router checks
+// what it delivered to the embedded server against what the server holds:
+// twice the sync interval, so that the store's last fsync is older than
+// the oldest delivery checked, plus 5 s of margin
+// (docs/decisions/power-loss.md).
+func (n NATS) ReplayWindow() time.Duration { return 2*n.SyncInterval + 5*time.Second }
+
 // NewStream is a stream block capturing subjects, with every default set.
 func NewStream(name string, subjects ...string) Stream {
 	return Stream{Name: name, Subjects: subjects, Storage: "file", Replicas: DefaultStreamReplicas, Duplicates: DefaultStreamDuplicates}

@@ -458,11 +458,11 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 			}
 			for _, dest := range dests {
 				msgID := rec.OutputMsgID(n)
-				if delivered(rec, dest.full, msgID) || n > 0 && delivered(rec, dest.full, rec.LegacyOutputMsgID(n)) {
-					n++
+				done := outputDelivered(rec, dest.full, msgID, n)
+				n++
+				if done {
 					continue
 				}
-				n++
 				o := &output{dest: dest.full, sink: dest.sink, event: po.Event}
 				o.msg = switchyard.Message{Event: &o.event, Topic: dest.topic, Key: po.Key, MsgID: msgID}
 				o.result.Position, o.recalled = l.e.recall.take(rec.Key(), dest.full, msgID, now)
@@ -515,6 +515,16 @@ func (l *Loop) destinations(pol *config.Policy, d string) ([]dest, error) {
 		return nil, switchyard.Permanentf("destination %q names sink %q, which is not configured", d, sink)
 	}
 	return []dest{{full: d, sink: sink, topic: topic}}, nil
+}
+
+// outputDelivered says whether rec's output n, msgID to dest, was
+// acknowledged on an earlier attempt: under its id, or under the id it had
+// before storage.Record.OutputMsgID.
+func outputDelivered(rec *storage.Record, dest, msgID string, n int) bool {
+	if len(rec.Outputs) == 0 {
+		return false // a first attempt
+	}
+	return delivered(rec, dest, msgID) || n > 0 && delivered(rec, dest, rec.LegacyOutputMsgID(n))
 }
 
 func delivered(rec *storage.Record, dest, msgID string) bool {

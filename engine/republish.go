@@ -148,10 +148,8 @@ func (e *Engine) askKeepers(ctx context.Context, recs []*storage.Record, sinks [
 func newestDelivery(recs []*storage.Record) time.Time {
 	var t time.Time
 	for _, r := range recs {
-		for _, o := range r.Outputs {
-			if o.Delivered && o.DeliveredAt.After(t) {
-				t = o.DeliveredAt
-			}
+		if d := r.LastDelivered(); d.After(t) {
+			t = d
 		}
 	}
 	return t

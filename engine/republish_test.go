@@ -282,3 +282,31 @@ func TestRepublishFailsWhenTheRequeueCannotBeWritten(t *testing.T) {
 		t.Fatalf("b changed: %+v", rec.Outputs[0])
 	}
 }
+
+// What Republish recalled answers only for recallFor (10 minutes): an
+// event taken later than that sends its output again (a duplicate at
+// worst), so an entry cannot outlive its event and answer for another.
+func TestRecallExpires(t *testing.T) {
+	h := newHarness(t, twoRoutes, true)
+	ctx := context.Background()
+	ev := switchyard.Event{ID: "late", Type: "t.b", Source: "/t", SpecVersion: "1.0"}
+	h.ingestEvent(ev)
+	res := h.sink.Publish(ctx, []*switchyard.Message{{Event: &ev, Topic: "t.b", MsgID: "late"}}) // stored, never recorded
+	if res[0].Err != nil {
+		t.Fatal(res[0].Err)
+	}
+	time.Sleep(1200 * time.Millisecond) // past the stream's duplicates window
+	done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second)
+	if err != nil || done.Recalled != 1 {
+		t.Fatalf("Republish = %+v, %v; want late's output recalled", done, err)
+	}
+	before := len(h.streamMessages())
+	h.clock.Advance(11 * time.Minute)
+	h.pollAll("t.b")
+	if st := h.record("late").State; st != storage.StateDelivered {
+		t.Fatalf("late: %s, want delivered", st)
+	}
+	if sent := len(h.streamMessages()) - before; sent != 1 {
+		t.Errorf("%d messages sent, want 1: the recall had expired", sent)
+	}
+}

@@ -39,8 +39,8 @@ func (tx *Tx) noteDoneTTL(ttl time.Duration, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if n := len(ttls); n == 0 || ttls[n-1].TTL != ttl || !ttls[n-1].Until.IsZero() {
-		if n > 0 && ttls[n-1].Until.IsZero() {
+	if n := len(ttls); n == 0 || ttls[n-1].TTL != ttl { // the last is the one in use
+		if n > 0 {
 			ttls[n-1].Until = now
 		}
 		ttls = append(live(ttls, now), doneTTL{TTL: ttl})
@@ -97,7 +97,7 @@ func (tx *Tx) ttlSpread(now time.Time) (time.Duration, error) {
 // of the newest delivery: what was delivered last before the router
 // stopped at (or before) now. It reads the index back from its end by the
 // window and the spread of the ttls its entries were made with, and picks
-// by each record's own delivery time.
+// by each record's own delivery time (Record.LastDelivered).
 func (tx *Tx) RecentlyDelivered(window time.Duration, now time.Time) ([]*Record, error) {
 	c := tx.bucket(bucketDone).Cursor()
 	last, _ := c.Last()
@@ -127,23 +127,18 @@ func (tx *Tx) RecentlyDelivered(window time.Duration, now time.Time) ([]*Record,
 		}
 		if r.State == StateDelivered {
 			read = append(read, r)
-			newest = later(newest, r.UpdatedAt)
+			if t := r.LastDelivered(); t.After(newest) {
+				newest = t
+			}
 		}
 	}
 	out := read[:0]
 	for _, r := range read {
-		if !r.UpdatedAt.Before(newest.Add(-window)) {
+		if deliveredSince(r, newest.Add(-window)) {
 			out = append(out, r)
 		}
 	}
 	return out, nil
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // The partial index (bucketPartial: record key → nothing) lists the pending
@@ -219,12 +214,9 @@ func (tx *Tx) PartlyDelivered(since time.Time) ([]*Record, error) {
 	return out, nil
 }
 
-// deliveredSince says whether an output of r was delivered at or after t.
+// deliveredSince says whether an output of r was delivered at or after t
+// (at all, for a zero t).
 func deliveredSince(r *Record, t time.Time) bool {
-	for _, o := range r.Outputs {
-		if o.Delivered && !o.DeliveredAt.Before(t) {
-			return true
-		}
-	}
-	return false
+	last := r.LastDelivered()
+	return !last.IsZero() && !last.Before(t)
 }

@@ -28,7 +28,9 @@ func TestRecentlyDeliveredAfterTheTTLWasLowered(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return tx.MarkDelivered(r, at.Add(time.Duration(i)*time.Millisecond), ttl)
+				when := at.Add(time.Duration(i) * time.Millisecond)
+				r.Outputs = []storage.Output{{Destination: "nats.local:x", MsgID: id, Delivered: true, DeliveredAt: when}}
+				return tx.MarkDelivered(r, when, ttl)
 			})
 			if err != nil {
 				t.Fatal(err)

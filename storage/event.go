@@ -105,6 +105,18 @@ func (r *Record) MsgID() string {
 	return r.Event.ID
 }
 
+// LastDelivered is when the record's newest delivered output was
+// acknowledged; zero if none was.
+func (r *Record) LastDelivered() time.Time {
+	var t time.Time
+	for _, o := range r.Outputs {
+		if o.Delivered && o.DeliveredAt.After(t) {
+			t = o.DeliveredAt
+		}
+	}
+	return t
+}
+
 // OutputMsgID is the id of the record's output n (from 0): MsgID for the
 // first, "<MsgID>/<n>/" for the others. It ends in '/', which no event key
 // does (an event id has no '/'), so it is never another event's id, and

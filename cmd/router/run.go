@@ -445,7 +445,7 @@ func (c *RunCommand) republishAfterCrash(ctx context.Context, eng *engine.Engine
 	for _, n := range cfg.NATS {
 		if n.Embedded {
 			sinks = append(sinks, n.SinkName())
-			window = max(window, 2*n.SyncInterval+5*time.Second)
+			window = max(window, n.ReplayWindow())
 		}
 	}
 	if len(sinks) == 0 {
