@@ -179,6 +179,7 @@ type bench struct {
 	url     string
 	body    []byte
 	media   string
+	head    []byte      // every POST's request line and headers
 	tracker *e2eTracker // nil without -e2e
 
 	start      time.Time
@@ -205,6 +206,7 @@ func newBench(o *benchOptions) *bench {
 		ids:    newClientIDs(),
 	}
 	b.body, b.media = requestBody(o.Type, o.Batch, o.DataBytes, o.ClientIDs)
+	b.head = requestHead(b.media, len(b.body))
 	return b
 }
 
@@ -309,6 +311,8 @@ type workerResult struct {
 
 func (b *bench) worker(ctx context.Context, deadline time.Time, interval float64, r *workerResult) {
 	r.errors = map[string]uint64{}
+	conn := &benchConn{ctx: ctx, socket: b.o.Socket, timeout: b.o.Timeout}
+	defer conn.close()
 	for ctx.Err() == nil {
 		g := b.next.Add(1) - 1
 		if b.o.Requests > 0 && g >= int64(b.o.Requests) {
@@ -331,7 +335,7 @@ func (b *bench) worker(ctx context.Context, deadline time.Time, interval float64
 		} else if !deadline.IsZero() && !start.Before(deadline) {
 			return
 		}
-		if status, err := b.post(ctx, start); err != nil {
+		if status, err := b.post(conn, start); err != nil {
 			r.errors[errorClass(status, err)]++
 			continue
 		}
@@ -340,29 +344,19 @@ func (b *bench) worker(ctx context.Context, deadline time.Time, interval float64
 	}
 }
 
-// post sends one request. A 2xx returns nil; with -e2e its ids are handed
-// to the tracker with start.
-func (b *bench) post(ctx context.Context, start time.Time) (int, error) {
+// post sends one request on conn. A 2xx returns nil; with -e2e its ids are
+// handed to the tracker with start.
+func (b *bench) post(conn *benchConn, start time.Time) (int, error) {
 	body := b.body
 	if b.o.ClientIDs {
 		body = b.ids.fill(b.body, b.sentEvents.Add(int64(b.o.Batch))-int64(b.o.Batch))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(body))
+	status, body, err := conn.post(b.head, body)
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Content-Type", b.media)
-	resp, err := b.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err = io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, errors.New(resp.Status)
+	if status < 200 || status > 299 {
+		return status, fmt.Errorf("%d %s", status, http.StatusText(status))
 	}
 	if b.tracker != nil {
 		ids, err := acceptedIDs(body)
@@ -371,7 +365,7 @@ func (b *bench) post(ctx context.Context, start time.Time) (int, error) {
 		}
 		b.tracker.sent(ids, start)
 	}
-	return resp.StatusCode, nil
+	return status, nil
 }
 
 // clientIDs numbers the events of one run: a random prefix (so that runs

@@ -4,7 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,5 +93,83 @@ func TestBenchClientIDs(t *testing.T) {
 	}
 	if single, _ := requestBody("demo.greeting", 1, 16, false); bytes.Contains(single, []byte(`"id"`)) {
 		t.Fatalf("without -client-ids the body has an id: %s", single)
+	}
+}
+
+// A bench connection reads every answer a net/http server gives on a real
+// socket: keep-alive 202s on one connection, an error status with its body,
+// a response that closes the connection (the next request dials again), a
+// connection dropped mid-answer (an error, then a fresh connection), and a
+// cancelled context ends a request the server never answers.
+func TestBenchConnReadsEveryAnswer(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int64
+	srv := &http.Server{
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			switch string(body) {
+			case "fail":
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, `{"title":"busy"}`)
+			case "bye":
+				w.Header().Set("Connection", "close")
+				w.WriteHeader(http.StatusAccepted)
+				io.WriteString(w, `{"id":"bye"}`)
+			case "drop":
+				c, _, _ := http.NewResponseController(w).Hijack()
+				io.WriteString(c, "HTTP/1.1 202 Accepted\r\nContent-Length: 50\r\n\r\n{\"id\"")
+				c.Close()
+			case "hang":
+				<-r.Context().Done()
+			default:
+				w.WriteHeader(http.StatusAccepted)
+				fmt.Fprintf(w, `{"id":%q}`, body)
+			}
+		}),
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &benchConn{ctx: ctx, socket: socket, timeout: 10 * time.Second}
+	defer c.close()
+	post := func(body string) (int, string, error) {
+		st, b, err := c.post(requestHead("text/plain", len(body)), []byte(body))
+		return st, string(b), err
+	}
+	for i := range 3 {
+		if st, b, err := post(fmt.Sprint("ev", i)); err != nil || st != 202 || b != fmt.Sprintf(`{"id":"ev%d"}`, i) {
+			t.Fatalf("post %d: %d %q %v", i, st, b, err)
+		}
+	}
+	if st, b, err := post("fail"); err != nil || st != 503 || b != `{"title":"busy"}` {
+		t.Fatalf("error status: %d %q %v", st, b, err)
+	}
+	if st, _, err := post("bye"); err != nil || st != 202 || c.conn != nil {
+		t.Fatalf("Connection: close: %d %v, connection kept: %v", st, err, c.conn != nil)
+	}
+	if _, _, err := post("drop"); errorClass(0, err) != "unexpected EOF" {
+		t.Fatalf("dropped mid-answer: %v (%s)", err, errorClass(0, err))
+	}
+	if st, _, err := post("again"); err != nil || st != 202 {
+		t.Fatalf("after a drop: %d %v", st, err)
+	}
+	if n := conns.Load(); n != 3 {
+		t.Errorf("%d connections, want 3 (the first, after Connection: close, after the drop)", n)
+	}
+	time.AfterFunc(200*time.Millisecond, cancel)
+	if _, _, err := post("hang"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v, want the context's error", err)
 	}
 }
