@@ -191,7 +191,7 @@ func (tx *Tx) indexPartial(r *Record, k []byte) error {
 	if (r.State == StatePending || r.State == StateDLQ) && deliveredSince(r, time.Time{}) {
 		return tx.bucket(bucketPartial).Put(k, nil)
 	}
-	return tx.bucket(bucketPartial).Delete(k)
+	return tx.del(tx.bucket(bucketPartial), k)
 }
 
 // PartlyDelivered returns the pending events and dead letters with an

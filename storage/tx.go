@@ -63,6 +63,8 @@ type Tx struct {
 	events   *bolt.Cursor // getEvent's, made on first use
 	opened   [8]openedBucket
 	nOpened  int
+	cursors  [8]keptCursor // del's
+	nCursors int
 	doneTTL  time.Duration // the ttl noteDoneTTL recorded in this transaction
 }
 
@@ -207,13 +209,13 @@ func (tx *Tx) enqueue(r *Record) error {
 
 func (tx *Tx) dequeue(r *Record) error {
 	if q, _ := tx.sub(bucketQueue, r.QueueName()); q != nil {
-		if err := q.Delete(queueKey(r)); err != nil {
+		if err := tx.del(q, queueKey(r)); err != nil {
 			return err
 		}
 	}
 	if keys, _ := tx.sub(bucketKeys, r.QueueName()); keys != nil {
 		if pk := r.Event.PartitionKey(); pk != "" {
-			return keys.Delete(partitionKey(pk, r.QueueSeq))
+			return tx.del(keys, partitionKey(pk, r.QueueSeq))
 		}
 	}
 	return nil
@@ -273,7 +275,7 @@ func (tx *Tx) Reschedule(r *Record, next time.Time) error {
 	if err != nil {
 		return err
 	}
-	if err := q.Delete(queueKey(r)); err != nil {
+	if err := tx.del(q, queueKey(r)); err != nil {
 		return err
 	}
 	r.NextAttemptAt = next
