@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -308,5 +309,57 @@ func TestRecallExpires(t *testing.T) {
 	}
 	if sent := len(h.streamMessages()) - before; sent != 1 {
 		t.Errorf("%d messages sent, want 1: the recall had expired", sent)
+	}
+}
+
+// An output the recall answered for goes back to it when its event fails
+// before the commit (here another output names a sink that is not
+// configured: a reject, so a dead letter): the retry from the DLQ records
+// it at the stream's position instead of sending it a second time.
+func TestRecallPutBackOnAFailedEvent(t *testing.T) {
+	var fixed atomic.Bool
+	split := funcPlugin{name: "split", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		second := "bogus:t.x" // no such sink
+		if fixed.Load() {
+			second = "nats.local:t.a"
+		}
+		return []switchyard.PluginOutput{{Event: *ev}, {Destination: second, Event: *ev}}, nil
+	}}
+	h := newHarness(t, pluginPolicy("split", "t.b", ""), true, withPlugins(split))
+	ctx := context.Background()
+	ev := switchyard.Event{ID: "pb", Type: "t.b", Source: "/t", SpecVersion: "1.0"}
+	h.ingestEvent(ev)
+	res := h.sink.Publish(ctx, []*switchyard.Message{{Event: &ev, Topic: "t.b", MsgID: "pb"}}) // stored, never recorded
+	if res[0].Err != nil {
+		t.Fatal(res[0].Err)
+	}
+	time.Sleep(1200 * time.Millisecond) // past the stream's duplicates window
+	if done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second); err != nil || done.Recalled != 1 {
+		t.Fatalf("Republish = %+v, %v; want pb's first output recalled", done, err)
+	}
+	h.pollAll("t.b")
+	if st := h.record("pb").State; st != storage.StateDLQ {
+		t.Fatalf("pb: %s, want a dead letter (its second output has no sink)", st)
+	}
+	fixed.Store(true)
+	if _, err := h.eng.DLQRetry(ctx, engine.DLQRef{ID: "pb"}); err != nil {
+		t.Fatal(err)
+	}
+	h.pollAll("t.b")
+	rec := h.record("pb")
+	if rec.State != storage.StateDelivered {
+		t.Fatalf("pb after the retry: %s, %+v", rec.State, rec.Outputs)
+	}
+	first := 0
+	for _, m := range h.streamMessages() {
+		if m.Subject == "t.b" && m.Header.Get("Nats-Msg-Id") == "pb" {
+			first++
+		}
+	}
+	if first != 1 {
+		t.Errorf("the stream holds pb's first output %d times, want once (recalled, not sent again)", first)
+	}
+	if p := rec.Outputs[0].Position; p == nil || p.Sequence != 1 {
+		t.Errorf("pb's first output recorded at %+v, want the stream's sequence 1", p)
 	}
 }
