@@ -78,6 +78,7 @@ type options struct {
 	setupStream bool
 	purge       bool
 	maxBody     int64
+	noForward   bool
 }
 
 func main() {
@@ -94,6 +95,7 @@ func main() {
 	flag.BoolVar(&o.setupStream, "setup-stream", false, "create the stream if missing, then exit")
 	flag.BoolVar(&o.purge, "purge", false, "with -setup-stream: also purge the stream")
 	flag.Int64Var(&o.maxBody, "max-body", 1<<20, "largest request body")
+	flag.BoolVar(&o.noForward, "no-forward", false, "stop the forwarder once it has created the outbox tables: ingest only (run.sh FORWARD=0)")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 
@@ -209,6 +211,11 @@ func run(ctx context.Context, o options) error {
 	case <-fwd.Running(): // the subscriber created the outbox tables
 	case err := <-fwdDone:
 		return fmt.Errorf("forwarder: %w", err)
+	}
+	if o.noForward {
+		if err := fwd.Close(); err != nil {
+			return fmt.Errorf("forwarder: %w", err)
+		}
 	}
 
 	s := &server{o: o, pool: pool, logger: logger, schema: schema}

@@ -10,12 +10,17 @@
 # Knobs (environment): ROUNDS (3), DUR (10s), SCENARIOS ("a b c d"),
 # SYSTEMS ("router peer"), D_REQUESTS (600), PEER_POOL (16), PEER_POLL (10ms), KEEP=1 keeps the
 # work dir, SKIP_APT=1 skips apt-get, WORK=dir (default: a new /tmp/wmbench.*).
+# FORWARD=0 measures the ingest paths alone: neither system forwards (the
+# router's NATS URL points at a closed port, the peer runs -no-forward), and
+# SCENARIOS defaults to "a c" (end to end needs forwarding).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 ROUNDS=${ROUNDS:-3}
 DUR=${DUR:-10s}
+FORWARD=${FORWARD:-1}
+if [[ $FORWARD == 0 ]]; then SCENARIOS=${SCENARIOS:-"a c"}; fi
 SCENARIOS=${SCENARIOS:-"a b c d"}
 SYSTEMS=${SYSTEMS:-"router peer"}
 PEER_POOL=${PEER_POOL:-16}
@@ -98,11 +103,13 @@ PIDS+=("$NATS_PID")
 NURL=nats://127.0.0.1:$NATS_PORT
 for _ in $(seq 100); do "$PEER" -nats "$NURL" -setup-stream 2>/dev/null && break; sleep 0.1; done
 
+ROUTER_NURL=$NURL PEER_FORWARD=()
+if [[ $FORWARD == 0 ]]; then ROUTER_NURL=nats://127.0.0.1:1 PEER_FORWARD=(-no-forward); fi
 cat >"$W/router.hcl" <<EOF
 listen  { socket = "$W/router.sock" }
 storage { path = "$W/router-data/router.db" }
 nats "js" {
-  url = "$NURL"
+  url = "$ROUTER_NURL"
   stream "events" {
     subjects   = ["demo.>"]
     storage    = "file"
@@ -154,7 +161,7 @@ start_router() {
 start_peer() {
   "${PSQL[@]}" -c 'DROP TABLE IF EXISTS watermill_forwarder, watermill_offsets_forwarder'
   "$PEER" -socket "$W/peer.sock" -pg "$PGDSN" -pg-data "$W/pg/data" -nats "$NURL" \
-    -pool "$PEER_POOL" -poll "$PEER_POLL" >>"$OUT/peer.log" 2>&1 &
+    -pool "$PEER_POOL" -poll "$PEER_POLL" "${PEER_FORWARD[@]}" >>"$OUT/peer.log" 2>&1 &
   SUT_PID=$!
   SOCK=$W/peer.sock
 }
