@@ -289,18 +289,7 @@ func TestRepublishFailsWhenTheRequeueCannotBeWritten(t *testing.T) {
 // worst), so an entry cannot outlive its event and answer for another.
 func TestRecallExpires(t *testing.T) {
 	h := newHarness(t, twoRoutes, true)
-	ctx := context.Background()
-	ev := switchyard.Event{ID: "late", Type: "t.b", Source: "/t", SpecVersion: "1.0"}
-	h.ingestEvent(ev)
-	res := h.sink.Publish(ctx, []*switchyard.Message{{Event: &ev, Topic: "t.b", MsgID: "late"}}) // stored, never recorded
-	if res[0].Err != nil {
-		t.Fatal(res[0].Err)
-	}
-	time.Sleep(1200 * time.Millisecond) // past the stream's duplicates window
-	done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second)
-	if err != nil || done.Recalled != 1 {
-		t.Fatalf("Republish = %+v, %v; want late's output recalled", done, err)
-	}
+	h.recallOutput(switchyard.Event{ID: "late", Type: "t.b", Source: "/t", SpecVersion: "1.0"})
 	before := len(h.streamMessages())
 	h.clock.Advance(11 * time.Minute)
 	h.pollAll("t.b")
@@ -327,16 +316,7 @@ func TestRecallPutBackOnAFailedEvent(t *testing.T) {
 	}}
 	h := newHarness(t, pluginPolicy("split", "t.b", ""), true, withPlugins(split))
 	ctx := context.Background()
-	ev := switchyard.Event{ID: "pb", Type: "t.b", Source: "/t", SpecVersion: "1.0"}
-	h.ingestEvent(ev)
-	res := h.sink.Publish(ctx, []*switchyard.Message{{Event: &ev, Topic: "t.b", MsgID: "pb"}}) // stored, never recorded
-	if res[0].Err != nil {
-		t.Fatal(res[0].Err)
-	}
-	time.Sleep(1200 * time.Millisecond) // past the stream's duplicates window
-	if done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second); err != nil || done.Recalled != 1 {
-		t.Fatalf("Republish = %+v, %v; want pb's first output recalled", done, err)
-	}
+	h.recallOutput(switchyard.Event{ID: "pb", Type: "t.b", Source: "/t", SpecVersion: "1.0"})
 	h.pollAll("t.b")
 	if st := h.record("pb").State; st != storage.StateDLQ {
 		t.Fatalf("pb: %s, want a dead letter (its second output has no sink)", st)
@@ -361,5 +341,23 @@ func TestRecallPutBackOnAFailedEvent(t *testing.T) {
 	}
 	if p := rec.Outputs[0].Position; p == nil || p.Sequence != 1 {
 		t.Errorf("pb's first output recorded at %+v, want the stream's sequence 1", p)
+	}
+}
+
+// recallOutput ingests ev and leaves its output to subject t.b stored in the
+// stream but not recorded, as a crash between JetStream's ack and the
+// router's commit does; then Republish, run past the stream's duplicates
+// window, must recall that output.
+func (h *harness) recallOutput(ev switchyard.Event) {
+	h.t.Helper()
+	ctx := context.Background()
+	h.ingestEvent(ev)
+	res := h.sink.Publish(ctx, []*switchyard.Message{{Event: &ev, Topic: "t.b", MsgID: ev.ID}})
+	if res[0].Err != nil {
+		h.t.Fatal(res[0].Err)
+	}
+	time.Sleep(1200 * time.Millisecond) // past the stream's duplicates window
+	if done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second); err != nil || done.Recalled != 1 {
+		h.t.Fatalf("Republish = %+v, %v; want %s's output recalled", done, err, ev.ID)
 	}
 }
