@@ -77,6 +77,19 @@ type openedBucket struct {
 	b    *bolt.Bucket
 }
 
+// get is b.Get through a cursor the transaction keeps for b: bbolt's Get
+// makes a cursor, and grows its stack, on every call; Seek on a kept cursor
+// reuses them. (Seek starts from the bucket's root, so it sees this
+// transaction's own writes, as Get does.) Like Get, it returns nil for a
+// nested bucket's key.
+func (tx *Tx) get(b *bolt.Bucket, key []byte) []byte {
+	k, v := tx.cursor(b).Seek(key)
+	if !bytes.Equal(k, key) {
+		return nil
+	}
+	return v
+}
+
 // del deletes key from b through a cursor the transaction keeps for b.
 // bbolt's Delete makes a new cursor and grows its stack on every call
 // (three or four allocations on a tree three levels deep); Seek on a kept

@@ -31,7 +31,7 @@ func (tx *Tx) Idempotency(scope string, now time.Time) (*IdemRecord, error) {
 // scope has expired, its expiry (zero otherwise): what ReplaceIdempotency
 // needs to replace it.
 func (tx *Tx) LiveIdempotency(scope string, now time.Time) (r *IdemRecord, oldExpiry time.Time, err error) {
-	v := tx.bucket(bucketIdem).Get([]byte(scope))
+	v := tx.get(tx.bucket(bucketIdem), []byte(scope))
 	if v == nil {
 		return nil, time.Time{}, ErrNotFound
 	}

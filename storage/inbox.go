@@ -49,7 +49,7 @@ func inboxIDKey(inbox, id string) []byte { return []byte(inbox + "\x00" + id) }
 // InboxSeen returns what inbox remembers of id, or ErrNotFound (also once
 // the id's window has passed).
 func (tx *Tx) InboxSeen(inbox, id string, now time.Time) (*Seen, error) {
-	v := tx.bucket(bucketInboxIDs).Get(inboxIDKey(inbox, id))
+	v := tx.get(tx.bucket(bucketInboxIDs), inboxIDKey(inbox, id))
 	if v == nil {
 		return nil, ErrNotFound
 	}
@@ -67,7 +67,7 @@ func (tx *Tx) InboxSeen(inbox, id string, now time.Time) (*Seen, error) {
 func (tx *Tx) PutInboxSeen(inbox, id string, s *Seen) error {
 	k := inboxIDKey(inbox, id)
 	b := tx.bucket(bucketInboxIDs)
-	if old := b.Get(k); old != nil { // expired, not yet cleaned: drop its index entry
+	if old := tx.get(b, k); old != nil { // expired, not yet cleaned: drop its index entry
 		var o Seen
 		if json.Unmarshal(old, &o) == nil {
 			if err := tx.bucket(bucketInboxExp).Delete(timeKey(o.ExpiresAt, k)); err != nil {

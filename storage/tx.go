@@ -60,28 +60,15 @@ var ErrExists = errors.New("storage: event id already stored")
 type Tx struct {
 	tx       *bolt.Tx
 	writable bool
-	events   *bolt.Cursor // getEvent's, made on first use
 	opened   [8]openedBucket
 	nOpened  int
-	cursors  [8]keptCursor // del's
+	cursors  [8]keptCursor // get's and del's
 	nCursors int
 	doneTTL  time.Duration // the ttl noteDoneTTL recorded in this transaction
 }
 
-// getEvent is the events bucket's Get through one cursor per transaction:
-// bbolt's Get makes a cursor, and grows its stack, on every call; Seek
-// on a kept cursor reuses them. (Seek starts from the bucket's root, so it
-// sees this transaction's own writes, as Get does.)
-func (tx *Tx) getEvent(key []byte) []byte {
-	if tx.events == nil {
-		tx.events = tx.bucket(bucketEvents).Cursor()
-	}
-	k, v := tx.events.Seek(key)
-	if !bytes.Equal(k, key) {
-		return nil
-	}
-	return v
-}
+// getEvent is the events bucket's Get (Tx.get).
+func (tx *Tx) getEvent(key []byte) []byte { return tx.get(tx.bucket(bucketEvents), key) }
 
 func timeKey(t time.Time, rest []byte) []byte {
 	k := make([]byte, 8, 8+len(rest))
