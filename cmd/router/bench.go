@@ -176,7 +176,6 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 type bench struct {
 	o       *benchOptions
 	client  *http.Client
-	url     string
 	body    []byte
 	media   string
 	head    []byte      // every POST's request line and headers
@@ -202,7 +201,6 @@ func newBench(o *benchOptions) *bench {
 	b := &bench{
 		o:      o,
 		client: &http.Client{Transport: transport, Timeout: o.Timeout},
-		url:    "http://router/v1/events",
 		ids:    newClientIDs(),
 	}
 	b.body, b.media = requestBody(o.Type, o.Batch, o.DataBytes, o.ClientIDs)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,8 +100,9 @@ func TestBenchClientIDs(t *testing.T) {
 // A bench connection reads every answer a net/http server gives on a real
 // socket: keep-alive 202s on one connection, an error status with its body,
 // a response that closes the connection (the next request dials again), a
-// connection dropped mid-answer (an error, then a fresh connection), and a
-// cancelled context ends a request the server never answers.
+// connection dropped mid-answer (an error, then a fresh connection), an
+// answer given before the body was read (its status, not the failed write),
+// and a cancelled context ends a request the server never answers.
 func TestBenchConnReadsEveryAnswer(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := net.Listen("unix", socket)
@@ -115,6 +117,11 @@ func TestBenchConnReadsEveryAnswer(t *testing.T) {
 			}
 		},
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > 1<<20 { // answer before reading the body, as a size limit does
+				w.Header().Set("Connection", "close")
+				w.WriteHeader(http.StatusRequestEntityTooLarge)
+				return
+			}
 			body, _ := io.ReadAll(r.Body)
 			switch string(body) {
 			case "fail":
@@ -167,6 +174,12 @@ func TestBenchConnReadsEveryAnswer(t *testing.T) {
 	}
 	if n := conns.Load(); n != 3 {
 		t.Errorf("%d connections, want 3 (the first, after Connection: close, after the drop)", n)
+	}
+	if st, _, err := post(strings.Repeat("x", 8<<20)); err != nil || st != http.StatusRequestEntityTooLarge {
+		t.Fatalf("answered before the body was read: %d %v, want the 413", st, err)
+	}
+	if st, _, err := post("after"); err != nil || st != 202 {
+		t.Fatalf("after an early answer: %d %v", st, err)
 	}
 	time.AfterFunc(200*time.Millisecond, cancel)
 	if _, _, err := post("hang"); !errors.Is(err, context.Canceled) {

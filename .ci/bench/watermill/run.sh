@@ -20,7 +20,13 @@ ROOT=$(cd "$HERE/../../.." && pwd)
 ROUNDS=${ROUNDS:-3}
 DUR=${DUR:-10s}
 FORWARD=${FORWARD:-1}
-if [[ $FORWARD == 0 ]]; then SCENARIOS=${SCENARIOS:-"a c"}; fi
+if [[ $FORWARD == 0 ]]; then
+  SCENARIOS=${SCENARIOS:-"a c"}
+  if [[ " $SCENARIOS " == *" b "* || " $SCENARIOS " == *" d "* ]]; then
+    echo "FORWARD=0 runs the ingest scenarios only (a, c): end to end (b, d) needs forwarding" >&2
+    exit 2
+  fi
+fi
 SCENARIOS=${SCENARIOS:-"a b c d"}
 SYSTEMS=${SYSTEMS:-"router peer"}
 PEER_POOL=${PEER_POOL:-16}
