@@ -81,7 +81,8 @@ type openedBucket struct {
 // makes a cursor, and grows its stack, on every call; Seek on a kept cursor
 // reuses them. (Seek starts from the bucket's root, so it sees this
 // transaction's own writes, as Get does.) Like Get, it returns nil for a
-// nested bucket's key.
+// nested bucket's key. Why Puts cannot do the same:
+// docs/decisions/ingest-cost.md.
 func (tx *Tx) get(b *bolt.Bucket, key []byte) []byte {
 	k, v := tx.cursor(b).Seek(key)
 	if !bytes.Equal(k, key) {
