@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -56,6 +57,9 @@ type benchOptions struct {
 	KafkaBrokers []string      `json:"kafka_brokers,omitempty"`
 	Topic        string        `json:"topic,omitempty"`
 	Drain        time.Duration `json:"drain_ns,omitempty"`
+	// CPUProfile is where to write the load generator's own CPU profile:
+	// on a small box it shares the cores with the router it measures.
+	CPUProfile string `json:"-"`
 }
 
 func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
@@ -81,6 +85,7 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	brokers := fs.String("kafka-brokers", "", "with -e2e: consume -topic from these Kafka brokers (comma-separated host:port) instead of subscribing on NATS")
 	fs.StringVar(&o.Topic, "topic", "", "with -e2e and -kafka-brokers: the topic to consume (default: the event type)")
 	fs.DurationVar(&o.Drain, "drain", 30*time.Second, "with -e2e: after the load, how long to wait without progress for outstanding events")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write the bench's own CPU profile (the load generator's, not the router's) to this file")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -155,6 +160,13 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		b.tracker = tr
 	}
 	before, _ := b.routerUse(ctx)
+	if o.CPUProfile != "" {
+		stop, err := startCPUProfile(o.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer stop()
+	}
 	b.run(ctx, rep)
 	if b.tracker != nil {
 		rep.E2E = b.tracker.wait(ctx, b.start, o.Drain)
@@ -862,4 +874,17 @@ func fsyncProbe(dir string, d time.Duration) (*fsyncResult, error) {
 	r.Elapsed = time.Since(start)
 	r.PerSec = float64(r.Syncs) / r.Elapsed.Seconds()
 	return r, nil
+}
+
+// startCPUProfile profiles this process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

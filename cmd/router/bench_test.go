@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -21,15 +22,17 @@ import (
 // TestBench runs `router bench` against the real router binary: singles
 // and batches, closed and open loop, end to end through JetStream; every
 // request is acknowledged and counted, with -e2e every event received, and
-// the report says what the run cost the router.
+// the report says what the run cost the router; -cpuprofile writes the
+// load generator's own profile.
 func TestBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the router binary")
 	}
 	r := newCrashRouter(t, 2*time.Minute)
 	r.start()
+	prof := filepath.Join(t.TempDir(), "bench.prof")
 	for _, scenario := range [][]string{
-		{"-n", "300", "-c", "8"},
+		{"-n", "300", "-c", "8", "-cpuprofile", prof},
 		{"-n", "30", "-c", "4", "-batch", "10", "-e2e"},
 		{"-d", "500ms", "-c", "4", "-rate", "400", "-e2e"},
 		{"-n", "30", "-c", "4", "-batch", "10", "-e2e", "-client-ids"},
@@ -70,6 +73,10 @@ func TestBench(t *testing.T) {
 			}
 		}
 		t.Logf("bench %v: %.0f req/s, p50 %s", scenario, rep.RequestsPerSec, ms(rep.Latency.P50))
+	}
+	// -cpuprofile wrote the load generator's profile: pprof's gzip format.
+	if b, err := os.ReadFile(prof); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("-cpuprofile: %d bytes, %v; want a gzipped profile", len(b), err)
 	}
 }
 
