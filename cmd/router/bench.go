@@ -147,7 +147,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	b := newBench(o)
-	defer b.client.CloseIdleConnections()
+	defer b.api.hc.CloseIdleConnections()
 	if err := b.healthy(ctx); err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 // bench is one load run.
 type bench struct {
 	o       *benchOptions
-	client  *http.Client
+	api     *apiClient // the router's API, besides the load
 	body    []byte
 	media   string
 	head    []byte      // every POST's request line and headers
@@ -200,20 +200,13 @@ type bench struct {
 }
 
 func newBench(o *benchOptions) *bench {
-	var dialer net.Dialer
-	transport := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, "unix", o.Socket)
-		},
-		MaxIdleConns:        o.Concurrency,
-		MaxIdleConnsPerHost: o.Concurrency,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
+	// The load goes through benchConns; this client is for /healthz and
+	// /metrics only.
+	api, _ := (&apiFlags{socket: o.Socket, timeout: o.Timeout, output: "table"}).client()
 	b := &bench{
-		o:      o,
-		client: &http.Client{Transport: transport, Timeout: o.Timeout},
-		ids:    newClientIDs(),
+		o:   o,
+		api: api,
+		ids: newClientIDs(),
 	}
 	b.body, b.media = requestBody(o.Type, o.Batch, o.DataBytes, o.ClientIDs)
 	b.head = requestHead(b.media, len(b.body))
@@ -255,15 +248,8 @@ func requestBody(typ string, batch, dataBytes int, clientIDs bool) (body []byte,
 }
 
 func (b *bench) healthy(ctx context.Context) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://router/healthz", nil)
-	resp, err := b.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("bench: the router does not answer on %s: %w", b.o.Socket, err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("bench: GET /healthz on %s: %s", b.o.Socket, resp.Status)
+	if _, err := b.api.do(ctx, http.MethodGet, "/healthz", nil, nil); err != nil {
+		return fmt.Errorf("bench: GET /healthz on %s: %w", b.o.Socket, err)
 	}
 	return nil
 }
@@ -680,15 +666,11 @@ var routerUseNames = []string{"process_cpu_seconds_total", "go_memstats_alloc_by
 const recordsMetric = "switchyard_events"
 
 func (b *bench) routerUse(ctx context.Context) (routerUse, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://router/metrics", nil)
-	resp, err := b.client.Do(req)
+	resp, err := b.api.send(ctx, http.MethodGet, "/metrics", nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
 	u := routerUse{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
