@@ -255,6 +255,14 @@ func (b Binding) contentType(header, ce string) string {
 	return header
 }
 
+// AttributeValue is an attribute as the binding carries it in a header
+// value, decoded (Decode's rules): a value that does not decode is returned
+// as it is.
+func (b Binding) AttributeValue(v string) string {
+	dec, _ := b.headerValue(v, true)
+	return dec
+}
+
 // headerValue decodes one header value: valid UTF-8 (invalid bytes
 // replaced, with an error), and for a percent-encoding binding's attribute
 // one round of percent-decoding, after unquoting a double-quoted value

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -92,7 +90,7 @@ func (s *Sink) keptIn(ctx context.Context, name string, msgs []switchyard.Acked,
 	for seq, m := range t.at {
 		if m.id != "" {
 			others = append(others, switchyard.Stored{Topic: m.subject, MsgID: m.id, Position: switchyard.Position{Stream: name, Sequence: seq},
-				Time: m.time, EventID: unescape(m.ceID), Source: unescape(m.ceSource)})
+				Time: m.time, EventID: cloudevents.NATS.AttributeValue(m.ceID), Source: cloudevents.NATS.AttributeValue(m.ceSource)})
 		}
 	}
 	return others, nil
@@ -103,18 +101,6 @@ var (
 	ceIDHeader     = cloudevents.NATS.Prefix() + "id"
 	ceSourceHeader = cloudevents.NATS.Prefix() + "source"
 )
-
-// unescape undoes the binding's percent-encoding of a header value; a value
-// that is not valid stays as it is (and then matches no event).
-func unescape(v string) string {
-	if !strings.Contains(v, "%") {
-		return v
-	}
-	if u, err := url.PathUnescape(v); err == nil {
-		return u
-	}
-	return v
-}
 
 // tail is what a stream held when it was read: the id and subject of the
 // message at each sequence read (a sequence deleted or lost has none).
