@@ -258,10 +258,7 @@ func (tx *Tx) DeleteDeadLetter(r *Record) error {
 	if err := tx.unindexDead(r); err != nil {
 		return err
 	}
-	if err := tx.bucket(bucketPartial).Delete([]byte(r.Key())); err != nil {
-		return err
-	}
-	return tx.bucket(bucketEvents).Delete([]byte(r.Key()))
+	return tx.deleteEvent([]byte(r.Key()))
 }
 
 // DeleteExpiredResolved removes up to limit resolved records whose TTL
@@ -295,7 +292,7 @@ func (tx *Tx) DeleteExpiredResolved(now time.Time, limit int) (int, error) {
 		if r.State != StateResolved {
 			return nil
 		}
-		return tx.bucket(bucketEvents).Delete(key)
+		return tx.deleteEvent(key)
 	})
 }
 

@@ -147,7 +147,8 @@ func (tx *Tx) RecentlyDelivered(window time.Duration, now time.Time) ([]*Record,
 // entries are no guide to when that output went out (an attempt whose
 // outcome is unknown leaves its entry where it was), yet a power cut can
 // take that output too. Kept by putEvent, which every write of a record goes
-// through: a record without outputs (every new event) costs it nothing.
+// through (a record without outputs, every new event, costs it nothing),
+// and deleteEvent, which every removal does.
 
 // keyPartialBuilt marks a file whose partial index has been built from its
 // queues and dead letters (meta bucket): a file from before the index gets

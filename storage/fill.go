@@ -95,7 +95,7 @@ func (tx *Tx) get(b *bolt.Bucket, key []byte) []byte {
 // bbolt's Delete makes a new cursor and grows its stack on every call
 // (three or four allocations on a tree three levels deep); Seek on a kept
 // cursor reuses both. A delivery deletes from its queue and the partial
-// index; with a cursor each that was 7 of its ~100 allocations
+// index; through kept cursors it makes 96 allocations instead of 100
 // (BenchmarkEndToEnd). Seek starts from the bucket's root, so it sees this
 // transaction's own writes, as Delete does. A missing key is not an error.
 func (tx *Tx) del(b *bolt.Bucket, key []byte) error {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -72,6 +73,46 @@ func TestPartialIndexBuiltForAnOlderFile(t *testing.T) {
 		}
 		if len(recs) != 1 || recs[0].Event.ID != "half" {
 			t.Errorf("PartlyDelivered = %d records, want event half alone", len(recs))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A partly delivered event leaves the partial index with its record: a
+// dead letter with a delivered output is in the index, and deleting it
+// (DeleteDeadLetter, through deleteEvent) takes its entry out too.
+func TestDeletedDeadLetterLeavesThePartialIndex(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "router.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer db.Close(ctx)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	r := &Record{Event: switchyard.Event{ID: "dead", Type: "t.x", Source: "/t", SpecVersion: "1.0"}, Tenant: DefaultTenant, CreatedAt: now}
+	inIndex := func(tx *Tx) bool { // its entries have empty values: look at the key
+		k, _ := tx.bucket(bucketPartial).Cursor().Seek([]byte(r.Key()))
+		return string(k) == r.Key()
+	}
+	err = db.Update(ctx, func(tx *Tx) error {
+		if err := tx.InsertEvent(r, false); err != nil {
+			return err
+		}
+		r.Outputs = []Output{{Destination: "nats.local:a", MsgID: "dead", Delivered: true, DeliveredAt: now}, {Destination: "nats.local:b", MsgID: "dead/1/"}}
+		if err := tx.MoveToDLQ(r, now, "b refused it"); err != nil {
+			return err
+		}
+		if !inIndex(tx) {
+			return errors.New("a dead letter with a delivered output is not in the partial index")
+		}
+		if err := tx.DeleteDeadLetter(r); err != nil {
+			return err
+		}
+		if inIndex(tx) {
+			return errors.New("the deleted dead letter is still in the partial index")
 		}
 		return nil
 	})

@@ -186,6 +186,15 @@ func (tx *Tx) putEvent(r *Record) error {
 	return tx.indexPartial(r, k)
 }
 
+// deleteEvent removes the record stored under key, and its entry in the
+// partial index if it has one: putEvent's counterpart.
+func (tx *Tx) deleteEvent(key []byte) error {
+	if err := tx.del(tx.bucket(bucketPartial), key); err != nil {
+		return err
+	}
+	return tx.del(tx.bucket(bucketEvents), key)
+}
+
 func (tx *Tx) enqueue(r *Record) error {
 	q, err := tx.sub(bucketQueue, r.QueueName())
 	if err != nil {
@@ -377,7 +386,7 @@ func (tx *Tx) DeleteExpiredDelivered(now time.Time, limit int) (int, error) {
 		if r.State != StateDelivered && r.State != StateFiltered { // retried by hand since: keep it
 			return nil
 		}
-		return tx.bucket(bucketEvents).Delete(id)
+		return tx.deleteEvent(id)
 	})
 }
 
