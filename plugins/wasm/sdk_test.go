@@ -64,7 +64,7 @@ switchyard_plugin!(handle);
 		t.Fatalf("%s: %v\n%s", cmd, err, b)
 	}
 	rt, _ := newTestRuntime(t, "")
-	p, err := rt.Load(context.Background(), config.Plugin{Name: "panics", Wasm: out, Limits: config.DefaultPluginLimits}, LoadOptions{Instances: 1})
+	p, err := rt.Load(context.Background(), config.Plugin{Name: "panics", Wasm: out, Limits: testLimits}, LoadOptions{Instances: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,13 +52,17 @@ func newTestRuntime(t testing.TB, cacheDir string) (*Runtime, *syncBuffer) {
 
 func testdata(name string) string { return filepath.Join("testdata", name+".wasm") }
 
-// load loads testdata/<name>.wasm. Its timeout defaults to 10s, not 50ms:
-// timeouts are wall-clock, and a test machine busy with other work can
-// stall a process for longer than 50ms.
+// testLimits is config's default limits but for the timeout: 10s, not
+// 50ms. Timeouts are wall-clock, and a test machine busy with other work
+// can stall a process for longer than 50ms.
+var testLimits = withDefaults(config.PluginLimits{Timeout: 10 * time.Second})
+
+// load loads testdata/<name>.wasm, with testLimits' timeout unless lim
+// sets one.
 func load(t testing.TB, rt *Runtime, name string, lim config.PluginLimits, instances int) *Plugin {
 	t.Helper()
 	if lim.Timeout == 0 {
-		lim.Timeout = 10 * time.Second
+		lim.Timeout = testLimits.Timeout
 	}
 	p, err := rt.Load(context.Background(), config.Plugin{Name: name, Wasm: testdata(name), Limits: withDefaults(lim)}, LoadOptions{Instances: instances})
 	if err != nil {
@@ -383,7 +387,7 @@ func TestWasmLoadErrors(t *testing.T) {
 
 func TestWasmInitAndConfig(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
-	p, err := rt.Load(context.Background(), config.Plugin{Name: "initcfg", Wasm: testdata("initcfg"), Limits: config.DefaultPluginLimits,
+	p, err := rt.Load(context.Background(), config.Plugin{Name: "initcfg", Wasm: testdata("initcfg"), Limits: testLimits,
 		Config: map[string]string{"region": "eu-1", "endpoint": "http://x", "a": ""}}, LoadOptions{Instances: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -467,7 +471,7 @@ func TestWasmCompilationCache(t *testing.T) {
 		}
 		defer rt.Close(context.Background())
 		start := time.Now()
-		p, err := rt.Load(context.Background(), config.Plugin{Name: "transformer", Wasm: testdata("transformer"), Limits: config.DefaultPluginLimits}, LoadOptions{})
+		p, err := rt.Load(context.Background(), config.Plugin{Name: "transformer", Wasm: testdata("transformer"), Limits: testLimits}, LoadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -639,7 +643,7 @@ func TestSameModuleLoadsConcurrently(t *testing.T) {
 		errs := make(chan error, 4)
 		for i := range 4 {
 			wg.Go(func() {
-				p, err := rt.Load(context.Background(), config.Plugin{Name: fmt.Sprintf("t%d", i), Wasm: testdata("transformer"), Limits: config.DefaultPluginLimits}, LoadOptions{Instances: 1})
+				p, err := rt.Load(context.Background(), config.Plugin{Name: fmt.Sprintf("t%d", i), Wasm: testdata("transformer"), Limits: testLimits}, LoadOptions{Instances: 1})
 				if err == nil {
 					_, err = p.Handle(context.Background(), testEvent("e1"))
 					p.Close(context.Background())
