@@ -134,13 +134,22 @@ func mustRetry(t *testing.T, err error, id, want string) *Error {
 	return pe
 }
 
+// A plugin loaded with config's default limits reports them, and the
+// passthrough example returns its input with the key it chose.
 func TestWasmPassthrough(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
-	p, err := rt.Load(context.Background(), config.Plugin{Name: "passthrough", Wasm: testdata("passthrough"), Limits: config.DefaultPluginLimits}, LoadOptions{})
+	// The defaults are checked on a plugin loaded with them; the event goes
+	// through one with testLimits, so that a busy machine cannot hit the
+	// default 50ms timeout (a CI run once did, in another test).
+	d, err := rt.Load(context.Background(), config.Plugin{Name: "passthrough", Wasm: testdata("passthrough"), Limits: config.DefaultPluginLimits}, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(context.Background())
+	defer d.Close(context.Background())
+	if l := d.Limits(); l != config.DefaultPluginLimits {
+		t.Errorf("limits %+v, want the defaults %+v", l, config.DefaultPluginLimits)
+	}
+	p := load(t, rt, "passthrough", config.PluginLimits{}, 1)
 	ev := testEvent("e1")
 	outs, err := p.Handle(context.Background(), ev)
 	if err != nil {
@@ -149,9 +158,6 @@ func TestWasmPassthrough(t *testing.T) {
 	want := []switchyard.PluginOutput{{Event: *ev, Key: "k1"}}
 	if !reflect.DeepEqual(outs, want) {
 		t.Fatalf("outputs %+v, want %+v", outs, want)
-	}
-	if l := p.Limits(); l != config.DefaultPluginLimits {
-		t.Errorf("limits %+v, want the defaults %+v", l, config.DefaultPluginLimits)
 	}
 }
 
