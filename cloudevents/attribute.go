@@ -12,6 +12,7 @@ package cloudevents
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -154,13 +155,11 @@ func set(e *switchyard.Event, name, value string) error {
 	return nil
 }
 
-func isContextAttribute(name string) bool {
-	switch name {
-	case AttrSpecVersion, AttrID, AttrSource, AttrType, AttrSubject, AttrTime, AttrDataContentType, AttrDataSchema:
-		return true
-	}
-	return false
-}
+// contextAttributes are the names of the context attributes, in the
+// spec's order.
+var contextAttributes = [...]string{AttrSpecVersion, AttrID, AttrSource, AttrType, AttrSubject, AttrTime, AttrDataContentType, AttrDataSchema}
+
+func isContextAttribute(name string) bool { return slices.Contains(contextAttributes[:], name) }
 
 // isControl reports the characters CloudEvents' String type excludes.
 func isControl(r rune) bool { return r <= 0x1f || (r >= 0x7f && r <= 0x9f) }

@@ -29,14 +29,38 @@ type Binding struct {
 	prefix  string
 	percent bool // values are percent-encoded
 	ceType  bool // datacontenttype travels as <prefix>datacontenttype
+	// names are the context attributes' header names (prefix + name),
+	// made once: sinks encode the headers of every message they send. A
+	// pointer, so that Bindings still compare with ==.
+	names *headerNames
 }
+
+type headerNames struct{ of map[string]string }
 
 // The bindings.
 var (
-	HTTP  = Binding{name: "HTTP", prefix: "ce-", percent: true}
-	NATS  = Binding{name: "NATS", prefix: "ce-", percent: true, ceType: true}
-	Kafka = Binding{name: "Kafka", prefix: "ce_"}
+	HTTP  = withNames(Binding{name: "HTTP", prefix: "ce-", percent: true})
+	NATS  = withNames(Binding{name: "NATS", prefix: "ce-", percent: true, ceType: true})
+	Kafka = withNames(Binding{name: "Kafka", prefix: "ce_"})
 )
+
+func withNames(b Binding) Binding {
+	b.names = &headerNames{of: make(map[string]string, len(contextAttributes))}
+	for _, a := range contextAttributes {
+		b.names.of[a] = b.prefix + a
+	}
+	return b
+}
+
+// headerName is prefix + name, made once for the context attributes.
+func (b Binding) headerName(prefix, name string) string {
+	if b.names != nil && prefix == b.prefix {
+		if n, ok := b.names.of[name]; ok {
+			return n
+		}
+	}
+	return prefix + name
+}
 
 // ContentTypeHeader carries datacontenttype (lower-case, as the bindings
 // write header names).
@@ -62,7 +86,7 @@ func (b Binding) AppendHeaders(h []switchyard.Header, e *switchyard.Event) []swi
 		if encode {
 			value = PercentEncode(value)
 		}
-		h = append(h, switchyard.Header{Name: prefix + name, Value: value})
+		h = append(h, switchyard.Header{Name: b.headerName(prefix, name), Value: value})
 	})
 	return h
 }

@@ -403,6 +403,11 @@ type batch struct {
 	outage int
 	// state is the plugin state overlay of the batch; nil without plugins.
 	state *batchState
+	// routes is pol's routes resolved (destinations), once per batch: most
+	// outputs go along them.
+	routes []dest
+	// slab holds the batch's outputs, allocated together (newOutput).
+	slab []output
 
 	// Set by send, used by await.
 	cancel      context.CancelFunc // ends the publish deadline
@@ -447,7 +452,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 		}
 		n := 0
 		for _, po := range outs {
-			dests, err := l.destinations(b.pol, po.Destination)
+			dests, err := l.destinations(b, po.Destination)
 			if errors.Is(err, errUnrouted) {
 				l.e.metrics.unroutedOutput(l.typ)
 			}
@@ -463,7 +468,8 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 				if done {
 					continue
 				}
-				o := &output{dest: dest.full, sink: dest.sink, event: po.Event}
+				o := b.newOutput(len(recs))
+				*o = output{dest: dest.full, sink: dest.sink, event: po.Event}
 				o.msg = switchyard.Message{Event: &o.event, Topic: dest.topic, Key: po.Key, MsgID: msgID}
 				o.result.Position, o.recalled = l.e.recall.take(rec.Key(), dest.full, msgID, now)
 				it.outputs = append(it.outputs, o)
@@ -495,17 +501,20 @@ type dest struct{ full, sink, topic string }
 
 // destinations resolves a plugin output's destination: "" means the
 // type's routes; otherwise "<sink>:<topic>", whose sink must be configured
-// (a plugin naming another is a reject: retrying cannot fix it).
-func (l *Loop) destinations(pol *config.Policy, d string) ([]dest, error) {
+// (a plugin naming another is a reject: retrying cannot fix it). The
+// result is shared: callers only read it.
+func (l *Loop) destinations(b *batch, d string) ([]dest, error) {
 	if d == "" {
-		if len(pol.Routes) == 0 {
+		if len(b.pol.Routes) == 0 {
 			return nil, errUnrouted
 		}
-		out := make([]dest, len(pol.Routes))
-		for i, r := range pol.Routes {
-			out[i] = dest{full: r.Destination(), sink: r.To, topic: r.Target()}
+		if b.routes == nil {
+			b.routes = make([]dest, len(b.pol.Routes))
+			for i, r := range b.pol.Routes {
+				b.routes[i] = dest{full: r.Destination(), sink: r.To, topic: r.Target()}
+			}
 		}
-		return out, nil
+		return b.routes, nil
 	}
 	sink, topic, ok := strings.Cut(d, ":")
 	if !ok || topic == "" {
@@ -515,6 +524,18 @@ func (l *Loop) destinations(pol *config.Policy, d string) ([]dest, error) {
 		return nil, switchyard.Permanentf("destination %q names sink %q, which is not configured", d, sink)
 	}
 	return []dest{{full: d, sink: sink, topic: topic}}, nil
+}
+
+// newOutput returns a zero output from the batch's slab, which grows by
+// about one output per event: a batch of n events makes one allocation
+// for its outputs, not n. Outputs are referenced by pointer (bySink,
+// item.outputs), so a full slab is replaced, never grown in place.
+func (b *batch) newOutput(events int) *output {
+	if len(b.slab) == cap(b.slab) {
+		b.slab = make([]output, 0, max(events, 8))
+	}
+	b.slab = b.slab[:len(b.slab)+1]
+	return &b.slab[len(b.slab)-1]
 }
 
 // outputDelivered says whether rec's output n, msgID to dest, was
@@ -769,6 +790,7 @@ func setOutput(rec *storage.Record, o *output, now time.Time) {
 		st.LastError = o.result.Err.Error()
 		return
 	}
-	pos := o.result.Position
-	st.Delivered, st.DeliveredAt, st.Position, st.LastError = true, now, &pos, ""
+	// The position is the output's: nothing changes it once the sink has
+	// answered, and sharing it spares an allocation per output.
+	st.Delivered, st.DeliveredAt, st.Position, st.LastError = true, now, &o.result.Position, ""
 }

@@ -54,14 +54,14 @@ func (tx *Tx) LiveIdempotency(scope string, now time.Time) (r *IdemRecord, oldEx
 // serial writer a B+tree descent per event (docs/decisions/ingest-cost.md).
 func (tx *Tx) ReplaceIdempotency(scope string, r *IdemRecord, oldExpiry time.Time) error {
 	if !oldExpiry.IsZero() {
-		if err := tx.bucket(bucketIdemExp).Delete(timeKey(oldExpiry, []byte(scope))); err != nil {
+		if err := tx.bucket(bucketIdemExp).Delete(append(tx.keyAt(oldExpiry), scope...)); err != nil {
 			return err
 		}
 	}
 	if err := tx.bucket(bucketIdem).Put([]byte(scope), encodeIdem(r)); err != nil {
 		return err
 	}
-	return tx.bucket(bucketIdemExp).Put(timeKey(r.ExpiresAt, []byte(scope)), nil)
+	return tx.bucket(bucketIdemExp).Put(append(tx.keyAt(r.ExpiresAt), scope...), nil)
 }
 
 // DeleteExpiredIdempotency removes up to limit idempotency records whose

@@ -401,3 +401,59 @@ func TestInsertNewEvent(t *testing.T) {
 		t.Fatalf("InsertEvent of a stored id: %v, want ErrExists", err)
 	}
 }
+
+// Keys built in the transaction's scratch buffer (queue and done keys, one
+// after another in one transaction) are each stored as they were built:
+// bbolt copies a Put's key, so a later key does not overwrite an earlier.
+func TestScratchKeysSurviveTheCommit(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	var recs []*storage.Record
+	var want []string
+	for i := range 40 {
+		id := fmt.Sprintf("e%02d", i)
+		recs = append(recs, record(id, "a", t0.Add(time.Duration(i)*time.Second), ""))
+		want = append(want, id)
+	}
+	insert(t, db, recs...)
+	if got := fmt.Sprint(due(t, db, "a", t0.Add(time.Hour), false)); got != fmt.Sprint(want) {
+		t.Fatalf("due = %s, want %s", got, want)
+	}
+	// Delivered one by one, each at its own time: done keys in due order.
+	err := db.Update(ctx, func(tx *storage.Tx) error {
+		for i, id := range want {
+			r, err := tx.Record(id)
+			if err != nil {
+				return err
+			}
+			if err := tx.MarkDelivered(r, t0.Add(time.Duration(i)*time.Second), time.Hour); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := due(t, db, "a", t0.Add(time.Hour), false); len(got) != 0 {
+		t.Fatalf("due after delivery = %v, want none (every queue entry deleted)", got)
+	}
+	// Half of the done entries expire: exactly the first 20.
+	var n int
+	db.Update(ctx, func(tx *storage.Tx) (err error) {
+		n, err = tx.DeleteExpiredDelivered(t0.Add(time.Hour+19*time.Second), 100)
+		return
+	})
+	if n != 20 {
+		t.Fatalf("expired = %d, want 20", n)
+	}
+	db.View(func(tx *storage.Tx) error {
+		for i, id := range want {
+			_, err := tx.Record(id)
+			if gone := errors.Is(err, storage.ErrNotFound); gone != (i < 20) {
+				t.Errorf("%s: gone = %v, want %v", id, gone, i < 20)
+			}
+		}
+		return nil
+	})
+}

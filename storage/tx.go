@@ -65,6 +65,26 @@ type Tx struct {
 	cursors  [8]keptCursor // get's and del's
 	nCursors int
 	doneTTL  time.Duration // the ttl noteDoneTTL recorded in this transaction
+	// kb holds one key at a time for bbolt calls that keep no reference
+	// to it (keyAt): Put copies its key, Get, Seek and Delete keep nothing.
+	kb []byte
+}
+
+// keyAt starts a key at t in the transaction's scratch buffer, for a key
+// the caller completes (append) and hands to a Put, Get or delete at once:
+// the next keyAt overwrites it. Values are never built here, since bbolt
+// keeps a Put's value until the commit. Three keys of every delivered
+// event are built this way (queue, done), not allocated.
+func (tx *Tx) keyAt(t time.Time) []byte {
+	if tx.kb == nil {
+		tx.kb = make([]byte, 0, 128)
+	}
+	return binary.BigEndian.AppendUint64(tx.kb[:0], uint64(t.UnixNano()))
+}
+
+// queueKey is r's key in its queue (keyAt's rules).
+func (tx *Tx) queueKey(r *Record) []byte {
+	return binary.BigEndian.AppendUint64(tx.keyAt(r.NextAttemptAt), r.QueueSeq)
 }
 
 // getEvent is the events bucket's Get (Tx.get).
@@ -81,8 +101,6 @@ func u64(v uint64) []byte {
 	binary.BigEndian.PutUint64(b, v)
 	return b
 }
-
-func queueKey(r *Record) []byte { return timeKey(r.NextAttemptAt, u64(r.QueueSeq)) }
 
 func partitionKey(pk string, seq uint64) []byte {
 	k := make([]byte, 0, len(pk)+9)
@@ -200,12 +218,12 @@ func (tx *Tx) enqueue(r *Record) error {
 	if err != nil {
 		return err
 	}
-	return q.Put(queueKey(r), []byte(r.Key()))
+	return q.Put(tx.queueKey(r), []byte(r.Key()))
 }
 
 func (tx *Tx) dequeue(r *Record) error {
 	if q, _ := tx.sub(bucketQueue, r.QueueName()); q != nil {
-		if err := tx.del(q, queueKey(r)); err != nil {
+		if err := tx.del(q, tx.queueKey(r)); err != nil {
 			return err
 		}
 	}
@@ -271,12 +289,12 @@ func (tx *Tx) Reschedule(r *Record, next time.Time) error {
 	if err != nil {
 		return err
 	}
-	if err := tx.del(q, queueKey(r)); err != nil {
+	if err := tx.del(q, tx.queueKey(r)); err != nil {
 		return err
 	}
 	r.NextAttemptAt = next
 	r.State = StatePending
-	if err := q.Put(queueKey(r), []byte(r.Key())); err != nil {
+	if err := q.Put(tx.queueKey(r), []byte(r.Key())); err != nil {
 		return err
 	}
 	return tx.putEvent(r)
@@ -304,7 +322,7 @@ func (tx *Tx) markDone(r *Record, state State, now time.Time, ttl time.Duration)
 	if err := tx.noteDoneTTL(ttl, now); err != nil {
 		return err
 	}
-	if err := tx.bucket(bucketDone).Put(timeKey(now.Add(ttl), []byte(r.Key())), nil); err != nil {
+	if err := tx.bucket(bucketDone).Put(append(tx.keyAt(now.Add(ttl)), r.Key()...), nil); err != nil {
 		return err
 	}
 	return tx.putEvent(r)
