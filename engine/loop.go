@@ -526,13 +526,13 @@ func (l *Loop) destinations(b *batch, d string) ([]dest, error) {
 	return []dest{{full: d, sink: sink, topic: topic}}, nil
 }
 
-// newOutput returns a zero output from the batch's slab, which grows by
-// about one output per event: a batch of n events makes one allocation
-// for its outputs, not n. Outputs are referenced by pointer (bySink,
-// item.outputs), so a full slab is replaced, never grown in place.
+// newOutput returns a zero output from the batch's slab, sized for one
+// output per event and route: a batch of n events along its routes makes
+// one allocation for its outputs, not n. Outputs are referenced by pointer
+// (bySink, item.outputs), so a full slab is replaced, never grown in place.
 func (b *batch) newOutput(events int) *output {
 	if len(b.slab) == cap(b.slab) {
-		b.slab = make([]output, 0, max(events, 8))
+		b.slab = make([]output, 0, max(events*max(len(b.pol.Routes), 1), 8))
 	}
 	b.slab = b.slab[:len(b.slab)+1]
 	return &b.slab[len(b.slab)-1]

@@ -402,9 +402,11 @@ func TestInsertNewEvent(t *testing.T) {
 	}
 }
 
-// Keys built in the transaction's scratch buffer (queue and done keys, one
-// after another in one transaction) are each stored as they were built:
-// bbolt copies a Put's key, so a later key does not overwrite an earlier.
+// Queue and done keys built in the transaction's scratch buffer, one after
+// another in one transaction, are each stored as they were built (bbolt
+// copies a Put's key, so a later key does not overwrite an earlier): the
+// events come due in order, leave their queue when delivered, and expire
+// in the order of their done keys.
 func TestScratchKeysSurviveTheCommit(t *testing.T) {
 	db := storagetest.Open(t)
 	t0 := time.Unix(1000, 0)
@@ -452,6 +454,60 @@ func TestScratchKeysSurviveTheCommit(t *testing.T) {
 			_, err := tx.Record(id)
 			if gone := errors.Is(err, storage.ErrNotFound); gone != (i < 20) {
 				t.Errorf("%s: gone = %v, want %v", id, gone, i < 20)
+			}
+		}
+		return nil
+	})
+}
+
+// Idempotency expiry keys built in the scratch buffer are stored as built,
+// and a replaced record's old expiry entry is deleted by its scratch key:
+// the cleanup takes exactly the records whose window ended, and not a
+// replaced record at its old time.
+func TestScratchIdempotencyExpiryKeys(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	exp := func(i int) time.Time { return t0.Add(time.Hour + time.Duration(i)*time.Second) }
+	rec := func(e time.Time) *storage.IdemRecord {
+		return &storage.IdemRecord{Digest: []byte{1}, Status: 202, CreatedAt: t0, ExpiresAt: e}
+	}
+	scope := func(i int) string { return fmt.Sprintf("i\x00\x00/t\x00e%02d", i) }
+	err := db.Update(ctx, func(tx *storage.Tx) error {
+		for i := range 20 {
+			if err := tx.ReplaceIdempotency(scope(i), rec(exp(i)), time.Time{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10-14 get a new window; their old expiry entries must go.
+	err = db.Update(ctx, func(tx *storage.Tx) error {
+		for i := 10; i < 15; i++ {
+			if err := tx.ReplaceIdempotency(scope(i), rec(t0.Add(2*time.Hour)), exp(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	db.Update(ctx, func(tx *storage.Tx) (err error) {
+		n, err = tx.DeleteExpiredIdempotency(t0.Add(time.Hour+30*time.Second), 100)
+		return
+	})
+	if n != 15 {
+		t.Fatalf("cleaned %d, want 15 (0-9 and 15-19)", n)
+	}
+	db.View(func(tx *storage.Tx) error {
+		for i := range 20 {
+			_, err := tx.Idempotency(scope(i), t0.Add(time.Hour+30*time.Second))
+			if kept := err == nil; kept != (i >= 10 && i < 15) {
+				t.Errorf("%s: kept = %v (%v)", scope(i), kept, err)
 			}
 		}
 		return nil

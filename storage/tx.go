@@ -74,7 +74,9 @@ type Tx struct {
 // the caller completes (append) and hands to a Put, Get or delete at once:
 // the next keyAt overwrites it. Values are never built here, since bbolt
 // keeps a Put's value until the commit. Three keys of every delivered
-// event are built this way (queue, done), not allocated.
+// event are built this way (queue, done), not allocated, and the expiry
+// key of every idempotency record. A key longer than the buffer is
+// allocated by append, as before.
 func (tx *Tx) keyAt(t time.Time) []byte {
 	if tx.kb == nil {
 		tx.kb = make([]byte, 0, 128)

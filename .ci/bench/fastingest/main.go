@@ -10,8 +10,8 @@
 //	GOBIN=/tmp/fi go install github.com/nats-io/nats-server/v2@v2.15.2
 //	/tmp/fi/nats-server -a 127.0.0.1 -p 14333 -js -sd /tmp/fi/js &
 //	go build -o /tmp/fi/fastingest .
-//	/tmp/fi/fastingest -mode async -batch 100 -pid $!
-//	/tmp/fi/fastingest -mode fast -batch 100 -pid $!
+//	/tmp/fi/fastingest -mode async -batch 100 -n 120000 -pid $!
+//	/tmp/fi/fastingest -mode fast -batch 100 -n 120000 -pid $!
 //
 // It (re)creates the stream "events" (demo.>, file storage, allow_batched).
 package main
@@ -71,6 +71,9 @@ func main() {
 	url := flag.String("url", "nats://127.0.0.1:14333", "")
 	flow := flag.Int("flow", 100, "fast: ack every flow messages")
 	flag.Parse()
+	if *pid == 0 {
+		log.Fatal("-pid: the nats-server's process id is needed (its CPU is read from /proc)")
+	}
 	nc, err := nats.Connect(*url)
 	if err != nil {
 		log.Fatal(err)
@@ -84,7 +87,9 @@ func main() {
 	tag := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
 	c0, s0, t0 := cpu(), procCPU(*pid), time.Now()
 	var wg sync.WaitGroup
-	per := *n / *conc
+	// Each publisher sends whole batches; n is rounded down to fit.
+	per := *n / *conc / *batch * *batch
+	*n = per * *conc
 	for w := 0; w < *conc; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -128,7 +133,10 @@ func main() {
 	wg.Wait()
 	el := time.Since(t0)
 	c1, s1 := cpu(), procCPU(*pid)
-	info, _ := js.Stream(ctx, "events")
+	info, err := js.Stream(ctx, "events")
+	if err != nil {
+		log.Fatal(err)
+	}
 	st := info.CachedInfo().State
 	fmt.Printf("%-5s batch %4d: %7.0f msg/s, client %5.2f µs/msg, server %5.2f µs/msg, stored %d\n", *mode, *batch, float64(*n)/el.Seconds(),
 		float64((c1-c0).Nanoseconds())/1e3/float64(*n), float64((s1-s0).Nanoseconds())/1e3/float64(*n), st.Msgs)
