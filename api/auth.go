@@ -57,12 +57,22 @@ func principalOf(ctx context.Context) *principal {
 
 type connKindKey struct{}
 
+// localPrincipal is who every request over the unix socket acts for.
+// Shared by all of them: nothing writes a principal once made.
+var localPrincipal = &principal{local: true, admin: true}
+
 // connContext marks each connection with whether it came over a unix
 // socket. Anything else (TCP, or a socket-activated listener of another
-// kind) must authenticate: fail closed.
+// kind) must authenticate: fail closed. A unix connection's requests all
+// act for localPrincipal, so it is set once here, not per request (a
+// request copy, a context and a principal each).
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	_, unix := c.(*net.UnixConn)
-	return context.WithValue(ctx, connKindKey{}, unix)
+	ctx = context.WithValue(ctx, connKindKey{}, unix)
+	if unix {
+		ctx = context.WithValue(ctx, principalKey{}, localPrincipal)
+	}
+	return ctx
 }
 
 func isLocal(r *http.Request) bool {
@@ -195,7 +205,7 @@ func bearer(r *http.Request) (string, bool) {
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isLocal(r) {
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{local: true, admin: true})))
+			next.ServeHTTP(w, r) // connContext set localPrincipal
 			return
 		}
 		if r.Method == http.MethodGet && r.URL.Path == "/healthz" || isConsoleFile(r) {
