@@ -202,7 +202,8 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 		}
 	}
 	resp := req.Render(outcomes)
-	types := make(map[string]int, 1)
+	types := typeCounts.Get().(map[string]int)
+	defer func() { clear(types); typeCounts.Put(types) }()
 	err = e.store.Update(ctx, func(tx *storage.Tx) error {
 		clear(types)
 		return e.storeRequest(tx, req, outcomes, &resp, now, types)
@@ -216,6 +217,10 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 	}
 	return &resp, nil
 }
+
+// typeCounts are Ingest's counts of the events stored per type, reused: a
+// map per request was an allocation of every single-event request.
+var typeCounts = sync.Pool{New: func() any { return make(map[string]int, 1) }}
 
 // admit checks a request before anything is stored: the data file has
 // room, and every event's type is one the router takes and can carry.
@@ -272,13 +277,17 @@ func (e *Engine) enterFlight(ctx context.Context, scopes []string, digests [][]b
 // events stored per type.
 func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Outcome, resp *Response, now time.Time, types map[string]int) error {
 	window := e.config().Idempotency.Window
+	// The records live until they are encoded, within this call: one
+	// allocation for the request's, not one per event.
+	recs := make([]storage.Record, len(req.Events))
 	for i := range req.Events {
 		if outcomes[i].Duplicate {
 			continue
 		}
 		ev := &req.Events[i]
 		pol, _ := e.policy(ev.Event.Type)
-		rec := &storage.Record{Event: ev.Event, Tenant: req.Tenant, IdempotencyKey: req.Key, CreatedAt: now, UpdatedAt: now}
+		rec := &recs[i]
+		*rec = storage.Record{Event: ev.Event, Tenant: req.Tenant, IdempotencyKey: req.Key, CreatedAt: now, UpdatedAt: now}
 		insert := tx.InsertEvent
 		if !ev.ClientID {
 			insert = tx.InsertNewEvent // the router made the id (api.finish): it is new
