@@ -97,6 +97,9 @@ func (f *inFlight) leave(scopes []string, fl *flight) {
 	close(fl.done)
 }
 
+// stayedOut is enterFlight's leave for a request that holds no scope.
+func stayedOut() {}
+
 // Scope keys: an Idempotency-Key is scoped by tenant and endpoint; a
 // client-chosen event id by tenant and source (CloudEvents: source+id is
 // unique).
@@ -250,6 +253,9 @@ func (e *Engine) admit(req *IngestRequest) error {
 // under a scope in flight is refused at once. The returned leave must be
 // called once the request is done.
 func (e *Engine) enterFlight(ctx context.Context, scopes []string, digests [][]byte) (leave func(), err error) {
+	if len(scopes) == 0 {
+		return stayedOut, nil // nothing to hold: no key, router-made ids
+	}
 	for {
 		fl, digest, ok := e.inflight.acquire(scopes, digests)
 		if ok {
