@@ -78,6 +78,15 @@ func (l *Loop) holds(id string) bool {
 	return ok
 }
 
+// holdsKey is holds for storage.Tx.Due's skip, which passes the key as
+// stored: the lookup makes no string of it.
+func (l *Loop) holdsKey(key []byte) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.held[string(key)]
+	return ok
+}
+
 func (l *Loop) inProcess() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -252,7 +261,7 @@ func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {
 		var err error
-		recs, err = tx.Due(l.typ, now, pol.BatchSize, pol.ByKey(), l.holds)
+		recs, err = tx.Due(l.typ, now, pol.BatchSize, pol.ByKey(), l.holdsKey)
 		return err
 	})
 	if err != nil || len(recs) == 0 {

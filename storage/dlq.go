@@ -117,7 +117,7 @@ func (tx *Tx) DLQ(q DLQQuery) ([]DLQEntry, error) {
 		}
 		k, v := top.k, top.v
 		top.k, top.v = top.c.Prev()
-		r, err := tx.Record(string(v))
+		r, err := tx.recordAt(v)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}

@@ -138,8 +138,11 @@ func (tx *Tx) nextSeq() (uint64, error) {
 
 // Record returns the record stored under key (an outbound event's id, see
 // Record.Key), or ErrNotFound.
-func (tx *Tx) Record(key string) (*Record, error) {
-	v := tx.getEvent([]byte(key))
+func (tx *Tx) Record(key string) (*Record, error) { return tx.recordAt([]byte(key)) }
+
+// recordAt is Record for a key held as bytes (a queue entry's value).
+func (tx *Tx) recordAt(key []byte) (*Record, error) {
+	v := tx.getEvent(key)
 	if v == nil {
 		return nil, ErrNotFound
 	}
@@ -241,7 +244,11 @@ func (tx *Tx) dequeue(r *Record) error {
 // or before now, in due order, skipping those for which skip returns true.
 // With orderByKey, an event is skipped while an earlier event with the same
 // partition key is still pending.
-func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func(id string) bool) ([]*Record, error) {
+//
+// skip gets the event's key as stored, valid only during the call: a lookup
+// with string(key) in a map costs no allocation, and Due calls it for every
+// event still in transit ahead of the due ones.
+func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func(key []byte) bool) ([]*Record, error) {
 	q, _ := tx.sub(bucketQueue, t)
 	if q == nil {
 		return nil, nil
@@ -257,10 +264,10 @@ func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func
 		if binary.BigEndian.Uint64(k) > end {
 			break
 		}
-		if skip != nil && skip(string(v)) {
+		if skip != nil && skip(v) {
 			continue
 		}
-		r, err := tx.Record(string(v))
+		r, err := tx.recordAt(v)
 		if err != nil {
 			return nil, fmt.Errorf("storage: queue %s points at %s: %w", t, v, err)
 		}
