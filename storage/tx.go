@@ -73,15 +73,24 @@ type Tx struct {
 // keyAt starts a key at t in the transaction's scratch buffer, for a key
 // the caller completes (append) and hands to a Put, Get or delete at once:
 // the next keyAt overwrites it. Values are never built here, since bbolt
-// keeps a Put's value until the commit. Three keys of every delivered
-// event are built this way (queue, done), not allocated, and the expiry
-// key of every idempotency record. A key longer than the buffer is
+// keeps a Put's value until the commit. Five keys of every delivered
+// event are built this way (queue, done, and the event's own when it is
+// stored and read: keyOf), not allocated, and the expiry key of every
+// idempotency record. A key longer than the buffer is
 // allocated by append, as before.
 func (tx *Tx) keyAt(t time.Time) []byte {
+	return binary.BigEndian.AppendUint64(tx.scratch(), uint64(t.UnixNano()))
+}
+
+// keyOf is s as a key in the scratch buffer (keyAt's rules): an event's
+// key to read, store or index it by.
+func (tx *Tx) keyOf(s string) []byte { return append(tx.scratch(), s...) }
+
+func (tx *Tx) scratch() []byte {
 	if tx.kb == nil {
 		tx.kb = make([]byte, 0, 128)
 	}
-	return binary.BigEndian.AppendUint64(tx.kb[:0], uint64(t.UnixNano()))
+	return tx.kb[:0]
 }
 
 // queueKey is r's key in its queue (keyAt's rules).
@@ -138,7 +147,7 @@ func (tx *Tx) nextSeq() (uint64, error) {
 
 // Record returns the record stored under key (an outbound event's id, see
 // Record.Key), or ErrNotFound.
-func (tx *Tx) Record(key string) (*Record, error) { return tx.recordAt([]byte(key)) }
+func (tx *Tx) Record(key string) (*Record, error) { return tx.recordAt(tx.keyOf(key)) }
 
 // recordAt is Record for a key held as bytes (a queue entry's value).
 func (tx *Tx) recordAt(key []byte) (*Record, error) {
@@ -202,7 +211,7 @@ func (tx *Tx) putEvent(r *Record) error {
 	if err != nil {
 		return err
 	}
-	k := []byte(r.Key())
+	k := tx.keyOf(r.Key())
 	if err := tx.bucket(bucketEvents).Put(k, v); err != nil {
 		return err
 	}
