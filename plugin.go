@@ -15,7 +15,9 @@ type Plugin interface {
 	// means the event is filtered (it ends "filtered", nothing sent). A verdict of retry returns an
 	// error (the event is retried with backoff); a reject returns an error
 	// wrapped with Permanent (the event goes to the DLQ with the reason).
-	// Errors name the plugin and the event id.
+	// Errors name the plugin and the event id. ev is the engine's for the
+	// call only (it reuses the memory for the next event): a plugin that
+	// keeps anything of it past Handle copies it.
 	Handle(ctx context.Context, ev *Event) ([]PluginOutput, error)
 }
 

@@ -446,6 +446,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 	if mayUseState(chain) {
 		b.state = newBatchState(l.e, l.typ)
 	}
+	var outs []switchyard.PluginOutput // reused: each output is copied out below
 	for i, rec := range recs {
 		it := &b.items[i]
 		it.rec = rec
@@ -453,7 +454,8 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 		if b.state != nil {
 			pctx = switchyard.WithState(ctx, b.state.view(i))
 		}
-		outs, err := l.e.runChain(pctx, l.typ, chain, &rec.Event)
+		var err error
+		outs, err = l.e.runChain(pctx, l.typ, chain, &rec.Event, outs)
 		if err != nil {
 			it.err = err
 			b.failed++

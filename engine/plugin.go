@@ -18,8 +18,12 @@ import (
 // runChain runs plugins in order, each on every output of the one before,
 // and counts what each made of the event (queue and ev.ID name it in the
 // failures kept for operators).
-func (e *Engine) runChain(ctx context.Context, queue string, chain []switchyard.Plugin, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-	outs := []switchyard.PluginOutput{{Event: *ev, Key: ev.PartitionKey()}}
+//
+// The chain starts from buf[:0] (the caller's, reused from event to event
+// once it has copied the outputs out): without plugins, the event itself
+// is the one output, and it costs no allocation.
+func (e *Engine) runChain(ctx context.Context, queue string, chain []switchyard.Plugin, ev *switchyard.Event, buf []switchyard.PluginOutput) ([]switchyard.PluginOutput, error) {
+	outs := append(buf[:0], switchyard.PluginOutput{Event: *ev, Key: ev.PartitionKey()})
 	for _, p := range chain {
 		var next []switchyard.PluginOutput
 		st := e.pluginStats.of(p.Name())
