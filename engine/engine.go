@@ -301,7 +301,7 @@ func (e *Engine) EventStatus(tenant, id string) (*storage.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l := e.loopIfAny(rec.QueueName()); rec.State == storage.StatePending && l != nil && l.holds(rec.Key()) {
+	if l := e.loopIfAny(rec.QueueName()); rec.State == storage.StatePending && l != nil && l.holds([]byte(rec.Key())) {
 		rec.State = storage.StateInProcess
 	}
 	return rec, nil

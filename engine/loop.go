@@ -71,16 +71,10 @@ func (l *Loop) kick() {
 	}
 }
 
-func (l *Loop) holds(id string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, ok := l.held[id]
-	return ok
-}
-
-// holdsKey is holds for storage.Tx.Due's skip, which passes the key as
-// stored: the lookup makes no string of it.
-func (l *Loop) holdsKey(key []byte) bool {
+// holds reports whether the loop holds the event stored under key. It is
+// storage.Tx.Due's skip, which passes the key as stored: the lookup makes
+// no string of it.
+func (l *Loop) holds(key []byte) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	_, ok := l.held[string(key)]
@@ -261,7 +255,7 @@ func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {
 		var err error
-		recs, err = tx.Due(l.typ, now, pol.BatchSize, pol.ByKey(), l.holdsKey)
+		recs, err = tx.Due(l.typ, now, pol.BatchSize, pol.ByKey(), l.holds)
 		return err
 	})
 	if err != nil || len(recs) == 0 {
@@ -479,7 +473,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 				if done {
 					continue
 				}
-				o := b.newOutput(len(recs))
+				o := b.newOutput()
 				*o = output{dest: dest.full, sink: dest.sink, event: po.Event}
 				o.msg = switchyard.Message{Event: &o.event, Topic: dest.topic, Key: po.Key, MsgID: msgID}
 				o.result.Position, o.recalled = l.e.recall.take(rec.Key(), dest.full, msgID, now)
@@ -541,9 +535,9 @@ func (l *Loop) destinations(b *batch, d string) ([]dest, error) {
 // output per event and route: a batch of n events along its routes makes
 // one allocation for its outputs, not n. Outputs are referenced by pointer
 // (bySink, item.outputs), so a full slab is replaced, never grown in place.
-func (b *batch) newOutput(events int) *output {
+func (b *batch) newOutput() *output {
 	if len(b.slab) == cap(b.slab) {
-		b.slab = make([]output, 0, max(events*max(len(b.pol.Routes), 1), 8))
+		b.slab = make([]output, 0, max(len(b.items)*max(len(b.pol.Routes), 1), 8))
 	}
 	b.slab = b.slab[:len(b.slab)+1]
 	return &b.slab[len(b.slab)-1]

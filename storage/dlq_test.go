@@ -151,12 +151,11 @@ func TestDLQRetryResolveDelete(t *testing.T) {
 		t.Fatalf("delete of a pending record: %v", err)
 	}
 	// The resolved record goes after its TTL, not before.
-	var n int
-	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredResolved(t0.Add(2*time.Hour), 10); return })
+	n := removed(t, db, func(tx *storage.Tx) (int, error) { return tx.DeleteExpiredResolved(t0.Add(2*time.Hour), 10) })
 	if n != 0 {
 		t.Fatalf("expired early: %d", n)
 	}
-	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredResolved(t0.Add(26*time.Hour), 10); return })
+	n = removed(t, db, func(tx *storage.Tx) (int, error) { return tx.DeleteExpiredResolved(t0.Add(26*time.Hour), 10) })
 	if n != 1 {
 		t.Fatalf("expired = %d", n)
 	}
@@ -195,15 +194,14 @@ func TestDLQStaleTTLEntryKeepsRecord(t *testing.T) {
 	step(func(tx *storage.Tx, r *storage.Record) error {
 		return tx.ResolveDeadLetter(r, t0.Add(time.Minute), 10*time.Hour)
 	})
-	var n int
-	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredResolved(t0.Add(2*time.Hour), 10); return })
+	n := removed(t, db, func(tx *storage.Tx) (int, error) { return tx.DeleteExpiredResolved(t0.Add(2*time.Hour), 10) })
 	db.View(func(tx *storage.Tx) error {
 		if r, err := tx.Record(id); err != nil || r.State != storage.StateResolved {
 			t.Errorf("removed by a stale TTL entry: %v", err)
 		}
 		return nil
 	})
-	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredResolved(t0.Add(11*time.Hour), 10); return })
+	n = removed(t, db, func(tx *storage.Tx) (int, error) { return tx.DeleteExpiredResolved(t0.Add(11*time.Hour), 10) })
 	if n != 1 {
 		t.Fatalf("expired = %d", n)
 	}

@@ -42,6 +42,17 @@ func insert(t *testing.T, db *storage.DB, recs ...*storage.Record) {
 	}
 }
 
+// removed runs a cleanup (DeleteExpiredDelivered and the like) in its own
+// transaction and returns how many it removed; an error fails the test.
+func removed(t *testing.T, db *storage.DB, clean func(*storage.Tx) (int, error)) int {
+	t.Helper()
+	var n int
+	if err := db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = clean(tx); return }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func due(t *testing.T, db *storage.DB, typ string, now time.Time, byKey bool) []string {
 	t.Helper()
 	var ids []string
@@ -177,15 +188,11 @@ func TestDueOrderRescheduleDeliverDLQ(t *testing.T) {
 		return nil
 	})
 	// Delivered records expire after their TTL, in chunks.
-	var n int
-	db.Update(ctx, func(tx *storage.Tx) (err error) {
-		n, err = tx.DeleteExpiredDelivered(t0.Add(30*time.Minute), 10)
-		return
-	})
+	n := removed(t, db, func(tx *storage.Tx) (int, error) { return tx.DeleteExpiredDelivered(t0.Add(30*time.Minute), 10) })
 	if n != 0 {
 		t.Fatalf("expired early: %d", n)
 	}
-	db.Update(ctx, func(tx *storage.Tx) (err error) { n, err = tx.DeleteExpiredDelivered(t0.Add(2*time.Hour), 10); return })
+	n = removed(t, db, func(tx *storage.Tx) (int, error) { return tx.DeleteExpiredDelivered(t0.Add(2*time.Hour), 10) })
 	if n != 1 {
 		t.Fatalf("expired = %d, want 1", n)
 	}
@@ -236,11 +243,7 @@ func TestIdempotencyRecordsExpire(t *testing.T) {
 		}
 		return nil
 	})
-	var n int
-	db.Update(ctx, func(tx *storage.Tx) (err error) {
-		n, err = tx.DeleteExpiredIdempotency(t0.Add(2*time.Hour), 10)
-		return
-	})
+	n := removed(t, db, func(tx *storage.Tx) (int, error) { return tx.DeleteExpiredIdempotency(t0.Add(2*time.Hour), 10) })
 	if n != 1 {
 		t.Fatalf("cleaned %d, want 1", n)
 	}
@@ -441,10 +444,8 @@ func TestScratchKeysSurviveTheCommit(t *testing.T) {
 		t.Fatalf("due after delivery = %v, want none (every queue entry deleted)", got)
 	}
 	// Half of the done entries expire: exactly the first 20.
-	var n int
-	db.Update(ctx, func(tx *storage.Tx) (err error) {
-		n, err = tx.DeleteExpiredDelivered(t0.Add(time.Hour+19*time.Second), 100)
-		return
+	n := removed(t, db, func(tx *storage.Tx) (int, error) {
+		return tx.DeleteExpiredDelivered(t0.Add(time.Hour+19*time.Second), 100)
 	})
 	if n != 20 {
 		t.Fatalf("expired = %d, want 20", n)
@@ -495,10 +496,8 @@ func TestScratchIdempotencyExpiryKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n int
-	db.Update(ctx, func(tx *storage.Tx) (err error) {
-		n, err = tx.DeleteExpiredIdempotency(t0.Add(time.Hour+30*time.Second), 100)
-		return
+	n := removed(t, db, func(tx *storage.Tx) (int, error) {
+		return tx.DeleteExpiredIdempotency(t0.Add(time.Hour+30*time.Second), 100)
 	})
 	if n != 15 {
 		t.Fatalf("cleaned %d, want 15 (0-9 and 15-19)", n)

@@ -72,12 +72,11 @@ type Tx struct {
 
 // keyAt starts a key at t in the transaction's scratch buffer, for a key
 // the caller completes (append) and hands to a Put, Get or delete at once:
-// the next keyAt overwrites it. Values are never built here, since bbolt
-// keeps a Put's value until the commit. Five keys of every delivered
-// event are built this way (queue, done, and the event's own when it is
-// stored and read: keyOf), not allocated, and the expiry key of every
-// idempotency record. A key longer than the buffer is
-// allocated by append, as before.
+// the next keyAt or keyOf overwrites it. Values are never built here,
+// since bbolt keeps a Put's value until the commit. An event's queue, done
+// and own keys (keyOf) are built this way wherever they are written, read
+// or deleted, and every idempotency record's expiry key; a key longer than
+// the buffer is allocated by append.
 func (tx *Tx) keyAt(t time.Time) []byte {
 	return binary.BigEndian.AppendUint64(tx.scratch(), uint64(t.UnixNano()))
 }
