@@ -201,7 +201,7 @@ type bench struct {
 
 func newBench(o *benchOptions) *bench {
 	// The load goes through benchConns; this client is for /healthz and
-	// /metrics only.
+	// /metrics only. On a socket, with a valid -o, client cannot fail.
 	api, _ := (&apiFlags{socket: o.Socket, timeout: o.Timeout, output: "table"}).client()
 	b := &bench{
 		o:   o,
