@@ -205,69 +205,92 @@ func (b Binding) DecodeLenient(hs []switchyard.Header, data []byte) (ev switchya
 // of a repeated header the first counts. problem is told each header it
 // had to work around and says whether to go on.
 func (b Binding) decodeBinary(hs []switchyard.Header, data []byte, problem func(header string, err error) bool) switchyard.Event {
-	var ev switchyard.Event
+	d := binaryDecoder{b: b, problem: problem}
 	seen := make(map[string]bool, len(hs))
-	extension := func(name, value string) { // the first of ce-traceparent and traceparent counts
-		if value != "" && ev.Extension(name) == "" {
-			ev.Extensions = append(ev.Extensions, switchyard.Header{Name: name, Value: value})
-		}
-	}
-	var contentType, ceContentType string
 	for _, h := range hs {
 		name := strings.ToLower(h.Name)
 		if seen[name] {
 			continue
 		}
 		seen[name] = true
-		attr, isAttr := strings.CutPrefix(name, b.prefix)
-		isAttr = isAttr && attr != ""
-		if !isAttr && name != ContentTypeHeader && !passThrough[name] {
-			continue // not part of the event (broker or application metadata)
-		}
-		v, err := b.headerValue(h.Value, isAttr)
-		if err != nil && !problem(h.Name, err) {
-			return ev
-		}
-		switch {
-		case name == ContentTypeHeader:
-			if err := Check(AttrDataContentType, v); err != nil && !problem(h.Name, err) {
-				return ev
-			}
-			contentType = v
-		case !isAttr:
-			if err := Check(name, v); err != nil && !problem(h.Name, err) {
-				return ev
-			}
-			extension(name, v)
-		case attr == AttrDataContentType:
-			if err := Check(attr, v); err != nil && !problem(h.Name, err) {
-				return ev
-			}
-			ceContentType = v
-		case !isContextAttribute(attr) && !ValidExtensionName(attr):
-			// A name no binding could carry on (a webhook refuses the
-			// header): not kept, or delivering the event would fail for
-			// ever.
-			if !problem(h.Name, invalid("extension attribute %q: names are 1 to %d lower-case letters and digits; dropped", attr, MaxExtensionNameLen)) {
-				return ev
-			}
-		default:
-			if err := Check(attr, v); err != nil && !problem(h.Name, err) {
-				return ev
-			}
-			if passThrough[attr] {
-				extension(attr, v)
-			} else if err := set(&ev, attr, v); err != nil && !problem(h.Name, err) {
-				return ev
-			}
+		if !d.header(h, name) {
+			return d.ev
 		}
 	}
-	ev.DataContentType = b.contentType(contentType, ceContentType)
-	SortExtensions(&ev)
+	d.ev.DataContentType = b.contentType(d.contentType, d.ceContentType)
+	SortExtensions(&d.ev)
 	if len(data) > 0 {
-		ev.Data = data
+		d.ev.Data = data
 	}
-	return ev
+	return d.ev
+}
+
+// binaryDecoder is decodeBinary's state: the event so far, and the two
+// headers that may carry its datacontenttype.
+type binaryDecoder struct {
+	b                          Binding
+	problem                    func(header string, err error) bool
+	ev                         switchyard.Event
+	contentType, ceContentType string
+}
+
+// header maps one header (name in lower case) into the event. It returns
+// false when problem said to stop.
+func (d *binaryDecoder) header(h switchyard.Header, name string) bool {
+	attr, isAttr := strings.CutPrefix(name, d.b.prefix)
+	isAttr = isAttr && attr != ""
+	if !isAttr && name != ContentTypeHeader && !passThrough[name] {
+		return true // not part of the event (broker or application metadata)
+	}
+	v, err := d.b.headerValue(h.Value, isAttr)
+	if err != nil && !d.problem(h.Name, err) {
+		return false
+	}
+	// ok checks v as the value of attribute a; false when problem said to stop.
+	ok := func(a string) bool {
+		err := Check(a, v)
+		return err == nil || d.problem(h.Name, err)
+	}
+	switch {
+	case name == ContentTypeHeader:
+		if !ok(AttrDataContentType) {
+			return false
+		}
+		d.contentType = v
+	case !isAttr:
+		if !ok(name) {
+			return false
+		}
+		d.extension(name, v)
+	case attr == AttrDataContentType:
+		if !ok(attr) {
+			return false
+		}
+		d.ceContentType = v
+	case !isContextAttribute(attr) && !ValidExtensionName(attr):
+		// A name no binding could carry on (a webhook refuses the
+		// header): not kept, or delivering the event would fail for
+		// ever.
+		return d.problem(h.Name, invalid("extension attribute %q: names are 1 to %d lower-case letters and digits; dropped", attr, MaxExtensionNameLen))
+	default:
+		if !ok(attr) {
+			return false
+		}
+		if passThrough[attr] {
+			d.extension(attr, v)
+		} else if err := set(&d.ev, attr, v); err != nil && !d.problem(h.Name, err) {
+			return false
+		}
+	}
+	return true
+}
+
+// extension keeps a pass-through header as an extension attribute: the
+// first of ce-traceparent and traceparent counts.
+func (d *binaryDecoder) extension(name, value string) {
+	if value != "" && d.ev.Extension(name) == "" {
+		d.ev.Extensions = append(d.ev.Extensions, switchyard.Header{Name: name, Value: value})
+	}
 }
 
 // contentType picks datacontenttype from the two headers that may carry

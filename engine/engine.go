@@ -80,18 +80,7 @@ type Engine struct {
 // New checks that every route names a configured sink and returns an engine
 // ready to Open.
 func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options) (*Engine, error) {
-	if opts.Logger == nil {
-		opts.Logger = hclog.NewNullLogger()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.IdempotencyWait <= 0 {
-		opts.IdempotencyWait = 2 * time.Second
-	}
-	if opts.CleanupInterval <= 0 {
-		opts.CleanupInterval = time.Minute
-	}
+	opts = opts.withDefaults()
 	e := &Engine{
 		store:    store,
 		opts:     opts,
@@ -106,49 +95,84 @@ func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options)
 	e.inboxes = make(map[string]*inbox, len(cfg.Inboxes))
 	for _, in := range cfg.Inboxes {
 		e.inboxes[in.Name] = newInbox(in)
-		if in.Deliver.URL != "" {
-			if _, ok := e.sinks()[InboxSink(in.Name)]; !ok {
-				return nil, fmt.Errorf("inbox %q delivers to %s, but no sink %q was given", in.Name, in.Deliver.URL, InboxSink(in.Name))
-			}
-		}
 	}
 	e.conf.Store(cfg)
 	e.plugins.Store(pluginMap(opts.Plugins))
+	if err := e.checkReferences(cfg); err != nil {
+		return nil, err
+	}
+	e.metrics = newMetrics(e)
+	e.inboxMetrics = newInboxMetrics()
+	e.pluginStats = newPluginStats()
+	e.pluginStats.loaded = func() map[string]switchyard.Plugin { return *e.plugins.Load() }
+	if err := e.registerMetrics(opts.Registerer); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	return e, nil
+}
+
+// withDefaults fills in the options left zero.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.IdempotencyWait <= 0 {
+		o.IdempotencyWait = 2 * time.Second
+	}
+	if o.CleanupInterval <= 0 {
+		o.CleanupInterval = time.Minute
+	}
+	return o
+}
+
+// checkReferences makes sure every sink and plugin the configuration names
+// was given: an inbox's delivery sink, each event's routes and plugins, each
+// inbox's plugins.
+func (e *Engine) checkReferences(cfg *config.Config) error {
+	for _, in := range cfg.Inboxes {
+		if in.Deliver.URL != "" {
+			if _, ok := e.sinks()[InboxSink(in.Name)]; !ok {
+				return fmt.Errorf("inbox %q delivers to %s, but no sink %q was given", in.Name, in.Deliver.URL, InboxSink(in.Name))
+			}
+		}
+	}
 	for t, p := range cfg.Events {
 		for _, r := range p.Routes {
 			if _, ok := e.sinks()[r.To]; !ok {
-				return nil, fmt.Errorf("event %q routes to %q, which is not a configured sink", t, r.To)
+				return fmt.Errorf("event %q routes to %q, which is not a configured sink", t, r.To)
 			}
 		}
 		for _, name := range p.Plugins {
 			if _, ok := e.plugin(name); !ok {
-				return nil, fmt.Errorf("event %q uses plugin %q, which is not loaded", t, name)
+				return fmt.Errorf("event %q uses plugin %q, which is not loaded", t, name)
 			}
 		}
 	}
 	for _, in := range cfg.Inboxes {
 		for _, name := range in.Plugins {
 			if _, ok := e.plugin(name); !ok {
-				return nil, fmt.Errorf("inbox %q uses plugin %q, which is not loaded", in.Name, name)
+				return fmt.Errorf("inbox %q uses plugin %q, which is not loaded", in.Name, name)
 			}
 		}
 	}
-	e.metrics = newMetrics(e)
-	e.inboxMetrics = newInboxMetrics()
-	e.pluginStats = newPluginStats()
-	e.pluginStats.loaded = func() map[string]switchyard.Plugin { return *e.plugins.Load() }
-	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(e.metrics); err != nil {
-			return nil, fmt.Errorf("register metrics: %w", err)
-		}
-		if err := opts.Registerer.Register(e.pluginStats); err != nil {
-			return nil, fmt.Errorf("register metrics: %w", err)
-		}
-		if err := e.inboxMetrics.register(opts.Registerer); err != nil {
-			return nil, fmt.Errorf("register metrics: %w", err)
-		}
+	return nil
+}
+
+// registerMetrics registers the engine's collectors with reg, if one was given.
+func (e *Engine) registerMetrics(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
 	}
-	return e, nil
+	if err := reg.Register(e.metrics); err != nil {
+		return err
+	}
+	if err := reg.Register(e.pluginStats); err != nil {
+		return err
+	}
+	return e.inboxMetrics.register(reg)
 }
 
 func (e *Engine) now() time.Time { return e.opts.Now() }

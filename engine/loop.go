@@ -164,26 +164,37 @@ func (l *Loop) run(ctx context.Context) {
 		outage := transit.takeOutage()
 		// A poll that met an outage is not a full one: the delay grows.
 		probing = outage > 0
-		d := l.nextDelay(full && !probing)
-		wake := l.wakeC
-		if outage > 0 || err != nil {
-			// Back off from new events, but probe again within a second:
-			// a broker can come back without a reconnect to tell us (a
-			// cluster electing a new stream leader).
-			wake = nil
-			d = min(d, outageProbe)
-		}
-		timer.Reset(d)
-		select {
-		case <-ctx.Done():
+		if !l.wait(ctx, timer, l.nextDelay(full && !probing), outage > 0 || err != nil) {
 			return
-		case <-timer.C:
-		case <-wake:
-			timer.Stop() // Go ≥ 1.23: no stale tick to drain
-		case <-l.kickC:
-			timer.Stop()
 		}
 	}
+}
+
+// wait sleeps until the next poll is due: after d, or sooner when a commit
+// of this type wakes the loop or a sink it publishes to becomes reachable
+// again (kick). It returns false when ctx ends.
+//
+// After an outage or an error the loop backs off from new events (it
+// ignores wake-ups), but probes again within outageProbe: a broker can come
+// back without a reconnect to tell us (a cluster electing a new stream
+// leader).
+func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, backOff bool) bool {
+	wake := l.wakeC
+	if backOff {
+		wake = nil
+		d = min(d, outageProbe)
+	}
+	timer.Reset(d)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+	case <-wake:
+		timer.Stop() // Go ≥ 1.23: no stale tick to drain
+	case <-l.kickC:
+		timer.Stop()
+	}
+	return true
 }
 
 // nextDelay feeds the adaptive delay a poll's outcome and returns the wait.

@@ -72,33 +72,7 @@ func (tx *Tx) DLQ(q DLQQuery) ([]DLQEntry, error) {
 	if q.Limit <= 0 {
 		q.Limit = 100
 	}
-	var queues []string
-	if q.Queue != "" {
-		queues = []string{q.Queue}
-	} else {
-		queues = tx.subNames(index)
-	}
-	// A cursor per queue, each walking backwards; merged by position.
-	type walker struct {
-		c    *bolt.Cursor
-		k, v []byte
-	}
-	var ws []*walker
-	for _, name := range queues {
-		b, _ := tx.sub(index, name)
-		if b == nil {
-			continue
-		}
-		w := &walker{c: b.Cursor()}
-		if q.Before == nil {
-			w.k, w.v = w.c.Last()
-		} else if k, _ := w.c.Seek(q.Before); k == nil {
-			w.k, w.v = w.c.Last()
-		} else {
-			w.k, w.v = w.c.Prev()
-		}
-		ws = append(ws, w)
-	}
+	ws := tx.dlqWalkers(index, q)
 	var since uint64
 	if !q.Since.IsZero() {
 		since = uint64(q.Since.UnixNano())
@@ -106,7 +80,7 @@ func (tx *Tx) DLQ(q DLQQuery) ([]DLQEntry, error) {
 	want := stateOf(index)
 	var out []DLQEntry
 	for len(out) < q.Limit {
-		var top *walker
+		var top *dlqWalker
 		for _, w := range ws {
 			if w.k != nil && (top == nil || bytes.Compare(w.k, top.k) > 0) {
 				top = w
@@ -130,6 +104,39 @@ func (tx *Tx) DLQ(q DLQQuery) ([]DLQEntry, error) {
 		out = append(out, DLQEntry{Record: r, At: posTime(k), Pos: bytes.Clone(k)})
 	}
 	return out, nil
+}
+
+// dlqWalker walks one queue's index backwards from a position.
+type dlqWalker struct {
+	c    *bolt.Cursor
+	k, v []byte
+}
+
+// dlqWalkers places a walker on each queue q selects in index (one, or
+// all), at its last entry before q.Before (or its last): DLQ merges them by
+// position.
+func (tx *Tx) dlqWalkers(index []byte, q DLQQuery) []*dlqWalker {
+	queues := []string{q.Queue}
+	if q.Queue == "" {
+		queues = tx.subNames(index)
+	}
+	var ws []*dlqWalker
+	for _, name := range queues {
+		b, _ := tx.sub(index, name)
+		if b == nil {
+			continue
+		}
+		w := &dlqWalker{c: b.Cursor()}
+		if q.Before == nil {
+			w.k, w.v = w.c.Last()
+		} else if k, _ := w.c.Seek(q.Before); k == nil {
+			w.k, w.v = w.c.Last()
+		} else {
+			w.k, w.v = w.c.Prev()
+		}
+		ws = append(ws, w)
+	}
+	return ws
 }
 
 func stateOf(index []byte) State {

@@ -194,14 +194,6 @@ func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
 	in.stderr = streamWriter{in: in, stream: "stderr", level: hclog.Warn}
 	in.phase, in.input, in.textLeft = phaseInit, p.configEnv, maxText
 
-	mc := wazero.NewModuleConfig().
-		WithName(""). // anonymous: any number of instances
-		WithStartFunctions().
-		WithStdout(&in.stdout).
-		WithStderr(&in.stderr).
-		WithSysWalltime().
-		WithSysNanotime().
-		WithRandSource(rand.Reader)
 	ictx := experimental.WithMemoryAllocator(ctx, in.mem)
 	ictx = context.WithValue(ictx, instanceKey{}, in)
 	ictx, cancel := context.WithTimeout(ictx, p.initTimeout)
@@ -214,13 +206,40 @@ func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
 		}
 	}()
 
-	in.mod, err = p.rt.r.InstantiateModule(ictx, p.compiled, mc)
+	in.mod, err = p.rt.r.InstantiateModule(ictx, p.compiled, in.moduleConfig())
 	if err != nil {
 		_, reason := in.failure("instantiating", err, false, p.initTimeout)
 		return nil, errors.New(reason)
 	}
+	if err := in.start(ictx); err != nil {
+		return nil, err
+	}
+	in.handle = in.mod.ExportedFunction("sy_handle")
+	in.newTimer()
+	return in, nil
+}
+
+// moduleConfig is an instance's wazero configuration: anonymous (so a
+// plugin can have any number of instances), no start functions (newInstance
+// calls them), its output into the router's log, real clocks and
+// crypto/rand.
+func (in *instance) moduleConfig() wazero.ModuleConfig {
+	return wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions().
+		WithStdout(&in.stdout).
+		WithStderr(&in.stderr).
+		WithSysWalltime().
+		WithSysNanotime().
+		WithRandSource(rand.Reader)
+}
+
+// start runs the instantiated module's _initialize (if exported), checks
+// sy_abi_version and runs sy_init (if exported) with the plugin's config.
+func (in *instance) start(ctx context.Context) error {
+	p := in.p
 	call := func(name string, params ...uint64) (uint64, error) {
-		res, err := in.mod.ExportedFunction(name).Call(ictx, params...)
+		res, err := in.mod.ExportedFunction(name).Call(ctx, params...)
 		if f, reason := in.failure(name, err, false, p.initTimeout); f != "" {
 			return 0, errors.New(reason)
 		}
@@ -231,32 +250,31 @@ func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
 	}
 	if p.hasInitialize {
 		if _, err := call("_initialize"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	v, err := call("sy_abi_version")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if v := api.DecodeI32(v); v != ABIVersion {
-		return nil, fmt.Errorf("sy_abi_version() returned %d: this router speaks plugin ABI version %d", v, ABIVersion)
+		return fmt.Errorf("sy_abi_version() returned %d: this router speaks plugin ABI version %d", v, ABIVersion)
 	}
-	if p.hasInit {
-		rc, err := call("sy_init", uint64(len(p.configEnv)))
-		if err != nil {
-			return nil, err
-		}
-		if rc := api.DecodeI32(rc); rc != 0 {
-			reason := in.reason
-			if reason == "" {
-				reason = "no reason given"
-			}
-			return nil, fmt.Errorf("sy_init returned %d: %s", rc, reason)
-		}
+	if !p.hasInit {
+		return nil
 	}
-	in.handle = in.mod.ExportedFunction("sy_handle")
-	in.newTimer()
-	return in, nil
+	rc, err := call("sy_init", uint64(len(p.configEnv)))
+	if err != nil {
+		return err
+	}
+	if rc := api.DecodeI32(rc); rc != 0 {
+		reason := in.reason
+		if reason == "" {
+			reason = "no reason given"
+		}
+		return fmt.Errorf("sy_init returned %d: %s", rc, reason)
+	}
+	return nil
 }
 
 // newTimer gives the instance a stopped timer of a new generation. A
