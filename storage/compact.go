@@ -15,6 +15,9 @@ type CompactReport struct {
 	Path   string `json:"path"`
 	Before int64  `json:"before_bytes"`
 	After  int64  `json:"after_bytes"`
+	// Kept: the compacted copy was no smaller (a small file: bbolt grows a
+	// new file in steps of its mapping), so the original was left as it was.
+	Kept bool `json:"kept,omitempty"`
 }
 
 // CompactFile gives the free space of a data file that no router has open
@@ -44,7 +47,13 @@ func CompactFile(path string) (*CompactReport, error) {
 	defer src.Close()
 	tmp := path + ".compacting"
 	os.Remove(tmp) // a copy left by a compaction that was stopped
-	if err := compactInto(src, path, tmp); err == nil {
+	err = compactInto(src, path, tmp)
+	if fi, serr := os.Stat(tmp); err == nil && serr == nil && fi.Size() >= rep.Before {
+		os.Remove(tmp)
+		rep.After, rep.Kept = rep.Before, true
+		return rep, nil
+	}
+	if err == nil {
 		err = replaceWith(path, tmp)
 	}
 	if err != nil {

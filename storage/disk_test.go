@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -286,5 +287,60 @@ func TestCompactFile(t *testing.T) {
 	})
 	if _, err := os.Stat(path + ".compacting"); !os.IsNotExist(err) {
 		t.Fatalf("the copy was left behind: %v", err)
+	}
+}
+
+// A file with nothing to give back (the backup of a fresh router, 36 KiB:
+// bbolt grows a new file in steps of its mapping, so a copy comes out
+// larger) is left as it was, and the report says so instead of a negative
+// saving.
+func TestCompactKeepsAFileItCannotShrink(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(filepath.Join(dir, "router.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "backup.db")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Backup(f, func(int64) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(f.Close(), db.Close(context.Background())); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := CompactFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Kept || rep.After != rep.Before || !os.SameFile(before, after) || after.Size() != before.Size() {
+		t.Fatalf("report %+v; file %d → %d bytes, same file %v", rep, before.Size(), after.Size(), os.SameFile(before, after))
+	}
+	if _, err := os.Stat(path + ".compacting"); !os.IsNotExist(err) {
+		t.Fatalf("the copy was left behind: %v", err)
+	}
+}
+
+// A second router on the same data file fails within a second (bbolt's lock
+// timeout) and says why, instead of a bare "timeout".
+func TestOpenSaysWhoHoldsTheLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "router.db")
+	db, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "is a router running on it?") {
+		t.Fatalf("second open: %v", err)
 	}
 }

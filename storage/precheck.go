@@ -2,12 +2,14 @@ package storage
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
 	"runtime/debug"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // bbolt's file layout, as far as checkSize reads it: two meta pages at the
@@ -103,6 +105,9 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 		db, err = bolt.Open(path, 0o600, opts)
 		return err
 	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("another process holds its lock (is a router running on it? stop it first): %w", err)
+	}
 	if err == nil && before != nil {
 		// bbolt opens the file, then waits for its lock: a file renamed
 		// into place meanwhile (router db compact finishing) would leave

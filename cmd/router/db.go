@@ -191,6 +191,10 @@ func (c *DBCommand) compact(path, output string) error {
 	if output == "json" {
 		return json.NewEncoder(c.Stdout).Encode(rep)
 	}
+	if rep.Kept {
+		fmt.Fprintf(c.Stdout, "%s: %d bytes, nothing to give back (a compacted copy was no smaller); left as it was\n", rep.Path, rep.Before)
+		return nil
+	}
 	fmt.Fprintf(c.Stdout, "%s: %d bytes → %d bytes (%d freed)\n", rep.Path, rep.Before, rep.After, rep.Before-rep.After)
 	return nil
 }

@@ -72,7 +72,7 @@ func exitCode(err error) int {
 // Run runs the subcommand named by args[0] ("run" when args is empty).
 func (m *Main) Run(ctx context.Context, args []string) error {
 	cmd, rest := "run", args
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+	if len(args) > 0 && args[0] != "" && (args[0][0] != '-' || isHelp(args[0])) {
 		cmd, rest = args[0], args[1:]
 	}
 	switch cmd {
@@ -103,7 +103,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&BackupCommand{Main: m}).Run(ctx, rest)
 	case "db":
 		return (&DBCommand{Main: m}).Run(ctx, rest)
-	case "help", "-h", "--help":
+	case "help", "-h", "-help", "--help":
 		m.usage()
 		return nil
 	default:
@@ -111,6 +111,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}
 	}
 }
+
+// isHelp reports whether arg asks for help: `router -h` lists the
+// commands, while `router -config F -h` is run's own help.
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 func (m *Main) usage() {
 	fmt.Fprint(m.Stderr, `Switchyard routes events from local services to Kafka and NATS, durably.
@@ -124,11 +128,11 @@ Commands:
   bench      load a running router over its socket and report throughput
   plugin     test or check a WebAssembly plugin (router plugin test x.wasm < event.json)
   dlq        list, show, retry, resolve or delete dead letters of a running router
-  stats      per-type depth, oldest age, poll delay and DLQ of a running router
+  stats      per-type depth, oldest age, poll delay and DLQ of a running router, its storage and failing sinks
   tail       print each output a running router publishes, live (-type T, -o json)
   ui         the operator console of a running router in a browser: prints a one-time link
   backup     a consistent copy of a running router's data file (router backup OUT)
-  db         offline tools for a data file: router db check FILE
+  db         offline tools for a data file: router db check FILE, router db compact FILE
   version    print the version
 
 Run 'router <command> -h' for a command's flags.

@@ -321,9 +321,12 @@ func TestDLQCommands(t *testing.T) {
 		t.Fatalf("resolved: %+v", resolved)
 	}
 
-	// stats: per type, with the DLQ and resolved counts.
+	// stats: per type, with the DLQ and resolved counts; the data file
+	// against its budget; the sink that failed (late.> had no stream).
 	out = r.mustCLI("stats")
-	if !strings.Contains(out, "TYPE") || !strings.Contains(out, "RESOLVED") || !strings.Contains(out, "t.fail") {
+	if !strings.Contains(out, "TYPE") || !strings.Contains(out, "RESOLVED") || !strings.Contains(out, "t.fail") ||
+		!strings.Contains(out, "storage: ") || !strings.Contains(out, "no max_size") ||
+		!strings.Contains(out, "last publish error per sink:") || !strings.Contains(out, "type t.fail: ") {
 		t.Fatalf("stats:\n%s", out)
 	}
 	stats := decodeJSON[struct {
@@ -331,7 +334,17 @@ func TestDLQCommands(t *testing.T) {
 			Type          string
 			DLQ, Resolved int
 		}
+		Storage struct {
+			Used int64 `json:"used_bytes"`
+			File int64 `json:"file_bytes"`
+		}
+		Sinks map[string]struct {
+			Err string `json:"last_error"`
+		}
 	}](t, r.mustCLI("stats", "-o", "json"))
+	if stats.Storage.Used <= 0 || stats.Storage.File < stats.Storage.Used || len(stats.Sinks) == 0 {
+		t.Fatalf("stats json: the API's storage and sinks sections: %+v", stats)
+	}
 	found := false
 	for _, s := range stats.Types {
 		if s.Type == "t.fail" {

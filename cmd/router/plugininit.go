@@ -86,7 +86,7 @@ func (c *PluginCommand) init(args []string) error {
 			return &exitError{code: pluginExitError, err: err}
 		}
 	}
-	fmt.Fprintf(c.Stdout, "wrote %s/ (a %s plugin; its README has the commands):\n  cd %s\n  router plugin doctor -lang %s\n  ./build.sh\n  router plugin test %s.wasm -dir testdata -config greeting=hello\n  router run -config policies.hcl\n",
+	fmt.Fprintf(c.Stdout, "wrote %s/ (a plugin in %s; its README has the commands):\n  cd %s\n  router plugin doctor -lang %s\n  ./build.sh\n  router plugin test %s.wasm -dir testdata -config greeting=hello\n  router run -config policies.hcl\n",
 		*dir, *lang, *dir, *lang, name)
 	return nil
 }

@@ -268,3 +268,20 @@ func send(t *testing.T, method, url, bearer, body string, header map[string]stri
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// `router -h` lists the commands (a new user's first try), while a flag
+// before -h keeps it run's: `router -config F -h` prints run's flags.
+func TestHelpListsTheCommands(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := NewMain(nil, &out, &errb).Run(context.Background(), []string{"-h"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := errb.String(); !strings.Contains(s, "Commands:") || !strings.Contains(s, "router db compact FILE") {
+		t.Fatalf("router -h:\n%s", s)
+	}
+	errb.Reset()
+	err := NewMain(nil, &out, &errb).Run(context.Background(), []string{"-config", "x.hcl", "-h"})
+	if exitCode(err) != 2 || !strings.Contains(errb.String(), "-shutdown-timeout") || strings.Contains(errb.String(), "Commands:") {
+		t.Fatalf("router -config x.hcl -h: %v\n%s", err, errb.String())
+	}
+}

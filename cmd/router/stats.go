@@ -40,11 +40,14 @@ func (c *StatsCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var stats struct {
-		Types []typeLine `json:"types"`
-	}
+	// The API's sections as they are; only "types" is joined with the DLQ.
+	var stats map[string]json.RawMessage
 	if _, err := cl.getJSON(ctx, "/v1/stats", nil, &stats); err != nil {
 		return err
+	}
+	var types []typeLine
+	if err := json.Unmarshal(stats["types"], &types); err != nil {
+		return fmt.Errorf("/v1/stats: types: %w", err)
 	}
 	var dlq struct {
 		Types []struct {
@@ -56,8 +59,8 @@ func (c *StatsCommand) Run(ctx context.Context, args []string) error {
 	if _, err := cl.getJSON(ctx, "/v1/dlq/stats", nil, &dlq); err != nil {
 		return err
 	}
-	byType := make(map[string]typeLine, len(stats.Types))
-	for _, l := range stats.Types {
+	byType := make(map[string]typeLine, len(types))
+	for _, l := range types {
 		byType[l.Type] = l
 	}
 	for _, d := range dlq.Types {
@@ -71,13 +74,21 @@ func (c *StatsCommand) Run(ctx context.Context, args []string) error {
 	}
 	sort.Slice(lines, func(i, j int) bool { return lines[i].Type < lines[j].Type })
 	if af.output == "json" {
-		b, _ := json.Marshal(map[string]any{"types": lines})
+		stats["types"], _ = json.Marshal(lines)
+		b, _ := json.Marshal(stats)
 		return writeIndented(c.Stdout, b)
 	}
 	if len(lines) == 0 {
 		fmt.Fprintln(c.Stdout, "no event types yet")
-		return nil
+	} else if err := c.typeTable(lines); err != nil {
+		return err
 	}
+	c.storageLine(stats["storage"])
+	c.sinkLines(stats["sinks"])
+	return nil
+}
+
+func (c *StatsCommand) typeTable(lines []typeLine) error {
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TYPE\tPENDING\tIN PROCESS\tOLDEST\tPOLL DELAY\tDLQ\tRESOLVED")
 	for _, l := range lines {
@@ -85,6 +96,63 @@ func (c *StatsCommand) Run(ctx context.Context, args []string) error {
 			secs(l.OldestAgeSecs), secs(l.PollDelaySecs), l.DLQ, l.Resolved)
 	}
 	return tw.Flush()
+}
+
+// storageLine prints the data file's use against its budget and the disk
+// (GET /v1/stats "storage"); nothing when the API sent none.
+func (c *StatsCommand) storageLine(raw json.RawMessage) {
+	var st struct {
+		Used     int64 `json:"used_bytes"`
+		File     int64 `json:"file_bytes"`
+		DiskFree int64 `json:"disk_free_bytes"`
+		MaxSize  int64 `json:"max_size_bytes"`
+	}
+	if raw == nil || json.Unmarshal(raw, &st) != nil {
+		return
+	}
+	budget := "no max_size"
+	if st.MaxSize > 0 {
+		budget = "max_size " + ibytes(st.MaxSize)
+	}
+	fmt.Fprintf(c.Stdout, "\nstorage: %s in use (%s), file %s, %s free on its disk\n",
+		ibytes(st.Used), budget, ibytes(st.File), ibytes(st.DiskFree))
+}
+
+// sinkLines prints each sink's last publish error since start (GET
+// /v1/stats "sinks", present once a sink has failed).
+func (c *StatsCommand) sinkLines(raw json.RawMessage) {
+	var sinks map[string]struct {
+		Err  string    `json:"last_error"`
+		At   time.Time `json:"last_error_at"`
+		Type string    `json:"type"`
+	}
+	if raw == nil || json.Unmarshal(raw, &sinks) != nil || len(sinks) == 0 {
+		return
+	}
+	names := make([]string, 0, len(sinks))
+	for n := range sinks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(c.Stdout, "\nlast publish error per sink:")
+	for _, n := range names {
+		e := sinks[n]
+		fmt.Fprintf(c.Stdout, "  %s  %s ago, type %s: %s\n", n, time.Since(e.At).Round(time.Second), tableCell(e.Type, 48), tableCell(e.Err, 200))
+	}
+}
+
+// ibytes renders a byte count in binary units: 512 B, 1.5 KiB, 12.3 MiB.
+func ibytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }
 
 // secs renders seconds as a rounded duration: 0s, 250ms, 1m30s.
