@@ -11,11 +11,12 @@
 #       - every module validates (wasm-validate), imports only switchyard.* and
 #         wasi_snapshot_preview1.*, exports memory, sy_abi_version, sy_handle;
 #       - it is byte-identical to the committed one whenever the toolchain is
-#         the one recorded in toolchains.txt (all five builds are reproducible:
+#         the one recorded in toolchains.txt (all seven builds are reproducible:
 #         Go with -trimpath -buildvcs=false -buildid=, the others by nature);
 #         with another toolchain version a difference is reported, not failed;
-#       - the SDK unit tests pass (sdk/c, sdk/go, route-go, split-rust), the C SDK
-#         also builds freestanding, and sdk/wat/template.wat builds.
+#       - the unit tests pass (sdk/c, sdk/go, route-go, split-rust, onchange-go,
+#         threshold-rust), the C SDK also builds freestanding, and
+#         sdk/wat/template.wat builds.
 #
 # Environment: RUSTC (default /usr/bin/rustc: Debian's, which has the wasm32
 # std; a rustup rustc earlier on PATH usually has not), CLANG (default clang),
@@ -35,7 +36,7 @@ case "${1:-}" in
   "") ;;
   --out) mode=out; out=${2:?--out needs a directory} ;;
   --check) mode=check ;;
-  -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
   *) echo "usage: $0 [--out DIR | --check]" >&2; exit 2 ;;
 esac
 if [ "$mode" = check ]; then
