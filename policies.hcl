@@ -63,6 +63,16 @@ storage {
   # switchyard_storage_* metrics show used, budget and free.
   # max_size = "2GiB"     # default: none
   # min_free = "64MiB"    # the default
+  # Every commit costs two fdatasyncs (~110 µs of CPU on a small VM). At a
+  # moderate rate a commit holds only a few requests; commit_delay makes a
+  # commit of fewer than 16 writes (requests and delivery outcomes) wait
+  # that long for more. At 5k single events/s, "1ms" halved the router's
+  # CPU per event and added ~1.2 ms to the median end-to-end latency; at
+  # full load with 64 clients it changed nothing. Not for a few clients
+  # sending large batches: with 16 clients of 100 events the wait cost
+  # 10-20% of the events/s (BENCHMARKS.md, issue 14, session 11). Up to
+  # "10ms"; a change needs a restart.
+  # commit_delay = "1ms"  # default: 0, commit at once
 }
 
 # How long an Idempotency-Key (or a client-supplied event id) is remembered.

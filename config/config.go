@@ -93,6 +93,10 @@ type Storage struct {
 	// the data file has less left (default 64 MiB), so the node keeps room
 	// for everything else on it.
 	MinFree int64
+	// CommitDelay is how long a commit of a few writes waits for more to
+	// join it: fewer commits (two fdatasyncs each) for a longer wait.
+	// 0 (the default) commits at once; at most MaxCommitDelay.
+	CommitDelay time.Duration
 	// PluginCache keeps compiled plugins across restarts; default
 	// <data dir>/wasm-cache (not settable in the file: `router run
 	// -plugin-cache-dir` overrides it).

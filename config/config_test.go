@@ -304,6 +304,9 @@ func TestFullConfig(t *testing.T) {
 	if want := (Listen{Socket: "/run/sy.sock", HTTP: ":8080", TokensFile: "tokens.json", TokensAt: "testdata/full.hcl:5:17", MaxBody: 512 << 10, MaxBatch: 10, MaxConnections: 64, ReadTimeout: 5 * time.Second}); cfg.Listen != want {
 		t.Errorf("listen = %+v, want %+v", cfg.Listen, want)
 	}
+	if cfg.Storage.Path != "/var/lib/sy/router.db" || cfg.Storage.CommitDelay != 2*time.Millisecond {
+		t.Errorf("storage = %+v", cfg.Storage)
+	}
 	if got := cfg.Sinks(); !reflect.DeepEqual(got, []string{"nats.local", "nats.remote", "kafka.main"}) {
 		t.Errorf("Sinks() = %q", got)
 	}
@@ -333,11 +336,11 @@ func TestFullConfig(t *testing.T) {
 		t.Errorf("kafka:\n got %+v\nwant %+v", cfg.Kafka, wantKafka)
 	}
 	wantPlugins := []Plugin{{
-		Name: "enrich", Wasm: "enrich.wasm", At: "testdata/full.hcl:66:12",
+		Name: "enrich", Wasm: "enrich.wasm", At: "testdata/full.hcl:69:12",
 		Config: map[string]string{"region": "eu-1", "ratio": "1.5", "verbose": "true", "count": "3"},
 		Limits: PluginLimits{Memory: 1 << 30, Timeout: time.Second, MaxOutputs: 2, MaxOutputBytes: 4096},
 	}, {
-		Name: "noop", Wasm: "noop.wasm", At: "testdata/full.hcl:76:24",
+		Name: "noop", Wasm: "noop.wasm", At: "testdata/full.hcl:79:24",
 		Limits: PluginLimits{Memory: 16 << 20, Timeout: 50 * time.Millisecond, MaxOutputs: 16, MaxOutputBytes: 1 << 20},
 	}}
 	if !reflect.DeepEqual(cfg.Plugins, wantPlugins) {
@@ -391,6 +394,8 @@ plugin "p" { wasm = "p.wasm" }
 		{"duration without unit", "outbox {\n  ttl = 60\n}\n", `test.hcl:2:9: Invalid duration: ttl: "60" is not a duration`},
 		{"negative duration", "dlq {\n  ttl = \"-1h\"\n}\n", "test.hcl:2:9: Invalid duration: ttl must not be negative"},
 		{"zero duration", "defaults {\n  polling { min = \"0s\" }\n}\n", "test.hcl:2:19: Invalid duration: min must be greater than zero"},
+		{"commit delay over the limit", "storage {\n  commit_delay = \"50ms\"\n}\n", "test.hcl:2:18: Invalid duration: commit_delay is at most 10ms"},
+		{"negative commit delay", "storage {\n  commit_delay = \"-1ms\"\n}\n", "test.hcl:2:18: Invalid duration: commit_delay must not be negative"},
 		{"bad size", "listen {\n  max_body = \"16MB!\"\n}\n", `test.hcl:2:14: Invalid size: max_body: "16MB!" is not a size`},
 		{"zero size", "listen {\n  max_body = 0\n}\n", "test.hcl:2:14: Invalid size: max_body: size must be greater than zero"},
 		{"polling multiplier", "defaults {\n  polling {\n    multiplier = 0.5\n  }\n}\n", "test.hcl:3:18: Invalid multiplier: multiplier must be at least 1"},

@@ -34,6 +34,9 @@ const (
 	DefaultMaxBatch           = 1000
 	DefaultMaxConnections     = 512
 	DefaultReadTimeout        = 30 * time.Second
+	// MaxCommitDelay bounds storage { commit_delay } (off by default): a
+	// write waits up to that long beyond its fdatasyncs.
+	MaxCommitDelay = 10 * time.Millisecond
 )
 
 // Plugin state limits, per namespace (docs/plugin-state.md).

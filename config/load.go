@@ -295,11 +295,17 @@ func (d *decoder) root(body hcl.Body) *Config {
 func (d *decoder) storage(c *hcl.BodyContent, body hcl.Body, st *Storage) {
 	at := body.MissingItemRange()
 	if b := d.single(c.Blocks, "storage"); b != nil {
-		sc := d.content(b.Body, schema("path max_size min_free"))
+		sc := d.content(b.Body, schema("path max_size min_free commit_delay"))
 		a := sc.Attributes["path"]
 		d.str(a, &st.Path)
 		d.size(sc.Attributes["max_size"], &st.MaxSize, 1<<50)
 		d.size(sc.Attributes["min_free"], &st.MinFree, 1<<50)
+		if cd := sc.Attributes["commit_delay"]; cd != nil {
+			d.duration(cd, &st.CommitDelay, false)
+			if st.CommitDelay > MaxCommitDelay {
+				d.errorf(cd.Expr.Range(), "Invalid duration", "commit_delay is at most %s (each commit of a few writes waits that long), not %s.", MaxCommitDelay, st.CommitDelay)
+			}
+		}
 		at = attrOr(a, b.DefRange)
 	}
 	st.PluginCache = filepath.Join(filepath.Dir(st.Path), "wasm-cache")

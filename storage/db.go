@@ -29,11 +29,21 @@ var ErrClosed = errors.New("storage: closed")
 // commit's latency stays bounded under a flood.
 const maxGroup = 2048
 
+// delayedGroup is the group size below which a commit waits CommitDelay
+// for more writes. A router at full load commits 20 or more writes at a
+// time and gains nothing from a wait; at a moderate rate a commit holds a
+// few, and each costs two fdatasyncs (docs/decisions/ingest-cost.md).
+const delayedGroup = 16
+
 // Options tune a DB. The zero value is fine.
 type Options struct {
 	// OnCommit, if set, is called after every group commit with the number
 	// of writes it carried and how long the commit took (metrics).
 	OnCommit func(writes int, took time.Duration)
+	// CommitDelay is how long a commit of fewer than delayedGroup writes
+	// waits for more to join it (storage { commit_delay }): fewer
+	// commits for a longer wait. 0 commits at once.
+	CommitDelay time.Duration
 }
 
 // DB is an open data file.
@@ -209,22 +219,50 @@ func (db *DB) View(fn func(*Tx) error) error {
 func (db *DB) writer() {
 	defer close(db.done)
 	group := make([]*write, 0, maxGroup)
+	delay := time.NewTimer(time.Hour)
+	delay.Stop()
 	for w := range db.writes {
-		group = append(group[:0], w)
-	drain:
-		for len(group) < maxGroup {
-			select {
-			case w, ok := <-db.writes:
-				if !ok {
-					break drain
-				}
-				group = append(group, w)
-			default:
-				break drain
-			}
+		group = db.drain(append(group[:0], w), nil)
+		if db.opts.CommitDelay > 0 && len(group) < delayedGroup {
+			delay.Reset(db.opts.CommitDelay)
+			group = db.drain(group, delay.C)
+			delay.Stop() // Go ≥ 1.23: no stale tick to drain
+			group = db.drain(group, nil)
 		}
 		db.commit(group)
 	}
+}
+
+// drain adds the queued writes to group, up to maxGroup. With until nil it
+// takes what is queued now; otherwise it waits for more until until fires
+// or the group holds delayedGroup writes.
+func (db *DB) drain(group []*write, until <-chan time.Time) []*write {
+	limit := maxGroup
+	if until != nil {
+		limit = delayedGroup
+	}
+	for len(group) < limit {
+		var w *write
+		ok := true
+		if until == nil {
+			select {
+			case w, ok = <-db.writes:
+			default:
+				return group
+			}
+		} else {
+			select {
+			case w, ok = <-db.writes:
+			case <-until:
+				return group
+			}
+		}
+		if !ok { // closed: Close is waiting for this last commit
+			return group
+		}
+		group = append(group, w)
+	}
+	return group
 }
 
 // commit runs a group in one transaction. A write whose fn fails is taken

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -511,4 +512,70 @@ func TestScratchIdempotencyExpiryKeys(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// writesApart runs n inserts, each started gap after the one before, and
+// returns how many commits they made.
+func writesApart(t *testing.T, db *storage.DB, n int, gap time.Duration) uint64 {
+	t.Helper()
+	before := db.Commits()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		r := record(fmt.Sprintf("apart-%d-%d", before, i), "a", time.Unix(1, 0), "")
+		wg.Go(func() {
+			errs <- db.Update(ctx, func(tx *storage.Tx) error { return tx.InsertEvent(r, false) })
+		})
+		time.Sleep(gap)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db.Commits() - before
+}
+
+// With a commit delay, writes that arrive a little apart share a commit:
+// eight inserts started 2 ms apart make at most two commits under a 200 ms
+// delay, where without one each commits on its own (more than two). Close
+// during the wait (of a 5 s delay) commits what waits, at once.
+func TestCommitDelayGroupsWrites(t *testing.T) {
+	plain := storagetest.Open(t)
+	if n := writesApart(t, plain, 8, 2*time.Millisecond); n <= 2 {
+		t.Fatalf("without a delay: %d commits for 8 writes 2 ms apart; the comparison below shows nothing", n)
+	}
+	db, err := storage.Open(filepath.Join(t.TempDir(), "router.db"), storage.Options{CommitDelay: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := writesApart(t, db, 8, 2*time.Millisecond); n > 2 {
+		t.Fatalf("with a 200 ms commit delay: %d commits for 8 writes 2 ms apart, want at most 2", n)
+	}
+	if err := db.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db, err = storage.Open(filepath.Join(t.TempDir(), "router.db"), storage.Options{CommitDelay: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- db.Update(ctx, func(tx *storage.Tx) error {
+			return tx.InsertEvent(record("last", "a", time.Unix(1, 0), ""), false)
+		})
+	}()
+	time.Sleep(20 * time.Millisecond) // the write waits out its delay
+	start := time.Now()
+	if err := db.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the write that waited when Close came: %v", err)
+	}
+	if took := time.Since(start); took >= 2500*time.Millisecond {
+		t.Fatalf("Close took %v: it waited out the 5 s commit delay", took)
+	}
 }

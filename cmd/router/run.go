@@ -159,7 +159,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 // openStorage opens the data file.
 func (c *RunCommand) openStorage(cfg *config.Config) error {
 	defer c.progress.step("opening the data file %s", cfg.Storage.Path)()
-	db, err := storage.Open(cfg.Storage.Path, storage.Options{OnCommit: storageMetrics(c.reg)})
+	db, err := storage.Open(cfg.Storage.Path, storage.Options{OnCommit: storageMetrics(c.reg), CommitDelay: cfg.Storage.CommitDelay})
 	if err != nil {
 		return err
 	}

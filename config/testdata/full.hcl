@@ -9,7 +9,10 @@ listen {
   read_timeout = "5s"
 }
 
-storage { path = "/var/lib/sy/router.db" }
+storage {
+  path         = "/var/lib/sy/router.db"
+  commit_delay = "2ms"
+}
 idempotency { window = "1h" }
 outbox { ttl = "2h" }
 dlq { ttl = "3h" }
