@@ -35,10 +35,7 @@ func TestSDKReadmeWalkthroughs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the router and a plugin per language, runs the router")
 	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	goEnv := map[string]string{}
 	for _, k := range []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOROOT"} {
 		out, err := exec.Command("go", "env", k).Output()
@@ -78,6 +75,16 @@ func TestSDKReadmeWalkthroughs(t *testing.T) {
 	}
 }
 
+// repoRoot is the repository's root (tests run in cmd/router).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 // exampleLangs maps each example plugin to the language whose toolchain it
 // needs (router plugin doctor -lang).
 var exampleLangs = map[string]string{
@@ -95,10 +102,7 @@ func TestExampleReadmes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds each example plugin from its README")
 	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	router := routerBinary(t)
 	dirs, err := os.ReadDir(filepath.Join(root, "examples", "plugins"))
 	if err != nil {
