@@ -21,8 +21,8 @@ listen {
   # metrics). Under systemd the socket unit passes it (docs/systemd/).
 
   # An optional TCP listener, off by default. When on, every request but
-  # GET /healthz needs "Authorization: Bearer <token>" with a token from
-  # tokens_file; the token decides the tenant (X-Tenant is ignored on TCP),
+  # GET /healthz and the console's files (/ui/) needs "Authorization: Bearer
+  # <token>" with a token from tokens_file; the token decides the tenant (X-Tenant is ignored on TCP),
   # and only admin tokens reach the DLQ, stats and metrics. Tokens travel in
   # clear text: keep it on loopback or put TLS in front.
   # http        = "127.0.0.1:8080"
