@@ -22,9 +22,10 @@ listen {
 
   # An optional TCP listener, off by default. When on, every request but
   # GET /healthz and the console's files (/ui/) needs "Authorization: Bearer
-  # <token>" with a token from tokens_file; the token decides the tenant (X-Tenant is ignored on TCP),
-  # and only admin tokens reach the DLQ, stats and metrics. Tokens travel in
-  # clear text: keep it on loopback or put TLS in front.
+  # <token>" with a token from tokens_file; the token decides the tenant
+  # (X-Tenant is ignored on TCP), and only admin tokens reach the DLQ, stats
+  # and metrics. Tokens travel in clear text: keep it on loopback or put TLS
+  # in front.
   # http        = "127.0.0.1:8080"
   #
   # tokens_file is JSON, mode 0600 (a file others may read is refused);
