@@ -66,6 +66,11 @@ func TestBench(t *testing.T) {
 			// Every event of the run is still in the file (delivered ones
 			// are kept until outbox.ttl).
 			t.Errorf("bench %v: data file %+v after %d events", scenario, u, rep.Events)
+		} else if u.Commits < 1 || u.Commits > float64(rep.Requests+rep.Events)+10 || u.WritesPerCommit < 1 {
+			// Every request is a write of some commit; a loop adds one
+			// write per batch it delivers (at least an event each), and
+			// the cleanup a few.
+			t.Errorf("bench %v: %v commits, %.2f writes each, for %d requests", scenario, u.Commits, u.WritesPerCommit, rep.Requests)
 		}
 		if o.E2E {
 			if e := rep.E2E; e == nil || e.Received != rep.Events || e.Missing != 0 || e.EventsPerSec <= 0 {
