@@ -344,3 +344,27 @@ func TestOpenSaysWhoHoldsTheLock(t *testing.T) {
 		t.Fatalf("second open: %v", err)
 	}
 }
+
+// Close does not wait out a commit delay: a write already queued when Close
+// comes (put in the queue here as Update does) is committed at once.
+func TestCloseCutsTheCommitDelay(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "router.db"), Options{CommitDelay: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &write{err: make(chan error, 1), fn: func(tx *Tx) error {
+		r := &Record{Event: switchyard.Event{ID: "queued", Type: "a", Source: "/t", SpecVersion: "1.0"}, CreatedAt: time.Unix(1, 0)}
+		return tx.InsertEvent(r, false)
+	}}
+	db.writes <- w
+	start := time.Now()
+	if err := db.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-w.err; err != nil {
+		t.Fatalf("the queued write: %v", err)
+	}
+	if took := time.Since(start); took > 2500*time.Millisecond {
+		t.Fatalf("Close took %v: it waited out the 5 s commit delay", took)
+	}
+}

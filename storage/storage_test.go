@@ -539,43 +539,52 @@ func writesApart(t *testing.T, db *storage.DB, n int, gap time.Duration) uint64 
 }
 
 // With a commit delay, writes that arrive a little apart share a commit:
-// eight inserts started 2 ms apart make at most two commits under a 200 ms
-// delay, where without one each commits on its own (more than two). Close
-// during the wait (of a 5 s delay) commits what waits, at once.
+// eight inserts started 30 ms apart make one or two commits under a 1 s
+// delay, and more than that without one.
 func TestCommitDelayGroupsWrites(t *testing.T) {
 	plain := storagetest.Open(t)
-	if n := writesApart(t, plain, 8, 2*time.Millisecond); n <= 2 {
-		t.Fatalf("without a delay: %d commits for 8 writes 2 ms apart; the comparison below shows nothing", n)
+	without := writesApart(t, plain, 8, 30*time.Millisecond)
+	db := openDelayed(t, time.Second)
+	with := writesApart(t, db, 8, 30*time.Millisecond)
+	if with > 2 || with >= without {
+		t.Fatalf("8 writes 30 ms apart: %d commits under a 1 s delay, %d without one", with, without)
 	}
-	db, err := storage.Open(filepath.Join(t.TempDir(), "router.db"), storage.Options{CommitDelay: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := writesApart(t, db, 8, 2*time.Millisecond); n > 2 {
-		t.Fatalf("with a 200 ms commit delay: %d commits for 8 writes 2 ms apart, want at most 2", n)
-	}
-	if err := db.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	db, err = storage.Open(filepath.Join(t.TempDir(), "router.db"), storage.Options{CommitDelay: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		done <- db.Update(ctx, func(tx *storage.Tx) error {
-			return tx.InsertEvent(record("last", "a", time.Unix(1, 0), ""), false)
-		})
-	}()
-	time.Sleep(20 * time.Millisecond) // the write waits out its delay
+}
+
+// The delay is a bound, counted from when the writer takes the group: a
+// lone write waits it out, writes that keep coming do not stretch it (ten
+// writes 40 ms apart under a 200 ms delay make more than one commit), and
+// a group of 16 commits at once (under a 5 s delay, 16 concurrent writes
+// are back well within a second).
+func TestCommitDelayIsABound(t *testing.T) {
+	db := openDelayed(t, 200*time.Millisecond)
 	start := time.Now()
-	if err := db.Close(ctx); err != nil {
+	if n := writesApart(t, db, 1, 0); n != 1 {
+		t.Fatalf("a lone write: %d commits", n)
+	}
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Fatalf("a lone write under a 200 ms delay came back after %v", took)
+	}
+	if n := writesApart(t, db, 10, 40*time.Millisecond); n < 2 {
+		t.Fatalf("10 writes 40 ms apart under a 200 ms delay: %d commit(s); the wait stretched", n)
+	}
+	big := openDelayed(t, 5*time.Second)
+	start = time.Now()
+	if n := writesApart(t, big, 16, 0); n < 1 {
+		t.Fatalf("16 writes: %d commits", n)
+	}
+	if took := time.Since(start); took > 2500*time.Millisecond {
+		t.Fatalf("16 concurrent writes under a 5 s delay took %v: a full group waited", took)
+	}
+}
+
+// openDelayed opens a data file whose commits wait up to delay.
+func openDelayed(t *testing.T, delay time.Duration) *storage.DB {
+	t.Helper()
+	db, err := storage.Open(filepath.Join(t.TempDir(), "router.db"), storage.Options{CommitDelay: delay})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("the write that waited when Close came: %v", err)
-	}
-	if took := time.Since(start); took >= 2500*time.Millisecond {
-		t.Fatalf("Close took %v: it waited out the 5 s commit delay", took)
-	}
+	t.Cleanup(func() { db.Close(ctx) })
+	return db
 }

@@ -133,7 +133,8 @@ func TestExampleReadmes(t *testing.T) {
 			}
 			cmd := exec.Command("bash", "-c", "set -euo pipefail\n"+strings.Join(blocks, "\n"))
 			cmd.Dir = tmp
-			cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(router)+string(os.PathListSeparator)+os.Getenv("PATH"))
+			cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(router)+string(os.PathListSeparator)+os.Getenv("PATH"),
+				"TMPDIR="+t.TempDir()) // what the blocks write beside the example
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("the sh blocks of %s failed: %v\n%s", readme, err, out)

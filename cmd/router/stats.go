@@ -46,8 +46,8 @@ func (c *StatsCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	var types []typeLine
-	if err := json.Unmarshal(stats["types"], &types); err != nil {
-		return fmt.Errorf("/v1/stats: types: %w", err)
+	if err := json.Unmarshal(stats["types"], &types); err != nil || stats == nil {
+		return fmt.Errorf("/v1/stats: no types in the answer: %v", err)
 	}
 	var dlq struct {
 		Types []struct {
@@ -137,7 +137,15 @@ func (c *StatsCommand) sinkLines(raw json.RawMessage) {
 	fmt.Fprintln(c.Stdout, "\nlast publish error per sink:")
 	for _, n := range names {
 		e := sinks[n]
-		fmt.Fprintf(c.Stdout, "  %s  %s ago, type %s: %s\n", n, time.Since(e.At).Round(time.Second), tableCell(e.Type, 48), tableCell(e.Err, 200))
+		when := "at an unknown time"
+		if !e.At.IsZero() {
+			when = time.Since(e.At).Round(time.Second).String() + " ago"
+		}
+		of := ""
+		if e.Type != "" {
+			of = ", type " + tableCell(e.Type, 48)
+		}
+		fmt.Fprintf(c.Stdout, "  %s  %s%s: %s\n", n, when, of, tableCell(e.Err, 200))
 	}
 }
 
