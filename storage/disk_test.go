@@ -368,3 +368,31 @@ func TestCloseCutsTheCommitDelay(t *testing.T) {
 		t.Fatalf("Close took %v: it waited out the 5 s commit delay", took)
 	}
 }
+
+// A compaction that fails (here: the copy cannot be created, a directory
+// is in its place) says so and leaves the original as it was. Until
+// session 11 such a failure was reported as success.
+func TestCompactFailureLeavesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "router.db")
+	db, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(path+".compacting", "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := CompactFile(path); err == nil {
+		t.Fatalf("compaction with its copy's path taken: no error, report %+v", rep)
+	}
+	after, err := os.Stat(path)
+	if err != nil || !os.SameFile(before, after) || after.Size() != before.Size() {
+		t.Fatalf("the original changed: %v", err)
+	}
+}
