@@ -47,16 +47,16 @@ func CompactFile(path string) (*CompactReport, error) {
 	defer src.Close()
 	tmp := path + ".compacting"
 	os.Remove(tmp) // a copy left by a compaction that was stopped
-	err = compactInto(src, path, tmp)
-	if fi, serr := os.Stat(tmp); err == nil && serr == nil && fi.Size() >= rep.Before {
+	if err := compactInto(src, path, tmp); err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	if fi, err := os.Stat(tmp); err == nil && fi.Size() >= rep.Before {
 		os.Remove(tmp)
 		rep.After, rep.Kept = rep.Before, true
 		return rep, nil
 	}
-	if err == nil {
-		err = replaceWith(path, tmp)
-	}
-	if err != nil {
+	if err := replaceWith(path, tmp); err != nil {
 		os.Remove(tmp)
 		return nil, err
 	}

@@ -222,45 +222,45 @@ func (db *DB) writer() {
 	delay := time.NewTimer(time.Hour)
 	delay.Stop()
 	for w := range db.writes {
-		group = db.drain(append(group[:0], w), nil)
+		group = db.drain(append(group[:0], w))
 		if db.opts.CommitDelay > 0 && len(group) < delayedGroup {
-			delay.Reset(db.opts.CommitDelay)
-			group = db.drain(group, delay.C)
-			delay.Stop() // Go ≥ 1.23: no stale tick to drain
-			group = db.drain(group, nil)
+			group = db.drain(db.gather(group, delay))
 		}
 		db.commit(group)
 	}
 }
 
-// drain adds the queued writes to group, up to maxGroup. With until nil it
-// takes what is queued now; otherwise it waits for more until until fires
-// or the group holds delayedGroup writes.
-func (db *DB) drain(group []*write, until <-chan time.Time) []*write {
-	limit := maxGroup
-	if until != nil {
-		limit = delayedGroup
-	}
-	for len(group) < limit {
-		var w *write
-		ok := true
-		if until == nil {
-			select {
-			case w, ok = <-db.writes:
-			default:
+// drain adds the writes queued now to group, up to maxGroup.
+func (db *DB) drain(group []*write) []*write {
+	for len(group) < maxGroup {
+		select {
+		case w, ok := <-db.writes:
+			if !ok { // closed: Close waits for this last commit
 				return group
 			}
-		} else {
-			select {
-			case w, ok = <-db.writes:
-			case <-until:
-				return group
-			}
-		}
-		if !ok { // closed: Close is waiting for this last commit
+			group = append(group, w)
+		default:
 			return group
 		}
-		group = append(group, w)
+	}
+	return group
+}
+
+// gather waits up to CommitDelay (on timer) for more writes to join group,
+// until it holds delayedGroup.
+func (db *DB) gather(group []*write, timer *time.Timer) []*write {
+	timer.Reset(db.opts.CommitDelay)
+	defer timer.Stop() // Go ≥ 1.23: no stale tick to drain
+	for len(group) < delayedGroup {
+		select {
+		case w, ok := <-db.writes:
+			if !ok { // closed: commit what waits, at once
+				return group
+			}
+			group = append(group, w)
+		case <-timer.C:
+			return group
+		}
 	}
 	return group
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -544,7 +543,7 @@ func writesApart(t *testing.T, db *storage.DB, n int, gap time.Duration) uint64 
 func TestCommitDelayGroupsWrites(t *testing.T) {
 	plain := storagetest.Open(t)
 	without := writesApart(t, plain, 8, 30*time.Millisecond)
-	db := openDelayed(t, time.Second)
+	db := storagetest.OpenWith(t, storage.Options{CommitDelay: time.Second})
 	with := writesApart(t, db, 8, 30*time.Millisecond)
 	if with > 2 || with >= without {
 		t.Fatalf("8 writes 30 ms apart: %d commits under a 1 s delay, %d without one", with, without)
@@ -557,7 +556,7 @@ func TestCommitDelayGroupsWrites(t *testing.T) {
 // a group of 16 commits at once (under a 5 s delay, 16 concurrent writes
 // are back well within a second).
 func TestCommitDelayIsABound(t *testing.T) {
-	db := openDelayed(t, 200*time.Millisecond)
+	db := storagetest.OpenWith(t, storage.Options{CommitDelay: 200 * time.Millisecond})
 	start := time.Now()
 	if n := writesApart(t, db, 1, 0); n != 1 {
 		t.Fatalf("a lone write: %d commits", n)
@@ -568,7 +567,7 @@ func TestCommitDelayIsABound(t *testing.T) {
 	if n := writesApart(t, db, 10, 40*time.Millisecond); n < 2 {
 		t.Fatalf("10 writes 40 ms apart under a 200 ms delay: %d commit(s); the wait stretched", n)
 	}
-	big := openDelayed(t, 5*time.Second)
+	big := storagetest.OpenWith(t, storage.Options{CommitDelay: 5 * time.Second})
 	start = time.Now()
 	if n := writesApart(t, big, 16, 0); n < 1 {
 		t.Fatalf("16 writes: %d commits", n)
@@ -576,15 +575,4 @@ func TestCommitDelayIsABound(t *testing.T) {
 	if took := time.Since(start); took > 2500*time.Millisecond {
 		t.Fatalf("16 concurrent writes under a 5 s delay took %v: a full group waited", took)
 	}
-}
-
-// openDelayed opens a data file whose commits wait up to delay.
-func openDelayed(t *testing.T, delay time.Duration) *storage.DB {
-	t.Helper()
-	db, err := storage.Open(filepath.Join(t.TempDir(), "router.db"), storage.Options{CommitDelay: delay})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close(ctx) })
-	return db
 }

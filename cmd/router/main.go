@@ -75,6 +75,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] != "" && (args[0][0] != '-' || isHelp(args[0])) {
 		cmd, rest = args[0], args[1:]
 	}
+	if cmd == "help" || isHelp(cmd) {
+		m.usage()
+		return nil
+	}
 	switch cmd {
 	case "run":
 		c := &RunCommand{Main: m}
@@ -103,9 +107,6 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&BackupCommand{Main: m}).Run(ctx, rest)
 	case "db":
 		return (&DBCommand{Main: m}).Run(ctx, rest)
-	case "help", "-h", "-help", "--help":
-		m.usage()
-		return nil
 	default:
 		m.usage()
 		return &exitError{code: 2, err: fmt.Errorf("unknown command %q", cmd)}

@@ -46,7 +46,7 @@ func (c *StatsCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	var types []typeLine
-	if err := json.Unmarshal(stats["types"], &types); err != nil || stats == nil {
+	if err := json.Unmarshal(stats["types"], &types); err != nil {
 		return fmt.Errorf("/v1/stats: no types in the answer: %v", err)
 	}
 	var dlq struct {

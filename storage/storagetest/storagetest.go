@@ -12,10 +12,13 @@ import (
 
 // Open opens a fresh data file in a temp dir. At cleanup it is closed,
 // reopened and checked with bbolt's tx.Check.
-func Open(tb testing.TB) *storage.DB {
+func Open(tb testing.TB) *storage.DB { return OpenWith(tb, storage.Options{}) }
+
+// OpenWith is Open with opts (a commit delay, say).
+func OpenWith(tb testing.TB, opts storage.Options) *storage.DB {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "router.db")
-	db, err := storage.Open(path, storage.Options{})
+	db, err := storage.Open(path, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
