@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,8 +74,16 @@ event "t.new" {
 		t.Fatal("the running configuration did not stay in force")
 	}
 
-	// A change that needs a restart is refused too.
+	// A change that needs a restart is refused too: a stream's subjects,
+	// and the data file's commit_delay (policies.hcl says so).
 	os.WriteFile(path, []byte(strings.Replace(base, `subjects = ["t.>"]`, `subjects = ["u.>"]`, 1)), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitLog("needs a restart")
+	delayed := regexp.MustCompile(`storage \{ (path = "[^"]*") \}`).ReplaceAllString(base, "storage {\n  $1\n  commit_delay = \"1ms\"\n}")
+	if delayed == base {
+		t.Fatal("the test config has no storage block to change")
+	}
+	os.WriteFile(path, []byte(delayed), 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog("the storage blocks changed")
 }
