@@ -108,9 +108,17 @@ type Idempotency struct {
 	Window time.Duration // default 24h
 }
 
+// DefaultYieldLag is outbox.yield_lag's default: a burst of up to about
+// ten seconds is stored first and delivered as the CPU frees up.
+const DefaultYieldLag = 10 * time.Second
+
 // Outbox is the outbox block.
 type Outbox struct {
 	TTL time.Duration // how long delivered records are kept; default 24h
+	// YieldLag is how far behind delivery may fall while it yields the CPU
+	// to requests (docs/decisions/ingest-first.md); 0 = it never yields.
+	// Default DefaultYieldLag.
+	YieldLag time.Duration
 }
 
 // DLQ is the dlq block.

@@ -43,7 +43,7 @@ func TestBuiltinDefaults(t *testing.T) {
 		Listen:      Listen{Socket: "./data/router.sock", MaxBody: 1 << 20, MaxBatch: 1000, MaxConnections: 512, ReadTimeout: 30 * time.Second},
 		Storage:     Storage{Path: "./data/router.db", MinFree: 64 << 20, PluginCache: "data/wasm-cache"},
 		Idempotency: Idempotency{Window: 24 * time.Hour},
-		Outbox:      Outbox{TTL: 24 * time.Hour},
+		Outbox:      Outbox{TTL: 24 * time.Hour, YieldLag: 10 * time.Second},
 		DLQ:         DLQ{TTL: 168 * time.Hour},
 		MaxTypes:    256,
 		Defaults: Policy{
@@ -307,6 +307,9 @@ func TestFullConfig(t *testing.T) {
 	if cfg.Storage.Path != "/var/lib/sy/router.db" || cfg.Storage.CommitDelay != 2*time.Millisecond {
 		t.Errorf("storage = %+v", cfg.Storage)
 	}
+	if want := (Outbox{TTL: 2 * time.Hour, YieldLag: 0}); cfg.Outbox != want {
+		t.Errorf("outbox = %+v, want %+v", cfg.Outbox, want)
+	}
 	if got := cfg.Sinks(); !reflect.DeepEqual(got, []string{"nats.local", "nats.remote", "kafka.main"}) {
 		t.Errorf("Sinks() = %q", got)
 	}
@@ -336,11 +339,11 @@ func TestFullConfig(t *testing.T) {
 		t.Errorf("kafka:\n got %+v\nwant %+v", cfg.Kafka, wantKafka)
 	}
 	wantPlugins := []Plugin{{
-		Name: "enrich", Wasm: "enrich.wasm", At: "testdata/full.hcl:69:12",
+		Name: "enrich", Wasm: "enrich.wasm", At: "testdata/full.hcl:72:12",
 		Config: map[string]string{"region": "eu-1", "ratio": "1.5", "verbose": "true", "count": "3"},
 		Limits: PluginLimits{Memory: 1 << 30, Timeout: time.Second, MaxOutputs: 2, MaxOutputBytes: 4096},
 	}, {
-		Name: "noop", Wasm: "noop.wasm", At: "testdata/full.hcl:79:24",
+		Name: "noop", Wasm: "noop.wasm", At: "testdata/full.hcl:82:24",
 		Limits: PluginLimits{Memory: 16 << 20, Timeout: 50 * time.Millisecond, MaxOutputs: 16, MaxOutputBytes: 1 << 20},
 	}}
 	if !reflect.DeepEqual(cfg.Plugins, wantPlugins) {
@@ -396,6 +399,7 @@ plugin "p" { wasm = "p.wasm" }
 		{"zero duration", "defaults {\n  polling { min = \"0s\" }\n}\n", "test.hcl:2:19: Invalid duration: min must be greater than zero"},
 		{"commit delay over the limit", "storage {\n  commit_delay = \"50ms\"\n}\n", "test.hcl:2:18: Invalid duration: commit_delay is at most 10ms"},
 		{"negative commit delay", "storage {\n  commit_delay = \"-1ms\"\n}\n", "test.hcl:2:18: Invalid duration: commit_delay must not be negative"},
+		{"negative yield lag", "outbox {\n  yield_lag = \"-1s\"\n}\n", "test.hcl:2:15: Invalid duration: yield_lag must not be negative"},
 		{"bad size", "listen {\n  max_body = \"16MB!\"\n}\n", `test.hcl:2:14: Invalid size: max_body: "16MB!" is not a size`},
 		{"zero size", "listen {\n  max_body = 0\n}\n", "test.hcl:2:14: Invalid size: max_body: size must be greater than zero"},
 		{"polling multiplier", "defaults {\n  polling {\n    multiplier = 0.5\n  }\n}\n", "test.hcl:3:18: Invalid multiplier: multiplier must be at least 1"},

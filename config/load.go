@@ -258,7 +258,7 @@ func (d *decoder) root(body hcl.Body) *Config {
 		Listen:      NewListen("./data/router.sock"),
 		Storage:     Storage{Path: "./data/router.db", MinFree: 64 * mib},
 		Idempotency: Idempotency{Window: day},
-		Outbox:      Outbox{TTL: day},
+		Outbox:      Outbox{TTL: day, YieldLag: DefaultYieldLag},
 		DLQ:         DLQ{TTL: 7 * day},
 		Defaults:    DefaultPolicy(),
 		Events:      map[string]*Policy{},
@@ -269,7 +269,11 @@ func (d *decoder) root(body hcl.Body) *Config {
 	}
 	d.storage(c, body, &cfg.Storage)
 	d.durationBlock(c.Blocks, "idempotency", "window", &cfg.Idempotency.Window)
-	d.durationBlock(c.Blocks, "outbox", "ttl", &cfg.Outbox.TTL)
+	if b := d.single(c.Blocks, "outbox"); b != nil {
+		oc := d.content(b.Body, schema("ttl yield_lag"))
+		d.duration(oc.Attributes["ttl"], &cfg.Outbox.TTL, true)
+		d.duration(oc.Attributes["yield_lag"], &cfg.Outbox.YieldLag, false)
+	}
 	d.durationBlock(c.Blocks, "dlq", "ttl", &cfg.DLQ.TTL)
 	// Sinks and plugins first: policies and inboxes refer to them.
 	d.sinksAndPlugins(c, cfg)

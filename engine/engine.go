@@ -45,6 +45,9 @@ type Options struct {
 	CleanupInterval time.Duration
 	// Plugins are the loaded plugins, by the names policies use.
 	Plugins []switchyard.Plugin
+	// Saturated reports whether the process is short of CPU
+	// (schedwait.Gauge); nil = never, and delivery never yields to ingest.
+	Saturated func() bool
 	// DoubleSend makes every publish and every delivery happen twice
 	// (a test mode; never on by default).
 	DoubleSend bool
@@ -65,9 +68,11 @@ type Engine struct {
 	log          hclog.Logger
 	metrics      *metrics
 
-	inflight inFlight
-	tail     tail
-	recall   recall // after an unclean stop (republish.go)
+	inflight  inFlight
+	ingesting atomic.Int32 // requests inside Ingest
+	yield     yieldTrial
+	tail      tail
+	recall    recall // after an unclean stop (republish.go)
 
 	mu     sync.Mutex
 	loops  map[string]*Loop

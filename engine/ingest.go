@@ -173,6 +173,8 @@ func idScope(tenant, source, id string) string {
 // to give. It returns only after the data file is fsynced: a Response with
 // a 2xx status is the promise that the events are on disk.
 func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, error) {
+	e.ingesting.Add(1)
+	defer e.ingesting.Add(-1)
 	if err := e.admit(req); err != nil {
 		return nil, err
 	}
@@ -215,6 +217,7 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 		return nil, unavailable(err)
 	}
 	for t, n := range types {
+		e.yield.stored.Add(int64(n))
 		e.metrics.ingestedType(t, n)
 		e.wake(t)
 	}

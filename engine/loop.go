@@ -119,6 +119,10 @@ const maxInTransit = 4
 // held until its commit is done; the hold is let go before a take whose
 // snapshot sees that commit, never during one, so no take can see an event
 // its commit delivered.
+//
+// While delivery yields to ingest (yield.go: the process is short of CPU,
+// and resting makes the router handle more events), the loop rests after
+// each batch instead, and takes the next one when the rest ends.
 func (l *Loop) run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -130,6 +134,7 @@ func (l *Loop) run(ctx context.Context) {
 		// snapshot will see them.
 		transit.letGoFinished(ctx, l)
 		pol := l.pol.Load()
+		start := time.Now()
 		b, err := l.takeAndSend(ctx)
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
@@ -141,6 +146,10 @@ func (l *Loop) run(ctx context.Context) {
 		}
 		l.e.metrics.polled(l.typ, taken, pol.BatchSize)
 		full := taken == pol.BatchSize && err == nil
+		if taken > 0 && err == nil && l.restForIngest(ctx, timer, &transit, b, start) {
+			probing = false
+			continue
+		}
 		if full {
 			// A full batch says more is waiting: drain the backlog now
 			// instead of at min's pace (docs/decisions/full-batch.md),
@@ -299,6 +308,7 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 		return res, fmt.Errorf("commit batch of %s: %w", l.typ, err)
 	}
 	l.e.metrics.committed(l.typ, &res, b)
+	l.e.yield.done.Add(int64(len(b.items)))
 	l.logFailures(res.failures, l.e.now())
 	l.e.tail.published(l.typ, b, l.e.now())
 	return res, nil

@@ -47,6 +47,23 @@ func (w *spaceWatch) check() error {
 	return nil
 }
 
+// roomy reports whether the data file is inside half its budget: under
+// half of max_size, and above twice min_free on the disk. Without a meter,
+// or before the first measurement, it is.
+func (w *spaceWatch) roomy(maxSize, minFree int64) bool {
+	if w == nil {
+		return true
+	}
+	st := w.state.Load()
+	if st == nil {
+		return true
+	}
+	if maxSize > 0 && st.space.Used >= maxSize/2 {
+		return false
+	}
+	return minFree <= 0 || st.space.DiskFree == 0 || st.space.DiskFree >= 2*minFree
+}
+
 // measure takes a measurement and decides.
 func (w *spaceWatch) measure(maxSize, minFree int64) *spaceState {
 	sp, err := w.meter.Space()

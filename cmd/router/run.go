@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/history"
+	"github.com/switchyard-router/switchyard/internal/schedwait"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
@@ -230,7 +231,10 @@ func (c *RunCommand) startNATSServer(n config.NATS, dataDir string) (*natsplugin
 // an unclean stop, republishes what the embedded JetStream may have lost.
 func (c *RunCommand) startEngine(ctx context.Context, cfg *config.Config) error {
 	end := c.progress.step("starting the engine")
-	eng, err := engine.New(c.db, cfg, c.sinks, engine.Options{Logger: c.log, Registerer: c.reg, DoubleSend: c.DoubleSend, Plugins: c.plugins})
+	eng, err := engine.New(c.db, cfg, c.sinks, engine.Options{
+		Logger: c.log, Registerer: c.reg, DoubleSend: c.DoubleSend, Plugins: c.plugins,
+		Saturated: new(schedwait.Gauge).Saturated,
+	})
 	if err != nil {
 		end()
 		return err

@@ -14,7 +14,10 @@ storage {
   commit_delay = "2ms"
 }
 idempotency { window = "1h" }
-outbox { ttl = "2h" }
+outbox {
+  ttl       = "2h"
+  yield_lag = "0s"
+}
 dlq { ttl = "3h" }
 
 nats "local" {

@@ -1,0 +1,157 @@
+// Package schedwait tells whether the process is short of CPU, from how
+// long its runnable goroutines wait to run.
+//
+// The Go runtime keeps a histogram of the time goroutines spend runnable
+// before they run (runtime/metrics "/sched/latencies:seconds"). While the
+// process has the CPU it wants, a woken goroutine runs within tens of
+// microseconds. When it does not, whether its own goroutines outnumber
+// GOMAXPROCS or other processes hold the cores, the waits grow to
+// milliseconds. Gauge compares the histogram with itself a moment ago and
+// calls the process saturated when enough of the waits since then were
+// long. It reads no file and works on every platform; reading the
+// histogram costs a few microseconds, and a Gauge reads it at most once
+// per window however often it is asked.
+//
+// docs/decisions/ingest-first.md says why the engine asks.
+package schedwait
+
+import (
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+const name = "/sched/latencies:seconds"
+
+// Defaults of a Gauge's zero fields.
+const (
+	// DefaultWindow is the shortest interval a verdict covers. A window
+	// holds thousands of scheduling events at the rates that saturate a
+	// small machine.
+	DefaultWindow = 20 * time.Millisecond
+	// DefaultLong is a wait that says the CPU is short: an unloaded
+	// process wakes its goroutines in tens of microseconds.
+	DefaultLong = 500 * time.Microsecond
+	// DefaultShare is the share of long waits in a window that makes it
+	// saturated.
+	DefaultShare = 0.05
+	// stale: a previous reading older than this is no baseline (the
+	// process was idle, nobody asked): the next ask starts a new window.
+	stale = time.Second
+)
+
+// Gauge answers Saturated. Its zero value uses the defaults; it is safe
+// for concurrent use.
+type Gauge struct {
+	Window time.Duration // 0 = DefaultWindow
+	Long   time.Duration // 0 = DefaultLong
+	Share  float64       // 0 = DefaultShare
+
+	mu        sync.Mutex
+	sample    []metrics.Sample
+	prev      []uint64 // counts at the last reading
+	longFrom  int      // the first bucket whose lower bound is >= Long
+	at        time.Time
+	saturated bool
+	last      Reading
+}
+
+// Reading is the window a verdict came from.
+type Reading struct {
+	Waits uint64 // scheduling events sampled in the window
+	Long  uint64 // of which waited at least Long
+}
+
+// Saturated reports whether, in the last window, at least Share of the
+// goroutines that became runnable waited Long or more for a CPU. It
+// returns the last verdict while that is younger than Window, and false
+// when there is no recent baseline to compare with.
+func (g *Gauge) Saturated() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	if !g.at.IsZero() && now.Sub(g.at) < g.window() {
+		return g.saturated
+	}
+	counts := g.read()
+	if counts == nil {
+		return false
+	}
+	fresh := !g.at.IsZero() && now.Sub(g.at) < stale
+	g.at = now
+	if !fresh {
+		copy(g.prev, counts)
+		g.saturated = false
+		return false
+	}
+	g.last = since(g.prev, counts, g.longFrom)
+	copy(g.prev, counts)
+	g.saturated = g.last.saturated(g.share())
+	return g.saturated
+}
+
+// since is the window between two readings of the histogram: the waits
+// counted in between, and those from bucket longFrom up.
+func since(prev, counts []uint64, longFrom int) Reading {
+	var r Reading
+	for i, c := range counts {
+		d := c - prev[i]
+		r.Waits += d
+		if i >= longFrom {
+			r.Long += d
+		}
+	}
+	return r
+}
+
+// saturated: at least share of the waits were long.
+func (r Reading) saturated(share float64) bool {
+	return r.Waits > 0 && float64(r.Long) >= share*float64(r.Waits)
+}
+
+// Last is the window of the last verdict.
+func (g *Gauge) Last() Reading {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.last
+}
+
+// read takes the histogram's counts; the first call sizes the buffers.
+func (g *Gauge) read() []uint64 {
+	if g.sample == nil {
+		g.sample = []metrics.Sample{{Name: name}}
+	}
+	metrics.Read(g.sample)
+	if g.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil // a runtime without the metric: never saturated
+	}
+	h := g.sample[0].Value.Float64Histogram()
+	if g.prev == nil {
+		g.prev = make([]uint64, len(h.Counts))
+		long := g.long().Seconds()
+		g.longFrom = len(h.Counts)
+		for i := range h.Counts {
+			if h.Buckets[i] >= long {
+				g.longFrom = i
+				break
+			}
+		}
+	}
+	return h.Counts
+}
+
+func (g *Gauge) window() time.Duration { return or(g.Window, DefaultWindow) }
+func (g *Gauge) long() time.Duration   { return or(g.Long, DefaultLong) }
+func (g *Gauge) share() float64 {
+	if g.Share > 0 {
+		return g.Share
+	}
+	return DefaultShare
+}
+
+func or(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
