@@ -88,10 +88,11 @@ outbox {
   # delivery yields to them if a short trial shows that the router then
   # handles more events in all (clients sending batches as fast as they are
   # answered: a stored event costs less than a delivered one). Each loop
-  # rests three times as long as its last batch took, so delivery keeps at
-  # least a quarter of its pace, and drains the backlog once the burst ends.
-  # Never while delivery is yield_lag behind, nor past half the storage
-  # budget. With 16 clients sending batches of 100 on a 2-core node it
+  # sends one batch at a time and rests three times as long as it took (at
+  # most 50ms), so delivery keeps at least a quarter of its pace, and drains
+  # the backlog once the burst ends. Never while delivery is yield_lag
+  # behind, nor past half the storage budget (half of max_size, twice
+  # min_free). With 16 clients sending batches of 100 on a 2-core node it
   # doubled the events stored per second; delivery then lags by up to the
   # burst (docs/decisions/ingest-first.md). "0s": delivery keeps pace with
   # ingest instead, sharing the CPU as it comes.

@@ -370,7 +370,7 @@ func (d *decoder) events(c *hcl.BodyContent, cfg *Config) {
 }
 
 // durationBlock decodes a block holding a single duration, such as
-// outbox { ttl = "24h" }.
+// idempotency { window = "24h" }.
 func (d *decoder) durationBlock(blocks hcl.Blocks, typ, attr string, dst *time.Duration) {
 	if b := d.single(blocks, typ); b != nil {
 		d.duration(d.content(b.Body, schema(attr)).Attributes[attr], dst, true)

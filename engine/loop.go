@@ -226,6 +226,12 @@ type PollResult struct {
 	failures []failure // retried and dead-lettered events, logged after the commit
 }
 
+// settled counts the events whose attempt the poll ended: delivered,
+// filtered, retried or dead-lettered (not those requeued with no attempt).
+func (r *PollResult) settled() int {
+	return r.Delivered + r.Filtered + r.Retried + r.DeadLettered
+}
+
 // failure is one event's failed attempt, as the log tells it.
 type failure struct {
 	id       string
@@ -308,7 +314,7 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 		return res, fmt.Errorf("commit batch of %s: %w", l.typ, err)
 	}
 	l.e.metrics.committed(l.typ, &res, b)
-	l.e.yield.done.Add(int64(len(b.items)))
+	l.e.yield.done.Add(int64(res.settled()))
 	l.logFailures(res.failures, l.e.now())
 	l.e.tail.published(l.typ, b, l.e.now())
 	return res, nil

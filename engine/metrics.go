@@ -102,7 +102,7 @@ func newMetrics(e *Engine) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms … 16s
 		}, []string{"sink"}),
 		dlqActions: counter("dlq_actions_total", "Dead letters an operator retried, resolved or deleted.", "action"),
-		yielded:    counter("delivery_yield_seconds_total", "Time a type's loop rested so that requests waiting for the CPU got it (outbox.ingest_first).", "type"),
+		yielded:    counter("delivery_yield_seconds_total", "Time a type's loop rested so that requests waiting for the CPU got it (outbox.yield_lag).", "type"),
 		watchers:   prometheus.NewDesc("switchyard_tail_watchers", "Live tails watching published outputs (router tail, the console).", nil, nil),
 		stateKeys:  prometheus.NewDesc("switchyard_plugin_state_keys", "Keys a state namespace holds (<plugin>:<type>, or a shared state_namespace).", []string{"namespace"}, nil),
 		stateBytes: prometheus.NewDesc("switchyard_plugin_state_bytes", "Bytes of keys and values a state namespace holds.", []string{"namespace"}, nil),

@@ -22,8 +22,9 @@ type SpaceMeter interface {
 
 // spaceState is the last measurement and its verdict.
 type spaceState struct {
-	space storage.Space
-	full  error // non-nil: ingest answers it (507 storage_full)
+	space    storage.Space
+	measured bool  // false: the measurement failed, space is partial
+	full     error // non-nil: ingest answers it (507 storage_full)
 }
 
 // spaceWatch keeps the verdict on the data file's budget fresh: storage
@@ -49,25 +50,28 @@ func (w *spaceWatch) check() error {
 
 // roomy reports whether the data file is inside half its budget: under
 // half of max_size, and above twice min_free on the disk. Without a meter,
-// or before the first measurement, it is.
+// before the first measurement, or after one that failed, it cannot tell,
+// and says it is (as check does not refuse).
 func (w *spaceWatch) roomy(maxSize, minFree int64) bool {
 	if w == nil {
 		return true
 	}
 	st := w.state.Load()
-	if st == nil {
+	switch {
+	case st == nil || !st.measured:
 		return true
-	}
-	if maxSize > 0 && st.space.Used >= maxSize/2 {
+	case st.full != nil:
+		return false
+	case maxSize > 0 && st.space.Used >= maxSize/2:
 		return false
 	}
-	return minFree <= 0 || st.space.DiskFree == 0 || st.space.DiskFree >= 2*minFree
+	return minFree <= 0 || st.space.DiskFree >= 2*minFree
 }
 
 // measure takes a measurement and decides.
 func (w *spaceWatch) measure(maxSize, minFree int64) *spaceState {
 	sp, err := w.meter.Space()
-	st := &spaceState{space: sp}
+	st := &spaceState{space: sp, measured: err == nil}
 	switch {
 	case err != nil:
 		// Cannot tell: do not refuse on a failed measurement.

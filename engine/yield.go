@@ -9,11 +9,12 @@ import (
 
 // Delivery yields the CPU to ingest while that makes the router handle
 // more events in all (docs/decisions/ingest-first.md): a producer waits
-// for its acknowledgement, a broker does not wait for its messages. A loop that
-// has just delivered a batch while delivery yields rests yieldRatio times
-// as long as the batch took, so delivery keeps at least 1/(1+yieldRatio)
-// of its pace, and the backlog it leaves is drained, in full batches, as
-// soon as the requests stop or the CPU frees up.
+// for its acknowledgement, a broker does not wait for its messages. While
+// delivery yields, a loop sends one batch at a time and, after each, rests
+// yieldRatio times as long as the batch took: it keeps at least
+// 1/(1+yieldRatio) of its one-batch-at-a-time pace. The backlog it leaves
+// is drained, in full batches, as soon as the requests stop, or within
+// yieldHold once yielding stops paying.
 const (
 	yieldRatio = 3
 	// maxRest bounds one rest, so a batch that waited long on a broker
@@ -55,6 +56,10 @@ const (
 	yielding                        // yield until the hold ends, then measure again
 )
 
+func (p yieldPhaseKind) String() string {
+	return [...]string{"sharing", "measuring", "trying", "yielding"}[p]
+}
+
 // yieldTrial decides, for every loop of an engine, whether delivery yields
 // now. It is driven by the loops' questions; between them it does nothing.
 type yieldTrial struct {
@@ -68,6 +73,7 @@ type yieldTrial struct {
 	base  float64       // events handled per second in the last measuring phase
 	wait  time.Duration // before the next trial, after one that did not pay
 	hot   time.Time     // since when every check found the CPU saturated; zero: the last did not
+	asked time.Time     // the last check of the CPU gauge
 }
 
 // yieldNow reports whether delivery yields at now. saturated is asked only
@@ -81,24 +87,11 @@ func (y *yieldTrial) yieldNow(now time.Time, saturated func() bool) bool {
 		if in >= time.Minute {
 			y.wait = 0 // a long calm: the next trial waits yieldHold again
 		}
-		if (y.since.IsZero() || in >= y.wait) && y.sustained(now, saturated) {
+		if in >= y.wait && y.sustained(now, saturated) {
 			y.enter(measuring, now)
 		}
-	case measuring:
-		if in >= yieldPhase {
-			y.base = y.rate(in)
-			y.enter(trying, now)
-		}
-	case trying:
-		if in >= yieldPhase {
-			if got := y.rate(in); got > 0 && got >= yieldGain*y.base {
-				y.wait = 0
-				y.enter(yielding, now)
-			} else {
-				y.wait = min(max(2*y.wait, yieldHold), maxTrialWait)
-				y.enter(sharing, now)
-			}
-		}
+	case measuring, trying:
+		y.endPhase(now, in)
 	case yielding:
 		if in >= yieldHold {
 			y.enter(measuring, now)
@@ -107,10 +100,36 @@ func (y *yieldTrial) yieldNow(now time.Time, saturated func() bool) bool {
 	return y.phase == trying || y.phase == yielding
 }
 
+// endPhase ends a measuring or trying phase that began in ago, once it has
+// lasted yieldPhase: measuring gives the base rate and starts the trial;
+// trying compares its rate with the base and yields, or waits for the next
+// trial.
+func (y *yieldTrial) endPhase(now time.Time, in time.Duration) {
+	switch {
+	case in > 2*yieldPhase:
+		// Nobody asked for a while (the requests stopped, or the lag or the
+		// budget held delivery back): the phase's count measures that
+		// silence, not delivery. Start over.
+		y.enter(sharing, now)
+	case in < yieldPhase:
+	case y.phase == measuring:
+		y.base = y.rate(in)
+		y.enter(trying, now)
+	case y.rate(in) >= yieldGain*y.base && y.rate(in) > 0:
+		y.wait = 0
+		y.enter(yielding, now)
+	default:
+		y.wait = min(max(2*y.wait, yieldHold), maxTrialWait)
+		y.enter(sharing, now)
+	}
+}
+
 // sustained reports whether the CPU has been saturated at every check for
-// yieldSustain.
+// yieldSustain, with no gap of more than half of it between two checks.
 func (y *yieldTrial) sustained(now time.Time, saturated func() bool) bool {
-	if !saturated() {
+	stale := !y.asked.IsZero() && now.Sub(y.asked) > yieldSustain/2
+	y.asked = now
+	if !saturated() || stale {
 		y.hot = time.Time{}
 		return false
 	}
@@ -124,7 +143,8 @@ func (y *yieldTrial) sustained(now time.Time, saturated func() bool) bool {
 	return true
 }
 
-// rate is the events handled per second since the phase began, in ago.
+// rate is the events handled per second in the phase so far, which began
+// in ago.
 func (y *yieldTrial) rate(in time.Duration) float64 {
 	return float64(y.work()-y.at) / in.Seconds()
 }
@@ -134,7 +154,7 @@ func (y *yieldTrial) rate(in time.Duration) float64 {
 func (y *yieldTrial) work() int64 { return y.stored.Load() + y.done.Load() }
 
 func (y *yieldTrial) enter(p yieldPhaseKind, now time.Time) {
-	y.phase, y.since, y.at = p, now, y.work()
+	y.phase, y.since, y.at, y.hot = p, now, y.work(), time.Time{}
 }
 
 // yieldToIngest reports whether delivery should rest now, after a batch
@@ -146,7 +166,7 @@ func (y *yieldTrial) enter(p yieldPhaseKind, now time.Time) {
 // delivery takes its full share again, so the lag settles near yield_lag.
 func (e *Engine) yieldToIngest(lag time.Duration) bool {
 	cfg := e.config()
-	if lag >= cfg.Outbox.YieldLag || e.opts.Saturated == nil || e.ingesting.Load() == 0 {
+	if cfg.Outbox.YieldLag <= 0 || lag >= cfg.Outbox.YieldLag || e.opts.Saturated == nil || e.ingesting.Load() == 0 {
 		return false
 	}
 	if !e.space.roomy(cfg.Storage.MaxSize, cfg.Storage.MinFree) {

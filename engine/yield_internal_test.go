@@ -1,8 +1,12 @@
 package engine
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // trialClock steps a yieldTrial by hand, every 10ms, as producers and
@@ -54,7 +58,7 @@ func newTrialClock(saturated bool) *trialClock {
 func TestYieldTrialNeedsSaturation(t *testing.T) {
 	c := newTrialClock(false)
 	if c.run(5*time.Second, 10_000, 20_000) || c.y.phase != sharing {
-		t.Fatalf("yielded, or tried to, while the CPU gauge says it is not saturated (phase %d)", c.y.phase)
+		t.Fatalf("yielded, or tried to, while the CPU gauge says it is not saturated (phase %v)", c.y.phase)
 	}
 }
 
@@ -65,7 +69,7 @@ func TestYieldTrialNeedsSustainedSaturation(t *testing.T) {
 	for i := range 500 {
 		c.sat = i%5 != 4 // saturated four checks (40ms) of five
 		if c.run(10*time.Millisecond, 10_000, 20_000) || c.y.phase != sharing {
-			t.Fatalf("a trial started on saturation that came and went (phase %d)", c.y.phase)
+			t.Fatalf("a trial started on saturation that came and went (phase %v)", c.y.phase)
 		}
 	}
 }
@@ -80,17 +84,17 @@ func TestYieldTrialKeepsAYieldThatPays(t *testing.T) {
 		t.Fatal("yielded while measuring the base rate")
 	}
 	if !c.run(yieldPhase, 10_000, 14_000) || c.y.phase != trying {
-		t.Fatalf("did not yield during the trial (phase %d)", c.y.phase)
+		t.Fatalf("did not yield during the trial (phase %v)", c.y.phase)
 	}
 	if !c.run(yieldPhase, 10_000, 14_000) || c.y.phase != yielding {
-		t.Fatalf("a trial that stored 40%% more did not lead to yielding (phase %d)", c.y.phase)
+		t.Fatalf("a trial that stored 40%% more did not lead to yielding (phase %v)", c.y.phase)
 	}
 	if !c.run(yieldHold-2*yieldPhase, 10_000, 14_000) {
 		t.Fatal("stopped yielding before the hold ended")
 	}
 	c.run(2*yieldPhase, 10_000, 14_000)
 	if c.y.phase != measuring {
-		t.Fatalf("did not measure again after the hold (phase %d)", c.y.phase)
+		t.Fatalf("did not measure again after the hold (phase %v)", c.y.phase)
 	}
 	if !c.run(3*yieldPhase, 10_000, 14_000) {
 		t.Fatal("did not yield again after a second trial that paid")
@@ -105,14 +109,14 @@ func TestYieldTrialDropsAYieldThatDoesNotPay(t *testing.T) {
 	c.run(warm, 10_000, 10_500)
 	c.run(2*yieldPhase+20*time.Millisecond, 10_000, 10_500)
 	if c.yielded || c.y.phase != sharing {
-		t.Fatalf("a trial that stored 5%% more kept yielding (phase %d)", c.y.phase)
+		t.Fatalf("a trial that stored 5%% more kept yielding (phase %v)", c.y.phase)
 	}
 	if c.run(yieldHold-40*time.Millisecond, 10_000, 10_500) || c.y.phase != sharing {
-		t.Fatalf("tried again before the hold ended (phase %d)", c.y.phase)
+		t.Fatalf("tried again before the hold ended (phase %v)", c.y.phase)
 	}
 	c.run(40*time.Millisecond+warm, 10_000, 10_500)
 	if c.y.phase != measuring {
-		t.Fatalf("no new trial after the hold (phase %d)", c.y.phase)
+		t.Fatalf("no new trial after the hold (phase %v)", c.y.phase)
 	}
 }
 
@@ -124,27 +128,59 @@ func TestYieldTrialCountsDelivery(t *testing.T) {
 	c := newTrialClock(true)
 	c.runRates(warm+2*yieldPhase+20*time.Millisecond, rates{10_000, 10_000}, rates{13_000, 7_000})
 	if c.yielded || c.y.phase != sharing {
-		t.Fatalf("yielded for a trial that handled no more events in all (phase %d)", c.y.phase)
+		t.Fatalf("yielded for a trial that handled no more events in all (phase %v)", c.y.phase)
 	}
 	c = newTrialClock(true)
 	c.runRates(warm+2*yieldPhase+20*time.Millisecond, rates{100_000, 40_000}, rates{250_000, 12_000})
 	if !c.yielded || c.y.phase != yielding {
-		t.Fatalf("did not yield for a trial that handled 70%% more events in all (phase %d)", c.y.phase)
+		t.Fatalf("did not yield for a trial that handled 70%% more events in all (phase %v)", c.y.phase)
 	}
 }
 
-// Rates, not counts, are compared: a trial that nobody asked about for
-// longer than yieldPhase does not look like a gain.
+// Rates, not counts, are compared: a trial asked about only after 190 ms
+// (the loops' batches came slowly) does not look like a gain because it
+// counted for longer than the measuring phase.
 func TestYieldTrialComparesRates(t *testing.T) {
 	c := newTrialClock(true)
 	c.run(warm+yieldPhase+10*time.Millisecond, 10_000, 10_000) // measured; the trial begins
 	if c.y.phase != trying {
-		t.Fatalf("phase %d, want trying", c.y.phase)
+		t.Fatalf("phase %v, want trying", c.y.phase)
 	}
-	c.now = c.now.Add(2 * time.Second) // asked again only 2s later, same rate
-	c.y.stored.Add(20_000)
+	c.now = c.now.Add(yieldPhase * 19 / 10) // asked again 190ms later, same rate
+	c.y.stored.Add(1_900)
 	if c.y.yieldNow(c.now, func() bool { return true }) {
-		t.Fatalf("the same rate over a longer phase counted as a gain (phase %d)", c.y.phase)
+		t.Fatalf("the same rate over a longer phase counted as a gain (phase %v)", c.y.phase)
+	}
+}
+
+// A phase nobody asked about for more than twice its length (the requests
+// stopped meanwhile) is dropped, not judged: the silence would make the
+// next burst look like a gain, and yield for 2 s untested.
+func TestYieldTrialStartsOverAfterASilence(t *testing.T) {
+	for _, ph := range []yieldPhaseKind{measuring, trying} {
+		c := newTrialClock(true)
+		c.run(warm, 10_000, 10_000)
+		if ph == trying {
+			c.run(yieldPhase, 10_000, 10_000)
+		}
+		if c.y.phase != ph {
+			t.Fatalf("phase %v, want %v", c.y.phase, ph)
+		}
+		c.now = c.now.Add(time.Second) // nobody asks: the burst is over
+		if c.run(10*time.Millisecond, 50_000, 50_000) || c.y.phase != sharing {
+			t.Fatalf("%v: after a silence, phase %v; want sharing", ph, c.y.phase)
+		}
+	}
+}
+
+// Saturation must be seen at regular checks: two saturated readings half
+// a second apart, with nothing asked in between, start no trial.
+func TestYieldTrialSustainedMeansRegularChecks(t *testing.T) {
+	c := newTrialClock(true)
+	c.run(10*time.Millisecond, 10_000, 10_000) // the first saturated check
+	c.now = c.now.Add(500 * time.Millisecond)
+	if c.run(10*time.Millisecond, 10_000, 10_000) || c.y.phase != sharing {
+		t.Fatalf("a trial started on two checks 500ms apart (phase %v)", c.y.phase)
 	}
 }
 
@@ -179,6 +215,46 @@ func TestYieldTrialBacksOff(t *testing.T) {
 	// Now yielding pays: the next trial keeps it, and resets the wait.
 	c.run(maxTrialWait+warm+2*yieldPhase+20*time.Millisecond, 10_000, 20_000)
 	if c.y.phase != yielding || c.y.wait != 0 {
-		t.Fatalf("phase %d, wait %v after a trial that paid; want yielding, 0", c.y.phase, c.y.wait)
+		t.Fatalf("phase %v, wait %v after a trial that paid; want yielding, 0", c.y.phase, c.y.wait)
+	}
+}
+
+// yieldToIngest's bounds, each on its own: delivery yields only while it
+// is less than yield_lag behind ("0s": never), a request is being served,
+// and the data file is inside half its budget.
+func TestYieldToIngestBounds(t *testing.T) {
+	newEngine := func(yieldLag time.Duration, st *spaceState) *Engine {
+		e := &Engine{opts: Options{Saturated: func() bool { return true }}}
+		cfg := &config.Config{Outbox: config.Outbox{YieldLag: yieldLag}, Storage: config.Storage{MaxSize: 1000, MinFree: 100}}
+		e.conf.Store(cfg)
+		e.space = &spaceWatch{}
+		e.space.state.Store(st)
+		e.yield.enter(yielding, time.Now().Add(time.Hour)) // the trial says it pays
+		e.ingesting.Add(1)
+		return e
+	}
+	roomy := &spaceState{measured: true, space: storage.Space{Used: 400, DiskFree: 1000}}
+	for _, tc := range []struct {
+		name string
+		e    *Engine
+		lag  time.Duration
+		want bool
+	}{
+		{"inside every bound", newEngine(10*time.Second, roomy), 9 * time.Second, true},
+		{"yield_lag behind", newEngine(10*time.Second, roomy), 10 * time.Second, false},
+		{"yield_lag 0s, even with a clock stepped back", newEngine(0, roomy), -time.Second, false},
+		{"half of max_size used", newEngine(10*time.Second, &spaceState{measured: true, space: storage.Space{Used: 500, DiskFree: 1000}}), 0, false},
+		{"under twice min_free on the disk", newEngine(10*time.Second, &spaceState{measured: true, space: storage.Space{Used: 400, DiskFree: 199}}), 0, false},
+		{"the budget is full", newEngine(10*time.Second, &spaceState{measured: true, full: errors.New("full")}), 0, false},
+		{"a failed measurement cannot tell", newEngine(10*time.Second, &spaceState{}), 0, true},
+	} {
+		if got := tc.e.yieldToIngest(tc.lag); got != tc.want {
+			t.Errorf("%s: yieldToIngest = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	idle := newEngine(10*time.Second, roomy)
+	idle.ingesting.Add(-1)
+	if idle.yieldToIngest(0) {
+		t.Error("yielded with no request being served")
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
 )
 
@@ -22,6 +23,7 @@ func TestDeliveryYieldsToIngest(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			h := newHarness(t, fmt.Sprintf(`
 outbox { yield_lag = %q }
+storage { min_free = "1MiB" } # roomy on a nearly full test disk too
 event "t.yield" {
   batch_size = 20
   route {
@@ -35,16 +37,21 @@ event "t.yield" {
 			}))
 			engine.ForceYield(h.eng, time.Minute)
 
-			// A producer that is always in Ingest, as closed-loop clients are.
+			// Producers that are always in Ingest, as closed-loop clients are.
 			var ids []string
 			var mu sync.Mutex
 			ctx, stop := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer stop()
+			errs := make(chan error, 4)
 			var wg sync.WaitGroup
-			for range 4 {
+			for p := range 4 {
 				wg.Go(func() {
-					for ctx.Err() == nil {
-						got := h.ingest("t.yield", 10)
+					for n := 0; ctx.Err() == nil; n++ {
+						got, err := ingestNamed(h.eng, "t.yield", fmt.Sprintf("p%d-%d", p, n), 10)
+						if err != nil {
+							errs <- err
+							return
+						}
 						mu.Lock()
 						ids = append(ids, got...)
 						mu.Unlock()
@@ -52,6 +59,10 @@ event "t.yield" {
 				})
 			}
 			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
 			h.waitDelivered(ids, 60*time.Second)
 
 			msgs := h.streamMessages()
@@ -77,4 +88,22 @@ event "t.yield" {
 			}
 		})
 	}
+}
+
+// ingestNamed stores n events of type typ with ids prefix-0 … prefix-(n-1)
+// in one request.
+func ingestNamed(e *engine.Engine, typ, prefix string, n int) ([]string, error) {
+	req := &engine.IngestRequest{
+		Tenant: "default",
+		Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+	}
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		req.Events = append(req.Events, engine.IngestEvent{Event: switchyard.Event{
+			ID: ids[i], Type: typ, Source: "/test", SpecVersion: "1.0",
+		}})
+	}
+	_, err := e.Ingest(context.Background(), req)
+	return ids, err
 }

@@ -30,7 +30,9 @@ const (
 	// small machine.
 	DefaultWindow = 20 * time.Millisecond
 	// DefaultLong is a wait that says the CPU is short: an unloaded
-	// process wakes its goroutines in tens of microseconds.
+	// process wakes its goroutines in tens of microseconds. A wait counts
+	// as long from the histogram's first bucket whose lower bound is at
+	// least Long (its buckets are a few percent wide).
 	DefaultLong = 500 * time.Microsecond
 	// DefaultShare is the share of long waits in a window that makes it
 	// saturated.

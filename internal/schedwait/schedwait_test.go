@@ -29,15 +29,15 @@ func TestWindowVerdict(t *testing.T) {
 }
 
 // A process with far more runnable goroutines than GOMAXPROCS, each
-// running for a millisecond at a time, is saturated; the gauge says so
-// within a second.
+// running for a millisecond at a time, is saturated: the gauge says so
+// (within 250 windows, however slowly the machine runs them).
 func TestGaugeSeesOverload(t *testing.T) {
 	var g Gauge
 	g.Saturated() // the baseline
-	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var wg sync.WaitGroup
-	for range 8 * runtime.GOMAXPROCS(0) {
+	for range min(8*runtime.GOMAXPROCS(0), 32) {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				spin(time.Millisecond)
@@ -46,8 +46,7 @@ func TestGaugeSeesOverload(t *testing.T) {
 		})
 	}
 	defer wg.Wait()
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
+	for range 250 {
 		time.Sleep(g.window())
 		if g.Saturated() {
 			stop()
@@ -56,7 +55,7 @@ func TestGaugeSeesOverload(t *testing.T) {
 		}
 	}
 	stop()
-	t.Fatalf("not saturated under overload; last window %+v", g.Last())
+	t.Fatalf("not saturated under overload in 250 windows; last window %+v", g.Last())
 }
 
 func spin(d time.Duration) {
