@@ -64,7 +64,7 @@ func (p yieldPhaseKind) String() string {
 // now. It is driven by the loops' questions; between them it does nothing.
 type yieldTrial struct {
 	stored atomic.Int64 // events stored by Ingest
-	done   atomic.Int64 // events whose delivery outcome the loops committed
+	done   atomic.Int64 // events the loops settled (PollResult.settled)
 
 	mu    sync.Mutex
 	phase yieldPhaseKind
