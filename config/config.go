@@ -109,7 +109,7 @@ type Idempotency struct {
 }
 
 // DefaultYieldLag is outbox.yield_lag's default: a burst of up to about
-// ten seconds is stored first and delivered as the CPU frees up.
+// ten seconds is stored at ingest's full speed and delivered after it.
 const DefaultYieldLag = 10 * time.Second
 
 // Outbox is the outbox block.

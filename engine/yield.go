@@ -161,8 +161,8 @@ func (y *yieldTrial) enter(p yieldPhaseKind, now time.Time) {
 // whose first event was lag late: the lag is under outbox.yield_lag, a
 // request is being served, the data file is well inside its budget (past
 // half of it, draining it matters more than producers' latency), and the
-// trial says yielding makes the router handle more events. The lag bound keeps a
-// sustained overload from growing the backlog without end: past it
+// trial says yielding makes the router handle more events. The lag bound
+// keeps a sustained overload from growing the backlog without end: past it
 // delivery takes its full share again, so the lag settles near yield_lag.
 func (e *Engine) yieldToIngest(lag time.Duration) bool {
 	cfg := e.config()
@@ -175,18 +175,11 @@ func (e *Engine) yieldToIngest(lag time.Duration) bool {
 	return e.yield.yieldNow(time.Now(), e.opts.Saturated)
 }
 
-// lag is how late the first event of b is: how long past its due time it
+// lag is how late the first event of b is: how long past its due time
+// (NextAttemptAt, the queue's order: storage.Tx.InsertEvent sets it) it
 // was taken.
 func (b *batch) lag(now time.Time) time.Duration {
-	rec := b.items[0].rec
-	return now.Sub(latest(rec.CreatedAt, rec.NextAttemptAt))
-}
-
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
+	return now.Sub(b.items[0].rec.NextAttemptAt)
 }
 
 // restForIngest rests after batch b, taken at start, while delivery yields

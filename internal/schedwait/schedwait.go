@@ -23,56 +23,51 @@ import (
 
 const name = "/sched/latencies:seconds"
 
-// Defaults of a Gauge's zero fields.
 const (
-	// DefaultWindow is the shortest interval a verdict covers. A window
-	// holds thousands of scheduling events at the rates that saturate a
-	// small machine.
-	DefaultWindow = 20 * time.Millisecond
-	// DefaultLong is a wait that says the CPU is short: an unloaded
-	// process wakes its goroutines in tens of microseconds. A wait counts
-	// as long from the histogram's first bucket whose lower bound is at
-	// least Long (its buckets are a few percent wide).
-	DefaultLong = 500 * time.Microsecond
-	// DefaultShare is the share of long waits in a window that makes it
+	// window is the shortest interval a verdict covers. A window holds
+	// thousands of scheduling events at the rates that saturate a small
+	// machine.
+	window = 20 * time.Millisecond
+	// longWait is a wait that says the CPU is short: an unloaded process
+	// wakes its goroutines in tens of microseconds. A wait counts as long
+	// from the histogram's first bucket whose lower bound is at least
+	// longWait (its buckets are a few percent wide).
+	longWait = 500 * time.Microsecond
+	// longShare is the share of long waits in a window that makes it
 	// saturated.
-	DefaultShare = 0.05
+	longShare = 0.05
 	// stale: a previous reading older than this is no baseline (the
 	// process was idle, nobody asked): the next ask starts a new window.
 	stale = time.Second
 )
 
-// Gauge answers Saturated. Its zero value uses the defaults; it is safe
-// for concurrent use.
+// Gauge answers Saturated. Its zero value is ready; it is safe for
+// concurrent use.
 type Gauge struct {
-	Window time.Duration // 0 = DefaultWindow
-	Long   time.Duration // 0 = DefaultLong
-	Share  float64       // 0 = DefaultShare
-
 	mu        sync.Mutex
 	sample    []metrics.Sample
 	prev      []uint64 // counts at the last reading
-	longFrom  int      // the first bucket whose lower bound is >= Long
+	longFrom  int      // the first bucket whose lower bound is >= longWait
 	at        time.Time
 	saturated bool
-	last      Reading
+	last      Reading // the window of the last verdict
 }
 
 // Reading is the window a verdict came from.
 type Reading struct {
 	Waits uint64 // scheduling events sampled in the window
-	Long  uint64 // of which waited at least Long
+	Long  uint64 // of which waited at least longWait
 }
 
-// Saturated reports whether, in the last window, at least Share of the
-// goroutines that became runnable waited Long or more for a CPU. It
-// returns the last verdict while that is younger than Window, and false
-// when there is no recent baseline to compare with.
+// Saturated reports whether, in the last window, at least longShare of
+// the goroutines that became runnable waited longWait or more for a CPU.
+// It returns the last verdict while that is younger than window, and
+// false when there is no recent baseline to compare with.
 func (g *Gauge) Saturated() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	if !g.at.IsZero() && now.Sub(g.at) < g.window() {
+	if !g.at.IsZero() && now.Sub(g.at) < window {
 		return g.saturated
 	}
 	counts := g.read()
@@ -88,7 +83,7 @@ func (g *Gauge) Saturated() bool {
 	}
 	g.last = since(g.prev, counts, g.longFrom)
 	copy(g.prev, counts)
-	g.saturated = g.last.saturated(g.share())
+	g.saturated = g.last.saturated(longShare)
 	return g.saturated
 }
 
@@ -111,13 +106,6 @@ func (r Reading) saturated(share float64) bool {
 	return r.Waits > 0 && float64(r.Long) >= share*float64(r.Waits)
 }
 
-// Last is the window of the last verdict.
-func (g *Gauge) Last() Reading {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.last
-}
-
 // read takes the histogram's counts; the first call sizes the buffers.
 func (g *Gauge) read() []uint64 {
 	if g.sample == nil {
@@ -130,7 +118,7 @@ func (g *Gauge) read() []uint64 {
 	h := g.sample[0].Value.Float64Histogram()
 	if g.prev == nil {
 		g.prev = make([]uint64, len(h.Counts))
-		long := g.long().Seconds()
+		long := longWait.Seconds()
 		g.longFrom = len(h.Counts)
 		for i := range h.Counts {
 			if h.Buckets[i] >= long {
@@ -140,20 +128,4 @@ func (g *Gauge) read() []uint64 {
 		}
 	}
 	return h.Counts
-}
-
-func (g *Gauge) window() time.Duration { return or(g.Window, DefaultWindow) }
-func (g *Gauge) long() time.Duration   { return or(g.Long, DefaultLong) }
-func (g *Gauge) share() float64 {
-	if g.Share > 0 {
-		return g.Share
-	}
-	return DefaultShare
-}
-
-func or(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }

@@ -47,15 +47,15 @@ func TestGaugeSeesOverload(t *testing.T) {
 	}
 	defer wg.Wait()
 	for range 250 {
-		time.Sleep(g.window())
+		time.Sleep(window)
 		if g.Saturated() {
 			stop()
-			t.Logf("saturated: %+v", g.Last())
+			t.Logf("saturated: %+v", g.last)
 			return
 		}
 	}
 	stop()
-	t.Fatalf("not saturated under overload in 250 windows; last window %+v", g.Last())
+	t.Fatalf("not saturated under overload in 250 windows; last window %+v", g.last)
 }
 
 func spin(d time.Duration) {
