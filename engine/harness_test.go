@@ -225,6 +225,25 @@ func (h *harness) waitDelivered(ids []string, timeout time.Duration) {
 }
 
 // streamMessages reads the whole "events" stream (but deleted messages).
+// streamHoldsOnce fails the test unless the stream holds exactly the
+// events ids, each once.
+func (h *harness) streamHoldsOnce(ids []string) {
+	h.t.Helper()
+	msgs := h.streamMessages()
+	seen := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		seen[m.Header.Get("ce-id")] = true
+	}
+	if len(msgs) != len(ids) || len(seen) != len(ids) {
+		h.t.Fatalf("stream has %d messages (%d ids), want the %d events stored, once each", len(msgs), len(seen), len(ids))
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			h.t.Fatalf("%s stored but not in the stream", id)
+		}
+	}
+}
+
 func (h *harness) streamMessages() []*jetstream.RawStreamMsg {
 	h.t.Helper()
 	ctx := context.Background()

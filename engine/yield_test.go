@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 )
 
@@ -37,47 +38,9 @@ event "t.yield" {
 			}))
 			engine.ForceYield(h.eng, time.Minute)
 
-			// Producers that are always in Ingest, as closed-loop clients are.
-			var ids []string
-			var mu sync.Mutex
-			ctx, stop := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			defer stop()
-			errs := make(chan error, 4)
-			var wg sync.WaitGroup
-			for p := range 4 {
-				wg.Go(func() {
-					for n := 0; ctx.Err() == nil; n++ {
-						got, err := ingestNamed(h.eng, "t.yield", fmt.Sprintf("p%d-%d", p, n), 10)
-						if err != nil {
-							errs <- err
-							return
-						}
-						mu.Lock()
-						ids = append(ids, got...)
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
+			ids := produce(t, h.eng, "t.yield", "p", 500*time.Millisecond)
 			h.waitDelivered(ids, 60*time.Second)
-
-			msgs := h.streamMessages()
-			seen := make(map[string]bool, len(msgs))
-			for _, m := range msgs {
-				seen[m.Header.Get("ce-id")] = true
-			}
-			if len(msgs) != len(ids) || len(seen) != len(ids) {
-				t.Fatalf("stream has %d messages (%d ids), want the %d events stored, once each", len(msgs), len(seen), len(ids))
-			}
-			for _, id := range ids {
-				if !seen[id] {
-					t.Fatalf("%s stored but not in the stream", id)
-				}
-			}
+			h.streamHoldsOnce(ids)
 			rested := counterValue(t, reg, "switchyard_delivery_yield_seconds_total")
 			t.Logf("%d events, loop rested %.3fs", len(ids), rested)
 			if lag == "0s" && rested != 0 {
@@ -88,6 +51,91 @@ event "t.yield" {
 			}
 		})
 	}
+}
+
+// A reload (SIGHUP) changes outbox.yield_lag for the loops already
+// running: they rest under "10s", stop resting once "0s" is swapped in, and
+// rest again when "10s" comes back; every event is delivered once.
+func TestYieldLagReloads(t *testing.T) {
+	policies := func(lag string) string {
+		return fmt.Sprintf(`
+outbox { yield_lag = %q }
+storage { min_free = "1MiB" } # roomy on a nearly full test disk too
+event "t.reload" {
+  batch_size = 20
+  route {
+    to      = "nats.local"
+    subject = "t.reload"
+  }
+}
+`, lag)
+	}
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, policies("10s"), false, harnessOption(func(o *engine.Options) {
+		o.Registerer = reg
+		o.Saturated = func() bool { return true }
+	}))
+	engine.ForceYield(h.eng, time.Minute)
+
+	var all []string
+	rested := 0.0
+	for round, lag := range []string{"10s", "0s", "10s"} {
+		if round > 0 {
+			cfg, err := config.Parse([]byte(natsBlock+policies(lag)), "reload.hcl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.eng.Reload(cfg, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids := produce(t, h.eng, "t.reload", fmt.Sprintf("r%d", round), 500*time.Millisecond)
+		h.waitDelivered(ids, 60*time.Second)
+		all = append(all, ids...)
+		now := counterValue(t, reg, "switchyard_delivery_yield_seconds_total")
+		t.Logf("yield_lag = %q: %d events, loop rested %.3fs", lag, len(ids), now-rested)
+		if lag == "0s" && now != rested {
+			t.Fatalf("rested %.3fs after a reload to yield_lag = \"0s\"", now-rested)
+		}
+		if lag != "0s" && now == rested {
+			t.Fatalf("never rested under yield_lag = %q (round %d)", lag, round)
+		}
+		rested = now
+	}
+	h.streamHoldsOnce(all)
+}
+
+// produce runs 4 closed-loop producers (always inside Ingest, as
+// closed-loop clients are) for d, each storing requests of 10 events of
+// type typ, and returns the ids stored.
+func produce(t *testing.T, e *engine.Engine, typ, prefix string, d time.Duration) []string {
+	t.Helper()
+	var ids []string
+	var mu sync.Mutex
+	ctx, stop := context.WithTimeout(context.Background(), d)
+	defer stop()
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for p := range 4 {
+		wg.Go(func() {
+			for n := 0; ctx.Err() == nil; n++ {
+				got, err := ingestNamed(e, typ, fmt.Sprintf("%s-p%d-%d", prefix, p, n), 10)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				ids = append(ids, got...)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return ids
 }
 
 // ingestNamed stores n events of type typ with ids prefix-0 … prefix-(n-1)
