@@ -97,7 +97,9 @@ func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
 }
 
 // httpServer is one listener's server: each has its own, so that shutting
-// down or limiting one leaves the other alone. A request must arrive whole
+// down or limiting one leaves the other alone. It is net/http's, for every
+// route: docs/decisions/http-server.md says why, and what a faster server
+// would save. A request must arrive whole
 // within listen.read_timeout (config.DefaultReadTimeout when the file sets
 // none): a client that sends headers announcing a body and then nothing
 // holds its connection no longer than that.
