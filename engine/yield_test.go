@@ -21,22 +21,7 @@ import (
 func TestDeliveryYieldsToIngest(t *testing.T) {
 	for _, lag := range []string{"10s", "0s"} {
 		t.Run("yield_lag="+lag, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			h := newHarness(t, fmt.Sprintf(`
-outbox { yield_lag = %q }
-storage { min_free = "1MiB" } # roomy on a nearly full test disk too
-event "t.yield" {
-  batch_size = 20
-  route {
-    to      = "nats.local"
-    subject = "t.yield"
-  }
-}
-`, lag), false, harnessOption(func(o *engine.Options) {
-				o.Registerer = reg
-				o.Saturated = func() bool { return true }
-			}))
-			engine.ForceYield(h.eng, time.Minute)
+			h, reg := newYieldHarness(t, "t.yield", lag)
 
 			ids := produce(t, h.eng, "t.yield", "p", 500*time.Millisecond)
 			h.waitDelivered(ids, 60*time.Second)
@@ -57,31 +42,13 @@ event "t.yield" {
 // running: they rest under "10s", stop resting once "0s" is swapped in, and
 // rest again when "10s" comes back; every event is delivered once.
 func TestYieldLagReloads(t *testing.T) {
-	policies := func(lag string) string {
-		return fmt.Sprintf(`
-outbox { yield_lag = %q }
-storage { min_free = "1MiB" } # roomy on a nearly full test disk too
-event "t.reload" {
-  batch_size = 20
-  route {
-    to      = "nats.local"
-    subject = "t.reload"
-  }
-}
-`, lag)
-	}
-	reg := prometheus.NewRegistry()
-	h := newHarness(t, policies("10s"), false, harnessOption(func(o *engine.Options) {
-		o.Registerer = reg
-		o.Saturated = func() bool { return true }
-	}))
-	engine.ForceYield(h.eng, time.Minute)
+	h, reg := newYieldHarness(t, "t.reload", "10s")
 
 	var all []string
 	rested := 0.0
 	for round, lag := range []string{"10s", "0s", "10s"} {
 		if round > 0 {
-			cfg, err := config.Parse([]byte(natsBlock+policies(lag)), "reload.hcl")
+			cfg, err := config.Parse([]byte(natsBlock+yieldPolicies("t.reload", lag)), "reload.hcl")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,6 +70,35 @@ event "t.reload" {
 		rested = now
 	}
 	h.streamHoldsOnce(all)
+}
+
+// newYieldHarness starts an engine with one type, typ, under
+// outbox.yield_lag = lag, whose CPU gauge always reads saturated and whose
+// delivery yields (as if a trial had paid) for a minute; reg has its
+// metrics.
+func newYieldHarness(t *testing.T, typ, lag string) (*harness, *prometheus.Registry) {
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, yieldPolicies(typ, lag), false, harnessOption(func(o *engine.Options) {
+		o.Registerer = reg
+		o.Saturated = func() bool { return true }
+	}))
+	engine.ForceYield(h.eng, time.Minute)
+	return h, reg
+}
+
+// yieldPolicies is the configuration of newYieldHarness.
+func yieldPolicies(typ, lag string) string {
+	return fmt.Sprintf(`
+outbox { yield_lag = %q }
+storage { min_free = "1MiB" } # roomy on a nearly full test disk too
+event %q {
+  batch_size = 20
+  route {
+    to      = "nats.local"
+    subject = %q
+  }
+}
+`, lag, typ, typ)
 }
 
 // produce runs 4 closed-loop producers (always inside Ingest, as
