@@ -52,6 +52,12 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	if !*checkSinks {
 		return nil
 	}
+	for _, n := range cfg.NATS {
+		if n.Embedded {
+			// Its streams were checked above, against the routes.
+			fmt.Fprintf(c.Stdout, "%s: embedded (it starts with the router): not checked\n", n.SinkName())
+		}
+	}
 	var failed []error
 	for name, err := range checkSinksOf(ctx, cfg, *timeout) {
 		if err != nil {

@@ -98,6 +98,18 @@ event "x" {
 	}
 }
 
+// `router validate -check-sinks` says which sinks it could not connect to
+// because they do not exist yet: an embedded server starts with the router.
+func TestValidateCheckSinksEmbedded(t *testing.T) {
+	var out bytes.Buffer
+	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", "../../policies.hcl", "-check-sinks"}); err != nil {
+		t.Fatalf("-check-sinks: %v\n%s", err, out.String())
+	}
+	if want := "nats.local: embedded (it starts with the router): not checked\n"; !strings.Contains(out.String(), want) {
+		t.Fatalf("validate said:\n%s\nwant a line %q", out.String(), want)
+	}
+}
+
 // `router validate -check-sinks` asks an external JetStream server which
 // stream captures each routed subject, and fails on one that none does.
 func TestValidateCheckSinksStreams(t *testing.T) {
