@@ -67,9 +67,10 @@ storage {
   # Every commit costs two fdatasyncs (~110 µs of CPU on a small VM). At a
   # moderate rate a commit holds only a few requests; commit_delay makes a
   # commit of fewer than 16 writes wait that long for more (requests, and
-  # the loops' delivery outcomes and the cleanup, which wait it too). At 5k single events/s, "1ms" halved the router's
-  # CPU per event and added ~1.2 ms to the median end-to-end latency; at
-  # full load with 64 clients it changed nothing. Not for a few clients
+  # the loops' delivery outcomes and the cleanup, which wait it too). At 5k
+  # single events/s, "1ms" halved the router's CPU per event and added
+  # ~1.2 ms to the median end-to-end latency; at full load with 64 clients
+  # it changed nothing. Not for a few clients
   # sending large batches: with 16 clients of 100 events the wait cost
   # 10-20% of the events/s (BENCHMARKS.md, issue 14, session 11). Up to
   # "10ms"; a change needs a restart.

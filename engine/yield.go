@@ -198,11 +198,11 @@ func (l *Loop) restForIngest(ctx context.Context, timer *time.Timer, transit *in
 	return l.rest(ctx, timer, time.Since(start))
 }
 
-// rest waits yieldRatio times took (at most maxRest), deaf to wake-ups:
-// new events are what ingest is writing, and the next poll takes them. It
-// returns false when ctx ends.
+// rest waits restAfter(took), deaf to wake-ups: new events are what
+// ingest is writing, and the next poll takes them. It returns false when
+// ctx ends.
 func (l *Loop) rest(ctx context.Context, timer *time.Timer, took time.Duration) bool {
-	d := min(yieldRatio*took, maxRest)
+	d := restAfter(took)
 	timer.Reset(d)
 	select {
 	case <-ctx.Done():
@@ -213,3 +213,7 @@ func (l *Loop) rest(ctx context.Context, timer *time.Timer, took time.Duration) 
 	l.e.metrics.yielded.WithLabelValues(l.typ).Add(d.Seconds())
 	return true
 }
+
+// restAfter is the rest after a batch that took took: yieldRatio times as
+// long, at most maxRest.
+func restAfter(took time.Duration) time.Duration { return min(yieldRatio*took, maxRest) }

@@ -258,3 +258,22 @@ func TestYieldToIngestBounds(t *testing.T) {
 		t.Error("yielded with no request being served")
 	}
 }
+
+// A loop that yields rests three times as long as its batch took, so it
+// keeps at least a quarter of its pace, and never more than maxRest.
+func TestRestAfter(t *testing.T) {
+	for _, tc := range []struct{ took, want time.Duration }{
+		{0, 0},
+		{4 * time.Millisecond, 12 * time.Millisecond},
+		{16 * time.Millisecond, 48 * time.Millisecond},
+		{17 * time.Millisecond, maxRest},
+		{time.Second, maxRest},
+	} {
+		if got := restAfter(tc.took); got != tc.want {
+			t.Errorf("restAfter(%v) = %v, want %v", tc.took, got, tc.want)
+		}
+	}
+	if maxRest != 50*time.Millisecond {
+		t.Errorf("maxRest = %v; policies.hcl and docs/decisions/ingest-first.md say 50ms", maxRest)
+	}
+}

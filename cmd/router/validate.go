@@ -52,19 +52,17 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	if !*checkSinks {
 		return nil
 	}
-	for _, n := range cfg.NATS {
-		if n.Embedded {
-			// Its streams were checked above, against the routes.
-			fmt.Fprintf(c.Stdout, "%s: embedded (it starts with the router): not checked\n", n.SinkName())
-		}
-	}
 	var failed []error
-	for name, err := range checkSinksOf(ctx, cfg, *timeout) {
-		if err != nil {
-			fmt.Fprintf(c.Stdout, "%s: %v\n", name, err)
-			failed = append(failed, err)
-		} else {
+	checked := checkSinksOf(ctx, cfg, *timeout)
+	for _, name := range slices.Sorted(maps.Keys(checked)) {
+		err := checked[name]
+		if err == nil {
 			fmt.Fprintf(c.Stdout, "%s: reachable\n", name)
+			continue
+		}
+		fmt.Fprintf(c.Stdout, "%s: %v\n", name, err)
+		if !errors.Is(err, errEmbedded) {
+			failed = append(failed, err)
 		}
 	}
 	if len(failed) > 0 {
@@ -73,13 +71,19 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
+// errEmbedded is checkSinksOf's answer for an embedded NATS server: it
+// only exists while the router runs. Not a failure: its streams are
+// checked against the routes with the config (checkLoaded).
+var errEmbedded = errors.New("embedded (it starts with the router): not checked")
+
 // checkSinksOf connects to each external sink of cfg: NATS servers (an
-// embedded one only exists while the router runs) and Kafka clusters, whose
-// routed topics must exist.
+// embedded one answers errEmbedded) and Kafka clusters, whose routed
+// topics must exist.
 func checkSinksOf(ctx context.Context, cfg *config.Config, timeout time.Duration) map[string]error {
 	out := make(map[string]error)
 	for _, n := range cfg.NATS {
 		if n.Embedded {
+			out[n.SinkName()] = errEmbedded
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, timeout)
