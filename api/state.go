@@ -21,7 +21,8 @@ import (
 //
 // type=T names the plugin's namespace on the type T; a plugin block with
 // state_namespace keeps one shared namespace, named by type too or by
-// namespace=N.
+// namespace=N. Each tenant has its own (storage.TenantNamespace):
+// tenant=X names tenant X's, the default tenant's without it.
 func (s *Server) stateRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /v1/plugins/{name}/state", s.adminFunc(s.getState))
 	mux.Handle("DELETE /v1/plugins/{name}/state", s.adminFunc(s.deleteState))
@@ -78,7 +79,7 @@ func (s *Server) getStateNamespaces(w http.ResponseWriter, r *http.Request, plug
 	}
 	views := []map[string]any{}
 	for _, ns := range nss {
-		v := map[string]any{"namespace": ns.Name, "keys": ns.Keys, "bytes": ns.Bytes}
+		v := map[string]any{"namespace": ns.Name, "tenant": ns.Tenant, "keys": ns.Keys, "bytes": ns.Bytes}
 		if ns.Shared {
 			v["shared"] = true
 		} else {
@@ -142,11 +143,13 @@ func IsText(b []byte) bool {
 	return utf8.Valid(b) && !bytes.ContainsFunc(b, func(r rune) bool { return r < 0x20 && r != '\t' && r != '\n' || r == 0x7f })
 }
 
-// namespaceOf is the namespace a state request names: namespace=N as it
-// is, or the plugin's namespace on type=T.
+// namespaceOf is the namespace a state request names: the shared
+// namespace=N, or the plugin's namespace on type=T; of tenant=X (default:
+// the default tenant). A namespace as the listing names it is taken as
+// it is.
 func (s *Server) namespaceOf(plugin string, q url.Values) string {
 	if q.Has("namespace") {
-		return q.Get("namespace")
+		return storage.TenantNamespace(q.Get("tenant"), q.Get("namespace"))
 	}
-	return s.engine.StateNamespaceOf(plugin, q.Get("type"))
+	return s.engine.StateNamespaceOf(plugin, q.Get("type"), q.Get("tenant"))
 }

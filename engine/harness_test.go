@@ -169,8 +169,14 @@ func portOf(url string) int {
 // ingestEvent stores one event as given and returns its id.
 func (h *harness) ingestEvent(ev switchyard.Event) string {
 	h.t.Helper()
+	return h.ingestAs(storage.DefaultTenant, ev)
+}
+
+// ingestAs stores one event as given, posted by tenant, and returns its id.
+func (h *harness) ingestAs(tenant string, ev switchyard.Event) string {
+	h.t.Helper()
 	req := &engine.IngestRequest{
-		Tenant: "default", Events: []engine.IngestEvent{{Event: ev}},
+		Tenant: tenant, Events: []engine.IngestEvent{{Event: ev}},
 		Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
 	}
 	if _, err := h.eng.Ingest(context.Background(), req); err != nil {

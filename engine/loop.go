@@ -473,7 +473,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 		it.rec = rec
 		pctx := ctx
 		if b.state != nil {
-			pctx = switchyard.WithState(ctx, b.state.view(i))
+			pctx = switchyard.WithState(ctx, b.state.view(i, rec.Tenant))
 		}
 		var err error
 		outs, err = l.e.runChain(pctx, l.typ, chain, &rec.Event, outs)

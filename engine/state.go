@@ -37,7 +37,7 @@ type batchState struct {
 	writes []stateWrite // in the order the events made them
 	used   map[int]map[string]bool
 	usage  map[string]storage.StateUsage // committed usage + this batch's, by namespace
-	ns     map[string]string             // plugin → its namespace on this queue
+	ns     map[nsOf]string               // plugin and tenant → their namespace on this queue
 	last   map[string]int                // ns ‖ 0 ‖ key → its last write in writes
 }
 
@@ -66,32 +66,41 @@ func mayUseState(chain []switchyard.Plugin) bool {
 }
 
 func newBatchState(e *Engine, queue string) *batchState {
-	return &batchState{e: e, queue: queue, now: e.now(), used: map[int]map[string]bool{}, usage: map[string]storage.StateUsage{}, ns: map[string]string{}, last: map[string]int{}}
+	return &batchState{e: e, queue: queue, now: e.now(), used: map[int]map[string]bool{}, usage: map[string]storage.StateUsage{}, ns: map[nsOf]string{}, last: map[string]int{}}
 }
 
-// namespace is a plugin's namespace for this queue.
-func (s *batchState) namespace(plugin string) string {
-	if ns, ok := s.ns[plugin]; ok {
+// nsOf is what names a namespace within a batch: the plugin, and the
+// tenant whose event runs it.
+type nsOf struct{ plugin, tenant string }
+
+// namespace is a plugin's namespace for this queue and tenant.
+func (s *batchState) namespace(plugin, tenant string) string {
+	if ns, ok := s.ns[nsOf{plugin, tenant}]; ok {
 		return ns
 	}
-	ns := stateNamespace(s.e.config(), plugin, s.queue)
-	s.ns[plugin] = ns
+	ns := stateNamespace(s.e.config(), plugin, s.queue, tenant)
+	s.ns[nsOf{plugin, tenant}] = ns
 	return ns
 }
 
-// stateNamespace is plugin's namespace on queue: its plugin block's
-// state_namespace (shared), else "<plugin>:<queue>".
-func stateNamespace(cfg *config.Config, plugin, queue string) string {
+// stateNamespace is plugin's namespace on queue for tenant: its plugin
+// block's state_namespace (shared by types and plugins, not by tenants),
+// else "<plugin>:<queue>"; in the tenant's space (storage.TenantNamespace).
+func stateNamespace(cfg *config.Config, plugin, queue, tenant string) string {
+	base := plugin + ":" + queue
 	for _, p := range cfg.Plugins {
 		if p.Name == plugin && p.StateNamespace != "" {
-			return p.StateNamespace
+			base = p.StateNamespace
+			break
 		}
 	}
-	return plugin + ":" + queue
+	return storage.TenantNamespace(tenant, base)
 }
 
-// view is event i's view of the state.
-func (s *batchState) view(i int) switchyard.StateView { return &eventState{s: s, i: i} }
+// view is the view of event i of the batch, which tenant posted.
+func (s *batchState) view(i int, tenant string) switchyard.StateView {
+	return &eventState{s: s, i: i, tenant: tenant}
+}
 
 // any says whether any event of the batch used state.
 func (s *batchState) any() bool { return s != nil && len(s.used) > 0 }
@@ -107,13 +116,14 @@ func (s *batchState) note(i int, ns string, key []byte) string {
 
 // eventState is one event's view: it implements switchyard.StateView.
 type eventState struct {
-	s *batchState
-	i int
+	s      *batchState
+	i      int
+	tenant string
 }
 
 func (v *eventState) Get(plugin string, key []byte) ([]byte, bool, error) {
 	s := v.s
-	ns := s.namespace(plugin)
+	ns := s.namespace(plugin, v.tenant)
 	s.note(v.i, ns, key)
 	// Events run in order, so the last write to a key is by this event or
 	// one before it.
@@ -132,7 +142,7 @@ func (v *eventState) Get(plugin string, key []byte) ([]byte, bool, error) {
 
 func (v *eventState) Put(plugin string, key, value []byte, ttl time.Duration) error {
 	s := v.s
-	ns := s.namespace(plugin)
+	ns := s.namespace(plugin, v.tenant)
 	switch {
 	case len(key) == 0 || len(key) > config.StateMaxKeyBytes:
 		return fmt.Errorf("state key of %d bytes: keys have 1 to %d: %w", len(key), config.StateMaxKeyBytes, switchyard.ErrStateLimit)
@@ -172,7 +182,7 @@ func (v *eventState) Put(plugin string, key, value []byte, ttl time.Duration) er
 
 func (v *eventState) Delete(plugin string, key []byte) error {
 	s := v.s
-	ns := s.namespace(plugin)
+	ns := s.namespace(plugin, v.tenant)
 	old, existed, err := v.Get(plugin, key)
 	if err != nil || !existed {
 		return err
@@ -274,9 +284,11 @@ func (v verdict) final(attempts, maxRetries int) bool {
 }
 
 // StateNamespace is a namespace that holds keys: a plugin's for one queue
-// (Plugin and Queue set), or a shared one (Shared: a state_namespace).
+// (Plugin and Queue set), or a shared one (Shared: a state_namespace), of
+// one tenant.
 type StateNamespace struct {
-	Name          string // as stored: "<plugin>:<queue>", or the shared name
+	Name          string // as stored (storage.TenantNamespace of the forms below)
+	Tenant        string
 	Plugin, Queue string // "" for a shared one
 	Shared        bool
 	storage.StateUsage
@@ -294,12 +306,13 @@ func (e *Engine) StateNamespaces(plugin string) ([]StateNamespace, error) {
 	var out []StateNamespace
 	err := e.store.View(func(tx *storage.Tx) error {
 		for ns, u := range tx.StateNamespaces() {
-			p, q, ok := strings.Cut(ns, ":")
+			tenant, base := storage.SplitTenantNamespace(ns)
+			p, q, ok := strings.Cut(base, ":")
 			switch {
 			case ok && (plugin == "" || p == plugin):
-				out = append(out, StateNamespace{Name: ns, Plugin: p, Queue: q, StateUsage: u})
-			case !ok && (shared[ns] || plugin == ""):
-				out = append(out, StateNamespace{Name: ns, Shared: true, StateUsage: u})
+				out = append(out, StateNamespace{Name: ns, Tenant: tenant, Plugin: p, Queue: q, StateUsage: u})
+			case !ok && (shared[base] || plugin == ""):
+				out = append(out, StateNamespace{Name: ns, Tenant: tenant, Shared: true, StateUsage: u})
 			}
 		}
 		return nil
@@ -347,9 +360,9 @@ func (e *Engine) DeleteStateKey(ctx context.Context, ns string, key []byte) (boo
 	return found, err
 }
 
-// StateNamespaceOf is the namespace plugin keeps on queue.
-func (e *Engine) StateNamespaceOf(plugin, queue string) string {
-	return stateNamespace(e.config(), plugin, queue)
+// StateNamespaceOf is the namespace plugin keeps on queue for tenant.
+func (e *Engine) StateNamespaceOf(plugin, queue, tenant string) string {
+	return stateNamespace(e.config(), plugin, queue, tenant)
 }
 
 // republished says whether rec was delivered once and is pending again to

@@ -100,6 +100,37 @@ func TestPluginStateCountsEachOutcomeOnce(t *testing.T) {
 	}
 }
 
+// Plugin state is kept per tenant: the same plugin on the same type counts
+// each tenant's events in a namespace of its own (storage.TenantNamespace;
+// the default tenant's is the one it always had), so no tenant reads or
+// changes what another tenant's events wrote.
+func TestPluginStateIsPerTenant(t *testing.T) {
+	h := newHarness(t, pluginPolicy("count", "t.count", ""), true, withPlugins(counterPlugin(new(atomic.Bool))))
+	for i, tenant := range []string{storage.DefaultTenant, "acme", "acme", "beta/x:y", "acme"} {
+		h.ingestAs(tenant, switchyard.Event{ID: fmt.Sprintf("e%d", i), Type: "t.count", Source: "/t", SpecVersion: "1.0"})
+	}
+	res, err := h.eng.Loop("t.count").Poll(context.Background())
+	if err != nil || res.Delivered != 5 {
+		t.Fatalf("poll: %+v, %v: want 5 delivered", res, err)
+	}
+	for ns, want := range map[string]uint32{"count:t.count": 1, "@acme/count:t.count": 3, "@beta%2Fx:y/count:t.count": 1} {
+		if n := h.stateCount(ns); n != want {
+			t.Errorf("namespace %q counts %d, want %d", ns, n, want)
+		}
+	}
+	nss, err := h.eng.StateNamespaces("count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ns := range nss {
+		got = append(got, ns.Tenant+" "+ns.Plugin+" "+ns.Queue)
+	}
+	if want := "[acme count t.count beta/x:y count t.count default count t.count]"; fmt.Sprint(got) != want {
+		t.Errorf("namespaces listed as %v, want %s", got, want)
+	}
+}
+
 // The state limits hold and say which: a value over 64 KiB, a key over 256
 // bytes or empty, and a namespace past 100,000 keys are refused with
 // ErrStateLimit (the wasm host turns it into a reject naming the plugin and

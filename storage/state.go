@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 )
 
 // Plugin state (docs/plugin-state.md): each plugin keeps keys and values
 // in a namespace of its own (the plugin's name and the event type, or a
-// shared name from the configuration).
+// shared name from the configuration), one per tenant (TenantNamespace).
 //
 //	state        ns ‖ 0 ‖ key → expires (u64 unix ns, 0 = never) ‖ value
 //	state_exp    expires ‖ ns ‖ 0 ‖ key → nil      keys to forget
@@ -31,6 +33,34 @@ type StateEntry struct {
 	Key     []byte
 	Value   []byte
 	Expires time.Time // zero: never
+}
+
+// TenantNamespace is the namespace in which a tenant's events see base (a
+// plugin's "<plugin>:<type>", or a shared state_namespace): base itself
+// for the default tenant, so that a single-tenant data file looks as it
+// always did, and "@<tenant>/<base>" for the others, the tenant
+// path-escaped. A plugin never reads or writes another tenant's keys
+// (docs/decisions/tenant-scope.md). base starts with a letter, digit, -
+// or _ (config's names), never '@', and an escaped tenant holds no '/', so
+// no two tenants share a namespace.
+func TenantNamespace(tenant, base string) string {
+	if tenant == "" || tenant == DefaultTenant {
+		return base
+	}
+	return "@" + url.PathEscape(tenant) + "/" + base
+}
+
+// SplitTenantNamespace undoes TenantNamespace: the tenant and the base of
+// ns (DefaultTenant for a namespace without one).
+func SplitTenantNamespace(ns string) (tenant, base string) {
+	if rest, ok := strings.CutPrefix(ns, "@"); ok {
+		if esc, b, ok := strings.Cut(rest, "/"); ok {
+			if t, err := url.PathUnescape(esc); err == nil {
+				return t, b
+			}
+		}
+	}
+	return DefaultTenant, ns
 }
 
 func stateKey(ns string, key []byte) []byte {

@@ -576,3 +576,29 @@ func TestCommitDelayIsABound(t *testing.T) {
 		t.Fatalf("16 concurrent writes under a 5 s delay took %v: a full group waited", took)
 	}
 }
+
+// A tenant's namespace is its own: the default tenant keeps the bare name,
+// every other tenant a name no other tenant (whatever '/', ':' or '@' its
+// name holds) and no bare name can equal, and the tenant and base are read
+// back from it.
+func TestTenantNamespace(t *testing.T) {
+	seen := map[string]string{}
+	for _, c := range []struct{ tenant, base string }{
+		{storage.DefaultTenant, "p:t"}, {"", "p:t"}, {"acme", "p:t"}, {"acme", "shared"},
+		{"a/p:t", "x"}, {"a", "p:t/x"}, {"@a", "p:t"}, {"a%2Fb", "p:t"}, {"a/b", "p:t"},
+	} {
+		ns := storage.TenantNamespace(c.tenant, c.base)
+		tenant, base := storage.SplitTenantNamespace(ns)
+		if c.tenant == "" {
+			c.tenant = storage.DefaultTenant
+		}
+		if tenant != c.tenant || base != c.base {
+			t.Errorf("%q: read back as tenant %q, base %q; want %q, %q", ns, tenant, base, c.tenant, c.base)
+		}
+		who := c.tenant + " " + c.base
+		if other, ok := seen[ns]; ok && other != who {
+			t.Errorf("%q is both %s and %s", ns, other, who)
+		}
+		seen[ns] = who
+	}
+}

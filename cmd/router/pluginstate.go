@@ -20,6 +20,7 @@ func (c *PluginCommand) state(ctx context.Context, args []string) error {
 	af.register(fs)
 	typ := fs.String("type", "", "the event type (or inbox queue) whose namespace to show or change")
 	namespace := fs.String("namespace", "", "a shared namespace (a plugin block's state_namespace), instead of -type")
+	tenant := fs.String("tenant", "", "with -type or -namespace: the tenant whose namespace it is (default: the default tenant)")
 	prefix := fs.String("prefix", "", "only keys that start with this")
 	key := fs.String("key", "", "with -delete: the one key to remove")
 	del := fs.Bool("delete", false, "remove -key, or every key with -prefix (needs -type)")
@@ -29,7 +30,7 @@ func (c *PluginCommand) state(ctx context.Context, args []string) error {
 		return flagError(err)
 	}
 	if len(rest) != 1 {
-		return &exitError{code: pluginExitError, err: errors.New("usage: router plugin state NAME [-type T | -namespace N [-prefix P]] [-delete (-type T | -namespace N) (-key K | -prefix P)]")}
+		return &exitError{code: pluginExitError, err: errors.New("usage: router plugin state NAME [-type T | -namespace N [-tenant X] [-prefix P]] [-delete (-type T | -namespace N) [-tenant X] (-key K | -prefix P)]")}
 	}
 	cl, err := af.client()
 	if err != nil {
@@ -42,6 +43,9 @@ func (c *PluginCommand) state(ctx context.Context, args []string) error {
 	}
 	if *namespace != "" {
 		q.Set("namespace", *namespace)
+	}
+	if *tenant != "" {
+		q.Set("tenant", *tenant)
 	}
 	named := *typ != "" || *namespace != ""
 	if *del {
@@ -116,6 +120,7 @@ func (c *PluginCommand) stateNamespaces(ctx context.Context, cl *apiClient, path
 	var res struct {
 		Namespaces []struct {
 			Namespace string `json:"namespace"`
+			Tenant    string `json:"tenant"`
 			Type      string `json:"type"`
 			Shared    bool   `json:"shared"`
 			Keys      int64  `json:"keys"`
@@ -134,13 +139,13 @@ func (c *PluginCommand) stateNamespaces(ctx context.Context, cl *apiClient, path
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tTYPE\tKEYS\tBYTES")
+	fmt.Fprintln(tw, "NAMESPACE\tTENANT\tTYPE\tKEYS\tBYTES")
 	for _, ns := range res.Namespaces {
 		typ := ns.Type
 		if ns.Shared {
 			typ = "(shared)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", ns.Namespace, typ, ns.Keys, ns.Bytes)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", ns.Namespace, ns.Tenant, typ, ns.Keys, ns.Bytes)
 	}
 	return tw.Flush()
 }

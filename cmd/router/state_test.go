@@ -235,6 +235,30 @@ event "t.big" {
 	if out, err := cli("counter", "-type", "t.counted"); err != nil || !strings.Contains(out, `"n"`) || !strings.Contains(out, "base64:AwAAAA==") {
 		t.Fatalf("keys (want n = 3): %v\n%s", err, out)
 	}
+	// Another tenant's events count in the tenant's own namespace.
+	req, _ := http.NewRequest("POST", "http://r/v1/events", strings.NewReader(`{"specversion":"1.0","type":"t.counted","source":"/t","id":"c0","data":{}}`))
+	req.Header.Set("Content-Type", "application/cloudevents+json")
+	req.Header.Set("X-Tenant", "acme")
+	if resp, err := c.Do(req); err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("post as acme: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out, err := cli("counter", "-type", "t.counted", "-tenant", "acme")
+		if err == nil && strings.Contains(out, "base64:AQAAAA==") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("acme's keys (want n = 1): %v\n%s", err, out)
+		}
+	}
+	if out, err := cli("counter"); err != nil || !strings.Contains(out, "@acme/counter:t.counted  acme") || !strings.Contains(out, "counter:t.counted        default") {
+		t.Fatalf("namespaces of two tenants: %v\n%s", err, out)
+	}
+	if out, err := cli("counter", "-type", "t.counted"); err != nil || !strings.Contains(out, "base64:AwAAAA==") {
+		t.Fatalf("the default tenant's keys after acme's event (want n = 3 still): %v\n%s", err, out)
+	}
 	if stats := get(t, c, "/v1/stats"); !strings.Contains(stats, `"plugin_state"`) || !strings.Contains(stats, `"keys": 1`) {
 		t.Fatalf("/v1/stats: %s", stats)
 	}
