@@ -228,6 +228,32 @@ func TestDueOrderByKey(t *testing.T) {
 	}
 }
 
+// With ordering = "key", an event waits only behind its own tenant's
+// events with its key: tenant acme's failing k1 holds back acme's k2, not
+// beta's or the default tenant's events with the same key; once k1 is
+// delivered, k2 is due.
+func TestDueOrderByKeyPerTenant(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	as := func(tenant string, r *storage.Record) *storage.Record { r.Tenant = tenant; return r }
+	insert(t, db, as("acme", record("k1", "a", t0, "k")), as("beta", record("b1", "a", t0, "k")),
+		as(storage.DefaultTenant, record("d1", "a", t0, "k")), as("acme", record("k2", "a", t0, "k")))
+	db.Update(ctx, func(tx *storage.Tx) error {
+		r, _ := tx.Record("acme/k1")
+		return tx.Reschedule(r, t0.Add(time.Minute))
+	})
+	if got := fmt.Sprint(due(t, db, "a", t0, true)); got != "[b1 d1]" {
+		t.Fatalf("due by key = %s, want [b1 d1]: only acme's k2 waits for acme's k1", got)
+	}
+	db.Update(ctx, func(tx *storage.Tx) error {
+		r, _ := tx.Record("acme/k1")
+		return tx.MarkDelivered(r, t0, time.Hour)
+	})
+	if got := fmt.Sprint(due(t, db, "a", t0, true)); got != "[b1 d1 k2]" {
+		t.Fatalf("due after k1 delivered = %s, want [b1 d1 k2]", got)
+	}
+}
+
 func TestIdempotencyRecordsExpire(t *testing.T) {
 	db := storagetest.Open(t)
 	t0 := time.Unix(1000, 0)

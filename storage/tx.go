@@ -15,7 +15,7 @@ import (
 //
 //	events              key → Record (binary, codec.go); key = id, or queue ‖ 0 ‖ id for an inbox
 //	queue/<type>        next_attempt ‖ seq → id       pending events, due order
-//	keys/<type>         partitionkey ‖ 0x00 ‖ seq → id pending events per key (ordering = "key")
+//	keys/<type>         line ‖ 0x00 ‖ seq → id         pending events per key line (ordering = "key", orderLine)
 //	dlq/<type>          moved_at ‖ seq → id           dead letters, newest last
 //	done                expires ‖ id → nil            delivered records to clean up
 //	idem                scope → IdemRecord (binary, idempotency.go; JSON before)
@@ -112,6 +112,22 @@ func u64(v uint64) []byte {
 	return b
 }
 
+// orderLine is the line in which r waits behind earlier events of its
+// partition key (ordering = "key"): the key itself for the default tenant
+// (and an inbox's records), so that a single-tenant data file looks as it
+// always did, and 0x01 ‖ tenant ‖ 0x00 ‖ key for the others, so that one
+// tenant's failing event never holds back another tenant's events with the
+// same key (docs/decisions/tenant-scope.md). CloudEvents strings hold no
+// control characters and a tenant no NUL, so no two lines, and no line and
+// another's prefix (line ‖ 0x00), are one.
+func orderLine(r *Record) string {
+	pk := r.Event.PartitionKey()
+	if pk == "" || r.Tenant == "" || r.Tenant == DefaultTenant {
+		return pk
+	}
+	return "\x01" + r.Tenant + "\x00" + pk
+}
+
 func partitionKey(pk string, seq uint64) []byte {
 	k := make([]byte, 0, len(pk)+9)
 	k = append(k, pk...)
@@ -195,12 +211,12 @@ func (tx *Tx) makePending(r *Record, orderByKey bool) error {
 	if err := tx.enqueue(r); err != nil {
 		return err
 	}
-	if pk := r.Event.PartitionKey(); orderByKey && pk != "" {
+	if line := orderLine(r); orderByKey && line != "" {
 		keys, err := tx.sub(bucketKeys, r.QueueName())
 		if err != nil {
 			return err
 		}
-		return keys.Put(partitionKey(pk, r.QueueSeq), []byte(r.Key()))
+		return keys.Put(partitionKey(line, r.QueueSeq), []byte(r.Key()))
 	}
 	return nil
 }
@@ -241,8 +257,15 @@ func (tx *Tx) dequeue(r *Record) error {
 		}
 	}
 	if keys, _ := tx.sub(bucketKeys, r.QueueName()); keys != nil {
-		if pk := r.Event.PartitionKey(); pk != "" {
-			return tx.del(keys, partitionKey(pk, r.QueueSeq))
+		if line := orderLine(r); line != "" {
+			if pk := r.Event.PartitionKey(); pk != line {
+				// Queued by a router older than tenants' lines: its
+				// entry is under the bare key.
+				if err := tx.del(keys, partitionKey(pk, r.QueueSeq)); err != nil {
+					return err
+				}
+			}
+			return tx.del(keys, partitionKey(line, r.QueueSeq))
 		}
 	}
 	return nil
@@ -289,11 +312,11 @@ func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func
 
 // firstOfKey reports whether r is the earliest pending event of its key.
 func firstOfKey(keys *bolt.Bucket, r *Record) bool {
-	pk := r.Event.PartitionKey()
-	if pk == "" {
+	line := orderLine(r)
+	if line == "" {
 		return true
 	}
-	prefix := append([]byte(pk), 0)
+	prefix := append([]byte(line), 0)
 	k, v := keys.Cursor().Seek(prefix)
 	return k == nil || !bytes.HasPrefix(k, prefix) || string(v) == r.Key()
 }
