@@ -167,6 +167,9 @@ func decodeObject(d *jsontext.Decoder, seen *interner) (switchyard.Event, error)
 				return ev, err
 			}
 			members = setMember(members, m)
+			if len(members) > MaxExtensions+len(contextAttributes) {
+				return ev, invalid("an event has at most %d extension attributes", MaxExtensions)
+			}
 		}
 	}
 	if _, err := d.ReadToken(); err != nil {

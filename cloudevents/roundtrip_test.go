@@ -227,6 +227,46 @@ func TestBindingDecodeRules(t *testing.T) {
 	}
 }
 
+// An event carries at most MaxExtensions extension attributes, in the JSON
+// format and in binary mode: one more is refused by name (strict), dropped
+// with a warning (lenient); a body of 100,000 members is refused too,
+// without first reading every member against every other.
+func TestExtensionsAreBounded(t *testing.T) {
+	object := func(n int) string {
+		var b strings.Builder
+		b.WriteString(`{"specversion":"1.0","id":"x","type":"t","source":"/s"`)
+		for i := range n {
+			fmt.Fprintf(&b, `,"x%x":1`, i)
+		}
+		return b.String() + "}"
+	}
+	headers := func(n int) []switchyard.Header {
+		hs := []switchyard.Header{{Name: "ce-specversion", Value: "1.0"}, {Name: "ce-id", Value: "x"}, {Name: "ce-type", Value: "t"}, {Name: "ce-source", Value: "/s"}}
+		for i := range n {
+			hs = append(hs, switchyard.Header{Name: fmt.Sprintf("ce-x%x", i), Value: "1"})
+		}
+		return hs
+	}
+	max := cloudevents.MaxExtensions
+	if ev, err := cloudevents.DecodeJSON([]byte(object(max))); err != nil || len(ev.Extensions) != max {
+		t.Fatalf("%d extensions in JSON: %d kept, %v", max, len(ev.Extensions), err)
+	}
+	for _, n := range []int{max + 1, 100_000} {
+		if _, err := cloudevents.DecodeJSON([]byte(object(n))); err == nil || !strings.Contains(err.Error(), "at most 256 extension attributes") {
+			t.Errorf("%d extensions in JSON: %v", n, err)
+		}
+	}
+	if ev, err := cloudevents.HTTP.Decode(headers(max), nil); err != nil || len(ev.Extensions) != max {
+		t.Fatalf("%d extension headers: %d kept, %v", max, len(ev.Extensions), err)
+	}
+	if _, err := cloudevents.HTTP.Decode(headers(max+1), nil); err == nil || !strings.Contains(err.Error(), "at most 256 extension attributes") {
+		t.Errorf("%d extension headers: %v", max+1, err)
+	}
+	if ev, warnings := cloudevents.HTTP.DecodeLenient(headers(max+1), nil); len(ev.Extensions) != max || len(warnings) != 1 {
+		t.Errorf("%d extension headers, lenient: %d kept, warnings %v", max+1, len(ev.Extensions), warnings)
+	}
+}
+
 // A NATS or Kafka message whose content type is the JSON event format is
 // read in structured mode: its body is the event.
 func TestStructuredMessage(t *testing.T) {
