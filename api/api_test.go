@@ -268,6 +268,10 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"DEL in type", structured(), `{"specversion":"1.0","type":"order.created\u007f","source":"/s"}`, 400, "invalid_event"},
 		{"control in a binary header", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/s", "Ce-Subject": "a%0Ab"}, "", 400, "invalid_event"},
 		{"wrong content type", map[string]string{"Content-Type": "application/json"}, orderJSON, 415, "unsupported_media_type"},
+		// No route decodes a content coding: the coded bytes would be
+		// stored and published as the data.
+		{"gzip body", map[string]string{"Content-Type": "application/cloudevents+json", "Content-Encoding": "gzip"}, orderJSON, 415, "unsupported_media_type"},
+		{"gzip binary", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/s", "Content-Type": "application/json", "Content-Encoding": "gzip"}, "x", 415, "unsupported_media_type"},
 		{"body too large", structured(), big, 413, "payload_too_large"},
 		{"batch too large", batchCT, "[" + strings.Join(many, ",") + "]", 413, "payload_too_large"},
 		{"empty batch", batchCT, "[]", 400, "invalid_event"},

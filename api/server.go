@@ -601,6 +601,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // readBody reads a request's body, up to listen.max_body: more is a
 // payload_too_large error.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if ce := r.Header.Values("Content-Encoding"); len(ce) > 1 || len(ce) == 1 && !strings.EqualFold(ce[0], "identity") {
+		// No route decodes a body: gzip bytes would be stored and
+		// published as the data itself.
+		return nil, switchyard.Errorf(switchyard.EMEDIATYPE, "Content-Encoding %q: the router takes bodies as they are, without a content coding", strings.Join(ce, ", "))
+	}
 	rd := http.MaxBytesReader(w, r.Body, s.listen.MaxBody)
 	var body []byte
 	var err error
