@@ -346,6 +346,9 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name, label string) flo
 	return 0
 }
 
+// A tokens_file is refused, naming why, when it is malformed or holds no
+// token, when others than its owner may read it, and when another user
+// owns it.
 func TestAuthTokensFile(t *testing.T) {
 	sum := sha256.Sum256([]byte("x"))
 	for name, c := range map[string]struct {
@@ -387,6 +390,21 @@ func TestAuthTokensFile(t *testing.T) {
 	if err := srv.Open(); err == nil || !strings.Contains(err.Error(), "(mode 0644): chmod 600 "+path) {
 		srv.Close(context.Background())
 		t.Fatalf("opened on a 0644 tokens_file: %v", err)
+	}
+	// Nor on a private file another user owns: its tokens are theirs to
+	// choose (one planted in a directory they could write).
+	if os.Geteuid() != 0 {
+		t.Log("not root: the check of a file another user owns is skipped (chown needs root)")
+		return
+	}
+	os.Chmod(path, 0o600)
+	if err := os.Chown(path, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	srv = api.New(nil, listenOn(filepath.Join(dir, "s"), "127.0.0.1:0", path), api.Options{})
+	if err := srv.Open(); err == nil || !strings.Contains(err.Error(), "is owned by uid 4242, not by the router's user") {
+		srv.Close(context.Background())
+		t.Fatalf("opened on a tokens_file of uid 4242: %v", err)
 	}
 }
 

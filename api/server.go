@@ -184,20 +184,12 @@ func (s *Server) Open() error {
 	if tcp != nil {
 		s.served++
 		go func() { s.done <- s.tcpSrv.Serve(tcp) }()
-		if host, _, _ := net.SplitHostPort(s.listen.HTTP); !isLoopback(host) {
+		if host, _, _ := net.SplitHostPort(s.listen.HTTP); !config.LoopbackHost(host) {
 			s.log.Warn("the TCP listener is not on loopback: bearer tokens travel in clear text unless TLS is put in front", "addr", tcp.Addr().String())
 		}
 		s.log.Info("API on TCP", "addr", tcp.Addr().String(), "tokens", s.tokens.Load().Len())
 	}
 	return nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // TCPAddr is the address of the TCP listener ("" when off): with port 0 in

@@ -463,6 +463,9 @@ plugin "p" { wasm = "p.wasm" }
 		{"inbox deliver url", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  deliver { url = \"ftp://x\" }\n}\n", "test.hcl:7:19: Invalid URL"},
 		{"inbox undeclared plugin", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  plugins = [\"q\"]\n}\n", "test.hcl:7:14: Unknown plugin"},
 		{"http without tokens", "listen {\n  http = \":8080\"\n}\n", "test.hcl:2:10: Missing tokens_file"},
+		// pprof has no authentication: loopback only.
+		{"pprof on every interface", "listen {\n  pprof = \":6060\"\n}\n", "test.hcl:2:11: pprof off loopback"},
+		{"pprof on a public address", "listen {\n  pprof = \"192.0.2.2:6060\"\n}\n", "test.hcl:2:11: pprof off loopback"},
 		{"huge number", "plugin \"p\" {\n  wasm = \"p\"\n  config = { a = \"${1e400000000}\" }\n}\n", "test.hcl:3:21: Number out of range"},
 		{"port", "nats \"n\" {\n  embedded = true\n  port = 70000\n}\n", "test.hcl:3:10: Invalid value: port must be at most 65535"},
 		{"max_body huge", "listen {\n  max_body = \"100GB\"\n}\n", `test.hcl:2:14: Invalid size: max_body: 100GB is over the limit of 256MiB`},

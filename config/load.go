@@ -390,6 +390,10 @@ func (d *decoder) listen(b *hcl.Block, l *Listen) {
 		l.TokensAt = posOf(c.Attributes["tokens_file"].Expr.Range())
 	}
 	d.address(c.Attributes["pprof"], &l.Pprof)
+	if host, _, err := net.SplitHostPort(l.Pprof); err == nil && !LoopbackHost(host) {
+		d.errorf(c.Attributes["pprof"].Expr.Range(), "pprof off loopback",
+			"pprof %q: the profiles (and every goroutine's stack) are served without authentication; keep pprof on a loopback address such as 127.0.0.1:6060.", l.Pprof)
+	}
 	d.size(c.Attributes["max_body"], &l.MaxBody, 256*mib)
 	d.integer(c.Attributes["max_batch"], &l.MaxBatch, 1, 100_000)
 	d.integer(c.Attributes["max_connections"], &l.MaxConnections, 1, 1<<20)

@@ -39,8 +39,10 @@ func (s Secret) Read() (string, error) {
 }
 
 // CheckPrivate refuses a file that anyone but its owner may read or write
-// (any of the mode bits 0077), as ssh refuses such a key: a file of secrets
-// is only as private as its mode.
+// (any of the mode bits 0077), or that is owned by another user than the
+// router's (root excepted), as ssh refuses such a key: a file of secrets is
+// only as private as its mode, and one another user owns is theirs to
+// choose (a password planted in a directory they could write, say).
 func CheckPrivate(path string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -48,6 +50,9 @@ func CheckPrivate(path string) error {
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return fmt.Errorf("%s may be read by others than its owner (mode %04o): chmod 600 %s", path, perm, path)
+	}
+	if uid, ok := ownerOf(fi); ok && uid != 0 && uid != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not by the router's user (uid %d): a secret must be the router's own (chown it)", path, uid, os.Geteuid())
 	}
 	return nil
 }

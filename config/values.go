@@ -197,6 +197,16 @@ func (d *decoder) address(a *hcl.Attribute, dst *string) {
 	}
 }
 
+// LoopbackHost says whether host (of host:port) is a loopback address or
+// localhost; "" (every interface) is not.
+func LoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // strs decodes a list of strings and returns the range of each element, for
 // errors about one entry; a list that is not written out as [...] gives each
 // element the whole value's range.
