@@ -231,15 +231,39 @@ func (d *decoder) required(c *hcl.BodyContent, name string, b *hcl.Block, hint s
 	return s
 }
 
-// requiredList decodes a list of strings that b needs at least one of.
-func (d *decoder) requiredList(c *hcl.BodyContent, name string, b *hcl.Block, hint string) []string {
+// requiredList decodes a list of strings that b needs at least one of;
+// check, when not nil, is asked about each (an error at the element).
+func (d *decoder) requiredList(c *hcl.BodyContent, name string, b *hcl.Block, hint string, check func(string) error) []string {
 	before := len(d.diags)
 	var list []string
-	d.strs(c.Attributes[name], &list)
+	rngs := d.strs(c.Attributes[name], &list)
 	if len(list) == 0 && len(d.diags) == before {
 		d.errorf(b.DefRange, "Missing required argument", "The %s block needs %s = %s.", b.Type, name, hint)
 	}
+	for i, s := range list {
+		if err := checkName(check, s); err != nil && i < len(rngs) {
+			d.errorf(rngs[i], "Invalid name", "%s: %v.", name, err)
+		}
+	}
 	return list
+}
+
+// check reports at a what check says is wrong with its value s ("" when a
+// is absent: reported as missing elsewhere).
+func (d *decoder) check(a *hcl.Attribute, s string, check func(string) error) {
+	if a == nil || s == "" {
+		return
+	}
+	if err := check(s); err != nil {
+		d.errorf(a.Expr.Range(), "Invalid name", "%s: %v.", a.Name, err)
+	}
+}
+
+func checkName(check func(string) error, s string) error {
+	if check == nil {
+		return nil
+	}
+	return check(s)
 }
 
 // unused reports attributes that do not apply to the sink kind in use;
@@ -457,9 +481,11 @@ func (d *decoder) route(b *hcl.Block) Route {
 	switch kind {
 	case "nats":
 		r.Subject = d.required(c, "subject", b, `"<subject>" for a NATS sink`)
+		d.check(c.Attributes["subject"], r.Subject, func(s string) error { return CheckSubject(s, false) })
 		d.unused(c, "NATS", "topic")
 	case "kafka":
 		r.Topic = d.required(c, "topic", b, `"<topic>" for a Kafka sink`)
+		d.check(c.Attributes["topic"], r.Topic, CheckTopic)
 		d.unused(c, "Kafka", "subject")
 	}
 	return r
@@ -620,7 +646,7 @@ func (d *decoder) stream(b *hcl.Block, embedded bool) Stream {
 		s.Duplicates = DefaultEmbeddedDuplicates
 	}
 	c := d.content(b.Body, streamSchema)
-	s.Subjects = d.requiredList(c, "subjects", b, `["<subject>", ...]`)
+	s.Subjects = d.requiredList(c, "subjects", b, `["<subject>", ...]`, func(s string) error { return CheckSubject(s, true) })
 	d.oneOf(c.Attributes["storage"], &s.Storage, "file", "memory")
 	d.integer(c.Attributes["replicas"], &s.Replicas, 1, math.MaxInt)
 	d.duration(c.Attributes["max_age"], &s.MaxAge, false)
@@ -636,7 +662,7 @@ func (d *decoder) stream(b *hcl.Block, embedded bool) Stream {
 func (d *decoder) kafka(b *hcl.Block) Kafka {
 	k := NewKafka(b.Labels[0])
 	c := d.content(b.Body, kafkaSchema)
-	k.Brokers = d.requiredList(c, "brokers", b, `["host:9092", ...]`)
+	k.Brokers = d.requiredList(c, "brokers", b, `["host:9092", ...]`, nil)
 	if a := c.Attributes["brokers"]; a != nil && len(k.Brokers) > 0 {
 		rngs := d.strs(a, &k.Brokers)
 		for i, broker := range k.Brokers {
@@ -708,7 +734,7 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 	in := newInbox(b.Labels[0], from, kind == "kafka", defaults)
 	switch kind {
 	case "kafka":
-		in.Topics = d.requiredList(c, "topics", b, `["<topic>", ...] for a Kafka sink`)
+		in.Topics = d.requiredList(c, "topics", b, `["<topic>", ...] for a Kafka sink`, CheckTopic)
 		d.str(c.Attributes["group"], &in.Group)
 		d.str(c.Attributes["instance_id"], &in.InstanceID)
 		d.duration(c.Attributes["session_timeout"], &in.SessionTimeout, true)
@@ -716,6 +742,7 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		d.unused(c, "Kafka", "subject", "durable")
 	case "nats":
 		in.Subject = d.required(c, "subject", b, `"<subject>" for a NATS sink`)
+		d.check(c.Attributes["subject"], in.Subject, func(s string) error { return CheckSubject(s, true) })
 		d.str(c.Attributes["durable"], &in.Durable)
 		d.unused(c, "NATS", "topics", "group", "instance_id", "session_timeout", "read_committed")
 	}

@@ -1,5 +1,10 @@
 package config
 
+import (
+	"fmt"
+	"strings"
+)
+
 // The names the configuration's blocks go by elsewhere, each made here and
 // nowhere else: a route names a sink ("nats.local", "kafka.main"), an
 // inbox's events wait in a queue of their own ("inbox:payments") and are
@@ -25,3 +30,65 @@ func InboxSinkName(inbox string) string { return inboxSinkPrefix + inbox }
 
 // InboxQueueName is the queue the events of the inbox named inbox wait in.
 func InboxQueueName(inbox string) string { return InboxQueuePrefix + inbox }
+
+// The broker names a configuration (or a plugin's destination) may use.
+// Checked when the file is read, so that a name no broker takes is an error
+// at its file:line:col, not a dead letter for every event at run time.
+
+// CheckSubject says why s is not a NATS subject: tokens split by '.', none
+// empty, no white space; with wildcards (a stream's or a consumer's
+// filter) a token may be '*', and '>' may be the last; without (where a
+// message is published) neither may appear. The same rules as
+// nats-server's IsValidSubject and IsValidPublishSubject
+// (TestSubjectRulesMatchTheServer checks them against it); hand-written so
+// that config does not import the server.
+func CheckSubject(s string, wildcards bool) error {
+	if s == "" {
+		return fmt.Errorf("a subject is not empty")
+	}
+	if strings.ContainsAny(s, " \t\r\n\f") {
+		return fmt.Errorf("subject %q holds white space", s)
+	}
+	tokens := strings.Split(s, ".")
+	for i, t := range tokens {
+		switch {
+		case t == "":
+			return fmt.Errorf("subject %q has an empty token (tokens are split by single dots)", s)
+		case (t == "*" || t == ">") && !wildcards:
+			return fmt.Errorf("subject %q has the wildcard %q: a message is published to one subject, without wildcards", s, t)
+		case t == ">" && i < len(tokens)-1:
+			return fmt.Errorf("subject %q: '>' may only be the last token", s)
+		}
+	}
+	return nil
+}
+
+// CheckTopic says why s is not a Kafka topic name: 1 to 249 of the
+// characters a-z A-Z 0-9 . _ -, and not "." or ".." (Kafka's own rule).
+func CheckTopic(s string) error {
+	switch {
+	case s == "" || len(s) > 249:
+		return fmt.Errorf("topic %q: a topic name has 1 to 249 characters", s)
+	case s == "." || s == "..":
+		return fmt.Errorf("topic %q: Kafka refuses %q as a topic name", s, s)
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("topic %q has %q: topic names use a-z, A-Z, 0-9, '.', '_' and '-'", s, r)
+		}
+	}
+	return nil
+}
+
+// CheckTarget says why target cannot be a topic or subject of sink (a
+// route's or a plugin's destination "<sink>:<target>"): a subject for a
+// NATS sink, a topic name for a Kafka one.
+func CheckTarget(sink, target string) error {
+	switch {
+	case strings.HasPrefix(sink, natsSinkPrefix):
+		return CheckSubject(target, false)
+	case strings.HasPrefix(sink, kafkaSinkPrefix):
+		return CheckTopic(target)
+	}
+	return nil
+}

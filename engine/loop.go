@@ -548,14 +548,28 @@ func (l *Loop) destinations(b *batch, d string) ([]dest, error) {
 		}
 		return b.routes, nil
 	}
-	sink, topic, ok := strings.Cut(d, ":")
-	if !ok || topic == "" {
-		return nil, switchyard.Permanentf("destination %q is not <sink>:<topic or subject>", d)
-	}
-	if _, ok := l.e.sinks()[sink]; !ok {
-		return nil, switchyard.Permanentf("destination %q names sink %q, which is not configured", d, sink)
+	sink, topic, err := l.e.destination(d)
+	if err != nil {
+		return nil, err
 	}
 	return []dest{{full: d, sink: sink, topic: topic}}, nil
+}
+
+// destination splits a plugin's destination "<sink>:<topic or subject>",
+// or says why it names nowhere a message can go (a permanent failure: the
+// same output would fail every time).
+func (e *Engine) destination(d string) (sink, topic string, err error) {
+	sink, topic, ok := strings.Cut(d, ":")
+	if !ok || topic == "" {
+		return "", "", switchyard.Permanentf("destination %q is not <sink>:<topic or subject>", d)
+	}
+	if _, ok := e.sinks()[sink]; !ok {
+		return "", "", switchyard.Permanentf("destination %q names sink %q, which is not configured", d, sink)
+	}
+	if err := config.CheckTarget(sink, topic); err != nil {
+		return "", "", switchyard.Permanentf("destination %q: %v", d, err)
+	}
+	return sink, topic, nil
 }
 
 // newOutput returns a zero output from the batch's slab, sized for one

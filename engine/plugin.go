@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -37,6 +38,9 @@ func (e *Engine) runChain(ctx context.Context, queue string, chain []switchyard.
 			for _, o := range got {
 				if o.Destination == "" {
 					o.Destination = outs[i].Destination
+				} else if _, _, err := e.destination(o.Destination); err != nil {
+					// Named here, where the plugin that chose it is known.
+					return nil, fmt.Errorf("plugin %q, event %q: %w", p.Name(), ev.ID, err)
 				}
 				next = append(next, o)
 			}

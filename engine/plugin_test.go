@@ -45,13 +45,17 @@ event %[2]q {
 }
 
 // A chain's outputs go to their own destinations or the type's routes; a
-// destination naming a sink that is not configured is a reject (DLQ at
-// once, with the reason); outputs split from one event get distinct
-// Nats-Msg-Ids.
+// destination naming a sink that is not configured, or a subject no
+// message can be published to, is a reject (DLQ at once, with a reason
+// that names the plugin and the event); outputs split from one event get
+// distinct Nats-Msg-Ids.
 func TestPluginChainDestinations(t *testing.T) {
 	split := funcPlugin{name: "split", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-		if ev.Subject == "bad" {
+		switch ev.Subject {
+		case "bad":
 			return []switchyard.PluginOutput{{Destination: "kafka.nope:x", Event: *ev}}, nil
+		case "wild":
+			return []switchyard.PluginOutput{{Destination: "nats.local:t.>", Event: *ev}}, nil
 		}
 		var outs []switchyard.PluginOutput
 		for i := range 3 {
@@ -76,6 +80,7 @@ event "t.chain" {
 `, true, withPlugins(split))
 	ok := h.ingest("t.chain", 1)[0]
 	bad := h.ingestEvent(switchyard.Event{ID: "bad-1", Type: "t.chain", Source: "/t", SpecVersion: "1.0", Subject: "bad"})
+	wild := h.ingestEvent(switchyard.Event{ID: "wild-1", Type: "t.chain", Source: "/t", SpecVersion: "1.0", Subject: "wild"})
 	if _, err := h.eng.Loop("t.chain").Poll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +95,12 @@ event "t.chain" {
 		t.Fatalf("outputs: %s", got)
 	}
 	rec := h.record(bad)
-	if rec.State != storage.StateDLQ || rec.Attempts != 1 || !strings.Contains(rec.LastError, `sink "kafka.nope"`) {
+	if rec.State != storage.StateDLQ || rec.Attempts != 1 || !strings.Contains(rec.LastError, `plugin "split", event "bad-1": destination "kafka.nope:x" names sink "kafka.nope"`) {
 		t.Fatalf("unknown destination: %s attempts %d %q", rec.State, rec.Attempts, rec.LastError)
+	}
+	rec = h.record(wild)
+	if rec.State != storage.StateDLQ || rec.Attempts != 1 || !strings.Contains(rec.LastError, `plugin "split", event "wild-1": destination "nats.local:t.>": subject "t.>" has the wildcard ">"`) {
+		t.Fatalf("wildcard destination: %s attempts %d %q", rec.State, rec.Attempts, rec.LastError)
 	}
 }
 

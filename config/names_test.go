@@ -1,0 +1,37 @@
+package config
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// CheckSubject takes what nats-server takes and refuses what it refuses,
+// for filters (wildcards) and for publish subjects (none).
+func TestSubjectRulesMatchTheServer(t *testing.T) {
+	for _, s := range []string{
+		"demo", "demo.greeting", "demo.*", "demo.>", ">", "*", "demo.*.x", "a.b.c.d",
+		"", ".", "demo.", ".demo", "demo..a", "demo a", "demo.a b", "demo\tx", "demo.>.x", ">.x",
+		"demo.a>", "demo.*a", "a*.b", "é.ü", "demo.-_~", "demo.\r",
+	} {
+		if ok := CheckSubject(s, true) == nil; ok != server.IsValidSubject(s) {
+			t.Errorf("filter %q: CheckSubject says %v, the server %v", s, ok, server.IsValidSubject(s))
+		}
+		if ok := CheckSubject(s, false) == nil; ok != server.IsValidPublishSubject(s) {
+			t.Errorf("publish subject %q: CheckSubject says %v, the server %v", s, ok, server.IsValidPublishSubject(s))
+		}
+	}
+}
+
+// CheckTopic takes Kafka's legal topic names and refuses the others.
+func TestTopicRules(t *testing.T) {
+	for s, ok := range map[string]bool{
+		"orders": true, "orders.v1": true, "a_b-c": true, "..x": true,
+		"": false, ".": false, "..": false, "bad topic": false, "a/b": false, "é": false,
+		string(make([]byte, 250)): false,
+	} {
+		if got := CheckTopic(s) == nil; got != ok {
+			t.Errorf("topic %q: ok %v, want %v", s, got, ok)
+		}
+	}
+}
