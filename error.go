@@ -57,3 +57,13 @@ func ErrorCode(err error) string {
 	}
 	return EINTERNAL
 }
+
+// ErrorMessage returns the message of err's *Error (without its code), or
+// err's text.
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return err.Error()
+}

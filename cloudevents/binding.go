@@ -1,7 +1,6 @@
 package cloudevents
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 	"sort"
@@ -173,7 +172,7 @@ func (b Binding) Decode(hs []switchyard.Header, data []byte) (switchyard.Event, 
 	}
 	var first error
 	ev := b.decodeBinary(hs, data, func(header string, err error) bool {
-		first = invalid("header %s: %s", header, errorMessage(err))
+		first = invalid("header %s: %s", header, switchyard.ErrorMessage(err))
 		return false
 	})
 	return ev, first
@@ -192,10 +191,10 @@ func (b Binding) DecodeLenient(hs []switchyard.Header, data []byte) (ev switchya
 		if err == nil {
 			return ev, nil
 		}
-		warnings = append(warnings, "structured body: "+errorMessage(err)+"; read in binary mode")
+		warnings = append(warnings, "structured body: "+switchyard.ErrorMessage(err)+"; read in binary mode")
 	}
 	ev = b.decodeBinary(hs, data, func(header string, err error) bool {
-		warnings = append(warnings, warn(header, "%s", errorMessage(err)))
+		warnings = append(warnings, warn(header, "%s", switchyard.ErrorMessage(err)))
 		return true
 	})
 	return ev, warnings
@@ -435,12 +434,4 @@ func FromHTTP(h http.Header) []switchyard.Header {
 	}
 	sort.Slice(hs, func(i, j int) bool { return hs[i].Name < hs[j].Name })
 	return hs
-}
-
-// errorMessage is an error's text without the invalid_event code prefix.
-func errorMessage(err error) string {
-	if e := (*switchyard.Error)(nil); errors.As(err, &e) {
-		return e.Message
-	}
-	return err.Error()
 }

@@ -256,11 +256,19 @@ func (o *output) check() error {
 	if strings.ContainsAny(o.Destination, " \t\r\n") {
 		return fmt.Errorf("destination %q contains white space", o.Destination)
 	}
-	if o.HasKey && !utf8.ValidString(o.Key) {
-		return fmt.Errorf("the key is not valid UTF-8")
+	// The key and header values are attribute strings, as at ingest: UTF-8
+	// without control characters, or a consumer would decode CR LF into
+	// an attribute no client could have sent.
+	if o.HasKey {
+		if err := cloudevents.Check("partitionkey", o.Key); err != nil {
+			return fmt.Errorf("the key: %s", switchyard.ErrorMessage(err))
+		}
 	}
 	if !o.HasHeaders {
 		return nil
+	}
+	if len(o.Headers) > cloudevents.MaxExtensions {
+		return fmt.Errorf("%d headers: an event has at most %d extension attributes", len(o.Headers), cloudevents.MaxExtensions)
 	}
 	for _, h := range o.Headers {
 		if !cloudevents.ValidExtensionName(h.Name) {
@@ -272,8 +280,8 @@ func (o *output) check() error {
 		if len(h.Value) > maxHeaderValue {
 			return fmt.Errorf("header %q: the value is longer than %d bytes", h.Name, maxHeaderValue)
 		}
-		if !utf8.ValidString(h.Value) {
-			return fmt.Errorf("header %q: the value is not valid UTF-8", h.Name)
+		if err := cloudevents.Check(h.Name, h.Value); err != nil {
+			return fmt.Errorf("header %q: %s", h.Name, switchyard.ErrorMessage(err))
 		}
 	}
 	if !slices.IsSortedFunc(o.Headers, cmpHeader) {

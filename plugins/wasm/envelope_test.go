@@ -63,10 +63,13 @@ func TestDecodeOutput(t *testing.T) {
 		{"trailing bytes", []byte("\x00\x00\x00\x00\x00zz"), "at byte 5: 2 bytes follow the last field (flags 0x00)"},
 		{"header name", hdr("Trace-Parent", "x"), `header name "Trace-Parent": names are 1 to 64 lower-case letters and digits`},
 		{"context attribute", hdr("type", "x"), `header name "type" is a CloudEvents context attribute`},
-		{"header value", hdr("a", "\xff"), `header "a": the value is not valid UTF-8`},
+		{"header value", hdr("a", "\xff"), `header "a": attribute "a" is not valid UTF-8`},
+		{"CR LF in a header value", hdr("x", "a\r\nNats-Msg-Id: evil"), `header "x": attribute "x" has the control character U+000D at byte 1`},
 		{"long header value", hdr("a", strings.Repeat("v", 4097)), `header "a": the value is longer than 4096 bytes`},
 		{"duplicate header", appendOutput(nil, &output{HasHeaders: true, Headers: []switchyard.Header{{Name: "a"}, {Name: "a"}}}), `header "a" appears twice`},
-		{"key", appendOutput(nil, &output{HasKey: true, Key: "\xc0"}), "the key is not valid UTF-8"},
+		{"key", appendOutput(nil, &output{HasKey: true, Key: "\xc0"}), `the key: attribute "partitionkey" is not valid UTF-8`},
+		{"CR LF in the key", appendOutput(nil, &output{HasKey: true, Key: "k\r\nx:"}), `the key: attribute "partitionkey" has the control character U+000D`},
+		{"too many headers", appendOutput(nil, &output{HasHeaders: true, Headers: make([]switchyard.Header, 257)}), "257 headers: an event has at most 256 extension attributes"},
 		{"destination", appendOutput(nil, &output{Destination: "nats.local: x"}), `destination "nats.local: x" contains white space`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
