@@ -255,6 +255,13 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"wrong specversion", structured(), `{"specversion":"0.3","type":"order.created","source":"/s"}`, 400, "invalid_event"},
 		{"bad time", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"yesterday"}`, 400, "invalid_event"},
 		{"bad extension name", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","Bad-Name":"x"}`, 400, "invalid_event"},
+		// The JSON format's types: context attributes are strings, an
+		// extension's number a whole 32-bit one.
+		{"number specversion", structured(), `{"specversion":1.0,"type":"order.created","source":"/s"}`, 400, "invalid_event"},
+		{"number id", structured(), `{"specversion":"1.0","id":5,"type":"order.created","source":"/s"}`, 400, "invalid_event"},
+		{"boolean type", structured(), `{"specversion":"1.0","type":true,"source":"/s"}`, 400, "invalid_event"},
+		{"fraction extension", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","amount":1.5}`, 400, "invalid_event"},
+		{"huge extension", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","amount":1e400}`, 400, "invalid_event"},
 		{"object attribute", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","subject":{}}`, 400, "invalid_event"},
 		{"data and data_base64", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","data":1,"data_base64":"AA=="}`, 400, "invalid_event"},
 		{"slash in id", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","id":"../x"}`, 400, "invalid_event"},

@@ -221,8 +221,19 @@ func memberName(quoted jsontext.Value, seen *interner) (string, error) {
 }
 
 // memberOf reads an attribute value: a string's text, a number or boolean
-// in its JSON form, null as absent; objects and arrays are refused.
+// in its JSON form, null as absent. The JSON format's types hold: a context
+// attribute is a string; an extension a string, a boolean or an Integer (a
+// whole number in 32 bits, the only number CloudEvents has); objects and
+// arrays are refused.
 func memberOf(name string, v jsontext.Value, seen *interner) (member, error) {
+	switch k := v.Kind(); {
+	case (k == 't' || k == 'f' || k == '0') && isContextAttribute(name):
+		return member{}, invalid("attribute %q must be a JSON string, not %s", name, v)
+	case k == '0':
+		if _, err := strconv.ParseInt(string(v), 10, 32); err != nil {
+			return member{}, invalid("extension attribute %q: %s is not a CloudEvents Integer (a whole number from -2147483648 to 2147483647); send other numbers as strings", name, v)
+		}
+	}
 	switch v.Kind() {
 	case '"':
 		if bytes.IndexByte(v, '\\') < 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -94,11 +95,23 @@ func refAttrString(name string, v json.RawMessage) (*string, error) {
 		return &s, nil
 	case v[0] == '{' || v[0] == '[':
 		return nil, refInvalid("attribute %q must be a string, number or boolean", name)
+	case refContext[name]:
+		return nil, refInvalid("attribute %q must be a JSON string", name)
+	case v[0] != 't' && v[0] != 'f':
+		if _, err := strconv.ParseInt(string(v), 10, 32); err != nil {
+			return nil, refInvalid("extension attribute %q: not a CloudEvents Integer", name)
+		}
+		fallthrough
 	default:
 		s := string(v)
 		return &s, nil
 	}
 }
+
+// refContext are the context attributes: JSON strings only.
+var refContext = map[string]bool{"specversion": true, "id": true, "source": true, "type": true,
+	"subject": true, "time": true, "datacontenttype": true, "dataschema": true}
+
 func refIsNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
 
 func refInvalid(format string, args ...any) error {
@@ -106,7 +119,9 @@ func refInvalid(format string, args ...any) error {
 }
 
 // The streaming decoder accepts exactly what the map-based one accepted
-// and reads the same event from it. Two differences on purpose: a body
+// (with the JSON format's types since 2026-12: context attributes are
+// strings, number extensions whole 32-bit numbers) and reads the same
+// event from it. Two differences on purpose: a body
 // that is JSON null, which the map-based decoder read as an empty event,
 // and a lone surrogate escape ("\ud800"), which it turned into U+FFFD and
 // the new one refuses as invalid JSON text (RFC 8259 §8.2).
