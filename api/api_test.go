@@ -342,6 +342,33 @@ func TestIdempotencyKeyConcurrentSameBody(t *testing.T) {
 	}
 }
 
+// A retry under the same Idempotency-Key replays the stored response when
+// only how it was sent changed: a new traceparent (tracing middleware
+// makes one per attempt), none, or the structured content type spelled
+// with other case or a charset.
+func TestIdempotencyKeyRetryWithNewTrace(t *testing.T) {
+	r := newRouter(t)
+	first := r.post(structured("Idempotency-Key", "k", "Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), orderJSON)
+	if first.status != 202 {
+		t.Fatal(first.status, string(first.body))
+	}
+	for _, h := range []map[string]string{
+		structured("Idempotency-Key", "k", "Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"),
+		structured("Idempotency-Key", "k"),
+		{"Content-Type": "Application/CloudEvents+JSON; charset=utf-8", "Idempotency-Key": "k"},
+	} {
+		rep := r.post(h, orderJSON)
+		if rep.status != 202 || rep.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(rep.body, first.body) {
+			t.Errorf("retry %v: %d %s", h, rep.status, rep.body)
+		}
+	}
+	if n := r.stored(); n != 1 {
+		t.Errorf("%d events stored, want 1", n)
+	}
+}
+
+// The same Idempotency-Key with another body is a 422 that stores nothing;
+// keys are each tenant's own.
 func TestIdempotencyKeyReuseWithAnotherBody(t *testing.T) {
 	r := newRouter(t)
 	if rep := r.post(structured("Idempotency-Key", "k"), orderJSON); rep.status != 202 {

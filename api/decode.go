@@ -219,14 +219,22 @@ func eventDigest(ev *switchyard.Event) []byte {
 }
 
 // requestDigest fingerprints a whole request for the Idempotency-Key: its
-// content type, its ce-* and trace headers, and its body.
+// content type, its ce-* headers and its body — what makes the event, not
+// how this attempt was sent. Left out: the trace headers (a retry carries
+// a new traceparent: tracing middleware makes one per attempt) and, in
+// structured and batch mode, the content type's spelling and parameters
+// (the body is the event either way). A request without them digests as
+// it always did, so a retry across an upgrade still matches.
 func requestDigest(h http.Header, body []byte) []byte {
 	d := sha256.New()
-	d.Write([]byte(h.Get("Content-Type")))
+	ct := h.Get("Content-Type")
+	if media := cloudevents.Media(ct); media == cloudevents.MediaStructured || media == cloudevents.MediaBatch {
+		ct = media
+	}
+	d.Write([]byte(ct))
 	var names []string
 	for k := range h {
-		lk := strings.ToLower(k)
-		if strings.HasPrefix(lk, cloudevents.HTTP.Prefix()) || cloudevents.IsPassThrough(lk) {
+		if strings.HasPrefix(strings.ToLower(k), cloudevents.HTTP.Prefix()) {
 			names = append(names, k)
 		}
 	}
