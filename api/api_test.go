@@ -253,6 +253,8 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"missing source", structured(), `{"specversion":"1.0","type":"order.created"}`, 400, "invalid_event"},
 		{"missing specversion", structured(), `{"type":"order.created","source":"/s"}`, 400, "invalid_event"},
 		{"wrong specversion", structured(), `{"specversion":"0.3","type":"order.created","source":"/s"}`, 400, "invalid_event"},
+		{"time past 2261", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"2300-01-01T00:00:00Z"}`, 400, "invalid_event"},
+		{"time before 1678", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"1000-01-01T00:00:00Z"}`, 400, "invalid_event"},
 		{"bad time", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"yesterday"}`, 400, "invalid_event"},
 		{"bad extension name", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","Bad-Name":"x"}`, 400, "invalid_event"},
 		// The JSON format's types: context attributes are strings, an

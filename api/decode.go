@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // Limits on attributes the router stores and puts in URLs and headers.
@@ -182,6 +183,9 @@ func validate(in *engine.IngestEvent) error {
 		if r < 0x20 || r == 0x7f || r == '/' {
 			return switchyard.Errorf(switchyard.EINVALID, "id must not contain control characters or '/'")
 		}
+	}
+	if err := storage.CheckTime(ev.Time); err != nil {
+		return switchyard.Errorf(switchyard.EINVALID, "%v", err)
 	}
 	if in.ClientID = ev.ID != ""; in.ClientID {
 		in.Digest = eventDigest(ev)

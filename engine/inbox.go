@@ -174,6 +174,12 @@ func (in *inbox) receiveOne(tx *storage.Tx, m *switchyard.Inbound, batch map[str
 		return skip, nil
 	}
 	rec := &storage.Record{Event: m.Event, Tenant: storage.DefaultTenant, Queue: InboxQueue(name), CreatedAt: now, UpdatedAt: now}
+	if storage.CheckTime(rec.Event.Time) != nil {
+		// A time the data file cannot hold is left out, as the lenient
+		// decoder leaves out one that does not parse: never stored as
+		// another time, never a reason to wedge.
+		rec.Event.Time = time.Time{}
+	}
 	if err := tx.InsertEvent(rec, in.policy.ByKey()); err != nil {
 		if errors.Is(err, storage.ErrExists) {
 			// Stored before, its id since forgotten: the record (waiting

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/switchyard-router/switchyard"
@@ -155,10 +156,34 @@ func appendBool(b []byte, v bool) []byte {
 }
 
 func appendTime(b []byte, t time.Time) []byte {
-	if t.IsZero() {
+	switch n := t.UnixNano(); {
+	case t.IsZero():
 		return binary.AppendVarint(b, 0)
+	case n == 0: // the Unix epoch itself: not "no time"
+		return binary.AppendVarint(b, epochMark)
+	default:
+		return binary.AppendVarint(b, n)
 	}
-	return binary.AppendVarint(b, t.UnixNano())
+}
+
+// epochMark stands for 1970-01-01T00:00:00Z, whose UnixNano (0) means "no
+// time": the one int64 no storable time has (it is MinTime less 192 ns).
+const epochMark = math.MinInt64
+
+// MinTime and MaxTime bound the times a record can hold: nanoseconds since
+// the Unix epoch in an int64. Ingest refuses an event time outside them
+// (CheckTime), which would otherwise be stored as another time.
+var (
+	MinTime = time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// CheckTime says why t, unless zero, cannot be stored as it is.
+func CheckTime(t time.Time) error {
+	if !t.IsZero() && (t.Before(MinTime) || !t.Before(MaxTime)) {
+		return fmt.Errorf("time %s is outside the years 1678 to 2261 the router can store", t.Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // decoder reads the layout above; the first error sticks and every later
@@ -241,9 +266,12 @@ func (d *decoder) bytes() []byte {
 }
 
 func (d *decoder) time() time.Time {
-	n := d.varint()
-	if n == 0 {
+	switch n := d.varint(); n {
+	case 0:
 		return time.Time{}
+	case epochMark:
+		return time.Unix(0, 0).UTC()
+	default:
+		return time.Unix(0, n).UTC()
 	}
-	return time.Unix(0, n).UTC()
 }

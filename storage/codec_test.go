@@ -55,6 +55,32 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
+// An event time comes back as it was stored at both ends of the range a
+// record holds and at the Unix epoch itself (whose nanoseconds, 0, also
+// mean "no time"); CheckTime refuses a time just outside the range, which
+// would come back as another time.
+func TestRecordTimes(t *testing.T) {
+	for _, tm := range []time.Time{time.Unix(0, 0).UTC(), MinTime, MaxTime.Add(-time.Nanosecond), time.Unix(0, 1).UTC(), {}} {
+		r := &Record{Event: switchyard.Event{ID: "x", Time: tm}}
+		if err := CheckTime(tm); err != nil {
+			t.Errorf("%v: %v", tm, err)
+		}
+		b, err := encodeRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeRecord(b)
+		if err != nil || !got.Event.Time.Equal(tm) || got.Event.Time.IsZero() != tm.IsZero() {
+			t.Errorf("time %v came back as %v (%v)", tm, got.Event.Time, err)
+		}
+	}
+	for _, tm := range []time.Time{MinTime.Add(-time.Nanosecond), MaxTime, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC)} {
+		if err := CheckTime(tm); err == nil || !strings.Contains(err.Error(), "outside the years 1678 to 2261") {
+			t.Errorf("%v: %v", tm, err)
+		}
+	}
+}
+
 func FuzzDecodeRecord(f *testing.F) {
 	b, _ := encodeRecord(sampleRecord())
 	f.Add(b)
