@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"os"
 	"runtime/debug"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -95,10 +96,16 @@ func checkSize(path string) error {
 	return nil
 }
 
-// openBolt opens the file with bbolt after checkSize.
+// openBolt opens the file with bbolt after checkSize (and, to write,
+// walkPages).
 func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	if err := checkSize(path); err != nil {
 		return nil, err
+	}
+	if !opts.ReadOnly {
+		if err := walkPages(path); err != nil {
+			return nil, err
+		}
 	}
 	before, _ := os.Stat(path)
 	err = faultSafe(func() (err error) {
@@ -119,6 +126,36 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 		}
 	}
 	return db, err
+}
+
+// walkPages reads the header of every page the file's buckets reach, as
+// bbolt does when it opens a file to write without a stored free list
+// (NoFreelistSync) — but here, read-only and on this goroutine, where a
+// damaged page is an error. bbolt makes that walk on a goroutine of its
+// own, so a damaged page there ends the process with a stack trace that
+// faultSafe cannot catch. A file that does not exist yet has nothing to
+// walk; one bbolt cannot open is left to the open that follows, which says
+// why.
+func walkPages(path string) error {
+	if _, err := os.Stat(path); err != nil {
+		return nil
+	}
+	var bdb *bolt.DB
+	if err := faultSafe(func() (err error) {
+		bdb, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		return err
+	}); err != nil {
+		return nil
+	}
+	defer bdb.Close()
+	return faultSafe(func() error {
+		return bdb.View(func(tx *bolt.Tx) error {
+			return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
+				b.Stats() // every page of the bucket and its sub-buckets
+				return nil
+			})
+		})
+	})
 }
 
 // faultSafe runs fn, turning a memory fault while bbolt reads its mapping

@@ -155,11 +155,10 @@ func TestEmbeddedNATSIsClosed(t *testing.T) {
 	}
 }
 
-// A data file cut short (a copy interrupted, a disk that filled) makes the
-// real binary exit with one clear error that names the file and its
-// expected and actual sizes — never SIGBUS and a goroutine dump — and
-// leaves the file byte for byte as it was.
-func TestTruncatedDataFile(t *testing.T) {
+// filledDataFile is the data file of a router that stored 4,000 events of
+// 400 bytes of data, stopped cleanly.
+func filledDataFile(t *testing.T) []byte {
+	t.Helper()
 	path, sock := writeConfig(t, "")
 	stop := runRouter(t, path, sock)
 	c := socketClient(sock)
@@ -181,6 +180,48 @@ func TestTruncatedDataFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("data file: %d bytes", len(full))
+	return full
+}
+
+// A data file with damaged pages (bit rot, a torn write) makes the real
+// binary exit with one clear error that says the file is damaged and how
+// to go on — never a panic from the goroutine bbolt walks the pages on —
+// and leaves the file as it was.
+func TestDamagedDataFile(t *testing.T) {
+	full := filledDataFile(t)
+	const page = 4096
+	damaged := bytes.Clone(full)
+	for at := 4 * page; at+16 <= len(damaged); at += 8 * page {
+		copy(damaged[at:], "\xde\xad\xbe\xef\xde\xad\xbe\xef\xde\xad\xbe\xef\xde\xad\xbe\xef")
+	}
+	dir := t.TempDir()
+	db := filepath.Join(dir, "r.db")
+	os.WriteFile(db, damaged, 0o600)
+	cfg := filepath.Join(dir, "policies.hcl")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("listen { socket = %q }\nstorage { path = %q }\n", filepath.Join(dir, "r.sock"), db)), 0o600)
+	err, out := runBinary(t, 30*time.Second, "run", "-config", cfg)
+	if err == nil {
+		t.Fatalf("the router ran on a damaged file:\n%s", out)
+	}
+	for _, bad := range []string{"SIGBUS", "goroutine ", "panic:"} {
+		if strings.Contains(out, bad) {
+			t.Fatalf("the router crashed (%s):\n%s", bad, out)
+		}
+	}
+	if !strings.Contains(out, "the data file is damaged") || !strings.Contains(out, "router db check") {
+		t.Errorf("the error does not say the file is damaged:\n%s", out)
+	}
+	if after, _ := os.ReadFile(db); !bytes.Equal(after, damaged) {
+		t.Error("the file changed")
+	}
+}
+
+// A data file cut short (a copy interrupted, a disk that filled) makes the
+// real binary exit with one clear error that names the file and its
+// expected and actual sizes — never SIGBUS and a goroutine dump — and
+// leaves the file byte for byte as it was.
+func TestTruncatedDataFile(t *testing.T) {
+	full := filledDataFile(t)
 	// The first cut is far into the file's pages; its error says how many
 	// bytes the metadata holds, and the next cuts fall inside those.
 	used := 0
