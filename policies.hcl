@@ -56,7 +56,8 @@ storage {
   path = "./data/router.db"
   # A budget for the data file, so that a long broker outage fills it, not
   # the node's disk. Past max_size (the pages that hold data) or under
-  # min_free (left on the disk), ingest answers 507 storage_full with
+  # min_free (left on the disk, counting the room the file's own free
+  # pages offer: the file never shrinks), ingest answers 507 storage_full with
   # Retry-After and stores nothing; delivery and the DLQ go on, delivered
   # records are removed before their outbox ttl to make room, and ingest
   # resumes as the backlog drains. Measured every 250 ms: a burst can pass

@@ -28,7 +28,8 @@ type spaceState struct {
 }
 
 // spaceWatch keeps the verdict on the data file's budget fresh: storage
-// { max_size } against the pages in use, min_free against the disk. While
+// { max_size } against the pages in use, min_free against the disk's free
+// bytes and the file's own free pages (storage.Space.Room). While
 // over, ingest is refused, delivery and the DLQ go on, and delivered
 // records are removed before their outbox.ttl to make room: ingest resumes
 // as the backlog drains.
@@ -65,7 +66,7 @@ func (w *spaceWatch) roomy(maxSize, minFree int64) bool {
 	case maxSize > 0 && st.space.Used >= maxSize/2:
 		return false
 	}
-	return minFree <= 0 || st.space.DiskFree >= 2*minFree
+	return minFree <= 0 || st.space.Room() >= 2*minFree
 }
 
 // measure takes a measurement and decides.
@@ -78,9 +79,9 @@ func (w *spaceWatch) measure(maxSize, minFree int64) *spaceState {
 	case maxSize > 0 && sp.Used >= maxSize:
 		st.full = &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
 			"the data file holds %d bytes, its budget (storage.max_size) is %d: nothing was stored; delivery goes on and makes room", sp.Used, maxSize)}
-	case minFree > 0 && sp.DiskFree < minFree:
+	case minFree > 0 && sp.Room() < minFree:
 		st.full = &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
-			"the disk holding the data file has %d bytes free, under its floor (storage.min_free) of %d: nothing was stored", sp.DiskFree, minFree)}
+			"the disk holding the data file has %d bytes free and the file %d it can reuse, under the floor (storage.min_free) of %d: nothing was stored; delivery goes on and makes room", sp.DiskFree, sp.Reusable, minFree)}
 	}
 	w.state.Store(st)
 	return st

@@ -107,7 +107,17 @@ type Space struct {
 	// DiskFree is what the filesystem holding the file has left for
 	// unprivileged writes.
 	DiskFree int64 `json:"disk_free_bytes"`
+	// Reusable is the room inside the file that new writes take without
+	// any more of the disk: the bytes the filesystem has allocated to the
+	// file, less those in use. bbolt never gives its free pages back to
+	// the disk, so the room a drained backlog leaves is here, not in
+	// DiskFree.
+	Reusable int64 `json:"reusable_bytes"`
 }
+
+// Room is what the data file can still take: the disk's free bytes and
+// the file's reusable ones.
+func (sp Space) Room() int64 { return sp.DiskFree + sp.Reusable }
 
 // Space measures the data file's use and the room left on its disk.
 func (db *DB) Space() (Space, error) {
@@ -121,6 +131,11 @@ func (db *DB) Space() (Space, error) {
 	}
 	sp.Used -= int64(db.bolt.Stats().FreeAlloc)
 	sp.File = db.Size()
+	if fi, err := os.Stat(db.path); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			sp.Reusable = max(0, int64(st.Blocks)*512-sp.Used)
+		}
+	}
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(filepath.Dir(db.path), &fs); err != nil {
 		return sp, err
