@@ -30,8 +30,9 @@ func poisonRequest(kind, typ, id string) *http.Request {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `{"specversion":"1.0","type":%q,"source":"/poison","id":%q`, typ, id)
-	for i := range 8000 {
-		fmt.Fprintf(&b, `,"x%04d":"v"`, i)
+	v := strings.Repeat("v", 1000) // 200 extensions (of at most 256) of 1,000 bytes
+	for i := range 200 {
+		fmt.Fprintf(&b, `,"x%04d":%q`, i, v)
 	}
 	b.WriteString(`,"data":1}`)
 	req, _ = http.NewRequest("POST", "http://r/v1/events", strings.NewReader(b.String()))
