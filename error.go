@@ -13,6 +13,7 @@ const (
 	EUNKNOWNTYPE  = "unknown_event_type"     // no event block for the type
 	ETOOMANYTYPES = "too_many_event_types"   // the catch-all holds max_types types already
 	ETOOLARGE     = "payload_too_large"      // body or batch over the limits
+	ETIMEOUT      = "request_timeout"        // the body did not arrive in time
 	EROUTELIMIT   = "too_large_for_route"    // an event its route's broker would never take
 	EMEDIATYPE    = "unsupported_media_type" // content type not understood
 	EIDEMREUSE    = "idempotency_key_reuse"  // same key, another request

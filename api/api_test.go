@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
@@ -46,11 +48,17 @@ type router struct {
 	sock   string
 }
 
-func newRouter(t *testing.T) *router {
+func newRouter(t *testing.T) *router { t.Helper(); return newRouterWith(t, nil) }
+
+// newRouterWith is newRouter with change made to the configuration first.
+func newRouterWith(t *testing.T, change func(*config.Config)) *router {
 	t.Helper()
 	cfg, err := config.Parse([]byte(testConfig), "test.hcl")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if change != nil {
+		change(cfg)
 	}
 	dir, err := os.MkdirTemp("", "sy") // short: unix socket paths must stay under ~100 bytes
 	if err != nil {
@@ -371,6 +379,31 @@ func TestIdempotencyKeyRetryWithNewTrace(t *testing.T) {
 
 // The same Idempotency-Key with another body is a 422 that stores nothing;
 // keys are each tenant's own.
+// A body that does not arrive within read_timeout is a 408
+// request_timeout (problem+json) that stores nothing: not a 400 that
+// calls a valid event invalid and tells its client to drop it.
+func TestSlowBodyIsATimeout(t *testing.T) {
+	r := newRouterWith(t, func(cfg *config.Config) { cfg.Listen.ReadTimeout = 300 * time.Millisecond })
+	conn, err := net.Dial("unix", r.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: r\r\nContent-Type: application/cloudevents+json\r\nContent-Length: %d\r\n\r\n%s", len(orderJSON), orderJSON[:10])
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"code":"request_timeout"`) || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("%d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if n := r.stored(); n != 0 {
+		t.Fatalf("%d events stored", n)
+	}
+}
+
 func TestIdempotencyKeyReuseWithAnotherBody(t *testing.T) {
 	r := newRouter(t)
 	if rep := r.post(structured("Idempotency-Key", "k"), orderJSON); rep.status != 202 {

@@ -24,6 +24,7 @@ var statusOf = map[string]int{
 	switchyard.ESTORAGEFULL:  http.StatusInsufficientStorage,
 	switchyard.ETOOMANYTYPES: http.StatusUnprocessableEntity,
 	switchyard.ETOOLARGE:     http.StatusRequestEntityTooLarge,
+	switchyard.ETIMEOUT:      http.StatusRequestTimeout,
 	switchyard.EROUTELIMIT:   http.StatusRequestEntityTooLarge,
 	switchyard.EMEDIATYPE:    http.StatusUnsupportedMediaType,
 	switchyard.EIDEMREUSE:    http.StatusUnprocessableEntity,

@@ -614,6 +614,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		if errors.As(err, &tooBig) {
 			return nil, switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
 		}
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			// Not the event's fault: a 4xx that says "invalid" would tell
+			// the client to drop it.
+			return nil, switchyard.Errorf(switchyard.ETIMEOUT, "the request did not arrive within listen.read_timeout (%s): nothing was stored; send it again", s.listen.ReadTimeout)
+		}
 		return nil, switchyard.Errorf(switchyard.EINVALID, "reading the body: %v", err)
 	}
 	return body, nil
