@@ -206,6 +206,9 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 			return resp, nil // a replay
 		}
 	}
+	if err := e.space.check(); err != nil {
+		return nil, err
+	}
 	resp := req.Render(outcomes)
 	types := typeCounts.Get().(map[string]int)
 	defer func() { clear(types); typeCounts.Put(types) }()
@@ -228,12 +231,11 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 // map per request was an allocation of every single-event request.
 var typeCounts = sync.Pool{New: func() any { return make(map[string]int, 1) }}
 
-// admit checks a request before anything is stored: the data file has
-// room, and every event's type is one the router takes and can carry.
+// admit checks a request before anything is looked up or stored: every
+// event's type is one the router takes and can carry. (Whether the data
+// file has room is asked after the replay lookup: a replay stores
+// nothing, so a full budget does not refuse it.)
 func (e *Engine) admit(req *IngestRequest) error {
-	if err := e.space.check(); err != nil {
-		return err
-	}
 	m := new(switchyard.Message)
 	for i := range req.Events {
 		ev := &req.Events[i].Event

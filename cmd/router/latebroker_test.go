@@ -216,8 +216,9 @@ inbox "alerts" {
 
 // A long outage on a node with a storage budget: while the broker is away
 // the backlog grows until storage.max_size, where ingest answers 507
-// storage_full with Retry-After and stores nothing; every event
-// acknowledged before is delivered when the broker comes back, delivered
+// storage_full with Retry-After and stores nothing (a replay of an
+// accepted request is still answered); every event acknowledged before is
+// delivered when the broker comes back, delivered
 // records make room, and ingest resumes — no restart, nothing lost.
 func TestStorageBudgetDuringOutage(t *testing.T) {
 	if testing.Short() {
@@ -276,6 +277,19 @@ event "budget.order" {
 	full.Body.Close()
 	if full.StatusCode != 507 || !strings.Contains(string(body), `"code":"storage_full"`) || full.Header.Get("Retry-After") == "" {
 		t.Fatalf("past the budget: %d %s (Retry-After %q)", full.StatusCode, body, full.Header.Get("Retry-After"))
+	}
+	// A replay stores nothing: the full budget does not refuse it.
+	var first []string
+	for i := range 100 {
+		first = append(first, fmt.Sprintf(`{"specversion":"1.0","type":"budget.order","source":"/b","id":"b-0-%d","data":%q}`, i, strings.Repeat("z", 400)))
+	}
+	replay, err := c.Post("http://r/v1/events", "application/cloudevents-batch+json", strings.NewReader("["+strings.Join(first, ",")+"]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay.Body.Close()
+	if replay.StatusCode != 202 || replay.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the first batch again, past the budget: %d (replayed %q), want its stored 202", replay.StatusCode, replay.Header.Get("Idempotent-Replayed"))
 	}
 	stats := get(t, c, "/v1/stats")
 	if !strings.Contains(stats, `"max_size_bytes": 4194304`) {
