@@ -379,6 +379,38 @@ func TestIdempotencyKeyRetryWithNewTrace(t *testing.T) {
 
 // The same Idempotency-Key with another body is a 422 that stores nothing;
 // keys are each tenant's own.
+// A binary-mode attribute header or an Idempotency-Key sent twice is a 400
+// that stores nothing (which value would count?); a refusal never says it
+// kept or dropped what it refused.
+func TestRepeatedHeadersAreRefused(t *testing.T) {
+	r := newRouter(t)
+	for _, c := range []struct {
+		name   string
+		header http.Header
+		want   string
+	}{
+		{"ce-id twice", http.Header{"Ce-Specversion": {"1.0"}, "Ce-Type": {"order.created"}, "Ce-Source": {"/s"}, "Ce-Id": {"b1", "b2"}, "Content-Type": {"text/plain"}}, "header Ce-Id: the header is repeated"},
+		{"Idempotency-Key twice", http.Header{"Content-Type": {"application/cloudevents+json"}, "Idempotency-Key": {"k1", "k2"}}, "Idempotency-Key is repeated"},
+		{"bad percent-encoding", http.Header{"Ce-Specversion": {"1.0"}, "Ce-Type": {"order.created"}, "Ce-Source": {"/a%zzb"}, "Content-Type": {"text/plain"}}, "header Ce-Source: bad percent-encoding"},
+		{"bad extension name", http.Header{"Ce-Specversion": {"1.0"}, "Ce-Type": {"order.created"}, "Ce-Source": {"/s"}, "Ce-Bad_name": {"x"}, "Content-Type": {"text/plain"}}, "names are 1 to 64 lower-case letters and digits"},
+	} {
+		req, _ := http.NewRequest("POST", "http://r/v1/events", strings.NewReader(orderJSON))
+		req.Header = c.header
+		resp, err := r.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(body), c.want) || strings.Contains(string(body), "kept") || strings.Contains(string(body), "dropped") {
+			t.Errorf("%s: %d %s", c.name, resp.StatusCode, body)
+		}
+	}
+	if n := r.stored(); n != 0 {
+		t.Errorf("%d events stored", n)
+	}
+}
+
 // A body that does not arrive within read_timeout is a 408
 // request_timeout (problem+json) that stores nothing: not a 400 that
 // calls a valid event invalid and tells its client to drop it.

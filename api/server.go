@@ -355,6 +355,10 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		Events:   events,
 		Render:   renderAccepted(batch),
 	}
+	if len(r.Header.Values("Idempotency-Key")) > 1 {
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "Idempotency-Key is repeated: a request has one key"))
+		return
+	}
 	if len(req.Key) > 255 || !utf8.ValidString(req.Key) {
 		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "Idempotency-Key must be up to 255 bytes of UTF-8"))
 		return

@@ -194,7 +194,7 @@ func (b Binding) DecodeLenient(hs []switchyard.Header, data []byte) (ev switchya
 		warnings = append(warnings, "structured body: "+switchyard.ErrorMessage(err)+"; read in binary mode")
 	}
 	ev = b.decodeBinary(hs, data, func(header string, err error) bool {
-		warnings = append(warnings, warn(header, "%s", switchyard.ErrorMessage(err)))
+		warnings = append(warnings, warn(header, "%s", lenientMessage(err)))
 		return true
 	})
 	return ev, warnings
@@ -209,6 +209,9 @@ func (b Binding) decodeBinary(hs []switchyard.Header, data []byte, problem func(
 	for _, h := range hs {
 		name := strings.ToLower(h.Name)
 		if seen[name] {
+			if d.b.isEventHeader(name) && !d.problem(h.Name, workedAround(invalid("the header is repeated: an attribute has one value"), "the first value kept")) {
+				return d.ev
+			}
 			continue
 		}
 		seen[name] = true
@@ -222,6 +225,12 @@ func (b Binding) decodeBinary(hs []switchyard.Header, data []byte, problem func(
 		d.ev.Data = data
 	}
 	return d.ev
+}
+
+// isEventHeader says whether the header name (lower case) carries part of
+// the event: an attribute, the content type or a pass-through header.
+func (b Binding) isEventHeader(name string) bool {
+	return strings.HasPrefix(name, b.prefix) || name == ContentTypeHeader || passThrough[name]
 }
 
 // binaryDecoder is decodeBinary's state: the event so far, and the two
@@ -270,7 +279,7 @@ func (d *binaryDecoder) header(h switchyard.Header, name string) bool {
 		// A name no binding could carry on (a webhook refuses the
 		// header): not kept, or delivering the event would fail for
 		// ever.
-		return d.problem(h.Name, invalid("extension attribute %q: names are 1 to %d lower-case letters and digits; dropped", attr, MaxExtensionNameLen))
+		return d.problem(h.Name, workedAround(invalid("extension attribute %q: names are 1 to %d lower-case letters and digits", attr, MaxExtensionNameLen), "dropped"))
 	default:
 		if !ok(attr) {
 			return false
@@ -315,7 +324,7 @@ func (b Binding) AttributeValue(v string) string {
 // (§3.1.3.2). A bad encoding keeps the raw value, with an error.
 func (b Binding) headerValue(v string, isAttr bool) (string, error) {
 	if !utf8.ValidString(v) {
-		return strings.ToValidUTF8(v, "\uFFFD"), invalid("value is not valid UTF-8; invalid bytes replaced")
+		return strings.ToValidUTF8(v, "\uFFFD"), workedAround(invalid("value is not valid UTF-8"), "invalid bytes replaced")
 	}
 	if !isAttr || !b.percent {
 		return v, nil
@@ -329,9 +338,9 @@ func (b Binding) headerValue(v string, isAttr bool) (string, error) {
 	dec, err := url.PathUnescape(v)
 	switch {
 	case err != nil:
-		return v, invalid("bad percent-encoding; raw value kept")
+		return v, workedAround(invalid("bad percent-encoding"), "raw value kept")
 	case !utf8.ValidString(dec):
-		return v, invalid("percent-encoding is not UTF-8; raw value kept")
+		return v, workedAround(invalid("percent-encoding is not UTF-8"), "raw value kept")
 	}
 	return dec, nil
 }
@@ -428,10 +437,31 @@ func mustEncode(c byte) bool { return c <= ' ' || c >= 0x7f || c == '"' || c == 
 func FromHTTP(h http.Header) []switchyard.Header {
 	hs := make([]switchyard.Header, 0, len(h))
 	for k, vs := range h {
-		if len(vs) > 0 {
-			hs = append(hs, switchyard.Header{Name: k, Value: vs[0]})
+		for _, v := range vs { // every value: a repeated attribute is the decoder's to refuse
+			hs = append(hs, switchyard.Header{Name: k, Value: v})
 		}
 	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i].Name < hs[j].Name })
+	sort.SliceStable(hs, func(i, j int) bool { return hs[i].Name < hs[j].Name })
 	return hs
+}
+
+// worked is a problem the lenient decoder works around, with what it did:
+// strict decoding (ingest) refuses it with the problem alone, lenient
+// decoding warns with both.
+type worked struct {
+	err error
+	did string
+}
+
+func workedAround(err error, did string) error { return &worked{err, did} }
+
+func (w *worked) Error() string { return w.err.Error() + "; " + w.did }
+func (w *worked) Unwrap() error { return w.err }
+
+// lenientMessage is a problem's message as the lenient decoder warns it.
+func lenientMessage(err error) string {
+	if w, ok := err.(*worked); ok {
+		return switchyard.ErrorMessage(w.err) + "; " + w.did
+	}
+	return switchyard.ErrorMessage(err)
 }
