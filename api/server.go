@@ -30,6 +30,7 @@ import (
 	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 	"github.com/switchyard-router/switchyard/internal/history"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -239,10 +240,13 @@ func (s *Server) Close(ctx context.Context) error {
 // a link — is refused and left untouched: the path may be a mistake for
 // the data file or a folder of the user's.
 func listenUnix(path string) (net.Listener, error) {
-	if err := removeStaleSocket(path); err != nil {
+	if err := os.MkdirAll(dirOf(path), 0o750); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	if err := os.MkdirAll(dirOf(path), 0o750); err != nil {
+	if err := fsperm.CheckDir(dirOf(path)); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	if err := removeStaleSocket(path); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	// Create the socket with no access for others, then open it to the

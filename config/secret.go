@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // Read returns the secret: the file's content less trailing newlines, or
@@ -51,7 +53,7 @@ func CheckPrivate(path string) error {
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return fmt.Errorf("%s may be read by others than its owner (mode %04o): chmod 600 %s", path, perm, path)
 	}
-	if uid, ok := ownerOf(fi); ok && uid != 0 && uid != os.Geteuid() {
+	if uid, ok := fsperm.Owner(fi); ok && uid != 0 && uid != os.Geteuid() {
 		return fmt.Errorf("%s is owned by uid %d, not by the router's user (uid %d): a secret must be the router's own (chown it)", path, uid, os.Geteuid())
 	}
 	return nil

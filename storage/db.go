@@ -20,6 +20,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // ErrClosed is returned by writes after Close.
@@ -76,6 +78,9 @@ type write struct {
 func Open(path string, opts Options) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("storage: create data directory: %w", err)
+	}
+	if err := fsperm.CheckDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
 	}
 	var unclean bool
 	bdb, err := openBolt(path, &bolt.Options{

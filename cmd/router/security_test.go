@@ -216,6 +216,26 @@ func TestDamagedDataFile(t *testing.T) {
 	}
 }
 
+// The real binary does not start in a data directory anyone may write to:
+// another user could move its socket aside and bind their own, or plant
+// the password of its embedded broker. It says why and what to do, and
+// leaves the directory as it was.
+func TestOpenDataDirectoryIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	os.Mkdir(data, 0o700)
+	os.Chmod(data, 0o777)
+	cfg := filepath.Join(dir, "policies.hcl")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("listen { socket = %q }\nstorage { path = %q }\n", filepath.Join(data, "r.sock"), filepath.Join(data, "r.db"))), 0o600)
+	err, out := runBinary(t, 30*time.Second, "run", "-config", cfg)
+	if err == nil || !strings.Contains(out, data+" may be written by anyone (mode 0777)") || !strings.Contains(out, "chmod o-w") {
+		t.Fatalf("the router on a world-writable data directory: %v\n%s", err, out)
+	}
+	if entries, _ := os.ReadDir(data); len(entries) != 0 {
+		t.Errorf("the router left %d files in the directory", len(entries))
+	}
+}
+
 // A data file cut short (a copy interrupted, a disk that filled) makes the
 // real binary exit with one clear error that names the file and its
 // expected and actual sizes — never SIGBUS and a goroutine dump — and

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // ClientOptions are the nats.go options that authenticate a client of the
@@ -93,6 +94,9 @@ func generatePassword(path string) error {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	if err := fsperm.CheckDir(filepath.Dir(path)); err != nil {
 		return err
 	}
 	b := make([]byte, 32)

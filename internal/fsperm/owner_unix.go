@@ -1,14 +1,14 @@
 //go:build unix
 
-package config
+package fsperm
 
 import (
 	"os"
 	"syscall"
 )
 
-// ownerOf is the uid that owns fi's file.
-func ownerOf(fi os.FileInfo) (int, bool) {
+// Owner is the uid that owns fi's file.
+func Owner(fi os.FileInfo) (int, bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return 0, false

@@ -1,0 +1,28 @@
+// Package fsperm holds the router's checks of who may change the files and
+// directories it trusts, as ssh checks a key and its directories
+// (StrictModes): another local user must not be able to choose a secret
+// the router reads, nor replace its socket or data file.
+package fsperm
+
+import (
+	"fmt"
+	"os"
+)
+
+// CheckDir refuses a directory in which another user could replace what
+// the router keeps there (its socket, its data file, a password it
+// generates): one owned by another user than the router's (root
+// excepted), or one anyone may write to without the sticky bit.
+func CheckDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if uid, ok := Owner(fi); ok && uid != 0 && uid != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not by the router's user (uid %d): its owner could replace what the router keeps there; use a directory of the router's user", dir, uid, os.Geteuid())
+	}
+	if perm := fi.Mode(); perm.Perm()&0o002 != 0 && perm&os.ModeSticky == 0 {
+		return fmt.Errorf("%s may be written by anyone (mode %04o): another user could replace what the router keeps there; chmod o-w %s", dir, perm.Perm(), dir)
+	}
+	return nil
+}
