@@ -354,6 +354,11 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 	if req.ID == "" || req.Consumer == "" {
 		return nil, false, switchyard.Errorf(switchyard.EINVALID, "a claim needs a consumer and an id")
 	}
+	if strings.ContainsRune(req.Consumer, 0) || strings.ContainsRune(req.ID, 0) {
+		// NUL separates the parts of a claim's key: "a\x00b" would read
+		// back as consumer "a", id "b…".
+		return nil, false, switchyard.Errorf(switchyard.EINVALID, "a claim's consumer and id hold no NUL character")
+	}
 	switch req.Mode {
 	case "":
 		req.Mode = ModeEffectivelyOnce

@@ -109,6 +109,20 @@ func TestPullLongPollWakesOnReceive(t *testing.T) {
 	}
 }
 
+// A claim's consumer or id with a NUL (the separator of a claim's key) is
+// refused: it would be listed as another consumer's claim.
+func TestClaimRefusesNUL(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	for _, req := range []engine.ClaimRequest{
+		{Tenant: "default", Consumer: "payments\x00x", ID: "pay-1"},
+		{Tenant: "default", Consumer: "payments", ID: "pay\x00-1"},
+	} {
+		if _, _, err := h.eng.Claim(context.Background(), req); switchyard.ErrorCode(err) != switchyard.EINVALID {
+			t.Errorf("claim %q %q: %v, want invalid", req.Consumer, req.ID, err)
+		}
+	}
+}
+
 // 100 concurrent claims of one id: exactly one lease; lease expiry lets
 // another claim it; complete stores the result every later claim gets.
 func TestClaims(t *testing.T) {
