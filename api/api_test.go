@@ -293,6 +293,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"batch too large", batchCT, "[" + strings.Join(many, ",") + "]", 413, "payload_too_large"},
 		{"empty batch", batchCT, "[]", 400, "invalid_event"},
 		{"batch duplicate ids", batchCT, `[{"specversion":"1.0","type":"order.paid","source":"/s","id":"1"},{"specversion":"1.0","type":"order.paid","source":"/s","id":"1"}]`, 400, "invalid_event"},
+		{"the catch-all's name as a type", structured(), `{"specversion":"1.0","type":"*","source":"/s"}`, 400, "invalid_event"},
 		{"unknown type", structured(), `{"specversion":"1.0","type":"nope","source":"/s"}`, 422, "unknown_event_type"},
 	}
 	for _, c := range cases {

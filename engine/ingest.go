@@ -242,6 +242,9 @@ func (e *Engine) admit(req *IngestRequest) error {
 		if strings.HasPrefix(ev.Type, inboxQueuePrefix) {
 			return switchyard.Errorf(switchyard.EINVALID, "event types starting with %q are the router's own", inboxQueuePrefix)
 		}
+		if ev.Type == "*" {
+			return switchyard.Errorf(switchyard.EINVALID, `type "*" names the catch-all event block, not a type`)
+		}
 		if err := e.admitType(ev.Type); err != nil {
 			return err
 		}
