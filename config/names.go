@@ -49,18 +49,21 @@ func CheckSubject(s string, wildcards bool) error {
 	if strings.ContainsAny(s, " \t\r\n\f") {
 		return fmt.Errorf("subject %q holds white space", s)
 	}
-	tokens := strings.Split(s, ".")
-	for i, t := range tokens {
+	for rest := s; ; { // token by token, without allocating: plugins' destinations pass here per event
+		t, after, more := strings.Cut(rest, ".")
 		switch {
 		case t == "":
 			return fmt.Errorf("subject %q has an empty token (tokens are split by single dots)", s)
 		case (t == "*" || t == ">") && !wildcards:
 			return fmt.Errorf("subject %q has the wildcard %q: a message is published to one subject, without wildcards", s, t)
-		case t == ">" && i < len(tokens)-1:
+		case t == ">" && more:
 			return fmt.Errorf("subject %q: '>' may only be the last token", s)
 		}
+		if !more {
+			return nil
+		}
+		rest = after
 	}
-	return nil
 }
 
 // CheckTopic says why s is not a Kafka topic name: 1 to 249 of the
