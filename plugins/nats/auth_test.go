@@ -167,7 +167,8 @@ func TestEmbeddedServerRequiresPassword(t *testing.T) {
 // After a JetStream store write error the embedded server says so
 // (Healthy), restarts itself in place on the same port and store, and the
 // router's sink — which reconnects by itself — publishes again: no restart
-// of the router. (The error is signalled as the server's logger does on
+// of the router; its storage limit does not depend on the disk's free bytes
+// at the restart. (The error is signalled as the server's logger does on
 // "Critical write error"; a real one needs a full disk or no descriptors.)
 func TestEmbeddedServerRecoversFromWriteError(t *testing.T) {
 	defer func(d time.Duration) { recoverAfter = d }(recoverAfter)
@@ -202,5 +203,12 @@ func TestEmbeddedServerRecoversFromWriteError(t *testing.T) {
 	requireOK(t, res, 5)
 	if got := streamMsgs(t, url, "ORDERS"); got != 10 {
 		t.Errorf("the stream holds %d messages after the restart, want 10", got)
+	}
+	// The restarted server's storage limit is the fixed one, not one sized
+	// from the disk's free bytes at the restart: on a disk that was full
+	// then, that limit would have been nothing, and every later message
+	// refused ("insufficient resources") after the disk had room again.
+	if max := srv.ns.JetStreamConfig().MaxStore; max != server.JetStreamMaxStoreDefault {
+		t.Errorf("JetStream's storage limit after the restart is %d, want the fixed %d", max, int64(server.JetStreamMaxStoreDefault))
 	}
 }

@@ -99,14 +99,22 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 	}
 	s := &Server{
 		opts: &server.Options{
-			Users:        users,
-			ServerName:   "switchyard-" + name,
-			Host:         host,
-			Port:         cfg.Port,
-			JetStream:    true,
-			StoreDir:     storeDir,
-			SyncAlways:   cfg.SyncAlways,
-			SyncInterval: cfg.SyncInterval,
+			Users:      users,
+			ServerName: "switchyard-" + name,
+			Host:       host,
+			Port:       cfg.Port,
+			JetStream:  true,
+			// A fixed limit (the server's own default ceiling), not one
+			// sized from the disk's free bytes when the server starts:
+			// restarted on a full disk, it would otherwise limit itself to
+			// nothing and refuse every message ("insufficient resources")
+			// after the disk had room again, until the router restarted.
+			// The disk stays the limit; a full one is a write error, which
+			// the supervisor recovers from.
+			JetStreamMaxStore: server.JetStreamMaxStoreDefault,
+			StoreDir:          storeDir,
+			SyncAlways:        cfg.SyncAlways,
+			SyncInterval:      cfg.SyncInterval,
 			// The router owns the process's signals.
 			NoSigs: true,
 			Debug:  logger.IsTrace(),
