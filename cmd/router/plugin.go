@@ -509,7 +509,7 @@ func (c *RunCommand) loadPlugins(ctx context.Context, cfg *config.Config) ([]swi
 			start := time.Now()
 			p, err := c.wasm.Load(gctx, pc, wasm.LoadOptions{})
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", pc.At, err) // where the block is, as validate says it
 			}
 			c.log.Info("plugin loaded", "plugin", p.Name(), "file", pc.Wasm, "took", time.Since(start).Round(time.Microsecond))
 			plugins[i] = p

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,7 +17,8 @@ import (
 // `router validate` refuses, with the file:line:col of the mistake, what
 // used to pass it and fail only at run time (or never): plugin files that
 // are missing or not WebAssembly, absurd sizes and numbers, a bad address,
-// a missing tokens_file, a route no stream captures.
+// a missing tokens_file, a route no stream captures; and `router run`
+// names a plugin that does not load at its block's file:line:col too.
 func TestValidateFindsWhatParsingCannot(t *testing.T) {
 	dir := t.TempDir()
 	notWasm := filepath.Join(dir, "not.wasm")
@@ -71,6 +73,14 @@ event "x" {
 	}
 	if strings.Contains(out.String(), "warning") {
 		t.Fatalf("a good config has warnings:\n%s", out.String())
+	}
+	// `router run` names the plugin block's place as validate does.
+	runDir := t.TempDir()
+	path = filepath.Join(runDir, "policies.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf("listen { socket = %q }\nstorage { path = %q }\nplugin \"p\" { wasm = %q }\n",
+		filepath.Join(runDir, "r.sock"), filepath.Join(runDir, "r.db"), notWasm)), 0o600)
+	if err, out := runBinary(t, 30*time.Second, "run", "-config", path); err == nil || !strings.Contains(out, path+`:3:21: plugin "p" (`+notWasm+`): not a valid WebAssembly module`) {
+		t.Errorf("router run on a plugin that is not WebAssembly: %v\n%s", err, out)
 	}
 }
 
