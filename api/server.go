@@ -352,6 +352,14 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if len(events) == 0 {
+		// An empty batch (the HTTP binding allows one): nothing to store.
+		resp := renderAccepted(true)(nil)
+		w.Header().Set("Content-Type", resp.ContentType)
+		w.WriteHeader(resp.Status)
+		w.Write(resp.Body)
+		return
+	}
 	req := &engine.IngestRequest{
 		Tenant:   ten,
 		Endpoint: endpointEvents,

@@ -86,10 +86,7 @@ func decodeBatch(d *jsontext.Decoder, max int) ([]switchyard.Event, error) {
 	if _, err := d.ReadToken(); err != io.EOF {
 		return nil, invalid("a batch is a JSON array of CloudEvents: more after the array")
 	}
-	if len(events) == 0 {
-		return nil, invalid("the batch is empty")
-	}
-	return events, nil
+	return events, nil // "[]" too: the HTTP binding lets a batch be empty
 }
 
 // countRest counts the values left in the array d is in, to say how large
