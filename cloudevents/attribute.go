@@ -146,7 +146,8 @@ func set(e *switchyard.Event, name, value string) error {
 	case AttrDataSchema:
 		e.DataSchema = value
 	case AttrTime:
-		t, err := time.Parse(time.RFC3339Nano, value)
+		// RFC 3339 §5.6 lets "T" and "Z" be lower case; Go's parser does not.
+		t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(value))
 		if err != nil {
 			return invalid("time %q is not an RFC 3339 timestamp", value)
 		}

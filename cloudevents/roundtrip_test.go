@@ -227,6 +227,15 @@ func TestBindingDecodeRules(t *testing.T) {
 	}
 }
 
+// A time with RFC 3339's lower-case "t" and "z" (§5.6) is the same time as
+// with upper-case ones.
+func TestLowerCaseTime(t *testing.T) {
+	ev, err := cloudevents.DecodeJSON([]byte(`{"specversion":"1.0","id":"x","type":"t","source":"/s","time":"2018-04-05t17:31:00.5z"}`))
+	if want := time.Date(2018, 4, 5, 17, 31, 0, 5e8, time.UTC); err != nil || !ev.Time.Equal(want) {
+		t.Fatalf("time %v, %v; want %v", ev.Time, err, want)
+	}
+}
+
 // An event carries at most MaxExtensions extension attributes, in the JSON
 // format and in binary mode: one more is refused by name (strict), dropped
 // with a warning (lenient); a body of 100,000 members is refused too,

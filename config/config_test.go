@@ -471,6 +471,7 @@ plugin "p" { wasm = "p.wasm" }
 		{"inbox deliver url", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  deliver { url = \"ftp://x\" }\n}\n", "test.hcl:7:19: Invalid URL"},
 		{"inbox undeclared plugin", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  plugins = [\"q\"]\n}\n", "test.hcl:7:14: Unknown plugin"},
 		{"http without tokens", "listen {\n  http = \":8080\"\n}\n", "test.hcl:2:10: Missing tokens_file"},
+		{"event type with a control character", "event \"a\\u0001b\" {}\n", `test.hcl:1:7: Invalid event type: attribute "type" has the control character U+0001`},
 		// pprof has no authentication: loopback only.
 		{"pprof on every interface", "listen {\n  pprof = \":6060\"\n}\n", "test.hcl:2:11: pprof off loopback"},
 		{"pprof on a public address", "listen {\n  pprof = \"192.0.2.2:6060\"\n}\n", "test.hcl:2:11: pprof off loopback"},

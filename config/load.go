@@ -15,6 +15,9 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 )
 
 // Load reads and parses the config file at path.
@@ -216,6 +219,9 @@ func (d *decoder) declare(seen map[string]hcl.Range, b *hcl.Block) bool {
 		// Types are matched exactly; "order.*" would silently match nothing.
 		d.errorf(b.LabelRanges[0], "Invalid event type",
 			`%q: the only wildcard is an event "*" block on its own, which catches every type without a block.`, name)
+	case event && cloudevents.Check(cloudevents.AttrType, name) != nil:
+		// Ingest refuses such a type: the block would never be used.
+		d.errorf(b.LabelRanges[0], "Invalid event type", "%s.", switchyard.ErrorMessage(cloudevents.Check(cloudevents.AttrType, name)))
 	}
 	return true
 }

@@ -308,7 +308,7 @@ func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Out
 		}
 		if err := insert(rec, pol.ByKey()); err != nil {
 			if errors.Is(err, storage.ErrExists) {
-				return switchyard.Errorf(switchyard.EIDCONFLICT, "event id %q is already stored for another event", ev.Event.ID)
+				return switchyard.Errorf(switchyard.EIDCONFLICT, "event id %q is already stored, for an event of another source or one sent more than the idempotency window (%s) ago, whose resend the router can no longer tell from another event: a resend needs nothing more; another event needs another id", ev.Event.ID, window)
 			}
 			return err
 		}
