@@ -100,10 +100,11 @@ func TestDecodeInbound(t *testing.T) {
 			want:     switchyard.Event{ID: "s-1", Type: "t", Subject: "s-1"},
 		},
 		{
-			name:    "first of a repeated header wins",
-			headers: hs("ce_id", "first", "ce_id", "second"),
-			binding: cloudevents.Kafka,
-			want:    switchyard.Event{ID: "first"},
+			name:     "first of a repeated header wins, with a warning",
+			headers:  hs("ce_id", "first", "ce_id", "second"),
+			binding:  cloudevents.Kafka,
+			want:     switchyard.Event{ID: "first"},
+			warnings: 1,
 		},
 		{
 			name:    "datacontenttype attribute as fallback",
