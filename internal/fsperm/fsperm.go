@@ -1,7 +1,8 @@
 // Package fsperm holds the router's checks of who may change the files and
 // directories it trusts, as ssh checks a key and its directories
 // (StrictModes): another local user must not be able to choose a secret
-// the router reads, nor replace its socket or data file.
+// the router reads, nor replace its socket or data file
+// (docs/decisions/file-permissions.md).
 package fsperm
 
 import (
