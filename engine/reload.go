@@ -6,6 +6,7 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // Reload swaps in a new configuration and plugin set without a restart
@@ -62,6 +63,8 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	for t, l := range e.loops {
 		if pol, ok := e.policyOf(t); ok {
 			l.setPolicy(pol)
+		} else {
+			e.warnRemoved(t)
 		}
 	}
 	// New types get their loops now rather than on their first event.
@@ -84,4 +87,19 @@ func prefix[T any](list []T, n int) []T { return list[:min(n, len(list))] }
 func isEmpty(v any) bool {
 	rv := reflect.ValueOf(v)
 	return rv.Kind() == reflect.Slice && rv.Len() == 0
+}
+
+// warnRemoved says, at a reload, what becomes of the events of a type whose
+// block is gone, as the start does for a queue the configuration no longer
+// has: a log line that names the type, with what is stored.
+func (e *Engine) warnRemoved(t string) {
+	var pending int
+	e.store.View(func(tx *storage.Tx) error {
+		pending = tx.Queue(t).Pending
+		return nil
+	})
+	if pending > 0 {
+		e.log.Warn("a reload removed the block of an event type with stored events: its loop goes on with the type's last settings until the router restarts; after a restart they wait until the block comes back",
+			"type", t, "pending", pending)
+	}
 }
