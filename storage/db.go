@@ -112,7 +112,11 @@ func Open(path string, opts Options) (*DB, error) {
 			if err := meta.Put(keyRunning, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
 				return err
 			}
-			if err := (&Tx{tx: tx, writable: true}).buildPartialIndex(); err != nil {
+			stx := &Tx{tx: tx, writable: true}
+			if err := stx.buildPartialIndex(); err != nil {
+				return err
+			}
+			if err := stx.migrateOrderLines(); err != nil {
 				return err
 			}
 			return meta.Put(keySchema, []byte(schemaVersion))

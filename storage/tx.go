@@ -37,9 +37,12 @@ var (
 		bucketResolved, bucketResolvedExp, // dlq.go
 		bucketState, bucketStateExp, bucketStateUsage} // state.go
 
-	keySchema  = []byte("schema")
-	keyRunning = []byte("running") // present while a router has the file open
-	keySeq     = []byte("seq")
+	keySchema = []byte("schema")
+	// keyOrderLines marks a data file whose keys index is on order lines
+	// per tenant (migrateOrderLines).
+	keyOrderLines = []byte("order_lines")
+	keyRunning    = []byte("running") // present while a router has the file open
+	keySeq        = []byte("seq")
 	// schemaVersion 2: idempotency records are binary (idempotency.go). A
 	// file at 1 is upgraded when it is opened (its JSON records still read);
 	// a router that reads only 1 refuses a file at 2 at start, rather than
@@ -128,9 +131,50 @@ func orderLine(r *Record) string {
 	return "\x01" + r.Tenant + "\x00" + pk
 }
 
-func partitionKey(pk string, seq uint64) []byte {
-	k := make([]byte, 0, len(pk)+9)
-	k = append(k, pk...)
+// migrateOrderLines moves the entries that a router before order lines per
+// tenant wrote under the bare partition key, for events of tenants other
+// than the default, to their tenant's line: once per data file (meta
+// "order_lines"), when this version first opens it, so that such a
+// backlog keeps its order and holds back no other tenant. An entry's
+// value is its event's key: "<tenant>/<id>" for those tenants (ids hold
+// no '/'), the bare id for the default tenant, "<queue>\x00<id>" for an
+// inbox's record.
+func (tx *Tx) migrateOrderLines() error {
+	meta := tx.bucket(bucketMeta)
+	if meta.Get(keyOrderLines) != nil {
+		return nil
+	}
+	type entry struct{ from, to, value []byte }
+	for _, q := range tx.subNames(bucketKeys) {
+		b, _ := tx.sub(bucketKeys, q)
+		var moves []entry
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			slash := bytes.LastIndexByte(v, '/')
+			if len(k) < 9 || k[0] == 1 || slash <= 0 || bytes.IndexByte(v, 0) >= 0 {
+				continue // on a line already, or the default tenant's, or an inbox's
+			}
+			pk, seq := k[:len(k)-9], k[len(k)-8:]
+			to := append(append(append(append([]byte{1}, v[:slash]...), 0), pk...), 0)
+			moves = append(moves, entry{bytes.Clone(k), append(to, seq...), bytes.Clone(v)})
+		}
+		for _, m := range moves {
+			if err := b.Delete(m.from); err != nil {
+				return err
+			}
+			if err := b.Put(m.to, m.value); err != nil {
+				return err
+			}
+		}
+	}
+	return meta.Put(keyOrderLines, []byte("1"))
+}
+
+// lineKey is the keys index's entry of the event with queue sequence seq
+// in line: line ‖ 0 ‖ seq.
+func lineKey(line string, seq uint64) []byte {
+	k := make([]byte, 0, len(line)+9)
+	k = append(k, line...)
 	k = append(k, 0)
 	return append(k, u64(seq)...)
 }
@@ -216,7 +260,7 @@ func (tx *Tx) makePending(r *Record, orderByKey bool) error {
 		if err != nil {
 			return err
 		}
-		return keys.Put(partitionKey(line, r.QueueSeq), []byte(r.Key()))
+		return keys.Put(lineKey(line, r.QueueSeq), []byte(r.Key()))
 	}
 	return nil
 }
@@ -258,14 +302,7 @@ func (tx *Tx) dequeue(r *Record) error {
 	}
 	if keys, _ := tx.sub(bucketKeys, r.QueueName()); keys != nil {
 		if line := orderLine(r); line != "" {
-			if pk := r.Event.PartitionKey(); pk != line {
-				// Queued by a router older than tenants' lines: its
-				// entry is under the bare key.
-				if err := tx.del(keys, partitionKey(pk, r.QueueSeq)); err != nil {
-					return err
-				}
-			}
-			return tx.del(keys, partitionKey(line, r.QueueSeq))
+			return tx.del(keys, lineKey(line, r.QueueSeq))
 		}
 	}
 	return nil
@@ -302,7 +339,7 @@ func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func
 		if err != nil {
 			return nil, fmt.Errorf("storage: queue %s points at %s: %w", t, v, err)
 		}
-		if keys != nil && !firstOfKey(keys, r) {
+		if keys != nil && !firstOfLine(keys, r) {
 			continue
 		}
 		out = append(out, r)
@@ -310,8 +347,9 @@ func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func
 	return out, nil
 }
 
-// firstOfKey reports whether r is the earliest pending event of its key.
-func firstOfKey(keys *bolt.Bucket, r *Record) bool {
+// firstOfLine reports whether r is the earliest pending event of its
+// order line (orderLine).
+func firstOfLine(keys *bolt.Bucket, r *Record) bool {
 	line := orderLine(r)
 	if line == "" {
 		return true
