@@ -187,11 +187,11 @@ func (b Binding) Decode(hs []switchyard.Header, data []byte) (switchyard.Event, 
 // binary). Missing attributes are left empty.
 func (b Binding) DecodeLenient(hs []switchyard.Header, data []byte) (ev switchyard.Event, warnings []string) {
 	if b.isStructured(hs) {
-		ev, err := DecodeJSON(data)
+		ev, err := decodeJSON(data, func(w string) { warnings = append(warnings, "structured body: "+w) })
 		if err == nil {
-			return ev, nil
+			return ev, warnings
 		}
-		warnings = append(warnings, "structured body: "+switchyard.ErrorMessage(err)+"; read in binary mode")
+		warnings = append(warnings[:0], "structured body: "+switchyard.ErrorMessage(err)+"; read in binary mode")
 	}
 	ev = b.decodeBinary(hs, data, func(header string, err error) bool {
 		warnings = append(warnings, warn(header, "%s", lenientMessage(err)))

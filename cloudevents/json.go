@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"strconv"
@@ -35,11 +36,19 @@ const (
 // encoding/json/v2: docs/decisions/json-decoding.md), without building a
 // map of the members.
 func DecodeJSON(body []byte) (switchyard.Event, error) {
+	return decodeJSON(body, nil)
+}
+
+// decodeJSON is DecodeJSON; with warn, the JSON format's type rules and
+// the bound on extensions are worked around (the value kept as its JSON
+// text, extensions past the bound left out) and told to warn, as a
+// consumer's lenient decoding needs (Binding.DecodeLenient).
+func decodeJSON(body []byte, warn func(string)) (switchyard.Event, error) {
 	if !utf8.Valid(body) {
 		return switchyard.Event{}, invalid("the body is not valid UTF-8")
 	}
 	return withDecoder(body, func(d *jsontext.Decoder) (switchyard.Event, error) {
-		ev, err := decodeObject(d, nil)
+		ev, err := decodeObject(d, nil, warn)
 		if err != nil {
 			return ev, err
 		}
@@ -71,7 +80,7 @@ func decodeBatch(d *jsontext.Decoder, max int) ([]switchyard.Event, error) {
 			n, _ := countRest(d)
 			return nil, switchyard.Errorf(switchyard.ETOOLARGE, "the batch has %d events; the limit is %d", max+n, max)
 		}
-		ev, err := decodeObject(d, &seen)
+		ev, err := decodeObject(d, &seen, nil)
 		if err != nil {
 			if e := (*switchyard.Error)(nil); errors.As(err, &e) {
 				e.Message = "event " + strconv.Itoa(len(events)) + ": " + e.Message
@@ -132,7 +141,7 @@ type member struct {
 
 // decodeObject reads one event object from d; seen, when not nil, hands
 // out the names and values the batch's earlier events had.
-func decodeObject(d *jsontext.Decoder, seen *interner) (switchyard.Event, error) {
+func decodeObject(d *jsontext.Decoder, seen *interner, warn func(string)) (switchyard.Event, error) {
 	var ev switchyard.Event
 	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
 		return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
@@ -140,6 +149,7 @@ func decodeObject(d *jsontext.Decoder, seen *interner) (switchyard.Event, error)
 	var room [12]member // the attributes of most events: no allocation
 	members := room[:0]
 	var data, data64 jsontext.Value
+	exts := 0 // extension members so far
 	for d.PeekKind() != '}' {
 		name, err := d.ReadValue()
 		if err != nil {
@@ -159,13 +169,26 @@ func decodeObject(d *jsontext.Decoder, seen *interner) (switchyard.Event, error)
 		case "data_base64":
 			data64 = bytes.Clone(v)
 		default:
+			if err := checkMemberType(key, v); err != nil {
+				if warn == nil {
+					return ev, err
+				}
+				warn(switchyard.ErrorMessage(err) + "; kept as its JSON text")
+			}
 			m, err := memberOf(key, v, seen)
 			if err != nil {
 				return ev, err
 			}
+			before := len(members)
 			members = setMember(members, m)
-			if len(members) > MaxExtensions+len(contextAttributes) {
-				return ev, invalid("an event has at most %d extension attributes", MaxExtensions)
+			if len(members) > before && !isContextAttribute(key) {
+				if exts++; exts > MaxExtensions {
+					if warn == nil {
+						return ev, invalid("an event has at most %d extension attributes", MaxExtensions)
+					}
+					warn(fmt.Sprintf("extension attribute %q: an event has at most %d extension attributes; left out", key, MaxExtensions))
+					members, exts = members[:before], exts-1
+				}
 			}
 		}
 	}
@@ -217,20 +240,24 @@ func memberName(quoted jsontext.Value, seen *interner) (string, error) {
 	return string(b), err
 }
 
-// memberOf reads an attribute value: a string's text, a number or boolean
-// in its JSON form, null as absent. The JSON format's types hold: a context
+// checkMemberType says why v breaks the JSON format's types: a context
 // attribute is a string; an extension a string, a boolean or an Integer (a
-// whole number in 32 bits, the only number CloudEvents has); objects and
-// arrays are refused.
-func memberOf(name string, v jsontext.Value, seen *interner) (member, error) {
+// whole number in 32 bits, the only number CloudEvents has).
+func checkMemberType(name string, v jsontext.Value) error {
 	switch k := v.Kind(); {
 	case (k == 't' || k == 'f' || k == '0') && isContextAttribute(name):
-		return member{}, invalid("attribute %q must be a JSON string, not %s", name, v)
+		return invalid("attribute %q must be a JSON string, not %s", name, v)
 	case k == '0':
 		if _, err := strconv.ParseInt(string(v), 10, 32); err != nil {
-			return member{}, invalid("extension attribute %q: %s is not a CloudEvents Integer (a whole number from -2147483648 to 2147483647); send other numbers as strings", name, v)
+			return invalid("extension attribute %q: %s is not a CloudEvents Integer (a whole number from -2147483648 to 2147483647); send other numbers as strings", name, v)
 		}
 	}
+	return nil
+}
+
+// memberOf reads an attribute value: a string's text, a number or boolean
+// in its JSON form, null as absent; objects and arrays are refused.
+func memberOf(name string, v jsontext.Value, seen *interner) (member, error) {
 	switch v.Kind() {
 	case '"':
 		if bytes.IndexByte(v, '\\') < 0 {

@@ -274,6 +274,26 @@ func TestExtensionsAreBounded(t *testing.T) {
 	if ev, warnings := cloudevents.HTTP.DecodeLenient(headers(max+1), nil); len(ev.Extensions) != max || len(warnings) != 1 {
 		t.Errorf("%d extension headers, lenient: %d kept, warnings %v", max+1, len(ev.Extensions), warnings)
 	}
+	structured := []switchyard.Header{{Name: "content-type", Value: cloudevents.MediaStructured}}
+	if ev, warnings := cloudevents.Kafka.DecodeLenient(structured, []byte(object(max+2))); ev.ID != "x" || len(ev.Extensions) != max || len(warnings) != 2 {
+		t.Errorf("a structured message of %d extensions, lenient: id %q, %d kept, warnings %v", max+2, ev.ID, len(ev.Extensions), warnings)
+	}
+}
+
+// A consumer reads a structured message that breaks the JSON format's types
+// as it was sent, with a warning, rather than as a binary message of
+// nothing (the producer was not this router: ingest refuses such events).
+func TestLenientStructuredTypes(t *testing.T) {
+	structured := []switchyard.Header{{Name: "content-type", Value: cloudevents.MediaStructured}}
+	body := `{"specversion":"1.0","id":"a1","type":"t","source":"/s","amount":1.5,"data":{"n":1}}`
+	ev, warnings := cloudevents.Kafka.DecodeLenient(structured, []byte(body))
+	if ev.ID != "a1" || ev.Type != "t" || ev.Extension("amount") != "1.5" || string(ev.Data) != `{"n":1}` ||
+		len(warnings) != 1 || !strings.Contains(warnings[0], `"amount": 1.5 is not a CloudEvents Integer`) || !strings.Contains(warnings[0], "kept as its JSON text") {
+		t.Errorf("lenient: %+v, warnings %q", ev, warnings)
+	}
+	if _, err := cloudevents.DecodeJSON([]byte(body)); err == nil {
+		t.Error("strict decoding took 1.5 as an extension")
+	}
 }
 
 // A NATS or Kafka message whose content type is the JSON event format is
