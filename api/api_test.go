@@ -387,7 +387,8 @@ func TestIdempotencyKeyRetryWithNewTrace(t *testing.T) {
 // keys are each tenant's own.
 // A binary-mode attribute header or an Idempotency-Key sent twice is a 400
 // that stores nothing (which value would count?); a refusal never says it
-// kept or dropped what it refused.
+// kept or dropped what it refused. Repeated trace headers are no reason to
+// refuse: tracestate's lines join into its list, traceparent's first counts.
 func TestRepeatedHeadersAreRefused(t *testing.T) {
 	r := newRouter(t)
 	for _, c := range []struct {
@@ -415,6 +416,24 @@ func TestRepeatedHeadersAreRefused(t *testing.T) {
 	if n := r.stored(); n != 0 {
 		t.Errorf("%d events stored", n)
 	}
+	// Trace headers are not the event's to refuse: tracestate is a list
+	// (its lines join), of traceparent the first counts.
+	req, _ := http.NewRequest("POST", "http://r/v1/events", strings.NewReader("x"))
+	req.Header = http.Header{"Ce-Specversion": {"1.0"}, "Ce-Type": {"order.created"}, "Ce-Source": {"/s"}, "Ce-Id": {"traced"}, "Content-Type": {"text/plain"},
+		"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"},
+		"Tracestate":  {"a=1", "b=2"}}
+	resp, err := r.client.Do(req)
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("repeated trace headers: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	r.db.View(func(tx *storage.Tx) error {
+		rec, err := tx.Record("traced")
+		if err != nil || rec.Event.Extension("tracestate") != "a=1,b=2" || !strings.HasSuffix(rec.Event.Extension("traceparent"), "00f067aa0ba902b7-01") {
+			t.Errorf("the stored event's trace context: %+v, %v", rec, err)
+		}
+		return nil
+	})
 }
 
 // A body that does not arrive within read_timeout is a 408

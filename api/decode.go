@@ -136,8 +136,16 @@ type traceContext [2]switchyard.Header
 func traceContextOf(h http.Header) traceContext {
 	var t traceContext
 	for i, name := range [2][2]string{{"traceparent", "Traceparent"}, {"tracestate", "Tracestate"}} {
-		if vs := h[name[1]]; len(vs) > 0 && vs[0] != "" && cloudevents.Check(name[0], vs[0]) == nil {
-			t[i] = switchyard.Header{Name: name[0], Value: vs[0]}
+		vs := h[name[1]]
+		if len(vs) == 0 || vs[0] == "" {
+			continue
+		}
+		v := vs[0] // traceparent: the first counts
+		if name[0] == "tracestate" && len(vs) > 1 {
+			v = strings.Join(vs, ",") // a list, however many lines carry it
+		}
+		if cloudevents.Check(name[0], v) == nil {
+			t[i] = switchyard.Header{Name: name[0], Value: v}
 		}
 	}
 	return t

@@ -209,7 +209,15 @@ func (b Binding) decodeBinary(hs []switchyard.Header, data []byte, problem func(
 	for _, h := range hs {
 		name := strings.ToLower(h.Name)
 		if seen[name] {
-			if d.b.isEventHeader(name) && !d.problem(h.Name, workedAround(invalid("the header is repeated: an attribute has one value"), "the first value kept")) {
+			switch {
+			case name == "tracestate":
+				// A list (W3C Trace Context; RFC 9110 §5.3): its lines
+				// are one value, joined by commas.
+				d.joinExtension(name, h.Value)
+			case passThrough[name]:
+				// traceparent: the first counts; a trace header is not
+				// a reason to refuse the event.
+			case d.b.isEventHeader(name) && !d.problem(h.Name, workedAround(invalid("the header is repeated: an attribute has one value"), "the first value kept")):
 				return d.ev
 			}
 			continue
@@ -298,6 +306,17 @@ func (d *binaryDecoder) header(h switchyard.Header, name string) bool {
 func (d *binaryDecoder) extension(name, value string) {
 	if value != "" && d.ev.Extension(name) == "" {
 		d.ev.Extensions = append(d.ev.Extensions, switchyard.Header{Name: name, Value: value})
+	}
+}
+
+// joinExtension appends value to the pass-through extension name, as a
+// further element of its list.
+func (d *binaryDecoder) joinExtension(name, value string) {
+	for i := range d.ev.Extensions {
+		if x := &d.ev.Extensions[i]; x.Name == name && value != "" && Check(name, value) == nil {
+			x.Value += "," + value
+			return
+		}
 	}
 }
 
