@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -204,11 +205,16 @@ func TestEmbeddedServerRecoversFromWriteError(t *testing.T) {
 	if got := streamMsgs(t, url, "ORDERS"); got != 10 {
 		t.Errorf("the stream holds %d messages after the restart, want 10", got)
 	}
-	// The restarted server's storage limit is the fixed one, not one sized
-	// from the disk's free bytes at the restart: on a disk that was full
-	// then, that limit would have been nothing, and every later message
-	// refused ("insufficient resources") after the disk had room again.
-	if max := srv.ns.JetStreamConfig().MaxStore; max != server.JetStreamMaxStoreDefault {
-		t.Errorf("JetStream's storage limit after the restart is %d, want the fixed %d", max, int64(server.JetStreamMaxStoreDefault))
+	// The restarted server's storage limit is its filesystem's size, not
+	// one sized from the disk's free bytes at the restart: on a disk that
+	// was full then, that limit would have been nothing, and every later
+	// message refused ("insufficient resources") after the disk had room
+	// again.
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(srv.StoreDir(), &fs); err != nil {
+		t.Fatal(err)
+	}
+	if max, size := srv.ns.JetStreamConfig().MaxStore, int64(fs.Blocks)*int64(fs.Bsize); max != size {
+		t.Errorf("JetStream's storage limit after the restart is %d, want the filesystem's size %d", max, size)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -104,14 +105,14 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 			Host:       host,
 			Port:       cfg.Port,
 			JetStream:  true,
-			// A fixed limit (the server's own default ceiling), not one
-			// sized from the disk's free bytes when the server starts:
-			// restarted on a full disk, it would otherwise limit itself to
-			// nothing and refuse every message ("insufficient resources")
-			// after the disk had room again, until the router restarted.
-			// The disk stays the limit; a full one is a write error, which
-			// the supervisor recovers from.
-			JetStreamMaxStore: server.JetStreamMaxStoreDefault,
+			// The size of the store's filesystem, not what nats-server
+			// takes without one (75% of the bytes free when it starts):
+			// restarted on a full disk, it would limit itself to nothing
+			// and refuse every message ("insufficient resources") after
+			// the disk had room again, until the router restarted. The
+			// disk stays the limit; a full one is a write error, which the
+			// supervisor recovers from.
+			JetStreamMaxStore: storeLimit(storeDir),
 			StoreDir:          storeDir,
 			SyncAlways:        cfg.SyncAlways,
 			SyncInterval:      cfg.SyncInterval,
@@ -134,6 +135,22 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 	logger.Info("embedded NATS server started", "name", name, "url", s.ClientURL(),
 		"store_dir", storeDir, "version", server.VERSION)
 	return s, nil
+}
+
+// storeLimit is the size of the filesystem that holds dir (or will: the
+// nearest directory above it that exists), so that JetStream's own limit
+// never binds before the disk does; nats-server's default ceiling (1 TB)
+// when the filesystem cannot be asked.
+func storeLimit(dir string) int64 {
+	for d := dir; ; d = filepath.Dir(d) {
+		var fs syscall.Statfs_t
+		if err := syscall.Statfs(d, &fs); err == nil {
+			return max(int64(fs.Blocks)*int64(fs.Bsize), 1)
+		}
+		if filepath.Dir(d) == d {
+			return server.JetStreamMaxStoreDefault
+		}
+	}
 }
 
 // start starts one nats-server on s.opts and waits until it takes clients.
