@@ -1,0 +1,53 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// While the storage budget is full, a request that cannot be a replay is
+// refused before its type is admitted: a new type under the catch-all gets
+// no loop, and so takes none of max_types, for events that were never
+// stored.
+func TestFullBudgetTakesNoCatchAllSlot(t *testing.T) {
+	h := newHarness(t, `
+storage { max_size = "1" }
+event "*" {
+  max_types = 4
+  route {
+    to      = "nats.local"
+    subject = "t.caught"
+  }
+}
+`, false)
+	ingest := func(typ string) error {
+		_, err := h.eng.Ingest(context.Background(), &engine.IngestRequest{
+			Tenant: "default", Events: []engine.IngestEvent{{Event: switchyard.Event{ID: typ + "-1", Type: typ, Source: "/t", SpecVersion: "1.0"}}},
+			Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+		})
+		return err
+	}
+	testkit.EventuallyWith(t, 5*time.Second, func() bool { sp, _, _ := h.eng.Space(); return sp.Used > 0 },
+		func() string { return "the budget was never measured" })
+	for i := range 10 {
+		if err := ingest(fmt.Sprintf("t.new%d", i)); switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL {
+			t.Fatalf("t.new%d past the budget: %v", i, err)
+		}
+	}
+	stats, err := h.eng.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stats {
+		if strings.HasPrefix(s.Type, "t.new") {
+			t.Errorf("type %s has a loop, for events never stored", s.Type)
+		}
+	}
+}
