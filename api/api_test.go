@@ -227,6 +227,18 @@ func TestPostBatchIsAllOrNothing(t *testing.T) {
 	if rep := r.post(map[string]string{"Content-Type": "application/cloudevents-batch+json"}, " [ ] "); rep.status != 202 || strings.TrimSpace(string(rep.body)) != "[]" || r.stored() != 0 {
 		t.Fatalf("empty batch: %d %s, stored %d", rep.status, rep.body, r.stored())
 	}
+	// Under an Idempotency-Key the key's contract holds for it too: the
+	// same empty batch replays, another body under the key is a 422.
+	keyed := map[string]string{"Content-Type": "application/cloudevents-batch+json", "Idempotency-Key": "empty"}
+	if rep := r.post(keyed, "[]"); rep.status != 202 || strings.TrimSpace(string(rep.body)) != "[]" {
+		t.Fatalf("keyed empty batch: %d %s", rep.status, rep.body)
+	}
+	if rep := r.post(keyed, "[]"); rep.status != 202 || rep.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("keyed empty batch again: %d %s %v", rep.status, rep.body, rep.header)
+	}
+	if rep := r.post(keyed, "["+orderJSON+"]"); rep.status != 422 || r.stored() != 0 {
+		t.Fatalf("another body under the empty batch's key: %d %s, stored %d", rep.status, rep.body, r.stored())
+	}
 	batch := `[` + orderJSON + `,{"specversion":"1.0","type":"order.paid","source":"/pay","id":"p-1","data_base64":"AAEC"}]`
 	rep := r.post(map[string]string{"Content-Type": "application/cloudevents-batch+json"}, batch)
 	if rep.status != 202 {

@@ -352,14 +352,6 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if len(events) == 0 {
-		// An empty batch (the HTTP binding allows one): nothing to store.
-		resp := renderAccepted(true)(nil)
-		w.Header().Set("Content-Type", resp.ContentType)
-		w.WriteHeader(resp.Status)
-		w.Write(resp.Body)
-		return
-	}
 	req := &engine.IngestRequest{
 		Tenant:   ten,
 		Endpoint: endpointEvents,
@@ -377,6 +369,11 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Key != "" {
 		req.Digest = requestDigest(r.Header, body)
+	} else if len(events) == 0 {
+		// An empty batch (the HTTP binding allows one), with no key to
+		// record: nothing to store.
+		writeResponse(w, renderAccepted(true)(nil))
+		return
 	}
 	resp, err := s.engine.Ingest(r.Context(), req)
 	if err != nil {
@@ -387,6 +384,11 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		s.metrics.replays.Inc()
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
+	writeResponse(w, *resp)
+}
+
+// writeResponse writes an ingest response as the engine rendered it.
+func writeResponse(w http.ResponseWriter, resp engine.Response) {
 	w.Header().Set("Content-Type", resp.ContentType)
 	w.WriteHeader(resp.Status)
 	w.Write(resp.Body)
