@@ -104,7 +104,7 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	}
 	if !opts.ReadOnly {
 		if err := walkPages(path); err != nil {
-			return nil, err
+			return nil, lockHeld(err)
 		}
 	}
 	before, _ := os.Stat(path)
@@ -113,7 +113,7 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 		return err
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("another process holds its lock (is a router running on it? stop it first): %w", err)
+		return nil, lockHeld(err)
 	}
 	if err == nil && before != nil {
 		// bbolt opens the file, then waits for its lock: a file renamed
@@ -149,6 +149,9 @@ func walkPages(path string) error {
 		bdb, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 		return err
 	}); err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return err // a router holds it: say so now, not after a second wait
+		}
 		return nil
 	}
 	defer bdb.Close()
@@ -170,6 +173,15 @@ func walkPages(path string) error {
 			return first
 		})
 	})
+}
+
+// lockHeld words bbolt's lock timeout: another process has the file open
+// to write. Other errors pass as they are.
+func lockHeld(err error) error {
+	if errors.Is(err, berrors.ErrTimeout) {
+		return fmt.Errorf("another process holds its lock (is a router running on it? stop it first): %w", err)
+	}
+	return err
 }
 
 // faultSafe runs fn, turning a memory fault while bbolt reads its mapping
