@@ -53,8 +53,8 @@ func CheckPrivate(path string) error {
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return fmt.Errorf("%s may be read by others than its owner (mode %04o): chmod 600 %s", path, perm, path)
 	}
-	if uid, ok := fsperm.Owner(fi); ok && uid != 0 && uid != os.Geteuid() {
-		return fmt.Errorf("%s is owned by uid %d, not by the router's user (uid %d): a secret must be the router's own (chown it)", path, uid, os.Geteuid())
+	if err := fsperm.CheckOwner(path, fi); err != nil {
+		return fmt.Errorf("%w: a secret must be the router's own (chown it)", err)
 	}
 	return nil
 }

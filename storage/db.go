@@ -82,6 +82,9 @@ func Open(path string, opts Options) (*DB, error) {
 	if err := fsperm.CheckDir(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
+	if err := fsperm.CheckFile(path); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
 	var unclean bool
 	bdb, err := openBolt(path, &bolt.Options{
 		Timeout: time.Second, // another router holds the file: fail, don't hang

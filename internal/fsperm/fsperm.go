@@ -19,11 +19,38 @@ func CheckDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	if uid, ok := Owner(fi); ok && uid != 0 && uid != os.Geteuid() {
-		return fmt.Errorf("%s is owned by uid %d, not by the router's user (uid %d): its owner could replace what the router keeps there; use a directory of the router's user", dir, uid, os.Geteuid())
+	if err := CheckOwner(dir, fi); err != nil {
+		return fmt.Errorf("%w: its owner could replace what the router keeps there; use a directory of the router's user", err)
 	}
 	if perm := fi.Mode(); perm.Perm()&0o002 != 0 && perm&os.ModeSticky == 0 {
 		return fmt.Errorf("%s may be written by anyone (mode %04o): another user could replace what the router keeps there; chmod o-w %s", dir, perm.Perm(), dir)
+	}
+	return nil
+}
+
+// CheckFile refuses a file the router is about to use, if it exists
+// already, that another user owns or anyone may write: in a sticky shared
+// directory (which CheckDir lets pass) another user could have created
+// the data file before the router's first start.
+func CheckFile(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil // not there yet: the router creates it, private
+	}
+	if err := CheckOwner(path, fi); err != nil {
+		return fmt.Errorf("%w: its owner could read or change what the router stores; move it away", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o002 != 0 {
+		return fmt.Errorf("%s may be written by anyone (mode %04o): chmod o-w %s", path, perm, path)
+	}
+	return nil
+}
+
+// CheckOwner refuses fi, the file or directory at path, when another user
+// than the router's owns it (root excepted: it can change anything anyway).
+func CheckOwner(path string, fi os.FileInfo) error {
+	if uid, ok := Owner(fi); ok && uid != 0 && uid != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not by the router's user (uid %d)", path, uid, os.Geteuid())
 	}
 	return nil
 }

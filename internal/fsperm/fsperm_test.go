@@ -41,3 +41,32 @@ func TestCheckDir(t *testing.T) {
 		t.Errorf("another user's directory: %v", err)
 	}
 }
+
+// CheckFile takes a file that is not there yet and the router's own, and
+// refuses one anyone may write and one another user owns.
+func TestCheckFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "router.db")
+	if err := CheckFile(path); err != nil {
+		t.Errorf("a file not there yet: %v", err)
+	}
+	os.WriteFile(path, nil, 0o600)
+	if err := CheckFile(path); err != nil {
+		t.Errorf("the router's own file: %v", err)
+	}
+	os.Chmod(path, 0o666)
+	if err := CheckFile(path); err == nil || !strings.Contains(err.Error(), "may be written by anyone (mode 0666)") {
+		t.Errorf("a world-writable file: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the check of a file another user owns is skipped (chown needs root)")
+		return
+	}
+	os.Chmod(path, 0o600)
+	if err := os.Chown(path, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckFile(path); err == nil || !strings.Contains(err.Error(), "is owned by uid 4242") {
+		t.Errorf("another user's file: %v", err)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // DefaultHost is where the embedded server listens when the config names no
@@ -93,6 +94,13 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 	name := cfg.Name
 	if name == "" {
 		name = "embedded"
+	}
+	if _, err := os.Stat(storeDir); err == nil {
+		// Made by another user before the router's first start, it would
+		// be theirs to read and change.
+		if err := fsperm.CheckDir(storeDir); err != nil {
+			return nil, fmt.Errorf("nats %s: embedded server: %w", name, err)
+		}
 	}
 	users, err := serverUsers(cfg)
 	if err != nil {
