@@ -123,6 +123,16 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []switchyard.Inb
 		return ReceiveResult{}, err
 	}
 	now := e.now()
+	for i := range msgs {
+		if ev := &msgs[i].Event; storage.CheckTime(ev.Time) != nil {
+			// A time the data file cannot hold is left out, with a
+			// warning, as the lenient decoder leaves out one that does
+			// not parse: never stored as another time, never a reason to
+			// wedge.
+			e.log.Warn("inbox: an event's time is outside what the router stores; left out", "inbox", name, "id", ev.ID, "time", ev.Time, "origin", msgs[i].Origin)
+			ev.Time = time.Time{}
+		}
+	}
 	var res ReceiveResult
 	var skips []storage.Skip
 	err = e.store.Update(ctx, func(tx *storage.Tx) error {
@@ -174,12 +184,6 @@ func (in *inbox) receiveOne(tx *storage.Tx, m *switchyard.Inbound, batch map[str
 		return skip, nil
 	}
 	rec := &storage.Record{Event: m.Event, Tenant: storage.DefaultTenant, Queue: InboxQueue(name), CreatedAt: now, UpdatedAt: now}
-	if storage.CheckTime(rec.Event.Time) != nil {
-		// A time the data file cannot hold is left out, as the lenient
-		// decoder leaves out one that does not parse: never stored as
-		// another time, never a reason to wedge.
-		rec.Event.Time = time.Time{}
-	}
 	if err := tx.InsertEvent(rec, in.policy.ByKey()); err != nil {
 		if errors.Is(err, storage.ErrExists) {
 			// Stored before, its id since forgotten: the record (waiting

@@ -33,6 +33,28 @@ func inbound(ids ...string) []switchyard.Inbound {
 	return out
 }
 
+// An inbound event whose time the data file cannot hold (past 2261) is
+// stored without it, not as another time; one in range keeps its own.
+func TestInboxLeavesOutAnUnstorableTime(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	msgs := inbound("far", "near")
+	msgs[0].Event.Time = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)
+	near := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	msgs[1].Event.Time = near
+	if _, err := h.eng.Receive(context.Background(), "pay", msgs); err != nil {
+		t.Fatal(err)
+	}
+	h.db.View(func(tx *storage.Tx) error {
+		for id, want := range map[string]time.Time{"far": {}, "near": near} {
+			rec, err := tx.Record(engine.InboxQueue("pay") + "\x00" + id)
+			if err != nil || !rec.Event.Time.Equal(want) {
+				t.Errorf("%s: time %v (%v), want %v", id, rec.Event.Time, err, want)
+			}
+		}
+		return nil
+	})
+}
+
 // Redeliveries are dropped durably and audited, within the batch too; after
 // the ttl an id is new again.
 func TestReceiveDropsRedeliveries(t *testing.T) {
