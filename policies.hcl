@@ -94,10 +94,10 @@ outbox {
   # most 50ms), so delivery keeps at least a quarter of its pace, and drains
   # the backlog once the burst ends. Never while delivery is yield_lag
   # behind, nor past half the storage budget (half of max_size, twice
-  # min_free). With 16 clients sending batches of 100 on a 2-core node it
-  # doubled the events stored per second; delivery then lags by up to the
-  # burst (docs/decisions/ingest-first.md). "0s": delivery keeps pace with
-  # ingest instead, sharing the CPU as it comes.
+  # min_free of room). With 16 clients sending batches of 100 on a 2-core
+  # node it doubled the events stored per second; delivery then lags by up
+  # to the burst (docs/decisions/ingest-first.md). "0s": delivery keeps pace
+  # with ingest instead, sharing the CPU as it comes.
   # yield_lag = "10s"   # the default
 }
 

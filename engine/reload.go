@@ -55,6 +55,12 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 		}
 	}
 
+	var removed []string
+	defer func() { // after the unlock below: warnRemoved reads the data file
+		for _, t := range removed {
+			e.warnRemoved(t)
+		}
+	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.sinkMap.Store(&sinks)
@@ -64,7 +70,7 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 		if pol, ok := e.policyOf(t); ok {
 			l.setPolicy(pol)
 		} else {
-			e.warnRemoved(t)
+			removed = append(removed, t)
 		}
 	}
 	// New types get their loops now rather than on their first event.

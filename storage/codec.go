@@ -167,7 +167,8 @@ func appendTime(b []byte, t time.Time) []byte {
 }
 
 // epochMark stands for 1970-01-01T00:00:00Z, whose UnixNano (0) means "no
-// time": the one int64 no storable time has (it is MinTime less 192 ns).
+// time": the one int64 no storable time has (1677-09-21T00:12:43Z, before
+// MinTime).
 const epochMark = math.MinInt64
 
 // MinTime and MaxTime bound the times a record can hold: nanoseconds since

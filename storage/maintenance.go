@@ -111,7 +111,8 @@ type Space struct {
 	// any more of the disk: the bytes the filesystem has allocated to the
 	// file, less those in use. bbolt never gives its free pages back to
 	// the disk, so the room a drained backlog leaves is here, not in
-	// DiskFree.
+	// DiskFree. (On a copy-on-write filesystem, btrfs or ZFS, a rewritten
+	// page takes new blocks: there this overstates the room.)
 	Reusable int64 `json:"reusable_bytes"`
 }
 
