@@ -53,6 +53,32 @@ func removed(t *testing.T, db *storage.DB, clean func(*storage.Tx) (int, error))
 	return n
 }
 
+// onRecord runs fn on the record stored under key, in a transaction.
+func onRecord(t *testing.T, db *storage.DB, key string, fn func(*storage.Tx, *storage.Record) error) {
+	t.Helper()
+	if err := db.Update(ctx, func(tx *storage.Tx) error {
+		r, err := tx.Record(key)
+		if err != nil {
+			return err
+		}
+		return fn(tx, r)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reschedule moves the pending record stored under key to at.
+func reschedule(t *testing.T, db *storage.DB, key string, at time.Time) {
+	t.Helper()
+	onRecord(t, db, key, func(tx *storage.Tx, r *storage.Record) error { return tx.Reschedule(r, at) })
+}
+
+// deliver marks the record stored under key delivered at now.
+func deliver(t *testing.T, db *storage.DB, key string, now time.Time) {
+	t.Helper()
+	onRecord(t, db, key, func(tx *storage.Tx, r *storage.Record) error { return tx.MarkDelivered(r, now, time.Hour) })
+}
+
 func due(t *testing.T, db *storage.DB, typ string, now time.Time, byKey bool) []string {
 	t.Helper()
 	var ids []string
@@ -209,20 +235,14 @@ func TestDueOrderByKey(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	insert(t, db, record("k1", "a", t0, "k"), record("x", "a", t0, "other"), record("k2", "a", t0, "k"))
 	// k1 fails and is rescheduled later: k2 must wait for it.
-	db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Record("k1")
-		return tx.Reschedule(r, t0.Add(time.Minute))
-	})
+	reschedule(t, db, "k1", t0.Add(time.Minute))
 	if got := fmt.Sprint(due(t, db, "a", t0, true)); got != "[x]" {
 		t.Fatalf("due by key = %s, want [x]", got)
 	}
 	if got := fmt.Sprint(due(t, db, "a", t0, false)); got != "[x k2]" {
 		t.Fatalf("due without ordering = %s, want [x k2]", got)
 	}
-	db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Record("k1")
-		return tx.MarkDelivered(r, t0, time.Hour)
-	})
+	deliver(t, db, "k1", t0)
 	if got := fmt.Sprint(due(t, db, "a", t0, true)); got != "[x k2]" {
 		t.Fatalf("due after k1 delivered = %s, want [x k2]", got)
 	}
@@ -238,17 +258,11 @@ func TestDueOrderByKeyPerTenant(t *testing.T) {
 	as := func(tenant string, r *storage.Record) *storage.Record { r.Tenant = tenant; return r }
 	insert(t, db, as("acme", record("k1", "a", t0, "k")), as("beta", record("b1", "a", t0, "k")),
 		as(storage.DefaultTenant, record("d1", "a", t0, "k")), as("acme", record("k2", "a", t0, "k")))
-	db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Record("acme/k1")
-		return tx.Reschedule(r, t0.Add(time.Minute))
-	})
+	reschedule(t, db, "acme/k1", t0.Add(time.Minute))
 	if got := fmt.Sprint(due(t, db, "a", t0, true)); got != "[b1 d1]" {
 		t.Fatalf("due by key = %s, want [b1 d1]: only acme's k2 waits for acme's k1", got)
 	}
-	db.Update(ctx, func(tx *storage.Tx) error {
-		r, _ := tx.Record("acme/k1")
-		return tx.MarkDelivered(r, t0, time.Hour)
-	})
+	deliver(t, db, "acme/k1", t0)
 	if got := fmt.Sprint(due(t, db, "a", t0, true)); got != "[b1 d1 k2]" {
 		t.Fatalf("due after k1 delivered = %s, want [b1 d1 k2]", got)
 	}

@@ -183,6 +183,28 @@ func filledDataFile(t *testing.T) []byte {
 	return full
 }
 
+// runOnDataFile starts the real binary on a data file holding content and
+// wants it to refuse, without a crash (SIGBUS, a panic, a goroutine dump);
+// it returns the file's path and what the binary printed.
+func runOnDataFile(t *testing.T, content []byte) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "r.db")
+	os.WriteFile(db, content, 0o600)
+	cfg := filepath.Join(dir, "policies.hcl")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("listen { socket = %q }\nstorage { path = %q }\n", filepath.Join(dir, "r.sock"), db)), 0o600)
+	err, out := runBinary(t, 30*time.Second, "run", "-config", cfg)
+	if err == nil {
+		t.Fatalf("the router ran on the file:\n%s", out)
+	}
+	for _, bad := range []string{"SIGBUS", "goroutine ", "panic"} {
+		if strings.Contains(out, bad) {
+			t.Fatalf("the router crashed (%s):\n%s", bad, out)
+		}
+	}
+	return db, out
+}
+
 // A data file with damaged pages (bit rot, a torn write) makes the real
 // binary exit with one clear error that says the file is damaged and how
 // to go on — never a panic from the goroutine bbolt walks the pages on —
@@ -194,20 +216,7 @@ func TestDamagedDataFile(t *testing.T) {
 	for at := 4 * page; at+16 <= len(damaged); at += 8 * page {
 		copy(damaged[at:], "\xde\xad\xbe\xef\xde\xad\xbe\xef\xde\xad\xbe\xef\xde\xad\xbe\xef")
 	}
-	dir := t.TempDir()
-	db := filepath.Join(dir, "r.db")
-	os.WriteFile(db, damaged, 0o600)
-	cfg := filepath.Join(dir, "policies.hcl")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("listen { socket = %q }\nstorage { path = %q }\n", filepath.Join(dir, "r.sock"), db)), 0o600)
-	err, out := runBinary(t, 30*time.Second, "run", "-config", cfg)
-	if err == nil {
-		t.Fatalf("the router ran on a damaged file:\n%s", out)
-	}
-	for _, bad := range []string{"SIGBUS", "goroutine ", "panic:"} {
-		if strings.Contains(out, bad) {
-			t.Fatalf("the router crashed (%s):\n%s", bad, out)
-		}
-	}
+	db, out := runOnDataFile(t, damaged)
 	if !strings.Contains(out, "the data file is damaged") || !strings.Contains(out, "router db check") {
 		t.Errorf("the error does not say the file is damaged:\n%s", out)
 	}
@@ -257,20 +266,7 @@ func TestTruncatedDataFile(t *testing.T) {
 			t.Fatalf("the data file (%d bytes, %d in use) cannot be cut at %d", len(full), used, cut)
 		}
 		t.Run(fmt.Sprint(cut), func(t *testing.T) {
-			dir := t.TempDir()
-			db := filepath.Join(dir, "r.db")
-			os.WriteFile(db, full[:cut], 0o600)
-			cfg := filepath.Join(dir, "policies.hcl")
-			os.WriteFile(cfg, []byte(fmt.Sprintf("listen { socket = %q }\nstorage { path = %q }\n", filepath.Join(dir, "r.sock"), db)), 0o600)
-			err, out := runBinary(t, 30*time.Second, "run", "-config", cfg)
-			if err == nil {
-				t.Fatalf("the router ran on a truncated file:\n%s", out)
-			}
-			for _, bad := range []string{"SIGBUS", "goroutine ", "panic"} {
-				if strings.Contains(out, bad) {
-					t.Fatalf("the router crashed (%s):\n%s", bad, out)
-				}
-			}
+			db, out := runOnDataFile(t, full[:cut])
 			want := fmt.Sprintf("%s: the data file is truncated: it has %d bytes", db, cut)
 			if !strings.Contains(out, want) || !strings.Contains(out, "restore it from a backup") {
 				t.Errorf("the error does not say %q:\n%s", want, out)

@@ -33,6 +33,24 @@ func SecretFile(t testing.TB, content string) string {
 	return p
 }
 
+// Stranger is the uid GiveToStranger gives files to: another user's.
+const Stranger = 4242
+
+// GiveToStranger makes path another user's (uid and gid Stranger) and
+// reports true. Without root it cannot: it says so in the test's log and
+// reports false, and the caller leaves out the check that needs it.
+func GiveToStranger(t testing.TB, path string) bool {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Log("not root: the check of a file another user owns is skipped (chown needs root)")
+		return false
+	}
+	if err := os.Chown(path, Stranger, Stranger); err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
 // ServerTLS makes a CA and a certificate for 127.0.0.1 signed by it, valid
 // for an hour. It returns a server's TLS config and the path of the CA's
 // PEM file, which a client trusts through a tls { ca_file } block.
