@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // A reload that removes the block of an event type with stored events says
@@ -16,7 +16,7 @@ import (
 // queue the configuration no longer has); one that keeps every block says
 // nothing of the kind.
 func TestReloadWarnsOfARemovedType(t *testing.T) {
-	var logs bytes.Buffer
+	var logs testkit.Buffer // the loops log from their goroutines
 	logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
 	keep := `
 event "t.keep" {

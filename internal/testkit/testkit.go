@@ -4,6 +4,7 @@
 package testkit
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +33,26 @@ func SecretFile(t testing.TB, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Buffer is a bytes.Buffer safe for concurrent use: the code under test
+// logs into it from its own goroutines while the test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String is what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // Stranger is the uid GiveToStranger gives files to: another user's.
