@@ -30,6 +30,10 @@ type Config struct {
 	Events map[string]*Policy
 	// EventsAt is where each event block is (nil without event blocks).
 	EventsAt map[string]Pos
+	// StreamsAt is where each stream block is, by "<nats name>/<stream
+	// name>" (nil without stream blocks). Apart from the streams, so that a
+	// reload compares what they are, not where.
+	StreamsAt map[string]Pos
 	// MaxTypes bounds how many types the "*" block catches (its max_types;
 	// default 256): each type is a loop, metrics series and stats rows, so
 	// a client must not be able to create them without end.

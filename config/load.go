@@ -158,8 +158,9 @@ type decoder struct {
 	plugins map[string]bool // declared plugin names
 	// owned are the paths the router reads or writes besides its socket,
 	// with where each is set: the socket must be none of them (paths.go).
-	owned    []ownedPath
-	socketAt *hcl.Range // listen.socket, when the file sets it
+	owned     []ownedPath
+	socketAt  *hcl.Range     // listen.socket, when the file sets it
+	streamsAt map[string]Pos // Config.StreamsAt
 }
 
 func (d *decoder) errorf(rng hcl.Range, summary, format string, args ...any) {
@@ -358,6 +359,7 @@ func (d *decoder) sinksAndPlugins(c *hcl.BodyContent, cfg *Config) {
 			d.sinks[n.SinkName()] = true
 		}
 	}
+	cfg.StreamsAt = d.streamsAt
 	kafkaNames := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("kafka") {
 		k := d.kafka(b)
@@ -569,6 +571,10 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 		s := d.stream(sb, n.Embedded)
 		if d.declare(names, sb) {
 			n.Streams = append(n.Streams, s)
+			if d.streamsAt == nil {
+				d.streamsAt = map[string]Pos{}
+			}
+			d.streamsAt[n.Name+"/"+s.Name] = posOf(sb.DefRange)
 		}
 	}
 	return n

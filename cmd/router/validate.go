@@ -121,7 +121,9 @@ func checkSinksOf(ctx context.Context, cfg *config.Config, timeout time.Duration
 //   - every plugin: loads as the router loads it (compiled, ABI exports and
 //     imports, _initialize and sy_init with its config);
 //   - every route to an embedded NATS server (JetStream): one of its
-//     declared streams captures the subject, or no publish is acknowledged.
+//     declared streams captures the subject, or no publish is acknowledged;
+//   - the streams of a nats block: no two capture one subject, which
+//     JetStream refuses when the router creates them.
 func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 	var problems []string
 	if cfg.Listen.TokensFile != "" {
@@ -139,6 +141,10 @@ func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 		}
 	}
 	for _, n := range cfg.NATS {
+		for _, o := range natsplugin.Overlaps(n.Streams) {
+			problems = append(problems, fmt.Sprintf("%s: nats %q: stream %q captures %q, which overlaps %q of stream %q: JetStream refuses two streams that capture one subject",
+				cfg.StreamsAt[n.Name+"/"+o.Second], n.Name, o.Second, o.SecondSubject, o.FirstSubject, o.First))
+		}
 		if !n.Embedded || !n.JetStream {
 			continue
 		}

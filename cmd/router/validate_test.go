@@ -17,7 +17,8 @@ import (
 // `router validate` refuses, with the file:line:col of the mistake, what
 // used to pass it and fail only at run time (or never): plugin files that
 // are missing or not WebAssembly, absurd sizes and numbers, a bad address,
-// a missing tokens_file, a route no stream captures; and `router run`
+// a missing tokens_file, a route no stream captures, two streams that
+// capture one subject; and `router run`
 // names a plugin that does not load at its block's file:line:col too.
 func TestValidateFindsWhatParsingCannot(t *testing.T) {
 	dir := t.TempDir()
@@ -34,6 +35,8 @@ func TestValidateFindsWhatParsingCannot(t *testing.T) {
 		{"batch_size", "defaults {\n  batch_size = 99999999999\n}", `:2:16: Invalid value: batch_size must be at most 100000`},
 		{"plugins and no sink", fmt.Sprintf("plugin \"p\" { wasm = %q }\nevent \"x\" {\n  plugins = [\"p\"]\n}", good),
 			`:2:1: event "x" runs plugins, but the configuration has no sink`},
+		{"overlapping streams", "nats \"local\" {\n  embedded = true\n  stream \"a\" { subjects = [\"x.>\"] }\n  stream \"b\" { subjects = [\"y.*\", \"x.a\"] }\n}",
+			`:4:3: nats "local": stream "b" captures "x.a", which overlaps "x.>" of stream "a": JetStream refuses two streams that capture one subject`},
 		{"route no stream captures", "nats \"local\" {\n  embedded = true\n  stream \"s\" { subjects = [\"a.>\"] }\n}\nevent \"x\" {\n  route {\n    to      = \"nats.local\"\n    subject = \"b.x\"\n  }\n}",
 			`:5:1: event "x" routes to subject "b.x", which no stream of nats "local" captures`},
 	}

@@ -24,6 +24,39 @@ func StreamCapturing(streams []config.Stream, subject string) string {
 	return ""
 }
 
+// Overlap is two declared streams that capture a subject both: JetStream
+// refuses to create the later one ("subjects overlap with an existing
+// stream"), so the router cannot start on them.
+type Overlap struct {
+	First, Second               string // the streams, in declared order
+	FirstSubject, SecondSubject string
+}
+
+// Overlaps lists the pairs of streams whose subjects overlap, each pair
+// once, at its first overlapping subjects.
+func Overlaps(streams []config.Stream) []Overlap {
+	var out []Overlap
+	for i, a := range streams {
+		for _, b := range streams[i+1:] {
+			if o, ok := overlap(a, b); ok {
+				out = append(out, o)
+			}
+		}
+	}
+	return out
+}
+
+func overlap(a, b config.Stream) (Overlap, bool) {
+	for _, sa := range a.Subjects {
+		for _, sb := range b.Subjects {
+			if server.SubjectsCollide(sa, sb) {
+				return Overlap{a.Name, b.Name, sa, sb}, true
+			}
+		}
+	}
+	return Overlap{}, false
+}
+
 // CheckSubjects asks the server which stream captures each subject and
 // reports those none does (`router validate -check-sinks`).
 func (s *Sink) CheckSubjects(ctx context.Context, subjects []string) error {
