@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -34,9 +38,13 @@ func inbound(ids ...string) []switchyard.Inbound {
 }
 
 // An inbound event whose time the data file cannot hold (past 2261) is
-// stored without it, not as another time; one in range keeps its own.
+// stored without it, not as another time, and a warning says which; one in
+// range keeps its own.
 func TestInboxLeavesOutAnUnstorableTime(t *testing.T) {
-	h := newHarness(t, pullInbox, true)
+	var logs testkit.Buffer
+	h := newHarness(t, pullInbox, true, harnessOption(func(o *engine.Options) {
+		o.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	}))
 	msgs := inbound("far", "near")
 	msgs[0].Event.Time = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)
 	near := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -47,12 +55,18 @@ func TestInboxLeavesOutAnUnstorableTime(t *testing.T) {
 	h.db.View(func(tx *storage.Tx) error {
 		for id, want := range map[string]time.Time{"far": {}, "near": near} {
 			rec, err := tx.Record(engine.InboxQueue("pay") + "\x00" + id)
-			if err != nil || !rec.Event.Time.Equal(want) {
-				t.Errorf("%s: time %v (%v), want %v", id, rec.Event.Time, err, want)
+			if err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+			if !rec.Event.Time.Equal(want) {
+				t.Errorf("%s: time %v, want %v", id, rec.Event.Time, want)
 			}
 		}
 		return nil
 	})
+	if l := logs.String(); !strings.Contains(l, "an event's time is outside what the router stores; left out") || !strings.Contains(l, "id=far") || strings.Contains(l, "id=near") {
+		t.Errorf("the warning:\n%s", l)
+	}
 }
 
 // Redeliveries are dropped durably and audited, within the batch too; after

@@ -161,6 +161,11 @@ func (e *Engine) admitType(t string) error {
 	if caught >= cfg.MaxTypes {
 		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types); type %q needs a block of its own, or a higher max_types", caught, t)
 	}
+	if err := e.space.check(); err != nil {
+		// A type without a loop has nothing stored to replay: a full
+		// budget refuses it before it takes a max_types slot.
+		return err
+	}
 	e.startLoopLocked(t)
 	return nil
 }

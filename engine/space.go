@@ -50,7 +50,8 @@ func (w *spaceWatch) check() error {
 }
 
 // roomy reports whether the data file is inside half its budget: under
-// half of max_size, and above twice min_free on the disk. Without a meter,
+// half of max_size, and above twice min_free of room (storage.Space.Room:
+// the disk's free bytes and the file's reusable ones). Without a meter,
 // before the first measurement, or after one that failed, it cannot tell,
 // and says it is (as check does not refuse).
 func (w *spaceWatch) roomy(maxSize, minFree int64) bool {

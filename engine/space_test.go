@@ -12,9 +12,10 @@ import (
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
-// While the storage budget is full, a request that cannot be a replay is
-// refused before its type is admitted: a new type under the catch-all gets
-// no loop, and so takes none of max_types, for events that were never
+// While the storage budget is full, a request for a type the catch-all has
+// not seen — with router-made ids or client-chosen ones, which nothing
+// stored can replay — is refused before the type is admitted: it gets no
+// loop, and so takes none of max_types, for events that were never
 // stored.
 func TestFullBudgetTakesNoCatchAllSlot(t *testing.T) {
 	h := newHarness(t, `
@@ -27,9 +28,9 @@ event "*" {
   }
 }
 `, false)
-	ingest := func(typ string) error {
+	ingest := func(typ string, clientID bool) error {
 		_, err := h.eng.Ingest(context.Background(), &engine.IngestRequest{
-			Tenant: "default", Events: []engine.IngestEvent{{Event: switchyard.Event{ID: typ + "-1", Type: typ, Source: "/t", SpecVersion: "1.0"}}},
+			Tenant: "default", Events: []engine.IngestEvent{{ClientID: clientID, Digest: []byte{1}, Event: switchyard.Event{ID: typ + "-1", Type: typ, Source: "/t", SpecVersion: "1.0"}}},
 			Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
 		})
 		return err
@@ -37,7 +38,7 @@ event "*" {
 	testkit.EventuallyWith(t, 5*time.Second, func() bool { sp, _, _ := h.eng.Space(); return sp.Used > 0 },
 		func() string { return "the budget was never measured" })
 	for i := range 10 {
-		if err := ingest(fmt.Sprintf("t.new%d", i)); switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL {
+		if err := ingest(fmt.Sprintf("t.new%d", i), i%2 == 1); switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL {
 			t.Fatalf("t.new%d past the budget: %v", i, err)
 		}
 	}
