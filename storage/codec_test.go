@@ -161,7 +161,8 @@ func TestIdemRecordEncodings(t *testing.T) {
 	}
 }
 
-// A data file at schema 1 (JSON idempotency records) opens, is marked 2,
+// A data file at schema 1 (JSON idempotency records) opens, is marked with
+// the current schema,
 // and its JSON records still read; a schema this router does not know is
 // refused at open, before anything is read or written.
 func TestSchemaUpgradeAndRefusal(t *testing.T) {
@@ -209,11 +210,11 @@ func TestSchemaUpgradeAndRefusal(t *testing.T) {
 	})
 	db.Close(context.Background())
 
-	setSchema("3", nil)
-	if db, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), `data file schema "3"`) {
+	setSchema("4", nil)
+	if db, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), `data file schema "4"`) {
 		if db != nil {
 			db.Close(context.Background())
 		}
-		t.Fatalf("a schema 3 file: %v, want a refusal naming it", err)
+		t.Fatalf("a schema 4 file: %v, want a refusal naming it", err)
 	}
 }

@@ -47,9 +47,15 @@ var (
 	// file at 1 is upgraded when it is opened (its JSON records still read);
 	// a router that reads only 1 refuses a file at 2 at start, rather than
 	// failing on each binary record it meets.
-	schemaVersion = "2"
+	//
+	// 3: the keys index is on order lines per tenant (migrateOrderLines; the
+	// epoch's time mark, epochMark, came with it). A router that reads
+	// only up to 2 refuses the file: it would write tenants' entries under
+	// the bare key, which this version no longer looks at, and never remove
+	// the entries on lines, which would hold their keys for ever.
+	schemaVersion = "3"
 	// schemaReadable are the versions this router opens.
-	schemaReadable = []string{"1", "2"}
+	schemaReadable = []string{"1", "2", "3"}
 )
 
 // ErrNotFound is returned when a record does not exist.
