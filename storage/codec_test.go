@@ -162,9 +162,9 @@ func TestIdemRecordEncodings(t *testing.T) {
 }
 
 // A data file at schema 1 (JSON idempotency records) opens, is marked with
-// the current schema,
-// and its JSON records still read; a schema this router does not know is
-// refused at open, before anything is read or written.
+// the current schema, and its JSON records still read; a schema this
+// router does not know is refused at open, before anything is read or
+// written.
 func TestSchemaUpgradeAndRefusal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
 	setSchema := func(v string, seed func(*bolt.Tx) error) {
