@@ -128,18 +128,17 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	return db, err
 }
 
-// walkPages checks the file read-only, as bbolt does when it opens a file
-// to write without a stored free list (NoFreelistSync): it walks every
-// page the buckets reach, on a goroutine of its own, and panics — ending
-// the process with a stack trace that faultSafe cannot catch — at the
-// first damage it meets. Here that is an error: first each page's header
-// on this goroutine (Bucket.Stats, under faultSafe), then, after an
-// unclean stop (a torn write is likely then, and the check costs ~0.3 s
-// per million records), bbolt's own check of the same pages (Tx.Check:
-// element bounds, key order), which reports what it finds instead of
-// panicking. A file that does not exist
-// yet has nothing to walk; one bbolt cannot open is left to the open that
-// follows, which says why.
+// walkPages reads, read-only and on this goroutine, the header of every
+// page the buckets reach. bbolt walks the same pages when it opens a file
+// to write without a stored free list (NoFreelistSync), on a goroutine of
+// its own, and panics — ending the process with a stack trace faultSafe
+// cannot catch — at the first damage it meets. Here a damaged header is an
+// error. Damage inside a page (an element's bounds, the keys' order) is
+// what bbolt's full check finds; it too runs on goroutines of bbolt's own,
+// so the router runs it in a child process, after an unclean stop, where
+// a torn write is likely (cmd/router: LeftUnclean, checkIsolated). A file
+// that does not exist yet has nothing to walk; one bbolt cannot open is
+// left to the open that follows, which says why.
 func walkPages(path string) error {
 	if _, err := os.Stat(path); err != nil {
 		return nil
@@ -157,22 +156,38 @@ func walkPages(path string) error {
 	defer bdb.Close()
 	return faultSafe(func() error {
 		return bdb.View(func(tx *bolt.Tx) error {
-			tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
+			return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
 				b.Stats() // every page of the bucket and its sub-buckets
 				return nil
 			})
-			if meta := tx.Bucket(bucketMeta); meta == nil || meta.Get(keyRunning) == nil {
-				return nil // stopped cleanly: no torn write to look for
-			}
-			var first error
-			for err := range tx.Check() {
-				if first == nil {
-					first = fmt.Errorf("the data file is damaged (%v); the file was left as it is: check it with `router db check`, restore it from a backup", err)
-				}
-			}
-			return first
 		})
 	})
+}
+
+// LeftUnclean reports whether the data file at path carries the running
+// mark of a router that did not stop cleanly (a crash, SIGKILL, a power
+// cut), read without opening it to write: the caller checks such a file
+// whole, in a process of its own (cmd/router), before Open. False for a
+// file that is not there or cannot be read: Open says why.
+func LeftUnclean(path string) bool {
+	if _, err := os.Stat(path); err != nil {
+		return false
+	}
+	unclean := false
+	faultSafe(func() error {
+		bdb, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		if err != nil {
+			return err
+		}
+		defer bdb.Close()
+		return bdb.View(func(tx *bolt.Tx) error {
+			if meta := tx.Bucket(bucketMeta); meta != nil {
+				unclean = meta.Get(keyRunning) != nil
+			}
+			return nil
+		})
+	})
+	return unclean
 }
 
 // lockHeld words bbolt's lock timeout: another process has the file open

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	bolt "go.etcd.io/bbolt"
 )
 
 // runBinary runs the real router binary with args and returns its exit
@@ -242,6 +244,49 @@ func TestOpenDataDirectoryIsRefused(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(data); len(entries) != 0 {
 		t.Errorf("the router left %d files in the directory", len(entries))
+	}
+}
+
+// A data file left by an unclean stop with damage inside its pages (a leaf
+// element that points past the file: a torn write) makes the real binary
+// exit with one clear error from the check it runs in a process of its own
+// — where bbolt's own walk would have ended the router with a stack
+// trace — and leaves the file as it was.
+func TestDamagedDataFileAfterUncleanStop(t *testing.T) {
+	full := filledDataFile(t)
+	// The running mark an unclean stop leaves.
+	dir := t.TempDir()
+	marked := filepath.Join(dir, "marked.db")
+	os.WriteFile(marked, full, 0o600)
+	bdb, err := bolt.Open(marked, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("running"), []byte("x")) }); err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+	damaged, _ := os.ReadFile(marked)
+	// Every leaf page's first element (after the 16-byte page header:
+	// flags, pos, ksize, vsize, 4 bytes each) now points far past its page.
+	const page = 4096
+	leaves := 0
+	for at := 2 * page; at+page <= len(damaged); at += page {
+		flags, count := binary.LittleEndian.Uint16(damaged[at+8:]), binary.LittleEndian.Uint16(damaged[at+10:])
+		if flags == 0x02 && count > 0 {
+			binary.LittleEndian.PutUint32(damaged[at+16+4:], 0x7ffffff0)
+			leaves++
+		}
+	}
+	if leaves == 0 {
+		t.Fatal("no leaf page found to damage")
+	}
+	db, out := runOnDataFile(t, damaged)
+	if !strings.Contains(out, "the last run did not stop cleanly, and the data file "+db+" is damaged") || !strings.Contains(out, "restore it from a backup") {
+		t.Errorf("the error does not say the file is damaged (%d leaf pages damaged):\n%s", leaves, out)
+	}
+	if after, _ := os.ReadFile(db); !bytes.Equal(after, damaged) {
+		t.Error("the file changed")
 	}
 }
 
