@@ -39,10 +39,13 @@ func DecodeJSON(body []byte) (switchyard.Event, error) {
 	return decodeJSON(body, nil)
 }
 
-// decodeJSON is DecodeJSON; with warn, the JSON format's type rules and
-// the bound on extensions are worked around (the value kept as its JSON
-// text, extensions past the bound left out) and told to warn, as a
-// consumer's lenient decoding needs (Binding.DecodeLenient).
+// decodeJSON is DecodeJSON; with warn, what a member breaks is worked
+// around and told to warn, as a consumer's lenient decoding needs
+// (Binding.DecodeLenient): a value of the wrong JSON type is kept as its
+// JSON text; a member that cannot be an attribute (an object or array, a
+// name the spec does not allow, a time that does not parse) and
+// extensions past the bound are left out. The body must still be a JSON
+// object.
 func decodeJSON(body []byte, warn func(string)) (switchyard.Event, error) {
 	if !utf8.Valid(body) {
 		return switchyard.Event{}, invalid("the body is not valid UTF-8")
@@ -177,7 +180,11 @@ func decodeObject(d *jsontext.Decoder, seen *interner, warn func(string)) (switc
 			}
 			m, err := memberOf(key, v, seen)
 			if err != nil {
-				return ev, err
+				if warn == nil {
+					return ev, err
+				}
+				warn(switchyard.ErrorMessage(err) + "; left out")
+				continue
 			}
 			before := len(members)
 			members = setMember(members, m)
@@ -200,7 +207,10 @@ func decodeObject(d *jsontext.Decoder, seen *interner, warn func(string)) (switc
 			continue // null: absent
 		}
 		if err := Set(&ev, m.name, m.value); err != nil {
-			return ev, err
+			if warn == nil {
+				return ev, err
+			}
+			warn(switchyard.ErrorMessage(err) + "; left out")
 		}
 	}
 	SortExtensions(&ev)
