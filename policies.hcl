@@ -125,6 +125,7 @@ nats "local" {
   # user          = "switchyard"                # the defaults: set both
   # password_file = "./data/nats-local.password" # to choose your own
   # store_dir = "./data/nats"  # JetStream files; default: next to storage.path
+  #                            # (the router's user's, closed to writes by others)
   # JetStream acks a message once it is written to the OS and fsyncs every
   # sync_interval. After a crash or power cut the router asks the stream
   # which events of the last 2 x sync_interval + 5s it still holds and
