@@ -20,6 +20,7 @@ const (
 	EINPROGRESS   = "request_in_progress"    // same key, first still in flight
 	EIDCONFLICT   = "event_id_conflict"      // the id is stored for another event
 	ENOTFOUND     = "not_found"
+	EMETHOD       = "method_not_allowed"  // the route takes other methods
 	ECONFLICT     = "conflict"            // the resource is not in a state that allows this
 	ENOTINDLQ     = "not_in_dlq"          // a DLQ action on an event that is not dead (or resolved)
 	EUNAVAILABLE  = "storage_unavailable" // the data file cannot take writes

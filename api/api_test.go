@@ -448,6 +448,19 @@ func TestRepeatedHeadersAreRefused(t *testing.T) {
 	})
 }
 
+// A route asked with a method it does not take is a 405 (problem+json)
+// whose Allow header says which it takes; a path no route serves is a 404.
+func TestWrongMethodIs405(t *testing.T) {
+	r := newRouter(t)
+	rep := r.do("PUT", "/v1/events", nil, "")
+	if rep.status != 405 || rep.header.Get("Allow") != "GET, POST" || !strings.Contains(string(rep.body), `"code":"method_not_allowed"`) {
+		t.Errorf("PUT /v1/events: %d, Allow %q: %s", rep.status, rep.header.Get("Allow"), rep.body)
+	}
+	if rep := r.do("GET", "/v1/nowhere", nil, ""); rep.status != 404 || rep.header.Get("Allow") != "" {
+		t.Errorf("GET /v1/nowhere: %d, Allow %q: %s", rep.status, rep.header.Get("Allow"), rep.body)
+	}
+}
+
 // A body that does not arrive within read_timeout is a 408
 // request_timeout (problem+json) that stores nothing: not a 400 that
 // calls a valid event invalid and tells its client to drop it.

@@ -31,6 +31,7 @@ var statusOf = map[string]int{
 	switchyard.EINPROGRESS:   http.StatusConflict,
 	switchyard.EIDCONFLICT:   http.StatusConflict,
 	switchyard.ENOTFOUND:     http.StatusNotFound,
+	switchyard.EMETHOD:       http.StatusMethodNotAllowed,
 	switchyard.ECONFLICT:     http.StatusConflict,
 	switchyard.EUNAVAILABLE:  http.StatusServiceUnavailable,
 	eUnauthorized:            http.StatusUnauthorized,

@@ -142,9 +142,32 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /metrics", s.adminOnly(promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{})))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allowed := methodsOf(mux, r); len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			s.writeError(w, r, switchyard.Errorf(switchyard.EMETHOD, "%s %s: the route takes %s", r.Method, r.URL.Path, strings.Join(allowed, ", ")))
+			return
+		}
 		s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "no route %s %s", r.Method, r.URL.Path))
 	})
 	return s.authenticate(mux)
+}
+
+// methodsOf lists the methods mux serves r's path with, other than by its
+// fallback "/": a route asked with a method it does not take is a 405
+// that says which it takes, not a 404 that says it is not there.
+func methodsOf(mux *http.ServeMux, r *http.Request) []string {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "/" && pattern != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
 }
 
 // Open listens on the unix socket (or serves Options.Listener) and, when
