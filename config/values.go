@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/big"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -122,6 +123,10 @@ func (d *decoder) multiplier(a *hcl.Attribute, dst *float64) {
 	}
 }
 
+// durationShape matches what time.ParseDuration reads: a string of that
+// shape that it refuses is too long for a time.Duration.
+var durationShape = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`).MatchString
+
 // duration decodes a Go duration string ("250ms", "1m", "24h"). Durations
 // are never negative; positive also rules out zero where zero would mean a
 // busy loop or an instant timeout.
@@ -132,6 +137,8 @@ func (d *decoder) duration(a *hcl.Attribute, dst *time.Duration, positive bool) 
 	}
 	v, err := time.ParseDuration(s)
 	switch {
+	case err != nil && durationShape(s):
+		d.errorf(a.Expr.Range(), "Invalid duration", "%s: %q is longer than the longest duration, about 292 years.", a.Name, s)
 	case err != nil:
 		d.errorf(a.Expr.Range(), "Invalid duration",
 			`%s: %q is not a duration; write a number with a unit, like "250ms", "1m" or "24h".`, a.Name, s)
