@@ -396,6 +396,7 @@ plugin "p" { wasm = "p.wasm" }
 		{"bad duration", "idempotency {\n  window = \"5x\"\n}\n", `test.hcl:2:12: Invalid duration: window: "5x" is not a duration`},
 		{"duration without unit", "outbox {\n  ttl = 60\n}\n", `test.hcl:2:9: Invalid duration: ttl: "60" is not a duration`},
 		{"duration too long", "outbox {\n  ttl = \"99999999h\"\n}\n", `test.hcl:2:9: Invalid duration: ttl: "99999999h" is longer than the longest duration`},
+		{"duration unit alone", "outbox {\n  ttl = \"h\"\n}\n", `test.hcl:2:9: Invalid duration: ttl: "h" is not a duration`},
 		{"negative duration", "dlq {\n  ttl = \"-1h\"\n}\n", "test.hcl:2:9: Invalid duration: ttl must not be negative"},
 		{"zero duration", "defaults {\n  polling { min = \"0s\" }\n}\n", "test.hcl:2:19: Invalid duration: min must be greater than zero"},
 		{"commit delay over the limit", "storage {\n  commit_delay = \"50ms\"\n}\n", "test.hcl:2:18: Invalid duration: commit_delay is at most 10ms"},

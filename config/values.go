@@ -125,7 +125,7 @@ func (d *decoder) multiplier(a *hcl.Attribute, dst *float64) {
 
 // durationShape matches what time.ParseDuration reads: a string of that
 // shape that it refuses is too long for a time.Duration.
-var durationShape = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`).MatchString
+var durationShape = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`).MatchString
 
 // duration decodes a Go duration string ("250ms", "1m", "24h"). Durations
 // are never negative; positive also rules out zero where zero would mean a
