@@ -13,7 +13,8 @@
 # ---------------------------------------------------------------------------
 # Where local services reach the router.
 listen {
-  # The HTTP API on a unix socket (created 0660).
+  # The HTTP API on a unix socket (created 0660), in a directory of the
+  # router's user's that others may not write to.
   socket = "./data/router.sock"
 
   # The socket is trusted by its file mode: whoever can connect acts for the
@@ -28,7 +29,8 @@ listen {
   # in front.
   # http        = "127.0.0.1:8080"
   #
-  # tokens_file is JSON, mode 0600 (a file others may read is refused);
+  # tokens_file is JSON, mode 0600 and the router's user's (a file others
+  # may read, or another user's, is refused);
   # tokens of 16 characters or more, or their
   # SHA-256 digest in hex instead of the token itself:
   #   {"tokens": [
@@ -37,7 +39,8 @@ listen {
   #   ]}
   # tokens_file = "./tokens.json"
 
-  # pprof = "127.0.0.1:6060" # Go's CPU and heap profiles, for performance work
+  # pprof = "127.0.0.1:6060" # Go's CPU and heap profiles, for performance work;
+  #                           # loopback only, and without authentication
 
   max_body  = "1MiB" # largest request body (at most 256MiB)
   max_batch = 1000   # most events in one batch request
@@ -46,7 +49,8 @@ listen {
   # wait in the kernel's backlog, costing the router nothing), so a flood of
   # clients cannot take the file descriptors the socket, the data file and
   # the brokers need; the unix socket is not counted. Every request on
-  # either must arrive whole within read_timeout.
+  # either must arrive whole within read_timeout (else 408 request_timeout,
+  # nothing stored).
   max_connections = 512
   read_timeout    = "30s"
 }
@@ -62,7 +66,7 @@ storage {
   # records are removed before their outbox ttl to make room, and ingest
   # resumes as the backlog drains. Measured every 250 ms: a burst can pass
   # the budget by what arrives meanwhile. /v1/stats and the
-  # switchyard_storage_* metrics show used, budget and free.
+  # switchyard_storage_* metrics show used, budget, free and reusable.
   # max_size = "2GiB"     # default: none
   # min_free = "64MiB"    # the default
   # Every commit costs two fdatasyncs (~110 µs of CPU on a small VM). At a
@@ -158,7 +162,8 @@ nats "local" {
 # An external NATS server. Credentials: at most one of user with
 # password_file (or password_env), token_file (or token_env), creds_file
 # (a JWT .creds file) or nkey_seed_file. Secrets are never written here:
-# only files (mode 0600; others' read access is refused) or variables.
+# only files (mode 0600; others' read access is refused) or variables; a
+# password_file or token_file must also be the router's user's.
 # nats "remote" {
 #   url           = "tls://nats.internal:4222"
 #   user          = "edge-1"
@@ -205,8 +210,8 @@ nats "local" {
 #     max_output_bytes = "1MiB"  # per output
 #   }
 #   # A plugin that uses state (state_get/state_put) keeps one namespace per
-#   # event type; name one to share it across types and plugin blocks
-#   # (docs/plugin-state.md):
+#   # event type and tenant; name one to share it across types and plugin
+#   # blocks, still per tenant (docs/plugin-state.md):
 #   # state_namespace = "tally"
 # }
 
@@ -220,7 +225,7 @@ defaults {
   batch_size          = 200    # events claimed per poll
   max_retries         = 3      # then the event moves to the DLQ
   max_processing_time = "300s" # a claim held longer is released, without counting an attempt
-  # ordering = "key"           # hold an event while an earlier one with the same partition key is pending
+  # ordering = "key"           # hold an event while an earlier one of its tenant with the same partition key is pending
 
   # A poll that returns a full batch resets the delay to min; a partial or
   # empty one multiplies it by multiplier, up to max. Writes wake the loop

@@ -267,8 +267,14 @@ func (o *output) check() error {
 	if !o.HasHeaders {
 		return nil
 	}
-	if len(o.Headers) > cloudevents.MaxExtensions {
-		return fmt.Errorf("%d headers: an event has at most %d extension attributes", len(o.Headers), cloudevents.MaxExtensions)
+	exts := 0 // the trace context rides along, uncounted, as at ingest
+	for _, h := range o.Headers {
+		if !cloudevents.IsPassThrough(h.Name) {
+			exts++
+		}
+	}
+	if exts > cloudevents.MaxExtensions {
+		return fmt.Errorf("%d headers: an event has at most %d extension attributes", exts, cloudevents.MaxExtensions)
 	}
 	for _, h := range o.Headers {
 		if !cloudevents.ValidExtensionName(h.Name) {

@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -78,6 +79,12 @@ func TestDecodeOutput(t *testing.T) {
 				t.Fatalf("error %v, want %q", err, tc.want)
 			}
 		})
+	}
+	// 256 extensions and the trace context, as ingest lets an event have,
+	// pass: the trace headers are not counted.
+	hs := append(manyHeaders(256), switchyard.Header{Name: "traceparent", Value: "00-x"}, switchyard.Header{Name: "tracestate", Value: "a=1"})
+	if _, err := decodeOutput(appendOutput(nil, &output{HasHeaders: true, Headers: hs})); err != nil {
+		t.Errorf("256 extensions and the trace context: %v", err)
 	}
 }
 
@@ -162,4 +169,13 @@ func TestEscapeControls(t *testing.T) {
 			t.Errorf("escapeControls(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// manyHeaders is n distinct extension headers h0, h1, ….
+func manyHeaders(n int) []switchyard.Header {
+	hs := make([]switchyard.Header, n)
+	for i := range hs {
+		hs[i] = switchyard.Header{Name: fmt.Sprintf("h%d", i), Value: "v"}
+	}
+	return hs
 }
