@@ -100,8 +100,8 @@ func TestEventFidelityThroughTheBinary(t *testing.T) {
 	os.WriteFile(path, []byte(fidelityConfig(sock, dir, natsPort, kc.ListenAddrs()[0], hook)), 0o600)
 
 	cmd := exec.Command(routerBinary(t), "run", "-config", path, "-plugin-cache-dir", testPluginCache(t))
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &syncWriter{w: &logs}, &syncWriter{w: &logs}
+	var logs testkit.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,9 @@ const brokerLate = 10 * time.Second
 
 // serveBinary runs the real router binary on the config at path until the
 // test ends, and returns a client of its socket once it is healthy.
-func serveBinary(t *testing.T, path, sock string) (*http.Client, *syncWriter) {
+func serveBinary(t *testing.T, path, sock string) (*http.Client, *testkit.Buffer) {
 	t.Helper()
-	logs := &syncWriter{w: new(strings.Builder)}
+	logs := new(testkit.Buffer)
 	cmd := exec.Command(routerBinary(t), "run", "-config", path)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -366,7 +366,7 @@ func TestReloadAddsSinkWithBrokerDown(t *testing.T) {
 		t.Skip("runs the router binary with a late broker")
 	}
 	path, sock := writeConfig(t, "")
-	logs := &syncWriter{w: new(strings.Builder)}
+	logs := new(testkit.Buffer)
 	cmd := exec.Command(routerBinary(t), "run", "-config", path)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

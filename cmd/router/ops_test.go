@@ -37,7 +37,7 @@ type opsRouter struct {
 	addr    string // TCP listener
 	natsURL string
 	client  *http.Client
-	logs    *bytes.Buffer
+	logs    *testkit.Buffer
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -107,8 +107,8 @@ event "t.order" {
 func (r *opsRouter) start() {
 	r.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel, r.done, r.logs = cancel, make(chan error, 1), &bytes.Buffer{}
-	m := NewMain(nil, io.Discard, &syncWriter{w: r.logs})
+	r.cancel, r.done, r.logs = cancel, make(chan error, 1), new(testkit.Buffer)
+	m := NewMain(nil, io.Discard, r.logs)
 	go func() { r.done <- m.Run(ctx, []string{"run", "-config", r.config, "-log-level", "info"}) }()
 	r.client = socketClient(r.sock)
 	waitHealthy(r.t, r.client)

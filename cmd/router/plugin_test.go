@@ -177,9 +177,9 @@ event "t.order" {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	var logs bytes.Buffer
+	var logs testkit.Buffer
 	go func() {
-		done <- NewMain(nil, io.Discard, &syncWriter{w: &logs}).Run(ctx, []string{"run", "-config", path, "-log-level", "debug"})
+		done <- NewMain(nil, io.Discard, &logs).Run(ctx, []string{"run", "-config", path, "-log-level", "debug"})
 	}()
 	c := socketClient(sock)
 	waitHealthy(t, c)

@@ -151,7 +151,7 @@ func TestPluginDevRebuildsAndReloads(t *testing.T) {
 	dir := filepath.Join(parent, "dev")
 	dev := exec.Command(bin, "plugin", "dev")
 	dev.Dir = dir
-	logs := &syncWriter{w: new(bytes.Buffer)}
+	logs := new(testkit.Buffer)
 	dev.Stdout, dev.Stderr = logs, logs
 	if err := dev.Start(); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	bin := routerBinary(t)
 	path, sock := writeConfig(t, "")
 	base := mustRead(t, path)
-	logs := &syncWriter{w: new(strings.Builder)}
+	logs := new(testkit.Buffer)
 	cmd := exec.Command(bin, "run", "-config", path)
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -89,8 +88,8 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 	path, sock := writeConfig(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var logs bytes.Buffer
-	m := NewMain(nil, io.Discard, &syncWriter{w: &logs})
+	var logs testkit.Buffer
+	m := NewMain(nil, io.Discard, &logs)
 	go func() { done <- m.Run(ctx, []string{"run", "-config", path, "-log-level", "debug"}) }()
 
 	c := socketClient(sock)
@@ -204,25 +203,6 @@ func metricValue(t *testing.T, c *http.Client, series string) float64 {
 		}
 	}
 	return 0
-}
-
-// syncWriter lets the router's goroutines log into a buffer the test reads.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-// String is what was written, when w is a fmt.Stringer (a bytes.Buffer).
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.(fmt.Stringer).String()
 }
 
 func TestPprofListener(t *testing.T) {

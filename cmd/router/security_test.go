@@ -21,6 +21,8 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // runBinary runs the real router binary with args and returns its exit
@@ -426,9 +428,9 @@ event "t.order" {
 `, sock, addr, tokens, filepath.Join(dir, "data", "r.db"))), 0o600)
 
 	// 400 descriptors: the 1,500 held connections would take them all.
-	var logs bytes.Buffer
+	var logs testkit.Buffer
 	cmd := exec.Command("bash", "-c", `ulimit -n 400 && exec "$0" run -config "$1"`, routerBinary(t), path)
-	cmd.Stdout, cmd.Stderr = &syncWriter{w: &logs}, &syncWriter{w: &logs}
+	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

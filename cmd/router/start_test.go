@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard/plugins/wasm"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // routerStartWait is how long a test waits for a router it started to
@@ -40,7 +42,7 @@ func startRouter(t *testing.T, path, sock string, wait time.Duration, args ...st
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	logs := &syncWriter{w: new(strings.Builder)}
+	logs := new(testkit.Buffer)
 	args = append([]string{"run", "-config", path, "-plugin-cache-dir", testPluginCache(t)}, args...)
 	go func() { done <- NewMain(nil, io.Discard, logs).Run(ctx, args) }()
 	select {

@@ -18,29 +18,13 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newTestRuntime(t testing.TB, cacheDir string) (*Runtime, *syncBuffer) {
+func newTestRuntime(t testing.TB, cacheDir string) (*Runtime, *testkit.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := new(testkit.Buffer)
 	log := hclog.New(&hclog.LoggerOptions{Name: "switchyard", Level: hclog.Trace, Output: logs})
 	rt, err := NewRuntime(context.Background(), RuntimeOptions{CacheDir: cacheDir, Logger: log})
 	if err != nil {
