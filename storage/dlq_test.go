@@ -176,18 +176,7 @@ func TestDLQStaleTTLEntryKeepsRecord(t *testing.T) {
 	db := storagetest.Open(t)
 	t0 := time.Unix(1000, 0)
 	id := deadLetters(t, db, "a", 1, t0)[0]
-	step := func(fn func(tx *storage.Tx, r *storage.Record) error) {
-		t.Helper()
-		if err := db.Update(ctx, func(tx *storage.Tx) error {
-			r, err := tx.Record(id)
-			if err != nil {
-				return err
-			}
-			return fn(tx, r)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	step := func(fn func(tx *storage.Tx, r *storage.Record) error) { t.Helper(); onRecord(t, db, id, fn) }
 	step(func(tx *storage.Tx, r *storage.Record) error { return tx.ResolveDeadLetter(r, t0, time.Hour) })
 	step(func(tx *storage.Tx, r *storage.Record) error { return tx.RetryDeadLetter(r, t0, false) })
 	step(func(tx *storage.Tx, r *storage.Record) error { return tx.MoveToDLQ(r, t0.Add(time.Minute), "again") })
