@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"strconv"
@@ -149,6 +148,7 @@ func decodeObject(d *jsontext.Decoder, seen *interner, warn func(string)) (switc
 	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
 		return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
 	}
+	lenient := leniency{warn}
 	var room [12]member // the attributes of most events: no allocation
 	members := room[:0]
 	var data, data64 jsontext.Value
@@ -172,30 +172,8 @@ func decodeObject(d *jsontext.Decoder, seen *interner, warn func(string)) (switc
 		case "data_base64":
 			data64 = bytes.Clone(v)
 		default:
-			if err := checkMemberType(key, v); err != nil {
-				if warn == nil {
-					return ev, err
-				}
-				warn(switchyard.ErrorMessage(err) + "; kept as its JSON text")
-			}
-			m, err := memberOf(key, v, seen)
-			if err != nil {
-				if warn == nil {
-					return ev, err
-				}
-				warn(switchyard.ErrorMessage(err) + "; left out")
-				continue
-			}
-			before := len(members)
-			members = setMember(members, m)
-			if len(members) > before && !isContextAttribute(key) {
-				if exts++; exts > MaxExtensions {
-					if warn == nil {
-						return ev, invalid("an event has at most %d extension attributes", MaxExtensions)
-					}
-					warn(fmt.Sprintf("extension attribute %q: an event has at most %d extension attributes; left out", key, MaxExtensions))
-					members, exts = members[:before], exts-1
-				}
+			if members, err = addMember(members, &exts, key, v, seen, lenient); err != nil {
+				return ev, err
 			}
 		}
 	}
@@ -206,15 +184,49 @@ func decodeObject(d *jsontext.Decoder, seen *interner, warn func(string)) (switc
 		if m.null {
 			continue // null: absent
 		}
-		if err := Set(&ev, m.name, m.value); err != nil {
-			if warn == nil {
-				return ev, err
-			}
-			warn(switchyard.ErrorMessage(err) + "; left out")
+		if err := lenient.pass(Set(&ev, m.name, m.value), "left out"); err != nil {
+			return ev, err
 		}
 	}
 	SortExtensions(&ev)
 	return ev, setData(&ev, data, data64)
+}
+
+// addMember adds the attribute member key: v to members, held to the JSON
+// format's types and to the bound on extensions (exts counts them so far).
+func addMember(members []member, exts *int, key string, v jsontext.Value, seen *interner, lenient leniency) ([]member, error) {
+	if err := lenient.pass(checkMemberType(key, v), "kept as its JSON text"); err != nil {
+		return members, err
+	}
+	m, err := memberOf(key, v, seen)
+	if err != nil {
+		return members, lenient.pass(err, "left out")
+	}
+	before := len(members)
+	members = setMember(members, m)
+	if len(members) == before || isContextAttribute(key) {
+		return members, nil // a context attribute, or a member named again
+	}
+	if *exts++; *exts <= MaxExtensions {
+		return members, nil
+	}
+	*exts--
+	return members[:before], lenient.pass(invalid("extension attribute %q: an event has at most %d extension attributes", key, MaxExtensions), "left out")
+}
+
+// leniency is how decodeObject meets a problem: strictly (no warn) it
+// fails on it; leniently it warns that the problem was worked around and
+// goes on.
+type leniency struct{ warn func(string) }
+
+// pass returns err when decoding strictly; leniently it warns of err and
+// what was done about it (did), and returns nil.
+func (l leniency) pass(err error, did string) error {
+	if err == nil || l.warn == nil {
+		return err
+	}
+	l.warn(lenientMessage(workedAround(err, did)))
+	return nil
 }
 
 // memberName is an object member's name: the spec's names without
