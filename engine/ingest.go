@@ -180,17 +180,10 @@ func idScope(tenant, source, id string) string {
 func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, error) {
 	e.ingesting.Add(1)
 	defer e.ingesting.Add(-1)
-	scopes, digests := req.scopes()
-	if len(scopes) == 0 {
-		// Nothing to replay: a full budget refuses it before admit, which
-		// would give a new catch-all type its loop (and a max_types slot).
-		if err := e.space.check(); err != nil {
-			return nil, err
-		}
-	}
 	if err := e.admit(req); err != nil {
 		return nil, err
 	}
+	scopes, digests := req.scopes()
 	leave, err := e.enterFlight(ctx, scopes, digests)
 	if err != nil {
 		return nil, err
@@ -245,9 +238,9 @@ var typeCounts = sync.Pool{New: func() any { return make(map[string]int, 1) }}
 
 // admit checks a request before anything is looked up or stored: every
 // event's type is one the router takes and can carry. (Whether the data
-// file has room is Ingest's to ask: before admit for a request that cannot
-// be a replay, after the replay lookup for one that can, since a replay
-// stores nothing and a full budget does not refuse it.)
+// file has room is asked after the replay lookup, since a replay stores
+// nothing and a full budget does not refuse it; and by admitType for a new
+// catch-all type, which has nothing stored to replay.)
 func (e *Engine) admit(req *IngestRequest) error {
 	m := new(switchyard.Message)
 	for i := range req.Events {
