@@ -532,9 +532,10 @@ var errUnrouted = switchyard.Permanentf("the output names no destination and the
 type dest struct{ full, sink, topic string }
 
 // destinations resolves a plugin output's destination: "" means the
-// type's routes; otherwise "<sink>:<topic>", whose sink must be configured
-// (a plugin naming another is a reject: retrying cannot fix it). The
-// result is shared: callers only read it.
+// type's routes; otherwise "<sink>:<topic>", which runChain checked when
+// the plugin named it (Engine.destination: a plugin naming nowhere a
+// message can go is a reject, retrying cannot fix it). The result is
+// shared: callers only read it.
 func (l *Loop) destinations(b *batch, d string) ([]dest, error) {
 	if d == "" {
 		if len(b.pol.Routes) == 0 {
@@ -548,10 +549,7 @@ func (l *Loop) destinations(b *batch, d string) ([]dest, error) {
 		}
 		return b.routes, nil
 	}
-	sink, topic, err := l.e.destination(d)
-	if err != nil {
-		return nil, err
-	}
+	sink, topic, _ := strings.Cut(d, ":")
 	return []dest{{full: d, sink: sink, topic: topic}}, nil
 }
 
