@@ -46,6 +46,11 @@ type Options struct {
 	// waits for more to join it (storage { commit_delay }): fewer
 	// commits for a longer wait. 0 commits at once.
 	CommitDelay time.Duration
+	// CheckUnclean, if set, checks the whole file at path before it is
+	// opened to write, when the last router on it did not stop cleanly:
+	// where a crash of bbolt's own checks cannot end the caller (cmd/router
+	// runs it in a child process; inspect says why). Its error fails Open.
+	CheckUnclean func(path string) error
 }
 
 // DB is an open data file.
@@ -84,6 +89,9 @@ func Open(path string, opts Options) (*DB, error) {
 	}
 	if err := fsperm.CheckFile(path); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
+	}
+	if err := inspect(path, opts.CheckUnclean); err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
 	var unclean bool
 	bdb, err := openBolt(path, &bolt.Options{

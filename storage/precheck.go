@@ -96,16 +96,10 @@ func checkSize(path string) error {
 	return nil
 }
 
-// openBolt opens the file with bbolt after checkSize (and, to write,
-// walkPages).
+// openBolt opens the file with bbolt after checkSize.
 func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	if err := checkSize(path); err != nil {
 		return nil, err
-	}
-	if !opts.ReadOnly {
-		if err := walkPages(path); err != nil {
-			return nil, lockHeld(err)
-		}
 	}
 	before, _ := os.Stat(path)
 	err = faultSafe(func() (err error) {
@@ -128,20 +122,27 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	return db, err
 }
 
-// walkPages reads, read-only and on this goroutine, the header of every
-// page the buckets reach. bbolt walks the same pages when it opens a file
-// to write without a stored free list (NoFreelistSync), on a goroutine of
-// its own, and panics — ending the process with a stack trace faultSafe
-// cannot catch — at the first damage it meets. Here a damaged header is an
+// inspect looks at the file read-only before Open opens it to write: its
+// size (checkSize); then, when the last router on it did not stop cleanly
+// (its running mark), the whole file through checkUnclean, else the
+// header of every page the buckets reach.
+//
+// bbolt walks the same pages when it opens a file to write without a
+// stored free list (NoFreelistSync), on a goroutine of its own, and panics
+// — ending the process with a stack trace faultSafe cannot catch — at the
+// first damage it meets. Here, on this goroutine, a damaged header is an
 // error. Damage inside a page (an element's bounds, the keys' order) is
 // what bbolt's full check finds; it too runs on goroutines of bbolt's own,
-// so the router runs it in a child process, after an unclean stop, where
-// a torn write is likely (cmd/router: LeftUnclean, checkIsolated). A file
-// that does not exist yet has nothing to walk; one bbolt cannot open is
-// left to the open that follows, which says why.
-func walkPages(path string) error {
+// so after an unclean stop, where a torn write is likely, that check
+// (Options.CheckUnclean; cmd/router runs it in a child process) takes the
+// walk's place. A file that does not exist yet has nothing to inspect; one
+// bbolt cannot open is left to the open that follows, which says why.
+func inspect(path string, checkUnclean func(string) error) error {
 	if _, err := os.Stat(path); err != nil {
 		return nil
+	}
+	if err := checkSize(path); err != nil {
+		return err
 	}
 	var bdb *bolt.DB
 	if err := faultSafe(func() (err error) {
@@ -149,45 +150,30 @@ func walkPages(path string) error {
 		return err
 	}); err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
-			return err // a router holds it: say so now, not after a second wait
+			return lockHeld(err) // a router holds it: say so now, not after a second wait
 		}
 		return nil
 	}
-	defer bdb.Close()
-	return faultSafe(func() error {
+	unclean := false
+	err := faultSafe(func() error {
 		return bdb.View(func(tx *bolt.Tx) error {
+			if meta := tx.Bucket(bucketMeta); meta != nil {
+				unclean = meta.Get(keyRunning) != nil
+			}
+			if unclean && checkUnclean != nil {
+				return nil // checked whole below
+			}
 			return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
 				b.Stats() // every page of the bucket and its sub-buckets
 				return nil
 			})
 		})
 	})
-}
-
-// LeftUnclean reports whether the data file at path carries the running
-// mark of a router that did not stop cleanly (a crash, SIGKILL, a power
-// cut), read without opening it to write: the caller checks such a file
-// whole, in a process of its own (cmd/router), before Open. False for a
-// file that is not there or cannot be read: Open says why.
-func LeftUnclean(path string) bool {
-	if _, err := os.Stat(path); err != nil {
-		return false
+	bdb.Close()
+	if err == nil && unclean && checkUnclean != nil {
+		err = checkUnclean(path)
 	}
-	unclean := false
-	faultSafe(func() error {
-		bdb, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-		if err != nil {
-			return err
-		}
-		defer bdb.Close()
-		return bdb.View(func(tx *bolt.Tx) error {
-			if meta := tx.Bucket(bucketMeta); meta != nil {
-				unclean = meta.Get(keyRunning) != nil
-			}
-			return nil
-		})
-	})
-	return unclean
+	return err
 }
 
 // lockHeld words bbolt's lock timeout: another process has the file open

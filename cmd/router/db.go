@@ -244,18 +244,14 @@ func checkIsolated(ctx context.Context, path string) (*storage.CheckReport, erro
 	return &rep, nil
 }
 
-// checkAfterUncleanStop checks the whole data file, in a child process
-// (checkIsolated), when the last router on it did not stop cleanly: a
-// torn write is likely then, and bbolt meets damage inside a page on
-// goroutines of its own, where its panic would end this process with a
-// stack trace instead of an error (storage.walkPages reads the page
-// headers, which is all it can do here). The check costs ~0.8 s per
-// million events with the file cached (it decodes every record too), so
-// a clean stop skips it.
+// checkAfterUncleanStop is storage.Options.CheckUnclean: it checks the
+// whole data file in a child process (checkIsolated) when the last router
+// on it did not stop cleanly, a torn write being likely then. bbolt meets
+// damage inside a page on goroutines of its own, where its panic would end
+// this process with a stack trace instead of an error. The check costs
+// ~0.8 s per million events with the file cached (it decodes every record
+// too), so storage calls it only after an unclean stop.
 func checkAfterUncleanStop(path string) error {
-	if !storage.LeftUnclean(path) {
-		return nil
-	}
 	rep, err := checkIsolated(context.Background(), path)
 	if err != nil {
 		return fmt.Errorf("the last run did not stop cleanly, and checking the data file %s failed: %w", path, err)

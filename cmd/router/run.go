@@ -160,11 +160,10 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 // openStorage opens the data file; after an unclean stop, only once a
 // check of the whole file in a process of its own found it sound.
 func (c *RunCommand) openStorage(cfg *config.Config) error {
-	if err := checkAfterUncleanStop(cfg.Storage.Path); err != nil {
-		return err
-	}
 	defer c.progress.step("opening the data file %s", cfg.Storage.Path)()
-	db, err := storage.Open(cfg.Storage.Path, storage.Options{OnCommit: storageMetrics(c.reg), CommitDelay: cfg.Storage.CommitDelay})
+	db, err := storage.Open(cfg.Storage.Path, storage.Options{
+		OnCommit: storageMetrics(c.reg), CommitDelay: cfg.Storage.CommitDelay, CheckUnclean: checkAfterUncleanStop,
+	})
 	if err != nil {
 		return err
 	}
