@@ -210,6 +210,10 @@ func (d *decoder) declare(seen map[string]hcl.Range, b *hcl.Block) bool {
 	}
 	seen[name] = b.DefRange
 	event := b.Type == "event"
+	var typeErr error // what ingest would say of the type
+	if event && name != "*" {
+		typeErr = cloudevents.Check(cloudevents.AttrType, name)
+	}
 	switch {
 	case !event && !validName(name):
 		d.errorf(b.LabelRanges[0], "Invalid name",
@@ -220,9 +224,9 @@ func (d *decoder) declare(seen map[string]hcl.Range, b *hcl.Block) bool {
 		// Types are matched exactly; "order.*" would silently match nothing.
 		d.errorf(b.LabelRanges[0], "Invalid event type",
 			`%q: the only wildcard is an event "*" block on its own, which catches every type without a block.`, name)
-	case event && cloudevents.Check(cloudevents.AttrType, name) != nil:
+	case typeErr != nil:
 		// Ingest refuses such a type: the block would never be used.
-		d.errorf(b.LabelRanges[0], "Invalid event type", "%s.", switchyard.ErrorMessage(cloudevents.Check(cloudevents.AttrType, name)))
+		d.errorf(b.LabelRanges[0], "Invalid event type", "%s.", switchyard.ErrorMessage(typeErr))
 	}
 	return true
 }
@@ -248,7 +252,10 @@ func (d *decoder) requiredList(c *hcl.BodyContent, name string, b *hcl.Block, hi
 		d.errorf(b.DefRange, "Missing required argument", "The %s block needs %s = %s.", b.Type, name, hint)
 	}
 	for i, s := range list {
-		if err := checkName(check, s); err != nil && i < len(rngs) {
+		if check == nil || i >= len(rngs) {
+			break
+		}
+		if err := check(s); err != nil {
 			d.errorf(rngs[i], "Invalid name", "%s: %v.", name, err)
 		}
 	}
@@ -264,13 +271,6 @@ func (d *decoder) check(a *hcl.Attribute, s string, check func(string) error) {
 	if err := check(s); err != nil {
 		d.errorf(a.Expr.Range(), "Invalid name", "%s: %v.", a.Name, err)
 	}
-}
-
-func checkName(check func(string) error, s string) error {
-	if check == nil {
-		return nil
-	}
-	return check(s)
 }
 
 // unused reports attributes that do not apply to the sink kind in use;
