@@ -114,8 +114,9 @@ func Open(path string, opts Options) (*DB, error) {
 				}
 			}
 			meta := tx.Bucket(bucketMeta)
-			if v := meta.Get(keySchema); v != nil && !slices.Contains(schemaReadable, string(v)) {
-				return fmt.Errorf("data file schema %q, this router reads %q", v, schemaReadable)
+			schema := string(meta.Get(keySchema)) // "" for a new file
+			if schema != "" && !slices.Contains(schemaReadable, schema) {
+				return fmt.Errorf("data file schema %q, this router reads %q", schema, schemaReadable)
 			}
 			// A running mark left by the last run means it did not stop
 			// cleanly (a crash, SIGKILL, a power cut).
@@ -127,8 +128,10 @@ func Open(path string, opts Options) (*DB, error) {
 			if err := stx.buildPartialIndex(); err != nil {
 				return err
 			}
-			if err := stx.migrateOrderLines(); err != nil {
-				return err
+			if schema == "1" || schema == "2" {
+				if err := stx.migrateOrderLines(); err != nil {
+					return err
+				}
 			}
 			return meta.Put(keySchema, []byte(schemaVersion))
 		})

@@ -11,9 +11,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// A keys index written before order lines per tenant (entries of tenant
-// acme under the bare partition key) is moved to acme's line when this
-// version first opens the file: acme's k2 still waits behind its k1 in
+// A keys index written before order lines per tenant (schema 2: entries
+// of tenant acme under the bare partition key) is moved to acme's line
+// when this version first opens the file: acme's k2 still waits behind its k1 in
 // backoff, the default tenant's event with the same key does not, and
 // once k1 is delivered k2 is due and nothing of the old entries is left.
 func TestOrderLinesMigrate(t *testing.T) {
@@ -41,7 +41,7 @@ func TestOrderLinesMigrate(t *testing.T) {
 	db.Close(ctx)
 
 	// As the router before order lines left it: every entry under the bare
-	// key, and no mark.
+	// key, at schema 2.
 	bdb, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestOrderLinesMigrate(t *testing.T) {
 			}
 			b.Put(k, vs[i])
 		}
-		return btx.Bucket(bucketMeta).Delete(keyOrderLines)
+		return btx.Bucket(bucketMeta).Put(keySchema, []byte("2"))
 	})
 	bdb.Close()
 

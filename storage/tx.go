@@ -37,12 +37,9 @@ var (
 		bucketResolved, bucketResolvedExp, // dlq.go
 		bucketState, bucketStateExp, bucketStateUsage} // state.go
 
-	keySchema = []byte("schema")
-	// keyOrderLines marks a data file whose keys index is on order lines
-	// per tenant (migrateOrderLines).
-	keyOrderLines = []byte("order_lines")
-	keyRunning    = []byte("running") // present while a router has the file open
-	keySeq        = []byte("seq")
+	keySchema  = []byte("schema")
+	keyRunning = []byte("running") // present while a router has the file open
+	keySeq     = []byte("seq")
 	// schemaVersion 2: idempotency records are binary (idempotency.go). A
 	// file at 1 is upgraded when it is opened (its JSON records still read);
 	// a router that reads only 1 refuses a file at 2 at start, rather than
@@ -139,17 +136,13 @@ func orderLine(r *Record) string {
 
 // migrateOrderLines moves the entries that a router before order lines per
 // tenant wrote under the bare partition key, for events of tenants other
-// than the default, to their tenant's line: once per data file (meta
-// "order_lines"), when this version first opens it, so that such a
+// than the default, to their tenant's line: once per data file, when this
+// version first opens a file of schema 1 or 2 (Open), so that such a
 // backlog keeps its order and holds back no other tenant. An entry's
 // value is its event's key: "<tenant>/<id>" for those tenants (ids hold
 // no '/'), the bare id for the default tenant, "<queue>\x00<id>" for an
 // inbox's record.
 func (tx *Tx) migrateOrderLines() error {
-	meta := tx.bucket(bucketMeta)
-	if meta.Get(keyOrderLines) != nil {
-		return nil
-	}
 	type entry struct{ from, to, value []byte }
 	for _, q := range tx.subNames(bucketKeys) {
 		b, _ := tx.sub(bucketKeys, q)
@@ -173,7 +166,7 @@ func (tx *Tx) migrateOrderLines() error {
 			}
 		}
 	}
-	return meta.Put(keyOrderLines, []byte("1"))
+	return nil
 }
 
 // lineKey is the keys index's entry of the event with queue sequence seq
