@@ -448,19 +448,6 @@ func TestRepeatedHeadersAreRefused(t *testing.T) {
 	})
 }
 
-// A route asked with a method it does not take is a 405 (problem+json)
-// whose Allow header says which it takes; a path no route serves is a 404.
-func TestWrongMethodIs405(t *testing.T) {
-	r := newRouter(t)
-	rep := r.do("PUT", "/v1/events", nil, "")
-	if rep.status != 405 || rep.header.Get("Allow") != "GET, POST" || !strings.Contains(string(rep.body), `"code":"method_not_allowed"`) {
-		t.Errorf("PUT /v1/events: %d, Allow %q: %s", rep.status, rep.header.Get("Allow"), rep.body)
-	}
-	if rep := r.do("GET", "/v1/nowhere", nil, ""); rep.status != 404 || rep.header.Get("Allow") != "" {
-		t.Errorf("GET /v1/nowhere: %d, Allow %q: %s", rep.status, rep.header.Get("Allow"), rep.body)
-	}
-}
-
 // A body that does not arrive within read_timeout is a 408
 // request_timeout (problem+json) that stores nothing: not a 400 that
 // calls a valid event invalid and tells its client to drop it.
@@ -565,6 +552,8 @@ func TestStorageClosedIs503(t *testing.T) {
 	}
 }
 
+// The socket is created 0660; a live one is refused, a stale one
+// replaced, and one in a directory anyone may write to is not created.
 func TestSocketPermissionsAndStaleSocket(t *testing.T) {
 	r := newRouter(t)
 	fi, err := os.Stat(r.sock)
@@ -589,13 +578,31 @@ func TestSocketPermissionsAndStaleSocket(t *testing.T) {
 		t.Fatalf("stale socket not replaced: %v", err)
 	}
 	srv.Close(context.Background())
+	// In a directory another user could write to, they could move the
+	// socket aside and answer in its place (internal/fsperm).
+	open := filepath.Join(filepath.Dir(r.sock), "open")
+	os.Mkdir(open, 0o700)
+	os.Chmod(open, 0o777)
+	sock := filepath.Join(open, "r.sock")
+	if err := api.New(nil, listenOn(sock, "", ""), api.Options{}).Open(); err == nil || !strings.Contains(err.Error(), "may be written by anyone (mode 0777)") {
+		t.Fatalf("a socket in a world-writable directory: %v", err)
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Error("the socket was created")
+	}
 }
 
+// A path no route serves is a 404 problem; a route asked with a method it
+// does not take is a 405 problem whose Allow header says which it takes.
 func TestUnknownRouteIsProblem(t *testing.T) {
 	r := newRouter(t)
 	rep := r.do("GET", "/v2/nothing", nil, "")
-	if rep.status != 404 || rep.header.Get("Content-Type") != "application/problem+json" {
+	if rep.status != 404 || rep.header.Get("Content-Type") != "application/problem+json" || rep.header.Get("Allow") != "" {
 		t.Fatalf("%d %s", rep.status, rep.body)
+	}
+	rep = r.do("PUT", "/v1/events", nil, "")
+	if rep.status != 405 || rep.header.Get("Allow") != "GET, POST" || !strings.Contains(string(rep.body), `"code":"method_not_allowed"`) {
+		t.Errorf("PUT /v1/events: %d, Allow %q: %s", rep.status, rep.header.Get("Allow"), rep.body)
 	}
 	rep = r.do("GET", "/v1/events/"+fmt.Sprint("missing"), nil, "")
 	if rep.status != 404 {
