@@ -244,13 +244,43 @@ func (db *DB) writer() {
 	group := make([]*write, 0, maxGroup)
 	delay := time.NewTimer(time.Hour)
 	delay.Stop()
+	var last lastCommit
 	for w := range db.writes {
 		group = db.drain(append(group[:0], w))
 		if db.opts.CommitDelay > 0 && len(group) < delayedGroup {
-			group = db.drain(db.gather(group, delay))
+			group = db.drain(db.gather(group, delay, delayedGroup, db.opts.CommitDelay))
+		} else if want, wait := last.regroup(len(group)); wait > 0 {
+			group = db.drain(db.gather(group, delay, want, wait))
 		}
+		start := time.Now()
 		db.commit(group)
+		last = lastCommit{writes: len(group), took: time.Since(start)}
 	}
+}
+
+// lastCommit is the size and duration of the writer's last commit.
+type lastCommit struct {
+	writes int
+	took   time.Duration
+}
+
+// maxRegroupWait bounds regroup's wait (a var for the tests).
+var maxRegroupWait = time.Millisecond
+
+// regroup says whether a group of n writes, about to commit, should first
+// wait for more, and for how many and how long. Under load the writers a
+// large commit answers come back together, a little apart; the first one
+// back would otherwise commit alone and make the rest wait for its
+// fdatasyncs. So after a commit of delayedGroup writes or more, a group of
+// less than half as many waits, up to half that commit's time (at most
+// maxRegroupWait), for half as many. An idle or moderately loaded router
+// commits small groups and never waits
+// (docs/decisions/group-commit.md).
+func (c lastCommit) regroup(n int) (want int, wait time.Duration) {
+	if c.writes < delayedGroup || n >= c.writes/2 {
+		return 0, 0
+	}
+	return c.writes / 2, min(c.took/2, maxRegroupWait)
 }
 
 // drain adds the writes queued now to group, up to maxGroup.
@@ -269,12 +299,12 @@ func (db *DB) drain(group []*write) []*write {
 	return group
 }
 
-// gather waits up to CommitDelay (on timer) for more writes to join group,
-// until it holds delayedGroup.
-func (db *DB) gather(group []*write, timer *time.Timer) []*write {
-	timer.Reset(db.opts.CommitDelay)
+// gather waits up to wait (on timer) for more writes to join group, until
+// it holds want.
+func (db *DB) gather(group []*write, timer *time.Timer, want int, wait time.Duration) []*write {
+	timer.Reset(wait)
 	defer timer.Stop() // Go ≥ 1.23: no stale tick to drain
-	for len(group) < delayedGroup {
+	for len(group) < want {
 		select {
 		case w, ok := <-db.writes:
 			if !ok { // closed: commit what waits, at once
