@@ -162,8 +162,8 @@ nats "local" {
 # An external NATS server. Credentials: at most one of user with
 # password_file (or password_env), token_file (or token_env), creds_file
 # (a JWT .creds file) or nkey_seed_file. Secrets are never written here:
-# only files (mode 0600; others' read access is refused) or variables; a
-# password_file or token_file must also be the router's user's.
+# only files or variables. Every file of secrets (these, and a TLS key_file)
+# must be mode 0600 and the router's user's (or root's), or it is refused.
 # nats "remote" {
 #   url           = "tls://nats.internal:4222"
 #   user          = "edge-1"

@@ -61,7 +61,8 @@ func CheckPrivate(path string) error {
 
 // ClientConfig is the crypto/tls configuration of a tls block: TLS 1.2 or
 // later, the CA file's certificates as roots (the system's without one),
-// and the client certificate when one is set.
+// and the client certificate when one is set. Its key file is checked as
+// every file of secrets is (CheckPrivate).
 func (t *TLS) ClientConfig() (*tls.Config, error) {
 	tc := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
@@ -80,6 +81,9 @@ func (t *TLS) ClientConfig() (*tls.Config, error) {
 	}
 	switch {
 	case t.CertFile != "" && t.KeyFile != "":
+		if err := CheckPrivate(t.KeyFile); err != nil {
+			return nil, fmt.Errorf("key_file: %w", err)
+		}
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
 			return nil, err

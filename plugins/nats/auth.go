@@ -38,11 +38,14 @@ func ClientOptions(cfg config.NATS) ([]natsgo.Option, error) {
 		}
 		opts = append(opts, natsgo.Token(tok))
 	case a.CredsFile != "":
-		if _, err := os.Stat(a.CredsFile); err != nil {
+		if err := config.CheckPrivate(a.CredsFile); err != nil {
 			return nil, fmt.Errorf("creds_file: %w", err)
 		}
 		opts = append(opts, natsgo.UserCredentials(a.CredsFile))
 	case a.NKeySeedFile != "":
+		if err := config.CheckPrivate(a.NKeySeedFile); err != nil {
+			return nil, fmt.Errorf("nkey_seed_file: %w", err)
+		}
 		opt, err := natsgo.NkeyOptionFromSeed(a.NKeySeedFile)
 		if err != nil {
 			return nil, fmt.Errorf("nkey_seed_file: %w", err)

@@ -119,13 +119,34 @@ func TestExternalAuth(t *testing.T) {
 	}
 }
 
-// A password file that others may read is refused with the mode to set.
-func TestPasswordFileMode(t *testing.T) {
-	f := testkit.SecretFile(t, "pw")
-	os.Chmod(f, 0o644)
-	_, err := ClientOptions(config.NATS{Auth: config.NATSAuth{User: "u", Password: config.Secret{File: f}}})
-	if err == nil || !strings.Contains(err.Error(), "chmod 600") {
-		t.Fatalf("a 0644 password file: %v", err)
+// Every file of secrets the client reads (a password, a creds file, an
+// nkey seed, a TLS client key) is refused, naming its attribute and the
+// mode to set, when others may read it.
+func TestSecretFileModes(t *testing.T) {
+	open := func(t *testing.T) string {
+		f := testkit.SecretFile(t, "secret")
+		if err := os.Chmod(f, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, c := range []struct {
+		attr string
+		cfg  func(f string) config.NATS
+	}{
+		{"password", func(f string) config.NATS {
+			return config.NATS{Auth: config.NATSAuth{User: "u", Password: config.Secret{File: f}}}
+		}},
+		{"creds_file", func(f string) config.NATS { return config.NATS{Auth: config.NATSAuth{CredsFile: f}} }},
+		{"nkey_seed_file", func(f string) config.NATS { return config.NATS{Auth: config.NATSAuth{NKeySeedFile: f}} }},
+		{"key_file", func(f string) config.NATS {
+			return config.NATS{TLS: &config.TLS{CertFile: testkit.SecretFile(t, "cert"), KeyFile: f}}
+		}},
+	} {
+		_, err := ClientOptions(c.cfg(open(t)))
+		if err == nil || !strings.Contains(err.Error(), c.attr+":") || !strings.Contains(err.Error(), "chmod 600") {
+			t.Errorf("a 0644 %s: %v", c.attr, err)
+		}
 	}
 }
 
