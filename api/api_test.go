@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -656,6 +657,49 @@ func TestClaimsOverHTTP(t *testing.T) {
 	}
 	if rep := r.do("GET", "/v1/subscriptions/pay/messages?max=5&wait=10ms", nil, ""); rep.status != 200 || !strings.Contains(string(rep.body), `"messages":[]`) {
 		t.Fatalf("empty pull: %d %s", rep.status, rep.body)
+	}
+}
+
+// GET /v1/claims pages through every claim with an opaque cursor that
+// neither skips nor repeats one, and a cursor the router did not hand out
+// (made up, or another listing's) is a 400, not a page from somewhere.
+func TestClaimsPaging(t *testing.T) {
+	r := newRouter(t)
+	for _, id := range []string{"c", "a", "b"} {
+		if rep := r.do("POST", "/v1/inbox/mailer/claims", nil, `{"id":"`+id+`","lease":"1m"}`); rep.status != 201 {
+			t.Fatalf("claim %s: %d %s", id, rep.status, rep.body)
+		}
+	}
+	var seen []string
+	for path := "/v1/claims?limit=1"; ; {
+		rep := r.do("GET", path, nil, "")
+		page := decode[struct {
+			Claims     []struct{ ID string }
+			NextCursor string `json:"next_cursor"`
+		}](t, rep.body)
+		if rep.status != 200 || len(page.Claims) > 1 {
+			t.Fatalf("%s: %d %s", path, rep.status, rep.body)
+		}
+		for _, c := range page.Claims {
+			seen = append(seen, c.ID)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		if strings.ContainsRune(page.NextCursor, 0) || url.QueryEscape(page.NextCursor) != page.NextCursor {
+			t.Fatalf("cursor %q needs escaping in a URL", page.NextCursor)
+		}
+		path = "/v1/claims?limit=1&cursor=" + page.NextCursor
+	}
+	if strings.Join(seen, " ") != "a b c" {
+		t.Fatalf("paged %v, want a b c", seen)
+	}
+	dlqCursor := engine.EncodeCursor(make([]byte, 16))
+	for _, c := range []string{"zzz", "%00mailer%00a", dlqCursor} {
+		rep := r.do("GET", "/v1/claims?cursor="+c, nil, "")
+		if rep.status != 400 || decode[struct{ Code string }](t, rep.body).Code != "invalid_event" || !strings.Contains(string(rep.body), "cursor") {
+			t.Errorf("cursor %q: %d %s", c, rep.status, rep.body)
+		}
 	}
 }
 

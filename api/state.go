@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -50,8 +51,8 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 	}
 	var after []byte
 	if c := q.Get("cursor"); c != "" {
-		if after, err = base64.RawURLEncoding.DecodeString(c); err != nil {
-			s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "cursor is not one this API gave"))
+		if after, err = engine.DecodeCursor(c, engine.AnyPosition); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 	}
@@ -64,7 +65,7 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 	out := map[string]any{"plugin": plugin, "namespace": ns}
 	if len(entries) > limit {
 		entries = entries[:limit]
-		out["next_cursor"] = base64.RawURLEncoding.EncodeToString(entries[limit-1].Key)
+		out["next_cursor"] = engine.EncodeCursor(entries[limit-1].Key)
 	}
 	out["keys"] = viewStateEntries(entries)
 	writeJSON(w, http.StatusOK, out)

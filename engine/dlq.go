@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"strings"
 	"time"
@@ -61,21 +60,6 @@ type DLQPage struct {
 	NextCursor string
 }
 
-// cursorVersion prefixes the opaque cursor, so its form can change.
-const cursorVersion = 1
-
-func encodeCursor(pos []byte) string {
-	return base64.RawURLEncoding.EncodeToString(append([]byte{cursorVersion}, pos...))
-}
-
-func decodeCursor(s string) ([]byte, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) != 17 || b[0] != cursorVersion {
-		return nil, switchyard.Errorf(switchyard.EINVALID, "cursor %q is not one this router handed out", Truncate(s, 64))
-	}
-	return b[1:], nil
-}
-
 // Truncate shortens s to at most n bytes for an error message, on a rune
 // boundary, marking the cut with "…".
 func Truncate(s string, n int) string {
@@ -106,7 +90,7 @@ func (e *Engine) DLQList(q DLQQuery) (*DLQPage, error) {
 	}
 	var before []byte
 	if q.Cursor != "" {
-		if before, err = decodeCursor(q.Cursor); err != nil {
+		if before, err = DecodeCursor(q.Cursor, storage.IsDLQPos); err != nil {
 			return nil, err
 		}
 	}
@@ -127,7 +111,7 @@ func (e *Engine) DLQList(q DLQQuery) (*DLQPage, error) {
 	page := &DLQPage{Items: make([]DLQItem, 0, min(len(entries), limit))}
 	for i, en := range entries {
 		if i == limit {
-			page.NextCursor = encodeCursor(entries[i-1].Pos)
+			page.NextCursor = EncodeCursor(entries[i-1].Pos)
 			break
 		}
 		page.Items = append(page.Items, DLQItem{Record: en.Record, At: en.At})

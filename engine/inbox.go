@@ -489,11 +489,21 @@ func (e *Engine) Inboxes() []InboxStatus {
 }
 
 // Claims lists the dedup arbiter's unexpired claims of consumer ("" =
-// every consumer), a page of up to limit after the cursor after.
-func (e *Engine) Claims(consumer, after string, limit int) (claims []storage.ListedClaim, next string, err error) {
+// every consumer), a page of up to limit from cursor ("" = the first),
+// and the cursor of the page after ("" at the end).
+func (e *Engine) Claims(consumer, cursor string, limit int) (claims []storage.ListedClaim, next string, err error) {
+	var after, nextKey []byte
+	if cursor != "" {
+		if after, err = DecodeCursor(cursor, storage.IsClaimKey); err != nil {
+			return nil, "", err
+		}
+	}
 	err = e.store.View(func(tx *storage.Tx) error {
-		claims, next, err = tx.Claims(consumer, e.now(), after, limit)
+		claims, nextKey, err = tx.Claims(consumer, e.now(), after, limit)
 		return err
 	})
+	if nextKey != nil {
+		next = EncodeCursor(nextKey)
+	}
 	return claims, next, err
 }

@@ -43,6 +43,10 @@ type DLQEntry struct {
 	Pos []byte
 }
 
+// IsDLQPos reports whether pos has the form of a DLQEntry's Pos (8 bytes
+// of time, 8 of sequence).
+func IsDLQPos(pos []byte) bool { return len(pos) == 16 }
+
 // DLQQuery selects entries of one index, newest first.
 type DLQQuery struct {
 	Queue  string    // one queue (an event type, "inbox:<name>"); "" = every queue

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -238,15 +239,19 @@ type ListedClaim struct {
 	Claim
 }
 
+// IsClaimKey reports whether k has the form of a claim's key (tenant,
+// consumer and id, NUL apart).
+func IsClaimKey(k []byte) bool { return bytes.Count(k, []byte{0}) == 2 }
+
 // Claims lists up to limit unexpired claims of consumer ("" = every
 // consumer), by tenant, consumer and id, starting after the claim key
-// after ("" = from the first). next is the cursor of the page after, ""
-// at the end.
-func (tx *Tx) Claims(consumer string, now time.Time, after string, limit int) (out []ListedClaim, next string, err error) {
+// after (nil = from the first). next is the key to start the page after
+// from, nil at the end.
+func (tx *Tx) Claims(consumer string, now time.Time, after []byte, limit int) (out []ListedClaim, next []byte, err error) {
 	c := tx.bucket(bucketClaims).Cursor()
 	k, v := c.First()
-	if after != "" {
-		if k, v = c.Seek([]byte(after)); k != nil && string(k) == after {
+	if after != nil {
+		if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
 			k, v = c.Next()
 		}
 	}
@@ -257,17 +262,17 @@ func (tx *Tx) Claims(consumer string, now time.Time, after string, limit int) (o
 		}
 		var cl Claim
 		if err := json.Unmarshal(v, &cl); err != nil {
-			return nil, "", fmt.Errorf("storage: decode claim: %w", err)
+			return nil, nil, fmt.Errorf("storage: decode claim: %w", err)
 		}
 		if !now.Before(cl.ExpiresAt) {
 			continue
 		}
 		if len(out) == limit {
-			return out, string(out[len(out)-1].key()), nil
+			return out, out[len(out)-1].key(), nil
 		}
 		out = append(out, ListedClaim{Tenant: parts[0], Consumer: parts[1], ID: parts[2], Claim: cl})
 	}
-	return out, "", nil
+	return out, nil, nil
 }
 
 func (c *ListedClaim) key() []byte { return claimKey(c.Tenant, c.Consumer, c.ID) }

@@ -337,14 +337,18 @@ func TestListClaims(t *testing.T) {
 	put("acme", "billing", "d", t0.Add(time.Hour))
 	list := func(consumer, after string, limit int) (ids []string, next string) {
 		db.View(func(tx *storage.Tx) error {
-			got, n, err := tx.Claims(consumer, t0, after, limit)
+			var from []byte
+			if after != "" {
+				from = []byte(after)
+			}
+			got, n, err := tx.Claims(consumer, t0, from, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, c := range got {
 				ids = append(ids, c.Tenant+"/"+c.Consumer+"/"+c.ID)
 			}
-			next = n
+			next = string(n)
 			return nil
 		})
 		return
