@@ -119,7 +119,7 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 	start := time.Now()
 	compiled, err := rt.compile(ctx, bin, p.sha256)
 	if err != nil {
-		return nil, wrap(fmt.Errorf("not a valid WebAssembly module: %w", err))
+		return nil, wrap(invalidModule(bin, err))
 	}
 	compileTook := time.Since(start)
 	p.compiled = compiled

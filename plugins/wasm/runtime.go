@@ -26,7 +26,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -115,9 +117,20 @@ func NewRuntime(ctx context.Context, opts RuntimeOptions) (*Runtime, error) {
 func (rt *Runtime) Compile(ctx context.Context, bin []byte) error {
 	compiled, err := rt.compile(ctx, bin, fmt.Sprintf("%x", sha256.Sum256(bin)))
 	if err != nil {
-		return fmt.Errorf("not a valid WebAssembly module: %w", err)
+		return invalidModule(bin, err)
 	}
 	return compiled.Close(ctx)
+}
+
+// invalidModule is the error for bytes that do not compile. A module that
+// ends in the middle of a section is most often a file cut short (a copy
+// or a build that did not finish), which wazero reports only as an EOF
+// deep in its decoder; the error says so.
+func invalidModule(bin []byte, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.HasSuffix(err.Error(), "EOF") {
+		return fmt.Errorf("not a valid WebAssembly module: it ends in the middle of its contents, after %d bytes: is the file cut short (an unfinished copy or build)? Build or copy it again (%w)", len(bin), err)
+	}
+	return fmt.Errorf("not a valid WebAssembly module: %w", err)
 }
 
 // Close closes every plugin instance and module of the runtime and the

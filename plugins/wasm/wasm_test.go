@@ -320,10 +320,19 @@ func TestWasmHostileOutputs(t *testing.T) {
 	}
 }
 
+// Each way a module can fail to load gets one error that names the plugin
+// and its file and says what is wrong and how to mend it.
 func TestWasmLoadErrors(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
 	garbage := filepath.Join(t.TempDir(), "garbage.wasm")
 	os.WriteFile(garbage, []byte("\x00asm\x02\x00\x00\x00"), 0o600)
+	// A copy cut short in the middle of a section (an unfinished copy or build).
+	whole, err := os.ReadFile(testdata("filter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "cut.wasm")
+	os.WriteFile(cut, whole[:len(whole)-3], 0o600)
 	for _, tc := range []struct {
 		name, file string
 		lim        config.PluginLimits
@@ -351,6 +360,7 @@ func TestWasmLoadErrors(t *testing.T) {
 		{"toolarge", testdata("toolarge"), config.PluginLimits{Memory: 1 << 20}, []string{
 			`its memory starts at 2.1MiB, over limits.memory = 1MiB`}},
 		{"garbage", garbage, config.PluginLimits{}, []string{`not a valid WebAssembly module`}},
+		{"cut", cut, config.PluginLimits{}, []string{`not a valid WebAssembly module: it ends in the middle of its contents, after ` + fmt.Sprint(len(whole)-3) + ` bytes: is the file cut short`}},
 		{"missing", "testdata/nope.wasm", config.PluginLimits{}, []string{`open testdata/nope.wasm: no such file`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
