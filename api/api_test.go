@@ -662,7 +662,8 @@ func TestClaimsOverHTTP(t *testing.T) {
 
 // GET /v1/claims pages through every claim with an opaque cursor that
 // neither skips nor repeats one, and a cursor the router did not hand out
-// (made up, or another listing's) is a 400, not a page from somewhere.
+// for that listing (made up, or another listing's, whatever its shape) is
+// a 400, not a page from somewhere.
 func TestClaimsPaging(t *testing.T) {
 	r := newRouter(t)
 	for _, id := range []string{"c", "a", "b"} {
@@ -694,11 +695,16 @@ func TestClaimsPaging(t *testing.T) {
 	if strings.Join(seen, " ") != "a b c" {
 		t.Fatalf("paged %v, want a b c", seen)
 	}
-	dlqCursor := engine.EncodeCursor(make([]byte, 16))
-	for _, c := range []string{"zzz", "%00mailer%00a", dlqCursor} {
-		rep := r.do("GET", "/v1/claims?cursor="+c, nil, "")
+	// A DLQ cursor whose position has the form of a claim's key, a claims
+	// cursor without that form, and a claims cursor given to the DLQ.
+	dlqCursor := engine.EncodeCursor(engine.CursorDLQ, []byte("0123456\x00mailer\x00a"))
+	for _, c := range []string{"/v1/claims?cursor=zzz", "/v1/claims?cursor=%00mailer%00a", "/v1/claims?cursor=" + dlqCursor,
+		"/v1/claims?cursor=" + engine.EncodeCursor(engine.CursorClaims, []byte("no separators")),
+		"/v1/dlq?cursor=" + engine.EncodeCursor(engine.CursorClaims, []byte("0123456789abcdef")),
+	} {
+		rep := r.do("GET", c, nil, "")
 		if rep.status != 400 || decode[struct{ Code string }](t, rep.body).Code != "invalid_event" || !strings.Contains(string(rep.body), "cursor") {
-			t.Errorf("cursor %q: %d %s", c, rep.status, rep.body)
+			t.Errorf("%s: %d %s", c, rep.status, rep.body)
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
-	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -49,23 +48,15 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var after []byte
-	if c := q.Get("cursor"); c != "" {
-		if after, err = engine.DecodeCursor(c, engine.AnyPosition); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-	}
 	ns := s.namespaceOf(plugin, q)
-	entries, err := s.engine.StateKeys(ns, []byte(q.Get("prefix")), after, limit+1)
+	entries, next, err := s.engine.StateKeys(ns, []byte(q.Get("prefix")), q.Get("cursor"), limit)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	out := map[string]any{"plugin": plugin, "namespace": ns}
-	if len(entries) > limit {
-		entries = entries[:limit]
-		out["next_cursor"] = engine.EncodeCursor(entries[limit-1].Key)
+	if next != "" {
+		out["next_cursor"] = next
 	}
 	out["keys"] = viewStateEntries(entries)
 	writeJSON(w, http.StatusOK, out)

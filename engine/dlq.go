@@ -90,7 +90,7 @@ func (e *Engine) DLQList(q DLQQuery) (*DLQPage, error) {
 	}
 	var before []byte
 	if q.Cursor != "" {
-		if before, err = DecodeCursor(q.Cursor, storage.IsDLQPos); err != nil {
+		if before, err = DecodeCursor(CursorDLQ, q.Cursor, storage.IsDLQPos); err != nil {
 			return nil, err
 		}
 	}
@@ -111,7 +111,7 @@ func (e *Engine) DLQList(q DLQQuery) (*DLQPage, error) {
 	page := &DLQPage{Items: make([]DLQItem, 0, min(len(entries), limit))}
 	for i, en := range entries {
 		if i == limit {
-			page.NextCursor = EncodeCursor(entries[i-1].Pos)
+			page.NextCursor = EncodeCursor(CursorDLQ, entries[i-1].Pos)
 			break
 		}
 		page.Items = append(page.Items, DLQItem{Record: en.Record, At: en.At})

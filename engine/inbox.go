@@ -494,7 +494,7 @@ func (e *Engine) Inboxes() []InboxStatus {
 func (e *Engine) Claims(consumer, cursor string, limit int) (claims []storage.ListedClaim, next string, err error) {
 	var after, nextKey []byte
 	if cursor != "" {
-		if after, err = DecodeCursor(cursor, storage.IsClaimKey); err != nil {
+		if after, err = DecodeCursor(CursorClaims, cursor, storage.IsClaimKey); err != nil {
 			return nil, "", err
 		}
 	}
@@ -503,7 +503,7 @@ func (e *Engine) Claims(consumer, cursor string, limit int) (claims []storage.Li
 		return err
 	})
 	if nextKey != nil {
-		next = EncodeCursor(nextKey)
+		next = EncodeCursor(CursorClaims, nextKey)
 	}
 	return claims, next, err
 }

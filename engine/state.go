@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -322,14 +323,50 @@ func (e *Engine) StateNamespaces(plugin string) ([]StateNamespace, error) {
 }
 
 // StateKeys lists up to limit keys of the namespace ns that start with
-// prefix, after the key after.
-func (e *Engine) StateKeys(ns string, prefix, after []byte, limit int) ([]storage.StateEntry, error) {
-	var out []storage.StateEntry
-	err := e.store.View(func(tx *storage.Tx) (err error) {
-		out, err = tx.StateScan(ns, prefix, after, e.now(), limit)
+// prefix, from cursor ("" = the first), and the cursor of the page after
+// ("" at the end).
+func (e *Engine) StateKeys(ns string, prefix []byte, cursor string, limit int) (keys []storage.StateEntry, next string, err error) {
+	var after []byte
+	if cursor != "" {
+		// The cursor holds its namespace: one of another namespace, or of
+		// another prefix, would start the listing somewhere else.
+		inListing := func(pos []byte) bool {
+			key, ok := stateKeyOf(pos, ns)
+			return ok && bytes.HasPrefix(key, prefix)
+		}
+		pos, err := DecodeCursor(CursorState, cursor, inListing)
+		if err != nil {
+			return nil, "", err
+		}
+		after, _ = stateKeyOf(pos, ns)
+	}
+	err = e.store.View(func(tx *storage.Tx) (err error) {
+		keys, err = tx.StateScan(ns, prefix, after, e.now(), limit+1)
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, "", err
+	}
+	if len(keys) > limit {
+		keys = keys[:limit]
+		next = EncodeCursor(CursorState, statePos(ns, keys[limit-1].Key))
+	}
+	return keys, next, nil
+}
+
+// statePos is a state listing's position: its namespace (length first)
+// and the key.
+func statePos(ns string, key []byte) []byte {
+	return append(append(binary.AppendUvarint(nil, uint64(len(ns))), ns...), key...)
+}
+
+// stateKeyOf returns the key of a position statePos made in namespace ns.
+func stateKeyOf(pos []byte, ns string) (key []byte, ok bool) {
+	n, w := binary.Uvarint(pos)
+	if w <= 0 || uint64(len(pos)-w) < n || string(pos[w:w+int(n)]) != ns {
+		return nil, false
+	}
+	return pos[w+int(n):], true
 }
 
 // DeleteState removes the keys of ns that start with prefix (an

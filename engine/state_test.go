@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -197,5 +198,63 @@ func TestPluginStateRepublishCountsOnce(t *testing.T) {
 	}
 	if n := h.stateCount("count:t.count"); n != 1 {
 		t.Fatalf("count = %d after a republish, want 1", n)
+	}
+}
+
+// A plugin's state keys page with a cursor that neither skips nor repeats a
+// key, and a cursor is refused (EINVALID) where it would start the listing
+// somewhere else: another namespace's, another prefix's, another
+// listing's, or one made up.
+func TestStateKeysCursor(t *testing.T) {
+	h := newHarness(t, pluginPolicy("count", "t.count", ""), true, withPlugins(counterPlugin(new(atomic.Bool))))
+	err := h.db.Update(context.Background(), func(tx *storage.Tx) error {
+		for _, ns := range []string{"count:t.count", "@acme/count:t.count"} {
+			for _, k := range []string{"a1", "b1", "b2", "b3", "c1"} {
+				if err := tx.StatePut(ns, []byte(k), []byte("v"), time.Time{}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "count:t.count"
+	var seen []string
+	var cursors []string
+	for cursor := ""; ; {
+		keys, next, err := h.eng.StateKeys(ns, []byte("b"), cursor, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			seen = append(seen, string(k.Key))
+		}
+		if next == "" {
+			break
+		}
+		cursors = append(cursors, next)
+		cursor = next
+	}
+	if fmt.Sprint(seen) != "[b1 b2 b3]" || len(cursors) != 1 {
+		t.Fatalf("paged %v with cursors %q, want [b1 b2 b3] in two pages", seen, cursors)
+	}
+	_, acmeNext, err := h.eng.StateKeys("@acme/count:t.count", []byte("b"), "", 1)
+	if err != nil || acmeNext == "" {
+		t.Fatalf("acme's first page: %q, %v", acmeNext, err)
+	}
+	for what, try := range map[string]func() error{
+		"another namespace's": func() error { _, _, err := h.eng.StateKeys(ns, []byte("b"), acmeNext, 2); return err },
+		"another prefix's":    func() error { _, _, err := h.eng.StateKeys(ns, []byte("a"), cursors[0], 2); return err },
+		"the claims'": func() error {
+			_, _, err := h.eng.StateKeys(ns, nil, engine.EncodeCursor(engine.CursorClaims, []byte("d\x00c\x00i")), 2)
+			return err
+		},
+		"made up": func() error { _, _, err := h.eng.StateKeys(ns, nil, "AQ", 2); return err },
+	} {
+		if err := try(); switchyard.ErrorCode(err) != switchyard.EINVALID {
+			t.Errorf("%s cursor: %v, want EINVALID", what, err)
+		}
 	}
 }
