@@ -34,6 +34,9 @@ type Config struct {
 	// name>" (nil without stream blocks). Apart from the streams, so that a
 	// reload compares what they are, not where.
 	StreamsAt map[string]Pos
+	// SecretFiles are the files of secrets the configuration names, with
+	// where: each must be private to the router's user (CheckPrivate).
+	SecretFiles []SecretFile
 	// MaxTypes bounds how many types the "*" block catches (its max_types;
 	// default 256): each type is a loop, metrics series and stats rows, so
 	// a client must not be able to create them without end.
@@ -163,6 +166,14 @@ type Route struct {
 	To      string // "nats.local" or "kafka.main"
 	Subject string // for NATS sinks
 	Topic   string // for Kafka sinks
+}
+
+// SecretFile is a file of secrets the configuration names: a password,
+// token, creds or nkey seed file, or a TLS client key.
+type SecretFile struct {
+	Path string
+	Attr string // the attribute that names it: "password_file", "key_file", ...
+	At   Pos    // where
 }
 
 // Pos is a place in the configuration file, "file:line:col": checks made

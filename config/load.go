@@ -161,6 +161,16 @@ type decoder struct {
 	owned     []ownedPath
 	socketAt  *hcl.Range     // listen.socket, when the file sets it
 	streamsAt map[string]Pos // Config.StreamsAt
+	secrets   []SecretFile   // Config.SecretFiles
+}
+
+// secretFile decodes the attribute a, a file of secrets, into path and
+// records it for Config.SecretFiles.
+func (d *decoder) secretFile(a *hcl.Attribute, path *string) {
+	d.str(a, path)
+	if a != nil && *path != "" {
+		d.secrets = append(d.secrets, SecretFile{Path: *path, Attr: a.Name, At: posOf(a.Expr.Range())})
+	}
 }
 
 func (d *decoder) errorf(rng hcl.Range, summary, format string, args ...any) {
@@ -368,6 +378,7 @@ func (d *decoder) sinksAndPlugins(c *hcl.BodyContent, cfg *Config) {
 			d.sinks[k.SinkName()] = true
 		}
 	}
+	cfg.SecretFiles = d.secrets
 	pluginNames := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("plugin") {
 		p := d.plugin(b)
@@ -589,8 +600,8 @@ func (d *decoder) natsAuth(c *hcl.BodyContent, b *hcl.Block, n *NATS, storagePat
 	d.str(c.Attributes["user"], &a.User)
 	a.Password = d.secret(c, "password", b)
 	a.Token = d.secret(c, "token", b)
-	d.str(c.Attributes["creds_file"], &a.CredsFile)
-	d.str(c.Attributes["nkey_seed_file"], &a.NKeySeedFile)
+	d.secretFile(c.Attributes["creds_file"], &a.CredsFile)
+	d.secretFile(c.Attributes["nkey_seed_file"], &a.NKeySeedFile)
 	var kinds []string
 	for kind, set := range map[string]bool{
 		"user": a.User != "" || a.Password.IsSet(), "token": a.Token.IsSet(),
@@ -626,7 +637,7 @@ func (d *decoder) secret(c *hcl.BodyContent, name string, b *hcl.Block) Secret {
 		d.errorf(a.NameRange, "Secret in the configuration",
 			"Put the %s in a file (%s_file, mode 0600) or an environment variable (%s_env), not in %s.", name, name, name, a.NameRange.Filename)
 	}
-	d.str(c.Attributes[name+"_file"], &s.File)
+	d.secretFile(c.Attributes[name+"_file"], &s.File)
 	d.str(c.Attributes[name+"_env"], &s.Env)
 	if s.File != "" && s.Env != "" {
 		d.errorf(b.DefRange, "Conflicting arguments", "Set %s_file or %s_env, not both.", name, name)
@@ -644,7 +655,7 @@ func (d *decoder) tls(blocks hcl.Blocks) *TLS {
 	t := &TLS{}
 	d.str(tc.Attributes["ca_file"], &t.CAFile)
 	d.str(tc.Attributes["cert_file"], &t.CertFile)
-	d.str(tc.Attributes["key_file"], &t.KeyFile)
+	d.secretFile(tc.Attributes["key_file"], &t.KeyFile)
 	d.boolean(tc.Attributes["insecure_skip_verify"], &t.InsecureSkipVerify)
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		d.errorf(tb.DefRange, "Incomplete client certificate", "cert_file and key_file must be set together.")

@@ -252,13 +252,12 @@ func (db *DB) writer() {
 		} else if want, wait := last.regroup(len(group)); wait > 0 {
 			group = db.drain(db.gather(group, delay, want, wait))
 		}
-		start := time.Now()
-		db.commit(group)
-		last = lastCommit{writes: len(group), took: time.Since(start)}
+		last = db.commit(group)
 	}
 }
 
-// lastCommit is the size and duration of the writer's last commit.
+// lastCommit is the size and duration of the writer's last commit: the
+// writes it committed and its last attempt's time (zero when it failed).
 type lastCommit struct {
 	writes int
 	took   time.Duration
@@ -273,9 +272,9 @@ var maxRegroupWait = time.Millisecond
 // back would otherwise commit alone and make the rest wait for its
 // fdatasyncs. So after a commit of delayedGroup writes or more, a group of
 // less than half as many waits, up to half that commit's time (at most
-// maxRegroupWait), for half as many. An idle or moderately loaded router
-// commits small groups and never waits
-// (docs/decisions/group-commit.md).
+// maxRegroupWait), for half as many. A router at a moderate rate commits
+// small groups and does not wait; after a burst the first write to come,
+// however much later, waits once (docs/decisions/group-commit.md).
 func (c lastCommit) regroup(n int) (want int, wait time.Duration) {
 	if c.writes < delayedGroup || n >= c.writes/2 {
 		return 0, 0
@@ -321,7 +320,8 @@ func (db *DB) gather(group []*write, timer *time.Timer, want int, wait time.Dura
 // commit runs a group in one transaction. A write whose fn fails is taken
 // out and answered with its error; the rest are run again (bbolt has no
 // savepoints, so this is how one bad write does not sink its neighbours).
-func (db *DB) commit(group []*write) {
+// It returns what it committed.
+func (db *DB) commit(group []*write) (done lastCommit) {
 	for len(group) > 0 {
 		start := time.Now()
 		failed := -1
@@ -346,15 +346,17 @@ func (db *DB) commit(group []*write) {
 		} else {
 			db.commitErr.Store(nil)
 			db.commits.Add(1)
+			done = lastCommit{writes: len(group), took: time.Since(start)}
 			if db.opts.OnCommit != nil {
-				db.opts.OnCommit(len(group), time.Since(start))
+				db.opts.OnCommit(done.writes, done.took)
 			}
 		}
 		for _, w := range group {
 			w.err <- err
 		}
-		return
+		return done
 	}
+	return done
 }
 
 // Writable reports why the data file cannot take writes: the error of the

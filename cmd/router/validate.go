@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
@@ -118,6 +119,10 @@ func checkSinksOf(ctx context.Context, cfg *config.Config, timeout time.Duration
 // checkLoaded checks what parsing cannot: the files the config names and
 // what they hold. Each problem is a "file:line:col: ..." line.
 //   - tokens_file: exists, private to its owner, holds valid tokens;
+//   - every other file of secrets (password, token, creds, nkey seed, TLS
+//     key): private to the router's user, as the router checks it when it
+//     connects (an embedded server's password file may not exist yet: the
+//     router makes it);
 //   - every plugin: loads as the router loads it (compiled, ABI exports and
 //     imports, _initialize and sy_init with its config);
 //   - every route to an embedded NATS server (JetStream): one of its
@@ -129,6 +134,15 @@ func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 	if cfg.Listen.TokensFile != "" {
 		if _, err := api.LoadTokens(cfg.Listen.TokensFile); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", cfg.Listen.TokensAt, err))
+		}
+	}
+	for _, f := range cfg.SecretFiles {
+		err := config.CheckPrivate(f.Path)
+		if errors.Is(err, fs.ErrNotExist) && madeByRouter(cfg, f.Path) {
+			continue
+		}
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %s: %v", f.At, f.Attr, err))
 		}
 	}
 	problems = append(problems, checkPlugins(ctx, cfg)...)
@@ -220,4 +234,15 @@ func configWarnings(cfg *config.Config) []string {
 		}
 	}
 	return out
+}
+
+// madeByRouter reports whether path is the password file of an embedded
+// NATS server, which the router makes on its first start.
+func madeByRouter(cfg *config.Config, path string) bool {
+	for _, n := range cfg.NATS {
+		if n.Embedded && n.Auth.Password.File == path {
+			return true
+		}
+	}
+	return false
 }

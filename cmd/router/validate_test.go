@@ -17,15 +17,19 @@ import (
 // `router validate` refuses, with the file:line:col of the mistake, what
 // used to pass it and fail only at run time (or never): plugin files that
 // are missing or not WebAssembly, absurd sizes and numbers, a bad address,
-// a missing tokens_file, a route no stream captures, two streams that
-// capture one subject; and `router run`
+// a missing tokens_file, a file of secrets others may read, a route no
+// stream captures, two streams that capture one subject; and `router run`
 // names a plugin that does not load at its block's file:line:col too.
 func TestValidateFindsWhatParsingCannot(t *testing.T) {
 	dir := t.TempDir()
 	notWasm := filepath.Join(dir, "not.wasm")
 	os.WriteFile(notWasm, []byte("#!/bin/sh\necho hello\n"), 0o644)
 	good := filepath.Join("..", "..", "examples", "plugins", "passthrough-wat", "passthrough.wasm")
+	readable := filepath.Join(dir, "client.key")
+	os.WriteFile(readable, []byte("key"), 0o644)
 	cases := []struct{ name, src, want string }{
+		{"a key others may read", fmt.Sprintf("kafka \"k\" {\n  brokers = [\"127.0.0.1:9092\"]\n  tls {\n    cert_file = \"c.pem\"\n    key_file  = %q\n  }\n}", readable),
+			`:5:17: key_file: ` + readable + ` may be read by others than its owner (mode 0644): chmod 600`},
 		{"missing plugin", `plugin "p" { wasm = "/nonexistent/p.wasm" }`, `:1:21: plugin "p": open /nonexistent/p.wasm: no such file or directory`},
 		{"not wasm", fmt.Sprintf(`plugin "p" { wasm = %q }`, notWasm), `:1:21: plugin "p" (` + notWasm + `): not a valid WebAssembly module`},
 		{"plugin memory", fmt.Sprintf("plugin \"p\" {\n  wasm = %q\n  limits { memory = \"100GiB\" }\n}", good), `:3:21: Invalid size: memory: 100GiB is over the limit of 4GiB`},
