@@ -207,7 +207,7 @@ func finish(in *engine.IngestEvent, now func() time.Time) {
 		in.Event.ID = uuid.Must(uuid.NewV7()).String()
 	}
 	if in.Event.Time.IsZero() {
-		in.Event.Time = now().UTC()
+		in.Event.Time, in.RouterTime = now().UTC(), true
 	}
 	cloudevents.SortExtensions(&in.Event)
 }

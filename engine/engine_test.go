@@ -533,3 +533,56 @@ func TestExpiredClientIDIsReplaced(t *testing.T) {
 		t.Fatalf("a resend within the second window, after the cleanup: %+v, %v; want a duplicate", resp, err)
 	}
 }
+
+// Past its idempotency window, an event the data file still holds (here:
+// pending) is still recognised: a resend of it, even with a new trace
+// context or, when the client sent no time, another time the router filled
+// in, is a duplicate and stores nothing; the same id with other content or
+// another time the client chose is a 409 (another tenant's is its own
+// event: tenants choose ids independently).
+func TestResendAfterTheWindowWhileStored(t *testing.T) {
+	h := newHarness(t, oneRoute, true)
+	ctx := context.Background()
+	t0 := h.clock.Now()
+	req := func(tenant, id string, data string, at time.Time, routerTime bool, ext ...switchyard.Header) *engine.IngestRequest {
+		return &engine.IngestRequest{
+			Tenant: tenant,
+			Events: []engine.IngestEvent{{ClientID: true, RouterTime: routerTime, Digest: []byte("d" + data), Event: switchyard.Event{
+				ID: id, Type: "t.order", Source: "/s", SpecVersion: "1.0", Time: at, Data: []byte(data), Extensions: ext}}},
+			Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+		}
+	}
+	trace := switchyard.Header{Name: "traceparent", Value: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	for _, r := range []*engine.IngestRequest{req("default", "e1", `"a"`, t0, false, trace), req("default", "e2", `"b"`, t0, true)} {
+		if _, err := h.eng.Ingest(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.clock.Advance(h.cfg.Idempotency.Window + time.Second)
+	if _, err := h.eng.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	later := h.clock.Now()
+	newTrace := switchyard.Header{Name: "traceparent", Value: "00-11111111111111111111111111111111-2222222222222222-01"}
+	for what, r := range map[string]*engine.IngestRequest{
+		"the same event, another trace":          req("default", "e1", `"a"`, t0, false, newTrace),
+		"no time sent, the router fills another": req("default", "e2", `"b"`, later, true),
+	} {
+		if resp, err := h.eng.Ingest(ctx, r); err != nil || !resp.Replayed {
+			t.Errorf("%s: %+v, %v; want a duplicate", what, resp, err)
+		}
+	}
+	for what, r := range map[string]*engine.IngestRequest{
+		"other data":                    req("default", "e1", `"z"`, t0, false),
+		"another time the client chose": req("default", "e1", `"a"`, later, false),
+	} {
+		if _, err := h.eng.Ingest(ctx, r); switchyard.ErrorCode(err) != switchyard.EIDCONFLICT {
+			t.Errorf("%s: %v; want %s", what, err, switchyard.EIDCONFLICT)
+		}
+	}
+	var q storage.QueueStats
+	h.db.View(func(tx *storage.Tx) error { q = tx.Queue("t.order"); return nil })
+	if q.Pending != 2 {
+		t.Fatalf("pending %d, want the 2 events stored once each", q.Pending)
+	}
+}

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -40,6 +42,9 @@ type IngestEvent struct {
 	// looking for an event that already has it (storage.Tx.InsertNewEvent).
 	ClientID bool
 	Digest   []byte // of the event as the client sent it
+	// RouterTime is true when the client sent no time and the router
+	// filled it in (api.finish): a resend then carries another.
+	RouterTime bool
 	// oldExpiry: as IngestRequest.keyOldExpiry, for the event's (source, id).
 	oldExpiry time.Time
 }
@@ -314,7 +319,7 @@ func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Out
 		}
 		if err := insert(rec, pol.ByKey()); err != nil {
 			if errors.Is(err, storage.ErrExists) {
-				return switchyard.Errorf(switchyard.EIDCONFLICT, "event id %q is already stored, for an event of another source or one sent more than the idempotency window (%s) ago, whose resend the router can no longer tell from another event: a resend needs nothing more; another event needs another id", ev.Event.ID, window)
+				return switchyard.Errorf(switchyard.EIDCONFLICT, "event id %q is already stored for another event (of another source, or with other content): an event needs an id of its own", ev.Event.ID)
 			}
 			return err
 		}
@@ -335,6 +340,30 @@ func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Out
 		Digest: req.Digest, Status: resp.Status, ContentType: resp.ContentType, Body: resp.Body,
 		EventIDs: req.ids(), CreatedAt: now, ExpiresAt: now.Add(window),
 	}, req.keyOldExpiry)
+}
+
+// stillStored reports whether the data file holds ev as this tenant sent
+// it: the same id, source and content (the trace context aside, and the
+// time aside when the client sent none and the router filled it in).
+func stillStored(tx *storage.Tx, tenant string, ev *IngestEvent) bool {
+	stored, err := tx.Record(storage.EventKey(tenant, ev.Event.ID))
+	if err != nil {
+		return false
+	}
+	return sameEvent(&stored.Event, &ev.Event, !ev.RouterTime)
+}
+
+// sameEvent reports whether a and b are one event: every attribute, the
+// extensions but the trace context (a retry carries a new one) and the
+// data; the time only when withTime.
+func sameEvent(a, b *switchyard.Event, withTime bool) bool {
+	if a.ID != b.ID || a.Source != b.Source || a.Type != b.Type || a.SpecVersion != b.SpecVersion ||
+		a.Subject != b.Subject || a.DataContentType != b.DataContentType || a.DataSchema != b.DataSchema ||
+		(withTime && !a.Time.Equal(b.Time)) || !bytes.Equal(a.Data, b.Data) {
+		return false
+	}
+	own := func(h switchyard.Header) bool { return cloudevents.IsPassThrough(h.Name) }
+	return slices.Equal(slices.DeleteFunc(slices.Clone(a.Extensions), own), slices.DeleteFunc(slices.Clone(b.Extensions), own))
 }
 
 // idemReadFailed is the error for a lookup whose idempotency record could
@@ -420,6 +449,11 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 			dups++
 		case !errors.Is(err, storage.ErrNotFound):
 			return nil, idemReadFailed(err)
+		case stillStored(tx, req.Tenant, ev):
+			// Past its idempotency window, but the event is still here
+			// (pending, dead-lettered, or kept after delivery): a resend.
+			outcomes[i].Duplicate = true
+			dups++
 		}
 	}
 	if dups == len(req.Events) && req.Key == "" {
