@@ -549,7 +549,9 @@ func TestResendAfterTheWindowWhileStored(t *testing.T) {
 			Tenant: tenant,
 			Events: []engine.IngestEvent{{ClientID: true, RouterTime: routerTime, Digest: []byte("d" + data), Event: switchyard.Event{
 				ID: id, Type: "t.order", Source: "/s", SpecVersion: "1.0", Time: at, Data: []byte(data), Extensions: ext}}},
-			Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+			Render: func(o []engine.Outcome) engine.Response {
+				return engine.Response{Status: 202, Body: []byte(fmt.Sprintf("duplicate=%v", o[0].Duplicate))}
+			},
 		}
 	}
 	trace := switchyard.Header{Name: "traceparent", Value: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
@@ -568,8 +570,8 @@ func TestResendAfterTheWindowWhileStored(t *testing.T) {
 		"the same event, another trace":          req("default", "e1", `"a"`, t0, false, newTrace),
 		"no time sent, the router fills another": req("default", "e2", `"b"`, later, true),
 	} {
-		if resp, err := h.eng.Ingest(ctx, r); err != nil || !resp.Replayed {
-			t.Errorf("%s: %+v, %v; want a duplicate", what, resp, err)
+		if resp, err := h.eng.Ingest(ctx, r); err != nil || string(resp.Body) != "duplicate=true" {
+			t.Errorf("%s: %+v, %v; want it answered as a duplicate", what, resp, err)
 		}
 	}
 	for what, r := range map[string]*engine.IngestRequest{

@@ -318,6 +318,14 @@ func (e *Engine) storeRequest(tx *storage.Tx, req *IngestRequest, outcomes []Out
 			insert = tx.InsertNewEvent // the router made the id (api.finish): it is new
 		}
 		if err := insert(rec, pol.ByKey()); err != nil {
+			if errors.Is(err, storage.ErrExists) && ev.ClientID && stillStored(tx, req.Tenant, ev) {
+				// Past its idempotency window, but the event is still
+				// here (pending, dead-lettered, or kept after delivery):
+				// a resend, reported as a duplicate.
+				outcomes[i].Duplicate = true
+				*resp = req.Render(outcomes)
+				continue
+			}
 			if errors.Is(err, storage.ErrExists) {
 				return switchyard.Errorf(switchyard.EIDCONFLICT, "event id %q is already stored for another event (of another source, or with other content): an event needs an id of its own", ev.Event.ID)
 			}
@@ -449,11 +457,6 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 			dups++
 		case !errors.Is(err, storage.ErrNotFound):
 			return nil, idemReadFailed(err)
-		case stillStored(tx, req.Tenant, ev):
-			// Past its idempotency window, but the event is still here
-			// (pending, dead-lettered, or kept after delivery): a resend.
-			outcomes[i].Duplicate = true
-			dups++
 		}
 	}
 	if dups == len(req.Events) && req.Key == "" {
