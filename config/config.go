@@ -34,6 +34,10 @@ type Config struct {
 	// name>" (nil without stream blocks). Apart from the streams, so that a
 	// reload compares what they are, not where.
 	StreamsAt map[string]Pos
+	// BlocksAt is where each block a reload cannot change is: "listen",
+	// "storage", and "nats.<name>", "kafka.<name>", "inbox.<name>" (apart
+	// from the blocks, as StreamsAt is).
+	BlocksAt map[string]Pos
 	// SecretFiles are the files of secrets the configuration names, with
 	// where: each must be private to the router's user (CheckPrivate).
 	SecretFiles []SecretFile

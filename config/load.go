@@ -332,7 +332,31 @@ func (d *decoder) root(body hcl.Body) *Config {
 		}
 	}
 	d.checkSocketPath(cfg.Listen.Socket, body.MissingItemRange())
+	cfg.BlocksAt = blocksAt(c.Blocks)
 	return cfg
+}
+
+// blocksAt is Config.BlocksAt: where each listen, storage, nats, kafka and
+// inbox block is (the first, where one is declared twice).
+func blocksAt(blocks hcl.Blocks) map[string]Pos {
+	at := map[string]Pos{}
+	for _, b := range blocks {
+		key := b.Type
+		switch b.Type {
+		case "listen", "storage":
+		case "nats", "kafka", "inbox":
+			if len(b.Labels) != 1 {
+				continue
+			}
+			key += "." + b.Labels[0]
+		default:
+			continue
+		}
+		if _, seen := at[key]; !seen {
+			at[key] = posOf(b.DefRange)
+		}
+	}
+	return at
 }
 
 // storage decodes the storage block into st, and claims the data file and

@@ -22,15 +22,20 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	for _, c := range []struct {
 		what     string
 		old, new any
+		block    string // the key in BlocksAt of the block that changed
 	}{
-		{"listen", old.Listen, cfg.Listen},
-		{"storage", old.Storage, cfg.Storage},
-		{"nats", old.NATS, prefix(cfg.NATS, len(old.NATS))},
-		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka))},
-		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes},
+		{"listen", old.Listen, cfg.Listen, "listen"},
+		{"storage", old.Storage, cfg.Storage, "storage"},
+		{"nats", old.NATS, prefix(cfg.NATS, len(old.NATS)), changedBlock(old.NATS, cfg.NATS, config.NATS.SinkName)},
+		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName)},
+		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes, changedBlock(old.Inboxes, cfg.Inboxes, func(in config.Inbox) string { return config.InboxSinkName(in.Name) })},
 	} {
 		if !reflect.DeepEqual(c.old, c.new) && !(isEmpty(c.old) && isEmpty(c.new)) {
-			return fmt.Errorf("reload: the %s blocks changed; that needs a restart (new blocks may be added after the others)", c.what)
+			where := ""
+			if at, ok := cfg.BlocksAt[c.block]; ok {
+				where = string(at) + ": "
+			}
+			return fmt.Errorf("%sreload: the %s blocks changed; that needs a restart (new blocks may be added after the others)", where, c.what)
 		}
 	}
 	sinks := *e.withSinks(e.sinks(), added)
@@ -87,6 +92,21 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 // prefix is the first n of list (all of it when shorter): the blocks a
 // reload must leave as they were, before the ones it adds.
 func prefix[T any](list []T, n int) []T { return list[:min(n, len(list))] }
+
+// changedBlock is the BlocksAt key of the first block of now that differs
+// from the one at its place in old ("" when a block was removed, and so
+// has no place in the file to point at).
+func changedBlock[T any](old, now []T, key func(T) string) string {
+	for i := range old {
+		if i >= len(now) {
+			return ""
+		}
+		if !reflect.DeepEqual(old[i], now[i]) {
+			return key(now[i])
+		}
+	}
+	return ""
+}
 
 // isEmpty tells an empty list from a value: nil and empty lists compare
 // equal for Reload.

@@ -74,16 +74,27 @@ event "t.new" {
 		t.Fatal("the running configuration did not stay in force")
 	}
 
-	// A change that needs a restart is refused too: a stream's subjects,
-	// and the data file's commit_delay (policies.hcl says so).
-	os.WriteFile(path, []byte(strings.Replace(base, `subjects = ["t.>"]`, `subjects = ["u.>"]`, 1)), 0o600)
+	// A change that needs a restart is refused too, at the file:line:col of
+	// the block that changed: a stream's subjects, and the data file's
+	// commit_delay (policies.hcl says so).
+	blockAt := func(src, block string) string {
+		for i, line := range strings.Split(src, "\n") {
+			if c := strings.Index(line, block); c >= 0 {
+				return fmt.Sprintf("%s:%d:%d: ", path, i+1, c+1)
+			}
+		}
+		t.Fatalf("the test config has no %s block", block)
+		return ""
+	}
+	moved := strings.Replace(base, `subjects = ["t.>"]`, `subjects = ["u.>"]`, 1)
+	os.WriteFile(path, []byte(moved), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitLog("needs a restart")
+	waitLog(blockAt(moved, `nats "local"`) + "reload: the nats blocks changed; that needs a restart")
 	delayed := regexp.MustCompile(`storage \{ (path = "[^"]*") \}`).ReplaceAllString(base, "storage {\n  $1\n  commit_delay = \"1ms\"\n}")
 	if delayed == base {
 		t.Fatal("the test config has no storage block to change")
 	}
 	os.WriteFile(path, []byte(delayed), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitLog("the storage blocks changed")
+	waitLog(blockAt(delayed, "storage {") + "reload: the storage blocks changed")
 }
