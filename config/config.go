@@ -36,7 +36,7 @@ type Config struct {
 	StreamsAt map[string]Pos
 	// BlocksAt is where each block a reload cannot change is: "listen",
 	// "storage", and "nats.<name>", "kafka.<name>", "inbox.<name>" (apart
-	// from the blocks, as StreamsAt is).
+	// from the blocks, as StreamsAt is; nil without such blocks).
 	BlocksAt map[string]Pos
 	// SecretFiles are the files of secrets the configuration names, with
 	// where: each must be private to the router's user (CheckPrivate).

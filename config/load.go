@@ -337,9 +337,9 @@ func (d *decoder) root(body hcl.Body) *Config {
 }
 
 // blocksAt is Config.BlocksAt: where each listen, storage, nats, kafka and
-// inbox block is (the first, where one is declared twice).
+// inbox block is (the first, where one is declared twice); nil without any.
 func blocksAt(blocks hcl.Blocks) map[string]Pos {
-	at := map[string]Pos{}
+	var at map[string]Pos
 	for _, b := range blocks {
 		key := b.Type
 		switch b.Type {
@@ -353,6 +353,9 @@ func blocksAt(blocks hcl.Blocks) map[string]Pos {
 			continue
 		}
 		if _, seen := at[key]; !seen {
+			if at == nil {
+				at = map[string]Pos{}
+			}
 			at[key] = posOf(b.DefRange)
 		}
 	}
