@@ -131,8 +131,12 @@ func orderLine(r *Record) string {
 	if pk == "" || r.Tenant == "" || r.Tenant == DefaultTenant {
 		return pk
 	}
-	return "\x01" + r.Tenant + "\x00" + pk
+	return tenantLine(r.Tenant, pk)
 }
+
+// tenantLine is the order line of partition key pk for a tenant other
+// than the default: 0x01 ‖ tenant ‖ 0x00 ‖ pk.
+func tenantLine(tenant, pk string) string { return "\x01" + tenant + "\x00" + pk }
 
 // migrateOrderLines moves the entries that a router before order lines per
 // tenant wrote under the bare partition key, for events of tenants other
@@ -153,9 +157,9 @@ func (tx *Tx) migrateOrderLines() error {
 			if len(k) < 9 || k[0] == 1 || slash <= 0 || bytes.IndexByte(v, 0) >= 0 {
 				continue // on a line already, or the default tenant's, or an inbox's
 			}
-			pk, seq := k[:len(k)-9], k[len(k)-8:]
-			to := append(append(append(append([]byte{1}, v[:slash]...), 0), pk...), 0)
-			moves = append(moves, entry{bytes.Clone(k), append(to, seq...), bytes.Clone(v)})
+			pk, seq := k[:len(k)-9], binary.BigEndian.Uint64(k[len(k)-8:])
+			to := lineKey(tenantLine(string(v[:slash]), string(pk)), seq)
+			moves = append(moves, entry{bytes.Clone(k), to, bytes.Clone(v)})
 		}
 		for _, m := range moves {
 			if err := b.Delete(m.from); err != nil {
