@@ -332,13 +332,12 @@ func (e *Engine) StateKeys(ns string, prefix []byte, cursor string, limit int) (
 		// another prefix, would start the listing somewhere else.
 		inListing := func(pos []byte) bool {
 			key, ok := stateKeyOf(pos, ns)
+			after = key
 			return ok && bytes.HasPrefix(key, prefix)
 		}
-		pos, err := DecodeCursor(CursorState, cursor, inListing)
-		if err != nil {
+		if _, err := DecodeCursor(CursorState, cursor, inListing); err != nil {
 			return nil, "", err
 		}
-		after, _ = stateKeyOf(pos, ns)
 	}
 	err = e.store.View(func(tx *storage.Tx) (err error) {
 		keys, err = tx.StateScan(ns, prefix, after, e.now(), limit+1)
