@@ -22,17 +22,19 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	for _, c := range []struct {
 		what     string
 		old, new any
-		block    string // the key in BlocksAt of the block that changed
+		block    func() string // the key in BlocksAt of the block that changed, asked only then
 	}{
-		{"listen", old.Listen, cfg.Listen, "listen"},
-		{"storage", old.Storage, cfg.Storage, "storage"},
-		{"nats", old.NATS, prefix(cfg.NATS, len(old.NATS)), changedBlock(old.NATS, cfg.NATS, config.NATS.SinkName)},
-		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName)},
-		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes, changedBlock(old.Inboxes, cfg.Inboxes, func(in config.Inbox) string { return config.InboxSinkName(in.Name) })},
+		{"listen", old.Listen, cfg.Listen, func() string { return "listen" }},
+		{"storage", old.Storage, cfg.Storage, func() string { return "storage" }},
+		{"nats", old.NATS, prefix(cfg.NATS, len(old.NATS)), func() string { return changedBlock(old.NATS, cfg.NATS, config.NATS.SinkName) }},
+		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), func() string { return changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName) }},
+		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes, func() string {
+			return changedBlock(old.Inboxes, cfg.Inboxes, func(in config.Inbox) string { return config.InboxSinkName(in.Name) })
+		}},
 	} {
 		if !reflect.DeepEqual(c.old, c.new) && !(isEmpty(c.old) && isEmpty(c.new)) {
 			where := ""
-			if at, ok := cfg.BlocksAt[c.block]; ok {
+			if at, ok := cfg.BlocksAt[c.block()]; ok {
 				where = string(at) + ": "
 			}
 			return fmt.Errorf("%sreload: the %s blocks changed; that needs a restart (new blocks may be added after the others)", where, c.what)
