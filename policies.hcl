@@ -49,8 +49,9 @@ listen {
   # wait in the kernel's backlog, costing the router nothing), so a flood of
   # clients cannot take the file descriptors the socket, the data file and
   # the brokers need; the unix socket is not counted. Every request on
-  # either must arrive whole within read_timeout (else 408 request_timeout,
-  # nothing stored).
+  # either must arrive whole within read_timeout (a late body: 408
+  # request_timeout, nothing stored); its headers within 10 s (or
+  # read_timeout, if shorter), or the connection is closed.
   max_connections = 512
   read_timeout    = "30s"
 }
