@@ -196,7 +196,7 @@ func validate(in *engine.IngestEvent) error {
 		return switchyard.Errorf(switchyard.EINVALID, "%v", err)
 	}
 	if in.ClientID = ev.ID != ""; in.ClientID {
-		in.Digest = eventDigest(ev)
+		in.Digest = cloudevents.Digest(ev) // as the client sent it, before finish fills anything in
 	}
 	return nil
 }
@@ -210,24 +210,6 @@ func finish(in *engine.IngestEvent, now func() time.Time) {
 		in.Event.Time, in.RouterTime = now().UTC(), true
 	}
 	cloudevents.SortExtensions(&in.Event)
-}
-
-// eventDigest fingerprints an event as the client sent it (before the
-// router filled anything in), so a resend of the same event matches
-// whichever content mode carried it. The trace context is left out: a
-// retry carries a new traceparent (tracing middleware makes one per
-// attempt), in a header of its own in binary mode as in structured.
-//
-// The digest is of the event's encoding/json form (digest.go writes the
-// same bytes without reflection): digests are stored with the idempotency
-// records, and a resend across an upgrade must still match.
-func eventDigest(ev *switchyard.Event) []byte {
-	buf := digestBuffers.Get().(*[]byte)
-	b := appendDigestJSON((*buf)[:0], ev)
-	sum := sha256.Sum256(b)
-	*buf = b
-	digestBuffers.Put(buf)
-	return sum[:]
 }
 
 // requestDigest fingerprints a whole request for the Idempotency-Key: its

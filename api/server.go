@@ -436,7 +436,7 @@ func renderAccepted(batch bool) func([]engine.Outcome) engine.Response {
 			if o.Duplicate {
 				status = `","status":"duplicate"}`
 			}
-			body = appendJSONString(append(body, `{"id":`...), o.ID)
+			body = cloudevents.AppendJSONString(append(body, `{"id":`...), o.ID)
 			body = append(body[:len(body)-1], status...) // the closing quote is status's
 		}
 		if batch {

@@ -3,7 +3,6 @@ package cloudevents
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"io"
 	"mime"
@@ -447,12 +446,6 @@ func dataForm(e *switchyard.Event) (string, []byte) {
 	return "data_base64", d
 }
 
-// appendString appends s as a JSON string. encoding/json's escaping, but
-// without HTML escaping: the JSON read by people keeps '<', '>' and '&'.
-func appendString(b []byte, s string) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(s)
-	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
-}
+// appendString appends s as a JSON string: encoding/json's escaping, but
+// without HTML escaping, so the JSON people read keeps '<', '>' and '&'.
+func appendString(b []byte, s string) []byte { return appendJSONString(b, s, false) }

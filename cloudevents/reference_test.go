@@ -203,3 +203,17 @@ func BenchmarkDecodeJSON(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkEncodeJSON is the JSON event format written for the webhook,
+// tail and plugin JSON, of the typical event above.
+func BenchmarkEncodeJSON(b *testing.B) {
+	ev, err := cloudevents.DecodeJSON(benchEvent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = cloudevents.AppendJSON(buf[:0], &ev)
+	}
+}

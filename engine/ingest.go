@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -361,17 +360,17 @@ func stillStored(tx *storage.Tx, tenant string, ev *IngestEvent) bool {
 	return sameEvent(&stored.Event, &ev.Event, !ev.RouterTime)
 }
 
-// sameEvent reports whether a and b are one event: every attribute, the
-// extensions but the trace context (a retry carries a new one) and the
-// data; the time only when withTime.
-func sameEvent(a, b *switchyard.Event, withTime bool) bool {
-	if a.ID != b.ID || a.Source != b.Source || a.Type != b.Type || a.SpecVersion != b.SpecVersion ||
-		a.Subject != b.Subject || a.DataContentType != b.DataContentType || a.DataSchema != b.DataSchema ||
-		(withTime && !a.Time.Equal(b.Time)) || !bytes.Equal(a.Data, b.Data) {
-		return false
+// sameEvent reports whether stored and sent are one event, as the
+// idempotency digest (cloudevents.Digest) defines it: every attribute, the
+// extensions but the trace context, and the data; the time only when
+// withTime, and as an instant (the file keeps it in UTC).
+func sameEvent(stored, sent *switchyard.Event, withTime bool) bool {
+	a, b := *stored, *sent
+	a.Time, b.Time = a.Time.UTC(), b.Time.UTC()
+	if !withTime {
+		a.Time = b.Time
 	}
-	own := func(h switchyard.Header) bool { return cloudevents.IsPassThrough(h.Name) }
-	return slices.Equal(slices.DeleteFunc(slices.Clone(a.Extensions), own), slices.DeleteFunc(slices.Clone(b.Extensions), own))
+	return bytes.Equal(cloudevents.Digest(&a), cloudevents.Digest(&b))
 }
 
 // idemReadFailed is the error for a lookup whose idempotency record could

@@ -1,6 +1,7 @@
-package api
+package cloudevents
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"slices"
@@ -9,8 +10,28 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
-	"github.com/switchyard-router/switchyard/cloudevents"
 )
+
+// Digest fingerprints an event as one event, whichever binding carried it:
+// the SHA-256 of its encoding/json form (switchyard.Event's JSON tags)
+// without the trace context. A retry carries a new traceparent (tracing
+// middleware makes one per attempt), so two sends of one event differ
+// there and nowhere else.
+//
+// It is the one definition of "the same event" the router has: the
+// idempotency records store it for a client-chosen id (api), and a resend
+// after its window is compared by it with the event still stored (engine).
+// Digests are stored, so a resend across an upgrade must still match: the
+// bytes are what json.Marshal made before appendDigestJSON wrote them by
+// hand (FuzzDigestJSONIsMarshal).
+func Digest(ev *switchyard.Event) []byte {
+	buf := digestBuffers.Get().(*[]byte)
+	b := appendDigestJSON((*buf)[:0], ev)
+	sum := sha256.Sum256(b)
+	*buf = b
+	digestBuffers.Put(buf)
+	return sum[:]
+}
 
 // digestBuffers hold the bytes an event digest is taken of.
 var digestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
@@ -18,13 +39,12 @@ var digestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); retu
 // appendDigestJSON appends what json.Marshal makes of ev without its
 // pass-through headers (the trace context): the same bytes, written
 // without reflection (it was a tenth of the router's CPU on batches with
-// client ids; docs/decisions/ingest-cost.md). FuzzDigestJSONIsMarshal
-// holds it to json.Marshal. A time json.Marshal refuses (a year outside
-// 0–9999) goes through json.Marshal itself.
+// client ids; docs/decisions/ingest-cost.md). A time json.Marshal refuses
+// (a year outside 0–9999) goes through json.Marshal itself.
 func appendDigestJSON(b []byte, ev *switchyard.Event) []byte {
 	if y := ev.Time.Year(); y < 0 || y > 9999 {
 		e := *ev
-		e.Extensions = slices.DeleteFunc(slices.Clone(e.Extensions), func(h switchyard.Header) bool { return cloudevents.IsPassThrough(h.Name) })
+		e.Extensions = slices.DeleteFunc(slices.Clone(e.Extensions), func(h switchyard.Header) bool { return IsPassThrough(h.Name) })
 		j, _ := json.Marshal(&e)
 		return append(b, j...)
 	}
@@ -46,7 +66,7 @@ func appendDigestJSON(b []byte, ev *switchyard.Event) []byte {
 	}
 	first := true
 	for _, h := range ev.Extensions {
-		if cloudevents.IsPassThrough(h.Name) {
+		if IsPassThrough(h.Name) {
 			continue
 		}
 		if first {
@@ -71,20 +91,28 @@ func appendDigestJSON(b []byte, ev *switchyard.Event) []byte {
 }
 
 func appendMember(b []byte, name, s string) []byte {
-	return appendJSONString(append(b, name...), s)
+	return AppendJSONString(append(b, name...), s)
 }
 
-// appendJSONString quotes s as encoding/json does: HTML-safe (<, >, &
-// escaped), the short escapes it uses, invalid UTF-8 as U+FFFD, and the
-// line and paragraph separators escaped.
-func appendJSONString(b []byte, s string) []byte {
+// AppendJSONString appends s quoted as json.Marshal quotes a string:
+// HTML-safe ('<', '>' and '&' escaped). The router's own JSON that must
+// keep the bytes encoding/json once made (the digest, the 202 body) uses
+// it.
+func AppendJSONString(b []byte, s string) []byte { return appendJSONString(b, s, true) }
+
+// appendJSONString quotes s as encoding/json does: the short escapes it
+// uses, other control characters as \u00XX, invalid UTF-8 as U+FFFD, the
+// line and paragraph separators escaped, and '<', '>' and '&' escaped when
+// html (json.Encoder's SetEscapeHTML). FuzzJSONStringIsEncodingJSON holds
+// both forms to encoding/json.
+func appendJSONString(b []byte, s string, html bool) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= 0x20 && c != '"' && c != '\\' && (!html || c != '<' && c != '>' && c != '&') {
 				i++
 				continue
 			}
