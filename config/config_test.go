@@ -39,13 +39,14 @@ func parseErr(t *testing.T, src string) string {
 func TestBuiltinDefaults(t *testing.T) {
 	cfg := mustParse(t, "")
 	want := &Config{
-		File:        "test.hcl",
-		Listen:      Listen{Socket: "./data/router.sock", MaxBody: 1 << 20, MaxBatch: 1000, MaxConnections: 512, ReadTimeout: 30 * time.Second},
-		Storage:     Storage{Path: "./data/router.db", MinFree: 64 << 20, PluginCache: "data/wasm-cache"},
-		Idempotency: Idempotency{Window: 24 * time.Hour},
-		Outbox:      Outbox{TTL: 24 * time.Hour, YieldLag: 10 * time.Second},
-		DLQ:         DLQ{TTL: 168 * time.Hour},
-		MaxTypes:    256,
+		File:              "test.hcl",
+		Listen:            Listen{Socket: "./data/router.sock", MaxBody: 1 << 20, MaxBatch: 1000, MaxConnections: 512, ReadTimeout: 30 * time.Second},
+		Storage:           Storage{Path: "./data/router.db", MinFree: 64 << 20, PluginCache: "data/wasm-cache"},
+		Idempotency:       Idempotency{Window: 24 * time.Hour},
+		Outbox:            Outbox{TTL: 24 * time.Hour, YieldLag: 10 * time.Second},
+		DLQ:               DLQ{TTL: 168 * time.Hour},
+		MaxTypes:          256,
+		MaxTypesPerTenant: 64,
 		Defaults: Policy{
 			BatchSize:         200,
 			MaxRetries:        3,
@@ -488,6 +489,8 @@ plugin "p" { wasm = "p.wasm" }
 		{"nats url", "nats \"n\" {\n  url = \"http://x:4222\"\n}\n", `test.hcl:2:9: Invalid URL: url "http://x:4222": write nats://host:4222`},
 		{"max_types outside the catch-all", "event \"a\" {\n  max_types = 3\n}\n", `test.hcl:2:3: Unsupported argument: max_types applies to the catch-all event "*" block only`},
 		{"max_types zero", "event \"*\" {\n  max_types = 0\n}\n", `test.hcl:2:15: Invalid value: max_types must be at least 1`},
+		{"max_types_per_tenant outside the catch-all", "event \"a\" {\n  max_types_per_tenant = 3\n}\n", `test.hcl:2:3: Unsupported argument: max_types_per_tenant applies to the catch-all event "*" block only`},
+		{"max_types_per_tenant over max_types", "event \"*\" {\n  max_types = 8\n  max_types_per_tenant = 9\n}\n", `test.hcl:3:26: Invalid value: max_types_per_tenant (9) must not be more than max_types (8)`},
 		{"socket is the data file", "listen {\n  socket = \"/srv/sy/r.db\"\n}\nstorage {\n  path = \"/srv/sy/r.db\"\n}\n",
 			`test.hcl:2:12: Socket path in use: listen.socket "/srv/sy/r.db" is the path of storage.path ("/srv/sy/r.db")`},
 		{"socket is the default data file", "storage {\n  path = \"./data/router.sock\"\n}\n",
@@ -582,4 +585,25 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("empty error message")
 		}
 	})
+}
+
+// A tenant's share of the catch-all is a quarter of max_types unless
+// max_types_per_tenant says otherwise, and at least one type.
+func TestMaxTypesPerTenant(t *testing.T) {
+	for _, c := range []struct {
+		block          string
+		all, perTenant int
+	}{
+		{"", 256, 64},
+		{"event \"*\" {\n}\n", 256, 64},
+		{"event \"*\" {\n  max_types = 10\n}\n", 10, 2},
+		{"event \"*\" {\n  max_types = 3\n}\n", 3, 1},
+		{"event \"*\" {\n  max_types_per_tenant = 200\n}\n", 256, 200},
+		{"event \"*\" {\n  max_types = 10\n  max_types_per_tenant = 10\n}\n", 10, 10},
+	} {
+		cfg := mustParse(t, c.block)
+		if cfg.MaxTypes != c.all || cfg.MaxTypesPerTenant != c.perTenant {
+			t.Errorf("%q: max_types %d, per tenant %d; want %d, %d", c.block, cfg.MaxTypes, cfg.MaxTypesPerTenant, c.all, c.perTenant)
+		}
+	}
 }

@@ -129,7 +129,7 @@ var (
 		block("defaults"), block("event", "type"), block("inbox", "name"))
 	listenSchema  = schema("socket http tokens_file max_body max_batch max_connections read_timeout pprof")
 	policySchema  = schema(policyAttrs, block("polling"), block("backoff"), block("route"))
-	eventSchema   = schema(policyAttrs+" max_types", block("polling"), block("backoff"), block("route"))
+	eventSchema   = schema(policyAttrs+" max_types max_types_per_tenant", block("polling"), block("backoff"), block("route"))
 	pollingSchema = schema("type min max multiplier")
 	backoffSchema = schema("enabled delay multiplier")
 	routeSchema   = schema("to subject topic")
@@ -296,14 +296,15 @@ func (d *decoder) unused(c *hcl.BodyContent, kind string, names ...string) {
 func (d *decoder) root(body hcl.Body) *Config {
 	c := d.content(body, rootSchema)
 	cfg := &Config{
-		Listen:      NewListen("./data/router.sock"),
-		Storage:     Storage{Path: "./data/router.db", MinFree: 64 * mib},
-		Idempotency: Idempotency{Window: day},
-		Outbox:      Outbox{TTL: day, YieldLag: DefaultYieldLag},
-		DLQ:         DLQ{TTL: 7 * day},
-		Defaults:    DefaultPolicy(),
-		Events:      map[string]*Policy{},
-		MaxTypes:    256,
+		Listen:            NewListen("./data/router.sock"),
+		Storage:           Storage{Path: "./data/router.db", MinFree: 64 * mib},
+		Idempotency:       Idempotency{Window: day},
+		Outbox:            Outbox{TTL: day, YieldLag: DefaultYieldLag},
+		DLQ:               DLQ{TTL: 7 * day},
+		Defaults:          DefaultPolicy(),
+		Events:            map[string]*Policy{},
+		MaxTypes:          defaultMaxTypes,
+		MaxTypesPerTenant: perTenantTypes(defaultMaxTypes),
 	}
 	if b := d.single(c.Blocks, "listen"); b != nil {
 		d.listen(b, &cfg.Listen)
@@ -417,18 +418,45 @@ func (d *decoder) sinksAndPlugins(c *hcl.BodyContent, cfg *Config) {
 }
 
 // events decodes each event block over a copy of the defaults.
+// defaultMaxTypes is max_types without the attribute.
+const defaultMaxTypes = 256
+
+// perTenantTypes is max_types_per_tenant without the attribute: a quarter
+// of max_types, so that four tenants, or one and the default tenant, can
+// each add their share before the catch-all is full.
+func perTenantTypes(maxTypes int) int { return max(1, maxTypes/4) }
+
+// catchAllBounds reads max_types and max_types_per_tenant, which only the
+// catch-all event "*" block takes. Without max_types_per_tenant a tenant
+// may add a quarter of max_types.
+func (d *decoder) catchAllBounds(ec *hcl.BodyContent, label string, cfg *Config) {
+	for _, name := range []string{"max_types", "max_types_per_tenant"} {
+		if a := ec.Attributes[name]; a != nil && label != "*" {
+			d.errorf(a.NameRange, "Unsupported argument", `%s applies to the catch-all event "*" block only.`, name)
+		}
+	}
+	if label != "*" {
+		return
+	}
+	if a := ec.Attributes["max_types"]; a != nil {
+		d.integer(a, &cfg.MaxTypes, 1, 100_000)
+	}
+	cfg.MaxTypesPerTenant = perTenantTypes(cfg.MaxTypes)
+	if a := ec.Attributes["max_types_per_tenant"]; a != nil {
+		d.integer(a, &cfg.MaxTypesPerTenant, 1, 100_000)
+		if cfg.MaxTypesPerTenant > cfg.MaxTypes {
+			d.errorf(a.Expr.Range(), "Invalid value", "max_types_per_tenant (%d) must not be more than max_types (%d).", cfg.MaxTypesPerTenant, cfg.MaxTypes)
+		}
+	}
+}
+
 func (d *decoder) events(c *hcl.BodyContent, cfg *Config) {
 	eventTypes := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("event") {
 		p := cfg.Defaults.clone()
 		ec := d.content(b.Body, eventSchema)
 		d.policy(ec, &p)
-		if a := ec.Attributes["max_types"]; a != nil {
-			if b.Labels[0] != "*" {
-				d.errorf(a.NameRange, "Unsupported argument", `max_types applies to the catch-all event "*" block only.`)
-			}
-			d.integer(a, &cfg.MaxTypes, 1, 100_000)
-		}
+		d.catchAllBounds(ec, b.Labels[0], cfg)
 		if d.declare(eventTypes, b) {
 			cfg.Events[b.Labels[0]] = &p
 			if cfg.EventsAt == nil {

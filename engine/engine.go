@@ -74,12 +74,16 @@ type Engine struct {
 	tail      tail
 	recall    recall // after an unclean stop (republish.go)
 
-	mu     sync.Mutex
-	loops  map[string]*Loop
-	space  *spaceWatch     // nil when the store cannot measure itself
-	ctx    context.Context // the loops' context; nil until Open
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	loops map[string]*Loop
+	// addedBy names the tenant whose request added each type the
+	// catch-all took in this run (admitType); the default tenant's are
+	// left out, as are types found stored at start.
+	addedBy map[string]string
+	space   *spaceWatch     // nil when the store cannot measure itself
+	ctx     context.Context // the loops' context; nil until Open
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // New checks that every route names a configured sink and returns an engine
@@ -92,6 +96,7 @@ func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options)
 		log:      opts.Logger.Named("engine"),
 		inflight: inFlight{scopes: make(map[string]*flight)},
 		loops:    make(map[string]*Loop),
+		addedBy:  make(map[string]string),
 	}
 	if m, ok := store.(SpaceMeter); ok {
 		e.space = &spaceWatch{meter: m}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -141,9 +142,11 @@ func (e *Engine) fitsRoutes(tenant string, ev *switchyard.Event, m *switchyard.M
 
 // admitType checks that events of type t may be stored: t has a block of
 // its own, or the catch-all "*" takes it. A type the catch-all has not
-// seen yet is admitted only while it holds fewer than max_types, and gets
-// its loop at once, under the lock: concurrent requests cannot overshoot.
-func (e *Engine) admitType(t string) error {
+// seen yet is admitted only while it holds fewer than max_types, and, for
+// a tenant other than the default one, while that tenant has added fewer
+// than max_types_per_tenant; it gets its loop at once, under the lock:
+// concurrent requests cannot overshoot.
+func (e *Engine) admitType(t, tenant string) error {
 	cfg := e.config()
 	if _, ok := cfg.Events[t]; ok {
 		return nil
@@ -156,14 +159,8 @@ func (e *Engine) admitType(t string) error {
 	if _, ok := e.loops[t]; ok {
 		return nil
 	}
-	caught := 0
-	for lt := range e.loops {
-		if _, own := cfg.Events[lt]; !own && !strings.HasPrefix(lt, inboxQueuePrefix) {
-			caught++
-		}
-	}
-	if caught >= cfg.MaxTypes {
-		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types); type %q needs a block of its own, or a higher max_types", caught, t)
+	if err := e.catchAllRoom(cfg, t, tenant); err != nil {
+		return err
 	}
 	if err := e.space.check(); err != nil {
 		// A type without a loop has nothing stored to replay: a full
@@ -171,8 +168,39 @@ func (e *Engine) admitType(t string) error {
 		return err
 	}
 	e.startLoopLocked(t)
+	if !defaultTenant(tenant) {
+		e.addedBy[t] = tenant
+	}
 	return nil
 }
+
+// catchAllRoom says whether the catch-all may take the new type t for
+// tenant: the types it holds (those without a block of their own, a reload
+// may have given some one) against max_types, and those tenant added
+// against max_types_per_tenant. Called with e.mu held.
+func (e *Engine) catchAllRoom(cfg *config.Config, t, tenant string) error {
+	caught, mine := 0, 0
+	for lt := range e.loops {
+		if _, own := cfg.Events[lt]; own || strings.HasPrefix(lt, inboxQueuePrefix) {
+			continue
+		}
+		caught++
+		if !defaultTenant(tenant) && e.addedBy[lt] == tenant {
+			mine++
+		}
+	}
+	if caught >= cfg.MaxTypes {
+		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types); type %q needs a block of its own, or a higher max_types", caught, t)
+	}
+	if !defaultTenant(tenant) && mine >= cfg.MaxTypesPerTenant {
+		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "tenant %q has already added %d types to the catch-all event \"*\" block (its max_types_per_tenant); type %q needs a block of its own, or a higher max_types_per_tenant", tenant, mine, t)
+	}
+	return nil
+}
+
+// defaultTenant reports whether tenant is the default one (storage's
+// DefaultTenant, or none named).
+func defaultTenant(tenant string) bool { return tenant == "" || tenant == storage.DefaultTenant }
 
 func idScope(tenant, source, id string) string {
 	return "i\x00" + tenant + "\x00" + source + "\x00" + id
@@ -255,7 +283,7 @@ func (e *Engine) admit(req *IngestRequest) error {
 		if ev.Type == "*" {
 			return switchyard.Errorf(switchyard.EINVALID, `type "*" names the catch-all event block, not a type`)
 		}
-		if err := e.admitType(ev.Type); err != nil {
+		if err := e.admitType(ev.Type, req.Tenant); err != nil {
 			return err
 		}
 		if err := e.fitsRoutes(req.Tenant, ev, m); err != nil {
