@@ -197,6 +197,47 @@ func TestAuthTenantIsolationOverTCP(t *testing.T) {
 	}
 }
 
+// An admin reads any tenant's event by id or key with ?tenant= (the
+// console follows a dead letter of any tenant to its event); a tenant's
+// token naming another tenant is refused with 403, and naming its own
+// changes nothing.
+func TestReadAnotherTenantsEvent(t *testing.T) {
+	r := newTCPRouter(t)
+	rep := r.tcp("POST", "/v1/events", tokAcme, structured("Idempotency-Key", "k-7"), orderJSON)
+	if rep.status != 202 {
+		t.Fatalf("acme post: %d %s", rep.status, rep.body)
+	}
+	id := decode[struct{ ID string }](t, rep.body).ID
+	for _, path := range []string{"/v1/events/" + id, "/v1/events?idempotency_key=k-7"} {
+		if rep := r.tcp("GET", path, tokAdmin, nil, ""); rep.status != 404 {
+			t.Errorf("admin, %s without ?tenant= (the default tenant's): %d %s", path, rep.status, rep.body)
+		}
+		if rep := r.tcp("GET", path+sep(path)+"tenant=acme", tokAdmin, nil, ""); rep.status != 200 || !strings.Contains(string(rep.body), id) {
+			t.Errorf("admin, %s of acme: %d %s", path, rep.status, rep.body)
+		}
+		if rep := r.do("GET", path+sep(path)+"tenant=acme", nil, ""); rep.status != 200 {
+			t.Errorf("the socket, %s of acme: %d %s", path, rep.status, rep.body)
+		}
+		if rep := r.tcp("GET", path+sep(path)+"tenant=acme", tokBeta, nil, ""); rep.status != 403 || problemCode(t, rep) != "forbidden" {
+			t.Errorf("beta, %s of acme: %d %s", path, rep.status, rep.body)
+		}
+		if rep := r.tcp("GET", path+sep(path)+"tenant=acme", tokAcme, nil, ""); rep.status != 200 {
+			t.Errorf("acme naming itself, %s: %d %s", path, rep.status, rep.body)
+		}
+	}
+	if rep := r.tcp("GET", "/v1/events/"+id+"?tenant=a%0Ab", tokAdmin, nil, ""); rep.status != 400 {
+		t.Errorf("a tenant with a newline: %d %s", rep.status, rep.body)
+	}
+}
+
+// sep is what joins a query parameter to path.
+func sep(path string) string {
+	if strings.Contains(path, "?") {
+		return "&"
+	}
+	return "?"
+}
+
 func TestAuthAdminRoutesNeedAnAdminToken(t *testing.T) {
 	r := newTCPRouter(t)
 	routes := []struct{ method, path, body string }{

@@ -61,6 +61,8 @@ func (s *Server) getTail(w http.ResponseWriter, r *http.Request) {
 type tailView struct {
 	At          time.Time            `json:"at"`
 	Type        string               `json:"type"`
+	Tenant      string               `json:"tenant"`
+	EventID     string               `json:"event_id"` // the stored event's, which a plugin may have changed in the output
 	Destination string               `json:"destination"`
 	Position    *switchyard.Position `json:"position,omitempty"`
 }
@@ -69,7 +71,7 @@ type tailView struct {
 // data that spans lines (pretty-printed) is shown compacted — the tail is
 // for watching; pull and the DLQ give the bytes as stored.
 func tailEvent(p *engine.Published) []byte {
-	v := tailView{At: p.At, Type: p.Queue, Destination: p.Destination}
+	v := tailView{At: p.At, Type: p.Queue, Tenant: p.Tenant, EventID: p.EventID, Destination: p.Destination}
 	if p.Position != (switchyard.Position{}) {
 		v.Position = &p.Position
 	}

@@ -476,7 +476,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 			pctx = switchyard.WithState(ctx, b.state.view(i, rec.Tenant))
 		}
 		var err error
-		outs, err = l.e.runChain(pctx, l.typ, chain, &rec.Event, outs)
+		outs, err = l.e.runChain(pctx, l.typ, rec.Tenant, chain, &rec.Event, outs)
 		if err != nil {
 			it.err = err
 			b.failed++

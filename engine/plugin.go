@@ -17,13 +17,13 @@ import (
 )
 
 // runChain runs plugins in order, each on every output of the one before,
-// and counts what each made of the event (queue and ev.ID name it in the
-// failures kept for operators).
+// and counts what each made of the event (queue, tenant and ev.ID name it
+// in the failures kept for operators).
 //
 // The chain starts from buf[:0] (the caller's, reused from event to event
 // once it has copied the outputs out): without plugins, the event itself
 // is the one output, and it costs no allocation.
-func (e *Engine) runChain(ctx context.Context, queue string, chain []switchyard.Plugin, ev *switchyard.Event, buf []switchyard.PluginOutput) ([]switchyard.PluginOutput, error) {
+func (e *Engine) runChain(ctx context.Context, queue, tenant string, chain []switchyard.Plugin, ev *switchyard.Event, buf []switchyard.PluginOutput) ([]switchyard.PluginOutput, error) {
 	outs := append(buf[:0], switchyard.PluginOutput{Event: *ev, Key: ev.PartitionKey()})
 	for _, p := range chain {
 		var next []switchyard.PluginOutput
@@ -31,7 +31,7 @@ func (e *Engine) runChain(ctx context.Context, queue string, chain []switchyard.
 		for i := range outs {
 			start := time.Now()
 			got, err := p.Handle(ctx, &outs[i].Event)
-			st.observe(time.Since(start), len(got), err, queue, ev.ID, e.now)
+			st.observe(time.Since(start), len(got), err, queue, tenant, ev.ID, e.now)
 			if err != nil {
 				return nil, err
 			}
@@ -70,6 +70,7 @@ const keptFailures = 20
 type PluginFailure struct {
 	At      time.Time     `json:"at"`
 	Queue   string        `json:"type"`
+	Tenant  string        `json:"tenant"` // whose event: the stored event is the tenant's EventID
 	EventID string        `json:"event_id"`
 	Verdict PluginVerdict `json:"verdict"`
 	Reason  string        `json:"reason"`
@@ -132,7 +133,7 @@ func (s *pluginStats) of(name string) *pluginCounters {
 }
 
 // observe counts one call; now is read only for a failure, which is kept.
-func (c *pluginCounters) observe(took time.Duration, outputs int, err error, queue, id string, now func() time.Time) {
+func (c *pluginCounters) observe(took time.Duration, outputs int, err error, queue, tenant, id string, now func() time.Time) {
 	c.took.Observe(took.Seconds())
 	c.outputs.Add(int64(outputs))
 	v := pluginVerdict(outputs, err)
@@ -151,7 +152,7 @@ func (c *pluginCounters) observe(took time.Duration, outputs int, err error, que
 	if len(c.failures) == keptFailures {
 		c.failures = append(c.failures[:0], c.failures[1:]...)
 	}
-	c.failures = append(c.failures, PluginFailure{At: now(), Queue: queue, EventID: id, Verdict: v, Reason: err.Error()})
+	c.failures = append(c.failures, PluginFailure{At: now(), Queue: queue, Tenant: tenant, EventID: id, Verdict: v, Reason: err.Error()})
 }
 
 func verdictIndex(v PluginVerdict) int {

@@ -13,6 +13,8 @@ import (
 type Published struct {
 	At          time.Time
 	Queue       string // the event type (or inbox queue) it left from
+	Tenant      string // whose event it was made of (an inbox's: the default tenant)
+	EventID     string // the id of the stored event it was made of
 	Destination string // "nats.local:orders"
 	Position    switchyard.Position
 	Event       switchyard.Event // as the plugin chain left it
@@ -79,7 +81,7 @@ func (t *tail) published(queue string, b *batch, at time.Time) {
 			if o.result.Err != nil {
 				continue
 			}
-			p := Published{At: at, Queue: queue, Destination: o.dest, Position: o.result.Position, Event: o.event}
+			p := Published{At: at, Queue: queue, Tenant: b.items[i].rec.Tenant, EventID: b.items[i].rec.Event.ID, Destination: o.dest, Position: o.result.Position, Event: o.event}
 			for w := range t.watchers {
 				if w.queue != "" && w.queue != queue {
 					continue

@@ -33,9 +33,10 @@ const pluggedType = "plugged"
 // against the real binary: the overview lists the configured types and its
 // counts follow events as they are posted; an event is found by id and by
 // idempotency key; a dead letter is retried from the DLQ page (after a
-// confirmation that says how many) and is then delivered; the plugins page
-// shows a plugin's module, its verdicts and its last failure with the event
-// id; the inbox page shows a pull subscription, a dropped redelivery
+// confirmation that says how many) and is then delivered, and so is
+// another tenant's under the same id, whose link leads to its own event;
+// the plugins page shows a plugin's module, its verdicts and its last
+// failure with the event id and its tenant; the inbox page shows a pull subscription, a dropped redelivery
 // pointing at its first copy, and a claim; the live tail shows a newly
 // posted event; the overview charts the rates in and out and shows the
 // fsync and publish percentiles. Each page's screenshot is saved
@@ -112,6 +113,9 @@ inbox "mirror" {
 	waitState(t, r.client, dead, "dlq", 30*time.Second)
 	run("overview counts", chromedp.WaitVisible(chromedp.CSS(`#types tr[data-type="`+deadType+`"] td[data-col="dlq"].bad`)),
 		textIs(`#types tr[data-type="`+deadType+`"] td[data-col="dlq"]`, "1"), shot("overview-counts"))
+	// Tenant acme's dead letter, under the default tenant's id.
+	postAs(t, r.client, "acme", deadType, dead, `{"tenant":"acme"}`)
+	waitState(t, r.client, dead+"?tenant=acme", "dlq", 30*time.Second)
 
 	// An event by id, and by idempotency key.
 	waitState(t, r.client, ids[3], "delivered", 30*time.Second)
@@ -122,24 +126,37 @@ inbox "mirror" {
 	run("event by key", chromedp.Navigate(link0(link)+"#/event?key=order-42"),
 		chromedp.WaitVisible(chromedp.CSS(`section[data-event="`+keyed+`"]`)))
 
-	// The DLQ: retry the dead letter once its subject has a stream.
+	// The DLQ: retry the dead letters once their subject has a stream,
+	// the default tenant's, then acme's, reached by its link first.
 	makeStream(t, r, "dead", deadType)
+	ownRow, acmeRow := `#dlq-rows tr[data-id="`+dead+`"][data-tenant="default"]`, `#dlq-rows tr[data-id="`+dead+`"][data-tenant="acme"]`
 	run("retry from the DLQ", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
-		chromedp.WaitVisible(chromedp.CSS(`#dlq-rows tr[data-id="`+dead+`"] button.row-retry`)), shot("dlq"),
-		chromedp.Click(chromedp.CSS(`#dlq-rows tr[data-id="`+dead+`"] button.row-retry`)),
+		chromedp.WaitVisible(chromedp.CSS(ownRow+` button.row-retry`)), shot("dlq"),
+		chromedp.Click(chromedp.CSS(ownRow+` button.row-retry`)),
 		textIs(`#confirm-question`, "Retry 1 dead letter(s)?"),
 		chromedp.Click(chromedp.CSS(`#confirm-yes`)),
 		textIs(`#dlq-result`, "retry: 1 of 1 done"))
 	waitState(t, r.client, dead, "delivered", 30*time.Second)
 	run("the retried event", chromedp.Navigate(link0(link)+"#/event?id="+dead),
 		textIs(`section[data-event="`+dead+`"] td.state`, "delivered"))
+	run("acme's dead letter, by its link", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
+		chromedp.Click(chromedp.CSS(acmeRow+` a`)),
+		textIs(`section[data-event="`+dead+`"] td.state`, "dlq"),
+		textHas(`section[data-event="`+dead+`"] pre.data`, `"acme"`))
+	run("retry acme's dead letter", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
+		chromedp.Click(chromedp.CSS(acmeRow+` input[type="checkbox"]`)),
+		chromedp.Click(chromedp.CSS(`#retry-selected`)),
+		textIs(`#confirm-question`, "Retry 1 dead letter(s)?"),
+		chromedp.Click(chromedp.CSS(`#confirm-yes`)),
+		textIs(`#dlq-result`, "retry: 1 of 1 done"))
+	waitState(t, r.client, dead+"?tenant=acme", "delivered", 30*time.Second)
 
 	// Plugins: the module, the reject counted, the failure with its event.
-	refused := postBatches(t, r.client, pluggedType, 1)[0]
-	waitState(t, r.client, refused, "dlq", 30*time.Second)
+	refused := postAs(t, r.client, "acme", pluggedType, "refused-1", `{"tenant":"acme"}`)
+	waitState(t, r.client, refused+"?tenant=acme", "dlq", 30*time.Second)
 	run("the plugins page", chromedp.Navigate(link0(link)+"#/plugins"),
 		textIs(`section[data-plugin="refuse"] td[data-col="reject"]`, "1"),
-		chromedp.WaitVisible(chromedp.CSS(`section[data-plugin="refuse"] tr[data-failure="`+refused+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`section[data-plugin="refuse"] tr[data-failure="`+refused+`"] a[href$="tenant=acme"]`)),
 		textIs(`section[data-plugin="refuse"] td.hash`, pluginHash(t, "reject")[:16]), shot("plugins"))
 	if v := metricValue(t, r.client, `switchyard_plugin_memory_bytes{plugin="refuse"}`); v < 65536 {
 		t.Errorf("switchyard_plugin_memory_bytes of refuse = %v, want at least its one page", v)
@@ -377,6 +394,22 @@ func postWithKey(t *testing.T, c *http.Client, typ, key string) string {
 	resp, err := c.Do(req)
 	if err != nil || resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("post %s: %v %v", id, resp, err)
+	}
+	resp.Body.Close()
+	return id
+}
+
+// postAs posts one event of tenant (X-Tenant on the socket) with the id
+// and JSON data given, and returns the id.
+func postAs(t *testing.T, c *http.Client, tenant, typ, id, data string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://r/v1/events",
+		strings.NewReader(fmt.Sprintf(`{"specversion":"1.0","type":%q,"source":"/console","id":%q,"datacontenttype":"application/json","data":%s}`, typ, id, data)))
+	req.Header.Set("Content-Type", "application/cloudevents+json")
+	req.Header.Set("X-Tenant", tenant)
+	resp, err := c.Do(req)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("post %s as %s: %v %v", id, tenant, resp, err)
 	}
 	resp.Body.Close()
 	return id

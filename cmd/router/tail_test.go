@@ -12,7 +12,8 @@ import (
 )
 
 // `router tail -o json` against a running router prints each published
-// output once, with its type, destination, stream position and the event;
+// output once, with its type, tenant, the stored event's id, destination,
+// stream position and the event;
 // the table form names the same; a tail of another type prints none.
 func TestTail(t *testing.T) {
 	if testing.Short() {
@@ -40,6 +41,8 @@ func TestTail(t *testing.T) {
 		case line := <-all:
 			var p struct {
 				Type        string `json:"type"`
+				Tenant      string `json:"tenant"`
+				EventID     string `json:"event_id"`
 				Destination string `json:"destination"`
 				Position    struct {
 					Stream   string `json:"stream"`
@@ -54,7 +57,8 @@ func TestTail(t *testing.T) {
 				t.Fatalf("tail line %q: %v", line, err)
 			}
 			if p.Type != crashType || p.Destination != "nats.local:"+crashSubject+".events" ||
-				p.Position.Stream != crashStream || p.Position.Sequence == 0 || len(p.Event.Data) == 0 {
+				p.Position.Stream != crashStream || p.Position.Sequence == 0 || len(p.Event.Data) == 0 ||
+				p.Tenant != "default" || p.EventID != p.Event.ID {
 				t.Fatalf("tail line: %s", line)
 			}
 			if seen[p.Event.ID] {

@@ -106,7 +106,14 @@ function position(p) {
   return '—';
 }
 function stateCell(state) { return h('td', { class: 'state ' + ({ delivered: 'ok', filtered: 'muted', dlq: 'bad', pending: 'warn' }[state] || '') }, state); }
-function eventLink(id) { return h('a', { href: '#/event?id=' + encodeURIComponent(id) }, id); }
+// eventLink leads to a stored event's page; an event of a tenant other
+// than the default one is looked up with ?tenant= (admins only).
+function eventLink(id, tenant) {
+  const q = new URLSearchParams({ id });
+  if (tenant && tenant !== 'default') q.set('tenant', tenant);
+  return h('a', { href: '#/event?' + q }, id);
+}
+function tenantQuery(tenant) { return tenant && tenant !== 'default' ? '&tenant=' + encodeURIComponent(tenant) : ''; }
 function table(head, rows, attrs) {
   return h('table', attrs, h('thead', {}, h('tr', {}, head.map((c) => h('th', { class: /^(pending|in process|DLQ|resolved|attempts|ok|filtered|retry|reject|outputs|count|p50|p90|p99|leased)$/.test(c) ? 'num' : null }, c)))),
     h('tbody', {}, rows));
@@ -213,18 +220,25 @@ async function overview() {
 
 async function eventPage(params) {
   const input = h('input', { id: 'lookup', size: 44, placeholder: 'event id or idempotency key', value: params.get('id') || params.get('key') || '' });
+  const tenantInput = h('input', { id: 'lookup-tenant', size: 12, placeholder: 'default', title: 'tenant', value: params.get('tenant') || '' });
   const out = h('div', { id: 'event-out' });
-  const go = (kind) => (ev) => { ev.preventDefault(); location.hash = `#/event?${kind}=${encodeURIComponent(input.value.trim())}`; };
+  const go = (kind) => (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams({ [kind]: input.value.trim() });
+    if (tenantInput.value.trim()) q.set('tenant', tenantInput.value.trim());
+    location.hash = '#/event?' + q;
+  };
   main().replaceChildren(
-    h('form', { class: 'bar', onsubmit: go('id') }, input,
+    h('form', { class: 'bar', onsubmit: go('id') }, input, 'tenant', tenantInput,
       h('button', { class: 'primary', id: 'by-id', onclick: go('id') }, 'Find by id'),
       h('button', { id: 'by-key', onclick: go('key') }, 'Find by idempotency key')),
     out);
+  const tq = tenantQuery(params.get('tenant'));
   if (params.get('id')) {
-    out.replaceChildren(renderEvent(await api('GET', `/v1/events/${encodeURIComponent(params.get('id'))}?include=history,event`)));
+    out.replaceChildren(renderEvent(await api('GET', `/v1/events/${encodeURIComponent(params.get('id'))}?include=history,event${tq}`)));
   } else if (params.get('key')) {
-    const list = await api('GET', `/v1/events?idempotency_key=${encodeURIComponent(params.get('key'))}`);
-    const full = await Promise.all(list.events.map((e) => api('GET', `/v1/events/${encodeURIComponent(e.id)}?include=history,event`)));
+    const list = await api('GET', `/v1/events?idempotency_key=${encodeURIComponent(params.get('key'))}${tq}`);
+    const full = await Promise.all(list.events.map((e) => api('GET', `/v1/events/${encodeURIComponent(e.id)}?include=history,event${tq}`)));
     out.replaceChildren(h('p', { class: 'muted' }, `${full.length} event(s) stored under idempotency key “${params.get('key')}”`), ...full.map(renderEvent));
   }
 }
@@ -274,18 +288,18 @@ async function dlqPage(params) {
       h('button', { id: 'retry-all', onclick: () => askAll('retry') }, 'Retry all matching'),
       h('button', { id: 'resolve-all', onclick: () => askAll('resolve') }, 'Resolve all matching')),
     confirmBar, result,
-    table(['', 'id', 'type', 'attempts', 'reason', 'moved', ''], [], { id: 'dlq-table' }));
+    table(['', 'id', 'tenant', 'type', 'attempts', 'reason', 'moved', ''], [], { id: 'dlq-table' }));
   document.querySelector('#dlq-table tbody').replaceWith(body);
   const q = filter();
   const page = await api('GET', '/v1/dlq?' + q + '&limit=200');
   const items = page.items || [];
-  body.replaceChildren(...(items.length ? items.map((d) => h('tr', { 'data-id': d.id },
-    h('td', {}, h('input', { type: 'checkbox', value: d.id })), h('td', {}, eventLink(d.id)), h('td', {}, d.type),
+  body.replaceChildren(...(items.length ? items.map((d) => h('tr', { 'data-id': d.id, 'data-tenant': d.tenant || '' },
+    h('td', {}, h('input', { type: 'checkbox', value: d.id, 'data-tenant': d.tenant || '', 'data-queue': d.queue || '' })), h('td', {}, d.queue ? h('code', {}, d.id) : eventLink(d.id, d.tenant)), h('td', { 'data-col': 'tenant' }, d.tenant || '—'), h('td', {}, d.type),
     h('td', { class: 'num' }, d.attempts), h('td', { class: 'error' }, d.reason), h('td', {}, when(d.moved_at || d.resolved_at)),
-    h('td', {}, status.value === 'dlq' ? h('button', { class: 'row-retry', onclick: () => ask('retry', [d.id]) }, 'Retry') : null))) : [h('tr', {}, h('td', { colspan: 7, class: 'muted' }, 'Nothing here.'))]));
+    h('td', {}, status.value === 'dlq' ? h('button', { class: 'row-retry', onclick: () => ask('retry', [{ id: d.id, tenant: d.tenant || '', queue: d.queue || '' }]) }, 'Retry') : null))) : [h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'Nothing here.'))]));
   if (page.next_cursor) result.textContent = 'Showing the newest 200; narrow the filter to see others.';
 
-  function selected() { return [...body.querySelectorAll('input:checked')].map((c) => c.value); }
+  function selected() { return [...body.querySelectorAll('input:checked')].map((c) => ({ id: c.value, tenant: c.dataset.tenant, queue: c.dataset.queue })); }
   async function countAll() {
     let n = 0, cursor = '';
     for (let pages = 0; pages < 50; pages++) {
@@ -301,17 +315,34 @@ async function dlqPage(params) {
     confirmAction(action, `${action} all ${n} dead letter(s) matching ${q.get('type') || 'every type'}${q.get('since') ? ' since ' + q.get('since') : ''}?`,
       { type: q.get('type') || undefined, since: q.get('since') || undefined, status: q.get('status'), all: !q.get('type') && !q.get('since') });
   }
-  function ask(action, ids) {
-    if (!ids.length) { result.textContent = 'Select at least one.'; return; }
-    confirmAction(action, `${action} ${ids.length} dead letter(s)?`, { ids, status: q.get('status') });
+  // ask confirms an action on chosen dead letters: one request per tenant
+  // and inbox, since a body's ids are one tenant's (tenants choose their
+  // ids independently) and an inbox's are named with its queue as type.
+  function ask(action, chosen) {
+    if (!chosen.length) { result.textContent = 'Select at least one.'; return; }
+    const groups = new Map();
+    for (const c of chosen) {
+      const k = JSON.stringify([c.tenant, c.queue]);
+      groups.set(k, [...(groups.get(k) || []), c.id]);
+    }
+    const bodies = [...groups].map(([k, ids]) => {
+      const [tenant, queue] = JSON.parse(k);
+      return { ids, tenant: tenant || undefined, type: queue || undefined, status: q.get('status') };
+    });
+    confirmAction(action, `${action} ${chosen.length} dead letter(s)?`, ...bodies);
   }
-  function confirmAction(action, question, filterBody) {
+  function confirmAction(action, question, ...filterBodies) {
     confirmBar.replaceChildren(h('div', { class: 'confirm bar' }, h('span', { id: 'confirm-question' }, question.charAt(0).toUpperCase() + question.slice(1)),
       h('button', { class: 'primary', id: 'confirm-yes', onclick: async () => {
         confirmBar.replaceChildren();
         try {
-          const r = await api('POST', `/v1/dlq/${action}`, filterBody);
-          result.textContent = `${action}: ${r.done} of ${r.matched} done` + (r.skipped && r.skipped.length ? `, ${r.skipped.length} skipped` : '') + (r.not_found && r.not_found.length ? `, ${r.not_found.length} not found` : '');
+          const r = { done: 0, matched: 0, skipped: [], not_found: [] };
+          for (const body of filterBodies) {
+            const one = await api('POST', `/v1/dlq/${action}`, body);
+            r.done += one.done; r.matched += one.matched;
+            r.skipped.push(...(one.skipped || [])); r.not_found.push(...(one.not_found || []));
+          }
+          result.textContent = `${action}: ${r.done} of ${r.matched} done` + (r.skipped.length ? `, ${r.skipped.length} skipped` : '') + (r.not_found.length ? `, ${r.not_found.length} not found` : '');
           setTimeout(() => route(), 600);
         } catch (e) { showError(e); }
       } }, 'Confirm'),
@@ -350,7 +381,7 @@ function renderPlugin(p) {
       (Object.entries(p.failure_kinds || {}).map(([k, n]) => `${k} ${n}`).join(', ') || 'none')),
     h('h2', {}, 'Last failures'),
     (p.failures || []).length ? table(['at', 'type', 'event', 'verdict', 'reason'], p.failures.map((f) => h('tr', { 'data-failure': f.event_id },
-      h('td', {}, when(f.at)), h('td', {}, f.type), h('td', {}, eventLink(f.event_id)), h('td', { class: f.verdict === 'reject' ? 'bad' : 'warn' }, f.verdict),
+      h('td', {}, when(f.at)), h('td', {}, f.type), h('td', {}, eventLink(f.event_id, f.tenant)), h('td', { class: f.verdict === 'reject' ? 'bad' : 'warn' }, f.verdict),
       h('td', { class: 'error' }, f.reason)))) : h('p', { class: 'muted' }, 'None since the router started.'));
 }
 
@@ -422,7 +453,7 @@ async function tailPage(params) {
         if (event === 'published') {
           const p = JSON.parse(data);
           rows.prepend(h('tr', { 'data-id': p.event.id }, h('td', {}, new Date(p.at).toLocaleTimeString()), h('td', {}, p.type),
-            h('td', {}, eventLink(p.event.id)), h('td', {}, p.destination), h('td', {}, position(p.position))));
+            h('td', {}, eventLink(p.event_id || p.event.id, p.tenant)), h('td', {}, p.destination), h('td', {}, position(p.position))));
           while (rows.children.length > 200) rows.lastChild.remove();
         } else if (event === 'dropped') {
           state.textContent = `watching (fell behind: ${JSON.parse(data).dropped} skipped)`;
