@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -282,6 +283,26 @@ func TestWasmHostileMemoryBomb(t *testing.T) {
 	// A generous timeout: growing memory is slow under -race, and the memory
 	// limit is what must stop the plugin.
 	hostile(t, "membomb", config.PluginLimits{Memory: 4 << 20, Timeout: 10 * time.Second}, "memory limit reached: the plugin tried to grow its memory to 4.1MiB, over limits.memory = 4MiB")
+}
+
+// A plugin that recurses without end traps with a stack overflow, named
+// with the plugin and the event, and is retried like any trap; the
+// instance is discarded and the next event runs on a new one. The call
+// stack lives outside the plugin's linear memory, so limits.memory does not
+// bound it: wazero grows it to ~80 MiB before it gives up (measured: ~140
+// MiB of heap at the peak, with the copy it grows from). What must hold is
+// that it is given back: the heap after a collection is within 16 MiB of
+// what it was before.
+func TestWasmHostileRecursion(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	hostile(t, "recurse", config.PluginLimits{Memory: 1 << 20, Timeout: 10 * time.Second}, "sy_handle trapped: stack overflow")
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16<<20 {
+		t.Errorf("the heap kept %d MiB after the overflowing instance was discarded", grew>>20)
+	}
 }
 
 func TestWasmHostileTrap(t *testing.T) {
