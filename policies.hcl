@@ -206,6 +206,8 @@ nats "local" {
 #   config = { region = "eu-1" } # handed to the plugin's sy_init
 #   limits {
 #     memory           = "16MiB" # a plugin that needs more is retried, then DLQ'd
+#                                # (its linear memory: wazero's call stack is
+#                                # not counted, docs/plugin-abi.md)
 #     timeout          = "50ms"  # per event
 #     max_outputs      = 16      # outputs per event
 #     max_output_bytes = "1MiB"  # per output
