@@ -349,16 +349,7 @@ event "*" {
 `)
 	runRouter(t, path, sock)
 	c := socketClient(sock)
-	post := func(typ string) (int, string) {
-		body := `{"specversion":"1.0","type":"` + typ + `","source":"/flood","data":1}`
-		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	post := func(typ string) (int, string) { return postTyped(t, c, "", typ) }
 	for i := range 50 {
 		status, body := post(fmt.Sprintf("flood.%d", i))
 		switch {
@@ -405,21 +396,7 @@ event "*" {
 `)
 	runRouter(t, path, sock)
 	c := socketClient(sock)
-	post := func(tenant, typ string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest("POST", "http://r/v1/events", strings.NewReader(`{"specversion":"1.0","type":"`+typ+`","source":"/flood","data":1}`))
-		req.Header.Set("Content-Type", "application/cloudevents+json")
-		if tenant != "" {
-			req.Header.Set("X-Tenant", tenant)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	post := func(tenant, typ string) (int, string) { return postTyped(t, c, tenant, typ) }
 	for i := range 6 {
 		status, body := post("greedy", fmt.Sprintf("greedy.%d", i))
 		switch {
@@ -450,6 +427,24 @@ event "*" {
 			t.Fatalf("the default tenant's type past max_types: %d %s", status, body)
 		}
 	}
+}
+
+// postTyped posts one event of type typ as tenant (X-Tenant on the socket;
+// "" sends none) and returns the status and body of the answer.
+func postTyped(t *testing.T, c *http.Client, tenant, typ string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://r/v1/events", strings.NewReader(`{"specversion":"1.0","type":"`+typ+`","source":"/flood","data":1}`))
+	req.Header.Set("Content-Type", "application/cloudevents+json")
+	if tenant != "" {
+		req.Header.Set("X-Tenant", tenant)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // Unauthenticated TCP clients that open connections, announce a body and
