@@ -8,6 +8,8 @@ package fsperm
 import (
 	"fmt"
 	"os"
+	"os/user"
+	"strconv"
 )
 
 // CheckDir refuses a directory in which another user could replace what
@@ -48,9 +50,25 @@ func CheckFile(path string) error {
 
 // CheckOwner refuses fi, the file or directory at path, when another user
 // than the router's owns it (root excepted: it can change anything anyway).
+//
+// Run as root (a `sudo router validate`, a router started by hand), every
+// file of the service user's is another user's; the error then says to run
+// as the owner instead.
 func CheckOwner(path string, fi os.FileInfo) error {
-	if uid, ok := Owner(fi); ok && uid != 0 && uid != os.Geteuid() {
-		return fmt.Errorf("%s is owned by uid %d, not by the router's user (uid %d)", path, uid, os.Geteuid())
+	uid, ok := Owner(fi)
+	if !ok || uid == 0 || uid == os.Geteuid() {
+		return nil
 	}
-	return nil
+	if os.Geteuid() == 0 {
+		return fmt.Errorf("%s is owned by uid %d, not by the router's user (root, here): run the router, and router validate, as the user that owns its files (sudo -u %s)", path, uid, sudoUser(uid))
+	}
+	return fmt.Errorf("%s is owned by uid %d, not by the router's user (uid %d)", path, uid, os.Geteuid())
+}
+
+// sudoUser names uid as sudo -u takes it: its user name, or #uid.
+func sudoUser(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
+	}
+	return "'#" + strconv.Itoa(uid) + "'"
 }

@@ -38,6 +38,10 @@ func TestCheckDir(t *testing.T) {
 	if err := CheckDir(theirs); err == nil || !strings.Contains(err.Error(), "is owned by uid 4242") {
 		t.Errorf("another user's directory: %v", err)
 	}
+	// GiveToStranger works as root only: the error says to run as the owner.
+	if err := CheckDir(theirs); err == nil || !strings.Contains(err.Error(), "not by the router's user (root, here): run the router, and router validate, as the user that owns its files (sudo -u '#4242')") {
+		t.Errorf("another user's directory, checked as root: %v", err)
+	}
 }
 
 // CheckFile takes a file that is not there yet and the router's own, and
