@@ -278,10 +278,11 @@ event "demo.greeting" {
 # refuses events of an unknown type (unknown_event_type). Each type it
 # catches gets a queue, a loop and its own metrics series, so it takes at
 # most max_types of them; a further new type is refused (422
-# too_many_event_types) until it gets a block of its own. A tenant other
-# than the default one may add at most max_types_per_tenant of them (a
-# quarter of max_types unless set), so that one tenant cannot use them up
-# for all; using a type another tenant added costs nothing.
+# too_many_event_types) until it gets a block of its own. A tenant's token
+# on the TCP listener adds at most max_types_per_tenant of them (a quarter
+# of max_types unless set), so that one tenant cannot take them all; using
+# a type another tenant added costs nothing, and the socket and admin
+# tokens are bounded by max_types alone.
 # event "*" {
 #   max_types            = 256
 #   max_types_per_tenant = 64

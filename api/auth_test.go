@@ -28,7 +28,8 @@ const (
 )
 
 // tcpRouter is an API server with the TCP listener on, over a real data
-// file, with three tokens: two tenants and an admin.
+// file, with three tokens: two tenants and an admin; extra is more of the
+// configuration.
 type tcpRouter struct {
 	*router
 	addr string
@@ -36,7 +37,7 @@ type tcpRouter struct {
 	http *http.Client
 }
 
-func newTCPRouter(t *testing.T) *tcpRouter {
+func newTCPRouter(t *testing.T, extra ...string) *tcpRouter {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sy")
 	if err != nil {
@@ -61,7 +62,7 @@ listen {
   max_batch   = 10
 }
 event "order.created" {}
-`), "test.hcl")
+`+strings.Join(extra, "\n")), "test.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,6 +237,58 @@ func sep(path string) string {
 		return "&"
 	}
 	return "?"
+}
+
+// One tenant cannot use up the catch-all for the others: a tenant's token
+// adds at most max_types_per_tenant types (the error names the tenant), a
+// type another tenant added costs nothing, and the operator's clients (an
+// admin token, the socket whatever X-Tenant says) are bounded by max_types
+// alone.
+func TestCatchAllTypesPerTenant(t *testing.T) {
+	r := newTCPRouter(t, `event "*" {
+  max_types            = 12
+  max_types_per_tenant = 4
+}`)
+	post := func(token, tenant, typ string) reply {
+		t.Helper()
+		ev := `{"specversion":"1.0","type":"` + typ + `","source":"/flood"}`
+		hdr := map[string]string{"Content-Type": "application/cloudevents+json"}
+		if token == "" {
+			hdr["X-Tenant"] = tenant
+			return r.do("POST", "/v1/events", hdr, ev)
+		}
+		return r.tcp("POST", "/v1/events", token, hdr, ev)
+	}
+	refused := func(rep reply, want string) bool {
+		return rep.status == 422 && strings.Contains(string(rep.body), `"code":"too_many_event_types"`) && strings.Contains(string(rep.body), want)
+	}
+	for i := range 5 {
+		rep := post(tokAcme, "", fmt.Sprintf("acme.%d", i))
+		if ok := rep.status == 202; i < 4 && !ok || i == 4 && !refused(rep, `tenant \"acme\" has already added 4 types`) {
+			t.Fatalf("acme's type %d: %d %s", i, rep.status, rep.body)
+		}
+	}
+	for _, c := range []struct{ token, typ string }{{tokAcme, "acme.1"}, {tokBeta, "acme.1"}} {
+		if rep := post(c.token, "", c.typ); rep.status != 202 {
+			t.Errorf("a type acme added, again: %d %s", rep.status, rep.body)
+		}
+	}
+	for i := range 4 {
+		if rep := post(tokBeta, "", fmt.Sprintf("beta.%d", i)); rep.status != 202 {
+			t.Fatalf("beta's type %d, after acme's: %d %s", i, rep.status, rep.body)
+		}
+	}
+	// The socket acts as any tenant it names: the operator's, not bounded
+	// by acme's share.
+	if rep := post("", "acme", "local.0"); rep.status != 202 {
+		t.Errorf("the socket as acme: %d %s", rep.status, rep.body)
+	}
+	for i := range 4 {
+		rep := post(tokAdmin, "", fmt.Sprintf("admin.%d", i))
+		if ok := rep.status == 202; i < 3 && !ok || i == 3 && !refused(rep, "already holds 12 types (its max_types)") {
+			t.Fatalf("the admin's type %d: %d %s", i, rep.status, rep.body)
+		}
+	}
 }
 
 func TestAuthAdminRoutesNeedAnAdminToken(t *testing.T) {

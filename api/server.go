@@ -350,6 +350,13 @@ func tenant(r *http.Request) (string, error) {
 	return t, nil
 }
 
+// isOperator reports whether r comes from the operator's own clients: the
+// unix socket (trusted by its file mode) or an admin token.
+func isOperator(r *http.Request) bool {
+	p := principalOf(r.Context())
+	return p != nil && p.admin
+}
+
 // readTenant is whose events a read of events by id or key looks at: the
 // request's own tenant (tenant), or the one ?tenant= names. Only an admin
 // (the unix socket, an admin token) may name another tenant: the console
@@ -366,7 +373,7 @@ func readTenant(r *http.Request) (string, error) {
 	if checkTenant(named) != nil {
 		return "", switchyard.Errorf(switchyard.EINVALID, "tenant must be up to 64 bytes of printable UTF-8")
 	}
-	if p := principalOf(r.Context()); p == nil || !p.admin {
+	if !isOperator(r) {
 		return "", switchyard.Errorf(eForbidden, "reading another tenant's events needs an admin token")
 	}
 	return named, nil
@@ -399,6 +406,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	req := &engine.IngestRequest{
 		Tenant:   ten,
+		Operator: isOperator(r),
 		Endpoint: endpointEvents,
 		Key:      r.Header.Get("Idempotency-Key"),
 		Events:   events,

@@ -45,10 +45,10 @@ type Config struct {
 	// default 256): each type is a loop, metrics series and stats rows, so
 	// a client must not be able to create them without end.
 	MaxTypes int
-	// MaxTypesPerTenant bounds how many of them one tenant other than the
-	// default one may add (max_types_per_tenant; default a quarter of
+	// MaxTypesPerTenant bounds how many of them a tenant's tokens on the
+	// TCP listener may add (max_types_per_tenant; default a quarter of
 	// MaxTypes, at least 1), so that a tenant cannot use up the catch-all
-	// for the others.
+	// for the others. The operator's clients are not held to it.
 	MaxTypesPerTenant int
 
 	Plugins []Plugin

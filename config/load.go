@@ -422,8 +422,8 @@ func (d *decoder) sinksAndPlugins(c *hcl.BodyContent, cfg *Config) {
 const defaultMaxTypes = 256
 
 // perTenantTypes is max_types_per_tenant without the attribute: a quarter
-// of max_types, so that four tenants, or one and the default tenant, can
-// each add their share before the catch-all is full.
+// of max_types, so that one tenant's tokens leave at least three quarters
+// of the catch-all to the others and the operator.
 func perTenantTypes(maxTypes int) int { return max(1, maxTypes/4) }
 
 // catchAllBounds reads max_types and max_types_per_tenant, which only the

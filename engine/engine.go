@@ -76,8 +76,8 @@ type Engine struct {
 
 	mu    sync.Mutex
 	loops map[string]*Loop
-	// addedBy names the tenant whose request added each type the
-	// catch-all took in this run (admitType); the default tenant's are
+	// addedBy names the tenant whose client added each type the catch-all
+	// took in this run (admitType); types the operator's clients added are
 	// left out, as are types found stored at start.
 	addedBy map[string]string
 	space   *spaceWatch     // nil when the store cannot measure itself

@@ -17,7 +17,12 @@ import (
 
 // IngestRequest is one POST /v1/events, decoded: one event or a batch.
 type IngestRequest struct {
-	Tenant   string
+	Tenant string
+	// Operator is true for the operator's own clients (the unix socket,
+	// trusted by its file mode, and admin tokens) and false for a tenant's
+	// token on the TCP listener: only those are held to the catch-all's
+	// max_types_per_tenant.
+	Operator bool
 	Endpoint string // scopes the Idempotency-Key: "POST /v1/events"
 	Key      string // the Idempotency-Key header; "" = none
 	Digest   []byte // of the whole request, compared when Key is reused
@@ -143,23 +148,26 @@ func (e *Engine) fitsRoutes(tenant string, ev *switchyard.Event, m *switchyard.M
 // admitType checks that events of type t may be stored: t has a block of
 // its own, or the catch-all "*" takes it. A type the catch-all has not
 // seen yet is admitted only while it holds fewer than max_types, and, for
-// a tenant other than the default one, while that tenant has added fewer
-// than max_types_per_tenant; it gets its loop at once, under the lock:
-// concurrent requests cannot overshoot.
-func (e *Engine) admitType(t, tenant string) error {
-	cfg := e.config()
+// a tenant's client (not the operator's), while that tenant has added
+// fewer than max_types_per_tenant; it gets its loop at once, under the
+// lock: concurrent requests cannot overshoot.
+func (e *Engine) admitType(t string, req *IngestRequest) error {
+	if _, ok := e.config().Events[t]; ok {
+		return nil // a declared type: no lock on the hot path
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cfg := e.config() // again under the lock, which a reload takes to apply
 	if _, ok := cfg.Events[t]; ok {
 		return nil
 	}
 	if _, ok := cfg.Events["*"]; !ok {
 		return switchyard.Errorf(switchyard.EUNKNOWNTYPE, "no event block in the configuration for type %q", t)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if _, ok := e.loops[t]; ok {
 		return nil
 	}
-	if err := e.catchAllRoom(cfg, t, tenant); err != nil {
+	if err := e.catchAllRoom(cfg, t, req); err != nil {
 		return err
 	}
 	if err := e.space.check(); err != nil {
@@ -168,39 +176,36 @@ func (e *Engine) admitType(t, tenant string) error {
 		return err
 	}
 	e.startLoopLocked(t)
-	if !defaultTenant(tenant) {
-		e.addedBy[t] = tenant
+	if !req.Operator {
+		e.addedBy[t] = req.Tenant
 	}
 	return nil
 }
 
 // catchAllRoom says whether the catch-all may take the new type t for
-// tenant: the types it holds (those without a block of their own, a reload
-// may have given some one) against max_types, and those tenant added
-// against max_types_per_tenant. Called with e.mu held.
-func (e *Engine) catchAllRoom(cfg *config.Config, t, tenant string) error {
+// req: the types it holds (those without a block of their own: a reload
+// may have given some one) against max_types, and, for a tenant's client,
+// those its tenant's clients added in this run against
+// max_types_per_tenant. Called with e.mu held.
+func (e *Engine) catchAllRoom(cfg *config.Config, t string, req *IngestRequest) error {
 	caught, mine := 0, 0
 	for lt := range e.loops {
 		if _, own := cfg.Events[lt]; own || strings.HasPrefix(lt, inboxQueuePrefix) {
 			continue
 		}
 		caught++
-		if !defaultTenant(tenant) && e.addedBy[lt] == tenant {
+		if by, ok := e.addedBy[lt]; ok && !req.Operator && by == req.Tenant {
 			mine++
 		}
 	}
 	if caught >= cfg.MaxTypes {
 		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types); type %q needs a block of its own, or a higher max_types", caught, t)
 	}
-	if !defaultTenant(tenant) && mine >= cfg.MaxTypesPerTenant {
-		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "tenant %q has already added %d types to the catch-all event \"*\" block (its max_types_per_tenant); type %q needs a block of its own, or a higher max_types_per_tenant", tenant, mine, t)
+	if !req.Operator && mine >= cfg.MaxTypesPerTenant {
+		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "tenant %q has already added %d types to the catch-all event \"*\" block (its max_types_per_tenant); type %q needs a block of its own, or a higher max_types_per_tenant", req.Tenant, mine, t)
 	}
 	return nil
 }
-
-// defaultTenant reports whether tenant is the default one (storage's
-// DefaultTenant, or none named).
-func defaultTenant(tenant string) bool { return tenant == "" || tenant == storage.DefaultTenant }
 
 func idScope(tenant, source, id string) string {
 	return "i\x00" + tenant + "\x00" + source + "\x00" + id
@@ -283,7 +288,7 @@ func (e *Engine) admit(req *IngestRequest) error {
 		if ev.Type == "*" {
 			return switchyard.Errorf(switchyard.EINVALID, `type "*" names the catch-all event block, not a type`)
 		}
-		if err := e.admitType(ev.Type, req.Tenant); err != nil {
+		if err := e.admitType(ev.Type, req); err != nil {
 			return err
 		}
 		if err := e.fitsRoutes(req.Tenant, ev, m); err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -349,7 +348,16 @@ event "*" {
 `)
 	runRouter(t, path, sock)
 	c := socketClient(sock)
-	post := func(typ string) (int, string) { return postTyped(t, c, "", typ) }
+	post := func(typ string) (int, string) {
+		body := `{"specversion":"1.0","type":"` + typ + `","source":"/flood","data":1}`
+		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
 	for i := range 50 {
 		status, body := post(fmt.Sprintf("flood.%d", i))
 		switch {
@@ -376,75 +384,6 @@ event "*" {
 	if strings.Contains(stats, "flood.20") || strings.Count(stats, `"flood.`) != 20 {
 		t.Errorf("stats list refused types: %s", stats)
 	}
-}
-
-// One tenant cannot use up the catch-all for the others: a tenant other
-// than the default one adds at most max_types_per_tenant types (the error
-// names the tenant), uses types others added without spending its share,
-// and leaves room for the other tenants and the default one, up to
-// max_types in all.
-func TestCatchAllTypesPerTenant(t *testing.T) {
-	path, sock := writeConfig(t, `
-event "*" {
-  max_types            = 12
-  max_types_per_tenant = 4
-  route {
-    to      = "nats.local"
-    subject = "t.any"
-  }
-}
-`)
-	runRouter(t, path, sock)
-	c := socketClient(sock)
-	post := func(tenant, typ string) (int, string) { return postTyped(t, c, tenant, typ) }
-	for i := range 6 {
-		status, body := post("greedy", fmt.Sprintf("greedy.%d", i))
-		switch {
-		case i < 4 && status != 202:
-			t.Fatalf("greedy's type %d refused: %d %s", i, status, body)
-		case i >= 4 && (status != 422 || !strings.Contains(body, `"code":"too_many_event_types"`) || !strings.Contains(body, `tenant \"greedy\" has already added 4 types`)):
-			t.Fatalf("greedy's type %d past its share: %d %s", i, status, body)
-		}
-	}
-	if status, body := post("greedy", "greedy.2"); status != 202 {
-		t.Errorf("a type greedy added, refused to it: %d %s", status, body)
-	}
-	if status, body := post("other", "greedy.0"); status != 202 {
-		t.Errorf("a type greedy added, refused to another tenant: %d %s", status, body)
-	}
-	for i := range 4 {
-		if status, body := post("other", fmt.Sprintf("other.%d", i)); status != 202 {
-			t.Fatalf("another tenant's type %d refused: %d %s", i, status, body)
-		}
-	}
-	// The default tenant is bounded by max_types only: 8 taken, 4 left.
-	for i := range 5 {
-		status, body := post("", fmt.Sprintf("local.%d", i))
-		switch {
-		case i < 4 && status != 202:
-			t.Fatalf("the default tenant's type %d refused: %d %s", i, status, body)
-		case i == 4 && (status != 422 || !strings.Contains(body, "already holds 12 types (its max_types)")):
-			t.Fatalf("the default tenant's type past max_types: %d %s", status, body)
-		}
-	}
-}
-
-// postTyped posts one event of type typ as tenant (X-Tenant on the socket;
-// "" sends none) and returns the status and body of the answer.
-func postTyped(t *testing.T, c *http.Client, tenant, typ string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", "http://r/v1/events", strings.NewReader(`{"specversion":"1.0","type":"`+typ+`","source":"/flood","data":1}`))
-	req.Header.Set("Content-Type", "application/cloudevents+json")
-	if tenant != "" {
-		req.Header.Set("X-Tenant", tenant)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // Unauthenticated TCP clients that open connections, announce a body and

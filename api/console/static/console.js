@@ -106,14 +106,18 @@ function position(p) {
   return '—';
 }
 function stateCell(state) { return h('td', { class: 'state ' + ({ delivered: 'ok', filtered: 'muted', dlq: 'bad', pending: 'warn' }[state] || '') }, state); }
-// eventLink leads to a stored event's page; an event of a tenant other
-// than the default one is looked up with ?tenant= (admins only).
-function eventLink(id, tenant) {
+// eventLink leads to a stored event's page, looked up in its tenant's
+// events (?tenant=, which admins may name): always named, since without
+// it the API reads the caller's own tenant, which an admin token's need not
+// be. An inbox's record (queue inbox:<name>) has no such page: its id is
+// shown as it is.
+function eventLink(id, tenant, queue) {
+  if ((queue || '').startsWith('inbox:')) return h('code', {}, id);
   const q = new URLSearchParams({ id });
-  if (tenant && tenant !== 'default') q.set('tenant', tenant);
+  if (tenant) q.set('tenant', tenant);
   return h('a', { href: '#/event?' + q }, id);
 }
-function tenantQuery(tenant) { return tenant && tenant !== 'default' ? '&tenant=' + encodeURIComponent(tenant) : ''; }
+function tenantQuery(tenant) { return tenant ? '&tenant=' + encodeURIComponent(tenant) : ''; }
 function table(head, rows, attrs) {
   return h('table', attrs, h('thead', {}, h('tr', {}, head.map((c) => h('th', { class: /^(pending|in process|DLQ|resolved|attempts|ok|filtered|retry|reject|outputs|count|p50|p90|p99|leased)$/.test(c) ? 'num' : null }, c)))),
     h('tbody', {}, rows));
@@ -220,7 +224,7 @@ async function overview() {
 
 async function eventPage(params) {
   const input = h('input', { id: 'lookup', size: 44, placeholder: 'event id or idempotency key', value: params.get('id') || params.get('key') || '' });
-  const tenantInput = h('input', { id: 'lookup-tenant', size: 12, placeholder: 'default', title: 'tenant', value: params.get('tenant') || '' });
+  const tenantInput = h('input', { id: 'lookup-tenant', size: 12, placeholder: 'your own', title: 'tenant (admins may name any; empty: the tenant of your token)', value: params.get('tenant') || '' });
   const out = h('div', { id: 'event-out' });
   const go = (kind) => (ev) => {
     ev.preventDefault();
@@ -294,7 +298,7 @@ async function dlqPage(params) {
   const page = await api('GET', '/v1/dlq?' + q + '&limit=200');
   const items = page.items || [];
   body.replaceChildren(...(items.length ? items.map((d) => h('tr', { 'data-id': d.id, 'data-tenant': d.tenant || '' },
-    h('td', {}, h('input', { type: 'checkbox', value: d.id, 'data-tenant': d.tenant || '', 'data-queue': d.queue || '' })), h('td', {}, d.queue ? h('code', {}, d.id) : eventLink(d.id, d.tenant)), h('td', { 'data-col': 'tenant' }, d.tenant || '—'), h('td', {}, d.type),
+    h('td', {}, h('input', { type: 'checkbox', value: d.id, 'data-tenant': d.tenant || '', 'data-queue': d.queue || '' })), h('td', {}, eventLink(d.id, d.tenant, d.queue)), h('td', { 'data-col': 'tenant' }, d.tenant || '—'), h('td', {}, d.type),
     h('td', { class: 'num' }, d.attempts), h('td', { class: 'error' }, d.reason), h('td', {}, when(d.moved_at || d.resolved_at)),
     h('td', {}, status.value === 'dlq' ? h('button', { class: 'row-retry', onclick: () => ask('retry', [{ id: d.id, tenant: d.tenant || '', queue: d.queue || '' }]) }, 'Retry') : null))) : [h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'Nothing here.'))]));
   if (page.next_cursor) result.textContent = 'Showing the newest 200; narrow the filter to see others.';
@@ -381,7 +385,7 @@ function renderPlugin(p) {
       (Object.entries(p.failure_kinds || {}).map(([k, n]) => `${k} ${n}`).join(', ') || 'none')),
     h('h2', {}, 'Last failures'),
     (p.failures || []).length ? table(['at', 'type', 'event', 'verdict', 'reason'], p.failures.map((f) => h('tr', { 'data-failure': f.event_id },
-      h('td', {}, when(f.at)), h('td', {}, f.type), h('td', {}, eventLink(f.event_id, f.tenant)), h('td', { class: f.verdict === 'reject' ? 'bad' : 'warn' }, f.verdict),
+      h('td', {}, when(f.at)), h('td', {}, f.type), h('td', {}, eventLink(f.event_id, f.tenant, f.type)), h('td', { class: f.verdict === 'reject' ? 'bad' : 'warn' }, f.verdict),
       h('td', { class: 'error' }, f.reason)))) : h('p', { class: 'muted' }, 'None since the router started.'));
 }
 
@@ -453,7 +457,7 @@ async function tailPage(params) {
         if (event === 'published') {
           const p = JSON.parse(data);
           rows.prepend(h('tr', { 'data-id': p.event.id }, h('td', {}, new Date(p.at).toLocaleTimeString()), h('td', {}, p.type),
-            h('td', {}, eventLink(p.event_id || p.event.id, p.tenant)), h('td', {}, p.destination), h('td', {}, position(p.position))));
+            h('td', {}, eventLink(p.event_id || p.event.id, p.tenant, p.type)), h('td', {}, p.destination), h('td', {}, position(p.position))));
           while (rows.children.length > 200) rows.lastChild.remove();
         } else if (event === 'dropped') {
           state.textContent = `watching (fell behind: ${JSON.parse(data).dropped} skipped)`;
