@@ -291,18 +291,27 @@ func TestWasmHostileMemoryBomb(t *testing.T) {
 // stack lives outside the plugin's linear memory, so limits.memory does not
 // bound it: wazero grows it to ~80 MiB before it gives up (measured: ~140
 // MiB of heap at the peak, with the copy it grows from). What must hold is
-// that it is given back: the heap after a collection is within 16 MiB of
-// what it was before.
+// that it is given back: within 5 s, the heap after a collection is within
+// 16 MiB of what it was before. (Not at once: the goroutine wazero starts
+// to watch the call's context, WithCloseOnContextDone, may hold the
+// instance a moment longer; CI once saw 80 MiB kept at the first
+// collection.)
 func TestWasmHostileRecursion(t *testing.T) {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	hostile(t, "recurse", config.PluginLimits{Memory: 1 << 20, Timeout: 10 * time.Second}, "sy_handle trapped: stack overflow")
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16<<20 {
-		t.Errorf("the heap kept %d MiB after the overflowing instance was discarded", grew>>20)
+	heap := func() int64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
 	}
+	before := heap()
+	hostile(t, "recurse", config.PluginLimits{Memory: 1 << 20, Timeout: 10 * time.Second}, "sy_handle trapped: stack overflow")
+	var grew int64
+	testkit.EventuallyWith(t, 5*time.Second, func() bool {
+		grew = heap() - before
+		return grew <= 16<<20
+	}, func() string {
+		return fmt.Sprintf("the heap kept %d MiB after the overflowing instance was discarded", grew>>20)
+	})
 }
 
 func TestWasmHostileTrap(t *testing.T) {
