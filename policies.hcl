@@ -126,7 +126,8 @@ dlq {
 nats "local" {
   embedded = true
   host     = "127.0.0.1"
-  port     = 4222 # -1 picks a free port
+  port     = 4222 # -1 picks a free port; one another process holds stops
+                  # the start at once, with that said
   # user          = "switchyard"                # the defaults: set both
   # password_file = "./data/nats-local.password" # to choose your own
   # store_dir = "./data/nats"  # JetStream files; default: next to storage.path

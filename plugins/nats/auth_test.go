@@ -2,6 +2,8 @@ package nats
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,4 +240,31 @@ func TestEmbeddedServerRecoversFromWriteError(t *testing.T) {
 	if max, size := srv.ns.JetStreamConfig().MaxStore, int64(fs.Blocks)*int64(fs.Bsize); max != size {
 		t.Errorf("JetStream's storage limit after the restart is %d, want the filesystem's size %d", max, size)
 	}
+}
+
+// An embedded server whose port another process holds does not start, and
+// the router hears why as soon as the server gives up — the port in use and
+// what to do — instead of "not ready" after readyTimeout (30 s).
+func TestEmbeddedServerPortInUse(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	port := held.Addr().(*net.TCPAddr).Port
+	cfg := testConfig(true)
+	cfg.Port = port
+	start := time.Now()
+	srv, err := StartServer(cfg, t.TempDir(), testLogger(t))
+	if err == nil {
+		srv.Close(context.Background())
+		t.Fatal("started on a port another process holds")
+	}
+	took := time.Since(start)
+	for _, want := range []string{"embedded server did not start", "address already in use", fmt.Sprintf("another process listens on port %d", port)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	t.Logf("refused in %v: %v", took, err) // "did not start" is the fatal error's path, not readyTimeout's
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -167,15 +168,38 @@ func (s *Server) start() (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: embedded server: %w", s.name, err)
 	}
-	ns.SetLoggerV2(&serverLogger{l: s.log, critical: s.signalCritical}, s.log.IsTrace(), s.log.IsTrace(), false)
+	log := &serverLogger{l: s.log, critical: s.signalCritical}
+	ns.SetLoggerV2(log, s.log.IsTrace(), s.log.IsTrace(), false)
 	ns.Start()
-	if !ns.ReadyForConnections(readyTimeout) {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-		return nil, fmt.Errorf("nats %s: embedded server not ready after %s (listen %s, store %s)",
-			s.name, readyTimeout, net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port)), s.storeDir)
+	listen := net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port))
+	for deadline := time.Now().Add(readyTimeout); !ns.ReadyForConnections(readyPoll); {
+		if fatal := log.fatal.Load(); fatal != nil || time.Now().After(deadline) {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			if fatal != nil {
+				// The server gave up at once (a port in use, a store it
+				// cannot open): say why now, not after readyTimeout.
+				return nil, fmt.Errorf("nats %s: embedded server did not start (listen %s, store %s): %s%s",
+					s.name, listen, s.storeDir, *fatal, fatalHint(*fatal, s.opts.Port))
+			}
+			return nil, fmt.Errorf("nats %s: embedded server not ready after %s (listen %s, store %s)",
+				s.name, readyTimeout, listen, s.storeDir)
+		}
 	}
 	return ns, nil
+}
+
+// readyPoll is how often start looks for a fatal error while it waits for
+// the server to take clients.
+const readyPoll = 50 * time.Millisecond
+
+// fatalHint says what to do about a fatal error the operator can mend in
+// the configuration.
+func fatalHint(msg string, port int) string {
+	if strings.Contains(msg, "address already in use") {
+		return fmt.Sprintf(" (another process listens on port %d, perhaps another NATS server or router: stop it, or set another port in this nats block)", port)
+	}
+	return ""
 }
 
 // supervise restarts the server after a store write error: the failed
@@ -300,6 +324,7 @@ func (s *Server) Close(ctx context.Context) error {
 type serverLogger struct {
 	l        hclog.Logger
 	critical func(error)
+	fatal    atomic.Pointer[string] // the first fatal error, which stops the server
 }
 
 var _ server.Logger = (*serverLogger)(nil)
@@ -315,7 +340,9 @@ func (a *serverLogger) Warnf(format string, v ...any) { a.l.Warn(fmt.Sprintf(for
 // Fatalf logs at error level; unlike the server's own logger it does not
 // exit the process (the server shuts itself down after a fatal error).
 func (a *serverLogger) Fatalf(format string, v ...any) {
-	a.l.Error(fmt.Sprintf(format, v...), "fatal", true)
+	msg := fmt.Sprintf(format, v...)
+	a.l.Error(msg, "fatal", true)
+	a.fatal.CompareAndSwap(nil, &msg)
 }
 
 func (a *serverLogger) Errorf(format string, v ...any) {
