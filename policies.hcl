@@ -14,7 +14,8 @@
 # Where local services reach the router.
 listen {
   # The HTTP API on a unix socket (created 0660), in a directory of the
-  # router's user's that others may not write to.
+  # router's user's that others may not write to; its path at most 107
+  # bytes, as the kernel takes it.
   socket = "./data/router.sock"
 
   # The socket is trusted by its file mode: whoever can connect acts for the

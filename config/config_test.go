@@ -489,6 +489,7 @@ plugin "p" { wasm = "p.wasm" }
 		{"nats url", "nats \"n\" {\n  url = \"http://x:4222\"\n}\n", `test.hcl:2:9: Invalid URL: url "http://x:4222": write nats://host:4222`},
 		{"max_types outside the catch-all", "event \"a\" {\n  max_types = 3\n}\n", `test.hcl:2:3: Unsupported argument: max_types applies to the catch-all event "*" block only`},
 		{"max_types zero", "event \"*\" {\n  max_types = 0\n}\n", `test.hcl:2:15: Invalid value: max_types must be at least 1`},
+		{"socket path too long", "listen {\n  socket = \"/tmp/" + strings.Repeat("s", 100) + "/r.sock\"\n}\n", `test.hcl:2:12: Socket path too long: listen.socket is 112 bytes; the kernel takes a unix socket's path of at most 107 bytes`},
 		{"max_types_per_tenant outside the catch-all", "event \"a\" {\n  max_types_per_tenant = 3\n}\n", `test.hcl:2:3: Unsupported argument: max_types_per_tenant applies to the catch-all event "*" block only`},
 		{"max_types_per_tenant over max_types", "event \"*\" {\n  max_types = 8\n  max_types_per_tenant = 9\n}\n", `test.hcl:3:26: Invalid value: max_types_per_tenant (9) must not be more than max_types (8)`},
 		{"socket is the data file", "listen {\n  socket = \"/srv/sy/r.db\"\n}\nstorage {\n  path = \"/srv/sy/r.db\"\n}\n",

@@ -475,11 +475,21 @@ func (d *decoder) durationBlock(blocks hcl.Blocks, typ, attr string, dst *time.D
 	}
 }
 
+// MaxSocketPath is the longest path a unix socket can be bound to: the
+// 108 bytes of sockaddr_un's sun_path on Linux, less its closing NUL. Go's
+// net package passes the path as it is given (a relative one stays
+// relative), and a longer one fails at bind with only "invalid argument".
+const MaxSocketPath = 107
+
 func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	c := d.content(b.Body, listenSchema)
 	d.str(c.Attributes["socket"], &l.Socket)
 	if a := c.Attributes["socket"]; a != nil {
 		d.socketAt = a.Expr.Range().Ptr()
+		if len(l.Socket) > MaxSocketPath {
+			d.errorf(a.Expr.Range(), "Socket path too long",
+				"listen.socket is %d bytes; the kernel takes a unix socket's path of at most %d bytes (sockaddr_un): choose a shorter path, or a relative one from the directory the router runs in.", len(l.Socket), MaxSocketPath)
+		}
 	}
 	d.address(c.Attributes["http"], &l.HTTP)
 	d.str(c.Attributes["tokens_file"], &l.TokensFile)
