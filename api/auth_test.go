@@ -25,11 +25,14 @@ const (
 	tokAcme  = "acme-token-0123456789"
 	tokBeta  = "beta-token-0123456789"
 	tokAdmin = "admin-token-0123456789"
+	// tokLocal is a tenant's token, not an admin's, whose tenant is called
+	// "default", as the socket's is.
+	tokLocal = "local-token-0123456789"
 )
 
 // tcpRouter is an API server with the TCP listener on, over a real data
-// file, with three tokens: two tenants and an admin; extra is more of the
-// configuration.
+// file, with four tokens: tenants acme, beta and default, and an admin;
+// extra is more of the configuration.
 type tcpRouter struct {
 	*router
 	addr string
@@ -48,8 +51,9 @@ func newTCPRouter(t *testing.T, extra ...string) *tcpRouter {
 	tokens := fmt.Sprintf(`{"tokens": [
 	  {"token": %q, "tenant": "acme"},
 	  {"token": %q, "tenant": "beta"},
+	  {"token": %q, "tenant": "default"},
 	  {"sha256": %q, "admin": true}
-	]}`, tokAcme, tokBeta, hex.EncodeToString(adminSum[:]))
+	]}`, tokAcme, tokBeta, tokLocal, hex.EncodeToString(adminSum[:]))
 	tokensPath := filepath.Join(dir, "tokens.json")
 	if err := os.WriteFile(tokensPath, []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
@@ -240,13 +244,14 @@ func sep(path string) string {
 }
 
 // One tenant cannot use up the catch-all for the others: a tenant's token
-// adds at most max_types_per_tenant types (the error names the tenant), a
+// (even one whose tenant is called default) adds at most
+// max_types_per_tenant types (the error names the tenant), a
 // type another tenant added costs nothing, and the operator's clients (an
 // admin token, the socket whatever X-Tenant says) are bounded by max_types
 // alone.
 func TestCatchAllTypesPerTenant(t *testing.T) {
 	r := newTCPRouter(t, `event "*" {
-  max_types            = 12
+  max_types            = 16
   max_types_per_tenant = 4
 }`)
 	post := func(token, tenant, typ string) reply {
@@ -278,6 +283,14 @@ func TestCatchAllTypesPerTenant(t *testing.T) {
 			t.Fatalf("beta's type %d, after acme's: %d %s", i, rep.status, rep.body)
 		}
 	}
+	// A tenant's token whose tenant is called default is still a tenant's:
+	// the bound follows who calls, not the name.
+	for i := range 5 {
+		rep := post(tokLocal, "", fmt.Sprintf("local-token.%d", i))
+		if ok := rep.status == 202; i < 4 && !ok || i == 4 && !refused(rep, `tenant \"default\" has already added 4 types`) {
+			t.Fatalf("the default tenant's token, type %d: %d %s", i, rep.status, rep.body)
+		}
+	}
 	// The socket acts as any tenant it names: the operator's, not bounded
 	// by acme's share.
 	if rep := post("", "acme", "local.0"); rep.status != 202 {
@@ -285,7 +298,7 @@ func TestCatchAllTypesPerTenant(t *testing.T) {
 	}
 	for i := range 4 {
 		rep := post(tokAdmin, "", fmt.Sprintf("admin.%d", i))
-		if ok := rep.status == 202; i < 3 && !ok || i == 3 && !refused(rep, "already holds 12 types (its max_types)") {
+		if ok := rep.status == 202; i < 3 && !ok || i == 3 && !refused(rep, "already holds 16 types (its max_types)") {
 			t.Fatalf("the admin's type %d: %d %s", i, rep.status, rep.body)
 		}
 	}

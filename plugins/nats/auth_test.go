@@ -244,7 +244,8 @@ func TestEmbeddedServerRecoversFromWriteError(t *testing.T) {
 
 // An embedded server whose port another process holds does not start, and
 // the router hears why as soon as the server gives up — the port in use and
-// what to do — instead of "not ready" after readyTimeout (30 s).
+// what to do — instead of "not ready" after readyTimeout (30 s); once the
+// port is free, it starts there.
 func TestEmbeddedServerPortInUse(t *testing.T) {
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -254,8 +255,9 @@ func TestEmbeddedServerPortInUse(t *testing.T) {
 	port := held.Addr().(*net.TCPAddr).Port
 	cfg := testConfig(true)
 	cfg.Port = port
+	dir := t.TempDir()
 	start := time.Now()
-	srv, err := StartServer(cfg, t.TempDir(), testLogger(t))
+	srv, err := StartServer(cfg, dir, testLogger(t))
 	if err == nil {
 		srv.Close(context.Background())
 		t.Fatal("started on a port another process holds")
@@ -267,4 +269,11 @@ func TestEmbeddedServerPortInUse(t *testing.T) {
 		}
 	}
 	t.Logf("refused in %v: %v", took, err) // "did not start" is the fatal error's path, not readyTimeout's
+	// Nothing of the failed start holds on: once the other process lets
+	// go, the server starts on that port and store.
+	held.Close()
+	srv = startServer(t, cfg, dir)
+	if !strings.HasSuffix(srv.ClientURL(), fmt.Sprintf(":%d", port)) {
+		t.Errorf("started at %s, not on port %d", srv.ClientURL(), port)
+	}
 }

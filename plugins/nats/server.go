@@ -112,7 +112,7 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 			Users:      users,
 			ServerName: "switchyard-" + name,
 			Host:       host,
-			Port:       cfg.Port,
+			Port:       serverPort(cfg.Port),
 			JetStream:  true,
 			// The size of the store's filesystem, not what nats-server
 			// takes without one (75% of the bytes free when it starts):
@@ -170,9 +170,12 @@ func (s *Server) start() (*server.Server, error) {
 	}
 	log := &serverLogger{l: s.log, critical: s.signalCritical}
 	ns.SetLoggerV2(log, s.log.IsTrace(), s.log.IsTrace(), false)
-	ns.Start()
+	ns.Start() // synchronous up to the listeners: a fatal error is logged by now
 	listen := net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port))
-	for deadline := time.Now().Add(readyTimeout); !ns.ReadyForConnections(readyPoll); {
+	if s.opts.Port == server.RANDOM_PORT {
+		listen = s.opts.Host + " (a free port)"
+	}
+	for deadline := time.Now().Add(readyTimeout); log.fatal.Load() != nil || !ns.ReadyForConnections(readyPoll); {
 		if fatal := log.fatal.Load(); fatal != nil || time.Now().After(deadline) {
 			ns.Shutdown()
 			ns.WaitForShutdown()
@@ -187,6 +190,15 @@ func (s *Server) start() (*server.Server, error) {
 		}
 	}
 	return ns, nil
+}
+
+// serverPort is the port nats-server listens on for a nats block's port:
+// 0 is nats-server's default, named here so that messages say it.
+func serverPort(port int) int {
+	if port == 0 {
+		return server.DEFAULT_PORT
+	}
+	return port
 }
 
 // readyPoll is how often start looks for a fatal error while it waits for
@@ -229,8 +241,8 @@ func (s *Server) supervise() {
 		}
 		s.mu.Unlock()
 		if err != nil {
-			s.log.Error("embedded NATS server did not restart; trying again", "error", err, "in", wait)
 			wait = min(2*wait, time.Minute)
+			s.log.Error("embedded NATS server did not restart; trying again", "error", err, "in", wait)
 			s.signalCritical(err)
 			continue
 		}
@@ -324,7 +336,7 @@ func (s *Server) Close(ctx context.Context) error {
 type serverLogger struct {
 	l        hclog.Logger
 	critical func(error)
-	fatal    atomic.Pointer[string] // the first fatal error, which stops the server
+	fatal    atomic.Pointer[string] // the first fatal error: Start gives up, start shuts the server down
 }
 
 var _ server.Logger = (*serverLogger)(nil)
@@ -337,8 +349,9 @@ func (a *serverLogger) Noticef(format string, v ...any) {
 
 func (a *serverLogger) Warnf(format string, v ...any) { a.l.Warn(fmt.Sprintf(format, v...)) }
 
-// Fatalf logs at error level; unlike the server's own logger it does not
-// exit the process (the server shuts itself down after a fatal error).
+// Fatalf logs at error level and keeps the first message for start;
+// unlike the server's own logger it does not exit the process. Start gives
+// up after it, and start shuts the server down and says why.
 func (a *serverLogger) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	a.l.Error(msg, "fatal", true)
