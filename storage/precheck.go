@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -188,12 +189,18 @@ func lockHeld(err error) error {
 // faultSafe runs fn, turning a memory fault while bbolt reads its mapping
 // (a damaged file that passed checkSize) into an error: without
 // SetPanicOnFault the Go runtime ends the process on SIGBUS. It guards what
-// Open does on the caller's goroutine.
+// Open does on the caller's goroutine, where bbolt also panics when its
+// walk of the pages for the free list finds damage inside one (a key out
+// of order): TestDamagedLeafAfterCleanStop.
 func faultSafe(fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("the data file is damaged (reading it faulted: %v); the file was left as it is: check it with `router db check`, restore it from a backup", r)
+			how := "reading it faulted"
+			if _, fault := r.(runtime.Error); !fault {
+				how = "bbolt's walk of its pages failed" // freepages: a key out of order, a page twice
+			}
+			err = fmt.Errorf("the data file is damaged (%s: %v); the file was left as it is: check it with `router db check`, restore it from a backup", how, r)
 		}
 	}()
 	return fn()

@@ -292,6 +292,65 @@ func TestDamagedDataFileAfterUncleanStop(t *testing.T) {
 	}
 }
 
+// A data file whose last run stopped cleanly, with damage inside one leaf
+// page (bit rot: a key now out of order), makes the real binary exit with
+// one clear error naming the page, the same on every start — not a panic
+// from bbolt's walk of the pages when it opens the file — and leaves the
+// file as it was.
+func TestDamagedLeafAfterCleanStop(t *testing.T) {
+	full := filledDataFile(t)
+	damaged := keyOutOfOrder(t, full)
+	for range 2 {
+		db, out := runOnDataFile(t, damaged)
+		if !strings.Contains(out, "the data file is damaged (bbolt's walk of its pages failed") || !strings.Contains(out, "needs to be < than key") ||
+			!strings.Contains(out, "router db check") {
+			t.Errorf("the error does not say the file is damaged, and where:\n%s", out)
+		}
+		if after, _ := os.ReadFile(db); !bytes.Equal(after, damaged) {
+			t.Error("the file changed")
+		}
+	}
+}
+
+// keyOutOfOrder is full with the first key of one leaf page the buckets
+// reach made to start with 0xff, so that it sorts after the next: bbolt's
+// own check (read-only, on a copy) confirms the page is reached.
+func keyOutOfOrder(t *testing.T, full []byte) []byte {
+	t.Helper()
+	const page = 4096
+	copyAt := filepath.Join(t.TempDir(), "try.db")
+	for p := 2; p < len(full)/page; p++ {
+		at := p * page
+		flags, count := binary.LittleEndian.Uint16(full[at+8:]), binary.LittleEndian.Uint16(full[at+10:])
+		el := at + 16 // the first element: flags, pos, ksize, vsize, 4 bytes each
+		pos, ksize := int(binary.LittleEndian.Uint32(full[el+4:])), binary.LittleEndian.Uint32(full[el+8:])
+		if flags != 0x02 || count < 2 || ksize == 0 || el+pos >= at+page || full[el+pos] == 0xff {
+			continue
+		}
+		damaged := bytes.Clone(full)
+		damaged[el+pos] = 0xff
+		os.WriteFile(copyAt, damaged, 0o600)
+		bdb, err := bolt.Open(copyAt, 0o600, &bolt.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found error
+		bdb.View(func(tx *bolt.Tx) error {
+			for err := range tx.Check() {
+				found = err
+			}
+			return nil
+		})
+		bdb.Close()
+		if found != nil {
+			t.Logf("leaf page %d damaged: %v", p, found)
+			return damaged
+		}
+	}
+	t.Fatal("no reachable leaf page found to damage")
+	return nil
+}
+
 // A data file cut short (a copy interrupted, a disk that filled) makes the
 // real binary exit with one clear error that names the file and its
 // expected and actual sizes — never SIGBUS and a goroutine dump — and
