@@ -129,10 +129,12 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 // header of every page the buckets reach.
 //
 // bbolt walks the same pages when it opens a file to write without a
-// stored free list (NoFreelistSync), on a goroutine of its own, and panics
-// — ending the process with a stack trace faultSafe cannot catch — at the
-// first damage it meets. Here, on this goroutine, a damaged header is an
-// error. Damage inside a page (an element's bounds, the keys' order) is
+// stored free list (NoFreelistSync), on a goroutine of its own: damage it
+// reports (a key out of order) it panics with on the opening goroutine,
+// which faultSafe turns into an error, but a memory fault inside that walk
+// would end the process with a stack trace faultSafe cannot catch. Here,
+// on this goroutine, a damaged header, or an element that points past the
+// file, is an error first (TestDamagedLeafAfterCleanStop). Damage inside a page (an element's bounds, the keys' order) is
 // what bbolt's full check finds; it too runs on goroutines of bbolt's own,
 // so after an unclean stop, where a torn write is likely, that check
 // (Options.CheckUnclean; cmd/router runs it in a child process) takes the

@@ -268,9 +268,50 @@ func TestDamagedDataFileAfterUncleanStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	bdb.Close()
-	damaged, _ := os.ReadFile(marked)
-	// Every leaf page's first element (after the 16-byte page header:
-	// flags, pos, ksize, vsize, 4 bytes each) now points far past its page.
+	marks, _ := os.ReadFile(marked)
+	damaged, leaves := elementsPastTheFile(t, marks)
+	db, out := runOnDataFile(t, damaged)
+	if !strings.Contains(out, "the last run did not stop cleanly, and the data file "+db+" is damaged") || !strings.Contains(out, "restore it from a backup") {
+		t.Errorf("the error does not say the file is damaged (%d leaf pages damaged):\n%s", leaves, out)
+	}
+	if after, _ := os.ReadFile(db); !bytes.Equal(after, damaged) {
+		t.Error("the file changed")
+	}
+}
+
+// A data file whose last run stopped cleanly, with damage inside its leaf
+// pages (bit rot: a key now out of order; elements that point past the
+// file), makes the real binary exit with one clear error, the same on
+// every start — not a panic from bbolt's walk of the pages when it opens
+// the file — and leaves the file as it was.
+func TestDamagedLeafAfterCleanStop(t *testing.T) {
+	full := filledDataFile(t)
+	past, _ := elementsPastTheFile(t, full)
+	for _, c := range []struct {
+		name, says string
+		damaged    []byte
+	}{
+		{"a key out of order", "the data file is damaged (bbolt's walk of its pages failed: freepages: failed to get all reachable pages (key[0]=", keyOutOfOrder(t, full)},
+		{"elements past the file", "the data file is damaged (reading it faulted: runtime error: slice bounds out of range", past},
+	} {
+		for range 2 {
+			db, out := runOnDataFile(t, c.damaged)
+			if !strings.Contains(out, c.says) || !strings.Contains(out, "router db check") {
+				t.Errorf("%s: the error does not say the file is damaged, and how:\n%s", c.name, out)
+			}
+			if after, _ := os.ReadFile(db); !bytes.Equal(after, c.damaged) {
+				t.Errorf("%s: the file changed", c.name)
+			}
+		}
+	}
+}
+
+// elementsPastTheFile is full with every leaf page's first element (after
+// the 16-byte page header: flags, pos, ksize, vsize, 4 bytes each) pointing
+// far past its page, and how many leaves that is.
+func elementsPastTheFile(t *testing.T, full []byte) ([]byte, int) {
+	t.Helper()
+	damaged := bytes.Clone(full)
 	const page = 4096
 	leaves := 0
 	for at := 2 * page; at+page <= len(damaged); at += page {
@@ -283,33 +324,7 @@ func TestDamagedDataFileAfterUncleanStop(t *testing.T) {
 	if leaves == 0 {
 		t.Fatal("no leaf page found to damage")
 	}
-	db, out := runOnDataFile(t, damaged)
-	if !strings.Contains(out, "the last run did not stop cleanly, and the data file "+db+" is damaged") || !strings.Contains(out, "restore it from a backup") {
-		t.Errorf("the error does not say the file is damaged (%d leaf pages damaged):\n%s", leaves, out)
-	}
-	if after, _ := os.ReadFile(db); !bytes.Equal(after, damaged) {
-		t.Error("the file changed")
-	}
-}
-
-// A data file whose last run stopped cleanly, with damage inside one leaf
-// page (bit rot: a key now out of order), makes the real binary exit with
-// one clear error naming the page, the same on every start — not a panic
-// from bbolt's walk of the pages when it opens the file — and leaves the
-// file as it was.
-func TestDamagedLeafAfterCleanStop(t *testing.T) {
-	full := filledDataFile(t)
-	damaged := keyOutOfOrder(t, full)
-	for range 2 {
-		db, out := runOnDataFile(t, damaged)
-		if !strings.Contains(out, "the data file is damaged (bbolt's walk of its pages failed") || !strings.Contains(out, "needs to be < than key") ||
-			!strings.Contains(out, "router db check") {
-			t.Errorf("the error does not say the file is damaged, and where:\n%s", out)
-		}
-		if after, _ := os.ReadFile(db); !bytes.Equal(after, damaged) {
-			t.Error("the file changed")
-		}
-	}
+	return damaged, leaves
 }
 
 // keyOutOfOrder is full with the first key of one leaf page the buckets
