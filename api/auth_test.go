@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -301,6 +302,19 @@ func TestCatchAllTypesPerTenant(t *testing.T) {
 		if ok := rep.status == 202; i < 3 && !ok || i == 3 && !refused(rep, "already holds 16 types (its max_types)") {
 			t.Fatalf("the admin's type %d: %d %s", i, rep.status, rep.body)
 		}
+	}
+	// /v1/stats says who holds what.
+	stats := decode[struct {
+		CatchAll struct {
+			Types             int            `json:"types"`
+			MaxTypes          int            `json:"max_types"`
+			MaxTypesPerTenant int            `json:"max_types_per_tenant"`
+			AddedByTenant     map[string]int `json:"added_by_tenant"`
+		} `json:"catch_all"`
+	}](t, r.tcp("GET", "/v1/stats", tokAdmin, nil, "").body).CatchAll
+	if stats.Types != 16 || stats.MaxTypes != 16 || stats.MaxTypesPerTenant != 4 ||
+		!maps.Equal(stats.AddedByTenant, map[string]int{"acme": 4, "beta": 4, "default": 4}) {
+		t.Errorf("/v1/stats catch_all: %+v", stats)
 	}
 }
 

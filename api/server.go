@@ -599,6 +599,11 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 		}
 		out["sinks"] = sinks
 	}
+	if ca, ok := s.engine.CatchAll(); ok {
+		out["catch_all"] = map[string]any{
+			"types": ca.Types, "max_types": ca.MaxTypes, "max_types_per_tenant": ca.MaxTypesPerTenant, "added_by_tenant": ca.ByTenant,
+		}
+	}
 	if sp, maxSize, ok := s.engine.Space(); ok {
 		out["storage"] = map[string]any{
 			"used_bytes": sp.Used, "file_bytes": sp.File, "disk_free_bytes": sp.DiskFree, "reusable_bytes": sp.Reusable, "max_size_bytes": maxSize,

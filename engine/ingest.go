@@ -190,7 +190,7 @@ func (e *Engine) admitType(t string, req *IngestRequest) error {
 func (e *Engine) catchAllRoom(cfg *config.Config, t string, req *IngestRequest) error {
 	caught, mine := 0, 0
 	for lt := range e.loops {
-		if _, own := cfg.Events[lt]; own || strings.HasPrefix(lt, inboxQueuePrefix) {
+		if !isCaught(cfg, lt) {
 			continue
 		}
 		caught++
@@ -205,6 +205,41 @@ func (e *Engine) catchAllRoom(cfg *config.Config, t string, req *IngestRequest) 
 		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "tenant %q has already added %d types to the catch-all event \"*\" block (its max_types_per_tenant); type %q needs a block of its own, or a higher max_types_per_tenant", req.Tenant, mine, t)
 	}
 	return nil
+}
+
+// isCaught reports whether the catch-all holds type t: t has a loop but
+// no block of its own (a reload may have given it one), and is no inbox's.
+func isCaught(cfg *config.Config, t string) bool {
+	_, own := cfg.Events[t]
+	return !own && !strings.HasPrefix(t, inboxQueuePrefix)
+}
+
+// CatchAllUse is what the catch-all "*" block holds: the types it took,
+// against max_types, and how many of them each tenant's tokens added in
+// this run, against max_types_per_tenant.
+type CatchAllUse struct {
+	Types, MaxTypes, MaxTypesPerTenant int
+	ByTenant                           map[string]int
+}
+
+// CatchAll reports the catch-all's use; ok is false without a "*" block.
+func (e *Engine) CatchAll() (u CatchAllUse, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cfg := e.config()
+	if _, ok := cfg.Events["*"]; !ok {
+		return u, false
+	}
+	u = CatchAllUse{MaxTypes: cfg.MaxTypes, MaxTypesPerTenant: cfg.MaxTypesPerTenant, ByTenant: map[string]int{}}
+	for lt := range e.loops {
+		if isCaught(cfg, lt) {
+			u.Types++
+			if by, ok := e.addedBy[lt]; ok {
+				u.ByTenant[by]++
+			}
+		}
+	}
+	return u, true
 }
 
 func idScope(tenant, source, id string) string {
