@@ -183,35 +183,18 @@ func (e *Engine) admitType(t string, req *IngestRequest) error {
 }
 
 // catchAllRoom says whether the catch-all may take the new type t for
-// req: the types it holds (those without a block of their own: a reload
-// may have given some one) against max_types, and, for a tenant's client,
+// req: the types it holds against max_types, and, for a tenant's client,
 // those its tenant's clients added in this run against
 // max_types_per_tenant. Called with e.mu held.
 func (e *Engine) catchAllRoom(cfg *config.Config, t string, req *IngestRequest) error {
-	caught, mine := 0, 0
-	for lt := range e.loops {
-		if !isCaught(cfg, lt) {
-			continue
-		}
-		caught++
-		if by, ok := e.addedBy[lt]; ok && !req.Operator && by == req.Tenant {
-			mine++
-		}
+	use := e.catchAllLocked(cfg)
+	if use.Types >= cfg.MaxTypes {
+		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types); type %q needs a block of its own, or a higher max_types", use.Types, t)
 	}
-	if caught >= cfg.MaxTypes {
-		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types); type %q needs a block of its own, or a higher max_types", caught, t)
-	}
-	if !req.Operator && mine >= cfg.MaxTypesPerTenant {
+	if mine := use.ByTenant[req.Tenant]; !req.Operator && mine >= cfg.MaxTypesPerTenant {
 		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "tenant %q has already added %d types to the catch-all event \"*\" block (its max_types_per_tenant); type %q needs a block of its own, or a higher max_types_per_tenant", req.Tenant, mine, t)
 	}
 	return nil
-}
-
-// isCaught reports whether the catch-all holds type t: t has a loop but
-// no block of its own (a reload may have given it one), and is no inbox's.
-func isCaught(cfg *config.Config, t string) bool {
-	_, own := cfg.Events[t]
-	return !own && !strings.HasPrefix(t, inboxQueuePrefix)
 }
 
 // CatchAllUse is what the catch-all "*" block holds: the types it took,
@@ -230,16 +213,24 @@ func (e *Engine) CatchAll() (u CatchAllUse, ok bool) {
 	if _, ok := cfg.Events["*"]; !ok {
 		return u, false
 	}
-	u = CatchAllUse{MaxTypes: cfg.MaxTypes, MaxTypesPerTenant: cfg.MaxTypesPerTenant, ByTenant: map[string]int{}}
-	for lt := range e.loops {
-		if isCaught(cfg, lt) {
-			u.Types++
-			if by, ok := e.addedBy[lt]; ok {
-				u.ByTenant[by]++
-			}
+	return e.catchAllLocked(cfg), true
+}
+
+// catchAllLocked counts the types the catch-all holds: those with a loop
+// but no block of their own (a reload may have given one a block) that are
+// no inbox's queue. Called with e.mu held.
+func (e *Engine) catchAllLocked(cfg *config.Config) CatchAllUse {
+	u := CatchAllUse{MaxTypes: cfg.MaxTypes, MaxTypesPerTenant: cfg.MaxTypesPerTenant, ByTenant: map[string]int{}}
+	for t := range e.loops {
+		if _, own := cfg.Events[t]; own || strings.HasPrefix(t, inboxQueuePrefix) {
+			continue
+		}
+		u.Types++
+		if by, ok := e.addedBy[t]; ok {
+			u.ByTenant[by]++
 		}
 	}
-	return u, true
+	return u
 }
 
 func idScope(tenant, source, id string) string {
