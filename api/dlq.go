@@ -64,8 +64,10 @@ func checkRef(id string) error {
 func dlqRef(r *http.Request) (engine.DLQRef, error) {
 	q := r.URL.Query()
 	ref := engine.DLQRef{ID: r.PathValue("id"), Queue: q.Get("queue"), Tenant: q.Get("tenant")}
-	if ref.Tenant != "" && checkTenant(ref.Tenant) != nil {
-		return ref, switchyard.Errorf(switchyard.EINVALID, "tenant must be up to 64 bytes of printable UTF-8")
+	if ref.Tenant != "" {
+		if err := tenantParam("tenant", ref.Tenant); err != nil {
+			return ref, err
+		}
 	}
 	if err := checkRef(ref.ID); err != nil {
 		return ref, err

@@ -344,8 +344,8 @@ func tenant(r *http.Request) (string, error) {
 	if t == "" {
 		return storage.DefaultTenant, nil
 	}
-	if checkTenant(t) != nil {
-		return "", switchyard.Errorf(switchyard.EINVALID, "X-Tenant must be up to 64 bytes of printable UTF-8")
+	if err := tenantParam("X-Tenant", t); err != nil {
+		return "", err
 	}
 	return t, nil
 }
@@ -370,13 +370,23 @@ func readTenant(r *http.Request) (string, error) {
 	if named == "" || named == own {
 		return own, nil
 	}
-	if checkTenant(named) != nil {
-		return "", switchyard.Errorf(switchyard.EINVALID, "tenant must be up to 64 bytes of printable UTF-8")
+	if err := tenantParam("tenant", named); err != nil {
+		return "", err
 	}
 	if !isOperator(r) {
 		return "", switchyard.Errorf(eForbidden, "reading another tenant's events needs an admin token")
 	}
 	return named, nil
+}
+
+// tenantParam is checkTenant's answer for a tenant a request names in
+// name (a header, a query parameter): 400 invalid_event when it is no
+// tenant name.
+func tenantParam(name, t string) error {
+	if err := checkTenant(t); err != nil {
+		return switchyard.Errorf(switchyard.EINVALID, "%s must be %v", name, err)
+	}
+	return nil
 }
 
 func checkTenant(t string) error {
