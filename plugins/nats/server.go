@@ -175,21 +175,27 @@ func (s *Server) start() (*server.Server, error) {
 	if s.opts.Port == server.RANDOM_PORT {
 		listen = s.opts.Host + " (a free port)"
 	}
-	for deadline := time.Now().Add(readyTimeout); log.fatal.Load() != nil || !ns.ReadyForConnections(readyPoll); {
-		if fatal := log.fatal.Load(); fatal != nil || time.Now().After(deadline) {
-			ns.Shutdown()
-			ns.WaitForShutdown()
-			if fatal != nil {
-				// The server gave up at once (a port in use, a store it
-				// cannot open): say why now, not after readyTimeout.
-				return nil, fmt.Errorf("nats %s: embedded server did not start (listen %s, store %s): %s%s",
-					s.name, listen, s.storeDir, *fatal, fatalHint(*fatal, s.opts.Port))
-			}
+	stop := func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}
+	for deadline := time.Now().Add(readyTimeout); ; {
+		if fatal := log.fatal.Load(); fatal != nil {
+			// The server gave up (a port in use, a store it cannot
+			// open): say why now, not after readyTimeout.
+			stop()
+			return nil, fmt.Errorf("nats %s: embedded server did not start (listen %s, store %s): %s%s",
+				s.name, listen, s.storeDir, *fatal, fatalHint(*fatal, s.opts.Port))
+		}
+		if ns.ReadyForConnections(readyPoll) {
+			return ns, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
 			return nil, fmt.Errorf("nats %s: embedded server not ready after %s (listen %s, store %s)",
 				s.name, readyTimeout, listen, s.storeDir)
 		}
 	}
-	return ns, nil
 }
 
 // serverPort is the port nats-server listens on for a nats block's port:
