@@ -417,7 +417,6 @@ func (d *decoder) sinksAndPlugins(c *hcl.BodyContent, cfg *Config) {
 	}
 }
 
-// events decodes each event block over a copy of the defaults.
 // defaultMaxTypes is max_types without the attribute.
 const defaultMaxTypes = 256
 
@@ -450,6 +449,7 @@ func (d *decoder) catchAllBounds(ec *hcl.BodyContent, label string, cfg *Config)
 	}
 }
 
+// events decodes each event block over a copy of the defaults.
 func (d *decoder) events(c *hcl.BodyContent, cfg *Config) {
 	eventTypes := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("event") {
@@ -475,20 +475,20 @@ func (d *decoder) durationBlock(blocks hcl.Blocks, typ, attr string, dst *time.D
 	}
 }
 
-// MaxSocketPath is the longest path a unix socket can be bound to: the
+// maxSocketPath is the longest path a unix socket can be bound to: the
 // 108 bytes of sockaddr_un's sun_path on Linux, less its closing NUL. Go's
 // net package passes the path as it is given (a relative one stays
 // relative), and a longer one fails at bind with only "invalid argument".
-const MaxSocketPath = 107
+const maxSocketPath = 107
 
 func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	c := d.content(b.Body, listenSchema)
 	d.str(c.Attributes["socket"], &l.Socket)
 	if a := c.Attributes["socket"]; a != nil {
 		d.socketAt = a.Expr.Range().Ptr()
-		if len(l.Socket) > MaxSocketPath {
+		if len(l.Socket) > maxSocketPath {
 			d.errorf(a.Expr.Range(), "Socket path too long",
-				"listen.socket is %d bytes; the kernel takes a unix socket's path of at most %d bytes (sockaddr_un): choose a shorter path, or a relative one from the directory the router runs in.", len(l.Socket), MaxSocketPath)
+				"listen.socket is %d bytes; the kernel takes a unix socket's path of at most %d bytes (sockaddr_un): choose a shorter path, or a relative one from the directory the router runs in.", len(l.Socket), maxSocketPath)
 		}
 	}
 	d.address(c.Attributes["http"], &l.HTTP)

@@ -129,14 +129,15 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 // header of every page the buckets reach.
 //
 // bbolt walks the same pages when it opens a file to write without a
-// stored free list (NoFreelistSync), on a goroutine of its own: damage it
-// reports (a key out of order) it panics with on the opening goroutine,
-// which faultSafe turns into an error, but a memory fault inside that walk
-// would end the process with a stack trace faultSafe cannot catch. Here,
-// on this goroutine, a damaged header, or an element that points past the
-// file, is an error first (TestDamagedLeafAfterCleanStop). Damage inside a page (an element's bounds, the keys' order) is
-// what bbolt's full check finds; it too runs on goroutines of bbolt's own,
-// so after an unclean stop, where a torn write is likely, that check
+// stored free list (NoFreelistSync), on a goroutine of its own. Damage the
+// walk reports (a key out of order) it panics with on the opening
+// goroutine, where faultSafe turns it into an error; a memory fault inside
+// the walk itself would end the process with a stack trace nothing can
+// catch. So here, on this goroutine, a damaged header, or an element that
+// points past the file, is an error first (TestDamagedLeafAfterCleanStop).
+// Damage that only a read of every element meets is what bbolt's full
+// check finds; it too runs on goroutines of bbolt's own, so after an
+// unclean stop, where a torn write is likely, that check
 // (Options.CheckUnclean; cmd/router runs it in a child process) takes the
 // walk's place. A file that does not exist yet has nothing to inspect; one
 // bbolt cannot open is left to the open that follows, which says why.
