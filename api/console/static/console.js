@@ -297,13 +297,16 @@ async function dlqPage(params) {
   const q = filter();
   const page = await api('GET', '/v1/dlq?' + q + '&limit=200');
   const items = page.items || [];
-  body.replaceChildren(...(items.length ? items.map((d) => h('tr', { 'data-id': d.id, 'data-tenant': d.tenant || '' },
-    h('td', {}, h('input', { type: 'checkbox', value: d.id, 'data-tenant': d.tenant || '', 'data-queue': d.queue || '' })), h('td', {}, eventLink(d.id, d.tenant, d.queue)), h('td', { 'data-col': 'tenant' }, d.tenant || '—'), h('td', {}, d.type),
+  // A row names its dead letter as the bulk routes take it: id, tenant and
+  // (an inbox's) queue, read back by selected().
+  body.replaceChildren(...(items.length ? items.map((d) => h('tr', { 'data-id': d.id, 'data-tenant': d.tenant || '', 'data-queue': d.queue || '' },
+    h('td', {}, h('input', { type: 'checkbox' })), h('td', {}, eventLink(d.id, d.tenant, d.queue)), h('td', { 'data-col': 'tenant' }, d.tenant || '—'), h('td', {}, d.type),
     h('td', { class: 'num' }, d.attempts), h('td', { class: 'error' }, d.reason), h('td', {}, when(d.moved_at || d.resolved_at)),
-    h('td', {}, status.value === 'dlq' ? h('button', { class: 'row-retry', onclick: () => ask('retry', [{ id: d.id, tenant: d.tenant || '', queue: d.queue || '' }]) }, 'Retry') : null))) : [h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'Nothing here.'))]));
+    h('td', {}, status.value === 'dlq' ? h('button', { class: 'row-retry', onclick: (ev) => ask('retry', [letterOf(ev.target)]) }, 'Retry') : null))) : [h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'Nothing here.'))]));
   if (page.next_cursor) result.textContent = 'Showing the newest 200; narrow the filter to see others.';
 
-  function selected() { return [...body.querySelectorAll('input:checked')].map((c) => ({ id: c.value, tenant: c.dataset.tenant, queue: c.dataset.queue })); }
+  function letterOf(el) { const { id, tenant, queue } = el.closest('tr').dataset; return { id, tenant, queue }; }
+  function selected() { return [...body.querySelectorAll('input:checked')].map(letterOf); }
   async function countAll() {
     let n = 0, cursor = '';
     for (let pages = 0; pages < 50; pages++) {
@@ -324,16 +327,13 @@ async function dlqPage(params) {
   // ids independently) and an inbox's are named with its queue as type.
   function ask(action, chosen) {
     if (!chosen.length) { result.textContent = 'Select at least one.'; return; }
-    const groups = new Map();
+    const bodies = new Map();
     for (const c of chosen) {
-      const k = JSON.stringify([c.tenant, c.queue]);
-      groups.set(k, [...(groups.get(k) || []), c.id]);
+      const k = c.tenant + '\n' + c.queue;
+      if (!bodies.has(k)) bodies.set(k, { ids: [], tenant: c.tenant || undefined, type: c.queue || undefined, status: q.get('status') });
+      bodies.get(k).ids.push(c.id);
     }
-    const bodies = [...groups].map(([k, ids]) => {
-      const [tenant, queue] = JSON.parse(k);
-      return { ids, tenant: tenant || undefined, type: queue || undefined, status: q.get('status') };
-    });
-    confirmAction(action, `${action} ${chosen.length} dead letter(s)?`, ...bodies);
+    confirmAction(action, `${action} ${chosen.length} dead letter(s)?`, ...bodies.values());
   }
   function confirmAction(action, question, ...filterBodies) {
     confirmBar.replaceChildren(h('div', { class: 'confirm bar' }, h('span', { id: 'confirm-question' }, question.charAt(0).toUpperCase() + question.slice(1)),
