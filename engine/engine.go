@@ -80,6 +80,11 @@ type Engine struct {
 	// took in this run (admitType); types the operator's clients added are
 	// left out, as are types found stored at start.
 	addedBy map[string]string
+	// pending counts, per new type the catch-all admitted that has no loop
+	// yet, the requests between admitType and their end: such a type holds
+	// its slot while one of them is in flight, and keeps it (gets its loop)
+	// only when one stores an event of it (Engine.settleTypes).
+	pending map[string]*pendingType
 	space   *spaceWatch     // nil when the store cannot measure itself
 	ctx     context.Context // the loops' context; nil until Open
 	cancel  context.CancelFunc
@@ -97,6 +102,7 @@ func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options)
 		inflight: inFlight{scopes: make(map[string]*flight)},
 		loops:    make(map[string]*Loop),
 		addedBy:  make(map[string]string),
+		pending:  make(map[string]*pendingType),
 	}
 	if m, ok := store.(SpaceMeter); ok {
 		e.space = &spaceWatch{meter: m}

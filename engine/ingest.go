@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,10 @@ type IngestRequest struct {
 	// it again (storage.Tx.ReplaceIdempotency). Set by Ingest's lookup: a
 	// request is built for one Ingest call.
 	keyOldExpiry time.Time
+	// newTypes are the types of the request the catch-all has no loop for
+	// yet, each holding a slot until the request ends (admitType,
+	// settleTypes).
+	newTypes []string
 	// Render builds the response the client gets, from the outcome of each
 	// event in order. It is stored with the idempotency record and replayed
 	// byte-identical, so it must be deterministic.
@@ -149,8 +154,9 @@ func (e *Engine) fitsRoutes(tenant string, ev *switchyard.Event, m *switchyard.M
 // its own, or the catch-all "*" takes it. A type the catch-all has not
 // seen yet is admitted only while it holds fewer than max_types, and, for
 // a tenant's client (not the operator's), while that tenant has added
-// fewer than max_types_per_tenant; it gets its loop at once, under the
-// lock: concurrent requests cannot overshoot.
+// fewer than max_types_per_tenant. It then holds its slot, under the lock
+// (concurrent requests cannot overshoot), until the request ends:
+// settleTypes keeps it if the request stored an event of it.
 func (e *Engine) admitType(t string, req *IngestRequest) error {
 	if _, ok := e.config().Events[t]; ok {
 		return nil // a declared type: no lock on the hot path
@@ -164,22 +170,60 @@ func (e *Engine) admitType(t string, req *IngestRequest) error {
 	if _, ok := cfg.Events["*"]; !ok {
 		return switchyard.Errorf(switchyard.EUNKNOWNTYPE, "no event block in the configuration for type %q", t)
 	}
-	if _, ok := e.loops[t]; ok {
+	if _, ok := e.loops[t]; ok || slices.Contains(req.newTypes, t) {
 		return nil
 	}
-	if err := e.catchAllRoom(cfg, t, req); err != nil {
-		return err
+	if p, ok := e.pending[t]; ok {
+		p.requests++ // another request's new type: its slot is taken already
+	} else {
+		if err := e.catchAllRoom(cfg, t, req); err != nil {
+			return err
+		}
+		e.pending[t] = &pendingType{tenant: req.tenantShare(), requests: 1}
 	}
-	if err := e.space.check(); err != nil {
-		// A type without a loop has nothing stored to replay: a full
-		// budget refuses it before it takes a max_types slot.
-		return err
-	}
-	e.startLoopLocked(t)
-	if !req.Operator {
-		e.addedBy[t] = req.Tenant
-	}
+	req.newTypes = append(req.newTypes, t)
 	return nil
+}
+
+// pendingType is a new catch-all type that requests in flight hold a slot
+// for.
+type pendingType struct {
+	tenant   string // whose share it counts against; "" = the operator's
+	requests int
+}
+
+// tenantShare is the tenant whose max_types_per_tenant the request's new
+// types count against: "" for the operator's clients, which have none.
+func (req *IngestRequest) tenantShare() string {
+	if req.Operator {
+		return ""
+	}
+	return req.Tenant
+}
+
+// settleTypes ends the request's hold on its new types: one it stored an
+// event of (stored counts them per type; nil when nothing was stored)
+// gets its loop and keeps its slot; the others give theirs back once no
+// request in flight holds them.
+func (e *Engine) settleTypes(req *IngestRequest, stored map[string]int) {
+	if len(req.newTypes) == 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range req.newTypes {
+		if _, ok := e.loops[t]; !ok && stored[t] > 0 {
+			e.startLoopLocked(t)
+			if by := req.tenantShare(); by != "" {
+				e.addedBy[t] = by
+			}
+		}
+		p := e.pending[t]
+		if p.requests--; p.requests == 0 {
+			delete(e.pending, t)
+		}
+	}
+	req.newTypes = nil
 }
 
 // catchAllRoom says whether the catch-all may take the new type t for
@@ -216,18 +260,27 @@ func (e *Engine) CatchAll() (u CatchAllUse, ok bool) {
 	return e.catchAllLocked(cfg), true
 }
 
-// catchAllLocked counts the types the catch-all holds: those with a loop
-// but no block of their own (a reload may have given one a block) that are
-// no inbox's queue. Called with e.mu held.
+// catchAllLocked counts the types the catch-all holds: those with a loop,
+// or held by a request in flight (admitType), but no block of their own (a
+// reload may have given one a block) that are no inbox's queue. Called
+// with e.mu held.
 func (e *Engine) catchAllLocked(cfg *config.Config) CatchAllUse {
 	u := CatchAllUse{MaxTypes: cfg.MaxTypes, MaxTypesPerTenant: cfg.MaxTypesPerTenant, ByTenant: map[string]int{}}
-	for t := range e.loops {
+	count := func(t, by string) {
 		if _, own := cfg.Events[t]; own || strings.HasPrefix(t, inboxQueuePrefix) {
-			continue
+			return
 		}
 		u.Types++
-		if by, ok := e.addedBy[t]; ok {
+		if by != "" {
 			u.ByTenant[by]++
+		}
+	}
+	for t := range e.loops {
+		count(t, e.addedBy[t])
+	}
+	for t, p := range e.pending {
+		if _, ok := e.loops[t]; !ok {
+			count(t, p.tenant)
 		}
 	}
 	return u
@@ -243,6 +296,7 @@ func idScope(tenant, source, id string) string {
 func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, error) {
 	e.ingesting.Add(1)
 	defer e.ingesting.Add(-1)
+	defer e.settleTypes(req, nil) // refused, replayed: its new types take no slot
 	if err := e.admit(req); err != nil {
 		return nil, err
 	}
@@ -287,6 +341,7 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 	if err != nil {
 		return nil, unavailable(err)
 	}
+	e.settleTypes(req, types)
 	for t, n := range types {
 		e.yield.stored.Add(int64(n))
 		e.metrics.ingestedType(t, n)
@@ -302,8 +357,7 @@ var typeCounts = sync.Pool{New: func() any { return make(map[string]int, 1) }}
 // admit checks a request before anything is looked up or stored: every
 // event's type is one the router takes and can carry. (Whether the data
 // file has room is asked after the replay lookup, since a replay stores
-// nothing and a full budget does not refuse it; and by admitType for a new
-// catch-all type, which has nothing stored to replay.)
+// nothing and a full budget does not refuse it.)
 func (e *Engine) admit(req *IngestRequest) error {
 	m := new(switchyard.Message)
 	for i := range req.Events {
