@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,7 +38,8 @@ const pluggedType = "plugged"
 // another tenant's under the same id, whose link leads to its own event;
 // the plugins page shows a plugin's module, its verdicts and its last
 // failure with the event id and its tenant; the inbox page shows a pull subscription, a dropped redelivery
-// pointing at its first copy, and a claim; the live tail shows a newly
+// pointing at its first copy, and a claim, and an inbox's dead letter is
+// listed with its id unlinked (it has no event page); the live tail shows a newly
 // posted event; the overview charts the rates in and out and shows the
 // fsync and publish percentiles. Each page's screenshot is saved
 // ($SWITCHYARD_SCREENSHOTS, else the test's temporary directory).
@@ -51,6 +53,10 @@ func TestConsoleInBrowser(t *testing.T) {
 			"the console's browser tests need one: .ci/run installs Debian's chromium")
 	}
 	r := newCrashRouter(t, 2*time.Minute)
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no such order", http.StatusUnprocessableEntity) // a refusal: dead-lettered at once
+	}))
+	t.Cleanup(refusing.Close)
 	appendConfig(t, r.config, fmt.Sprintf(`
 event %q {
   max_retries = 0
@@ -77,7 +83,13 @@ inbox "mirror" {
   from    = "nats.local"
   subject = %q
 }
-`, deadType, deadType, wasmTestdata(t, "reject"), pluggedType, crashSubject+".plugged", crashSubject+".events"))
+
+inbox "refusing" {
+  from    = "nats.local"
+  subject = %q
+  deliver { url = %q }
+}
+`, deadType, deadType, wasmTestdata(t, "reject"), pluggedType, crashSubject+".plugged", crashSubject+".events", crashSubject+".refusing", refusing.URL))
 	r.start()
 	link := startUI(t, r)
 	shots := screenshotDir(t)
@@ -180,6 +192,16 @@ inbox "mirror" {
 		textIs(`tr[data-inbox="mirror"] td[data-col="mode"]`, "pull subscription"),
 		chromedp.WaitVisible(chromedp.CSS(`#dedup tr[data-skip="`+ids[0]+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#claims tr[data-claim="invoice-7"]`)), shot("inbox"))
+	// An inbox's dead letter (its service refused it) has no event page:
+	// the DLQ shows its id, unlinked.
+	publishAs(t, r, crashSubject+".refusing", "refused-by-service", "refused-by-service")
+	testkit.EventuallyWith(t, 30*time.Second, func() bool {
+		return strings.Contains(get(t, r.client, "/v1/dlq?type=inbox:refusing"), `"refused-by-service"`)
+	}, func() string {
+		return "no dead letter in inbox refusing: " + get(t, r.client, "/v1/dlq") + get(t, r.client, "/v1/stats")
+	})
+	run("an inbox's dead letter", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
+		textIs(`#dlq-rows tr[data-id="refused-by-service"][data-queue="inbox:refusing"] td:nth-child(2) > code`, "refused-by-service"))
 
 	// The live tail. (Once, on a loaded CI machine, the first event did not
 	// show within 30 s, cause unknown: the second try says what the page
@@ -222,9 +244,16 @@ func pluginHash(t *testing.T, name string) string {
 // broker's redelivery would arrive (another message id, the same event).
 func redeliver(t *testing.T, r *crashRouter, subject, id string) {
 	t.Helper()
+	publishAs(t, r, subject, id, id+"-again")
+}
+
+// publishAs publishes the event id on subject, in the CloudEvents NATS
+// binding, under the message id msgID.
+func publishAs(t *testing.T, r *crashRouter, subject, id, msgID string) {
+	t.Helper()
 	js := routerJetStream(t, r.config, r.natsURL())
 	m := nats.NewMsg(subject)
-	for k, v := range map[string]string{"ce-id": id, "ce-specversion": "1.0", "ce-type": crashType, "ce-source": "/console", "Nats-Msg-Id": id + "-again"} {
+	for k, v := range map[string]string{"ce-id": id, "ce-specversion": "1.0", "ce-type": crashType, "ce-source": "/console", "Nats-Msg-Id": msgID} {
 		m.Header.Set(k, v)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
