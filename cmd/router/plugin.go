@@ -248,6 +248,9 @@ func (c *PluginCommand) load(ctx context.Context, f *pluginFlags) (*wasm.Plugin,
 	p, err := rt.Load(ctx, pc, wasm.LoadOptions{Instances: 1})
 	if err != nil {
 		rt.Close(context.Background())
+		if _, refused := errors.AsType[*wasm.InitError](err); refused && len(f.config) == 0 && f.policies == "" {
+			err = fmt.Errorf("%w (the plugin's sy_init ran without config: give it with -config key=value, repeatable, or take its plugin block with -policies FILE -name NAME)", err)
+		}
 		return nil, nil, &exitError{code: pluginExitError, err: err}
 	}
 	return p, func() { rt.Close(context.Background()) }, nil

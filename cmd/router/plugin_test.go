@@ -111,6 +111,10 @@ func TestPluginTestCommandVerdicts(t *testing.T) {
 	}
 }
 
+// Each misuse of router plugin (a module that does not load, no event, a
+// malformed flag, a plugin refusing to start without config) exits 3 with
+// an error that says what was wrong; check with the config it needs
+// succeeds.
 func TestPluginCommandErrors(t *testing.T) {
 	_, stderr, code := runPluginTest(t, pluginTestEvent, "test", wasmTestdata(t, "badimport"), "-cache-dir", "")
 	if code != 3 {
@@ -127,6 +131,10 @@ func TestPluginCommandErrors(t *testing.T) {
 		{pluginTestEvent, []string{"test"}, "name the plugin's .wasm file"},
 		{pluginTestEvent, []string{"test", "x.wasm", "-config", "novalue"}, `"novalue" is not key=value`},
 		{pluginTestEvent, []string{"frobnicate"}, `unknown subcommand "frobnicate"`},
+		// A plugin whose sy_init refuses to start without config: the
+		// error says how to give it one.
+		{"", []string{"check", wasmTestdata(t, "initfail"), "-cache-dir", ""},
+			`sy_init returned 1: config key "region" is required (the plugin's sy_init ran without config: give it with -config key=value`},
 	} {
 		var out, errOut bytes.Buffer
 		err := NewMain(strings.NewReader(tc.stdin), &out, &errOut).Run(context.Background(), append([]string{"plugin"}, tc.args...))

@@ -272,10 +272,19 @@ func (in *instance) start(ctx context.Context) error {
 		if reason == "" {
 			reason = "no reason given"
 		}
-		return fmt.Errorf("sy_init returned %d: %s", rc, reason)
+		return &InitError{Code: rc, Reason: reason}
 	}
 	return nil
 }
+
+// InitError is a plugin's sy_init refusing to start (a return other than
+// 0), most often for its config: a key it needs is missing or wrong.
+type InitError struct {
+	Code   int32
+	Reason string // what the plugin said (sy_reason), or "no reason given"
+}
+
+func (e *InitError) Error() string { return fmt.Sprintf("sy_init returned %d: %s", e.Code, e.Reason) }
 
 // newTimer gives the instance a stopped timer of a new generation. A
 // timer whose Stop came too late (its function already started) is
