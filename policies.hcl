@@ -38,6 +38,8 @@ listen {
   #     {"token": "a-long-random-secret-for-acme", "tenant": "acme"},
   #     {"sha256": "9f86d081884c7d65...", "tenant": "ops", "admin": true}
   #   ]}
+  # (a token's digest: printf %s 'the-token' | sha256sum; echo would add a
+  # newline to what is hashed)
   # tokens_file = "./tokens.json"
 
   # pprof = "127.0.0.1:6060" # Go's CPU and heap profiles, for performance work;

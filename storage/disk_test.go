@@ -345,6 +345,33 @@ func TestOpenSaysWhoHoldsTheLock(t *testing.T) {
 	}
 }
 
+// A file that is not a data file (random bytes, a few bytes of text) is
+// refused by Open and reported by CheckFile in words that say so, and is
+// left as it was.
+func TestOpenSaysWhatIsNotADataFile(t *testing.T) {
+	noise := make([]byte, 4096)
+	for i := range noise {
+		noise[i] = byte(i*7919 + i>>3)
+	}
+	for name, content := range map[string][]byte{"noise": noise, "text": []byte("hello")} {
+		path := filepath.Join(t.TempDir(), "router.db")
+		if err := os.WriteFile(path, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		const want = "not a data file bbolt can open"
+		if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: Open: %v, want %q", name, err, want)
+		}
+		rep, err := CheckFile(path)
+		if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], want) {
+			t.Errorf("%s: CheckFile: %+v %v", name, rep, err)
+		}
+		if after, _ := os.ReadFile(path); string(after) != string(content) {
+			t.Errorf("%s: the file was changed", name)
+		}
+	}
+}
+
 // Close does not wait out a commit delay: a write already queued when Close
 // comes (put in the queue here as Update does) is committed at once.
 func TestCloseCutsTheCommitDelay(t *testing.T) {

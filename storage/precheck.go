@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -110,6 +111,9 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, lockHeld(err)
 	}
+	if notBolt(err) {
+		return nil, fmt.Errorf("not a data file bbolt can open (another kind of file, or its first pages are damaged): %w", err)
+	}
 	if err == nil && before != nil {
 		// bbolt opens the file, then waits for its lock: a file renamed
 		// into place meanwhile (router db compact finishing) would leave
@@ -178,6 +182,14 @@ func inspect(path string, checkUnclean func(string) error) error {
 		err = checkUnclean(path)
 	}
 	return err
+}
+
+// notBolt says whether err is bbolt refusing the file's contents, in
+// words ("invalid database", "file size too small") that do not say what
+// the file is.
+func notBolt(err error) bool {
+	return err != nil && (errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) ||
+		errors.Is(err, berrors.ErrChecksum) || strings.Contains(err.Error(), "file size too small"))
 }
 
 // lockHeld words bbolt's lock timeout: another process has the file open

@@ -112,7 +112,7 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	c.log.Info("switchyard is running", "version", versionString(), "socket", cfg.Listen.Socket, "data", cfg.Storage.Path)
+	c.log.Info("switchyard is running", "version", versionString(), "pid", os.Getpid(), "socket", cfg.Listen.Socket, "data", cfg.Storage.Path) // pid: what kill -HUP takes (README)
 	logFileLimit(c.log)
 	if err := sdNotify("READY=1"); err != nil {
 		c.log.Warn("could not tell systemd the router is ready", "error", err)
@@ -124,10 +124,15 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 }
 
 // open builds the router in the order of the story in
-// docs/architecture.md: the data file, the brokers and sinks, the plugins,
+// docs/architecture.md, once the files of secrets are checked: the data file, the brokers and sinks, the plugins,
 // the engine (and, after an unclean stop, the republish), the inbox
 // sources, and last the API, so that nothing is served before it works.
 func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
+	// A tokens file others may read is refused in milliseconds, not after
+	// the brokers started and the plugins compiled.
+	if problems := checkFiles(cfg); len(problems) > 0 {
+		return errors.New(strings.Join(problems, "\n"))
+	}
 	c.sourcesCtx, c.stopSources = context.WithCancel(context.WithoutCancel(ctx))
 	c.reg = newRegistry()
 	if err := c.openStorage(cfg); err != nil {

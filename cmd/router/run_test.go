@@ -57,6 +57,9 @@ func socketClient(sock string) *http.Client {
 	}}
 }
 
+// validate passes a good file, names each problem of a bad one at
+// file:line:col, and without a file in the folder says why router run
+// starts anyway.
 func TestValidate(t *testing.T) {
 	good, _ := writeConfig(t, "")
 	var out, errOut bytes.Buffer
@@ -78,6 +81,12 @@ func TestValidate(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
+	}
+
+	t.Chdir(t.TempDir())
+	err = m.Run(context.Background(), []string{"validate"})
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "router run starts on the defaults built into the binary") {
+		t.Errorf("validate without ./policies.hcl: %v", err)
 	}
 }
 
@@ -263,5 +272,46 @@ func TestHelpListsTheCommands(t *testing.T) {
 	err := NewMain(nil, &out, &errb).Run(context.Background(), []string{"-config", "x.hcl", "-h"})
 	if exitCode(err) != 2 || !strings.Contains(errb.String(), "-shutdown-timeout") || strings.Contains(errb.String(), "Commands:") {
 		t.Fatalf("router -config x.hcl -h: %v\n%s", err, errb.String())
+	}
+}
+
+// router run refuses a tokens file others may read before it starts
+// anything: the error names it at file:line:col, and no data file, no
+// embedded NATS server was made.
+func TestRunChecksSecretFilesFirst(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.json")
+	if err := os.WriteFile(tokens, []byte(`{"tokens":[{"token":"a-long-random-secret-for-acme","tenant":"acme"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tokens, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "policies.hcl")
+	src := fmt.Sprintf(`listen {
+  socket      = %q
+  http        = "127.0.0.1:0"
+  tokens_file = %q
+}
+storage { path = %q }
+nats "local" {
+  embedded = true
+  port     = -1
+  stream "events" { subjects = ["t.>"] }
+}
+`, filepath.Join(dir, "r.sock"), tokens, filepath.Join(dir, "data", "r.db"))
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs testkit.Buffer
+	err := NewMain(nil, io.Discard, &logs).Run(context.Background(), []string{"run", "-config", path})
+	if err == nil || !strings.Contains(err.Error(), path+":4:17: tokens_file") || !strings.Contains(err.Error(), "may be read by others") {
+		t.Fatalf("run with a tokens file of mode 0644: %v", err)
+	}
+	if _, serr := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(serr) {
+		t.Errorf("the data directory was made before the tokens file was checked: %v", serr)
+	}
+	if strings.Contains(logs.String(), "NATS server started") {
+		t.Errorf("the embedded NATS server started before the tokens file was checked:\n%s", logs.String())
 	}
 }

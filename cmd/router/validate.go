@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -41,6 +42,10 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	}
 	cfg, err := loadConfig(*path, false)
 	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && *path == defaultConfigPath {
+			// router run starts anyway: say why validate does not.
+			err = fmt.Errorf("%w (router run starts on the defaults built into the binary when %s does not exist; validate checks a file: name one with -config, or copy policies.hcl from the repository)", err, defaultConfigPath)
+		}
 		return &exitError{code: 1, err: err}
 	}
 	if problems := checkLoaded(ctx, cfg); len(problems) > 0 {
@@ -61,7 +66,8 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 			fmt.Fprintf(c.Stdout, "%s: reachable\n", name)
 			continue
 		}
-		fmt.Fprintf(c.Stdout, "%s: %v\n", name, err)
+		// The sinks' errors name the sink already.
+		fmt.Fprintf(c.Stdout, "%s: %s\n", name, strings.TrimPrefix(err.Error(), name+": "))
 		if !errors.Is(err, errEmbedded) {
 			failed = append(failed, err)
 		}
@@ -116,20 +122,10 @@ func checkSinksOf(ctx context.Context, cfg *config.Config, timeout time.Duration
 	return out
 }
 
-// checkLoaded checks what parsing cannot: the files the config names and
-// what they hold. Each problem is a "file:line:col: ..." line.
-//   - tokens_file: exists, private to its owner, holds valid tokens;
-//   - every other file of secrets (password, token, creds, nkey seed, TLS
-//     key): private to the router's user, as the router checks it when it
-//     connects (an embedded server's password file may not exist yet: the
-//     router makes it);
-//   - every plugin: loads as the router loads it (compiled, ABI exports and
-//     imports, _initialize and sy_init with its config);
-//   - every route to an embedded NATS server (JetStream): one of its
-//     declared streams captures the subject, or no publish is acknowledged;
-//   - the streams of a nats block: no two capture one subject, which
-//     JetStream refuses when the router creates them.
-func checkLoaded(ctx context.Context, cfg *config.Config) []string {
+// checkFiles reads the files the configuration names for secrets: the
+// tokens file parses, and each secret file is private to the router's user.
+// router run asks it first, before it starts anything.
+func checkFiles(cfg *config.Config) []string {
 	var problems []string
 	if cfg.Listen.TokensFile != "" {
 		if _, err := api.LoadTokens(cfg.Listen.TokensFile); err != nil {
@@ -145,6 +141,24 @@ func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 			problems = append(problems, fmt.Sprintf("%s: %s: %v", f.At, f.Attr, err))
 		}
 	}
+	return problems
+}
+
+// checkLoaded checks what parsing cannot: the files the config names and
+// what they hold. Each problem is a "file:line:col: ..." line.
+//   - tokens_file: exists, private to its owner, holds valid tokens;
+//   - every other file of secrets (password, token, creds, nkey seed, TLS
+//     key): private to the router's user, as the router checks it when it
+//     connects (an embedded server's password file may not exist yet: the
+//     router makes it);
+//   - every plugin: loads as the router loads it (compiled, ABI exports and
+//     imports, _initialize and sy_init with its config);
+//   - every route to an embedded NATS server (JetStream): one of its
+//     declared streams captures the subject, or no publish is acknowledged;
+//   - the streams of a nats block: no two capture one subject, which
+//     JetStream refuses when the router creates them.
+func checkLoaded(ctx context.Context, cfg *config.Config) []string {
+	problems := checkFiles(cfg)
 	problems = append(problems, checkPlugins(ctx, cfg)...)
 	if len(cfg.Sinks()) == 0 {
 		for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
