@@ -611,7 +611,7 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 	}
 	if ca, ok := s.engine.CatchAll(); ok {
 		out["catch_all"] = map[string]any{
-			"types": ca.Types, "max_types": ca.MaxTypes, "max_types_per_tenant": ca.MaxTypesPerTenant, "added_by_tenant": ca.ByTenant,
+			"types": ca.Types, "max_types": ca.MaxTypes, "max_types_per_tenant": ca.MaxTypesPerTenant, "added_by_tenant": ca.ByTenant, "in_flight": ca.InFlight,
 		}
 	}
 	if sp, maxSize, ok := s.engine.Space(); ok {

@@ -77,7 +77,7 @@ type Engine struct {
 	mu    sync.Mutex
 	loops map[string]*Loop
 	// addedBy names the tenant whose client added each type the catch-all
-	// took in this run (admitType); types the operator's clients added are
+	// took in this run (settleTypes); types the operator's clients added are
 	// left out, as are types found stored at start.
 	addedBy map[string]string
 	// pending counts, per new type the catch-all admitted that has no loop
@@ -323,8 +323,17 @@ func (e *Engine) kickAll() {
 	}
 }
 
-// wake tells type t's loop that new events were committed.
-func (e *Engine) wake(t string) { e.loop(t).wake() }
+// wake tells type t's loop, if it has one, that new events were
+// committed. (A type has none when a reload removed its block: nothing can
+// deliver them until the block comes back.)
+func (e *Engine) wake(t string) {
+	e.mu.Lock()
+	l := e.loops[t]
+	e.mu.Unlock()
+	if l != nil {
+		l.wake()
+	}
+}
 
 // EventStatus is GET /v1/events/{id}: the stored record, with the state
 // in_process while a loop holds it.

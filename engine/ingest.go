@@ -203,27 +203,38 @@ func (req *IngestRequest) tenantShare() string {
 
 // settleTypes ends the request's hold on its new types: one it stored an
 // event of (stored counts them per type; nil when nothing was stored)
-// gets its loop and keeps its slot; the others give theirs back once no
-// request in flight holds them.
+// gets its loop and keeps its slot, counted against the share that
+// admitType checked (the tenant that first asked for it); the others give
+// theirs back once no request in flight holds them. A type whose "*" block
+// a reload removed meanwhile gets no loop: its events wait, as those of a
+// removed type do (warnRemoved).
 func (e *Engine) settleTypes(req *IngestRequest, stored map[string]int) {
-	if len(req.newTypes) == 0 {
+	types := req.newTypes
+	req.newTypes = nil // once only, even if a second call comes (the deferred one)
+	if len(types) == 0 {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, t := range req.newTypes {
+	for _, t := range types {
+		p := e.pending[t]
+		if p == nil {
+			continue
+		}
 		if _, ok := e.loops[t]; !ok && stored[t] > 0 {
-			e.startLoopLocked(t)
-			if by := req.tenantShare(); by != "" {
-				e.addedBy[t] = by
+			if _, ok := e.policyOf(t); ok {
+				e.startLoopLocked(t)
+				if p.tenant != "" {
+					e.addedBy[t] = p.tenant
+				}
+			} else {
+				e.log.Warn("a reload removed the catch-all while events of a new type were being stored: they wait until a block takes the type", "type", t)
 			}
 		}
-		p := e.pending[t]
 		if p.requests--; p.requests == 0 {
 			delete(e.pending, t)
 		}
 	}
-	req.newTypes = nil
 }
 
 // catchAllRoom says whether the catch-all may take the new type t for
@@ -233,12 +244,21 @@ func (e *Engine) settleTypes(req *IngestRequest, stored map[string]int) {
 func (e *Engine) catchAllRoom(cfg *config.Config, t string, req *IngestRequest) error {
 	use := e.catchAllLocked(cfg)
 	if use.Types >= cfg.MaxTypes {
-		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types); type %q needs a block of its own, or a higher max_types", use.Types, t)
+		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "the catch-all event \"*\" block already holds %d types (its max_types%s); type %q needs a block of its own, or a higher max_types", use.Types, heldInFlight(use.InFlight), t)
 	}
 	if mine := use.ByTenant[req.Tenant]; !req.Operator && mine >= cfg.MaxTypesPerTenant {
 		return switchyard.Errorf(switchyard.ETOOMANYTYPES, "tenant %q has already added %d types to the catch-all event \"*\" block (its max_types_per_tenant); type %q needs a block of its own, or a higher max_types_per_tenant", req.Tenant, mine, t)
 	}
 	return nil
+}
+
+// heldInFlight says, in a refusal, how many of the types counted are held by
+// requests in flight: those slots come back if the requests fail.
+func heldInFlight(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d of them new types of requests still in flight", n)
 }
 
 // CatchAllUse is what the catch-all "*" block holds: the types it took,
@@ -247,6 +267,9 @@ func (e *Engine) catchAllRoom(cfg *config.Config, t string, req *IngestRequest) 
 type CatchAllUse struct {
 	Types, MaxTypes, MaxTypesPerTenant int
 	ByTenant                           map[string]int
+	// InFlight of Types are new types that requests still in flight hold
+	// (admitType): each keeps its slot only if its request stores it.
+	InFlight int
 }
 
 // CatchAll reports the catch-all's use; ok is false without a "*" block.
@@ -280,7 +303,9 @@ func (e *Engine) catchAllLocked(cfg *config.Config) CatchAllUse {
 	}
 	for t, p := range e.pending {
 		if _, ok := e.loops[t]; !ok {
+			before := u.Types
 			count(t, p.tenant)
+			u.InFlight += u.Types - before
 		}
 	}
 	return u

@@ -111,6 +111,9 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, lockHeld(err)
 	}
+	if errors.Is(err, berrors.ErrVersionMismatch) {
+		return nil, fmt.Errorf("a bbolt file of another format version than this router's bbolt reads (a newer router's? keep the file, and run the router that wrote it): %w", err)
+	}
 	if notBolt(err) {
 		return nil, fmt.Errorf("not a data file bbolt can open (another kind of file, or its first pages are damaged): %w", err)
 	}
@@ -188,8 +191,8 @@ func inspect(path string, checkUnclean func(string) error) error {
 // words ("invalid database", "file size too small") that do not say what
 // the file is.
 func notBolt(err error) bool {
-	return err != nil && (errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) ||
-		errors.Is(err, berrors.ErrChecksum) || strings.Contains(err.Error(), "file size too small"))
+	return err != nil && (errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrChecksum) ||
+		strings.Contains(err.Error(), "file size too small"))
 }
 
 // lockHeld words bbolt's lock timeout: another process has the file open

@@ -76,8 +76,13 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 	old := c.plugins
 	c.plugins = plugins
 	time.AfterFunc(pluginGrace, func() { closePlugins(context.Background(), old) })
+	for _, w := range runWarnings(cfg) {
+		c.log.Warn(w)
+	}
 	if err := c.api.ReloadTokens(); err != nil {
 		c.log.Error("tokens_file not reloaded; the tokens in force stay", "error", err)
+		c.log.Warn("configuration reloaded, except the tokens_file (see above)", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins))
+		return nil
 	}
 	c.log.Info("configuration reloaded", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins))
 	return nil

@@ -13,9 +13,10 @@ import (
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
-// SIGHUP to the real binary: a new event type is taken without a restart;
-// a bad config is refused (with file:line:col in the log) and the old one
-// stays in force.
+// SIGHUP to the real binary: a new event type is taken without a restart,
+// one routed where no declared stream captures with a warning; a bad
+// config is refused (with file:line:col in the log) and the old one stays
+// in force.
 func TestReloadOnSIGHUP(t *testing.T) {
 	bin := routerBinary(t)
 	path, sock := writeConfig(t, "")
@@ -62,6 +63,29 @@ event "t.new" {
 	waitLog("configuration reloaded")
 	if got := post("t.new"); got != 202 {
 		t.Fatalf("new type after the reload: %d", got)
+	}
+
+	// A route no declared stream captures is taken (a stream may be made by
+	// hand), with a warning at its file:line:col.
+	lost := base + `
+event "t.new" {
+  route {
+    to      = "nats.local"
+    subject = "t.new"
+  }
+}
+event "t.lost" {
+  route {
+    to      = "nats.local"
+    subject = "x.lost"
+  }
+}
+`
+	os.WriteFile(path, []byte(lost), 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(fmt.Sprintf(`%s:%d:1: event "t.lost" routes to subject "x.lost", which no stream of nats "local" captures`, path, strings.Count(base, "\n")+8))
+	if got := post("t.lost"); got != 202 {
+		t.Fatalf("the type with an uncaptured route after the reload: %d", got)
 	}
 
 	os.WriteFile(path, []byte(base+"\nevent \"t.other\" {\n  batch_size = \"lots\"\n}\n"), 0o600)

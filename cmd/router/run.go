@@ -95,6 +95,9 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	if cfg.File == embeddedName {
 		c.log.Info("no configuration file; running on the embedded defaults", "path", c.ConfigPath)
 	}
+	for _, w := range runWarnings(cfg) {
+		c.log.Warn(w)
+	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 		defer cancel()

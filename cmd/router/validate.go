@@ -123,11 +123,13 @@ func checkSinksOf(ctx context.Context, cfg *config.Config, timeout time.Duration
 }
 
 // checkFiles reads the files the configuration names for secrets: the
-// tokens file parses, and each secret file is private to the router's user.
-// router run asks it first, before it starts anything.
+// tokens file parses (when listen.http serves, as the API reads it only
+// then: configWarnings says so otherwise), and each secret file is private
+// to the router's user. router run asks it first, before it starts
+// anything.
 func checkFiles(cfg *config.Config) []string {
 	var problems []string
-	if cfg.Listen.TokensFile != "" {
+	if cfg.Listen.TokensFile != "" && cfg.Listen.HTTP != "" {
 		if _, err := api.LoadTokens(cfg.Listen.TokensFile); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", cfg.Listen.TokensAt, err))
 		}
@@ -173,19 +175,42 @@ func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 			problems = append(problems, fmt.Sprintf("%s: nats %q: stream %q captures %q, which overlaps %q of stream %q: JetStream refuses two streams that capture one subject",
 				cfg.StreamsAt[n.Name+"/"+o.Second], n.Name, o.Second, o.SecondSubject, o.FirstSubject, o.First))
 		}
+	}
+	return append(problems, uncapturedRoutes(cfg)...)
+}
+
+// uncapturedRoutes lists the routes to an embedded NATS server (with
+// JetStream) whose subject none of its declared streams captures: a
+// publish there is acknowledged only once someone makes such a stream by
+// hand, else the events dead-letter after their retries. validate refuses
+// them; router run and a reload warn (runWarnings), since a stream made by
+// hand is allowed.
+func uncapturedRoutes(cfg *config.Config) []string {
+	var out []string
+	for _, n := range cfg.NATS {
 		if !n.Embedded || !n.JetStream {
 			continue
 		}
 		for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
 			for _, r := range cfg.Events[t].Routes {
 				if r.To == n.SinkName() && natsplugin.StreamCapturing(n.Streams, r.Subject) == "" {
-					problems = append(problems, fmt.Sprintf("%s: event %q routes to subject %q, which no stream of nats %q captures: a publish there is never acknowledged; add the subject to a stream block",
+					out = append(out, fmt.Sprintf("%s: event %q routes to subject %q, which no stream of nats %q captures: a publish there is never acknowledged; add the subject to a stream block",
 						cfg.EventsAt[t], t, r.Subject, n.Name))
 				}
 			}
 		}
 	}
-	return problems
+	return out
+}
+
+// runWarnings are what router run and a reload log about cfg: validate's
+// warnings, and the routes no declared stream captures.
+func runWarnings(cfg *config.Config) []string {
+	out := configWarnings(cfg)
+	for _, u := range uncapturedRoutes(cfg) {
+		out = append(out, u+" (or make the stream by hand; validate refuses this)")
+	}
+	return out
 }
 
 // checkPlugins loads every plugin once, in a runtime of its own with the
@@ -240,6 +265,9 @@ func routed(cfg *config.Config, sink string, pick func(config.Route) string) []s
 //     names no destination is dead-lettered (nothing would carry it).
 func configWarnings(cfg *config.Config) []string {
 	var out []string
+	if cfg.Listen.TokensFile != "" && cfg.Listen.HTTP == "" {
+		out = append(out, fmt.Sprintf("%s: warning: tokens_file is read only with listen.http (the TCP listener); the unix socket takes no tokens", cfg.Listen.TokensAt))
+	}
 	for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
 		p := cfg.Events[t]
 		if len(p.Plugins) > 0 && len(p.Routes) == 0 && t != "*" {
