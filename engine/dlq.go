@@ -264,7 +264,7 @@ func (e *Engine) wakeQueue(q string) {
 		}
 		return
 	}
-	e.wake(q)
+	e.loop(q).wake() // it has a policy: a loop may be made for it
 }
 
 // DLQFilter selects dead letters for a bulk action. At least one of Type,
