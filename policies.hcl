@@ -87,8 +87,15 @@ storage {
 }
 
 # How long an Idempotency-Key (or a client-supplied event id) is remembered.
+# While the storage budget (storage.max_size, min_free) is reached and no
+# delivered record is left to remove, records older than min_window are
+# removed early to make room: a retry older than that is stored again, but
+# producers are not refused until the window ends (clients that choose their
+# ids keep one record per event, ~440 bytes). min_window = window keeps them
+# all, and the refusals.
 idempotency {
   window = "24h"
+  # min_window = "1h" # the default (or window, if shorter)
 }
 
 # How long delivered events are kept (for GET /v1/events/{id}) before cleanup.

@@ -122,7 +122,17 @@ type Storage struct {
 // Idempotency is the idempotency block.
 type Idempotency struct {
 	Window time.Duration // default 24h
+	// MinWindow is how long a record is kept even while the storage budget
+	// is full: past it, records are removed early to make room (engine's
+	// space loop), so that a full budget does not refuse every request
+	// until the window ends. Default: DefaultMinWindow, or Window if
+	// shorter.
+	MinWindow time.Duration
 }
+
+// DefaultMinWindow is idempotency.min_window's default: a retry within an
+// hour is still recognised while the storage budget is full.
+const DefaultMinWindow = time.Hour
 
 // DefaultYieldLag is outbox.yield_lag's default: a burst of up to about
 // ten seconds is stored at ingest's full speed and delivered after it.

@@ -42,7 +42,7 @@ func TestBuiltinDefaults(t *testing.T) {
 		File:              "test.hcl",
 		Listen:            Listen{Socket: "./data/router.sock", MaxBody: 1 << 20, MaxBatch: 1000, MaxConnections: 512, ReadTimeout: 30 * time.Second},
 		Storage:           Storage{Path: "./data/router.db", MinFree: 64 << 20, PluginCache: "data/wasm-cache"},
-		Idempotency:       Idempotency{Window: 24 * time.Hour},
+		Idempotency:       Idempotency{Window: 24 * time.Hour, MinWindow: time.Hour},
 		Outbox:            Outbox{TTL: 24 * time.Hour, YieldLag: 10 * time.Second},
 		DLQ:               DLQ{TTL: 168 * time.Hour},
 		MaxTypes:          256,
@@ -395,6 +395,7 @@ plugin "p" { wasm = "p.wasm" }
 		{"below minimum", "defaults {\n  batch_size = 0\n}\n", "test.hcl:2:16: Invalid value: batch_size must be at least 1"},
 		{"variable", "listen {\n  socket = var.x\n}\n", "test.hcl:2:12: Variables not allowed"},
 		{"bad duration", "idempotency {\n  window = \"5x\"\n}\n", `test.hcl:2:12: Invalid duration: window: "5x" is not a duration`},
+		{"min_window past window", "idempotency {\n  window     = \"1h\"\n  min_window = \"2h\"\n}\n", `test.hcl:3:16: min_window longer than window`},
 		{"duration without unit", "outbox {\n  ttl = 60\n}\n", `test.hcl:2:9: Invalid duration: ttl: "60" is not a duration`},
 		{"duration too long", "outbox {\n  ttl = \"99999999h\"\n}\n", `test.hcl:2:9: Invalid duration: ttl: "99999999h" is longer than the longest duration`},
 		{"duration unit alone", "outbox {\n  ttl = \"h\"\n}\n", `test.hcl:2:9: Invalid duration: ttl: "h" is not a duration`},
@@ -605,6 +606,26 @@ func TestMaxTypesPerTenant(t *testing.T) {
 		cfg := mustParse(t, c.block)
 		if cfg.MaxTypes != c.all || cfg.MaxTypesPerTenant != c.perTenant {
 			t.Errorf("%q: max_types %d, per tenant %d; want %d, %d", c.block, cfg.MaxTypes, cfg.MaxTypesPerTenant, c.all, c.perTenant)
+		}
+	}
+}
+
+// What idempotency.min_window keeps while the storage budget is full is
+// an hour of the window by default, all of a shorter window, or what it
+// says (0s: nothing).
+func TestIdempotencyMinWindow(t *testing.T) {
+	for _, c := range []struct {
+		block       string
+		window, min time.Duration
+	}{
+		{"", 24 * time.Hour, time.Hour},
+		{"idempotency {\n  window = \"30m\"\n}\n", 30 * time.Minute, 30 * time.Minute},
+		{"idempotency {\n  min_window = \"5m\"\n}\n", 24 * time.Hour, 5 * time.Minute},
+		{"idempotency {\n  min_window = \"0s\"\n}\n", 24 * time.Hour, 0},
+	} {
+		idem := mustParse(t, c.block).Idempotency
+		if idem.Window != c.window || idem.MinWindow != c.min {
+			t.Errorf("%q: window %v, min_window %v; want %v, %v", c.block, idem.Window, idem.MinWindow, c.window, c.min)
 		}
 	}
 }

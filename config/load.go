@@ -310,7 +310,7 @@ func (d *decoder) root(body hcl.Body) *Config {
 		d.listen(b, &cfg.Listen)
 	}
 	d.storage(c, body, &cfg.Storage)
-	d.durationBlock(c.Blocks, "idempotency", "window", &cfg.Idempotency.Window)
+	d.idempotency(c.Blocks, &cfg.Idempotency)
 	if b := d.single(c.Blocks, "outbox"); b != nil {
 		oc := d.content(b.Body, schema("ttl yield_lag"))
 		d.duration(oc.Attributes["ttl"], &cfg.Outbox.TTL, true)
@@ -467,8 +467,25 @@ func (d *decoder) events(c *hcl.BodyContent, cfg *Config) {
 	}
 }
 
+// idempotency decodes idempotency { window min_window }.
+func (d *decoder) idempotency(blocks hcl.Blocks, idem *Idempotency) {
+	idem.MinWindow = -1 // unset
+	if b := d.single(blocks, "idempotency"); b != nil {
+		c := d.content(b.Body, schema("window min_window"))
+		d.duration(c.Attributes["window"], &idem.Window, true)
+		d.duration(c.Attributes["min_window"], &idem.MinWindow, false)
+		if a := c.Attributes["min_window"]; a != nil && idem.MinWindow > idem.Window {
+			d.errorf(a.Expr.Range(), "min_window longer than window",
+				"idempotency.min_window (%v) is how much of the window (%v) is kept while the storage budget is full: at most the window.", idem.MinWindow, idem.Window)
+		}
+	}
+	if idem.MinWindow < 0 {
+		idem.MinWindow = min(DefaultMinWindow, idem.Window)
+	}
+}
+
 // durationBlock decodes a block holding a single duration, such as
-// idempotency { window = "24h" }.
+// dlq { ttl = "168h" }.
 func (d *decoder) durationBlock(blocks hcl.Blocks, typ, attr string, dst *time.Duration) {
 	if b := d.single(blocks, typ); b != nil {
 		d.duration(d.content(b.Body, schema(attr)).Attributes[attr], dst, true)

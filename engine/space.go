@@ -31,8 +31,9 @@ type spaceState struct {
 // { max_size } against the pages in use, min_free against the disk's free
 // bytes and the file's own free pages (storage.Space.Room). While
 // over, ingest is refused, delivery and the DLQ go on, and delivered
-// records are removed before their outbox.ttl to make room: ingest resumes
-// as the backlog drains.
+// records, then idempotency records past idempotency.min_window, are
+// removed before their time to make room (makeRoom): ingest resumes as the
+// backlog drains.
 type spaceWatch struct {
 	meter SpaceMeter
 	state atomic.Pointer[spaceState]
@@ -106,11 +107,7 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 			}
 		}
 		if st.full != nil {
-			if n, err := e.dropDelivered(ctx); err != nil && ctx.Err() == nil {
-				e.log.Error("removing delivered records to make room", "error", err)
-			} else if n > 0 {
-				e.log.Info("removed delivered records before their ttl to make room", "records", n)
-			}
+			e.makeRoom(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -118,6 +115,45 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// makeRoom removes, while the budget is exhausted, what is kept only for
+// reading back: first the delivered records; once none is left, the
+// idempotency records older than idempotency.min_window, so that a full
+// budget does not refuse every request until their window ends (clients
+// that choose their event ids keep one per event). Each tick takes one
+// step: the next measurement says whether it was enough.
+func (e *Engine) makeRoom(ctx context.Context) {
+	n, err := e.dropDelivered(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		e.log.Error("removing delivered records to make room", "error", err)
+		return
+	case n > 0:
+		e.log.Info("removed delivered records before their ttl to make room", "records", n)
+		return
+	}
+	idem := e.config().Idempotency
+	n, err = e.dropIdempotency(ctx, idem.Window-idem.MinWindow)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		e.log.Error("removing idempotency records to make room", "error", err)
+	case n > 0:
+		e.log.Warn("removed idempotency records older than idempotency.min_window to make room: a retry of those requests would be stored again",
+			"records", n, "min_window", idem.MinWindow, "window", idem.Window)
+	}
+}
+
+// dropIdempotency removes the idempotency records that expire within
+// early from now, as if that much time had passed: those older than the
+// window less early.
+func (e *Engine) dropIdempotency(ctx context.Context, early time.Duration) (int, error) {
+	if early <= 0 {
+		return 0, nil
+	}
+	return e.inChunks(ctx, func(tx *storage.Tx, now time.Time, limit int) (int, error) {
+		return tx.DeleteExpiredIdempotency(now.Add(early), limit)
+	})
 }
 
 // dropDelivered removes every delivered record now, as if its outbox.ttl

@@ -1,10 +1,13 @@
 package engine_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
@@ -63,5 +66,70 @@ func noLoops(t *testing.T, h *harness, prefix string) {
 		if strings.HasPrefix(s.Type, prefix) {
 			t.Errorf("type %s has a loop, for events never stored", s.Type)
 		}
+	}
+}
+
+// While the storage budget is full and nothing is left to deliver, but
+// clients that choose their event ids keep an idempotency record per event
+// for the window, the router removes the records older than
+// idempotency.min_window and takes requests again, instead of refusing
+// them until the window ends (24 h); an event sent within min_window is
+// still recognised when resent.
+func TestFullBudgetOfIdempotencyRecordsMakesRoom(t *testing.T) {
+	var logs testkit.Buffer
+	h := newHarness(t, `
+storage { max_size = "256KiB" }
+idempotency { min_window = "2s" }
+event "t.order" {
+  route {
+    to      = "nats.local"
+    subject = "t.order"
+  }
+  polling { min = "10ms" }
+}
+`, false, harnessOption(func(o *engine.Options) {
+		o.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+	}))
+	next := 0
+	batch := func() (*engine.Response, error) {
+		evs := make([]engine.IngestEvent, 50)
+		for i := range evs {
+			evs[i] = newEvent("t.order", fmt.Sprintf("o-%d", next+i), true, 1)
+		}
+		resp, err := h.eng.Ingest(context.Background(), &engine.IngestRequest{Tenant: "default", Events: evs, Render: accepted})
+		if err == nil {
+			next += len(evs)
+		}
+		return resp, err
+	}
+	// Fill the budget: the idempotency records alone soon take it all.
+	full := 0
+	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); {
+		_, err := batch()
+		switch code := switchyard.ErrorCode(err); {
+		case err == nil:
+			full = 0
+		case code == switchyard.ESTORAGEFULL:
+			full++
+			time.Sleep(20 * time.Millisecond)
+		default:
+			t.Fatal(err)
+		}
+	}
+	if full == 0 || next == 0 {
+		t.Fatalf("the budget never filled (%d events stored)", next)
+	}
+	// It makes room by itself: a batch is taken again.
+	testkit.EventuallyWith(t, 15*time.Second, func() bool { _, err := batch(); return err == nil },
+		func() string {
+			return fmt.Sprintf("still refused after %d events stored; log:\n%s", next, logs.String())
+		})
+	if !strings.Contains(logs.String(), "removed idempotency records older than idempotency.min_window") {
+		t.Errorf("the log does not say which records went:\n%s", logs.String())
+	}
+	// The batch just taken is within min_window: resent, it is replayed.
+	next -= 50
+	if resp, err := batch(); err != nil || !resp.Replayed {
+		t.Errorf("the last batch, resent: %v %+v", err, resp)
 	}
 }
