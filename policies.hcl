@@ -48,8 +48,10 @@ listen {
   max_body  = "1MiB" # largest request body (at most 256MiB)
   max_batch = 1000   # most events in one batch request
 
-  # The TCP listener holds at most max_connections open connections (more
-  # wait in the kernel's backlog, costing the router nothing), so a flood of
+  # The TCP listener holds at most max_connections open connections (past
+  # them a new client takes the place of the connection idle the longest;
+  # while all are mid-request, it waits in the kernel's backlog, costing the
+  # router nothing), so a flood of
   # clients cannot take the file descriptors the socket, the data file and
   # the brokers need; the unix socket is not counted. Every request on
   # either must arrive whole within read_timeout (a late body: 408

@@ -43,6 +43,12 @@ type tcpRouter struct {
 
 func newTCPRouter(t *testing.T, extra ...string) *tcpRouter {
 	t.Helper()
+	return newTCPRouterWith(t, nil, extra...)
+}
+
+// newTCPRouterWith is newTCPRouter with listen adjusting the listen block.
+func newTCPRouterWith(t *testing.T, listen func(*config.Listen), extra ...string) *tcpRouter {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "sy")
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +78,9 @@ event "order.created" {}
 		t.Fatal(err)
 	}
 	cfg.Listen.Socket = filepath.Join(dir, "r.sock")
+	if listen != nil {
+		listen(&cfg.Listen)
+	}
 	db := storagetest.Open(t)
 	eng, err := engine.New(db, cfg, nil, engine.Options{})
 	if err != nil {

@@ -24,7 +24,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
@@ -186,9 +185,11 @@ func (s *Server) Open() error {
 			return fmt.Errorf("listen %s: %w", s.listen.HTTP, err)
 		}
 		if n := s.listen.MaxConnections; n > 0 {
-			// Past n open connections Accept waits: new clients queue in
-			// the kernel's backlog, costing no file descriptor here.
-			tcp = netutil.LimitListener(tcp, n)
+			// Past n open connections a new client takes the place of the
+			// one idle the longest, or waits in the kernel's backlog.
+			limit := newConnLimit(tcp, n)
+			s.tcpSrv.ConnState = limit.track
+			tcp = limit
 		}
 	}
 	ln := s.opts.Listener

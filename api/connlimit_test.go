@@ -1,0 +1,98 @@
+package api_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/config"
+)
+
+// Idle keep-alive connections cannot lock clients out of the TCP listener:
+// with max_connections held by connections that made a request (to
+// /healthz, which needs no token) and now sit idle, a new client is served
+// at once, in the place of the one idle the longest, which is closed.
+// Connections in the middle of a request keep theirs: a client then waits
+// until one ends (here, read_timeout cuts a stalled one off).
+func TestIdleConnectionsGiveTheirPlaceUp(t *testing.T) {
+	r := newTCPRouterWith(t, func(l *config.Listen) {
+		l.MaxConnections = 2
+		l.ReadTimeout = time.Second
+	})
+	idle := make([]net.Conn, 2)
+	for i := range idle {
+		idle[i] = dialTCP(t, r.addr)
+		if status := rawGet(t, idle[i], "/healthz"); status != 200 {
+			t.Fatalf("idle connection %d: /healthz %d", i, status)
+		}
+		time.Sleep(10 * time.Millisecond) // the first is idle the longer
+	}
+
+	start := time.Now()
+	if rep := r.tcp("GET", "/v1/stats", tokAdmin, nil, ""); rep.status != 200 {
+		t.Fatalf("a new client past two idle connections: %d %s", rep.status, rep.body)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("the new client waited %s", took)
+	}
+	if !closedByServer(idle[0]) {
+		t.Errorf("the connection idle the longest is still open")
+	}
+	r.http.CloseIdleConnections()
+
+	// Two connections stalled mid-request hold their places until
+	// read_timeout; a new client is served after that, not before.
+	stalled := make([]net.Conn, 2)
+	for i := range stalled {
+		stalled[i] = dialTCP(t, r.addr)
+		stalled[i].Write([]byte("GET /healthz HTTP/1.1\r\nHost: r\r\n")) // no end of headers
+	}
+	time.Sleep(100 * time.Millisecond)
+	start = time.Now()
+	if rep := r.tcp("GET", "/v1/stats", tokAdmin, nil, ""); rep.status != 200 {
+		t.Fatalf("a new client past two stalled connections: %d %s", rep.status, rep.body)
+	}
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Errorf("the new client was served after %s, while both places were busy mid-request", took)
+	}
+}
+
+func dialTCP(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// rawGet sends one GET on c, keeping it open, and returns the status.
+func rawGet(t *testing.T, c net.Conn, path string) int {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if _, err := c.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: r\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// closedByServer reports whether the server has closed c.
+func closedByServer(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err := c.Read(make([]byte, 1))
+	return err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "reset"))
+}
