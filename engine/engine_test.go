@@ -8,11 +8,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -587,4 +590,44 @@ func TestResendAfterTheWindowWhileStored(t *testing.T) {
 	if q.Pending != 2 {
 		t.Fatalf("pending %d, want the 2 events stored once each", q.Pending)
 	}
+}
+
+// A delivery whose outcome cannot be recorded for a while (a full disk)
+// is recorded once the store takes writes again, the batch held meanwhile:
+// its events are not published again, even when the failures last past
+// the stream's dedup window (1 s on the embedded server).
+func TestFailedOutcomeCommitIsRetriedNotResent(t *testing.T) {
+	h := newHarness(t, oneRoute, true)
+	failing := &failingStore{Store: h.db}
+	eng, err := engine.New(failing, h.cfg, []switchyard.Sink{h.sink}, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng
+	ids := h.ingest("t.order", 5)
+	failing.until.Store(time.Now().Add(1500 * time.Millisecond).UnixNano())
+	testkit.EventuallyWith(t, 20*time.Second, func() bool {
+		eng.Loop("t.order").Poll(context.Background())
+		return h.record(ids[4]).State == storage.StateDelivered
+	}, func() string { return "not delivered: " + string(h.record(ids[4]).State) })
+	if failing.failed.Load() < 2 {
+		t.Fatalf("the store failed %d writes, want the commit to have been tried again", failing.failed.Load())
+	}
+	h.streamHoldsOnce(ids)
+}
+
+// failingStore fails every write until the time in until (Unix ns), as a
+// full disk does.
+type failingStore struct {
+	engine.Store
+	until  atomic.Int64
+	failed atomic.Int32
+}
+
+func (s *failingStore) Update(ctx context.Context, fn func(*storage.Tx) error) error {
+	if time.Now().UnixNano() < s.until.Load() {
+		s.failed.Add(1)
+		return fmt.Errorf("write data/router.db: %w", syscall.ENOSPC)
+	}
+	return s.Store.Update(ctx, fn)
 }

@@ -302,15 +302,25 @@ func (l *Loop) finish(ctx context.Context, b *batch) (PollResult, error) {
 
 // commitBatch records a published batch's outcome in one transaction. It
 // does not let go of the batch's hold; the caller does, with letGo.
+//
+// A commit that fails (a full disk, an I/O error) is tried again, the
+// batch still held, for up to the policy's max_processing_time: the
+// broker has the messages, and letting go of the batch would send them
+// all again, past the broker's dedup window once the disk is full for
+// longer than it. Past that, or when the loop stops, the events stay
+// pending and are published again (at least once; receivers dedup by id).
 func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 	var res PollResult
-	err := l.e.store.Update(context.WithoutCancel(ctx), func(tx *storage.Tx) error {
-		res = PollResult{Taken: len(b.items), Failed: b.failed}
-		return l.commit(tx, b, &res)
+	record := func() error {
+		return l.e.store.Update(context.WithoutCancel(ctx), func(tx *storage.Tx) error {
+			res = PollResult{Taken: len(b.items), Failed: b.failed}
+			return l.commit(tx, b, &res)
+		})
+	}
+	err := retryCommit(ctx, b.pol.MaxProcessingTime, record, func(err error, wait time.Duration) {
+		l.e.log.Warn("recording delivery outcomes failed; trying again, the batch held (not sent again)", "type", l.typ, "events", len(b.items), "retry_in", wait, "error", err)
 	})
 	if err != nil {
-		// Nothing of this batch is recorded: the events are still pending
-		// and will be published again (at least once; receivers dedup by id).
 		return res, fmt.Errorf("commit batch of %s: %w", l.typ, err)
 	}
 	l.e.metrics.committed(l.typ, &res, b)
@@ -318,6 +328,30 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 	l.logFailures(res.failures, l.e.now())
 	l.e.tail.published(l.typ, b, l.e.now())
 	return res, nil
+}
+
+// commitRetryFirst is retryCommit's first wait; each next one doubles, up
+// to commitRetryMax.
+var commitRetryFirst, commitRetryMax = 250 * time.Millisecond, 30 * time.Second
+
+// retryCommit runs record until it succeeds, ctx ends, or the next try
+// would come past limit, waiting longer after each failure (told to
+// failed). A record that does not decode (storage.ErrCorrupt) is not tried
+// again: it would fail the same way.
+func retryCommit(ctx context.Context, limit time.Duration, record func() error, failed func(error, time.Duration)) error {
+	deadline := time.Now().Add(limit)
+	for wait := commitRetryFirst; ; wait = min(2*wait, commitRetryMax) {
+		err := record()
+		if err == nil || ctx.Err() != nil || errors.Is(err, storage.ErrCorrupt) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		failed(err, wait)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // inTransit is a sent batch whose acknowledgements and commit run while
