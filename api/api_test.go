@@ -717,3 +717,16 @@ func listenOn(socket, http, tokens string) config.Listen {
 	l.HTTP, l.TokensFile, l.MaxBody, l.MaxBatch = http, tokens, 1024, 1
 	return l
 }
+
+// An id longer than any the router stores is refused with 400, and the
+// problem's instance does not echo a path of any length back whole.
+func TestLongIDIsRefusedNotEchoed(t *testing.T) {
+	r := newRouter(t)
+	rep := r.do("GET", "/v1/events/"+strings.Repeat("x", 100_000), nil, "")
+	if rep.status != 400 || !strings.Contains(string(rep.body), "longer than 1024 bytes") {
+		t.Fatalf("a 100 KB id: %d %.200s", rep.status, rep.body)
+	}
+	if len(rep.body) > 2048 {
+		t.Errorf("the answer is %d bytes: the path was echoed whole", len(rep.body))
+	}
+}

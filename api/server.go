@@ -80,6 +80,7 @@ type Server struct {
 	served int // listeners being served (answers expected on done)
 
 	metrics *metrics
+	failLog failLog // writeError's log lines, at most one per code and second
 }
 
 // New returns a server for eng with the limits of the listen block.
@@ -524,6 +525,10 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	if err := checkRef(id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	rec, err := s.engine.EventStatus(ten, id)
 	if err == nil && rec.Tenant != ten {
 		err = switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", id)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -78,6 +79,15 @@ type write struct {
 	err chan error
 }
 
+// openError names path once: an error of the file system names it already
+// ("open PATH: permission denied").
+func openError(path string, err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok && pe.Path == path {
+		return fmt.Errorf("storage: %w", err)
+	}
+	return fmt.Errorf("storage: open %s: %w", path, err)
+}
+
 // Open opens (creating if needed) the data file at path and starts its
 // writer goroutine.
 func Open(path string, opts Options) (*DB, error) {
@@ -91,7 +101,7 @@ func Open(path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
 	if err := inspect(path, opts.CheckUnclean); err != nil {
-		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+		return nil, openError(path, err)
 	}
 	var unclean bool
 	bdb, err := openBolt(path, &bolt.Options{
@@ -104,7 +114,7 @@ func Open(path string, opts Options) (*DB, error) {
 		InitialMmapSize: 1 << 30,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+		return nil, openError(path, err)
 	}
 	err = faultSafe(func() error {
 		return bdb.Update(func(tx *bolt.Tx) error {

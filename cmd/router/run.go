@@ -170,13 +170,29 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 func (c *RunCommand) openStorage(cfg *config.Config) error {
 	defer c.progress.step("opening the data file %s", cfg.Storage.Path)()
 	db, err := storage.Open(cfg.Storage.Path, storage.Options{
-		OnCommit: storageMetrics(c.reg), CommitDelay: cfg.Storage.CommitDelay, CheckUnclean: checkAfterUncleanStop,
+		OnCommit: storageMetrics(c.reg), CommitDelay: cfg.Storage.CommitDelay, CheckUnclean: c.checkAfterUncleanStop,
 	})
 	if err != nil {
 		return err
 	}
 	c.db = db
 	registerStorage(c.reg, db)
+	return nil
+}
+
+// checkAfterUncleanStop is checkAfterUncleanStop (db.go), saying in the
+// log why the start takes longer, and what it found.
+func (c *RunCommand) checkAfterUncleanStop(path string) error {
+	var size int64
+	if fi, err := os.Stat(path); err == nil {
+		size = fi.Size()
+	}
+	c.log.Warn("the last run did not stop cleanly: checking the whole data file before opening it", "path", path, "bytes", size)
+	start := time.Now()
+	if err := checkAfterUncleanStop(path); err != nil {
+		return err
+	}
+	c.log.Info("the data file is sound", "path", path, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
