@@ -18,6 +18,9 @@ var spaceEvery = 250 * time.Millisecond
 // (storage.DB). Without one there is no budget.
 type SpaceMeter interface {
 	Space() (storage.Space, error)
+	// Used is Space's Used after the last write, read without its system
+	// calls: cheap enough for every request.
+	Used() int64
 }
 
 // spaceState is the last measurement and its verdict.
@@ -25,6 +28,12 @@ type spaceState struct {
 	space    storage.Space
 	measured bool  // false: the measurement failed, space is partial
 	full     error // non-nil: ingest answers it (507 storage_full)
+	// Between measurements, check refuses once the pages in use grew by
+	// more than headroom bytes (the room left under max_size and above
+	// min_free; -1: no budget): a burst cannot overshoot the budget by what
+	// it writes in spaceEvery, only by one commit.
+	headroom int64
+	soonFull error
 }
 
 // spaceWatch keeps the verdict on the data file's budget fresh: storage
@@ -37,15 +46,28 @@ type spaceState struct {
 type spaceWatch struct {
 	meter SpaceMeter
 	state atomic.Pointer[spaceState]
+	// pressed: check refused a request since the last measurement, for the
+	// writes since it (spaceState.headroom); the space loop then makes room
+	// as for a full budget.
+	pressed atomic.Bool
 }
 
-// check returns the storage_full error while the budget is exhausted.
+// check returns the storage_full error while the budget is exhausted, or
+// once the writes since the last measurement may have taken what room it
+// left.
 func (w *spaceWatch) check() error {
 	if w == nil {
 		return nil
 	}
-	if st := w.state.Load(); st != nil {
+	st := w.state.Load()
+	switch {
+	case st == nil:
+		return nil
+	case st.full != nil:
 		return st.full
+	case st.headroom >= 0 && w.meter.Used()-st.space.Used > st.headroom:
+		w.pressed.Store(true)
+		return st.soonFull
 	}
 	return nil
 }
@@ -74,7 +96,10 @@ func (w *spaceWatch) roomy(maxSize, minFree int64) bool {
 // measure takes a measurement and decides.
 func (w *spaceWatch) measure(maxSize, minFree int64) *spaceState {
 	sp, err := w.meter.Space()
-	st := &spaceState{space: sp, measured: err == nil}
+	st := &spaceState{space: sp, measured: err == nil, headroom: -1}
+	if st.measured {
+		st.headroom, st.soonFull = headroom(sp, maxSize, minFree)
+	}
 	switch {
 	case err != nil:
 		// Cannot tell: do not refuse on a failed measurement.
@@ -89,6 +114,23 @@ func (w *spaceWatch) measure(maxSize, minFree int64) *spaceState {
 	return st
 }
 
+// headroom is how many bytes may be written before sp reaches maxSize or
+// minFree (-1: neither is set), and the refusal once they are.
+func headroom(sp storage.Space, maxSize, minFree int64) (int64, error) {
+	room := int64(-1)
+	if maxSize > 0 {
+		room = max(0, maxSize-sp.Used)
+	}
+	if minFree > 0 {
+		r := max(0, sp.Room()-minFree)
+		if room < 0 || r < room {
+			room = r
+		}
+	}
+	return room, &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: time.Second, Message: fmt.Sprintf(
+		"the data file has grown past the %d bytes its budget (storage.max_size, min_free) had left when last measured: nothing was stored; delivery goes on and makes room", room)}
+}
+
 // spaceLoop measures every spaceEvery; while the budget is exhausted it
 // removes delivered records early.
 func (e *Engine) spaceLoop(ctx context.Context) {
@@ -97,16 +139,21 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 	wasFull := false
 	for {
 		cfg := e.config()
+		pressed := e.space.pressed.Swap(false) // refused since the last measurement
 		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
-		if full := st.full != nil; full != wasFull {
+		reason := st.full
+		if reason == nil && pressed {
+			reason = st.soonFull
+		}
+		if full := reason != nil; full != wasFull {
 			wasFull = full
 			if full {
-				e.log.Warn("storage budget reached: ingest refused (507 storage_full) until delivery makes room", "reason", st.full.(*switchyard.Error).Message)
+				e.log.Warn("storage budget reached: ingest refused (507 storage_full) until delivery makes room", "reason", reason.(*switchyard.Error).Message)
 			} else {
 				e.log.Info("storage budget has room again: ingest resumes", "used_bytes", st.space.Used)
 			}
 		}
-		if st.full != nil {
+		if reason != nil {
 			e.makeRoom(ctx)
 		}
 		select {

@@ -3,13 +3,24 @@ package engine
 import (
 	"testing"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
-// fixedMeter measures what it is given.
-type fixedMeter storage.Space
+// fixedMeter measures what it is given: sp by Space, *used by Used (the
+// pages in use after the writes since).
+type fixedMeter struct {
+	sp   storage.Space
+	used *int64
+}
 
-func (m fixedMeter) Space() (storage.Space, error) { return storage.Space(m), nil }
+func (m fixedMeter) Space() (storage.Space, error) { return m.sp, nil }
+func (m fixedMeter) Used() int64 {
+	if m.used == nil {
+		return m.sp.Used
+	}
+	return *m.used
+}
 
 // The min_free floor counts the room inside the data file as well as the
 // disk's: bbolt never gives free pages back to the disk, so after a
@@ -25,9 +36,45 @@ func TestMinFreeCountsTheFilesOwnRoom(t *testing.T) {
 		{storage.Space{DiskFree: 150}, false},
 		{storage.Space{DiskFree: 99}, true},
 	} {
-		w := &spaceWatch{meter: fixedMeter(c.sp)}
+		w := &spaceWatch{meter: fixedMeter{sp: c.sp}}
 		if st := w.measure(0, 100); (st.full != nil) != c.full {
 			t.Errorf("%+v against min_free 100: full %v, want %v", c.sp, st.full, c.full)
+		}
+	}
+}
+
+// Between two measurements, a request is refused once the pages in use
+// grew past the room the last one left (under max_size, above min_free),
+// so a burst overshoots the budget by one commit at most, not by what it
+// writes until the next measurement.
+func TestWritesSinceTheMeasurementCountAgainstTheBudget(t *testing.T) {
+	for _, c := range []struct {
+		sp               storage.Space
+		maxSize, minFree int64
+		grown            int64
+		refused          bool
+	}{
+		{storage.Space{Used: 900}, 1000, 0, 100, false},
+		{storage.Space{Used: 900}, 1000, 0, 101, true},
+		{storage.Space{Used: 900, DiskFree: 500}, 0, 300, 200, false},
+		{storage.Space{Used: 900, DiskFree: 500}, 0, 300, 201, true},
+		{storage.Space{Used: 900, DiskFree: 500}, 1000, 300, 150, true}, // max_size the nearer
+		{storage.Space{Used: 900, DiskFree: 500}, 0, 0, 1 << 40, false}, // no budget
+	} {
+		used := c.sp.Used
+		w := &spaceWatch{meter: fixedMeter{sp: c.sp, used: &used}}
+		if st := w.measure(c.maxSize, c.minFree); st.full != nil {
+			t.Fatalf("%+v: full at the measurement: %v", c, st.full)
+		}
+		if err := w.check(); err != nil {
+			t.Fatalf("%+v: refused before any write: %v", c, err)
+		}
+		used += c.grown
+		if err := w.check(); (err != nil) != c.refused || (err != nil && switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL) {
+			t.Errorf("%+v grown by %d: %v, want refused %v", c, c.grown, err, c.refused)
+		}
+		if w.pressed.Load() != c.refused {
+			t.Errorf("%+v: pressed %v, want %v", c, w.pressed.Load(), c.refused)
 		}
 	}
 }

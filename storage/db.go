@@ -72,6 +72,8 @@ type DB struct {
 	// commitErr is the error of the last commit when it failed (a full
 	// disk, an I/O error); nil after one succeeds.
 	commitErr atomic.Pointer[error]
+	// used is the bytes of pages in use after the last commit (Used).
+	used atomic.Int64
 }
 
 type write struct {
@@ -356,6 +358,9 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 		} else {
 			db.commitErr.Store(nil)
 			db.commits.Add(1)
+			if used, err := db.pagesInUse(); err == nil {
+				db.used.Store(used)
+			}
 			done = lastCommit{writes: len(group), took: time.Since(start)}
 			if db.opts.OnCommit != nil {
 				db.opts.OnCommit(done.writes, done.took)
@@ -367,6 +372,22 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 		return done
 	}
 	return done
+}
+
+// Used is the bytes of pages in use after the last commit, as Space
+// counts them, without Space's system calls: one atomic read.
+func (db *DB) Used() int64 { return db.used.Load() }
+
+// pagesInUse is the file's high-water mark less its free pages: what
+// Space.Used and Used say.
+func (db *DB) pagesInUse() (int64, error) {
+	tx, err := db.bolt.Begin(false)
+	if err != nil {
+		return 0, err
+	}
+	size := tx.Size()
+	tx.Rollback()
+	return size - int64(db.bolt.Stats().FreeAlloc), nil
 }
 
 // Writable reports why the data file cannot take writes: the error of the

@@ -123,14 +123,11 @@ func (sp Space) Room() int64 { return sp.DiskFree + sp.Reusable }
 // Space measures the data file's use and the room left on its disk.
 func (db *DB) Space() (Space, error) {
 	var sp Space
-	err := db.bolt.View(func(tx *bolt.Tx) error {
-		sp.Used = tx.Size()
-		return nil
-	})
-	if err != nil {
+	var err error
+	if sp.Used, err = db.pagesInUse(); err != nil {
 		return sp, err
 	}
-	sp.Used -= int64(db.bolt.Stats().FreeAlloc)
+	db.used.Store(sp.Used)
 	sp.File = db.Size()
 	if fi, err := os.Stat(db.path); err == nil {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
