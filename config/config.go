@@ -87,9 +87,11 @@ type Listen struct {
 	MaxBody    int64  // bytes; default 1 MiB
 	MaxBatch   int    // events per batch request; default 1000
 	// MaxConnections caps the TCP listener's open connections (default
-	// 512): a flood of clients waits in the kernel's backlog instead of
-	// taking the file descriptors the unix socket, the data file and the
-	// brokers need. The unix socket is not counted against it.
+	// 512): past it a new client takes the place of the connection idle
+	// the longest, or, while all are mid-request, waits in the kernel's
+	// backlog instead of taking the file descriptors the unix socket, the
+	// data file and the brokers need (api/connlimit.go). The unix socket is
+	// not counted against it.
 	MaxConnections int
 	// ReadTimeout bounds reading one request, headers and body (default
 	// 30s): a client that announces a body and sends nothing is cut off.

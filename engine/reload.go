@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"reflect"
+	"strings"
+	"unicode"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -24,7 +26,7 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 		old, new any
 		block    func() string // the key in BlocksAt of the block that changed, asked only then
 	}{
-		{"listen", old.Listen, cfg.Listen, func() string { return "listen" }},
+		{"listen", placeless(old.Listen), placeless(cfg.Listen), func() string { return "listen" }},
 		{"storage", old.Storage, cfg.Storage, func() string { return "storage" }},
 		{"nats", old.NATS, prefix(cfg.NATS, len(old.NATS)), func() string { return changedBlock(old.NATS, cfg.NATS, config.NATS.SinkName) }},
 		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), func() string { return changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName) }},
@@ -37,7 +39,11 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 			if at, ok := cfg.BlocksAt[c.block()]; ok {
 				where = string(at) + ": "
 			}
-			return fmt.Errorf("%sreload: the %s blocks changed; that needs a restart (new blocks may be added after the others)", where, c.what)
+			fields := ""
+			if f := changedFields(c.old, c.new); len(f) > 0 {
+				fields = " (" + strings.Join(f, ", ") + ")"
+			}
+			return fmt.Errorf("%sreload: the %s blocks changed%s; that needs a restart (new blocks may be added after the others)", where, c.what, fields)
 		}
 	}
 	sinks := *e.withSinks(e.sinks(), added)
@@ -89,6 +95,58 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 		}
 	}
 	return nil
+}
+
+// placeless is l without where its settings are written: moving the block
+// in the file changes nothing.
+func placeless(l config.Listen) config.Listen {
+	l.TokensAt = ""
+	return l
+}
+
+// changedFields names the settings in which old and now differ, as the
+// file spells them (MaxConnections: max_connections): for two blocks, the
+// fields that differ; for two lists of blocks, those of the first block
+// that differs. Nil when it cannot tell.
+func changedFields(old, now any) []string {
+	a, b := reflect.ValueOf(old), reflect.ValueOf(now)
+	if a.Kind() == reflect.Slice && b.Kind() == reflect.Slice {
+		for i := range min(a.Len(), b.Len()) {
+			if !reflect.DeepEqual(a.Index(i).Interface(), b.Index(i).Interface()) {
+				return changedFields(a.Index(i).Interface(), b.Index(i).Interface())
+			}
+		}
+		return nil
+	}
+	if a.Kind() != reflect.Struct || a.Type() != b.Type() {
+		return nil
+	}
+	var out []string
+	for i := range a.NumField() {
+		f := a.Type().Field(i)
+		if f.IsExported() && !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+			out = append(out, snake(f.Name))
+		}
+	}
+	return out
+}
+
+// snake spells a Go field name as the configuration does: MaxSize is
+// max_size, HTTP is http, TokensFile is tokens_file.
+func snake(name string) string {
+	var b strings.Builder
+	for i, r := range name {
+		upper := unicode.IsUpper(r)
+		if upper && i > 0 {
+			prev := rune(name[i-1])
+			nextLower := i+1 < len(name) && unicode.IsLower(rune(name[i+1]))
+			if unicode.IsLower(prev) || nextLower {
+				b.WriteByte('_')
+			}
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
 }
 
 // prefix is the first n of list (all of it when shorter): the blocks a

@@ -55,3 +55,30 @@ event "nostream.gone" {
 		t.Fatalf("no warning for the removed type:\n%s", l)
 	}
 }
+
+// A reload is refused only when a setting that needs a restart changed,
+// and the refusal names the block and the setting: the listen block moved
+// down the file (the place of its tokens_file with it) is no change.
+func TestReloadNamesWhatNeedsARestart(t *testing.T) {
+	listen := "listen {\n  http        = \"127.0.0.1:8080\"\n  tokens_file = \"tokens.json\"\n}\n"
+	h := newHarness(t, listen+oneRoute, false)
+	reload := func(policies string) error {
+		t.Helper()
+		cfg, err := config.Parse([]byte(natsBlock+policies), "reload.hcl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.eng.Reload(cfg, nil)
+	}
+	if err := reload("# the same listen block, further down\n\n" + listen + oneRoute); err != nil {
+		t.Errorf("a reload that moved the listen block: %v", err)
+	}
+	for _, c := range []struct{ policies, want string }{
+		{strings.Replace(listen, "8080", "8081", 1) + oneRoute, "reload: the listen blocks changed (http); that needs a restart"},
+		{listen + "storage {\n  max_size = \"1GiB\"\n}\n" + oneRoute, "reload: the storage blocks changed (max_size); that needs a restart"},
+	} {
+		if err := reload(c.policies); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.want, err, c.want)
+		}
+	}
+}

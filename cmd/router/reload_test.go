@@ -113,7 +113,7 @@ event "t.lost" {
 	moved := strings.Replace(base, `subjects = ["t.>"]`, `subjects = ["u.>"]`, 1)
 	os.WriteFile(path, []byte(moved), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitLog(blockAt(moved, `nats "local"`) + "reload: the nats blocks changed; that needs a restart")
+	waitLog(blockAt(moved, `nats "local"`) + "reload: the nats blocks changed (streams); that needs a restart")
 	delayed := regexp.MustCompile(`storage \{ (path = "[^"]*") \}`).ReplaceAllString(base, "storage {\n  $1\n  commit_delay = \"1ms\"\n}")
 	if delayed == base {
 		t.Fatal("the test config has no storage block to change")
