@@ -289,30 +289,57 @@ func listenUnix(path string) (net.Listener, error) {
 	return ln, nil
 }
 
+// CheckSocket says, without changing anything, why the router could not
+// listen on the unix socket path: its directory is open to others, or
+// something other than a stale socket is at path (another router serving
+// on it). router run asks it before it starts anything; Open does the same
+// checks again as it listens.
+func CheckSocket(path string) error {
+	if _, err := os.Stat(dirOf(path)); err == nil {
+		if err := fsperm.CheckDir(dirOf(path)); err != nil {
+			return fmt.Errorf("listen %s: %w", path, err)
+		}
+	}
+	if _, err := staleSocket(path); err != nil {
+		return fmt.Errorf("listen %s: %w", path, err)
+	}
+	return nil
+}
+
 // removeStaleSocket removes path if it is a unix socket nobody serves on.
 func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	stale, err := staleSocket(path)
+	if err != nil || !stale {
 		return err
-	}
-	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("a %s is there, not a socket; the router only ever replaces a stale socket of its own, so it leaves it untouched: move it away or set listen.socket to another path", fileKind(fi))
-	}
-	conn, err := net.DialTimeout("unix", path, time.Second)
-	if err == nil {
-		conn.Close()
-		return errors.New("another process is serving on this socket")
-	}
-	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("socket exists and cannot be probed: %w", err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove stale socket: %w", err)
 	}
 	return nil
+}
+
+// staleSocket says whether path is a unix socket nobody serves on (false:
+// nothing is there), or why it is not one the router may replace.
+func staleSocket(path string) (bool, error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return false, fmt.Errorf("a %s is there, not a socket; the router only ever replaces a stale socket of its own, so it leaves it untouched: move it away or set listen.socket to another path", fileKind(fi))
+	}
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		conn.Close()
+		return false, errors.New("another process is serving on this socket")
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+		return false, fmt.Errorf("socket exists and cannot be probed: %w", err)
+	}
+	return true, nil
 }
 
 // fileKind names what a non-socket path is, for errors.

@@ -131,10 +131,14 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 // the engine (and, after an unclean stop, the republish), the inbox
 // sources, and last the API, so that nothing is served before it works.
 func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
-	// A tokens file others may read is refused in milliseconds, not after
-	// the brokers started and the plugins compiled.
+	// A tokens file others may read, or a socket another router serves on,
+	// is refused in milliseconds, not after the brokers started and the
+	// plugins compiled.
 	if problems := checkFiles(cfg); len(problems) > 0 {
 		return errors.New(strings.Join(problems, "\n"))
+	}
+	if err := api.CheckSocket(cfg.Listen.Socket); err != nil {
+		return err
 	}
 	c.sourcesCtx, c.stopSources = context.WithCancel(context.WithoutCancel(ctx))
 	c.reg = newRegistry()

@@ -275,20 +275,37 @@ func TestHelpListsTheCommands(t *testing.T) {
 	}
 }
 
-// router run refuses a tokens file others may read before it starts
-// anything: the error names it at file:line:col, and no data file, no
-// embedded NATS server was made.
-func TestRunChecksSecretFilesFirst(t *testing.T) {
-	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens.json")
-	if err := os.WriteFile(tokens, []byte(`{"tokens":[{"token":"a-long-random-secret-for-acme","tenant":"acme"}]}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(tokens, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "policies.hcl")
-	src := fmt.Sprintf(`listen {
+// router run refuses what it can find wrong without starting anything
+// before it starts anything: a tokens file others may read (named at
+// file:line:col), a unix socket another process serves on. No data file
+// and no embedded NATS server was made.
+func TestRunChecksFirst(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup func(t *testing.T, tokens, sock string)
+		want  []string
+	}{
+		{"a tokens file of mode 0644", func(t *testing.T, tokens, _ string) {
+			if err := os.Chmod(tokens, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{":4:17: tokens_file", "may be read by others"}},
+		{"a socket served", func(t *testing.T, _, sock string) {
+			ln, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+		}, []string{"another process is serving on this socket"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tokens, sock := filepath.Join(dir, "tokens.json"), filepath.Join(dir, "r.sock")
+			if err := os.WriteFile(tokens, []byte(`{"tokens":[{"token":"a-long-random-secret-for-acme","tenant":"acme"}]}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "policies.hcl")
+			src := fmt.Sprintf(`listen {
   socket      = %q
   http        = "127.0.0.1:0"
   tokens_file = %q
@@ -299,19 +316,24 @@ nats "local" {
   port     = -1
   stream "events" { subjects = ["t.>"] }
 }
-`, filepath.Join(dir, "r.sock"), tokens, filepath.Join(dir, "data", "r.db"))
-	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs testkit.Buffer
-	err := NewMain(nil, io.Discard, &logs).Run(context.Background(), []string{"run", "-config", path})
-	if err == nil || !strings.Contains(err.Error(), path+":4:17: tokens_file") || !strings.Contains(err.Error(), "may be read by others") {
-		t.Fatalf("run with a tokens file of mode 0644: %v", err)
-	}
-	if _, serr := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(serr) {
-		t.Errorf("the data directory was made before the tokens file was checked: %v", serr)
-	}
-	if strings.Contains(logs.String(), "NATS server started") {
-		t.Errorf("the embedded NATS server started before the tokens file was checked:\n%s", logs.String())
+`, sock, tokens, filepath.Join(dir, "data", "r.db"))
+			if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c.setup(t, tokens, sock)
+			var logs testkit.Buffer
+			err := NewMain(nil, io.Discard, &logs).Run(context.Background(), []string{"run", "-config", path})
+			for _, want := range c.want {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("run: %v, want %q", err, want)
+				}
+			}
+			if _, serr := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(serr) {
+				t.Errorf("the data directory was made first: %v", serr)
+			}
+			if strings.Contains(logs.String(), "NATS server started") {
+				t.Errorf("the embedded NATS server started first:\n%s", logs.String())
+			}
+		})
 	}
 }
