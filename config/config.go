@@ -41,6 +41,9 @@ type Config struct {
 	// SecretFiles are the files of secrets the configuration names, with
 	// where: each must be private to the router's user (CheckPrivate).
 	SecretFiles []SecretFile
+	// WrittenPaths are the files and folders router run writes, with where
+	// each is set (or implied).
+	WrittenPaths []WrittenPath
 	// MaxTypes bounds how many types the "*" block catches (its max_types;
 	// default 256): each type is a loop, metrics series and stats rows, so
 	// a client must not be able to create them without end.

@@ -55,6 +55,10 @@ func TestBuiltinDefaults(t *testing.T) {
 			Backoff:           Backoff{Enabled: true, Delay: 10 * time.Second, Multiplier: 3},
 		},
 		Events: map[string]*Policy{},
+		WrittenPaths: []WrittenPath{
+			{What: "storage.path", Path: "./data/router.db", At: "test.hcl:1:1"},
+			{What: "the plugin cache", Path: "data/wasm-cache", Dir: true, At: "test.hcl:1:1"},
+		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("empty config:\n got %+v\nwant %+v", cfg, want)

@@ -333,6 +333,7 @@ func (d *decoder) root(body hcl.Body) *Config {
 		}
 	}
 	d.checkSocketPath(cfg.Listen.Socket, body.MissingItemRange())
+	cfg.WrittenPaths = d.writtenPaths()
 	cfg.BlocksAt = blocksAt(c.Blocks)
 	return cfg
 }
@@ -382,7 +383,7 @@ func (d *decoder) storage(c *hcl.BodyContent, body hcl.Body, st *Storage) {
 		at = attrOr(a, b.DefRange)
 	}
 	st.PluginCache = filepath.Join(filepath.Dir(st.Path), "wasm-cache")
-	d.own("storage.path", st.Path, false, at)
+	d.own(storagePathName, st.Path, false, at)
 	d.own("the plugin cache", st.PluginCache, true, at)
 }
 

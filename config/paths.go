@@ -7,6 +7,9 @@ import (
 	"github.com/hashicorp/hcl/v2"
 )
 
+// storagePathName names the data file in messages and in WrittenPath.
+const storagePathName = "storage.path"
+
 // ownedPath is a file or folder the router reads or writes.
 type ownedPath struct {
 	what string // "storage.path", `the store_dir of nats "local"`
@@ -17,6 +20,28 @@ type ownedPath struct {
 
 func (d *decoder) own(what, path string, dir bool, at hcl.Range) {
 	d.owned = append(d.owned, ownedPath{what, path, dir, at})
+}
+
+// WrittenPath is a file or folder router run creates or writes: the data
+// file, the plugin cache, an embedded NATS server's store. router validate
+// checks that its user could write each.
+type WrittenPath struct {
+	What string // "storage.path", `the store_dir of nats "local"`
+	Path string
+	Dir  bool
+	At   Pos
+}
+
+// writtenPaths are the owned paths router run writes: the data file, and
+// every folder it fills.
+func (d *decoder) writtenPaths() []WrittenPath {
+	var out []WrittenPath
+	for _, o := range d.owned {
+		if o.dir || o.what == storagePathName {
+			out = append(out, WrittenPath{What: o.what, Path: o.path, Dir: o.dir, At: posOf(o.at)})
+		}
+	}
+	return out
 }
 
 // attrOr is where a, if set, or else fallback is in the file.

@@ -8,8 +8,10 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	switchyard "github.com/switchyard-router/switchyard"
@@ -158,9 +160,12 @@ func checkFiles(cfg *config.Config) []string {
 //   - every route to an embedded NATS server (JetStream): one of its
 //     declared streams captures the subject, or no publish is acknowledged;
 //   - the streams of a nats block: no two capture one subject, which
-//     JetStream refuses when the router creates them.
+//     JetStream refuses when the router creates them;
+//   - the data file and the folders router run fills: this user can write
+//     them (checkWritable).
 func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 	problems := checkFiles(cfg)
+	problems = append(problems, checkWritable(cfg)...)
 	problems = append(problems, checkPlugins(ctx, cfg)...)
 	if len(cfg.Sinks()) == 0 {
 		for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
@@ -177,6 +182,69 @@ func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 		}
 	}
 	return append(problems, uncapturedRoutes(cfg)...)
+}
+
+// checkWritable lists the paths router run writes (the data file, the
+// plugin cache, an embedded NATS server's store) that this user could not
+// write, as router run would find at its start: once per folder, as the
+// plugin cache beside the data file fails with it. validate runs as the
+// service's user, as for the files of secrets.
+func checkWritable(cfg *config.Config) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range cfg.WrittenPaths {
+		if err := writable(p.Path, p.Dir); err != nil && !seen[err.Error()] {
+			seen[err.Error()] = true
+			out = append(out, fmt.Sprintf("%s: %s %q: router run as this user could not write it: %v", p.At, p.What, p.Path, err))
+		}
+	}
+	return out
+}
+
+// writable tries what router run will do at path: open the file for
+// writing when it exists, or else make (and remove) a file in the nearest
+// folder that exists, which router run would create the rest under. An
+// error about a folder names it.
+func writable(path string, dir bool) error {
+	if !dir {
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err == nil {
+			return f.Close()
+		}
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			return bare(err)
+		}
+		path = filepath.Dir(path)
+	}
+	for {
+		st, err := os.Stat(path)
+		if err == nil && !st.IsDir() {
+			return fmt.Errorf("%s is not a folder", path)
+		}
+		if err == nil {
+			break
+		}
+		parent := filepath.Dir(path)
+		if parent == path || !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			return fmt.Errorf("%s: %w", path, bare(err))
+		}
+		path = parent
+	}
+	f, err := os.CreateTemp(path, ".router-validate-*")
+	if err != nil {
+		return fmt.Errorf("cannot create a file in %s: %w", path, bare(err))
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// bare is err without the operation and path a *fs.PathError adds, for a
+// message that names the path already.
+func bare(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err
+	}
+	return err
 }
 
 // uncapturedRoutes lists the routes to an embedded NATS server (with

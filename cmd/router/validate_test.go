@@ -18,7 +18,8 @@ import (
 // used to pass it and fail only at run time (or never): plugin files that
 // are missing or not WebAssembly, absurd sizes and numbers, a bad address,
 // a missing tokens_file, a file of secrets others may read, a route no
-// stream captures, two streams that capture one subject; and `router run`
+// stream captures, two streams that capture one subject, a data file or a
+// store router run could not write; and `router run`
 // names a plugin that does not load at its block's file:line:col too.
 func TestValidateFindsWhatParsingCannot(t *testing.T) {
 	dir := t.TempDir()
@@ -27,7 +28,15 @@ func TestValidateFindsWhatParsingCannot(t *testing.T) {
 	good := filepath.Join("..", "..", "examples", "plugins", "passthrough-wat", "passthrough.wasm")
 	readable := filepath.Join(dir, "client.key")
 	os.WriteFile(readable, []byte("key"), 0o644)
+	aFile := filepath.Join(dir, "a-file")
+	os.WriteFile(aFile, nil, 0o600)
 	cases := []struct{ name, src, want string }{
+		{"a data file under a file", fmt.Sprintf("storage { path = %q }", filepath.Join(aFile, "router.db")),
+			fmt.Sprintf(`:1:18: storage.path %q: router run as this user could not write it: %s is not a folder`, filepath.Join(aFile, "router.db"), aFile)},
+		{"a data file that is a folder", fmt.Sprintf("storage { path = %q }", dir),
+			fmt.Sprintf(`:1:18: storage.path %q: router run as this user could not write it: is a directory`, dir)},
+		{"a store under a file", fmt.Sprintf("nats \"local\" {\n  embedded  = true\n  store_dir = %q\n}", filepath.Join(aFile, "nats")),
+			fmt.Sprintf(`:3:15: the store_dir of nats "local" %q: router run as this user could not write it: %s is not a folder`, filepath.Join(aFile, "nats"), aFile)},
 		{"a key others may read", fmt.Sprintf("kafka \"k\" {\n  brokers = [\"127.0.0.1:9092\"]\n  tls {\n    cert_file = \"c.pem\"\n    key_file  = %q\n  }\n}", readable),
 			`:5:17: key_file: ` + readable + ` may be read by others than its owner (mode 0644): chmod 600`},
 		{"missing plugin", `plugin "p" { wasm = "/nonexistent/p.wasm" }`, `:1:21: plugin "p": open /nonexistent/p.wasm: no such file or directory`},
@@ -43,6 +52,13 @@ func TestValidateFindsWhatParsingCannot(t *testing.T) {
 			`:4:3: nats "local": stream "b" captures "x.a", which overlaps "x.>" of stream "a": JetStream refuses two streams that capture one subject`},
 		{"route no stream captures", "nats \"local\" {\n  embedded = true\n  stream \"s\" { subjects = [\"a.>\"] }\n}\nevent \"x\" {\n  route {\n    to      = \"nats.local\"\n    subject = \"b.x\"\n  }\n}",
 			`:5:1: event "x" routes to subject "b.x", which no stream of nats "local" captures`},
+	}
+	if os.Geteuid() != 0 { // root writes a folder of mode 0500 all the same
+		locked := filepath.Join(dir, "locked")
+		os.Mkdir(locked, 0o500)
+		cases = append(cases, struct{ name, src, want string }{"a data directory this user cannot write",
+			fmt.Sprintf("storage { path = %q }", filepath.Join(locked, "data", "router.db")),
+			fmt.Sprintf(`:1:18: storage.path %q: router run as this user could not write it: cannot create a file in %s: permission denied`, filepath.Join(locked, "data", "router.db"), locked)})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
