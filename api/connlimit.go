@@ -13,8 +13,10 @@ import (
 // ConnState) gives its place up to a new client. With LimitListener, any
 // local user could keep max_connections idle keep-alive connections open
 // (a request to /healthz, which needs no token, now and then) and lock
-// everyone else out for as long as they liked; a client that stalls
-// mid-request is still held only for listen.read_timeout.
+// everyone else out for as long as they liked. A connection busy with a
+// request is not given up: a client that stalls mid-request is held only
+// for listen.read_timeout, and one that does not read its answer for
+// twice that (the server's write timeout, httpServer).
 //
 // Accept takes the next connection off the kernel's backlog only when it
 // can serve it: while every connection is busy, Accept holds the one it

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
 )
 
@@ -60,6 +61,65 @@ func TestIdleConnectionsGiveTheirPlaceUp(t *testing.T) {
 	}
 	if took := time.Since(start); took < 500*time.Millisecond {
 		t.Errorf("the new client was served after %s, while both places were busy mid-request", took)
+	}
+}
+
+// Clients that send requests and never read the answers cannot lock
+// others out either: a connection whose answer is not taken within twice
+// read_timeout of its request is closed, and its place goes to a new
+// client. (Without a write timeout the server waited on such a write for
+// ever, the connection busy; found by a review.)
+func TestUnreadAnswersGiveTheirPlaceUp(t *testing.T) {
+	r := newTCPRouterWith(t, func(l *config.Listen) {
+		l.MaxConnections = 2
+		l.ReadTimeout = time.Second
+	})
+	requests := []byte(strings.Repeat("GET /healthz HTTP/1.1\r\nHost: r\r\n\r\n", 64))
+	for range 2 {
+		c := dialTCP(t, r.addr)
+		c.(*net.TCPConn).SetReadBuffer(4096)
+		go func() { // until the kernel's buffers are full both ways
+			c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+			for {
+				if _, err := c.Write(requests); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(2500 * time.Millisecond)
+	start := time.Now()
+	c := dialTCP(t, r.addr)
+	if status := rawGet(t, c, "/healthz"); status != 200 {
+		t.Fatalf("a new client: %d", status)
+	}
+	t.Logf("a new client was served after %s", time.Since(start).Round(time.Millisecond))
+}
+
+// A tail stream is not cut off by that write timeout: it lives as long
+// as its client reads, each write given read_timeout from its start.
+func TestTailOutlivesTheWriteTimeout(t *testing.T) {
+	defer api.SetTailKeepAlive(200 * time.Millisecond)()
+	r := newTCPRouterWith(t, func(l *config.Listen) { l.ReadTimeout = 500 * time.Millisecond })
+	c := dialTCP(t, r.addr)
+	c.Write([]byte("GET /v1/tail HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer " + tokAdmin + "\r\n\r\n"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/tail: %v %v", resp, err)
+	}
+	lines := bufio.NewScanner(resp.Body)
+	keepAlives := 0
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); { // 2.5 × the write timeout
+		if !lines.Scan() {
+			t.Fatalf("the stream ended after %d keep-alives: %v", keepAlives, lines.Err())
+		}
+		if lines.Text() == ": keep-alive" {
+			keepAlives++
+		}
+	}
+	if keepAlives < 5 {
+		t.Errorf("%d keep-alives in 2.5 s, one every 200 ms expected", keepAlives)
 	}
 }
 

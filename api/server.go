@@ -103,7 +103,12 @@ func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
 // would save. A request must arrive whole
 // within listen.read_timeout (config.DefaultReadTimeout when the file sets
 // none): a client that sends headers announcing a body and then nothing
-// holds its connection no longer than that.
+// holds its connection no longer than that. Its answer must be taken
+// within twice that of its headers (the body, then the handler's work and
+// the answer, each given read_timeout): a client that sends requests and
+// never reads the answers holds its connection, busy, no longer either.
+// The streams (/v1/tail, /v1/backup) move their deadline on with each
+// write instead (extendWrite).
 func (s *Server) httpServer(h http.Handler) *http.Server {
 	readTimeout := s.listen.ReadTimeout
 	return &http.Server{
@@ -111,6 +116,7 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 		ConnContext:       connContext,
 		ReadHeaderTimeout: min(10*time.Second, readTimeout),
 		ReadTimeout:       readTimeout,
+		WriteTimeout:      2 * readTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
@@ -659,12 +665,11 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 // transaction's view, while ingest and delivery go on. Content-Length is
 // the copy's size, so a client can tell a cut-off copy from a whole one.
 func (s *Server) getBackup(w http.ResponseWriter, r *http.Request) {
-	// A large file takes longer than the write timeout a request gets.
-	http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="router.db"`)
 	start := time.Now()
-	n, err := s.opts.Backup(w, func(size int64) {
+	// A large file takes longer than the write timeout a request gets.
+	n, err := s.opts.Backup(&streamWriter{ResponseWriter: w, s: s}, func(size int64) {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	})
 	if err != nil {
@@ -674,6 +679,29 @@ func (s *Server) getBackup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("backup streamed", "bytes", n, "took", time.Since(start).Round(time.Millisecond), "by", actor(r))
+}
+
+// extendWrite gives a streamed answer listen.read_timeout from now to take
+// its next write: a client that reads is never cut off, one that stops
+// reading is let go.
+func (s *Server) extendWrite(w http.ResponseWriter) {
+	var deadline time.Time // none without a read_timeout
+	if t := s.listen.ReadTimeout; t > 0 {
+		deadline = time.Now().Add(t)
+	}
+	http.NewResponseController(w).SetWriteDeadline(deadline)
+}
+
+// streamWriter is a streamed answer's writer: each write extends its
+// deadline first.
+type streamWriter struct {
+	http.ResponseWriter
+	s *Server
+}
+
+func (sw *streamWriter) Write(p []byte) (int, error) {
+	sw.s.extendWrite(sw.ResponseWriter)
+	return sw.ResponseWriter.Write(p)
 }
 
 // getReady is /readyz: 200 while ingest works (the data file takes writes),

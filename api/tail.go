@@ -13,7 +13,7 @@ import (
 
 // tailKeepAlive is how often an idle tail stream sends a comment, so that
 // proxies and clients see the connection is alive.
-const tailKeepAlive = 15 * time.Second
+var tailKeepAlive = 15 * time.Second // a test shortens it
 
 // getTail streams the outputs published from now on as server-sent events
 // (admin): GET /v1/tail[?type=T]. Each is one "published" event whose data
@@ -34,7 +34,10 @@ func (s *Server) getTail(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, ": tailing\n\n")
+	// Each write moves the deadline on first: a client that reads gets
+	// every write, however long the stream was quiet.
+	out := &streamWriter{ResponseWriter: w, s: s}
+	fmt.Fprint(out, ": tailing\n\n")
 	flusher.Flush()
 	keepAlive := time.NewTicker(tailKeepAlive)
 	defer keepAlive.Stop()
@@ -44,12 +47,12 @@ func (s *Server) getTail(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-keepAlive.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
+			fmt.Fprint(out, ": keep-alive\n\n")
 		case p := <-watcher.C:
-			w.Write(tailEvent(&p))
+			out.Write(tailEvent(&p))
 			if n := watcher.Dropped(); n != told {
 				told = n
-				fmt.Fprintf(w, "event: dropped\ndata: {\"dropped\":%d}\n\n", n)
+				fmt.Fprintf(out, "event: dropped\ndata: {\"dropped\":%d}\n\n", n)
 			}
 		}
 		flusher.Flush()
