@@ -94,8 +94,8 @@ storage {
 
 # How long an Idempotency-Key (or a client-supplied event id) is remembered.
 # While the storage budget (storage.max_size, min_free) is reached and no
-# delivered record is left to remove, records older than min_window are
-# removed early to make room: a retry older than that is stored again, but
+# delivered record is left to remove, records made more than min_window ago
+# (whatever window they were made with) are removed early to make room: a retry older than that is stored again, but
 # producers are not refused until the window ends (clients that choose their
 # ids keep one record per event, ~440 bytes). min_window = window keeps them
 # all, and the refusals.

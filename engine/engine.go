@@ -218,6 +218,7 @@ func (e *Engine) Open() error {
 	e.mu.Lock()
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.mu.Unlock()
+	e.noteIdempotencyWindow(e.config().Idempotency.Window)
 	types := make(map[string]bool)
 	for t := range e.config().Events {
 		if t != "*" {

@@ -69,10 +69,11 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	}
 
 	var removed []string
-	defer func() { // after the unlock below: warnRemoved reads the data file
+	defer func() { // after the unlock below: these read and write the data file
 		for _, t := range removed {
 			e.warnRemoved(t)
 		}
+		e.noteIdempotencyWindow(cfg.Idempotency.Window)
 	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -181,7 +182,7 @@ func (e *Engine) makeRoom(ctx context.Context) {
 		return
 	}
 	idem := e.config().Idempotency
-	n, err = e.dropIdempotency(ctx, idem.Window-idem.MinWindow)
+	n, err = e.dropIdempotency(ctx, idem)
 	switch {
 	case err != nil && ctx.Err() == nil:
 		e.log.Error("removing idempotency records to make room", "error", err)
@@ -191,16 +192,49 @@ func (e *Engine) makeRoom(ctx context.Context) {
 	}
 }
 
-// dropIdempotency removes the idempotency records that expire within
-// early from now, as if that much time had passed: those older than the
-// window less early.
-func (e *Engine) dropIdempotency(ctx context.Context, early time.Duration) (int, error) {
-	if early <= 0 {
-		return 0, nil
+// dropIdempotency removes the idempotency records made more than
+// min_window ago, by the time each was made: the window may have changed
+// since some were (docs/decisions/idempotency.md).
+func (e *Engine) dropIdempotency(ctx context.Context, idem config.Idempotency) (int, error) {
+	cutoff := e.now().Add(-idem.MinWindow)
+	total := 0
+	var from []byte
+	for ctx.Err() == nil {
+		var n int
+		err := e.store.Update(ctx, func(tx *storage.Tx) error {
+			var err error
+			n, from, err = tx.DeleteIdempotencyMadeBefore(cutoff, idem.Window, from, cleanupChunk)
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if from == nil {
+			break
+		}
 	}
-	return e.inChunks(ctx, func(tx *storage.Tx, now time.Time, limit int) (int, error) {
-		return tx.DeleteExpiredIdempotency(now.Add(early), limit)
+	return total, nil
+}
+
+// noteIdempotencyWindow keeps in the data file the longest window its
+// idempotency records were made with (storage.Tx.NoteIdempotencyWindow),
+// which bounds dropIdempotency's walk; at start and after a reload. A
+// failure (a full disk) costs only that bound: logged, not fatal.
+func (e *Engine) noteIdempotencyWindow(window time.Duration) {
+	var longer bool
+	e.store.View(func(tx *storage.Tx) error {
+		longer = window > tx.IdempotencyWindow()
+		return nil
 	})
+	if !longer {
+		return
+	}
+	if err := e.store.Update(context.Background(), func(tx *storage.Tx) error {
+		return tx.NoteIdempotencyWindow(window)
+	}); err != nil {
+		e.log.Warn("could not note the idempotency window in the data file", "window", window, "error", err)
+	}
 }
 
 // dropDelivered removes every delivered record now, as if its outbox.ttl

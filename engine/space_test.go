@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
@@ -133,6 +134,65 @@ event "t.order" {
 	next -= 50
 	if resp, err := batch(); err != nil || !resp.Replayed {
 		t.Errorf("the last batch, resent: %v %+v", err, resp)
+	}
+}
+
+// Records made seconds ago stay when a reload lengthens the window while
+// the budget is full: the early removal goes by when each record was made,
+// so a retry within min_window is still replayed. (It went by the expiry,
+// as if every record had the new window: those made under the old 1 h
+// window looked 23 h old and went, and the retry was stored again; found
+// by a review.)
+func TestMinWindowHoldsWhenTheWindowGrows(t *testing.T) {
+	var logs testkit.Buffer
+	base := `
+storage { max_size = "256KiB" }
+event "t.order" {
+  route {
+    to      = "nats.local"
+    subject = "t.order"
+  }
+  polling { min = "10ms" }
+}
+`
+	h := newHarness(t, "idempotency { window = \"1h\" }\n"+base, false, harnessOption(func(o *engine.Options) {
+		o.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+	}))
+	keyed := func(id string) (*engine.Response, error) {
+		return h.eng.Ingest(context.Background(), &engine.IngestRequest{Tenant: "default", Endpoint: "POST /v1/events", Key: "k1", Digest: []byte{7},
+			Events: []engine.IngestEvent{newEvent("t.order", id, false, 7)}, Render: accepted})
+	}
+	if _, err := keyed("k-first"); err != nil {
+		t.Fatal(err)
+	}
+	next := 0
+	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); {
+		evs := make([]engine.IngestEvent, 50)
+		for i := range evs {
+			evs[i] = newEvent("t.order", fmt.Sprintf("o-%d", next+i), true, 1)
+		}
+		if err := ingestEvents(h, evs...); err == nil {
+			next += 50
+		} else if switchyard.ErrorCode(err) == switchyard.ESTORAGEFULL {
+			time.Sleep(20 * time.Millisecond)
+		} else {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := config.Parse([]byte(natsBlock+"idempotency { window = \"24h\" }\n"+base), "reload.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.Reload(cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // four measurements, each free to make room
+	if strings.Contains(logs.String(), "removed idempotency records") {
+		t.Errorf("records made within min_window were removed:\n%s", logs.String())
+	}
+	// A replay stores nothing: it is answered while the budget is full.
+	if resp, err := keyed("k-second"); err != nil || !resp.Replayed {
+		t.Errorf("a request sent seconds ago (within min_window, 1 h) with the same Idempotency-Key: %v %+v, want it replayed", err, resp)
 	}
 }
 

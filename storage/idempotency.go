@@ -72,6 +72,69 @@ func (tx *Tx) DeleteExpiredIdempotency(now time.Time, limit int) (int, error) {
 	})
 }
 
+// keyIdemWindow holds the longest window idempotency records were made with
+// (meta bucket, 8 bytes of nanoseconds): how far past a time the expiry of
+// a record made before it can lie. Written only when a longer window comes
+// into force (NoteIdempotencyWindow); absent in a file from before it.
+var keyIdemWindow = []byte("idem_window")
+
+// NoteIdempotencyWindow records that records are made with window from now
+// on, when it is longer than any before.
+func (tx *Tx) NoteIdempotencyWindow(window time.Duration) error {
+	if window <= tx.IdempotencyWindow() {
+		return nil
+	}
+	return tx.bucket(bucketMeta).Put(keyIdemWindow, u64(uint64(window)))
+}
+
+// IdempotencyWindow is the longest window records were made with, as
+// noted; zero when none was.
+func (tx *Tx) IdempotencyWindow() time.Duration {
+	v := tx.bucket(bucketMeta).Get(keyIdemWindow)
+	if len(v) != 8 {
+		return 0
+	}
+	return time.Duration(binary.BigEndian.Uint64(v))
+}
+
+// DeleteIdempotencyMadeBefore removes up to limit idempotency records made
+// before cutoff, looking at no more than 4×limit entries of the expiry
+// index, from the key from (nil: its start) on. A record made since is
+// passed over, not a reason to stop: records made under a longer window,
+// before a reload or restart shortened it, lie behind newer ones. The walk
+// ends where no record made before cutoff can lie: cutoff plus the longest
+// window records were made with (or window, if that is longer). next is
+// where a further call goes on, nil once the walk has ended.
+func (tx *Tx) DeleteIdempotencyMadeBefore(cutoff time.Time, window time.Duration, from []byte, limit int) (n int, next []byte, err error) {
+	end := uint64(cutoff.Add(max(window, tx.IdempotencyWindow())).UnixNano())
+	records, index := tx.bucket(bucketIdem), tx.bucket(bucketIdemExp)
+	c := index.Cursor()
+	k, _ := c.Seek(from)
+	for looked := 0; k != nil && binary.BigEndian.Uint64(k) < end; looked++ {
+		if n == limit || looked == 4*limit {
+			return n, append([]byte(nil), k...), nil
+		}
+		scope := k[8:]
+		r, derr := decodeIdem(records.Get(scope))
+		if derr == nil && !r.CreatedAt.Before(cutoff) {
+			k, _ = c.Next() // made since: kept
+			continue
+		}
+		// Made before cutoff, or unreadable (what cannot be replayed
+		// holds no promise): removed.
+		key := append([]byte(nil), k...)
+		if err := records.Delete(scope); err != nil {
+			return n, nil, err
+		}
+		if err := c.Delete(); err != nil {
+			return n, nil, err
+		}
+		n++
+		k, _ = c.Seek(key) // after a delete, Next can skip a key: bbolt
+	}
+	return n, nil, nil
+}
+
 // Idempotency records are binary, in the record codec's terms (codec.go):
 // one is written for every event with a client id, and JSON was a fifth of
 // the router's CPU on that path (docs/decisions/record-encoding.md).

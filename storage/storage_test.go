@@ -289,6 +289,102 @@ func TestIdempotencyRecordsExpire(t *testing.T) {
 	}
 }
 
+// Early removal goes by when each idempotency record was made, not by its
+// expiry: after the window was shortened (24 h, then 2 h), records made
+// under the long window lie behind younger ones in the expiry index and are
+// still found and removed, walked in chunks; a record made within
+// min_window is kept whatever its window; and the walk ends where no
+// record made before the cutoff can lie (past the longest window noted).
+func TestIdempotencyRecordsMadeBeforeGoEarly(t *testing.T) {
+	db := storagetest.Open(t)
+	now := time.Unix(100_000, 0)
+	cutoff := now.Add(-time.Hour) // min_window 1h
+	put := func(scope string, made time.Time, window time.Duration) {
+		rec := &storage.IdemRecord{Digest: []byte{1}, Status: 202, CreatedAt: made, ExpiresAt: made.Add(window)}
+		if err := db.Update(ctx, func(tx *storage.Tx) error { return tx.ReplaceIdempotency(scope, rec, time.Time{}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Update(ctx, func(tx *storage.Tx) error { return tx.NoteIdempotencyWindow(24 * time.Hour) })
+	db.Update(ctx, func(tx *storage.Tx) error { return tx.NoteIdempotencyWindow(2 * time.Hour) }) // shorter: the 24h stays
+	var old, young []string
+	for i := range 7 { // under the 24 h window: 3 h to 2.5 h ago (old), and 10 minutes ago (young)
+		s := fmt.Sprintf("long-%d", i)
+		if i < 5 {
+			put(s, now.Add(-3*time.Hour+time.Duration(i)*5*time.Minute), 24*time.Hour)
+			old = append(old, s)
+		} else {
+			put(s, now.Add(-10*time.Minute), 24*time.Hour)
+			young = append(young, s)
+		}
+	}
+	for i := range 8 { // under the 2 h window, ahead of all those: 1.5 h ago (old) and 30 minutes ago (young)
+		s := fmt.Sprintf("short-%d", i)
+		if i < 3 {
+			put(s, now.Add(-90*time.Minute), 2*time.Hour)
+			old = append(old, s)
+		} else {
+			put(s, now.Add(-30*time.Minute), 2*time.Hour)
+			young = append(young, s)
+		}
+	}
+	total, calls := 0, 0
+	var from []byte
+	for {
+		var n int
+		if err := db.Update(ctx, func(tx *storage.Tx) error {
+			var err error
+			n, from, err = tx.DeleteIdempotencyMadeBefore(cutoff, 2*time.Hour, from, 2)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		total, calls = total+n, calls+1
+		if from == nil {
+			break
+		}
+		if calls > 50 {
+			t.Fatal("the walk does not end")
+		}
+	}
+	if total != len(old) {
+		t.Errorf("removed %d records, want the %d made before the cutoff", total, len(old))
+	}
+	db.View(func(tx *storage.Tx) error {
+		for _, s := range old {
+			if _, err := tx.Idempotency(s, now); !errors.Is(err, storage.ErrNotFound) {
+				t.Errorf("%s, made before the cutoff, is still there: %v", s, err)
+			}
+		}
+		for _, s := range young {
+			if _, err := tx.Idempotency(s, now); err != nil {
+				t.Errorf("%s, made within min_window, was removed: %v", s, err)
+			}
+		}
+		return nil
+	})
+	// Without the 24 h noted, the walk would end at cutoff + 2 h and miss
+	// the old records of the long window: the bound is what was noted.
+	db2 := storagetest.Open(t)
+	rec := &storage.IdemRecord{Digest: []byte{1}, Status: 202, CreatedAt: now.Add(-3 * time.Hour), ExpiresAt: now.Add(21 * time.Hour)}
+	db2.Update(ctx, func(tx *storage.Tx) error { return tx.ReplaceIdempotency("long", rec, time.Time{}) })
+	n := removed(t, db2, func(tx *storage.Tx) (int, error) {
+		n, _, err := tx.DeleteIdempotencyMadeBefore(cutoff, 2*time.Hour, nil, 10)
+		return n, err
+	})
+	if n != 0 {
+		t.Errorf("with no longer window noted, the walk went %d records past cutoff + window", n)
+	}
+	db2.Update(ctx, func(tx *storage.Tx) error { return tx.NoteIdempotencyWindow(24 * time.Hour) })
+	n = removed(t, db2, func(tx *storage.Tx) (int, error) {
+		n, _, err := tx.DeleteIdempotencyMadeBefore(cutoff, 2*time.Hour, nil, 10)
+		return n, err
+	})
+	if n != 1 {
+		t.Errorf("with 24 h noted, removed %d, want the record made 3 h ago", n)
+	}
+}
+
 func TestClosedRefusesWrites(t *testing.T) {
 	db := storagetest.Open(t)
 	if err := db.Close(ctx); err != nil {
