@@ -47,10 +47,6 @@ type spaceState struct {
 type spaceWatch struct {
 	meter SpaceMeter
 	state atomic.Pointer[spaceState]
-	// pressed: check refused a request since the last measurement, for the
-	// writes since it (spaceState.headroom); the space loop then makes room
-	// as for a full budget.
-	pressed atomic.Bool
 }
 
 // check returns the storage_full error while the budget is exhausted, or
@@ -67,7 +63,8 @@ func (w *spaceWatch) check() error {
 	case st.full != nil:
 		return st.full
 	case st.headroom >= 0 && w.meter.Used()-st.space.Used > st.headroom:
-		w.pressed.Store(true)
+		// The writes since have passed the budget: the next measurement
+		// finds it full, and the space loop makes room.
 		return st.soonFull
 	}
 	return nil
@@ -140,12 +137,8 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 	wasFull := false
 	for {
 		cfg := e.config()
-		pressed := e.space.pressed.Swap(false) // refused since the last measurement
 		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
 		reason := st.full
-		if reason == nil && pressed {
-			reason = st.soonFull
-		}
 		if full := reason != nil; full != wasFull {
 			wasFull = full
 			if full {
