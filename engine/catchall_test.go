@@ -216,3 +216,42 @@ func ingestTo(eng *engine.Engine, tenant string, evs ...engine.IngestEvent) erro
 
 // accepted renders every request 202.
 func accepted([]engine.Outcome) engine.Response { return engine.Response{Status: 202} }
+
+// Events of a type only the catch-all took wait while the configuration
+// lacks it (a start without the "*" block), and a reload that brings the
+// catch-all back starts their loop, which delivers them. (Before, a reload
+// started loops only for types with a block of their own, and they waited
+// for another event of their type or a restart; found by a review.)
+func TestReloadBringsTheCatchAllBack(t *testing.T) {
+	keep := `
+event "t.keep" {
+  route {
+    to      = "nats.local"
+    subject = "t.keep"
+  }
+}
+`
+	h := newHarness(t, keep, false)
+	// Stored by an earlier run that had the catch-all.
+	if err := h.db.Update(context.Background(), func(tx *storage.Tx) error {
+		return tx.InsertEvent(&storage.Record{Tenant: storage.DefaultTenant, CreatedAt: time.Now(),
+			Event: switchyard.Event{ID: "c-1", Type: "t.caught", Source: "/t", SpecVersion: "1.0"}}, false)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(natsBlock+keep+`
+event "*" {
+  route {
+    to      = "nats.local"
+    subject = "t.caught"
+  }
+}
+`), "reload.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.Reload(cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.waitDelivered([]string{"c-1"}, 10*time.Second)
+}

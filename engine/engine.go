@@ -230,24 +230,21 @@ func (e *Engine) Open() error {
 			types[InboxQueue(name)] = true
 		}
 	}
-	if err := e.store.View(func(tx *storage.Tx) error {
-		for _, t := range tx.Types() {
-			types[t] = true
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("engine: list stored types: %w", err)
+	stored, err := e.storedTypes()
+	if err != nil {
+		return err
+	}
+	for _, t := range stored {
+		types[t] = true
 	}
 	for t := range types {
-		pol, ok := e.policyOf(t)
-		if !ok {
-			e.log.Warn("stored events wait in a queue the configuration no longer has; they wait until it comes back", "queue", t)
+		if _, ok := e.policyOf(t); !ok {
+			e.log.Warn("stored events wait in a queue the configuration no longer has; they wait until it comes back (a reload that brings it back starts their loop)", "queue", t)
 			continue
 		}
-		if len(pol.Routes) == 0 && len(pol.Plugins) == 0 && strings.HasPrefix(t, inboxQueuePrefix) {
-			continue // a pull inbox: its events wait for GET .../messages
+		if e.runsLoop(t) {
+			e.loop(t)
 		}
-		e.loop(t)
 	}
 	e.wg.Add(1)
 	go func() {
@@ -283,6 +280,29 @@ func (e *Engine) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("engine: close: %w", ctx.Err())
 	}
+}
+
+// storedTypes are the queues the data file holds events of.
+func (e *Engine) storedTypes() (types []string, err error) {
+	err = e.store.View(func(tx *storage.Tx) error {
+		types = tx.Types()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: list stored types: %w", err)
+	}
+	return types, nil
+}
+
+// runsLoop reports whether queue t has a loop: the configuration takes it
+// (its own block, an inbox or the catch-all), and it is not a pull
+// inbox's, whose events wait for GET .../messages.
+func (e *Engine) runsLoop(t string) bool {
+	pol, ok := e.policyOf(t)
+	if !ok {
+		return false
+	}
+	return len(pol.Routes) > 0 || len(pol.Plugins) > 0 || !strings.HasPrefix(t, inboxQueuePrefix)
 }
 
 // loop returns the loop of type t, starting it if the engine is open.

@@ -304,8 +304,8 @@ func (l *Loop) finish(ctx context.Context, b *batch) (PollResult, error) {
 // does not let go of the batch's hold; the caller does, with letGo.
 //
 // A commit that fails (a full disk, an I/O error) is tried again, the
-// batch still held, for up to the policy's max_processing_time: the
-// broker has the messages, and letting go of the batch would send them
+// batch still held, until the policy's max_processing_time from when the
+// batch was taken: the broker has the messages, and letting go of the batch would send them
 // all again, past the broker's dedup window once the disk is full for
 // longer than it. Past that, or when the loop stops, the events stay
 // pending and are published again (at least once; receivers dedup by id).
@@ -317,7 +317,7 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 			return l.commit(tx, b, &res)
 		})
 	}
-	err := retryCommit(ctx, b.pol.MaxProcessingTime, record, func(err error, wait time.Duration) {
+	err := retryCommit(ctx, b.taken.Add(b.pol.MaxProcessingTime), record, func(err error, wait time.Duration) {
 		l.e.log.Warn("recording delivery outcomes failed; trying again, the batch held (not sent again)", "type", l.typ, "events", len(b.items), "retry_in", wait, "error", err)
 	})
 	if err != nil {
@@ -335,11 +335,10 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 var commitRetryFirst, commitRetryMax = 250 * time.Millisecond, 30 * time.Second
 
 // retryCommit runs record until it succeeds, ctx ends, or the next try
-// would come past limit, waiting longer after each failure (told to
+// would come past deadline, waiting longer after each failure (told to
 // failed). A record that does not decode (storage.ErrCorrupt) is not tried
 // again: it would fail the same way.
-func retryCommit(ctx context.Context, limit time.Duration, record func() error, failed func(error, time.Duration)) error {
-	deadline := time.Now().Add(limit)
+func retryCommit(ctx context.Context, deadline time.Time, record func() error, failed func(error, time.Duration)) error {
 	for wait := commitRetryFirst; ; wait = min(2*wait, commitRetryMax) {
 		err := record()
 		if err == nil || ctx.Err() != nil || errors.Is(err, storage.ErrCorrupt) || time.Now().Add(wait).After(deadline) {
@@ -458,6 +457,7 @@ type output struct {
 // batch is a taken batch with its outputs grouped by sink.
 type batch struct {
 	pol    *config.Policy // as it was when the batch was taken
+	taken  time.Time      // when, by the wall clock: its hold lasts max_processing_time from then
 	items  []item
 	bySink map[string][]*output
 	failed int
@@ -496,7 +496,7 @@ type sinkWait struct {
 // are recorded at the broker's position, not sent.
 func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.Record) *batch {
 	now := l.e.now()
-	b := &batch{pol: pol, items: make([]item, len(recs)), bySink: make(map[string][]*output)}
+	b := &batch{pol: pol, taken: time.Now(), items: make([]item, len(recs)), bySink: make(map[string][]*output)}
 	chain := l.e.chain(b.pol)
 	if mayUseState(chain) {
 		b.state = newBatchState(l.e, l.typ)

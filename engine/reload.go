@@ -68,6 +68,13 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 		}
 	}
 
+	// Stored types the new configuration takes get their loops too: a
+	// catch-all brought back takes the queues it left (read before the
+	// lock, as the data file is).
+	stored, err := e.storedTypes()
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
 	var removed []string
 	defer func() { // after the unlock below: these read and write the data file
 		for _, t := range removed {
@@ -87,10 +94,16 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 			removed = append(removed, t)
 		}
 	}
-	// New types get their loops now rather than on their first event.
+	// New types get their loops now rather than on their first event, and
+	// stored types the configuration takes again theirs.
 	if e.ctx != nil {
 		for t := range cfg.Events {
 			if _, ok := e.loops[t]; !ok && t != "*" {
+				e.startLoopLocked(t)
+			}
+		}
+		for _, t := range stored {
+			if _, ok := e.loops[t]; !ok && e.runsLoop(t) {
 				e.startLoopLocked(t)
 			}
 		}
