@@ -229,3 +229,33 @@ func TestStatsOfARemovedType(t *testing.T) {
 		t.Fatalf("status: %v", err)
 	}
 }
+
+// The oldest pending age counts from when the event was stored, so it
+// grows while events wait out their retries' backoff, as during a sink's
+// outage. (It counted from the due time of the event due next: zero while
+// every event waited for a retry ahead, however long they had failed.)
+func TestOldestPendingAgeGrowsThroughBackoff(t *testing.T) {
+	h := newHarness(t, `
+event "nostream.down" {
+  route {
+    to      = "nats.local"
+    subject = "nostream.down"
+  }
+  backoff { delay = "1h" }
+}
+`, true)
+	h.ingest("nostream.down", 1)
+	if _, err := h.eng.Loop("nostream.down").Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(10 * time.Minute)
+	stats, err := h.eng.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stats {
+		if s.Type == "nostream.down" && (s.Pending != 1 || s.OldestPending < 10*time.Minute) {
+			t.Errorf("an event stored 10 minutes ago, its retry due in 50: pending %d, oldest age %s", s.Pending, s.OldestPending)
+		}
+	}
+}

@@ -434,19 +434,27 @@ func (tx *Tx) Save(r *Record) error { return tx.putEvent(r) }
 
 // QueueStats is the depth and age of one type's queue.
 type QueueStats struct {
-	Pending       int
-	OldestPending time.Time // creation order: the queue's first due entry
+	Pending int
+	// OldestPending is when the event due next was stored: in a queue
+	// drained in order, its oldest; while events wait out their retries'
+	// backoff, the one that has waited longest of those due first. Its due
+	// time would say nothing then: it lies ahead.
+	OldestPending time.Time
 }
 
-// Queue returns the depth of type t's queue and its earliest due time.
+// Queue returns the depth of type t's queue and when the event due next
+// was stored (its due time, if its record cannot be read).
 func (tx *Tx) Queue(t string) QueueStats {
 	q, _ := tx.sub(bucketQueue, t)
 	if q == nil {
 		return QueueStats{}
 	}
 	s := QueueStats{Pending: q.Stats().KeyN}
-	if k, _ := q.Cursor().First(); k != nil {
+	if k, key := q.Cursor().First(); k != nil {
 		s.OldestPending = time.Unix(0, int64(binary.BigEndian.Uint64(k)))
+		if r, err := tx.recordAt(key); err == nil && !r.CreatedAt.IsZero() {
+			s.OldestPending = r.CreatedAt
+		}
 	}
 	return s
 }
