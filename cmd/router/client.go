@@ -205,6 +205,16 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseFlagsOnly is parseInterspersed for a command that takes no
+// arguments: a stray word is an error, not ignored (`router stats extra`).
+func parseFlagsOnly(fs *flag.FlagSet, args []string) error {
+	pos, err := parseInterspersed(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = &exitError{code: 2, err: fmt.Errorf("%s takes no arguments, only flags: %q", fs.Name(), pos)}
+	}
+	return err
+}
+
 // shortAge renders how long ago t was, kubectl style: 45s, 12m, 3h, 5d.
 func shortAge(t time.Time, now time.Time) string {
 	if t.IsZero() {

@@ -41,6 +41,9 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	}
 	if len(pos) != 1 {
 		fs.Usage()
+		if len(pos) > 1 {
+			return &exitError{code: 2, err: fmt.Errorf("backup: one file to write, not %d: %q", len(pos), pos)}
+		}
 		return &exitError{code: 2, err: errors.New("backup: name the file to write")}
 	}
 	out := pos[0]
@@ -138,6 +141,9 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 		if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
 			return nil
 		}
+		if len(args) > 0 {
+			return &exitError{code: 2, err: fmt.Errorf("db: unknown subcommand %q: check or compact", args[0])}
+		}
 		return &exitError{code: 2, err: errors.New("db: name a subcommand: check or compact")}
 	}
 	fs := flag.NewFlagSet("router db "+args[0], flag.ContinueOnError)
@@ -149,7 +155,7 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 	}
 	if len(pos) != 1 {
 		fmt.Fprint(c.Stderr, dbUsage)
-		return &exitError{code: 2, err: fmt.Errorf("db %s: name one data file", args[0])}
+		return &exitError{code: 2, err: fmt.Errorf("db %s: name one data file (given %d: %q)", args[0], len(pos), pos)}
 	}
 	if args[0] == "compact" {
 		return c.compact(pos[0], *output)

@@ -101,7 +101,7 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	limit := fs.Int("limit", 100, "items per page (at most 1000)")
 	cursor := fs.String("cursor", "", "continue where a previous page ended")
 	allPages := fs.Bool("all-pages", false, "follow the cursor to the last page")
-	if _, err := parseInterspersed(fs, args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	cl, err := af.client()

@@ -521,3 +521,32 @@ func TestTCPListenerServesTheAPI(t *testing.T) {
 		t.Fatalf("admin /metrics: %d", status)
 	}
 }
+
+// A word the command does not take is an error that names it (exit 2),
+// before anything is asked of a router: `router stats extra` printed the
+// stats, `router tail extra` tailed for ever, `router backup x.db extra`
+// said no file was named (an adversarial trial).
+func TestStrayArgumentsAreRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"stats", "extra"}, `router stats takes no arguments, only flags: ["extra"]`},
+		{[]string{"dlq", "list", "extra"}, `router dlq list takes no arguments, only flags: ["extra"]`},
+		{[]string{"tail", "extra", "-type", "x"}, `router tail takes no arguments, only flags: ["extra"]`},
+		{[]string{"ui", "extra"}, `router ui takes no arguments, only flags: ["extra"]`},
+		{[]string{"backup", "x.db", "extra"}, `backup: one file to write, not 2: ["x.db" "extra"]`},
+		{[]string{"db", "frob", "x"}, `db: unknown subcommand "frob": check or compact`},
+		{[]string{"db", "check", "a", "b"}, `db check: name one data file (given 2: ["a" "b"])`},
+		{[]string{"run", "extra", "-config", "x.hcl"}, `router run takes no arguments, only flags: "extra"`},
+	} {
+		var out bytes.Buffer
+		err := NewMain(nil, &out, &out).Run(context.Background(), c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("router %v: %v, want %q", c.args, err, c.want)
+		}
+		if c.args[0] != "run" && exitCode(err) != 2 {
+			t.Errorf("router %v: exit %d, want 2", c.args, exitCode(err))
+		}
+	}
+}

@@ -46,7 +46,7 @@ type PluginCommand struct {
 func (c *PluginCommand) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		c.usage()
-		return &exitError{code: pluginExitError, err: errors.New("plugin: name a subcommand: test or check")}
+		return &exitError{code: pluginExitError, err: errors.New("plugin: name a subcommand: test, check, init, doctor, dev or state")}
 	}
 	switch args[0] {
 	case "test":

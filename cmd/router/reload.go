@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
@@ -48,7 +49,15 @@ func (c *RunCommand) serve(ctx context.Context) {
 func (c *RunCommand) Reload(ctx context.Context) error {
 	sdNotify("RELOADING=1")
 	defer sdNotify("READY=1")
-	cfg, err := loadConfig(c.ConfigPath, true)
+	// Never the embedded defaults: a file missing for a moment while it is
+	// deployed must not swap the configuration for the demo's.
+	cfg, err := loadConfig(c.ConfigPath, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		if c.cfg.File == embeddedName {
+			return fmt.Errorf("%s does not exist: the router runs on the embedded defaults, which a reload does not change (write the file, then reload)", c.ConfigPath)
+		}
+		return fmt.Errorf("the configuration file is gone: %w", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -121,4 +122,54 @@ event "t.lost" {
 	os.WriteFile(path, []byte(delayed), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitLog(blockAt(delayed, "storage {") + "reload: the storage blocks changed")
+}
+
+// A reload while ./policies.hcl is missing (moved away for a moment by a
+// deploy) is refused, and the running configuration stays in force: it
+// took the embedded demo defaults instead, and every type and plugin the
+// file had was gone (an adversarial trial). A start that names a file that
+// does not exist fails, as does a stray argument before the flags.
+func TestReloadWithoutTheFileKeepsTheConfig(t *testing.T) {
+	path, sock := writeConfig(t, "")
+	dir := filepath.Dir(path)
+	logs := new(testkit.Buffer)
+	cmd := exec.Command(routerBinary(t), "run") // ./policies.hcl, the default
+	cmd.Dir, cmd.Stderr = dir, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	c := socketClient(sock)
+	waitHealthy(t, c)
+	if err := os.Rename(path, path+".deploying"); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "reload refused") },
+		func() string { return logs.String() })
+	if !strings.Contains(logs.String(), "the configuration file is gone") || strings.Contains(logs.String(), "configuration reloaded") {
+		t.Errorf("the reload without the file:\n%s", logs.String())
+	}
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/t"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 202 {
+		t.Errorf("a type of the file after the refused reload: %d", resp.StatusCode)
+	}
+
+	for _, args := range [][]string{
+		{"run", "-config", filepath.Join(dir, "nope.hcl")},
+		{"run", "extra", "-config", path + ".deploying"},
+	} {
+		err, out := runBinary(t, 30*time.Second, args...)
+		if err == nil || strings.Contains(out, "switchyard is running") {
+			t.Errorf("router %v started:\n%s", args, out)
+		}
+		t.Logf("router %v: %s", args, out)
+	}
 }

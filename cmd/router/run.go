@@ -40,8 +40,11 @@ const embeddedName = "policies.hcl (embedded)"
 type RunCommand struct {
 	*Main
 	ConfigPath string
-	LogLevel   string
-	LogFormat  string
+	// configNamed: -config was given. Only a default path that does not
+	// exist runs on the embedded defaults; a file named must exist.
+	configNamed bool
+	LogLevel    string
+	LogFormat   string
 	// ShutdownTimeout bounds the graceful stop.
 	ShutdownTimeout time.Duration
 	// DoubleSend makes every publish and delivery happen twice (tests).
@@ -82,13 +85,20 @@ func (c *RunCommand) ParseFlags(args []string) error {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
 	fs.BoolVar(&c.DoubleSend, "double-send", false, "test mode: make every publish and every delivery twice, to prove receivers idempotent")
 	fs.StringVar(&c.PluginCacheDir, "plugin-cache-dir", "", "where compiled plugins are kept across restarts (default <data dir>/wasm-cache)")
-	return fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("router run takes no arguments, only flags: %q (flags after it were not read)", fs.Arg(0))
+	}
+	fs.Visit(func(f *flag.Flag) { c.configNamed = c.configNamed || f.Name == "config" })
+	return nil
 }
 
 // Run opens everything, serves until ctx ends, then closes.
 func (c *RunCommand) Run(ctx context.Context) (err error) {
 	c.log = newLogger(c.Stderr, c.LogLevel, c.LogFormat)
-	cfg, err := loadConfig(c.ConfigPath, true)
+	cfg, err := loadConfig(c.ConfigPath, !c.configNamed)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func (c *StatsCommand) Run(ctx context.Context, args []string) error {
 	fs.SetOutput(c.Stderr)
 	af := &apiFlags{}
 	af.register(fs)
-	if _, err := parseInterspersed(fs, args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	cl, err := af.client()

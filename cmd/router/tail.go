@@ -45,7 +45,7 @@ func (c *TailCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintln(fs.Output(), "Usage: router tail [-type T] [-o table|json] [-socket PATH | -addr HOST:PORT -token T]\n\nPrints each output the router publishes, as the broker acknowledges it (-o json: one JSON object a line, the event included).")
 		fs.PrintDefaults()
 	}
-	if _, err := parseInterspersed(fs, args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	cl, err := af.client()

@@ -33,7 +33,7 @@ func (c *UICommand) Run(ctx context.Context, args []string) error {
 	socket := fs.String("socket", "./data/router.sock", "the router's unix socket")
 	listen := fs.String("listen", "127.0.0.1:0", "the loopback address to serve on (port 0: any free port)")
 	ttl := fs.Duration("link-ttl", 10*time.Minute, "how long the printed link can be used (once)")
-	if _, err := parseInterspersed(fs, args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
 	host, _, err := net.SplitHostPort(*listen)
