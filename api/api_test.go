@@ -283,6 +283,15 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"time past 2261", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"2300-01-01T00:00:00Z"}`, 400, "invalid_event"},
 		{"time before 1678", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"1000-01-01T00:00:00Z"}`, 400, "invalid_event"},
 		{"bad time", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"yesterday"}`, 400, "invalid_event"},
+		// Go's zero time, which was taken as no time and replaced by the
+		// time of ingest (an adversarial trial).
+		{"time of year 1", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"0001-01-01T00:00:00Z"}`, 400, "invalid_event"},
+		{"time of year 1 in a header", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/s", "Ce-Time": "0001-01-01T00:00:00Z"}, "", 400, "invalid_event"},
+		// A member named twice: a proxy that read the first would not see
+		// the event the router stored (the last).
+		{"type named twice", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","type":"other.type"}`, 400, "invalid_event"},
+		{"data named twice", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","data":1,"data":2}`, 400, "invalid_event"},
+		{"extension named twice", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","ext":"a","ext":"b"}`, 400, "invalid_event"},
 		{"bad extension name", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","Bad-Name":"x"}`, 400, "invalid_event"},
 		// The JSON format's types: context attributes are strings, an
 		// extension's number a whole 32-bit one.

@@ -151,6 +151,12 @@ func set(e *switchyard.Event, name, value string) error {
 		if err != nil {
 			return invalid("time %q is not an RFC 3339 timestamp", value)
 		}
+		if t.IsZero() {
+			// Go's zero time, which Event.Time holds for "no time": taken,
+			// it would be replaced by the time of ingest. No router stores
+			// it anyway (storage.MinTime).
+			return invalid("time %q is outside the years 1678 to 2261 the router can store", value)
+		}
 		e.Time = t
 	case "data", "data_base64":
 		return invalid("%q is not an attribute: the JSON format reserves it for the data", name)

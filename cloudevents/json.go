@@ -42,7 +42,8 @@ func DecodeJSON(body []byte) (switchyard.Event, error) {
 // (Binding.DecodeLenient): a value of the wrong JSON type is kept as its
 // JSON text; a member that cannot be an attribute (an object or array, a
 // name the spec does not allow, a time that does not parse) and
-// extensions past the bound are left out. The body must still be a JSON
+// extensions past the bound are left out; of a member named twice the
+// last is kept. The body must still be a JSON
 // object.
 func decodeJSON(body []byte, warn func(string)) (switchyard.Event, error) {
 	if !utf8.Valid(body) {
@@ -126,9 +127,9 @@ func withDecoder[T any](body []byte, fn func(*jsontext.Decoder) (T, error)) (T, 
 	p := decoders.Get().(*pooledDecoder)
 	defer decoders.Put(p)
 	p.r.Reset(body)
-	// Repeated member names are allowed, as encoding/json allows them:
-	// in data they are the sender's business; among the attributes the
-	// last counts (decodeObject).
+	// Repeated member names are allowed by the decoder: in data they are
+	// the sender's business. Among an event's own members decodeObject
+	// refuses them (twice).
 	p.d.Reset(&p.r, jsontext.AllowDuplicateNames(true))
 	defer func() { p.r.Reset(nil); p.d.Reset(&p.r) }() // keep no reference to body
 	return fn(&p.d)
@@ -166,10 +167,17 @@ func decodeObject(d *jsontext.Decoder, seen *interner, warn func(string)) (switc
 			return ev, invalid("the body is not a JSON object%s", syntaxDetail(err))
 		}
 		switch key {
-		case "data":
-			data = bytes.Clone(v)
-		case "data_base64":
-			data64 = bytes.Clone(v)
+		case "data", "data_base64":
+			held := &data
+			if key == "data_base64" {
+				held = &data64
+			}
+			if *held != nil {
+				if err := lenient.pass(twice(key), "the last kept"); err != nil {
+					return ev, err
+				}
+			}
+			*held = bytes.Clone(v)
 		default:
 			if members, err = addMember(members, &exts, key, v, seen, lenient); err != nil {
 				return ev, err
@@ -203,14 +211,24 @@ func addMember(members []member, exts *int, key string, v jsontext.Value, seen *
 	}
 	before := len(members)
 	members = setMember(members, m)
-	if len(members) == before || isContextAttribute(key) {
-		return members, nil // a context attribute, or a member named again
+	if len(members) == before { // named again
+		return members, lenient.pass(twice(key), "the last kept")
+	}
+	if isContextAttribute(key) {
+		return members, nil
 	}
 	if *exts++; *exts <= MaxExtensions {
 		return members, nil
 	}
 	*exts--
 	return members[:before], lenient.pass(invalid("extension attribute %q: an event has at most %d extension attributes", key, MaxExtensions), "left out")
+}
+
+// twice is the error of an event member named twice. RFC 8259 leaves it to
+// each reader which counts, so a proxy that checked the first and the
+// router that stored the last would disagree on the event.
+func twice(key string) error {
+	return invalid("member %q appears twice in the event object: its names must be unique (RFC 8259), or readers disagree on which counts", key)
 }
 
 // leniency is how decodeObject meets a problem: strictly (no warn) it

@@ -121,9 +121,9 @@ func refInvalid(format string, args ...any) error {
 // The streaming decoder accepts what the map-based one accepted (with the
 // JSON format's types since 2026-12: context attributes are strings,
 // number extensions whole 32-bit numbers) and reads the same event from
-// it. A further difference the target skips: a member named twice, whose
-// earlier value the streaming decoder also checks ({"id":5,"id":"x"} is
-// refused) where the map kept the last one only. Two differences on purpose: a body
+// it. Three differences on purpose: a member of the event named twice,
+// which the map kept the last of and the streaming decoder refuses
+// (RFC 8259 leaves it to each reader which counts); a body
 // that is JSON null, which the map-based decoder read as an empty event,
 // and a lone surrogate escape ("\ud800"), which it turned into U+FFFD and
 // the new one refuses as invalid JSON text (RFC 8259 §8.2).
@@ -144,8 +144,9 @@ func FuzzDecodeJSONMatchesReference(f *testing.F) {
 		if string(bytes.TrimSpace(body)) == "null" || err != nil && refErr == nil && strings.Contains(err.Error(), "surrogate") {
 			return
 		}
-		if err != nil && refErr == nil && (strings.Contains(err.Error(), "must be a JSON string") || strings.Contains(err.Error(), "is not a CloudEvents Integer")) {
-			return // a member named twice, its earlier value of the wrong type
+		if err != nil && refErr == nil && (strings.Contains(err.Error(), "appears twice") ||
+			strings.Contains(err.Error(), "must be a JSON string") || strings.Contains(err.Error(), "is not a CloudEvents Integer")) {
+			return // a member named twice (its earlier value maybe of the wrong type)
 		}
 		if (err == nil) != (refErr == nil) {
 			t.Fatalf("%q: error %v, the reference's %v", body, err, refErr)
