@@ -192,6 +192,11 @@ func validate(in *engine.IngestEvent) error {
 			return switchyard.Errorf(switchyard.EINVALID, "id must not contain control characters or '/'")
 		}
 	}
+	if ev.ID == "." || ev.ID == ".." {
+		// A path segment of the API's URLs (/v1/events/{id}, /v1/dlq/{id}),
+		// which clients and browsers resolve away before sending.
+		return switchyard.Errorf(switchyard.EINVALID, "id must not be %q: it is a path segment of the API's URLs, which HTTP clients resolve away", ev.ID)
+	}
 	if err := storage.CheckTime(ev.Time); err != nil {
 		return switchyard.Errorf(switchyard.EINVALID, "%v", err)
 	}
