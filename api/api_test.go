@@ -324,6 +324,9 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"body too large", structured(), big, 413, "payload_too_large"},
 		{"batch too large", batchCT, "[" + strings.Join(many, ",") + "]", 413, "payload_too_large"},
 		{"batch duplicate ids", batchCT, `[{"specversion":"1.0","type":"order.paid","source":"/s","id":"1"},{"specversion":"1.0","type":"order.paid","source":"/s","id":"1"}]`, 400, "invalid_event"},
+		// Events are stored by id: one id from two sources is the same
+		// problem, said so (it was a 409 "already stored").
+		{"batch duplicate ids, two sources", batchCT, `[{"specversion":"1.0","type":"order.paid","source":"/a","id":"1"},{"specversion":"1.0","type":"order.paid","source":"/b","id":"1"}]`, 400, "invalid_event"},
 		{"the catch-all's name as a type", structured(), `{"specversion":"1.0","type":"*","source":"/s"}`, 400, "invalid_event"},
 		{"unknown type", structured(), `{"specversion":"1.0","type":"nope","source":"/s"}`, 422, "unknown_event_type"},
 	}

@@ -72,7 +72,7 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 // in a batch, that no client-chosen id appears twice.
 func admitEvents(evs []switchyard.Event, batch bool) ([]engine.IngestEvent, error) {
 	events := make([]engine.IngestEvent, len(evs))
-	repeated := repeatedID(evs)
+	repeated, earlier := repeatedID(evs)
 	for i, ev := range evs {
 		events[i].Event = ev
 		if err := validate(&events[i]); err != nil {
@@ -82,20 +82,25 @@ func admitEvents(evs []switchyard.Event, batch bool) ([]engine.IngestEvent, erro
 			}
 			return nil, err
 		}
-		if i == repeated { // the first problem in the batch's order, as before
-			return nil, switchyard.Errorf(switchyard.EINVALID, "event %d: id %q from source %q appears twice in the batch", i, ev.ID, ev.Source)
+		if i != repeated { // the first problem in the batch's order, as before
+			continue
 		}
+		if other := evs[earlier].Source; other != ev.Source {
+			return nil, switchyard.Errorf(switchyard.EINVALID, "event %d: id %q appears twice in the batch, from sources %q and %q: events are stored by id, so each needs one of its own", i, ev.ID, other, ev.Source)
+		}
+		return nil, switchyard.Errorf(switchyard.EINVALID, "event %d: id %q from source %q appears twice in the batch", i, ev.ID, ev.Source)
 	}
 	return events, nil
 }
 
-// repeatedID returns the index of the first event whose client-chosen
-// (source, id) an earlier event of the batch already has, or -1. It sorts
+// repeatedID returns the index of the first event whose client-chosen id
+// an earlier event of the batch already has (whatever its source: events
+// are stored by id), and that earlier event's; -1 when none. It sorts
 // indexes rather than filling a map: a batch of 100 was a map of 100
 // entries per request (docs/decisions/ingest-cost.md).
-func repeatedID(evs []switchyard.Event) int {
+func repeatedID(evs []switchyard.Event) (repeat, earlier int) {
 	if len(evs) < 2 {
-		return -1
+		return -1, -1
 	}
 	order := make([]int32, 0, len(evs))
 	for i := range evs {
@@ -103,28 +108,20 @@ func repeatedID(evs []switchyard.Event) int {
 			order = append(order, int32(i))
 		}
 	}
-	key := func(i int32) (string, string) { return evs[i].Source, evs[i].ID }
 	slices.SortFunc(order, func(a, b int32) int {
-		as, aid := key(a)
-		bs, bid := key(b)
-		if c := strings.Compare(as, bs); c != 0 {
-			return c
-		}
-		if c := strings.Compare(aid, bid); c != 0 {
+		if c := strings.Compare(evs[a].ID, evs[b].ID); c != 0 {
 			return c
 		}
 		return int(a - b)
 	})
-	first := -1
+	repeat, earlier = -1, -1
 	for j := 1; j < len(order); j++ {
 		a, b := order[j-1], order[j]
-		as, aid := key(a)
-		bs, bid := key(b)
-		if as == bs && aid == bid && (first < 0 || int(b) < first) {
-			first = int(b) // the later of the two: the one that repeats
+		if evs[a].ID == evs[b].ID && (repeat < 0 || int(b) < repeat) {
+			repeat, earlier = int(b), int(a) // the later of the two: the one that repeats
 		}
 	}
-	return first
+	return repeat, earlier
 }
 
 // traceContext is the W3C trace context a request carries in its headers.

@@ -78,24 +78,24 @@ func FuzzDecodeBinary(f *testing.F) {
 	})
 }
 
-// repeatedID names the first event whose (source, id) an earlier event of
-// the batch has, as a map of the ids seen so far would, and ignores
+// repeatedID names the first event whose id an earlier event of the batch
+// has (whatever their sources: events are stored by id), and the first
+// event with that id, as a map of the ids seen so far would, and ignores
 // router-assigned (empty) ids.
 func TestRepeatedID(t *testing.T) {
 	ev := func(src, id string) switchyard.Event { return switchyard.Event{Source: src, ID: id} }
-	byMap := func(evs []switchyard.Event) int {
-		seen := map[[2]string]bool{}
+	byMap := func(evs []switchyard.Event) (int, int) {
+		seen := map[string]int{}
 		for i, e := range evs {
 			if e.ID == "" {
 				continue
 			}
-			k := [2]string{e.Source, e.ID}
-			if seen[k] {
-				return i
+			if j, ok := seen[e.ID]; ok {
+				return i, j
 			}
-			seen[k] = true
+			seen[e.ID] = i
 		}
-		return -1
+		return -1, -1
 	}
 	cases := [][]switchyard.Event{
 		nil,
@@ -107,10 +107,13 @@ func TestRepeatedID(t *testing.T) {
 		{ev("/s", "b"), ev("/s", "a"), ev("/s", "c"), ev("/s", "a"), ev("/s", "b")},
 		{ev("/s", "z"), ev("/s", "y"), ev("/s", "z"), ev("/s", "y"), ev("/s", "z")},
 		{ev("/a", "x"), ev("/b", "x"), ev("/a", "y"), ev("/b", "x")},
+		{ev("/a", "x"), ev("/a", "y"), ev("/b", "y"), ev("/c", "x")},
 	}
 	for i, c := range cases {
-		if got, want := repeatedID(c), byMap(c); got != want {
-			t.Errorf("case %d: repeatedID = %d, want %d", i, got, want)
+		got, gotEarlier := repeatedID(c)
+		want, wantEarlier := byMap(c)
+		if got != want || gotEarlier != wantEarlier {
+			t.Errorf("case %d: repeatedID = %d (of %d), want %d (of %d)", i, got, gotEarlier, want, wantEarlier)
 		}
 	}
 }
