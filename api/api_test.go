@@ -306,6 +306,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 		// Ids no URL can name: clients resolve them away (router dlq show .
 		// asked for the list; an adversarial trial).
 		{"id dot", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","id":"."}`, 400, "invalid_event"},
+		{"binary without ce-specversion", map[string]string{"Ce-Type": "order.created", "Ce-Source": "/s", "Content-Type": "text/plain"}, "hi", 400, "invalid_event"},
 		{"id dot dot", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/s", "Ce-Id": ".."}, "", 400, "invalid_event"},
 		{"invalid utf-8", structured(), "{\"specversion\":\"1.0\",\"type\":\"order.created\",\"source\":\"/\xff\"}", 400, "invalid_event"},
 		{"invalid utf-8 header", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/\xff"}, "", 400, "invalid_event"},

@@ -52,6 +52,8 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 			return nil, false, err
 		}
 		evs = []switchyard.Event{ev}
+	case hasCEHeader(h):
+		return nil, false, switchyard.Errorf(switchyard.EINVALID, "binary mode: ce-specversion is required (the request has other ce-* headers but not it)")
 	default:
 		return nil, false, switchyard.Errorf(switchyard.EMEDIATYPE,
 			"content type %q is not a CloudEvent: send %s (structured), %s (batch), or ce-* headers with the data as body (binary)",
@@ -66,6 +68,17 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 		finish(&events[i], now)
 	}
 	return events, batch, nil
+}
+
+// hasCEHeader reports whether h has a ce-* header: a binary-mode event
+// without its ce-specversion, not a body of some other media type.
+func hasCEHeader(h http.Header) bool {
+	for name := range h {
+		if len(name) > 3 && strings.EqualFold(name[:3], "ce-") {
+			return true
+		}
+	}
+	return false
 }
 
 // admitEvents checks each decoded event as ingest requires (validate) and,

@@ -571,7 +571,7 @@ func (req *IngestRequest) lookup(tx *storage.Tx, now time.Time, outcomes []Outco
 		rec, req.keyOldExpiry, err = tx.LiveIdempotency(keyScope(req.Tenant, req.Endpoint, req.Key), now)
 		switch {
 		case err == nil && !bytes.Equal(rec.Digest, req.Digest):
-			return nil, switchyard.Errorf(switchyard.EIDEMREUSE, "idempotency key %q was used with another request body", req.Key)
+			return nil, switchyard.Errorf(switchyard.EIDEMREUSE, "idempotency key %q was used with another request (its body, or a ce-* header or content type that makes the event, differs)", req.Key)
 		case err == nil:
 			return &Response{Status: rec.Status, ContentType: rec.ContentType, Body: rec.Body, Replayed: true}, nil
 		case !errors.Is(err, storage.ErrNotFound):

@@ -370,6 +370,18 @@ func TestOpenSaysWhatIsNotADataFile(t *testing.T) {
 			t.Errorf("%s: the file was changed", name)
 		}
 	}
+	// An empty file: CheckFile says so, rather than "write: bad file
+	// descriptor" from bbolt setting it up read-only (an adversarial
+	// trial), and leaves it empty.
+	path := filepath.Join(t.TempDir(), "router.db")
+	os.WriteFile(path, nil, 0o600)
+	rep, err := CheckFile(path)
+	if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "the file is empty") {
+		t.Errorf("empty: CheckFile: %+v %v", rep, err)
+	}
+	if fi, _ := os.Stat(path); fi.Size() != 0 {
+		t.Errorf("empty: the file was changed")
+	}
 }
 
 // Close does not wait out a commit delay: a write already queued when Close

@@ -33,6 +33,12 @@ func CheckFile(path string) (*CheckReport, error) {
 		return nil, err
 	}
 	rep := &CheckReport{Path: path, Bytes: fi.Size(), Problems: []string{}}
+	if fi.Size() == 0 {
+		// bbolt would set an empty file up as a new database, which a
+		// read-only open cannot (it failed with "bad file descriptor").
+		rep.Problems = append(rep.Problems, "the file is empty: not a data file (the router makes a new data file of an empty one)")
+		return rep, nil
+	}
 	bdb, err := openBolt(path, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("%s is open in a running router: stop it, or check a backup (router backup)", path)
