@@ -306,6 +306,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 		// Ids no URL can name: clients resolve them away (router dlq show .
 		// asked for the list; an adversarial trial).
 		{"id dot", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","id":"."}`, 400, "invalid_event"},
+		{"latin-1 structured", map[string]string{"Content-Type": "application/cloudevents+json; charset=iso-8859-1"}, `{"specversion":"1.0","type":"order.created","source":"/s"}`, 415, "unsupported_media_type"},
 		{"binary without ce-specversion", map[string]string{"Ce-Type": "order.created", "Ce-Source": "/s", "Content-Type": "text/plain"}, "hi", 400, "invalid_event"},
 		{"id dot dot", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/s", "Ce-Id": ".."}, "", 400, "invalid_event"},
 		{"invalid utf-8", structured(), "{\"specversion\":\"1.0\",\"type\":\"order.created\",\"source\":\"/\xff\"}", 400, "invalid_event"},
@@ -745,5 +746,26 @@ func TestLongIDIsRefusedNotEchoed(t *testing.T) {
 	}
 	if len(rep.body) > 2048 {
 		t.Errorf("the answer is %d bytes: the path was echoed whole", len(rep.body))
+	}
+}
+
+// A body announced past max_body is refused before it is sent: a client
+// that asks Expect: 100-continue gets the 413, not a go-ahead to send 2 MB
+// that would then be refused (an adversarial trial).
+func TestAnnouncedBodyTooLargeIsRefusedFirst(t *testing.T) {
+	r := newRouter(t)
+	c, err := net.Dial("unix", r.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: r\r\nContent-Type: application/cloudevents+json\r\nContent-Length: 2000000\r\nExpect: 100-continue\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 413 {
+		t.Errorf("status %d, want 413 before the body", resp.StatusCode)
 	}
 }

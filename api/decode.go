@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/sha256"
 	"errors"
+	"mime"
 	"net/http"
 	"slices"
 	"sort"
@@ -34,6 +35,9 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 	ct := h.Get("Content-Type")
 	media := cloudevents.Media(ct)
 	var evs []switchyard.Event
+	if err := jsonCharset(ct, media); err != nil {
+		return nil, media == cloudevents.MediaBatch, err
+	}
 	switch {
 	case media == cloudevents.MediaStructured:
 		ev, err := cloudevents.DecodeJSON(body)
@@ -68,6 +72,20 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 		finish(&events[i], now)
 	}
 	return events, batch, nil
+}
+
+// jsonCharset refuses a structured or batch body declared in a charset
+// other than UTF-8: JSON exchanged between systems is UTF-8 (RFC 8259 §8.1),
+// and decoding Latin-1 bytes as UTF-8 would store other text than sent.
+func jsonCharset(ct, media string) error {
+	if ct == media || media != cloudevents.MediaStructured && media != cloudevents.MediaBatch {
+		return nil // no parameters, or not the JSON format
+	}
+	_, params, _ := mime.ParseMediaType(ct)
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		return switchyard.Errorf(switchyard.EMEDIATYPE, "charset %q: the CloudEvents JSON format is UTF-8 (RFC 8259); send the body in UTF-8", cs)
+	}
+	return nil
 }
 
 // hasCEHeader reports whether h has a ce-* header: a binary-mode event

@@ -745,6 +745,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		// published as the data itself.
 		return nil, switchyard.Errorf(switchyard.EMEDIATYPE, "Content-Encoding %q: the router takes bodies as they are, without a content coding", strings.Join(ce, ", "))
 	}
+	if r.ContentLength > s.listen.MaxBody {
+		// Said before a byte is read: a client that sent Expect:
+		// 100-continue gets the 413 instead of a go-ahead.
+		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
+	}
 	rd := http.MaxBytesReader(w, r.Body, s.listen.MaxBody)
 	var body []byte
 	var err error

@@ -165,7 +165,8 @@ func set(e *switchyard.Event, name, value string) error {
 		// context attributes' fields.
 		if value != "" {
 			if len(e.Extensions) >= MaxExtensions {
-				return invalid("extension attribute %q: an event has at most %d extension attributes", name, MaxExtensions)
+				// Not "the 257th": headers come in no order.
+				return invalid("an event has at most %d extension attributes, and this one has more (%q among them)", MaxExtensions, name)
 			}
 			e.Extensions = append(e.Extensions, switchyard.Header{Name: name, Value: value})
 		}

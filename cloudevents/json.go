@@ -363,6 +363,10 @@ func decodeBase64(v jsontext.Value) ([]byte, error) {
 	}
 	b, err := base64.StdEncoding.AppendDecode(nil, s)
 	if err != nil {
+		if len(s)%4 != 0 {
+			// Go names the start of the last group, which says nothing.
+			return nil, invalid("data_base64 is not base64: %d characters, not a multiple of 4 (standard base64 pads with '=')", len(s))
+		}
 		return nil, invalid("data_base64 is not base64: %v", err)
 	}
 	return b, nil

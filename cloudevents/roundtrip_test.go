@@ -371,3 +371,12 @@ func TestMedia(t *testing.T) {
 		}
 	}
 }
+
+// data_base64 without its padding is refused with the reason, not with
+// Go's "illegal base64 data at input byte 0" (an adversarial trial).
+func TestUnpaddedBase64SaysWhy(t *testing.T) {
+	_, err := cloudevents.DecodeJSON([]byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","data_base64":"AA"}`))
+	if err == nil || !strings.Contains(err.Error(), "2 characters, not a multiple of 4") {
+		t.Errorf("unpadded data_base64: %v", err)
+	}
+}
