@@ -575,4 +575,8 @@ func TestTenantCannotSquatIDs(t *testing.T) {
 	if rep := r.tcp("GET", "/v1/dlq/order-42", tokAdmin, nil, ""); !strings.Contains(string(rep.body), `no event with id \"order-42\"`) {
 		t.Errorf("admin lookup of the default tenant's order-42: %d %s", rep.status, rep.body)
 	}
+	// A lookup under a tenant that has no such id says which tenant.
+	if rep := r.tcp("GET", "/v1/dlq/order-42?tenant=nobody", tokAdmin, nil, ""); !strings.Contains(string(rep.body), `no event with id \"order-42\" in tenant \"nobody\"`) {
+		t.Errorf("admin lookup of order-42 in tenant nobody: %d %s", rep.status, rep.body)
+	}
 }

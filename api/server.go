@@ -564,7 +564,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, err := s.engine.EventStatus(ten, id)
 	if err == nil && rec.Tenant != ten {
-		err = switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", id)
+		err = engine.NoEvent(ten, id)
 	}
 	if err != nil {
 		s.writeError(w, r, err)

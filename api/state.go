@@ -69,6 +69,12 @@ func (s *Server) getStateNamespaces(w http.ResponseWriter, r *http.Request, plug
 		s.writeError(w, r, err)
 		return
 	}
+	if len(nss) == 0 && !s.engine.PluginLoaded(plugin) {
+		// A name mistyped is not a plugin without state (a removed
+		// plugin's state is still listed while it lasts).
+		s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "no plugin %q is loaded, and no state is kept under that name", plugin))
+		return
+	}
 	views := []map[string]any{}
 	for _, ns := range nss {
 		v := map[string]any{"namespace": ns.Name, "tenant": ns.Tenant, "keys": ns.Keys, "bytes": ns.Bytes}

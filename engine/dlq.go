@@ -129,7 +129,7 @@ func (e *Engine) DLQGet(ref DLQRef) (*DLQItem, error) {
 	})
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", ref.ID)
+		return nil, NoEvent(ref.Tenant, ref.ID)
 	case errors.Is(err, storage.ErrNotDead):
 		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "event %q is not in the DLQ: it is %s (GET /v1/events/{id} shows it)", ref.ID, en.Record.State)
 	case err != nil:
@@ -229,7 +229,7 @@ func (e *Engine) dlqOne(ctx context.Context, ref DLQRef, act dlqAction) (*DLQIte
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
 		r, err := tx.Record(ref.key())
 		if errors.Is(err, storage.ErrNotFound) {
-			return switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", ref.ID)
+			return NoEvent(ref.Tenant, ref.ID)
 		}
 		if err != nil {
 			return err

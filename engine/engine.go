@@ -203,6 +203,22 @@ func (e *Engine) plugin(name string) (switchyard.Plugin, bool) {
 	return p, ok
 }
 
+// NoEvent is the not found of an event id, naming the tenant unless it is
+// the default one: an id looked up under the wrong tenant says where it
+// was looked for.
+func NoEvent(tenant, id string) error {
+	if tenant != "" && tenant != storage.DefaultTenant {
+		return switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q in tenant %q", id, tenant)
+	}
+	return switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", id)
+}
+
+// PluginLoaded reports whether a plugin of that name is loaded.
+func (e *Engine) PluginLoaded(name string) bool {
+	_, ok := e.plugin(name)
+	return ok
+}
+
 func pluginMap(plugins []switchyard.Plugin) *map[string]switchyard.Plugin {
 	m := make(map[string]switchyard.Plugin, len(plugins))
 	for _, p := range plugins {
@@ -366,7 +382,7 @@ func (e *Engine) EventStatus(tenant, id string) (*storage.Record, error) {
 		return err
 	})
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", id)
+		return nil, NoEvent(tenant, id)
 	}
 	if err != nil {
 		return nil, err

@@ -167,7 +167,8 @@ event "counted" {
 // An operator sees and manages a running router's plugin state: router
 // plugin state lists the plugin's namespaces and the keys of one (a binary
 // value in base64), GET /v1/stats and /metrics carry the sizes, and a key is
-// deleted (deleting it again is a clear not found); a plugin block's
+// deleted (deleting it again is a clear not found, as is a plugin name
+// nothing has); a plugin block's
 // state_namespace is one namespace shared by the types that run it; a write over a limit
 // rejects the event with a reason naming the plugin, the event and the
 // limit.
@@ -281,6 +282,14 @@ event "t.big" {
 		}
 		resp.Body.Close()
 		waitState(t, c, typ, "delivered", 10*time.Second)
+	}
+	// A name no plugin has is a clear not found, not "no state" (an
+	// adversarial trial); a loaded plugin without state is "no state".
+	if _, err := cli("nope"); err == nil || !strings.Contains(err.Error(), `no plugin "nope" is loaded, and no state is kept under that name`) {
+		t.Fatalf("state of a plugin that does not exist: %v", err)
+	}
+	if out, err := cli("bigkey"); err != nil || !strings.Contains(out, "no state") {
+		t.Fatalf("state of a loaded plugin without any: %v\n%s", err, out)
 	}
 	if out, err := cli("tally", "-namespace", "tally"); err != nil || !strings.Contains(out, "base64:AgAAAA==") {
 		t.Fatalf("the shared namespace (want n = 2): %v\n%s", err, out)
