@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,18 +23,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	bin := routerBinary(t)
 	path, sock := writeConfig(t, "")
 	base := mustRead(t, path)
-	logs := new(testkit.Buffer)
-	cmd := exec.Command(bin, "run", "-config", path)
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	c := socketClient(sock)
-	waitHealthy(t, c)
+	cmd, logs, c := runLogged(t, "", sock, bin, "run", "-config", path)
 	post := func(typ string) int {
 		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
 			strings.NewReader(`{"specversion":"1.0","type":"`+typ+`","source":"/t"}`))
@@ -132,18 +122,7 @@ event "t.lost" {
 func TestReloadWithoutTheFileKeepsTheConfig(t *testing.T) {
 	path, sock := writeConfig(t, "")
 	dir := filepath.Dir(path)
-	logs := new(testkit.Buffer)
-	cmd := exec.Command(routerBinary(t), "run") // ./policies.hcl, the default
-	cmd.Dir, cmd.Stderr = dir, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	c := socketClient(sock)
-	waitHealthy(t, c)
+	cmd, logs, c := runLogged(t, dir, sock, routerBinary(t), "run") // ./policies.hcl, the default
 	if err := os.Rename(path, path+".deploying"); err != nil {
 		t.Fatal(err)
 	}
@@ -172,4 +151,23 @@ func TestReloadWithoutTheFileKeepsTheConfig(t *testing.T) {
 		}
 		t.Logf("router %v: %s", args, out)
 	}
+}
+
+// runLogged starts the router binary bin with args in dir ("": here), its
+// log kept, and waits until it serves sock; the test's end stops it.
+func runLogged(t *testing.T, dir, sock, bin string, args ...string) (*exec.Cmd, *testkit.Buffer, *http.Client) {
+	t.Helper()
+	logs := new(testkit.Buffer)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir, cmd.Stderr = dir, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	c := socketClient(sock)
+	waitHealthy(t, c)
+	return cmd, logs, c
 }
