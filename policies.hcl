@@ -56,11 +56,11 @@ listen {
   # the brokers need; the unix socket is not counted. Every request on
   # either must arrive whole within read_timeout (a late body: 408
   # request_timeout, nothing stored); its headers within 10 s (or
-  # read_timeout, if shorter), or the connection is closed. Its answer must
-  # be read within twice read_timeout of its headers (each write of a
-  # stream, /v1/tail or /v1/backup, within read_timeout), or the
-  # connection is closed: a client that sends and never reads holds its
-  # place no longer.
+  # read_timeout, if shorter), or the connection is closed. Each write of
+  # its answer must be taken within read_timeout too (the router's own work,
+  # a commit or a long poll, not counted; a stream such as /v1/tail lives as
+  # long as its client reads), or the connection is closed: a client that
+  # sends and never reads holds its place no longer.
   max_connections = 512
   read_timeout    = "30s"
 }

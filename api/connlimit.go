@@ -15,8 +15,8 @@ import (
 // (a request to /healthz, which needs no token, now and then) and lock
 // everyone else out for as long as they liked. A connection busy with a
 // request is not given up: a client that stalls mid-request is held only
-// for listen.read_timeout, and one that does not read its answer for
-// twice that (the server's write timeout, httpServer).
+// for listen.read_timeout, and one that does not read its answer for as
+// long after each write (answerDeadline).
 //
 // Accept takes the next connection off the kernel's backlog only when it
 // can serve it: while every connection is busy, Accept holds the one it

@@ -103,12 +103,10 @@ func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
 // would save. A request must arrive whole
 // within listen.read_timeout (config.DefaultReadTimeout when the file sets
 // none): a client that sends headers announcing a body and then nothing
-// holds its connection no longer than that. Its answer must be taken
-// within twice that of its headers (the body, then the handler's work and
-// the answer, each given read_timeout): a client that sends requests and
-// never reads the answers holds its connection, busy, no longer either.
-// The streams (/v1/tail, /v1/backup) move their deadline on with each
-// write instead (extendWrite).
+// holds its connection no longer than that. Each write of its answer must
+// be taken within read_timeout too (answerWriter), the handler's own work
+// not counted: a client that sends requests and never reads the answers
+// holds its connection, busy, no longer either.
 func (s *Server) httpServer(h http.Handler) *http.Server {
 	readTimeout := s.listen.ReadTimeout
 	return &http.Server{
@@ -116,7 +114,6 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 		ConnContext:       connContext,
 		ReadHeaderTimeout: min(10*time.Second, readTimeout),
 		ReadTimeout:       readTimeout,
-		WriteTimeout:      2 * readTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
@@ -155,8 +152,64 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "no route %s %s", r.Method, r.URL.Path))
 	})
-	return s.authenticate(mux)
+	return s.answerDeadline(s.authenticate(mux))
 }
+
+// answerDeadline gives the client listen.read_timeout to take each write
+// of its answer, counted from the write: not from the request's headers as
+// http.Server's WriteTimeout counts, which takes in the handler's work (a
+// slow commit, a bulk DLQ action, a long poll) and cut off the 202 of an
+// event already stored, for a client to send it again. A stream (/v1/tail,
+// /v1/backup) lives as long as its client reads.
+func (s *Server) answerDeadline(next http.Handler) http.Handler {
+	timeout := s.listen.ReadTimeout
+	if timeout <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		aw := &answerWriter{ResponseWriter: w, timeout: timeout}
+		aw.deadline(time.Time{}) // none while the handler works; a keep-alive connection's last one goes
+		next.ServeHTTP(aw, r)
+		aw.extend() // what net/http writes once the handler is done
+	})
+}
+
+// answerWriter moves the connection's write deadline to timeout from now
+// before each write of an answer that may reach the socket: once the answer
+// outgrows net/http's buffers, and at each Flush. A small answer waits in
+// them until the handler is done (answerDeadline moves it then): two
+// deadline calls per request on the hot path.
+type answerWriter struct {
+	http.ResponseWriter
+	timeout time.Duration
+	written int
+}
+
+// buffered is how much of an answer net/http holds before it writes to the
+// socket (its 2 KiB before chunking, well inside its 4 KiB writer).
+const buffered = 2 << 10
+
+func (a *answerWriter) deadline(t time.Time) {
+	http.NewResponseController(a.ResponseWriter).SetWriteDeadline(t)
+}
+
+func (a *answerWriter) extend() { a.deadline(time.Now().Add(a.timeout)) }
+
+func (a *answerWriter) Write(p []byte) (int, error) {
+	if a.written += len(p); a.written > buffered {
+		a.extend()
+	}
+	return a.ResponseWriter.Write(p)
+}
+
+// Flush keeps http.Flusher, which the tail needs.
+func (a *answerWriter) Flush() {
+	a.extend()
+	http.NewResponseController(a.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (a *answerWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
 // methodsOf lists the methods mux serves r's path with, other than by its
 // fallback "/": a route asked with a method it does not take is a 405
@@ -668,8 +721,9 @@ func (s *Server) getBackup(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="router.db"`)
 	start := time.Now()
-	// A large file takes longer than the write timeout a request gets.
-	n, err := s.opts.Backup(&streamWriter{ResponseWriter: w, s: s}, func(size int64) {
+	// However long a large file takes: each write has read_timeout
+	// (answerDeadline).
+	n, err := s.opts.Backup(w, func(size int64) {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	})
 	if err != nil {
@@ -679,29 +733,6 @@ func (s *Server) getBackup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("backup streamed", "bytes", n, "took", time.Since(start).Round(time.Millisecond), "by", actor(r))
-}
-
-// extendWrite gives a streamed answer listen.read_timeout from now to take
-// its next write: a client that reads is never cut off, one that stops
-// reading is let go.
-func (s *Server) extendWrite(w http.ResponseWriter) {
-	var deadline time.Time // none without a read_timeout
-	if t := s.listen.ReadTimeout; t > 0 {
-		deadline = time.Now().Add(t)
-	}
-	http.NewResponseController(w).SetWriteDeadline(deadline)
-}
-
-// streamWriter is a streamed answer's writer: each write extends its
-// deadline first.
-type streamWriter struct {
-	http.ResponseWriter
-	s *Server
-}
-
-func (sw *streamWriter) Write(p []byte) (int, error) {
-	sw.s.extendWrite(sw.ResponseWriter)
-	return sw.ResponseWriter.Write(p)
 }
 
 // getReady is /readyz: 200 while ingest works (the data file takes writes),

@@ -34,10 +34,9 @@ func (s *Server) getTail(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	// Each write moves the deadline on first: a client that reads gets
-	// every write, however long the stream was quiet.
-	out := &streamWriter{ResponseWriter: w, s: s}
-	fmt.Fprint(out, ": tailing\n\n")
+	// Each flush moves the write deadline on first (answerDeadline): a
+	// client that reads gets every write, however long the stream was quiet.
+	fmt.Fprint(w, ": tailing\n\n")
 	flusher.Flush()
 	keepAlive := time.NewTicker(tailKeepAlive)
 	defer keepAlive.Stop()
@@ -47,12 +46,12 @@ func (s *Server) getTail(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-keepAlive.C:
-			fmt.Fprint(out, ": keep-alive\n\n")
+			fmt.Fprint(w, ": keep-alive\n\n")
 		case p := <-watcher.C:
-			out.Write(tailEvent(&p))
+			w.Write(tailEvent(&p))
 			if n := watcher.Dropped(); n != told {
 				told = n
-				fmt.Fprintf(out, "event: dropped\ndata: {\"dropped\":%d}\n\n", n)
+				fmt.Fprintf(w, "event: dropped\ndata: {\"dropped\":%d}\n\n", n)
 			}
 		}
 		flusher.Flush()
