@@ -111,7 +111,8 @@ event "t.order" {
 // A reload that removes the catch-all while a request of a new type is
 // between its admission and its commit does not bring the router down:
 // the request is answered (its event is stored), the type gets no loop,
-// and its event waits, as those of a removed type do.
+// and its event waits, as those of a removed type do, until a reload
+// brings the catch-all back.
 func TestReloadRemovesCatchAllMidRequest(t *testing.T) {
 	h := newHarness(t, catchAllShare, false)
 	slow := &slowStore{Store: h.db, gate: make(chan struct{}), entered: make(chan struct{})}
@@ -143,6 +144,15 @@ func TestReloadRemovesCatchAllMidRequest(t *testing.T) {
 	if _, ok := eng.CatchAll(); ok {
 		t.Errorf("the catch-all is still there after the reload")
 	}
+	// A reload that brings the catch-all back starts the type's loop, and
+	// the event goes out.
+	if err := eng.Reload(h.cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		rec, err := eng.EventStatus("acme", "x-1")
+		return err == nil && rec.State == storage.StateDelivered
+	}, func() string { rec, err := eng.EventStatus("acme", "x-1"); return fmt.Sprint(rec.State, err) })
 }
 
 // A new type two tenants ask for at once counts against the share of the

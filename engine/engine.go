@@ -85,6 +85,10 @@ type Engine struct {
 	// its slot while one of them is in flight, and keeps it (gets its loop)
 	// only when one stores an event of it (Engine.settleTypes).
 	pending map[string]*pendingType
+	// orphans: new types a request stored while a reload had removed the
+	// catch-all, so no loop took them; the next reload that takes them
+	// starts their loops. e.mu guards it.
+	orphans map[string]bool
 	space   *spaceWatch     // nil when the store cannot measure itself
 	ctx     context.Context // the loops' context; nil until Open
 	cancel  context.CancelFunc
@@ -103,6 +107,7 @@ func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options)
 		loops:    make(map[string]*Loop),
 		addedBy:  make(map[string]string),
 		pending:  make(map[string]*pendingType),
+		orphans:  make(map[string]bool),
 	}
 	if m, ok := store.(SpaceMeter); ok {
 		e.space = &spaceWatch{meter: m}

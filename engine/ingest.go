@@ -228,6 +228,7 @@ func (e *Engine) settleTypes(req *IngestRequest, stored map[string]int) {
 					e.addedBy[t] = p.tenant
 				}
 			} else {
+				e.orphans[t] = true // for the reload that takes it again
 				e.log.Warn("a reload removed the catch-all while events of a new type were being stored: they wait until a block or the catch-all takes the type again (a reload)", "type", t)
 			}
 		}

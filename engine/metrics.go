@@ -93,7 +93,7 @@ func newMetrics(e *Engine) *metrics {
 		unrouted:     counter("unrouted_outputs_total", "Plugin outputs that named no destination in a type with no route (the event is dead-lettered).", "type"),
 		pending:      gauge("pending_events", "Events waiting in a type's queue."),
 		inProcess:    gauge("in_process_events", "Events a type's loop holds (taken, being published)."),
-		oldestAge:    gauge("oldest_pending_age_seconds", "How long the pending event due next has been stored: it grows while events wait, in their retries' backoff too."),
+		oldestAge:    gauge("oldest_pending_age_seconds", "How long the pending event due next has been stored: it grows while the queue lags, and while that event waits out a retry's backoff."),
 		pollDelay:    gauge("poll_delay_seconds", "A type's current adaptive poll delay."),
 		dlq:          gauge("dlq_events", "Events in a type's DLQ."),
 		publishSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{

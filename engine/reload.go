@@ -69,8 +69,9 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	}
 
 	// Stored types the new configuration takes get their loops too: a
-	// catch-all brought back takes the queues it left (read before the
-	// lock, as the data file is).
+	// catch-all brought back takes the queues it left. Read before the
+	// lock: a reader waiting on e.mu (Stats) would hold a bbolt remap, and
+	// so this read, up.
 	stored, err := e.storedTypes()
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
@@ -105,6 +106,16 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 		for _, t := range stored {
 			if _, ok := e.loops[t]; !ok && e.runsLoop(t) {
 				e.startLoopLocked(t)
+			}
+		}
+		// Types a request stored after that read, while no configuration
+		// took them (settleTypes keeps them for this).
+		for t := range e.orphans {
+			if _, ok := e.loops[t]; !ok && e.runsLoop(t) {
+				e.startLoopLocked(t)
+			}
+			if _, ok := e.loops[t]; ok {
+				delete(e.orphans, t)
 			}
 		}
 	}

@@ -194,16 +194,17 @@ func (e *Engine) dropIdempotency(ctx context.Context, idem config.Idempotency) (
 	var from []byte
 	for ctx.Err() == nil {
 		var n int
+		var next []byte
 		err := e.store.Update(ctx, func(tx *storage.Tx) error {
-			var err error
-			n, from, err = tx.DeleteIdempotencyMadeBefore(cutoff, idem.Window, from, cleanupChunk)
+			var err error // fn may run again (its group replayed): from moves on only once committed
+			n, next, err = tx.DeleteIdempotencyMadeBefore(cutoff, idem.Window, from, cleanupChunk)
 			return err
 		})
 		if err != nil {
 			return total, err
 		}
 		total += n
-		if from == nil {
+		if from = next; from == nil {
 			break
 		}
 	}

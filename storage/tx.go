@@ -436,9 +436,10 @@ func (tx *Tx) Save(r *Record) error { return tx.putEvent(r) }
 type QueueStats struct {
 	Pending int
 	// OldestPending is when the event due next was stored: in a queue
-	// drained in order, its oldest; while events wait out their retries'
-	// backoff, the one that has waited longest of those due first. Its due
-	// time would say nothing then: it lies ahead.
+	// drained in order, its oldest. While it waits out a retry's backoff
+	// its due time would say nothing (it lies ahead), its age does; a new
+	// event, due at once, comes before it, so this is not the age of the
+	// oldest pending event, which only a walk of the queue could find.
 	OldestPending time.Time
 }
 

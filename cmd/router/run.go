@@ -79,7 +79,7 @@ type RunCommand struct {
 func (c *RunCommand) ParseFlags(args []string) error {
 	fs := flag.NewFlagSet("router run", flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
-	fs.StringVar(&c.ConfigPath, "config", defaultConfigPath, "the configuration file (the embedded defaults when the default path does not exist)")
+	fs.StringVar(&c.ConfigPath, "config", defaultConfigPath, "the configuration file (without -config: ./policies.hcl, or the embedded defaults when it does not exist)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take")
