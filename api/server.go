@@ -167,7 +167,7 @@ func (s *Server) answerDeadline(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		aw := &answerWriter{ResponseWriter: w, timeout: timeout}
+		aw := &answerWriter{ResponseWriter: w, rc: *http.NewResponseController(w), timeout: timeout}
 		aw.deadline(time.Time{}) // none while the handler works; a keep-alive connection's last one goes
 		next.ServeHTTP(aw, r)
 		aw.extend() // what net/http writes once the handler is done
@@ -181,6 +181,7 @@ func (s *Server) answerDeadline(next http.Handler) http.Handler {
 // deadline calls per request on the hot path.
 type answerWriter struct {
 	http.ResponseWriter
+	rc      http.ResponseController // of ResponseWriter, held by value: no allocation of its own
 	timeout time.Duration
 	written int
 }
@@ -189,9 +190,7 @@ type answerWriter struct {
 // socket (its 2 KiB before chunking, well inside its 4 KiB writer).
 const buffered = 2 << 10
 
-func (a *answerWriter) deadline(t time.Time) {
-	http.NewResponseController(a.ResponseWriter).SetWriteDeadline(t)
-}
+func (a *answerWriter) deadline(t time.Time) { a.rc.SetWriteDeadline(t) }
 
 func (a *answerWriter) extend() { a.deadline(time.Now().Add(a.timeout)) }
 
@@ -205,7 +204,7 @@ func (a *answerWriter) Write(p []byte) (int, error) {
 // Flush keeps http.Flusher, which the tail needs.
 func (a *answerWriter) Flush() {
 	a.extend()
-	http.NewResponseController(a.ResponseWriter).Flush()
+	a.rc.Flush()
 }
 
 // Unwrap lets http.ResponseController reach the connection.
