@@ -403,6 +403,7 @@ func TestIdempotencyKeyRetryWithNewTrace(t *testing.T) {
 		structured("Idempotency-Key", "k", "Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"),
 		structured("Idempotency-Key", "k"),
 		{"Content-Type": "Application/CloudEvents+JSON; charset=utf-8", "Idempotency-Key": "k"},
+		{"Content-Type": "application/cloudevents+json; charset=US-ASCII", "Idempotency-Key": "k"}, // a part of UTF-8
 	} {
 		rep := r.post(h, orderJSON)
 		if rep.status != 202 || rep.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(rep.body, first.body) {

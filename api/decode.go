@@ -75,14 +75,14 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 }
 
 // jsonCharset refuses a structured or batch body declared in a charset
-// other than UTF-8: JSON exchanged between systems is UTF-8 (RFC 8259 §8.1),
+// other than UTF-8 (or US-ASCII, a part of it): JSON exchanged between systems is UTF-8 (RFC 8259 §8.1),
 // and decoding Latin-1 bytes as UTF-8 would store other text than sent.
 func jsonCharset(ct, media string) error {
 	if ct == media || media != cloudevents.MediaStructured && media != cloudevents.MediaBatch {
 		return nil // no parameters, or not the JSON format
 	}
 	_, params, _ := mime.ParseMediaType(ct)
-	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") && !strings.EqualFold(cs, "us-ascii") {
 		return switchyard.Errorf(switchyard.EMEDIATYPE, "charset %q: the CloudEvents JSON format is UTF-8 (RFC 8259); send the body in UTF-8", cs)
 	}
 	return nil
