@@ -52,11 +52,12 @@ func (c *TailCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cl.hc.Timeout = 0 // a stream: it lasts until ctx ends
 	q := url.Values{}
 	if *typ != "" {
 		q.Set("type", *typ)
+		c.warnUnknownType(ctx, cl, *typ)
 	}
+	cl.hc.Timeout = 0 // a stream: it lasts until ctx ends
 	resp, err := cl.send(ctx, "GET", "/v1/tail", q, nil)
 	if err != nil {
 		return err
@@ -70,6 +71,24 @@ func (c *TailCommand) Run(ctx context.Context, args []string) error {
 		err = errors.New("the router ended the stream (shutting down?)")
 	}
 	return err
+}
+
+// warnUnknownType says on stderr when no queue of type t is configured or
+// stored: a mistyped -type would wait in silence for ever. A catch-all may
+// still take it, so it only warns.
+func (c *TailCommand) warnUnknownType(ctx context.Context, cl *apiClient, t string) {
+	var stats struct {
+		Types []typeLine `json:"types"`
+	}
+	if _, err := cl.getJSON(ctx, "/v1/stats", nil, &stats); err != nil {
+		return
+	}
+	for _, l := range stats.Types {
+		if l.Type == t {
+			return
+		}
+	}
+	fmt.Fprintf(c.Stderr, "router tail: the router has no event type %q configured or stored (yet); waiting for its outputs all the same\n", t)
 }
 
 // print reads server-sent events from r and prints the published ones.

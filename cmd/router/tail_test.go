@@ -14,16 +14,24 @@ import (
 // `router tail -o json` against a running router prints each published
 // output once, with its type, tenant, the stored event's id, destination,
 // stream position and the event;
-// the table form names the same; a tail of another type prints none.
+// the table form names the same; a tail of another type prints none, and
+// says the router has no such type.
 func TestTail(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the router binary")
 	}
 	r := newCrashRouter(t, 2*time.Minute)
 	r.start()
-	all := startTail(t, r, "-o", "json")
-	other := startTail(t, r, "-o", "json", "-type", "not.this.one")
-	table := startTail(t, r, "-type", crashType)
+	all, _ := startTail(t, r, "-o", "json")
+	other, otherErr := startTail(t, r, "-o", "json", "-type", "not.this.one")
+	table, tableErr := startTail(t, r, "-type", crashType)
+	// A type the router has neither configured nor stored is said to be so.
+	if want := `no event type "not.this.one" configured or stored`; !strings.Contains(otherErr.String(), want) {
+		t.Errorf("router tail -type not.this.one said %q, want %q", otherErr.String(), want)
+	}
+	if tableErr.String() != "" {
+		t.Errorf("router tail -type %s said %q", crashType, tableErr.String())
+	}
 	ids := postBatches(t, r.client, crashType, 5)
 	select {
 	case line := <-table:
@@ -77,22 +85,22 @@ func TestTail(t *testing.T) {
 }
 
 // startTail runs `router tail` against r and returns its output lines.
-func startTail(t *testing.T, r *crashRouter, args ...string) <-chan string {
+func startTail(t *testing.T, r *crashRouter, args ...string) (<-chan string, *testkit.Buffer) {
 	t.Helper()
 	cmd := exec.Command(r.bin, append([]string{"tail", "-socket", r.socket}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr := new(testkit.Buffer)
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
-		if t.Failed() && stderr.Len() > 0 {
+		if t.Failed() && stderr.String() != "" {
 			t.Logf("router tail %v: %s", args, stderr.String())
 		}
 	})
@@ -106,7 +114,7 @@ func startTail(t *testing.T, r *crashRouter, args ...string) <-chan string {
 	// The stream is open once the router has it registered: give the
 	// request a moment before the test posts.
 	waitTailing(t, r)
-	return lines
+	return lines, stderr
 }
 
 // waitTailing waits until the router counts one more live tail than the
