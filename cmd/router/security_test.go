@@ -328,42 +328,51 @@ func elementsPastTheFile(t *testing.T, full []byte) ([]byte, int) {
 }
 
 // keyOutOfOrder is full with the first key of one leaf page the buckets
-// reach made to start with 0xff, so that it sorts after the next: bbolt's
-// own check (read-only, on a copy) confirms the page is reached.
+// reach made to start with 0xff, so that it sorts after the next. The page
+// is chosen on the undamaged file, by bbolt's own account of its pages (a
+// leaf in use, not free: in a file without a synced freelist every page in
+// use is reached; one page long, with two keys at least), walking over
+// overflow pages. Opening damaged copies in this process to find one, as it
+// did, could fault in bbolt's walk goroutine (a continuation page read as a
+// leaf, its element headers damaged) and kill the test binary.
 func keyOutOfOrder(t *testing.T, full []byte) []byte {
 	t.Helper()
 	const page = 4096
-	copyAt := filepath.Join(t.TempDir(), "try.db")
-	for p := 2; p < len(full)/page; p++ {
-		at := p * page
-		flags, count := binary.LittleEndian.Uint16(full[at+8:]), binary.LittleEndian.Uint16(full[at+10:])
-		el := at + 16 // the first element: flags, pos, ksize, vsize, 4 bytes each
-		pos, ksize := int(binary.LittleEndian.Uint32(full[el+4:])), binary.LittleEndian.Uint32(full[el+8:])
-		if flags != 0x02 || count < 2 || ksize == 0 || el+pos >= at+page || full[el+pos] == 0xff {
-			continue
-		}
-		damaged := bytes.Clone(full)
-		damaged[el+pos] = 0xff
-		os.WriteFile(copyAt, damaged, 0o600)
-		bdb, err := bolt.Open(copyAt, 0o600, &bolt.Options{ReadOnly: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var found error
-		bdb.View(func(tx *bolt.Tx) error {
-			for err := range tx.Check() {
-				found = err
-			}
-			return nil
-		})
-		bdb.Close()
-		if found != nil {
-			t.Logf("leaf page %d damaged: %v", p, found)
-			return damaged
-		}
+	copyAt := filepath.Join(t.TempDir(), "full.db")
+	os.WriteFile(copyAt, full, 0o600)
+	// PreLoadFreelist: a read-only open does not build the freelist, and
+	// tx.Page needs it.
+	bdb, err := bolt.Open(copyAt, 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no reachable leaf page found to damage")
-	return nil
+	defer bdb.Close()
+	leaf := -1
+	bdb.View(func(tx *bolt.Tx) error {
+		for p := 2; p < len(full)/page; {
+			info, err := tx.Page(p)
+			if err != nil || info == nil {
+				break
+			}
+			at := p * page
+			el := at + 16 // the first element: flags, pos, ksize, vsize, 4 bytes each
+			pos, ksize := int(binary.LittleEndian.Uint32(full[el+4:])), binary.LittleEndian.Uint32(full[el+8:])
+			if info.Type == "leaf" && info.OverflowCount == 0 && info.Count >= 2 && ksize > 0 && el+pos < at+page && full[el+pos] != 0xff {
+				leaf = p
+				return nil
+			}
+			p += 1 + info.OverflowCount
+		}
+		return nil
+	})
+	if leaf < 0 {
+		t.Fatal("no leaf page in use found to damage")
+	}
+	damaged := bytes.Clone(full)
+	el := leaf*page + 16
+	damaged[el+int(binary.LittleEndian.Uint32(full[el+4:]))] = 0xff
+	t.Logf("leaf page %d damaged", leaf)
+	return damaged
 }
 
 // A data file cut short (a copy interrupted, a disk that filled) makes the
