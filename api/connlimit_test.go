@@ -122,7 +122,7 @@ func TestSlowCommitStillAnswers(t *testing.T) {
 // A tail stream is not cut off by that deadline: it lives as long as its
 // client reads, each write given read_timeout from its start, however long
 // the stream was quiet before it.
-func TestTailOutlivesTheWriteTimeout(t *testing.T) {
+func TestTailOutlivesTheWriteDeadline(t *testing.T) {
 	defer api.SetTailKeepAlive(200 * time.Millisecond)()
 	r := newTCPRouterWith(t, func(l *config.Listen) { l.ReadTimeout = 500 * time.Millisecond })
 	c := dialTCP(t, r.addr)

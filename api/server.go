@@ -778,7 +778,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	if r.ContentLength > s.listen.MaxBody {
 		// Said before a byte is read: a client that sent Expect:
 		// 100-continue gets the 413 instead of a go-ahead.
-		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
+		return nil, s.bodyTooLarge()
 	}
 	rd := http.MaxBytesReader(w, r.Body, s.listen.MaxBody)
 	var body []byte
@@ -794,7 +794,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
+			return nil, s.bodyTooLarge()
 		}
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			// Not the event's fault: a 4xx that says "invalid" would tell
@@ -804,6 +804,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		return nil, switchyard.Errorf(switchyard.EINVALID, "reading the body: %v", err)
 	}
 	return body, nil
+}
+
+// bodyTooLarge is the 413 of a body past listen.max_body, announced or read.
+func (s *Server) bodyTooLarge() error {
+	return switchyard.Errorf(switchyard.ETOOLARGE, "the body is over the limit of %d bytes", s.listen.MaxBody)
 }
 
 // writeWithEvents writes a response that embeds events in the JSON format:

@@ -153,9 +153,9 @@ func set(e *switchyard.Event, name, value string) error {
 		}
 		if t.IsZero() {
 			// Go's zero time, which Event.Time holds for "no time": taken,
-			// it would be replaced by the time of ingest. No router stores
-			// it anyway (storage.MinTime).
-			return invalid("time %q is outside the years 1678 to 2261 the router can store", value)
+			// it would be replaced by the time of ingest. (The years a
+			// router stores are storage.CheckTime's.)
+			return invalid("time %q is the first instant of year 1, which reads as no time at all: an event time is a real one", value)
 		}
 		e.Time = t
 	case "data", "data_base64":

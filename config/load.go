@@ -383,8 +383,8 @@ func (d *decoder) storage(c *hcl.BodyContent, body hcl.Body, st *Storage) {
 		at = attrOr(a, b.DefRange)
 	}
 	st.PluginCache = filepath.Join(filepath.Dir(st.Path), "wasm-cache")
-	d.own(storagePathName, st.Path, false, at)
-	d.own("the plugin cache", st.PluginCache, true, at)
+	d.own("storage.path", st.Path, writtenFile, at)
+	d.own("the plugin cache", st.PluginCache, filledDir, at)
 }
 
 // sinksAndPlugins decodes the nats, kafka and plugin blocks, each name
@@ -512,7 +512,7 @@ func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	d.address(c.Attributes["http"], &l.HTTP)
 	d.str(c.Attributes["tokens_file"], &l.TokensFile)
 	if l.TokensFile != "" {
-		d.own("listen.tokens_file", l.TokensFile, false, c.Attributes["tokens_file"].Expr.Range())
+		d.own("listen.tokens_file", l.TokensFile, readFile, c.Attributes["tokens_file"].Expr.Range())
 		l.TokensAt = posOf(c.Attributes["tokens_file"].Expr.Range())
 	}
 	d.address(c.Attributes["pprof"], &l.Pprof)
@@ -648,7 +648,7 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 	d.natsAuth(c, b, &n, storagePath)
 	n.TLS = d.tls(c.Blocks)
 	if n.Embedded {
-		d.own(fmt.Sprintf("the store_dir of nats %q", n.Name), n.StoreDir, true, attrOr(c.Attributes["store_dir"], b.DefRange))
+		d.own(fmt.Sprintf("the store_dir of nats %q", n.Name), n.StoreDir, filledDir, attrOr(c.Attributes["store_dir"], b.DefRange))
 		if n.TLS != nil {
 			d.errorf(c.Blocks.OfType("tls")[0].DefRange, "Unsupported block",
 				"The embedded server listens on loopback for this router; tls applies to an external server (url).")
@@ -707,7 +707,7 @@ func (d *decoder) natsAuth(c *hcl.BodyContent, b *hcl.Block, n *NATS, storagePat
 		a.Password.File = filepath.Join(filepath.Dir(storagePath), "nats-"+n.Name+".password")
 	}
 	if a.Password.File != "" {
-		d.own(fmt.Sprintf("the password file of nats %q", n.Name), a.Password.File, false, attrOr(c.Attributes["password_file"], b.DefRange))
+		d.own(fmt.Sprintf("the password file of nats %q", n.Name), a.Password.File, readFile, attrOr(c.Attributes["password_file"], b.DefRange))
 	}
 }
 
@@ -813,7 +813,7 @@ func (d *decoder) plugin(b *hcl.Block) Plugin {
 	p.Wasm = d.required(c, "wasm", b, `"path/to/plugin.wasm"`)
 	if p.Wasm != "" {
 		p.At = posOf(c.Attributes["wasm"].Expr.Range())
-		d.own(fmt.Sprintf("the wasm file of plugin %q", p.Name), p.Wasm, false, c.Attributes["wasm"].Expr.Range())
+		d.own(fmt.Sprintf("the wasm file of plugin %q", p.Name), p.Wasm, readFile, c.Attributes["wasm"].Expr.Range())
 	}
 	d.stringMap(c.Attributes["config"], &p.Config)
 	if a := c.Attributes["state_namespace"]; a != nil {

@@ -7,19 +7,25 @@ import (
 	"github.com/hashicorp/hcl/v2"
 )
 
-// storagePathName names the data file in messages and in WrittenPath.
-const storagePathName = "storage.path"
+// pathUse is what the router does with a path the configuration names.
+type pathUse int
+
+const (
+	readFile    pathUse = iota // a file it reads: a tokens, password or wasm file
+	writtenFile                // a file router run writes: the data file
+	filledDir                  // a folder router run fills: the plugin cache, a JetStream store
+)
 
 // ownedPath is a file or folder the router reads or writes.
 type ownedPath struct {
 	what string // "storage.path", `the store_dir of nats "local"`
 	path string
-	dir  bool // a folder the router fills
+	use  pathUse
 	at   hcl.Range
 }
 
-func (d *decoder) own(what, path string, dir bool, at hcl.Range) {
-	d.owned = append(d.owned, ownedPath{what, path, dir, at})
+func (d *decoder) own(what, path string, use pathUse, at hcl.Range) {
+	d.owned = append(d.owned, ownedPath{what, path, use, at})
 }
 
 // WrittenPath is a file or folder router run creates or writes: the data
@@ -37,8 +43,8 @@ type WrittenPath struct {
 func (d *decoder) writtenPaths() []WrittenPath {
 	var out []WrittenPath
 	for _, o := range d.owned {
-		if o.dir || o.what == storagePathName {
-			out = append(out, WrittenPath{What: o.what, Path: o.path, Dir: o.dir, At: posOf(o.at)})
+		if o.use != readFile {
+			out = append(out, WrittenPath{What: o.what, Path: o.path, Dir: o.use == filledDir, At: posOf(o.at)})
 		}
 	}
 	return out
@@ -72,7 +78,7 @@ func (d *decoder) checkSocketPath(socket string, fileStart hcl.Range) {
 		switch {
 		case p == sock:
 			relation = "is the path of"
-		case o.dir && within(sock, p):
+		case o.use == filledDir && within(sock, p):
 			relation = "is inside"
 		case within(p, sock):
 			relation = "is a parent folder of"

@@ -116,14 +116,7 @@ event "t.order" {
 func TestReloadRemovesCatchAllMidRequest(t *testing.T) {
 	h := newHarness(t, catchAllShare, false)
 	slow := &slowStore{Store: h.db, gate: make(chan struct{}), entered: make(chan struct{})}
-	eng, err := engine.New(slow, h.cfg, []switchyard.Sink{h.sink}, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Open(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
+	eng := h.openOver(slow, engine.Options{})
 	done := make(chan error, 1)
 	go func() { done <- ingestTo(eng, "acme", newEvent("t.new", "x-1", false, 1)) }()
 	<-slow.entered
@@ -163,14 +156,7 @@ func TestReloadRemovesCatchAllMidRequest(t *testing.T) {
 func TestNewTypeCountsAgainstTheFirstToAsk(t *testing.T) {
 	h := newHarness(t, catchAllShare, false)
 	gs := &gatedStore{Store: h.db, gate: make(chan struct{}), in: make(chan struct{}, 4)}
-	eng, err := engine.New(gs, h.cfg, []switchyard.Sink{h.sink}, engine.Options{IdempotencyWait: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Open(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
+	eng := h.openOver(gs, engine.Options{IdempotencyWait: 10 * time.Second})
 	if err := ingestTo(eng, "b", newEvent("t.b", "b-1", false, 1)); err != nil {
 		t.Fatal(err)
 	}

@@ -122,6 +122,21 @@ func newHarness(t testing.TB, policies string, fake bool, extra ...any) *harness
 	return h
 }
 
+// openOver opens a second engine, on h's configuration and sink, over
+// store (h.db wrapped to hold or fail its writes); the test's end closes it.
+func (h *harness) openOver(store engine.Store, opts engine.Options) *engine.Engine {
+	h.t.Helper()
+	eng, err := engine.New(store, h.cfg, []switchyard.Sink{h.sink}, opts)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := eng.Open(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { eng.Close(context.Background()) })
+	return eng
+}
+
 func (h *harness) startNATS() {
 	h.t.Helper()
 	n := h.cfg.NATS[0]

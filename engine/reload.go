@@ -2,7 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -103,14 +105,9 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 				e.startLoopLocked(t)
 			}
 		}
-		for _, t := range stored {
-			if _, ok := e.loops[t]; !ok && e.runsLoop(t) {
-				e.startLoopLocked(t)
-			}
-		}
-		// Types a request stored after that read, while no configuration
-		// took them (settleTypes keeps them for this).
-		for t := range e.orphans {
+		// With them the types a request stored after that read, while no
+		// configuration took them (settleTypes keeps them for this).
+		for _, t := range append(stored, slices.Collect(maps.Keys(e.orphans))...) {
 			if _, ok := e.loops[t]; !ok && e.runsLoop(t) {
 				e.startLoopLocked(t)
 			}

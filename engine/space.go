@@ -130,7 +130,7 @@ func headroom(sp storage.Space, maxSize, minFree int64) (int64, error) {
 }
 
 // spaceLoop measures every spaceEvery; while the budget is exhausted it
-// removes delivered records early.
+// makes room (makeRoom).
 func (e *Engine) spaceLoop(ctx context.Context) {
 	t := time.NewTicker(spaceEvery)
 	defer t.Stop()
@@ -138,16 +138,15 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 	for {
 		cfg := e.config()
 		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
-		reason := st.full
-		if full := reason != nil; full != wasFull {
+		if full := st.full != nil; full != wasFull {
 			wasFull = full
 			if full {
-				e.log.Warn("storage budget reached: ingest refused (507 storage_full) until delivery makes room", "reason", reason.(*switchyard.Error).Message)
+				e.log.Warn("storage budget reached: ingest refused (507 storage_full) until delivery makes room", "reason", st.full.(*switchyard.Error).Message)
 			} else {
 				e.log.Info("storage budget has room again: ingest resumes", "used_bytes", st.space.Used)
 			}
 		}
-		if reason != nil {
+		if st.full != nil {
 			e.makeRoom(ctx)
 		}
 		select {
