@@ -299,18 +299,35 @@ func newBrowser(t *testing.T, path string) context.Context {
 
 // textIs waits until the element's text is want.
 func textIs(sel, want string) chromedp.Action[chromedp.Void] {
+	return textUntil(sel, func(got string) bool { return strings.TrimSpace(got) == want },
+		fmt.Sprintf("want %q", want))
+}
+
+// textUntil polls the visible text of the first element matching sel until
+// ok accepts it. It reads the text in one script run in the page, not as
+// chromedp.Text does (find the node, then ask for its text): the console
+// redraws its pages, and a node replaced between the two steps failed a CI
+// run with "No node with given id found". A missing element, or a read that
+// fails, is polled again until the deadline, which reports the last of them.
+func textUntil(sel string, ok func(string) bool, want string) chromedp.Action[chromedp.Void] {
+	read := visibleText(sel)
 	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		last := "no such element"
 		for {
-			got, err := chromedp.Text(chromedp.CSS(sel))(ctx, tg)
-			if err != nil {
-				return err
-			}
-			if strings.TrimSpace(got) == want {
+			got, err := read(ctx, tg)
+			switch {
+			case err != nil:
+				last = "read failed: " + err.Error()
+			case got == nil:
+				last = "no such element"
+			case ok(*got):
 				return nil
+			default:
+				last = fmt.Sprintf("reads %q", *got)
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("%s reads %q, want %q", sel, got, want)
+				return fmt.Errorf("%s %s, %s", sel, last, want)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
@@ -329,31 +346,32 @@ func visibleOr(sel string, explain ...string) chromedp.Action[chromedp.Void] {
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		for _, e := range explain {
-			text, terr := chromedp.Text(chromedp.CSS(e))(ectx, tg)
-			what = append(what, fmt.Sprintf("%s reads %q (%v)", e, text, terr))
+			text, terr := visibleText(e)(ectx, tg)
+			switch {
+			case terr != nil:
+				what = append(what, fmt.Sprintf("%s: %v", e, terr))
+			case text == nil:
+				what = append(what, e+": no such element")
+			default:
+				what = append(what, fmt.Sprintf("%s reads %q", e, *text))
+			}
 		}
 		return errors.New(strings.Join(what, "; "))
 	})
 }
 
+// visibleText reads, in one script run, the text of the first element that
+// matches sel as chromedp.Text would ("" when it is not rendered); nil when
+// no element matches.
+func visibleText(sel string) chromedp.Action[*string] {
+	quoted, _ := json.Marshal(sel)
+	return chromedp.Evaluate[*string](`(e => !e ? null : (e.offsetWidth || e.offsetHeight || e.getClientRects().length) ? e.innerText : "")(document.querySelector(` + string(quoted) + `))`)
+}
+
 // textHas waits until the element's text contains want.
 func textHas(sel, want string) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		for {
-			got, err := chromedp.Text(chromedp.CSS(sel))(ctx, tg)
-			if err != nil {
-				return err
-			}
-			if strings.Contains(got, want) {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%s reads %q, want it to contain %q", sel, got, want)
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	})
+	return textUntil(sel, func(got string) bool { return strings.Contains(got, want) },
+		fmt.Sprintf("want it to contain %q", want))
 }
 
 // startUI runs `router ui` against r and returns the link it prints.
