@@ -306,6 +306,13 @@ func TestBadInputStoresNothing(t *testing.T) {
 		// Ids no URL can name: clients resolve them away (router dlq show .
 		// asked for the list; an adversarial trial).
 		{"id dot", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","id":"."}`, 400, "invalid_event"},
+		// An empty id was read as no id: the router assigned one, and
+		// each retry of the event was stored again (an adversarial trial).
+		{"empty id", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","id":""}`, 400, "invalid_event"},
+		{"empty id in a batch", batchCT, `[{"specversion":"1.0","type":"order.paid","source":"/s","id":""}]`, 400, "invalid_event"},
+		{"empty id in a header", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/s", "Ce-Id": ""}, "", 400, "invalid_event"},
+		// The prefix alone names no attribute: it was dropped unsaid.
+		{"a ce- header without a name", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/s", "Ce-": "x"}, "", 400, "invalid_event"},
 		{"latin-1 structured", map[string]string{"Content-Type": "application/cloudevents+json; charset=iso-8859-1"}, `{"specversion":"1.0","type":"order.created","source":"/s"}`, 415, "unsupported_media_type"},
 		{"binary without ce-specversion", map[string]string{"Ce-Type": "order.created", "Ce-Source": "/s", "Content-Type": "text/plain"}, "hi", 400, "invalid_event"},
 		{"id dot dot", map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "order.created", "Ce-Source": "/s", "Ce-Id": ".."}, "", 400, "invalid_event"},

@@ -120,6 +120,11 @@ func Check(name, value string) error {
 		r, _ := utf8.DecodeRuneInString(value[i:])
 		return invalid("attribute %q has the control character %U at byte %d: CloudEvents attribute strings exclude U+0000-U+001F and U+007F-U+009F", name, r, i)
 	}
+	if name == AttrID && value == "" {
+		// Read as "no id", it would have the router assign one, and each
+		// retry of the event would be stored again.
+		return invalid("id must not be empty (CloudEvents requires a non-empty id); leave it out for the router to assign one")
+	}
 	if !isContextAttribute(name) && !ValidExtensionName(name) {
 		return invalid("extension attribute %q: names are 1 to %d lower-case letters and digits", name, MaxExtensionNameLen)
 	}

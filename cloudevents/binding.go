@@ -254,7 +254,11 @@ type binaryDecoder struct {
 // false when problem said to stop.
 func (d *binaryDecoder) header(h switchyard.Header, name string) bool {
 	attr, isAttr := strings.CutPrefix(name, d.b.prefix)
-	isAttr = isAttr && attr != ""
+	if isAttr && attr == "" {
+		// The prefix alone: a header meant as an attribute whose name was
+		// lost (an empty template variable), not application metadata.
+		return d.problem(h.Name, workedAround(invalid("the header names no attribute: the %q prefix must be followed by an attribute's name", d.b.prefix), "dropped"))
+	}
 	if !isAttr && name != ContentTypeHeader && !passThrough[name] {
 		return true // not part of the event (broker or application metadata)
 	}
