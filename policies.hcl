@@ -30,8 +30,8 @@ listen {
   # in front.
   # http        = "127.0.0.1:8080"
   #
-  # tokens_file is JSON, mode 0600 and the router's user's (a file others
-  # may read, or another user's, is refused);
+  # tokens_file is JSON, mode 0600 and the router's user's, or root's with
+  # mode 0640 (a file others may read, or another user's, is refused);
   # tokens of 16 characters or more, or their
   # SHA-256 digest in hex instead of the token itself:
   #   {"tokens": [

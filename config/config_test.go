@@ -633,3 +633,33 @@ func TestIdempotencyMinWindow(t *testing.T) {
 		}
 	}
 }
+
+// A secret's mode may let in only its owner, except that a file root owns
+// may also be read by its group when the router is another user
+// (PostgreSQL's rule: root:ssl-cert 0640 needs no copy).
+func TestSecretModeAllows(t *testing.T) {
+	const root, router = 0, 1000
+	cases := []struct {
+		uid, euid int
+		perm      os.FileMode
+		ok        bool
+	}{
+		{router, router, 0o600, true},
+		{router, router, 0o400, true},
+		{router, router, 0o640, false},
+		{router, router, 0o604, false},
+		{root, router, 0o640, true},
+		{root, router, 0o600, true},
+		{root, router, 0o660, false}, // the group could change it
+		{root, router, 0o644, false},
+		{root, router, 0o641, false},
+		{root, root, 0o640, false}, // root's own secret: 0600
+		{root, root, 0o600, true},
+	}
+	for _, c := range cases {
+		err := secretModeAllows(c.uid, c.euid, c.perm)
+		if (err == nil) != c.ok {
+			t.Errorf("owner %d, router %d, mode %04o: err = %v, want ok %v", c.uid, c.euid, c.perm, err, c.ok)
+		}
+	}
+}

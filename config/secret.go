@@ -40,23 +40,55 @@ func (s Secret) Read() (string, error) {
 	return "", errors.New("no secret configured")
 }
 
-// CheckPrivate refuses a file that anyone but its owner may read or write
-// (any of the mode bits 0077), or that is owned by another user than the
-// router's (root excepted), as ssh refuses such a key: a file of secrets is
-// only as private as its mode, and one another user owns is theirs to
-// choose (a password planted in a directory they could write, say).
+// CheckPrivate refuses a file of secrets that others may read or change:
+// one owned by another user than the router's (root excepted), or whose
+// mode lets in more than secretModeAllows. A file one another user owns is
+// theirs to choose (a password planted in a directory they could write,
+// say), and a secret is only as private as its mode
+// (docs/decisions/file-permissions.md).
 func CheckPrivate(path string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return err
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("%s may be read by others than its owner (mode %04o): chmod 600 %s", path, perm, path)
-	}
 	if err := fsperm.CheckOwner(path, fi); err != nil {
 		return fmt.Errorf("%w: a secret must be the router's own (chown it)", err)
 	}
+	uid, ok := fsperm.Owner(fi)
+	if !ok {
+		uid = os.Geteuid() // no owner to read: the strict rule
+	}
+	if err := secretModeAllows(uid, os.Geteuid(), fi.Mode().Perm()); err != nil {
+		return fmt.Errorf("%s %w: chmod %s %s", path, err, fixMode(uid, os.Geteuid()), path)
+	}
 	return nil
+}
+
+// secretModeAllows says why perm lets too many read a secret owned by uid,
+// for a router running as euid. PostgreSQL's rule for its key file, which
+// ssh's (mode bits checked only on the user's own keys) also allows: the
+// router's own file is 0600 or less; one root owns, for a router of
+// another user, may be 0640, so that the common layout of a key shared
+// through a group (root:ssl-cert 0640, the service in the group) needs no
+// copy.
+func secretModeAllows(uid, euid int, perm os.FileMode) error {
+	switch {
+	case uid == 0 && euid != 0:
+		if perm&0o037 != 0 {
+			return fmt.Errorf("may be read by others than root and its group, or changed by its group (mode %04o; root's file may be 0640 at most)", perm)
+		}
+	case perm&0o077 != 0:
+		return fmt.Errorf("may be read by others than its owner (mode %04o)", perm)
+	}
+	return nil
+}
+
+// fixMode is the chmod mode that secretModeAllows accepts for the owner.
+func fixMode(uid, euid int) string {
+	if uid == 0 && euid != 0 {
+		return "640"
+	}
+	return "600"
 }
 
 // ClientConfig is the crypto/tls configuration of a tls block: TLS 1.2 or
