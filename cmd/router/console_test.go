@@ -144,22 +144,35 @@ inbox "refusing" {
 	ownRow, acmeRow := `#dlq-rows tr[data-id="`+dead+`"][data-tenant="default"]`, `#dlq-rows tr[data-id="`+dead+`"][data-tenant="acme"]`
 	run("retry from the DLQ", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
 		chromedp.WaitVisible(chromedp.CSS(ownRow+` button.row-retry`)), shot("dlq"),
-		chromedp.Click(chromedp.CSS(ownRow+` button.row-retry`)),
+		click(ownRow+` button.row-retry`),
 		textIs(`#confirm-question`, "Retry 1 dead letter(s)?"),
-		chromedp.Click(chromedp.CSS(`#confirm-yes`)),
+		click(`#confirm-yes`),
 		textIs(`#dlq-result`, "retry: 1 of 1 done"))
+	// The DLQ is drawn again 600 ms after an action; a page the user went
+	// on to meanwhile is not (it redrew that page, and lost its checks).
+	section := `section[data-event="` + dead + `"]`
+	run("leave the DLQ at once", chromedp.Navigate(link0(link)+"#/event?id="+dead), chromedp.WaitVisible(chromedp.CSS(section)),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('`+section+`').dataset.mark = 'kept'`),
+		chromedp.Sleep(1500*time.Millisecond),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			kept, err := chromedp.Evaluate[bool](`document.querySelector('`+section+`[data-mark="kept"]') !== null`)(ctx, tg)
+			if err == nil && !kept {
+				err = errors.New("the event page was drawn again after the user left the DLQ")
+			}
+			return err
+		}))
 	waitState(t, r.client, dead, "delivered", 30*time.Second)
 	run("the retried event", chromedp.Navigate(link0(link)+"#/event?id="+dead),
 		textIs(`section[data-event="`+dead+`"] td.state`, "delivered"))
 	run("acme's dead letter, by its link", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
-		chromedp.Click(chromedp.CSS(acmeRow+` a`)),
+		click(acmeRow+` a`),
 		textIs(`section[data-event="`+dead+`"] td.state`, "dlq"),
 		textHas(`section[data-event="`+dead+`"] pre.data`, `"acme"`))
 	run("retry acme's dead letter", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
-		chromedp.Click(chromedp.CSS(acmeRow+` input[type="checkbox"]`)),
-		chromedp.Click(chromedp.CSS(`#retry-selected`)),
+		click(acmeRow+` input[type="checkbox"]`),
+		click(`#retry-selected`),
 		textIs(`#confirm-question`, "Retry 1 dead letter(s)?"),
-		chromedp.Click(chromedp.CSS(`#confirm-yes`)),
+		click(`#confirm-yes`),
 		textIs(`#dlq-result`, "retry: 1 of 1 done"))
 	waitState(t, r.client, dead+"?tenant=acme", "delivered", 30*time.Second)
 
@@ -328,6 +341,27 @@ func textUntil(sel string, ok func(string) bool, want string) chromedp.Action[ch
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%s %s, %s", sel, last, want)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
+}
+
+// click clicks the first element matching sel once it is visible. It
+// tries again when the element was replaced between chromedp's finding it
+// and clicking it ("Could not find node with given id": the console
+// redraws its pages; CI at 8bf737e): the browser had not clicked yet then,
+// since chromedp places the mouse from the node's box before it presses.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		for {
+			_, err := chromedp.Click(chromedp.CSS(sel))(ctx, tg)
+			if err == nil || !strings.Contains(err.Error(), "node with given id") || ctx.Err() != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("click %s: %w", sel, err)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}

@@ -347,7 +347,11 @@ async function dlqPage(params) {
             r.skipped.push(...(one.skipped || [])); r.not_found.push(...(one.not_found || []));
           }
           result.textContent = `${action}: ${r.done} of ${r.matched} done` + (r.skipped.length ? `, ${r.skipped.length} skipped` : '') + (r.not_found.length ? `, ${r.not_found.length} not found` : '');
-          setTimeout(() => route(), 600);
+          // Show the list as the action left it, unless the user has
+          // gone on to another page meanwhile (drawn again, it would
+          // lose what they did there, a row checked, say).
+          const page = S.page;
+          setTimeout(() => { if (page === S.page) route(); }, 600);
         } catch (e) { showError(e); }
       } }, 'Confirm'),
       h('button', { id: 'confirm-no', onclick: () => confirmBar.replaceChildren() }, 'Cancel')));
