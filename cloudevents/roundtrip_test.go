@@ -227,6 +227,35 @@ func TestBindingDecodeRules(t *testing.T) {
 	}
 }
 
+// An optional attribute or extension with an empty value is absent, in
+// the JSON format and in a binding; an empty id is refused instead (read
+// as absent, the router would assign one and store each retry again), and
+// a header that is a binding's prefix alone names nothing: refused, or
+// dropped with a warning (docs/contract.md §3).
+func TestEmptyValues(t *testing.T) {
+	ev, err := cloudevents.DecodeJSON([]byte(`{"specversion":"1.0","id":"x","type":"t","source":"/s","subject":"","partitionkey":""}`))
+	if err != nil || ev.Subject != "" || len(ev.Extensions) != 0 {
+		t.Errorf("JSON: %+v, %v; want no subject and no extension", ev, err)
+	}
+	for _, b := range []cloudevents.Binding{cloudevents.HTTP, cloudevents.NATS, cloudevents.Kafka} {
+		p := b.Prefix()
+		base := []switchyard.Header{{Name: p + "specversion", Value: "1.0"}, {Name: p + "id", Value: "x"}, {Name: p + "type", Value: "t"}, {Name: p + "source", Value: "/s"}}
+		ev, err := b.Decode(append(base, switchyard.Header{Name: p + "partitionkey"}), nil)
+		if err != nil || len(ev.Extensions) != 0 {
+			t.Errorf("%s: an empty %spartitionkey: %+v, %v; want none", p, p, ev, err)
+		}
+		if _, err := b.Decode(append(base[:1:1], switchyard.Header{Name: p + "id"}, base[2], base[3]), nil); err == nil || !strings.Contains(err.Error(), "id must not be empty") {
+			t.Errorf("%s: an empty %sid: %v, want refused", p, p, err)
+		}
+		if _, err := b.Decode(append(base, switchyard.Header{Name: p, Value: "v"}), nil); err == nil || !strings.Contains(err.Error(), "names no attribute") {
+			t.Errorf("%s: a header %q: %v, want refused", p, p, err)
+		}
+		if _, warnings := b.DecodeLenient(append(base, switchyard.Header{Name: p, Value: "v"}), nil); len(warnings) != 1 {
+			t.Errorf("%s: a header %q read leniently: warnings %q, want one", p, p, warnings)
+		}
+	}
+}
+
 // A time with RFC 3339's lower-case "t" and "z" (§5.6) is the same time as
 // with upper-case ones.
 func TestLowerCaseTime(t *testing.T) {
