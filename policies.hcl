@@ -181,7 +181,8 @@ nats "local" {
 # password_file (or password_env), token_file (or token_env), creds_file
 # (a JWT .creds file) or nkey_seed_file. Secrets are never written here:
 # only files or variables. Every file of secrets (these, and a TLS key_file)
-# must be mode 0600 and the router's user's (or root's), or it is refused.
+# must be mode 0600 and the router's user's, or mode 0640 and root's (the
+# router's user in its group), or it is refused.
 # nats "remote" {
 #   url           = "tls://nats.internal:4222"
 #   user          = "edge-1"

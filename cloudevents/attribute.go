@@ -123,7 +123,7 @@ func Check(name, value string) error {
 	if name == AttrID && value == "" {
 		// Read as "no id", it would have the router assign one, and each
 		// retry of the event would be stored again.
-		return invalid("id must not be empty (CloudEvents requires a non-empty id); leave it out for the router to assign one")
+		return invalid("id must not be empty: CloudEvents requires a non-empty id (one left out is assigned at ingest, and derived by an inbox)")
 	}
 	if !isContextAttribute(name) && !ValidExtensionName(name) {
 		return invalid("extension attribute %q: names are 1 to %d lower-case letters and digits", name, MaxExtensionNameLen)

@@ -214,9 +214,10 @@ func (b Binding) decodeBinary(hs []switchyard.Header, data []byte, problem func(
 				// A list (W3C Trace Context; RFC 9110 §5.3): its lines
 				// are one value, joined by commas.
 				d.joinExtension(name, h.Value)
-			case passThrough[name]:
+			case passThrough[name], name == d.b.prefix:
 				// traceparent: the first counts; a trace header is not
-				// a reason to refuse the event.
+				// a reason to refuse the event. The prefix alone was
+				// said of, and dropped, the first time.
 			case d.b.isEventHeader(name) && !d.problem(h.Name, workedAround(invalid("the header is repeated: an attribute has one value"), "the first value kept")):
 				return d.ev
 			}

@@ -12,9 +12,9 @@ import (
 )
 
 // Read returns the secret: the file's content less trailing newlines, or
-// the environment variable's value. A file that others than its owner may
-// read is refused, as ssh refuses such a key: a secret is only as private
-// as its file.
+// the environment variable's value. A file others may read or change is
+// refused (CheckPrivate), as ssh and PostgreSQL refuse such a key: a
+// secret is only as private as its file.
 func (s Secret) Read() (string, error) {
 	switch {
 	case s.File != "":
@@ -58,8 +58,12 @@ func CheckPrivate(path string) error {
 	if !ok {
 		uid = os.Geteuid() // no owner to read: the strict rule
 	}
-	if err := secretModeAllows(uid, os.Geteuid(), fi.Mode().Perm()); err != nil {
-		return fmt.Errorf("%s %w: chmod %s %s", path, err, fixMode(uid, os.Geteuid()), path)
+	euid, perm := os.Geteuid(), fi.Mode().Perm()
+	if err := secretModeAllows(uid, euid, perm); err != nil {
+		return fmt.Errorf("%s %w: %s", path, err, secretModeAdvice(path, fi, uid, euid))
+	}
+	if uid == 0 && euid != 0 && perm&0o070 != 0 && fsperm.HasACL(path) {
+		return fmt.Errorf("%s has an access ACL, so its group bits (mode %04o) are the ACL's mask, which may let named users and groups read it: remove the ACL (setfacl -b %s) and let in the router's group alone", path, perm, path)
 	}
 	return nil
 }
@@ -83,12 +87,21 @@ func secretModeAllows(uid, euid int, perm os.FileMode) error {
 	return nil
 }
 
-// fixMode is the chmod mode that secretModeAllows accepts for the owner.
-func fixMode(uid, euid int) string {
-	if uid == 0 && euid != 0 {
-		return "640"
+// secretModeAdvice says what to do about a mode secretModeAllows refused,
+// so that the router can still read the file after it.
+func secretModeAdvice(path string, fi os.FileInfo, uid, euid int) string {
+	perm := fi.Mode().Perm()
+	switch {
+	case uid == 0 && euid == 0 && perm&0o077 == 0o040:
+		// root:service 0640, checked by root: the service may read it.
+		return fmt.Sprintf("a router run as root takes root's secrets at mode 0600 only; if the service runs as another user, which may read it through the file's group, run the router, and router validate, as that user (sudo -u USER), or chmod 600 %s", path)
+	case uid == 0 && euid != 0:
+		if gid, ok := fsperm.Group(fi); ok && fsperm.InGroup(gid) {
+			return "chmod 640 " + path
+		}
+		return fmt.Sprintf("chmod 640 %s and chgrp it to a group of the router's user, or give it to the router's user (chown, then chmod 600)", path)
 	}
-	return "600"
+	return "chmod 600 " + path
 }
 
 // ClientConfig is the crypto/tls configuration of a tls block: TLS 1.2 or

@@ -150,10 +150,10 @@ func checkFiles(cfg *config.Config) []string {
 
 // checkLoaded checks what parsing cannot: the files the config names and
 // what they hold. Each problem is a "file:line:col: ..." line.
-//   - tokens_file: exists, private to its owner, holds valid tokens;
+//   - tokens_file: exists, private (config.CheckPrivate), holds valid
+//     tokens;
 //   - every other file of secrets (password, token, creds, nkey seed, TLS
-//     key): private to the router's user, as the router checks it when it
-//     connects (an embedded server's password file may not exist yet: the
+//     key): private, as the router checks it when it connects (an embedded server's password file may not exist yet: the
 //     router makes it);
 //   - every plugin: loads as the router loads it (compiled, ABI exports and
 //     imports, _initialize and sy_init with its config);

@@ -338,6 +338,7 @@ async function dlqPage(params) {
   function confirmAction(action, question, ...filterBodies) {
     confirmBar.replaceChildren(h('div', { class: 'confirm bar' }, h('span', { id: 'confirm-question' }, question.charAt(0).toUpperCase() + question.slice(1)),
       h('button', { class: 'primary', id: 'confirm-yes', onclick: async () => {
+        const page = S.page; // the list the action was asked on
         confirmBar.replaceChildren();
         try {
           const r = { done: 0, matched: 0, skipped: [], not_found: [] };
@@ -348,9 +349,9 @@ async function dlqPage(params) {
           }
           result.textContent = `${action}: ${r.done} of ${r.matched} done` + (r.skipped.length ? `, ${r.skipped.length} skipped` : '') + (r.not_found.length ? `, ${r.not_found.length} not found` : '');
           // Show the list as the action left it, unless the user has
-          // gone on to another page meanwhile (drawn again, it would
-          // lose what they did there, a row checked, say).
-          const page = S.page;
+          // gone on to another page meanwhile, even while the requests
+          // ran (drawn again, it would lose what they did there, a row
+          // checked, say).
           setTimeout(() => { if (page === S.page) route(); }, 600);
         } catch (e) { showError(e); }
       } }, 'Confirm'),
