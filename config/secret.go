@@ -63,7 +63,7 @@ func CheckPrivate(path string) error {
 		return fmt.Errorf("%s %w: %s", path, err, secretModeAdvice(path, fi, uid, euid))
 	}
 	if uid == 0 && euid != 0 && perm&0o070 != 0 && fsperm.HasACL(path) {
-		return fmt.Errorf("%s has an access ACL, so its group bits (mode %04o) are the ACL's mask, which may let named users and groups read it: remove the ACL (setfacl -b %s) and let in the router's group alone", path, perm, path)
+		return fmt.Errorf("%s has an access ACL that names users or groups, so its group bits (mode %04o) are the ACL's mask, which may let named users and groups read it: remove the ACL (setfacl -b %s) and let in the router's group alone", path, perm, path)
 	}
 	return nil
 }
