@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/switchyard-router/switchyard"
 )
@@ -61,12 +59,12 @@ const problemTypeBase = "https://switchyard.dev/problems/"
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var e *switchyard.Error
 	if !errors.As(err, &e) {
-		if n, ok := s.failLog.take(switchyard.EINTERNAL, s.opts.Now()); ok {
+		if n, ok := s.failLog.Take(switchyard.EINTERNAL, s.opts.Now()); ok {
 			s.log.Error("request failed", "method", r.Method, "path", clip(r.URL.Path), "error", err, "like_it_since_last", n)
 		}
 		e = &switchyard.Error{Code: switchyard.EINTERNAL, Message: "internal error"}
 	} else if e.Err != nil {
-		if n, ok := s.failLog.take(e.Code, s.opts.Now()); ok {
+		if n, ok := s.failLog.Take(e.Code, s.opts.Now()); ok {
 			s.log.Warn("request failed", "method", r.Method, "path", clip(r.URL.Path), "code", e.Code, "error", e.Err, "like_it_since_last", n)
 		}
 	}
@@ -98,28 +96,4 @@ func clip(path string) string {
 		return path
 	}
 	return strings.ToValidUTF8(path[:most], "") + "…"
-}
-
-// failLog lets one "request failed" line per code and second through: a
-// failing disk fails every request, and each would log the same cause.
-// like_it_since_last counts those left out since the last line.
-type failLog struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-	held map[string]int
-}
-
-func (f *failLog) take(code string, now time.Time) (int, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.last == nil {
-		f.last, f.held = map[string]time.Time{}, map[string]int{}
-	}
-	if now.Sub(f.last[code]) < time.Second {
-		f.held[code]++
-		return 0, false
-	}
-	n := f.held[code]
-	f.last[code], f.held[code] = now, 0
-	return n, true
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/fsperm"
 	"github.com/switchyard-router/switchyard/internal/history"
+	"github.com/switchyard-router/switchyard/internal/logthrottle"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -80,7 +81,7 @@ type Server struct {
 	served int // listeners being served (answers expected on done)
 
 	metrics *metrics
-	failLog failLog // writeError's log lines, at most one per code and second
+	failLog logthrottle.Throttle // writeError's log lines, at most one per code and second
 }
 
 // New returns a server for eng with the limits of the listen block.

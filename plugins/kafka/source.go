@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
+	"github.com/switchyard-router/switchyard/internal/logthrottle"
 )
 
 const (
@@ -68,6 +69,7 @@ type Source struct {
 	idHeader string
 	batch    int
 	ttl      time.Duration
+	lenient  logthrottle.Throttle // "record decoded leniently" lines
 
 	mu       sync.Mutex
 	warnings []string
@@ -272,7 +274,11 @@ func (s *Source) decode(r *kgo.Record) switchyard.Inbound {
 	origin := s.sink + ":" + r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "@" + strconv.FormatInt(r.Offset, 10)
 	in, warnings := engine.DecodeInbound(cloudevents.Kafka, hs, r.Value, s.idHeader, origin)
 	for _, w := range warnings {
-		s.log.Warn("record decoded leniently", "origin", origin, "problem", w)
+		// A producer's quirk comes in each of its records: one line a
+		// second says it, and how many were like it.
+		if n, ok := s.lenient.Take("decoded leniently", time.Now()); ok {
+			s.log.Warn("record decoded leniently", "origin", origin, "problem", w, "like_it_since_last", n)
+		}
 	}
 	if in.IDDerived {
 		s.log.Debug("record without id header; id derived from its content", "origin", origin, "id_header", s.idHeader, "id", in.Event.ID)

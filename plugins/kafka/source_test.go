@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/twmb/franz-go/pkg/kfake"
 	kgo "github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -506,5 +507,55 @@ func TestOpenSourceErrors(t *testing.T) {
 	}
 	if _, err := OpenSource(context.Background(), config.NewKafka("main"), inboxConfig("g"), nil); err == nil {
 		t.Fatal("no brokers accepted")
+	}
+}
+
+// A producer's quirk in every record (here an empty ce_id) does not flood
+// the log: the inbox takes every record, with its id derived, and says so
+// in about a line a second, the next counting those held back.
+func TestSourceLenientWarningsAreThrottled(t *testing.T) {
+	c := sourceCluster(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(srcTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const n = 60
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Value: []byte(fmt.Sprint(i)), Headers: []kgo.RecordHeader{
+			{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id"}, {Key: "ce_source", Value: []byte("/pay")}, {Key: "ce_type", Value: []byte("t")}}})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var logs testkit.Buffer
+	s, err := openSource(context.Background(), testConfig(c), inboxConfig("quirky"),
+		hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs}), sourceOpts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	start := time.Now()
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			ids[m.Event.ID] = m.IDDerived
+		}
+		return nil
+	})
+	testkit.Eventually(t, "every record", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(ids) == n })
+	r.stop(t)
+	took := time.Since(start)
+	lines := strings.Count(logs.String(), "record decoded leniently")
+	if most := int(took/time.Second) + 1; lines < 1 || lines > most {
+		t.Fatalf("%d lines of \"decoded leniently\" for %d records in %v, want 1 to %d:\n%s", lines, n, took, most, logs.String())
 	}
 }

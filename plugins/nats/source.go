@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
+	"github.com/switchyard-router/switchyard/internal/logthrottle"
 )
 
 const (
@@ -74,6 +75,7 @@ type Source struct {
 	idHeader string
 	batch    int
 	ackWait  time.Duration
+	lenient  logthrottle.Throttle // "message decoded leniently" lines
 
 	mu   sync.Mutex
 	cons jetstream.Consumer
@@ -502,7 +504,11 @@ func (s *Source) decode(m jetstream.Msg) switchyard.Inbound {
 	}
 	in, warnings := engine.DecodeInbound(cloudevents.NATS, hs, m.Data(), s.idHeader, origin)
 	for _, w := range warnings {
-		s.log.Warn("message decoded leniently", "origin", origin, "problem", w)
+		// A producer's quirk comes in each of its messages: one line a
+		// second says it, and how many were like it.
+		if n, ok := s.lenient.Take("decoded leniently", time.Now()); ok {
+			s.log.Warn("message decoded leniently", "origin", origin, "problem", w, "like_it_since_last", n)
+		}
 	}
 	if in.IDDerived {
 		s.log.Debug("message without id header; id derived from its content", "origin", origin, "id_header", s.idHeader, "id", in.Event.ID)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -422,4 +423,43 @@ func TestSourceDurableDeletedIsRecreated(t *testing.T) {
 	}
 	e.publish(t, "orders.created", "after", 3)
 	testkit.Eventually(t, "messages after the delete", 20*time.Second, func() bool { return c.distinct() == 6 })
+}
+
+// A producer's quirk in every message (here an empty ce-id) does not flood
+// the log: the inbox takes every message, with its id derived, and says
+// so in about a line a second, the next counting those held back.
+func TestSourceLenientWarningsAreThrottled(t *testing.T) {
+	e := newSourceEnv(t)
+	const n = 60
+	for i := range n {
+		m := natsgo.NewMsg("orders.quirky")
+		m.Header.Set("ce-specversion", "1.0")
+		m.Header.Set("ce-id", "")
+		m.Header.Set("ce-source", "/orders")
+		m.Header.Set("ce-type", "order.created")
+		m.Data = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		if _, err := e.js.PublishMsg(pubCtx(t, 5*time.Second), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs testkit.Buffer
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("quirky", "orders.quirky"),
+		hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs}), DefaultAckWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	start := time.Now()
+	var c collector
+	r := runSource(s, c.receive)
+	testkit.Eventually(t, "every message", 10*time.Second, func() bool { return c.distinct() == n })
+	r.stop(t)
+	took := time.Since(start)
+	lines := strings.Count(logs.String(), "message decoded leniently")
+	if most := int(took/time.Second) + 1; lines < 1 || lines > most {
+		t.Fatalf("%d lines of \"decoded leniently\" for %d messages in %v, want 1 to %d:\n%s", lines, n, took, most, logs.String())
+	}
+	if !strings.Contains(logs.String(), "id must not be empty") {
+		t.Errorf("the line does not say what was wrong:\n%s", logs.String())
+	}
 }

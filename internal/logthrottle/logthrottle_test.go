@@ -1,17 +1,17 @@
-package api
+package logthrottle
 
 import (
 	"testing"
 	"time"
 )
 
-// failLog lets one line per code through each second, and the next one
-// says how many it held back; codes are counted apart.
-func TestFailLogLetsOneLinePerSecond(t *testing.T) {
-	var f failLog
+// A Throttle lets one line per key through each second, and the next one
+// says how many it held back; keys are counted apart.
+func TestThrottleLetsOneLinePerSecond(t *testing.T) {
+	var th Throttle
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	steps := []struct {
-		code string
+		key  string
 		at   time.Duration
 		ok   bool
 		held int
@@ -25,9 +25,9 @@ func TestFailLogLetsOneLinePerSecond(t *testing.T) {
 		{"storage_unavailable", 3 * time.Second, true, 1},
 	}
 	for _, s := range steps {
-		held, ok := f.take(s.code, t0.Add(s.at))
+		held, ok := th.Take(s.key, t0.Add(s.at))
 		if ok != s.ok || held != s.held {
-			t.Errorf("%s at %v: %d, %v; want %d, %v", s.code, s.at, held, ok, s.held, s.ok)
+			t.Errorf("%s at %v: %d, %v; want %d, %v", s.key, s.at, held, ok, s.held, s.ok)
 		}
 	}
 }
