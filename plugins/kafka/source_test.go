@@ -45,7 +45,13 @@ func sourceOpts() []kgo.Opt {
 
 func newSource(t testing.TB, c *kfake.Cluster, in config.Inbox) *Source {
 	t.Helper()
-	s, err := openSource(context.Background(), testConfig(c), in, testLogger(), sourceOpts()...)
+	return newSourceLogged(t, c, in, testLogger())
+}
+
+// newSourceLogged is newSource logging to log.
+func newSourceLogged(t testing.TB, c *kfake.Cluster, in config.Inbox, log hclog.Logger) *Source {
+	t.Helper()
+	s, err := openSource(context.Background(), testConfig(c), in, log, sourceOpts()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +61,20 @@ func newSource(t testing.TB, c *kfake.Cluster, in config.Inbox) *Source {
 		s.Close(ctx)
 	})
 	return s
+}
+
+// produceRecords writes recs to the source topic, each where its key or
+// the client's partitioner puts it.
+func produceRecords(t testing.TB, c *kfake.Cluster, recs ...*kgo.Record) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(srcTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // produce writes records with ids prefix-<i> (each dup times in a row) to
@@ -430,17 +450,10 @@ func parseOrigin(t testing.TB, origin string) (int, int64) {
 // content at another offset.
 func TestSourceDerivedID(t *testing.T) {
 	c := sourceCluster(t, 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(srcTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	rec := func() *kgo.Record {
 		return &kgo.Record{Value: []byte("plain"), Headers: []kgo.RecordHeader{{Key: "ce_type", Value: []byte("t")}}}
 	}
-	if err := cl.ProduceSync(context.Background(), rec(), rec()).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	produceRecords(t, c, rec(), rec())
 	s := newSource(t, c, inboxConfig("g5"))
 	var mu sync.Mutex
 	var got []switchyard.Inbound
@@ -515,31 +528,15 @@ func TestOpenSourceErrors(t *testing.T) {
 // in about a line a second, the next counting those held back.
 func TestSourceLenientWarningsAreThrottled(t *testing.T) {
 	c := sourceCluster(t, 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(srcTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	const n = 60
 	var recs []*kgo.Record
 	for i := range n {
 		recs = append(recs, &kgo.Record{Value: []byte(fmt.Sprint(i)), Headers: []kgo.RecordHeader{
 			{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id"}, {Key: "ce_source", Value: []byte("/pay")}, {Key: "ce_type", Value: []byte("t")}}})
 	}
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	produceRecords(t, c, recs...)
 	var logs testkit.Buffer
-	s, err := openSource(context.Background(), testConfig(c), inboxConfig("quirky"),
-		hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs}), sourceOpts()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s.Close(ctx)
-	})
+	s := newSourceLogged(t, c, inboxConfig("quirky"), hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs}))
 	start := time.Now()
 	var mu sync.Mutex
 	ids := map[string]bool{}
