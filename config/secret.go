@@ -62,7 +62,7 @@ func CheckPrivate(path string) error {
 	if err := secretModeAllows(uid, euid, perm); err != nil {
 		return fmt.Errorf("%s %w: %s", path, err, secretModeAdvice(path, fi, uid, euid))
 	}
-	if uid == 0 && euid != 0 && perm&0o070 != 0 && fsperm.HasACL(path) {
+	if rootsForAnother(uid, euid) && perm&0o070 != 0 && fsperm.HasACL(path) {
 		return fmt.Errorf("%s has an access ACL that names users or groups, so its group bits (mode %04o) are the ACL's mask, which may let named users and groups read it: remove the ACL (setfacl -b %s) and let in the router's group alone", path, perm, path)
 	}
 	return nil
@@ -77,7 +77,7 @@ func CheckPrivate(path string) error {
 // copy.
 func secretModeAllows(uid, euid int, perm os.FileMode) error {
 	switch {
-	case uid == 0 && euid != 0:
+	case rootsForAnother(uid, euid):
 		if perm&0o037 != 0 {
 			return fmt.Errorf("may be read by others than root and its group, or changed by its group (mode %04o; root's file may be 0640 at most)", perm)
 		}
@@ -87,6 +87,10 @@ func secretModeAllows(uid, euid int, perm os.FileMode) error {
 	return nil
 }
 
+// rootsForAnother says whether a secret owned by uid is root's, read by a
+// router of another user (euid): the case in which its group may read it.
+func rootsForAnother(uid, euid int) bool { return uid == 0 && euid != 0 }
+
 // secretModeAdvice says what to do about a mode secretModeAllows refused,
 // so that the router can still read the file after it.
 func secretModeAdvice(path string, fi os.FileInfo, uid, euid int) string {
@@ -95,7 +99,7 @@ func secretModeAdvice(path string, fi os.FileInfo, uid, euid int) string {
 	case uid == 0 && euid == 0 && perm&0o077 == 0o040:
 		// root:service 0640, checked by root: the service may read it.
 		return fmt.Sprintf("a router run as root takes root's secrets at mode 0600 only; if the service runs as another user, which may read it through the file's group, run the router, and router validate, as that user (sudo -u USER), or chmod 600 %s", path)
-	case uid == 0 && euid != 0:
+	case rootsForAnother(uid, euid):
 		if gid, ok := fsperm.Group(fi); ok && fsperm.InGroup(gid) {
 			return "chmod 640 " + path
 		}

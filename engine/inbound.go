@@ -7,9 +7,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
+	"github.com/switchyard-router/switchyard/internal/logthrottle"
 )
 
 // DerivedIDPrefix starts every id DecodeInbound derives from a message's
@@ -38,6 +42,33 @@ func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []b
 	in.Event.ID = id
 	in.Origin = origin
 	return in, warnings
+}
+
+// InboundDecoder is one inbox source's DecodeInbound, with the log of
+// what it worked around: at most one line a second, like_it_since_last
+// counting those held back (a producer's quirk comes in each of its
+// messages), and each derived id at Debug.
+type InboundDecoder struct {
+	Binding  cloudevents.Binding
+	IDHeader string
+	Log      hclog.Logger
+	Noun     string // how the log names one: "message", "record"
+
+	lenient logthrottle.Throttle
+}
+
+// Decode is DecodeInbound, logged.
+func (d *InboundDecoder) Decode(headers []switchyard.Header, value []byte, origin string) switchyard.Inbound {
+	in, warnings := DecodeInbound(d.Binding, headers, value, d.IDHeader, origin)
+	for _, w := range warnings {
+		if n, ok := d.lenient.Take("decoded leniently", time.Now()); ok {
+			d.Log.Warn(d.Noun+" decoded leniently", "origin", origin, "problem", w, "like_it_since_last", n)
+		}
+	}
+	if in.IDDerived {
+		d.Log.Debug(d.Noun+" without id header; id derived from its content", "origin", origin, "id_header", d.IDHeader, "id", in.Event.ID)
+	}
+	return in
 }
 
 // inboundID is the message's id by the inbox's id header: the binding's id

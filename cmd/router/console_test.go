@@ -329,19 +329,13 @@ func textIs(sel, want string) chromedp.Action[chromedp.Void] {
 func textUntil(sel string, ok func(string) bool, want string) chromedp.Action[chromedp.Void] {
 	read := visibleText(sel)
 	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		last := "no such element"
+		var last string
 		for {
 			got, err := read(ctx, tg)
-			switch {
-			case err != nil:
-				last = "read failed: " + err.Error()
-			case got == nil:
-				last = "no such element"
-			case ok(*got):
+			if err == nil && got != nil && ok(*got) {
 				return nil
-			default:
-				last = fmt.Sprintf("reads %q", *got)
 			}
+			last = describeText(got, err)
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%s %s, %s", sel, last, want)
@@ -384,15 +378,7 @@ func visibleOr(sel string, explain ...string) chromedp.Action[chromedp.Void] {
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		for _, e := range explain {
-			text, terr := visibleText(e)(ectx, tg)
-			switch {
-			case terr != nil:
-				what = append(what, fmt.Sprintf("%s: %v", e, terr))
-			case text == nil:
-				what = append(what, e+": no such element")
-			default:
-				what = append(what, fmt.Sprintf("%s reads %q", e, *text))
-			}
+			what = append(what, e+" "+describeText(visibleText(e)(ectx, tg)))
 		}
 		return errors.New(strings.Join(what, "; "))
 	})
@@ -404,6 +390,17 @@ func visibleOr(sel string, explain ...string) chromedp.Action[chromedp.Void] {
 func visibleText(sel string) chromedp.Action[*string] {
 	quoted, _ := json.Marshal(sel)
 	return chromedp.Evaluate[*string](`(e => !e ? null : (e.offsetWidth || e.offsetHeight || e.getClientRects().length) ? e.innerText : "")(document.querySelector(` + string(quoted) + `))`)
+}
+
+// describeText says what a visibleText read found.
+func describeText(got *string, err error) string {
+	switch {
+	case err != nil:
+		return "read failed: " + err.Error()
+	case got == nil:
+		return "no such element"
+	}
+	return fmt.Sprintf("reads %q", *got)
 }
 
 // textHas waits until the element's text contains want.

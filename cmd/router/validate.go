@@ -153,8 +153,9 @@ func checkFiles(cfg *config.Config) []string {
 //   - tokens_file: exists, private (config.CheckPrivate), holds valid
 //     tokens;
 //   - every other file of secrets (password, token, creds, nkey seed, TLS
-//     key): private, as the router checks it when it connects (an embedded server's password file may not exist yet: the
-//     router makes it);
+//     key): private, as the router checks it when it connects (an
+//     embedded server's password file may not exist yet: the router
+//     makes it);
 //   - every plugin: loads as the router loads it (compiled, ABI exports and
 //     imports, _initialize and sy_init with its config);
 //   - every route to an embedded NATS server (JetStream): one of its

@@ -4,6 +4,7 @@ package fsperm
 
 import (
 	"os"
+	"slices"
 	"syscall"
 )
 
@@ -28,14 +29,6 @@ func Group(fi os.FileInfo) (int, bool) {
 // InGroup reports whether this process has gid as its group or one of its
 // supplementary groups.
 func InGroup(gid int) bool {
-	if os.Getegid() == gid {
-		return true
-	}
 	groups, _ := os.Getgroups()
-	for _, g := range groups {
-		if g == gid {
-			return true
-		}
-	}
-	return false
+	return os.Getegid() == gid || slices.Contains(groups, gid)
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
-	"github.com/switchyard-router/switchyard/internal/logthrottle"
 )
 
 const (
@@ -60,16 +59,15 @@ var _ switchyard.Source = (*Source)(nil)
 // already). A new group starts at the earliest offset. See
 // RATIONALE.md.
 type Source struct {
-	name     string // the inbox's name
-	sink     string // "kafka.<block name>"
-	log      hclog.Logger
-	cl       *kgo.Client
-	topics   []string
-	group    string
-	idHeader string
-	batch    int
-	ttl      time.Duration
-	lenient  logthrottle.Throttle // "record decoded leniently" lines
+	name    string // the inbox's name
+	sink    string // "kafka.<block name>"
+	log     hclog.Logger
+	cl      *kgo.Client
+	topics  []string
+	group   string
+	decoder engine.InboundDecoder // with the inbox's id header
+	batch   int
+	ttl     time.Duration
 
 	mu       sync.Mutex
 	warnings []string
@@ -104,17 +102,17 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 			in.Name, in.Group, in.IDHeader, in.Policy.BatchSize)
 	}
 	s := &Source{
-		name:     in.Name,
-		sink:     sink,
-		log:      logger.Named("inbox." + in.Name),
-		topics:   slices.Clone(in.Topics),
-		group:    in.Group,
-		idHeader: in.IDHeader,
-		batch:    in.Policy.BatchSize,
-		ttl:      in.TTL,
-		stop:     make(chan struct{}),
-		runDone:  make(chan struct{}),
+		name:    in.Name,
+		sink:    sink,
+		log:     logger.Named("inbox." + in.Name),
+		topics:  slices.Clone(in.Topics),
+		group:   in.Group,
+		batch:   in.Policy.BatchSize,
+		ttl:     in.TTL,
+		stop:    make(chan struct{}),
+		runDone: make(chan struct{}),
 	}
+	s.decoder = engine.InboundDecoder{Binding: cloudevents.Kafka, IDHeader: in.IDHeader, Log: s.log, Noun: "record"}
 	opts, err := ClientOptions(kcfg, s.log)
 	if err != nil {
 		return nil, err
@@ -272,18 +270,7 @@ func (s *Source) decode(r *kgo.Record) switchyard.Inbound {
 		hs = append(hs, switchyard.Header{Name: cloudevents.Kafka.Prefix() + "partitionkey", Value: string(r.Key)})
 	}
 	origin := s.sink + ":" + r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "@" + strconv.FormatInt(r.Offset, 10)
-	in, warnings := engine.DecodeInbound(cloudevents.Kafka, hs, r.Value, s.idHeader, origin)
-	for _, w := range warnings {
-		// A producer's quirk comes in each of its records: one line a
-		// second says it, and how many were like it.
-		if n, ok := s.lenient.Take("decoded leniently", time.Now()); ok {
-			s.log.Warn("record decoded leniently", "origin", origin, "problem", w, "like_it_since_last", n)
-		}
-	}
-	if in.IDDerived {
-		s.log.Debug("record without id header; id derived from its content", "origin", origin, "id_header", s.idHeader, "id", in.Event.ID)
-	}
-	return in
+	return s.decoder.Decode(hs, r.Value, origin)
 }
 
 // fetchErrors logs the errors of a poll (each distinct one at most every

@@ -20,7 +20,6 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
-	"github.com/switchyard-router/switchyard/internal/logthrottle"
 )
 
 const (
@@ -64,18 +63,17 @@ var _ switchyard.Source = (*Source)(nil)
 // redelivers them (the inbox drops what it stored already). See
 // RATIONALE.md.
 type Source struct {
-	name     string // the inbox's name
-	sink     string // "nats.<block name>"
-	log      hclog.Logger
-	nc       *natsgo.Conn
-	js       jetstream.JetStream
-	stream   string // under mu once Run may be setting it up
-	ccfg     jetstream.ConsumerConfig
-	ttl      time.Duration // the inbox's dedup window, for checkRetention
-	idHeader string
-	batch    int
-	ackWait  time.Duration
-	lenient  logthrottle.Throttle // "message decoded leniently" lines
+	name    string // the inbox's name
+	sink    string // "nats.<block name>"
+	log     hclog.Logger
+	nc      *natsgo.Conn
+	js      jetstream.JetStream
+	stream  string // under mu once Run may be setting it up
+	ccfg    jetstream.ConsumerConfig
+	ttl     time.Duration         // the inbox's dedup window, for checkRetention
+	decoder engine.InboundDecoder // with the inbox's id header
+	batch   int
+	ackWait time.Duration
 
 	mu   sync.Mutex
 	cons jetstream.Consumer
@@ -114,17 +112,17 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 			in.Name, in.Durable, in.IDHeader, in.Policy.BatchSize)
 	}
 	s := &Source{
-		name:     in.Name,
-		sink:     sink,
-		log:      logger.Named("inbox." + in.Name),
-		idHeader: in.IDHeader,
-		batch:    in.Policy.BatchSize,
-		ackWait:  ackWait,
-		ttl:      in.TTL,
-		stop:     make(chan struct{}),
-		runDone:  make(chan struct{}),
-		ccfg:     consumerConfig(in, ackWait),
+		name:    in.Name,
+		sink:    sink,
+		log:     logger.Named("inbox." + in.Name),
+		batch:   in.Policy.BatchSize,
+		ackWait: ackWait,
+		ttl:     in.TTL,
+		stop:    make(chan struct{}),
+		runDone: make(chan struct{}),
+		ccfg:    consumerConfig(in, ackWait),
 	}
+	s.decoder = engine.InboundDecoder{Binding: cloudevents.NATS, IDHeader: in.IDHeader, Log: s.log, Noun: "message"}
 	auth, err := ClientOptions(ncfg)
 	if err != nil {
 		return nil, wrap(err)
@@ -502,18 +500,7 @@ func (s *Source) decode(m jetstream.Msg) switchyard.Inbound {
 	if md, err := m.Metadata(); err == nil {
 		origin = s.sink + ":" + md.Stream + "#" + strconv.FormatUint(md.Sequence.Stream, 10)
 	}
-	in, warnings := engine.DecodeInbound(cloudevents.NATS, hs, m.Data(), s.idHeader, origin)
-	for _, w := range warnings {
-		// A producer's quirk comes in each of its messages: one line a
-		// second says it, and how many were like it.
-		if n, ok := s.lenient.Take("decoded leniently", time.Now()); ok {
-			s.log.Warn("message decoded leniently", "origin", origin, "problem", w, "like_it_since_last", n)
-		}
-	}
-	if in.IDDerived {
-		s.log.Debug("message without id header; id derived from its content", "origin", origin, "id_header", s.idHeader, "id", in.Event.ID)
-	}
-	return in
+	return s.decoder.Decode(hs, m.Data(), origin)
 }
 
 // Close stops Run (waiting for it, at most until ctx ends) and closes the

@@ -83,7 +83,13 @@ func natsInbox(durable, subject string) config.Inbox {
 
 func newNATSSource(t *testing.T, e *sourceEnv, in config.Inbox, ackWait time.Duration) *Source {
 	t.Helper()
-	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, in, testLogger(t), ackWait)
+	return newNATSSourceLogged(t, e, in, ackWait, testLogger(t))
+}
+
+// newNATSSourceLogged is newNATSSource logging to log.
+func newNATSSourceLogged(t *testing.T, e *sourceEnv, in config.Inbox, ackWait time.Duration, log hclog.Logger) *Source {
+	t.Helper()
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, in, log, ackWait)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,12 +449,8 @@ func TestSourceLenientWarningsAreThrottled(t *testing.T) {
 		}
 	}
 	var logs testkit.Buffer
-	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("quirky", "orders.quirky"),
-		hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs}), DefaultAckWait)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	s := newNATSSourceLogged(t, e, natsInbox("quirky", "orders.quirky"), DefaultAckWait,
+		hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs}))
 	start := time.Now()
 	var c collector
 	r := runSource(s, c.receive)
