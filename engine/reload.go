@@ -22,54 +22,14 @@ import (
 // refused and the old one stays in force. Batches in flight finish under
 // the policy they were taken with.
 func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added ...switchyard.Sink) error {
-	old := e.config()
-	for _, c := range []struct {
-		what     string
-		old, new any
-		block    func() string // the key in BlocksAt of the block that changed, asked only then
-	}{
-		{"listen", placeless(old.Listen), placeless(cfg.Listen), func() string { return "listen" }},
-		{"storage", old.Storage, cfg.Storage, func() string { return "storage" }},
-		{"nats", old.NATS, prefix(cfg.NATS, len(old.NATS)), func() string { return changedBlock(old.NATS, cfg.NATS, config.NATS.SinkName) }},
-		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), func() string { return changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName) }},
-		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes, func() string {
-			return changedBlock(old.Inboxes, cfg.Inboxes, func(in config.Inbox) string { return config.InboxSinkName(in.Name) })
-		}},
-	} {
-		if !reflect.DeepEqual(c.old, c.new) && !(isEmpty(c.old) && isEmpty(c.new)) {
-			where := ""
-			if at, ok := cfg.BlocksAt[c.block()]; ok {
-				where = string(at) + ": "
-			}
-			fields := ""
-			if f := changedFields(c.old, c.new); len(f) > 0 {
-				fields = " (" + strings.Join(f, ", ") + ")"
-			}
-			return fmt.Errorf("%sreload: the %s blocks changed%s; that needs a restart (new blocks may be added after the others)", where, c.what, fields)
-		}
+	if err := unchangedForReload(e.config(), cfg); err != nil {
+		return err
 	}
 	sinks := *e.withSinks(e.sinks(), added)
 	byName := *pluginMap(plugins)
-	for t, p := range cfg.Events {
-		for _, r := range p.Routes {
-			if _, ok := sinks[r.To]; !ok {
-				return fmt.Errorf("reload: event %q routes to %q, which is not a configured sink", t, r.To)
-			}
-		}
-		for _, name := range p.Plugins {
-			if _, ok := byName[name]; !ok {
-				return fmt.Errorf("reload: event %q uses plugin %q, which is not loaded", t, name)
-			}
-		}
+	if err := referencesResolve(cfg, sinks, byName); err != nil {
+		return err
 	}
-	for _, in := range cfg.Inboxes {
-		for _, name := range in.Plugins {
-			if _, ok := byName[name]; !ok {
-				return fmt.Errorf("reload: inbox %q uses plugin %q, which is not loaded", in.Name, name)
-			}
-		}
-	}
-
 	// Stored types the new configuration takes get their loops too: a
 	// catch-all brought back takes the queues it left. Read before the
 	// lock: a reader waiting on e.mu (Stats) would hold a bbolt remap, and
@@ -97,26 +57,89 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 			removed = append(removed, t)
 		}
 	}
-	// New types get their loops now rather than on their first event, and
-	// stored types the configuration takes again theirs.
 	if e.ctx != nil {
-		for t := range cfg.Events {
-			if _, ok := e.loops[t]; !ok && t != "*" {
-				e.startLoopLocked(t)
+		e.startReloadedLoopsLocked(cfg, stored)
+	}
+	return nil
+}
+
+// unchangedForReload refuses a configuration whose blocks the running
+// router is built from (listeners, data file, sinks it has, inboxes)
+// differ from old's, saying where and which settings.
+func unchangedForReload(old, cfg *config.Config) error {
+	for _, c := range []struct {
+		what     string
+		old, new any
+		block    func() string // the key in BlocksAt of the block that changed, asked only then
+	}{
+		{"listen", placeless(old.Listen), placeless(cfg.Listen), func() string { return "listen" }},
+		{"storage", old.Storage, cfg.Storage, func() string { return "storage" }},
+		{"nats", old.NATS, prefix(cfg.NATS, len(old.NATS)), func() string { return changedBlock(old.NATS, cfg.NATS, config.NATS.SinkName) }},
+		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), func() string { return changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName) }},
+		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes, func() string {
+			return changedBlock(old.Inboxes, cfg.Inboxes, func(in config.Inbox) string { return config.InboxSinkName(in.Name) })
+		}},
+	} {
+		if reflect.DeepEqual(c.old, c.new) || (isEmpty(c.old) && isEmpty(c.new)) {
+			continue
+		}
+		where := ""
+		if at, ok := cfg.BlocksAt[c.block()]; ok {
+			where = string(at) + ": "
+		}
+		fields := ""
+		if f := changedFields(c.old, c.new); len(f) > 0 {
+			fields = " (" + strings.Join(f, ", ") + ")"
+		}
+		return fmt.Errorf("%sreload: the %s blocks changed%s; that needs a restart (new blocks may be added after the others)", where, c.what, fields)
+	}
+	return nil
+}
+
+// referencesResolve refuses a configuration naming a sink or a plugin the
+// router would not have after the reload.
+func referencesResolve(cfg *config.Config, sinks map[string]switchyard.Sink, byName map[string]switchyard.Plugin) error {
+	for t, p := range cfg.Events {
+		for _, r := range p.Routes {
+			if _, ok := sinks[r.To]; !ok {
+				return fmt.Errorf("reload: event %q routes to %q, which is not a configured sink", t, r.To)
 			}
 		}
-		// With them the types a request stored after that read, while no
-		// configuration took them (settleTypes keeps them for this).
-		for _, t := range append(stored, slices.Collect(maps.Keys(e.orphans))...) {
-			if _, ok := e.loops[t]; !ok && e.runsLoop(t) {
-				e.startLoopLocked(t)
+		for _, name := range p.Plugins {
+			if _, ok := byName[name]; !ok {
+				return fmt.Errorf("reload: event %q uses plugin %q, which is not loaded", t, name)
 			}
-			if _, ok := e.loops[t]; ok {
-				delete(e.orphans, t)
+		}
+	}
+	for _, in := range cfg.Inboxes {
+		for _, name := range in.Plugins {
+			if _, ok := byName[name]; !ok {
+				return fmt.Errorf("reload: inbox %q uses plugin %q, which is not loaded", in.Name, name)
 			}
 		}
 	}
 	return nil
+}
+
+// startReloadedLoopsLocked starts the loops a reload adds: new types get
+// theirs now rather than on their first event, and stored types the
+// configuration takes again theirs, with the types a request stored after
+// stored was read, while no configuration took them (settleTypes keeps
+// them in e.orphans for this). It runs with e.mu held.
+func (e *Engine) startReloadedLoopsLocked(cfg *config.Config, stored []string) {
+	for t := range cfg.Events {
+		if _, ok := e.loops[t]; !ok && t != "*" {
+			e.startLoopLocked(t)
+		}
+	}
+	for _, t := range append(stored, slices.Collect(maps.Keys(e.orphans))...) {
+		if _, ok := e.loops[t]; !ok && e.runsLoop(t) {
+			e.startLoopLocked(t)
+		}
+		if _, ok := e.loops[t]; ok {
+			delete(e.orphans, t)
+		}
+	}
 }
 
 // placeless is l without where its settings are written: moving the block

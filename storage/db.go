@@ -105,7 +105,6 @@ func Open(path string, opts Options) (*DB, error) {
 	if err := inspect(path, opts.CheckUnclean); err != nil {
 		return nil, openError(path, err)
 	}
-	var unclean bool
 	bdb, err := openBolt(path, &bolt.Options{
 		Timeout: time.Second, // another router holds the file: fail, don't hang
 		// The freelist is rebuilt on open instead of written on every commit:
@@ -118,37 +117,11 @@ func Open(path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, openError(path, err)
 	}
-	err = faultSafe(func() error {
-		return bdb.Update(func(tx *bolt.Tx) error {
-			for _, name := range allBuckets {
-				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-					return err
-				}
-			}
-			meta := tx.Bucket(bucketMeta)
-			schema := string(meta.Get(keySchema)) // "" for a new file
-			if schema != "" && !slices.Contains(schemaReadable, schema) {
-				return fmt.Errorf("data file schema %q, this router reads %q", schema, schemaReadable)
-			}
-			// A running mark left by the last run means it did not stop
-			// cleanly (a crash, SIGKILL, a power cut).
-			unclean = meta.Get(keyRunning) != nil
-			if err := meta.Put(keyRunning, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
-				return err
-			}
-			stx := &Tx{tx: tx, writable: true}
-			if err := stx.buildPartialIndex(); err != nil {
-				return err
-			}
-			if schema == "1" || schema == "2" {
-				if err := stx.migrateOrderLines(); err != nil {
-					return err
-				}
-			}
-			return meta.Put(keySchema, []byte(schemaVersion))
-		})
-	})
-	if err != nil {
+	var unclean bool
+	if err := faultSafe(func() (err error) {
+		unclean, err = prepare(bdb)
+		return err
+	}); err != nil {
 		bdb.Close()
 		return nil, fmt.Errorf("storage: init %s: %w", path, err)
 	}
@@ -162,6 +135,40 @@ func Open(path string, opts Options) (*DB, error) {
 	}
 	go db.writer()
 	return db, nil
+}
+
+// prepare makes an opened file this router's: its buckets, a schema it
+// reads (migrated to the current one), the partial index rebuilt, and the
+// running mark set. It says whether the mark was already there: a crash,
+// SIGKILL or power cut ended the last run.
+func prepare(bdb *bolt.DB) (unclean bool, err error) {
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		schema := string(meta.Get(keySchema)) // "" for a new file
+		if schema != "" && !slices.Contains(schemaReadable, schema) {
+			return fmt.Errorf("data file schema %q, this router reads %q", schema, schemaReadable)
+		}
+		unclean = meta.Get(keyRunning) != nil
+		if err := meta.Put(keyRunning, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+			return err
+		}
+		stx := &Tx{tx: tx, writable: true}
+		if err := stx.buildPartialIndex(); err != nil {
+			return err
+		}
+		if schema == "1" || schema == "2" {
+			if err := stx.migrateOrderLines(); err != nil {
+				return err
+			}
+		}
+		return meta.Put(keySchema, []byte(schemaVersion))
+	})
+	return unclean, err
 }
 
 // Path is the data file's path.
