@@ -283,6 +283,9 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"time past 2261", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"2300-01-01T00:00:00Z"}`, 400, "invalid_event"},
 		{"time before 1678", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"1000-01-01T00:00:00Z"}`, 400, "invalid_event"},
 		{"bad time", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"yesterday"}`, 400, "invalid_event"},
+		// Valid RFC 3339 that a Go time cannot hold: stored as the second
+		// after, it would be another instant than the one sent.
+		{"leap second", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"2016-12-31T23:59:60Z"}`, 400, "invalid_event"},
 		// Go's zero time, which was taken as no time and replaced by the
 		// time of ingest (an adversarial trial).
 		{"time of year 1", structured(), `{"specversion":"1.0","type":"order.created","source":"/s","time":"0001-01-01T00:00:00Z"}`, 400, "invalid_event"},

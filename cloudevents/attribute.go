@@ -153,6 +153,9 @@ func set(e *switchyard.Event, name, value string) error {
 	case AttrTime:
 		// RFC 3339 §5.6 lets "T" and "Z" be lower case; Go's parser does not.
 		t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(value))
+		if err != nil && isLeapSecond(value) {
+			return invalid("time %q is a leap second (second 60), which RFC 3339 allows but the router cannot hold (Go's time has no leap seconds): send the second after it", value)
+		}
 		if err != nil {
 			return invalid("time %q is not an RFC 3339 timestamp", value)
 		}
@@ -177,6 +180,16 @@ func set(e *switchyard.Event, name, value string) error {
 		}
 	}
 	return nil
+}
+
+// isLeapSecond reports an RFC 3339 timestamp whose seconds are 60 (§5.7:
+// a leap second), which would parse with 59 in their place.
+func isLeapSecond(value string) bool {
+	if len(value) < 20 || value[17:19] != "60" {
+		return false
+	}
+	_, err := time.Parse(time.RFC3339Nano, strings.ToUpper(value[:17]+"59"+value[19:]))
+	return err == nil
 }
 
 // contextAttributes are the names of the context attributes, in the
