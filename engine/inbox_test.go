@@ -86,6 +86,14 @@ func TestReceiveDropsRedeliveries(t *testing.T) {
 	if err != nil || len(skips) != 2 {
 		t.Fatalf("audit: %+v %v", skips, err)
 	}
+	// A before bound past what an int64 of nanoseconds holds is later
+	// than every entry, and one before 1970 earlier: not wrapped.
+	for before, want := range map[string]int{"2600-01-01T00:00:00Z": 2, "1960-01-01T00:00:00Z": 0} {
+		at, _ := time.Parse(time.RFC3339, before)
+		if got, err := h.eng.Skips("pay", at, 10); err != nil || len(got) != want {
+			t.Errorf("before %s: %d entries, want %d (%v)", before, len(got), want, err)
+		}
+	}
 	reasons := map[string]storage.Skip{}
 	for _, s := range skips {
 		reasons[s.Reason] = s

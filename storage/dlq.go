@@ -79,7 +79,7 @@ func (tx *Tx) DLQ(q DLQQuery) ([]DLQEntry, error) {
 	ws := tx.dlqWalkers(index, q)
 	var since uint64
 	if !q.Since.IsZero() {
-		since = uint64(q.Since.UnixNano())
+		since = timeBound(q.Since)
 	}
 	want := stateOf(index)
 	var out []DLQEntry

@@ -121,7 +121,7 @@ func (tx *Tx) Skips(inbox string, before time.Time, limit int) ([]Skip, error) {
 	c := b.Cursor()
 	k, v := c.Last()
 	if !before.IsZero() {
-		c.Seek(timeKey(before, nil))
+		c.Seek(u64(timeBound(before)))
 		k, v = c.Prev()
 	}
 	for ; k != nil && len(out) < limit; k, v = c.Prev() {

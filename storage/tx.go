@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -110,6 +111,20 @@ func timeKey(t time.Time, rest []byte) []byte {
 	k := make([]byte, 8, 8+len(rest))
 	binary.BigEndian.PutUint64(k, uint64(t.UnixNano()))
 	return append(k, rest...)
+}
+
+// timeBound is t as the first 8 bytes of a time key, for the bound of a
+// range a client asks for: a time before the Unix epoch sorts below every
+// key and one from MaxTime on above every key, where UnixNano's int64
+// would wrap (a since of the year 2600 read as 2015 selected everything).
+func timeBound(t time.Time) uint64 {
+	switch {
+	case t.Before(time.Unix(0, 0)):
+		return 0
+	case !t.Before(MaxTime):
+		return math.MaxUint64
+	}
+	return uint64(t.UnixNano())
 }
 
 func u64(v uint64) []byte {
