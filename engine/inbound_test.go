@@ -131,6 +131,22 @@ func TestDecodeInbound(t *testing.T) {
 			warnings: 1,
 		},
 		{
+			// A key bbolt cannot take would fail every commit of the
+			// inbox: derived instead, and left out.
+			name:     "an id too long is derived, a partition key too long left out",
+			headers:  hs("ce-id", strings.Repeat("L", MaxInboundIDLen+1), "ce-partitionkey", strings.Repeat("k", maxInboundKeyLen+1)),
+			binding:  cloudevents.NATS,
+			want:     switchyard.Event{ID: DeriveInboundID("", "", "", hs("ce-id", strings.Repeat("L", MaxInboundIDLen+1), "ce-partitionkey", strings.Repeat("k", maxInboundKeyLen+1)), nil), Extensions: hs()},
+			derived:  true,
+			warnings: 2,
+		},
+		{
+			name:    "an id and a partition key at the limits are kept",
+			headers: hs("ce-id", strings.Repeat("L", MaxInboundIDLen), "ce-partitionkey", strings.Repeat("k", maxInboundKeyLen)),
+			binding: cloudevents.NATS,
+			want:    switchyard.Event{ID: strings.Repeat("L", MaxInboundIDLen), Extensions: hs("partitionkey", strings.Repeat("k", maxInboundKeyLen))},
+		},
+		{
 			name:     "id header of another prefix does not count",
 			headers:  hs("ce-id", "dash"),
 			binding:  cloudevents.Kafka,

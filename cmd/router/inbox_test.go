@@ -212,3 +212,56 @@ inbox "alerts" {
 		}
 	}
 }
+
+// A message whose id or partition key is too long to be a key in the data
+// file (bbolt takes 32 KiB) failed the commit of its batch, and every
+// batch after it: the inbox took nothing more. Now its id is derived and
+// its key left out, with a warning, and the messages behind it arrive.
+func TestInboxTakesKeysTooLongForTheDataFile(t *testing.T) {
+	svc := startService(t)
+	natsPort := freePort(t)
+	path, sock := writeConfig(t, fmt.Sprintf(`
+nats "bus" {
+  embedded = true
+  port     = %d
+  stream "alerts" { subjects = ["alerts.>"] }
+}
+inbox "alerts" {
+  from     = "nats.bus"
+  subject  = "alerts.>"
+  ordering = "key"
+  polling { min = "10ms" }
+  deliver { url = "unix://%s/events" }
+}
+`, natsPort, svc.sock))
+	runRouter(t, path, sock)
+	nc, err := connectNATS(path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	publish := func(id, key string) {
+		m := nats.NewMsg("alerts.disk")
+		m.Header.Set("ce-id", id)
+		m.Header.Set("ce-specversion", "1.0")
+		m.Header.Set("ce-type", "alert")
+		m.Header.Set("ce-source", "/mon")
+		if key != "" {
+			m.Header.Set("ce-partitionkey", key)
+		}
+		m.Data = []byte("disk full")
+		if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(strings.Repeat("L", 33000), "")
+	publish("long-key", strings.Repeat("k", 40000))
+	publish("after-1", "")
+	publish("after-2", "k")
+	got := svc.waitIDs(t, 4, 30*time.Second)
+	for _, id := range []string{"long-key", "after-1", "after-2"} {
+		if got[id] != 1 {
+			t.Errorf("%s delivered %d times (all: %d ids)", id, got[id], len(got))
+		}
+	}
+}
