@@ -133,6 +133,11 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []switchyard.Inb
 			ev.Time = time.Time{}
 		}
 	}
+	if err := e.space.check(); err != nil {
+		// Past the storage budget an inbox takes nothing, as ingest
+		// does: unacknowledged, the messages wait in the broker.
+		return ReceiveResult{}, fmt.Errorf("inbox %s: %w", name, err)
+	}
 	var res ReceiveResult
 	var skips []storage.Skip
 	err = e.store.Update(ctx, func(tx *storage.Tx) error {
@@ -355,13 +360,8 @@ type ClaimRequest struct {
 // claimed again. At most once: the claim is committed as completed at
 // once, so a redelivery is skipped even if the effect then failed.
 func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim, created bool, err error) {
-	if req.ID == "" || req.Consumer == "" {
-		return nil, false, switchyard.Errorf(switchyard.EINVALID, "a claim needs a consumer and an id")
-	}
-	if strings.ContainsRune(req.Consumer, 0) || strings.ContainsRune(req.ID, 0) {
-		// NUL separates the parts of a claim's key: "a\x00b" would read
-		// back as consumer "a", id "b…".
-		return nil, false, switchyard.Errorf(switchyard.EINVALID, "a claim's consumer and id hold no NUL character")
+	if err := checkClaimRef(req.Consumer, req.ID); err != nil {
+		return nil, false, err
 	}
 	switch req.Mode {
 	case "":
@@ -388,6 +388,9 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 		case err != nil && !errors.Is(err, storage.ErrNotFound):
 			return err
 		}
+		if err := e.space.check(); err != nil {
+			return err // a new claim takes room; answering an old one does not
+		}
 		c = &storage.Claim{State: storage.ClaimHeld, Mode: req.Mode, ClaimedAt: now, LeaseUntil: now.Add(req.Lease), ExpiresAt: now.Add(ttl)}
 		if req.Mode == ModeAtMostOnce {
 			c.State, c.CompletedAt, c.LeaseUntil = storage.ClaimCompleted, now, time.Time{}
@@ -403,6 +406,9 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 
 // Complete records the result of a claimed id: later claims get it.
 func (e *Engine) Complete(ctx context.Context, tenant, consumer, id string, result json.RawMessage) (*storage.Claim, error) {
+	if err := checkClaimRef(consumer, id); err != nil {
+		return nil, err
+	}
 	now := e.now()
 	var c *storage.Claim
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
@@ -417,6 +423,9 @@ func (e *Engine) Complete(ctx context.Context, tenant, consumer, id string, resu
 			c = old
 			return nil
 		}
+		if err := e.space.check(); err != nil {
+			return err // the result takes room
+		}
 		c = old
 		c.State, c.CompletedAt, c.Result, c.LeaseUntil = storage.ClaimCompleted, now, result, time.Time{}
 		return tx.PutClaim(tenant, consumer, id, c)
@@ -430,6 +439,9 @@ func (e *Engine) Complete(ctx context.Context, tenant, consumer, id string, resu
 // Release gives a claimed id back, so a redelivery runs the effect again.
 // A completed id cannot be released.
 func (e *Engine) Release(ctx context.Context, tenant, consumer, id string) error {
+	if err := checkClaimRef(consumer, id); err != nil {
+		return err
+	}
 	now := e.now()
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
 		old, err := tx.Claim(tenant, consumer, id, now)
@@ -445,6 +457,28 @@ func (e *Engine) Release(ctx context.Context, tenant, consumer, id string) error
 		return tx.DeleteClaim(tenant, consumer, id)
 	})
 	return unavailable(err)
+}
+
+// Limits on a claim's names, which make its key in the data file (bbolt
+// takes at most 32 KiB): a consumer is named like an event type, an id like
+// an inbox's.
+const maxConsumerLen = 256
+
+// checkClaimRef says why consumer and id cannot name a claim.
+func checkClaimRef(consumer, id string) error {
+	switch {
+	case id == "" || consumer == "":
+		return switchyard.Errorf(switchyard.EINVALID, "a claim needs a consumer and an id")
+	case strings.ContainsRune(consumer, 0) || strings.ContainsRune(id, 0):
+		// NUL separates the parts of a claim's key: "a\x00b" would read
+		// back as consumer "a", id "b…".
+		return switchyard.Errorf(switchyard.EINVALID, "a claim's consumer and id hold no NUL character")
+	case len(consumer) > maxConsumerLen:
+		return switchyard.Errorf(switchyard.EINVALID, "a claim's consumer is at most %d bytes", maxConsumerLen)
+	case len(id) > MaxInboundIDLen:
+		return switchyard.Errorf(switchyard.EINVALID, "a claim's id is at most %d bytes", MaxInboundIDLen)
+	}
+	return nil
 }
 
 // claimTTL is how long a consumer's claims are kept: its inbox's ttl when

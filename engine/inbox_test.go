@@ -154,16 +154,33 @@ func TestPullLongPollWakesOnReceive(t *testing.T) {
 }
 
 // A claim's consumer or id with a NUL (the separator of a claim's key) is
-// refused: it would be listed as another consumer's claim.
-func TestClaimRefusesNUL(t *testing.T) {
+// refused: it would be listed as another consumer's claim. So is one too
+// long for a key in the data file, on every claim route: it was a 503
+// storage_unavailable that told the client to retry.
+func TestClaimRefusesUnusableNames(t *testing.T) {
 	h := newHarness(t, pullInbox, true)
+	ctx := context.Background()
 	for _, req := range []engine.ClaimRequest{
 		{Tenant: "default", Consumer: "payments\x00x", ID: "pay-1"},
 		{Tenant: "default", Consumer: "payments", ID: "pay\x00-1"},
+		{Tenant: "default", Consumer: strings.Repeat("c", 40000), ID: "pay-1"},
+		{Tenant: "default", Consumer: "payments", ID: strings.Repeat("i", 40000)},
+		{Tenant: "default", Consumer: strings.Repeat("c", 257), ID: "pay-1"},
+		{Tenant: "default", Consumer: "payments", ID: strings.Repeat("i", 1025)},
 	} {
-		if _, _, err := h.eng.Claim(context.Background(), req); switchyard.ErrorCode(err) != switchyard.EINVALID {
-			t.Errorf("claim %q %q: %v, want invalid", req.Consumer, req.ID, err)
+		name := fmt.Sprintf("%.20q (%d bytes) %.20q (%d bytes)", req.Consumer, len(req.Consumer), req.ID, len(req.ID))
+		if _, _, err := h.eng.Claim(ctx, req); switchyard.ErrorCode(err) != switchyard.EINVALID {
+			t.Errorf("claim %s: %v, want invalid", name, err)
 		}
+		if _, err := h.eng.Complete(ctx, req.Tenant, req.Consumer, req.ID, nil); switchyard.ErrorCode(err) != switchyard.EINVALID {
+			t.Errorf("complete %s: %v, want invalid", name, err)
+		}
+		if err := h.eng.Release(ctx, req.Tenant, req.Consumer, req.ID); switchyard.ErrorCode(err) != switchyard.EINVALID {
+			t.Errorf("release %s: %v, want invalid", name, err)
+		}
+	}
+	if _, ok, err := h.eng.Claim(ctx, engine.ClaimRequest{Tenant: "default", Consumer: strings.Repeat("c", 256), ID: strings.Repeat("i", 1024)}); err != nil || !ok {
+		t.Errorf("a claim at the limits: %v %v", ok, err)
 	}
 }
 

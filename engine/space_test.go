@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // While the storage budget is full, a request for a type the catch-all has
@@ -234,5 +236,71 @@ event "u.held" {
 	sp, maxSize, _ := h.eng.Space()
 	if used, _ := h.db.Space(); used.Used > maxSize+2<<20 {
 		t.Errorf("the data file holds %d bytes of pages against a budget of %d (last measured: %d)", used.Used, maxSize, sp.Used)
+	}
+}
+
+// Claims and their results take room in the data file as events do: past
+// the storage budget a new claim, or a result, is refused with
+// storage_full as ingest is (a tenant's token could fill the disk with
+// them, and hold every tenant's ingest at 507 until they expired), while a
+// completed claim is still answered.
+func TestFullBudgetRefusesClaims(t *testing.T) {
+	h := newHarness(t, `
+storage { max_size = "256KiB" }
+`+pullInbox, false)
+	ctx := context.Background()
+	claim := func(id string) (*storage.Claim, bool, error) {
+		return h.eng.Claim(ctx, engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: id})
+	}
+	if _, ok, err := claim("held"); err != nil || !ok {
+		t.Fatalf("the first claim: %v %v", ok, err)
+	}
+	result := json.RawMessage(`"` + strings.Repeat("r", 16<<10) + `"`)
+	full := false
+	for i := 0; i < 400 && !full; i++ {
+		id := fmt.Sprintf("c-%d", i)
+		_, _, err := claim(id)
+		if err == nil {
+			_, err = h.eng.Complete(ctx, "default", "mailer", id, result)
+		}
+		switch {
+		case err == nil:
+		case switchyard.ErrorCode(err) == switchyard.ESTORAGEFULL:
+			full = true
+		default:
+			t.Fatalf("%s: %v", id, err)
+		}
+		time.Sleep(5 * time.Millisecond) // let the budget be measured
+	}
+	if !full {
+		sp, _, _ := h.eng.Space()
+		t.Fatalf("400 claims with 16 KiB results were all taken; %d bytes in use against a budget of 256 KiB", sp.Used)
+	}
+	if _, _, err := claim("new"); switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL {
+		t.Errorf("a new claim past the budget: %v", err)
+	}
+	if _, err := h.eng.Complete(ctx, "default", "mailer", "held", result); switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL {
+		t.Errorf("a result past the budget: %v", err)
+	}
+	if c, ok, err := claim("c-0"); err != nil || ok || c.State != storage.ClaimCompleted || string(c.Result) != string(result) {
+		t.Errorf("a completed claim past the budget: %v %v", ok, err)
+	}
+}
+
+// Past the storage budget an inbox stores nothing either: the batch is
+// refused with storage_full, so the source leaves it unacknowledged in the
+// broker, instead of filling the disk the budget is there to protect.
+func TestFullBudgetRefusesInboxBatches(t *testing.T) {
+	h := newHarness(t, `
+storage { max_size = "1" }
+`+pullInbox, false)
+	testkit.EventuallyWith(t, 5*time.Second, func() bool { sp, _, _ := h.eng.Space(); return sp.Used > 0 },
+		func() string { return "the budget was never measured" })
+	res, err := h.eng.Receive(context.Background(), "pay", inbound("a", "b"))
+	if switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL || res.Stored != 0 {
+		t.Fatalf("a batch past the budget: %+v %v", res, err)
+	}
+	if recs, err := h.eng.Pull(context.Background(), "pay", 10, 0, time.Minute); err != nil || len(recs) != 0 {
+		t.Fatalf("pulled %d after a refused batch (%v)", len(recs), err)
 	}
 }
