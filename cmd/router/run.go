@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -62,6 +63,9 @@ type RunCommand struct {
 	wasm        *wasm.Runtime // nil without plugins
 	plugins     []switchyard.Plugin
 	pprof       *http.Server // listen { pprof }; nil when off
+	// activated is the API socket systemd passed (socket activation); nil
+	// when the router creates its own.
+	activated   net.Listener
 	sources     []switchyard.Source
 	sourcesCtx  context.Context // ends when Close begins
 	stopSources context.CancelFunc
@@ -147,8 +151,17 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	if problems := checkFiles(cfg); len(problems) > 0 {
 		return errors.New(strings.Join(problems, "\n"))
 	}
-	if err := api.CheckSocket(cfg.Listen.Socket); err != nil {
+	// A socket systemd passed is systemd's, at whatever path: it answers
+	// there, so the check for another router serving on the configured
+	// path would refuse it.
+	var err error
+	if c.activated, err = activationListener(); err != nil { // sdnotify.go
 		return err
+	}
+	if c.activated == nil {
+		if err := api.CheckSocket(cfg.Listen.Socket); err != nil {
+			return err
+		}
 	}
 	c.sourcesCtx, c.stopSources = context.WithCancel(context.WithoutCancel(ctx))
 	c.reg = newRegistry()
@@ -302,21 +315,19 @@ func (c *RunCommand) startEngine(ctx context.Context, cfg *config.Config) error 
 // openAPI serves the API on the unix socket (or the one systemd passed),
 // the TCP listener if configured, and pprof if asked for.
 func (c *RunCommand) openAPI(cfg *config.Config) error {
-	ln, err := activationListener() // systemd socket activation (sdnotify.go); nil = create the socket
-	if err != nil {
-		return err
-	}
-	if ln != nil {
-		c.log.Info("serving the API on the socket systemd passed", "addr", ln.Addr().String())
+	socket := cfg.Listen.Socket
+	if c.activated != nil {
+		socket = c.activated.Addr().String()
+		c.log.Info("serving the API on the socket systemd passed", "addr", socket)
 	}
 	if cfg.Listen.Pprof != "" {
 		if err := c.servePprof(cfg.Listen.Pprof); err != nil {
 			return err
 		}
 	}
-	defer c.progress.step("opening the API socket %s", cfg.Listen.Socket)()
+	defer c.progress.step("opening the API socket %s", socket)()
 	c.api = api.New(c.engine, cfg.Listen, api.Options{Logger: c.log, Gatherer: c.reg, Registerer: c.reg,
-		Ready: c.ready, Sinks: c.sinkHealth, Listener: ln, Backup: c.db.Backup, History: c.history})
+		Ready: c.ready, Sinks: c.sinkHealth, Listener: c.activated, Backup: c.db.Backup, History: c.history})
 	return c.api.Open()
 }
 
@@ -420,6 +431,8 @@ func (c *RunCommand) Close(ctx context.Context) error {
 	}
 	if c.api != nil {
 		errs = append(errs, c.api.Close(ctx))
+	} else if c.activated != nil {
+		c.activated.Close() // the start failed before the API took it
 	}
 	// Stop consuming before the engine: a batch being stored finishes (or
 	// is not acknowledged to the broker, which redelivers it).
