@@ -780,3 +780,26 @@ func TestAnnouncedBodyTooLargeIsRefusedFirst(t *testing.T) {
 		t.Errorf("status %d, want 413 before the body", resp.StatusCode)
 	}
 }
+
+// Close ends a pull that waits for messages (wait up to 30 s) at once,
+// answering it with none: it held the graceful stop for its wait, as a
+// tail's stream held it for the whole shutdown timeout (TestStopEndsTheTail
+// in cmd/router).
+func TestCloseEndsAWaitingPull(t *testing.T) {
+	r := newRouter(t)
+	answered := make(chan reply, 1)
+	go func() { answered <- r.do("GET", "/v1/subscriptions/pay/messages?max=5&wait=30s", nil, "") }()
+	time.Sleep(200 * time.Millisecond) // the pull waits
+	begin := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := r.srv.Close(ctx); err != nil {
+		t.Fatalf("close after %v: %v", time.Since(begin), err)
+	}
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Fatalf("close took %v with a pull waiting", took)
+	}
+	if rep := <-answered; rep.status != 200 || !strings.Contains(string(rep.body), `"messages":[]`) {
+		t.Fatalf("the waiting pull: %d %s", rep.status, rep.body)
+	}
+}

@@ -202,7 +202,10 @@ func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
 		if wait, err = queryDuration(r, "wait", 0, maxPullWait); err == nil {
 			if lease, err = queryDuration(r, "lease", 30*time.Second, time.Hour); err == nil {
 				var recs []*storage.Record
-				if recs, err = s.engine.Pull(r.Context(), r.PathValue("name"), max, wait, lease); err == nil {
+				ctx, cancel := s.untilClosing(r) // a stop answers a waiting pull with what there is
+				recs, err = s.engine.Pull(ctx, r.PathValue("name"), max, wait, lease)
+				cancel()
+				if err == nil {
 					body := []byte(`{"messages":[`)
 					for i, rec := range recs {
 						if i > 0 {

@@ -82,6 +82,11 @@ type Server struct {
 
 	metrics *metrics
 	failLog logthrottle.Throttle // writeError's log lines, at most one per code and second
+
+	// closing ends when Close begins: a stream or a long poll ends then
+	// (untilClosing), where http.Server.Shutdown would wait it out.
+	closing    context.Context
+	beginClose context.CancelFunc
 }
 
 // New returns a server for eng with the limits of the listen block.
@@ -93,6 +98,7 @@ func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
 		opts.Now = time.Now
 	}
 	s := &Server{engine: eng, listen: listen, opts: opts, log: opts.Logger.Named("api"), metrics: newMetrics(opts.Registerer)}
+	s.closing, s.beginClose = context.WithCancel(context.Background())
 	h := s.Handler()
 	s.http, s.tcpSrv = s.httpServer(h), s.httpServer(h)
 	return s
@@ -304,7 +310,11 @@ func (s *Server) TCPAddr() string {
 func (s *Server) Addr() string { return s.listen.Socket }
 
 // Close stops accepting and waits for requests in flight until ctx ends.
+// Streams (the tail) and long polls (a pull's wait) end at once: they
+// would hold the stop for its whole timeout, and leave the engine and the
+// data file no time to close cleanly.
 func (s *Server) Close(ctx context.Context) error {
+	s.beginClose()
 	if s.ln == nil {
 		return nil
 	}
@@ -316,6 +326,14 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.served = 0
 	return err
+}
+
+// untilClosing is r's context, which also ends when the server begins to
+// close: for a handler that streams or waits on the client's behalf.
+func (s *Server) untilClosing(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(s.closing, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // listenUnix creates the API socket at path. What is already there is

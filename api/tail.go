@@ -29,6 +29,8 @@ func (s *Server) getTail(w http.ResponseWriter, r *http.Request) {
 	}
 	watcher, stop := s.engine.Watch(r.URL.Query().Get("type"))
 	defer stop()
+	ctx, cancel := s.untilClosing(r)
+	defer cancel()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -43,7 +45,7 @@ func (s *Server) getTail(w http.ResponseWriter, r *http.Request) {
 	var told uint64
 	for {
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		case <-keepAlive.C:
 			fmt.Fprint(w, ": keep-alive\n\n")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,4 +126,40 @@ func waitTailing(t *testing.T, r *crashRouter) {
 	testkit.Eventually(t, "the tail to be registered", 10*time.Second, func() bool {
 		return metricValue(t, r.client, "switchyard_tail_watchers") >= float64(r.tails)
 	})
+}
+
+// A stop (SIGTERM) while `router tail` streams ends the stream at once and
+// stops cleanly: the open stream held http.Server.Shutdown for the whole
+// shutdown timeout (30 s), which left the engine and the data file no time
+// to close, the exit status was 1 and the next start checked the whole
+// file. The tail says the router ended the stream.
+func TestStopEndsTheTail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary")
+	}
+	r := newCrashRouter(t, 2*time.Minute)
+	r.start()
+	_, tailErr := startTail(t, r)
+	cmd, exited := r.cmd, r.exited
+	begin := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		r.dumpLog()
+		t.Fatal("no exit 20 s after SIGTERM with a tail open")
+	}
+	took := time.Since(begin)
+	r.cmd = nil
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		r.dumpLog()
+		t.Fatalf("exit status %d after %v", code, took)
+	}
+	testkit.Eventually(t, "the tail to say the stream ended", 5*time.Second, func() bool {
+		return strings.Contains(tailErr.String(), "the router ended the stream")
+	})
+	r.start()
+	if log := mustRead(t, r.logPath); strings.Contains(log, "did not stop cleanly") || strings.Contains(log, "deadline exceeded") {
+		t.Fatalf("the stop with a tail open (%v) was not clean:\n%s", took, log)
+	}
 }
