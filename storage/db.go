@@ -90,16 +90,42 @@ func openError(path string, err error) error {
 	return fmt.Errorf("storage: open %s: %w", path, err)
 }
 
+// CheckPath says why the router may not keep its data file at path: a
+// folder another user owns or anyone may write, or a file there already
+// that another user owns, anyone may write, or that is no regular file
+// (a device, a folder). router validate asks it too.
+func CheckPath(path string) error {
+	if err := fsperm.CheckDir(filepath.Dir(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%s): name a file for storage.path", path, fileKind(fi.Mode()))
+	}
+	return fsperm.CheckFile(path)
+}
+
+// fileKind names what a path that is no regular file is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a folder"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "mode " + m.String()
+}
+
 // Open opens (creating if needed) the data file at path and starts its
 // writer goroutine.
 func Open(path string, opts Options) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("storage: create data directory: %w", err)
 	}
-	if err := fsperm.CheckDir(filepath.Dir(path)); err != nil {
-		return nil, fmt.Errorf("storage: %w", err)
-	}
-	if err := fsperm.CheckFile(path); err != nil {
+	if err := CheckPath(path); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
 	if err := inspect(path, opts.CheckUnclean); err != nil {

@@ -342,7 +342,7 @@ func (c *RunCommand) openSources(ctx context.Context, cfg *config.Config, natsUR
 				if k.Name == sinkName {
 					s, err := kafka.OpenSource(ctx, k, in, c.log)
 					if err != nil {
-						return fmt.Errorf("inbox %q: %w", in.Name, err)
+						return err // it names the inbox
 					}
 					src = s
 				}
@@ -352,10 +352,7 @@ func (c *RunCommand) openSources(ctx context.Context, cfg *config.Config, natsUR
 				if n.Name == sinkName {
 					s, err := natsplugin.OpenSource(ctx, n, natsURLs[sinkName], in, c.log)
 					if err != nil {
-						return fmt.Errorf("inbox %q: %w", in.Name, err)
-					}
-					for _, w := range s.Warnings() {
-						c.log.Warn(w, "inbox", in.Name)
+						return err // it names the inbox
 					}
 					src = s
 				}

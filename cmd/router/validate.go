@@ -17,9 +17,11 @@ import (
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // ValidateCommand checks a configuration file and reports every problem with
@@ -166,6 +168,7 @@ func checkFiles(cfg *config.Config) []string {
 //     them (checkWritable).
 func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 	problems := checkFiles(cfg)
+	problems = append(problems, checkPlaces(cfg)...)
 	problems = append(problems, checkWritable(cfg)...)
 	problems = append(problems, checkPlugins(ctx, cfg)...)
 	if len(cfg.Sinks()) == 0 {
@@ -182,7 +185,54 @@ func checkLoaded(ctx context.Context, cfg *config.Config) []string {
 				cfg.StreamsAt[n.Name+"/"+o.Second], n.Name, o.Second, o.SecondSubject, o.FirstSubject, o.First))
 		}
 	}
+	problems = append(problems, uncapturedInboxes(cfg)...)
 	return append(problems, uncapturedRoutes(cfg)...)
+}
+
+// uncapturedInboxes lists the inboxes of an embedded NATS server (with
+// JetStream) whose subject no declared stream, or more than one, stores:
+// router run cannot find the one stream to consume and refuses to start.
+func uncapturedInboxes(cfg *config.Config) []string {
+	var out []string
+	for _, in := range cfg.Inboxes {
+		for _, n := range cfg.NATS {
+			if in.From != n.SinkName() || !n.Embedded || !n.JetStream {
+				continue
+			}
+			at := cfg.BlocksAt[config.InboxSinkName(in.Name)]
+			switch streams := natsplugin.StreamsStoring(n.Streams, in.Subject); len(streams) {
+			case 0:
+				out = append(out, fmt.Sprintf("%s: inbox %q reads subject %q, which no stream of nats %q stores: router run would refuse to start; add the subject to a stream block",
+					at, in.Name, in.Subject, n.Name))
+			case 1:
+			default:
+				out = append(out, fmt.Sprintf("%s: inbox %q reads subject %q, which several streams of nats %q store (%s): an inbox consumes one stream; narrow its subject",
+					at, in.Name, in.Subject, n.Name, strings.Join(streams, ", ")))
+			}
+		}
+	}
+	return out
+}
+
+// checkPlaces refuses, as router run would at its start, the data file's
+// place (storage.CheckPath: a folder or file another user owns or anyone
+// may write, or no regular file), and a socket folder another user owns or
+// anyone may write; without starting anything, so that validate may run
+// beside the router it checks a change for.
+func checkPlaces(cfg *config.Config) []string {
+	var out []string
+	for _, p := range cfg.WrittenPaths {
+		if p.What != "storage.path" {
+			continue
+		}
+		if err := storage.CheckPath(p.Path); err != nil {
+			out = append(out, fmt.Sprintf("%s: storage.path %q: router run would refuse it: %v", p.At, p.Path, err))
+		}
+	}
+	if err := fsperm.CheckDir(filepath.Dir(cfg.Listen.Socket)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		out = append(out, fmt.Sprintf("%s: listen.socket %q: router run would refuse it: %v", cfg.BlocksAt["listen"], cfg.Listen.Socket, err))
+	}
+	return out
 }
 
 // checkWritable lists the paths router run writes (the data file, the

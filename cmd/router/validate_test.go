@@ -19,7 +19,9 @@ import (
 // are missing or not WebAssembly, absurd sizes and numbers, a bad address,
 // a missing tokens_file, a file of secrets others may read, a route no
 // stream captures, two streams that capture one subject, a data file or a
-// store router run could not write; and `router run`
+// store router run could not write, a data file or socket folder router
+// run refuses (anyone may write it, or it is no regular file), an inbox no
+// stream (or several) stores; and `router run`
 // names a plugin that does not load at its block's file:line:col too.
 func TestValidateFindsWhatParsingCannot(t *testing.T) {
 	dir := t.TempDir()
@@ -30,6 +32,9 @@ func TestValidateFindsWhatParsingCannot(t *testing.T) {
 	os.WriteFile(readable, []byte("key"), 0o644)
 	aFile := filepath.Join(dir, "a-file")
 	os.WriteFile(aFile, nil, 0o600)
+	open := filepath.Join(dir, "open")
+	os.Mkdir(open, 0o755)
+	os.Chmod(open, 0o777)
 	cases := []struct{ name, src, want string }{
 		{"a data file under a file", fmt.Sprintf("storage { path = %q }", filepath.Join(aFile, "router.db")),
 			fmt.Sprintf(`:1:18: storage.path %q: router run as this user could not write it: %s is not a folder`, filepath.Join(aFile, "router.db"), aFile)},
@@ -50,6 +55,16 @@ func TestValidateFindsWhatParsingCannot(t *testing.T) {
 			`:2:1: event "x" runs plugins, but the configuration has no sink`},
 		{"overlapping streams", "nats \"local\" {\n  embedded = true\n  stream \"a\" { subjects = [\"x.>\"] }\n  stream \"b\" { subjects = [\"y.*\", \"x.a\"] }\n}",
 			`:4:3: nats "local": stream "b" captures "x.a", which overlaps "x.>" of stream "a": JetStream refuses two streams that capture one subject`},
+		{"a data file that is a device", `storage { path = "/dev/null" }`,
+			`:1:18: storage.path "/dev/null": router run would refuse it: /dev/null is not a regular file (a device): name a file for storage.path`},
+		{"a data folder anyone may write", fmt.Sprintf("storage { path = %q }", filepath.Join(open, "router.db")),
+			fmt.Sprintf(`:1:18: storage.path %q: router run would refuse it: %s may be written by anyone (mode 0777)`, filepath.Join(open, "router.db"), open)},
+		{"a socket folder anyone may write", fmt.Sprintf("listen { socket = %q }", filepath.Join(open, "r.sock")),
+			fmt.Sprintf(`:1:1: listen.socket %q: router run would refuse it: %s may be written by anyone (mode 0777)`, filepath.Join(open, "r.sock"), open)},
+		{"an inbox no stream stores", "nats \"local\" {\n  embedded = true\n  stream \"s\" { subjects = [\"a.>\"] }\n}\ninbox \"in\" {\n  from    = \"nats.local\"\n  subject = \"b.>\"\n}",
+			`:5:1: inbox "in" reads subject "b.>", which no stream of nats "local" stores: router run would refuse to start`},
+		{"an inbox two streams store", "nats \"local\" {\n  embedded = true\n  stream \"s\" { subjects = [\"a.x\"] }\n  stream \"t\" { subjects = [\"a.y\"] }\n}\ninbox \"in\" {\n  from    = \"nats.local\"\n  subject = \"a.>\"\n}",
+			`:6:1: inbox "in" reads subject "a.>", which several streams of nats "local" store (s, t)`},
 		{"route no stream captures", "nats \"local\" {\n  embedded = true\n  stream \"s\" { subjects = [\"a.>\"] }\n}\nevent \"x\" {\n  route {\n    to      = \"nats.local\"\n    subject = \"b.x\"\n  }\n}",
 			`:5:1: event "x" routes to subject "b.x", which no stream of nats "local" captures`},
 	}

@@ -88,7 +88,7 @@ func OpenSource(ctx context.Context, kcfg config.Kafka, in config.Inbox, logger 
 // group timings).
 func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger, extra ...kgo.Opt) (*Source, error) {
 	if err := resolved(kcfg); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("inbox %q: %w", in.Name, err)
 	}
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -115,7 +115,7 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 	s.decoder = engine.InboundDecoder{Binding: cloudevents.Kafka, IDHeader: in.IDHeader, Log: s.log, Noun: "record"}
 	opts, err := ClientOptions(kcfg, s.log)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("inbox %q: %w", in.Name, err)
 	}
 	opts = append(append(opts, s.groupOptions(in)...), extra...)
 	if s.cl, err = kgo.NewClient(opts...); err != nil {

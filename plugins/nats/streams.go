@@ -24,6 +24,23 @@ func StreamCapturing(streams []config.Stream, subject string) string {
 	return ""
 }
 
+// StreamsStoring lists the declared streams an inbox reading subject (a
+// filter, wildcards allowed) would find: those whose subjects collide with
+// it, as JetStream's stream listing by subject finds them (streamFor). An
+// inbox needs exactly one.
+func StreamsStoring(streams []config.Stream, subject string) []string {
+	var out []string
+	for _, st := range streams {
+		for _, filter := range st.Subjects {
+			if server.SubjectsCollide(subject, filter) {
+				out = append(out, st.Name)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // Overlap is two declared streams that capture a subject both: JetStream
 // refuses to create the later one ("subjects overlap with an existing
 // stream"), so the router cannot start on them.
