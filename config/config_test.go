@@ -379,6 +379,18 @@ func TestLoadMissingFile(t *testing.T) {
 	}
 }
 
+// A path to something endless (/dev/zero) is refused after MaxFileSize
+// bytes: it was read until the machine ran out of memory.
+func TestLoadEndlessFile(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip("no /dev/zero here")
+	}
+	_, err := Load("/dev/zero")
+	if err == nil || !strings.Contains(err.Error(), "holds more than 8 MiB") {
+		t.Fatalf("Load(/dev/zero) = %v", err)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	const sinks = `nats "local" { embedded = true }
 kafka "main" { brokers = ["k:9092"] }
@@ -415,6 +427,8 @@ plugin "p" { wasm = "p.wasm" }
 		{"polling type", "defaults {\n  polling { type = \"eager\" }\n}\n", `test.hcl:2:20: Invalid value: type must be one of "adaptive", "fixed", not "eager"`},
 		{"polling min over max", "event \"a\" {\n  polling { min = \"2m\" }\n}\n", "test.hcl:2:3: Invalid polling: min (2m0s) exceeds max (1m0s)"},
 		{"ordering", "defaults {\n  ordering = \"fifo\"\n}\n", "test.hcl:2:14: Invalid value: ordering must be one of"},
+		{"an inbox's queue as an event type", "event \"inbox:mail\" {}\n", `test.hcl:1:7: Invalid event type: event types starting with "inbox:" are the router's own`},
+		{"read_timeout too short", "listen {\n  read_timeout = \"1ns\"\n}\n", "test.hcl:2:18: Invalid duration: read_timeout is at least 100ms"},
 		{"undeclared nats sink", sinks + "event \"a\" {\n  route {\n    to      = \"nats.remote\"\n    subject = \"a\"\n  }\n}\n",
 			`test.hcl:6:15: Unknown sink: "nats.remote": no nats "remote" block is declared`},
 		{"undeclared kafka sink", "event \"a\" {\n  route {\n    to    = \"kafka.main\"\n    topic = \"a\"\n  }\n}\n",

@@ -3,6 +3,7 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/url"
@@ -20,11 +21,26 @@ import (
 	"github.com/switchyard-router/switchyard/cloudevents"
 )
 
+// minReadTimeout is the shortest listen.read_timeout a file may set.
+const minReadTimeout = 100 * time.Millisecond
+
+// MaxFileSize bounds a config file: a path to something endless
+// (/dev/zero, a log) would otherwise be read until memory ran out.
+const MaxFileSize = 8 << 20
+
 // Load reads and parses the config file at path.
 func Load(path string) (*Config, error) {
-	src, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	src, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(src) > MaxFileSize {
+		return nil, fmt.Errorf("config: %s holds more than %d MiB: is it the configuration?", path, MaxFileSize>>20)
 	}
 	return Parse(src, path)
 }
@@ -454,6 +470,10 @@ func (d *decoder) catchAllBounds(ec *hcl.BodyContent, label string, cfg *Config)
 func (d *decoder) events(c *hcl.BodyContent, cfg *Config) {
 	eventTypes := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("event") {
+		if strings.HasPrefix(b.Labels[0], InboxQueuePrefix) {
+			d.errorf(b.LabelRanges[0], "Invalid event type",
+				"event types starting with %q are the router's own (an inbox's queue): ingest refuses them, so this block could never be used.", InboxQueuePrefix)
+		}
 		p := cfg.Defaults.clone()
 		ec := d.content(b.Body, eventSchema)
 		d.policy(ec, &p)
@@ -524,6 +544,10 @@ func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	d.integer(c.Attributes["max_batch"], &l.MaxBatch, 1, 100_000)
 	d.integer(c.Attributes["max_connections"], &l.MaxConnections, 1, 1<<20)
 	d.duration(c.Attributes["read_timeout"], &l.ReadTimeout, true)
+	if a := c.Attributes["read_timeout"]; a != nil && l.ReadTimeout > 0 && l.ReadTimeout < minReadTimeout {
+		d.errorf(a.Expr.Range(), "Invalid duration",
+			"read_timeout is at least %v: every request, and each write of its answer, must be done within it, and %v would refuse them all.", minReadTimeout, l.ReadTimeout)
+	}
 	// contract §4: the TCP listener always requires a bearer token.
 	if l.HTTP != "" && l.TokensFile == "" {
 		d.errorf(c.Attributes["http"].Expr.Range(), "Missing tokens_file",

@@ -33,6 +33,11 @@ func CompactFile(path string) (*CompactReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if fi.Size() == 0 {
+		// bbolt would start to make a new file of it, through a read-only
+		// handle ("bad file descriptor").
+		return nil, fmt.Errorf("%s is empty: not a data file, nothing to compact", path)
+	}
 	rep := &CompactReport{Path: path, Before: fi.Size()}
 	// The original stays open (a shared lock) until the copy has replaced
 	// it: a router that starts meanwhile waits for the lock, and then sees

@@ -235,6 +235,20 @@ func deliverAndExpire(b testing.TB, db *DB, n int) {
 	}
 }
 
+// Compacting an empty file says it is empty and leaves it, instead of
+// bbolt's "bad file descriptor" from starting a new file through a
+// read-only handle.
+func TestCompactEmptyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty.db")
+	os.WriteFile(path, nil, 0o600)
+	if _, err := CompactFile(path); err == nil || !strings.Contains(err.Error(), "is empty: not a data file") {
+		t.Fatalf("compact of an empty file: %v", err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Fatalf("the empty file after: %v %v", fi, err)
+	}
+}
+
 // Compacting a file whose backlog was delivered and expired gives the space
 // back: the file shrinks to a fraction, every remaining record reads back,
 // the copy passes the consistency check, and a router opens it again. A

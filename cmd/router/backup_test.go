@@ -91,6 +91,35 @@ func TestBackupUnderLoadRestores(t *testing.T) {
 	}
 }
 
+// A backup never overwrites or removes a file it did not make: OUT that
+// exists is refused, and so is an OUT.partial that exists (it was removed
+// along with the refusal, found by an adversarial trial), left as it was.
+func TestBackupLeavesOthersFiles(t *testing.T) {
+	path, sock := writeConfig(t, "")
+	runRouter(t, path, sock)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "keep.db")
+	for _, existing := range []string{out, out + ".partial"} {
+		os.WriteFile(existing, []byte("precious"), 0o600)
+		var stdout, stderr bytes.Buffer
+		err := NewMain(nil, &stdout, &stderr).Run(context.Background(), []string{"backup", out, "-socket", sock})
+		if err == nil || !strings.Contains(err.Error(), "exists") {
+			t.Errorf("backup over %s: %v", filepath.Base(existing), err)
+		}
+		if got, err := os.ReadFile(existing); err != nil || string(got) != "precious" {
+			t.Fatalf("%s after the refused backup: %q %v", filepath.Base(existing), got, err)
+		}
+		os.Remove(existing)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := NewMain(nil, &stdout, &stderr).Run(context.Background(), []string{"backup", out, "-socket", sock}); err != nil {
+		t.Fatalf("a backup to a free name: %v\n%s", err, stderr.String())
+	}
+	if _, err := os.Stat(out + ".partial"); !os.IsNotExist(err) {
+		t.Errorf("the .partial is left after a backup: %v", err)
+	}
+}
+
 // `router db check` finds a damaged data file (bytes overwritten in the
 // middle) and says so with exit code 1, without crashing or changing it.
 func TestDBCheckFindsDamage(t *testing.T) {

@@ -55,7 +55,17 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	n, err := c.fetch(ctx, cl, out+".partial")
+	// The copy is made beside out and renamed to it once it checks. A
+	// .partial there already is not this run's: another backup's, or one
+	// that was stopped, and left alone.
+	f, err := os.OpenFile(out+".partial", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("backup: %s.partial exists (another backup writing it, or one that was stopped): remove it if no backup runs", out)
+	}
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	n, err := c.fetch(ctx, cl, f)
 	if err != nil {
 		os.Remove(out + ".partial")
 		return fmt.Errorf("backup: %w", err)
@@ -78,18 +88,16 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// fetch writes GET /v1/backup to path (mode 0600: it holds every event)
-// and fsyncs it; a copy shorter than its Content-Length is an error.
-func (c *BackupCommand) fetch(ctx context.Context, cl *apiClient, path string) (int64, error) {
+// fetch writes GET /v1/backup to f (made with mode 0600: it holds every
+// event), fsyncs and closes it; a copy shorter than its Content-Length is
+// an error.
+func (c *BackupCommand) fetch(ctx context.Context, cl *apiClient, f *os.File) (int64, error) {
 	resp, err := cl.send(ctx, http.MethodGet, "/v1/backup", nil, nil)
 	if err != nil {
+		f.Close()
 		return 0, err
 	}
 	defer resp.Body.Close()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return 0, err
-	}
 	n, err := io.Copy(f, resp.Body)
 	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
 		err = fmt.Errorf("the copy ended after %d of %d bytes", n, resp.ContentLength)
@@ -101,7 +109,7 @@ func (c *BackupCommand) fetch(ctx context.Context, cl *apiClient, path string) (
 		err = cerr
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(path))
+		err = syncDir(filepath.Dir(f.Name()))
 	}
 	return n, err
 }

@@ -96,6 +96,14 @@ func (c *RunCommand) ParseFlags(args []string) error {
 		return fmt.Errorf("router run takes no arguments, only flags: %q (flags after it were not read)", fs.Arg(0))
 	}
 	fs.Visit(func(f *flag.Flag) { c.configNamed = c.configNamed || f.Name == "config" })
+	switch {
+	case hclog.LevelFromString(c.LogLevel) == hclog.NoLevel:
+		return fmt.Errorf("-log-level %q: use trace, debug, info, warn or error", c.LogLevel)
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("-log-format %q: use text or json", c.LogFormat)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("-shutdown-timeout %v: a graceful stop needs some time (30s by default)", c.ShutdownTimeout)
+	}
 	return nil
 }
 

@@ -337,3 +337,25 @@ nats "local" {
 		})
 	}
 }
+
+// router run refuses flags it cannot honour instead of starting on a
+// fallback: an unknown log level or format (it logged at info, as text), a
+// shutdown timeout of zero or less (every stop then ran out of time, and
+// the next start checked the whole data file).
+func TestRunRefusesBadFlags(t *testing.T) {
+	for flags, want := range map[string]string{
+		"-log-level bogus":      `-log-level "bogus": use trace, debug, info, warn or error`,
+		"-log-format xml":       `-log-format "xml": use text or json`,
+		"-shutdown-timeout -1s": `-shutdown-timeout -1s: a graceful stop needs some time`,
+		"-shutdown-timeout 0s":  `-shutdown-timeout 0s`,
+	} {
+		c := &RunCommand{Main: NewMain(nil, io.Discard, io.Discard)}
+		if err := c.ParseFlags(strings.Fields(flags)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", flags, err, want)
+		}
+	}
+	c := &RunCommand{Main: NewMain(nil, io.Discard, io.Discard)}
+	if err := c.ParseFlags(strings.Fields("-log-level WARN -log-format json -shutdown-timeout 5s")); err != nil {
+		t.Errorf("good flags: %v", err)
+	}
+}
