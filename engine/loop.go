@@ -254,8 +254,10 @@ func (l *Loop) logFailures(fs []failure, now time.Time) {
 		if f.next.IsZero() {
 			l.e.log.Warn("event dead-lettered", "type", l.typ, "event", f.id, "attempts", f.attempts, "reason", f.reason)
 		} else {
-			l.e.log.Warn("event failed; retrying with backoff", "type", l.typ, "event", f.id, "attempt", f.attempts,
-				"retry_in", f.next.Sub(now).Round(time.Millisecond), "error", f.reason)
+			// max: with backoff off the retry is due at once, when the
+			// outcome was made, a moment before now.
+			l.e.log.Warn("event failed; retrying", "type", l.typ, "event", f.id, "attempt", f.attempts,
+				"retry_in", max(0, f.next.Sub(now)).Round(time.Millisecond), "error", f.reason)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -214,7 +215,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(ids) != 1 {
+	if len(ids) != 1 || ids[0] == "" {
 		return &exitError{code: 2, err: errors.New("dlq show: give one event id")}
 	}
 	cl, err := af.client()
@@ -341,6 +342,9 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 	}
 	if len(ids) == 0 && *typ == "" && *since == "" && !*all {
 		return &exitError{code: 2, err: fmt.Errorf("dlq %s: give event ids, or a filter (-type, -since), or -all", action)}
+	}
+	if slices.Contains(ids, "") {
+		return &exitError{code: 2, err: fmt.Errorf("dlq %s: an event id is never empty", action)}
 	}
 	cl, err := af.client()
 	if err != nil {

@@ -53,6 +53,12 @@ func (c *PluginCommand) golden(file string, got []byte, update bool) error {
 
 // testDir runs every NAME.event.json of dir through one loaded plugin.
 func (c *PluginCommand) testDir(ctx context.Context, f *pluginFlags, dir string, update bool) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		if err == nil {
+			err = fmt.Errorf("%s is not a folder", dir)
+		}
+		return &exitError{code: pluginExitError, err: fmt.Errorf("-dir: %w", err)}
+	}
 	events, err := filepath.Glob(filepath.Join(dir, "*.event.json"))
 	if err != nil || len(events) == 0 {
 		return &exitError{code: pluginExitError, err: fmt.Errorf("%s: no NAME.event.json files (each with its NAME.expected.json)", dir)}

@@ -525,7 +525,7 @@ func TestTCPListenerServesTheAPI(t *testing.T) {
 // A word the command does not take is an error that names it (exit 2),
 // before anything is asked of a router: `router stats extra` printed the
 // stats, `router tail extra` tailed for ever, `router backup x.db extra`
-// said no file was named (an adversarial trial).
+// said no file was named (an adversarial trial). An empty event id too.
 func TestStrayArgumentsAreRefused(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -539,6 +539,9 @@ func TestStrayArgumentsAreRefused(t *testing.T) {
 		{[]string{"db", "frob", "x"}, `db: unknown subcommand "frob": check or compact`},
 		{[]string{"db", "check", "a", "b"}, `db check: name one data file (given 2: ["a" "b"])`},
 		{[]string{"run", "extra", "-config", "x.hcl"}, `router run takes no arguments, only flags: "extra"`},
+		// An empty id asked for a route that does not exist (not_found: no route).
+		{[]string{"dlq", "show", ""}, `dlq show: give one event id`},
+		{[]string{"dlq", "retry", "a", ""}, `dlq retry: an event id is never empty`},
 	} {
 		var out bytes.Buffer
 		err := NewMain(nil, &out, &out).Run(context.Background(), c.args)

@@ -264,6 +264,11 @@ func TestPluginTestGolden(t *testing.T) {
 	if out, _, code = runPluginTest(t, "", "test", tr, "-cache-dir", "", "-dir", dir); code != 0 || !strings.Contains(out, "ok: 2 cases") {
 		t.Fatalf("-dir after -update: exit %d\n%s", code, out)
 	}
+	// A folder that is not there is said to be missing, not to hold no
+	// NAME.event.json files.
+	if _, errOut, code := runPluginTest(t, "", "test", tr, "-cache-dir", "", "-dir", filepath.Join(dir, "nope")); code != pluginExitError || !strings.Contains(errOut, "no such file or directory") {
+		t.Fatalf("-dir of a missing folder: exit %d\n%s", code, errOut)
+	}
 }
 
 // router plugin test keeps a stateful plugin's state in memory: from event
