@@ -33,8 +33,14 @@ func (d *Delay) Next(full bool) time.Duration {
 	return d.current
 }
 
+// maxBackoff bounds one wait: far past any outbox ttl, and within the
+// times a record can hold (a float past an int64 became a negative wait,
+// and so a retry at once, in a tight loop).
+const maxBackoff = 100 * 365 * 24 * time.Hour
+
 // Backoff is how long a failed event waits before its next attempt:
-// delay × multiplier^(attempt-1). Disabled backoff retries on the next poll.
+// delay × multiplier^(attempt-1), at most maxBackoff. Disabled backoff
+// retries on the next poll.
 func Backoff(b config.Backoff, attempt int) time.Duration {
 	if !b.Enabled || attempt < 1 {
 		return 0
@@ -42,6 +48,9 @@ func Backoff(b config.Backoff, attempt int) time.Duration {
 	d := float64(b.Delay)
 	for range attempt - 1 {
 		d *= b.Multiplier
+		if d >= float64(maxBackoff) {
+			return maxBackoff
+		}
 	}
 	return time.Duration(d)
 }

@@ -71,6 +71,13 @@ func TestBackoffSchedule(t *testing.T) {
 			t.Errorf("attempt %d: %v, want %v", attempt, got, want)
 		}
 	}
+	// Late attempts wait the longest wait, never less: 10 s × 3^29 is past
+	// what a Duration holds, and was converted to a negative one.
+	for _, attempt := range []int{19, 20, 30, 1000} {
+		if got := engine.Backoff(b, attempt); got < engine.Backoff(b, 18) || got > 100*365*24*time.Hour {
+			t.Errorf("attempt %d: %v", attempt, got)
+		}
+	}
 	b.Enabled = false
 	if got := engine.Backoff(b, 2); got != 0 {
 		t.Errorf("disabled backoff: %v", got)
