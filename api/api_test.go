@@ -622,13 +622,21 @@ func TestSocketPermissionsAndStaleSocket(t *testing.T) {
 	}
 }
 
-// A path no route serves is a 404 problem; a route asked with a method it
+// A path no route serves, or a console file that does not exist, is a
+// 404 problem; a route asked with a method it
 // does not take is a 405 problem whose Allow header says which it takes.
 func TestUnknownRouteIsProblem(t *testing.T) {
 	r := newRouter(t)
 	rep := r.do("GET", "/v2/nothing", nil, "")
 	if rep.status != 404 || rep.header.Get("Content-Type") != "application/problem+json" || rep.header.Get("Allow") != "" {
 		t.Fatalf("%d %s", rep.status, rep.body)
+	}
+	// A file the console does not have too (it was the file server's text).
+	if rep := r.do("GET", "/ui/nothing.js", nil, ""); rep.status != 404 || rep.header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("GET /ui/nothing.js: %d %q %s", rep.status, rep.header.Get("Content-Type"), rep.body)
+	}
+	if rep := r.do("GET", "/ui/console.js", nil, ""); rep.status != 200 {
+		t.Errorf("GET /ui/console.js: %d", rep.status)
 	}
 	rep = r.do("PUT", "/v1/events", nil, "")
 	if rep.status != 405 || rep.header.Get("Allow") != "GET, POST" || !strings.Contains(string(rep.body), `"code":"method_not_allowed"`) {

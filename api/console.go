@@ -1,8 +1,11 @@
 package api
 
 import (
+	"io/fs"
 	"net/http"
 	"strings"
+
+	"github.com/switchyard-router/switchyard"
 
 	"github.com/switchyard-router/switchyard/api/console"
 )
@@ -15,8 +18,19 @@ const consolePath = "/ui/"
 // it can ask for a token — while everything they show comes from the
 // admin routes, with the operator's bearer token.
 func (s *Server) consoleRoutes(mux *http.ServeMux) {
-	files := http.StripPrefix(consolePath, http.FileServerFS(console.FS()))
-	mux.Handle("GET "+consolePath, consoleHeaders(files))
+	fsys := console.FS()
+	files := http.StripPrefix(consolePath, http.FileServerFS(fsys))
+	mux.Handle("GET "+consolePath, consoleHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A file the console does not have is the API's 404 problem, not
+		// the file server's text.
+		if name := strings.TrimPrefix(r.URL.Path, consolePath); name != "" {
+			if _, err := fs.Stat(fsys, name); err != nil {
+				s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "the console has no file %q", name))
+				return
+			}
+		}
+		files.ServeHTTP(w, r)
+	})))
 	mux.Handle("GET /ui", http.RedirectHandler(consolePath, http.StatusMovedPermanently))
 }
 
