@@ -795,9 +795,27 @@ func TestAnnouncedBodyTooLargeIsRefusedFirst(t *testing.T) {
 // in cmd/router).
 func TestCloseEndsAWaitingPull(t *testing.T) {
 	r := newRouter(t)
+	// The request is on the connection before Close begins, whether or not
+	// its handler runs yet: one that starts after sees the server closing.
+	conn, err := net.Dial("unix", r.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /v1/subscriptions/pay/messages?max=5&wait=30s HTTP/1.1\r\nHost: r\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
 	answered := make(chan reply, 1)
-	go func() { answered <- r.do("GET", "/v1/subscriptions/pay/messages?max=5&wait=30s", nil, "") }()
-	time.Sleep(200 * time.Millisecond) // the pull waits
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			answered <- reply{body: []byte(err.Error())}
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		answered <- reply{status: resp.StatusCode, body: body}
+	}()
+	time.Sleep(100 * time.Millisecond) // most often, the pull waits by now
 	begin := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
