@@ -323,7 +323,7 @@ event "demo.greeting" {
 #   group     = "edge-1"    # routers sharing a group split the partitions; default: the inbox name
 #   ttl       = "24h"
 #   id_header = "ce_id"     # "ce-id" for NATS
-#   missing_id = "derive"   # a message without an id: "derive" one from its content, or "reject" it (audited)
+#   missing_id = "derive"   # a message without an id (or with one over 1024 bytes): "derive" one from its content, or "reject" it (audited: no_id, id_too_long)
 #   instance_id     = "edge-1-payments" # Kafka static membership: a restarted router takes its partitions back at once
 #   session_timeout = "45s"             # how long the group waits for a member that stopped answering
 #   read_committed  = false             # true: skip records of aborted transactions

@@ -19,15 +19,6 @@ import (
 	"github.com/switchyard-router/switchyard/storage"
 )
 
-// Limits on attributes the router stores and puts in URLs and headers.
-const (
-	maxIDLen = 256
-	// maxTypeLen bounds a type name: each type is a queue, a loop and a
-	// label on every per-type metric.
-	maxTypeLen = 256
-	maxAttrLen = 4096
-)
-
 // decodeRequest turns a POST /v1/events body into events, in whichever
 // CloudEvents mode the request uses (cloudevents decodes each). batch
 // reports the batch mode, whose response is a list.
@@ -201,19 +192,19 @@ func validate(in *engine.IngestEvent) error {
 		return switchyard.Errorf(switchyard.EINVALID, "source is required")
 	case ev.Type == "":
 		return switchyard.Errorf(switchyard.EINVALID, "type is required")
-	case len(ev.Type) > maxTypeLen:
-		return switchyard.Errorf(switchyard.EINVALID, "type is longer than %d bytes", maxTypeLen)
-	case len(ev.ID) > maxIDLen:
-		return switchyard.Errorf(switchyard.EINVALID, "id is longer than %d bytes", maxIDLen)
+	case len(ev.Type) > engine.MaxTypeLen:
+		return switchyard.Errorf(switchyard.EINVALID, "type is longer than %d bytes", engine.MaxTypeLen)
+	case len(ev.ID) > engine.MaxIDLen:
+		return switchyard.Errorf(switchyard.EINVALID, "id is longer than %d bytes", engine.MaxIDLen)
 	}
 	var long string
 	cloudevents.Each(ev, func(name, value string) {
-		if len(value) > maxAttrLen && long == "" {
+		if len(value) > engine.MaxAttrLen && long == "" {
 			long = name
 		}
 	})
 	if long != "" {
-		return switchyard.Errorf(switchyard.EINVALID, "attribute %q is longer than %d bytes", long, maxAttrLen)
+		return switchyard.Errorf(switchyard.EINVALID, "attribute %q is longer than %d bytes", long, engine.MaxAttrLen)
 	}
 	for _, r := range ev.ID {
 		if r < 0x20 || r == 0x7f || r == '/' {

@@ -41,8 +41,8 @@ func (s *Server) dlqRoutes(mux *http.ServeMux) {
 }
 
 // maxRefLen bounds an id in a DLQ path or body. Outbound ids are at most
-// maxIDLen; an inbox's ids come from brokers and may be longer, up to what
-// an inbox keeps.
+// engine.MaxIDLen; an inbox's ids come from brokers and may be longer, up
+// to what an inbox keeps.
 const maxRefLen = engine.MaxInboundIDLen
 
 func checkRef(id string) error {

@@ -21,16 +21,6 @@ import (
 // content, so a derived id can never be mistaken for a sender's.
 const DerivedIDPrefix = "sha256-"
 
-// Limits on what an inbox keeps of a message: its id and its partition key
-// are keys in the data file, where bbolt takes at most 32 KiB, and a key
-// too large for it would fail the batch's commit, and so every commit of
-// the inbox after it. MaxInboundIDLen is also what the API takes for an id
-// in a URL.
-const (
-	MaxInboundIDLen  = 1024
-	maxInboundKeyLen = 4096
-)
-
 // DecodeInbound turns one consumed message (its headers and value) into an
 // Inbound by the binding it came through (cloudevents.NATS or
 // cloudevents.Kafka), leniently (Binding.DecodeLenient): it never fails, so
@@ -44,16 +34,16 @@ const (
 // data, and IDDerived is set. The same content always yields the same id;
 // the offset or sequence never enters it, so a redelivery is recognised.
 // An id longer than MaxInboundIDLen is replaced in the same way, and a
-// partition key longer than maxInboundKeyLen left out, each with a warning.
+// partition key longer than MaxAttrLen left out, each with a warning.
 func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []byte, idHeader, origin string) (in switchyard.Inbound, warnings []string) {
 	in.Event, warnings = b.DecodeLenient(headers, value)
 	id := inboundID(b, &in.Event, headers, idHeader)
 	if len(id) > MaxInboundIDLen {
-		warnings = append(warnings, fmt.Sprintf("the id is %d bytes, longer than the %d an inbox keeps: an id derived from the content takes its place", len(id), MaxInboundIDLen))
-		id = ""
+		warnings = append(warnings, fmt.Sprintf("the id is %d bytes, longer than the %d an inbox keeps: an id derived from the content takes its place (with missing_id = \"reject\" the message is dropped)", len(id), MaxInboundIDLen))
+		id, in.IDTooLong = "", true
 	}
-	if k := in.Event.PartitionKey(); len(k) > maxInboundKeyLen {
-		warnings = append(warnings, fmt.Sprintf("the partitionkey is %d bytes, longer than the %d an inbox keeps: left out", len(k), maxInboundKeyLen))
+	if k := in.Event.PartitionKey(); len(k) > MaxAttrLen {
+		warnings = append(warnings, fmt.Sprintf("the partitionkey is %d bytes, longer than the %d an inbox keeps: left out", len(k), MaxAttrLen))
 		in.Event.Extensions = slices.DeleteFunc(in.Event.Extensions, func(h switchyard.Header) bool { return h.Name == "partitionkey" })
 	}
 	if id == "" {

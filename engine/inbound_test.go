@@ -28,6 +28,7 @@ func TestDecodeInbound(t *testing.T) {
 		idHeader string
 		want     switchyard.Event
 		derived  bool
+		tooLong  bool
 		warnings int
 	}{
 		{
@@ -134,17 +135,18 @@ func TestDecodeInbound(t *testing.T) {
 			// A key bbolt cannot take would fail every commit of the
 			// inbox: derived instead, and left out.
 			name:     "an id too long is derived, a partition key too long left out",
-			headers:  hs("ce-id", strings.Repeat("L", MaxInboundIDLen+1), "ce-partitionkey", strings.Repeat("k", maxInboundKeyLen+1)),
+			headers:  hs("ce-id", strings.Repeat("L", MaxInboundIDLen+1), "ce-partitionkey", strings.Repeat("k", MaxAttrLen+1)),
 			binding:  cloudevents.NATS,
-			want:     switchyard.Event{ID: DeriveInboundID("", "", "", hs("ce-id", strings.Repeat("L", MaxInboundIDLen+1), "ce-partitionkey", strings.Repeat("k", maxInboundKeyLen+1)), nil), Extensions: hs()},
+			want:     switchyard.Event{ID: DeriveInboundID("", "", "", hs("ce-id", strings.Repeat("L", MaxInboundIDLen+1), "ce-partitionkey", strings.Repeat("k", MaxAttrLen+1)), nil), Extensions: hs()},
 			derived:  true,
+			tooLong:  true,
 			warnings: 2,
 		},
 		{
 			name:    "an id and a partition key at the limits are kept",
-			headers: hs("ce-id", strings.Repeat("L", MaxInboundIDLen), "ce-partitionkey", strings.Repeat("k", maxInboundKeyLen)),
+			headers: hs("ce-id", strings.Repeat("L", MaxInboundIDLen), "ce-partitionkey", strings.Repeat("k", MaxAttrLen)),
 			binding: cloudevents.NATS,
-			want:    switchyard.Event{ID: strings.Repeat("L", MaxInboundIDLen), Extensions: hs("partitionkey", strings.Repeat("k", maxInboundKeyLen))},
+			want:    switchyard.Event{ID: strings.Repeat("L", MaxInboundIDLen), Extensions: hs("partitionkey", strings.Repeat("k", MaxAttrLen))},
 		},
 		{
 			name:     "id header of another prefix does not count",
@@ -165,8 +167,8 @@ func TestDecodeInbound(t *testing.T) {
 			if len(warnings) != tc.warnings {
 				t.Errorf("warnings = %q, want %d", warnings, tc.warnings)
 			}
-			if in.IDDerived != tc.derived {
-				t.Errorf("IDDerived = %v, want %v", in.IDDerived, tc.derived)
+			if in.IDDerived != tc.derived || in.IDTooLong != tc.tooLong {
+				t.Errorf("IDDerived, IDTooLong = %v, %v, want %v, %v", in.IDDerived, in.IDTooLong, tc.derived, tc.tooLong)
 			}
 			if in.Origin != "kafka.main:p/0@1" {
 				t.Errorf("Origin = %q", in.Origin)

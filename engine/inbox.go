@@ -176,12 +176,14 @@ func (in *inbox) receiveOne(tx *storage.Tx, m *switchyard.Inbound, batch map[str
 	name, id := in.cfg.Name, m.Event.ID
 	skip := &storage.Skip{ID: id, Source: m.Event.Source, At: now, Origin: m.Origin}
 	switch seen, err := tx.InboxSeen(name, id, now); {
+	case m.IDTooLong && in.cfg.MissingID == config.MissingIDReject:
+		skip.Reason = storage.SkipIDTooLong
 	case m.IDDerived && in.cfg.MissingID == config.MissingIDReject:
-		skip.Reason = "no_id"
+		skip.Reason = storage.SkipNoID
 	case batch[id] != "":
-		skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate_in_batch", batch[id], now
+		skip.Reason, skip.FirstOrigin, skip.FirstAt = storage.SkipDuplicateInBatch, batch[id], now
 	case err == nil:
-		skip.Reason, skip.FirstOrigin, skip.FirstAt = "duplicate", seen.Origin, seen.ReceivedAt
+		skip.Reason, skip.FirstOrigin, skip.FirstAt = storage.SkipDuplicate, seen.Origin, seen.ReceivedAt
 	case !errors.Is(err, storage.ErrNotFound):
 		return nil, err
 	}
@@ -193,7 +195,7 @@ func (in *inbox) receiveOne(tx *storage.Tx, m *switchyard.Inbound, batch map[str
 		if errors.Is(err, storage.ErrExists) {
 			// Stored before, its id since forgotten: the record (waiting
 			// or delivered) already stands for it.
-			skip.Reason = "duplicate"
+			skip.Reason = storage.SkipDuplicate
 			return skip, nil
 		}
 		return nil, err
@@ -211,7 +213,7 @@ func (e *Engine) noteReceived(in *inbox, res ReceiveResult, skips []storage.Skip
 	name := in.cfg.Name
 	for _, s := range skips {
 		e.log.Debug("inbox dropped a redelivery", "inbox", name, "id", s.ID, "reason", s.Reason, "origin", s.Origin, "first", s.FirstOrigin)
-		e.inboxMetrics.skips.WithLabelValues(name, s.Reason).Inc()
+		e.inboxMetrics.skips.WithLabelValues(name, string(s.Reason)).Inc()
 	}
 	if len(skips) > 0 {
 		e.log.Info("inbox dropped redeliveries (see GET /v1/inbox/{name}/dedup)", "inbox", name, "dropped", len(skips), "stored", res.Stored)
@@ -459,11 +461,6 @@ func (e *Engine) Release(ctx context.Context, tenant, consumer, id string) error
 	return unavailable(err)
 }
 
-// Limits on a claim's names, which make its key in the data file (bbolt
-// takes at most 32 KiB): a consumer is named like an event type, an id like
-// an inbox's.
-const maxConsumerLen = 256
-
 // checkClaimRef says why consumer and id cannot name a claim.
 func checkClaimRef(consumer, id string) error {
 	switch {
@@ -473,8 +470,8 @@ func checkClaimRef(consumer, id string) error {
 		// NUL separates the parts of a claim's key: "a\x00b" would read
 		// back as consumer "a", id "b…".
 		return switchyard.Errorf(switchyard.EINVALID, "a claim's consumer and id hold no NUL character")
-	case len(consumer) > maxConsumerLen:
-		return switchyard.Errorf(switchyard.EINVALID, "a claim's consumer is at most %d bytes", maxConsumerLen)
+	case len(consumer) > MaxTypeLen:
+		return switchyard.Errorf(switchyard.EINVALID, "a claim's consumer is at most %d bytes", MaxTypeLen)
 	case len(id) > MaxInboundIDLen:
 		return switchyard.Errorf(switchyard.EINVALID, "a claim's id is at most %d bytes", MaxInboundIDLen)
 	}

@@ -94,7 +94,7 @@ func TestReceiveDropsRedeliveries(t *testing.T) {
 			t.Errorf("before %s: %d entries, want %d (%v)", before, len(got), want, err)
 		}
 	}
-	reasons := map[string]storage.Skip{}
+	reasons := map[storage.SkipReason]storage.Skip{}
 	for _, s := range skips {
 		reasons[s.Reason] = s
 	}
@@ -250,8 +250,9 @@ func TestClaims(t *testing.T) {
 	}
 }
 
-// A message without an id: stored under its derived id by default,
-// dropped (and audited) with missing_id = "reject".
+// A message without an id, or with one too long to keep: stored under its
+// derived id by default, dropped (and audited, each with its reason) with
+// missing_id = "reject".
 func TestReceiveMissingID(t *testing.T) {
 	for _, c := range []struct {
 		policy       string
@@ -264,15 +265,22 @@ inbox "pay" {
   `+c.policy+`
 }
 `, true)
-		msgs := inbound("sha256-abc")
+		// Without an id, and with one too long to keep (DecodeInbound
+		// derives an id for both): each dropped for its own reason.
+		msgs := inbound("sha256-abc", "sha256-def")
 		msgs[0].IDDerived = true
+		msgs[1].IDDerived, msgs[1].IDTooLong = true, true
 		res, err := h.eng.Receive(context.Background(), "pay", msgs)
-		if err != nil || res.Stored != c.stored || res.Skipped != c.skip {
+		if err != nil || res.Stored != 2*c.stored || res.Skipped != 2*c.skip {
 			t.Fatalf("%q: %+v %v", c.policy, res, err)
 		}
 		if c.skip > 0 {
 			skips, _ := h.eng.Skips("pay", time.Time{}, 10)
-			if len(skips) != 1 || skips[0].Reason != "no_id" {
+			reasons := map[string]storage.SkipReason{}
+			for _, s := range skips {
+				reasons[s.ID] = s.Reason
+			}
+			if len(skips) != 2 || reasons["sha256-abc"] != storage.SkipNoID || reasons["sha256-def"] != storage.SkipIDTooLong {
 				t.Fatalf("audit: %+v", skips)
 			}
 		}

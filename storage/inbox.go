@@ -34,15 +34,25 @@ type Seen struct {
 	ExpiresAt  time.Time `json:"expires_at"`
 }
 
+// SkipReason says why an inbox dropped a message.
+type SkipReason string
+
+const (
+	SkipDuplicate        SkipReason = "duplicate"          // its id was seen within the ttl, or its record stands
+	SkipDuplicateInBatch SkipReason = "duplicate_in_batch" // an earlier message of the same batch had its id
+	SkipNoID             SkipReason = "no_id"              // no id, with missing_id = "reject"
+	SkipIDTooLong        SkipReason = "id_too_long"        // an id longer than the inbox keeps, with missing_id = "reject"
+)
+
 // Skip is one dropped redelivery in the dedup audit.
 type Skip struct {
-	ID          string    `json:"id"`
-	Source      string    `json:"source"`
-	At          time.Time `json:"at"`
-	Reason      string    `json:"reason"` // "duplicate", "duplicate_in_batch", "no_id"
-	Origin      string    `json:"origin"` // where the skipped copy came from
-	FirstOrigin string    `json:"first_origin,omitempty"`
-	FirstAt     time.Time `json:"first_at,omitzero"`
+	ID          string     `json:"id"`
+	Source      string     `json:"source"`
+	At          time.Time  `json:"at"`
+	Reason      SkipReason `json:"reason"`
+	Origin      string     `json:"origin"` // where the skipped copy came from
+	FirstOrigin string     `json:"first_origin,omitempty"`
+	FirstAt     time.Time  `json:"first_at,omitzero"`
 }
 
 func inboxIDKey(inbox, id string) []byte { return []byte(inbox + "\x00" + id) }
