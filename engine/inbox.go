@@ -389,9 +389,10 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 				RetryAfter: old.LeaseUntil.Sub(now)}
 		case err != nil && !errors.Is(err, storage.ErrNotFound):
 			return err
-		}
-		if err := e.space.check(); err != nil {
-			return err // a new claim takes room; answering an old one does not
+		case err != nil: // none yet
+			if err := e.space.check(); err != nil {
+				return err // a new claim takes room; an expired lease claimed again does not
+			}
 		}
 		c = &storage.Claim{State: storage.ClaimHeld, Mode: req.Mode, ClaimedAt: now, LeaseUntil: now.Add(req.Lease), ExpiresAt: now.Add(ttl)}
 		if req.Mode == ModeAtMostOnce {
@@ -405,6 +406,11 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 	}
 	return c, created, nil
 }
+
+// maxResultWhileFull is the largest claim result taken past the storage
+// budget: the effect has run, and a service that cannot complete it would
+// see the claim expire and the effect run again elsewhere.
+const maxResultWhileFull = 4096
 
 // Complete records the result of a claimed id: later claims get it.
 func (e *Engine) Complete(ctx context.Context, tenant, consumer, id string, result json.RawMessage) (*storage.Claim, error) {
@@ -425,8 +431,10 @@ func (e *Engine) Complete(ctx context.Context, tenant, consumer, id string, resu
 			c = old
 			return nil
 		}
-		if err := e.space.check(); err != nil {
-			return err // the result takes room
+		if len(result) > maxResultWhileFull {
+			if err := e.space.check(); err != nil {
+				return err // a large result takes room; a small one completes the effect
+			}
 		}
 		c = old
 		c.State, c.CompletedAt, c.Result, c.LeaseUntil = storage.ClaimCompleted, now, result, time.Time{}

@@ -244,10 +244,11 @@ event "u.held" {
 }
 
 // Claims and their results take room in the data file as events do: past
-// the storage budget a new claim, or a result, is refused with
+// the storage budget a new claim, or a large result, is refused with
 // storage_full as ingest is (a tenant's token could fill the disk with
 // them, and hold every tenant's ingest at 507 until they expired), while a
-// completed claim is still answered.
+// completed claim is still answered, an expired lease can be claimed
+// again and a small result recorded.
 func TestFullBudgetRefusesClaims(t *testing.T) {
 	h := newHarness(t, `
 storage { max_size = "256KiB" }
@@ -258,6 +259,9 @@ storage { max_size = "256KiB" }
 	}
 	if _, ok, err := claim("held"); err != nil || !ok {
 		t.Fatalf("the first claim: %v %v", ok, err)
+	}
+	if _, ok, err := h.eng.Claim(ctx, engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "brief", Lease: time.Millisecond}); err != nil || !ok {
+		t.Fatalf("a claim with a short lease: %v %v", ok, err)
 	}
 	result := json.RawMessage(`"` + strings.Repeat("r", 16<<10) + `"`)
 	full := false
@@ -284,7 +288,16 @@ storage { max_size = "256KiB" }
 		t.Errorf("a new claim past the budget: %v", err)
 	}
 	if _, err := h.eng.Complete(ctx, "default", "mailer", "held", result); switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL {
-		t.Errorf("a result past the budget: %v", err)
+		t.Errorf("a large result past the budget: %v", err)
+	}
+	// What takes no new room is taken: a small result (the effect has run;
+	// refused, the lease would expire and the effect run again), and an
+	// expired lease claimed again.
+	if c, err := h.eng.Complete(ctx, "default", "mailer", "held", json.RawMessage(`{"sent":true}`)); err != nil || c.State != storage.ClaimCompleted {
+		t.Errorf("a small result past the budget: %v", err)
+	}
+	if _, ok, err := claim("brief"); err != nil || !ok {
+		t.Errorf("an expired lease claimed again past the budget: %v %v", ok, err)
 	}
 	if c, ok, err := claim("c-0"); err != nil || ok || c.State != storage.ClaimCompleted || string(c.Result) != string(result) {
 		t.Errorf("a completed claim past the budget: %v %v", ok, err)
