@@ -10,11 +10,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -106,7 +106,7 @@ func LoadTokens(path string) (*Tokens, error) {
 	if err := config.CheckPrivate(path); err != nil {
 		return nil, fmt.Errorf("tokens_file: %w", err)
 	}
-	b, err := os.ReadFile(path)
+	b, err := fsperm.ReadFile(path, fsperm.MaxSecretFile, "a tokens file")
 	if err != nil {
 		return nil, fmt.Errorf("tokens_file: %w", err)
 	}

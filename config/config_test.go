@@ -379,14 +379,14 @@ func TestLoadMissingFile(t *testing.T) {
 	}
 }
 
-// A path to something endless (/dev/zero) is refused after MaxFileSize
-// bytes: it was read until the machine ran out of memory.
+// A path to something endless (/dev/zero) is refused after
+// fsperm.MaxConfigFile bytes: it was read until the machine ran out of memory.
 func TestLoadEndlessFile(t *testing.T) {
 	if _, err := os.Stat("/dev/zero"); err != nil {
 		t.Skip("no /dev/zero here")
 	}
 	_, err := Load("/dev/zero")
-	if err == nil || !strings.Contains(err.Error(), "holds more than 8 MiB") {
+	if err == nil || !strings.Contains(err.Error(), "holds more than the 8 MiB a configuration file may") {
 		t.Fatalf("Load(/dev/zero) = %v", err)
 	}
 }

@@ -3,11 +3,9 @@ package config
 import (
 	"cmp"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -19,28 +17,18 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // minReadTimeout is the shortest listen.read_timeout a file may set.
 const minReadTimeout = 100 * time.Millisecond
 
-// MaxFileSize bounds a config file: a path to something endless
-// (/dev/zero, a log) would otherwise be read until memory ran out.
-const MaxFileSize = 8 << 20
-
-// Load reads and parses the config file at path.
+// Load reads and parses the config file at path (at most
+// fsperm.MaxConfigFile bytes).
 func Load(path string) (*Config, error) {
-	f, err := os.Open(path)
+	src, err := fsperm.ReadFile(path, fsperm.MaxConfigFile, "a configuration file")
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
-	}
-	defer f.Close()
-	src, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if len(src) > MaxFileSize {
-		return nil, fmt.Errorf("config: %s holds more than %d MiB: is it the configuration?", path, MaxFileSize>>20)
 	}
 	return Parse(src, path)
 }

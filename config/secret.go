@@ -21,7 +21,7 @@ func (s Secret) Read() (string, error) {
 		if err := CheckPrivate(s.File); err != nil {
 			return "", err
 		}
-		b, err := os.ReadFile(s.File)
+		b, err := fsperm.ReadFile(s.File, fsperm.MaxSecretFile, "a secret file")
 		if err != nil {
 			return "", err
 		}
@@ -118,7 +118,7 @@ func (t *TLS) ClientConfig() (*tls.Config, error) {
 		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // an explicit operator choice
 	}
 	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
+		pem, err := fsperm.ReadFile(t.CAFile, fsperm.MaxSecretFile, "a CA file")
 		if err != nil {
 			return nil, err
 		}

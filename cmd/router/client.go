@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 	"io"
 	"net"
 	"net/http"
@@ -73,7 +74,7 @@ func (f *apiFlags) client() (*apiClient, error) {
 	}
 	c.token = f.token
 	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
+		b, err := fsperm.ReadFile(f.tokenFile, fsperm.MaxSecretFile, "a token file")
 		if err != nil {
 			return nil, err
 		}

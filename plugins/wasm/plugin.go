@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // minInitTimeout bounds _initialize, sy_abi_version and sy_init (each) from
@@ -66,7 +66,7 @@ var _ switchyard.Plugin = (*Plugin)(nil)
 // relative cfg.Wasm is relative to the working directory. Errors name the
 // plugin and its file and say what is wrong.
 func (rt *Runtime) Load(ctx context.Context, cfg config.Plugin, opts LoadOptions) (*Plugin, error) {
-	bin, err := os.ReadFile(cfg.Wasm)
+	bin, err := fsperm.ReadFile(cfg.Wasm, fsperm.MaxPluginFile, "a plugin module")
 	if err != nil {
 		return nil, fmt.Errorf("plugin %q: %w", cfg.Name, err)
 	}
