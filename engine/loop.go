@@ -442,6 +442,9 @@ type item struct {
 	rec     *storage.Record
 	outputs []*output
 	err     error // the plugin chain failed: no outputs were made
+	// interrupted: the chain failed because the router began to stop (the
+	// loop's context was cancelled under it): no attempt of the event's.
+	interrupted bool
 }
 
 // output is one message for one sink, and what became of it.
@@ -515,6 +518,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 		outs, err = l.e.runChain(pctx, l.typ, rec.Tenant, chain, &rec.Event, outs)
 		if err != nil {
 			it.err = err
+			it.interrupted = errors.Is(ctx.Err(), context.Canceled) && !switchyard.IsPermanent(err)
 			b.failed++
 			continue
 		}
@@ -788,6 +792,8 @@ func verdictOf(it *item, rec *storage.Record, now time.Time) verdict {
 	var v verdict
 	switch {
 	case it.err == nil:
+	case it.interrupted:
+		v.unknown = it.err // requeued, as a publish cut short by the stop is
 	case switchyard.IsPermanent(it.err):
 		v.permanent = it.err
 	default:

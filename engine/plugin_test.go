@@ -286,3 +286,37 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return sum
 }
+
+// A stop while the plugin chain runs counts no attempt: the chain failed
+// because the router stopped, not because of the event, so the event is
+// requeued as one whose publish the stop cut short is (one SIGTERM with
+// max_retries = 0 dead-lettered 199 of 200 good events; an adversarial
+// trial).
+func TestStopDuringPluginsCountsNoAttempt(t *testing.T) {
+	running := make(chan struct{}, 16)
+	slow := funcPlugin{name: "slow", fn: func(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		select {
+		case running <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // as the WebAssembly host is cut off by the stop
+		return nil, fmt.Errorf("plugin %q, event %q: not run: %w", "slow", ev.ID, ctx.Err())
+	}}
+	h := newHarness(t, pluginPolicy("slow", "t.slow", "max_retries = 0\n  polling { min = \"10ms\" }"), false, withPlugins(slow))
+	ids := h.ingest("t.slow", 3)
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the plugin never ran")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.eng.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if rec := h.record(id); rec.State != storage.StatePending || rec.Attempts != 0 {
+			t.Errorf("%s after the stop: %s, %d attempts (%s)", id, rec.State, rec.Attempts, rec.LastError)
+		}
+	}
+}
