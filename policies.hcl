@@ -72,12 +72,13 @@ storage {
   # the node's disk. Past max_size (the pages that hold data) or under
   # min_free (left on the disk, counting the room the file's own free
   # pages offer: the file never shrinks), ingest answers 507 storage_full with
-  # Retry-After and stores nothing, as do new claims and claim results over
-  # 4 KiB; an inbox takes no message (unacknowledged, they wait in the
-  # broker); delivery and the DLQ go on, delivered records are removed
-  # before their outbox ttl to make room, and ingest resumes as the backlog
-  # drains. Measured every 250 ms: a burst can pass
-  # the budget by what arrives meanwhile. /v1/stats and the
+  # Retry-After and stores nothing, as do new claims, claim results over
+  # 4 KiB and plugin state writes that grow it (the event is retried); an
+  # inbox takes no message (unacknowledged, they wait in the broker);
+  # delivery and the DLQ go on, delivered records are removed before their
+  # outbox ttl to make room, and ingest resumes as the backlog drains.
+  # Measured every 250 ms: a burst can pass the budget by what arrives
+  # meanwhile. /v1/stats and the
   # switchyard_storage_* metrics show used, budget, free and reusable.
   # max_size = "2GiB"     # default: none
   # min_free = "64MiB"    # the default

@@ -52,7 +52,11 @@ type spaceWatch struct {
 // check returns the storage_full error while the budget is exhausted, or
 // once the writes since the last measurement may have taken what room it
 // left.
-func (w *spaceWatch) check() error {
+func (w *spaceWatch) check() error { return w.checkGrowing(0) }
+
+// checkGrowing is check for a write that will add pending bytes to the
+// pages in use once committed (a batch's plugin state).
+func (w *spaceWatch) checkGrowing(pending int64) error {
 	if w == nil {
 		return nil
 	}
@@ -62,7 +66,7 @@ func (w *spaceWatch) check() error {
 		return nil
 	case st.full != nil:
 		return st.full
-	case st.headroom >= 0 && w.meter.Used()-st.space.Used > st.headroom:
+	case st.headroom >= 0 && w.meter.Used()+pending-st.space.Used > st.headroom:
 		// The writes since have passed the budget: the next measurement
 		// finds it full, and the space loop makes room.
 		return st.soonFull

@@ -40,6 +40,7 @@ type batchState struct {
 	usage  map[string]storage.StateUsage // committed usage + this batch's, by namespace
 	ns     map[nsOf]string               // plugin and tenant → their namespace on this queue
 	last   map[string]int                // ns ‖ 0 ‖ key → its last write in writes
+	grown  int64                         // bytes this batch's writes add, not yet committed
 }
 
 // stateWrite is one put or delete of one event.
@@ -168,6 +169,20 @@ func (v *eventState) Put(plugin string, key, value []byte, ttl time.Duration) er
 		return fmt.Errorf("namespace %q holds %d keys, the limit: delete some or give them a TTL: %w", ns, config.StateMaxKeys, switchyard.ErrStateLimit)
 	case u.Bytes > config.StateMaxBytes:
 		return fmt.Errorf("namespace %q would hold %d bytes, over the limit of %d: %w", ns, u.Bytes, config.StateMaxBytes, switchyard.ErrStateLimit)
+	}
+	if grow := int64(len(value) - len(old)); !existed || grow > 0 {
+		// State takes room in the data file as events do, and nothing
+		// removes it to make room: past the storage budget a write that
+		// grows it fails, and the plugin's event is retried later. The
+		// batch's writes are committed with its outcomes, so they count
+		// before they are in the file.
+		if !existed {
+			grow += int64(len(key))
+		}
+		if err := s.e.space.checkGrowing(s.grown + grow); err != nil {
+			return fmt.Errorf("plugin state of namespace %q: %w", ns, err)
+		}
+		s.grown += grow
 	}
 	s.usage[ns] = u
 	var expires time.Time

@@ -258,3 +258,47 @@ func TestStateKeysCursor(t *testing.T) {
 		}
 	}
 }
+
+// Plugin state takes room in the data file as events do, and nothing
+// removes it to make room: past the storage budget a write that grows it
+// fails with storage_full (the plugin answers retry), counting the
+// batch's writes not yet committed. Without it three events of a plugin
+// that wrote until it failed filled a 200 MiB disk past a 10 MiB budget,
+// and ingest was refused for good (an adversarial trial).
+func TestPluginStateKeepsToTheBudget(t *testing.T) {
+	type result struct {
+		written int
+		err     error
+	}
+	done := make(chan result, 4)
+	hog := funcPlugin{name: "hog", fn: func(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		st := switchyard.StateFrom(ctx)
+		var r result
+		for i := 0; i < 1000 && r.err == nil; i++ {
+			if r.err = st.Put("hog", []byte(fmt.Sprintf("%s-%d", ev.ID, i)), make([]byte, 64<<10), 0); r.err == nil {
+				r.written += 64 << 10
+			}
+		}
+		select {
+		case done <- r:
+		default:
+		}
+		return nil, r.err
+	}}
+	h := newHarness(t, `
+storage { max_size = "1MiB" }
+`+pluginPolicy("hog", "t.hog", `polling { min = "10ms" }`), false, withPlugins(hog))
+	h.ingest("t.hog", 1)
+	select {
+	case r := <-done:
+		if switchyard.ErrorCode(r.err) != switchyard.ESTORAGEFULL {
+			t.Fatalf("after %d bytes of state: %v, want storage_full", r.written, r.err)
+		}
+		if r.written > 2<<20 {
+			t.Errorf("%d bytes of state taken under a budget of 1 MiB", r.written)
+		}
+		t.Logf("refused after %d bytes of state: %v", r.written, r.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the plugin never ran")
+	}
+}
