@@ -233,6 +233,8 @@ nats "local" {
 #     max_outputs      = 16      # outputs per event
 #     max_output_bytes = "1MiB"  # per output
 #   }
+#   # A batch holds at most 32 MiB of outputs until they are published: the
+#   # events after that wait for the next batch (no attempt counted).
 #   # A plugin that uses state (state_get/state_put) keeps one namespace per
 #   # event type and tenant; name one to share it across types and plugin
 #   # blocks, still per tenant (docs/plugin-state.md):

@@ -320,3 +320,44 @@ func TestStopDuringPluginsCountsNoAttempt(t *testing.T) {
 		}
 	}
 }
+
+// A batch holds at most maxBatchOutputBytes (32 MiB) of plugin outputs
+// until they are published: the events after that wait for the next batch,
+// with no attempt counted, and every event is delivered in the end. Plugins
+// within their limits made 3 GiB of one batch of 200 small events, and the
+// router was killed for its memory at each start (an adversarial trial).
+func TestBatchOutputsAreBounded(t *testing.T) {
+	big := funcPlugin{name: "big", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		outs := make([]switchyard.PluginOutput, 16)
+		for i := range outs {
+			outs[i] = switchyard.PluginOutput{Event: *ev}
+			outs[i].Event.Data = make([]byte, 256<<10) // 16 × 256 KiB: 4 MiB an event
+		}
+		return outs, nil
+	}}
+	h := newHarness(t, pluginPolicy("big", "t.big", ""), true, withPlugins(big))
+	ids := h.ingest("t.big", 20)
+	loop := h.eng.Loop("t.big")
+	res, err := loop.Poll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Delivered != 8 || res.Requeued != 12 {
+		t.Fatalf("first batch: %d delivered, %d requeued; want 8 (32 MiB of outputs) and 12", res.Delivered, res.Requeued)
+	}
+	for _, id := range ids {
+		if rec := h.record(id); rec.Attempts != 0 {
+			t.Fatalf("%s: %d attempts after the first batch (%s)", id, rec.Attempts, rec.LastError)
+		}
+	}
+	for range 3 {
+		if _, err := loop.Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		if rec := h.record(id); rec.State != storage.StateDelivered {
+			t.Errorf("%s: %s after four batches (%s)", id, rec.State, rec.LastError)
+		}
+	}
+}
