@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -138,10 +139,16 @@ func headroom(sp storage.Space, maxSize, minFree int64) (int64, error) {
 func (e *Engine) spaceLoop(ctx context.Context) {
 	t := time.NewTicker(spaceEvery)
 	defer t.Stop()
-	wasFull := false
+	wasFull, lostSaid := false, false
 	for {
 		cfg := e.config()
 		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
+		if w, ok := e.space.meter.(interface{ Writable() error }); ok && !lostSaid {
+			if err := w.Writable(); errors.Is(err, storage.ErrFileLost) {
+				lostSaid = true
+				e.log.Error("the data file is gone from its path: every write is refused until the router restarts", "error", err)
+			}
+		}
 		if full := st.full != nil; full != wasFull {
 			wasFull = full
 			if full {

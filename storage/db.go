@@ -74,6 +74,10 @@ type DB struct {
 	commitErr atomic.Pointer[error]
 	// used is the bytes of pages in use after the last commit (Used).
 	used atomic.Int64
+	// opened is the data file as it was opened; lost is set once the file
+	// at path is no longer it (checkPlace).
+	opened os.FileInfo
+	lost   atomic.Pointer[error]
 }
 
 type write struct {
@@ -151,7 +155,9 @@ func Open(path string, opts Options) (*DB, error) {
 		bdb.Close()
 		return nil, fmt.Errorf("storage: init %s: %w", path, err)
 	}
+	opened, _ := os.Stat(path)
 	db := &DB{
+		opened:  opened,
 		unclean: unclean,
 		bolt:    bdb,
 		path:    path,
@@ -367,6 +373,12 @@ func (db *DB) gather(group []*write, timer *time.Timer, want int, wait time.Dura
 // savepoints, so this is how one bad write does not sink its neighbours).
 // It returns what it committed.
 func (db *DB) commit(group []*write) (done lastCommit) {
+	if p := db.lost.Load(); p != nil {
+		for _, w := range group {
+			w.err <- *p
+		}
+		return done
+	}
 	for len(group) > 0 {
 		start := time.Now()
 		failed := -1
@@ -426,6 +438,9 @@ func (db *DB) pagesInUse() (int64, error) {
 // Writable reports why the data file cannot take writes: the error of the
 // last commit when it failed; nil when it succeeded (or none was made).
 func (db *DB) Writable() error {
+	if p := db.lost.Load(); p != nil {
+		return *p
+	}
 	if p := db.commitErr.Load(); p != nil {
 		return *p
 	}

@@ -128,6 +128,7 @@ func (sp Space) Room() int64 { return sp.DiskFree + sp.Reusable }
 
 // Space measures the data file's use and the room left on its disk.
 func (db *DB) Space() (Space, error) {
+	db.checkPlace()
 	var sp Space
 	var err error
 	if sp.Used, err = db.pagesInUse(); err != nil {
