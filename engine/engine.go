@@ -59,7 +59,10 @@ type Engine struct {
 	conf  atomic.Pointer[config.Config] // swapped by Reload
 	// sinks by name; copy on write (Reload adds), read without a lock.
 	sinkMap atomic.Pointer[map[string]switchyard.Sink]
-	plugins atomic.Pointer[map[string]switchyard.Plugin]
+	plugins atomic.Pointer[pluginSet] // swapped by Reload
+	// retired are the plugin sets reloads replaced, until RetirePlugins
+	// has waited for the batches that run them (guarded by mu).
+	retired []*pluginSet
 	inboxes map[string]*inbox
 
 	inboxMetrics *inboxMetrics
@@ -118,14 +121,14 @@ func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options)
 		e.inboxes[in.Name] = newInbox(in)
 	}
 	e.conf.Store(cfg)
-	e.plugins.Store(pluginMap(opts.Plugins))
+	e.plugins.Store(newPluginSet(opts.Plugins))
 	if err := e.checkReferences(cfg); err != nil {
 		return nil, err
 	}
 	e.metrics = newMetrics(e)
 	e.inboxMetrics = newInboxMetrics()
 	e.pluginStats = newPluginStats()
-	e.pluginStats.loaded = func() map[string]switchyard.Plugin { return *e.plugins.Load() }
+	e.pluginStats.loaded = func() map[string]switchyard.Plugin { return e.plugins.Load().byName }
 	if err := e.registerMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
@@ -204,7 +207,7 @@ func (e *Engine) policy(eventType string) (*config.Policy, bool) { return e.conf
 func (e *Engine) config() *config.Config { return e.conf.Load() }
 
 func (e *Engine) plugin(name string) (switchyard.Plugin, bool) {
-	p, ok := (*e.plugins.Load())[name]
+	p, ok := e.plugins.Load().byName[name]
 	return p, ok
 }
 
@@ -224,12 +227,50 @@ func (e *Engine) PluginLoaded(name string) bool {
 	return ok
 }
 
-func pluginMap(plugins []switchyard.Plugin) *map[string]switchyard.Plugin {
+// pluginSet is the plugins in force, by name. A batch holds the set it
+// began with until its chain has run (takePlugins), so that the plugins a
+// reload replaced are closed only once no batch runs them (RetirePlugins):
+// a fixed grace closed them under a batch that ran longer, and its events
+// failed ("source module must be compiled before instantiation").
+type pluginSet struct {
+	byName  map[string]switchyard.Plugin
+	mu      sync.RWMutex // read-held by each batch running the set
+	retired bool         // no batch takes it any more
+}
+
+func newPluginSet(plugins []switchyard.Plugin) *pluginSet {
 	m := make(map[string]switchyard.Plugin, len(plugins))
 	for _, p := range plugins {
 		m[p.Name()] = p
 	}
-	return &m
+	return &pluginSet{byName: m}
+}
+
+// takePlugins is the plugin set in force, held until release is called.
+func (e *Engine) takePlugins() (set *pluginSet, release func()) {
+	for {
+		set = e.plugins.Load()
+		set.mu.RLock()
+		if !set.retired {
+			return set, set.mu.RUnlock
+		}
+		set.mu.RUnlock() // retired after the load: the one in force is newer
+	}
+}
+
+// RetirePlugins waits until no batch runs the plugins that reloads
+// replaced; then the caller may close them. Batches that begin meanwhile
+// take the plugins in force.
+func (e *Engine) RetirePlugins() {
+	e.mu.Lock()
+	sets := e.retired
+	e.retired = nil
+	e.mu.Unlock()
+	for _, s := range sets {
+		s.mu.Lock()
+		s.retired = true
+		s.mu.Unlock()
+	}
 }
 
 // Open starts a loop for every configured event type and for every type
@@ -544,14 +585,14 @@ func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time,
 	return total, nil
 }
 
-// chain returns the plugins of a policy, in order.
-func (e *Engine) chain(p *config.Policy) []switchyard.Plugin {
+// chain returns the plugins of a policy in set, in order.
+func (set *pluginSet) chain(p *config.Policy) []switchyard.Plugin {
 	if len(p.Plugins) == 0 {
 		return nil
 	}
 	out := make([]switchyard.Plugin, len(p.Plugins))
 	for i, name := range p.Plugins {
-		out[i], _ = e.plugin(name)
+		out[i] = set.byName[name]
 	}
 	return out
 }

@@ -502,7 +502,9 @@ type sinkWait struct {
 func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.Record) *batch {
 	now := l.e.now()
 	b := &batch{pol: pol, taken: time.Now(), items: make([]item, len(recs)), bySink: make(map[string][]*output)}
-	chain := l.e.chain(b.pol)
+	plugins, release := l.e.takePlugins()
+	defer release()
+	chain := plugins.chain(b.pol)
 	if mayUseState(chain) {
 		b.state = newBatchState(l.e, l.typ)
 	}

@@ -230,7 +230,7 @@ type PluginStatus struct {
 func (e *Engine) Plugins() []PluginStatus {
 	used := e.pluginUsers()
 	var out []PluginStatus
-	for name, p := range *e.plugins.Load() {
+	for name, p := range e.plugins.Load().byName {
 		st := PluginStatus{Name: name, UsedBy: used[name], Verdicts: make(map[PluginVerdict]int64, len(pluginVerdicts))}
 		if m, ok := p.(switchyard.ModuleReporter); ok {
 			mod := m.Module()

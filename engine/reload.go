@@ -26,8 +26,8 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 		return err
 	}
 	sinks := *e.withSinks(e.sinks(), added)
-	byName := *pluginMap(plugins)
-	if err := referencesResolve(cfg, sinks, byName); err != nil {
+	set := newPluginSet(plugins)
+	if err := referencesResolve(cfg, sinks, set.byName); err != nil {
 		return err
 	}
 	// Stored types the new configuration takes get their loops too: a
@@ -48,7 +48,7 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.sinkMap.Store(&sinks)
-	e.plugins.Store(&byName)
+	e.retired = append(e.retired, e.plugins.Swap(set))
 	e.conf.Store(cfg)
 	for t, l := range e.loops {
 		if pol, ok := e.policyOf(t); ok {

@@ -1,11 +1,15 @@
 package engine_test
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
@@ -80,5 +84,58 @@ func TestReloadNamesWhatNeedsARestart(t *testing.T) {
 		if err := reload(c.policies); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.want, err, c.want)
 		}
+	}
+}
+
+// The plugins a reload replaced are retired only once no batch runs them:
+// a batch taken before the reload finishes its events with the old plugin
+// (RetirePlugins waits for it), and the batches after take the new one.
+// A fixed minute's grace closed the old plugin under a batch that ran
+// longer, and its events failed (an adversarial trial).
+func TestReloadRetiresPluginsAfterTheirBatches(t *testing.T) {
+	inside, release := make(chan struct{}, 1), make(chan struct{})
+	var byOld, byNew atomic.Int32
+	old := funcPlugin{name: "p", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		select {
+		case inside <- struct{}{}:
+		default:
+		}
+		<-release
+		byOld.Add(1)
+		return []switchyard.PluginOutput{{Event: *ev}}, nil
+	}}
+	replacement := funcPlugin{name: "p", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		byNew.Add(1)
+		return []switchyard.PluginOutput{{Event: *ev}}, nil
+	}}
+	policy := pluginPolicy("p", "t.p", `polling { min = "10ms" }`)
+	h := newHarness(t, policy, false, withPlugins(old))
+	first := h.ingest("t.p", 2)
+	<-inside
+	cfg, err := config.Parse([]byte(natsBlock+policy), "reload.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.Reload(cfg, []switchyard.Plugin{replacement}); err != nil {
+		t.Fatal(err)
+	}
+	retired := make(chan struct{})
+	go func() { h.eng.RetirePlugins(); close(retired) }()
+	select {
+	case <-retired:
+		t.Fatal("the old plugin was retired while a batch ran it")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-retired:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old plugin was never retired")
+	}
+	h.waitDelivered(first, 10*time.Second)
+	second := h.ingest("t.p", 2)
+	h.waitDelivered(second, 10*time.Second)
+	if byOld.Load() != 2 || byNew.Load() != 2 {
+		t.Fatalf("the old plugin ran %d events, the new one %d; want 2 and 2", byOld.Load(), byNew.Load())
 	}
 }

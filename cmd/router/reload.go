@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -16,10 +15,6 @@ import (
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
 )
-
-// pluginGrace is how long replaced plugins stay open after a reload, for
-// batches taken before it that still run them.
-const pluginGrace = time.Minute
 
 // serve waits until ctx ends, reloading the configuration on SIGHUP.
 func (c *RunCommand) serve(ctx context.Context) {
@@ -84,7 +79,12 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 	c.cfg = cfg
 	old := c.plugins
 	c.plugins = plugins
-	time.AfterFunc(pluginGrace, func() { closePlugins(context.Background(), old) })
+	go func() {
+		// Batches taken before the reload may still run the replaced
+		// plugins, for as long as their events take.
+		c.engine.RetirePlugins()
+		closePlugins(context.Background(), old)
+	}()
 	for _, w := range runWarnings(cfg) {
 		c.log.Warn(w)
 	}
