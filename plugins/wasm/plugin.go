@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -84,7 +86,33 @@ func (rt *Runtime) compile(ctx context.Context, bin []byte, sum string) (wazero.
 	mu, _ := rt.compiling.LoadOrStore(sum, new(sync.Mutex))
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
-	return rt.r.CompileModule(ctx, bin)
+	compiled, err := rt.r.CompileModule(ctx, bin)
+	if err != nil && rt.cacheDir != "" && strings.Contains(err.Error(), "compilationcache:") {
+		// A damaged entry of the file cache (a file cut short, a bit
+		// flipped): wazero reports it and keeps it, and every start would
+		// fail on it. The cache is disposable: empty it and compile again.
+		rt.log.Warn("the plugin compilation cache held a damaged entry: emptied, compiling again", "dir", rt.cacheDir, "error", err)
+		if rerr := clearCompilationCache(rt.cacheDir); rerr != nil {
+			return nil, fmt.Errorf("%w (and emptying the cache %s failed: %v)", err, rt.cacheDir, rerr)
+		}
+		compiled, err = rt.r.CompileModule(ctx, bin)
+	}
+	return compiled, err
+}
+
+// clearCompilationCache removes the compiled modules wazero keeps in dir,
+// in folders named for its version and platform (wazero-v1.12.0-amd64-linux);
+// the folders stay, for wazero writes into them without making them.
+func clearCompilationCache(dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range files {
+		errs = append(errs, os.Remove(f))
+	}
+	return errors.Join(errs...)
 }
 
 // LoadBytes is Load on a module already read; cfg.Wasm only names it in

@@ -58,9 +58,10 @@ type RuntimeOptions struct {
 // Runtime compiles and runs plugins. One Runtime hosts every plugin of a
 // router; Close it after the plugins' last Handle.
 type Runtime struct {
-	r     wazero.Runtime
-	cache wazero.CompilationCache
-	log   hclog.Logger
+	r        wazero.Runtime
+	cache    wazero.CompilationCache
+	cacheDir string // "" without a file cache
+	log      hclog.Logger
 	// wasi are the functions of wasi_snapshot_preview1 that wazero
 	// implements, by name: the allowlist for that module.
 	wasi map[string]api.FunctionDefinition
@@ -88,7 +89,7 @@ func NewRuntime(ctx context.Context, opts RuntimeOptions) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("wasm compilation cache %s: %w", opts.CacheDir, err)
 		}
-		rt.cache = cache
+		rt.cache, rt.cacheDir = cache, opts.CacheDir
 		cfg = cfg.WithCompilationCache(cache)
 	}
 	rt.r = wazero.NewRuntimeWithConfig(ctx, cfg)

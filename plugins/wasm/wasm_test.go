@@ -480,7 +480,8 @@ func TestWasmCancelledContext(t *testing.T) {
 
 // TestWasmCompilationCache loads a module into a runtime with an on-disk
 // cache, then into a second runtime on the same directory, as a restart
-// does: the second load reads the cache and writes nothing.
+// does: the second load reads the cache and writes nothing; a damaged
+// entry is dropped and the module compiled again.
 func TestWasmCompilationCache(t *testing.T) {
 	dir := t.TempDir()
 	files := func() map[string]time.Time {
@@ -520,6 +521,23 @@ func TestWasmCompilationCache(t *testing.T) {
 	t.Logf("load with compile: %v; load from the cache: %v; %d cache files", first, second, len(cached))
 	if after := files(); !reflect.DeepEqual(after, cached) {
 		t.Errorf("the second load wrote to the cache (a miss): %v, then %v", cached, after)
+	}
+	// A damaged entry (cut short; then a byte changed) is emptied out and
+	// the module compiled again: it stopped every start, and the error
+	// blamed the plugin's file (an adversarial trial).
+	for path := range cached {
+		b, _ := os.ReadFile(path)
+		os.WriteFile(path, b[:len(b)/2], 0o600)
+	}
+	loadOnce()
+	for path := range files() {
+		b, _ := os.ReadFile(path)
+		b[len(b)-10] ^= 0xff
+		os.WriteFile(path, b, 0o600)
+	}
+	loadOnce()
+	if len(files()) == 0 {
+		t.Error("the cache is empty after a load that compiled again")
 	}
 }
 
