@@ -372,15 +372,35 @@ func listenUnix(path string) (net.Listener, error) {
 // on it). router run asks it before it starts anything; Open does the same
 // checks again as it listens.
 func CheckSocket(path string) error {
-	if _, err := os.Stat(dirOf(path)); err == nil {
-		if err := fsperm.CheckDir(dirOf(path)); err != nil {
-			return fmt.Errorf("listen %s: %w", path, err)
-		}
+	if err := CheckSocketPlace(path); err != nil {
+		return err
 	}
 	if _, err := staleSocket(path); err != nil {
 		return fmt.Errorf("listen %s: %w", path, err)
 	}
 	return nil
+}
+
+// CheckSocketPlace is CheckSocket without asking whether a router serves
+// on a socket at path (router validate runs beside the router it checks a
+// change for): the directory is open to others, or something other than
+// a socket is at path.
+func CheckSocketPlace(path string) error {
+	if _, err := os.Stat(dirOf(path)); err == nil {
+		if err := fsperm.CheckDir(dirOf(path)); err != nil {
+			return fmt.Errorf("listen %s: %w", path, err)
+		}
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("listen %s: %w", path, notASocket(fi))
+	}
+	return nil
+}
+
+// notASocket is the error for a path that holds something else than the
+// router's socket.
+func notASocket(fi fs.FileInfo) error {
+	return fmt.Errorf("%s is there, not a socket; the router only ever replaces a stale socket of its own, so it leaves it untouched: move it away or set listen.socket to another path", fsperm.Kind(fi))
 }
 
 // removeStaleSocket removes path if it is a unix socket nobody serves on.
@@ -406,7 +426,7 @@ func staleSocket(path string) (bool, error) {
 		return false, err
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
-		return false, fmt.Errorf("a %s is there, not a socket; the router only ever replaces a stale socket of its own, so it leaves it untouched: move it away or set listen.socket to another path", fileKind(fi))
+		return false, notASocket(fi)
 	}
 	conn, err := net.DialTimeout("unix", path, time.Second)
 	if err == nil {
@@ -417,20 +437,6 @@ func staleSocket(path string) (bool, error) {
 		return false, fmt.Errorf("socket exists and cannot be probed: %w", err)
 	}
 	return true, nil
-}
-
-// fileKind names what a non-socket path is, for errors.
-func fileKind(fi fs.FileInfo) string {
-	switch t := fi.Mode().Type(); {
-	case t == 0:
-		return fmt.Sprintf("regular file (%d bytes)", fi.Size())
-	case t&fs.ModeDir != 0:
-		return "folder"
-	case t&fs.ModeSymlink != 0:
-		return "symbolic link"
-	default:
-		return "special file (" + t.String() + ")"
-	}
 }
 
 func dirOf(path string) string {

@@ -241,6 +241,9 @@ func (d *decoder) declare(seen map[string]hcl.Range, b *hcl.Block) bool {
 	case typeErr != nil:
 		// Ingest refuses such a type: the block would never be used.
 		d.errorf(b.LabelRanges[0], "Invalid event type", "%s.", switchyard.ErrorMessage(typeErr))
+	case event && strings.HasPrefix(name, InboxQueuePrefix):
+		d.errorf(b.LabelRanges[0], "Invalid event type",
+			"event types starting with %q are the router's own (an inbox's queue): ingest refuses them, so this block could never be used.", InboxQueuePrefix)
 	}
 	return true
 }
@@ -387,7 +390,7 @@ func (d *decoder) storage(c *hcl.BodyContent, body hcl.Body, st *Storage) {
 		at = attrOr(a, b.DefRange)
 	}
 	st.PluginCache = filepath.Join(filepath.Dir(st.Path), "wasm-cache")
-	d.own("storage.path", st.Path, writtenFile, at)
+	d.own(WhatDataFile, st.Path, writtenFile, at)
 	d.own("the plugin cache", st.PluginCache, filledDir, at)
 }
 
@@ -458,10 +461,6 @@ func (d *decoder) catchAllBounds(ec *hcl.BodyContent, label string, cfg *Config)
 func (d *decoder) events(c *hcl.BodyContent, cfg *Config) {
 	eventTypes := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("event") {
-		if strings.HasPrefix(b.Labels[0], InboxQueuePrefix) {
-			d.errorf(b.LabelRanges[0], "Invalid event type",
-				"event types starting with %q are the router's own (an inbox's queue): ingest refuses them, so this block could never be used.", InboxQueuePrefix)
-		}
 		p := cfg.Defaults.clone()
 		ec := d.content(b.Body, eventSchema)
 		d.policy(ec, &p)

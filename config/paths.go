@@ -31,6 +31,9 @@ func (d *decoder) own(what, path string, use pathUse, at hcl.Range) {
 // WrittenPath is a file or folder router run creates or writes: the data
 // file, the plugin cache, an embedded NATS server's store. router validate
 // checks that its user could write each.
+// WhatDataFile is the What of the data file's WrittenPath.
+const WhatDataFile = "storage.path"
+
 type WrittenPath struct {
 	What string // "storage.path", `the store_dir of nats "local"`
 	Path string

@@ -103,24 +103,9 @@ func CheckPath(path string) error {
 		return err
 	}
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file (%s): name a file for storage.path", path, fileKind(fi.Mode()))
+		return fmt.Errorf("%s is not a regular file (%s): name a file for storage.path", path, fsperm.Kind(fi))
 	}
 	return fsperm.CheckFile(path)
-}
-
-// fileKind names what a path that is no regular file is.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a folder"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return "mode " + m.String()
 }
 
 // Open opens (creating if needed) the data file at path and starts its

@@ -59,7 +59,7 @@ func (c *PluginCommand) dev(ctx context.Context, args []string) error {
 		default: // one is pending already
 		}
 	})
-	run := &RunCommand{Main: c.Main, ConfigPath: *configPath, LogLevel: *logLevel, LogFormat: "text",
+	run := &RunCommand{Main: c.Main, ConfigPath: *configPath, LogLevel: *logLevel, LogFormat: logFormatText,
 		ShutdownTimeout: 10 * time.Second, Reloads: reloads}
 	return run.Run(ctx)
 }

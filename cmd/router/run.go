@@ -84,8 +84,8 @@ func (c *RunCommand) ParseFlags(args []string) error {
 	fs := flag.NewFlagSet("router run", flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
 	fs.StringVar(&c.ConfigPath, "config", defaultConfigPath, "the configuration file (without -config: ./policies.hcl, or the embedded defaults when it does not exist)")
-	fs.StringVar(&c.LogLevel, "log-level", "info", "trace, debug, info, warn or error")
-	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "trace, debug, info, warn, error or off")
+	fs.StringVar(&c.LogFormat, "log-format", logFormatText, "text or json")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take: requests in flight finish, tails and waiting pulls end at once")
 	fs.BoolVar(&c.DoubleSend, "double-send", false, "test mode: make every publish and every delivery twice, to prove receivers idempotent")
 	fs.StringVar(&c.PluginCacheDir, "plugin-cache-dir", "", "where compiled plugins are kept across restarts (default <data dir>/wasm-cache)")
@@ -96,11 +96,25 @@ func (c *RunCommand) ParseFlags(args []string) error {
 		return fmt.Errorf("router run takes no arguments, only flags: %q (flags after it were not read)", fs.Arg(0))
 	}
 	fs.Visit(func(f *flag.Flag) { c.configNamed = c.configNamed || f.Name == "config" })
+	return c.checkFlags()
+}
+
+// The log formats router run writes.
+const (
+	logFormatText = "text"
+	logFormatJSON = "json"
+)
+
+// checkFlags refuses settings the router cannot honour, instead of
+// starting on a fallback: an unknown log level or format, a stop with no
+// time. Run asks it too, for the commands that set the fields themselves
+// (router plugin dev).
+func (c *RunCommand) checkFlags() error {
 	switch {
 	case hclog.LevelFromString(c.LogLevel) == hclog.NoLevel:
-		return fmt.Errorf("-log-level %q: use trace, debug, info, warn or error", c.LogLevel)
-	case c.LogFormat != "text" && c.LogFormat != "json":
-		return fmt.Errorf("-log-format %q: use text or json", c.LogFormat)
+		return fmt.Errorf("-log-level %q: use trace, debug, info, warn, error or off", c.LogLevel)
+	case c.LogFormat != logFormatText && c.LogFormat != logFormatJSON:
+		return fmt.Errorf("-log-format %q: use %s or %s", c.LogFormat, logFormatText, logFormatJSON)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("-shutdown-timeout %v: a graceful stop needs some time (30s by default)", c.ShutdownTimeout)
 	}
@@ -109,6 +123,9 @@ func (c *RunCommand) ParseFlags(args []string) error {
 
 // Run opens everything, serves until ctx ends, then closes.
 func (c *RunCommand) Run(ctx context.Context) (err error) {
+	if err := c.checkFlags(); err != nil {
+		return err
+	}
 	c.log = newLogger(c.Stderr, c.LogLevel, c.LogFormat)
 	cfg, err := loadConfig(c.ConfigPath, !c.configNamed)
 	if err != nil {
@@ -484,7 +501,7 @@ func newLogger(w io.Writer, level, format string) hclog.Logger {
 		Name:       "switchyard",
 		Level:      hclog.LevelFromString(level),
 		Output:     w,
-		JSONFormat: format == "json",
+		JSONFormat: format == logFormatJSON,
 		Color:      color,
 	})
 }

@@ -344,7 +344,7 @@ nats "local" {
 // the next start checked the whole data file).
 func TestRunRefusesBadFlags(t *testing.T) {
 	for flags, want := range map[string]string{
-		"-log-level bogus":      `-log-level "bogus": use trace, debug, info, warn or error`,
+		"-log-level bogus":      `-log-level "bogus": use trace, debug, info, warn, error or off`,
 		"-log-format xml":       `-log-format "xml": use text or json`,
 		"-shutdown-timeout -1s": `-shutdown-timeout -1s: a graceful stop needs some time`,
 		"-shutdown-timeout 0s":  `-shutdown-timeout 0s`,

@@ -17,7 +17,6 @@ import (
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/internal/fsperm"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
@@ -216,21 +215,26 @@ func uncapturedInboxes(cfg *config.Config) []string {
 
 // checkPlaces refuses, as router run would at its start, the data file's
 // place (storage.CheckPath: a folder or file another user owns or anyone
-// may write, or no regular file), and a socket folder another user owns or
-// anyone may write; without starting anything, so that validate may run
-// beside the router it checks a change for.
+// may write, or no regular file), and the socket's (api.CheckSocketPlace:
+// its folder so, or something else than a socket at its path); without
+// asking whether a router serves there, so that validate may run beside
+// the router it checks a change for.
 func checkPlaces(cfg *config.Config) []string {
 	var out []string
 	for _, p := range cfg.WrittenPaths {
-		if p.What != "storage.path" {
+		if p.What != config.WhatDataFile {
 			continue
 		}
 		if err := storage.CheckPath(p.Path); err != nil {
 			out = append(out, fmt.Sprintf("%s: storage.path %q: router run would refuse it: %v", p.At, p.Path, err))
 		}
 	}
-	if err := fsperm.CheckDir(filepath.Dir(cfg.Listen.Socket)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		out = append(out, fmt.Sprintf("%s: listen.socket %q: router run would refuse it: %v", cfg.BlocksAt["listen"], cfg.Listen.Socket, err))
+	if err := api.CheckSocketPlace(cfg.Listen.Socket); err != nil {
+		at, ok := cfg.BlocksAt["listen"]
+		if !ok {
+			at = config.Pos(cfg.File) // the default path: no block names it
+		}
+		out = append(out, fmt.Sprintf("%s: listen.socket %q: router run would refuse it (unless systemd passes the socket): %v", at, cfg.Listen.Socket, err))
 	}
 	return out
 }

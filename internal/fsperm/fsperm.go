@@ -72,3 +72,20 @@ func sudoUser(uid int) string {
 	}
 	return "'#" + strconv.Itoa(uid) + "'"
 }
+
+// Kind names what is at a path, for errors: "a regular file (12 bytes)",
+// "a folder", "a symbolic link", "a device", "a special file (p---------)".
+func Kind(fi os.FileInfo) string {
+	switch t := fi.Mode().Type(); {
+	case t == 0:
+		return fmt.Sprintf("a regular file (%d bytes)", fi.Size())
+	case t&os.ModeDir != 0:
+		return "a folder"
+	case t&os.ModeSymlink != 0:
+		return "a symbolic link"
+	case t&os.ModeDevice != 0:
+		return "a device"
+	default:
+		return "a special file (" + t.String() + ")"
+	}
+}
