@@ -829,3 +829,63 @@ func TestCloseEndsAWaitingPull(t *testing.T) {
 		t.Fatalf("the waiting pull: %d %s", rep.status, rep.body)
 	}
 }
+
+// Close ends a backup being streamed at once: it holds a read transaction
+// of the data file, which closing the file would wait for until the stop's
+// time ran out. The client gets a body shorter than it was told.
+func TestCloseEndsABackup(t *testing.T) {
+	cfg, err := config.Parse([]byte(testConfig), "test.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "sy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg.Listen.Socket = filepath.Join(dir, "r.sock")
+	eng, err := engine.New(storagetest.Open(t), cfg, nil, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writing := make(chan struct{}, 1)
+	endless := func(w io.Writer, size func(int64)) (int64, error) { // a file that takes for ever to copy
+		size(1 << 40)
+		var n int64
+		for {
+			m, err := w.Write(make([]byte, 4096))
+			n += int64(m)
+			if err != nil {
+				return n, err
+			}
+			select {
+			case writing <- struct{}{}:
+			default:
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	srv := api.New(eng, cfg.Listen, api.Options{Backup: endless})
+	if err := srv.Open(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		resp, err := unixClient(cfg.Listen.Socket).Get("http://r/v1/backup")
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		got <- err
+	}()
+	<-writing
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	begin := time.Now()
+	if err := srv.Close(ctx); err != nil {
+		t.Fatalf("close after %v: %v", time.Since(begin), err)
+	}
+	if err := <-got; err == nil {
+		t.Fatal("the client read a whole backup of a stream cut short")
+	}
+}

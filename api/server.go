@@ -746,8 +746,11 @@ func (s *Server) getBackup(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Disposition", `attachment; filename="router.db"`)
 	start := time.Now()
 	// However long a large file takes: each write has read_timeout
-	// (answerDeadline).
-	n, err := s.opts.Backup(w, func(size int64) {
+	// (answerDeadline). A stop ends it: it holds a read transaction, which
+	// closing the data file would wait for.
+	ctx, cancel := s.untilClosing(r)
+	defer cancel()
+	n, err := s.opts.Backup(ctxWriter{ctx, w}, func(size int64) {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	})
 	if err != nil {
@@ -757,6 +760,19 @@ func (s *Server) getBackup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("backup streamed", "bytes", n, "took", time.Since(start).Round(time.Millisecond), "by", actor(r))
+}
+
+// ctxWriter is w until ctx ends; then every write fails with ctx's error.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }
 
 // getReady is /readyz: 200 while ingest works (the data file takes writes),
