@@ -182,14 +182,16 @@ func set(e *switchyard.Event, name, value string) error {
 	return nil
 }
 
-// isLeapSecond reports an RFC 3339 timestamp whose seconds are 60 (§5.7:
-// a leap second), which would parse with 59 in their place.
+// isLeapSecond reports an RFC 3339 timestamp of a leap second (§5.7): its
+// seconds are 60, at 23:59 UTC (a local time is offset from it); with 59
+// in their place it parses.
 func isLeapSecond(value string) bool {
 	if len(value) < 20 || value[17:19] != "60" {
 		return false
 	}
-	_, err := time.Parse(time.RFC3339Nano, strings.ToUpper(value[:17]+"59"+value[19:]))
-	return err == nil
+	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(value[:17]+"59"+value[19:]))
+	t = t.UTC()
+	return err == nil && t.Hour() == 23 && t.Minute() == 59
 }
 
 // contextAttributes are the names of the context attributes, in the

@@ -326,12 +326,14 @@ func TestLenientStructuredTypes(t *testing.T) {
 	// Members that cannot be attributes are left out, each with a
 	// warning; the event keeps the rest.
 	for member, want := range map[string]string{
-		`"time":1700000000`:             `time "1700000000" is not an RFC 3339 timestamp`,
-		`"time":"yesterday"`:            `time "yesterday" is not an RFC 3339 timestamp`,
-		`"time":"2016-12-31T23:59:60Z"`: `time "2016-12-31T23:59:60Z" is a leap second (second 60)`,
-		`"time":"2016-12-31T23:59:61Z"`: `time "2016-12-31T23:59:61Z" is not an RFC 3339 timestamp`,
-		`"traceId":"x"`:                 `extension attribute "traceId"`,
-		`"ext":{"a":1}`:                 `attribute "ext" must be a string, number or boolean`,
+		`"time":1700000000`:                  `time "1700000000" is not an RFC 3339 timestamp`,
+		`"time":"yesterday"`:                 `time "yesterday" is not an RFC 3339 timestamp`,
+		`"time":"2016-12-31T23:59:60Z"`:      `time "2016-12-31T23:59:60Z" is a leap second (second 60)`,
+		`"time":"2016-12-31T23:59:61Z"`:      `time "2016-12-31T23:59:61Z" is not an RFC 3339 timestamp`,
+		`"time":"2016-12-31T18:59:60-05:00"`: `time "2016-12-31T18:59:60-05:00" is a leap second (second 60)`,
+		`"time":"2016-12-31T10:20:60Z"`:      `time "2016-12-31T10:20:60Z" is not an RFC 3339 timestamp`,
+		`"traceId":"x"`:                      `extension attribute "traceId"`,
+		`"ext":{"a":1}`:                      `attribute "ext" must be a string, number or boolean`,
 	} {
 		ev, warnings := cloudevents.Kafka.DecodeLenient(structured, []byte(`{"specversion":"1.0","id":"a2","type":"t","source":"/s",`+member+`}`))
 		if last := len(warnings) - 1; ev.ID != "a2" || ev.Type != "t" || last < 0 || !strings.Contains(warnings[last], want) || !strings.Contains(warnings[last], "left out") {
