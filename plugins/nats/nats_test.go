@@ -241,6 +241,23 @@ func TestJetStreamNoStream(t *testing.T) {
 	}
 }
 
+// A message over the server's max_payload is refused for good, and the
+// error counts what the server counts, headers and data: it gave the data
+// alone, a number under the limit it said it was over (an adversarial
+// trial).
+func TestOverMaxPayloadSaysTheWholeSize(t *testing.T) {
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	msgs := makeMsgs("big", "orders.big", 1)
+	limit := sink.nc.MaxPayload()
+	msgs[0].Event.Data = make([]byte, limit-8) // the headers take it over
+	res := sink.Publish(pubCtx(t, 5*time.Second), msgs)
+	if err := res[0].Err; !switchyard.IsPermanent(err) || !strings.Contains(err.Error(), "of headers") || !strings.Contains(err.Error(), fmt.Sprintf("max_payload of %d", limit)) {
+		t.Fatalf("over max_payload: %v", err)
+	}
+}
+
 func TestServerDownAndReconnect(t *testing.T) {
 	cfg := testConfig(true)
 	dir := t.TempDir()

@@ -617,7 +617,11 @@ func (s *Sink) sendError(m *switchyard.Message, err error) error {
 	case switchyard.IsPermanent(err):
 		return err
 	case errors.Is(err, natsgo.ErrMaxPayload):
-		return switchyard.Permanentf("%s: subject %q: payload of %d bytes over the server's max_payload (%d): %w",
+		// Fits says it in full (headers and data), where it can.
+		if ferr := s.Fits(m); ferr != nil {
+			return switchyard.Permanentf("subject %q: %v: %w", m.Topic, ferr, err)
+		}
+		return switchyard.Permanentf("%s: subject %q: the message (data %d bytes, and its headers) is over the server's max_payload (%d): %w",
 			s.name, m.Topic, len(m.Event.Data), s.nc.MaxPayload(), err)
 	case errors.Is(err, natsgo.ErrBadSubject):
 		return switchyard.Permanentf("%s: invalid subject %q: %w", s.name, m.Topic, err)
