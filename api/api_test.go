@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
 	"github.com/switchyard-router/switchyard/storage/storagetest"
 )
@@ -887,5 +888,28 @@ func TestCloseEndsABackup(t *testing.T) {
 	}
 	if err := <-got; err == nil {
 		t.Fatal("the client read a whole backup of a stream cut short")
+	}
+}
+
+// An API socket removed while the router runs (an rm, a cleaner of /tmp)
+// is made again within seconds, and answers: the listener went on
+// accepting on a file nobody could reach, until a restart (an adversarial
+// trial).
+func TestRemovedSocketIsMadeAgain(t *testing.T) {
+	r := newRouter(t)
+	if err := os.Remove(r.sock); err != nil {
+		t.Fatal(err)
+	}
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		resp, err := unixClient(r.sock).Get("http://r/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, func() string { return "the socket was not made again" })
+	fi, err := os.Lstat(r.sock)
+	if err != nil || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("the socket made again: %v %v", fi, err)
 	}
 }

@@ -267,6 +267,9 @@ func (s *Server) Open() error {
 			}
 			return err
 		}
+		if made, err := os.Lstat(s.listen.Socket); err == nil {
+			go s.watchSocket(s.listen.Socket, made)
+		}
 	}
 	s.ln, s.tcp = ln, tcp
 	s.done = make(chan error, 2)
@@ -326,6 +329,55 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.served = 0
 	return err
+}
+
+// socketCheckEvery is how often watchSocket looks at the socket's path.
+var socketCheckEvery = time.Second
+
+// watchSocket makes the API socket again when its file is gone while the
+// router runs (an rm, a cleaner of /tmp): the listener went on accepting,
+// on a file nobody could reach, and the API was gone until a restart (an
+// adversarial trial). Something else put at the path is left alone, and
+// said once.
+func (s *Server) watchSocket(path string, made os.FileInfo) {
+	t := time.NewTicker(socketCheckEvery)
+	defer t.Stop()
+	said := false
+	for {
+		select {
+		case <-s.closing.Done():
+			return
+		case <-t.C:
+		}
+		fi, err := os.Lstat(path)
+		if err == nil && os.SameFile(fi, made) {
+			continue
+		}
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			if !said {
+				said = true
+				s.log.Error("the API socket's path holds something else now: the socket is reachable no more until a restart", "socket", path, "error", err)
+			}
+			continue
+		}
+		ln, err := listenUnix(path)
+		if err != nil {
+			if !said {
+				said = true
+				s.log.Error("the API socket was removed, and making it again failed", "socket", path, "error", err)
+			}
+			continue
+		}
+		if made, err = os.Lstat(path); err != nil {
+			ln.Close()
+			continue
+		}
+		s.log.Warn("the API socket was removed while the router ran: made again", "socket", path)
+		go func() {
+			s.http.Serve(ln) // until Close shuts the server down
+			ln.Close()
+		}()
+	}
 }
 
 // untilClosing is r's context, which also ends when the server begins to
