@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -373,11 +374,13 @@ func (s busySink) Publish(_ context.Context, msgs []*switchyard.Message) []switc
 func (busySink) Close(context.Context) error { return nil }
 
 // A receiver's Retry-After longer than the backoff is honoured; a shorter
-// one does not shorten the backoff.
+// one does not shorten the backoff; one of millennia waits the longest
+// backoff, 100 years (a service asked for 3,000).
 func TestRetryAfterIsHonoured(t *testing.T) {
+	const century = 100 * 365 * 24 * time.Hour
 	for _, c := range []struct {
 		after, want time.Duration
-	}{{2 * time.Minute, 2 * time.Minute}, {time.Second, 10 * time.Second}} {
+	}{{2 * time.Minute, 2 * time.Minute}, {time.Second, 10 * time.Second}, {time.Duration(math.MaxInt64), century}} {
 		h := newHarness(t, `
 kafka "busy" { brokers = ["127.0.0.1:1"] }
 event "t.busy" {

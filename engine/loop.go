@@ -871,8 +871,9 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		}
 		res.Retried++
 		// The receiver's Retry-After, when it asks for more than the
-		// backoff.
-		next := now.Add(max(Backoff(pol.Backoff, rec.Attempts), v.retryAfter))
+		// backoff; no more than the longest backoff (a service asked for
+		// 3,000 years).
+		next := now.Add(max(Backoff(pol.Backoff, rec.Attempts), min(v.retryAfter, maxBackoff)))
 		res.failures = append(res.failures, failure{id: rec.Event.ID, attempts: rec.Attempts, next: next, reason: v.retry.Error()})
 		return tx.Reschedule(rec, next)
 	case v.unknown != nil:
