@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -236,6 +237,7 @@ type pluginSet struct {
 	byName  map[string]switchyard.Plugin
 	mu      sync.RWMutex // read-held by each batch running the set
 	retired bool         // no batch takes it any more
+	retire  sync.Once    // waits for its batches, once; later callers wait for the first
 }
 
 func newPluginSet(plugins []switchyard.Plugin) *pluginSet {
@@ -258,19 +260,26 @@ func (e *Engine) takePlugins() (set *pluginSet, release func()) {
 	}
 }
 
-// RetirePlugins waits until no batch runs the plugins that reloads
-// replaced; then the caller may close them. Batches that begin meanwhile
-// take the plugins in force.
+// RetirePlugins waits until no batch runs the plugins that reloads so far
+// replaced; then the caller may close those its reload replaced. Batches
+// that begin meanwhile take the plugins in force. Each set is retired
+// once (the callers of two reloads close together wait on the same sets:
+// one that took them all left the other none to wait for), and leaves the
+// list only after.
 func (e *Engine) RetirePlugins() {
 	e.mu.Lock()
-	sets := e.retired
-	e.retired = nil
+	sets := slices.Clone(e.retired)
 	e.mu.Unlock()
 	for _, s := range sets {
-		s.mu.Lock()
-		s.retired = true
-		s.mu.Unlock()
+		s.retire.Do(func() {
+			s.mu.Lock()
+			s.retired = true
+			s.mu.Unlock()
+		})
 	}
+	e.mu.Lock()
+	e.retired = slices.DeleteFunc(e.retired, func(s *pluginSet) bool { return slices.Contains(sets, s) })
+	e.mu.Unlock()
 }
 
 // Open starts a loop for every configured event type and for every type
@@ -585,16 +594,20 @@ func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time,
 	return total, nil
 }
 
-// chain returns the plugins of a policy in set, in order.
-func (set *pluginSet) chain(p *config.Policy) []switchyard.Plugin {
+// chain returns the plugins of a policy in set, in order;
+// ok is false when set lacks one of them: the policy was read before a
+// reload that removed the plugin, and the set after it.
+func (set *pluginSet) chain(p *config.Policy) (chain []switchyard.Plugin, ok bool) {
 	if len(p.Plugins) == 0 {
-		return nil
+		return nil, true
 	}
 	out := make([]switchyard.Plugin, len(p.Plugins))
 	for i, name := range p.Plugins {
-		out[i] = set.byName[name]
+		if out[i], ok = set.byName[name]; !ok {
+			return nil, false
+		}
 	}
-	return out
+	return out, true
 }
 
 // sinks is the sinks by name.

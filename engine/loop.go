@@ -504,7 +504,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 	b := &batch{pol: pol, taken: time.Now(), items: make([]item, len(recs)), bySink: make(map[string][]*output)}
 	plugins, release := l.e.takePlugins()
 	defer release()
-	chain := plugins.chain(b.pol)
+	chain, whole := plugins.chain(b.pol)
 	if mayUseState(chain) {
 		b.state = newBatchState(l.e, l.typ)
 	}
@@ -513,6 +513,12 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 	for i, rec := range recs {
 		it := &b.items[i]
 		it.rec = rec
+		if !whole {
+			// A reload between this batch's policy and its plugins:
+			// taken again, the events meet both of the new configuration.
+			it.err, it.interrupted = errPluginsReloaded, true
+			continue
+		}
 		if held >= maxBatchOutputBytes {
 			// The rest wait for the next batch, with no attempt counted:
 			// what plugins may make of one event (max_outputs ×
@@ -579,6 +585,8 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 // killed for its memory, again at each start (an adversarial trial). The
 // first event of a batch always runs, so every batch makes progress.
 const maxBatchOutputBytes = 32 << 20
+
+var errPluginsReloaded = errors.New("left for the next batch: a reload removed a plugin of its policy while it was taken")
 
 var errBatchOutputsFull = fmt.Errorf("left for the next batch: this batch's outputs reached %d MiB", maxBatchOutputBytes>>20)
 

@@ -116,21 +116,28 @@ func TestReloadRetiresPluginsAfterTheirBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.eng.Reload(cfg, []switchyard.Plugin{replacement}); err != nil {
-		t.Fatal(err)
+	// Two reloads close together, each retiring what it replaced: neither
+	// returns while the batch runs the first plugin (the first one's
+	// caller took both sets, and the second's returned at once).
+	retired := make(chan struct{}, 2)
+	for range 2 {
+		if err := h.eng.Reload(cfg, []switchyard.Plugin{replacement}); err != nil {
+			t.Fatal(err)
+		}
+		go func() { h.eng.RetirePlugins(); retired <- struct{}{} }()
 	}
-	retired := make(chan struct{})
-	go func() { h.eng.RetirePlugins(); close(retired) }()
 	select {
 	case <-retired:
 		t.Fatal("the old plugin was retired while a batch ran it")
 	case <-time.After(300 * time.Millisecond):
 	}
 	close(release)
-	select {
-	case <-retired:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the old plugin was never retired")
+	for range 2 {
+		select {
+		case <-retired:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the old plugin was never retired")
+		}
 	}
 	h.waitDelivered(first, 10*time.Second)
 	second := h.ingest("t.p", 2)
