@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // The codes only the HTTP API produces: the rest are the router's
@@ -58,7 +60,11 @@ const problemTypeBase = "https://switchyard.dev/problems/"
 // *switchyard.Error are logged and shown as internal, without their text.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var e *switchyard.Error
-	if !errors.As(err, &e) {
+	if !errors.As(err, &e) && errors.Is(err, storage.ErrFileLost) {
+		err = engine.Unavailable(err) // the same 503 from every route
+		errors.As(err, &e)
+	}
+	if e == nil {
 		if n, ok := s.failLog.Take(switchyard.EINTERNAL, s.opts.Now()); ok {
 			s.log.Error("request failed", "method", r.Method, "path", clip(r.URL.Path), "error", err, "like_it_since_last", n)
 		}

@@ -536,6 +536,9 @@ func (e *Engine) cleanupLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if e.fileLost() != nil {
+				continue
+			}
 			if _, err := e.Cleanup(ctx); err != nil {
 				e.log.Error("cleanup", "error", err)
 			}

@@ -524,6 +524,10 @@ func idemReadFailed(err error) error {
 
 // unavailable passes coded errors through and turns storage failures into
 // 503 storage_unavailable: the request had no effect and may be retried.
+// Unavailable is unavailable, for the API's errors that did not come
+// through the engine's own calls (a lost data file met elsewhere).
+func Unavailable(err error) error { return unavailable(err) }
+
 func unavailable(err error) error {
 	if err == nil {
 		return nil
@@ -531,6 +535,10 @@ func unavailable(err error) error {
 	var coded *switchyard.Error
 	if errors.As(err, &coded) {
 		return err
+	}
+	if errors.Is(err, storage.ErrFileLost) {
+		// Until a restart: a client retrying every second gains nothing.
+		return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: err.Error() + "; nothing was stored", RetryAfter: time.Minute, Err: err}
 	}
 	return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: "the data file cannot be used; nothing was stored", RetryAfter: time.Second, Err: err}
 }

@@ -278,6 +278,9 @@ func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
 // through the plugin chain and sends their outputs. It returns nil when
 // nothing is due.
 func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
+	if l.e.fileLost() != nil {
+		return nil, nil
+	}
 	pol := l.pol.Load()
 	now := l.e.now()
 	var recs []*storage.Record
@@ -343,7 +346,7 @@ var commitRetryFirst, commitRetryMax = 250 * time.Millisecond, 30 * time.Second
 func retryCommit(ctx context.Context, deadline time.Time, record func() error, failed func(error, time.Duration)) error {
 	for wait := commitRetryFirst; ; wait = min(2*wait, commitRetryMax) {
 		err := record()
-		if err == nil || ctx.Err() != nil || errors.Is(err, storage.ErrCorrupt) || time.Now().Add(wait).After(deadline) {
+		if err == nil || ctx.Err() != nil || errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrFileLost) || time.Now().Add(wait).After(deadline) {
 			return err
 		}
 		failed(err, wait)

@@ -134,6 +134,19 @@ func headroom(sp storage.Space, maxSize, minFree int64) (int64, error) {
 		"the data file has grown past the %d bytes its budget (storage.max_size, min_free) had left when last measured: nothing was stored; delivery goes on and makes room", room)}
 }
 
+// fileLost is storage.ErrFileLost once the data file is gone from its path
+// (storage.DB.checkPlace), else nil: no write can succeed from then on, so
+// the loops take nothing (each batch would be published, then fail to
+// commit, and be published again) and the cleanup does not run.
+func (e *Engine) fileLost() error {
+	if w, ok := e.store.(interface{ Writable() error }); ok {
+		if err := w.Writable(); errors.Is(err, storage.ErrFileLost) {
+			return err
+		}
+	}
+	return nil
+}
+
 // spaceLoop measures every spaceEvery; while the budget is exhausted it
 // makes room (makeRoom).
 func (e *Engine) spaceLoop(ctx context.Context) {
@@ -143,11 +156,9 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 	for {
 		cfg := e.config()
 		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
-		if w, ok := e.space.meter.(interface{ Writable() error }); ok && !lostSaid {
-			if err := w.Writable(); errors.Is(err, storage.ErrFileLost) {
-				lostSaid = true
-				e.log.Error("the data file is gone from its path: every write is refused until the router restarts", "error", err)
-			}
+		if err := e.fileLost(); err != nil && !lostSaid {
+			lostSaid = true
+			e.log.Error("the data file is gone from its path: every write is refused, the loops and the cleanup stop, until the router restarts", "error", err)
 		}
 		if full := st.full != nil; full != wasFull {
 			wasFull = full

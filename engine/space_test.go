@@ -3,7 +3,9 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -319,5 +321,32 @@ storage { max_size = "1" }
 	}
 	if recs, err := h.eng.Pull(context.Background(), "pay", 10, 0, time.Minute); err != nil || len(recs) != 0 {
 		t.Fatalf("pulled %d after a refused batch (%v)", len(recs), err)
+	}
+}
+
+// Once the data file is gone from its path, nothing is taken: a loop
+// takes no batch (each would be published, fail to commit, and be
+// published again, at every max_processing_time), and ingest is a 503
+// that asks to come back in a minute, not a second (a review).
+func TestLostFileStopsTheLoops(t *testing.T) {
+	h := newHarness(t, oneRoute, true)
+	ids := h.ingest("t.order", 3)
+	if err := os.Remove(h.db.Path()); err != nil {
+		t.Fatal(err)
+	}
+	h.db.Space()
+	res, err := h.eng.Loop("t.order").Poll(context.Background())
+	if err != nil || res.Taken != 0 {
+		t.Fatalf("a poll after the file was lost: %+v %v", res, err)
+	}
+	for _, id := range ids {
+		if rec := h.record(id); rec.State != storage.StatePending || len(rec.Outputs) != 0 {
+			t.Errorf("%s: %s, %d outputs", id, rec.State, len(rec.Outputs))
+		}
+	}
+	_, err = h.eng.Ingest(context.Background(), &engine.IngestRequest{Tenant: "default", Events: []engine.IngestEvent{newEvent("t.order", "after", true, 1)}, Render: accepted})
+	var coded *switchyard.Error
+	if !errors.As(err, &coded) || coded.Code != switchyard.EUNAVAILABLE || coded.RetryAfter != time.Minute || !errors.Is(err, storage.ErrFileLost) {
+		t.Fatalf("ingest after the file was lost: %v", err)
 	}
 }

@@ -78,11 +78,8 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 		os.Remove(out + ".partial")
 		return fmt.Errorf("backup: %w", err)
 	}
-	// A link, not a rename: it fails if OUT was made meanwhile, where a
-	// rename would replace it.
-	err = os.Link(out+".partial", out)
-	os.Remove(out + ".partial")
-	if err != nil {
+	// Never over a file made meanwhile (storage.PlaceNew).
+	if err := storage.PlaceNew(out+".partial", out); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
 	if af.output == "json" {
