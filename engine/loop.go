@@ -826,7 +826,15 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 type verdict struct {
 	permanent, retry, unknown error
 	retryAfter                time.Duration
+	// wait delays an unknown outcome's next take (no attempt counted):
+	// the storage budget was full under the plugin chain.
+	wait time.Duration
 }
+
+// storageFullWait is how long an event whose plugin met a full storage
+// budget waits before it is taken again: a few of the budget's
+// measurements (spaceEvery).
+const storageFullWait = time.Second
 
 // verdictOf records the results of the item's outputs in rec and sums them up
 // with the plugin chain's error.
@@ -836,6 +844,11 @@ func verdictOf(it *item, rec *storage.Record, now time.Time) verdict {
 	case it.err == nil:
 	case it.interrupted:
 		v.unknown = it.err // requeued, as a publish cut short by the stop is
+	case switchyard.ErrorCode(it.err) == switchyard.ESTORAGEFULL:
+		// The router's budget, not the event: no attempt, a little later
+		// (counted, a full budget dead-lettered the plugin events of
+		// every type).
+		v.unknown, v.wait = it.err, storageFullWait
 	case switchyard.IsPermanent(it.err):
 		v.permanent = it.err
 	default:
@@ -893,6 +906,9 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		// attempt.
 		rec.LastError = v.unknown.Error()
 		res.Requeued++
+		if v.wait > 0 {
+			return tx.Reschedule(rec, now.Add(v.wait))
+		}
 		return tx.Save(rec)
 	}
 	if len(rec.Outputs) == 0 { // the plugin chain returned nothing: filtered

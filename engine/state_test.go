@@ -261,8 +261,8 @@ func TestStateKeysCursor(t *testing.T) {
 
 // Plugin state takes room in the data file as events do, and nothing
 // removes it to make room: past the storage budget a write that grows it
-// fails with storage_full (the plugin answers retry), counting the
-// batch's writes not yet committed. Without it three events of a plugin
+// fails with storage_full (the plugin answers retry: the event waits, no
+// attempt counted), counting the batch's writes not yet committed. Without it three events of a plugin
 // that wrote until it failed filled a 200 MiB disk past a 10 MiB budget,
 // and ingest was refused for good (an adversarial trial).
 func TestPluginStateKeepsToTheBudget(t *testing.T) {
@@ -287,8 +287,8 @@ func TestPluginStateKeepsToTheBudget(t *testing.T) {
 	}}
 	h := newHarness(t, `
 storage { max_size = "1MiB" }
-`+pluginPolicy("hog", "t.hog", `polling { min = "10ms" }`), false, withPlugins(hog))
-	h.ingest("t.hog", 1)
+`+pluginPolicy("hog", "t.hog", "max_retries = 0\n  polling { min = \"10ms\" }"), false, withPlugins(hog))
+	id := h.ingest("t.hog", 1)[0]
 	select {
 	case r := <-done:
 		if switchyard.ErrorCode(r.err) != switchyard.ESTORAGEFULL {
@@ -300,5 +300,12 @@ storage { max_size = "1MiB" }
 		t.Logf("refused after %d bytes of state: %v", r.written, r.err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the plugin never ran")
+	}
+	// The budget is the router's, not the event's: no attempt is counted
+	// (with max_retries = 0 it was dead-lettered at once), and the event
+	// waits to be taken again.
+	time.Sleep(200 * time.Millisecond)
+	if rec := h.record(id); rec.Attempts != 0 || rec.State != storage.StatePending {
+		t.Fatalf("after a full budget under its plugin: %s, %d attempts (%s)", rec.State, rec.Attempts, rec.LastError)
 	}
 }
