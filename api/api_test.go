@@ -831,9 +831,10 @@ func TestCloseEndsAWaitingPull(t *testing.T) {
 	}
 }
 
-// Close ends a backup being streamed at once: it holds a read transaction
-// of the data file, which closing the file would wait for until the stop's
-// time ran out. The client gets a body shorter than it was told.
+// Close ends a backup being streamed at once, to a client that reads it
+// and to one that stopped reading: it holds a read transaction of the
+// data file, which closing the file would wait for until the stop's time
+// ran out. The client gets a body shorter than it was told.
 func TestCloseEndsABackup(t *testing.T) {
 	cfg, err := config.Parse([]byte(testConfig), "test.hcl")
 	if err != nil {
@@ -879,12 +880,24 @@ func TestCloseEndsABackup(t *testing.T) {
 		}
 		got <- err
 	}()
+	// A second client asks and then reads nothing: the copy's writes to it
+	// wait on a full socket, each up to read_timeout (30 s).
+	stalled, err := net.Dial("unix", cfg.Listen.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	io.WriteString(stalled, "GET /v1/backup HTTP/1.1\r\nHost: r\r\n\r\n")
 	<-writing
+	time.Sleep(500 * time.Millisecond) // the stalled one's buffers fill
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	begin := time.Now()
 	if err := srv.Close(ctx); err != nil {
 		t.Fatalf("close after %v: %v", time.Since(begin), err)
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("close took %v with a client that reads nothing", took)
 	}
 	if err := <-got; err == nil {
 		t.Fatal("the client read a whole backup of a stream cut short")

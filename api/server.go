@@ -802,6 +802,8 @@ func (s *Server) getBackup(w http.ResponseWriter, r *http.Request) {
 	// closing the data file would wait for.
 	ctx, cancel := s.untilClosing(r)
 	defer cancel()
+	// A write that waits on a client that stopped reading ends too.
+	defer context.AfterFunc(ctx, func() { http.NewResponseController(w).SetWriteDeadline(time.Now()) })()
 	n, err := s.opts.Backup(ctxWriter{ctx, w}, func(size int64) {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	})
