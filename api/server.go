@@ -268,7 +268,7 @@ func (s *Server) Open() error {
 			return err
 		}
 		if made, err := os.Lstat(s.listen.Socket); err == nil {
-			go s.watchSocket(s.listen.Socket, made)
+			go s.watchSocket(s.listen.Socket, made, ln)
 		}
 	}
 	s.ln, s.tcp = ln, tcp
@@ -339,7 +339,8 @@ var socketCheckEvery = time.Second
 // on a file nobody could reach, and the API was gone until a restart (an
 // adversarial trial). Something else put at the path is left alone, and
 // said once.
-func (s *Server) watchSocket(path string, made os.FileInfo) {
+func (s *Server) watchSocket(path string, made os.FileInfo, current net.Listener) {
+	original := current // Close's to close
 	t := time.NewTicker(socketCheckEvery)
 	defer t.Stop()
 	said := false
@@ -350,15 +351,25 @@ func (s *Server) watchSocket(path string, made os.FileInfo) {
 		case <-t.C:
 		}
 		fi, err := os.Lstat(path)
-		if err == nil && os.SameFile(fi, made) {
+		switch {
+		case err == nil && os.SameFile(fi, made):
 			continue
-		}
-		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			continue // proves nothing (a folder made unreadable a moment): look again
+		case err == nil:
 			if !said {
 				said = true
-				s.log.Error("the API socket's path holds something else now: the socket is reachable no more until a restart", "socket", path, "error", err)
+				s.log.Error("the API socket's path holds something else now: the socket is reachable no more until a restart", "socket", path)
 			}
 			continue
+		}
+		// The listener of the removed file would remove the path when it
+		// closes: the new socket's, by then.
+		if ul, ok := current.(*net.UnixListener); ok {
+			ul.SetUnlinkOnClose(false)
+		}
+		if current != original {
+			current.Close() // one made here before
 		}
 		ln, err := listenUnix(path)
 		if err != nil {
@@ -373,8 +384,9 @@ func (s *Server) watchSocket(path string, made os.FileInfo) {
 			continue
 		}
 		s.log.Warn("the API socket was removed while the router ran: made again", "socket", path)
+		current = ln
 		go func() {
-			s.http.Serve(ln) // until Close shuts the server down
+			s.http.Serve(ln) // until Close shuts the server down, or it is replaced
 			ln.Close()
 		}()
 	}
