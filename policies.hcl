@@ -234,7 +234,10 @@ nats "local" {
 #     max_output_bytes = "1MiB"  # per output
 #   }
 #   # A batch holds at most 32 MiB of outputs until they are published: the
-#   # events after that wait for the next batch (no attempt counted).
+#   # events after that wait for the next batch (no attempt counted). A type
+#   # has up to 4 batches in transit, so the memory outputs take is bounded
+#   # per type, not per router: one event's outputs, through a chain of
+#   # plugins, are not capped beyond max_outputs x max_output_bytes each.
 #   # A plugin that uses state (state_get/state_put) keeps one namespace per
 #   # event type and tenant; name one to share it across types and plugin
 #   # blocks, still per tenant (docs/plugin-state.md):

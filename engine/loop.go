@@ -831,6 +831,9 @@ type verdict struct {
 	wait time.Duration
 }
 
+// maxRetryAfter bounds the wait a receiver's Retry-After asks for.
+const maxRetryAfter = 24 * time.Hour
+
 // storageFullWait is how long an event whose plugin met a full storage
 // budget waits before it is taken again: a few of the budget's
 // measurements (spaceEvery).
@@ -895,9 +898,9 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		}
 		res.Retried++
 		// The receiver's Retry-After, when it asks for more than the
-		// backoff; no more than the longest backoff (a service asked for
-		// 3,000 years).
-		next := now.Add(max(Backoff(pol.Backoff, rec.Attempts), min(v.retryAfter, maxBackoff)))
+		// backoff; a day at most (a service asked for 3,000 years, and
+		// held the event, and with ordering = "key" its key, for ever).
+		next := now.Add(max(Backoff(pol.Backoff, rec.Attempts), min(v.retryAfter, maxRetryAfter)))
 		res.failures = append(res.failures, failure{id: rec.Event.ID, attempts: rec.Attempts, next: next, reason: v.retry.Error()})
 		return tx.Reschedule(rec, next)
 	case v.unknown != nil:
