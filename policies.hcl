@@ -73,7 +73,7 @@ storage {
   # min_free (left on the disk, counting the room the file's own free
   # pages offer: the file never shrinks), ingest answers 507 storage_full with
   # Retry-After and stores nothing, as do new claims, claim results over
-  # 4 KiB and plugin state writes that grow it (the event is retried); an
+  # 4 KiB and plugin state writes that grow it (the event waits); an
   # inbox takes no message (unacknowledged, they wait in the broker);
   # delivery and the DLQ go on, delivered records are removed before their
   # outbox ttl to make room, and ingest resumes as the backlog drains.
