@@ -165,10 +165,13 @@ func mustRead(t *testing.T, path string) string {
 	return string(b)
 }
 
-// The same from a JetStream durable consumer: messages published twice
-// with the same ce-id (and distinct Nats-Msg-Ids, so JetStream keeps both).
-func TestInboxNATSDropsRedeliveries(t *testing.T) {
-	svc := startService(t)
+// startNATSInbox runs the router with an embedded NATS server and an
+// inbox "alerts" of its subjects alerts.>, extra in the inbox block,
+// delivering to a local service; it returns the service, the router's
+// socket and a connection to the server.
+func startNATSInbox(t *testing.T, extra string) (svc *service, sock string, nc *nats.Conn) {
+	t.Helper()
+	svc = startService(t)
 	natsPort := freePort(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 nats "bus" {
@@ -179,16 +182,24 @@ nats "bus" {
 inbox "alerts" {
   from    = "nats.bus"
   subject = "alerts.>"
+  %s
   polling { min = "10ms" }
   deliver { url = "unix://%s/events" }
 }
-`, natsPort, svc.sock))
+`, natsPort, extra, svc.sock))
 	runRouter(t, path, sock)
 	nc, err := connectNATS(path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
+	return svc, sock, nc
+}
+
+// The same from a JetStream durable consumer: messages published twice
+// with the same ce-id (and distinct Nats-Msg-Ids, so JetStream keeps both).
+func TestInboxNATSDropsRedeliveries(t *testing.T) {
+	svc, sock, nc := startNATSInbox(t, "")
 	const n = 100
 	for i := range n {
 		for copy := range 2 {
@@ -218,28 +229,7 @@ inbox "alerts" {
 // batch after it: the inbox took nothing more. Now its id is derived and
 // its key left out, with a warning, and the messages behind it arrive.
 func TestInboxTakesKeysTooLongForTheDataFile(t *testing.T) {
-	svc := startService(t)
-	natsPort := freePort(t)
-	path, sock := writeConfig(t, fmt.Sprintf(`
-nats "bus" {
-  embedded = true
-  port     = %d
-  stream "alerts" { subjects = ["alerts.>"] }
-}
-inbox "alerts" {
-  from     = "nats.bus"
-  subject  = "alerts.>"
-  ordering = "key"
-  polling { min = "10ms" }
-  deliver { url = "unix://%s/events" }
-}
-`, natsPort, svc.sock))
-	runRouter(t, path, sock)
-	nc, err := connectNATS(path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	svc, _, nc := startNATSInbox(t, `ordering = "key"`)
 	publish := func(id, key string) {
 		m := nats.NewMsg("alerts.disk")
 		m.Header.Set("ce-id", id)
