@@ -31,7 +31,11 @@ func (e *Engine) runChain(ctx context.Context, queue, tenant string, chain []swi
 		for i := range outs {
 			start := time.Now()
 			got, err := p.Handle(ctx, &outs[i].Event)
-			st.observe(time.Since(start), len(got), err, queue, tenant, ev.ID, e.now)
+			if err == nil || !errors.Is(ctx.Err(), context.Canceled) {
+				// Not a call the router's stop cut short: no verdict of
+				// the plugin's (the event is requeued, outputs).
+				st.observe(time.Since(start), len(got), err, queue, tenant, ev.ID, e.now)
+			}
 			if err != nil {
 				return nil, err
 			}

@@ -319,6 +319,12 @@ func TestStopDuringPluginsCountsNoAttempt(t *testing.T) {
 			t.Errorf("%s after the stop: %s, %d attempts (%s)", id, rec.State, rec.Attempts, rec.LastError)
 		}
 	}
+	// Nor is it a verdict of the plugin's in its counts (GET /v1/plugins).
+	for _, p := range h.eng.Plugins() {
+		if p.Name == "slow" && (p.Verdicts[engine.PluginRetry] != 0 || len(p.Failures) != 0) {
+			t.Errorf("the stop counted as the plugin's: %+v", p)
+		}
+	}
 }
 
 // A batch holds at most maxBatchOutputBytes (32 MiB) of plugin outputs
