@@ -55,6 +55,12 @@ func newRouter(t *testing.T) *router { t.Helper(); return newRouterWith(t, nil) 
 // newRouterWith is newRouter with change made to the configuration first.
 func newRouterWith(t *testing.T, change func(*config.Config)) *router {
 	t.Helper()
+	return newRouterOpts(t, change, api.Options{})
+}
+
+// newRouterOpts is newRouterWith with the server's options.
+func newRouterOpts(t *testing.T, change func(*config.Config), opts api.Options) *router {
+	t.Helper()
 	cfg, err := config.Parse([]byte(testConfig), "test.hcl")
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +79,7 @@ func newRouterWith(t *testing.T, change func(*config.Config)) *router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.New(eng, cfg.Listen, api.Options{})
+	srv := api.New(eng, cfg.Listen, opts)
 	if err := srv.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -836,20 +842,6 @@ func TestCloseEndsAWaitingPull(t *testing.T) {
 // data file, which closing the file would wait for until the stop's time
 // ran out. The client gets a body shorter than it was told.
 func TestCloseEndsABackup(t *testing.T) {
-	cfg, err := config.Parse([]byte(testConfig), "test.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "sy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	cfg.Listen.Socket = filepath.Join(dir, "r.sock")
-	eng, err := engine.New(storagetest.Open(t), cfg, nil, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	writing := make(chan struct{}, 1)
 	endless := func(w io.Writer, size func(int64)) (int64, error) { // a file that takes for ever to copy
 		size(1 << 40)
@@ -867,13 +859,11 @@ func TestCloseEndsABackup(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	srv := api.New(eng, cfg.Listen, api.Options{Backup: endless})
-	if err := srv.Open(); err != nil {
-		t.Fatal(err)
-	}
+	r := newRouterOpts(t, nil, api.Options{Backup: endless})
+	srv := r.srv
 	got := make(chan error, 1)
 	go func() {
-		resp, err := unixClient(cfg.Listen.Socket).Get("http://r/v1/backup")
+		resp, err := r.client.Get("http://r/v1/backup")
 		if err == nil {
 			_, err = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -882,7 +872,7 @@ func TestCloseEndsABackup(t *testing.T) {
 	}()
 	// A second client asks and then reads nothing: the copy's writes to it
 	// wait on a full socket, each up to read_timeout (30 s).
-	stalled, err := net.Dial("unix", cfg.Listen.Socket)
+	stalled, err := net.Dial("unix", r.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
