@@ -542,44 +542,54 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 			b.failed++
 			continue
 		}
-		n := 0
-		for _, po := range outs {
-			dests, err := l.destinations(b, po.Destination)
-			if errors.Is(err, errUnrouted) {
-				l.e.metrics.unroutedOutput(l.typ)
-			}
-			if err != nil {
-				it.err = fmt.Errorf("event %q: %w", rec.Event.ID, err)
-				b.failed++
-				break
-			}
-			for _, dest := range dests {
-				msgID := rec.OutputMsgID(n)
-				done := outputDelivered(rec, dest.full, msgID, n)
-				n++
-				if done {
-					continue
-				}
-				o := b.newOutput()
-				*o = output{dest: dest.full, sink: dest.sink, event: po.Event}
-				held += outputSize(&po.Event)
-				o.msg = switchyard.Message{Event: &o.event, Topic: dest.topic, Key: po.Key, MsgID: msgID}
-				o.result.Position, o.recalled = l.e.recall.take(rec.Key(), dest.full, msgID, now)
-				it.outputs = append(it.outputs, o)
-			}
-		}
-		if it.err != nil {
-			l.e.recall.putBack(rec.Key(), it.outputs)
-			it.outputs = nil
-			continue
-		}
-		for _, o := range it.outputs {
-			if !o.recalled {
-				b.bySink[o.sink] = append(b.bySink[o.sink], o)
-			}
-		}
+		held += l.route(b, it, outs, now)
 	}
 	return b
+}
+
+// route sends the chain's outputs of one item along their destinations
+// (or the type's routes) into b, leaving out those acknowledged before,
+// and returns the bytes they hold. An output with no destination it can
+// reach fails the item, whose outputs then go back.
+func (l *Loop) route(b *batch, it *item, outs []switchyard.PluginOutput, now time.Time) (held int) {
+	rec := it.rec
+	n := 0
+	for _, po := range outs {
+		dests, err := l.destinations(b, po.Destination)
+		if errors.Is(err, errUnrouted) {
+			l.e.metrics.unroutedOutput(l.typ)
+		}
+		if err != nil {
+			it.err = fmt.Errorf("event %q: %w", rec.Event.ID, err)
+			b.failed++
+			break
+		}
+		for _, dest := range dests {
+			msgID := rec.OutputMsgID(n)
+			done := outputDelivered(rec, dest.full, msgID, n)
+			n++
+			if done {
+				continue
+			}
+			o := b.newOutput()
+			*o = output{dest: dest.full, sink: dest.sink, event: po.Event}
+			held += outputSize(&po.Event)
+			o.msg = switchyard.Message{Event: &o.event, Topic: dest.topic, Key: po.Key, MsgID: msgID}
+			o.result.Position, o.recalled = l.e.recall.take(rec.Key(), dest.full, msgID, now)
+			it.outputs = append(it.outputs, o)
+		}
+	}
+	if it.err != nil {
+		l.e.recall.putBack(rec.Key(), it.outputs)
+		it.outputs = nil
+		return held
+	}
+	for _, o := range it.outputs {
+		if !o.recalled {
+			b.bySink[o.sink] = append(b.bySink[o.sink], o)
+		}
+	}
+	return held
 }
 
 // maxBatchOutputBytes bounds the bytes of outputs one batch holds until
