@@ -109,10 +109,5 @@ func replaceWith(path, tmp string) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return SyncDir(filepath.Dir(path))
 }

@@ -78,6 +78,13 @@ type DB struct {
 	// at path is no longer it (checkPlace).
 	opened os.FileInfo
 	lost   atomic.Pointer[error]
+	// seen is the largest size the open file was seen at (checkSize);
+	// unmapped is set once its mapping was given up (unreadable); faulted
+	// once a read of it faulted (mapped).
+	seen     atomic.Int64
+	unmapped atomic.Bool
+	faulted  atomic.Bool
+	mapStart uintptr // the address of bbolt's mapping of the file (boltPanic)
 }
 
 type write struct {
@@ -117,6 +124,11 @@ func Open(path string, opts Options) (*DB, error) {
 	if err := CheckPath(path); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		if err := createFile(path); err != nil {
+			return nil, openError(path, err)
+		}
+	}
 	if err := inspect(path, opts.CheckUnclean); err != nil {
 		return nil, openError(path, err)
 	}
@@ -150,6 +162,10 @@ func Open(path string, opts Options) (*DB, error) {
 		writes:  make(chan *write, maxGroup),
 		done:    make(chan struct{}),
 	}
+	if opened != nil {
+		db.seen.Store(opened.Size())
+	}
+	db.mapStart = bdb.Info().Data // bbolt maps once: InitialMmapSize is room to grow
 	go db.writer()
 	return db, nil
 }
@@ -221,9 +237,16 @@ func (db *DB) Close(ctx context.Context) error {
 	}
 	// The clean stop: the next Open finds no running mark — unless the
 	// last run's unclean stop is still to be dealt with (MarkRecovered).
+	if db.faulted.Load() {
+		// bbolt may hold locks the fault interrupted: its Close could wait
+		// for ever. The process's end lets the file go.
+		return *db.lost.Load()
+	}
 	var err error
-	if !db.unclean || db.recovered.Load() {
-		err = db.bolt.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(keyRunning) })
+	if db.unmapped.Load() {
+		err = *db.lost.Load()
+	} else if !db.unclean || db.recovered.Load() {
+		err = db.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(keyRunning) })
 	}
 	return errors.Join(err, db.bolt.Close())
 }
@@ -271,7 +294,7 @@ var writes = sync.Pool{New: func() any { return &write{err: make(chan error, 1)}
 // View runs fn in a read-only transaction. Values read through Tx are
 // copies: they stay valid after View returns.
 func (db *DB) View(fn func(*Tx) error) error {
-	return db.bolt.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx}) })
+	return db.view(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx}) })
 }
 
 // writer drains the queue into one transaction at a time.
@@ -367,7 +390,7 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 	for len(group) > 0 {
 		start := time.Now()
 		failed := -1
-		err := db.bolt.Update(func(btx *bolt.Tx) error {
+		err := db.update(func(btx *bolt.Tx) error {
 			tx := &Tx{tx: btx, writable: true}
 			for i, w := range group {
 				if err := w.fn(tx); err != nil {
@@ -411,12 +434,10 @@ func (db *DB) Used() int64 { return db.used.Load() }
 // pagesInUse is the file's high-water mark less its free pages: what
 // Space.Used and Used say.
 func (db *DB) pagesInUse() (int64, error) {
-	tx, err := db.bolt.Begin(false)
-	if err != nil {
+	var size int64
+	if err := db.view(func(tx *bolt.Tx) error { size = tx.Size(); return nil }); err != nil {
 		return 0, err
 	}
-	size := tx.Size()
-	tx.Rollback()
 	return size - int64(db.bolt.Stats().FreeAlloc), nil
 }
 
@@ -435,7 +456,7 @@ func (db *DB) Writable() error {
 // Check runs bbolt's consistency check over the whole file of an open
 // data file (tests; CheckFile checks one no router has open).
 func (db *DB) Check() error {
-	return db.bolt.View(func(tx *bolt.Tx) error {
+	return db.view(func(tx *bolt.Tx) error {
 		var errs []error
 		for err := range tx.Check() {
 			errs = append(errs, err)

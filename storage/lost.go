@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
 
 // ErrFileLost is the error every write gets once the data file at the
-// configured path is no longer the one this router has open.
-var ErrFileLost = errors.New("the data file was removed or replaced while the router ran")
+// configured path is no longer the one this router has open, or was cut
+// short under it.
+var ErrFileLost = errors.New("the data file was removed, replaced or cut short while the router ran")
 
 // checkPlace notices when the file at db.path is no longer the one open:
 // removed (rm), or replaced (a copy renamed over it). What this router
@@ -25,7 +29,7 @@ var ErrFileLost = errors.New("the data file was removed or replaced while the ro
 // of its own. The router must then be restarted. Space calls it, every
 // quarter second. A stat that fails otherwise than "no such file" (a
 // folder made unreadable, an NFS hiccup) proves nothing: checked again at
-// the next call.
+// the next call. A file cut short in place is checkSize's.
 func (db *DB) checkPlace() {
 	if db.lost.Load() != nil || db.opened == nil {
 		return
@@ -33,6 +37,7 @@ func (db *DB) checkPlace() {
 	fi, err := os.Stat(db.path)
 	switch {
 	case err == nil && os.SameFile(fi, db.opened):
+		db.checkSize(fi.Size())
 		return
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return
@@ -64,7 +69,7 @@ func (db *DB) copyOut(path string) error {
 	if err != nil {
 		return err
 	}
-	err = db.bolt.View(func(tx *bolt.Tx) error {
+	err = db.view(func(tx *bolt.Tx) error {
 		_, err := tx.WriteTo(f)
 		return err
 	})
@@ -81,20 +86,111 @@ func (db *DB) copyOut(path string) error {
 	return PlaceNew(tmp, path)
 }
 
-// PlaceNew puts the finished file tmp at path, which it never replaces: a
-// hard link, then tmp removed. Where the filesystem has no hard links
-// (vfat, exFAT, many network mounts), a rename once path is seen free. On
-// failure tmp stays, and the error names it.
-func PlaceNew(tmp, path string) error {
-	err := os.Link(tmp, path)
-	if err != nil && !errors.Is(err, fs.ErrExist) {
-		if _, serr := os.Lstat(path); errors.Is(serr, fs.ErrNotExist) {
-			err = os.Rename(tmp, path)
+// checkSize notices the open file cut short in place (truncate, a
+// log rotation's copytruncate, `> router.db`): bbolt only ever grows it,
+// so a size below the largest seen means pages it maps are gone.
+func (db *DB) checkSize(size int64) {
+	for {
+		seen := db.seen.Load()
+		if size >= seen {
+			if db.seen.CompareAndSwap(seen, size) {
+				return
+			}
+			continue
+		}
+		db.unreadable(fmt.Sprintf("it was cut from %d to %d bytes", seen, size))
+		return
+	}
+}
+
+// unreadable gives up the open file's mapping: the file was cut short
+// under the router (or a read of it faulted). What it held past the cut is
+// gone, so nothing is copied out; every read and write is refused from
+// then on, and nothing touches the mapping again: a read of a page past
+// the end would end the process (SIGBUS), and bbolt keeps the locks a
+// fault interrupted. The next start refuses the file when the cut took
+// pages in use (checkSize, errEmpty), rather than begin again without
+// what it held; a cut of only the room bbolt grew the file by loses
+// nothing, and the next start takes the file as it is.
+func (db *DB) unreadable(why string) {
+	err := fmt.Errorf("%w: %s; nothing more is stored: restart the router (it refuses the file if the cut took what it held: then restore it from a backup, router backup)", ErrFileLost, why)
+	db.lost.Store(&err)
+	db.unmapped.Store(true)
+}
+
+// mapped runs fn, which reads the file's mapping (a bbolt transaction),
+// unless the mapping was given up. A panic bbolt raises while fn reads it
+// ends fn with an error instead of the process, and gives the mapping up:
+// a memory fault (the file cut short in place before checkSize saw it: a
+// page past the end) or one of bbolt's assertions (a page of zeros where
+// the cut file grew again). This guards the goroutine fn runs on; a fault
+// on one of bbolt's own still ends the process, and the next start
+// refuses the file. A panic of the router's own code is no news of the
+// file, and goes on.
+func (db *DB) mapped(fn func() error) (err error) {
+	if db.unmapped.Load() {
+		return *db.lost.Load()
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if !db.boltPanic(r) {
+			panic(r)
+		}
+		db.faulted.Store(true)
+		db.unreadable(fmt.Sprintf("reading it failed (%v): it was cut short, or damaged", r))
+		err = *db.lost.Load()
+	}()
+	return fn()
+}
+
+// boltPanic says whether r, the panic being recovered (called from the
+// deferred function), is news of the file: a memory fault at an address
+// inside bbolt's mapping of it, or a panic raised inside bbolt itself (the
+// first frame below the runtime's is bbolt's: its assertions on a page).
+// A fault elsewhere (a nil pointer) is a bug, wherever it is met.
+func (db *DB) boltPanic(r any) bool {
+	if re, ok := r.(interface{ Addr() uintptr }); ok {
+		// bbolt maps at least InitialMmapSize (Open: 1 GiB), and past that
+		// in steps of 1 GiB above the file's size.
+		return re.Addr() >= db.mapStart && re.Addr()-db.mapStart < uintptr(db.seen.Load())+2<<30
+	}
+	pc := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pc[:runtime.Callers(4, pc)])
+	for {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") {
+			return strings.HasPrefix(f.Function, "go.etcd.io/bbolt")
+		}
+		if !more {
+			return false
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("%w (the copy is kept at %s)", err, tmp)
-	}
-	os.Remove(tmp) // linked: path is the copy now
-	return nil
+}
+
+// view runs fn in a bbolt read transaction, guarded by mapped.
+func (db *DB) view(fn func(*bolt.Tx) error) error {
+	return db.mapped(func() error { return db.bolt.View(fn) })
+}
+
+// update runs fn in a bbolt write transaction and commits it, guarded by
+// mapped. It is bbolt's Update without its rollback on a panic: after a
+// fault that rollback walks every page again on a goroutine of bbolt's
+// own, where the next fault would end the process. A transaction a fault
+// ended is left as it is; the mapping is given up with it.
+func (db *DB) update(fn func(*bolt.Tx) error) error {
+	return db.mapped(func() error {
+		tx, err := db.bolt.Begin(true)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
 }

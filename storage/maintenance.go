@@ -91,7 +91,7 @@ func CheckFile(path string) (*CheckReport, error) {
 // HTTP Content-Length). It returns the bytes written.
 func (db *DB) Backup(w io.Writer, size func(int64)) (int64, error) {
 	var n int64
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		if size != nil {
 			size(tx.Size())
 		}

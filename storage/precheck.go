@@ -50,8 +50,9 @@ func readMeta(f *os.File, off int64) (m boltMeta, ok bool) {
 	return boltMeta{pageSize: le.Uint32(meta[8:]), pgid: le.Uint64(meta[40:]), txid: le.Uint64(meta[48:])}, true
 }
 
-// checkSize refuses a data file shorter than its own metadata says it is:
-// a truncated file (a copy cut short, a full disk during a copy). bbolt
+// checkSize refuses a data file shorter than its own metadata says it is,
+// or empty: a truncated file (a copy cut short, a full disk during a copy,
+// a file cut under a running router). bbolt
 // would map it and die with SIGBUS on the first page past the end; this
 // says what is wrong instead, before anything reads or writes the file.
 func checkSize(path string) error {
@@ -68,7 +69,7 @@ func checkSize(path string) error {
 		return err
 	}
 	if fi.Size() == 0 {
-		return nil // bbolt initializes an empty file
+		return errEmpty
 	}
 	m0, ok0 := readMeta(f, 0)
 	pageSize := int64(os.Getpagesize())
@@ -97,6 +98,12 @@ func checkSize(path string) error {
 	}
 	return nil
 }
+
+// errEmpty refuses an empty data file. A router never leaves one
+// (createFile), so it was cut to nothing, or made by something else; bbolt
+// would take it for a new file and start again empty.
+var errEmpty = errors.New("the data file is empty (0 bytes): no router leaves one so, so it was truncated, or made by something else; " +
+	"the file was left as it is: restore it from a backup (router backup), or remove it to start empty")
 
 // openBolt opens the file with bbolt after checkSize.
 func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {

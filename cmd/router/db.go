@@ -110,19 +110,9 @@ func (c *BackupCommand) fetch(ctx context.Context, cl *apiClient, f *os.File) (i
 		err = cerr
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(f.Name()))
+		err = storage.SyncDir(filepath.Dir(f.Name()))
 	}
 	return n, err
-}
-
-// syncDir fsyncs a folder, so that a file created or renamed in it stays.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // DBCommand is `router db`: offline tools for a data file no router has

@@ -1,0 +1,69 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// PlaceNew puts the finished file tmp at path, which it never replaces: a
+// hard link, then tmp removed. Where the filesystem has no hard links
+// (vfat, exFAT, many network mounts), a rename once path is seen free. On
+// failure tmp stays, and the error names it.
+func PlaceNew(tmp, path string) error {
+	err := os.Link(tmp, path)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		if _, serr := os.Lstat(path); errors.Is(serr, fs.ErrNotExist) {
+			err = os.Rename(tmp, path)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w (the copy is kept at %s)", err, tmp)
+	}
+	os.Remove(tmp) // linked: path is the copy now
+	return SyncDir(filepath.Dir(path))
+}
+
+// SyncDir fsyncs a folder, so that a file created, linked or renamed in it
+// stays after a power cut.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// createFile makes a new data file at path whole: bbolt writes its first
+// pages to path.new and fsyncs them, and only then is the file named path
+// (PlaceNew). So no router ever leaves an empty data file, even when it is
+// stopped while it makes one, and an empty file at path is refused as a
+// truncated one (checkSize), not taken for a new one: the start after a
+// file was cut to nothing would otherwise begin again empty, and every
+// event it held would be lost without a word. A file another router made
+// at path meanwhile is left to it.
+func createFile(path string) error {
+	tmp := path + ".new"
+	os.Remove(tmp) // left by a start that was stopped
+	bdb, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	if err == nil {
+		err = bdb.Close()
+	}
+	if err == nil {
+		err = PlaceNew(tmp, path)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		err = nil // another router's: the lock decides
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("create the data file: %w", err)
+	}
+	return nil
+}
