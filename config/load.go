@@ -391,7 +391,7 @@ func (d *decoder) storage(c *hcl.BodyContent, body hcl.Body, st *Storage) {
 	}
 	st.PluginCache = filepath.Join(filepath.Dir(st.Path), "wasm-cache")
 	d.own(WhatDataFile, st.Path, writtenFile, at)
-	d.own("the plugin cache", st.PluginCache, filledDir, at)
+	d.own(WhatPluginCache, st.PluginCache, filledDir, at)
 }
 
 // sinksAndPlugins decodes the nats, kafka and plugin blocks, each name

@@ -31,8 +31,12 @@ func (d *decoder) own(what, path string, use pathUse, at hcl.Range) {
 // WrittenPath is a file or folder router run creates or writes: the data
 // file, the plugin cache, an embedded NATS server's store. router validate
 // checks that its user could write each.
-// WhatDataFile is the What of the data file's WrittenPath.
-const WhatDataFile = "storage.path"
+// WhatDataFile and WhatPluginCache are the What of the data file's and
+// the plugin cache's WrittenPath.
+const (
+	WhatDataFile    = "storage.path"
+	WhatPluginCache = "the plugin cache"
+)
 
 type WrittenPath struct {
 	What string // "storage.path", `the store_dir of nats "local"`

@@ -17,6 +17,7 @@ import (
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
@@ -215,18 +216,23 @@ func uncapturedInboxes(cfg *config.Config) []string {
 
 // checkPlaces refuses, as router run would at its start, the data file's
 // place (storage.CheckPath: a folder or file another user owns or anyone
-// may write, or no regular file), and the socket's (api.CheckSocketPlace:
+// may write, or no regular file), the plugin cache's (one others could
+// have written in: fsperm.CheckPrivateTree), and the socket's (api.CheckSocketPlace:
 // its folder so, or something else than a socket at its path); without
 // asking whether a router serves there, so that validate may run beside
 // the router it checks a change for.
 func checkPlaces(cfg *config.Config) []string {
 	var out []string
 	for _, p := range cfg.WrittenPaths {
-		if p.What != config.WhatDataFile {
-			continue
-		}
-		if err := storage.CheckPath(p.Path); err != nil {
-			out = append(out, fmt.Sprintf("%s: storage.path %q: router run would refuse it: %v", p.At, p.Path, err))
+		switch {
+		case p.What == config.WhatDataFile:
+			if err := storage.CheckPath(p.Path); err != nil {
+				out = append(out, fmt.Sprintf("%s: storage.path %q: router run would refuse it: %v", p.At, p.Path, err))
+			}
+		case p.What == config.WhatPluginCache && len(cfg.Plugins) > 0:
+			if err := fsperm.CheckPrivateTree(p.Path); err != nil {
+				out = append(out, fmt.Sprintf("%s: the plugin cache %q: router run would refuse it: %v", p.At, p.Path, err))
+			}
 		}
 	}
 	if err := api.CheckSocketPlace(cfg.Listen.Socket); err != nil {

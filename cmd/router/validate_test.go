@@ -20,7 +20,8 @@ import (
 // a missing tokens_file, a file of secrets others may read, a route no
 // stream captures, two streams that capture one subject, a data file or a
 // store router run could not write, a data file or socket folder router
-// run refuses (anyone may write it, or it is no regular file), an inbox no
+// run refuses (anyone may write it, or it is no regular file), a plugin
+// cache others may write in, an inbox no
 // stream (or several) stores; and `router run`
 // names a plugin that does not load at its block's file:line:col too.
 func TestValidateFindsWhatParsingCannot(t *testing.T) {
@@ -35,7 +36,12 @@ func TestValidateFindsWhatParsingCannot(t *testing.T) {
 	open := filepath.Join(dir, "open")
 	os.Mkdir(open, 0o755)
 	os.Chmod(open, 0o777)
+	openCache := filepath.Join(dir, "cached", "wasm-cache")
+	os.MkdirAll(openCache, 0o700)
+	os.Chmod(openCache, 0o777)
 	cases := []struct{ name, src, want string }{
+		{"a plugin cache others may write", fmt.Sprintf("storage { path = %q }\nplugin \"p\" { wasm = %q }", filepath.Join(dir, "cached", "router.db"), good),
+			fmt.Sprintf(`:1:18: the plugin cache %q: router run would refuse it: %s may be written by other users than its owner (mode 0777)`, openCache, openCache)},
 		{"a data file under a file", fmt.Sprintf("storage { path = %q }", filepath.Join(aFile, "router.db")),
 			fmt.Sprintf(`:1:18: storage.path %q: router run as this user could not write it: %s is not a folder`, filepath.Join(aFile, "router.db"), aFile)},
 		{"a data file that is a folder", fmt.Sprintf("storage { path = %q }", dir),

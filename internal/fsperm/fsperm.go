@@ -6,9 +6,12 @@
 package fsperm
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 )
 
@@ -88,4 +91,48 @@ func Kind(fi os.FileInfo) string {
 	default:
 		return "a special file (" + t.String() + ")"
 	}
+}
+
+// CheckPrivateTree refuses a folder whose files the router runs as code
+// (the plugin cache: machine code wazero compiled, mapped executable), if
+// anyone but the router's user (and root) could have put or changed
+// anything in it: the folder, each folder in it and each file of those is
+// the router's (or root's), no link, and writable by its owner only. No
+// sticky exception: in a sticky /tmp another user could make the folder,
+// or a file under the name the router would look for, first. A folder not
+// there yet passes (the router makes it, private).
+func CheckPrivateTree(dir string) error {
+	return checkPrivate(dir, 2)
+}
+
+func checkPrivate(path string, depth int) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) && depth == 2 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("%s is a symbolic link: the router runs what is in this folder as code, and takes no link there; remove it", path)
+	}
+	if err := CheckOwner(path, fi); err != nil {
+		return fmt.Errorf("%w: the router runs what is in this folder as code; remove it, the router makes it again", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("%s may be written by other users than its owner (mode %04o): the router runs what is in this folder as code; chmod go-w %s", path, perm, path)
+	}
+	if !fi.IsDir() || depth == 0 {
+		return nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := checkPrivate(filepath.Join(path, e.Name()), depth-1); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -35,6 +35,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // HostModule is the name of the module the host functions are imported from.
@@ -85,7 +87,12 @@ func NewRuntime(ctx context.Context, opts RuntimeOptions) (*Runtime, error) {
 	}
 	rt := &Runtime{log: log.Named("plugin")}
 	if opts.CacheDir != "" {
+		// wazero makes the folders (0700) here, and reads an entry only
+		// when a compile looks for it: checked before any is.
 		cache, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
+		if err == nil {
+			err = fsperm.CheckPrivateTree(opts.CacheDir)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("wasm compilation cache %s: %w", opts.CacheDir, err)
 		}

@@ -708,3 +708,60 @@ func TestSameModuleLoadsConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// The compilation cache holds machine code the router maps executable, so
+// a cache folder another user could have written into is refused before
+// anything in it is read: one anyone may write (sticky or not), one with a
+// file others may write, a link, or one another user owns. Before, another
+// user's folder at <data dir>/wasm-cache in /tmp was used as it was, and a
+// cache entry of theirs ran as the router's user (a security trial).
+func TestCacheOthersCouldWriteIsRefused(t *testing.T) {
+	ctx := context.Background()
+	cases := map[string]func(dir string) error{
+		"world-writable, sticky": func(dir string) error { return os.Chmod(dir, 0o777|os.ModeSticky) },
+		"a file others may write": func(dir string) error {
+			sub := filepath.Join(dir, "wazero-planted")
+			if err := os.Mkdir(sub, 0o700); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(sub, "entry"), []byte("code"), 0o600); err != nil {
+				return err
+			}
+			return os.Chmod(filepath.Join(sub, "entry"), 0o666)
+		},
+		"a link": func(dir string) error { return os.Symlink(t.TempDir(), filepath.Join(dir, "wazero-link")) },
+	}
+	if os.Geteuid() == 0 {
+		cases["another user's"] = func(dir string) error { return os.Chown(dir, 65534, 65534) }
+	} else {
+		t.Log("not root: the case of a folder another user owns is left out (chown needs root)")
+	}
+	for name, spoil := range cases {
+		dir := filepath.Join(t.TempDir(), "wasm-cache")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := spoil(dir); err != nil {
+			t.Fatal(err)
+		}
+		rt, err := NewRuntime(ctx, RuntimeOptions{CacheDir: dir})
+		if err == nil {
+			rt.Close(ctx)
+			t.Errorf("%s: the cache was taken", name)
+			continue
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	// The folder the runtime makes itself passes, and again once filled.
+	dir := filepath.Join(t.TempDir(), "wasm-cache")
+	for range 2 {
+		rt, err := NewRuntime(ctx, RuntimeOptions{CacheDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Load(ctx, config.Plugin{Name: "transformer", Wasm: testdata("transformer"), Limits: testLimits}, LoadOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rt.Close(ctx)
+	}
+}
