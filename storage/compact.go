@@ -51,7 +51,9 @@ func CompactFile(path string) (*CompactReport, error) {
 	}
 	defer src.Close()
 	tmp := path + ".compacting"
-	os.Remove(tmp) // a copy left by a compaction that was stopped
+	if err := createExcl(tmp); err != nil { // a copy left by a compaction that was stopped goes
+		return nil, err
+	}
 	if err := compactInto(src, path, tmp); err != nil {
 		os.Remove(tmp)
 		return nil, err

@@ -104,10 +104,15 @@ func openError(path string, err error) error {
 // CheckPath says why the router may not keep its data file at path: a
 // folder another user owns or anyone may write, or a file there already
 // that another user owns, anyone may write, or that is no regular file
-// (a device, a folder). router validate asks it too.
+// (a device, a folder, a symbolic link). router validate asks it too.
 func CheckPath(path string) error {
 	if err := fsperm.CheckDir(filepath.Dir(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		// Whoever may change the link (or make it dangle, for the router to
+		// create the file where it points) chooses where the data goes.
+		return fmt.Errorf("%s is a symbolic link: name the data file itself for storage.path", path)
 	}
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file (%s): name a file for storage.path", path, fsperm.Kind(fi))

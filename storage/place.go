@@ -50,8 +50,11 @@ func SyncDir(dir string) error {
 // at path meanwhile is left to it.
 func createFile(path string) error {
 	tmp := path + ".new"
-	os.Remove(tmp) // left by a start that was stopped
-	bdb, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	err := createExcl(tmp)
+	var bdb *bolt.DB
+	if err == nil {
+		bdb, err = bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	}
 	if err == nil {
 		err = bdb.Close()
 	}
@@ -66,4 +69,21 @@ func createFile(path string) error {
 		return fmt.Errorf("create the data file: %w", err)
 	}
 	return nil
+}
+
+// createExcl makes an empty file at path, private, that no one else made:
+// a file left there by a run that was stopped is removed first, and one
+// the router may not remove (another user's, in a sticky folder such as
+// /tmp) or a link made there meanwhile is an error, never opened: bbolt
+// would otherwise write into whatever is at path.
+func createExcl(path string) error {
+	os.Remove(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s is in the way and the router may not remove it (another user's?): remove it", path)
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
