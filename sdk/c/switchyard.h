@@ -390,15 +390,24 @@ static inline void sy_output_data(sy_str data) {
     if (sy__stage(SY_OUT_DATA, 3)) sy__put_str(data);
 }
 
+/* Set when an sy_output_emit of the event being handled returned
+ * SY_ERR_BUILD: the event is then rejected (sy__dispatch_event), as the
+ * host rejects one whose output it refuses, not sent without that output. */
+static int sy__build_failed;
+
 /* Hands the output to the router: >= 0 accepted; < 0 refused by the host
- * (malformed, over limits) or SY_ERR_BUILD (fields missing or out of order,
- * out of memory). */
+ * (malformed, over limits: the event is rejected) or SY_ERR_BUILD (fields
+ * missing or out of order, out of memory: the event is rejected too, with
+ * a reason that says so, unless the handler answers retry or reject). */
 static inline int32_t sy_output_emit(void) {
     uint32_t want = 0;
     if (sy__out.flags & SY_OUT_KEY) want = 1;
     if (sy__out.flags & SY_OUT_HEADERS) want = 2;
     if (sy__out.flags & SY_OUT_DATA) want = 3;
-    if (sy__out.err || sy__out.stage != want || sy__out.headers_left) return SY_ERR_BUILD;
+    if (sy__out.err || sy__out.stage != want || sy__out.headers_left) {
+        sy__build_failed = 1;
+        return SY_ERR_BUILD;
+    }
     return sy__emit(sy__out.buf, sy__out.len);
 }
 
@@ -456,7 +465,12 @@ static inline int32_t sy__dispatch_event(int32_t n, int32_t (*fn)(const sy_event
     sy_event ev;
     if (n < 0 || sy__read_input((uint32_t)n) < 0) return sy_retry("switchyard sdk: cannot read the event");
     if (!sy__decode_event(sy__in.buf, (uint32_t)n, &ev)) return sy_reject("switchyard sdk: malformed event envelope");
-    return fn(&ev);
+    sy__build_failed = 0;
+    int32_t rc = fn(&ev);
+    if (rc == SY_OK && sy__build_failed)
+        return sy_reject("switchyard sdk: an output could not be built (sy_output_* parts missing, out of order or "
+                         "not flagged, a header count not met, or out of memory): the event is rejected, not sent without it");
+    return rc;
 }
 
 /* SY_HANDLER(fn): exports sy_abi_version and sy_handle, calling

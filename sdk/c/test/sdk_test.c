@@ -78,6 +78,12 @@ static sy_event seen;
 static int32_t handler(const sy_event *ev) {
     seen = *ev;
     if (sy_str_eq(ev->type, "drop")) return SY_OK;
+    if (sy_str_eq(ev->type, "badout")) { /* announces 1 header, writes none, ignores the verdict */
+        sy_output_begin(SY_STR(""), SY_OUT_HEADERS);
+        sy_output_headers(1);
+        sy_output_emit();
+        return SY_OK;
+    }
     return sy_forward() < 0 ? SY_RETRY : SY_OK;
 }
 static int32_t on_config(const sy_config *cfg) {
@@ -126,6 +132,15 @@ int main(void) {
     event("drop", 0);
     emits = 0;
     CHECK(sy_handle((int32_t)input_len) == SY_OK && emits == 0);
+
+    /* an output that could not be built rejects the event, with a reason
+     * (it ended "filtered", without a word: a plugin author's trial) */
+    event("badout", 0);
+    emits = 0;
+    reason[0] = 0;
+    CHECK(sy_handle((int32_t)input_len) == SY_REJECT && emits == 0 && strstr(reason, "could not be built") != NULL);
+    event("t", 0); /* and the next event is not */
+    CHECK(sy_handle((int32_t)input_len) == SY_OK && emits == 1);
 
     /* malformed: every truncation is rejected */
     event("t", 1);
