@@ -662,6 +662,8 @@ func TestClaimsOverHTTP(t *testing.T) {
 	const n = 100
 	codes := make([]int, n)
 	retry := make([]string, n)
+	var tokens []string
+	var tokensMu sync.Mutex
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
@@ -669,6 +671,11 @@ func TestClaimsOverHTTP(t *testing.T) {
 			defer wg.Done()
 			rep := r.do("POST", "/v1/inbox/mailer/claims", nil, `{"id":"evt-1","lease":"1m"}`)
 			codes[i], retry[i] = rep.status, rep.header.Get("Retry-After")
+			if rep.status == 201 {
+				tokensMu.Lock()
+				tokens = append(tokens, decode[struct{ Token string }](t, rep.body).Token)
+				tokensMu.Unlock()
+			}
 		}()
 	}
 	wg.Wait()
@@ -682,7 +689,15 @@ func TestClaimsOverHTTP(t *testing.T) {
 	if count[201] != 1 || count[409] != n-1 {
 		t.Fatalf("statuses: %v", count)
 	}
-	if rep := r.do("POST", "/v1/inbox/mailer/claims/evt-1/complete", nil, `{"result":{"sent":true}}`); rep.status != 200 {
+	// Complete needs the claim's token: the 201 gave it; a claim's answer
+	// while the lease holds does not.
+	if rep := r.do("POST", "/v1/inbox/mailer/claims/evt-1/complete", nil, `{"result":{"sent":true}}`); rep.status != 400 || !strings.Contains(string(rep.body), "token") {
+		t.Fatalf("complete without the token: %d %s", rep.status, rep.body)
+	}
+	if rep := r.do("POST", "/v1/inbox/mailer/claims/evt-1/complete", nil, `{"token":"0","result":{"sent":true}}`); rep.status != 409 {
+		t.Fatalf("complete with another token: %d %s", rep.status, rep.body)
+	}
+	if rep := r.do("POST", "/v1/inbox/mailer/claims/evt-1/complete", nil, `{"token":"`+tokens[0]+`","result":{"sent":true}}`); rep.status != 200 {
 		t.Fatalf("complete: %d %s", rep.status, rep.body)
 	}
 	rep := r.do("POST", "/v1/inbox/mailer/claims", nil, `{"id":"evt-1"}`)

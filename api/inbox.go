@@ -107,10 +107,13 @@ type claimView struct {
 	LeaseUntil  *time.Time      `json:"lease_until,omitempty"`
 	CompletedAt *time.Time      `json:"completed_at,omitempty"`
 	Result      json.RawMessage `json:"result,omitempty"`
+	// Token is what complete and release need: the claim's, so that a
+	// holder whose lease ran out cannot act on the next holder's.
+	Token string `json:"token"`
 }
 
 func viewClaim(id string, c *storage.Claim) claimView {
-	v := claimView{ID: id, State: string(c.State), Mode: c.Mode, Result: c.Result}
+	v := claimView{ID: id, State: string(c.State), Mode: c.Mode, Result: c.Result, Token: c.Token()}
 	if !c.LeaseUntil.IsZero() {
 		v.LeaseUntil = &c.LeaseUntil
 	}
@@ -161,6 +164,7 @@ func (s *Server) postComplete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
+		Token  string          `json:"token"`
 		Result json.RawMessage `json:"result"`
 	}
 	if err := s.readJSON(w, r, &body); err != nil {
@@ -168,7 +172,7 @@ func (s *Server) postComplete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	c, err := s.engine.Complete(r.Context(), ten, r.PathValue("consumer"), id, body.Result)
+	c, err := s.engine.Complete(r.Context(), ten, r.PathValue("consumer"), id, body.Token, body.Result)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -182,7 +186,14 @@ func (s *Server) postRelease(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.engine.Release(r.Context(), ten, r.PathValue("consumer"), r.PathValue("id")); err != nil {
+	var body struct {
+		Token string `json:"token"`
+	}
+	if err := s.readJSON(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.engine.Release(r.Context(), ten, r.PathValue("consumer"), r.PathValue("id"), body.Token); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

@@ -394,7 +394,13 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 				return err // a new claim takes room; an expired lease claimed again does not
 			}
 		}
-		c = &storage.Claim{State: storage.ClaimHeld, Mode: req.Mode, ClaimedAt: now, LeaseUntil: now.Add(req.Lease), ExpiresAt: now.Add(ttl)}
+		// The claim outlives its lease: were it to expire first, the next
+		// claim would be a new one while this lease holds.
+		expires := now.Add(ttl)
+		if lease := now.Add(req.Lease); lease.After(expires) {
+			expires = lease
+		}
+		c = &storage.Claim{State: storage.ClaimHeld, Mode: req.Mode, ClaimedAt: now, LeaseUntil: now.Add(req.Lease), ExpiresAt: expires}
 		if req.Mode == ModeAtMostOnce {
 			c.State, c.CompletedAt, c.LeaseUntil = storage.ClaimCompleted, now, time.Time{}
 		}
@@ -412,18 +418,20 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 // see the claim expire and the effect run again elsewhere.
 const maxResultWhileFull = 4096
 
-// Complete records the result of a claimed id: later claims get it.
-func (e *Engine) Complete(ctx context.Context, tenant, consumer, id string, result json.RawMessage) (*storage.Claim, error) {
+// Complete records the result of a claimed id: later claims get it. token
+// is the claim's (storage.Claim.Token), from the claim that took the
+// lease: a holder whose lease ran out, and whose id was claimed again
+// since, cannot complete it over the new holder (ECONFLICT: its effect may
+// run twice; the new holder's result is the one kept). Completing again
+// with the same token gives the stored claim.
+func (e *Engine) Complete(ctx context.Context, tenant, consumer, id, token string, result json.RawMessage) (*storage.Claim, error) {
 	if err := checkClaimRef(consumer, id); err != nil {
 		return nil, err
 	}
 	now := e.now()
 	var c *storage.Claim
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
-		old, err := tx.Claim(tenant, consumer, id, now)
-		if errors.Is(err, storage.ErrNotFound) {
-			return switchyard.Errorf(switchyard.ENOTFOUND, "id %q is not claimed", id)
-		}
+		old, err := heldBy(tx, tenant, consumer, id, token, now)
 		if err != nil {
 			return err
 		}
@@ -447,15 +455,17 @@ func (e *Engine) Complete(ctx context.Context, tenant, consumer, id string, resu
 }
 
 // Release gives a claimed id back, so a redelivery runs the effect again.
-// A completed id cannot be released.
-func (e *Engine) Release(ctx context.Context, tenant, consumer, id string) error {
+// A completed id cannot be released, nor one claimed again since token's
+// lease ran out (that would free the new holder's lease). An id no longer
+// claimed is released already.
+func (e *Engine) Release(ctx context.Context, tenant, consumer, id, token string) error {
 	if err := checkClaimRef(consumer, id); err != nil {
 		return err
 	}
 	now := e.now()
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
-		old, err := tx.Claim(tenant, consumer, id, now)
-		if errors.Is(err, storage.ErrNotFound) {
+		old, err := heldBy(tx, tenant, consumer, id, token, now)
+		if switchyard.ErrorCode(err) == switchyard.ENOTFOUND {
 			return nil
 		}
 		if err != nil {
@@ -467,6 +477,26 @@ func (e *Engine) Release(ctx context.Context, tenant, consumer, id string) error
 		return tx.DeleteClaim(tenant, consumer, id)
 	})
 	return unavailable(err)
+}
+
+// heldBy is the claim of id when token is its token: ENOTFOUND when there
+// is none, EINVALID without a token, ECONFLICT when it is another claim's
+// (the token's lease ran out, and the id was claimed again).
+func heldBy(tx *storage.Tx, tenant, consumer, id, token string, now time.Time) (*storage.Claim, error) {
+	if token == "" {
+		return nil, switchyard.Errorf(switchyard.EINVALID, "token: the claim's token (from the claim that took the lease) is needed")
+	}
+	c, err := tx.Claim(tenant, consumer, id, now)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "id %q is not claimed", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.Token() != token {
+		return nil, switchyard.Errorf(switchyard.ECONFLICT, "id %q was claimed again after the lease of this token ran out: another holder has it (its effect may have run twice), and its result is the one kept", id)
+	}
+	return c, nil
 }
 
 // checkClaimRef says why consumer and id cannot name a claim.

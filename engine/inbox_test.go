@@ -172,10 +172,10 @@ func TestClaimRefusesUnusableNames(t *testing.T) {
 		if _, _, err := h.eng.Claim(ctx, req); switchyard.ErrorCode(err) != switchyard.EINVALID {
 			t.Errorf("claim %s: %v, want invalid", name, err)
 		}
-		if _, err := h.eng.Complete(ctx, req.Tenant, req.Consumer, req.ID, nil); switchyard.ErrorCode(err) != switchyard.EINVALID {
+		if _, err := h.eng.Complete(ctx, req.Tenant, req.Consumer, req.ID, "t", nil); switchyard.ErrorCode(err) != switchyard.EINVALID {
 			t.Errorf("complete %s: %v, want invalid", name, err)
 		}
-		if err := h.eng.Release(ctx, req.Tenant, req.Consumer, req.ID); switchyard.ErrorCode(err) != switchyard.EINVALID {
+		if err := h.eng.Release(ctx, req.Tenant, req.Consumer, req.ID, "t"); switchyard.ErrorCode(err) != switchyard.EINVALID {
 			t.Errorf("release %s: %v, want invalid", name, err)
 		}
 	}
@@ -216,10 +216,11 @@ func TestClaims(t *testing.T) {
 		t.Fatalf("created %d, busy %d", created, busy)
 	}
 	h.clock.Advance(31 * time.Second)
-	if _, ok, err := h.eng.Claim(ctx, req); err != nil || !ok {
+	held, ok, err := h.eng.Claim(ctx, req)
+	if err != nil || !ok {
 		t.Fatalf("reclaim after lease expiry: %v %v", ok, err)
 	}
-	if _, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", json.RawMessage(`{"sent":true}`)); err != nil {
+	if _, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", held.Token(), json.RawMessage(`{"sent":true}`)); err != nil {
 		t.Fatal(err)
 	}
 	h.clock.Advance(time.Hour)
@@ -233,8 +234,8 @@ func TestClaims(t *testing.T) {
 	}
 	// Release lets a redelivery run the effect again.
 	r2 := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-2"}
-	h.eng.Claim(ctx, r2)
-	if err := h.eng.Release(ctx, "default", "mailer", "evt-2"); err != nil {
+	c2, _, _ := h.eng.Claim(ctx, r2)
+	if err := h.eng.Release(ctx, "default", "mailer", "evt-2", c2.Token()); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, _ := h.eng.Claim(ctx, r2); !ok {
@@ -284,5 +285,78 @@ inbox "pay" {
 				t.Fatalf("audit: %+v", skips)
 			}
 		}
+	}
+}
+
+// A holder whose lease ran out, its id claimed again since, can neither
+// release nor complete it: its token is not the claim's (ECONFLICT), so
+// the new holder's lease holds (a third worker still waits) and its
+// result is the one kept; without a token neither is done. Before, the
+// stale release deleted the new holder's claim and a third worker got the
+// id while that lease held, and the stale complete stored its result over
+// the new holder's, which then got it back without an error (a review).
+func TestStaleHolderCannotActOnTheNextClaim(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	ctx := context.Background()
+	req := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-1", Lease: 30 * time.Second}
+	a, _, err := h.eng.Claim(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(31 * time.Second) // A is slow: its lease ends
+	b, ok, err := h.eng.Claim(ctx, req)
+	if err != nil || !ok {
+		t.Fatalf("B: %v %v", ok, err)
+	}
+	if a.Token() == b.Token() {
+		t.Fatal("two claims of one id have one token")
+	}
+	h.clock.Advance(time.Second)
+	if err := h.eng.Release(ctx, "default", "mailer", "evt-1", a.Token()); switchyard.ErrorCode(err) != switchyard.ECONFLICT {
+		t.Errorf("A's release after B claimed: %v", err)
+	}
+	if _, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", a.Token(), json.RawMessage(`{"by":"A"}`)); switchyard.ErrorCode(err) != switchyard.ECONFLICT {
+		t.Errorf("A's complete after B claimed: %v", err)
+	}
+	for what, err := range map[string]error{
+		"release": h.eng.Release(ctx, "default", "mailer", "evt-1", ""),
+		"complete": func() error {
+			_, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", "", nil)
+			return err
+		}(),
+	} {
+		if switchyard.ErrorCode(err) != switchyard.EINVALID {
+			t.Errorf("%s without a token: %v", what, err)
+		}
+	}
+	if _, ok, err := h.eng.Claim(ctx, req); ok || switchyard.ErrorCode(err) != switchyard.EINPROGRESS {
+		t.Fatalf("C claimed the id while B's lease held: %v %v", ok, err)
+	}
+	c, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", b.Token(), json.RawMessage(`{"by":"B"}`))
+	if err != nil || string(c.Result) != `{"by":"B"}` {
+		t.Fatalf("B's complete: %+v %v", c, err)
+	}
+	if c, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", b.Token(), json.RawMessage(`{"by":"B again"}`)); err != nil || string(c.Result) != `{"by":"B"}` {
+		t.Errorf("B's complete again: %+v %v", c, err)
+	}
+}
+
+// A lease longer than the consumer's claim TTL keeps the claim as long as
+// it holds: before, the claim expired under the lease and a second worker
+// got the id (a review).
+func TestLeaseOutlivesClaimTTL(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	ctx := context.Background()
+	req := engine.ClaimRequest{Tenant: "default", Consumer: "pay", ID: "evt-1", Lease: 2 * time.Hour}
+	if _, ok, err := h.eng.Claim(ctx, req); err != nil || !ok {
+		t.Fatalf("first: %v %v", ok, err)
+	}
+	h.clock.Advance(61 * time.Minute) // past the inbox's ttl (1h), within the lease
+	if _, ok, err := h.eng.Claim(ctx, req); ok || switchyard.ErrorCode(err) != switchyard.EINPROGRESS {
+		t.Fatalf("a second worker's claim within the lease: %v %v", ok, err)
+	}
+	h.clock.Advance(time.Hour)
+	if _, ok, err := h.eng.Claim(ctx, req); err != nil || !ok {
+		t.Fatalf("a claim once the lease ran out: %v %v", ok, err)
 	}
 }

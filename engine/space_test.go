@@ -259,7 +259,8 @@ storage { max_size = "256KiB" }
 	claim := func(id string) (*storage.Claim, bool, error) {
 		return h.eng.Claim(ctx, engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: id})
 	}
-	if _, ok, err := claim("held"); err != nil || !ok {
+	heldClaim, ok, err := claim("held")
+	if err != nil || !ok {
 		t.Fatalf("the first claim: %v %v", ok, err)
 	}
 	if _, ok, err := h.eng.Claim(ctx, engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "brief", Lease: time.Millisecond}); err != nil || !ok {
@@ -269,9 +270,9 @@ storage { max_size = "256KiB" }
 	full := false
 	for i := 0; i < 400 && !full; i++ {
 		id := fmt.Sprintf("c-%d", i)
-		_, _, err := claim(id)
+		c, _, err := claim(id)
 		if err == nil {
-			_, err = h.eng.Complete(ctx, "default", "mailer", id, result)
+			_, err = h.eng.Complete(ctx, "default", "mailer", id, c.Token(), result)
 		}
 		switch {
 		case err == nil:
@@ -289,13 +290,13 @@ storage { max_size = "256KiB" }
 	if _, _, err := claim("new"); switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL {
 		t.Errorf("a new claim past the budget: %v", err)
 	}
-	if _, err := h.eng.Complete(ctx, "default", "mailer", "held", result); switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL {
+	if _, err := h.eng.Complete(ctx, "default", "mailer", "held", heldClaim.Token(), result); switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL {
 		t.Errorf("a large result past the budget: %v", err)
 	}
 	// What takes no new room is taken: a small result (the effect has run;
 	// refused, the lease would expire and the effect run again), and an
 	// expired lease claimed again.
-	if c, err := h.eng.Complete(ctx, "default", "mailer", "held", json.RawMessage(`{"sent":true}`)); err != nil || c.State != storage.ClaimCompleted {
+	if c, err := h.eng.Complete(ctx, "default", "mailer", "held", heldClaim.Token(), json.RawMessage(`{"sent":true}`)); err != nil || c.State != storage.ClaimCompleted {
 		t.Errorf("a small result past the budget: %v", err)
 	}
 	if _, ok, err := claim("brief"); err != nil || !ok {

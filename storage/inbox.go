@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -180,6 +181,12 @@ type Claim struct {
 	Result      json.RawMessage `json:"result,omitempty"`
 	ExpiresAt   time.Time       `json:"expires_at"`
 }
+
+// Token names this claim of its id apart from every other: the time it
+// was claimed, in nanoseconds (an id is claimed again only once a lease
+// has run out, later). Complete and release need it: a holder whose lease
+// ran out cannot then act on the next holder's claim (a fencing token).
+func (c *Claim) Token() string { return strconv.FormatInt(c.ClaimedAt.UnixNano(), 36) }
 
 func claimKey(tenant, consumer, id string) []byte {
 	return []byte(tenant + "\x00" + consumer + "\x00" + id)
