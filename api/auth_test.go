@@ -580,3 +580,25 @@ func TestTenantCannotSquatIDs(t *testing.T) {
 		t.Errorf("admin lookup of order-42 in tenant nobody: %d %s", rep.status, rep.body)
 	}
 }
+
+// A request's headers on the TCP listener, read before its token is
+// checked, are bounded at 64 KiB (431 past it), while the socket takes a
+// binary-mode event with more: before, each client without a token could
+// hold about 1.6 MiB with a megabyte of headers, and 400 of them had the
+// router OOM-killed (a security trial).
+func TestTCPHeadersAreBounded(t *testing.T) {
+	r := newTCPRouterWith(t, func(l *config.Listen) { l.MaxBody = 1 << 20 })
+	h := map[string]string{"ce-specversion": "1.0", "ce-type": "order.created", "ce-source": "/t", "Content-Type": "application/json"}
+	for i := range 20 { // 20 extensions of 4,000 bytes: 80 KB of headers
+		h[fmt.Sprintf("ce-ext%d", i)] = strings.Repeat("x", 4000)
+	}
+	if rep := r.tcp("POST", "/v1/events", "", h, `{}`); rep.status != 431 {
+		t.Errorf("80 KB of headers over TCP, no token: %d %s", rep.status, rep.body)
+	}
+	if rep := r.tcp("POST", "/v1/events", tokAcme, h, `{}`); rep.status != 431 {
+		t.Errorf("80 KB of headers over TCP, a token: %d %s", rep.status, rep.body)
+	}
+	if rep := r.do("POST", "/v1/events", h, `{}`); rep.status != 202 {
+		t.Errorf("80 KB of headers over the socket: %d %s", rep.status, rep.body)
+	}
+}

@@ -101,8 +101,20 @@ func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
 	s.closing, s.beginClose = context.WithCancel(context.Background())
 	h := s.Handler()
 	s.http, s.tcpSrv = s.httpServer(h), s.httpServer(h)
+	s.tcpSrv.MaxHeaderBytes = maxTCPHeaderBytes
 	return s
 }
+
+// maxTCPHeaderBytes bounds a request's headers on the TCP listener, where
+// they are read before the bearer token is checked: at net/http's 1 MiB,
+// each of max_connections (512) clients that sent no token could hold
+// about 1.6 MiB while it trickled headers in, and 400 of them had the
+// router OOM-killed under a 400 MiB limit (a security trial); at 64 KiB
+// they hold about 50 MiB in all. A binary-mode event's attributes are
+// headers: one with more than 64 KiB of them goes over TCP in structured
+// mode, or over the socket (its clients are the local services the
+// socket's mode lets in; net/http's 1 MiB there). More gets 431.
+const maxTCPHeaderBytes = 64 << 10
 
 // httpServer is one listener's server: each has its own, so that shutting
 // down or limiting one leaves the other alone. It is net/http's, for every
