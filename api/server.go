@@ -421,7 +421,7 @@ func listenUnix(path string) (net.Listener, error) {
 	if err := os.MkdirAll(dirOf(path), 0o750); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	if err := fsperm.CheckDir(dirOf(path)); err != nil {
+	if err := fsperm.CheckSocketDir(dirOf(path)); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	if err := removeStaleSocket(path); err != nil {
@@ -463,7 +463,7 @@ func CheckSocket(path string) error {
 // a socket is at path.
 func CheckSocketPlace(path string) error {
 	if _, err := os.Stat(dirOf(path)); err == nil {
-		if err := fsperm.CheckDir(dirOf(path)); err != nil {
+		if err := fsperm.CheckSocketDir(dirOf(path)); err != nil {
 			return fmt.Errorf("listen %s: %w", path, err)
 		}
 	}

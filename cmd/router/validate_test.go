@@ -20,7 +20,8 @@ import (
 // a missing tokens_file, a file of secrets others may read, a route no
 // stream captures, two streams that capture one subject, a data file or a
 // store router run could not write, a data file or socket folder router
-// run refuses (anyone may write it, or it is no regular file), a plugin
+// run refuses (anyone may write it, or it is no regular file; a socket
+// folder even when sticky: another user could answer in its place), a plugin
 // cache others may write in, an inbox no
 // stream (or several) stores; and `router run`
 // names a plugin that does not load at its block's file:line:col too.
@@ -36,6 +37,9 @@ func TestValidateFindsWhatParsingCannot(t *testing.T) {
 	open := filepath.Join(dir, "open")
 	os.Mkdir(open, 0o755)
 	os.Chmod(open, 0o777)
+	sticky := filepath.Join(dir, "sticky")
+	os.Mkdir(sticky, 0o755)
+	os.Chmod(sticky, 0o777|os.ModeSticky)
 	openCache := filepath.Join(dir, "cached", "wasm-cache")
 	os.MkdirAll(openCache, 0o700)
 	os.Chmod(openCache, 0o777)
@@ -67,6 +71,8 @@ func TestValidateFindsWhatParsingCannot(t *testing.T) {
 			fmt.Sprintf(`:1:18: storage.path %q: router run would refuse it: %s may be written by anyone (mode 0777)`, filepath.Join(open, "router.db"), open)},
 		{"a socket folder anyone may write", fmt.Sprintf("listen { socket = %q }", filepath.Join(open, "r.sock")),
 			fmt.Sprintf(`:1:1: listen.socket %q: router run would refuse it (unless systemd passes the socket): listen %s: %s may be written by anyone (mode 0777)`, filepath.Join(open, "r.sock"), filepath.Join(open, "r.sock"), open)},
+		{"a socket folder anyone may write, sticky", fmt.Sprintf("listen { socket = %q }", filepath.Join(sticky, "r.sock")),
+			fmt.Sprintf(`:1:1: listen.socket %q: router run would refuse it (unless systemd passes the socket): listen %s: %s may be written by anyone (mode 0777, sticky): another user could put a socket of theirs at the path`, filepath.Join(sticky, "r.sock"), filepath.Join(sticky, "r.sock"), sticky)},
 		{"a file where the socket goes", fmt.Sprintf("listen { socket = %q }", aFile),
 			fmt.Sprintf(`:1:1: listen.socket %q: router run would refuse it (unless systemd passes the socket): listen %s: a regular file (0 bytes) is there, not a socket`, aFile, aFile)},
 		{"an inbox no stream stores", "nats \"local\" {\n  embedded = true\n  stream \"s\" { subjects = [\"a.>\"] }\n}\ninbox \"in\" {\n  from    = \"nats.local\"\n  subject = \"b.>\"\n}",

@@ -33,6 +33,27 @@ func CheckDir(dir string) error {
 	return nil
 }
 
+// CheckSocketDir is CheckDir without the sticky exception, for the folder
+// of the API socket. A client cannot tell who answers at a socket's path:
+// in a sticky folder anyone may write (/tmp) another user may bind a socket
+// of theirs at it whenever the router's is gone (a cleaner of /tmp, a
+// restart), and take the local services' events with a forged 202 (a
+// security trial). The data file, which the router opens and checks
+// itself, may stay in such a folder.
+func CheckSocketDir(dir string) error {
+	if err := CheckDir(dir); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if perm := fi.Mode().Perm(); perm&0o002 != 0 {
+		return fmt.Errorf("%s may be written by anyone (mode %04o, sticky): another user could put a socket of theirs at the path whenever the router's is gone, and answer the local services in its place; put the socket in a folder of the router's own (beside the data file, or /run/switchyard)", dir, perm)
+	}
+	return nil
+}
+
 // CheckFile refuses a file the router is about to use, if it exists
 // already, that another user owns or anyone may write: in a sticky shared
 // directory (which CheckDir lets pass) another user could have created
