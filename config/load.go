@@ -26,7 +26,7 @@ const minReadTimeout = 100 * time.Millisecond
 // Load reads and parses the config file at path (at most
 // fsperm.MaxConfigFile bytes).
 func Load(path string) (*Config, error) {
-	src, err := fsperm.ReadFile(path, fsperm.MaxConfigFile, "a configuration file")
+	src, err := fsperm.ReadTrusted(path, fsperm.MaxConfigFile, "a configuration file")
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

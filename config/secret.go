@@ -118,7 +118,7 @@ func (t *TLS) ClientConfig() (*tls.Config, error) {
 		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // an explicit operator choice
 	}
 	if t.CAFile != "" {
-		pem, err := fsperm.ReadFile(t.CAFile, fsperm.MaxSecretFile, "a CA file")
+		pem, err := fsperm.ReadTrusted(t.CAFile, fsperm.MaxSecretFile, "a CA file")
 		if err != nil {
 			return nil, err
 		}

@@ -68,3 +68,29 @@ func TestCheckFile(t *testing.T) {
 		t.Errorf("another user's file: %v", err)
 	}
 }
+
+// A file that decides what the router does (its configuration, a plugin's
+// module) is refused when anyone may write it or another user owns it:
+// before, a configuration and a module another user could change were
+// taken, and a routine reload then ran theirs (a security trial).
+func TestReadTrusted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.hcl")
+	os.WriteFile(path, []byte("x"), 0o644)
+	if b, err := ReadTrusted(path, 10, "a configuration file"); err != nil || string(b) != "x" {
+		t.Errorf("the router's own file: %q %v", b, err)
+	}
+	os.Chmod(path, 0o666)
+	if _, err := ReadTrusted(path, 10, "a configuration file"); err == nil || !strings.Contains(err.Error(), "may be written by anyone (mode 0666): as a configuration file") {
+		t.Errorf("a world-writable file: %v", err)
+	}
+	os.Chmod(path, 0o664) // a group the operator lets in
+	if _, err := ReadTrusted(path, 10, "a configuration file"); err != nil {
+		t.Errorf("a group-writable file: %v", err)
+	}
+	if !testkit.GiveToStranger(t, path) {
+		return
+	}
+	if _, err := ReadTrusted(path, 10, "a plugin module"); err == nil || !strings.Contains(err.Error(), "is owned by uid 4242") {
+		t.Errorf("another user's file: %v", err)
+	}
+}

@@ -22,6 +22,11 @@ func ReadFile(path string, limit int64, what string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readAll(f, path, limit, what)
+}
+
+// readAll reads f whole, or says it holds more than limit bytes.
+func readAll(f *os.File, path string, limit int64, what string) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err
@@ -30,4 +35,33 @@ func ReadFile(path string, limit int64, what string) ([]byte, error) {
 		return nil, fmt.Errorf("%s holds more than the %d MiB %s may: is it the right file?", path, limit>>20, what)
 	}
 	return b, nil
+}
+
+// ReadTrusted is ReadFile for a file that decides what the router does
+// (its configuration, a plugin's module, a CA file): refused when another
+// user than the router's (or root) owns it, or anyone may write it, as
+// checked on the file opened, not on the path: that user could change
+// what the router runs, and a reload or restart would take it without a
+// word (a security trial). Group write stays the operator's choice, as in
+// CheckDir.
+func ReadTrusted(path string, limit int64, what string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return readAll(f, path, limit, what) // a pipe (<(...)), a device: no content to change later
+	}
+	if err := CheckOwner(path, fi); err != nil {
+		return nil, fmt.Errorf("%w: as %s, its owner could change what the router does; chown it to the router's user or root", err, what)
+	}
+	if perm := fi.Mode().Perm(); perm&0o002 != 0 {
+		return nil, fmt.Errorf("%s may be written by anyone (mode %04o): as %s, anyone could change what the router does; chmod o-w %s", path, perm, what, path)
+	}
+	return readAll(f, path, limit, what)
 }

@@ -68,7 +68,7 @@ var _ switchyard.Plugin = (*Plugin)(nil)
 // relative cfg.Wasm is relative to the working directory. Errors name the
 // plugin and its file and say what is wrong.
 func (rt *Runtime) Load(ctx context.Context, cfg config.Plugin, opts LoadOptions) (*Plugin, error) {
-	bin, err := fsperm.ReadFile(cfg.Wasm, fsperm.MaxPluginFile, "a plugin module")
+	bin, err := fsperm.ReadTrusted(cfg.Wasm, fsperm.MaxPluginFile, "a plugin module")
 	if err != nil {
 		return nil, fmt.Errorf("plugin %q: %w", cfg.Name, err)
 	}
