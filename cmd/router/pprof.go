@@ -21,9 +21,30 @@ func (c *RunCommand) servePprof(addr string) error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux}
+	srv := &http.Server{Handler: loopbackHost(mux)}
 	c.pprof = srv
 	go srv.Serve(ln)
 	c.log.Info("pprof", "addr", ln.Addr().String())
 	return nil
+}
+
+// loopbackHost answers only requests whose Host names this machine's
+// loopback (localhost, 127.0.0.1, ::1), 421 otherwise. pprof listens on
+// loopback without a token, which keeps other machines out but not a web
+// page in the operator's browser: through DNS rebinding, a name of the
+// page's resolves to 127.0.0.1, and the browser sends that name as Host (a
+// security trial read every goroutine's stack so). Go's own profiles
+// answer any Host.
+func loopbackHost(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.Host)
+		if err != nil {
+			host = r.Host
+		}
+		if ip := net.ParseIP(host); !(host == "localhost" || ip != nil && ip.IsLoopback()) {
+			http.Error(w, "pprof answers only a Host of localhost or a loopback address", http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -214,6 +214,7 @@ func metricValue(t *testing.T, c *http.Client, series string) float64 {
 	return 0
 }
 
+// pprof answers on its own listener, to a Host of loopback only.
 func TestPprofListener(t *testing.T) {
 	path, sock := writeConfig(t, "")
 	port := freePort(t)
@@ -228,6 +229,15 @@ func TestPprofListener(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("pprof index: %d", resp.StatusCode)
+	}
+	// A page's own name resolved to loopback (DNS rebinding) is not
+	// answered; localhost is.
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/goroutine?debug=2", port)
+	if status, body := send(t, "GET", url, "", "", map[string]string{"Host": fmt.Sprintf("attacker.example:%d", port)}); status != 421 {
+		t.Errorf("pprof with another Host: %d %.100s", status, body)
+	}
+	if status, _ := send(t, "GET", url, "", "", map[string]string{"Host": fmt.Sprintf("localhost:%d", port)}); status != 200 {
+		t.Errorf("pprof with Host localhost: %d", status)
 	}
 }
 
