@@ -319,7 +319,7 @@ func TestFullConfig(t *testing.T) {
 		t.Errorf("Sinks() = %q", got)
 	}
 	wantNATS := []NATS{{
-		Name: "local", Embedded: true, Host: "0.0.0.0", Port: -1, StoreDir: "/var/lib/nats", SyncInterval: time.Second,
+		Name: "local", Embedded: true, Host: "::1", Port: -1, StoreDir: "/var/lib/nats", SyncInterval: time.Second,
 		JetStream: true, MaxPending: 100, PublishTimeout: 5 * time.Second,
 		Auth: NATSAuth{User: "switchyard", Password: Secret{File: "/var/lib/sy/nats-local.password"}},
 		Streams: []Stream{
@@ -497,6 +497,7 @@ plugin "p" { wasm = "p.wasm" }
 		// pprof has no authentication: loopback only.
 		{"pprof on every interface", "listen {\n  pprof = \":6060\"\n}\n", "test.hcl:2:11: pprof off loopback"},
 		{"pprof on a public address", "listen {\n  pprof = \"192.0.2.2:6060\"\n}\n", "test.hcl:2:11: pprof off loopback"},
+		{"embedded NATS on every interface", "nats \"local\" {\n  embedded = true\n  host     = \"0.0.0.0\"\n}\n", "test.hcl:3:14: Embedded server off loopback"},
 		{"huge number", "plugin \"p\" {\n  wasm = \"p\"\n  config = { a = \"${1e400000000}\" }\n}\n", "test.hcl:3:21: Number out of range"},
 		{"port", "nats \"n\" {\n  embedded = true\n  port = 70000\n}\n", "test.hcl:3:10: Invalid value: port must be at most 65535"},
 		{"max_body huge", "listen {\n  max_body = \"100GB\"\n}\n", `test.hcl:2:14: Invalid size: max_body: 100GB is over the limit of 256MiB`},

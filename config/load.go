@@ -659,6 +659,10 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 	d.natsAuth(c, b, &n, storagePath)
 	n.TLS = d.tls(c.Blocks)
 	if n.Embedded {
+		if a := c.Attributes["host"]; a != nil && !LoopbackHost(n.Host) {
+			d.errorf(a.Expr.Range(), "Embedded server off loopback",
+				"host %q: the embedded server is this router's own broker, and listens on loopback only (127.0.0.1, ::1 or localhost); to share a broker with other machines, run nats-server and name it with url.", n.Host)
+		}
 		d.own(fmt.Sprintf("the store_dir of nats %q", n.Name), n.StoreDir, filledDir, attrOr(c.Attributes["store_dir"], b.DefRange))
 		if n.TLS != nil {
 			d.errorf(c.Blocks.OfType("tls")[0].DefRange, "Unsupported block",

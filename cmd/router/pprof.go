@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+
+	"github.com/switchyard-router/switchyard/config"
 )
 
 // servePprof serves Go's profiles on addr (listen { pprof = "..." }), for
@@ -41,7 +43,7 @@ func loopbackHost(h http.Handler) http.Handler {
 		if err != nil {
 			host = r.Host
 		}
-		if ip := net.ParseIP(host); !(host == "localhost" || ip != nil && ip.IsLoopback()) {
+		if !config.LoopbackHost(host) {
 			http.Error(w, "pprof answers only a Host of localhost or a loopback address", http.StatusMisdirectedRequest)
 			return
 		}

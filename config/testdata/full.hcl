@@ -22,7 +22,7 @@ dlq { ttl = "3h" }
 
 nats "local" {
   embedded        = true
-  host            = "0.0.0.0"
+  host            = "::1"
   port            = -1
   store_dir       = "/var/lib/nats"
   jetstream       = true
