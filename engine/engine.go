@@ -37,7 +37,8 @@ type Options struct {
 	Logger hclog.Logger
 	// Registerer receives the engine's metrics; nil = not registered.
 	Registerer prometheus.Registerer
-	// Now is the clock; nil = time.Now.
+	// Now is the clock; nil = time.Now. The engine never lets it go back
+	// (steadyClock).
 	Now func() time.Time
 	// IdempotencyWait is how long a request waits for an identical request
 	// in flight before it gets 409 request_in_progress. Default 2s.
@@ -144,6 +145,7 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	o.Now = (&steadyClock{wall: o.Now}).now
 	if o.IdempotencyWait <= 0 {
 		o.IdempotencyWait = 2 * time.Second
 	}

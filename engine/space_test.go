@@ -351,3 +351,36 @@ func TestLostFileStopsTheLoops(t *testing.T) {
 		t.Fatalf("ingest after the file was lost: %v", err)
 	}
 }
+
+// A step of the wall clock backwards (an NTP correction, a VM restored)
+// does not hold what was stored before it: events stored before and after
+// the step are delivered at once, with ordering = "key" too. Before, each
+// event stored before the step was not due until the clock caught up (an
+// hour here), and the events of its key waited behind it (a review).
+func TestClockStepBackHoldsNothing(t *testing.T) {
+	h := newHarness(t, `
+event "t.order" {
+  ordering = "key"
+  route {
+    to      = "nats.local"
+    subject = "t.orders"
+  }
+}
+`, true)
+	pk := switchyard.Header{Name: "partitionkey", Value: "k"}
+	before := h.ingest("t.order", 1, pk)
+	h.clock.Advance(-time.Hour)
+	after := h.ingest("t.order", 1, pk)
+	loop := h.eng.Loop("t.order")
+	for range 5 {
+		if _, err := loop.Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		h.clock.Advance(time.Second)
+	}
+	for _, id := range append(before, after...) {
+		if rec := h.record(id); rec.State != storage.StateDelivered {
+			t.Errorf("%s: %s, next attempt %s", id, rec.State, rec.NextAttemptAt)
+		}
+	}
+}
