@@ -107,7 +107,15 @@ func hostStatePut(ctx context.Context, mod api.Module, stack []uint64) {
 		stack[0] = api.EncodeI32(StateFailed)
 		return
 	}
-	ttl := time.Duration(max(api.DecodeI32(stack[4]), 0)) * time.Second
+	secs := api.DecodeI32(stack[4])
+	if secs < 0 {
+		// It read as "never expires": the opposite of what a plugin that
+		// computed a negative time to live meant (a plugin author's trial).
+		in.broke("state_put: ttl_seconds %d: a key lives 0 (for ever) or a positive number of seconds", secs)
+		stack[0] = api.EncodeI32(StateFailed)
+		return
+	}
+	ttl := time.Duration(secs) * time.Second
 	stack[0] = api.EncodeI32(in.stateResult("state_put", in.state.Put(in.p.name, key, val, ttl)))
 }
 

@@ -765,3 +765,20 @@ func TestCacheOthersCouldWriteIsRefused(t *testing.T) {
 		rt.Close(ctx)
 	}
 }
+
+// A state write with a negative time to live rejects the event, naming
+// the plugin, the event and the call: before, it read as "never expires",
+// the opposite of what was meant (a plugin author's trial).
+func TestNegativeTTLRejects(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "negttl", config.PluginLimits{}, 1)
+	view := MemoryState{}
+	_, err := p.Handle(switchyard.WithState(context.Background(), view), testEvent("e1"))
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Verdict != VerdictReject || !strings.Contains(err.Error(), `plugin "negttl", event "e1": state_put: ttl_seconds -5`) {
+		t.Fatalf("error %v", err)
+	}
+	if len(view) != 0 {
+		t.Errorf("the key was written: %v", view)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -343,15 +344,31 @@ func StateGet(key []byte) (value []byte, ok bool, err error) {
 	return append([]byte(nil), stateBuf[:n]...), true, nil
 }
 
-// StatePut sets key to value, for ttl (0: no expiry, else whole seconds).
-// The write counts when the event reaches its outcome (delivered, filtered
-// or dead-lettered); a write over a limit (keys 1–256 bytes, values up to
-// 64 KiB, 100,000 keys or 64 MiB per namespace) rejects the event.
+// StatePut sets key to value, for ttl (0: no expiry; else rounded up to
+// whole seconds, so that 500ms lives a second, not for ever). The write
+// counts when the event reaches its outcome (delivered, filtered or
+// dead-lettered); a write over a limit (keys 1–256 bytes, values up to
+// 64 KiB, 100,000 keys or 64 MiB per namespace), or with a negative ttl,
+// rejects the event.
 func StatePut(key, value []byte, ttl time.Duration) error {
-	if hostStatePut(key, value, int32(ttl/time.Second)) != 0 {
+	if hostStatePut(key, value, ttlSeconds(ttl)) != 0 {
 		return ErrStateFailed
 	}
 	return nil
+}
+
+// ttlSeconds is ttl as the host takes it: whole seconds, rounded up (0 is
+// "no expiry", which a sub-second ttl truncated to 0 silently became: a
+// plugin author's trial), at most the int32 the ABI carries; a negative
+// ttl stays negative, and the host rejects the event.
+func ttlSeconds(ttl time.Duration) int32 {
+	switch {
+	case ttl < 0:
+		return -1
+	case ttl >= math.MaxInt32*time.Second:
+		return math.MaxInt32
+	}
+	return int32((ttl + time.Second - 1) / time.Second)
 }
 
 // StateDelete removes key (nothing happens when it is not there).

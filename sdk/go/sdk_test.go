@@ -5,8 +5,10 @@ package sdk
 import (
 	"bytes"
 	"errors"
+	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestEventRoundTrip(t *testing.T) {
@@ -211,5 +213,19 @@ func TestState(t *testing.T) {
 	ResetState()
 	if _, ok, _ := StateGet([]byte("z")); ok {
 		t.Fatal("ResetState kept a key")
+	}
+}
+
+// A time to live reaches the host in whole seconds rounded up, so that a
+// sub-second one is a second and not 0 ("no expiry"), clamped to the
+// ABI's int32, and negative when it is (the host rejects that).
+func TestTTLSeconds(t *testing.T) {
+	for ttl, want := range map[time.Duration]int32{
+		0: 0, time.Nanosecond: 1, 500 * time.Millisecond: 1, time.Second: 1, 1500 * time.Millisecond: 2,
+		time.Hour: 3600, -time.Second: -1, 1<<63 - 1: math.MaxInt32,
+	} {
+		if got := ttlSeconds(ttl); got != want {
+			t.Errorf("ttlSeconds(%v) = %d, want %d", ttl, got, want)
+		}
 	}
 }
