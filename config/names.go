@@ -83,6 +83,25 @@ func CheckTopic(s string) error {
 	return nil
 }
 
+// CheckDestination splits a plugin's output destination "<sink>:<topic or
+// subject>", or says why no message could go there: not of that form, a
+// sink configured does not report (when configured is given), or a target
+// its sink cannot take (CheckTarget). The router's loop and router plugin
+// test both ask it, so that what a test passes the router sends.
+func CheckDestination(d string, configured func(sink string) bool) (sink, target string, err error) {
+	sink, target, ok := strings.Cut(d, ":")
+	if !ok || target == "" {
+		return "", "", fmt.Errorf("destination %q is not <sink>:<topic or subject>", d)
+	}
+	if configured != nil && !configured(sink) {
+		return "", "", fmt.Errorf("destination %q names sink %q, which is not configured", d, sink)
+	}
+	if err := CheckTarget(sink, target); err != nil {
+		return "", "", fmt.Errorf("destination %q: %v", d, err)
+	}
+	return sink, target, nil
+}
+
 // CheckTarget says why target cannot be a topic or subject of sink (a
 // route's or a plugin's destination "<sink>:<target>"): a subject for a
 // NATS sink, a topic name for a Kafka one.

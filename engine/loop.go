@@ -649,15 +649,10 @@ func (l *Loop) destinations(b *batch, d string) ([]dest, error) {
 // or says why it names nowhere a message can go (a permanent failure: the
 // same output would fail every time).
 func (e *Engine) destination(d string) (sink, topic string, err error) {
-	sink, topic, ok := strings.Cut(d, ":")
-	if !ok || topic == "" {
-		return "", "", switchyard.Permanentf("destination %q is not <sink>:<topic or subject>", d)
-	}
-	if _, ok := e.sinks()[sink]; !ok {
-		return "", "", switchyard.Permanentf("destination %q names sink %q, which is not configured", d, sink)
-	}
-	if err := config.CheckTarget(sink, topic); err != nil {
-		return "", "", switchyard.Permanentf("destination %q: %v", d, err)
+	sinks := e.sinks()
+	sink, topic, err = config.CheckDestination(d, func(s string) bool { _, ok := sinks[s]; return ok })
+	if err != nil {
+		return "", "", switchyard.Permanentf("%v", err)
 	}
 	return sink, topic, nil
 }

@@ -122,6 +122,9 @@ type pluginFlags struct {
 	outBytes sizeFlag
 	logLevel string
 	cacheDir string
+	// sinks are the sinks the -policies file configures (plugin sets it):
+	// an output's destination must name one. nil without the file.
+	sinks []string
 }
 
 func (c *PluginCommand) flags(cmd string) *pluginFlags {
@@ -174,6 +177,7 @@ func (f *pluginFlags) plugin() (config.Plugin, error) {
 		if err != nil {
 			return p, err
 		}
+		f.sinks = cfg.Sinks()
 		var names []string
 		for _, b := range cfg.Plugins {
 			names = append(names, b.Name)
@@ -307,7 +311,7 @@ func (c *PluginCommand) test(ctx context.Context, args []string) error {
 	}
 	defer closeRT()
 	state := wasm.MemoryState{}
-	res, code, herr := runPluginOnce(switchyard.WithState(ctx, state), p, src)
+	res, code, herr := runPluginOnce(switchyard.WithState(ctx, state), p, src, f.sinks)
 	res.State = stateSnapshot(state)
 	b := res.json()
 	if *expect != "" {
@@ -336,8 +340,11 @@ func readEvent(stdin io.Reader, file string) ([]byte, error) {
 }
 
 // runPluginOnce runs p on the event in src and says what came of it, with
-// the exit code a single test ends with.
-func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte) (testResult, int, error) {
+// the exit code a single test ends with. An output to a destination the
+// router could not send to (not <sink>:<target>, a target its sink cannot
+// take, or a sink not among sinks, when the -policies file gave them) is
+// a reject, as in the router, which dead-letters the event.
+func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, sinks []string) (testResult, int, error) {
 	ev, err := parseCloudEvent(src)
 	if err != nil {
 		err = fmt.Errorf("the event: %w", err)
@@ -357,6 +364,9 @@ func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte) (testResult,
 		for _, o := range outs {
 			res.Outputs = append(res.Outputs, testOutput{Destination: o.Destination, Key: o.Key, Event: cloudEventJSON(&o.Event)})
 		}
+		if err := checkDestinations(outs, sinks); err != nil {
+			res.Verdict, res.Reason, code, herr = "reject", err.Error()+" (the router dead-letters the event)", pluginExitReject, err
+		}
 	case errors.As(herr, &pe):
 		res.Verdict, res.Reason = pe.Verdict.String(), pe.Reason
 		if pe.Cause != nil && strings.Contains(pe.Cause.Error(), "wasm stack trace") {
@@ -370,6 +380,24 @@ func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte) (testResult,
 		res.Verdict, res.Reason, code = "retry", herr.Error(), pluginExitRetry
 	}
 	return res, code, herr
+}
+
+// checkDestinations says why the router could not send one of outs (the
+// first), with config.CheckDestination, as its loop asks.
+func checkDestinations(outs []switchyard.PluginOutput, sinks []string) error {
+	var configured func(string) bool
+	if sinks != nil {
+		configured = func(s string) bool { return slices.Contains(sinks, s) }
+	}
+	for _, o := range outs {
+		if o.Destination == "" {
+			continue // the type's routes
+		}
+		if _, _, err := config.CheckDestination(o.Destination, configured); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r testResult) json() []byte {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -291,5 +292,29 @@ func TestPluginTestKeepsState(t *testing.T) {
 	}
 	if out, _, code := runPluginTest(t, "", "test", counter, "-cache-dir", "", "-dir", dir); code != 0 || !strings.Contains(out, "ok: 3 cases") {
 		t.Fatalf("again: exit %d\n%s", code, out)
+	}
+}
+
+// plugin test rejects, as the router would dead-letter, an output whose
+// destination names a sink the -policies file does not configure; without
+// the file, the destination's form is still checked. Before, the test
+// said ok and the router dead-lettered the event on its first attempt (a
+// plugin author's trial).
+func TestPluginTestChecksDestinations(t *testing.T) {
+	dir := t.TempDir()
+	policies := filepath.Join(dir, "policies.hcl")
+	os.WriteFile(policies, []byte(fmt.Sprintf(`
+nats "local" { embedded = true }
+plugin "transformer" { wasm = %q }
+`, wasmTestdata(t, "transformer"))), 0o600)
+	stdout, _, code := runPluginTest(t, pluginTestEvent, "test", "-policies", policies, "-name", "transformer", "-cache-dir", "", "-log-level", "off")
+	if code != 2 || !strings.Contains(stdout, `"verdict": "reject"`) || !strings.Contains(stdout, `destination \"kafka.main:enriched\" names sink \"kafka.main\", which is not configured (the router dead-letters the event)`) {
+		t.Fatalf("an output to a sink not configured: exit %d\n%s", code, stdout)
+	}
+	if err := checkDestinations([]switchyard.PluginOutput{{Destination: "nats.local:demo.>"}}, nil); err == nil || !strings.Contains(err.Error(), "wildcard") {
+		t.Errorf("a wildcard subject without -policies: %v", err)
+	}
+	if err := checkDestinations([]switchyard.PluginOutput{{Destination: "demo.x"}}, nil); err == nil || !strings.Contains(err.Error(), "is not <sink>:<topic or subject>") {
+		t.Errorf("no sink without -policies: %v", err)
 	}
 }
