@@ -277,3 +277,41 @@ func TestEmbeddedServerPortInUse(t *testing.T) {
 		t.Errorf("started at %s, not on port %d", srv.ClientURL(), port)
 	}
 }
+
+// A user the server drops for a while (a reload with an edited account)
+// and then takes back: the sink reconnects and publishes again. Before,
+// nats.go gave up after the second authorization error, and the sink's
+// connection was closed for good (a broker trial).
+func TestSinkReconnectsAfterAuthorizationErrors(t *testing.T) {
+	var opts *server.Options
+	srv := testkit.NATS(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "edge", Password: "edge-password-value"}}
+		opts = o
+	})
+	cfg := externalConfig(srv.ClientURL(), config.NATSAuth{User: "edge", Password: config.Secret{File: testkit.SecretFile(t, "edge-password-value")}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg, cfg.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	reload := func(users []*server.User) {
+		o := opts.Clone()
+		o.Users = users
+		if err := srv.ReloadOptions(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload([]*server.User{{Username: "someone-else", Password: "x-password-value"}})
+	time.Sleep(3 * time.Second) // several reconnects refused
+	reload([]*server.User{{Username: "edge", Password: "edge-password-value"}})
+	testkit.EventuallyWith(t, 20*time.Second, func() bool {
+		for _, r := range s.Publish(ctx, makeMsgs("auth", "auth.test", 1)) {
+			if r.Err != nil {
+				return false
+			}
+		}
+		return true
+	}, func() string { return "the sink did not publish again once its user was back" })
+}

@@ -143,11 +143,7 @@ func newSink(cfg config.NATS, logger hclog.Logger) *Sink {
 // handlers that log and that set the streams up on every (re)connection.
 func (s *Sink) connOptions() []natsgo.Option {
 	var closeOnce sync.Once
-	return []natsgo.Option{
-		natsgo.Name(ClientName),
-		natsgo.MaxReconnects(-1),
-		natsgo.ReconnectWait(reconnectWait),
-		natsgo.ReconnectJitter(reconnectJitter, reconnectJitter),
+	return append(reconnecting(ClientName),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
 			if err != nil {
 				s.log.Warn("disconnected from NATS", "error", err)
@@ -168,6 +164,22 @@ func (s *Sink) connOptions() []natsgo.Option {
 				s.log.Warn("NATS async error", "error", err)
 			}
 		}),
+	)
+}
+
+// reconnecting are the options of every connection the router makes: its
+// name, and reconnect for ever, through authorization errors too. nats.go
+// gives up after the same one twice: a user missing for a moment (a server
+// reloaded with an edited account) closed the sink's and the inbox's
+// connections for good, and a router started then never connected (a
+// broker trial).
+func reconnecting(name string) []natsgo.Option {
+	return []natsgo.Option{
+		natsgo.Name(name),
+		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectWait(reconnectWait),
+		natsgo.ReconnectJitter(reconnectJitter, reconnectJitter),
+		natsgo.IgnoreAuthErrorAbort(),
 	}
 }
 

@@ -164,11 +164,7 @@ func consumerConfig(in config.Inbox, ackWait time.Duration) jetstream.ConsumerCo
 // connOptions are the inbox connection's options: reconnect forever, and
 // log what happens to the connection.
 func (s *Source) connOptions() []natsgo.Option {
-	return []natsgo.Option{
-		natsgo.Name(ClientName + "-inbox-" + s.name),
-		natsgo.MaxReconnects(-1),
-		natsgo.ReconnectWait(reconnectWait),
-		natsgo.ReconnectJitter(reconnectJitter, reconnectJitter),
+	return append(reconnecting(ClientName+"-inbox-"+s.name),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
 			if err != nil {
 				s.log.Warn("disconnected from NATS", "error", err)
@@ -180,7 +176,7 @@ func (s *Source) connOptions() []natsgo.Option {
 		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
 			s.log.Warn("NATS async error", "error", err)
 		}),
-	}
+	)
 }
 
 // setup finds the stream of the inbox's subject and creates or updates the
