@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -48,10 +50,25 @@ func (s *Sink) classify(topic string, err error) error {
 		s.topics.forget(topic)
 		return fmt.Errorf("%s: topic %q does not exist: %w", s.name, topic, err)
 	}
-	for _, u := range unknownOutcomeErrs {
-		if errors.Is(err, u) {
-			return s.withConnError(fmt.Errorf("%s: topic %q: %w (%w)", s.name, topic, switchyard.ErrUnknownOutcome, err))
-		}
+	if unknownOutcome(err) {
+		return s.withConnError(fmt.Errorf("%s: topic %q: %w (%w)", s.name, topic, switchyard.ErrUnknownOutcome, err))
 	}
 	return fmt.Errorf("%s: topic %q: %w", s.name, topic, err)
+}
+
+// unknownOutcome says whether err ended a record without a broker's
+// answer: one of unknownOutcomeErrs, or a network error: franz-go fails a
+// record with the last one once its retries run out ("unable to dial" when
+// the broker is gone, a reset when the connection broke after the request
+// was written), and a record the broker may have is retried with its id,
+// not counted as an attempt. Before, a broker killed for four minutes
+// dead-lettered a third of the events sent meanwhile (a broker trial).
+func unknownOutcome(err error) bool {
+	for _, u := range unknownOutcomeErrs {
+		if errors.Is(err, u) {
+			return true
+		}
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

@@ -851,3 +851,27 @@ func TestFitsMaxRecordBytes(t *testing.T) {
 		t.Fatal("headers over the limit passed")
 	}
 }
+
+// A broker that is gone (its process killed: every dial refused) leaves
+// each record's outcome unknown, or the sink unavailable: the engine
+// counts no attempt. Before, franz-go's "unable to dial" fell through as a
+// plain failure: every event counted an attempt per publish, and a
+// four-minute outage dead-lettered a third of them (a broker trial).
+func TestBrokerGoneCountsNoAttempt(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, testConfig(c))
+	publishOK(t, s, messages("warm", 1, topic))
+	c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 3 {
+		for i, r := range s.Publish(ctx, messages("gone", 5, topic)) {
+			if r.Err == nil {
+				t.Fatalf("message %d published to a closed cluster", i)
+			}
+			if !errors.Is(r.Err, switchyard.ErrUnknownOutcome) && !errors.Is(r.Err, switchyard.ErrSinkUnavailable) {
+				t.Fatalf("message %d: %v: counts an attempt", i, r.Err)
+			}
+		}
+	}
+}
