@@ -609,3 +609,55 @@ func connectWith(url string, opts ...natsgo.Option) (*natsgo.Conn, error) {
 func (s *Server) serverLoggerFor() *serverLogger {
 	return &serverLogger{l: s.log, critical: s.signalCritical}
 }
+
+// What happens to the block's stream on the broker is no fault of an
+// event's (a broker trial): a stream deleted by hand is created again and
+// the message waits meanwhile (unavailable, no attempt; before, every
+// event was dead-lettered until a restart); a full stream (max_msgs with
+// discard new) is unavailable, not a failure counted per event; and
+// limits an operator set by hand outlive the sink's next update (before,
+// each reconnection reset them without a word).
+func TestStreamTroublesCountNoAttempt(t *testing.T) {
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	requireOK(t, sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("a", "orders.new", 1)), 1)
+	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if err := js.DeleteStream(pubCtx(t, 5*time.Second), "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("b", "orders.new", 2)) {
+		if !errors.Is(r.Err, switchyard.ErrSinkUnavailable) || !strings.Contains(r.Err.Error(), `the stream "ORDERS" for subject "orders.new" is gone; it is being created again`) {
+			t.Fatalf("result %d with the stream deleted: %v", i, r.Err)
+		}
+	}
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		return sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("c", "orders.new", 1))[0].Err == nil
+	}, func() string { return "the stream was not created again" })
+
+	st, err := js.Stream(pubCtx(t, 5*time.Second), "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.CachedInfo().Config
+	c.MaxMsgs, c.Discard = 2, jetstream.DiscardNew
+	if _, err := js.UpdateStream(pubCtx(t, 5*time.Second), c); err != nil {
+		t.Fatal(err)
+	}
+	res := sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("d", "orders.new", 3))
+	if r := res[2]; !errors.Is(r.Err, switchyard.ErrSinkUnavailable) || !strings.Contains(r.Err.Error(), "JetStream cannot store now") {
+		t.Fatalf("a message past the stream's max_msgs (discard new): %v", r.Err)
+	}
+	if err := sink.ensureStreams(pubCtx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = js.Stream(pubCtx(t, 5*time.Second), "ORDERS")
+	if c := st.CachedInfo().Config; c.MaxMsgs != 2 || c.Discard != jetstream.DiscardNew {
+		t.Errorf("the operator's limits after the sink's update: max_msgs %d, discard %v", c.MaxMsgs, c.Discard)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -67,6 +68,9 @@ type Sink struct {
 
 	closedCh chan struct{}
 	opened   chan struct{} // closed when Open returns
+	// restoring is set while a stream found gone is being created again
+	// (restoreStreams).
+	restoring atomic.Bool
 
 	scratchPool sync.Pool // *scratch
 }
@@ -322,10 +326,30 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream)
 	default:
 		return fmt.Errorf("stream %q: unknown storage %q (want \"file\" or \"memory\")", st.Name, st.Storage)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+	if err := createOrUpdate(ctx, js, sc); err != nil {
 		return fmt.Errorf("create or update stream %q (subjects %v): %w", st.Name, st.Subjects, err)
 	}
 	return nil
+}
+
+// createOrUpdate creates the stream, or updates what the block sets of an
+// existing one (subjects, storage, replicas, max_age, duplicates) and
+// leaves the rest as it is. Sending the block's config alone would reset
+// every limit an operator set by hand (max_msgs, max_bytes, discard,
+// max_msg_size) at each reconnection, without a word (a broker trial).
+func createOrUpdate(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	st, err := js.Stream(ctx, sc.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, sc)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	cur := st.CachedInfo().Config
+	cur.Subjects, cur.Storage, cur.Replicas, cur.MaxAge, cur.Duplicates = sc.Subjects, sc.Storage, sc.Replicas, sc.MaxAge, sc.Duplicates
+	_, err = js.UpdateStream(ctx, cur)
+	return err
 }
 
 // Name is how routes refer to the sink (config.NATS.SinkName).
@@ -655,9 +679,21 @@ func (s *Sink) ackError(m *switchyard.Message, err error) error {
 	}
 	var apiErr *jetstream.APIError
 	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse) && StreamCapturing(s.streams, m.Topic) != "":
+		// The block's stream was there, and is gone (deleted by hand, a
+		// server that lost its store): made again, the message waits.
+		go s.restoreStreams()
+		return fmt.Errorf("%s: the stream %q for subject %q is gone; it is being created again: %w: %w",
+			s.name, StreamCapturing(s.streams, m.Topic), m.Topic, err, switchyard.ErrSinkUnavailable)
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return fmt.Errorf("%s: no JetStream stream for subject %q (add a stream block whose subjects match it): %w",
 			s.name, m.Topic, err)
+	case errors.As(err, &apiErr) && slices.Contains(jsErrCodesFull, apiErr.ErrorCode):
+		// The stream or the account is full (max_msgs or max_bytes with
+		// discard new, the account's storage), or its store failed: no
+		// fault of the message's. It waits, as an event does for the
+		// router's own full disk, and counts no attempt.
+		return fmt.Errorf("%s: subject %q: JetStream cannot store now: %w: %w", s.name, m.Topic, err, switchyard.ErrSinkUnavailable)
 	case errors.Is(err, natsgo.ErrDisconnected), errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		// Sent, but the connection dropped (or the ack never came) before
 		// the stream answered: it may or may not have stored the message.
@@ -721,6 +757,36 @@ func (s *Sink) publishCore(ctx context.Context, msgs []*switchyard.Message, res 
 				res[i].Err = err
 			}
 		}
+	}
+}
+
+// jsErrCodesFull are JetStream's refusals for want of room or of a working
+// store (nats-server's JSAccountResourcesExceededErr 10002,
+// JSInsufficientResourcesErr 10023, JSMemoryResourcesExceededErr 10028,
+// JSStorageResourcesExceededErr 10047, JSStreamStoreFailedF 10077: "maximum
+// messages exceeded" and the like). Before, each counted an attempt, and a
+// full stream dead-lettered every event (a broker trial).
+var jsErrCodesFull = []jetstream.ErrorCode{10002, 10023, 10028, 10047, 10077}
+
+// restoreStreams creates the configured streams again, one restore at a
+// time, and tells the engine to publish once they are there.
+func (s *Sink) restoreStreams() {
+	if !s.restoring.CompareAndSwap(false, true) {
+		return
+	}
+	defer s.restoring.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if err := s.ensureStreams(ctx); err != nil {
+		s.log.Warn("a stream is gone, and creating it again failed; trying at the next publish", "error", err)
+		return
+	}
+	s.log.Warn("a stream was gone: created again (what it held before is not)")
+	s.mu.Lock()
+	ready := s.ready
+	s.mu.Unlock()
+	if ready != nil {
+		ready()
 	}
 }
 
