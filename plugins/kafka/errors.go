@@ -46,6 +46,14 @@ func (s *Sink) classify(topic string, err error) error {
 			return switchyard.Permanent(fmt.Errorf("%s: topic %q: %w", s.name, topic, err))
 		}
 	}
+	if errors.Is(err, kerr.UnknownTopicID) {
+		// The topic was deleted, and maybe made again under a new id:
+		// franz-go keeps producing to the id it knows until the topic is
+		// purged and added again, which the next produce does. Before,
+		// every event of a topic made again failed until a restart (a
+		// broker trial).
+		go s.cl.PurgeTopicsFromProducing(topic)
+	}
 	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
 		s.topics.forget(topic)
 		return fmt.Errorf("%s: topic %q does not exist: %w", s.name, topic, err)

@@ -875,3 +875,39 @@ func TestBrokerGoneCountsNoAttempt(t *testing.T) {
 		}
 	}
 }
+
+// A topic deleted and made again under the sink is produced to again:
+// before, franz-go kept the old topic id and every publish failed with
+// UNKNOWN_TOPIC_ID until a restart, the events dead-lettered (a broker
+// trial).
+func TestTopicMadeAgain(t *testing.T) {
+	c := newCluster(t)
+	s := newSink(t, testConfig(c))
+	publishOK(t, s, messages("before", 1, topic))
+	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := context.Background()
+	del := kmsg.NewPtrDeleteTopicsRequest()
+	dt := kmsg.NewDeleteTopicsRequestTopic()
+	dt.Topic = kmsg.StringPtr(topic)
+	del.Topics = append(del.Topics, dt)
+	del.TopicNames = []string{topic}
+	if resp, err := del.RequestWith(ctx, admin); err != nil || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("delete topic: %v %+v", err, resp)
+	}
+	create := kmsg.NewPtrCreateTopicsRequest()
+	ct := kmsg.NewCreateTopicsRequestTopic()
+	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = topic, 3, 1
+	create.Topics = append(create.Topics, ct)
+	if resp, err := create.RequestWith(ctx, admin); err != nil || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("create topic: %v %+v", err, resp)
+	}
+	var last error
+	testkit.EventuallyWith(t, 20*time.Second, func() bool {
+		last = s.Publish(ctx, messages("after", 1, topic))[0].Err
+		return last == nil
+	}, func() string { return fmt.Sprintf("no publish to the topic made again: %v", last) })
+}
