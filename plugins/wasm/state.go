@@ -54,6 +54,12 @@ func importsState(m wazero.CompiledModule) bool {
 // why it cannot run (the result to return).
 func stateCall(ctx context.Context, mod api.Module, call string, ptr, n uint32) (*instance, []byte, int32) {
 	in := instanceOf(ctx)
+	if in != nil && in.phase == phaseInit {
+		// It answered -2 ("failed, retry") without a word, which no retry
+		// changes (a plugin author's trial): a load error, as emit is.
+		in.broke("%s called in sy_init: plugin state is per event type and tenant, known only while sy_handle runs", call)
+		return nil, nil, StateFailed
+	}
 	if in == nil || in.phase != phaseHandle {
 		return nil, nil, StateFailed
 	}

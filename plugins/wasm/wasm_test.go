@@ -782,3 +782,14 @@ func TestNegativeTTLRejects(t *testing.T) {
 		t.Errorf("the key was written: %v", view)
 	}
 }
+
+// A state call in sy_init fails the load, saying why: state belongs to an
+// event type and tenant, which init has not. Before, it answered -2
+// ("failed, answer with retry") without a word (a plugin author's trial).
+func TestStateInInitFailsTheLoad(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	_, err := rt.Load(context.Background(), config.Plugin{Name: "initstate", Wasm: testdata("initstate"), Limits: withDefaults(testLimits)}, LoadOptions{Instances: 1})
+	if err == nil || !strings.Contains(err.Error(), "state_get called in sy_init: plugin state is per event type and tenant") {
+		t.Fatalf("load: %v", err)
+	}
+}
