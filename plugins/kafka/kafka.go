@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -30,12 +29,13 @@ import (
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/stall"
 )
 
 // ErrStalled is what Healthy wraps while publishes are stalled: a Publish
 // reached its deadline with records the broker had not answered, and no
-// record has been acknowledged since.
-var ErrStalled = errors.New("publishes stalled")
+// record has been acknowledged since (stall.ErrStalled).
+var ErrStalled = stall.ErrStalled
 
 var (
 	_ switchyard.Sink          = (*Sink)(nil)
@@ -55,18 +55,13 @@ type Sink struct {
 	conn   *connState // why connecting to a broker last failed
 	topics *topicCache
 
-	// stall is non-nil while the sink is unhealthy: a Publish hit its
+	// stall is set while the sink is unhealthy: a Publish hit its
 	// deadline with records unanswered, and no record has been
 	// acknowledged since.
-	stall atomic.Pointer[stallInfo]
+	stall stall.Tracker
 
 	closeOnce sync.Once
 	closeErr  error
-}
-
-type stallInfo struct {
-	since  time.Time
-	misses int64 // records whose outcome was unknown at a deadline
 }
 
 // Open builds the sink's client. It does not wait for the cluster: a router
@@ -106,6 +101,7 @@ func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo
 		cl:             cl,
 		conn:           conn,
 		topics:         newTopicCache(),
+		stall:          stall.Tracker{Log: logger},
 	}, nil
 }
 
@@ -239,9 +235,7 @@ func (s *Sink) noteDeadline(ctx context.Context, res []switchyard.Result) {
 			missed++
 		}
 	}
-	if missed > 0 {
-		s.markStalled(missed)
-	}
+	s.stall.Missed(missed, s.timeout)
 }
 
 // maxRounds bounds how often one Publish re-produces records that another
@@ -294,7 +288,7 @@ func (s *Sink) result(r *kgo.Record, err error) switchyard.Result {
 	if err != nil {
 		return switchyard.Result{Err: s.classify(r.Topic, err)}
 	}
-	s.clearStall()
+	s.stall.Acked()
 	return switchyard.Result{Position: switchyard.Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}}
 }
 
@@ -345,37 +339,12 @@ func (s *Sink) checkNewTopics(ctx context.Context, msgs []*switchyard.Message) m
 	return refused
 }
 
-func (s *Sink) markStalled(missed int64) {
-	for {
-		old := s.stall.Load()
-		st := &stallInfo{since: time.Now(), misses: missed}
-		if old != nil {
-			st.since, st.misses = old.since, old.misses+missed
-		}
-		if s.stall.CompareAndSwap(old, st) {
-			if old == nil {
-				s.log.Warn("publish deadline passed without broker acknowledgement; outcome unknown, sink marked unhealthy",
-					"records", missed, "deadline", s.timeout)
-			}
-			return
-		}
-	}
-}
-
-func (s *Sink) clearStall() {
-	if old := s.stall.Swap(nil); old != nil {
-		s.log.Info("broker acknowledges records again; sink healthy",
-			"stalled_for", time.Since(old.since).Round(time.Millisecond), "unknown_outcomes", old.misses)
-	}
-}
-
 // Healthy returns an error while publishes are stalled (a deadline passed
 // without an acknowledgement and none came since), or when no broker
 // answers a ping.
 func (s *Sink) Healthy(ctx context.Context) error {
-	if st := s.stall.Load(); st != nil {
-		return fmt.Errorf("%s: %w: no acknowledgement since %s, %d records with unknown outcome",
-			s.name, ErrStalled, st.since.UTC().Format(time.RFC3339), st.misses)
+	if err := s.stall.Err(s.name); err != nil {
+		return err
 	}
 	if err := s.client().Ping(ctx); err != nil {
 		if connErr := s.conn.lastError(); connErr != nil {

@@ -480,15 +480,15 @@ func TestCallerCancelIsNotAStall(t *testing.T) {
 	if !errors.Is(res[0].Err, switchyard.ErrUnknownOutcome) {
 		t.Fatalf("got %v", res[0].Err)
 	}
-	if s.stall.Load() != nil {
+	if s.stall.Stalled() {
 		t.Fatal("a cancelled caller marked the sink stalled")
 	}
 	// Nor is a context that was over before the call.
 	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
 	res = s.Publish(ctx, messages("y", 2, topic))
-	if !errors.Is(res[1].Err, switchyard.ErrUnknownOutcome) || s.stall.Load() != nil {
-		t.Fatalf("expired context: %v, stalled %v", res[1].Err, s.stall.Load() != nil)
+	if !errors.Is(res[1].Err, switchyard.ErrUnknownOutcome) || s.stall.Stalled() {
+		t.Fatalf("expired context: %v, stalled %v", res[1].Err, s.stall.Stalled())
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/stall"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -410,7 +411,8 @@ func TestStreamCreateOrUpdate(t *testing.T) {
 }
 
 // A subject a plain subscriber listens on, but no stream: the publish is
-// never acknowledged, so the outcome is unknown once the deadline passes.
+// never acknowledged, so the outcome is unknown once the deadline passes,
+// and the sink is unhealthy (stalled) until an acknowledgement comes.
 func TestNoAckIsUnknownOutcome(t *testing.T) {
 	cfg := testConfig(true)
 	cfg.MaxPending = 4
@@ -445,6 +447,35 @@ func TestNoAckIsUnknownOutcome(t *testing.T) {
 	}
 	t.Logf("sent, no ack: %v", res[0].Err)
 	t.Logf("stalled, not sent: %v", res[19].Err)
+	// The sink says it is stalled (before, a hung server looked healthy:
+	// a broker trial).
+	if err := sink.Healthy(context.Background()); !errors.Is(err, stall.ErrStalled) {
+		t.Fatalf("Healthy after a deadline with no acknowledgement: %v", err)
+	}
+}
+
+// A sink stalled by publishes never answered is healthy again at the next
+// acknowledgement.
+func TestStallEndsWithAnAck(t *testing.T) {
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	sink := openSink(t, cfg, srv.ClientURL())
+	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, _ := nc.Subscribe("blackhole.>", func(*natsgo.Msg) {}) // never replies
+	defer sub.Unsubscribe()
+	nc.Flush()
+	sink.Publish(pubCtx(t, 200*time.Millisecond), makeMsgs("bh", "blackhole.x", 2))
+	if err := sink.Healthy(context.Background()); !errors.Is(err, stall.ErrStalled) {
+		t.Fatalf("Healthy after a deadline with no acknowledgement: %v", err)
+	}
+	requireOK(t, sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("ok", "orders.x", 1)), 1)
+	if err := sink.Healthy(context.Background()); err != nil {
+		t.Fatalf("Healthy after an acknowledgement: %v", err)
+	}
 }
 
 // Concurrent callers sharing a small in-flight window: every message is

@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/stall"
 )
 
 const (
@@ -71,6 +72,9 @@ type Sink struct {
 	// restoring is set while a stream found gone is being created again
 	// (restoreStreams).
 	restoring atomic.Bool
+	// stall is set while JetStream leaves publishes unanswered (a hung
+	// server, publishes refused in silence): Healthy says so.
+	stall stall.Tracker
 
 	scratchPool sync.Pool // *scratch
 }
@@ -140,6 +144,7 @@ func newSink(cfg config.NATS, logger hclog.Logger) *Sink {
 		streamsCreated: len(cfg.Streams) == 0,
 	}
 	s.log = logger.Named(s.name)
+	s.stall.Log = s.log
 	return s
 }
 
@@ -356,7 +361,12 @@ func createOrUpdate(ctx context.Context, js jetstream.JetStream, sc jetstream.St
 func (s *Sink) Name() string { return s.name }
 
 // Healthy reports an error unless the connection to the server is up.
-func (s *Sink) Healthy(context.Context) error { return s.unavailable() }
+func (s *Sink) Healthy(context.Context) error {
+	if err := s.unavailable(); err != nil {
+		return err
+	}
+	return s.stall.Err(s.name)
+}
 
 // unavailable says why nothing can be published now: not connected (with
 // the last connection error: a refused password, a server not there), or
@@ -483,6 +493,15 @@ func (s *Sink) sendJetStream(ctx context.Context, msgs []*switchyard.Message, re
 // until ctx is done; what has not arrived by then is an unknown outcome.
 func (s *Sink) awaitJetStream(ctx context.Context, sc *scratch, msgs []*switchyard.Message, res []switchyard.Result) {
 	done := ctx.Done()
+	var acked bool
+	var missed int64
+	defer func() {
+		if acked {
+			s.stall.Acked()
+		} else if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			s.stall.Missed(missed, s.timeout) // a cancelled caller says nothing of the broker
+		}
+	}()
 	for i, f := range sc.futs {
 		if f == nil {
 			continue
@@ -510,11 +529,15 @@ func (s *Sink) awaitJetStream(ctx context.Context, sc *scratch, msgs []*switchya
 		}
 		if err != nil {
 			res[i].Err = s.ackError(msgs[i], err)
+			if errors.Is(res[i].Err, switchyard.ErrUnknownOutcome) {
+				missed++
+			}
 			continue
 		}
 		// A duplicate (ack.Duplicate) is a success: the stream already holds
 		// the message and the ack names its original sequence.
 		res[i].Position = switchyard.Position{Stream: ack.Stream, Sequence: ack.Sequence}
+		acked = true
 	}
 }
 
