@@ -692,3 +692,18 @@ func TestStreamTroublesCountNoAttempt(t *testing.T) {
 		t.Errorf("the operator's limits after the sink's update: max_msgs %d, discard %v", c.MaxMsgs, c.Discard)
 	}
 }
+
+// The connection's asynchronous errors are logged at most once a second,
+// with the count held back: a permissions violation comes once per
+// message, and flooded the log (a broker trial).
+func TestAsyncErrorsAreThrottled(t *testing.T) {
+	var buf testkit.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &buf})
+	h := asyncErrors(log)
+	for range 100 {
+		h(nil, nil, errors.New("nats: permissions violation for publish to \"x\""))
+	}
+	if n := strings.Count(buf.String(), "NATS async error"); n != 1 {
+		t.Fatalf("%d lines for 100 errors in a moment:\n%s", n, buf.String())
+	}
+}

@@ -173,9 +173,7 @@ func (s *Source) connOptions() []natsgo.Option {
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
 			s.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
 		}),
-		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
-			s.log.Warn("NATS async error", "error", err)
-		}),
+		natsgo.ErrorHandler(asyncErrors(s.log)),
 	)
 }
 
