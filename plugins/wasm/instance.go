@@ -416,9 +416,11 @@ func demangle(frame string) string {
 }
 
 // runtimeFrame is a frame of a language runtime's panic or abort path,
-// which says nothing about where the plugin failed.
+// which says nothing about where the plugin failed: Rust's, AssemblyScript's
+// and Go's (runtime.gopanic, runtime.mapassign_faststr: before, a Go
+// plugin's four frames were all the runtime's, a plugin author's trial).
 func runtimeFrame(f string) bool {
-	for _, p := range []string{"std::", "core::", "alloc::", "rust_panic", "__rust", "rust_begin_unwind", "~lib/"} {
+	for _, p := range []string{"std::", "core::", "alloc::", "rust_panic", "__rust", "rust_begin_unwind", "~lib/", "runtime.", "internal/runtime/"} {
 		if strings.HasPrefix(f, p) {
 			return true
 		}

@@ -639,7 +639,8 @@ func TestDemangleFrames(t *testing.T) {
 			t.Errorf("demangle(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if !runtimeFrame("core::panicking::panic") || !runtimeFrame("rust_panic") || runtimeFrame("panics::handle") {
+	if !runtimeFrame("core::panicking::panic") || !runtimeFrame("rust_panic") || runtimeFrame("panics::handle") ||
+		!runtimeFrame("runtime.gopanic") || !runtimeFrame("runtime.mapassign_faststr") || runtimeFrame("main.handle") {
 		t.Error("runtimeFrame: the panic path is the runtime's, the plugin's functions are not")
 	}
 }

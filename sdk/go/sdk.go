@@ -88,7 +88,8 @@ var contextAttrs = map[string]bool{
 // header: a CloudEvents extension name (1 to 64 lower-case ASCII letters and
 // digits) that is not a context attribute (id, source, type, ...). The
 // router also refuses a header twice in one output and values over 4096
-// bytes or not UTF-8; a refused output makes the event retry.
+// bytes or not UTF-8; a refused output rejects the event (dead-lettered
+// with the reason on its first attempt).
 func ValidHeaderName(name string) bool {
 	if name == "" || len(name) > 64 || contextAttrs[name] {
 		return false
