@@ -267,43 +267,47 @@ func (d *binaryDecoder) header(h switchyard.Header, name string) bool {
 	if err != nil && !d.problem(h.Name, err) {
 		return false
 	}
-	// ok checks v as the value of attribute a; false when problem said to stop.
-	ok := func(a string) bool {
+	// valid checks v as the value of attribute a. An invalid one is left
+	// out, and stop set when problem says to stop: a value the lenient
+	// decoder let pass was kept before, and one no binding can carry on (a
+	// content type of control characters) failed its delivery to a service
+	// until it was dead-lettered (a broker trial).
+	stop := false
+	valid := func(a string) bool {
 		err := Check(a, v)
-		return err == nil || d.problem(h.Name, err)
+		if err == nil {
+			return true
+		}
+		stop = !d.problem(h.Name, workedAround(err, "left out"))
+		return false
 	}
 	switch {
 	case name == ContentTypeHeader:
-		if !ok(AttrDataContentType) {
-			return false
+		if valid(AttrDataContentType) {
+			d.contentType = v
 		}
-		d.contentType = v
 	case !isAttr:
-		if !ok(name) {
-			return false
+		if valid(name) {
+			d.extension(name, v)
 		}
-		d.extension(name, v)
 	case attr == AttrDataContentType:
-		if !ok(attr) {
-			return false
+		if valid(attr) {
+			d.ceContentType = v
 		}
-		d.ceContentType = v
 	case !isContextAttribute(attr) && !ValidExtensionName(attr):
 		// A name no binding could carry on (a webhook refuses the
 		// header): not kept, or delivering the event would fail for
 		// ever.
 		return d.problem(h.Name, workedAround(invalid("extension attribute %q: names are 1 to %d lower-case letters and digits", attr, MaxExtensionNameLen), "dropped"))
+	case !valid(attr):
+	case passThrough[attr]:
+		d.extension(attr, v)
 	default:
-		if !ok(attr) {
-			return false
-		}
-		if passThrough[attr] {
-			d.extension(attr, v)
-		} else if err := set(&d.ev, attr, v); err != nil && !d.problem(h.Name, err) {
+		if err := set(&d.ev, attr, v); err != nil && !d.problem(h.Name, err) {
 			return false
 		}
 	}
-	return true
+	return !stop
 }
 
 // extension keeps a pass-through header as an extension attribute: the

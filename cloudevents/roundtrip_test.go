@@ -413,3 +413,24 @@ func TestUnpaddedBase64SaysWhy(t *testing.T) {
 		t.Errorf("unpadded data_base64: %v", err)
 	}
 }
+
+// A header value the lenient decoder lets pass but no binding can carry on
+// (a content type, an extension of control characters) is left out, with a
+// warning: before, it was kept, and every delivery of the event to a
+// service failed in net/http until it was dead-lettered (a broker trial).
+func TestLenientLeavesOutWhatCannotGoOn(t *testing.T) {
+	hs := []switchyard.Header{
+		{Name: "ce-specversion", Value: "1.0"}, {Name: "ce-id", Value: "a"}, {Name: "ce-source", Value: "/s"}, {Name: "ce-type", Value: "t"},
+		{Name: "Content-Type", Value: "\x01\x02"}, {Name: "ce-region", Value: "eu\x01"},
+	}
+	ev, warnings := cloudevents.NATS.DecodeLenient(hs, []byte("x"))
+	if ev.DataContentType != "" || ev.Extension("region") != "" || ev.ID != "a" {
+		t.Fatalf("kept: datacontenttype %q, region %q (id %q)", ev.DataContentType, ev.Extension("region"), ev.ID)
+	}
+	if len(warnings) != 2 || !strings.Contains(strings.Join(warnings, "|"), "left out") {
+		t.Fatalf("warnings: %q", warnings)
+	}
+	if _, err := cloudevents.NATS.Decode(hs, []byte("x")); err == nil {
+		t.Fatal("the strict decoder took them")
+	}
+}
