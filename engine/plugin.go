@@ -31,10 +31,14 @@ func (e *Engine) runChain(ctx context.Context, queue, tenant string, chain []swi
 		for i := range outs {
 			start := time.Now()
 			got, err := p.Handle(ctx, &outs[i].Event)
+			took := time.Since(start)
+			if err == nil {
+				err = e.checkDestinations(p.Name(), ev.ID, got)
+			}
 			if err == nil || !errors.Is(ctx.Err(), context.Canceled) {
 				// Not a call the router's stop cut short: no verdict of
 				// the plugin's (the event is requeued, outputs).
-				st.observe(time.Since(start), len(got), err, queue, tenant, ev.ID, e.now)
+				st.observe(took, len(got), err, queue, tenant, ev.ID, e.now)
 			}
 			if err != nil {
 				return nil, err
@@ -42,9 +46,6 @@ func (e *Engine) runChain(ctx context.Context, queue, tenant string, chain []swi
 			for _, o := range got {
 				if o.Destination == "" {
 					o.Destination = outs[i].Destination
-				} else if _, _, err := e.destination(o.Destination); err != nil {
-					// Named here, where the plugin that chose it is known.
-					return nil, fmt.Errorf("plugin %q, event %q: %w", p.Name(), ev.ID, err)
 				}
 				next = append(next, o)
 			}
@@ -52,6 +53,23 @@ func (e *Engine) runChain(ctx context.Context, queue, tenant string, chain []swi
 		outs = next
 	}
 	return outs, nil
+}
+
+// checkDestinations says why an output of plugin's for event id names a
+// destination nothing could go to: the plugin's reject, counted as its own
+// (before, such an event counted as the plugin's "ok" and was dead-lettered
+// all the same: a plugin author's trial), and named here, where the plugin
+// that chose it is known.
+func (e *Engine) checkDestinations(plugin, id string, outs []switchyard.PluginOutput) error {
+	for _, o := range outs {
+		if o.Destination == "" {
+			continue
+		}
+		if _, _, err := e.destination(o.Destination); err != nil {
+			return fmt.Errorf("plugin %q, event %q: %w", plugin, id, err)
+		}
+	}
+	return nil
 }
 
 // PluginVerdict is what a plugin made of one event, as counted.

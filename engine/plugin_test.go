@@ -367,3 +367,30 @@ func TestBatchOutputsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// An output to a destination nothing could go to is the plugin's reject
+// in its counts and failures (GET /v1/plugins), naming the destination:
+// before, it counted as the plugin's "ok" while the event was dead-lettered
+// (a plugin author's trial).
+func TestBadDestinationIsThePluginsReject(t *testing.T) {
+	astray := funcPlugin{name: "astray", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		return []switchyard.PluginOutput{{Event: *ev, Destination: "kafka.nowhere:x"}}, nil
+	}}
+	h := newHarness(t, pluginPolicy("astray", "t.astray", "polling { min = \"10ms\" }"), false, withPlugins(astray))
+	ids := h.ingest("t.astray", 1)
+	h.pollAll("t.astray")
+	if rec := h.record(ids[0]); rec.State != storage.StateDLQ {
+		t.Fatalf("the event: %s (%s)", rec.State, rec.LastError)
+	}
+	for _, p := range h.eng.Plugins() {
+		if p.Name != "astray" {
+			continue
+		}
+		if p.Verdicts[engine.PluginOK] != 0 || p.Verdicts[engine.PluginReject] != 1 || len(p.Failures) != 1 ||
+			!strings.Contains(p.Failures[0].Reason, `destination "kafka.nowhere:x" names sink "kafka.nowhere", which is not configured`) {
+			t.Fatalf("counts: %+v", p)
+		}
+		return
+	}
+	t.Fatal("no stats for the plugin")
+}
