@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -49,6 +50,13 @@ func newTCPRouter(t *testing.T, extra ...string) *tcpRouter {
 // newTCPRouterWith is newTCPRouter with listen adjusting the listen block.
 func newTCPRouterWith(t *testing.T, listen func(*config.Listen), extra ...string) *tcpRouter {
 	t.Helper()
+	return newTCPRouterOpts(t, listen, nil, extra...)
+}
+
+// newTCPRouterOpts is newTCPRouterWith with opts adjusting the server's
+// options.
+func newTCPRouterOpts(t *testing.T, listen func(*config.Listen), opts func(*api.Options), extra ...string) *tcpRouter {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "sy")
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +95,11 @@ event "order.created" {}
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv := api.New(eng, cfg.Listen, api.Options{Registerer: reg, Gatherer: reg})
+	o := api.Options{Registerer: reg, Gatherer: reg}
+	if opts != nil {
+		opts(&o)
+	}
+	srv := api.New(eng, cfg.Listen, o)
 	if err := srv.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -600,5 +612,31 @@ func TestTCPHeadersAreBounded(t *testing.T) {
 	}
 	if rep := r.do("POST", "/v1/events", h, `{}`); rep.status != 202 {
 		t.Errorf("80 KB of headers over the socket: %d %s", rep.status, rep.body)
+	}
+}
+
+// /readyz tells a tenant's token whether each check and sink is ok, and
+// only an admin why not: the reasons hold paths and broker addresses (a
+// security trial found a tenant reading them).
+func TestReadyzReasonsAreTheOperators(t *testing.T) {
+	r := newTCPRouterOpts(t, nil, func(o *api.Options) {
+		o.Ready = func(context.Context) map[string]error {
+			return map[string]error{"storage": errors.New("the data file /srv/secret/router.db was removed")}
+		}
+		o.Sinks = func(context.Context) map[string]error {
+			return map[string]error{"kafka.k": errors.New("dial tcp 10.1.2.3:9092: connection refused")}
+		}
+	})
+	tenant := r.tcp("GET", "/readyz", tokAcme, nil, "")
+	if tenant.status != 503 || strings.Contains(string(tenant.body), "/srv/secret") || strings.Contains(string(tenant.body), "10.1.2.3") ||
+		!strings.Contains(string(tenant.body), `"storage": "not ok"`) || !strings.Contains(string(tenant.body), `"kafka.k": "not ok"`) {
+		t.Errorf("a tenant's /readyz: %d %s", tenant.status, tenant.body)
+	}
+	admin := r.tcp("GET", "/readyz", tokAdmin, nil, "")
+	if admin.status != 503 || !strings.Contains(string(admin.body), "/srv/secret/router.db") || !strings.Contains(string(admin.body), "10.1.2.3") {
+		t.Errorf("an admin's /readyz: %d %s", admin.status, admin.body)
+	}
+	if local := r.do("GET", "/readyz", nil, ""); !strings.Contains(string(local.body), "10.1.2.3") {
+		t.Errorf("the socket's /readyz: %d %s", local.status, local.body)
 	}
 }

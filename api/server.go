@@ -856,13 +856,21 @@ func (c ctxWriter) Write(p []byte) (int, error) {
 // getReady is /readyz: 200 while ingest works (the data file takes writes),
 // whatever the brokers do; "sinks" says which are connected ("ok") and why
 // the others are not.
+// getReady answers /readyz: ready or not, each check's and each sink's
+// state. Why one is not ok (paths, broker addresses, a server's error) is
+// the operator's: a tenant's token gets "not ok" (a security trial found
+// a tenant reading the data file's path and every broker's address).
 func (s *Server) getReady(w http.ResponseWriter, r *http.Request) {
 	status, checks, sinks := http.StatusOK, map[string]string{}, map[string]string{}
+	why := func(err error) string { return err.Error() }
+	if p := principalOf(r.Context()); p != nil && !p.admin {
+		why = func(error) string { return "not ok" }
+	}
 	if s.opts.Ready != nil {
 		for name, err := range s.opts.Ready(r.Context()) {
 			checks[name] = "ok"
 			if err != nil {
-				checks[name] = err.Error()
+				checks[name] = why(err)
 				status = http.StatusServiceUnavailable
 			}
 		}
@@ -871,7 +879,7 @@ func (s *Server) getReady(w http.ResponseWriter, r *http.Request) {
 		for name, err := range s.opts.Sinks(r.Context()) {
 			sinks[name] = "ok"
 			if err != nil {
-				sinks[name] = err.Error()
+				sinks[name] = why(err)
 			}
 		}
 	}

@@ -538,7 +538,9 @@ func unavailable(err error) error {
 	}
 	if errors.Is(err, storage.ErrFileLost) {
 		// Until a restart: a client retrying every second gains nothing.
-		return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: err.Error() + "; nothing was stored", RetryAfter: time.Minute, Err: err}
+		// The message leaves the paths out (a tenant's client reads it:
+		// a security trial); the log and an admin's /readyz have them.
+		return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: storage.ErrFileLost.Error() + "; nothing was stored until the router is restarted (its log and /readyz say more)", RetryAfter: time.Minute, Err: err}
 	}
 	return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: "the data file cannot be used; nothing was stored", RetryAfter: time.Second, Err: err}
 }
