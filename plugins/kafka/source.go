@@ -287,6 +287,9 @@ func (s *Source) fetchErrors(ctx context.Context, fs kgo.Fetches, last map[strin
 					continue
 				}
 				failed = true
+				if errors.Is(p.Err, kerr.UnknownTopicID) {
+					s.readd(t.Topic, last)
+				}
 				key := t.Topic + "/" + p.Err.Error()
 				if now := time.Now(); now.Sub(last[key]) >= errorLogEvery {
 					last[key] = now
@@ -296,6 +299,24 @@ func (s *Source) fetchErrors(ctx context.Context, fs kgo.Fetches, last map[strin
 		}
 	}
 	return polled, failed
+}
+
+// readd purges topic from consuming and adds it again, at most every
+// errorLogEvery: a topic deleted and made again has a new id, and franz-go
+// fetches by the old one (UNKNOWN_TOPIC_ID) until the topic is purged and
+// added back, its documented way. Before, an inbox never read a topic made
+// again until the router restarted (a broker trial). In a group this
+// rebalances; the offsets the group committed for the old topic are no
+// longer there, so it starts where ConsumeResetOffset says.
+func (s *Source) readd(topic string, last map[string]time.Time) {
+	key, now := "readd/"+topic, time.Now()
+	if now.Sub(last[key]) < errorLogEvery {
+		return
+	}
+	last[key] = now
+	s.log.Warn("the topic was deleted and made again: consuming it anew", "topic", topic)
+	s.cl.PurgeTopicsFromConsuming(topic)
+	s.cl.AddConsumeTopics(topic)
 }
 
 // Warnings returns the startup warnings found so far: a dedup window

@@ -556,3 +556,51 @@ func TestSourceLenientWarningsAreThrottled(t *testing.T) {
 		t.Fatalf("%d lines of \"decoded leniently\" for %d records in %v, want 1 to %d:\n%s", lines, n, took, most, logs.String())
 	}
 }
+
+// A topic deleted and made again while the inbox reads it is read again:
+// before, franz-go fetched by the old topic id (UNKNOWN_TOPIC_ID) and the
+// inbox took nothing until the router restarted (a broker trial).
+func TestSourceReadsATopicMadeAgain(t *testing.T) {
+	c := sourceCluster(t, 1)
+	produce(t, c, "old", 5, 1, 1)
+	s := newSource(t, c, inboxConfig("g-again"))
+	var mu sync.Mutex
+	got := map[string]bool{}
+	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			got[m.Event.ID] = true
+		}
+		return nil
+	})
+	defer r.stop(t)
+	testkit.Eventually(t, "the first records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 5 })
+	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := context.Background()
+	del := kmsg.NewPtrDeleteTopicsRequest()
+	dt := kmsg.NewDeleteTopicsRequestTopic()
+	dt.Topic = kmsg.StringPtr(srcTopic)
+	del.Topics, del.TopicNames = append(del.Topics, dt), []string{srcTopic}
+	if resp, err := del.RequestWith(ctx, admin); err != nil || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("delete topic: %v %+v", err, resp)
+	}
+	time.Sleep(300 * time.Millisecond) // the source meets the topic gone
+	create := kmsg.NewPtrCreateTopicsRequest()
+	ct := kmsg.NewCreateTopicsRequestTopic()
+	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = srcTopic, 1, 1
+	create.Topics = append(create.Topics, ct)
+	if resp, err := create.RequestWith(ctx, admin); err != nil || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("create topic: %v %+v", err, resp)
+	}
+	produce(t, c, "new", 5, 1, 1)
+	testkit.Eventually(t, "the records of the topic made again", 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got["new-0004"]
+	})
+}
