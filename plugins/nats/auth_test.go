@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/switchyard-router/switchyard"
@@ -314,4 +316,26 @@ func TestSinkReconnectsAfterAuthorizationErrors(t *testing.T) {
 		}
 		return true
 	}, func() string { return "the sink did not publish again once its user was back" })
+}
+
+// The embedded server's authentication errors are logged at most once a
+// second: another local user's failed connections logged a line each
+// (300 for 300 tries, a security trial).
+func TestFailedLoginsAreThrottled(t *testing.T) {
+	var logs testkit.Buffer
+	cfg := testConfig(false)
+	srv, err := StartServer(cfg, t.TempDir(), hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(context.Background()) })
+	for range 30 {
+		if nc, err := natsgo.Connect(srv.ClientURL(), natsgo.UserInfo("switchyard", "wrong"), natsgo.NoReconnect()); err == nil {
+			nc.Close()
+			t.Fatal("a wrong password connected")
+		}
+	}
+	if n := strings.Count(logs.String(), "authentication error"); n < 1 || n > 3 {
+		t.Fatalf("%d lines for 30 failed logins:\n%s", n, logs.String())
+	}
 }

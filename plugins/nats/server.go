@@ -24,6 +24,7 @@ import (
 
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/internal/fsperm"
+	"github.com/switchyard-router/switchyard/internal/logthrottle"
 )
 
 // DefaultHost is where the embedded server listens when the config names no
@@ -343,6 +344,10 @@ type serverLogger struct {
 	l        hclog.Logger
 	critical func(error)
 	fatal    atomic.Pointer[string] // the first fatal error: Start gives up, start shuts the server down
+	// auth holds back the server's authentication errors to one line a
+	// second: each failed CONNECT of a local user logged one (300 for
+	// 300 tries: a security trial).
+	auth logthrottle.Throttle
 }
 
 var _ server.Logger = (*serverLogger)(nil)
@@ -366,6 +371,12 @@ func (a *serverLogger) Fatalf(format string, v ...any) {
 
 func (a *serverLogger) Errorf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
+	if strings.Contains(msg, "authentication error") || strings.Contains(msg, "Authorization Violation") {
+		if held, ok := a.auth.Take("auth", time.Now()); ok {
+			a.l.Error(msg, "like_it_since_last", held)
+		}
+		return
+	}
 	a.l.Error(msg)
 	if a.critical != nil && strings.Contains(msg, "Critical write error") {
 		a.critical(errors.New(msg))
