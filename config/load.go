@@ -623,6 +623,8 @@ func (d *decoder) sink(c *hcl.BodyContent, name string, b *hcl.Block) (ref, kind
 	return ref, ""
 }
 
+// nats decodes a nats block: its server (embedded or external), its
+// credentials and TLS, and its streams.
 func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 	n := NewNATS(b.Labels[0])
 	c := d.content(b.Body, natsSchema)
@@ -639,6 +641,20 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 	d.boolean(c.Attributes["jetstream"], &n.JetStream)
 	d.integer(c.Attributes["max_pending"], &n.MaxPending, 1, math.MaxInt)
 	d.duration(c.Attributes["publish_timeout"], &n.PublishTimeout, true)
+	d.natsServer(c, b, &n, storagePath)
+	d.natsAuth(c, b, &n, storagePath)
+	n.TLS = d.tls(c.Blocks)
+	if n.Embedded {
+		d.embeddedNATS(c, &n, b)
+	}
+	d.natsStreams(c, &n)
+	return n
+}
+
+// natsServer checks which server a nats block names: an external one by
+// url (without credentials in it), or the embedded one, whose store is
+// beside the data file unless store_dir says.
+func (d *decoder) natsServer(c *hcl.BodyContent, b *hcl.Block, n *NATS, storagePath string) {
 	switch {
 	case n.Embedded && n.URL != "":
 		d.errorf(c.Attributes["url"].Expr.Range(), "Conflicting arguments",
@@ -656,20 +672,24 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 		d.errorf(c.Attributes["url"].Expr.Range(), "Secret in the configuration",
 			"url carries credentials; give them as user and password_file (or token_file) instead.")
 	}
-	d.natsAuth(c, b, &n, storagePath)
-	n.TLS = d.tls(c.Blocks)
-	if n.Embedded {
-		if a := c.Attributes["host"]; a != nil && !LoopbackHost(n.Host) {
-			d.errorf(a.Expr.Range(), "Embedded server off loopback",
-				"host %q: the embedded server is this router's own broker, and listens on loopback only (127.0.0.1, ::1 or localhost); to share a broker with other machines, run nats-server and name it with url.", n.Host)
-		}
-		d.own(fmt.Sprintf("the store_dir of nats %q", n.Name), n.StoreDir, filledDir, attrOr(c.Attributes["store_dir"], b.DefRange))
-		if n.TLS != nil {
-			d.errorf(c.Blocks.OfType("tls")[0].DefRange, "Unsupported block",
-				"The embedded server listens on loopback for this router; tls applies to an external server (url).")
-		}
-	}
+}
 
+// embeddedNATS checks what only the embedded server asks: a loopback host,
+// a store the router fills, no tls.
+func (d *decoder) embeddedNATS(c *hcl.BodyContent, n *NATS, b *hcl.Block) {
+	if a := c.Attributes["host"]; a != nil && !LoopbackHost(n.Host) {
+		d.errorf(a.Expr.Range(), "Embedded server off loopback",
+			"host %q: the embedded server is this router's own broker, and listens on loopback only (127.0.0.1, ::1 or localhost); to share a broker with other machines, run nats-server and name it with url.", n.Host)
+	}
+	d.own(fmt.Sprintf("the store_dir of nats %q", n.Name), n.StoreDir, filledDir, attrOr(c.Attributes["store_dir"], b.DefRange))
+	if n.TLS != nil {
+		d.errorf(c.Blocks.OfType("tls")[0].DefRange, "Unsupported block",
+			"The embedded server listens on loopback for this router; tls applies to an external server (url).")
+	}
+}
+
+// natsStreams decodes a nats block's stream blocks, each named once.
+func (d *decoder) natsStreams(c *hcl.BodyContent, n *NATS) {
 	streams := c.Blocks.OfType("stream")
 	if len(streams) > 0 && !n.JetStream {
 		d.errorf(streams[0].DefRange, "Streams need JetStream",
@@ -686,7 +706,6 @@ func (d *decoder) nats(b *hcl.Block, storagePath string) NATS {
 			d.streamsAt[n.Name+"/"+s.Name] = posOf(sb.DefRange)
 		}
 	}
-	return n
 }
 
 // natsAuth decodes the credentials of a nats block: at most one kind. An

@@ -62,6 +62,7 @@ type benchOptions struct {
 	CPUProfile string `json:"-"`
 }
 
+// parseFlags reads router bench's flags and checks them.
 func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	o := &benchOptions{}
 	fs := flag.NewFlagSet("router bench", flag.ContinueOnError)
@@ -107,6 +108,14 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	if *brokers != "" {
 		o.KafkaBrokers = strings.Split(*brokers, ",")
 	}
+	o.endToEnd()
+	return o, nil
+}
+
+// endToEnd settles what -e2e listens to: nothing without it, a Kafka
+// topic with -kafka-brokers, else a NATS subject (both default to the
+// event type).
+func (o *benchOptions) endToEnd() {
 	switch {
 	case !o.E2E:
 		o.NATSURL, o.Subject, o.KafkaBrokers, o.Topic, o.Drain = "", "", nil, "", 0
@@ -121,7 +130,6 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 			o.Subject = o.Type
 		}
 	}
-	return o, nil
 }
 
 // Run parses flags, runs the optional fsync probe, loads the router and

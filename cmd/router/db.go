@@ -55,31 +55,8 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The copy is made beside out and renamed to it once it checks. A
-	// .partial there already is not this run's: another backup's, or one
-	// that was stopped, and left alone.
-	f, err := os.OpenFile(out+".partial", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("backup: %s.partial exists (another backup writing it, or one that was stopped): remove it if no backup runs", out)
-	}
+	n, rep, err := c.copyTo(ctx, cl, out)
 	if err != nil {
-		return fmt.Errorf("backup: %w", err)
-	}
-	n, err := c.fetch(ctx, cl, f)
-	if err != nil {
-		os.Remove(out + ".partial")
-		return fmt.Errorf("backup: %w", err)
-	}
-	rep, err := checkIsolated(ctx, out+".partial")
-	if err == nil && len(rep.Problems) > 0 {
-		err = fmt.Errorf("the copy does not check: %v", rep.Problems)
-	}
-	if err != nil {
-		os.Remove(out + ".partial")
-		return fmt.Errorf("backup: %w", err)
-	}
-	// Never over a file made meanwhile (storage.PlaceNew).
-	if err := storage.PlaceNew(out+".partial", out); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
 	if af.output == "json" {
@@ -87,6 +64,33 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.Stdout, "backup %s: %d bytes, %d events, consistent\n", out, n, rep.Events)
 	return nil
+}
+
+// copyTo makes the backup at out: the copy is made beside it and named out
+// once it checks. A .partial there already is not this run's: another
+// backup's, or one that was stopped, and left alone.
+func (c *BackupCommand) copyTo(ctx context.Context, cl *apiClient, out string) (int64, *storage.CheckReport, error) {
+	f, err := os.OpenFile(out+".partial", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return 0, nil, fmt.Errorf("%s.partial exists (another backup writing it, or one that was stopped): remove it if no backup runs", out)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := c.fetch(ctx, cl, f)
+	var rep *storage.CheckReport
+	if err == nil {
+		rep, err = checkIsolated(ctx, out+".partial")
+	}
+	if err == nil && len(rep.Problems) > 0 {
+		err = fmt.Errorf("the copy does not check: %v", rep.Problems)
+	}
+	if err != nil {
+		os.Remove(out + ".partial")
+		return 0, nil, err
+	}
+	// Never over a file made meanwhile (storage.PlaceNew).
+	return n, rep, storage.PlaceNew(out+".partial", out)
 }
 
 // fetch writes GET /v1/backup to f (made with mode 0600: it holds every

@@ -109,28 +109,7 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 		return nil, fmt.Errorf("nats %s: embedded server: %w", name, err)
 	}
 	s := &Server{
-		opts: &server.Options{
-			Users:      users,
-			ServerName: "switchyard-" + name,
-			Host:       host,
-			Port:       serverPort(cfg.Port),
-			JetStream:  true,
-			// The size of the store's filesystem, not what nats-server
-			// takes without one (75% of the bytes free when it starts):
-			// restarted on a full disk, it would limit itself to nothing
-			// and refuse every message ("insufficient resources") after
-			// the disk had room again, until the router restarted. The
-			// disk stays the limit; a full one is a write error, which the
-			// supervisor recovers from.
-			JetStreamMaxStore: storeLimit(storeDir),
-			StoreDir:          storeDir,
-			SyncAlways:        cfg.SyncAlways,
-			SyncInterval:      cfg.SyncInterval,
-			// The router owns the process's signals.
-			NoSigs: true,
-			Debug:  logger.IsTrace(),
-			Trace:  logger.IsTrace(),
-		},
+		opts: serverOptions(cfg, name, host, storeDir, users, logger.IsTrace()),
 		name: name, storeDir: storeDir, log: logger.Named("nats-server"),
 		critical: make(chan struct{}, 1), closing: make(chan struct{}), closed: make(chan struct{}),
 	}
@@ -145,6 +124,32 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 	logger.Info("embedded NATS server started", "name", name, "url", s.ClientURL(),
 		"store_dir", storeDir, "version", server.VERSION)
 	return s, nil
+}
+
+// serverOptions are the embedded server's options: JetStream on, in
+// storeDir, for users, on host and the block's port.
+func serverOptions(cfg config.NATS, name, host, storeDir string, users []*server.User, trace bool) *server.Options {
+	return &server.Options{
+		Users:      users,
+		ServerName: "switchyard-" + name,
+		Host:       host,
+		Port:       serverPort(cfg.Port),
+		JetStream:  true,
+		// The size of the store's filesystem, not what nats-server takes
+		// without one (75% of the bytes free when it starts): restarted on
+		// a full disk, it would limit itself to nothing and refuse every
+		// message ("insufficient resources") after the disk had room
+		// again, until the router restarted. The disk stays the limit; a
+		// full one is a write error, which the supervisor recovers from.
+		JetStreamMaxStore: storeLimit(storeDir),
+		StoreDir:          storeDir,
+		SyncAlways:        cfg.SyncAlways,
+		SyncInterval:      cfg.SyncInterval,
+		// The router owns the process's signals.
+		NoSigs: true,
+		Debug:  trace,
+		Trace:  trace,
+	}
 }
 
 // storeLimit is the size of the filesystem that holds dir (or will: the
