@@ -578,19 +578,7 @@ func TestMissingTopic(t *testing.T) {
 	}
 
 	// The operator creates the topic: picked up within missingTTL.
-	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "nope", 1, 1
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, admin)
-	if err != nil || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("create topic: %v %v", err, resp)
-	}
+	createTopic(t, c, "nope", 1)
 	time.Sleep(missingTTL + 50*time.Millisecond)
 	publishOK(t, s, msgs[:1])
 	if err := s.CheckTopics(ctx, []string{"nope"}); err != nil {
@@ -884,30 +872,50 @@ func TestTopicMadeAgain(t *testing.T) {
 	c := newCluster(t)
 	s := newSink(t, testConfig(c))
 	publishOK(t, s, messages("before", 1, topic))
-	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	deleteTopic(t, c, topic)
+	createTopic(t, c, topic, 3)
 	ctx := context.Background()
-	del := kmsg.NewPtrDeleteTopicsRequest()
-	dt := kmsg.NewDeleteTopicsRequestTopic()
-	dt.Topic = kmsg.StringPtr(topic)
-	del.Topics = append(del.Topics, dt)
-	del.TopicNames = []string{topic}
-	if resp, err := del.RequestWith(ctx, admin); err != nil || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("delete topic: %v %+v", err, resp)
-	}
-	create := kmsg.NewPtrCreateTopicsRequest()
-	ct := kmsg.NewCreateTopicsRequestTopic()
-	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = topic, 3, 1
-	create.Topics = append(create.Topics, ct)
-	if resp, err := create.RequestWith(ctx, admin); err != nil || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("create topic: %v %+v", err, resp)
-	}
 	var last error
 	testkit.EventuallyWith(t, 20*time.Second, func() bool {
 		last = s.Publish(ctx, messages("after", 1, topic))[0].Err
 		return last == nil
 	}, func() string { return fmt.Sprintf("no publish to the topic made again: %v", last) })
+}
+
+// adminRequest sends one admin request to the cluster and fails the test
+// when it, or the answer's first topic, fails.
+func adminRequest(t testing.TB, c *kfake.Cluster, req kmsg.Request, code func(kmsg.Response) int16) {
+	t.Helper()
+	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	resp, err := admin.Request(context.Background(), req)
+	if err == nil {
+		err = kerr.ErrorForCode(code(resp))
+	}
+	if err != nil {
+		t.Fatalf("%T: %v", req, err)
+	}
+}
+
+// createTopic creates topic with n partitions, as an operator would.
+func createTopic(t testing.TB, c *kfake.Cluster, topic string, n int32) {
+	t.Helper()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, n, 1
+	req.Topics = append(req.Topics, rt)
+	adminRequest(t, c, req, func(r kmsg.Response) int16 { return r.(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode })
+}
+
+// deleteTopic deletes topic, as an operator would.
+func deleteTopic(t testing.TB, c *kfake.Cluster, topic string) {
+	t.Helper()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	dt := kmsg.NewDeleteTopicsRequestTopic()
+	dt.Topic = kmsg.StringPtr(topic)
+	req.Topics, req.TopicNames = append(req.Topics, dt), []string{topic}
+	adminRequest(t, c, req, func(r kmsg.Response) int16 { return r.(*kmsg.DeleteTopicsResponse).Topics[0].ErrorCode })
 }

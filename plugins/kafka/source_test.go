@@ -576,27 +576,9 @@ func TestSourceReadsATopicMadeAgain(t *testing.T) {
 	})
 	defer r.stop(t)
 	testkit.Eventually(t, "the first records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 5 })
-	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	ctx := context.Background()
-	del := kmsg.NewPtrDeleteTopicsRequest()
-	dt := kmsg.NewDeleteTopicsRequestTopic()
-	dt.Topic = kmsg.StringPtr(srcTopic)
-	del.Topics, del.TopicNames = append(del.Topics, dt), []string{srcTopic}
-	if resp, err := del.RequestWith(ctx, admin); err != nil || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("delete topic: %v %+v", err, resp)
-	}
+	deleteTopic(t, c, srcTopic)
 	time.Sleep(300 * time.Millisecond) // the source meets the topic gone
-	create := kmsg.NewPtrCreateTopicsRequest()
-	ct := kmsg.NewCreateTopicsRequestTopic()
-	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = srcTopic, 1, 1
-	create.Topics = append(create.Topics, ct)
-	if resp, err := create.RequestWith(ctx, admin); err != nil || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("create topic: %v %+v", err, resp)
-	}
+	createTopic(t, c, srcTopic, 1)
 	produce(t, c, "new", 5, 1, 1)
 	testkit.Eventually(t, "the records of the topic made again", 30*time.Second, func() bool {
 		mu.Lock()

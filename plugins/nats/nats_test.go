@@ -418,19 +418,7 @@ func TestNoAckIsUnknownOutcome(t *testing.T) {
 	cfg.MaxPending = 4
 	srv := startServer(t, cfg, t.TempDir())
 	sink := openSink(t, cfg, srv.ClientURL())
-	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	sub, err := nc.Subscribe("blackhole.>", func(*natsgo.Msg) {}) // never replies
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	blackhole(t, srv.ClientURL())
 
 	// 20 messages, 4 slots: 4 are sent and never acked, the rest stall until
 	// the deadline. All must be unknown outcomes, and Publish must return on
@@ -460,14 +448,7 @@ func TestStallEndsWithAnAck(t *testing.T) {
 	cfg := testConfig(true)
 	srv := startServer(t, cfg, t.TempDir())
 	sink := openSink(t, cfg, srv.ClientURL())
-	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	sub, _ := nc.Subscribe("blackhole.>", func(*natsgo.Msg) {}) // never replies
-	defer sub.Unsubscribe()
-	nc.Flush()
+	blackhole(t, srv.ClientURL())
 	sink.Publish(pubCtx(t, 200*time.Millisecond), makeMsgs("bh", "blackhole.x", 2))
 	if err := sink.Healthy(context.Background()); !errors.Is(err, stall.ErrStalled) {
 		t.Fatalf("Healthy after a deadline with no acknowledgement: %v", err)
@@ -705,5 +686,22 @@ func TestAsyncErrorsAreThrottled(t *testing.T) {
 	}
 	if n := strings.Count(buf.String(), "NATS async error"); n != 1 {
 		t.Fatalf("%d lines for 100 errors in a moment:\n%s", n, buf.String())
+	}
+}
+
+// blackhole subscribes to blackhole.> on the server at url, and never
+// replies: a publish there goes out and is never acknowledged.
+func blackhole(t *testing.T, url string) {
+	t.Helper()
+	nc, err := natsgo.Connect(url, testAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := nc.Subscribe("blackhole.>", func(*natsgo.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
 	}
 }
