@@ -665,12 +665,23 @@ func TestStreamTroublesCountNoAttempt(t *testing.T) {
 	if r := res[2]; !errors.Is(r.Err, switchyard.ErrSinkUnavailable) || !strings.Contains(r.Err.Error(), "JetStream cannot store now") {
 		t.Fatalf("a message past the stream's max_msgs (discard new): %v", r.Err)
 	}
+	if err := sink.Healthy(context.Background()); err == nil || !strings.Contains(err.Error(), "JetStream cannot store now") {
+		t.Errorf("Healthy while the stream is full: %v", err)
+	}
 	if err := sink.ensureStreams(pubCtx(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	st, _ = js.Stream(pubCtx(t, 5*time.Second), "ORDERS")
 	if c := st.CachedInfo().Config; c.MaxMsgs != 2 || c.Discard != jetstream.DiscardNew {
 		t.Errorf("the operator's limits after the sink's update: max_msgs %d, discard %v", c.MaxMsgs, c.Discard)
+	}
+	// Room again: the next acknowledgement makes the sink healthy.
+	if err := st.Purge(pubCtx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	requireOK(t, sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("e", "orders.new", 1)), 1)
+	if err := sink.Healthy(context.Background()); err != nil {
+		t.Errorf("Healthy once the stream had room: %v", err)
 	}
 }
 

@@ -76,6 +76,10 @@ type Sink struct {
 	// stall is set while JetStream leaves publishes unanswered (a hung
 	// server, publishes refused in silence): Healthy says so.
 	stall stall.Tracker
+	// refusing is why JetStream last refused a message for want of room
+	// or of its stream, until a message is acknowledged again: Healthy
+	// says so, as the events wait without counting attempts.
+	refusing atomic.Pointer[error]
 
 	scratchPool sync.Pool // *scratch
 }
@@ -379,6 +383,9 @@ func (s *Sink) Healthy(context.Context) error {
 	if err := s.unavailable(); err != nil {
 		return err
 	}
+	if p := s.refusing.Load(); p != nil {
+		return *p
+	}
 	return s.stall.Err(s.name)
 }
 
@@ -507,9 +514,12 @@ func (s *Sink) sendJetStream(ctx context.Context, msgs []*switchyard.Message, re
 // until ctx is done; what has not arrived by then is an unknown outcome.
 func (s *Sink) awaitJetStream(ctx context.Context, sc *scratch, msgs []*switchyard.Message, res []switchyard.Result) {
 	done := ctx.Done()
-	var acked bool
+	var acked, refused bool
 	var missed int64
 	defer func() {
+		if acked && !refused {
+			s.refusing.Store(nil)
+		}
 		if acked {
 			s.stall.Acked()
 		} else if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -543,8 +553,12 @@ func (s *Sink) awaitJetStream(ctx context.Context, sc *scratch, msgs []*switchya
 		}
 		if err != nil {
 			res[i].Err = s.ackError(msgs[i], err)
-			if errors.Is(res[i].Err, switchyard.ErrUnknownOutcome) {
+			switch {
+			case errors.Is(res[i].Err, switchyard.ErrUnknownOutcome):
 				missed++
+			case errors.Is(res[i].Err, switchyard.ErrSinkUnavailable):
+				s.refusing.Store(&res[i].Err)
+				refused = true
 			}
 			continue
 		}
