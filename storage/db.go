@@ -79,11 +79,11 @@ type DB struct {
 	opened os.FileInfo
 	lost   atomic.Pointer[error]
 	// seen is the largest size the open file was seen at (checkSize);
-	// unmapped is set once its mapping was given up (unreadable); faulted
+	// unmapped is set once its mapping was given up (unreadable); fault
 	// once a read of it faulted (mapped).
 	seen     atomic.Int64
 	unmapped atomic.Bool
-	faulted  atomic.Bool
+	fault    atomic.Bool
 	mapStart uintptr // the address of bbolt's mapping of the file (boltPanic)
 }
 
@@ -242,7 +242,7 @@ func (db *DB) Close(ctx context.Context) error {
 	}
 	// The clean stop: the next Open finds no running mark — unless the
 	// last run's unclean stop is still to be dealt with (MarkRecovered).
-	if db.faulted.Load() {
+	if db.fault.Load() {
 		// bbolt may hold locks the fault interrupted: its Close could wait
 		// for ever. The process's end lets the file go.
 		return *db.lost.Load()

@@ -132,19 +132,23 @@ func (db *DB) mapped(fn func() error) (err error) {
 		return *db.lost.Load()
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		r := recover()
-		if r == nil {
-			return
-		}
-		if !db.boltPanic(r) {
-			panic(r)
-		}
-		db.faulted.Store(true)
-		db.unreadable(fmt.Sprintf("reading it failed (%v): it was cut short, or damaged", r))
-		err = *db.lost.Load()
-	}()
+	defer db.faulted(&err)
 	return fn()
+}
+
+// faulted, deferred by mapped and view, turns a panic of bbolt's into
+// *err and gives the mapping up; any other panic goes on.
+func (db *DB) faulted(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if !db.boltPanic(r) {
+		panic(r)
+	}
+	db.fault.Store(true)
+	db.unreadable(fmt.Sprintf("reading it failed (%v): it was cut short, or damaged", r))
+	*err = *db.lost.Load()
 }
 
 // boltPanic says whether r, the panic being recovered (called from the
@@ -171,9 +175,16 @@ func (db *DB) boltPanic(r any) bool {
 	}
 }
 
-// view runs fn in a bbolt read transaction, guarded by mapped.
-func (db *DB) view(fn func(*bolt.Tx) error) error {
-	return db.mapped(func() error { return db.bolt.View(fn) })
+// view runs fn in a bbolt read transaction, guarded as mapped guards (it
+// is mapped without a closure to make: every read of the router's comes
+// here).
+func (db *DB) view(fn func(*bolt.Tx) error) (err error) {
+	if db.unmapped.Load() {
+		return *db.lost.Load()
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer db.faulted(&err)
+	return db.bolt.View(fn)
 }
 
 // update runs fn in a bbolt write transaction and commits it, guarded by
