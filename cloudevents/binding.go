@@ -299,6 +299,17 @@ func (d *binaryDecoder) header(h switchyard.Header, name string) bool {
 		// header): not kept, or delivering the event would fail for
 		// ever.
 		return d.problem(h.Name, workedAround(invalid("extension attribute %q: names are 1 to %d lower-case letters and digits", attr, MaxExtensionNameLen), "dropped"))
+	case isContextAttribute(attr):
+		// Kept even when the lenient decoder lets a problem pass: the
+		// producer's id, source and type are what dedup and routing go by.
+		// Left out, an id would be derived from every header, and a
+		// redelivery with one header changed would count as new (a review).
+		if err := Check(attr, v); err != nil && !d.problem(h.Name, err) {
+			return false
+		}
+		if err := set(&d.ev, attr, v); err != nil && !d.problem(h.Name, err) {
+			return false
+		}
 	case !valid(attr):
 	case passThrough[attr]:
 		d.extension(attr, v)

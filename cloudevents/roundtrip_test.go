@@ -434,3 +434,18 @@ func TestLenientLeavesOutWhatCannotGoOn(t *testing.T) {
 		t.Fatal("the strict decoder took them")
 	}
 }
+
+// The lenient decoder keeps the producer's context attributes even when a
+// value breaks a rule (an id with a TAB): the inbox deduplicates by the id,
+// and left out, one would be derived from every header, so a redelivery
+// with a retry count changed counted as new (a review of the change above).
+func TestLenientKeepsContextAttributes(t *testing.T) {
+	hs := []switchyard.Header{
+		{Name: "ce_specversion", Value: "1.0"}, {Name: "ce_id", Value: "order-42\t"}, {Name: "ce_source", Value: "/shop"},
+		{Name: "ce_type", Value: "order.created"},
+	}
+	ev, warnings := cloudevents.Kafka.DecodeLenient(hs, []byte("{}"))
+	if ev.ID != "order-42\t" || ev.Type != "order.created" || len(warnings) != 1 {
+		t.Fatalf("id %q, type %q, warnings %q", ev.ID, ev.Type, warnings)
+	}
+}
