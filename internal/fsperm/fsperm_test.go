@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/switchyard-router/switchyard/internal/testkit"
@@ -92,5 +93,37 @@ func TestReadTrusted(t *testing.T) {
 	}
 	if _, err := ReadTrusted(path, 10, "a plugin module"); err == nil || !strings.Contains(err.Error(), "is owned by uid 4242") {
 		t.Errorf("another user's file: %v", err)
+	}
+}
+
+// A pipe anyone may write is refused as a file anyone may write is (a
+// review: every non-regular file passed unchecked); the router's own pipe
+// (a shell's <(...)) and a device such as /dev/zero are read.
+func TestReadTrustedPipes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.hcl")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Skipf("no fifo here: %v", err)
+	}
+	// Opening a pipe to read waits for a writer: one writes "x" each time.
+	feed := func() {
+		go func() {
+			if f, err := os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+				f.Write([]byte("x"))
+				f.Close()
+			}
+		}()
+	}
+	os.Chmod(path, 0o666)
+	feed()
+	if _, err := ReadTrusted(path, 10, "a configuration file"); err == nil || !strings.Contains(err.Error(), "may be written by anyone") {
+		t.Errorf("a pipe anyone may write: %v", err)
+	}
+	os.Chmod(path, 0o600)
+	feed()
+	if b, err := ReadTrusted(path, 10, "a configuration file"); err != nil || string(b) != "x" {
+		t.Errorf("the router's own pipe: %q %v", b, err)
+	}
+	if _, err := ReadTrusted("/dev/zero", 10, "a configuration file"); err == nil || !strings.Contains(err.Error(), "holds more than") {
+		t.Errorf("/dev/zero: %v", err)
 	}
 }

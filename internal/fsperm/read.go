@@ -54,13 +54,13 @@ func ReadTrusted(path string, limit int64, what string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !fi.Mode().IsRegular() {
-		return readAll(f, path, limit, what) // a pipe (<(...)), a device: no content to change later
-	}
 	if err := CheckOwner(path, fi); err != nil {
 		return nil, fmt.Errorf("%w: as %s, its owner could change what the router does; chown it to the router's user or root", err, what)
 	}
-	if perm := fi.Mode().Perm(); perm&0o002 != 0 {
+	// A device is root's, and /dev/null and /dev/zero are anyone's to
+	// write by design; a pipe is not exempt: another user's, or one anyone
+	// may write, would feed the router their content (a review).
+	if perm := fi.Mode().Perm(); perm&0o002 != 0 && fi.Mode()&os.ModeDevice == 0 {
 		return nil, fmt.Errorf("%s may be written by anyone (mode %04o): as %s, anyone could change what the router does; chmod o-w %s", path, perm, what, path)
 	}
 	return readAll(f, path, limit, what)
