@@ -84,7 +84,10 @@ type DB struct {
 	seen     atomic.Int64
 	unmapped atomic.Bool
 	fault    atomic.Bool
-	mapStart uintptr // the address of bbolt's mapping of the file (boltPanic)
+	// mapStart is the address of bbolt's mapping of the file (boltPanic),
+	// read again after each commit: a file grown past the mapping is
+	// mapped anew.
+	mapStart atomic.Uintptr
 }
 
 type write struct {
@@ -170,7 +173,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if opened != nil {
 		db.seen.Store(opened.Size())
 	}
-	db.mapStart = bdb.Info().Data // bbolt maps once: InitialMmapSize is room to grow
+	db.mapStart.Store(bdb.Info().Data)
 	go db.writer()
 	return db, nil
 }
@@ -416,6 +419,7 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 		} else {
 			db.commitErr.Store(nil)
 			db.commits.Add(1)
+			db.mapStart.Store(db.bolt.Info().Data) // the writer remaps, and only in a commit
 			if used, err := db.pagesInUse(); err == nil {
 				db.used.Store(used)
 			}
