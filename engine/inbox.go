@@ -483,17 +483,17 @@ func (e *Engine) Release(ctx context.Context, tenant, consumer, id, token string
 // is none, EINVALID without a token, ECONFLICT when it is another claim's
 // (the token's lease ran out, and the id was claimed again).
 func heldBy(tx *storage.Tx, tenant, consumer, id, token string, now time.Time) (*storage.Claim, error) {
-	if token == "" {
-		return nil, switchyard.Errorf(switchyard.EINVALID, "token: the claim's token (from the claim that took the lease) is needed")
-	}
 	c, err := tx.Claim(tenant, consumer, id, now)
-	if errors.Is(err, storage.ErrNotFound) {
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		// First: a release of an id no longer claimed is done, token or
+		// not, as it was before tokens.
 		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "id %q is not claimed", id)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, err
-	}
-	if c.Token() != token {
+	case token == "":
+		return nil, switchyard.Errorf(switchyard.EINVALID, "token: the claim's token (from the claim that took the lease) is needed")
+	case c.Token() != token:
 		return nil, switchyard.Errorf(switchyard.ECONFLICT, "id %q was claimed again after the lease of this token ran out: another holder has it (its effect may have run twice), and its result is the one kept", id)
 	}
 	return c, nil

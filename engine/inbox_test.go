@@ -339,6 +339,10 @@ func TestStaleHolderCannotActOnTheNextClaim(t *testing.T) {
 	if c, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", b.Token(), json.RawMessage(`{"by":"B again"}`)); err != nil || string(c.Result) != `{"by":"B"}` {
 		t.Errorf("B's complete again: %+v %v", c, err)
 	}
+	// An id no longer claimed is released already, token or not.
+	if err := h.eng.Release(ctx, "default", "mailer", "never-claimed", ""); err != nil {
+		t.Errorf("release of an id not claimed, no token: %v", err)
+	}
 }
 
 // A lease longer than the consumer's claim TTL keeps the claim as long as

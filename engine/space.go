@@ -135,6 +135,7 @@ func headroom(sp storage.Space, maxSize, minFree int64) (int64, error) {
 }
 
 // fileLost is storage.ErrFileLost once the data file is gone from its path
+// or cut short
 // (storage.DB.checkPlace), else nil: no write can succeed from then on, so
 // the loops take nothing (each batch would be published, then fail to
 // commit, and be published again) and the cleanup does not run.
@@ -158,7 +159,7 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
 		if err := e.fileLost(); err != nil && !lostSaid {
 			lostSaid = true
-			e.log.Error("the data file is gone from its path: every write is refused, the loops and the cleanup stop, until the router restarts", "error", err)
+			e.log.Error("the data file was removed, replaced or cut short under the router: every write is refused, the loops and the cleanup stop, until the router restarts", "error", err)
 		}
 		if full := st.full != nil; full != wasFull {
 			wasFull = full

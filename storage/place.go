@@ -62,7 +62,8 @@ func createFile(path string) error {
 		err = PlaceNew(tmp, path)
 	}
 	if errors.Is(err, fs.ErrExist) {
-		err = nil // another router's: the lock decides
+		os.Remove(tmp)
+		return nil // another router's: the lock decides
 	}
 	if err != nil {
 		os.Remove(tmp)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 
 	"github.com/switchyard-router/switchyard/config"
 )
@@ -41,7 +42,7 @@ func loopbackHost(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, err := net.SplitHostPort(r.Host)
 		if err != nil {
-			host = r.Host
+			host = strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]") // no port: "[::1]"
 		}
 		if !config.LoopbackHost(host) {
 			http.Error(w, "pprof answers only a Host of localhost or a loopback address", http.StatusMisdirectedRequest)

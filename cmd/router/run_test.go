@@ -236,8 +236,10 @@ func TestPprofListener(t *testing.T) {
 	if status, body := send(t, "GET", url, "", "", map[string]string{"Host": fmt.Sprintf("attacker.example:%d", port)}); status != 421 {
 		t.Errorf("pprof with another Host: %d %.100s", status, body)
 	}
-	if status, _ := send(t, "GET", url, "", "", map[string]string{"Host": fmt.Sprintf("localhost:%d", port)}); status != 200 {
-		t.Errorf("pprof with Host localhost: %d", status)
+	for _, host := range []string{fmt.Sprintf("localhost:%d", port), "[::1]", "127.0.0.1"} {
+		if status, _ := send(t, "GET", url, "", "", map[string]string{"Host": host}); status != 200 {
+			t.Errorf("pprof with Host %s: %d", host, status)
+		}
 	}
 }
 

@@ -52,7 +52,14 @@ func (s *Sink) classify(topic string, err error) error {
 		// purged and added again, which the next produce does. Before,
 		// every event of a topic made again failed until a restart (a
 		// broker trial).
-		go s.cl.PurgeTopicsFromProducing(topic)
+		// One purge at a time per topic: every record of the batch fails
+		// so, and a late purge would fail the next batch's records.
+		if _, busy := s.purging.LoadOrStore(topic, true); !busy {
+			go func() {
+				defer s.purging.Delete(topic)
+				s.cl.PurgeTopicsFromProducing(topic)
+			}()
+		}
 	}
 	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
 		s.topics.forget(topic)

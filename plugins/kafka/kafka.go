@@ -54,6 +54,9 @@ type Sink struct {
 	cl     *kgo.Client
 	conn   *connState // why connecting to a broker last failed
 	topics *topicCache
+	// purging holds the topics being purged from producing (a topic made
+	// again: classify), one purge at a time per topic.
+	purging sync.Map
 
 	// stall is set while the sink is unhealthy: a Publish hit its
 	// deadline with records unanswered, and no record has been

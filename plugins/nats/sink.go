@@ -72,7 +72,8 @@ type Sink struct {
 	opened   chan struct{} // closed when Open returns
 	// restoring is set while a stream found gone is being created again
 	// (restoreStreams).
-	restoring atomic.Bool
+	restoring  atomic.Bool
+	restoreLog logthrottle.Throttle // its failures, at most one line a second
 	// stall is set while JetStream leaves publishes unanswered (a hung
 	// server, publishes refused in silence): Healthy says so.
 	stall stall.Tracker
@@ -363,8 +364,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream)
 func createOrUpdate(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
 	st, err := js.Stream(ctx, sc.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = js.CreateStream(ctx, sc)
-		return err
+		if _, err = js.CreateStream(ctx, sc); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		st, err = js.Stream(ctx, sc.Name) // another router made it meanwhile: update it
 	}
 	if err != nil {
 		return err
@@ -829,7 +832,9 @@ func (s *Sink) restoreStreams() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	if err := s.ensureStreams(ctx); err != nil {
-		s.log.Warn("a stream is gone, and creating it again failed; trying at the next publish", "error", err)
+		if held, ok := s.restoreLog.Take("restore", time.Now()); ok {
+			s.log.Warn("a stream is gone, and creating it again failed; trying at the next publish", "error", err, "like_it_since_last", held)
+		}
 		return
 	}
 	s.log.Warn("a stream was gone: created again (what it held before is not)")
