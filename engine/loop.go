@@ -645,18 +645,6 @@ func (l *Loop) destinations(b *batch, d string) ([]dest, error) {
 	return []dest{{full: d, sink: sink, topic: topic}}, nil
 }
 
-// destination splits a plugin's destination "<sink>:<topic or subject>",
-// or says why it names nowhere a message can go (a permanent failure: the
-// same output would fail every time).
-func (e *Engine) destination(d string) (sink, topic string, err error) {
-	sinks := e.sinks()
-	sink, topic, err = config.CheckDestination(d, func(s string) bool { _, ok := sinks[s]; return ok })
-	if err != nil {
-		return "", "", switchyard.Permanentf("%v", err)
-	}
-	return sink, topic, nil
-}
-
 // newOutput returns a zero output from the batch's slab, sized for one
 // output per event and route: a batch of n events along its routes makes
 // one allocation for its outputs, not n. Outputs are referenced by pointer

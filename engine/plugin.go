@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
 )
 
 // runChain runs plugins in order, each on every output of the one before,
@@ -56,17 +57,31 @@ func (e *Engine) runChain(ctx context.Context, queue, tenant string, chain []swi
 }
 
 // checkDestinations says why an output of plugin's for event id names a
-// destination nothing could go to: the plugin's reject, counted as its own
-// (before, such an event counted as the plugin's "ok" and was dead-lettered
-// all the same: a plugin author's trial), and named here, where the plugin
-// that chose it is known.
+// destination nothing could go to: the plugin's reject, permanent (the same
+// output would fail every time) and counted as its own (before, such an
+// event counted as the plugin's "ok" and was dead-lettered all the same: a
+// plugin author's trial), and named here, where the plugin that chose it
+// is known.
 func (e *Engine) checkDestinations(plugin, id string, outs []switchyard.PluginOutput) error {
+	configured := func(s string) bool { _, ok := e.sinks()[s]; return ok }
+	if err := CheckDestinations(outs, configured); err != nil {
+		return fmt.Errorf("plugin %q, event %q: %w", plugin, id, switchyard.Permanent(err))
+	}
+	return nil
+}
+
+// CheckDestinations says why one of outs (the first) names a destination
+// no message could go to (config.CheckDestination: its form, its target,
+// and its sink where configured says which sinks there are). The router's
+// loop asks it of every plugin's outputs, and router plugin test too, so
+// that what a test passes the router sends.
+func CheckDestinations(outs []switchyard.PluginOutput, configured func(sink string) bool) error {
 	for _, o := range outs {
 		if o.Destination == "" {
-			continue
+			continue // the type's routes
 		}
-		if _, _, err := e.destination(o.Destination); err != nil {
-			return fmt.Errorf("plugin %q, event %q: %w", plugin, id, err)
+		if _, _, err := config.CheckDestination(o.Destination, configured); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -23,6 +23,7 @@ import (
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
 )
 
@@ -364,7 +365,11 @@ func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, sinks []stri
 		for _, o := range outs {
 			res.Outputs = append(res.Outputs, testOutput{Destination: o.Destination, Key: o.Key, Event: cloudEventJSON(&o.Event)})
 		}
-		if err := checkDestinations(outs, sinks); err != nil {
+		var configured func(string) bool
+		if sinks != nil {
+			configured = func(s string) bool { return slices.Contains(sinks, s) }
+		}
+		if err := engine.CheckDestinations(outs, configured); err != nil {
 			res.Verdict, res.Reason, code, herr = "reject", err.Error()+" (the router dead-letters the event)", pluginExitReject, err
 		}
 	case errors.As(herr, &pe):
@@ -380,24 +385,6 @@ func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, sinks []stri
 		res.Verdict, res.Reason, code = "retry", herr.Error(), pluginExitRetry
 	}
 	return res, code, herr
-}
-
-// checkDestinations says why the router could not send one of outs (the
-// first), with config.CheckDestination, as its loop asks.
-func checkDestinations(outs []switchyard.PluginOutput, sinks []string) error {
-	var configured func(string) bool
-	if sinks != nil {
-		configured = func(s string) bool { return slices.Contains(sinks, s) }
-	}
-	for _, o := range outs {
-		if o.Destination == "" {
-			continue // the type's routes
-		}
-		if _, _, err := config.CheckDestination(o.Destination, configured); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func (r testResult) json() []byte {

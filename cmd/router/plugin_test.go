@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -311,10 +312,10 @@ plugin "transformer" { wasm = %q }
 	if code != 2 || !strings.Contains(stdout, `"verdict": "reject"`) || !strings.Contains(stdout, `destination \"kafka.main:enriched\" names sink \"kafka.main\", which is not configured (the router dead-letters the event)`) {
 		t.Fatalf("an output to a sink not configured: exit %d\n%s", code, stdout)
 	}
-	if err := checkDestinations([]switchyard.PluginOutput{{Destination: "nats.local:demo.>"}}, nil); err == nil || !strings.Contains(err.Error(), "wildcard") {
+	if err := engine.CheckDestinations([]switchyard.PluginOutput{{Destination: "nats.local:demo.>"}}, nil); err == nil || !strings.Contains(err.Error(), "wildcard") {
 		t.Errorf("a wildcard subject without -policies: %v", err)
 	}
-	if err := checkDestinations([]switchyard.PluginOutput{{Destination: "demo.x"}}, nil); err == nil || !strings.Contains(err.Error(), "is not <sink>:<topic or subject>") {
+	if err := engine.CheckDestinations([]switchyard.PluginOutput{{Destination: "demo.x"}}, nil); err == nil || !strings.Contains(err.Error(), "is not <sink>:<topic or subject>") {
 		t.Errorf("no sink without -policies: %v", err)
 	}
 }
