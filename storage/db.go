@@ -78,9 +78,9 @@ type DB struct {
 	// at path is no longer it (checkPlace).
 	opened os.FileInfo
 	lost   atomic.Pointer[error]
-	// seen is the largest size the open file was seen at (checkSize);
+	// seen is the largest size the open file was seen at (checkShrunk);
 	// unmapped is set once its mapping was given up (unreadable); fault
-	// once a read of it faulted (mapped).
+	// once a transaction faulted in it (faulted).
 	seen     atomic.Int64
 	unmapped atomic.Bool
 	fault    atomic.Bool

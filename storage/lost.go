@@ -29,7 +29,7 @@ var ErrFileLost = errors.New("the data file was removed, replaced or cut short w
 // of its own. The router must then be restarted. Space calls it, every
 // quarter second. A stat that fails otherwise than "no such file" (a
 // folder made unreadable, an NFS hiccup) proves nothing: checked again at
-// the next call. A file cut short in place is checkSize's.
+// the next call. A file cut short in place is checkShrunk's.
 func (db *DB) checkPlace() {
 	if db.lost.Load() != nil || db.opened == nil {
 		return
@@ -37,7 +37,7 @@ func (db *DB) checkPlace() {
 	fi, err := os.Stat(db.path)
 	switch {
 	case err == nil && os.SameFile(fi, db.opened):
-		db.checkSize(fi.Size())
+		db.checkShrunk(fi.Size())
 		return
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return
@@ -86,10 +86,11 @@ func (db *DB) copyOut(path string) error {
 	return PlaceNew(tmp, path)
 }
 
-// checkSize notices the open file cut short in place (truncate, a
+// checkShrunk notices the open file cut short in place (truncate, a
 // log rotation's copytruncate, `> router.db`): bbolt only ever grows it,
-// so a size below the largest seen means pages it maps are gone.
-func (db *DB) checkSize(size int64) {
+// so a size below the largest seen means pages it maps are gone. (The
+// function checkSize refuses such a file at the next start.)
+func (db *DB) checkShrunk(size int64) {
 	for {
 		seen := db.seen.Load()
 		if size >= seen {
@@ -118,26 +119,14 @@ func (db *DB) unreadable(why string) {
 	db.unmapped.Store(true)
 }
 
-// mapped runs fn, which reads the file's mapping (a bbolt transaction),
-// unless the mapping was given up. A panic bbolt raises while fn reads it
-// ends fn with an error instead of the process, and gives the mapping up:
-// a memory fault (the file cut short in place before checkSize saw it: a
-// page past the end) or one of bbolt's assertions (a page of zeros where
-// the cut file grew again). This guards the goroutine fn runs on; a fault
-// on one of bbolt's own still ends the process, and the next start
-// refuses the file. A panic of the router's own code is no news of the
-// file, and goes on.
-func (db *DB) mapped(fn func() error) (err error) {
-	if db.unmapped.Load() {
-		return *db.lost.Load()
-	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer db.faulted(&err)
-	return fn()
-}
-
-// faulted, deferred by mapped and view, turns a panic of bbolt's into
-// *err and gives the mapping up; any other panic goes on.
+// faulted, deferred by view and update, turns a panic bbolt raises while
+// a transaction reads the file's mapping into *err, and gives the mapping
+// up: a memory fault (the file cut short in place before checkShrunk saw
+// it: a page past the end) or one of bbolt's assertions (a page of zeros
+// where the cut file grew again). The goroutine of the transaction is
+// guarded so (view and update set SetPanicOnFault); a fault on one of
+// bbolt's own still ends the process, and the next start refuses the file.
+// A panic of the router's own code is no news of the file, and goes on.
 func (db *DB) faulted(err *error) {
 	r := recover()
 	if r == nil {
@@ -184,9 +173,8 @@ func (db *DB) boltPanic(r any) bool {
 	}
 }
 
-// view runs fn in a bbolt read transaction, guarded as mapped guards (it
-// is mapped without a closure to make: every read of the router's comes
-// here).
+// view runs fn in a bbolt read transaction, guarded (faulted); with the
+// mapping given up, it is ErrFileLost at once.
 func (db *DB) view(fn func(*bolt.Tx) error) (err error) {
 	if db.unmapped.Load() {
 		return *db.lost.Load()
@@ -196,21 +184,24 @@ func (db *DB) view(fn func(*bolt.Tx) error) (err error) {
 	return db.bolt.View(fn)
 }
 
-// update runs fn in a bbolt write transaction and commits it, guarded by
-// mapped. It is bbolt's Update without its rollback on a panic: after a
+// update runs fn in a bbolt write transaction and commits it, guarded as
+// view is. It is bbolt's Update without its rollback on a panic: after a
 // fault that rollback walks every page again on a goroutine of bbolt's
 // own, where the next fault would end the process. A transaction a fault
 // ended is left as it is; the mapping is given up with it.
-func (db *DB) update(fn func(*bolt.Tx) error) error {
-	return db.mapped(func() error {
-		tx, err := db.bolt.Begin(true)
-		if err != nil {
-			return err
-		}
-		if err := fn(tx); err != nil {
-			tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	})
+func (db *DB) update(fn func(*bolt.Tx) error) (err error) {
+	if db.unmapped.Load() {
+		return *db.lost.Load()
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer db.faulted(&err)
+	tx, err := db.bolt.Begin(true)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
