@@ -19,7 +19,10 @@ import (
 // the router keeps there (its socket, its data file, a password it
 // generates): one owned by another user than the router's (root
 // excepted), or one anyone may write to without the sticky bit.
-func CheckDir(dir string) error {
+func CheckDir(dir string) error { return checkDir(dir, true) }
+
+// checkDir is CheckDir, with the sticky exception or without it.
+func checkDir(dir string, stickyOK bool) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return err
@@ -27,8 +30,12 @@ func CheckDir(dir string) error {
 	if err := CheckOwner(dir, fi); err != nil {
 		return fmt.Errorf("%w: its owner could replace what the router keeps there; use a directory of the router's user", err)
 	}
-	if perm := fi.Mode(); perm.Perm()&0o002 != 0 && perm&os.ModeSticky == 0 {
+	switch perm := fi.Mode(); {
+	case perm.Perm()&0o002 == 0:
+	case perm&os.ModeSticky == 0:
 		return fmt.Errorf("%s may be written by anyone (mode %04o): another user could replace what the router keeps there; chmod o-w %s", dir, perm.Perm(), dir)
+	case !stickyOK:
+		return fmt.Errorf("%s may be written by anyone (mode %04o, sticky): another user could put a socket of theirs at the path whenever the router's is gone, and answer the local services in its place; put the socket in a folder of the router's own (beside the data file, or /run/switchyard)", dir, perm.Perm())
 	}
 	return nil
 }
@@ -40,19 +47,7 @@ func CheckDir(dir string) error {
 // restart), and take the local services' events with a forged 202 (a
 // security trial). The data file, which the router opens and checks
 // itself, may stay in such a folder.
-func CheckSocketDir(dir string) error {
-	if err := CheckDir(dir); err != nil {
-		return err
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return err
-	}
-	if perm := fi.Mode().Perm(); perm&0o002 != 0 {
-		return fmt.Errorf("%s may be written by anyone (mode %04o, sticky): another user could put a socket of theirs at the path whenever the router's is gone, and answer the local services in its place; put the socket in a folder of the router's own (beside the data file, or /run/switchyard)", dir, perm)
-	}
-	return nil
-}
+func CheckSocketDir(dir string) error { return checkDir(dir, false) }
 
 // CheckFile refuses a file the router is about to use, if it exists
 // already, that another user owns or anyone may write: in a sticky shared
