@@ -311,7 +311,6 @@ func (s *Sink) connectedOnce() {
 	s.mu.Lock()
 	first := !s.everConnected
 	s.everConnected = true
-	ready := s.ready
 	s.mu.Unlock()
 	if first {
 		mode := "jetstream"
@@ -320,6 +319,14 @@ func (s *Sink) connectedOnce() {
 		}
 		s.log.Info("NATS sink ready", "url", s.nc.ConnectedUrlRedacted(), "mode", mode)
 	}
+	s.notifyReady()
+}
+
+// notifyReady tells the engine the sink can publish (OnReady's function).
+func (s *Sink) notifyReady() {
+	s.mu.Lock()
+	ready := s.ready
+	s.mu.Unlock()
 	if ready != nil {
 		ready()
 	}
@@ -560,7 +567,8 @@ func (s *Sink) awaitJetStream(ctx context.Context, sc *scratch, msgs []*switchya
 			case errors.Is(res[i].Err, switchyard.ErrUnknownOutcome):
 				missed++
 			case errors.Is(res[i].Err, switchyard.ErrSinkUnavailable):
-				s.refusing.Store(&res[i].Err)
+				why := res[i].Err // a copy: res is the caller's
+				s.refusing.Store(&why)
 				refused = true
 			}
 			continue
@@ -732,13 +740,13 @@ func (s *Sink) ackError(m *switchyard.Message, err error) error {
 		return err
 	}
 	var apiErr *jetstream.APIError
-	switch {
-	case errors.Is(err, jetstream.ErrNoStreamResponse) && StreamCapturing(s.streams, m.Topic) != "":
+	switch stream := StreamCapturing(s.streams, m.Topic); {
+	case errors.Is(err, jetstream.ErrNoStreamResponse) && stream != "":
 		// The block's stream was there, and is gone (deleted by hand, a
 		// server that lost its store): made again, the message waits.
 		go s.restoreStreams()
 		return fmt.Errorf("%s: the stream %q for subject %q is gone; it is being created again: %w: %w",
-			s.name, StreamCapturing(s.streams, m.Topic), m.Topic, err, switchyard.ErrSinkUnavailable)
+			s.name, stream, m.Topic, err, switchyard.ErrSinkUnavailable)
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return fmt.Errorf("%s: no JetStream stream for subject %q (add a stream block whose subjects match it): %w",
 			s.name, m.Topic, err)
@@ -838,12 +846,7 @@ func (s *Sink) restoreStreams() {
 		return
 	}
 	s.log.Warn("a stream was gone: created again (what it held before is not)")
-	s.mu.Lock()
-	ready := s.ready
-	s.mu.Unlock()
-	if ready != nil {
-		ready()
-	}
+	s.notifyReady()
 }
 
 // JetStream refuses a message whose headers exceed 64 KiB
