@@ -310,7 +310,7 @@ func (d *binaryDecoder) header(h switchyard.Header, name string) bool {
 		if err := set(&d.ev, attr, v); err != nil && !d.problem(h.Name, err) {
 			return false
 		}
-	case !valid(attr):
+	case !valid(attr): // an invalid extension: left out
 	case passThrough[attr]:
 		d.extension(attr, v)
 	default:
