@@ -27,6 +27,11 @@ type Loop struct {
 	wakeC chan struct{}
 	kickC chan struct{} // a sink became reachable: poll now, even after a failure
 
+	// take makes reading the due events and holding them one step: a
+	// test's Poll beside the running loop would otherwise read the same
+	// events before either held them, and run them twice (seen in CI).
+	take sync.Mutex
+
 	mu    sync.Mutex
 	delay *Delay
 	held  map[string]struct{} // ids of the events the batches in flight hold
@@ -282,6 +287,20 @@ func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
 		return nil, nil
 	}
 	pol := l.pol.Load()
+	recs, err := l.takeDue(pol)
+	if err != nil || len(recs) == 0 {
+		return nil, err
+	}
+	b := l.outputs(ctx, pol, recs)
+	b.send(ctx, l.e.sinks())
+	return b, nil
+}
+
+// takeDue reads up to a batch of due events the loop does not hold yet and
+// holds them.
+func (l *Loop) takeDue(pol *config.Policy) ([]*storage.Record, error) {
+	l.take.Lock()
+	defer l.take.Unlock()
 	now := l.e.now()
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {
@@ -289,13 +308,10 @@ func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
 		recs, err = tx.Due(l.typ, now, pol.BatchSize, pol.ByKey(), l.holds)
 		return err
 	})
-	if err != nil || len(recs) == 0 {
-		return nil, err
+	if err == nil {
+		l.hold(recs)
 	}
-	l.hold(recs)
-	b := l.outputs(ctx, pol, recs)
-	b.send(ctx, l.e.sinks())
-	return b, nil
+	return recs, err
 }
 
 // finish waits for a sent batch's acknowledgements and records its

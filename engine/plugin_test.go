@@ -376,7 +376,7 @@ func TestBadDestinationIsThePluginsReject(t *testing.T) {
 	astray := funcPlugin{name: "astray", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		return []switchyard.PluginOutput{{Event: *ev, Destination: "kafka.nowhere:x"}}, nil
 	}}
-	h := newHarness(t, pluginPolicy("astray", "t.astray", "polling { min = \"10ms\" }"), false, withPlugins(astray))
+	h := newHarness(t, pluginPolicy("astray", "t.astray", ""), true, withPlugins(astray))
 	ids := h.ingest("t.astray", 1)
 	h.pollAll("t.astray")
 	if rec := h.record(ids[0]); rec.State != storage.StateDLQ {
