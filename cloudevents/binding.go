@@ -267,6 +267,13 @@ func (d *binaryDecoder) header(h switchyard.Header, name string) bool {
 	if err != nil && !d.problem(h.Name, err) {
 		return false
 	}
+	return d.place(h.Name, name, attr, isAttr, v)
+}
+
+// place puts the value v of the header named header (name in lower case;
+// attr, with isAttr, the attribute it names after the prefix) where it
+// belongs in the event. It returns false when problem said to stop.
+func (d *binaryDecoder) place(header, name, attr string, isAttr bool, v string) bool {
 	// valid checks v as the value of attribute a. An invalid one is left
 	// out, and stop set when problem says to stop: a value the lenient
 	// decoder let pass was kept before, and one no binding can carry on (a
@@ -278,7 +285,7 @@ func (d *binaryDecoder) header(h switchyard.Header, name string) bool {
 		if err == nil {
 			return true
 		}
-		stop = !d.problem(h.Name, workedAround(err, "left out"))
+		stop = !d.problem(header, workedAround(err, "left out"))
 		return false
 	}
 	switch {
@@ -298,23 +305,23 @@ func (d *binaryDecoder) header(h switchyard.Header, name string) bool {
 		// A name no binding could carry on (a webhook refuses the
 		// header): not kept, or delivering the event would fail for
 		// ever.
-		return d.problem(h.Name, workedAround(invalid("extension attribute %q: names are 1 to %d lower-case letters and digits", attr, MaxExtensionNameLen), "dropped"))
+		return d.problem(header, workedAround(invalid("extension attribute %q: names are 1 to %d lower-case letters and digits", attr, MaxExtensionNameLen), "dropped"))
 	case isContextAttribute(attr):
 		// Kept even when the lenient decoder lets a problem pass: the
 		// producer's id, source and type are what dedup and routing go by.
 		// Left out, an id would be derived from every header, and a
 		// redelivery with one header changed would count as new (a review).
-		if err := Check(attr, v); err != nil && !d.problem(h.Name, err) {
+		if err := Check(attr, v); err != nil && !d.problem(header, err) {
 			return false
 		}
-		if err := set(&d.ev, attr, v); err != nil && !d.problem(h.Name, err) {
+		if err := set(&d.ev, attr, v); err != nil && !d.problem(header, err) {
 			return false
 		}
 	case !valid(attr): // an invalid extension: left out
 	case passThrough[attr]:
 		d.extension(attr, v)
 	default:
-		if err := set(&d.ev, attr, v); err != nil && !d.problem(h.Name, err) {
+		if err := set(&d.ev, attr, v); err != nil && !d.problem(header, err) {
 			return false
 		}
 	}
