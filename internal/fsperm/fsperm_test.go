@@ -105,19 +105,25 @@ func TestReadTrustedPipes(t *testing.T) {
 		t.Skipf("no fifo here: %v", err)
 	}
 	// Opening a pipe to read waits for a writer: one writes "x" each time.
-	feed := func() {
+	// The first writer must be gone before the second read opens the pipe,
+	// or that read meets both writers and reads "xx" (CI saw it once).
+	feed := func() <-chan struct{} {
+		done := make(chan struct{})
 		go func() {
+			defer close(done)
 			if f, err := os.OpenFile(path, os.O_WRONLY, 0); err == nil {
 				f.Write([]byte("x"))
 				f.Close()
 			}
 		}()
+		return done
 	}
 	os.Chmod(path, 0o666)
-	feed()
+	first := feed()
 	if _, err := ReadTrusted(path, 10, "a configuration file"); err == nil || !strings.Contains(err.Error(), "may be written by anyone") {
 		t.Errorf("a pipe anyone may write: %v", err)
 	}
+	<-first
 	os.Chmod(path, 0o600)
 	feed()
 	if b, err := ReadTrusted(path, 10, "a configuration file"); err != nil || string(b) != "x" {
