@@ -329,7 +329,9 @@ func (l *Loop) finish(ctx context.Context, b *batch) (PollResult, error) {
 // batch was taken: the broker has the messages, and letting go of the batch would send them
 // all again, past the broker's dedup window once the disk is full for
 // longer than it. Past that, or when the loop stops, the events stay
-// pending and are published again (at least once; receivers dedup by id).
+// pending and are published again (at least once; receivers dedup by id),
+// but for the outputs the recall answered for (Republish): those go back
+// to it, and the next attempt records them instead of sending them.
 func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 	var res PollResult
 	record := func() error {
@@ -342,6 +344,9 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 		l.e.log.Warn("recording delivery outcomes failed; trying again, the batch held (not sent again)", "type", l.typ, "events", len(b.items), "retry_in", wait, "error", err)
 	})
 	if err != nil {
+		for i := range b.items {
+			l.e.recall.putBack(b.items[i].rec.Key(), b.items[i].outputs)
+		}
 		return res, fmt.Errorf("commit batch of %s: %w", l.typ, err)
 	}
 	l.e.metrics.committed(l.typ, &res, b)

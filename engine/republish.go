@@ -251,7 +251,8 @@ func (r *recall) take(key, dest, msgID string, now time.Time) (switchyard.Positi
 }
 
 // putBack returns what take gave for outputs that were not recorded (the
-// event failed before its commit), for the next attempt.
+// event failed before its commit, or the commit failed), for the next
+// attempt.
 func (r *recall) putBack(key string, outs []*output) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -361,3 +361,62 @@ func (h *harness) recallOutput(ev switchyard.Event) {
 		h.t.Fatalf("Republish = %+v, %v; want %s's output recalled", done, err, ev.ID)
 	}
 }
+
+// brokenDisk is a store whose writes fail while broken is set (a full or
+// failing disk), and go through to the data file otherwise.
+type brokenDisk struct {
+	engine.Store
+	broken atomic.Bool
+}
+
+func (d *brokenDisk) Update(ctx context.Context, fn func(*storage.Tx) error) error {
+	if d.broken.Load() {
+		return errors.New("write failed")
+	}
+	return d.Store.Update(ctx, fn)
+}
+
+// An output the recall answered for goes back to it when the commit that
+// would record it fails for good (past max_processing_time): the next
+// attempt records it at the stream's position instead of sending it again,
+// past the stream's duplicates window.
+func TestRecallPutBackOnAFailedCommit(t *testing.T) {
+	h := newHarness(t, `
+event "t.b" {
+  max_processing_time = "500ms"
+  route {
+    to      = "nats.local"
+    subject = "t.b"
+  }
+}
+`, true)
+	disk := &brokenDisk{Store: h.db}
+	eng, err := engine.New(disk, h.cfg, []switchyard.Sink{h.sink}, engine.Options{Now: h.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng // recallOutput and record go through the engine that recalls
+	h.recallOutput(switchyard.Event{ID: "pc", Type: "t.b", Source: "/t", SpecVersion: "1.0"})
+	disk.broken.Store(true)
+	if _, err := eng.Loop("t.b").Poll(context.Background()); err == nil || !strings.Contains(err.Error(), "write failed") {
+		t.Fatalf("Poll = %v, want the commit's error", err)
+	}
+	disk.broken.Store(false)
+	h.pollAll("t.b")
+	rec := h.record("pc")
+	if rec.State != storage.StateDelivered {
+		t.Fatalf("pc: %s, want delivered", rec.State)
+	}
+	sent := 0
+	for _, m := range h.streamMessages() {
+		if m.Header.Get("Nats-Msg-Id") == "pc" {
+			sent++
+		}
+	}
+	if sent != 1 {
+		t.Errorf("the stream holds pc's output %d times, want once (recalled, not sent again)", sent)
+	}
+	if p := rec.Outputs[0].Position; p == nil || p.Sequence != 1 {
+		t.Errorf("pc's output recorded at %+v, want the stream's sequence 1", p)
+	}
+}
