@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // ForceYield makes delivery yield to ingest for d, as if a trial had shown
 // that it pays, so that a test can watch the loops rest.
@@ -9,3 +12,7 @@ func ForceYield(e *Engine, d time.Duration) {
 	defer e.yield.mu.Unlock()
 	e.yield.enter(yielding, time.Now().Add(d-yieldHold))
 }
+
+// MakeRoom takes one step of what the space loop does while the storage
+// budget is full.
+func MakeRoom(e *Engine) { e.makeRoom(context.Background()) }

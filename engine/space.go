@@ -42,9 +42,9 @@ type spaceState struct {
 // { max_size } against the pages in use, min_free against the disk's free
 // bytes and the file's own free pages (storage.Space.Room). While
 // over, ingest is refused, delivery and the DLQ go on, and delivered
-// records, then idempotency records past idempotency.min_window, are
-// removed before their time to make room (makeRoom): ingest resumes as the
-// backlog drains.
+// records (but the last replay window's), then idempotency records past
+// idempotency.min_window, are removed before their time to make room
+// (makeRoom): ingest resumes as the backlog drains.
 type spaceWatch struct {
 	meter SpaceMeter
 	state atomic.Pointer[spaceState]
@@ -181,11 +181,12 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 }
 
 // makeRoom removes, while the budget is exhausted, what is kept only for
-// reading back: first the delivered records; once none is left, the
-// idempotency records older than idempotency.min_window, so that a full
-// budget does not refuse every request until their window ends (clients
-// that choose their event ids keep one per event). Each tick takes one
-// step: the next measurement says whether it was enough.
+// reading back: first the delivered records, but the last replay window's
+// (dropDelivered); once none is left, the idempotency records older than
+// idempotency.min_window, so that a full budget does not refuse every
+// request until their window ends (clients that choose their event ids
+// keep one per event). Each tick takes one step: the next measurement says
+// whether it was enough.
 func (e *Engine) makeRoom(ctx context.Context) {
 	n, err := e.dropDelivered(ctx)
 	switch {
@@ -253,14 +254,30 @@ func (e *Engine) noteIdempotencyWindow(window time.Duration) {
 	}
 }
 
-// dropDelivered removes every delivered record now, as if its outbox.ttl
+// dropDelivered removes the delivered records now, as if their outbox.ttl
 // had passed: under storage pressure an event that is out matters less
-// than room for the next.
+// than room for the next. It keeps those of the last replay window: after
+// an unclean stop, Republish reads them to find what an embedded stream
+// lost before its fsync (docs/decisions/power-loss.md).
 func (e *Engine) dropDelivered(ctx context.Context) (int, error) {
-	ttl := e.config().Outbox.TTL + time.Second
+	cfg := e.config()
+	keep := replayWindow(cfg)
 	return e.inChunks(ctx, func(tx *storage.Tx, now time.Time, limit int) (int, error) {
-		return tx.DeleteExpiredDelivered(now.Add(ttl), limit)
+		return tx.DeleteDeliveredBefore(now.Add(-keep), cfg.Outbox.TTL, limit)
 	})
+}
+
+// replayWindow is how far back Republish reads after an unclean stop: the
+// longest config.NATS.ReplayWindow of the embedded servers (cmd/router),
+// none without one.
+func replayWindow(cfg *config.Config) time.Duration {
+	var w time.Duration
+	for _, n := range cfg.NATS {
+		if n.Embedded {
+			w = max(w, n.ReplayWindow())
+		}
+	}
+	return w
 }
 
 // Space is the last measurement of the data file and its budget, for

@@ -141,6 +141,24 @@ func (tx *Tx) RecentlyDelivered(window time.Duration, now time.Time) ([]*Record,
 	return out, nil
 }
 
+// DeleteDeliveredBefore removes up to limit delivered (and filtered)
+// records delivered before cutoff, ahead of their ttl: the storage
+// budget's early removal, which must spare what RecentlyDelivered will
+// need. The index is keyed by expiry, so it removes the entries expiring
+// before cutoff plus the shortest ttl they can have been made with (ttl,
+// the one in force, or one the file noted): none of a later delivery lies
+// there.
+func (tx *Tx) DeleteDeliveredBefore(cutoff time.Time, ttl time.Duration, limit int) (int, error) {
+	ttls, err := tx.doneTTLs()
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range live(ttls, cutoff) {
+		ttl = min(ttl, t.TTL)
+	}
+	return tx.DeleteExpiredDelivered(cutoff.Add(ttl), limit)
+}
+
 // The partial index (bucketPartial: record key → nothing) lists the pending
 // events and dead letters with an output delivered: events whose other
 // outputs failed. The delivered index does not hold them, and their queue

@@ -65,3 +65,61 @@ func TestRecentlyDeliveredAfterTheTTLWasLowered(t *testing.T) {
 		t.Fatalf("RecentlyDelivered = %v, want %v", got, want)
 	}
 }
+
+// deliverAt stores event id and marks it delivered at at, kept for ttl.
+func deliverAt(t *testing.T, db *storage.DB, id string, at time.Time, ttl time.Duration) {
+	t.Helper()
+	insert(t, db, record(id, "t.x", at, ""))
+	err := db.Update(ctx, func(tx *storage.Tx) error {
+		r, err := tx.Record(id)
+		if err != nil {
+			return err
+		}
+		r.Outputs = []storage.Output{{Destination: "nats.local:x", MsgID: id, Delivered: true, DeliveredAt: at}}
+		return tx.MarkDelivered(r, at, ttl)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stored says which of ids still have a record.
+func stored(t *testing.T, db *storage.DB, ids ...string) []string {
+	t.Helper()
+	var out []string
+	err := db.View(func(tx *storage.Tx) error {
+		for _, id := range ids {
+			if _, err := tx.Record(id); err == nil {
+				out = append(out, id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The early removal removes the records delivered before its cutoff and
+// none after, whatever ttl their index entries were made with: here one
+// delivered under a 1h ttl just before a reload raised it to 24h, whose
+// entry sorts before the cutoff plus the new ttl.
+func TestDeleteDeliveredBeforeSparesLaterDeliveries(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	deliverAt(t, db, "old", t0.Add(-time.Hour), time.Hour)
+	deliverAt(t, db, "before-reload", t0, time.Hour)
+	deliverAt(t, db, "after-reload", t0.Add(time.Second), 24*time.Hour)
+	cutoff := t0.Add(-time.Minute)
+	err := db.Update(ctx, func(tx *storage.Tx) error {
+		_, err := tx.DeleteDeliveredBefore(cutoff, 24*time.Hour, 100)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stored(t, db, "old", "before-reload", "after-reload"), []string{"before-reload", "after-reload"}; !slices.Equal(got, want) {
+		t.Fatalf("left %v, want %v", got, want)
+	}
+}
