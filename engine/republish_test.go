@@ -420,3 +420,44 @@ event "t.b" {
 		t.Errorf("pc's output recorded at %+v, want the stream's sequence 1", p)
 	}
 }
+
+// An event delivered again after an unclean stop (its output lost by the
+// stream, Republish) is kept for outbox.ttl from that second delivery: the
+// delivered index's entry of the first one, left behind, does not remove
+// it at the first one's expiry.
+func TestRedeliveredEventKeepsItsOwnTTL(t *testing.T) {
+	h := newHarness(t, twoRoutes+`outbox { ttl = "1h" }`, true)
+	ctx := context.Background()
+	h.ingestEvent(switchyard.Event{ID: "x", Type: "t.b", Source: "/t", SpecVersion: "1.0"})
+	h.pollAll("t.b")
+	st, err := h.js.Stream(ctx, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, h.record("x").Outputs[0].Position.Sequence); err != nil { // what the cut took
+		t.Fatal(err)
+	}
+	h.clock.Advance(30 * time.Minute) // the machine stayed off
+	if done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second); err != nil || done.Events != 1 {
+		t.Fatalf("Republish = %+v, %v; want x sent again", done, err)
+	}
+	time.Sleep(1200 * time.Millisecond) // a deleted message's id stays in the duplicates window
+	h.pollAll("t.b")
+	if st := h.record("x").State; st != storage.StateDelivered {
+		t.Fatalf("x: %s, want delivered again", st)
+	}
+	h.clock.Advance(45 * time.Minute) // past the first delivery's hour, within the second's
+	if _, err := h.eng.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.EventStatus(storage.DefaultTenant, "x"); err != nil {
+		t.Fatalf("x, delivered again 45 minutes ago with a 1h ttl: %v", err)
+	}
+	h.clock.Advance(20 * time.Minute) // past the second delivery's hour
+	if _, err := h.eng.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.EventStatus(storage.DefaultTenant, "x"); code(err) != switchyard.ENOTFOUND {
+		t.Fatalf("x, past its ttl: %v, want removed", err)
+	}
+}

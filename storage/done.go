@@ -16,7 +16,9 @@ import (
 // would find those instead (a power cut's loss unchecked). So the file
 // remembers which ttls its entries were made with (keyDoneTTLs, written only
 // when the ttl changes) and RecentlyDelivered reads back further by the
-// spread between them.
+// spread between them. Each entry holds the record's queue sequence
+// (doneSeq): cleanup removes a record only by the entry of its last
+// delivery, not by one an earlier delivery of the same key left behind.
 
 // keyDoneTTLs holds the doneTTLs the delivered index may still hold
 // entries of (meta bucket, JSON).

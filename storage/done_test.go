@@ -123,3 +123,44 @@ func TestDeleteDeliveredBeforeSparesLaterDeliveries(t *testing.T) {
 		t.Fatalf("left %v, want %v", got, want)
 	}
 }
+
+// An event stored again under the same id after its first was delivered,
+// sent back by an unclean stop's republish, dead-lettered and deleted, is
+// kept for its own ttl: the first delivery's entry in the delivered index
+// does not remove it at the first's expiry.
+func TestStaleDeliveredEntryKeepsTheNewRecord(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	deliverAt(t, db, "x", t0, time.Hour)
+	err := db.Update(ctx, func(tx *storage.Tx) error {
+		r, err := tx.Record("x")
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Redeliver(r, func(storage.Output) bool { return true }, false, t0.Add(time.Minute)); err != nil {
+			return err
+		}
+		if err := tx.MoveToDLQ(r, t0.Add(2*time.Minute), "rejected"); err != nil {
+			return err
+		}
+		return tx.DeleteDeadLetter(r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliverAt(t, db, "x", t0.Add(30*time.Minute), time.Hour)
+	expire := func(at time.Time) {
+		t.Helper()
+		if err := db.Update(ctx, func(tx *storage.Tx) error { _, err := tx.DeleteExpiredDelivered(at, 100); return err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expire(t0.Add(time.Hour + time.Minute))
+	if got := stored(t, db, "x"); len(got) != 1 {
+		t.Fatalf("x, stored again and delivered 31 minutes ago with a 1h ttl, was removed")
+	}
+	expire(t0.Add(90*time.Minute + time.Second))
+	if got := stored(t, db, "x"); len(got) != 0 {
+		t.Fatalf("x past its own ttl still stored")
+	}
+}

@@ -18,7 +18,7 @@ import (
 //	queue/<type>        next_attempt ‖ seq → id       pending events, due order
 //	keys/<type>         line ‖ 0x00 ‖ seq → id         pending events per key line (ordering = "key", orderLine)
 //	dlq/<type>          moved_at ‖ seq → id           dead letters, newest last
-//	done                expires ‖ id → nil            delivered records to clean up
+//	done                expires ‖ id → seq (uvarint)  delivered records to clean up (doneSeq; nil in older files)
 //	idem                scope → IdemRecord (binary, idempotency.go; JSON before)
 //	idem_exp            expires ‖ scope → nil         idempotency records to clean up
 //	meta                schema → version
@@ -418,11 +418,19 @@ func (tx *Tx) markDone(r *Record, state State, now time.Time, ttl time.Duration)
 	if err := tx.noteDoneTTL(ttl, now); err != nil {
 		return err
 	}
-	if err := tx.bucket(bucketDone).Put(append(tx.keyAt(now.Add(ttl)), r.Key()...), nil); err != nil {
+	if err := tx.bucket(bucketDone).Put(append(tx.keyAt(now.Add(ttl)), r.Key()...), doneSeq(r)); err != nil {
 		return err
 	}
 	return tx.putEvent(r)
 }
+
+// doneSeq is the value of r's entry in the delivered index: its queue
+// sequence, which names this stay in a queue apart from any other of the
+// same key (makePending gives a new one: a redelivery after an unclean
+// stop, a retry, an event stored again once deleted), so that an entry
+// left by an earlier delivery does not remove the record before its own
+// ttl (DeleteExpiredDelivered). Entries written before it have none.
+func doneSeq(r *Record) []byte { return binary.AppendUvarint(nil, r.QueueSeq) }
 
 // MoveToDLQ takes a pending event off its queue and parks it in the DLQ.
 func (tx *Tx) MoveToDLQ(r *Record, now time.Time, reason string) error {
@@ -495,9 +503,11 @@ func (tx *Tx) Types() []string {
 }
 
 // DeleteExpiredDelivered removes up to limit delivered records whose TTL
-// ended before now. It returns how many it removed.
+// ended before now. It returns how many index entries it removed: an
+// entry of an earlier delivery of a record delivered again since (doneSeq)
+// goes without the record.
 func (tx *Tx) DeleteExpiredDelivered(now time.Time, limit int) (int, error) {
-	return tx.expire(bucketDone, now, limit, func(id []byte) error {
+	return tx.expireEntries(bucketDone, now, limit, func(id, seq []byte) error {
 		v := tx.getEvent(id)
 		if v == nil {
 			return nil
@@ -509,6 +519,9 @@ func (tx *Tx) DeleteExpiredDelivered(now time.Time, limit int) (int, error) {
 		if r.State != StateDelivered && r.State != StateFiltered { // retried by hand since: keep it
 			return nil
 		}
+		if s, n := binary.Uvarint(seq); n > 0 && s != r.QueueSeq { // delivered again since
+			return nil
+		}
 		return tx.deleteEvent(id)
 	})
 }
@@ -516,19 +529,25 @@ func (tx *Tx) DeleteExpiredDelivered(now time.Time, limit int) (int, error) {
 // expire walks a TTL index (expires ‖ rest → nil) and calls del for the
 // rest of every entry that expired before now, up to limit entries.
 func (tx *Tx) expire(index []byte, now time.Time, limit int, del func(rest []byte) error) (int, error) {
+	return tx.expireEntries(index, now, limit, func(rest, _ []byte) error { return del(rest) })
+}
+
+// expireEntries is expire for an index whose entries have values: del
+// gets each entry's value too.
+func (tx *Tx) expireEntries(index []byte, now time.Time, limit int, del func(rest, v []byte) error) (int, error) {
 	b := tx.bucket(index)
 	end := uint64(now.UnixNano())
 	c := b.Cursor()
 	n := 0
-	for k, _ := c.First(); k != nil && n < limit; k, _ = c.First() {
+	for k, v := c.First(); k != nil && n < limit; k, v = c.First() {
 		if binary.BigEndian.Uint64(k) > end {
 			break
 		}
-		rest := append([]byte(nil), k[8:]...)
+		rest, val := append([]byte(nil), k[8:]...), bytes.Clone(v)
 		if err := c.Delete(); err != nil {
 			return n, err
 		}
-		if err := del(rest); err != nil {
+		if err := del(rest, val); err != nil {
 			return n, err
 		}
 		n++
