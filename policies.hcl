@@ -255,6 +255,7 @@ defaults {
   max_retries         = 3      # then the event moves to the DLQ
   max_processing_time = "300s" # a claim held longer is released, without counting an attempt
   # ordering = "key"           # hold an event while an earlier one of its tenant with the same partition key is pending
+                               # (turned on by a reload or a restart, it lines up the events already stored too)
 
   # A poll that returns a full batch resets the delay to min; a partial or
   # empty one multiplies it by multiplier, up to max. Writes wake the loop

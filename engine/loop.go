@@ -31,6 +31,10 @@ type Loop struct {
 	// test's Poll beside the running loop would otherwise read the same
 	// events before either held them, and run them twice (seen in CI).
 	take sync.Mutex
+	// unlined says the queue may hold events stored while the type was
+	// not ordered by key: set when the loop starts, or a reload turns
+	// ordering = "key" on; the next take by key lines them up first.
+	unlined atomic.Bool
 
 	mu    sync.Mutex
 	delay *Delay
@@ -47,6 +51,7 @@ func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 		held:  make(map[string]struct{}),
 	}
 	l.pol.Store(pol)
+	l.unlined.Store(pol.ByKey())
 	return l
 }
 
@@ -54,6 +59,9 @@ func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 func (l *Loop) setPolicy(pol *config.Policy) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if pol.ByKey() && !l.pol.Load().ByKey() {
+		l.unlined.Store(true) // before the swap: no take by key before it
+	}
 	if l.pol.Swap(pol).Polling != pol.Polling {
 		l.delay = NewDelay(pol.Polling)
 	}
@@ -287,7 +295,7 @@ func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
 		return nil, nil
 	}
 	pol := l.pol.Load()
-	recs, err := l.takeDue(pol)
+	recs, err := l.takeDue(ctx, pol)
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
@@ -298,9 +306,15 @@ func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
 
 // takeDue reads up to a batch of due events the loop does not hold yet and
 // holds them.
-func (l *Loop) takeDue(pol *config.Policy) ([]*storage.Record, error) {
+func (l *Loop) takeDue(ctx context.Context, pol *config.Policy) ([]*storage.Record, error) {
 	l.take.Lock()
 	defer l.take.Unlock()
+	if pol.ByKey() && l.unlined.Swap(false) {
+		if err := l.e.lineUp(ctx, l.typ); err != nil {
+			l.unlined.Store(true)
+			return nil, err
+		}
+	}
 	now := l.e.now()
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {

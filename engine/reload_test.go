@@ -13,6 +13,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // A reload that removes the block of an event type with stored events says
@@ -144,5 +145,89 @@ func TestReloadRetiresPluginsAfterTheirBatches(t *testing.T) {
 	h.waitDelivered(second, 10*time.Second)
 	if byOld.Load() != 2 || byNew.Load() != 2 {
 		t.Fatalf("the old plugin ran %d events, the new one %d; want 2 and 2", byOld.Load(), byNew.Load())
+	}
+}
+
+// A reload or a restart that turns ordering = "key" on holds an event
+// stored before it behind an earlier pending one of its key, as it holds
+// the events stored after it: the events of the unordered past are put in
+// their key's line. (Before, the line held only the later events: third
+// went first, then first and second together, and second was delivered
+// while first still failed.)
+func TestOrderingByKeyTurnedOnOrdersStoredEvents(t *testing.T) {
+	for _, how := range []string{"reload", "restart"} {
+		t.Run(how, func(t *testing.T) { orderingTurnedOn(t, how) })
+	}
+}
+
+// firstFails routes every event to t.ok but the one with id "first",
+// which goes where no stream captures: it always fails.
+var firstFails = funcPlugin{name: "router", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+	dest := "nats.local:t.ok"
+	if ev.ID == "first" {
+		dest = "nats.local:nostream.fail"
+	}
+	return []switchyard.PluginOutput{{Destination: dest, Event: *ev, Key: ev.PartitionKey()}}, nil
+}}
+
+// orderedPolicy is type t.ord through firstFails with the ordering given.
+func orderedPolicy(ordering string) string {
+	return `
+plugin "router" { wasm = "unused.wasm" }
+event "t.ord" {
+  plugins     = ["router"]
+  ordering    = "` + ordering + `"
+  max_retries = 1
+  backoff { delay = "10s" }
+}
+`
+}
+
+func orderingTurnedOn(t *testing.T, how string) {
+	router, policy := firstFails, orderedPolicy
+	h := newHarness(t, policy("none"), true, withPlugins(router))
+	key := []switchyard.Header{{Name: "partitionkey", Value: "k"}}
+	ingest := func(id string) {
+		h.ingestEvent(switchyard.Event{ID: id, Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: key})
+		h.clock.Advance(time.Millisecond)
+	}
+	ingest("first")
+	ingest("second")
+	cfg, err := config.Parse([]byte(natsBlock+policy("key")), "reload.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if how == "reload" {
+		err = h.eng.Reload(cfg, []switchyard.Plugin{router})
+	} else {
+		h.eng, err = engine.New(h.db, cfg, []switchyard.Sink{h.sink}, engine.Options{Now: h.clock.Now, Plugins: []switchyard.Plugin{router}, CleanupInterval: time.Hour})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ingest("third")
+	loop := h.eng.Loop("t.ord")
+	poll := func() {
+		t.Helper()
+		if _, err := loop.Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll() // first fails (retry in 10s); second and third wait behind it
+	poll()
+	for _, id := range []string{"second", "third"} {
+		if s := h.record(id).State; s != storage.StatePending {
+			t.Fatalf("%s: %s while first, stored before it, is pending (first %s, third %s)", id, s, h.record("first").State, h.record("third").State)
+		}
+	}
+	h.clock.Advance(11 * time.Second)
+	poll() // first's last try: DLQ
+	poll() // second goes, third waits for it
+	if a, b, c := h.record("first").State, h.record("second").State, h.record("third").State; a != storage.StateDLQ || b != storage.StateDelivered || c != storage.StatePending {
+		t.Fatalf("first %s, second %s, third %s; want dlq, delivered, pending", a, b, c)
+	}
+	poll()
+	if s := h.record("third").State; s != storage.StateDelivered {
+		t.Fatalf("third after second: %s", s)
 	}
 }

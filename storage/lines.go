@@ -1,0 +1,80 @@
+package storage
+
+import (
+	"bytes"
+)
+
+// Unlined is a pending event that is not in its key's line: it was stored
+// while its queue was not ordered by key (ordering = "key" came later, by
+// a reload or a restart). MissingLines finds them, AddLines lines them up.
+type Unlined struct {
+	key  string // the event's key (Record.Key)
+	line string // orderLine
+	seq  uint64 // its queue sequence when it was found
+}
+
+// MissingLines lists up to limit pending events of queue t, in due order
+// from the queue key from on (nil: the start), that have a partition key
+// and no entry in their line; next is the queue key to go on from, nil at
+// the queue's end. A read transaction does: the queue may be long,
+// and writers go on meanwhile.
+func (tx *Tx) MissingLines(t string, from []byte, limit int) (found []Unlined, next []byte, err error) {
+	q, _ := tx.sub(bucketQueue, t)
+	if q == nil {
+		return nil, nil, nil
+	}
+	keys, _ := tx.sub(bucketKeys, t)
+	c := q.Cursor()
+	k, v := c.First()
+	if from != nil {
+		k, v = c.Seek(from)
+	}
+	for ; k != nil; k, v = c.Next() {
+		if len(found) == limit {
+			return found, bytes.Clone(k), nil
+		}
+		r, err := tx.recordAt(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		line := orderLine(r)
+		if line == "" || (keys != nil && keys.Get(lineKey(line, r.QueueSeq)) != nil) {
+			continue
+		}
+		found = append(found, Unlined{key: r.Key(), line: line, seq: r.QueueSeq})
+	}
+	return found, nil, nil
+}
+
+// AddLines puts each event of queue t that MissingLines found in its
+// line, where its queue sequence places it among the others (the order
+// they were stored or retried in), if it is still pending under the same
+// sequence: an entry for an event no longer there would hold its line for
+// ever. It reports how many it put.
+func (tx *Tx) AddLines(t string, found []Unlined) (int, error) {
+	if len(found) == 0 {
+		return 0, nil
+	}
+	keys, err := tx.sub(bucketKeys, t)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, u := range found {
+		r, err := tx.Record(u.key)
+		if err == ErrNotFound {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if r.State != StatePending || r.QueueSeq != u.seq || r.QueueName() != t {
+			continue
+		}
+		if err := keys.Put(lineKey(u.line, u.seq), []byte(u.key)); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}

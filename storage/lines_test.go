@@ -1,0 +1,90 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard"
+)
+
+// Events stored while their queue was not ordered by key are found page by
+// page and put in their lines in the order they were stored, and one that
+// left the queue between the finding and the writing gets no entry (an
+// entry for it would hold its line for ever): the one after it is due.
+func TestAddLinesLinesUpWhatIsStillPending(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(filepath.Join(t.TempDir(), "router.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	t0 := time.Unix(1000, 0)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(db.Update(ctx, func(tx *Tx) error {
+		for _, id := range []string{"k1", "k2", "k3", "nokey"} {
+			ev := switchyard.Event{ID: id, Type: "a", Source: "/t", SpecVersion: "1.0"}
+			if id != "nokey" {
+				ev.Extensions = []switchyard.Header{{Name: "partitionkey", Value: "k"}}
+			}
+			if err := tx.InsertEvent(&Record{CreatedAt: t0, Event: ev}, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	found, pages := missingLines(t, db, "a", 2)
+	if len(found) != 3 || pages != 2 {
+		t.Fatalf("found %d in %d pages, want 3 (not nokey) in 2", len(found), pages)
+	}
+	must(db.Update(ctx, func(tx *Tx) error {
+		r, _ := tx.Record("k1")
+		return tx.MarkDelivered(r, t0, time.Hour)
+	}))
+	var n int
+	must(db.Update(ctx, func(tx *Tx) (err error) { n, err = tx.AddLines("a", found); return err }))
+	due := func() string {
+		var ids []string
+		must(db.View(func(tx *Tx) error {
+			recs, err := tx.Due("a", t0, 10, true, nil)
+			for _, r := range recs {
+				ids = append(ids, r.Event.ID)
+			}
+			return err
+		}))
+		return fmt.Sprint(ids)
+	}
+	if got := due(); n != 2 || got != "[k2 nokey]" {
+		t.Fatalf("added %d, due %s; want 2 and [k2 nokey]", n, got)
+	}
+	if found, _ = missingLines(t, db, "a", 10); len(found) != 0 {
+		t.Fatalf("still missing after AddLines: %v", found)
+	}
+}
+
+// missingLines is every event of queue q MissingLines finds, read limit at
+// a time, and the number of reads it took.
+func missingLines(t *testing.T, db *DB, q string, limit int) (found []Unlined, pages int) {
+	t.Helper()
+	var from []byte
+	for {
+		var page []Unlined
+		if err := db.View(func(tx *Tx) (err error) {
+			page, from, err = tx.MissingLines(q, from, limit)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		found, pages = append(found, page...), pages+1
+		if from == nil {
+			return found, pages
+		}
+	}
+}
