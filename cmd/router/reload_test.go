@@ -114,6 +114,40 @@ event "t.lost" {
 	waitLog(blockAt(delayed, "storage {") + "reload: the storage blocks changed")
 }
 
+// A start takes a route no declared stream captures as a reload does
+// (TestReloadOnSIGHUP): it runs, stores the type's events, and logs the
+// same warning at the same file:line:col; only validate refuses it.
+func TestStartTakesAnUncapturedRouteAsAReloadDoes(t *testing.T) {
+	bin := routerBinary(t)
+	lost := `
+event "t.lost" {
+  route {
+    to      = "nats.local"
+    subject = "x.lost"
+  }
+}
+`
+	path, sock := writeConfig(t, lost)
+	_, logs, c := runLogged(t, "", sock, bin, "run", "-config", path)
+	want := fmt.Sprintf(`%s:%d:1: event "t.lost" routes to subject "x.lost", which no stream of nats "local" captures`,
+		path, strings.Count(mustRead(t, path), "\n")-strings.Count(lost, "\n")+2)
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("log lacks %q:\n%s", want, logs.String())
+	}
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+		strings.NewReader(`{"specversion":"1.0","type":"t.lost","source":"/t"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 202 {
+		t.Fatalf("the type with an uncaptured route: %d", resp.StatusCode)
+	}
+	if out, err := exec.Command(bin, "validate", "-config", path).CombinedOutput(); err == nil || !strings.Contains(string(out), want) {
+		t.Fatalf("validate took it: %v\n%s", err, out)
+	}
+}
+
 // A reload while ./policies.hcl is missing (moved away for a moment by a
 // deploy) is refused, and the running configuration stays in force: it
 // took the embedded demo defaults instead, and every type and plugin the
