@@ -80,7 +80,8 @@ Usage:
       verdict and the outputs as JSON; each output's "event" is again a
       structured CloudEvent, so outputs can feed the next plugin. An output
       destination "" means the event type's routes. The plugin's log() and
-      stdout/stderr go to stderr.
+      stdout/stderr go to stderr (from -log-level on, trace by default);
+      of the router's own lines only warnings and errors.
       Exit code: 0 ok (outputs, or none = filtered), 1 retry (also a trap,
       timeout or the memory limit), 2 reject (also a broken ABI rule), 3 the
       plugin did not load or bad input.
@@ -240,13 +241,14 @@ func (c *PluginCommand) load(ctx context.Context, f *pluginFlags) (*wasm.Plugin,
 	if err != nil {
 		return nil, nil, &exitError{code: pluginExitError, err: err}
 	}
-	log := hclog.New(&hclog.LoggerOptions{
-		Name:   "router",
-		Level:  hclog.LevelFromString(f.logLevel),
-		Output: c.Stderr,
-		Color:  hclog.AutoColor,
-	})
-	rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: f.cacheDir, Logger: log})
+	// The plugin's own lines at -log-level; the router's about it (loaded,
+	// an instance discarded) only from warnings on: a command prints its
+	// result, not its workings.
+	logger := func(level hclog.Level) hclog.Logger {
+		return hclog.New(&hclog.LoggerOptions{Name: "router", Level: level, Output: c.Stderr, Color: hclog.AutoColor})
+	}
+	rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: f.cacheDir,
+		Logger: logger(hclog.LevelFromString(f.logLevel)), HostLogger: logger(hclog.Warn)})
 	if err != nil {
 		return nil, nil, &exitError{code: pluginExitError, err: err}
 	}

@@ -46,6 +46,9 @@ func runPluginTest(t *testing.T, stdin string, args ...string) (stdout, stderr s
 	return out.String(), errOut.String(), code
 }
 
+// router plugin test prints its result on stdout and, on stderr, the
+// plugin's own log lines at any level but of the router's own lines only
+// warnings and errors (a DEBUG "plugin loaded" line reached the terminal).
 func TestPluginTestCommand(t *testing.T) {
 	stdout, stderr, code := runPluginTest(t, pluginTestEvent, "test", wasmTestdata(t, "transformer"), "-cache-dir", "")
 	if code != 0 {
@@ -74,6 +77,9 @@ func TestPluginTestCommand(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "transforming: plugin=transformer event=e-1") {
 		t.Errorf("the plugin's log is not on stderr:\n%s", stderr)
+	}
+	if strings.Contains(stderr, "plugin loaded") || strings.Contains(stderr, "[DEBUG]") {
+		t.Errorf("the router's own debug lines reach the user's terminal:\n%s", stderr)
 	}
 
 	// An output event is a structured CloudEvent again: chain it.

@@ -91,7 +91,7 @@ func (rt *Runtime) compile(ctx context.Context, bin []byte, sum string) (wazero.
 		// A damaged entry of the file cache (a file cut short, a bit
 		// flipped): wazero reports it and keeps it, and every start would
 		// fail on it. The cache is disposable: empty it and compile again.
-		rt.log.Warn("the plugin compilation cache held a damaged entry: emptied, compiling again", "dir", rt.cacheDir, "error", err)
+		rt.host.Warn("the plugin compilation cache held a damaged entry: emptied, compiling again", "dir", rt.cacheDir, "error", err)
 		if rerr := clearCompilationCache(rt.cacheDir); rerr != nil {
 			return nil, fmt.Errorf("%w (and emptying the cache %s failed: %v)", err, rt.cacheDir, rerr)
 		}
@@ -164,7 +164,7 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 	p.slots <- struct{}{}
 	p.idle <- in
 	p.started.Add(1)
-	rt.log.Debug("plugin loaded", "plugin", p.name, "file", p.file, "compile", compileTook.Round(time.Microsecond),
+	rt.host.Debug("plugin loaded", "plugin", p.name, "file", p.file, "compile", compileTook.Round(time.Microsecond),
 		"total", time.Since(start).Round(time.Microsecond), "instances", n,
 		"memory", formatBytes(uint64(lim.Memory)), "timeout", lim.Timeout)
 	return p, nil
@@ -390,7 +390,7 @@ func (p *Plugin) Handle(ctx context.Context, ev *switchyard.Event) ([]switchyard
 	if keep {
 		p.idle <- in
 	} else {
-		p.log.Debug("plugin instance discarded", "event", ev.ID, "error", err)
+		p.rt.host.Debug("plugin instance discarded", "plugin", p.name, "event", ev.ID, "error", err)
 		p.discard(in)
 	}
 	return outs, err

@@ -55,6 +55,11 @@ type RuntimeOptions struct {
 	// Logger receives the plugins' log() calls and their stdout/stderr,
 	// under the name "plugin" with a "plugin" attribute; nil = discard.
 	Logger hclog.Logger
+	// HostLogger receives the runtime's own lines about the plugins (one
+	// loaded, an instance discarded, a damaged cache entry), under the
+	// same name; nil = Logger. router plugin test shows a plugin's log at
+	// every level, and of these only warnings and errors.
+	HostLogger hclog.Logger
 }
 
 // Runtime compiles and runs plugins. One Runtime hosts every plugin of a
@@ -62,8 +67,9 @@ type RuntimeOptions struct {
 type Runtime struct {
 	r        wazero.Runtime
 	cache    wazero.CompilationCache
-	cacheDir string // "" without a file cache
-	log      hclog.Logger
+	cacheDir string       // "" without a file cache
+	log      hclog.Logger // the plugins' own lines
+	host     hclog.Logger // the runtime's lines about them
 	// wasi are the functions of wasi_snapshot_preview1 that wazero
 	// implements, by name: the allowlist for that module.
 	wasi map[string]api.FunctionDefinition
@@ -79,13 +85,17 @@ func NewRuntime(ctx context.Context, opts RuntimeOptions) (*Runtime, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
+	host := opts.HostLogger
+	if host == nil {
+		host = log
+	}
 	// NewRuntimeConfig picks the compiler wherever wazero has one (amd64
 	// and arm64) and the CPU supports it, the interpreter elsewhere.
 	cfg := wazero.NewRuntimeConfig().WithCloseOnContextDone(true)
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		log.Warn("no WebAssembly compiler for this architecture: plugins run in wazero's interpreter, 20-50x slower", "arch", runtime.GOARCH)
+		host.Warn("no WebAssembly compiler for this architecture: plugins run in wazero's interpreter, 20-50x slower", "arch", runtime.GOARCH)
 	}
-	rt := &Runtime{log: log.Named("plugin")}
+	rt := &Runtime{log: log.Named("plugin"), host: host.Named("plugin")}
 	if opts.CacheDir != "" {
 		// wazero makes the folders (0700) here, and reads an entry only
 		// when a compile looks for it: checked before any is.
