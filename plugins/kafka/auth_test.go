@@ -2,12 +2,16 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -81,4 +85,50 @@ func publishOne(cfg config.Kafka) error {
 		return fmt.Errorf("%s: %w", s.Name(), res[0].Err)
 	}
 	return nil
+}
+
+// A broker that drops the sink's connection and then refuses its
+// credentials for a while (restarted with its credential store not yet
+// loaded) makes the sink unavailable, which counts no attempt, naming the
+// cause; once it takes them again the next publish goes through. Before,
+// each record failed at once with SASL_AUTHENTICATION_FAILED as a plain
+// error: every event counted an attempt per poll, and an auth failure
+// longer than the backoff schedule dead-lettered them.
+func TestShortAuthFailureIsAnOutage(t *testing.T) {
+	c := newCluster(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "edge", "s3cret"))
+	var refusing, drop atomic.Bool
+	c.ControlKey(int16(kmsg.SASLAuthenticate), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !refusing.Load() {
+			return nil, nil, false
+		}
+		resp := req.(*kmsg.SASLAuthenticateRequest).ResponseKind().(*kmsg.SASLAuthenticateResponse)
+		resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
+		return resp, nil, true
+	})
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if drop.CompareAndSwap(true, false) {
+			return nil, errors.New("the broker restarts"), true // closes the connection
+		}
+		return nil, nil, false
+	})
+	cfg := testConfig(c)
+	cfg.SASL = &config.SASL{Mechanism: "PLAIN", Username: "edge", Password: config.Secret{File: testkit.SecretFile(t, "s3cret")}}
+	s := newSink(t, cfg)
+	publishOK(t, s, messages("before", 2, topic))
+	refusing.Store(true)
+	drop.Store(true)
+	for i, r := range s.Publish(context.Background(), messages("refused", 3, topic)) {
+		switch {
+		case r.Err == nil:
+			t.Fatalf("message %d published while the broker refused the credentials", i)
+		case switchyard.IsPermanent(r.Err) || !errors.Is(r.Err, switchyard.ErrSinkUnavailable):
+			t.Fatalf("message %d: %v: not an outage, so it counts an attempt", i, r.Err)
+		case !strings.Contains(r.Err.Error(), "SASL_AUTHENTICATION_FAILED"):
+			t.Fatalf("message %d: %v: does not say the credentials were refused", i, r.Err)
+		}
+	}
+	refusing.Store(false)
+	publishOK(t, s, messages("after", 3, topic))
 }

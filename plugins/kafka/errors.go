@@ -24,6 +24,19 @@ var permanentErrs = []error{
 	kerr.InvalidRecord,
 }
 
+// authErrs are the broker refusing the client's SASL credentials. However
+// long it lasts, that is an outage of the sink, not the record's fault: a
+// broker restarted with its credential store not yet loaded refuses them
+// for seconds, and a wrong password keeps refusing until the operator
+// fixes it, as at a start (connState names it in /readyz and the log).
+// The event waits and counts no attempt; it is never dead-lettered for it
+// (docs/decisions/outage-no-attempt.md).
+var authErrs = []error{
+	kerr.SaslAuthenticationFailed,
+	kerr.UnsupportedSaslMechanism,
+	kerr.IllegalSaslState,
+}
+
 // unknownOutcomeErrs end a record without a broker answer: it may or may not
 // be in the log. The engine releases the event without counting an attempt
 // and retries it with the same id (contract §1, fail closed).
@@ -40,6 +53,11 @@ var unknownOutcomeErrs = []error{
 func (s *Sink) classify(topic string, err error) error {
 	if err == nil {
 		return nil
+	}
+	for _, a := range authErrs {
+		if errors.Is(err, a) {
+			return fmt.Errorf("%s: topic %q: the broker refused the client's credentials: %w: %w", s.name, topic, err, switchyard.ErrSinkUnavailable)
+		}
 	}
 	for _, p := range permanentErrs {
 		if errors.Is(err, p) {
