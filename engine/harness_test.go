@@ -289,3 +289,16 @@ func (h *harness) streamMessages() []*jetstream.RawStreamMsg {
 	}
 	return out
 }
+
+// timesSent counts the stream's messages with Nats-Msg-Id id, on subject
+// (any subject when it is "").
+func (h *harness) timesSent(subject, id string) int {
+	h.t.Helper()
+	n := 0
+	for _, m := range h.streamMessages() {
+		if (subject == "" || m.Subject == subject) && m.Header.Get("Nats-Msg-Id") == id {
+			n++
+		}
+	}
+	return n
+}

@@ -104,26 +104,34 @@ event "t.chain" {
 	}
 }
 
+// firstFails routes every event to t.ok but the one with id "first",
+// which goes where no stream captures: it always fails.
+var firstFails = funcPlugin{name: "router", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+	dest := "nats.local:t.ok"
+	if ev.ID == "first" {
+		dest = "nats.local:nostream.fail"
+	}
+	return []switchyard.PluginOutput{{Destination: dest, Event: *ev, Key: ev.PartitionKey()}}, nil
+}}
+
+// orderedPolicy is type t.ord through firstFails with the ordering given.
+func orderedPolicy(ordering string) string {
+	return `
+plugin "router" { wasm = "unused.wasm" }
+event "t.ord" {
+  plugins     = ["router"]
+  ordering    = "` + ordering + `"
+  max_retries = 1
+  backoff { delay = "10s" }
+}
+`
+}
+
 // ordering = "key": an event waits while an earlier one with the same
 // partition key is still pending (here: failing, then dead-lettered); an
 // event with another key does not wait.
 func TestOrderingByKey(t *testing.T) {
-	router := funcPlugin{name: "router", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-		dest := "nats.local:t.ok"
-		if ev.ID == "first" {
-			dest = "nats.local:nostream.fail" // no stream: always fails
-		}
-		return []switchyard.PluginOutput{{Destination: dest, Event: *ev, Key: ev.PartitionKey()}}, nil
-	}}
-	h := newHarness(t, `
-plugin "router" { wasm = "unused.wasm" }
-event "t.ord" {
-  plugins     = ["router"]
-  ordering    = "key"
-  max_retries = 1
-  backoff { delay = "10s" }
-}
-`, true, withPlugins(router))
+	h := newHarness(t, orderedPolicy("key"), true, withPlugins(firstFails))
 	key := []switchyard.Header{{Name: "partitionkey", Value: "k"}}
 	other := []switchyard.Header{{Name: "partitionkey", Value: "other"}}
 	h.ingestEvent(switchyard.Event{ID: "first", Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: key})

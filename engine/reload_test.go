@@ -160,32 +160,8 @@ func TestOrderingByKeyTurnedOnOrdersStoredEvents(t *testing.T) {
 	}
 }
 
-// firstFails routes every event to t.ok but the one with id "first",
-// which goes where no stream captures: it always fails.
-var firstFails = funcPlugin{name: "router", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-	dest := "nats.local:t.ok"
-	if ev.ID == "first" {
-		dest = "nats.local:nostream.fail"
-	}
-	return []switchyard.PluginOutput{{Destination: dest, Event: *ev, Key: ev.PartitionKey()}}, nil
-}}
-
-// orderedPolicy is type t.ord through firstFails with the ordering given.
-func orderedPolicy(ordering string) string {
-	return `
-plugin "router" { wasm = "unused.wasm" }
-event "t.ord" {
-  plugins     = ["router"]
-  ordering    = "` + ordering + `"
-  max_retries = 1
-  backoff { delay = "10s" }
-}
-`
-}
-
 func orderingTurnedOn(t *testing.T, how string) {
-	router, policy := firstFails, orderedPolicy
-	h := newHarness(t, policy("none"), true, withPlugins(router))
+	h := newHarness(t, orderedPolicy("none"), true, withPlugins(firstFails))
 	key := []switchyard.Header{{Name: "partitionkey", Value: "k"}}
 	ingest := func(id string) {
 		h.ingestEvent(switchyard.Event{ID: id, Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: key})
@@ -193,14 +169,14 @@ func orderingTurnedOn(t *testing.T, how string) {
 	}
 	ingest("first")
 	ingest("second")
-	cfg, err := config.Parse([]byte(natsBlock+policy("key")), "reload.hcl")
+	cfg, err := config.Parse([]byte(natsBlock+orderedPolicy("key")), "reload.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if how == "reload" {
-		err = h.eng.Reload(cfg, []switchyard.Plugin{router})
+		err = h.eng.Reload(cfg, []switchyard.Plugin{firstFails})
 	} else {
-		h.eng, err = engine.New(h.db, cfg, []switchyard.Sink{h.sink}, engine.Options{Now: h.clock.Now, Plugins: []switchyard.Plugin{router}, CleanupInterval: time.Hour})
+		h.eng, err = engine.New(h.db, cfg, []switchyard.Sink{h.sink}, engine.Options{Now: h.clock.Now, Plugins: []switchyard.Plugin{firstFails}, CleanupInterval: time.Hour})
 	}
 	if err != nil {
 		t.Fatal(err)

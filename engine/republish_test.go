@@ -235,13 +235,7 @@ func TestRepublishPartlyDeliveredEvent(t *testing.T) {
 			// cut's restart forgets it): wait the window out.
 			time.Sleep(1200 * time.Millisecond)
 			h.pollAll(typ)
-			sent := 0
-			for _, m := range h.streamMessages() {
-				if m.Subject == "t.a" && m.Header.Get("Nats-Msg-Id") == "h" {
-					sent++
-				}
-			}
-			if sent != 1 {
+			if sent := h.timesSent("t.a", "h"); sent != 1 {
 				t.Fatalf("the stream holds h's output to t.a %d times, want once; h: %+v", sent, h.record("h"))
 			}
 		})
@@ -330,13 +324,7 @@ func TestRecallPutBackOnAFailedEvent(t *testing.T) {
 	if rec.State != storage.StateDelivered {
 		t.Fatalf("pb after the retry: %s, %+v", rec.State, rec.Outputs)
 	}
-	first := 0
-	for _, m := range h.streamMessages() {
-		if m.Subject == "t.b" && m.Header.Get("Nats-Msg-Id") == "pb" {
-			first++
-		}
-	}
-	if first != 1 {
+	if first := h.timesSent("t.b", "pb"); first != 1 {
 		t.Errorf("the stream holds pb's first output %d times, want once (recalled, not sent again)", first)
 	}
 	if p := rec.Outputs[0].Position; p == nil || p.Sequence != 1 {
@@ -407,13 +395,7 @@ event "t.b" {
 	if rec.State != storage.StateDelivered {
 		t.Fatalf("pc: %s, want delivered", rec.State)
 	}
-	sent := 0
-	for _, m := range h.streamMessages() {
-		if m.Header.Get("Nats-Msg-Id") == "pc" {
-			sent++
-		}
-	}
-	if sent != 1 {
+	if sent := h.timesSent("", "pc"); sent != 1 {
 		t.Errorf("the stream holds pc's output %d times, want once (recalled, not sent again)", sent)
 	}
 	if p := rec.Outputs[0].Position; p == nil || p.Sequence != 1 {

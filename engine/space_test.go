@@ -429,13 +429,7 @@ event "t.b" {
 	}
 	time.Sleep(1200 * time.Millisecond) // a deleted message's id stays in the duplicates window
 	h.pollAll("t.b")
-	sent := 0
-	for _, m := range h.streamMessages() {
-		if m.Header.Get("Nats-Msg-Id") == "last" {
-			sent++
-		}
-	}
-	if sent != 1 {
+	if sent := h.timesSent("", "last"); sent != 1 {
 		t.Fatalf("the stream holds last %d times, want once", sent)
 	}
 }
