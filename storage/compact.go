@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -42,7 +41,7 @@ func CompactFile(path string) (*CompactReport, error) {
 	// The original stays open (a shared lock) until the copy has replaced
 	// it: a router that starts meanwhile waits for the lock, and then sees
 	// that the file was replaced (openBolt).
-	src, err := openBolt(path, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	src, err := openBolt(path, readOnly())
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("%s is open in a running router: stop it first", path)
 	}
@@ -76,7 +75,7 @@ func CompactFile(path string) (*CompactReport, error) {
 // compactInto copies src, the data file at path, into a new file at tmp
 // and checks the copy.
 func compactInto(src *bolt.DB, path, tmp string) error {
-	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	dst, err := bolt.Open(tmp, 0o600, writable(0))
 	if err != nil {
 		return err
 	}

@@ -140,15 +140,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if err := inspect(path, opts.CheckUnclean); err != nil {
 		return nil, openError(path, err)
 	}
-	bdb, err := openBolt(path, &bolt.Options{
-		Timeout: time.Second, // another router holds the file: fail, don't hang
-		// The freelist is rebuilt on open instead of written on every commit:
-		// one page less to write per fsync.
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-		// A large initial mapping avoids remaps, which block readers.
-		InitialMmapSize: 1 << 30,
-	})
+	bdb, err := openBolt(path, writable(1<<30))
 	if err != nil {
 		return nil, openError(path, err)
 	}

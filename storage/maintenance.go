@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -39,7 +38,7 @@ func CheckFile(path string) (*CheckReport, error) {
 		rep.Problems = append(rep.Problems, "the file is empty: not a data file (the router makes a new data file of an empty one)")
 		return rep, nil
 	}
-	bdb, err := openBolt(path, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	bdb, err := openBolt(path, readOnly())
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("%s is open in a running router: stop it, or check a backup (router backup)", path)
 	}

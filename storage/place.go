@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -53,7 +52,7 @@ func createFile(path string) error {
 	err := createExcl(tmp)
 	var bdb *bolt.DB
 	if err == nil {
-		bdb, err = bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+		bdb, err = bolt.Open(tmp, 0o600, writable(0))
 	}
 	if err == nil {
 		err = bdb.Close()

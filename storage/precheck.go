@@ -105,6 +105,23 @@ func checkSize(path string) error {
 var errEmpty = errors.New("the data file is empty (0 bytes): no router leaves one so, so it was truncated, or made by something else; " +
 	"the file was left as it is: restore it from a backup (router backup), or remove it to start empty")
 
+// writable is how the router opens a data file to write it: the router's
+// own, and the new files of createFile and compact. The freelist is rebuilt
+// on open instead of written on every commit: one page less to write per
+// fsync. A large initial mapping (mmap) avoids remaps, which block readers.
+func writable(mmap int) *bolt.Options {
+	return &bolt.Options{
+		Timeout:         time.Second, // another router holds the file: fail, don't hang
+		NoFreelistSync:  true,
+		FreelistType:    bolt.FreelistMapType,
+		InitialMmapSize: mmap,
+	}
+}
+
+// readOnly is how the router opens a data file only to read it: check,
+// inspect, compact's source.
+func readOnly() *bolt.Options { return &bolt.Options{ReadOnly: true, Timeout: time.Second} }
+
 // openBolt opens the file with bbolt after checkSize.
 func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	if err := checkSize(path); err != nil {
@@ -164,7 +181,7 @@ func inspect(path string, checkUnclean func(string) error) error {
 	}
 	var bdb *bolt.DB
 	if err := faultSafe(func() (err error) {
-		bdb, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		bdb, err = bolt.Open(path, 0o600, readOnly())
 		return err
 	}); err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
