@@ -109,6 +109,9 @@ idempotency {
 
 # How long delivered events are kept (for GET /v1/events/{id}) before cleanup.
 outbox {
+  # Delivered records are kept this long (never less than an embedded NATS
+  # server's replay window, 2 x sync_interval + 5s, which a restart after a
+  # power cut reads to send again what the stream lost).
   ttl = "24h"
   # While the router is short of CPU and requests are being served,
   # delivery yields to them if a short trial shows that the router then

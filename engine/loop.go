@@ -947,7 +947,7 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		return tx.MarkFiltered(rec, now, l.e.config().Outbox.TTL)
 	}
 	res.Delivered++
-	return tx.MarkDelivered(rec, now, l.e.config().Outbox.TTL)
+	return tx.MarkDelivered(rec, now, deliveredTTL(l.e.config()))
 }
 
 // setOutput records an output's result in the event's output list.

@@ -267,6 +267,13 @@ func (e *Engine) dropDelivered(ctx context.Context) (int, error) {
 	})
 }
 
+// deliveredTTL is how long a delivered record is kept: outbox.ttl, but not
+// less than the replay window, which Republish reads after an unclean stop
+// (an outbox.ttl of seconds would otherwise remove what it must find).
+func deliveredTTL(cfg *config.Config) time.Duration {
+	return max(cfg.Outbox.TTL, replayWindow(cfg))
+}
+
 // replayWindow is how far back Republish reads after an unclean stop: the
 // longest config.NATS.ReplayWindow of the embedded servers (cmd/router),
 // none without one.

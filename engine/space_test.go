@@ -433,3 +433,35 @@ event "t.b" {
 		t.Fatalf("the stream holds last %d times, want once", sent)
 	}
 }
+
+// An outbox.ttl shorter than the replay window does not remove a delivered
+// record within it: after a power cut Republish still finds the event
+// whose output the embedded stream lost. Past the window, the ttl applies.
+func TestShortTTLKeepsTheReplayWindow(t *testing.T) {
+	h := newHarness(t, `
+outbox { ttl = "1s" }
+event "t.b" {
+  route {
+    to      = "nats.local"
+    subject = "t.b"
+  }
+}
+`, true)
+	window := h.cfg.NATS[0].ReplayWindow()
+	h.ingestEvent(switchyard.Event{ID: "last", Type: "t.b", Source: "/t", SpecVersion: "1.0"})
+	h.pollAll("t.b")
+	h.clock.Advance(window - time.Second) // past outbox.ttl, within the window
+	if _, err := h.eng.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.EventStatus(storage.DefaultTenant, "last"); err != nil {
+		t.Fatalf("last, delivered %s ago, within the %s replay window: %v", window-time.Second, window, err)
+	}
+	h.clock.Advance(2 * time.Second)
+	if _, err := h.eng.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.EventStatus(storage.DefaultTenant, "last"); code(err) != switchyard.ENOTFOUND {
+		t.Fatalf("last, past the replay window and outbox.ttl: %v, want it removed", err)
+	}
+}
