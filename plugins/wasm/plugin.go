@@ -91,6 +91,9 @@ func (rt *Runtime) compile(ctx context.Context, bin []byte, sum string) (wazero.
 		// A damaged entry of the file cache (a file cut short, a bit
 		// flipped): wazero reports it and keeps it, and every start would
 		// fail on it. The cache is disposable: empty it and compile again.
+		// wazero has no error value for it, only this prefix of its
+		// messages (engine_cache.go); TestWasmCompilationCache damages a real
+		// entry, so a wazero that words it otherwise fails that test.
 		rt.host.Warn("the plugin compilation cache held a damaged entry: emptied, compiling again", "dir", rt.cacheDir, "error", err)
 		if rerr := clearCompilationCache(rt.cacheDir); rerr != nil {
 			return nil, fmt.Errorf("%w (and emptying the cache %s failed: %v)", err, rt.cacheDir, rerr)
