@@ -15,6 +15,17 @@ import (
 
 // twoRoutes is a type whose events go to two subjects (outputs "<id>" and
 // "<id>/1/") and a type whose events go to the second of them.
+// tbRoute is type t.b with one route, to t.b on the embedded stream.
+const tbRoute = `
+event "t.b" {
+  route {
+    to      = "nats.local"
+    subject = "t.b"
+  }
+}
+`
+
+// twoRoutes is t.b, and t.two routed both to t.a and to t.b.
 const twoRoutes = `
 event "t.two" {
   route {
@@ -26,13 +37,7 @@ event "t.two" {
     subject = "t.b"
   }
 }
-event "t.b" {
-  route {
-    to      = "nats.local"
-    subject = "t.b"
-  }
-}
-`
+` + tbRoute
 
 // After an unclean stop, the outputs of a pending event that the stream
 // stored without the router recording it are recorded at the stream's

@@ -390,14 +390,7 @@ event "t.order" {
 // output from the embedded stream before its fsync, the restart still
 // finds the event and sends it again. Older ones go.
 func TestMakeRoomKeepsTheReplayWindow(t *testing.T) {
-	h := newHarness(t, `
-event "t.b" {
-  route {
-    to      = "nats.local"
-    subject = "t.b"
-  }
-}
-`, true)
+	h := newHarness(t, tbRoute, true)
 	ctx := context.Background()
 	ev := func(id string) switchyard.Event {
 		return switchyard.Event{ID: id, Type: "t.b", Source: "/t", SpecVersion: "1.0"}
@@ -438,15 +431,7 @@ event "t.b" {
 // record within it: after a power cut Republish still finds the event
 // whose output the embedded stream lost. Past the window, the ttl applies.
 func TestShortTTLKeepsTheReplayWindow(t *testing.T) {
-	h := newHarness(t, `
-outbox { ttl = "1s" }
-event "t.b" {
-  route {
-    to      = "nats.local"
-    subject = "t.b"
-  }
-}
-`, true)
+	h := newHarness(t, `outbox { ttl = "1s" }`+tbRoute, true)
 	window := h.cfg.NATS[0].ReplayWindow()
 	h.ingestEvent(switchyard.Event{ID: "last", Type: "t.b", Source: "/t", SpecVersion: "1.0"})
 	h.pollAll("t.b")

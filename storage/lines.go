@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"errors"
 )
 
 // Unlined is a pending event that is not in its key's line: it was stored
@@ -62,7 +63,7 @@ func (tx *Tx) AddLines(t string, found []Unlined) (int, error) {
 	n := 0
 	for _, u := range found {
 		r, err := tx.Record(u.key)
-		if err == ErrNotFound {
+		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		if err != nil {
