@@ -302,3 +302,26 @@ func (h *harness) timesSent(subject, id string) int {
 	}
 	return n
 }
+
+// reload reloads h's engine with policies (HCL appended to natsBlock) and
+// plugins.
+func (h *harness) reload(policies string, plugins ...switchyard.Plugin) {
+	h.t.Helper()
+	cfg, err := config.Parse([]byte(natsBlock+policies), "reload.hcl")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.eng.Reload(cfg, plugins); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// linedUp reports whether the file marks queue q as lined up by key
+// (storage.Tx.LinedUp).
+func (h *harness) linedUp(q string) (ok bool) {
+	h.t.Helper()
+	if err := h.db.View(func(tx *storage.Tx) error { ok = tx.LinedUp(q); return nil }); err != nil {
+		h.t.Fatal(err)
+	}
+	return ok
+}

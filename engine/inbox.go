@@ -35,10 +35,9 @@ type inbox struct {
 	cfg    config.Inbox
 	policy *config.Policy // the delivery loop's policy; routes to the deliver sink
 
-	// lines guards unlined: a pull inbox ordered by key lines up, at its
-	// first pull, what was stored before it was (Engine.lineUp).
-	lines   sync.Mutex
-	unlined bool
+	// lines: a pull inbox ordered by key lines up, at its first pull, what
+	// was stored before it was (Engine.lineUp).
+	lines keyLines
 
 	// pull mode: leases of messages handed out and not yet acked, and a
 	// channel closed (and replaced) whenever events arrive, for long polls.
@@ -54,25 +53,10 @@ func newInbox(in config.Inbox) *inbox {
 	if in.Deliver.URL != "" {
 		pol.Routes = []config.Route{{To: InboxSink(in.Name), Subject: "deliver"}}
 	}
-	return &inbox{cfg: in, policy: &pol, unlined: pol.ByKey(), leases: make(map[string]time.Time), arrived: make(chan struct{})}
+	return &inbox{cfg: in, policy: &pol, lines: keyLines{stale: pol.ByKey()}, leases: make(map[string]time.Time), arrived: make(chan struct{})}
 }
 
 func (in *inbox) pull() bool { return in.cfg.Deliver.URL == "" }
-
-// lineUp puts a pull inbox's events stored before it was ordered by key in
-// their keys' lines, once, before the first pull takes by key.
-func (in *inbox) lineUp(ctx context.Context, e *Engine) error {
-	in.lines.Lock()
-	defer in.lines.Unlock()
-	if !in.unlined {
-		return nil
-	}
-	if err := e.lineUp(ctx, InboxQueue(in.cfg.Name)); err != nil {
-		return err
-	}
-	in.unlined = false
-	return nil
-}
 
 // notify wakes the long polls of a pull inbox.
 func (in *inbox) notify() {
@@ -272,7 +256,7 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 	if !in.pull() {
 		return nil, switchyard.Errorf(switchyard.EINVALID, "inbox %q delivers to %s; it is not pulled", name, in.cfg.Deliver.URL)
 	}
-	if err := in.lineUp(ctx, e); err != nil {
+	if err := in.lines.lineUp(ctx, e, InboxQueue(in.cfg.Name)); err != nil {
 		return nil, err
 	}
 	deadline := time.NewTimer(wait)

@@ -30,11 +30,8 @@ type Loop struct {
 	// take makes reading the due events and holding them one step: a
 	// test's Poll beside the running loop would otherwise read the same
 	// events before either held them, and run them twice (seen in CI).
-	take sync.Mutex
-	// unlined says the queue may hold events stored while the type was
-	// not ordered by key: set when the loop starts, or a reload turns
-	// ordering = "key" on; the next take by key lines them up first.
-	unlined atomic.Bool
+	take  sync.Mutex
+	lines keyLines // the queue may hold events stored while not ordered by key
 
 	mu    sync.Mutex
 	delay *Delay
@@ -51,7 +48,7 @@ func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 		held:  make(map[string]struct{}),
 	}
 	l.pol.Store(pol)
-	l.unlined.Store(pol.ByKey())
+	l.lines.stale = pol.ByKey()
 	return l
 }
 
@@ -60,7 +57,7 @@ func (l *Loop) setPolicy(pol *config.Policy) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if pol.ByKey() && !l.pol.Load().ByKey() {
-		l.unlined.Store(true) // before the swap: no take by key before it
+		l.lines.markStale() // before the swap: no take by key before it
 	}
 	if l.pol.Swap(pol).Polling != pol.Polling {
 		l.delay = NewDelay(pol.Polling)
@@ -309,9 +306,8 @@ func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
 func (l *Loop) takeDue(ctx context.Context, pol *config.Policy) ([]*storage.Record, error) {
 	l.take.Lock()
 	defer l.take.Unlock()
-	if pol.ByKey() && l.unlined.Swap(false) {
-		if err := l.e.lineUp(ctx, l.typ); err != nil {
-			l.unlined.Store(true)
+	if pol.ByKey() {
+		if err := l.lines.lineUp(ctx, l.e, l.typ); err != nil {
 			return nil, err
 		}
 	}

@@ -154,14 +154,28 @@ func TestReloadRetiresPluginsAfterTheirBatches(t *testing.T) {
 // their key's line. (Before, the line held only the later events: third
 // went first, then first and second together, and second was delivered
 // while first still failed.)
+// In "lined before", the type was ordered by key and lined up (the file
+// remembers it, storage.Tx.LinedUp) before a reload turned ordering off:
+// the events stored then must still be lined up at the restart.
 func TestOrderingByKeyTurnedOnOrdersStoredEvents(t *testing.T) {
-	for _, how := range []string{"reload", "restart"} {
+	for _, how := range []string{"reload", "restart", "lined before"} {
 		t.Run(how, func(t *testing.T) { orderingTurnedOn(t, how) })
 	}
 }
 
 func orderingTurnedOn(t *testing.T, how string) {
 	h := newHarness(t, orderedPolicy("none"), true, withPlugins(firstFails))
+	if how == "lined before" {
+		h.reload(orderedPolicy("key"), firstFails)
+		if _, err := h.eng.Loop("t.ord").Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !h.linedUp("t.ord") {
+			t.Fatal("not marked lined up after a take by key")
+		}
+		h.reload(orderedPolicy("none"), firstFails)
+		how = "restart"
+	}
 	key := []switchyard.Header{{Name: "partitionkey", Value: "k"}}
 	ingest := func(id string) {
 		h.ingestEvent(switchyard.Event{ID: id, Type: "t.ord", Source: "/t", SpecVersion: "1.0", Extensions: key})
@@ -205,5 +219,8 @@ func orderingTurnedOn(t *testing.T, how string) {
 	poll()
 	if s := h.record("third").State; s != storage.StateDelivered {
 		t.Fatalf("third after second: %s", s)
+	}
+	if !h.linedUp("t.ord") {
+		t.Fatal("not marked lined up after the line-up")
 	}
 }

@@ -79,3 +79,52 @@ func (tx *Tx) AddLines(t string, found []Unlined) (int, error) {
 	}
 	return n, nil
 }
+
+// A queue's mark in the meta bucket (lines/<queue>) says whether every
+// pending event of it with a partition key is in its key's line, so that
+// a router started, or reloaded, with ordering = "key" reads the whole
+// queue (MissingLines) only when that may not be so: absent, nothing is
+// known (a queue of an older file, or one written without its lines);
+// lining, a line-up has begun and no event was stored outside its line
+// since; lined, every one is in its line. Storing an event outside its
+// line removes the mark (makePending, unline), in the same transaction.
+var (
+	linesPrefix = []byte("lines/")
+	lining      = []byte("lining")
+	lined       = []byte("lined")
+)
+
+func linesMark(t string) []byte { return append(bytes.Clone(linesPrefix), t...) }
+
+// LinedUp reports whether every pending event of queue t with a partition
+// key is known to be in its key's line.
+func (tx *Tx) LinedUp(t string) bool {
+	return bytes.Equal(tx.bucket(bucketMeta).Get(linesMark(t)), lined)
+}
+
+// BeginLining marks queue t as being lined up: EndLining then marks it
+// lined unless an event was stored outside its line in between.
+func (tx *Tx) BeginLining(t string) error {
+	return tx.bucket(bucketMeta).Put(linesMark(t), lining)
+}
+
+// EndLining marks queue t lined if no event was stored outside its line
+// since BeginLining, and reports whether it did.
+func (tx *Tx) EndLining(t string) (bool, error) {
+	meta := tx.bucket(bucketMeta)
+	if !bytes.Equal(meta.Get(linesMark(t)), lining) {
+		return false, nil
+	}
+	return true, meta.Put(linesMark(t), lined)
+}
+
+// unline removes queue t's mark: an event of it was stored outside its
+// key's line. Once per queue in a run of one queue's events in a
+// transaction: nothing in the transaction puts the mark back.
+func (tx *Tx) unline(t string) error {
+	if tx.unlined == t {
+		return nil
+	}
+	tx.unlined = t
+	return tx.bucket(bucketMeta).Delete(linesMark(t))
+}

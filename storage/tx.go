@@ -21,7 +21,7 @@ import (
 //	done                expires ‖ id → seq (uvarint)  delivered records to clean up (doneSeq; nil in older files)
 //	idem                scope → IdemRecord (binary, idempotency.go; JSON before)
 //	idem_exp            expires ‖ scope → nil         idempotency records to clean up
-//	meta                schema → version
+//	meta                schema → version; lines/<queue> → lining|lined (lines.go)
 //	(inbox buckets: inbox.go)
 var (
 	bucketEvents  = []byte("events")
@@ -72,6 +72,7 @@ type Tx struct {
 	cursors  [8]keptCursor // get's and del's
 	nCursors int
 	doneTTL  time.Duration // the ttl noteDoneTTL recorded in this transaction
+	unlined  string        // the queue whose lined-up mark this transaction removed last (unline)
 	// kb holds one key at a time for bbolt calls that keep no reference
 	// to it (keyAt): Put copies its key, Get, Seek and Delete keep nothing.
 	kb []byte
@@ -273,14 +274,18 @@ func (tx *Tx) makePending(r *Record, orderByKey bool) error {
 	if err := tx.enqueue(r); err != nil {
 		return err
 	}
-	if line := orderLine(r); orderByKey && line != "" {
-		keys, err := tx.sub(bucketKeys, r.QueueName())
-		if err != nil {
-			return err
-		}
-		return keys.Put(lineKey(line, r.QueueSeq), []byte(r.Key()))
+	line := orderLine(r)
+	switch {
+	case line == "":
+		return nil
+	case !orderByKey:
+		return tx.unline(r.QueueName())
 	}
-	return nil
+	keys, err := tx.sub(bucketKeys, r.QueueName())
+	if err != nil {
+		return err
+	}
+	return keys.Put(lineKey(line, r.QueueSeq), []byte(r.Key()))
 }
 
 func (tx *Tx) putEvent(r *Record) error {
