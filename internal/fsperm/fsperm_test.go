@@ -81,7 +81,7 @@ func TestReadTrusted(t *testing.T) {
 		t.Errorf("the router's own file: %q %v", b, err)
 	}
 	os.Chmod(path, 0o666)
-	if _, err := ReadTrusted(path, 10, "a configuration file"); err == nil || !strings.Contains(err.Error(), "may be written by anyone (mode 0666): as a configuration file") {
+	if _, err := ReadTrusted(path, 10, "a configuration file"); err == nil || !strings.Contains(err.Error(), "may be written by anyone (mode 0666): anyone could change what the router does, as a configuration file") {
 		t.Errorf("a world-writable file: %v", err)
 	}
 	os.Chmod(path, 0o664) // a group the operator lets in

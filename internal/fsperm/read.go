@@ -42,8 +42,7 @@ func readAll(f *os.File, path string, limit int64, what string) ([]byte, error) 
 // user than the router's (or root) owns it, or anyone may write it, as
 // checked on the file opened, not on the path: that user could change
 // what the router runs, and a reload or restart would take it without a
-// word (a security trial). Group write stays the operator's choice, as in
-// CheckDir.
+// word (a security trial).
 func ReadTrusted(path string, limit int64, what string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -54,14 +53,10 @@ func ReadTrusted(path string, limit int64, what string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckOwner(path, fi); err != nil {
-		return nil, fmt.Errorf("%w: as %s, its owner could change what the router does; chown it to the router's user or root", err, what)
-	}
-	// A device is root's, and /dev/null and /dev/zero are anyone's to
-	// write by design; a pipe is not exempt: another user's, or one anyone
-	// may write, would feed the router their content (a review).
-	if perm := fi.Mode().Perm(); perm&0o002 != 0 && fi.Mode()&os.ModeDevice == 0 {
-		return nil, fmt.Errorf("%s may be written by anyone (mode %04o): as %s, anyone could change what the router does; chmod o-w %s", path, perm, what, path)
+	// A pipe is not exempt: another user's, or one anyone may write, would
+	// feed the router their content (a review).
+	if err := checkTrusted(path, fi, "could change what the router does, as "+what, "chown it to the router's user or root"); err != nil {
+		return nil, err
 	}
 	return readAll(f, path, limit, what)
 }
