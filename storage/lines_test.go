@@ -88,3 +88,49 @@ func missingLines(t *testing.T, db *DB, q string, limit int) (found []Unlined, p
 		}
 	}
 }
+
+// BenchmarkMissingLinesScan is what a start with ordering = "key" read
+// before the file remembered a lined-up queue (Tx.LinedUp): the whole
+// queue of 100,000 pending events, each with a partition key and in its
+// line already, in reads of 1,024 (engine.linesPerStep). It finds none.
+func BenchmarkMissingLinesScan(b *testing.B) {
+	db, err := Open(filepath.Join(b.TempDir(), "router.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	now := time.Now()
+	for done := 0; done < 100_000; {
+		if err := db.Update(context.Background(), func(tx *Tx) error {
+			for i := 0; i < 1000; i++ {
+				r := diskEvent(now)
+				r.Event.Extensions = []switchyard.Header{{Name: "partitionkey", Value: fmt.Sprint("k", done%100)}}
+				if err := tx.InsertEvent(r, true); err != nil {
+					return err
+				}
+				done++
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		var from []byte
+		for {
+			var found []Unlined
+			if err := db.View(func(tx *Tx) (err error) {
+				found, from, err = tx.MissingLines("orders.created", from, 1024)
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+			if len(found) != 0 {
+				b.Fatalf("found %d outside their lines", len(found))
+			}
+			if from == nil {
+				break
+			}
+		}
+	}
+}
