@@ -53,7 +53,9 @@ func newInbox(in config.Inbox) *inbox {
 	if in.Deliver.URL != "" {
 		pol.Routes = []config.Route{{To: InboxSink(in.Name), Subject: "deliver"}}
 	}
-	return &inbox{cfg: in, policy: &pol, lines: keyLines{stale: pol.ByKey()}, leases: make(map[string]time.Time), arrived: make(chan struct{})}
+	ib := &inbox{cfg: in, policy: &pol, leases: make(map[string]time.Time), arrived: make(chan struct{})}
+	ib.lines.stale.Store(pol.ByKey())
+	return ib
 }
 
 func (in *inbox) pull() bool { return in.cfg.Deliver.URL == "" }

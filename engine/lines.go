@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -13,31 +14,30 @@ const linesPerStep = 1024
 
 // keyLines is a queue's need to be lined up (Engine.lineUp) before its next
 // take by key: set when a loop or pull inbox starts ordered by key, or a
-// reload turns ordering = "key" on; cleared once a line-up succeeds.
+// reload turns ordering = "key" on; cleared once a line-up succeeds. The
+// mark is atomic so that a reload never waits for a line-up under way
+// (it reads the whole queue); mu keeps two line-ups of a queue apart.
 type keyLines struct {
 	mu    sync.Mutex
-	stale bool
+	stale atomic.Bool
 }
 
-// markStale makes the next take by key line the queue up first.
-func (k *keyLines) markStale() {
-	k.mu.Lock()
-	k.stale = true
-	k.mu.Unlock()
-}
+// markStale makes the next take by key line the queue up first, even one
+// that comes while a line-up is under way.
+func (k *keyLines) markStale() { k.stale.Store(true) }
 
 // lineUp lines queue up if it is marked stale, and clears the mark once it
 // has.
 func (k *keyLines) lineUp(ctx context.Context, e *Engine, queue string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if !k.stale {
+	if !k.stale.Swap(false) {
 		return nil
 	}
 	if err := e.lineUp(ctx, queue); err != nil {
+		k.stale.Store(true)
 		return err
 	}
-	k.stale = false
 	return nil
 }
 
@@ -85,6 +85,9 @@ func (e *Engine) addMissingLines(ctx context.Context, queue string) (int, error)
 	var from []byte
 	total := 0
 	for {
+		if err := ctx.Err(); err != nil {
+			return total, err // stopping, or a pull given up: the mark stays, the next take goes on
+		}
 		var found []storage.Unlined
 		var next []byte
 		if err := e.store.View(func(tx *storage.Tx) (err error) {

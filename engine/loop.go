@@ -48,7 +48,7 @@ func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 		held:  make(map[string]struct{}),
 	}
 	l.pol.Store(pol)
-	l.lines.stale = pol.ByKey()
+	l.lines.stale.Store(pol.ByKey())
 	return l
 }
 

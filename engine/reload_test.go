@@ -224,3 +224,52 @@ func orderingTurnedOn(t *testing.T, how string) {
 		t.Fatal("not marked lined up after the line-up")
 	}
 }
+
+// A reload that turns ordering = "key" on while the loop's line-up waits
+// for the writer must not hold the engine's lock (e.mu) until the line-up
+// ends: Stats (a read transaction that then takes e.mu) and every ingest's
+// wake would wait for it, and a commit that has to remap the file waits
+// for that read transaction: a deadlock.
+func TestReloadDoesNotWaitForALineUp(t *testing.T) {
+	h := newHarness(t, orderedPolicy("key"), true, withPlugins(firstFails))
+	h.reload(orderedPolicy("key"), firstFails) // notes the idempotency window: the reloads below write nothing
+	loop := h.eng.Loop("t.ord")                // created ordered by key: it lines up at its first take
+
+	// A write that takes long (a big commit, a slow disk) holds the writer.
+	release := make(chan struct{})
+	writeDone := make(chan struct{})
+	go func() {
+		defer close(writeDone)
+		h.db.Update(context.Background(), func(*storage.Tx) error { <-release; return nil })
+	}()
+	time.Sleep(100 * time.Millisecond)
+	polled := make(chan struct{})
+	go func() { defer close(polled); loop.Poll(context.Background()) }() // lineUp waits for the writer
+	time.Sleep(200 * time.Millisecond)
+	defer func() { close(release); <-writeDone; <-polled }()
+
+	h.reload(orderedPolicy("none"), firstFails)
+	cfg, err := config.Parse([]byte(natsBlock+orderedPolicy("key")), "reload.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- h.eng.Reload(cfg, []switchyard.Plugin{firstFails}) }()
+	time.Sleep(200 * time.Millisecond)
+
+	stats := make(chan struct{})
+	go func() { defer close(stats); h.eng.Stats() }()
+	select {
+	case <-stats:
+	case <-time.After(2 * time.Second):
+		t.Error("Stats waited 2s for a reload waiting for a line-up")
+	}
+	select {
+	case err := <-reloaded:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("the reload waited 2s for the loop's line-up")
+	}
+}

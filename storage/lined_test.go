@@ -87,3 +87,35 @@ func TestLinedUpMark(t *testing.T) {
 		return tx.RetryDeadLetter(r, t0, false)
 	}, false)
 }
+
+// EndLining marks the queue lined only if no event was stored outside its
+// line since BeginLining, also within one transaction (a group commit
+// shares one Tx among writers) after an earlier event already removed the
+// mark.
+func TestEndLiningAfterAnEarlierRemovalInTheSameTransaction(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	ev := func(id string) *storage.Record {
+		return &storage.Record{CreatedAt: t0, Event: switchyard.Event{ID: id, Type: "a", Source: "/t", SpecVersion: "1.0",
+			Extensions: []switchyard.Header{{Name: "partitionkey", Value: "k"}}}}
+	}
+	var ended bool
+	if err := db.Update(context.Background(), func(tx *storage.Tx) (err error) {
+		if err := tx.InsertEvent(ev("e1"), false); err != nil { // removes the mark
+			return err
+		}
+		if err := tx.BeginLining("a"); err != nil {
+			return err
+		}
+		if err := tx.InsertEvent(ev("e2"), false); err != nil { // outside its line, after BeginLining
+			return err
+		}
+		ended, err = tx.EndLining("a")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ended {
+		t.Fatal("EndLining marked the queue lined though e2 was stored outside its line after BeginLining")
+	}
+}

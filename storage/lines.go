@@ -105,6 +105,9 @@ func (tx *Tx) LinedUp(t string) bool {
 // BeginLining marks queue t as being lined up: EndLining then marks it
 // lined unless an event was stored outside its line in between.
 func (tx *Tx) BeginLining(t string) error {
+	if tx.unlined == t {
+		tx.unlined = "" // the next event stored outside its line removes the mark again
+	}
 	return tx.bucket(bucketMeta).Put(linesMark(t), lining)
 }
 
@@ -120,7 +123,7 @@ func (tx *Tx) EndLining(t string) (bool, error) {
 
 // unline removes queue t's mark: an event of it was stored outside its
 // key's line. Once per queue in a run of one queue's events in a
-// transaction: nothing in the transaction puts the mark back.
+// transaction, until a BeginLining in it puts the mark back.
 func (tx *Tx) unline(t string) error {
 	if tx.unlined == t {
 		return nil
