@@ -58,19 +58,21 @@ func CheckFile(path string) error {
 	if err != nil {
 		return nil // not there yet: the router creates it, private
 	}
-	return checkTrusted(path, fi, "could read or change what the router stores", "move it away")
+	return checkTrusted(path, fi, false, "could read or change what the router stores", "move it away")
 }
 
 // checkTrusted refuses fi, the file at path, when another user than the
-// router's (or root) owns it, or anyone may write it (a device excepted:
-// it is root's, and /dev/null and /dev/zero are anyone's to write by
-// design); risk says what that user could do, ownerFix what to do about
-// an owner. Group write stays the operator's choice, as in CheckDir.
-func checkTrusted(path string, fi os.FileInfo, risk, ownerFix string) error {
+// router's (or root) owns it, or anyone may write it; with devices, a
+// device may be anyone's to write (it is root's, and /dev/null and
+// /dev/zero are so by design). risk says what that user could do,
+// ownerFix what to do about an owner. Group write stays the operator's
+// choice, as in CheckDir.
+func checkTrusted(path string, fi os.FileInfo, devices bool, risk, ownerFix string) error {
 	if err := CheckOwner(path, fi); err != nil {
 		return fmt.Errorf("%w: its owner %s; %s", err, risk, ownerFix)
 	}
-	if perm := fi.Mode().Perm(); perm&0o002 != 0 && fi.Mode()&os.ModeDevice == 0 {
+	device := fi.Mode()&os.ModeDevice != 0
+	if perm := fi.Mode().Perm(); perm&0o002 != 0 && !(devices && device) {
 		return fmt.Errorf("%s may be written by anyone (mode %04o): anyone %s; chmod o-w %s", path, perm, risk, path)
 	}
 	return nil
