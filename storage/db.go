@@ -187,6 +187,9 @@ func prepare(bdb *bolt.DB) (unclean bool, err error) {
 			return fmt.Errorf("data file schema %q, this router reads %q", schema, schemaReadable)
 		}
 		unclean = meta.Get(keyRunning) != nil
+		if err := forgetLinesIfMoved(meta); err != nil {
+			return err
+		}
 		if err := meta.Put(keyRunning, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
 			return err
 		}
@@ -245,8 +248,17 @@ func (db *DB) Close(ctx context.Context) error {
 	var err error
 	if db.unmapped.Load() {
 		err = *db.lost.Load()
-	} else if !db.unclean || db.recovered.Load() {
-		err = db.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(keyRunning) })
+	} else {
+		err = db.update(func(tx *bolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			if err := stampLines(meta); err != nil {
+				return err
+			}
+			if !db.unclean || db.recovered.Load() {
+				return meta.Delete(keyRunning)
+			}
+			return nil
+		})
 	}
 	return errors.Join(err, db.bolt.Close())
 }

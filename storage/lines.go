@@ -3,6 +3,8 @@ package storage
 import (
 	"bytes"
 	"errors"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // Unlined is a pending event that is not in its key's line: it was stored
@@ -88,7 +90,15 @@ func (tx *Tx) AddLines(t string, found []Unlined) (int, error) {
 // lining, a line-up has begun and no event was stored outside its line
 // since; lined, every one is in its line. Storing an event outside its
 // line removes the mark (makePending, unline), in the same transaction.
+//
+// A router before this mark stores events outside their lines without
+// removing it, so a mark is kept only in a file as this version left it:
+// a clean close writes meta's sequence (which every stored event moves)
+// under lines-at, and an open that finds another forgets every mark
+// (forgetLinesIfMoved). After an unclean stop, or a run of an older
+// router, each queue ordered by key is read once more.
 var (
+	keyLinesAt  = []byte("lines-at")
 	linesPrefix = []byte("lines/")
 	lining      = []byte("lining")
 	lined       = []byte("lined")
@@ -130,4 +140,27 @@ func (tx *Tx) unline(t string) error {
 	}
 	tx.unlined = t
 	return tx.bucket(bucketMeta).Delete(linesMark(t))
+}
+
+// stampLines, at a clean close, records meta's sequence for
+// forgetLinesIfMoved.
+func stampLines(meta *bolt.Bucket) error { return meta.Put(keyLinesAt, u64(meta.Sequence())) }
+
+// forgetLinesIfMoved, at open, removes every queue's lined-up mark unless
+// meta's sequence is the one the last clean close recorded (stampLines).
+func forgetLinesIfMoved(meta *bolt.Bucket) error {
+	if bytes.Equal(meta.Get(keyLinesAt), u64(meta.Sequence())) {
+		return nil
+	}
+	var marks [][]byte
+	c := meta.Cursor()
+	for k, _ := c.Seek(linesPrefix); k != nil && bytes.HasPrefix(k, linesPrefix); k, _ = c.Next() {
+		marks = append(marks, bytes.Clone(k))
+	}
+	for _, k := range marks {
+		if err := meta.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }

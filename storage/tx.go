@@ -21,7 +21,7 @@ import (
 //	done                expires ‖ id → seq (uvarint)  delivered records to clean up (doneSeq; nil in older files)
 //	idem                scope → IdemRecord (binary, idempotency.go; JSON before)
 //	idem_exp            expires ‖ scope → nil         idempotency records to clean up
-//	meta                schema → version; lines/<queue> → lining|lined (lines.go)
+//	meta                schema → version; lines/<queue> → lining|lined, lines-at → seq (lines.go)
 //	(inbox buckets: inbox.go)
 var (
 	bucketEvents  = []byte("events")
