@@ -24,9 +24,12 @@ import (
 	"github.com/switchyard-router/switchyard/storage"
 )
 
-// ValidateCommand checks a configuration file and reports every problem with
-// its file:line:col; with -check-sinks it also connects to every external
-// broker and checks the routed Kafka topics exist.
+// ValidateCommand checks a configuration file and reports its problems
+// with their file:line:col: a syntax error alone (nothing past it can be
+// read), else every problem of the blocks, and once there are none, those
+// that need the whole (plugin files, what the streams capture); with -check-sinks
+// it also connects to every external broker and checks the routed Kafka
+// topics exist.
 type ValidateCommand struct {
 	*Main
 }
