@@ -104,42 +104,45 @@ var (
 	lined       = []byte("lined")
 )
 
-func linesMark(t string) []byte { return append(bytes.Clone(linesPrefix), t...) }
+// linesMark is queue t's mark's key, in the transaction's scratch buffer
+// (keyAt's rules: Get, Put and Delete keep no reference to it): unline
+// builds it on the ingest path.
+func (tx *Tx) linesMark(t string) []byte { return append(append(tx.scratch(), linesPrefix...), t...) }
 
 // LinedUp reports whether every pending event of queue t with a partition
 // key is known to be in its key's line.
 func (tx *Tx) LinedUp(t string) bool {
-	return bytes.Equal(tx.bucket(bucketMeta).Get(linesMark(t)), lined)
+	return bytes.Equal(tx.bucket(bucketMeta).Get(tx.linesMark(t)), lined)
 }
 
 // BeginLining marks queue t as being lined up: EndLining then marks it
 // lined unless an event was stored outside its line in between.
 func (tx *Tx) BeginLining(t string) error {
-	if tx.unlined == t {
-		tx.unlined = "" // the next event stored outside its line removes the mark again
+	if tx.unmarked == t {
+		tx.unmarked = "" // the next event stored outside its line removes the mark again
 	}
-	return tx.bucket(bucketMeta).Put(linesMark(t), lining)
+	return tx.bucket(bucketMeta).Put(tx.linesMark(t), lining)
 }
 
 // EndLining marks queue t lined if no event was stored outside its line
 // since BeginLining, and reports whether it did.
 func (tx *Tx) EndLining(t string) (bool, error) {
 	meta := tx.bucket(bucketMeta)
-	if !bytes.Equal(meta.Get(linesMark(t)), lining) {
+	if !bytes.Equal(meta.Get(tx.linesMark(t)), lining) {
 		return false, nil
 	}
-	return true, meta.Put(linesMark(t), lined)
+	return true, meta.Put(tx.linesMark(t), lined)
 }
 
 // unline removes queue t's mark: an event of it was stored outside its
 // key's line. Once per queue in a run of one queue's events in a
 // transaction, until a BeginLining in it puts the mark back.
 func (tx *Tx) unline(t string) error {
-	if tx.unlined == t {
+	if tx.unmarked == t {
 		return nil
 	}
-	tx.unlined = t
-	return tx.bucket(bucketMeta).Delete(linesMark(t))
+	tx.unmarked = t
+	return tx.bucket(bucketMeta).Delete(tx.linesMark(t))
 }
 
 // stampLines, at a clean close, records meta's sequence for

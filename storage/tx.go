@@ -72,7 +72,7 @@ type Tx struct {
 	cursors  [8]keptCursor // get's and del's
 	nCursors int
 	doneTTL  time.Duration // the ttl noteDoneTTL recorded in this transaction
-	unlined  string        // the queue whose lined-up mark this transaction removed last (unline)
+	unmarked string        // the queue whose lined-up mark this transaction removed last (unline)
 	// kb holds one key at a time for bbolt calls that keep no reference
 	// to it (keyAt): Put copies its key, Get, Seek and Delete keep nothing.
 	kb []byte
