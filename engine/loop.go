@@ -104,9 +104,28 @@ func (l *Loop) currentDelay() time.Duration {
 }
 
 // outageProbe bounds the wait after a poll that found its sink unavailable
-// or could not learn an outcome: the loop ignores new events until then, so
-// an outage costs one probe a second, not a poll per event.
+// or could not learn an outcome, and delivered nothing: the loop ignores new
+// events until then, so an outage costs one probe a second, not a poll per
+// event.
 const outageProbe = time.Second
+
+// maxOutageWait bounds how long an event whose output met an outage waits
+// before it is taken again (outageWait), and is how far ahead of now a
+// probe, or the first take after a sink became reachable, looks for such
+// events (docs/decisions/outage-no-attempt.md).
+const maxOutageWait = 30 * time.Second
+
+// outageWait is how long an event whose output met an outage (sink
+// unavailable, outcome unknown) waits before it is taken again: as long as
+// it has been stored, from outageProbe to maxOutageWait. It moves out of
+// the way of the events behind it, which may go to sinks that are up, and
+// an event that has waited long is tried less often.
+func outageWait(rec *storage.Record, now time.Time) time.Duration {
+	if rec.CreatedAt.IsZero() {
+		return outageProbe
+	}
+	return min(max(now.Sub(rec.CreatedAt), outageProbe), maxOutageWait)
+}
 
 // maxInTransit bounds how many sent batches of one loop may wait for their
 // acknowledgements and commit while the loop takes and sends the next
@@ -115,13 +134,16 @@ const maxInTransit = 4
 
 // run polls until ctx ends: after each poll it waits the adaptive delay, or
 // less when a commit of this type wakes it. After a poll that found a sink
-// unavailable (or could not learn an outcome) it ignores wake-ups and waits
-// the delay, at most outageProbe, so a broker outage makes it probe once a
-// second instead of spinning on every new event (such a poll does not count
-// as full, however many events it took: the delay grows, and the probes
-// send one batch at a time);
-// an event that failed for its own sake (retried later, or dead-lettered)
-// does not slow the others.
+// unavailable (or could not learn an outcome) and delivered nothing, it
+// ignores wake-ups and waits the delay, at most outageProbe, so a broker
+// outage makes it probe once a second instead of spinning on every new
+// event (such a poll does not count as full, however many events it took:
+// the delay grows, and the probes send one batch at a time). A probe, and
+// the first take after a sink became reachable (kick), also takes the
+// events that wait out an outage (outageWait), up to maxOutageWait ahead.
+// An event that failed for its own sake (retried later, or dead-lettered)
+// does not slow the others, nor does an event whose sink is down slow the
+// events of its type that go to other sinks: it waits behind them.
 //
 // While a backlog drains, the loop sends the next batch while the
 // acknowledgements and the commit of the last ones are outstanding: the
@@ -138,14 +160,15 @@ func (l *Loop) run(ctx context.Context) {
 	defer timer.Stop()
 	var transit inTransitQueue
 	defer transit.settle(ctx, l, 0)
-	probing := false // the last poll met an outage: send one batch at a time
+	probing := false // the last poll met an outage, nothing delivered: send one batch at a time
+	var reach time.Duration
 	for {
 		// Let go of the holds of batches already committed: this take's
 		// snapshot will see them.
 		transit.letGoFinished(ctx, l)
 		pol := l.pol.Load()
 		start := time.Now()
-		b, err := l.takeAndSend(ctx)
+		b, err := l.takeAndSend(ctx, reach)
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
 		}
@@ -170,34 +193,44 @@ func (l *Loop) run(ctx context.Context) {
 				keep = 0 // a batch that used plugin state commits before the next runs its plugins
 			}
 			transit.settle(ctx, l, keep)
-			if transit.outage == 0 && ctx.Err() == nil {
+			if !transit.stalled() && ctx.Err() == nil {
+				transit.forget()
 				probing = false
 				l.nextDelay(true)
-				continue
+				continue // reach stays while the backlog drains
 			}
 		}
 		transit.settle(ctx, l, 0)
 		if ctx.Err() != nil {
 			return
 		}
-		outage := transit.takeOutage()
-		// A poll that met an outage is not a full one: the delay grows.
-		probing = outage > 0
-		if !l.wait(ctx, timer, l.nextDelay(full && !probing), outage > 0 || err != nil) {
+		// A poll that met an outage and delivered nothing is not a full
+		// one: the delay grows.
+		probing = transit.stalled()
+		transit.forget()
+		reach = 0
+		if probing {
+			reach = maxOutageWait
+		}
+		kicked, ok := l.wait(ctx, timer, l.nextDelay(full && !probing), probing || err != nil)
+		if !ok {
 			return
+		}
+		if kicked {
+			reach = maxOutageWait
 		}
 	}
 }
 
 // wait sleeps until the next poll is due: after d, or sooner when a commit
 // of this type wakes the loop or a sink it publishes to becomes reachable
-// again (kick). It returns false when ctx ends.
+// again (kicked). It returns ok false when ctx ends.
 //
 // After an outage or an error the loop backs off from new events (it
 // ignores wake-ups), but probes again within outageProbe: a broker can come
 // back without a reconnect to tell us (a cluster electing a new stream
 // leader).
-func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, backOff bool) bool {
+func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, backOff bool) (kicked, ok bool) {
 	wake := l.wakeC
 	if backOff {
 		wake = nil
@@ -206,14 +239,15 @@ func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, bac
 	timer.Reset(d)
 	select {
 	case <-ctx.Done():
-		return false
+		return false, false
 	case <-timer.C:
 	case <-wake:
 		timer.Stop() // Go ≥ 1.23: no stale tick to drain
 	case <-l.kickC:
 		timer.Stop()
+		return true, true
 	}
-	return true
+	return false, true
 }
 
 // nextDelay feeds the adaptive delay a poll's outcome and returns the wait.
@@ -276,7 +310,7 @@ func (l *Loop) logFailures(fs []failure, now time.Time) {
 // the outcome. run does the same with batches overlapping; tests step a
 // loop with Poll.
 func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
-	b, err := l.takeAndSend(ctx)
+	b, err := l.takeAndSend(ctx, 0)
 	if b == nil {
 		return PollResult{}, err
 	}
@@ -284,15 +318,15 @@ func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
 	return l.finish(ctx, b)
 }
 
-// takeAndSend takes up to a batch of due events, holds them, runs them
-// through the plugin chain and sends their outputs. It returns nil when
-// nothing is due.
-func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
+// takeAndSend takes up to a batch of events due by now+reach, holds them,
+// runs them through the plugin chain and sends their outputs. It returns
+// nil when nothing is due.
+func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration) (*batch, error) {
 	if l.e.fileLost() != nil {
 		return nil, nil
 	}
 	pol := l.pol.Load()
-	recs, err := l.takeDue(ctx, pol)
+	recs, err := l.takeDue(ctx, pol, reach)
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
@@ -301,9 +335,9 @@ func (l *Loop) takeAndSend(ctx context.Context) (*batch, error) {
 	return b, nil
 }
 
-// takeDue reads up to a batch of due events the loop does not hold yet and
-// holds them.
-func (l *Loop) takeDue(ctx context.Context, pol *config.Policy) ([]*storage.Record, error) {
+// takeDue reads up to a batch of events due by now+reach that the loop
+// does not hold yet, and holds them.
+func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Duration) ([]*storage.Record, error) {
 	l.take.Lock()
 	defer l.take.Unlock()
 	if pol.ByKey() {
@@ -311,7 +345,7 @@ func (l *Loop) takeDue(ctx context.Context, pol *config.Policy) ([]*storage.Reco
 			return nil, err
 		}
 	}
-	now := l.e.now()
+	now := l.e.now().Add(reach)
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {
 		var err error
@@ -394,13 +428,14 @@ func retryCommit(ctx context.Context, deadline time.Time, record func() error, f
 type inTransit struct {
 	b    *batch
 	done chan struct{}
+	res  PollResult
 	err  error
 }
 
 func (l *Loop) finishAsync(ctx context.Context, b *batch) *inTransit {
 	t := &inTransit{b: b, done: make(chan struct{})}
 	go func() {
-		_, t.err = l.finish(ctx, b)
+		t.res, t.err = l.finish(ctx, b)
 		close(t.done)
 	}()
 	return t
@@ -415,11 +450,12 @@ func (t *inTransit) finished() bool {
 	}
 }
 
-// inTransitQueue is a loop's batches in transit, oldest first, and the
-// outage its settled batches met since the loop last looked.
+// inTransitQueue is a loop's batches in transit, oldest first, and what
+// its settled batches met since the loop last forgot it.
 type inTransitQueue struct {
 	batches []*inTransit
 	outage  int // outputs that met an outage (sink unavailable, outcome unknown)
+	settled int // events whose attempt ended (PollResult.settled)
 }
 
 func (q *inTransitQueue) add(t *inTransit) { q.batches = append(q.batches, t) }
@@ -435,6 +471,7 @@ func (q *inTransitQueue) settle(ctx context.Context, l *Loop, keep int) {
 			l.e.log.Error("commit failed", "type", l.typ, "error", t.err)
 		}
 		q.outage += t.b.outage
+		q.settled += t.res.settled()
 		q.batches = q.batches[1:]
 	}
 }
@@ -448,12 +485,14 @@ func (q *inTransitQueue) letGoFinished(ctx context.Context, l *Loop) {
 	}
 }
 
-// takeOutage returns the outage met since the last call and forgets it.
-func (q *inTransitQueue) takeOutage() int {
-	n := q.outage
-	q.outage = 0
-	return n
-}
+// stalled reports whether the batches settled since the last forget met
+// an outage and ended no event's attempt: the loop backs off and probes.
+// (Some delivered: another sink is up, and the loop goes on; the events
+// that met the outage wait behind, outageWait.)
+func (q *inTransitQueue) stalled() bool { return q.outage > 0 && q.settled == 0 }
+
+// forget starts counting afresh.
+func (q *inTransitQueue) forget() { q.outage, q.settled = 0, 0 }
 
 func (l *Loop) hold(recs []*storage.Record) {
 	l.mu.Lock()
@@ -851,7 +890,8 @@ type verdict struct {
 	permanent, retry, unknown error
 	retryAfter                time.Duration
 	// wait delays an unknown outcome's next take (no attempt counted):
-	// the storage budget was full under the plugin chain.
+	// the storage budget was full under the plugin chain, or an output
+	// met an outage (outageWait).
 	wait time.Duration
 }
 
@@ -890,6 +930,7 @@ func verdictOf(it *item, rec *storage.Record, now time.Time) verdict {
 			v.permanent = fmt.Errorf("%s: %w", o.dest, err)
 		case errors.Is(err, switchyard.ErrUnknownOutcome) || errors.Is(err, switchyard.ErrSinkUnavailable) || errors.Is(err, context.DeadlineExceeded):
 			v.unknown = fmt.Errorf("%s: %w", o.dest, err)
+			v.wait = max(v.wait, outageWait(rec, now))
 		default:
 			v.retry = fmt.Errorf("%s: %w", o.dest, err)
 			v.retryAfter = max(v.retryAfter, o.result.RetryAfter)

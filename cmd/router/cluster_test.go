@@ -19,7 +19,7 @@ import (
 // cluster and returns them and their client URLs.
 func natsCluster(t *testing.T) ([]*server.Server, []string) {
 	t.Helper()
-	ports := []int{freePort(t), freePort(t), freePort(t)}
+	ports := []int{testkit.FreePort(t), testkit.FreePort(t), testkit.FreePort(t)}
 	var routes []string
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))

@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 var long = flag.Bool("long", false, "crash tests: 200 kills each instead of 20 (ingest) and 10 (publish)")
@@ -88,17 +89,6 @@ func routerBinary(t *testing.T) string {
 	return binPath
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // crashRouter is the router binary on one config and data file, started
 // and killed over and over.
 type crashRouter struct {
@@ -137,7 +127,7 @@ func newCrashRouter(t *testing.T, dupWindow time.Duration) *crashRouter {
 		config:   filepath.Join(dir, "router.hcl"),
 		socket:   filepath.Join(sockDir, "r.sock"),
 		logPath:  filepath.Join(dir, "router.log"),
-		natsPort: freePort(t),
+		natsPort: testkit.FreePort(t),
 		logLevel: "warn",
 	}
 	cfg := fmt.Sprintf(`

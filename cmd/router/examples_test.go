@@ -27,7 +27,7 @@ func TestExamplePluginsInTheRouter(t *testing.T) {
 	}
 	compilePlugins(t, ex("route-go/route.wasm"), ex("enrich-c/enrich.wasm"), ex("filter-as/filter.wasm"),
 		ex("split-rust/split.wasm"), ex("passthrough-wat/passthrough.wasm"))
-	natsPort := freePort(t)
+	natsPort := testkit.FreePort(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 kafka "main" { brokers = [%q] }
 nats "bus" {

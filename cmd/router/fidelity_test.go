@@ -95,7 +95,7 @@ func TestEventFidelityThroughTheBinary(t *testing.T) {
 	hook := fidelityWebhook(t, got)
 	kc := testkit.Kafka(t, kfake.SeedTopics(2, "fid"))
 	dir := t.TempDir()
-	sock, natsPort := filepath.Join(dir, "r.sock"), freePort(t)
+	sock, natsPort := filepath.Join(dir, "r.sock"), testkit.FreePort(t)
 	path := filepath.Join(dir, "policies.hcl")
 	os.WriteFile(path, []byte(fidelityConfig(sock, dir, natsPort, kc.ListenAddrs()[0], hook)), 0o600)
 

@@ -172,7 +172,7 @@ func mustRead(t *testing.T, path string) string {
 func startNATSInbox(t *testing.T, extra string) (svc *service, sock string, nc *nats.Conn) {
 	t.Helper()
 	svc = startService(t)
-	natsPort := freePort(t)
+	natsPort := testkit.FreePort(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 nats "bus" {
   embedded = true

@@ -22,7 +22,7 @@ import (
 // one output does not re-send the other.
 func TestKafkaAndNATSFanOut(t *testing.T) {
 	kc := testkit.Kafka(t, kfake.SeedTopics(3, "orders"))
-	natsPort := freePort(t)
+	natsPort := testkit.FreePort(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 kafka "main" {
   brokers = [%q]

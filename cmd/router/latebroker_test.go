@@ -106,7 +106,7 @@ func TestStartWithExternalNATSDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits 10 s for a late broker")
 	}
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 nats "ext" {
   url = "nats://127.0.0.1:%d"
@@ -148,7 +148,7 @@ func TestStartWithKafkaDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits 10 s for a late broker")
 	}
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 kafka "late" { brokers = ["127.0.0.1:%d"] }
 event "late.order" {
@@ -171,7 +171,7 @@ func TestInboxStartsWithNATSDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits 10 s for a late broker")
 	}
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	svc := startService(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 nats "ext" { url = "nats://127.0.0.1:%d" }
@@ -224,7 +224,7 @@ func TestStorageBudgetDuringOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills a storage budget through the real binary")
 	}
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 nats "ext" {
   url = "nats://127.0.0.1:%d"
@@ -381,7 +381,7 @@ func TestReloadAddsSinkWithBrokerDown(t *testing.T) {
 	}()
 	c := socketClient(sock)
 	waitHealthy(t, c)
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	os.WriteFile(path, []byte(mustRead(t, path)+fmt.Sprintf(`
 nats "added" {
   url = "nats://127.0.0.1:%d"

@@ -67,7 +67,7 @@ func startOpsRouter(t *testing.T, extra string) *opsRouter {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	natsPort, httpPort := freePort(t), freePort(t)
+	natsPort, httpPort := testkit.FreePort(t), testkit.FreePort(t)
 	r := &opsRouter{t: t, dir: dir, sock: filepath.Join(dir, "r.sock"), addr: "127.0.0.1:" + strconv.Itoa(httpPort),
 		natsURL: "nats://127.0.0.1:" + strconv.Itoa(natsPort)}
 	tokens := fmt.Sprintf(`{"tokens":[{"token":%q,"admin":true},{"token":%q,"tenant":"acme"}]}`, opsAdminToken, opsAcmeToken)

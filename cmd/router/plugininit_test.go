@@ -46,7 +46,7 @@ func TestPluginInitEveryLanguage(t *testing.T) {
 			}
 			parent := t.TempDir()
 			name := "hello-" + lang
-			port := freePort(t)
+			port := testkit.FreePort(t)
 			run(parent, bin, "plugin", "init", "-lang", lang, "-port", fmt.Sprint(port), name)
 			dir := filepath.Join(parent, name)
 			run(dir, "./build.sh")
@@ -143,7 +143,7 @@ func TestPluginDevRebuildsAndReloads(t *testing.T) {
 	}
 	bin := routerBinary(t)
 	parent := t.TempDir()
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	out, err := exec.Command(bin, "plugin", "init", "-lang", "wat", "-dir", filepath.Join(parent, "dev"), "-port", fmt.Sprint(port), "dev").CombinedOutput()
 	if err != nil {
 		t.Fatalf("init: %v\n%s", err, out)

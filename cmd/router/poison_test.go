@@ -50,7 +50,7 @@ func TestPoisonEventsDoNotBlock(t *testing.T) {
 		t.Skip("posts 1 MiB events and measures latency")
 	}
 	pass, _ := filepath.Abs(filepath.Join("..", "..", "examples", "plugins", "passthrough-wat", "passthrough.wasm"))
-	natsPort := freePort(t)
+	natsPort := testkit.FreePort(t)
 	path, sock := writeConfig(t, fmt.Sprintf(`
 nats "bus" {
   embedded = true

@@ -217,7 +217,7 @@ func metricValue(t *testing.T, c *http.Client, series string) float64 {
 // pprof answers on its own listener, to a Host of loopback only.
 func TestPprofListener(t *testing.T) {
 	path, sock := writeConfig(t, "")
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	src := strings.Replace(mustRead(t, path), fmt.Sprintf("listen  { socket = %q }", sock),
 		fmt.Sprintf("listen {\n  socket = %q\n  pprof  = \"127.0.0.1:%d\"\n}", sock, port), 1)
 	os.WriteFile(path, []byte(src), 0o600)

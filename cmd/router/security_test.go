@@ -485,7 +485,7 @@ func TestHeldConnectionFlood(t *testing.T) {
 	sock := filepath.Join(sockDir, "r.sock")
 	tokens := filepath.Join(dir, "tokens.json")
 	os.WriteFile(tokens, []byte(`{"tokens":[{"token":"a-long-token-for-the-flood-test","tenant":"acme"}]}`), 0o600)
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	path := filepath.Join(dir, "policies.hcl")
 	os.WriteFile(path, []byte(fmt.Sprintf(`
 listen {

@@ -36,7 +36,7 @@ func TestPluginStateExactlyOnceThroughKills(t *testing.T) {
 	}
 	// An external JetStream server, so the test can take the broker away
 	// while the router runs.
-	natsPort, store := freePort(t), t.TempDir()
+	natsPort, store := testkit.FreePort(t), t.TempDir()
 	startBroker := func() *server.Server {
 		return testkit.NATS(t, func(o *server.Options) { o.Port, o.JetStream, o.StoreDir = natsPort, true, store })
 	}
@@ -323,7 +323,7 @@ func TestStatefulExamplesInTheRouter(t *testing.T) {
 	dir := t.TempDir()
 	sockDir, _ := os.MkdirTemp("", "sy")
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	sock, natsPort := filepath.Join(sockDir, "r.sock"), freePort(t)
+	sock, natsPort := filepath.Join(sockDir, "r.sock"), testkit.FreePort(t)
 	path := filepath.Join(dir, "policies.hcl")
 	os.WriteFile(path, []byte(fmt.Sprintf(`
 listen  { socket = %q }

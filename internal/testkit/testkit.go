@@ -129,6 +129,18 @@ func EventuallyWith(t testing.TB, d time.Duration, cond func() bool, explain fun
 	}
 }
 
+// FreePort returns a loopback TCP port that was free a moment ago: for a
+// broker a test stops and starts again on the same address.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // Kafka starts an in-process Kafka cluster (franz-go's kfake) with opts
 // until the test ends.
 func Kafka(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {

@@ -14,16 +14,20 @@ import (
 // (dial, TLS handshake, SASL authentication: kgo reports each through
 // OnBrokerConnect), so that a publish that times out says why instead of
 // only "no acknowledgement", and a wrong password is logged once, not
-// retried in silence.
+// retried in silence. It also knows, per broker address, whether the last
+// connection attempt failed: when it did for every broker the client has
+// tried, the cluster is down (down), and the sink answers at once instead
+// of waiting its publish timeout for every batch.
 type connState struct {
 	log  hclog.Logger
 	sasl bool // the client authenticates after connecting
 
-	mu    sync.Mutex
-	err   error // nil after a connection succeeded
-	addr  string
-	at    time.Time
-	ready func() // switchyard.ReadyNotifier: called when a connection succeeds after one failed
+	mu      sync.Mutex
+	err     error // nil after a connection succeeded
+	addr    string
+	at      time.Time
+	failing map[string]bool // per broker address: its last connection attempt failed
+	ready   func()          // switchyard.ReadyNotifier: called when a connection succeeds after one failed
 }
 
 var _ kgo.HookBrokerConnect = (*connState)(nil)
@@ -32,6 +36,10 @@ func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, co
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	addr := net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port))
+	if c.failing == nil {
+		c.failing = map[string]bool{}
+	}
+	c.failing[addr] = err != nil
 	if err == nil {
 		if c.err != nil && c.ready != nil {
 			go c.ready()
@@ -59,6 +67,21 @@ func (c *connState) lastError() error {
 		return nil
 	}
 	return fmt.Errorf("the last connection to %s failed %s ago: %w", c.addr, time.Since(c.at).Round(time.Millisecond), c.err)
+}
+
+// down reports whether the last connection attempt to every broker the
+// client has tried failed: no broker is reachable, as far as the client
+// knows. (A broker whose connection succeeded and is now gone counts as up
+// until the client fails to connect to it again.)
+func (c *connState) down() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, failed := range c.failing {
+		if !failed {
+			return false
+		}
+	}
+	return len(c.failing) > 0
 }
 
 // withConnError adds to an unknown outcome why connecting to a broker last

@@ -13,7 +13,9 @@
 // records still in the client are cancelled with the deadline
 // (kgo.AllowIdempotentProduceCancellation), so the next Publish is not
 // queued behind them; see RATIONALE.md for why this and not the other
-// recovery strategies.
+// recovery strategies. While the client cannot connect to any broker,
+// Publish answers at once wrapping switchyard.ErrSinkUnavailable and hands
+// nothing over (RATIONALE.md).
 package kafka
 
 import (
@@ -21,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -57,6 +60,7 @@ type Sink struct {
 	// purging holds the topics being purged from producing (a topic made
 	// again: classify), one purge at a time per topic.
 	purging sync.Map
+	probing atomic.Bool // a probe (probe) is under way
 
 	// stall is set while the sink is unhealthy: a Publish hit its
 	// deadline with records unanswered, and no record has been
@@ -139,6 +143,10 @@ func (s *Sink) Send(ctx context.Context, msgs []*switchyard.Message) (wait func(
 		}
 		return func() []switchyard.Result { return res }
 	}
+	if s.conn.down() {
+		res := s.unreachable(msgs)
+		return func() []switchyard.Result { return res }
+	}
 	// Every record carries this context. With
 	// AllowIdempotentProduceCancellation franz-go honours it even for a
 	// batch already on the wire: when it ends (deadline, or wait
@@ -158,6 +166,39 @@ func (s *Sink) Send(ctx context.Context, msgs []*switchyard.Message) (wait func(
 		s.noteDeadline(pctx, res)
 		return res
 	}
+}
+
+// unreachable answers msgs while no broker is reachable (connState.down):
+// each is unavailable, nothing is handed to the client, so the caller
+// learns it at once, instead of after the publish timeout with an unknown
+// outcome, and the events wait without an attempt counted. It starts a
+// probe, since nothing produced means nothing that would dial a broker.
+func (s *Sink) unreachable(msgs []*switchyard.Message) []switchyard.Result {
+	s.probe()
+	res := make([]switchyard.Result, len(msgs))
+	for i, m := range msgs {
+		if res[i].Err = s.validate(m); res[i].Err == nil {
+			res[i].Err = s.withConnError(fmt.Errorf("%s: no broker reachable: %w", s.name, switchyard.ErrSinkUnavailable))
+		}
+	}
+	return res
+}
+
+// probe asks, in the background, whether a broker is reachable again:
+// kgo's Ping dials every broker the client knows until one answers. A
+// connection that succeeds calls the ready function (OnReady), and the
+// engine polls at once. One probe runs at a time, bounded by the publish
+// timeout.
+func (s *Sink) probe() {
+	if !s.probing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.probing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		defer cancel()
+		_ = s.client().Ping(ctx)
+	}()
 }
 
 // screen answers the messages that cannot be produced (invalid, or to a

@@ -919,3 +919,73 @@ func deleteTopic(t testing.TB, c *kfake.Cluster, topic string) {
 	req.Topics, req.TopicNames = append(req.Topics, dt), []string{topic}
 	adminRequest(t, c, req, func(r kmsg.Response) int16 { return r.(*kmsg.DeleteTopicsResponse).Topics[0].ErrorCode })
 }
+
+// A cluster whose every broker refuses connections: once the client has
+// failed to connect to each, Publish answers at once that the sink is
+// unavailable and hands nothing to the client (nothing can be in the log
+// behind the router's back, no attempt is counted, and a batch does not
+// wait its publish timeout). A probe in the background finds the cluster
+// when it is back: the ready function runs and publishes go through.
+func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
+	port := testkit.FreePort(t)
+	c := newCluster(t, kfake.Ports(port))
+	cfg := testConfig(c)
+	s := newSink(t, cfg)
+	ready := make(chan struct{}, 1)
+	s.OnReady(func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	})
+	publishOK(t, s, messages("warm", 1, topic))
+	c.Close()
+
+	// The first publish finds the cluster gone (its records had been
+	// handed over); the ones after it are not handed over at all.
+	s.Publish(context.Background(), messages("first", 5, topic))
+	for round := range 3 {
+		start := time.Now()
+		before := s.client().BufferedProduceRecords()
+		res := s.Publish(context.Background(), messages(fmt.Sprintf("down%d", round), 5, topic))
+		for i, r := range res {
+			if !errors.Is(r.Err, switchyard.ErrSinkUnavailable) {
+				t.Fatalf("round %d, message %d: %v, want the sink unavailable", round, i, r.Err)
+			}
+		}
+		if n := s.client().BufferedProduceRecords(); n > before {
+			t.Fatalf("round %d: %d records handed to the client while no broker is reachable", round, n-before)
+		}
+		t.Logf("round %d answered in %s: %v", round, time.Since(start).Round(time.Millisecond), res[0].Err)
+	}
+	select {
+	case <-ready:
+		t.Fatal("ready while the cluster is down")
+	default:
+	}
+
+	c2 := newCluster(t, kfake.Ports(port))
+	deadline := time.After(20 * time.Second)
+	for back := false; !back; {
+		s.Publish(context.Background(), messages("probe", 1, topic)) // unavailable: starts a probe
+		select {
+		case <-ready:
+			back = true
+		case <-time.After(200 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the sink never noticed the cluster was back")
+		}
+	}
+	// A new kfake cluster has new topic ids: the sink finds the topic
+	// made again within a few publishes (TestTopicMadeAgain).
+	var last error
+	testkit.EventuallyWith(t, 20*time.Second, func() bool {
+		last = s.Publish(context.Background(), messages("after", 1, topic))[0].Err
+		return last == nil
+	}, func() string { return fmt.Sprintf("no publish after the cluster came back: %v", last) })
+	for id := range readBack(t, c2, 1) {
+		if !strings.HasPrefix(id, "after-") {
+			t.Errorf("%s is in the log: it was sent while the sink said it was not", id)
+		}
+	}
+}

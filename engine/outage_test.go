@@ -1,0 +1,97 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/testkit"
+	"github.com/switchyard-router/switchyard/plugins/kafka"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// One sink's outage does not hold up a type's events to its other sinks:
+// with the Kafka cluster down, events a plugin routes to NATS are
+// delivered while more events than a batch wait for Kafka at the head of
+// the queue, and the Kafka sink answers at once that it is unavailable
+// instead of waiting its publish timeout batch after batch. Once the
+// cluster is back, every Kafka event is delivered, none with an attempt
+// counted.
+func TestOneSinkOutageDoesNotHoldTheOthers(t *testing.T) {
+	// The same port and data directory: a broker restarted, topics and
+	// their ids kept.
+	port, dir := testkit.FreePort(t), t.TempDir()
+	kc, err := kfake.NewCluster(kfake.Ports(port), kfake.DataDir(dir), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcfg := config.NewKafka("main", kc.ListenAddrs()...)
+	kcfg.PublishTimeout = 5 * time.Second
+	ks, err := kafka.Open(context.Background(), kcfg, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ks.Close(context.Background()) })
+	pick := funcPlugin{name: "pick", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		if ev.Subject == "kafka" {
+			return []switchyard.PluginOutput{{Destination: "kafka.main:orders", Event: *ev}}, nil
+		}
+		return []switchyard.PluginOutput{{Event: *ev}}, nil
+	}}
+	h := newHarness(t, `
+kafka "main" { brokers = ["127.0.0.1:1"] }
+`+pluginPolicy("pick", "t.mixed", `batch_size = 10
+  polling {
+    min = "10ms"
+    max = "100ms"
+  }`), false, withPlugins(pick), switchyard.Sink(ks))
+
+	warm := h.ingestMixed("warm", "kafka", 1)
+	h.waitDelivered(warm, 20*time.Second)
+	kc.Close()
+
+	stuck := h.ingestMixed("stuck", "kafka", 30)
+	start := time.Now()
+	toNATS := h.ingestMixed("nats", "", 30)
+	h.waitDelivered(toNATS, 30*time.Second)
+	t.Logf("NATS events delivered %s after they were stored, Kafka down", time.Since(start).Round(time.Millisecond))
+	for _, id := range stuck {
+		rec := h.record(id)
+		if (rec.State != storage.StatePending && rec.State != storage.StateInProcess) || rec.Attempts != 0 {
+			t.Fatalf("%s while Kafka is down: %s, %d attempts, %q", id, rec.State, rec.Attempts, rec.LastError)
+		}
+	}
+	last := h.record(stuck[len(stuck)-1]).LastError
+	if !strings.Contains(last, switchyard.ErrSinkUnavailable.Error()) {
+		t.Fatalf("a Kafka event's last error: %q, want the sink unavailable", last)
+	}
+
+	kc2, err := kfake.NewCluster(kfake.Ports(port), kfake.DataDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc2.Close)
+	h.waitDelivered(stuck, 30*time.Second)
+	for _, id := range stuck {
+		if rec := h.record(id); rec.Attempts != 0 {
+			t.Fatalf("%s: %d attempts counted for an outage: %+v", id, rec.Attempts, rec.History)
+		}
+	}
+}
+
+// ingestMixed stores n events of type t.mixed with the given subject.
+func (h *harness) ingestMixed(prefix, subject string, n int) []string {
+	h.t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = h.ingestEvent(switchyard.Event{ID: fmt.Sprintf("%s-%d", prefix, i), Type: "t.mixed", Source: "/t", SpecVersion: "1.0", Subject: subject, Data: []byte(`{}`), DataContentType: "application/json"})
+	}
+	return ids
+}
