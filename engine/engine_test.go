@@ -231,7 +231,9 @@ func TestNATSOutage(t *testing.T) {
 		t.Fatal("delivered while the server was down")
 	}
 	h.startNATS()
+	back := time.Now()
 	h.waitDelivered(ids, 60*time.Second)
+	t.Logf("every event delivered %s after the server was back", time.Since(back).Round(time.Millisecond))
 
 	msgs := h.streamMessages()
 	distinct := make(map[string]bool)

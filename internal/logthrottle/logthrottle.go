@@ -8,10 +8,12 @@ import (
 	"time"
 )
 
-// Throttle lets one line per key and second through, and counts the lines
-// it held back since the last one let through. Keys are few (error codes,
-// kinds of problem): each stays in the map for good.
+// Throttle lets one line per key and second (or Every) through, and counts
+// the lines it held back since the last one let through. Keys are few
+// (error codes, kinds of problem): each stays in the map for good.
 type Throttle struct {
+	Every time.Duration // zero: a second
+
 	mu   sync.Mutex
 	last map[string]time.Time
 	held map[string]int
@@ -26,7 +28,11 @@ func (t *Throttle) Take(key string, now time.Time) (heldBack int, ok bool) {
 	if t.last == nil {
 		t.last, t.held = map[string]time.Time{}, map[string]int{}
 	}
-	if last, seen := t.last[key]; seen && now.Sub(last) < time.Second {
+	every := t.Every
+	if every == 0 {
+		every = time.Second
+	}
+	if last, seen := t.last[key]; seen && now.Sub(last) < every {
 		t.held[key]++
 		return 0, false
 	}

@@ -31,3 +31,19 @@ func TestThrottleLetsOneLinePerSecond(t *testing.T) {
 		}
 	}
 }
+
+// Every sets the interval: with a minute, a line a second later is held
+// back, one a minute later goes through and counts it.
+func TestThrottleEvery(t *testing.T) {
+	th := Throttle{Every: time.Minute}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, ok := th.Take("k", t0); !ok {
+		t.Fatal("first line held back")
+	}
+	if _, ok := th.Take("k", t0.Add(time.Second)); ok {
+		t.Fatal("a line a second later let through")
+	}
+	if n, ok := th.Take("k", t0.Add(time.Minute)); !ok || n != 1 {
+		t.Fatalf("a minute later: ok %v, held %d; want ok, 1", ok, n)
+	}
+}

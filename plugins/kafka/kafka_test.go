@@ -697,7 +697,7 @@ func TestPublishEmptyAndClose(t *testing.T) {
 
 func TestLoggerAdapter(t *testing.T) {
 	var buf bytes.Buffer
-	l := kgoLogger{hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn})}
+	l := newKgoLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn}))
 	if l.Level() != kgo.LogLevelWarn {
 		t.Fatalf("level %v", l.Level())
 	}
@@ -705,6 +705,39 @@ func TestLoggerAdapter(t *testing.T) {
 	l.Log(kgo.LogLevelWarn, "shown", "broker", 1)
 	if out := buf.String(); strings.Contains(out, "hidden") || !strings.Contains(out, "shown") || !strings.Contains(out, "broker=1") {
 		t.Fatalf("log output %q", out)
+	}
+}
+
+// franz-go's warnings repeat at every dial while a cluster is down: one
+// line per message and minute gets through below debug (with debug on,
+// every line does).
+func TestLoggerThrottlesRepeats(t *testing.T) {
+	var buf bytes.Buffer
+	l := newKgoLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info}))
+	for range 20 {
+		l.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "127.0.0.1:1")
+		l.Log(kgo.LogLevelInfo, "metadata update triggered")
+	}
+	l.Log(kgo.LogLevelError, "an error", "n", 1)
+	l.Log(kgo.LogLevelError, "an error", "n", 2)
+	out := buf.String()
+	if n := strings.Count(out, "unable to open connection"); n != 1 {
+		t.Errorf("%d warnings of one kind within a minute, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, "metadata update triggered"); n != 1 {
+		t.Errorf("%d info lines of one kind within a minute, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, "an error"); n != 2 {
+		t.Errorf("errors are never held back: %d of 2 logged", n)
+	}
+
+	buf.Reset()
+	debug := newKgoLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Debug}))
+	for range 3 {
+		debug.Log(kgo.LogLevelWarn, "unable to open connection to broker")
+	}
+	if n := strings.Count(buf.String(), "unable to open connection"); n != 3 {
+		t.Errorf("at debug %d of 3 lines logged", n)
 	}
 }
 

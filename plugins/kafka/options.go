@@ -38,7 +38,7 @@ func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
-		kgo.WithLogger(kgoLogger{logger}),
+		kgo.WithLogger(newKgoLogger(logger)),
 		// A cluster that comes back (or comes up after the router) is
 		// found within about a second: kgo refreshes metadata at most
 		// every MetadataMinAge (5 s by default) and backs retries off up
