@@ -9,23 +9,24 @@ import (
 // Error codes: stable strings that clients match on (the problem+json
 // "code"). The API maps each to an HTTP status in one place (api/error.go).
 const (
-	EINVALID      = "invalid_event"          // the request is malformed
-	EUNKNOWNTYPE  = "unknown_event_type"     // no event block for the type
-	ETOOMANYTYPES = "too_many_event_types"   // the catch-all holds max_types types already
-	ETOOLARGE     = "payload_too_large"      // body or batch over the limits
-	ETIMEOUT      = "request_timeout"        // the body did not arrive in time
-	EROUTELIMIT   = "too_large_for_route"    // an event its route's broker would never take
-	EMEDIATYPE    = "unsupported_media_type" // content type not understood
-	EIDEMREUSE    = "idempotency_key_reuse"  // same key, another request
-	EINPROGRESS   = "request_in_progress"    // same key, first still in flight
-	EIDCONFLICT   = "event_id_conflict"      // the id is stored for another event
-	ENOTFOUND     = "not_found"
-	EMETHOD       = "method_not_allowed"  // the route takes other methods
-	ECONFLICT     = "conflict"            // the resource is not in a state that allows this
-	ENOTINDLQ     = "not_in_dlq"          // a DLQ action on an event that is not dead (or resolved)
-	EUNAVAILABLE  = "storage_unavailable" // the data file cannot take writes
-	ESTORAGEFULL  = "storage_full"        // the data file's budget (max_size, min_free) is reached
-	EINTERNAL     = "internal"
+	EINVALID        = "invalid_event"          // an event (body, ce- headers) is malformed
+	EINVALIDREQUEST = "invalid_request"        // a request that is not an event is malformed: a query parameter, a header, a filter, a claim
+	EUNKNOWNTYPE    = "unknown_event_type"     // no event block for the type
+	ETOOMANYTYPES   = "too_many_event_types"   // the catch-all holds max_types types already
+	ETOOLARGE       = "payload_too_large"      // body or batch over the limits
+	ETIMEOUT        = "request_timeout"        // the body did not arrive in time
+	EROUTELIMIT     = "too_large_for_route"    // an event its route's broker would never take
+	EMEDIATYPE      = "unsupported_media_type" // content type not understood
+	EIDEMREUSE      = "idempotency_key_reuse"  // same key, another request
+	EINPROGRESS     = "request_in_progress"    // same key, first still in flight
+	EIDCONFLICT     = "event_id_conflict"      // the id is stored for another event
+	ENOTFOUND       = "not_found"
+	EMETHOD         = "method_not_allowed"  // the route takes other methods
+	ECONFLICT       = "conflict"            // the resource is not in a state that allows this
+	ENOTINDLQ       = "not_in_dlq"          // a DLQ action on an event that is not dead (or resolved)
+	EUNAVAILABLE    = "storage_unavailable" // the data file cannot take writes
+	ESTORAGEFULL    = "storage_full"        // the data file's budget (max_size, min_free) is reached
+	EINTERNAL       = "internal"
 )
 
 // Error is the router's one coded error type. Message is safe to show to

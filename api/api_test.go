@@ -762,7 +762,7 @@ func TestClaimsPaging(t *testing.T) {
 		"/v1/dlq?cursor=" + engine.EncodeCursor(engine.CursorClaims, []byte("0123456789abcdef")),
 	} {
 		rep := r.do("GET", c, nil, "")
-		if rep.status != 400 || decode[struct{ Code string }](t, rep.body).Code != "invalid_event" || !strings.Contains(string(rep.body), "cursor") {
+		if rep.status != 400 || decode[struct{ Code string }](t, rep.body).Code != "invalid_request" || !strings.Contains(string(rep.body), "cursor") {
 			t.Errorf("%s: %d %s", c, rep.status, rep.body)
 		}
 	}

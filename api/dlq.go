@@ -48,15 +48,15 @@ const maxRefLen = engine.MaxInboundIDLen
 func checkRef(id string) error {
 	switch {
 	case id == "":
-		return switchyard.Errorf(switchyard.EINVALID, "the event id is empty")
+		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "the event id is empty")
 	case len(id) > maxRefLen:
-		return switchyard.Errorf(switchyard.EINVALID, "the event id is longer than %d bytes", maxRefLen)
+		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "the event id is longer than %d bytes", maxRefLen)
 	case !utf8.ValidString(id):
-		return switchyard.Errorf(switchyard.EINVALID, "the event id is not valid UTF-8")
+		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "the event id is not valid UTF-8")
 	}
 	for _, r := range id {
 		if r < 0x20 || r == 0x7f {
-			return switchyard.Errorf(switchyard.EINVALID, "the event id contains control characters")
+			return switchyard.Errorf(switchyard.EINVALIDREQUEST, "the event id contains control characters")
 		}
 	}
 	return nil
@@ -74,7 +74,7 @@ func dlqRef(r *http.Request) (engine.DLQRef, error) {
 		return ref, err
 	}
 	if ref.Queue != "" && (len(ref.Queue) > maxRefLen || !strings.HasPrefix(ref.Queue, config.InboxQueuePrefix)) {
-		return ref, switchyard.Errorf(switchyard.EINVALID, "queue names an inbox: inbox:<name>")
+		return ref, switchyard.Errorf(switchyard.EINVALIDREQUEST, "queue names an inbox: inbox:<name>")
 	}
 	return ref, nil
 }
@@ -91,7 +91,7 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, switchyard.Errorf(switchyard.EINVALID, "since %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (1h)", engine.Truncate(v, 64))
+	return time.Time{}, switchyard.Errorf(switchyard.EINVALIDREQUEST, "since %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (1h)", engine.Truncate(v, 64))
 }
 
 // dlqItemView is one dead letter in a listing.
@@ -310,23 +310,23 @@ func (s *Server) readFilter(w http.ResponseWriter, r *http.Request) (engine.DLQF
 		return f, err
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return f, switchyard.Errorf(switchyard.EINVALID, `the body is a JSON filter: {"type": ..., "since": ..., "ids": [...]} or {"all": true}`)
+		return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, `the body is a JSON filter: {"type": ..., "since": ..., "ids": [...]} or {"all": true}`)
 	}
 	var b dlqFilterBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil {
-		return f, switchyard.Errorf(switchyard.EINVALID, "the filter is not valid: %v (fields: type, status, since, ids, tenant, all)", err)
+		return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, "the filter is not valid: %v (fields: type, status, since, ids, tenant, all)", err)
 	}
 	if dec.More() {
-		return f, switchyard.Errorf(switchyard.EINVALID, "the body holds more than one JSON value")
+		return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, "the body holds more than one JSON value")
 	}
 	if len(b.IDs) > engine.DLQMaxIDs {
 		return f, switchyard.Errorf(switchyard.ETOOLARGE, "%d ids; at most %d per request", len(b.IDs), engine.DLQMaxIDs)
 	}
 	for i, id := range b.IDs {
 		if err := checkRef(id); err != nil {
-			return f, switchyard.Errorf(switchyard.EINVALID, "ids[%d]: %s", i, err.(*switchyard.Error).Message)
+			return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, "ids[%d]: %s", i, err.(*switchyard.Error).Message)
 		}
 	}
 	f = engine.DLQFilter{Type: b.Type, Status: storage.State(b.Status), IDs: b.IDs, Tenant: b.Tenant, All: b.All}

@@ -73,8 +73,8 @@ func TestDLQRoutes(t *testing.T) {
 		t.Fatalf("paged %v, want newest first of %v", seen, ids)
 	}
 	for q, code := range map[string]string{
-		"limit=0": "invalid_event", "limit=x": "invalid_event", "cursor=zzz": "invalid_event",
-		"since=yesterday": "invalid_event", "status=pending": "invalid_event",
+		"limit=0": "invalid_request", "limit=x": "invalid_request", "cursor=zzz": "invalid_request",
+		"since=yesterday": "invalid_request", "status=pending": "invalid_request",
 	} {
 		if rep := r.do("GET", "/v1/dlq?"+q, nil, ""); rep.status != 400 || decode[struct{ Code string }](t, rep.body).Code != code {
 			t.Errorf("%s: %d %s", q, rep.status, rep.body)
@@ -154,8 +154,8 @@ func TestDLQRoutes(t *testing.T) {
 
 	// Many: a filter is required and strict.
 	for body, code := range map[string]string{
-		``: "invalid_event", `{}`: "invalid_event", `{"typ":"order.created"}`: "invalid_event",
-		`{"since":"soon"}`: "invalid_event", `{"all":true}{"all":true}`: "invalid_event", `{"ids":[""]}`: "invalid_event",
+		``: "invalid_request", `{}`: "invalid_request", `{"typ":"order.created"}`: "invalid_request",
+		`{"since":"soon"}`: "invalid_request", `{"all":true}{"all":true}`: "invalid_request", `{"ids":[""]}`: "invalid_request",
 	} {
 		if rep := r.do("POST", "/v1/dlq/delete", nil, body); rep.status != 400 || decode[struct{ Code string }](t, rep.body).Code != code {
 			t.Errorf("bulk %q: %d %s", body, rep.status, rep.body)

@@ -44,7 +44,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return nil
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return switchyard.Errorf(switchyard.EINVALID, "the body is not the JSON this route takes: %v", err)
+		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "the body is not the JSON this route takes: %v", err)
 	}
 	return nil
 }
@@ -57,7 +57,7 @@ func queryInt(r *http.Request, name string, def, max int) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > max {
-		return 0, switchyard.Errorf(switchyard.EINVALID, "%s must be a whole number from 1 to %d", name, max)
+		return 0, switchyard.Errorf(switchyard.EINVALIDREQUEST, "%s must be a whole number from 1 to %d", name, max)
 	}
 	return n, nil
 }
@@ -70,7 +70,7 @@ func queryDuration(r *http.Request, name string, def, max time.Duration) (time.D
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 || d > max {
-		return 0, switchyard.Errorf(switchyard.EINVALID, "%s must be a duration such as 5s, at most %v", name, max)
+		return 0, switchyard.Errorf(switchyard.EINVALIDREQUEST, "%s must be a duration such as 5s, at most %v", name, max)
 	}
 	return d, nil
 }
@@ -84,7 +84,7 @@ func (s *Server) getDedup(w http.ResponseWriter, r *http.Request) {
 	var before time.Time
 	if v := r.URL.Query().Get("before"); v != "" {
 		if before, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "before must be an RFC 3339 time"))
+			s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "before must be an RFC 3339 time"))
 			return
 		}
 	}
@@ -141,7 +141,7 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 	req := engine.ClaimRequest{Tenant: ten, Consumer: r.PathValue("consumer"), ID: body.ID, Mode: body.Mode}
 	if body.Lease != "" {
 		if req.Lease, err = time.ParseDuration(body.Lease); err != nil || req.Lease <= 0 {
-			s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "lease must be a positive duration such as 30s"))
+			s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "lease must be a positive duration such as 30s"))
 			return
 		}
 	}
@@ -242,7 +242,7 @@ func (s *Server) postAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(body.IDs) == 0 || len(body.IDs) > maxPull {
-		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "ids must list 1 to %d ids", maxPull))
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "ids must list 1 to %d ids", maxPull))
 		return
 	}
 	n, err := s.engine.Ack(r.Context(), r.PathValue("name"), body.IDs)

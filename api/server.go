@@ -568,11 +568,11 @@ func readTenant(r *http.Request) (string, error) {
 }
 
 // tenantParam is checkTenant's answer for a tenant a request names in
-// name (a header, a query parameter): 400 invalid_event when it is no
+// name (a header, a query parameter): 400 invalid_request when it is no
 // tenant name.
 func tenantParam(name, t string) error {
 	if err := checkTenant(t); err != nil {
-		return switchyard.Errorf(switchyard.EINVALID, "%s must be %v", name, err)
+		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "%s must be %v", name, err)
 	}
 	return nil
 }
@@ -611,11 +611,11 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 		Render:   renderAccepted(batch),
 	}
 	if len(r.Header.Values("Idempotency-Key")) > 1 {
-		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "Idempotency-Key is repeated: a request has one key"))
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "Idempotency-Key is repeated: a request has one key"))
 		return
 	}
 	if len(req.Key) > 255 || !utf8.ValidString(req.Key) {
-		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "Idempotency-Key must be up to 255 bytes of UTF-8"))
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "Idempotency-Key must be up to 255 bytes of UTF-8"))
 		return
 	}
 	if req.Key != "" {
@@ -750,7 +750,7 @@ func (s *Server) getEventsByKey(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.URL.Query().Get("idempotency_key")
 	if key == "" {
-		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "the idempotency_key query parameter is required"))
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "the idempotency_key query parameter is required"))
 		return
 	}
 	recs, err := s.engine.EventsByKey(ten, endpointEvents, key)
@@ -928,7 +928,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 			// the client to drop it.
 			return nil, switchyard.Errorf(switchyard.ETIMEOUT, "the request did not arrive within listen.read_timeout (%s): nothing was stored; send it again", s.listen.ReadTimeout)
 		}
-		return nil, switchyard.Errorf(switchyard.EINVALID, "reading the body: %v", err)
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "reading the body: %v", err)
 	}
 	return body, nil
 }

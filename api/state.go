@@ -109,7 +109,7 @@ func viewStateEntries(entries []storage.StateEntry) []stateEntryView {
 func (s *Server) deleteState(w http.ResponseWriter, r *http.Request) {
 	plugin, q := r.PathValue("name"), r.URL.Query()
 	if !q.Has("type") && !q.Has("namespace") || q.Has("key") == q.Has("prefix") {
-		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALID, "name the namespace with type= (or namespace=) and what to delete with key= or prefix= (prefix= with nothing after it: every key)"))
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "name the namespace with type= (or namespace=) and what to delete with key= or prefix= (prefix= with nothing after it: every key)"))
 		return
 	}
 	ns := s.namespaceOf(plugin, q)

@@ -26,13 +26,13 @@ func EncodeCursor(kind CursorKind, pos []byte) string {
 }
 
 // DecodeCursor returns the position of a cursor EncodeCursor made for
-// kind, or an EINVALID error when s is not one: made up, another listing's,
+// kind, or an EINVALIDREQUEST error when s is not one: made up, another listing's,
 // or a position valid refuses (one of this listing's, but for other
 // parameters, such as another prefix).
 func DecodeCursor(kind CursorKind, s string, valid func(pos []byte) bool) ([]byte, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) < 2 || CursorKind(b[0]) != kind || !valid(b[1:]) {
-		return nil, switchyard.Errorf(switchyard.EINVALID, "cursor %q is not one this router handed out for this listing", Truncate(s, 64))
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "cursor %q is not one this router handed out for this listing", Truncate(s, 64))
 	}
 	return b[1:], nil
 }

@@ -79,7 +79,7 @@ func checkStatus(s storage.State) (storage.State, error) {
 	case storage.StateResolved:
 		return s, nil
 	}
-	return "", switchyard.Errorf(switchyard.EINVALID, "status %q: use dlq or resolved", Truncate(string(s), 64))
+	return "", switchyard.Errorf(switchyard.EINVALIDREQUEST, "status %q: use dlq or resolved", Truncate(string(s), 64))
 }
 
 // DLQList is one page of dead letters, newest first.
@@ -310,7 +310,7 @@ func (e *Engine) DLQRetryMany(ctx context.Context, f DLQFilter) (*DLQBulkResult,
 // DLQResolveMany resolves every dead letter the filter selects.
 func (e *Engine) DLQResolveMany(ctx context.Context, f DLQFilter) (*DLQBulkResult, error) {
 	if f.Status == storage.StateResolved {
-		return nil, switchyard.Errorf(switchyard.EINVALID, "status resolved: those are resolved already")
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "status resolved: those are resolved already")
 	}
 	return e.dlqMany(ctx, f, e.resolveAction())
 }
@@ -331,7 +331,7 @@ func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQB
 	}
 	f.Status = status
 	if f.Type == "" && f.Since.IsZero() && len(f.IDs) == 0 && !f.All {
-		return nil, switchyard.Errorf(switchyard.EINVALID, "a bulk %s needs a filter: type, since or ids (or \"all\": true for everything)", act.name)
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "a bulk %s needs a filter: type, since or ids (or \"all\": true for everything)", act.name)
 	}
 	if len(f.IDs) > DLQMaxIDs {
 		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "%d ids; at most %d per request", len(f.IDs), DLQMaxIDs)

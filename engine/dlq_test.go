@@ -127,12 +127,12 @@ func TestDLQPagingBulkAndResolveTTL(t *testing.T) {
 			t.Fatalf("order %v, want newest first of %v", seen, ids)
 		}
 	}
-	if _, err := h.eng.DLQList(engine.DLQQuery{Cursor: "garbage"}); code(err) != switchyard.EINVALID {
+	if _, err := h.eng.DLQList(engine.DLQQuery{Cursor: "garbage"}); code(err) != switchyard.EINVALIDREQUEST {
 		t.Fatalf("bad cursor: %v", err)
 	}
 
 	// An empty filter is refused.
-	if _, err := h.eng.DLQRetryMany(ctx, engine.DLQFilter{}); code(err) != switchyard.EINVALID {
+	if _, err := h.eng.DLQRetryMany(ctx, engine.DLQFilter{}); code(err) != switchyard.EINVALIDREQUEST {
 		t.Fatalf("empty filter: %v", err)
 	}
 	// Resolve two by id (one unknown), then the rest newer than a point.

@@ -256,7 +256,7 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 		return nil, err
 	}
 	if !in.pull() {
-		return nil, switchyard.Errorf(switchyard.EINVALID, "inbox %q delivers to %s; it is not pulled", name, in.cfg.Deliver.URL)
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "inbox %q delivers to %s; it is not pulled", name, in.cfg.Deliver.URL)
 	}
 	if err := in.lines.lineUp(ctx, e, InboxQueue(in.cfg.Name)); err != nil {
 		return nil, err
@@ -379,7 +379,7 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 		req.Mode = ModeEffectivelyOnce
 	case ModeEffectivelyOnce, ModeAtMostOnce:
 	default:
-		return nil, false, switchyard.Errorf(switchyard.EINVALID, "mode %q: use %s or %s", req.Mode, ModeEffectivelyOnce, ModeAtMostOnce)
+		return nil, false, switchyard.Errorf(switchyard.EINVALIDREQUEST, "mode %q: use %s or %s", req.Mode, ModeEffectivelyOnce, ModeAtMostOnce)
 	}
 	if req.Lease <= 0 {
 		req.Lease = 30 * time.Second
@@ -489,7 +489,7 @@ func (e *Engine) Release(ctx context.Context, tenant, consumer, id, token string
 }
 
 // heldBy is the claim of id when token is its token: ENOTFOUND when there
-// is none, EINVALID without a token, ECONFLICT when it is another claim's
+// is none, EINVALIDREQUEST without a token, ECONFLICT when it is another claim's
 // (the token's lease ran out, and the id was claimed again).
 func heldBy(tx *storage.Tx, tenant, consumer, id, token string, now time.Time) (*storage.Claim, error) {
 	c, err := tx.Claim(tenant, consumer, id, now)
@@ -501,7 +501,7 @@ func heldBy(tx *storage.Tx, tenant, consumer, id, token string, now time.Time) (
 	case err != nil:
 		return nil, err
 	case token == "":
-		return nil, switchyard.Errorf(switchyard.EINVALID, "token: the claim's token (from the claim that took the lease) is needed")
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "token: the claim's token (from the claim that took the lease) is needed")
 	case c.Token() != token:
 		return nil, switchyard.Errorf(switchyard.ECONFLICT, "id %q was claimed again after the lease of this token ran out: another holder has it (its effect may have run twice), and its result is the one kept", id)
 	}
@@ -512,15 +512,15 @@ func heldBy(tx *storage.Tx, tenant, consumer, id, token string, now time.Time) (
 func checkClaimRef(consumer, id string) error {
 	switch {
 	case id == "" || consumer == "":
-		return switchyard.Errorf(switchyard.EINVALID, "a claim needs a consumer and an id")
+		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "a claim needs a consumer and an id")
 	case strings.ContainsRune(consumer, 0) || strings.ContainsRune(id, 0):
 		// NUL separates the parts of a claim's key: "a\x00b" would read
 		// back as consumer "a", id "b…".
-		return switchyard.Errorf(switchyard.EINVALID, "a claim's consumer and id hold no NUL character")
+		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "a claim's consumer and id hold no NUL character")
 	case len(consumer) > MaxTypeLen:
-		return switchyard.Errorf(switchyard.EINVALID, "a claim's consumer is at most %d bytes", MaxTypeLen)
+		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "a claim's consumer is at most %d bytes", MaxTypeLen)
 	case len(id) > MaxInboundIDLen:
-		return switchyard.Errorf(switchyard.EINVALID, "a claim's id is at most %d bytes", MaxInboundIDLen)
+		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "a claim's id is at most %d bytes", MaxInboundIDLen)
 	}
 	return nil
 }

@@ -169,13 +169,13 @@ func TestClaimRefusesUnusableNames(t *testing.T) {
 		{Tenant: "default", Consumer: "payments", ID: strings.Repeat("i", 1025)},
 	} {
 		name := fmt.Sprintf("%.20q (%d bytes) %.20q (%d bytes)", req.Consumer, len(req.Consumer), req.ID, len(req.ID))
-		if _, _, err := h.eng.Claim(ctx, req); switchyard.ErrorCode(err) != switchyard.EINVALID {
+		if _, _, err := h.eng.Claim(ctx, req); switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST {
 			t.Errorf("claim %s: %v, want invalid", name, err)
 		}
-		if _, err := h.eng.Complete(ctx, req.Tenant, req.Consumer, req.ID, "t", nil); switchyard.ErrorCode(err) != switchyard.EINVALID {
+		if _, err := h.eng.Complete(ctx, req.Tenant, req.Consumer, req.ID, "t", nil); switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST {
 			t.Errorf("complete %s: %v, want invalid", name, err)
 		}
-		if err := h.eng.Release(ctx, req.Tenant, req.Consumer, req.ID, "t"); switchyard.ErrorCode(err) != switchyard.EINVALID {
+		if err := h.eng.Release(ctx, req.Tenant, req.Consumer, req.ID, "t"); switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST {
 			t.Errorf("release %s: %v, want invalid", name, err)
 		}
 	}
@@ -325,7 +325,7 @@ func TestStaleHolderCannotActOnTheNextClaim(t *testing.T) {
 			return err
 		}(),
 	} {
-		if switchyard.ErrorCode(err) != switchyard.EINVALID {
+		if switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST {
 			t.Errorf("%s without a token: %v", what, err)
 		}
 	}

@@ -202,7 +202,7 @@ func TestPluginStateRepublishCountsOnce(t *testing.T) {
 }
 
 // A plugin's state keys page with a cursor that neither skips nor repeats a
-// key, and a cursor is refused (EINVALID) where it would start the listing
+// key, and a cursor is refused (EINVALIDREQUEST) where it would start the listing
 // somewhere else: another namespace's, another prefix's, another
 // listing's, or one made up.
 func TestStateKeysCursor(t *testing.T) {
@@ -253,8 +253,8 @@ func TestStateKeysCursor(t *testing.T) {
 		},
 		"made up": func() error { _, _, err := h.eng.StateKeys(ns, nil, "AQ", 2); return err },
 	} {
-		if err := try(); switchyard.ErrorCode(err) != switchyard.EINVALID {
-			t.Errorf("%s cursor: %v, want EINVALID", what, err)
+		if err := try(); switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST {
+			t.Errorf("%s cursor: %v, want EINVALIDREQUEST", what, err)
 		}
 	}
 }
