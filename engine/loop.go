@@ -858,6 +858,9 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 			return err
 		}
 		v := verdictOf(it, rec, now)
+		if v.succeeded() {
+			abandonOutputs(rec, it)
+		}
 		rec.UpdatedAt = now
 		if rec.State != storage.StatePending || rec.QueueSeq != it.rec.QueueSeq {
 			// Moved since the take (an operator): keep the outputs only.
@@ -893,6 +896,35 @@ type verdict struct {
 	// the storage budget was full under the plugin chain, or an output
 	// met an outage (outageWait).
 	wait time.Duration
+}
+
+// succeeded reports whether the attempt delivered the event (or the chain
+// filtered it).
+func (v verdict) succeeded() bool {
+	return v.permanent == nil && v.retry == nil && v.unknown == nil
+}
+
+// abandonOutputs marks the outputs an earlier attempt made that the one
+// that succeeded did not (a reload changed the routes or the plugins):
+// never delivered, they will not be, and the event's status says so
+// instead of listing them as undelivered beside "delivered".
+func abandonOutputs(rec *storage.Record, it *item) {
+	for i := range rec.Outputs {
+		o := &rec.Outputs[i]
+		if !o.Delivered && !o.Abandoned && !it.made(o.Destination, o.MsgID) {
+			o.Abandoned = true
+		}
+	}
+}
+
+// made reports whether the attempt made an output to dest with msgID.
+func (it *item) made(dest, msgID string) bool {
+	for _, o := range it.outputs {
+		if o.dest == dest && o.msg.MsgID == msgID {
+			return true
+		}
+	}
+	return false
 }
 
 // maxRetryAfter bounds the wait a receiver's Retry-After asks for.
@@ -979,12 +1011,22 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		}
 		return tx.Save(rec)
 	}
-	if len(rec.Outputs) == 0 { // the plugin chain returned nothing: filtered
+	if !anyDelivered(rec.Outputs) { // the plugin chain returned nothing: filtered
 		res.Filtered++
 		return tx.MarkFiltered(rec, now, l.e.config().Outbox.TTL)
 	}
 	res.Delivered++
 	return tx.MarkDelivered(rec, now, deliveredTTL(l.e.config()))
+}
+
+// anyDelivered reports whether any of outs was delivered.
+func anyDelivered(outs []storage.Output) bool {
+	for _, o := range outs {
+		if o.Delivered {
+			return true
+		}
+	}
+	return false
 }
 
 // setOutput records an output's result in the event's output list.
@@ -999,6 +1041,7 @@ func setOutput(rec *storage.Record, o *output, now time.Time) {
 		rec.Outputs = append(rec.Outputs, storage.Output{Destination: o.dest, MsgID: o.msg.MsgID})
 		st = &rec.Outputs[len(rec.Outputs)-1]
 	}
+	st.Abandoned = false // made again
 	if o.result.Err != nil {
 		st.LastError = o.result.Err.Error()
 		return

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -271,5 +272,78 @@ func TestReloadDoesNotWaitForALineUp(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Error("the reload waited 2s for the loop's line-up")
+	}
+}
+
+// An output an earlier attempt made that the attempt which delivered the
+// event did not (a reload moved the type's route) is marked abandoned,
+// not listed as undelivered beside "delivered"; an event whose outputs
+// were all abandoned and that the chain now filters ends filtered.
+func TestReloadAbandonsOutputsNoLongerMade(t *testing.T) {
+	policy := func(subject string) string {
+		return fmt.Sprintf(`
+event "t.moved" {
+  backoff { enabled = false }
+  route {
+    to      = "nats.local"
+    subject = %q
+  }
+}
+`, subject)
+	}
+	h := newHarness(t, policy("nostream.moved"), true)
+	id := h.ingest("t.moved", 1)[0]
+	loop := func() engine.PollResult {
+		t.Helper()
+		res, err := h.eng.Loop("t.moved").Poll(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := loop(); res.Retried != 1 {
+		t.Fatalf("first attempt, to a subject no stream captures: %+v", res)
+	}
+	h.reload(policy("t.moved"))
+	if res := loop(); res.Delivered != 1 {
+		t.Fatalf("after the reload: %+v", res)
+	}
+	rec := h.record(id)
+	if rec.State != storage.StateDelivered || len(rec.Outputs) != 2 {
+		t.Fatalf("%s, outputs %+v", rec.State, rec.Outputs)
+	}
+	for _, o := range rec.Outputs {
+		switch o.Destination {
+		case "nats.local:nostream.moved":
+			if o.Delivered || !o.Abandoned || o.LastError == "" {
+				t.Errorf("the output the reload moved away from: %+v", o)
+			}
+		case "nats.local:t.moved":
+			if !o.Delivered || o.Abandoned {
+				t.Errorf("the output that delivered the event: %+v", o)
+			}
+		default:
+			t.Errorf("output %+v", o)
+		}
+	}
+
+	// The chain sent an event where no stream captures it; reloaded, it
+	// returns nothing for it.
+	send := funcPlugin{name: "pick", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		return []switchyard.PluginOutput{{Destination: "nats.local:nostream.picked", Event: *ev}}, nil
+	}}
+	drop := funcPlugin{name: "pick", fn: func(context.Context, *switchyard.Event) ([]switchyard.PluginOutput, error) { return nil, nil }}
+	picked := pluginPolicy("pick", "t.picked", "backoff { enabled = false }")
+	h.reload(picked, send)
+	id = h.ingestEvent(switchyard.Event{ID: "picked-1", Type: "t.picked", Source: "/t", SpecVersion: "1.0"})
+	if res, err := h.eng.Loop("t.picked").Poll(context.Background()); err != nil || res.Retried != 1 {
+		t.Fatalf("first attempt: %+v %v", res, err)
+	}
+	h.reload(picked, drop)
+	if res, err := h.eng.Loop("t.picked").Poll(context.Background()); err != nil || res.Filtered != 1 {
+		t.Fatalf("after the reload: %+v %v", res, err)
+	}
+	if rec := h.record(id); rec.State != storage.StateFiltered || len(rec.Outputs) != 1 || !rec.Outputs[0].Abandoned {
+		t.Fatalf("filtered at last: %s, outputs %+v", rec.State, rec.Outputs)
 	}
 }

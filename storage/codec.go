@@ -22,11 +22,24 @@ import (
 //	time created | time updated | time next attempt | str last error | uvarint queue seq | str queue
 //	event: str id, source, type, specversion, subject, datacontenttype, dataschema
 //	       time | uvarint n × (str name, str value) | str data
-//	uvarint n × output: str destination | str msg id | u8 delivered | time delivered at
+//	uvarint n × output: str destination | str msg id | u8 delivered (0 no, 1 yes, 2 abandoned) | time delivered at
 //	       | u8 has position [str stream | uvarint sequence | str topic | varint partition | varint offset]
 //	       | str last error
 //	uvarint n × attempt: time at | str error
 const recordVersion = 1
+
+// outputState is an output's delivered byte. Abandoned is a third value of
+// it, not a field of its own: a router older than it reads an abandoned
+// output as not delivered, which it is.
+func outputState(o Output) byte {
+	switch {
+	case o.Delivered:
+		return 1
+	case o.Abandoned:
+		return 2
+	}
+	return 0
+}
 
 // ErrCorrupt marks a stored record that does not decode: a damaged data
 // file (bbolt keeps no checksums of its pages), never a retryable state.
@@ -60,7 +73,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 	for _, o := range r.Outputs {
 		b = appendStr(b, o.Destination)
 		b = appendStr(b, o.MsgID)
-		b = appendBool(b, o.Delivered)
+		b = append(b, outputState(o))
 		b = appendTime(b, o.DeliveredAt)
 		b = appendBool(b, o.Position != nil)
 		if p := o.Position; p != nil {
@@ -118,7 +131,8 @@ func decodeRecord(v []byte) (*Record, error) {
 			o := &r.Outputs[i]
 			o.Destination = d.str()
 			o.MsgID = d.str()
-			o.Delivered = d.u8() == 1
+			st := d.u8()
+			o.Delivered, o.Abandoned = st == 1, st == 2
 			o.DeliveredAt = d.time()
 			if d.u8() == 1 {
 				o.Position = &switchyard.Position{Stream: d.str(), Sequence: d.uvarint(), Topic: d.str(), Partition: int32(d.varint()), Offset: d.varint()}

@@ -27,6 +27,7 @@ func sampleRecord() *Record {
 		Outputs: []Output{
 			{Destination: "nats.local:orders", MsgID: "01a2", Delivered: true, DeliveredAt: t0, Position: &switchyard.Position{Stream: "events", Sequence: 7}},
 			{Destination: "kafka.main:orders", LastError: "timeout"},
+			{Destination: "kafka.old:orders", LastError: "refused", Abandoned: true},
 			{Destination: "kafka.main:audit", Delivered: true, DeliveredAt: t0, Position: &switchyard.Position{Topic: "audit", Partition: 3, Offset: 1 << 40}},
 		},
 		History: []Attempt{{At: t0, Error: "a"}, {At: t0.Add(time.Second), Error: "b"}},

@@ -28,11 +28,15 @@ type Output struct {
 	Destination string `json:"destination"`
 	// MsgID tells apart several outputs to one destination (a plugin that
 	// splits an event): Record.OutputMsgID.
-	MsgID       string               `json:"msg_id,omitempty"`
-	Delivered   bool                 `json:"delivered"`
-	DeliveredAt time.Time            `json:"delivered_at,omitzero"`
-	Position    *switchyard.Position `json:"position,omitempty"`
-	LastError   string               `json:"last_error,omitempty"`
+	MsgID       string    `json:"msg_id,omitempty"`
+	Delivered   bool      `json:"delivered"`
+	DeliveredAt time.Time `json:"delivered_at,omitzero"`
+	// Abandoned: an earlier attempt made this output, the attempt that
+	// delivered the event did not (a reload changed its routes or
+	// plugins). It was never delivered and never will be.
+	Abandoned bool                 `json:"abandoned,omitempty"`
+	Position  *switchyard.Position `json:"position,omitempty"`
+	LastError string               `json:"last_error,omitempty"`
 }
 
 // Attempt is one failed try, kept for the DLQ view.

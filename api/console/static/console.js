@@ -260,7 +260,7 @@ function renderEvent(v) {
       h('td', {}, when(v.next_attempt_at)), h('td', { class: 'error' }, v.last_error || ''))]),
     h('h2', {}, 'Outputs'),
     (v.outputs || []).length ? table(['destination', 'delivered', 'at', 'position', 'last error'], v.outputs.map((o) => h('tr', {},
-      h('td', {}, o.destination), h('td', { class: o.delivered ? 'ok' : 'warn' }, o.delivered ? 'yes' : 'no'),
+      h('td', {}, o.destination), h('td', { class: o.delivered ? 'ok' : o.abandoned ? 'muted' : 'warn' }, o.delivered ? 'yes' : o.abandoned ? 'abandoned' : 'no'),
       h('td', {}, when(o.delivered_at)), h('td', {}, position(o.position)), h('td', { class: 'error' }, o.last_error || '')))) : h('p', { class: 'muted' }, 'None yet.'),
     h('h2', {}, 'Attempts'),
     (v.history || []).length ? table(['at', 'error'], v.history.map((a) => h('tr', {}, h('td', {}, when(a.at)), h('td', { class: 'error' }, a.error)))) : h('p', { class: 'muted' }, 'No failed attempt.'),
