@@ -41,6 +41,7 @@ func Parse(src []byte, filename string) (*Config, error) {
 		diags = hugeNumbers(file.Body.(*hclsyntax.Body))
 	}
 	if diags.HasErrors() {
+		hintUnquotedDurations(src, diags)
 		return nil, newError(diags) // decoding a broken body would only add noise
 	}
 	d := &decoder{sinks: map[string]bool{}, plugins: map[string]bool{}}
@@ -50,6 +51,34 @@ func Parse(src []byte, filename string) (*Config, error) {
 	}
 	cfg.File = filename
 	return cfg, nil
+}
+
+// hintUnquotedDurations adds a hint to a syntax error that falls on the
+// unit of an unquoted duration (`min = 50ms`): HCL reads the number, then
+// stops at "ms" with "Missing newline after argument", which does not say
+// that durations are strings.
+func hintUnquotedDurations(src []byte, diags hcl.Diagnostics) {
+	for _, d := range diags {
+		if d.Subject == nil || d.Subject.Start.Byte > len(src) {
+			continue
+		}
+		at := d.Subject.Start.Byte
+		num := at
+		for num > 0 && (src[num-1] >= '0' && src[num-1] <= '9' || src[num-1] == '.') {
+			num--
+		}
+		unit := at
+		for unit < len(src) && (src[unit] >= 'a' && src[unit] <= 'z' || src[unit] == 0xc2 || src[unit] == 0xb5) {
+			unit++
+		}
+		lit := string(src[num:unit])
+		if num == at || unit == at {
+			continue
+		}
+		if _, err := time.ParseDuration(lit); err == nil {
+			d.Detail += fmt.Sprintf(" A duration is a string: write %q, in quotes.", lit)
+		}
+	}
 }
 
 // Error is a config that failed to load. Error() gives one
