@@ -160,15 +160,14 @@ func (l *Loop) run(ctx context.Context) {
 	defer timer.Stop()
 	var transit inTransitQueue
 	defer transit.settle(ctx, l, 0)
-	probing := false // the last poll met an outage, nothing delivered: send one batch at a time
-	var reach time.Duration
+	var out outageState
 	for {
 		// Let go of the holds of batches already committed: this take's
 		// snapshot will see them.
 		transit.letGoFinished(ctx, l)
 		pol := l.pol.Load()
 		start := time.Now()
-		b, err := l.takeAndSend(ctx, reach)
+		b, err := l.takeAndSend(ctx, out.reach)
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
 		}
@@ -180,25 +179,11 @@ func (l *Loop) run(ctx context.Context) {
 		l.e.metrics.polled(l.typ, taken, pol.BatchSize)
 		full := taken == pol.BatchSize && err == nil
 		if taken > 0 && err == nil && l.restForIngest(ctx, timer, &transit, b, start) {
-			probing = false
+			out.probing = false
 			continue
 		}
-		if full {
-			// A full batch says more is waiting: drain the backlog now
-			// instead of at min's pace (docs/decisions/full-batch.md),
-			// with up to maxInTransit batches outstanding — one when a
-			// sink cannot keep batches in order by itself.
-			keep := maxInTransit - 1
-			if !b.sentInOrder || probing || b.state.any() {
-				keep = 0 // a batch that used plugin state commits before the next runs its plugins
-			}
-			transit.settle(ctx, l, keep)
-			if !transit.stalled() && ctx.Err() == nil {
-				transit.forget()
-				probing = false
-				l.nextDelay(true)
-				continue // reach stays while the backlog drains
-			}
+		if full && l.drainOn(ctx, &transit, b, &out) {
+			continue
 		}
 		transit.settle(ctx, l, 0)
 		if ctx.Err() != nil {
@@ -206,19 +191,79 @@ func (l *Loop) run(ctx context.Context) {
 		}
 		// A poll that met an outage and delivered nothing is not a full
 		// one: the delay grows.
-		probing = transit.stalled()
-		transit.forget()
-		reach = 0
-		if probing {
-			reach = maxOutageWait
-		}
-		kicked, ok := l.wait(ctx, timer, l.nextDelay(full && !probing), probing || err != nil)
+		out.settled(&transit)
+		kicked, ok := l.wait(ctx, timer, l.nextDelay(full && !out.probing), out.probing || err != nil)
 		if !ok {
 			return
 		}
 		if kicked {
-			reach = maxOutageWait
+			out.kicked()
 		}
+	}
+}
+
+// drainOn settles the oldest batches in transit after a full batch b and
+// reports whether the loop should take the next batch at once: a full
+// batch says more is waiting, so the backlog drains now instead of at
+// min's pace (docs/decisions/full-batch.md), with up to maxInTransit
+// batches outstanding — one when a sink cannot keep batches in order by
+// itself, or while probing an outage — unless the batches settled met an
+// outage and delivered nothing.
+func (l *Loop) drainOn(ctx context.Context, transit *inTransitQueue, b *batch, out *outageState) bool {
+	keep := maxInTransit - 1
+	if !b.sentInOrder || out.probing || b.state.any() {
+		keep = 0 // a batch that used plugin state commits before the next runs its plugins
+	}
+	transit.settle(ctx, l, keep)
+	if transit.stalled() || ctx.Err() != nil {
+		return false
+	}
+	out.note(transit)
+	transit.forget()
+	out.probing = false
+	l.nextDelay(true)
+	return true // reach stays while the backlog drains
+}
+
+// outageState is what a loop's run remembers of the outages its polls met.
+type outageState struct {
+	// probing: the last poll met an outage and ended no event's attempt.
+	// The loop sends one batch at a time, and probes once a second.
+	probing bool
+	// lastOutage is when a batch last met an outage: events it left to
+	// wait one out (outageWait) are due within maxOutageWait of it.
+	lastOutage time.Time
+	// reach is how far ahead of now the next take looks: maxOutageWait
+	// while probing and after a kick that follows an outage, so the
+	// events that wait out an outage (outageWait) are taken too.
+	reach time.Duration
+}
+
+// note takes in whether the batches settled since the last look met an
+// outage.
+func (o *outageState) note(q *inTransitQueue) {
+	if q.outage > 0 {
+		o.lastOutage = time.Now()
+	}
+}
+
+// settled takes in what the batches settled since the last look met.
+func (o *outageState) settled(q *inTransitQueue) {
+	o.probing = q.stalled()
+	o.note(q)
+	q.forget()
+	o.reach = 0
+	if o.probing {
+		o.reach = maxOutageWait
+	}
+}
+
+// kicked: a sink became reachable. If this loop left events to wait out
+// an outage, the next take also takes them. (A loop that left none keeps
+// its retries' backoff: a kick is any sink's.)
+func (o *outageState) kicked() {
+	if time.Since(o.lastOutage) < maxOutageWait {
+		o.reach = maxOutageWait
 	}
 }
 

@@ -78,7 +78,9 @@ kafka "main" { brokers = ["127.0.0.1:1"] }
 		t.Fatal(err)
 	}
 	t.Cleanup(kc2.Close)
+	back := time.Now()
 	h.waitDelivered(stuck, 30*time.Second)
+	t.Logf("Kafka events delivered %s after the cluster was back", time.Since(back).Round(time.Millisecond))
 	for _, id := range stuck {
 		if rec := h.record(id); rec.Attempts != 0 {
 			t.Fatalf("%s: %d attempts counted for an outage: %+v", id, rec.Attempts, rec.History)
