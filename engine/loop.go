@@ -179,7 +179,7 @@ func (l *Loop) run(ctx context.Context) {
 		l.e.metrics.polled(l.typ, taken, pol.BatchSize)
 		full := taken == pol.BatchSize && err == nil
 		if taken > 0 && err == nil && l.restForIngest(ctx, timer, &transit, b, start) {
-			out.probing = false
+			out.goOn(&transit)
 			continue
 		}
 		if full && l.drainOn(ctx, &transit, b, &out) {
@@ -218,11 +218,9 @@ func (l *Loop) drainOn(ctx context.Context, transit *inTransitQueue, b *batch, o
 	if transit.stalled() || ctx.Err() != nil {
 		return false
 	}
-	out.note(transit)
-	transit.forget()
-	out.probing = false
+	out.goOn(transit)
 	l.nextDelay(true)
-	return true // reach stays while the backlog drains
+	return true
 }
 
 // outageState is what a loop's run remembers of the outages its polls met.
@@ -245,6 +243,19 @@ func (o *outageState) note(q *inTransitQueue) {
 	if q.outage > 0 {
 		o.lastOutage = time.Now()
 	}
+}
+
+// goOn takes in what the batches settled met when the loop goes on at
+// once (a full batch, a rest for ingest): it probes no more, and keeps
+// looking ahead while what it took went out (the backlog a reconnect let
+// go drains), not once a sink was still down (those events wait again).
+func (o *outageState) goOn(q *inTransitQueue) {
+	o.note(q)
+	if q.outage > 0 {
+		o.reach = 0
+	}
+	o.probing = false
+	q.forget()
 }
 
 // settled takes in what the batches settled since the last look met.
@@ -363,7 +374,8 @@ func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
 	return l.finish(ctx, b)
 }
 
-// takeAndSend takes up to a batch of events due by now+reach, holds them,
+// takeAndSend takes up to a batch of due events (and of those that wait
+// out an outage, due by now+reach: storage.Tx.Due), holds them,
 // runs them through the plugin chain and sends their outputs. It returns
 // nil when nothing is due.
 func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration) (*batch, error) {
@@ -380,8 +392,9 @@ func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration) (*batch, er
 	return b, nil
 }
 
-// takeDue reads up to a batch of events due by now+reach that the loop
-// does not hold yet, and holds them.
+// takeDue reads up to a batch of due events (and of those that wait out
+// an outage, due by now+reach) that the loop does not hold yet, and holds
+// them.
 func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Duration) ([]*storage.Record, error) {
 	l.take.Lock()
 	defer l.take.Unlock()
@@ -390,11 +403,11 @@ func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Durat
 			return nil, err
 		}
 	}
-	now := l.e.now().Add(reach)
+	now := l.e.now()
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {
 		var err error
-		recs, err = tx.Due(l.typ, now, pol.BatchSize, pol.ByKey(), l.holds)
+		recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.holds)
 		return err
 	})
 	if err == nil {
@@ -481,6 +494,9 @@ func (l *Loop) finishAsync(ctx context.Context, b *batch) *inTransit {
 	t := &inTransit{b: b, done: make(chan struct{})}
 	go func() {
 		t.res, t.err = l.finish(ctx, b)
+		if t.err != nil {
+			t.res = PollResult{} // not committed: nothing settled
+		}
 		close(t.done)
 	}()
 	return t
@@ -847,7 +863,7 @@ func (b *batch) await(observe func(sink string, took time.Duration)) {
 		for _, o := range w.outs {
 			if err := o.result.Err; err != nil {
 				b.failed++
-				if errors.Is(err, switchyard.ErrSinkUnavailable) || errors.Is(err, switchyard.ErrUnknownOutcome) {
+				if isOutage(err) {
 					b.outage++
 				}
 			}
@@ -903,9 +919,6 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 			return err
 		}
 		v := verdictOf(it, rec, now)
-		if v.succeeded() {
-			abandonOutputs(rec, it)
-		}
 		rec.UpdatedAt = now
 		if rec.State != storage.StatePending || rec.QueueSeq != it.rec.QueueSeq {
 			// Moved since the take (an operator): keep the outputs only.
@@ -925,6 +938,9 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 		if err := state.settle(tx, i, v.final(rec.Attempts, b.pol.MaxRetries) && !republished(it.rec)); err != nil {
 			return err
 		}
+		if v.succeeded() {
+			abandonOutputs(rec, it)
+		}
 		if err := l.settle(tx, rec, v, b.pol, now, res); err != nil {
 			return err
 		}
@@ -941,6 +957,13 @@ type verdict struct {
 	// the storage budget was full under the plugin chain, or an output
 	// met an outage (outageWait).
 	wait time.Duration
+}
+
+// isOutage reports whether err is the sink's, not the event's: not sent
+// (unavailable), or no answer by the deadline (unknown outcome). It counts
+// no attempt, and the loop backs off (docs/decisions/outage-no-attempt.md).
+func isOutage(err error) bool {
+	return errors.Is(err, switchyard.ErrSinkUnavailable) || errors.Is(err, switchyard.ErrUnknownOutcome) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // succeeded reports whether the attempt delivered the event (or the chain
@@ -1005,7 +1028,7 @@ func verdictOf(it *item, rec *storage.Record, now time.Time) verdict {
 		case err == nil:
 		case switchyard.IsPermanent(err):
 			v.permanent = fmt.Errorf("%s: %w", o.dest, err)
-		case errors.Is(err, switchyard.ErrUnknownOutcome) || errors.Is(err, switchyard.ErrSinkUnavailable) || errors.Is(err, context.DeadlineExceeded):
+		case isOutage(err):
 			v.unknown = fmt.Errorf("%s: %w", o.dest, err)
 			v.wait = max(v.wait, outageWait(rec, now))
 		default:

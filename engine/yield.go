@@ -191,7 +191,7 @@ func (l *Loop) restForIngest(ctx context.Context, timer *time.Timer, transit *in
 		return false
 	}
 	transit.settle(ctx, l, 0)
-	if transit.outage > 0 || ctx.Err() != nil {
+	if transit.stalled() || ctx.Err() != nil {
 		return false // the outage path waits, or run returns
 	}
 	l.nextDelay(true)

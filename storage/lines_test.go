@@ -54,7 +54,7 @@ func TestAddLinesLinesUpWhatIsStillPending(t *testing.T) {
 	due := func() string {
 		var ids []string
 		must(db.View(func(tx *Tx) error {
-			recs, err := tx.Due("a", t0, 10, true, nil)
+			recs, err := tx.Due("a", t0, 0, 10, true, nil)
 			for _, r := range recs {
 				ids = append(ids, r.Event.ID)
 			}

@@ -83,7 +83,7 @@ func due(t *testing.T, db *storage.DB, typ string, now time.Time, byKey bool) []
 	t.Helper()
 	var ids []string
 	err := db.View(func(tx *storage.Tx) error {
-		recs, err := tx.Due(typ, now, 100, byKey, nil)
+		recs, err := tx.Due(typ, now, 0, 100, byKey, nil)
 		for _, r := range recs {
 			ids = append(ids, r.Event.ID)
 		}
@@ -533,7 +533,7 @@ func TestInsertNewEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.View(func(tx *storage.Tx) error {
-		due, err := tx.Due("a", time.Unix(2, 0), 10, false, nil)
+		due, err := tx.Due("a", time.Unix(2, 0), 0, 10, false, nil)
 		if err != nil || len(due) != 1 || due[0].Event.ID != "fresh" || due[0].State != storage.StatePending || due[0].QueueSeq == 0 {
 			t.Fatalf("due after InsertNewEvent: %v %+v", err, due)
 		}
@@ -783,5 +783,41 @@ func TestSpaceCountsReusablePages(t *testing.T) {
 	t.Logf("used %d -> %d -> %d, reusable %d -> %d -> %d", before.Used, full.Used, after.Used, before.Reusable, full.Reusable, after.Reusable)
 	if grew := full.Used - before.Used; grew < 2000*2048 || after.Reusable < grew*9/10 || after.Used > before.Used+grew/10 {
 		t.Errorf("2,000 records took %d bytes; removed, %d are reusable and %d in use", grew, after.Reusable, after.Used)
+	}
+}
+
+// Due with ahead also takes the events due within it that have no attempt
+// counted (they wait out an outage), never one in a retry's backoff, nor
+// one due past it.
+func TestDueAheadTakesOnlyOutageWaits(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	now, waits, backoff, far := record("now", "a", t0, ""), record("waits", "a", t0, ""), record("backoff", "a", t0, ""), record("far", "a", t0, "")
+	insert(t, db, now, waits, backoff, far)
+	err := db.Update(ctx, func(tx *storage.Tx) error {
+		backoff.Attempts = 1
+		return errors.Join(tx.Reschedule(waits, t0.Add(10*time.Second)), tx.Reschedule(backoff, t0.Add(10*time.Second)), tx.Reschedule(far, t0.Add(time.Minute)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func(ahead time.Duration) (got []string) {
+		db.View(func(tx *storage.Tx) error {
+			recs, err := tx.Due("a", t0, ahead, 10, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				got = append(got, r.Event.ID)
+			}
+			return nil
+		})
+		return got
+	}
+	if got := ids(0); fmt.Sprint(got) != "[now]" {
+		t.Errorf("due now: %v", got)
+	}
+	if got := ids(30 * time.Second); fmt.Sprint(got) != "[now waits]" {
+		t.Errorf("due now and within 30s without an attempt: %v, want [now waits]", got)
 	}
 }

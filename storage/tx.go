@@ -333,13 +333,15 @@ func (tx *Tx) dequeue(r *Record) error {
 
 // Due returns up to limit pending events of type t whose next attempt is at
 // or before now, in due order, skipping those for which skip returns true.
-// With orderByKey, an event is skipped while an earlier event with the same
-// partition key is still pending.
+// With ahead, it also takes the events due up to now+ahead that have no
+// attempt counted: they wait out an outage, not a retry's backoff, which
+// Due never shortens. With orderByKey, an event is skipped while an earlier
+// event with the same partition key is still pending.
 //
 // skip gets the event's key as stored, valid only during the call: a lookup
 // with string(key) in a map costs no allocation, and Due calls it for every
 // event still in transit ahead of the due ones.
-func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func(key []byte) bool) ([]*Record, error) {
+func (tx *Tx) Due(t string, now time.Time, ahead time.Duration, limit int, orderByKey bool, skip func(key []byte) bool) ([]*Record, error) {
 	q, _ := tx.sub(bucketQueue, t)
 	if q == nil {
 		return nil, nil
@@ -348,11 +350,12 @@ func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func
 	if orderByKey {
 		keys, _ = tx.sub(bucketKeys, t)
 	}
-	end := uint64(now.UnixNano())
+	end, far := uint64(now.UnixNano()), uint64(now.Add(ahead).UnixNano())
 	var out []*Record
 	c := q.Cursor()
 	for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
-		if binary.BigEndian.Uint64(k) > end {
+		due := binary.BigEndian.Uint64(k)
+		if due > far {
 			break
 		}
 		if skip != nil && skip(v) {
@@ -361,6 +364,9 @@ func (tx *Tx) Due(t string, now time.Time, limit int, orderByKey bool, skip func
 		r, err := tx.recordAt(v)
 		if err != nil {
 			return nil, fmt.Errorf("storage: queue %s points at %s: %w", t, v, err)
+		}
+		if due > end && r.Attempts > 0 {
+			continue // a retry's backoff
 		}
 		if keys != nil && !firstOfLine(keys, r) {
 			continue

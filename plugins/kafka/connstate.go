@@ -39,7 +39,10 @@ func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, co
 	if c.failing == nil {
 		c.failing = map[string]bool{}
 	}
-	c.failing[addr] = err != nil
+	if err == nil || !isContextErr(err) {
+		// A dial its caller gave up on says nothing about the broker.
+		c.failing[addr] = err != nil
+	}
 	if err == nil {
 		if c.err != nil && c.ready != nil {
 			go c.ready()
@@ -76,12 +79,32 @@ func (c *connState) lastError() error {
 func (c *connState) down() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.downLocked()
+}
+
+func (c *connState) downLocked() bool {
 	for _, failed := range c.failing {
 		if !failed {
 			return false
 		}
 	}
 	return len(c.failing) > 0
+}
+
+// reachable records that a broker answered a request (a probe): the
+// cluster is not down, whatever connection last failed to open — kgo opens
+// several connections per broker and reports only the dials, so a failed
+// produce connection beside a live one would otherwise keep the sink
+// "down" with nothing left to dial it again. It calls the ready function
+// if the sink was down.
+func (c *connState) reachable() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.downLocked() && c.ready != nil {
+		go c.ready()
+	}
+	clear(c.failing)
+	c.err = nil
 }
 
 // withConnError adds to an unknown outcome why connecting to a broker last

@@ -28,6 +28,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	kgo "github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
@@ -185,10 +186,10 @@ func (s *Sink) unreachable(msgs []*switchyard.Message) []switchyard.Result {
 }
 
 // probe asks, in the background, whether a broker is reachable again:
-// kgo's Ping dials every broker the client knows until one answers. A
-// connection that succeeds calls the ready function (OnReady), and the
-// engine polls at once. One probe runs at a time, bounded by the publish
-// timeout.
+// every broker the client knows at once (anyBrokerAnswers). A broker that
+// answers marks the cluster reachable, which calls the ready function
+// (OnReady), and the engine polls at once. One probe runs at a time,
+// bounded by the publish timeout.
 func (s *Sink) probe() {
 	if !s.probing.CompareAndSwap(false, true) {
 		return
@@ -197,8 +198,32 @@ func (s *Sink) probe() {
 		defer s.probing.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		defer cancel()
-		_ = s.client().Ping(ctx)
+		if s.anyBrokerAnswers(ctx) {
+			s.conn.reachable()
+		}
 	}()
+}
+
+// anyBrokerAnswers sends an ApiVersions request to every broker the client
+// knows (discovered and seeds), all at once, and reports whether one
+// answered. Not kgo's Ping, which asks one broker after another: a first
+// broker that drops packets would spend the whole probe on its dial.
+func (s *Sink) anyBrokerAnswers(ctx context.Context) bool {
+	cl := s.client()
+	brokers := append(cl.DiscoveredBrokers(), cl.SeedBrokers()...)
+	answered := make(chan bool, len(brokers))
+	for _, b := range brokers {
+		go func() {
+			_, err := b.Request(ctx, kmsg.NewPtrApiVersionsRequest())
+			answered <- err == nil
+		}()
+	}
+	for range brokers {
+		if <-answered {
+			return true
+		}
+	}
+	return false
 }
 
 // screen answers the messages that cannot be produced (invalid, or to a
@@ -396,6 +421,7 @@ func (s *Sink) Healthy(ctx context.Context) error {
 		}
 		return fmt.Errorf("%s: no broker reachable: %w", s.name, err)
 	}
+	s.conn.reachable()
 	return nil
 }
 

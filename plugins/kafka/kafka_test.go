@@ -957,11 +957,12 @@ func deleteTopic(t testing.TB, c *kfake.Cluster, topic string) {
 // failed to connect to each, Publish answers at once that the sink is
 // unavailable and hands nothing to the client (nothing can be in the log
 // behind the router's back, no attempt is counted, and a batch does not
-// wait its publish timeout). A probe in the background finds the cluster
-// when it is back: the ready function runs and publishes go through.
+// wait its publish timeout). A probe finds the cluster when it is back
+// (restarted on its port and data directory): the ready function runs and
+// publishes go through.
 func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
-	port := testkit.FreePort(t)
-	c := newCluster(t, kfake.Ports(port))
+	port, dir := testkit.FreePort(t), t.TempDir()
+	c := newCluster(t, kfake.Ports(port), kfake.DataDir(dir))
 	cfg := testConfig(c)
 	s := newSink(t, cfg)
 	ready := make(chan struct{}, 1)
@@ -981,6 +982,7 @@ func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
 		start := time.Now()
 		before := s.client().BufferedProduceRecords()
 		res := s.Publish(context.Background(), messages(fmt.Sprintf("down%d", round), 5, topic))
+		took := time.Since(start)
 		for i, r := range res {
 			if !errors.Is(r.Err, switchyard.ErrSinkUnavailable) {
 				t.Fatalf("round %d, message %d: %v, want the sink unavailable", round, i, r.Err)
@@ -989,7 +991,10 @@ func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
 		if n := s.client().BufferedProduceRecords(); n > before {
 			t.Fatalf("round %d: %d records handed to the client while no broker is reachable", round, n-before)
 		}
-		t.Logf("round %d answered in %s: %v", round, time.Since(start).Round(time.Millisecond), res[0].Err)
+		if took > cfg.PublishTimeout/2 {
+			t.Fatalf("round %d: the answer took %s, publish timeout %s: it waited for the broker", round, took, cfg.PublishTimeout)
+		}
+		t.Logf("round %d answered in %s: %v", round, took.Round(time.Millisecond), res[0].Err)
 	}
 	select {
 	case <-ready:
@@ -997,10 +1002,10 @@ func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
 	default:
 	}
 
-	c2 := newCluster(t, kfake.Ports(port))
+	c2 := newCluster(t, kfake.Ports(port), kfake.DataDir(dir))
 	deadline := time.After(20 * time.Second)
 	for back := false; !back; {
-		s.Publish(context.Background(), messages("probe", 1, topic)) // unavailable: starts a probe
+		s.probe() // what an unavailable Publish starts
 		select {
 		case <-ready:
 			back = true
@@ -1009,16 +1014,39 @@ func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
 			t.Fatal("the sink never noticed the cluster was back")
 		}
 	}
-	// A new kfake cluster has new topic ids: the sink finds the topic
-	// made again within a few publishes (TestTopicMadeAgain).
-	var last error
-	testkit.EventuallyWith(t, 20*time.Second, func() bool {
-		last = s.Publish(context.Background(), messages("after", 1, topic))[0].Err
-		return last == nil
-	}, func() string { return fmt.Sprintf("no publish after the cluster came back: %v", last) })
-	for id := range readBack(t, c2, 1) {
-		if !strings.HasPrefix(id, "after-") {
+	publishOK(t, s, messages("after", 5, topic))
+	got := readBack(t, c2, 6)
+	for id := range got {
+		if !strings.HasPrefix(id, "after-") && id != "warm-00000" {
 			t.Errorf("%s is in the log: it was sent while the sink said it was not", id)
 		}
+	}
+}
+
+// kgo reports only dials: a produce connection that failed to open beside
+// a live one marks the broker failing, and with nothing produced nothing
+// dials it again. A broker that answers a probe clears that, and calls the
+// ready function once; a dial its caller cancelled marks nothing.
+func TestConnStateReachableClearsFailedDials(t *testing.T) {
+	var readies atomic.Int32
+	c := &connState{log: hclog.NewNullLogger(), ready: func() { readies.Add(1) }}
+	meta := kgo.BrokerMetadata{Host: "127.0.0.1", Port: 9092}
+	c.OnBrokerConnect(meta, 0, nil, context.Canceled)
+	if c.down() {
+		t.Fatal("down after a cancelled dial")
+	}
+	c.OnBrokerConnect(meta, 0, nil, errors.New("connection refused"))
+	if !c.down() {
+		t.Fatal("not down after the only broker's dial failed")
+	}
+	c.reachable()
+	if c.down() || c.lastError() != nil {
+		t.Fatalf("still down after a probe answered: %v", c.lastError())
+	}
+	c.reachable() // not down: no second call
+	testkit.EventuallyWith(t, 5*time.Second, func() bool { return readies.Load() > 0 }, func() string { return "ready never called" })
+	time.Sleep(50 * time.Millisecond) // a wrong second call would run by now
+	if n := readies.Load(); n != 1 {
+		t.Fatalf("ready called %d times, want 1", n)
 	}
 }
