@@ -16,3 +16,13 @@ func ForceYield(e *Engine, d time.Duration) {
 // MakeRoom takes one step of what the space loop does while the storage
 // budget is full.
 func MakeRoom(e *Engine) { e.makeRoom(context.Background()) }
+
+// LiningUp reports whether a line-up of l's queue is under way (it holds
+// the line-up's lock), so that a test can act while one waits.
+func (l *Loop) LiningUp() bool {
+	if l.lines.mu.TryLock() {
+		l.lines.mu.Unlock()
+		return false
+	}
+	return true
+}

@@ -237,17 +237,17 @@ func TestReloadDoesNotWaitForALineUp(t *testing.T) {
 	loop := h.eng.Loop("t.ord")                // created ordered by key: it lines up at its first take
 
 	// A write that takes long (a big commit, a slow disk) holds the writer.
-	release := make(chan struct{})
+	release, holding := make(chan struct{}), make(chan struct{})
 	writeDone := make(chan struct{})
 	go func() {
 		defer close(writeDone)
-		h.db.Update(context.Background(), func(*storage.Tx) error { <-release; return nil })
+		h.db.Update(context.Background(), func(*storage.Tx) error { close(holding); <-release; return nil })
 	}()
-	time.Sleep(100 * time.Millisecond)
+	<-holding
 	polled := make(chan struct{})
 	go func() { defer close(polled); loop.Poll(context.Background()) }() // lineUp waits for the writer
-	time.Sleep(200 * time.Millisecond)
 	defer func() { close(release); <-writeDone; <-polled }()
+	testkit.Eventually(t, "the poll's line-up under way", 10*time.Second, loop.LiningUp)
 
 	h.reload(orderedPolicy("none"), firstFails)
 	cfg, err := config.Parse([]byte(natsBlock+orderedPolicy("key")), "reload.hcl")
