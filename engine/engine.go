@@ -78,6 +78,9 @@ type Engine struct {
 	yield     yieldTrial
 	tail      tail
 	recall    recall // after an unclean stop (republish.go)
+	// heldOutputs is the bytes of outputs every loop's batches hold until
+	// they are published and committed (maxHeldOutputBytes).
+	heldOutputs atomic.Int64
 
 	mu    sync.Mutex
 	loops map[string]*Loop

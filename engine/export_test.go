@@ -26,3 +26,11 @@ func (l *Loop) LiningUp() bool {
 	}
 	return true
 }
+
+// SetMaxHeldOutputBytes lowers the bound on the outputs all batches hold
+// until the test ends.
+func SetMaxHeldOutputBytes(t interface{ Cleanup(func()) }, n int64) {
+	old := maxHeldOutputBytes
+	maxHeldOutputBytes = n
+	t.Cleanup(func() { maxHeldOutputBytes = old })
+}

@@ -419,6 +419,7 @@ func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Durat
 // finish waits for a sent batch's acknowledgements and records its
 // outcome. It does not let go of the batch's hold; the caller does.
 func (l *Loop) finish(ctx context.Context, b *batch) (PollResult, error) {
+	defer l.e.heldOutputs.Add(-b.held)
 	b.await(l.e.metrics.observePublish)
 	return l.commitBatch(ctx, b)
 }
@@ -611,6 +612,9 @@ type batch struct {
 	routes []dest
 	// slab holds the batch's outputs, allocated together (newOutput).
 	slab []output
+	// held is the bytes of its outputs, counted in Engine.heldOutputs until
+	// the batch is finished.
+	held int64
 
 	// Set by send, used by await.
 	cancel      context.CancelFunc // ends the publish deadline
@@ -643,7 +647,6 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 		b.state = newBatchState(l.e, l.typ)
 	}
 	var outs []switchyard.PluginOutput // reused: each output is copied out below
-	held := 0                          // bytes of the outputs made so far
 	for i, rec := range recs {
 		it := &b.items[i]
 		it.rec = rec
@@ -653,12 +656,12 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 			it.err, it.interrupted = errPluginsReloaded, true
 			continue
 		}
-		if held >= maxBatchOutputBytes {
+		if err := l.outputsFull(b, i); err != nil {
 			// The rest wait for the next batch, with no attempt counted:
 			// what plugins may make of one event (max_outputs ×
 			// max_output_bytes), times batch_size, is more memory than a
 			// node has.
-			it.err, it.interrupted = errBatchOutputsFull, true
+			it.err, it.interrupted = err, true
 			continue
 		}
 		pctx := ctx
@@ -673,9 +676,27 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 			b.failed++
 			continue
 		}
-		held += l.route(b, it, outs, now)
+		held := int64(l.route(b, it, outs, now))
+		b.held += held
+		l.e.heldOutputs.Add(held)
 	}
 	return b
+}
+
+// outputsFull says why the batch b takes no more outputs before its event
+// i, if it does not: its own outputs reached maxBatchOutputBytes, or those
+// of every batch the router holds reached maxHeldOutputBytes. The first
+// event of a batch always runs, so every batch makes progress.
+func (l *Loop) outputsFull(b *batch, i int) error {
+	switch {
+	case i == 0:
+		return nil
+	case b.held >= maxBatchOutputBytes:
+		return errBatchOutputsFull
+	case l.e.heldOutputs.Load() >= maxHeldOutputBytes:
+		return errHeldOutputsFull{}
+	}
+	return nil
 }
 
 // route sends the chain's outputs of one item along their destinations
@@ -729,6 +750,19 @@ func (l *Loop) route(b *batch, it *item, outs []switchyard.PluginOutput, now tim
 // killed for its memory, again at each start (an adversarial trial). The
 // first event of a batch always runs, so every batch makes progress.
 const maxBatchOutputBytes = 32 << 20
+
+// maxHeldOutputBytes bounds the bytes of outputs all batches hold (every
+// type's, up to maxInTransit each): per batch alone, ten busy types could
+// hold 1.25 GiB. (A variable: a test lowers it.)
+var maxHeldOutputBytes int64 = 64 << 20
+
+// errHeldOutputsFull is the reason of the events outputsFull leaves for the
+// next batch while every batch together holds maxHeldOutputBytes.
+type errHeldOutputsFull struct{}
+
+func (errHeldOutputsFull) Error() string {
+	return fmt.Sprintf("left for the next batch: the router's batches hold %d MiB of outputs not yet published", maxHeldOutputBytes>>20)
+}
 
 var errPluginsReloaded = errors.New("left for the next batch: a reload removed a plugin of its policy while it was taken")
 

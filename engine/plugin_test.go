@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
+	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -401,4 +402,79 @@ func TestBadDestinationIsThePluginsReject(t *testing.T) {
 		return
 	}
 	t.Fatal("no stats for the plugin")
+}
+
+// gatedAcks is the NATS sink with every batch's acknowledgements held until
+// open is closed; entered gets a value as each batch is sent.
+type gatedAcks struct {
+	*natsplugin.Sink
+	open    chan struct{}
+	entered chan struct{}
+}
+
+func (s *gatedAcks) Send(ctx context.Context, msgs []*switchyard.Message) func() []switchyard.Result {
+	wait := s.Sink.Send(ctx, msgs)
+	s.entered <- struct{}{}
+	return func() []switchyard.Result {
+		<-s.open
+		return wait()
+	}
+}
+
+// The outputs all batches hold until they are published are bounded too
+// (maxHeldOutputBytes), not only each batch's: with one type's batch
+// waiting for its acknowledgements at the bound, another type's batch runs
+// only its first event (every batch makes progress), the rest wait with no
+// attempt counted; once the first batch is done its bytes count no more.
+func TestHeldOutputsAreBoundedAcrossTypes(t *testing.T) {
+	engine.SetMaxHeldOutputBytes(t, 4<<20)
+	big := funcPlugin{name: "big", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		outs := make([]switchyard.PluginOutput, 16)
+		for i := range outs {
+			outs[i] = switchyard.PluginOutput{Event: *ev}
+			outs[i].Event.Data = make([]byte, 64<<10) // 16 × 64 KiB: 1 MiB an event
+		}
+		return outs, nil
+	}}
+	gate := &gatedAcks{open: make(chan struct{}), entered: make(chan struct{}, 4)}
+	wrap := sinkWrap(func(s *natsplugin.Sink) switchyard.Sink { gate.Sink = s; return gate })
+	h := newHarness(t, pluginPolicy("big", "t.big1", "")+`
+event "t.big2" {
+  plugins = ["big"]
+  route {
+    to      = "nats.local"
+    subject = "t.big2"
+  }
+}
+`, true, withPlugins(big), wrap)
+	h.ingest("t.big1", 20)
+	ids := h.ingest("t.big2", 20)
+	poll := func(typ string) <-chan engine.PollResult {
+		ch := make(chan engine.PollResult, 1)
+		go func() {
+			res, err := h.eng.Loop(typ).Poll(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			ch <- res
+		}()
+		return ch
+	}
+	first := poll("t.big1")
+	<-gate.entered // its outputs made and sent, the acknowledgements held
+	second := poll("t.big2")
+	<-gate.entered
+	close(gate.open)
+	if res := <-first; res.Delivered != 4 || res.Requeued != 16 {
+		t.Fatalf("first batch: %+v, want 4 delivered (4 MiB) and 16 requeued", res)
+	}
+	if res := <-second; res.Delivered != 1 || res.Requeued != 19 {
+		t.Fatalf("second type's batch while the first held 4 MiB: %+v, want 1 delivered and 19 requeued", res)
+	}
+	if rec := h.record(ids[1]); rec.Attempts != 0 || !strings.Contains(rec.LastError, "hold 4 MiB of outputs") {
+		t.Fatalf("an event left for the next batch: %d attempts, %q", rec.Attempts, rec.LastError)
+	}
+	if res := <-poll("t.big2"); res.Delivered != 4 {
+		t.Fatalf("after the batches were done: %+v, want 4 delivered", res)
+	}
 }
