@@ -336,20 +336,26 @@ func TestStopDuringPluginsCountsNoAttempt(t *testing.T) {
 	}
 }
 
+// bigOutputs is a plugin "big" that makes 16 outputs of size bytes of data
+// from each event.
+func bigOutputs(size int) funcPlugin {
+	return funcPlugin{name: "big", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		outs := make([]switchyard.PluginOutput, 16)
+		for i := range outs {
+			outs[i] = switchyard.PluginOutput{Event: *ev}
+			outs[i].Event.Data = make([]byte, size)
+		}
+		return outs, nil
+	}}
+}
+
 // A batch holds at most maxBatchOutputBytes (32 MiB) of plugin outputs
 // until they are published: the events after that wait for the next batch,
 // with no attempt counted, and every event is delivered in the end. Plugins
 // within their limits made 3 GiB of one batch of 200 small events, and the
 // router was killed for its memory at each start (an adversarial trial).
 func TestBatchOutputsAreBounded(t *testing.T) {
-	big := funcPlugin{name: "big", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-		outs := make([]switchyard.PluginOutput, 16)
-		for i := range outs {
-			outs[i] = switchyard.PluginOutput{Event: *ev}
-			outs[i].Event.Data = make([]byte, 256<<10) // 16 × 256 KiB: 4 MiB an event
-		}
-		return outs, nil
-	}}
+	big := bigOutputs(256 << 10) // 16 × 256 KiB: 4 MiB an event
 	h := newHarness(t, pluginPolicy("big", "t.big", ""), true, withPlugins(big))
 	ids := h.ingest("t.big", 20)
 	loop := h.eng.Loop("t.big")
@@ -428,14 +434,7 @@ func (s *gatedAcks) Send(ctx context.Context, msgs []*switchyard.Message) func()
 // attempt counted; once the first batch is done its bytes count no more.
 func TestHeldOutputsAreBoundedAcrossTypes(t *testing.T) {
 	engine.SetMaxHeldOutputBytes(t, 4<<20)
-	big := funcPlugin{name: "big", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-		outs := make([]switchyard.PluginOutput, 16)
-		for i := range outs {
-			outs[i] = switchyard.PluginOutput{Event: *ev}
-			outs[i].Event.Data = make([]byte, 64<<10) // 16 × 64 KiB: 1 MiB an event
-		}
-		return outs, nil
-	}}
+	big := bigOutputs(64 << 10) // 16 × 64 KiB: 1 MiB an event
 	gate := &gatedAcks{open: make(chan struct{}), entered: make(chan struct{}, 4)}
 	wrap := sinkWrap(func(s *natsplugin.Sink) switchyard.Sink { gate.Sink = s; return gate })
 	h := newHarness(t, pluginPolicy("big", "t.big1", "")+`
