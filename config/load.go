@@ -54,9 +54,9 @@ func Parse(src []byte, filename string) (*Config, error) {
 }
 
 // hintUnquotedDurations adds a hint to a syntax error that falls on the
-// unit of an unquoted duration (`min = 50ms`): HCL reads the number, then
-// stops at "ms" with "Missing newline after argument", which does not say
-// that durations are strings.
+// unit of an unquoted duration or size (`min = 50ms`, `max_size = 2GiB`):
+// HCL reads the number, then stops at the unit with "Missing newline after
+// argument", which does not say that durations and sizes are strings.
 func hintUnquotedDurations(src []byte, diags hcl.Diagnostics) {
 	for _, d := range diags {
 		if d.Subject == nil || d.Subject.Start.Byte > len(src) {
@@ -68,7 +68,7 @@ func hintUnquotedDurations(src []byte, diags hcl.Diagnostics) {
 			num--
 		}
 		unit := at
-		for unit < len(src) && (src[unit] >= 'a' && src[unit] <= 'z' || src[unit] == 0xc2 || src[unit] == 0xb5) {
+		for unit < len(src) && (src[unit] >= 'a' && src[unit] <= 'z' || src[unit] >= 'A' && src[unit] <= 'Z' || src[unit] == 0xc2 || src[unit] == 0xb5) {
 			unit++
 		}
 		lit := string(src[num:unit])
@@ -77,6 +77,8 @@ func hintUnquotedDurations(src []byte, diags hcl.Diagnostics) {
 		}
 		if _, err := time.ParseDuration(lit); err == nil {
 			d.Detail += fmt.Sprintf(" A duration is a string: write %q, in quotes.", lit)
+		} else if _, err := parseSize(lit); err == nil {
+			d.Detail += fmt.Sprintf(" A size is a string: write %q, in quotes.", lit)
 		}
 	}
 }

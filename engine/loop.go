@@ -1113,6 +1113,9 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		}
 		return tx.Save(rec)
 	}
+	// Done: what went wrong on the way (an outage, a failed attempt) is in
+	// the outputs and the history, not the event's last error any more.
+	rec.LastError = ""
 	if !anyDelivered(rec.Outputs) { // the plugin chain returned nothing: filtered
 		res.Filtered++
 		return tx.MarkFiltered(rec, now, l.e.config().Outbox.TTL)

@@ -309,8 +309,8 @@ event "t.moved" {
 		t.Fatalf("after the reload: %+v", res)
 	}
 	rec := h.record(id)
-	if rec.State != storage.StateDelivered || len(rec.Outputs) != 2 {
-		t.Fatalf("%s, outputs %+v", rec.State, rec.Outputs)
+	if rec.State != storage.StateDelivered || len(rec.Outputs) != 2 || rec.LastError != "" {
+		t.Fatalf("%s, last error %q (the first attempt's is in its output and the history), outputs %+v", rec.State, rec.LastError, rec.Outputs)
 	}
 	for _, o := range rec.Outputs {
 		switch o.Destination {

@@ -413,7 +413,7 @@ func (c *RunCommand) warnMissingTopics(ctx context.Context, cfg *config.Config, 
 	checkCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := sink.CheckTopics(checkCtx, topics); err != nil {
-		c.log.Warn("kafka topics are not ready; events routed there will be retried", "sink", sink.Name(), "error", err)
+		c.log.Warn("kafka topics are not ready; events routed there wait, counting no attempt, until they are", "sink", sink.Name(), "error", err)
 	}
 }
 

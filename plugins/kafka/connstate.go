@@ -28,6 +28,16 @@ type connState struct {
 	at      time.Time
 	failing map[string]bool // per broker address: its last connection attempt failed
 	ready   func()          // switchyard.ReadyNotifier: called when a connection succeeds after one failed
+	// downC is closed while the cluster is down (wentDown), made anew when
+	// it is up again.
+	downC chan struct{}
+	// onDown is called, on a goroutine of its own, when the cluster goes
+	// down (the sink watches for its return: Sink.watch).
+	onDown func()
+}
+
+func newConnState(log hclog.Logger, sasl bool) *connState {
+	return &connState{log: log, sasl: sasl, failing: map[string]bool{}, downC: make(chan struct{})}
 }
 
 var _ kgo.HookBrokerConnect = (*connState)(nil)
@@ -36,12 +46,11 @@ func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, co
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	addr := net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port))
-	if c.failing == nil {
-		c.failing = map[string]bool{}
-	}
 	if err == nil || !isContextErr(err) {
 		// A dial its caller gave up on says nothing about the broker.
+		wasDown := c.downLocked()
 		c.failing[addr] = err != nil
+		c.changed(wasDown)
 	}
 	if err == nil {
 		if c.err != nil && c.ready != nil {
@@ -100,11 +109,37 @@ func (c *connState) downLocked() bool {
 func (c *connState) reachable() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.downLocked() && c.ready != nil {
+	wasDown := c.downLocked()
+	if wasDown && c.ready != nil {
 		go c.ready()
 	}
 	clear(c.failing)
 	c.err = nil
+	c.changed(wasDown)
+}
+
+// changed acts on a change of the failing marks: the cluster went down
+// (close downC, start onDown) or is up again (a new downC, and a line in
+// the log, the only sign an operator gets that the warnings are over).
+func (c *connState) changed(wasDown bool) {
+	switch down := c.downLocked(); {
+	case down && !wasDown:
+		close(c.downC)
+		if c.onDown != nil {
+			go c.onDown()
+		}
+	case !down && wasDown:
+		c.downC = make(chan struct{})
+		c.log.Info("a broker is reachable again")
+	}
+}
+
+// wentDown returns a channel that is closed once the cluster is down
+// (at once if it is).
+func (c *connState) wentDown() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.downC
 }
 
 // withConnError adds to an unknown outcome why connecting to a broker last

@@ -60,8 +60,9 @@ type Sink struct {
 	topics *topicCache
 	// purging holds the topics being purged from producing (a topic made
 	// again: classify), one purge at a time per topic.
-	purging sync.Map
-	probing atomic.Bool // a probe (probe) is under way
+	purging  sync.Map
+	watching atomic.Bool   // watch is probing the cluster
+	closed   chan struct{} // closed by Close
 
 	// stall is set while the sink is unhealthy: a Publish hit its
 	// deadline with records unanswered, and no record has been
@@ -95,13 +96,13 @@ func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo
 	if err != nil {
 		return nil, err
 	}
-	conn := &connState{log: logger, sasl: cfg.SASL != nil}
+	conn := newConnState(logger, cfg.SASL != nil)
 	opts = append(append(opts, popts...), append(extra, kgo.WithHooks(conn))...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka %q: %w", cfg.Name, err)
 	}
-	return &Sink{
+	s := &Sink{
 		maxRecordBytes: cfg.MaxRecordBytes,
 		name:           cfg.SinkName(),
 		log:            logger,
@@ -110,7 +111,12 @@ func open(_ context.Context, cfg config.Kafka, logger hclog.Logger, extra ...kgo
 		conn:           conn,
 		topics:         newTopicCache(),
 		stall:          stall.Tracker{Log: logger},
-	}, nil
+		closed:         make(chan struct{}),
+	}
+	conn.mu.Lock()
+	conn.onDown = s.watch
+	conn.mu.Unlock()
+	return s, nil
 }
 
 // Name is how routes refer to the sink: "kafka.<name>".
@@ -172,10 +178,11 @@ func (s *Sink) Send(ctx context.Context, msgs []*switchyard.Message) (wait func(
 // unreachable answers msgs while no broker is reachable (connState.down):
 // each is unavailable, nothing is handed to the client, so the caller
 // learns it at once, instead of after the publish timeout with an unknown
-// outcome, and the events wait without an attempt counted. It starts a
-// probe, since nothing produced means nothing that would dial a broker.
+// outcome, and the events wait without an attempt counted. The cluster is
+// watched meanwhile (watch), since nothing produced means nothing that
+// would dial a broker.
 func (s *Sink) unreachable(msgs []*switchyard.Message) []switchyard.Result {
-	s.probe()
+	s.watch()
 	res := make([]switchyard.Result, len(msgs))
 	for i, m := range msgs {
 		if res[i].Err = s.validate(m); res[i].Err == nil {
@@ -185,23 +192,47 @@ func (s *Sink) unreachable(msgs []*switchyard.Message) []switchyard.Result {
 	return res
 }
 
-// probe asks, in the background, whether a broker is reachable again:
-// every broker the client knows at once (anyBrokerAnswers). A broker that
-// answers marks the cluster reachable, which calls the ready function
-// (OnReady), and the engine polls at once. One probe runs at a time,
-// bounded by the publish timeout.
-func (s *Sink) probe() {
-	if !s.probing.CompareAndSwap(false, true) {
+// probeEvery is how often watch asks a cluster that is down whether a
+// broker answers again.
+const probeEvery = time.Second
+
+// watch probes the cluster once a probeEvery while it is down, until a
+// broker answers or the sink closes: nothing is produced meanwhile, so
+// nothing else would dial, and the engine's loops may not be sending (a
+// type whose other sinks are up has nothing of this one's due for up to
+// 30 s). A broker that answers marks the cluster reachable, which calls
+// the ready function (OnReady): the engine polls at once. One watch runs
+// at a time; connState starts it when the cluster goes down.
+func (s *Sink) watch() {
+	if !s.watching.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
-		defer s.probing.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		defer cancel()
-		if s.anyBrokerAnswers(ctx) {
-			s.conn.reachable()
+		t := time.NewTicker(probeEvery)
+		defer t.Stop()
+		for s.conn.down() {
+			select {
+			case <-s.closed:
+				return // watching stays set: no watch after Close
+			case <-t.C:
+			}
+			s.probe()
+		}
+		s.watching.Store(false)
+		if s.conn.down() {
+			s.watch() // down again as this watch ended
 		}
 	}()
+}
+
+// probe asks every broker once whether it answers (anyBrokerAnswers),
+// within the publish timeout, and marks the cluster reachable if one does.
+func (s *Sink) probe() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if s.anyBrokerAnswers(ctx) {
+		s.conn.reachable()
+	}
 }
 
 // anyBrokerAnswers sends an ApiVersions request to every broker the client
@@ -269,9 +300,16 @@ func (s *Sink) produce(ctx context.Context, msgs []*switchyard.Message, send []i
 // records another batch's cancellation failed (see foreignCancel), up to
 // maxRounds.
 func (s *Sink) collect(ctx context.Context, msgs []*switchyard.Message, send []int, res []switchyard.Result, w *waiter, round int, start time.Time) (again []int) {
+	down := false
 	select {
 	case <-w.done:
 	case <-ctx.Done():
+	case <-s.conn.wentDown():
+		// Every broker refused a connection after the records were
+		// handed over: waiting out the deadline would hold up every
+		// other output of the batch, and a broker that answers again
+		// wakes the engine anyway (RATIONALE.md).
+		down = true
 	}
 	got := w.finish(func(j int) switchyard.Result {
 		return switchyard.Result{Err: s.withConnError(fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
@@ -280,7 +318,7 @@ func (s *Sink) collect(ctx context.Context, msgs []*switchyard.Message, send []i
 	for j, i := range send {
 		var fc *foreignCancel
 		if errors.As(got[j].Err, &fc) {
-			if round < maxRounds && ctx.Err() == nil {
+			if round < maxRounds && ctx.Err() == nil && !down {
 				again = append(again, i)
 				continue
 			}
@@ -430,6 +468,7 @@ func (s *Sink) Healthy(ctx context.Context) error {
 // have already returned or return at once.
 func (s *Sink) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
+		close(s.closed)
 		cl := s.client()
 		if err := cl.Flush(ctx); err != nil {
 			s.closeErr = fmt.Errorf("%s: flush: %w", s.name, err)
