@@ -230,6 +230,14 @@ func TestNATSOutage(t *testing.T) {
 	if h.record(ids[len(ids)-1]).State == storage.StateDelivered {
 		t.Fatal("delivered while the server was down")
 	}
+	// The loop probes once a second, whatever its delay grew to: its
+	// stats say so (they said the grown delay, up to polling.max).
+	stats, _ := h.eng.Stats()
+	for _, s := range stats {
+		if s.Type == "t.order" && s.PollDelay > time.Second {
+			t.Errorf("poll delay %s while probing once a second", s.PollDelay)
+		}
+	}
 	h.startNATS()
 	back := time.Now()
 	h.waitDelivered(ids, 60*time.Second)

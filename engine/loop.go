@@ -33,6 +33,8 @@ type Loop struct {
 	take  sync.Mutex
 	lines keyLines // the queue may hold events stored while not ordered by key
 
+	backingOff atomic.Bool // the loop waits at most outageProbe (wait)
+
 	mu    sync.Mutex
 	delay *Delay
 	held  map[string]struct{} // ids of the events the batches in flight hold
@@ -97,9 +99,15 @@ func (l *Loop) inProcess() int {
 	return len(l.held)
 }
 
+// currentDelay is how long the loop waits between polls now: the adaptive
+// delay, or at most outageProbe while it backs off from an outage (it
+// probes once a second, whatever the delay grew to).
 func (l *Loop) currentDelay() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.backingOff.Load() {
+		return min(l.delay.Current(), outageProbe)
+	}
 	return l.delay.Current()
 }
 
@@ -288,6 +296,7 @@ func (o *outageState) kicked() {
 // leader).
 func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, backOff bool) (kicked, ok bool) {
 	wake := l.wakeC
+	l.backingOff.Store(backOff)
 	if backOff {
 		wake = nil
 		d = min(d, outageProbe)
