@@ -75,6 +75,7 @@ func TestDLQRoutes(t *testing.T) {
 	for q, code := range map[string]string{
 		"limit=0": "invalid_request", "limit=x": "invalid_request", "cursor=zzz": "invalid_request",
 		"since=yesterday": "invalid_request", "status=pending": "invalid_request",
+		"limit=5&limit=6": "invalid_request", // which would count is a guess
 	} {
 		if rep := r.do("GET", "/v1/dlq?"+q, nil, ""); rep.status != 400 || decode[struct{ Code string }](t, rep.body).Code != code {
 			t.Errorf("%s: %d %s", q, rep.status, rep.body)

@@ -171,7 +171,25 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "no route %s %s", r.Method, r.URL.Path))
 	})
-	return s.answerDeadline(s.authenticate(mux))
+	return s.answerDeadline(s.authenticate(s.singleParams(mux)))
+}
+
+// singleParams refuses a request that gives a query parameter more than
+// once (?limit=5&limit=6): every parameter of the API takes one value, and
+// which of two counted would be the server's guess. A request without a
+// query (an ingest) costs nothing here.
+func (s *Server) singleParams(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery != "" {
+			for name, vs := range r.URL.Query() {
+				if len(vs) > 1 {
+					s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "query parameter %q is given %d times: give it once", engine.Truncate(name, 64), len(vs)))
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // answerDeadline gives the client listen.read_timeout to take each write
