@@ -458,6 +458,12 @@ func TestAuthProblemsMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// Prometheus' own filter repeats its parameter: /metrics is not held
+	// to one value per parameter as the API's routes are.
+	rep := r.tcp("GET", "/metrics?name[]=switchyard_idempotent_replays_total&name[]=switchyard_ingest_duration_seconds", tokAdmin, nil, "")
+	if rep.status != 200 || !strings.Contains(string(rep.body), "switchyard_idempotent_replays_total 1") || strings.Contains(string(rep.body), "switchyard_http_problems_total") {
+		t.Errorf("metrics filtered by two names: %d %.300s", rep.status, rep.body)
+	}
 }
 
 // metricValue reads a counter or gauge from reg: the series of name whose

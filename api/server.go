@@ -177,10 +177,11 @@ func (s *Server) Handler() http.Handler {
 // singleParams refuses a request that gives a query parameter more than
 // once (?limit=5&limit=6): every parameter of the API takes one value, and
 // which of two counted would be the server's guess. A request without a
-// query (an ingest) costs nothing here.
+// query (an ingest) costs nothing here. /metrics is the Prometheus
+// client's, whose name[] filter repeats.
 func (s *Server) singleParams(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.RawQuery != "" {
+		if r.URL.RawQuery != "" && r.URL.Path != "/metrics" {
 			for name, vs := range r.URL.Query() {
 				if len(vs) > 1 {
 					s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "query parameter %q is given %d times: give it once", engine.Truncate(name, 64), len(vs)))

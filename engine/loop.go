@@ -1122,8 +1122,8 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		}
 		return tx.Save(rec)
 	}
-	// Done: what went wrong on the way (an outage, a failed attempt) is in
-	// the outputs and the history, not the event's last error any more.
+	// Done: a failed attempt on the way stays in the history (an outage,
+	// which counted none, leaves no trace), not as the event's last error.
 	rec.LastError = ""
 	if !anyDelivered(rec.Outputs) { // the plugin chain returned nothing: filtered
 		res.Filtered++

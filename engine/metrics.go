@@ -94,7 +94,7 @@ func newMetrics(e *Engine) *metrics {
 		pending:      gauge("pending_events", "Events waiting in a type's queue."),
 		inProcess:    gauge("in_process_events", "Events a type's loop holds (taken, being published)."),
 		oldestAge:    gauge("oldest_pending_age_seconds", "How long the pending event due next has been stored: it grows while the queue lags, and while that event waits out a retry's backoff."),
-		pollDelay:    gauge("poll_delay_seconds", "A type's current adaptive poll delay."),
+		pollDelay:    gauge("poll_delay_seconds", "A type's current poll delay: the adaptive one, at most 1s while it backs off from an outage."),
 		dlq:          gauge("dlq_events", "Events in a type's DLQ."),
 		publishSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "switchyard", Name: "publish_duration_seconds",

@@ -106,16 +106,25 @@ func (c *connState) downLocked() bool {
 // produce connection beside a live one would otherwise keep the sink
 // "down" with nothing left to dial it again. It calls the ready function
 // if the sink was down.
+//
+// Only a cluster that is down is touched: the marks of a cluster some of
+// whose brokers fail stay (Healthy calls this at every scrape), and the
+// brokers already tried stay known, so that one more failed dial to one of
+// several does not make the cluster "down".
 func (c *connState) reachable() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	wasDown := c.downLocked()
-	if wasDown && c.ready != nil {
+	if !c.downLocked() {
+		return
+	}
+	if c.ready != nil {
 		go c.ready()
 	}
-	clear(c.failing)
+	for addr := range c.failing {
+		c.failing[addr] = false
+	}
 	c.err = nil
-	c.changed(wasDown)
+	c.changed(true)
 }
 
 // changed acts on a change of the failing marks: the cluster went down

@@ -163,6 +163,11 @@ func (s *Sink) Send(ctx context.Context, msgs []*switchyard.Message) (wait func(
 	// queued in front of a later one.
 	pctx, cancel := context.WithTimeout(ctx, s.timeout)
 	res, send := s.screen(pctx, msgs)
+	if s.conn.down() { // gone down while screen asked about new topics
+		cancel()
+		res := s.unreachable(msgs)
+		return func() []switchyard.Result { return res }
+	}
 	w := s.produce(pctx, msgs, send)
 	return func() []switchyard.Result {
 		defer cancel()
@@ -310,6 +315,13 @@ func (s *Sink) collect(ctx context.Context, msgs []*switchyard.Message, send []i
 		// other output of the batch, and a broker that answers again
 		// wakes the engine anyway (RATIONALE.md).
 		down = true
+	}
+	if !down {
+		select { // both ready: the select above may have picked done
+		case <-s.conn.wentDown():
+			down = true
+		default:
+		}
 	}
 	got := w.finish(func(j int) switchyard.Result {
 		return switchyard.Result{Err: s.withConnError(fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",

@@ -1057,3 +1057,27 @@ func TestConnStateReachableClearsFailedDials(t *testing.T) {
 		t.Fatalf("ready called %d times, want 1", n)
 	}
 }
+
+// A cluster some of whose brokers fail is not down: a health check's
+// answer (reachable, at every scrape) does not forget which brokers were
+// tried, so one more failed dial to one of three leaves it up, and the
+// publishes to the others are neither refused nor cut short.
+func TestConnStateOneBrokerOfThreeFailing(t *testing.T) {
+	c := newConnState(hclog.NewNullLogger(), false)
+	for port := range 3 {
+		c.OnBrokerConnect(kgo.BrokerMetadata{Host: "127.0.0.1", Port: int32(9092 + port)}, 0, nil, nil)
+	}
+	b2 := kgo.BrokerMetadata{Host: "127.0.0.1", Port: 9093}
+	refused := errors.New("connection refused")
+	c.OnBrokerConnect(b2, 0, nil, refused)
+	c.reachable()
+	c.OnBrokerConnect(b2, 0, nil, refused)
+	if c.down() {
+		t.Fatal("down with two of three brokers up")
+	}
+	select {
+	case <-c.wentDown():
+		t.Fatal("publishes would be cut short: the down channel is closed")
+	default:
+	}
+}
