@@ -682,7 +682,7 @@ func TestSecretModeAllows(t *testing.T) {
 // An unquoted duration or size is a syntax error at its unit; the error
 // keeps its file:line:col and says to quote it. A syntax error that is no duration
 // gets no such hint.
-func TestUnquotedDurationHint(t *testing.T) {
+func TestUnquotedValueHint(t *testing.T) {
 	for src, want := range map[string]string{
 		"event \"a.b\" {\n  polling {\n    min = 50ms\n  }\n}\n": `test.hcl:3:13: Missing newline after argument: An argument definition must end with a newline. A duration is a string: write "50ms", in quotes.`,
 		"idempotency {\n  window = 1.5h\n}\n":                    `test.hcl:2:15: Missing newline after argument: An argument definition must end with a newline. A duration is a string: write "1.5h", in quotes.`,

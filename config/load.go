@@ -41,7 +41,7 @@ func Parse(src []byte, filename string) (*Config, error) {
 		diags = hugeNumbers(file.Body.(*hclsyntax.Body))
 	}
 	if diags.HasErrors() {
-		hintUnquotedDurations(src, diags)
+		hintUnquotedValues(src, diags)
 		return nil, newError(diags) // decoding a broken body would only add noise
 	}
 	d := &decoder{sinks: map[string]bool{}, plugins: map[string]bool{}}
@@ -53,11 +53,11 @@ func Parse(src []byte, filename string) (*Config, error) {
 	return cfg, nil
 }
 
-// hintUnquotedDurations adds a hint to a syntax error that falls on the
+// hintUnquotedValues adds a hint to a syntax error that falls on the
 // unit of an unquoted duration or size (`min = 50ms`, `max_size = 2GiB`):
 // HCL reads the number, then stops at the unit with "Missing newline after
 // argument", which does not say that durations and sizes are strings.
-func hintUnquotedDurations(src []byte, diags hcl.Diagnostics) {
+func hintUnquotedValues(src []byte, diags hcl.Diagnostics) {
 	for _, d := range diags {
 		if d.Subject == nil || d.Subject.Start.Byte > len(src) {
 			continue

@@ -188,10 +188,11 @@ func (s *Sink) Send(ctx context.Context, msgs []*switchyard.Message) (wait func(
 // would dial a broker.
 func (s *Sink) unreachable(msgs []*switchyard.Message) []switchyard.Result {
 	s.watch()
+	down := s.withConnError(fmt.Errorf("%s: no broker reachable: %w", s.name, switchyard.ErrSinkUnavailable))
 	res := make([]switchyard.Result, len(msgs))
 	for i, m := range msgs {
 		if res[i].Err = s.validate(m); res[i].Err == nil {
-			res[i].Err = s.withConnError(fmt.Errorf("%s: no broker reachable: %w", s.name, switchyard.ErrSinkUnavailable))
+			res[i].Err = down
 		}
 	}
 	return res
@@ -305,23 +306,21 @@ func (s *Sink) produce(ctx context.Context, msgs []*switchyard.Message, send []i
 // records another batch's cancellation failed (see foreignCancel), up to
 // maxRounds.
 func (s *Sink) collect(ctx context.Context, msgs []*switchyard.Message, send []int, res []switchyard.Result, w *waiter, round int, start time.Time) (again []int) {
-	down := false
+	// Every broker refusing a connection after the records were handed
+	// over ends the wait too: waiting out the deadline would hold up every
+	// other output of the batch, and a broker that answers again wakes the
+	// engine anyway (RATIONALE.md).
+	wentDown := s.conn.wentDown()
 	select {
 	case <-w.done:
 	case <-ctx.Done():
-	case <-s.conn.wentDown():
-		// Every broker refused a connection after the records were
-		// handed over: waiting out the deadline would hold up every
-		// other output of the batch, and a broker that answers again
-		// wakes the engine anyway (RATIONALE.md).
-		down = true
+	case <-wentDown:
 	}
-	if !down {
-		select { // both ready: the select above may have picked done
-		case <-s.conn.wentDown():
-			down = true
-		default:
-		}
+	down := false
+	select { // asked apart: with done ready too, the select above may pick either
+	case <-wentDown:
+		down = true
+	default:
 	}
 	got := w.finish(func(j int) switchyard.Result {
 		return switchyard.Result{Err: s.withConnError(fmt.Errorf("%s: topic %q: no acknowledgement after %s: %w",
