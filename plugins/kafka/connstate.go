@@ -27,7 +27,11 @@ type connState struct {
 	addr    string
 	at      time.Time
 	failing map[string]bool // per broker address: its last connection attempt failed
-	ready   func()          // switchyard.ReadyNotifier: called when a connection succeeds after one failed
+	// brokers are the addresses of discovered brokers (a node id of their
+	// own), as opposed to seeds: once one is known, the seeds' marks no
+	// longer say whether the cluster is down (downLocked).
+	brokers map[string]bool
+	ready   func() // switchyard.ReadyNotifier: called when a connection succeeds after one failed
 	// downC is closed while the cluster is down (wentDown), made anew when
 	// it is up again.
 	downC chan struct{}
@@ -37,7 +41,7 @@ type connState struct {
 }
 
 func newConnState(log hclog.Logger, sasl bool) *connState {
-	return &connState{log: log, sasl: sasl, failing: map[string]bool{}, downC: make(chan struct{})}
+	return &connState{log: log, sasl: sasl, failing: map[string]bool{}, brokers: map[string]bool{}, downC: make(chan struct{})}
 }
 
 var _ kgo.HookBrokerConnect = (*connState)(nil)
@@ -46,11 +50,19 @@ func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, co
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	addr := net.JoinHostPort(meta.Host, fmt.Sprint(meta.Port))
+	if meta.NodeID >= 0 {
+		c.brokers[addr] = true
+	}
 	if err == nil || !isContextErr(err) {
 		// A dial its caller gave up on says nothing about the broker.
 		wasDown := c.downLocked()
 		c.failing[addr] = err != nil
 		c.changed(wasDown)
+	}
+	if err == nil && c.aliasLocked(addr) {
+		// A load balancer in front of a cluster that is gone may still
+		// take connections: that is no broker back.
+		return
 	}
 	if err == nil {
 		if c.err != nil && c.ready != nil {
@@ -84,7 +96,8 @@ func (c *connState) lastError() error {
 // down reports whether the last connection attempt to every broker the
 // client has tried failed: no broker is reachable, as far as the client
 // knows. (A broker whose connection succeeded and is now gone counts as up
-// until the client fails to connect to it again.)
+// until the client fails to connect to it again.) Once brokers are
+// discovered, the seeds do not count (aliasLocked).
 func (c *connState) down() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -92,12 +105,26 @@ func (c *connState) down() bool {
 }
 
 func (c *connState) downLocked() bool {
-	for _, failed := range c.failing {
+	known := false
+	for addr, failed := range c.failing {
+		if c.aliasLocked(addr) {
+			continue
+		}
 		if !failed {
 			return false
 		}
+		known = true
 	}
-	return len(c.failing) > 0
+	return known
+}
+
+// aliasLocked reports whether addr is only a seed's once brokers have been
+// discovered. Such a seed may be an alias of the cluster (a load balancer,
+// a DNS name) that kgo dials only now and then, for metadata: its mark
+// may be old, or be a load balancer's answer while no broker behind it is
+// up. Before any broker is discovered, the seeds are all the client knows.
+func (c *connState) aliasLocked(addr string) bool {
+	return len(c.brokers) > 0 && !c.brokers[addr]
 }
 
 // reachable records that a broker answered a request (a probe): the

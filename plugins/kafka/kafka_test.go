@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -1027,6 +1028,112 @@ func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
 			t.Errorf("%s is in the log: it was sent while the sink said it was not", id)
 		}
 	}
+}
+
+// A seed that is an alias of the cluster (a load balancer that still takes
+// connections, and holds them, when no broker behind it is up) does not
+// keep a cluster that is gone from counting as down: its publishes are
+// answered at once, and the sink still notices the cluster's return by
+// itself.
+func TestSeedAliasOfAGoneClusterIsDown(t *testing.T) {
+	port, dir := testkit.FreePort(t), t.TempDir()
+	c := newCluster(t, kfake.Ports(port), kfake.DataDir(dir))
+	alias := balancer(t, c.ListenAddrs()[0])
+	cfg := config.NewKafka("main", alias)
+	cfg.PublishTimeout = 5 * time.Second
+	s := newSink(t, cfg)
+	ready := make(chan struct{}, 1)
+	s.OnReady(func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	})
+	publishOK(t, s, messages("warm", 1, topic))
+	c.Close()
+
+	// The first publish may have handed its records over; from then on the
+	// cluster is down, whatever the balancer answers to a dial.
+	s.Publish(context.Background(), messages("first", 5, topic))
+	for round := range 3 {
+		start := time.Now()
+		res := s.Publish(context.Background(), messages(fmt.Sprintf("down%d", round), 5, topic))
+		if took := time.Since(start); took > cfg.PublishTimeout/2 {
+			t.Fatalf("round %d: the answer took %s, publish timeout %s: the seed alias kept the cluster up", round, took, cfg.PublishTimeout)
+		}
+		for i, r := range res {
+			if !errors.Is(r.Err, switchyard.ErrSinkUnavailable) {
+				t.Fatalf("round %d, message %d: %v, want the sink unavailable", round, i, r.Err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // kgo dials the seed now and then for metadata
+	}
+	select {
+	case <-ready:
+		t.Fatal("ready while the cluster is down: the balancer's accepted connection counted as a broker")
+	default:
+	}
+
+	newCluster(t, kfake.Ports(port), kfake.DataDir(dir))
+	select {
+	case <-ready:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the sink never noticed the cluster was back")
+	}
+	// A metadata request kgo sent on a connection the balancer held may
+	// still be waiting: the publishes go through once it gives up on it.
+	back := time.Now()
+	var last error
+	testkit.EventuallyWith(t, 30*time.Second, func() bool {
+		for _, r := range s.Publish(context.Background(), messages("after", 5, topic)) {
+			if last = r.Err; r.Err != nil {
+				if !errors.Is(r.Err, switchyard.ErrSinkUnavailable) && !errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
+					t.Fatalf("after the cluster came back: %v: not an outage", r.Err)
+				}
+				return false
+			}
+		}
+		return true
+	}, func() string { return fmt.Sprintf("no publish after the cluster came back: %v", last) })
+	t.Logf("published again %s after the sink noticed the cluster", time.Since(back).Round(time.Millisecond))
+}
+
+// balancer listens on a port of its own and forwards each connection to
+// backend, as a TCP load balancer does; when backend refuses, it holds the
+// connection it accepted, unanswered, until the client closes it. It
+// returns its address.
+func balancer(t *testing.T, backend string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			front, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go forward(front, backend)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func forward(front net.Conn, backend string) {
+	defer front.Close()
+	back, err := net.DialTimeout("tcp", backend, time.Second)
+	if err != nil {
+		io.Copy(io.Discard, front)
+		return
+	}
+	defer back.Close()
+	go func() {
+		io.Copy(back, front)
+		back.Close()
+	}()
+	io.Copy(front, back)
 }
 
 // kgo reports only dials: a produce connection that failed to open beside
