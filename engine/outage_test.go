@@ -105,3 +105,35 @@ func (h *harness) ingestMixed(prefix, subject string, n int) []string {
 	}
 	return ids
 }
+
+// A long outage costs the data file nothing once it has begun: the poll
+// that meets it first writes why its events wait, and the probes after it,
+// a second apart, that meet it again write nothing (each used to rewrite a
+// batch of records). The events still go out, with no attempt counted,
+// once the server is back.
+func TestProbesThatMeetTheOutageWriteNothing(t *testing.T) {
+	h := newHarness(t, oneRoute, false)
+	h.srv.Close(context.Background())
+	ids := h.ingest("t.order", 600)
+	testkit.Eventually(t, "the first poll to meet the outage", 10*time.Second, func() bool {
+		return h.record(ids[0]).LastError != ""
+	})
+	time.Sleep(1500 * time.Millisecond) // the probes begin
+	before := h.db.Commits()
+	time.Sleep(4 * time.Second)
+	if n := h.db.Commits() - before; n > 0 {
+		t.Fatalf("%d commits in 4 s of probing an outage, with nothing ingested", n)
+	}
+	if rec := h.record(ids[0]); rec.State != storage.StatePending || rec.Attempts != 0 {
+		t.Fatalf("during the outage: %s, %d attempts", rec.State, rec.Attempts)
+	}
+	h.startNATS()
+	back := time.Now()
+	h.waitDelivered(ids, 30*time.Second)
+	t.Logf("every event delivered %s after the server was back", time.Since(back).Round(time.Millisecond))
+	for _, id := range ids {
+		if n := h.record(id).Attempts; n != 0 {
+			t.Fatalf("%s: %d attempts counted for an outage", id, n)
+		}
+	}
+}
