@@ -68,6 +68,7 @@ func (l *Loop) setPolicy(pol *config.Policy) {
 	if l.pol.Swap(pol).Polling != pol.Polling {
 		l.delay = NewDelay(pol.Polling)
 	}
+	l.forgetWaitsLocked() // the reload may route them to a sink that is up
 	l.wake()
 }
 
@@ -119,13 +120,35 @@ func (l *Loop) waitsUntil(key string) time.Time {
 	return l.waiting[key]
 }
 
+// anyWaits reports whether an event waits out an outage in memory.
+func (l *Loop) anyWaits() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.waiting) > 0
+}
+
 // forgetWaits makes the events that wait out an outage in memory due at
-// once: a sink is reachable again, or a poll delivered.
+// once: a sink is reachable again, a poll delivered, or a reload may have
+// routed them elsewhere.
 func (l *Loop) forgetWaits() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.forgetWaitsLocked()
+}
+
+func (l *Loop) forgetWaitsLocked() {
+	if len(l.waiting) > 4096 {
+		l.waiting = make(map[string]time.Time) // a cleared map keeps its size
+		return
+	}
 	clear(l.waiting)
 }
+
+// maxWaits bounds the events a loop keeps waiting out an outage in memory
+// (about 100 bytes each): a probe that would go past it writes its waits,
+// as any other poll does. A probe adds a batch a second, each wait lasts
+// at most maxOutageWait: 31 batches of the default 200 fit many times.
+const maxWaits = 100_000
 
 func (l *Loop) inProcess() int {
 	l.mu.Lock()
@@ -437,7 +460,7 @@ func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool)
 		return nil, nil
 	}
 	pol := l.pol.Load()
-	recs, err := l.takeDue(ctx, pol, reach)
+	recs, err := l.takeDue(ctx, pol, reach, probe)
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
@@ -449,8 +472,11 @@ func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool)
 
 // takeDue reads up to a batch of due events (and of those that wait out
 // an outage, due by now+reach) that the loop does not hold yet, and holds
-// them.
-func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Duration) ([]*storage.Record, error) {
+// them. Those that wait out an outage in memory (waitInMemory) are left
+// alone, but by a probe that finds nothing else: it takes them, so that a
+// sink back without a reconnect to tell (a stream with room again, a new
+// stream leader) is found within outageProbe, not when their waits end.
+func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Duration, probe bool) ([]*storage.Record, error) {
 	l.take.Lock()
 	defer l.take.Unlock()
 	if pol.ByKey() {
@@ -463,6 +489,9 @@ func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Durat
 	err := l.e.store.View(func(tx *storage.Tx) error {
 		var err error
 		recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skips(now))
+		if err == nil && len(recs) == 0 && probe && l.anyWaits() {
+			recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.holds)
+		}
 		return err
 	})
 	if err == nil {
@@ -492,7 +521,7 @@ func (l *Loop) finish(ctx context.Context, b *batch) (PollResult, error) {
 // to it, and the next attempt records them instead of sending them.
 func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 	var res PollResult
-	if b.probe && metKnownOutages(b) {
+	if b.probe && metKnownOutages(b) && l.roomToWait(len(b.items)) {
 		res = l.waitInMemory(b)
 	} else if err := l.record(ctx, b, &res); err != nil {
 		return res, err
@@ -525,10 +554,10 @@ func (l *Loop) record(ctx context.Context, b *batch, res *PollResult) error {
 	return nil
 }
 
-// metKnownOutages reports whether every event of b met an outage its
-// record already names, and nothing else: its chain ran, used no plugin
-// state, and each output it still owed was not sent (sink unavailable) or
-// got no answer (outcome unknown), as the record's last error says of it.
+// metKnownOutages reports whether every event of b met outages its record
+// already names, and nothing else: its chain ran, used no plugin state,
+// and each output it still owed was not sent (sink unavailable) or got no
+// answer (outcome unknown), as the record's entry for that output says.
 // An outage of another kind than the record names is written, once.
 func metKnownOutages(b *batch) bool {
 	if b.state.any() {
@@ -540,13 +569,27 @@ func metKnownOutages(b *batch) bool {
 			return false
 		}
 		for _, o := range it.outputs {
-			kind := outageKind(o.result.Err)
-			if kind == nil || !strings.Contains(it.rec.LastError, kind.Error()) {
+			if !knownOutage(it.rec, o) {
 				return false
 			}
 		}
 	}
 	return len(b.items) > 0
+}
+
+// knownOutage reports whether o met an outage of the kind rec's entry for
+// o (setOutput) already names.
+func knownOutage(rec *storage.Record, o *output) bool {
+	kind := outageKind(o.result.Err)
+	if kind == nil {
+		return false
+	}
+	for _, st := range rec.Outputs {
+		if st.Destination == o.dest && st.MsgID == o.msg.MsgID {
+			return !st.Delivered && strings.Contains(st.LastError, kind.Error())
+		}
+	}
+	return false
 }
 
 // outageKind is the sentinel of an outage error (isOutage), nil for any
@@ -560,6 +603,20 @@ func outageKind(err error) error {
 	return nil
 }
 
+// roomToWait forgets the waits that have ended and reports whether n more
+// events may wait out an outage in memory (maxWaits).
+func (l *Loop) roomToWait(n int) bool {
+	now := l.e.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key, until := range l.waiting {
+		if !now.Before(until) {
+			delete(l.waiting, key)
+		}
+	}
+	return len(l.waiting)+n <= maxWaits
+}
+
 // waitInMemory is the outcome of a probe all of whose events met the
 // outage again (metKnownOutages): each waits it out (outageWait) in
 // memory, and nothing is written. Writing it would rewrite a batch of
@@ -571,11 +628,6 @@ func (l *Loop) waitInMemory(b *batch) PollResult {
 	now := l.e.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for key, until := range l.waiting {
-		if !now.Before(until) {
-			delete(l.waiting, key)
-		}
-	}
 	for i := range b.items {
 		rec := b.items[i].rec
 		l.waiting[rec.Key()] = now.Add(outageWait(rec, now))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/switchyard-router/switchyard"
@@ -135,5 +136,113 @@ func TestProbesThatMeetTheOutageWriteNothing(t *testing.T) {
 		if n := h.record(id).Attempts; n != 0 {
 			t.Fatalf("%s: %d attempts counted for an outage", id, n)
 		}
+	}
+}
+
+// A sink back without a reconnect to tell (a full stream with room again)
+// is found by the next probe, though every waiting event waits out the
+// outage in memory: a probe that finds nothing else takes those.
+func TestProbeFindsASinkBackWithoutAReconnect(t *testing.T) {
+	h := newHarness(t, oneRoute, false)
+	h.waitDelivered(h.ingest("t.order", 1), 10*time.Second)
+	ctx := context.Background()
+	s, err := h.js.Stream(ctx, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	cfg.MaxMsgs, cfg.Discard = 1, jetstream.DiscardNew // full: "unavailable", connected
+	if _, err := h.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ids := h.ingest("t.order", 5)
+	testkit.Eventually(t, "the first poll to meet the full stream", 10*time.Second, func() bool {
+		return strings.Contains(h.record(ids[0]).LastError, switchyard.ErrSinkUnavailable.Error())
+	})
+	time.Sleep(12 * time.Second) // the events' waits grow with their age
+	if err := s.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxMsgs = -1
+	if _, err := h.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	h.waitDelivered(ids, 60*time.Second)
+	took := time.Since(back)
+	t.Logf("delivered %s after the stream had room again", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Fatalf("delivered %s after the stream had room again: not found by a probe a second", took.Round(time.Millisecond))
+	}
+}
+
+// An event whose outputs meet two kinds of outage (one sink unavailable,
+// one not answering) writes nothing either once each output's record
+// names its kind.
+func TestTwoKindsOfOutageWriteNothing(t *testing.T) {
+	h := newHarness(t, `
+kafka "hang" {
+  brokers = ["127.0.0.1:1"]
+}
+event "t.two" {
+  max_processing_time = "100ms"
+  route {
+    to      = "nats.local"
+    subject = "t.two"
+  }
+  route {
+    to    = "kafka.hang"
+    topic = "x"
+  }
+}
+`, false, hangingSink{name: "kafka.hang"})
+	h.srv.Close(context.Background())
+	ids := h.ingest("t.two", 5)
+	testkit.Eventually(t, "the first poll to meet the outage", 10*time.Second, func() bool {
+		return h.record(ids[0]).LastError != ""
+	})
+	time.Sleep(1500 * time.Millisecond) // the probes begin
+	before := h.db.Commits()
+	time.Sleep(4 * time.Second)
+	if n := h.db.Commits() - before; n > 0 {
+		t.Fatalf("%d commits in 4 s of probing an outage, with nothing ingested: outputs %+v", n, h.record(ids[0]).Outputs)
+	}
+}
+
+// A reload that routes a type away from a sink that is down sends the
+// events that wait out its outage in memory along the new route at once.
+func TestReloadEndsTheWaitsInMemory(t *testing.T) {
+	pol := func(route string) string {
+		return `
+kafka "hang" {
+  brokers = ["127.0.0.1:1"]
+}
+event "t.re" {
+  max_processing_time = "100ms"
+  route {
+` + route + `
+  }
+}
+`
+	}
+	h := newHarness(t, pol(`to = "kafka.hang"
+    topic = "x"`), false, hangingSink{name: "kafka.hang"})
+	ids := h.ingest("t.re", 3)
+	testkit.Eventually(t, "the first poll to meet the outage", 10*time.Second, func() bool {
+		return h.record(ids[0]).LastError != ""
+	})
+	time.Sleep(10 * time.Second) // the events' waits grow with their age
+	h.reload(pol(`to = "nats.local"
+    subject = "t.re"`))
+	back := time.Now()
+	h.waitDelivered(ids, 60*time.Second)
+	took := time.Since(back)
+	t.Logf("delivered %s after the reload", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Fatalf("delivered %s after the reload routed them to a sink that is up", took.Round(time.Millisecond))
 	}
 }
