@@ -447,12 +447,8 @@ func (e *Engine) EventStatus(tenant, id string) (*storage.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l := e.loopIfAny(rec.QueueName()); rec.State == storage.StatePending && l != nil {
-		if l.holds([]byte(rec.Key())) {
-			rec.State = storage.StateInProcess
-		} else if until := l.waitsUntil(rec.Key()); until.After(rec.NextAttemptAt) {
-			rec.NextAttemptAt = until // it waits out an outage (Loop.waitInMemory)
-		}
+	if l := e.loopIfAny(rec.QueueName()); rec.State == storage.StatePending && l != nil && l.holds([]byte(rec.Key())) {
+		rec.State = storage.StateInProcess
 	}
 	return rec, nil
 }

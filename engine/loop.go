@@ -38,20 +38,22 @@ type Loop struct {
 	mu    sync.Mutex
 	delay *Delay
 	held  map[string]struct{} // ids of the events the batches in flight hold
-	// waiting is, by event id, until when the events a probe found their
-	// sinks still down for wait, in memory (waitInMemory).
-	waiting map[string]time.Time
+	// probed is the ids of the events probes found their sinks still down
+	// for (waitInMemory), since the waits were last forgotten; round, those
+	// of them probes took again in this round (takeDue).
+	probed, round map[string]struct{}
 }
 
 func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 	l := &Loop{
-		e:       e,
-		typ:     t,
-		wakeC:   make(chan struct{}, 1),
-		kickC:   make(chan struct{}, 1),
-		delay:   NewDelay(pol.Polling),
-		held:    make(map[string]struct{}),
-		waiting: make(map[string]time.Time),
+		e:      e,
+		typ:    t,
+		wakeC:  make(chan struct{}, 1),
+		kickC:  make(chan struct{}, 1),
+		delay:  NewDelay(pol.Polling),
+		held:   make(map[string]struct{}),
+		probed: make(map[string]struct{}),
+		round:  make(map[string]struct{}),
 	}
 	l.pol.Store(pol)
 	l.lines.stale.Store(pol.ByKey())
@@ -97,39 +99,61 @@ func (l *Loop) holds(key []byte) bool {
 	return ok
 }
 
-// skips is storage.Tx.Due's skip for a take at now, which passes the key
-// as stored: the events the loop holds, and those that wait out an outage
-// in memory (waitInMemory) until now.
-func (l *Loop) skips(now time.Time) func(key []byte) bool {
-	return func(key []byte) bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if _, ok := l.held[string(key)]; ok {
-			return true
-		}
-		until, ok := l.waiting[string(key)]
-		return ok && now.Before(until)
+// skips is storage.Tx.Due's skip, which passes the key as stored: the
+// events the loop holds, and those a probe met the outage with
+// (waitInMemory).
+func (l *Loop) skips(key []byte) bool {
+	return l.skipIn(key, l.probed)
+}
+
+// skipsInRound skips the events the loop holds, and those probes took again
+// in this round.
+func (l *Loop) skipsInRound(key []byte) bool {
+	return l.skipIn(key, l.round)
+}
+
+func (l *Loop) skipIn(key []byte, set map[string]struct{}) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.held[string(key)]; ok {
+		return true
+	}
+	_, ok := set[string(key)]
+	return ok
+}
+
+// anyProbed reports whether a probe met an event's sink still down since
+// the waits were last forgotten.
+func (l *Loop) anyProbed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.probed) > 0
+}
+
+// newRound begins a new round of probes, if the last one took any event:
+// every probed event may be taken again. It reports whether it did.
+func (l *Loop) newRound() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.round) == 0 {
+		return false
+	}
+	l.round = forgetAll(l.round)
+	return true
+}
+
+// inRound notes that probes took recs again in this round.
+func (l *Loop) inRound(recs []*storage.Record) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range recs {
+		l.round[r.Key()] = struct{}{}
 	}
 }
 
-// waitsUntil is when an event that waits out an outage in memory is due
-// again (zero if it does not).
-func (l *Loop) waitsUntil(key string) time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.waiting[key]
-}
-
-// anyWaits reports whether an event waits out an outage in memory.
-func (l *Loop) anyWaits() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.waiting) > 0
-}
-
-// forgetWaits makes the events that wait out an outage in memory due at
-// once: a sink is reachable again, a poll delivered, or a reload may have
-// routed them elsewhere.
+// forgetWaits ends the round: every event that waits out an outage in
+// memory is due at once (a sink is reachable again, a poll delivered, or
+// a reload may have routed them elsewhere).
 func (l *Loop) forgetWaits() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -137,17 +161,22 @@ func (l *Loop) forgetWaits() {
 }
 
 func (l *Loop) forgetWaitsLocked() {
-	if len(l.waiting) > 4096 {
-		l.waiting = make(map[string]time.Time) // a cleared map keeps its size
-		return
+	l.probed, l.round = forgetAll(l.probed), forgetAll(l.round)
+}
+
+// forgetAll empties set, or gives a new one for a large set: a cleared map
+// keeps its size.
+func forgetAll(set map[string]struct{}) map[string]struct{} {
+	if len(set) > 4096 {
+		return make(map[string]struct{})
 	}
-	clear(l.waiting)
+	clear(set)
+	return set
 }
 
 // maxWaits bounds the events a loop keeps waiting out an outage in memory
 // (about 100 bytes each): a probe that would go past it writes its waits,
-// as any other poll does. A probe adds a batch a second, each wait lasts
-// at most maxOutageWait: 31 batches of the default 200 fit many times.
+// as any other poll does.
 const maxWaits = 100_000
 
 func (l *Loop) inProcess() int {
@@ -329,13 +358,8 @@ func (o *outageState) goOn(q *inTransitQueue) {
 	q.forget()
 }
 
-// settled takes in what the batches settled since the last look met. A
-// probe that met nothing (every waiting event waits out the outage in
-// memory, waitInMemory) leaves the loop probing.
+// settled takes in what the batches settled since the last look met.
 func (o *outageState) settled(q *inTransitQueue) {
-	if o.probing && q.outage == 0 && q.settled == 0 {
-		return
-	}
 	o.probing = q.stalled()
 	o.note(q)
 	q.forget()
@@ -472,10 +496,13 @@ func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool)
 
 // takeDue reads up to a batch of due events (and of those that wait out
 // an outage, due by now+reach) that the loop does not hold yet, and holds
-// them. Those that wait out an outage in memory (waitInMemory) are left
-// alone, but by a probe that finds nothing else: it takes them, so that a
-// sink back without a reconnect to tell (a stream with room again, a new
-// stream leader) is found within outageProbe, not when their waits end.
+// them. Those a probe met the outage with (waitInMemory) come after every
+// other: a probe takes them (takeProbed) only when it finds nothing else.
+// So probes reach new events, events to sinks that are up and due
+// retries at once, and go through the waiting events a batch a second, as
+// they did when each wrote its events' waits behind them: a sink back
+// without a reconnect to tell (a stream with room again, a new stream
+// leader) is found by the first probe that takes one of its events.
 func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Duration, probe bool) ([]*storage.Record, error) {
 	l.take.Lock()
 	defer l.take.Unlock()
@@ -488,9 +515,9 @@ func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Durat
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {
 		var err error
-		recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skips(now))
-		if err == nil && len(recs) == 0 && probe && l.anyWaits() {
-			recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.holds)
+		recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skips)
+		if err == nil && len(recs) == 0 && probe && l.anyProbed() {
+			recs, err = l.takeProbed(tx, pol, now, reach)
 		}
 		return err
 	})
@@ -521,10 +548,15 @@ func (l *Loop) finish(ctx context.Context, b *batch) (PollResult, error) {
 // to it, and the next attempt records them instead of sending them.
 func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 	var res PollResult
-	if b.probe && metKnownOutages(b) && l.roomToWait(len(b.items)) {
-		res = l.waitInMemory(b)
+	outage, known := metOutages(b)
+	outage = outage && b.probe && l.roomToWait(len(b.items))
+	if outage && known {
+		res = PollResult{Taken: len(b.items), Requeued: len(b.items)} // nothing to write
 	} else if err := l.record(ctx, b, &res); err != nil {
 		return res, err
+	}
+	if outage {
+		l.waitInMemory(b)
 	}
 	l.e.metrics.committed(l.typ, &res, b)
 	l.e.yield.done.Add(int64(res.settled()))
@@ -554,36 +586,36 @@ func (l *Loop) record(ctx context.Context, b *batch, res *PollResult) error {
 	return nil
 }
 
-// metKnownOutages reports whether every event of b met outages its record
-// already names, and nothing else: its chain ran, used no plugin state,
-// and each output it still owed was not sent (sink unavailable) or got no
-// answer (outcome unknown), as the record's entry for that output says.
-// An outage of another kind than the record names is written, once.
-func metKnownOutages(b *batch) bool {
-	if b.state.any() {
-		return false
+// metOutages reports whether every event of b met an outage and nothing
+// else (outage): its chain ran, used no plugin state, and each output it
+// still owed was not sent (sink unavailable) or got no answer (outcome
+// unknown); and whether the records already name each of those outages
+// (known), so that writing the outcome would say nothing new. An outage
+// of another kind than the record names is written, once.
+func metOutages(b *batch) (outage, known bool) {
+	if b.state.any() || len(b.items) == 0 {
+		return false, false
 	}
+	known = true
 	for i := range b.items {
 		it := &b.items[i]
 		if it.err != nil || len(it.outputs) == 0 {
-			return false
+			return false, false
 		}
 		for _, o := range it.outputs {
-			if !knownOutage(it.rec, o) {
-				return false
+			kind := outageKind(o.result.Err)
+			if kind == nil {
+				return false, false
 			}
+			known = known && names(it.rec, o, kind)
 		}
 	}
-	return len(b.items) > 0
+	return true, known
 }
 
-// knownOutage reports whether o met an outage of the kind rec's entry for
-// o (setOutput) already names.
-func knownOutage(rec *storage.Record, o *output) bool {
-	kind := outageKind(o.result.Err)
-	if kind == nil {
-		return false
-	}
+// names reports whether rec's entry for o (setOutput) already names an
+// outage of kind.
+func names(rec *storage.Record, o *output, kind error) bool {
 	for _, st := range rec.Outputs {
 		if st.Destination == o.dest && st.MsgID == o.msg.MsgID {
 			return !st.Delivered && strings.Contains(st.LastError, kind.Error())
@@ -603,36 +635,40 @@ func outageKind(err error) error {
 	return nil
 }
 
-// roomToWait forgets the waits that have ended and reports whether n more
-// events may wait out an outage in memory (maxWaits).
-func (l *Loop) roomToWait(n int) bool {
-	now := l.e.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for key, until := range l.waiting {
-		if !now.Before(until) {
-			delete(l.waiting, key)
-		}
+// takeProbed takes up to a batch of the events probes met the outage with,
+// those not taken again in this round first, and begins a new round when
+// every one was.
+func (l *Loop) takeProbed(tx *storage.Tx, pol *config.Policy, now time.Time, reach time.Duration) ([]*storage.Record, error) {
+	recs, err := tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skipsInRound)
+	if err == nil && len(recs) == 0 && l.newRound() {
+		recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skipsInRound)
 	}
-	return len(l.waiting)+n <= maxWaits
+	l.inRound(recs)
+	return recs, err
 }
 
-// waitInMemory is the outcome of a probe all of whose events met the
-// outage again (metKnownOutages): each waits it out (outageWait) in
-// memory, and nothing is written. Writing it would rewrite a batch of
-// records a second per type for as long as the outage lasts (248 KB/s for
-// one type, measured: 21 GB a day of an edge device's flash). The poll
-// that met the outage first wrote why the events wait (settle); a restart,
-// which forgets the waits, takes them again.
-func (l *Loop) waitInMemory(b *batch) PollResult {
-	now := l.e.now()
+// roomToWait reports whether n more events may wait out an outage in
+// memory (maxWaits).
+func (l *Loop) roomToWait(n int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.probed)+n <= maxWaits
+}
+
+// waitInMemory notes the events of a probe all of which met an outage
+// (metOutages): each waits behind the events no probe has met (takeDue),
+// in memory. When their records already name those outages, commitBatch
+// writes nothing: writing would rewrite a batch of records a second per
+// type for as long as the outage lasts (248 KB/s for one type, measured:
+// 21 GB a day of an edge device's flash). The first meeting is written,
+// so the records say why the events wait; a restart, which forgets what
+// was noted, takes them again.
+func (l *Loop) waitInMemory(b *batch) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range b.items {
-		rec := b.items[i].rec
-		l.waiting[rec.Key()] = now.Add(outageWait(rec, now))
+		l.probed[b.items[i].rec.Key()] = struct{}{}
 	}
-	return PollResult{Taken: len(b.items), Requeued: len(b.items)}
 }
 
 // commitRetryFirst is retryCommit's first wait; each next one doubles, up

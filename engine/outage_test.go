@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,5 +245,119 @@ event "t.re" {
 	t.Logf("delivered %s after the reload", took.Round(time.Millisecond))
 	if took > 3*time.Second {
 		t.Fatalf("delivered %s after the reload routed them to a sink that is up", took.Round(time.Millisecond))
+	}
+}
+
+// partSink is unavailable for the events it is told are down (a partition
+// whose leader is gone, a full stream): it answers at once, and nothing
+// tells the engine when one comes back (no reconnect).
+type partSink struct {
+	name string
+	mu   sync.Mutex
+	down map[string]bool
+}
+
+func (s *partSink) Name() string { return s.name }
+func (s *partSink) Publish(_ context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := make([]switchyard.Result, len(msgs))
+	for i, m := range msgs {
+		if s.down[m.Event.ID] {
+			r[i].Err = fmt.Errorf("partition leader gone: %w", switchyard.ErrSinkUnavailable)
+		}
+	}
+	return r
+}
+func (s *partSink) Close(context.Context) error { return nil }
+
+func (s *partSink) set(down bool, ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		s.down[id] = down
+	}
+}
+
+// The probes go through every waiting event, a batch a second, though
+// none is written: events whose destination came back without a reconnect
+// to tell are found within a round, not only the batch at the queue's
+// head (which the probes took again and again).
+func TestProbesGoThroughEveryWaitingEvent(t *testing.T) {
+	ps := &partSink{name: "kafka.part", down: map[string]bool{}}
+	h := newHarness(t, `
+kafka "part" {
+  brokers = ["127.0.0.1:1"]
+}
+event "t.part" {
+  batch_size = 2
+  route {
+    to    = "kafka.part"
+    topic = "x"
+  }
+}
+`, false, ps)
+	ids := []string{"a1", "a2", "b1", "b2"}
+	ps.set(true, ids...)
+	for _, id := range ids {
+		h.ingestEvent(switchyard.Event{ID: id, Type: "t.part", Source: "/t", SpecVersion: "1.0", Data: []byte(`{}`)})
+	}
+	testkit.Eventually(t, "every event to meet the outage", 10*time.Second, func() bool {
+		for _, id := range ids {
+			if h.record(id).LastError == "" {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(3 * time.Second) // probes, writing nothing
+	ps.set(false, "b1", "b2")   // b's partition is back; a's is not
+	back := time.Now()
+	h.waitDelivered([]string{"b1", "b2"}, 30*time.Second)
+	took := time.Since(back)
+	t.Logf("b delivered %s after its partition came back", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Fatalf("b delivered %s after its partition came back: the probes kept taking a1, a2", took.Round(time.Millisecond))
+	}
+}
+
+// goneSink answers at once that it is unavailable (a Kafka cluster gone).
+type goneSink struct{ name string }
+
+func (s goneSink) Name() string { return s.name }
+func (s goneSink) Publish(_ context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	r := make([]switchyard.Result, len(msgs))
+	for i := range r {
+		r[i].Err = fmt.Errorf("no broker reachable: %w", switchyard.ErrSinkUnavailable)
+	}
+	return r
+}
+func (goneSink) Close(context.Context) error { return nil }
+
+// While probes go through a backlog of events waiting for a sink that is
+// down, a new event of the type to a sink that is up is taken by the next
+// probe, before any event a probe already met the outage with.
+func TestANewEventGoesBeforeTheProbedOnes(t *testing.T) {
+	pick := funcPlugin{name: "pick", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		if ev.Subject == "kafka" {
+			return []switchyard.PluginOutput{{Destination: "kafka.main:orders", Event: *ev}}, nil
+		}
+		return []switchyard.PluginOutput{{Event: *ev}}, nil
+	}}
+	h := newHarness(t, `
+kafka "main" { brokers = ["127.0.0.1:1"] }
+`+pluginPolicy("pick", "t.mixed", `batch_size = 2`), false, withPlugins(pick), switchyard.Sink(goneSink{name: "kafka.main"}))
+	stuck := h.ingestMixed("stuck", "kafka", 30)
+	testkit.Eventually(t, "the Kafka events to meet the outage", 30*time.Second, func() bool {
+		return h.record(stuck[0]).LastError != "" && h.record(stuck[len(stuck)-1]).LastError != ""
+	})
+	time.Sleep(3 * time.Second) // probes, writing nothing
+	up := h.ingestMixed("up", "", 1)
+	start := time.Now()
+	h.waitDelivered(up, 30*time.Second)
+	took := time.Since(start)
+	t.Logf("the event to NATS delivered %s after it was stored", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Fatalf("the event to NATS delivered %s after it was stored, behind the probed ones", took.Round(time.Millisecond))
 	}
 }
