@@ -38,10 +38,13 @@ type Loop struct {
 	mu    sync.Mutex
 	delay *Delay
 	held  map[string]struct{} // ids of the events the batches in flight hold
-	// probed is the ids of the events probes found their sinks still down
-	// for (waitInMemory), since the waits were last forgotten; round, those
-	// of them probes took again in this round (takeDue).
-	probed, round map[string]struct{}
+	// probed is, by id, the events probes found their sinks still down for
+	// (waitInMemory) since the waits were last forgotten, each with the
+	// round of probes that last took or noted it (takeProbed).
+	probed map[string]uint64
+	round  uint64
+	// probedFirst: the next probe takes noted events first (takeDue).
+	probedFirst bool
 }
 
 func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
@@ -52,8 +55,7 @@ func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 		kickC:  make(chan struct{}, 1),
 		delay:  NewDelay(pol.Polling),
 		held:   make(map[string]struct{}),
-		probed: make(map[string]struct{}),
-		round:  make(map[string]struct{}),
+		probed: make(map[string]uint64),
 	}
 	l.pol.Store(pol)
 	l.lines.stale.Store(pol.ByKey())
@@ -103,43 +105,46 @@ func (l *Loop) holds(key []byte) bool {
 // events the loop holds, and those a probe met the outage with
 // (waitInMemory).
 func (l *Loop) skips(key []byte) bool {
-	return l.skipIn(key, l.probed)
-}
-
-// skipsInRound skips the events the loop holds, and those probes took again
-// in this round.
-func (l *Loop) skipsInRound(key []byte) bool {
-	return l.skipIn(key, l.round)
-}
-
-func (l *Loop) skipIn(key []byte, set map[string]struct{}) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.held[string(key)]; ok {
 		return true
 	}
-	_, ok := set[string(key)]
-	return ok
+	_, noted := l.probed[string(key)]
+	return noted
 }
 
-// anyProbed reports whether a probe met an event's sink still down since
-// the waits were last forgotten.
-func (l *Loop) anyProbed() bool {
+// skipsInRound skips the events the loop holds, those no probe met the
+// outage with, and those probes took or noted in this round.
+func (l *Loop) skipsInRound(key []byte) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.probed) > 0
-}
-
-// newRound begins a new round of probes, if the last one took any event:
-// every probed event may be taken again. It reports whether it did.
-func (l *Loop) newRound() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.round) == 0 {
-		return false
+	if _, ok := l.held[string(key)]; ok {
+		return true
 	}
-	l.round = forgetAll(l.round)
-	return true
+	round, noted := l.probed[string(key)]
+	return !noted || round == l.round
+}
+
+// probedTurn reports whether a probe met an event's sink still down since
+// the waits were last forgotten (any), and whether this probe takes those
+// events first (first): every other probe does.
+func (l *Loop) probedTurn() (any, first bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.probed) == 0 {
+		return false, false
+	}
+	l.probedFirst = !l.probedFirst
+	return true, l.probedFirst
+}
+
+// newRound begins a new round of probes: every noted event may be taken
+// again.
+func (l *Loop) newRound() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.round++
 }
 
 // inRound notes that probes took recs again in this round.
@@ -147,7 +152,7 @@ func (l *Loop) inRound(recs []*storage.Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range recs {
-		l.round[r.Key()] = struct{}{}
+		l.probed[r.Key()] = l.round
 	}
 }
 
@@ -161,17 +166,11 @@ func (l *Loop) forgetWaits() {
 }
 
 func (l *Loop) forgetWaitsLocked() {
-	l.probed, l.round = forgetAll(l.probed), forgetAll(l.round)
-}
-
-// forgetAll empties set, or gives a new one for a large set: a cleared map
-// keeps its size.
-func forgetAll(set map[string]struct{}) map[string]struct{} {
-	if len(set) > 4096 {
-		return make(map[string]struct{})
+	if len(l.probed) > 4096 {
+		l.probed = make(map[string]uint64) // a cleared map keeps its size
+		return
 	}
-	clear(set)
-	return set
+	clear(l.probed)
 }
 
 // maxWaits bounds the events a loop keeps waiting out an outage in memory
@@ -496,13 +495,15 @@ func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool)
 
 // takeDue reads up to a batch of due events (and of those that wait out
 // an outage, due by now+reach) that the loop does not hold yet, and holds
-// them. Those a probe met the outage with (waitInMemory) come after every
-// other: a probe takes them (takeProbed) only when it finds nothing else.
-// So probes reach new events, events to sinks that are up and due
-// retries at once, and go through the waiting events a batch a second, as
-// they did when each wrote its events' waits behind them: a sink back
-// without a reconnect to tell (a stream with room again, a new stream
-// leader) is found by the first probe that takes one of its events.
+// them. Those a probe met the outage with (waitInMemory) are taken apart:
+// every other probe takes them first (takeProbed), the others take the
+// rest first, each the other kind when it finds none. So probes reach new
+// events, events to sinks that are up and due retries within two seconds,
+// and go through the noted events a batch every two seconds however many
+// new ones come, as they did when each probe wrote its events' waits
+// behind them: a destination back without a reconnect to tell (a stream
+// with room again, a new stream leader) is found by the first probe that
+// takes one of its events.
 func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Duration, probe bool) ([]*storage.Record, error) {
 	l.take.Lock()
 	defer l.take.Unlock()
@@ -515,9 +516,21 @@ func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Durat
 	var recs []*storage.Record
 	err := l.e.store.View(func(tx *storage.Tx) error {
 		var err error
-		recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skips)
-		if err == nil && len(recs) == 0 && probe && l.anyProbed() {
-			recs, err = l.takeProbed(tx, pol, now, reach)
+		rest := func() ([]*storage.Record, error) {
+			return tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skips)
+		}
+		noted := func() ([]*storage.Record, error) { return l.takeProbed(tx, pol, now, reach) }
+		anyNoted, notedFirst := false, false
+		if probe {
+			anyNoted, notedFirst = l.probedTurn()
+		}
+		first, then := rest, noted
+		if notedFirst {
+			first, then = noted, rest
+		}
+		recs, err = first()
+		if err == nil && len(recs) == 0 && anyNoted {
+			recs, err = then()
 		}
 		return err
 	})
@@ -549,7 +562,7 @@ func (l *Loop) finish(ctx context.Context, b *batch) (PollResult, error) {
 func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 	var res PollResult
 	outage, known := metOutages(b)
-	outage = outage && b.probe && l.roomToWait(len(b.items))
+	outage = outage && b.probe && l.roomToWait(b)
 	if outage && known {
 		res = PollResult{Taken: len(b.items), Requeued: len(b.items)} // nothing to write
 	} else if err := l.record(ctx, b, &res); err != nil {
@@ -635,23 +648,32 @@ func outageKind(err error) error {
 	return nil
 }
 
-// takeProbed takes up to a batch of the events probes met the outage with,
-// those not taken again in this round first, and begins a new round when
-// every one was.
+// takeProbed takes up to a batch of the events probes met the outage with
+// that no probe took or noted in this round, and begins a new round when
+// there are none. An event noted in a round counts as taken in it, so new
+// events that keep meeting the outage do not keep a round from ending:
+// every noted event is taken again once a round.
 func (l *Loop) takeProbed(tx *storage.Tx, pol *config.Policy, now time.Time, reach time.Duration) ([]*storage.Record, error) {
 	recs, err := tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skipsInRound)
-	if err == nil && len(recs) == 0 && l.newRound() {
+	if err == nil && len(recs) == 0 {
+		l.newRound()
 		recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skipsInRound)
 	}
 	l.inRound(recs)
 	return recs, err
 }
 
-// roomToWait reports whether n more events may wait out an outage in
-// memory (maxWaits).
-func (l *Loop) roomToWait(n int) bool {
+// roomToWait reports whether b's events that are not noted yet may wait
+// out an outage in memory (maxWaits).
+func (l *Loop) roomToWait(b *batch) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	n := 0
+	for i := range b.items {
+		if _, ok := l.probed[b.items[i].rec.Key()]; !ok {
+			n++
+		}
+	}
 	return len(l.probed)+n <= maxWaits
 }
 
@@ -667,7 +689,7 @@ func (l *Loop) waitInMemory(b *batch) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range b.items {
-		l.probed[b.items[i].rec.Key()] = struct{}{}
+		l.probed[b.items[i].rec.Key()] = l.round
 	}
 }
 

@@ -357,7 +357,61 @@ kafka "main" { brokers = ["127.0.0.1:1"] }
 	h.waitDelivered(up, 30*time.Second)
 	took := time.Since(start)
 	t.Logf("the event to NATS delivered %s after it was stored", took.Round(time.Millisecond))
-	if took > 3*time.Second {
+	if took > 4*time.Second { // the next probe, or the one after it
 		t.Fatalf("the event to NATS delivered %s after it was stored, behind the probed ones", took.Round(time.Millisecond))
 	}
+}
+
+// New events that keep coming to a destination still down (one every
+// 400 ms, fewer than a batch a second) do not keep the probes from the
+// events they met the outage with: those whose destination came back
+// without a reconnect are found.
+func TestNewEventsDoNotStarveTheProbedOnes(t *testing.T) {
+	ps := &partSink{name: "kafka.part", down: map[string]bool{}}
+	h := newHarness(t, `
+kafka "part" {
+  brokers = ["127.0.0.1:1"]
+}
+event "t.part" {
+  batch_size = 2
+  route {
+    to    = "kafka.part"
+    topic = "x"
+  }
+}
+`, false, ps)
+	ingest := func(id string) {
+		h.ingestEvent(switchyard.Event{ID: id, Type: "t.part", Source: "/t", SpecVersion: "1.0", Data: []byte(`{}`)})
+	}
+	ids := []string{"a1", "a2", "b1", "b2"}
+	ps.set(true, ids...)
+	for _, id := range ids {
+		ingest(id)
+	}
+	testkit.Eventually(t, "every event to meet the outage", 10*time.Second, func() bool {
+		for _, id := range ids {
+			if h.record(id).LastError == "" {
+				return false
+			}
+		}
+		return true
+	})
+	delivered := func() bool {
+		return h.record("b1").State == storage.StateDelivered && h.record("b2").State == storage.StateDelivered
+	}
+	var back time.Time
+	for i := 0; back.IsZero() || !delivered(); i++ {
+		if i == 8 { // the new events have kept coming for 3 s
+			ps.set(false, "b1", "b2") // b's partition is back; a's and c's are not
+			back = time.Now()
+		}
+		if !back.IsZero() && time.Since(back) > 10*time.Second {
+			t.Fatalf("b1, b2 not delivered %s after their partition came back: %s, %q", time.Since(back).Round(time.Millisecond), h.record("b1").State, h.record("b1").LastError)
+		}
+		c := fmt.Sprintf("c%d", i)
+		ps.set(true, c)
+		ingest(c)
+		time.Sleep(400 * time.Millisecond)
+	}
+	t.Logf("b delivered %s after its partition came back", time.Since(back).Round(time.Millisecond))
 }
