@@ -41,19 +41,13 @@ func TestOneSinkOutageDoesNotHoldTheOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ks.Close(context.Background()) })
-	pick := funcPlugin{name: "pick", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-		if ev.Subject == "kafka" {
-			return []switchyard.PluginOutput{{Destination: "kafka.main:orders", Event: *ev}}, nil
-		}
-		return []switchyard.PluginOutput{{Event: *ev}}, nil
-	}}
 	h := newHarness(t, `
 kafka "main" { brokers = ["127.0.0.1:1"] }
 `+pluginPolicy("pick", "t.mixed", `batch_size = 10
   polling {
     min = "10ms"
     max = "100ms"
-  }`), false, withPlugins(pick), switchyard.Sink(ks))
+  }`), false, withPlugins(pickBySubject), switchyard.Sink(ks))
 
 	warm := h.ingestMixed("warm", "kafka", 1)
 	h.waitDelivered(warm, 20*time.Second)
@@ -98,6 +92,15 @@ kafka "main" { brokers = ["127.0.0.1:1"] }
 	}
 }
 
+// pickBySubject sends an event whose subject is "kafka" to kafka.main's
+// topic orders, and any other along the type's routes.
+var pickBySubject = funcPlugin{name: "pick", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+	if ev.Subject == "kafka" {
+		return []switchyard.PluginOutput{{Destination: "kafka.main:orders", Event: *ev}}, nil
+	}
+	return []switchyard.PluginOutput{{Event: *ev}}, nil
+}}
+
 // ingestMixed stores n events of type t.mixed with the given subject.
 func (h *harness) ingestMixed(prefix, subject string, n int) []string {
 	h.t.Helper()
@@ -117,15 +120,7 @@ func TestProbesThatMeetTheOutageWriteNothing(t *testing.T) {
 	h := newHarness(t, oneRoute, false)
 	h.srv.Close(context.Background())
 	ids := h.ingest("t.order", 600)
-	testkit.Eventually(t, "the first poll to meet the outage", 10*time.Second, func() bool {
-		return h.record(ids[0]).LastError != ""
-	})
-	time.Sleep(1500 * time.Millisecond) // the probes begin
-	before := h.db.Commits()
-	time.Sleep(4 * time.Second)
-	if n := h.db.Commits() - before; n > 0 {
-		t.Fatalf("%d commits in 4 s of probing an outage, with nothing ingested", n)
-	}
+	probesWriteNothing(h, ids[0])
 	if rec := h.record(ids[0]); rec.State != storage.StatePending || rec.Attempts != 0 {
 		t.Fatalf("during the outage: %s, %d attempts", rec.State, rec.Attempts)
 	}
@@ -202,15 +197,21 @@ event "t.two" {
 }
 `, false, hangingSink{name: "kafka.hang"})
 	h.srv.Close(context.Background())
-	ids := h.ingest("t.two", 5)
-	testkit.Eventually(t, "the first poll to meet the outage", 10*time.Second, func() bool {
-		return h.record(ids[0]).LastError != ""
+	probesWriteNothing(h, h.ingest("t.two", 5)[0])
+}
+
+// probesWriteNothing waits until the event id has met the outage and the
+// probes have begun, and fails if 4 s of them commit anything.
+func probesWriteNothing(h *harness, id string) {
+	h.t.Helper()
+	testkit.Eventually(h.t, "the first poll to meet the outage", 10*time.Second, func() bool {
+		return h.record(id).LastError != ""
 	})
 	time.Sleep(1500 * time.Millisecond) // the probes begin
 	before := h.db.Commits()
 	time.Sleep(4 * time.Second)
 	if n := h.db.Commits() - before; n > 0 {
-		t.Fatalf("%d commits in 4 s of probing an outage, with nothing ingested: outputs %+v", n, h.record(ids[0]).Outputs)
+		h.t.Fatalf("%d commits in 4 s of probing an outage, with nothing ingested: outputs %+v", n, h.record(id).Outputs)
 	}
 }
 
@@ -271,19 +272,9 @@ func (s *partSink) Publish(_ context.Context, msgs []*switchyard.Message) []swit
 }
 func (s *partSink) Close(context.Context) error { return nil }
 
-func (s *partSink) set(down bool, ids ...string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, id := range ids {
-		s.down[id] = down
-	}
-}
-
-// The probes go through every waiting event, a batch a second, though
-// none is written: events whose destination came back without a reconnect
-// to tell are found within a round, not only the batch at the queue's
-// head (which the probes took again and again).
-func TestProbesGoThroughEveryWaitingEvent(t *testing.T) {
+// newPartHarness is a harness whose type t.part (batches of 2) goes to a
+// partSink.
+func newPartHarness(t *testing.T) (*harness, *partSink) {
 	ps := &partSink{name: "kafka.part", down: map[string]bool{}}
 	h := newHarness(t, `
 kafka "part" {
@@ -297,12 +288,22 @@ event "t.part" {
   }
 }
 `, false, ps)
-	ids := []string{"a1", "a2", "b1", "b2"}
-	ps.set(true, ids...)
+	return h, ps
+}
+
+// ingest stores an event of type t.part with the given id.
+func (s *partSink) ingest(h *harness, id string) {
+	h.ingestEvent(switchyard.Event{ID: id, Type: "t.part", Source: "/t", SpecVersion: "1.0", Data: []byte(`{}`)})
+}
+
+// meetOutage stores events with the given ids, down, and waits until
+// each has met the outage.
+func (s *partSink) meetOutage(h *harness, ids ...string) {
+	s.set(true, ids...)
 	for _, id := range ids {
-		h.ingestEvent(switchyard.Event{ID: id, Type: "t.part", Source: "/t", SpecVersion: "1.0", Data: []byte(`{}`)})
+		s.ingest(h, id)
 	}
-	testkit.Eventually(t, "every event to meet the outage", 10*time.Second, func() bool {
+	testkit.Eventually(h.t, "every event to meet the outage", 10*time.Second, func() bool {
 		for _, id := range ids {
 			if h.record(id).LastError == "" {
 				return false
@@ -310,6 +311,23 @@ event "t.part" {
 		}
 		return true
 	})
+}
+
+func (s *partSink) set(down bool, ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		s.down[id] = down
+	}
+}
+
+// The probes go through every waiting event, a batch a second, though
+// none is written: events whose destination came back without a reconnect
+// to tell are found within a round, not only the batch at the queue's
+// head (which the probes took again and again).
+func TestProbesGoThroughEveryWaitingEvent(t *testing.T) {
+	h, ps := newPartHarness(t)
+	ps.meetOutage(h, "a1", "a2", "b1", "b2")
 	time.Sleep(3 * time.Second) // probes, writing nothing
 	ps.set(false, "b1", "b2")   // b's partition is back; a's is not
 	back := time.Now()
@@ -338,15 +356,9 @@ func (goneSink) Close(context.Context) error { return nil }
 // down, a new event of the type to a sink that is up is taken by the next
 // probe, before any event a probe already met the outage with.
 func TestANewEventGoesBeforeTheProbedOnes(t *testing.T) {
-	pick := funcPlugin{name: "pick", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-		if ev.Subject == "kafka" {
-			return []switchyard.PluginOutput{{Destination: "kafka.main:orders", Event: *ev}}, nil
-		}
-		return []switchyard.PluginOutput{{Event: *ev}}, nil
-	}}
 	h := newHarness(t, `
 kafka "main" { brokers = ["127.0.0.1:1"] }
-`+pluginPolicy("pick", "t.mixed", `batch_size = 2`), false, withPlugins(pick), switchyard.Sink(goneSink{name: "kafka.main"}))
+`+pluginPolicy("pick", "t.mixed", `batch_size = 2`), false, withPlugins(pickBySubject), switchyard.Sink(goneSink{name: "kafka.main"}))
 	stuck := h.ingestMixed("stuck", "kafka", 30)
 	testkit.Eventually(t, "the Kafka events to meet the outage", 30*time.Second, func() bool {
 		return h.record(stuck[0]).LastError != "" && h.record(stuck[len(stuck)-1]).LastError != ""
@@ -367,35 +379,8 @@ kafka "main" { brokers = ["127.0.0.1:1"] }
 // events they met the outage with: those whose destination came back
 // without a reconnect are found.
 func TestNewEventsDoNotStarveTheProbedOnes(t *testing.T) {
-	ps := &partSink{name: "kafka.part", down: map[string]bool{}}
-	h := newHarness(t, `
-kafka "part" {
-  brokers = ["127.0.0.1:1"]
-}
-event "t.part" {
-  batch_size = 2
-  route {
-    to    = "kafka.part"
-    topic = "x"
-  }
-}
-`, false, ps)
-	ingest := func(id string) {
-		h.ingestEvent(switchyard.Event{ID: id, Type: "t.part", Source: "/t", SpecVersion: "1.0", Data: []byte(`{}`)})
-	}
-	ids := []string{"a1", "a2", "b1", "b2"}
-	ps.set(true, ids...)
-	for _, id := range ids {
-		ingest(id)
-	}
-	testkit.Eventually(t, "every event to meet the outage", 10*time.Second, func() bool {
-		for _, id := range ids {
-			if h.record(id).LastError == "" {
-				return false
-			}
-		}
-		return true
-	})
+	h, ps := newPartHarness(t)
+	ps.meetOutage(h, "a1", "a2", "b1", "b2")
 	delivered := func() bool {
 		return h.record("b1").State == storage.StateDelivered && h.record("b2").State == storage.StateDelivered
 	}
@@ -410,7 +395,7 @@ event "t.part" {
 		}
 		c := fmt.Sprintf("c%d", i)
 		ps.set(true, c)
-		ingest(c)
+		ps.ingest(h, c)
 		time.Sleep(400 * time.Millisecond)
 	}
 	t.Logf("b delivered %s after its partition came back", time.Since(back).Round(time.Millisecond))

@@ -967,13 +967,7 @@ func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
 	c := newCluster(t, kfake.Ports(port), kfake.DataDir(dir))
 	cfg := testConfig(c)
 	s := newSink(t, cfg)
-	ready := make(chan struct{}, 1)
-	s.OnReady(func() {
-		select {
-		case ready <- struct{}{}:
-		default:
-		}
-	})
+	ready := readyChan(s)
 	publishOK(t, s, messages("warm", 1, topic))
 	c.Close()
 
@@ -1042,13 +1036,7 @@ func TestSeedAliasOfAGoneClusterIsDown(t *testing.T) {
 	cfg := config.NewKafka("main", alias)
 	cfg.PublishTimeout = 5 * time.Second
 	s := newSink(t, cfg)
-	ready := make(chan struct{}, 1)
-	s.OnReady(func() {
-		select {
-		case ready <- struct{}{}:
-		default:
-		}
-	})
+	ready := readyChan(s)
 	publishOK(t, s, messages("warm", 1, topic))
 	c.Close()
 
@@ -1096,6 +1084,19 @@ func TestSeedAliasOfAGoneClusterIsDown(t *testing.T) {
 		return true
 	}, func() string { return fmt.Sprintf("no publish after the cluster came back: %v", last) })
 	t.Logf("published again %s after the sink noticed the cluster", time.Since(back).Round(time.Millisecond))
+}
+
+// readyChan registers a ready function on s that signals the returned
+// channel (once, until it is read).
+func readyChan(s *Sink) <-chan struct{} {
+	ready := make(chan struct{}, 1)
+	s.OnReady(func() {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	})
+	return ready
 }
 
 // balancer listens on a port of its own and forwards each connection to
