@@ -253,7 +253,7 @@ func (l *Loop) run(ctx context.Context) {
 	defer timer.Stop()
 	var transit inTransitQueue
 	defer transit.settle(ctx, l, 0)
-	var out outageState
+	out := outageState{forget: l.forgetWaits}
 	for {
 		// Let go of the holds of batches already committed: this take's
 		// snapshot will see them.
@@ -273,7 +273,6 @@ func (l *Loop) run(ctx context.Context) {
 		full := taken == pol.BatchSize && err == nil
 		if taken > 0 && err == nil && l.restForIngest(ctx, timer, &transit, b, start) {
 			out.goOn(&transit)
-			l.forgetWaits()
 			continue
 		}
 		if full && l.drainOn(ctx, &transit, b, &out) {
@@ -286,16 +285,12 @@ func (l *Loop) run(ctx context.Context) {
 		// A poll that met an outage and delivered nothing is not a full
 		// one: the delay grows.
 		out.settled(&transit)
-		if !out.probing {
-			l.forgetWaits()
-		}
 		kicked, ok := l.wait(ctx, timer, l.nextDelay(full && !out.probing), out.probing || err != nil)
 		if !ok {
 			return
 		}
 		if kicked {
 			out.kicked()
-			l.forgetWaits()
 		}
 	}
 }
@@ -317,7 +312,6 @@ func (l *Loop) drainOn(ctx context.Context, transit *inTransitQueue, b *batch, o
 		return false
 	}
 	out.goOn(transit)
-	l.forgetWaits()
 	l.nextDelay(true)
 	return true
 }
@@ -334,6 +328,9 @@ type outageState struct {
 	// while probing and after a kick that follows an outage, so the
 	// events that wait out an outage (outageWait) are taken too.
 	reach time.Duration
+	// forget ends the waits in memory (Loop.forgetWaits): whenever the loop
+	// stops probing, and when a sink becomes reachable.
+	forget func()
 }
 
 // note takes in whether the batches settled since the last look met an
@@ -355,6 +352,7 @@ func (o *outageState) goOn(q *inTransitQueue) {
 	}
 	o.probing = false
 	q.forget()
+	o.forget()
 }
 
 // settled takes in what the batches settled since the last look met.
@@ -365,6 +363,8 @@ func (o *outageState) settled(q *inTransitQueue) {
 	o.reach = 0
 	if o.probing {
 		o.reach = maxOutageWait
+	} else {
+		o.forget()
 	}
 }
 
@@ -375,6 +375,7 @@ func (o *outageState) kicked() {
 	if time.Since(o.lastOutage) < maxOutageWait {
 		o.reach = maxOutageWait
 	}
+	o.forget()
 }
 
 // wait sleeps until the next poll is due: after d, or sooner when a commit
@@ -581,13 +582,13 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 // record writes a batch's outcome (Loop.commit) in one transaction, tried
 // again while the commit fails (retryCommit).
 func (l *Loop) record(ctx context.Context, b *batch, res *PollResult) error {
-	record := func() error {
+	try := func() error {
 		return l.e.store.Update(context.WithoutCancel(ctx), func(tx *storage.Tx) error {
 			*res = PollResult{Taken: len(b.items), Failed: b.failed}
 			return l.commit(tx, b, res)
 		})
 	}
-	err := retryCommit(ctx, b.taken.Add(b.pol.MaxProcessingTime), record, func(err error, wait time.Duration) {
+	err := retryCommit(ctx, b.taken.Add(b.pol.MaxProcessingTime), try, func(err error, wait time.Duration) {
 		l.e.log.Warn("recording delivery outcomes failed; trying again, the batch held (not sent again)", "type", l.typ, "events", len(b.items), "retry_in", wait, "error", err)
 	})
 	if err != nil {
@@ -1232,9 +1233,7 @@ type verdict struct {
 // isOutage reports whether err is the sink's, not the event's: not sent
 // (unavailable), or no answer by the deadline (unknown outcome). It counts
 // no attempt, and the loop backs off (docs/decisions/outage-no-attempt.md).
-func isOutage(err error) bool {
-	return errors.Is(err, switchyard.ErrSinkUnavailable) || errors.Is(err, switchyard.ErrUnknownOutcome) || errors.Is(err, context.DeadlineExceeded)
-}
+func isOutage(err error) bool { return outageKind(err) != nil }
 
 // succeeded reports whether the attempt delivered the event (or the chain
 // filtered it).

@@ -167,13 +167,7 @@ func TestProbeFindsASinkBackWithoutAReconnect(t *testing.T) {
 	if _, err := h.js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	back := time.Now()
-	h.waitDelivered(ids, 60*time.Second)
-	took := time.Since(back)
-	t.Logf("delivered %s after the stream had room again", took.Round(time.Millisecond))
-	if took > 3*time.Second {
-		t.Fatalf("delivered %s after the stream had room again: not found by a probe a second", took.Round(time.Millisecond))
-	}
+	deliveredWithin(h, ids, 3*time.Second, "the stream had room again (a probe a second finds it)")
 }
 
 // An event whose outputs meet two kinds of outage (one sink unavailable,
@@ -240,13 +234,7 @@ event "t.re" {
 	time.Sleep(10 * time.Second) // the events' waits grow with their age
 	h.reload(pol(`to = "nats.local"
     subject = "t.re"`))
-	back := time.Now()
-	h.waitDelivered(ids, 60*time.Second)
-	took := time.Since(back)
-	t.Logf("delivered %s after the reload", took.Round(time.Millisecond))
-	if took > 3*time.Second {
-		t.Fatalf("delivered %s after the reload routed them to a sink that is up", took.Round(time.Millisecond))
-	}
+	deliveredWithin(h, ids, 3*time.Second, "the reload routed them to a sink that is up")
 }
 
 // partSink is unavailable for the events it is told are down (a partition
@@ -330,13 +318,7 @@ func TestProbesGoThroughEveryWaitingEvent(t *testing.T) {
 	ps.meetOutage(h, "a1", "a2", "b1", "b2")
 	time.Sleep(3 * time.Second) // probes, writing nothing
 	ps.set(false, "b1", "b2")   // b's partition is back; a's is not
-	back := time.Now()
-	h.waitDelivered([]string{"b1", "b2"}, 30*time.Second)
-	took := time.Since(back)
-	t.Logf("b delivered %s after its partition came back", took.Round(time.Millisecond))
-	if took > 3*time.Second {
-		t.Fatalf("b delivered %s after its partition came back: the probes kept taking a1, a2", took.Round(time.Millisecond))
-	}
+	deliveredWithin(h, []string{"b1", "b2"}, 3*time.Second, "their partition came back (a1, a2's did not)")
 }
 
 // goneSink answers at once that it is unavailable (a Kafka cluster gone).
@@ -365,12 +347,20 @@ kafka "main" { brokers = ["127.0.0.1:1"] }
 	})
 	time.Sleep(3 * time.Second) // probes, writing nothing
 	up := h.ingestMixed("up", "", 1)
+	// The next probe, or the one after it.
+	deliveredWithin(h, up, 4*time.Second, "it was stored, behind events probes met the outage with")
+}
+
+// deliveredWithin waits until ids are delivered, and fails if that took
+// longer than within from now, just after what happened (after).
+func deliveredWithin(h *harness, ids []string, within time.Duration, after string) {
+	h.t.Helper()
 	start := time.Now()
-	h.waitDelivered(up, 30*time.Second)
+	h.waitDelivered(ids, 60*time.Second)
 	took := time.Since(start)
-	t.Logf("the event to NATS delivered %s after it was stored", took.Round(time.Millisecond))
-	if took > 4*time.Second { // the next probe, or the one after it
-		t.Fatalf("the event to NATS delivered %s after it was stored, behind the probed ones", took.Round(time.Millisecond))
+	h.t.Logf("delivered %s after %s", took.Round(time.Millisecond), after)
+	if took > within {
+		h.t.Fatalf("delivered %s after %s, want within %s", took.Round(time.Millisecond), after, within)
 	}
 }
 
