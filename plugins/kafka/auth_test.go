@@ -128,15 +128,16 @@ func TestShortAuthFailureIsAnOutage(t *testing.T) {
 		}
 	}
 	// Taken again: the sink's watch finds the broker answering, and
-	// publishes go through; meanwhile each says the sink is unavailable,
-	// never counting an attempt.
+	// publishes go through; meanwhile each is an outage, never counting an
+	// attempt: unavailable, or an unknown outcome when a publish handed
+	// over met a refused dial that made the cluster down again (seen in CI).
 	refusing.Store(false)
 	back := time.Now()
 	var last error
 	testkit.EventuallyWith(t, 20*time.Second, func() bool {
 		for _, r := range s.Publish(context.Background(), messages("after", 3, topic)) {
 			if last = r.Err; r.Err != nil {
-				if !errors.Is(r.Err, switchyard.ErrSinkUnavailable) {
+				if !errors.Is(r.Err, switchyard.ErrSinkUnavailable) && !errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
 					t.Fatalf("after the refusal ended: %v: not an outage", r.Err)
 				}
 				return false
