@@ -34,3 +34,11 @@ func SetMaxHeldOutputBytes(t interface{ Cleanup(func()) }, n int64) {
 	maxHeldOutputBytes = n
 	t.Cleanup(func() { maxHeldOutputBytes = old })
 }
+
+// Noted is how many events l keeps waiting out an outage in memory, or
+// took again as such in the current round (Loop.probed).
+func (l *Loop) Noted() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.probed)
+}

@@ -43,6 +43,9 @@ type Loop struct {
 	// round of probes that last took or noted it (takeProbed).
 	probed map[string]uint64
 	round  uint64
+	// forgets counts forgetWaits: a batch taken before the last one
+	// (batch.forgets) does not note its events (mayWait).
+	forgets uint64
 	// probedFirst: the next probe takes noted events first (takeDue).
 	probedFirst bool
 }
@@ -147,10 +150,14 @@ func (l *Loop) newRound() {
 	l.round++
 }
 
-// inRound notes that probes took recs again in this round.
-func (l *Loop) inRound(recs []*storage.Record) {
+// inRound notes that probes took recs again in this round, unless the
+// waits were forgotten since the take began (forgets: Loop.forgets then).
+func (l *Loop) inRound(recs []*storage.Record, forgets uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if forgets != l.forgets {
+		return
+	}
 	for _, r := range recs {
 		l.probed[r.Key()] = l.round
 	}
@@ -165,7 +172,16 @@ func (l *Loop) forgetWaits() {
 	l.forgetWaitsLocked()
 }
 
+// forgetsNow is Loop.forgets: a batch taken from now on may note its
+// events until the waits are forgotten again.
+func (l *Loop) forgetsNow() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.forgets
+}
+
 func (l *Loop) forgetWaitsLocked() {
+	l.forgets++
 	if len(l.probed) > 4096 {
 		l.probed = make(map[string]uint64) // a cleared map keeps its size
 		return
@@ -484,12 +500,12 @@ func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool)
 		return nil, nil
 	}
 	pol := l.pol.Load()
-	recs, err := l.takeDue(ctx, pol, reach, probe)
+	recs, forgets, err := l.takeDue(ctx, pol, reach, probe)
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
 	b := l.outputs(ctx, pol, recs)
-	b.probe = probe
+	b.probe, b.forgets = probe, forgets
 	b.send(ctx, l.e.sinks())
 	return b, nil
 }
@@ -505,22 +521,21 @@ func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool)
 // behind them: a destination back without a reconnect to tell (a stream
 // with room again, a new stream leader) is found by the first probe that
 // takes one of its events.
-func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Duration, probe bool) ([]*storage.Record, error) {
+func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Duration, probe bool) (recs []*storage.Record, forgets uint64, err error) {
 	l.take.Lock()
 	defer l.take.Unlock()
 	if pol.ByKey() {
 		if err := l.lines.lineUp(ctx, l.e, l.typ); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	now := l.e.now()
-	var recs []*storage.Record
-	err := l.e.store.View(func(tx *storage.Tx) error {
+	now, forgets := l.e.now(), l.forgetsNow()
+	err = l.e.store.View(func(tx *storage.Tx) error {
 		var err error
 		rest := func() ([]*storage.Record, error) {
 			return tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skips)
 		}
-		noted := func() ([]*storage.Record, error) { return l.takeProbed(tx, pol, now, reach) }
+		noted := func() ([]*storage.Record, error) { return l.takeProbed(tx, pol, now, reach, forgets) }
 		anyNoted, notedFirst := false, false
 		if probe {
 			anyNoted, notedFirst = l.probedTurn()
@@ -538,7 +553,7 @@ func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Durat
 	if err == nil {
 		l.hold(recs)
 	}
-	return recs, err
+	return recs, forgets, err
 }
 
 // finish waits for a sent batch's acknowledgements and records its
@@ -563,7 +578,7 @@ func (l *Loop) finish(ctx context.Context, b *batch) (PollResult, error) {
 func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 	var res PollResult
 	outage, known := metOutages(b)
-	outage = outage && b.probe && l.roomToWait(b)
+	outage = outage && b.probe && l.mayWait(b)
 	if outage && known {
 		res = PollResult{Taken: len(b.items), Requeued: len(b.items)} // nothing to write
 	} else if err := l.record(ctx, b, &res); err != nil {
@@ -654,21 +669,26 @@ func outageKind(err error) error {
 // there are none. An event noted in a round counts as taken in it, so new
 // events that keep meeting the outage do not keep a round from ending:
 // every noted event is taken again once a round.
-func (l *Loop) takeProbed(tx *storage.Tx, pol *config.Policy, now time.Time, reach time.Duration) ([]*storage.Record, error) {
+func (l *Loop) takeProbed(tx *storage.Tx, pol *config.Policy, now time.Time, reach time.Duration, forgets uint64) ([]*storage.Record, error) {
 	recs, err := tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skipsInRound)
 	if err == nil && len(recs) == 0 {
 		l.newRound()
 		recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skipsInRound)
 	}
-	l.inRound(recs)
+	l.inRound(recs, forgets)
 	return recs, err
 }
 
-// roomToWait reports whether b's events that are not noted yet may wait
-// out an outage in memory (maxWaits).
-func (l *Loop) roomToWait(b *batch) bool {
+// mayWait reports whether b's events may wait out an outage in memory:
+// the waits were not forgotten since b was taken (a reload may have routed
+// its events elsewhere, a reconnect ended the outage), and those not noted
+// yet fit (maxWaits). A batch that may not is written as any other poll's.
+func (l *Loop) mayWait(b *batch) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if b.forgets != l.forgets {
+		return false
+	}
 	n := 0
 	for i := range b.items {
 		if _, ok := l.probed[b.items[i].rec.Key()]; !ok {
@@ -793,10 +813,10 @@ func (q *inTransitQueue) forget() { q.outage, q.settled = 0, 0 }
 
 func (l *Loop) hold(recs []*storage.Record) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, r := range recs {
 		l.held[r.Key()] = struct{}{}
 	}
-	l.mu.Unlock()
 }
 
 func (l *Loop) letGo(b *batch) {
@@ -852,6 +872,8 @@ type batch struct {
 	held int64
 	// probe: the loop took the batch while it backed off from an outage.
 	probe bool
+	// forgets is Loop.forgets when the take began.
+	forgets uint64
 
 	// Set by send, used by await.
 	cancel      context.CancelFunc // ends the publish deadline

@@ -237,6 +237,27 @@ event "t.re" {
 	deliveredWithin(h, ids, 3*time.Second, "the reload routed them to a sink that is up")
 }
 
+// A reload while a probe's batch is in flight ends that batch's waits in
+// memory too: when it comes back from a sink still down, its events are
+// not noted again, so the next probe takes them as due, not as waiting.
+func TestReloadDuringAProbeEndsItsWaits(t *testing.T) {
+	h, ps := newPartHarness(t)
+	ps.meetOutage(h, "a", "b")
+	loop := h.eng.Loop("t.part")
+	testkit.Eventually(t, "a probe to note both events", 10*time.Second, func() bool { return loop.Noted() == 2 })
+	calls := ps.intercept(t)
+	inFlight := next(t, calls)
+	h.reload(partPolicy)
+	if n := loop.Noted(); n != 0 {
+		t.Fatalf("after the reload %d events wait in memory, want 0", n)
+	}
+	close(inFlight) // the sink is still down for both
+	close(next(t, calls))
+	if n := loop.Noted(); n != 0 {
+		t.Fatalf("the probe after the reload took %d events as waiting in memory, want 0: the batch in flight at the reload noted them again", n)
+	}
+}
+
 // partSink is unavailable for the events it is told are down (a partition
 // whose leader is gone, a full stream): it answers at once, and nothing
 // tells the engine when one comes back (no reconnect).
@@ -244,10 +265,24 @@ type partSink struct {
 	name string
 	mu   sync.Mutex
 	down map[string]bool
+	// calls, when set, is handed each publish's release: the publish
+	// answers once the test closes it (intercept).
+	calls chan chan struct{}
 }
 
 func (s *partSink) Name() string { return s.name }
-func (s *partSink) Publish(_ context.Context, msgs []*switchyard.Message) []switchyard.Result {
+func (s *partSink) Publish(ctx context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	s.mu.Lock()
+	calls := s.calls
+	s.mu.Unlock()
+	if calls != nil {
+		release := make(chan struct{})
+		select {
+		case calls <- release:
+			<-release
+		case <-ctx.Done():
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := make([]switchyard.Result, len(msgs))
@@ -264,7 +299,10 @@ func (s *partSink) Close(context.Context) error { return nil }
 // partSink.
 func newPartHarness(t *testing.T) (*harness, *partSink) {
 	ps := &partSink{name: "kafka.part", down: map[string]bool{}}
-	h := newHarness(t, `
+	return newHarness(t, partPolicy, false, ps), ps
+}
+
+const partPolicy = `
 kafka "part" {
   brokers = ["127.0.0.1:1"]
 }
@@ -275,9 +313,7 @@ event "t.part" {
     topic = "x"
   }
 }
-`, false, ps)
-	return h, ps
-}
+`
 
 // ingest stores an event of type t.part with the given id.
 func (s *partSink) ingest(h *harness, id string) {
@@ -299,6 +335,42 @@ func (s *partSink) meetOutage(h *harness, ids ...string) {
 		}
 		return true
 	})
+}
+
+// intercept makes each publish wait for the test: it is handed on the
+// channel returned, and answers once the test closes what it received.
+// The test's end stops it.
+func (s *partSink) intercept(t *testing.T) <-chan chan struct{} {
+	calls := make(chan chan struct{})
+	s.mu.Lock()
+	s.calls = calls
+	s.mu.Unlock()
+	t.Cleanup(func() {
+		s.mu.Lock()
+		s.calls = nil
+		s.mu.Unlock()
+		for {
+			select {
+			case release := <-calls:
+				close(release)
+			default:
+				return
+			}
+		}
+	})
+	return calls
+}
+
+// next is the release of the next publish a test intercepts.
+func next(t *testing.T, calls <-chan chan struct{}) chan struct{} {
+	t.Helper()
+	select {
+	case release := <-calls:
+		return release
+	case <-time.After(10 * time.Second):
+		t.Fatal("no publish within 10 s")
+		return nil
+	}
 }
 
 func (s *partSink) set(down bool, ids ...string) {
