@@ -93,6 +93,50 @@ type DB struct {
 type write struct {
 	fn  func(*Tx) error
 	err chan error
+	// later is how long the write may wait for another to share its
+	// commit, unless hurry is closed first (Later); 0 commits it at once.
+	later later
+}
+
+// later is how long a write may wait for company (Later), and what ends
+// the wait sooner.
+type later struct {
+	wait  time.Duration
+	hurry <-chan struct{}
+}
+
+// hurried reports whether the writer of a write under Later closed its
+// hurry channel.
+func (l later) hurried() bool {
+	select {
+	case <-l.hurry:
+		return true
+	default:
+		return false
+	}
+}
+
+// Later returns a context under which DB.Update may hold its write up to
+// wait for another write to share its commit, when no other is queued
+// with it, or until hurry is closed. It is for a write that no client
+// waits on the disk for: a delivery outcome at a low rate, which would
+// otherwise commit alone right after the commit of the events it
+// delivered, with two fdatasyncs and much the same pages rewritten (the
+// last leaves of the events and queue buckets, the branches above them).
+// Sharing the next commit halves the commits per event. The writer closes
+// hurry when it learns that no write is coming (what it waits to do next
+// was committed already). (docs/decisions/group-commit.md, "A delivery
+// outcome waits for company")
+func Later(ctx context.Context, wait time.Duration, hurry <-chan struct{}) context.Context {
+	return context.WithValue(ctx, laterKey{}, later{wait: wait, hurry: hurry})
+}
+
+type laterKey struct{}
+
+// laterOf is what Later set for a write under ctx.
+func laterOf(ctx context.Context) later {
+	l, _ := ctx.Value(laterKey{}).(later)
+	return l
 }
 
 // openError names path once: an error of the file system names it already
@@ -282,7 +326,7 @@ func (db *DB) MarkRecovered() { db.recovered.Store(true) }
 // only on tx, and return its error before it writes where it can.
 func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
 	w := writes.Get().(*write)
-	w.fn = fn
+	w.fn, w.later = fn, laterOf(ctx)
 	defer func() { w.fn = nil; writes.Put(w) }()
 	db.mu.RLock()
 	if db.closed {
@@ -318,13 +362,32 @@ func (db *DB) writer() {
 	var last lastCommit
 	for w := range db.writes {
 		group = db.drain(append(group[:0], w))
+		if wait, hurry := mayWait(group); wait > 0 {
+			group = db.drain(db.gather(group, delay, len(group)+1, wait, hurry))
+		}
 		if db.opts.CommitDelay > 0 && len(group) < delayedGroup {
-			group = db.drain(db.gather(group, delay, delayedGroup, db.opts.CommitDelay))
+			group = db.drain(db.gather(group, delay, delayedGroup, db.opts.CommitDelay, nil))
 		} else if want, wait := last.regroup(len(group)); wait > 0 {
-			group = db.drain(db.gather(group, delay, want, wait))
+			group = db.drain(db.gather(group, delay, want, wait, nil))
 		}
 		last = db.commit(group)
 	}
+}
+
+// mayWait is how long a group may wait for another write to join it
+// (Later), and what ends the wait sooner: 0 unless every write of the
+// group may wait and none is hurried; then the shortest of their waits,
+// hurried by the first write's writer (a second write that may wait
+// would end the wait by joining).
+func mayWait(group []*write) (time.Duration, <-chan struct{}) {
+	wait := group[0].later.wait
+	for _, w := range group {
+		if w.later.hurried() {
+			return 0, nil
+		}
+		wait = min(wait, w.later.wait)
+	}
+	return wait, group[0].later.hurry
 }
 
 // lastCommit is the size and duration of the writer's last commit: the
@@ -370,8 +433,8 @@ func (db *DB) drain(group []*write) []*write {
 }
 
 // gather waits up to wait (on timer) for more writes to join group, until
-// it holds want.
-func (db *DB) gather(group []*write, timer *time.Timer, want int, wait time.Duration) []*write {
+// it holds want, or until hurry (nil: never).
+func (db *DB) gather(group []*write, timer *time.Timer, want int, wait time.Duration, hurry <-chan struct{}) []*write {
 	timer.Reset(wait)
 	defer timer.Stop() // Go ≥ 1.23: no stale tick to drain
 	for len(group) < want {
@@ -382,6 +445,8 @@ func (db *DB) gather(group []*write, timer *time.Timer, want int, wait time.Dura
 			}
 			group = append(group, w)
 		case <-timer.C:
+			return group
+		case <-hurry:
 			return group
 		}
 	}

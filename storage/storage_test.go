@@ -717,6 +717,53 @@ func TestCommitDelayIsABound(t *testing.T) {
 	}
 }
 
+// A write under Later shares the commit of the next write that comes
+// within its wait (one commit for both, where each alone makes one); a
+// lone one commits once its wait is over, or once its writer closes its
+// hurry channel, not before.
+func TestLaterWriteSharesTheNextCommit(t *testing.T) {
+	db := storagetest.Open(t)
+	insert := func(id string) func(*storage.Tx) error {
+		r := record(id, "a", time.Unix(1, 0), "")
+		return func(tx *storage.Tx) error { return tx.InsertEvent(r, false) }
+	}
+	before := db.Commits()
+	later := make(chan error, 1)
+	go func() { later <- db.Update(storage.Later(ctx, time.Minute, nil), insert("later-1")) }()
+	time.Sleep(100 * time.Millisecond) // the later write waits in the writer
+	if n := db.Commits() - before; n != 0 {
+		t.Fatalf("the write under Later made %d commit(s) alone within its wait", n)
+	}
+	if err := db.Update(ctx, insert("plain-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-later; err != nil {
+		t.Fatal(err)
+	}
+	if n := db.Commits() - before; n != 1 {
+		t.Fatalf("a write under Later and the plain write after it made %d commits, want 1", n)
+	}
+	if err := db.Update(storage.Later(ctx, 50*time.Millisecond, nil), insert("later-2")); err != nil {
+		t.Fatalf("a lone write under Later: %v", err)
+	}
+	if n := db.Commits() - before; n != 2 {
+		t.Fatalf("a lone write under Later made %d commits, want 1", n-1)
+	}
+	hurry := make(chan struct{})
+	go func() { later <- db.Update(storage.Later(ctx, time.Minute, hurry), insert("later-3")) }()
+	time.Sleep(100 * time.Millisecond)
+	if n := db.Commits() - before; n != 2 {
+		t.Fatalf("a write under Later made a commit alone within its wait")
+	}
+	close(hurry) // its writer learned no write is coming
+	if err := <-later; err != nil {
+		t.Fatal(err)
+	}
+	if n := db.Commits() - before; n != 3 {
+		t.Fatalf("a hurried write under Later made %d commits, want 1", n-2)
+	}
+}
+
 // A tenant's namespace is its own: the default tenant keeps the bare name,
 // every other tenant a name no other tenant (whatever '/', ':' or '@' its
 // name holds) and no bare name can equal, and the tenant and base are read
