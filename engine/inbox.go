@@ -502,8 +502,10 @@ func heldBy(tx *storage.Tx, tenant, consumer, id, token string, now time.Time) (
 		return nil, err
 	case token == "":
 		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "token: the claim's token (from the claim that took the lease) is needed")
-	case c.Token() != token:
+	case c.Token() != token && c.ClaimedAfter(token):
 		return nil, switchyard.Errorf(switchyard.ECONFLICT, "id %q was claimed again after the lease of this token ran out: another holder has it (its effect may have run twice), and its result is the one kept", id)
+	case c.Token() != token:
+		return nil, switchyard.Errorf(switchyard.ECONFLICT, "token %q is not the token of id %q's claim, nor of an earlier claim of it: the claim is held under the token its claim request returned", token, id)
 	}
 	return c, nil
 }

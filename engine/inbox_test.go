@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -342,6 +343,38 @@ func TestStaleHolderCannotActOnTheNextClaim(t *testing.T) {
 	// An id no longer claimed is released already, token or not.
 	if err := h.eng.Release(ctx, "default", "mailer", "never-claimed", ""); err != nil {
 		t.Errorf("release of an id not claimed, no token: %v", err)
+	}
+}
+
+// A token that was never this id's (a typo, another id's) is refused as
+// such, not as the token of an earlier claim whose lease ran out: the
+// error names what happened, and the holder's own token still works. A
+// stale holder's token is told the lease ran out.
+func TestWrongTokenIsNotCalledStale(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	ctx := context.Background()
+	req := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-1", Lease: 30 * time.Second}
+	a, _, err := h.eng.Claim(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := strconv.FormatInt(a.ClaimedAt.UnixNano()+1, 36)
+	for _, token := range []string{"wrong", later, "-1"} {
+		_, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", token, nil)
+		if switchyard.ErrorCode(err) != switchyard.ECONFLICT || !strings.Contains(err.Error(), "is not the token of") {
+			t.Errorf("complete with token %q: %v", token, err)
+		}
+	}
+	h.clock.Advance(31 * time.Second)
+	b, _, err := h.eng.Claim(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.Release(ctx, "default", "mailer", "evt-1", a.Token()); !strings.Contains(fmt.Sprint(err), "claimed again after the lease of this token ran out") {
+		t.Errorf("the stale holder's release: %v", err)
+	}
+	if _, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", b.Token(), nil); err != nil {
+		t.Errorf("the holder's complete: %v", err)
 	}
 }
 

@@ -188,6 +188,20 @@ type Claim struct {
 // ran out cannot then act on the next holder's claim (a fencing token).
 func (c *Claim) Token() string { return strconv.FormatInt(c.ClaimedAt.UnixNano(), 36) }
 
+// ClaimedAfter reports whether token may be the token of an earlier claim
+// of the same id (its lease ran out, and the id was claimed again): a
+// token names when its claim was made, so it reads as a time before this
+// one's. A token that reads as no time since 2000 (a typo: "wrong" is a
+// number in base 36, from 1970), or as this claim's time or a later one,
+// is not.
+func (c *Claim) ClaimedAfter(token string) bool {
+	at, err := strconv.ParseInt(token, 36, 64)
+	return err == nil && at >= tokensSince && at < c.ClaimedAt.UnixNano()
+}
+
+// tokensSince is the earliest time a token (Claim.Token) may read as.
+var tokensSince = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+
 func claimKey(tenant, consumer, id string) []byte {
 	return []byte(tenant + "\x00" + consumer + "\x00" + id)
 }
