@@ -57,6 +57,11 @@ type problem struct {
 // problemTypeBase prefixes the code to make the problem "type" URI.
 const problemTypeBase = "https://switchyard.dev/problems/"
 
+// ProblemType is the problem "type" URI of an error code: every answer
+// that is a problem names its type so, the console's proxy (router ui)
+// too.
+func ProblemType(code string) string { return problemTypeBase + code }
+
 // writeError answers with err as problem+json. Errors that are not an
 // *switchyard.Error are logged and shown as internal, without their text.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -86,7 +91,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(problem{
-		Type:     problemTypeBase + e.Code,
+		Type:     ProblemType(e.Code),
 		Title:    http.StatusText(status),
 		Status:   status,
 		Detail:   e.Message,

@@ -698,3 +698,18 @@ func TestUnquotedValueHint(t *testing.T) {
 		t.Errorf("no duration: %v", err)
 	}
 }
+
+// One unclosed quote gives one error, at the quote, not one for each line
+// after it that the parser then reads out of step (a new user's trial saw
+// 48), and says how many followed.
+func TestSyntaxErrorsStopAtTheFirst(t *testing.T) {
+	src := "event \"a.b\" {\n  polling {\n    min = \"50ms\n    max = \"1m\"\n  }\n  batch_size = 10\n}\nevent \"c.d\" {\n  batch_size = 5\n}\n"
+	_, err := Parse([]byte(src), "test.hcl")
+	var cfgErr *Error
+	if !errors.As(err, &cfgErr) || len(cfgErr.Diags) != 1 {
+		t.Fatalf("want one error, got: %v", err)
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "test.hcl:3:") || !strings.Contains(msg, "more syntax errors follow") {
+		t.Errorf("the error: %s", msg)
+	}
+}

@@ -42,7 +42,7 @@ func Parse(src []byte, filename string) (*Config, error) {
 	}
 	if diags.HasErrors() {
 		hintUnquotedValues(src, diags)
-		return nil, newError(diags) // decoding a broken body would only add noise
+		return nil, newError(firstSyntaxError(diags)) // decoding a broken body would only add noise
 	}
 	d := &decoder{sinks: map[string]bool{}, plugins: map[string]bool{}}
 	cfg := d.root(file.Body)
@@ -51,6 +51,20 @@ func Parse(src []byte, filename string) (*Config, error) {
 	}
 	cfg.File = filename
 	return cfg, nil
+}
+
+// firstSyntaxError keeps the first of diags, in file order, and says how
+// many follow it: after a syntax error the parser reads the rest of the
+// file out of step (one unclosed quote made an error of each of the 47
+// lines after it), so the first is the one to fix.
+func firstSyntaxError(diags hcl.Diagnostics) hcl.Diagnostics {
+	diags = newError(diags).Diags
+	if len(diags) == 1 {
+		return diags
+	}
+	first := *diags[0]
+	first.Detail += fmt.Sprintf(" (%d more syntax errors follow, which this one may cause: fix it, then validate again.)", len(diags)-1)
+	return hcl.Diagnostics{&first}
 }
 
 // hintUnquotedValues adds a hint to a syntax error that falls on the

@@ -386,11 +386,12 @@ func TestOpenSaysWhatIsNotADataFile(t *testing.T) {
 	}
 	// An empty file: CheckFile says so, rather than "write: bad file
 	// descriptor" from bbolt setting it up read-only (an adversarial
-	// trial), and leaves it empty.
+	// trial), and leaves it empty. It says what Open says too: the router
+	// refuses it (it said the router made a new data file of it).
 	path := filepath.Join(t.TempDir(), "router.db")
 	os.WriteFile(path, nil, 0o600)
 	rep, err := CheckFile(path)
-	if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "the file is empty") {
+	if err != nil || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "the file is empty") || !strings.Contains(rep.Problems[0], "refuses to start on it") {
 		t.Errorf("empty: CheckFile: %+v %v", rep, err)
 	}
 	if fi, _ := os.Stat(path); fi.Size() != 0 {

@@ -35,7 +35,7 @@ func CheckFile(path string) (*CheckReport, error) {
 	if fi.Size() == 0 {
 		// bbolt would set an empty file up as a new database, which a
 		// read-only open cannot (it failed with "bad file descriptor").
-		rep.Problems = append(rep.Problems, "the file is empty: not a data file (the router makes a new data file of an empty one)")
+		rep.Problems = append(rep.Problems, "the file is empty: not a data file (no router leaves one so, and the router refuses to start on it: restore it from a backup, or remove it to start empty)")
 		return rep, nil
 	}
 	bdb, err := openBolt(path, readOnly())

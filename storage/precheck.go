@@ -102,7 +102,7 @@ func checkSize(path string) error {
 // errEmpty refuses an empty data file. A router never leaves one
 // (createFile), so it was cut to nothing, or made by something else; bbolt
 // would take it for a new file and start again empty.
-var errEmpty = errors.New("the data file is empty (0 bytes): no router leaves one so, so it was truncated, or made by something else; " +
+var errEmpty = errors.New("the data file is empty (0 bytes): no router leaves one so; it was truncated, or made by something else; " +
 	"the file was left as it is: restore it from a backup (router backup), or remove it to start empty")
 
 // writable is how the router opens a data file to write it: the router's

@@ -509,7 +509,8 @@ func makeStream(t *testing.T, r *crashRouter, name string, subjects ...string) {
 }
 
 // router ui lets in only what its one-time link started: the link works
-// once and only within -link-ttl; the API behind it needs the session; a
+// once (a second use is a problem typed as the API's are) and only within
+// -link-ttl; the API behind it needs the session; a
 // request naming another host (DNS rebinding) or coming from another
 // origin is refused; and it never listens beyond loopback.
 func TestUIProxySecurity(t *testing.T) {
@@ -538,8 +539,8 @@ func TestUIProxySecurity(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &s) != nil || s.Session == "" {
 		t.Fatalf("the link's token: %d %s", code, body)
 	}
-	if code, _ := call("POST", "/ui/session", token, nil); code != http.StatusUnauthorized {
-		t.Fatalf("the link used a second time: %d, want 401", code)
+	if code, body := call("POST", "/ui/session", token, nil); code != http.StatusUnauthorized || !strings.Contains(body, `"type":"https://switchyard.dev/problems/unauthorized"`) {
+		t.Fatalf("the link used a second time: %d %s, want 401 and the problem type the API's answers have", code, body)
 	}
 	if code, body := call("GET", "/v1/stats", s.Session, nil); code != http.StatusOK || !strings.Contains(body, crashType) {
 		t.Fatalf("the API with the session: %d %s", code, body)

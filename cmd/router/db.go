@@ -186,7 +186,7 @@ func (c *DBCommand) check(ctx context.Context, path, output string) error {
 		}
 	}
 	if len(rep.Problems) > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("db check: %d problems in %s", len(rep.Problems), rep.Path)}
+		return &exitError{code: 1, err: fmt.Errorf("db check: %s in %s", counted(len(rep.Problems), "problem"), rep.Path)}
 	}
 	return nil
 }

@@ -257,6 +257,10 @@ func (c *RunCommand) openSinks(ctx context.Context, cfg *config.Config) (map[str
 		url := n.URL
 		if n.Embedded {
 			srv, err := c.startNATSServer(n, filepath.Dir(cfg.Storage.Path))
+			if err != nil && cfg.File == embeddedName {
+				// The hint's "this nats block" is in no file the user has.
+				return nil, fmt.Errorf("%w; the router runs on its embedded defaults (no %s): copy the repository's policies.hcl there and edit it", err, c.ConfigPath)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -296,7 +300,7 @@ func (c *RunCommand) openSinks(ctx context.Context, cfg *config.Config) (map[str
 // startNATSServer starts the in-process server of an embedded nats block.
 func (c *RunCommand) startNATSServer(n config.NATS, dataDir string) (*natsplugin.Server, error) {
 	defer c.progress.step("starting the embedded NATS server %q", n.Name)()
-	srv, err := natsplugin.StartServer(n, dataDir, c.log.Named("nats-server"))
+	srv, err := natsplugin.StartServer(n, dataDir, c.log) // it names its logger
 	if err != nil {
 		return nil, fmt.Errorf("nats %q: %w", n.Name, err)
 	}

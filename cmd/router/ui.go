@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/switchyard-router/switchyard/api"
 )
 
 // UICommand is `router ui`: the operator console of a router without a TCP
@@ -179,7 +181,7 @@ func (p *uiProxy) hasSession(r *http.Request) bool {
 func uiProblem(w http.ResponseWriter, status int, code, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(status), "status": status, "code": code, "detail": detail})
+	json.NewEncoder(w).Encode(map[string]any{"type": api.ProblemType(code), "title": http.StatusText(status), "status": status, "code": code, "detail": detail})
 }
 
 func randomToken() (string, error) {

@@ -61,7 +61,7 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	for _, w := range configWarnings(cfg) {
 		fmt.Fprintf(c.Stdout, "%s\n", w)
 	}
-	fmt.Fprintf(c.Stdout, "%s: ok (%d event types, sinks %v)\n", *path, len(cfg.Events), cfg.Sinks())
+	fmt.Fprintf(c.Stdout, "%s: ok (%s, sinks %v)\n", *path, counted(len(cfg.Events), "event type"), cfg.Sinks())
 	if !*checkSinks {
 		return nil
 	}
@@ -419,4 +419,12 @@ func madeByRouter(cfg *config.Config, path string) bool {
 		}
 	}
 	return false
+}
+
+// counted is n and noun, plural unless n is 1: "1 event type", "2 event types".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

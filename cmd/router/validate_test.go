@@ -210,3 +210,13 @@ event "b" {
 		t.Errorf("a captured subject was reported:\n%s", out.String())
 	}
 }
+
+// Counts read in number: "1 event type", "2 event types", "0 problems"
+// (router validate said "1 event types", db check "1 problems").
+func TestCounted(t *testing.T) {
+	for n, want := range map[int]string{0: "0 problems", 1: "1 problem", 2: "2 problems", 11: "11 problems"} {
+		if got := counted(n, "problem"); got != want {
+			t.Errorf("counted(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
