@@ -289,6 +289,19 @@ inbox "pay" {
 	}
 }
 
+// claimed is a harness on a fake clock whose mailer consumer claimed
+// evt-1 with a 30 s lease: the request, and the claim it took.
+func claimed(t *testing.T) (*harness, engine.ClaimRequest, *storage.Claim) {
+	t.Helper()
+	h := newHarness(t, pullInbox, true)
+	req := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-1", Lease: 30 * time.Second}
+	a, _, err := h.eng.Claim(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, req, a
+}
+
 // A holder whose lease ran out, its id claimed again since, can neither
 // release nor complete it: its token is not the claim's (ECONFLICT), so
 // the new holder's lease holds (a third worker still waits) and its
@@ -297,13 +310,8 @@ inbox "pay" {
 // id while that lease held, and the stale complete stored its result over
 // the new holder's, which then got it back without an error (a review).
 func TestStaleHolderCannotActOnTheNextClaim(t *testing.T) {
-	h := newHarness(t, pullInbox, true)
+	h, req, a := claimed(t)
 	ctx := context.Background()
-	req := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-1", Lease: 30 * time.Second}
-	a, _, err := h.eng.Claim(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
 	h.clock.Advance(31 * time.Second) // A is slow: its lease ends
 	b, ok, err := h.eng.Claim(ctx, req)
 	if err != nil || !ok {
@@ -351,13 +359,8 @@ func TestStaleHolderCannotActOnTheNextClaim(t *testing.T) {
 // error names what happened, and the holder's own token still works. A
 // stale holder's token is told the lease ran out.
 func TestWrongTokenIsNotCalledStale(t *testing.T) {
-	h := newHarness(t, pullInbox, true)
+	h, req, a := claimed(t)
 	ctx := context.Background()
-	req := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-1", Lease: 30 * time.Second}
-	a, _, err := h.eng.Claim(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
 	later := strconv.FormatInt(a.ClaimedAt.UnixNano()+1, 36)
 	for _, token := range []string{"wrong", later, "-1"} {
 		_, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", token, nil)
