@@ -197,6 +197,45 @@ event "t.low" {
 	}
 }
 
+// A stop does not wait out an outcome's wait for company: with the wait
+// at a minute, the engine closes at once and the outcome is committed.
+// (Closing took the whole wait before: a review measured 100 ms.)
+func TestCloseDoesNotWaitForCompany(t *testing.T) {
+	engine.SetOutcomeWait(t, time.Minute)
+	h := newHarness(t, `
+event "t.stop" {
+  route {
+    to      = "nats.local"
+    subject = "t.stop"
+  }
+}
+`, false)
+	sub, err := h.js.Conn().SubscribeSync("t.stop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := h.ingest("t.stop", 1)[0]
+	if _, err := sub.NextMsg(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the ack is back; the outcome waits for company
+	if st := h.record(id).State; st == storage.StateDelivered {
+		t.Fatal("the outcome was committed without waiting")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := h.eng.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("Close took %v: it waited out the outcome's minute", took)
+	}
+	if st := h.record(id).State; st != storage.StateDelivered {
+		t.Fatalf("after Close the event is %s, want delivered", st)
+	}
+}
+
 // A burst of 100k events on type A does not hold up type B.
 func TestTypesAreIsolated(t *testing.T) {
 	if testing.Short() {

@@ -42,3 +42,11 @@ func (l *Loop) Noted() int {
 	defer l.mu.Unlock()
 	return len(l.probed)
 }
+
+// SetOutcomeWait sets how long a partial batch's outcome may wait for
+// company (outcomeWait) until the test ends.
+func SetOutcomeWait(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := outcomeWait
+	outcomeWait = d
+	t.Cleanup(func() { outcomeWait = old })
+}

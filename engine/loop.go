@@ -244,7 +244,7 @@ func outageWait(rec *storage.Record, now time.Time) time.Duration {
 // measured: docs/decisions/group-commit.md). Nothing waits on it but the
 // hold of events already delivered, and a crash within it sends them
 // again, as any crash before an outcome's commit does.
-const outcomeWait = 100 * time.Millisecond
+var outcomeWait = 100 * time.Millisecond // a var for the tests
 
 // maxInTransit bounds how many sent batches of one loop may wait for their
 // acknowledgements and commit while the loop takes and sends the next
@@ -293,7 +293,7 @@ func (l *Loop) run(ctx context.Context) {
 		taken := 0
 		if b != nil {
 			taken = len(b.items)
-			if taken < pol.BatchSize && !pol.ByKey() {
+			if taken < b.pol.BatchSize && !b.pol.ByKey() { // the take's policy
 				b.later, b.hurry = true, make(chan struct{})
 			}
 			transit.add(l.finishAsync(ctx, b))
@@ -726,6 +726,9 @@ func (l *Loop) mayWait(b *batch) bool {
 func (l *Loop) waitInMemory(b *batch) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if b.forgets != l.forgets {
+		return // forgotten while the outcome was written (mayWait checked before)
+	}
 	for i := range b.items {
 		l.probed[b.items[i].rec.Key()] = l.round
 	}
@@ -778,19 +781,22 @@ func (l *Loop) finishAsync(ctx context.Context, b *batch) *inTransit {
 // await waits until t is finished. A wake-up meanwhile (an ingest of this
 // type committed) hurries an outcome that waits for another write to share
 // its commit (batch.later): the new events wait behind it, and the write it
-// waits for came already. The wake-up stays for the loop's wait.
-func (l *Loop) await(t *inTransit) {
+// waits for came already. The wake-up stays for the loop's wait. So does
+// the loop's end (ctx): a stop does not wait out outcomeWait.
+func (l *Loop) await(ctx context.Context, t *inTransit) {
 	if t.b.hurry == nil {
 		<-t.done
 		return
 	}
 	select {
 	case <-t.done:
+		return
 	case <-l.wakeC:
 		l.wake()
-		close(t.b.hurry)
-		<-t.done
+	case <-ctx.Done(): // the loop stops: the outcome waits for no company
 	}
+	close(t.b.hurry)
+	<-t.done
 }
 
 func (t *inTransit) finished() bool {
@@ -817,7 +823,7 @@ func (q *inTransitQueue) add(t *inTransit) { q.batches = append(q.batches, t) }
 func (q *inTransitQueue) settle(ctx context.Context, l *Loop, keep int) {
 	for len(q.batches) > keep {
 		t := q.batches[0]
-		l.await(t)
+		l.await(ctx, t)
 		l.letGo(t.b)
 		if t.err != nil && ctx.Err() == nil {
 			l.e.log.Error("commit failed", "type", l.typ, "error", t.err)

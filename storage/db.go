@@ -123,9 +123,9 @@ func (l later) hurried() bool {
 // otherwise commit alone right after the commit of the events it
 // delivered, with two fdatasyncs and much the same pages rewritten (the
 // last leaves of the events and queue buckets, the branches above them).
-// Sharing the next commit halves the commits per event. The writer closes
+// Sharing the next commit halves the commits per event. The caller closes
 // hurry when it learns that no write is coming (what it waits to do next
-// was committed already). (docs/decisions/group-commit.md, "A delivery
+// was committed already), or that it stops. (docs/decisions/group-commit.md, "A delivery
 // outcome waits for company")
 func Later(ctx context.Context, wait time.Duration, hurry <-chan struct{}) context.Context {
 	return context.WithValue(ctx, laterKey{}, later{wait: wait, hurry: hurry})
@@ -375,19 +375,15 @@ func (db *DB) writer() {
 }
 
 // mayWait is how long a group may wait for another write to join it
-// (Later), and what ends the wait sooner: 0 unless every write of the
-// group may wait and none is hurried; then the shortest of their waits,
-// hurried by the first write's writer (a second write that may wait
-// would end the wait by joining).
+// (Later), and what ends the wait sooner: only a lone write under Later
+// that is not hurried waits. A group of two or more has its company
+// (each write's hurry would need watching, and the first watched alone
+// kept a hurried second waiting out its whole wait: a review).
 func mayWait(group []*write) (time.Duration, <-chan struct{}) {
-	wait := group[0].later.wait
-	for _, w := range group {
-		if w.later.hurried() {
-			return 0, nil
-		}
-		wait = min(wait, w.later.wait)
+	if len(group) != 1 || group[0].later.hurried() {
+		return 0, nil
 	}
-	return wait, group[0].later.hurry
+	return group[0].later.wait, group[0].later.hurry
 }
 
 // lastCommit is the size and duration of the writer's last commit: the
