@@ -150,6 +150,9 @@ event "t.idle" {
 }
 `, false)
 	sub, err := h.js.Conn().SubscribeSync("t.idle")
+	if err == nil {
+		err = h.js.Conn().Flush() // the server has the subscription before the publish
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +214,9 @@ event "t.stop" {
 }
 `, false)
 	sub, err := h.js.Conn().SubscribeSync("t.stop")
+	if err == nil {
+		err = h.js.Conn().Flush() // the server has the subscription before the publish
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
