@@ -238,7 +238,7 @@ func outageWait(rec *storage.Record, now time.Time) time.Duration {
 
 // outcomeWait is how long a batch's outcome may wait for another write
 // (the next ingest, another type's outcome) to share its commit, when the
-// batch took every event due (batch.later; storage.Later). At a low rate
+// batch took every event due (batch.hurry; storage.Later). At a low rate
 // each event otherwise costs two commits, its ingest and its outcome, with
 // four fdatasyncs and ~14 pages written (58 KB per event at 20 events/s,
 // measured: docs/decisions/group-commit.md). Nothing waits on it but the
@@ -294,7 +294,7 @@ func (l *Loop) run(ctx context.Context) {
 		if b != nil {
 			taken = len(b.items)
 			if taken < b.pol.BatchSize && !b.pol.ByKey() { // the take's policy
-				b.later, b.hurry = true, make(chan struct{})
+				b.hurry = make(chan struct{})
 			}
 			transit.add(l.finishAsync(ctx, b))
 		}
@@ -611,7 +611,7 @@ func (l *Loop) commitBatch(ctx context.Context, b *batch) (PollResult, error) {
 // again while the commit fails (retryCommit).
 func (l *Loop) record(ctx context.Context, b *batch, res *PollResult) error {
 	wctx := context.WithoutCancel(ctx)
-	if b.later {
+	if b.hurry != nil {
 		wctx = storage.Later(wctx, outcomeWait, b.hurry)
 	}
 	try := func() error {
@@ -780,7 +780,7 @@ func (l *Loop) finishAsync(ctx context.Context, b *batch) *inTransit {
 
 // await waits until t is finished. A wake-up meanwhile (an ingest of this
 // type committed) hurries an outcome that waits for another write to share
-// its commit (batch.later): the new events wait behind it, and the write it
+// its commit (batch.hurry): the new events wait behind it, and the write it
 // waits for came already. The wake-up stays for the loop's wait. So does
 // the loop's end (ctx): a stop does not wait out outcomeWait.
 func (l *Loop) await(ctx context.Context, t *inTransit) {
@@ -915,11 +915,11 @@ type batch struct {
 	probe bool
 	// forgets is Loop.forgets when the take began.
 	forgets uint64
-	// later: the run loop took the batch, and fewer events than a batch
-	// were due, not ordered by key (the next event of a key would wait for
-	// this outcome). Its outcome may wait outcomeWait for another write to
-	// share its commit; closing hurry ends the wait (Loop.await).
-	later bool
+	// hurry is set when the run loop took the batch and fewer events than
+	// a batch were due, not ordered by key (the next event of a key would
+	// wait for this outcome): its outcome may wait outcomeWait for another
+	// write to share its commit, and closing hurry ends the wait
+	// (Loop.await).
 	hurry chan struct{}
 
 	// Set by send, used by await.
