@@ -149,13 +149,7 @@ event "t.idle" {
   }
 }
 `, false)
-	sub, err := h.js.Conn().SubscribeSync("t.idle")
-	if err == nil {
-		err = h.js.Conn().Flush() // the server has the subscription before the publish
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := h.subscribe("t.idle")
 	time.Sleep(50 * time.Millisecond) // the loop's first poll, then it sleeps 1m
 	var lat []time.Duration
 	var ids []string
@@ -213,13 +207,7 @@ event "t.stop" {
   }
 }
 `, false)
-	sub, err := h.js.Conn().SubscribeSync("t.stop")
-	if err == nil {
-		err = h.js.Conn().Flush() // the server has the subscription before the publish
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := h.subscribe("t.stop")
 	id := h.ingest("t.stop", 1)[0]
 	if _, err := sub.NextMsg(10 * time.Second); err != nil {
 		t.Fatal(err)

@@ -73,6 +73,10 @@ type harnessOption func(*engine.Options)
 // sinkWrap wraps the harness's NATS sink before the engine gets it.
 type sinkWrap func(*natsplugin.Sink) switchyard.Sink
 
+// storeWrap wraps the harness's data file before the engine gets it (to
+// hold or fail its writes).
+type storeWrap func(engine.Store) engine.Store
+
 func withPlugins(p ...switchyard.Plugin) harnessOption {
 	return func(o *engine.Options) { o.Plugins = append(o.Plugins, p...) }
 }
@@ -92,6 +96,7 @@ func newHarness(t testing.TB, policies string, fake bool, extra ...any) *harness
 		opts.Now = h.clock.Now
 	}
 	sinks := []switchyard.Sink{h.sink}
+	var store engine.Store = h.db
 	for _, x := range extra {
 		switch x := x.(type) {
 		case sinkWrap:
@@ -100,9 +105,11 @@ func newHarness(t testing.TB, policies string, fake bool, extra ...any) *harness
 			sinks = append(sinks, x)
 		case harnessOption:
 			x(&opts)
+		case storeWrap:
+			store = x(store)
 		}
 	}
-	h.eng, err = engine.New(h.db, cfg, sinks, opts)
+	h.eng, err = engine.New(store, cfg, sinks, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,6 +308,20 @@ func (h *harness) timesSent(subject, id string) int {
 		}
 	}
 	return n
+}
+
+// subscribe subscribes to subject on h's NATS server, and returns once the
+// server has the subscription: a publish right after it reaches it.
+func (h *harness) subscribe(subject string) *nats.Subscription {
+	h.t.Helper()
+	sub, err := h.js.Conn().SubscribeSync(subject)
+	if err == nil {
+		err = h.js.Conn().Flush()
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return sub
 }
 
 // reload reloads h's engine with policies (HCL appended to natsBlock) and

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	"github.com/switchyard-router/switchyard/storage"
@@ -246,15 +248,58 @@ func TestReloadDuringAProbeEndsItsWaits(t *testing.T) {
 	loop := h.eng.Loop("t.part")
 	testkit.Eventually(t, "a probe to note both events", 10*time.Second, func() bool { return loop.Noted() == 2 })
 	calls := ps.intercept(t)
-	inFlight := next(t, calls)
+	inFlight := next(t, calls).release
 	h.reload(partPolicy)
 	if n := loop.Noted(); n != 0 {
 		t.Fatalf("after the reload %d events wait in memory, want 0", n)
 	}
 	close(inFlight) // the sink is still down for both
-	close(next(t, calls))
+	close(next(t, calls).release)
 	if n := loop.Noted(); n != 0 {
 		t.Fatalf("the probe after the reload took %d events as waiting in memory, want 0: the batch in flight at the reload noted them again", n)
+	}
+}
+
+// A reload landing while a probe's outcome is being written ends that
+// batch's waits too. A probe that meets the outage with new events writes
+// that meeting (their records name it), and only then notes them: the
+// reload comes after the probe decided they may wait (Loop.mayWait) and
+// before the commit returns, so only waitInMemory's own look at the
+// reloads can tell.
+func TestReloadDuringAProbesCommitEndsItsWaits(t *testing.T) {
+	gs := &gatedStore{gate: make(chan struct{}), in: make(chan struct{}, 4)}
+	ps := &partSink{name: "kafka.part", down: map[string]bool{}}
+	h := newHarness(t, partPolicy, false, ps, storeWrap(func(s engine.Store) engine.Store { gs.Store = s; return gs }))
+	ps.meetOutage(h, "a", "b")
+	loop := h.eng.Loop("t.part")
+	testkit.Eventually(t, "a probe to note both events", 10*time.Second, func() bool { return loop.Noted() == 2 })
+	calls := ps.intercept(t)
+	ps.set(true, "c", "d")
+	ps.ingest(h, "c")
+	ps.ingest(h, "d")
+	for c := next(t, calls); ; c = next(t, calls) { // probes take a, b and c, d by turns
+		if slices.Contains(c.ids, "c") {
+			gs.block.Store(true)
+			close(c.release)
+			break
+		}
+		close(c.release)
+	}
+	select {
+	case <-gs.in: // the probe's outcome is on its way to the file
+	case <-time.After(10 * time.Second):
+		t.Fatal("the probe of c and d wrote nothing within 10 s")
+	}
+	h.reload(partPolicy)
+	gs.block.Store(false)
+	close(gs.gate)
+	after := next(t, calls) // the next probe: the one before has noted what it noted
+	defer close(after.release)
+	if rec := h.record("c"); rec.LastError == "" {
+		t.Fatalf("c's record does not say it met the outage: %+v", rec)
+	}
+	if n := loop.Noted(); n != 0 {
+		t.Fatalf("%d events wait in memory after the reload, want 0: the probe whose commit the reload came during noted its events", n)
 	}
 }
 
@@ -265,9 +310,16 @@ type partSink struct {
 	name string
 	mu   sync.Mutex
 	down map[string]bool
-	// calls, when set, is handed each publish's release: the publish
-	// answers once the test closes it (intercept).
-	calls chan chan struct{}
+	// calls, when set, is handed each publish: it answers once the test
+	// closes its release (intercept).
+	calls chan publishCall
+}
+
+// publishCall is a publish a test intercepts: the ids of its events, and
+// what the test closes to let it answer.
+type publishCall struct {
+	ids     []string
+	release chan struct{}
 }
 
 func (s *partSink) Name() string { return s.name }
@@ -276,10 +328,13 @@ func (s *partSink) Publish(ctx context.Context, msgs []*switchyard.Message) []sw
 	calls := s.calls
 	s.mu.Unlock()
 	if calls != nil {
-		release := make(chan struct{})
+		c := publishCall{release: make(chan struct{})}
+		for _, m := range msgs {
+			c.ids = append(c.ids, m.Event.ID)
+		}
 		select {
-		case calls <- release:
-			<-release
+		case calls <- c:
+			<-c.release
 		case <-ctx.Done():
 		}
 	}
@@ -338,10 +393,10 @@ func (s *partSink) meetOutage(h *harness, ids ...string) {
 }
 
 // intercept makes each publish wait for the test: it is handed on the
-// channel returned, and answers once the test closes what it received.
-// The test's end stops it.
-func (s *partSink) intercept(t *testing.T) <-chan chan struct{} {
-	calls := make(chan chan struct{})
+// channel returned, and answers once the test closes its release. The
+// test's end stops it.
+func (s *partSink) intercept(t *testing.T) <-chan publishCall {
+	calls := make(chan publishCall)
 	s.mu.Lock()
 	s.calls = calls
 	s.mu.Unlock()
@@ -351,8 +406,8 @@ func (s *partSink) intercept(t *testing.T) <-chan chan struct{} {
 		s.mu.Unlock()
 		for {
 			select {
-			case release := <-calls:
-				close(release)
+			case c := <-calls:
+				close(c.release)
 			default:
 				return
 			}
@@ -361,15 +416,15 @@ func (s *partSink) intercept(t *testing.T) <-chan chan struct{} {
 	return calls
 }
 
-// next is the release of the next publish a test intercepts.
-func next(t *testing.T, calls <-chan chan struct{}) chan struct{} {
+// next is the next publish a test intercepts.
+func next(t *testing.T, calls <-chan publishCall) publishCall {
 	t.Helper()
 	select {
-	case release := <-calls:
-		return release
+	case c := <-calls:
+		return c
 	case <-time.After(10 * time.Second):
 		t.Fatal("no publish within 10 s")
-		return nil
+		return publishCall{}
 	}
 }
 
