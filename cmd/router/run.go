@@ -188,6 +188,9 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 			return err
 		}
 	}
+	for _, f := range foldersToMake(cfg, c.activated != nil) { // validate.go
+		c.log.Info("making a folder that does not exist", "folder", f.folder, "for", strings.Join(f.paths, ", "))
+	}
 	c.sourcesCtx, c.stopSources = context.WithCancel(context.WithoutCancel(ctx))
 	c.reg = newRegistry()
 	if err := c.openStorage(cfg); err != nil {

@@ -61,6 +61,9 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	for _, w := range configWarnings(cfg) {
 		fmt.Fprintf(c.Stdout, "%s\n", w)
 	}
+	for _, f := range foldersToMake(cfg, false) {
+		fmt.Fprintf(c.Stdout, "%s: note: %s\n", f.at, f)
+	}
 	fmt.Fprintf(c.Stdout, "%s: ok (%s, sinks %v)\n", *path, counted(len(cfg.Events), "event type"), cfg.Sinks())
 	if !*checkSinks {
 		return nil
@@ -246,6 +249,80 @@ func checkPlaces(cfg *config.Config) []string {
 		out = append(out, fmt.Sprintf("%s: listen.socket %q: router run would refuse it (unless systemd passes the socket): %v", at, cfg.Listen.Socket, err))
 	}
 	return out
+}
+
+// folderToMake is a folder router run makes (as mkdir -p does) for paths
+// the configuration names: the first of their folders that does not
+// exist. A typo in an absolute path would otherwise go unseen until the
+// file turns up in a folder nobody meant (the new user's trial).
+type folderToMake struct {
+	folder string
+	at     config.Pos // where the first path under it is named
+	paths  []string   // `storage.path "./data/router.db"`, ...
+}
+
+// foldersToMake lists the folders router run would make for the data
+// file, the folders it fills and the API socket (unless systemd passes
+// it: socketPassed), in the order the configuration names them.
+func foldersToMake(cfg *config.Config, socketPassed bool) []folderToMake {
+	var out []folderToMake
+	add := func(what, path, dir string, at config.Pos) {
+		f := firstMissing(dir)
+		if f == "" {
+			return
+		}
+		named := fmt.Sprintf("%s %q", what, path)
+		for i := range out {
+			if out[i].folder == f {
+				out[i].paths = append(out[i].paths, named)
+				return
+			}
+		}
+		out = append(out, folderToMake{f, at, []string{named}})
+	}
+	for _, p := range cfg.WrittenPaths {
+		if p.What == config.WhatPluginCache && len(cfg.Plugins) == 0 {
+			continue // made when a plugin is first compiled
+		}
+		dir := p.Path
+		if !p.Dir {
+			dir = filepath.Dir(dir)
+		}
+		add(p.What, p.Path, dir, p.At)
+	}
+	if !socketPassed {
+		at, ok := cfg.BlocksAt["listen"]
+		if !ok {
+			at = config.Pos(cfg.File) // the default path: no block names it
+		}
+		add("listen.socket", cfg.Listen.Socket, filepath.Dir(cfg.Listen.Socket), at)
+	}
+	return out
+}
+
+// firstMissing is the outermost folder of dir (dir itself, or one above
+// it) that does not exist, or "" when dir exists or cannot be looked at.
+func firstMissing(dir string) string {
+	missing := ""
+	for {
+		_, err := os.Stat(dir)
+		if err == nil {
+			return missing
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return ""
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return missing
+		}
+		missing, dir = dir, parent
+	}
+}
+
+// String says which folder router run makes, and for what.
+func (f folderToMake) String() string {
+	return fmt.Sprintf("the folder %s does not exist; router run makes it, for %s", f.folder, strings.Join(f.paths, ", "))
 }
 
 // checkWritable lists the paths router run writes (the data file, the

@@ -160,6 +160,39 @@ event "x" {
 	}
 }
 
+// validate names each folder router run would make, the outermost one
+// missing, once with everything under it: a typo in an absolute path is
+// seen before run makes a tree of folders for it.
+func TestValidateNamesTheFoldersRunMakes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policies.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`listen {
+  socket = "%[1]s/run/switchyrd/api/r.sock"
+}
+storage {
+  path = "%[1]s/data/router.db"
+}
+`, dir)), 0o600)
+	var out bytes.Buffer
+	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil {
+		t.Fatalf("validate: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		path + `:1:1: note: the folder ` + dir + `/run does not exist; router run makes it, for listen.socket "` + dir + `/run/switchyrd/api/r.sock"` + "\n",
+		path + `:5:10: note: the folder ` + dir + `/data does not exist; router run makes it, for storage.path "` + dir + `/data/router.db"` + "\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("validate said:\n%s\nwant a line %q", out.String(), want)
+		}
+	}
+	os.MkdirAll(filepath.Join(dir, "run", "switchyrd", "api"), 0o750)
+	os.Mkdir(filepath.Join(dir, "data"), 0o750)
+	out.Reset()
+	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil || strings.Contains(out.String(), "note:") {
+		t.Fatalf("validate with every folder there: %v\n%s", err, out.String())
+	}
+}
+
 // `router validate -check-sinks` says which sinks it could not connect to
 // because they do not exist yet: an embedded server starts with the router.
 func TestValidateCheckSinksEmbedded(t *testing.T) {
