@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/signal"
-	"syscall"
 
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -16,11 +14,9 @@ import (
 	"github.com/switchyard-router/switchyard/plugins/wasm"
 )
 
-// serve waits until ctx ends, reloading the configuration on SIGHUP.
-func (c *RunCommand) serve(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// serve waits until ctx ends, reloading the configuration on each SIGHUP
+// (hup, registered by Run before anything was opened).
+func (c *RunCommand) serve(ctx context.Context, hup <-chan os.Signal) {
 	for {
 		select {
 		case <-ctx.Done():

@@ -187,6 +187,45 @@ func TestReloadWithoutTheFileKeepsTheConfig(t *testing.T) {
 	}
 }
 
+// A SIGHUP that comes while the router is still opening (systemd's
+// ExecReload right after the start, a deploy script) neither stops it nor
+// is lost: it is a reload once the router runs. (The router took SIGHUP
+// only once it served, and Go's default for it is to exit; a test that
+// reloaded right after the API answered failed on it in CI.)
+func TestSIGHUPWhileStartingIsAReload(t *testing.T) {
+	path, sock := writeConfig(t, "")
+	logs := new(testkit.Buffer)
+	cmd := exec.Command(routerBinary(t), "run", "-config", path)
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+	})
+	testkit.Eventually(t, "the embedded NATS server to start (the router is opening)", 10*time.Second, func() bool {
+		return strings.Contains(logs.String(), "embedded NATS server started")
+	})
+	cmd.Process.Signal(syscall.SIGHUP)
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "configuration reloaded") },
+		func() string {
+			select {
+			case <-exited:
+				return fmt.Sprintf("the router exited (%v):\n%s", waitErr, logs.String())
+			default:
+				return "no reload:\n" + logs.String()
+			}
+		})
+	if log := logs.String(); !strings.Contains(log[:strings.Index(log, "configuration reloaded")], "switchyard is running") {
+		t.Fatalf("reloaded before it ran:\n%s", logs.String())
+	}
+	waitHealthy(t, socketClient(sock))
+}
+
 // runLogged starts the router binary bin with args in dir ("": here), its
 // log kept, and waits until it serves sock; the test's end stops it.
 func runLogged(t *testing.T, dir, sock, bin string, args ...string) (*exec.Cmd, *testkit.Buffer, *http.Client) {

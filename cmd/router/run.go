@@ -9,10 +9,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -126,6 +128,13 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	if err := c.checkFlags(); err != nil {
 		return err
 	}
+	// SIGHUP is ours from the start: one that came while the router opened
+	// (systemd's ExecReload right after READY=1, a deploy script) would
+	// otherwise stop the process, Go's default, and is now a reload once
+	// it runs.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	c.log = newLogger(c.Stderr, c.LogLevel, c.LogFormat)
 	cfg, err := loadConfig(c.ConfigPath, !c.configNamed)
 	if err != nil {
@@ -159,7 +168,7 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	if err := sdNotify("READY=1"); err != nil {
 		c.log.Warn("could not tell systemd the router is ready", "error", err)
 	}
-	c.serve(ctx) // reload.go: until ctx ends, reloading on SIGHUP
+	c.serve(ctx, hup) // reload.go: until ctx ends, reloading on SIGHUP
 	c.log.Info("stopping")
 	sdNotify("STOPPING=1")
 	return nil
