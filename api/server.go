@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -269,8 +270,16 @@ func methodsOf(mux *http.ServeMux, r *http.Request) []string {
 // Open listens on the unix socket (or serves Options.Listener) and, when
 // listen.http is set, on TCP with the bearer tokens of listen.tokens_file;
 // both serve the same handler. A socket file left by a crashed router is
-// replaced; one that a live router answers on is not.
-func (s *Server) Open() error {
+// replaced; one that a live router answers on is not. When Open fails, it
+// has closed Options.Listener too: the server was given it.
+func (s *Server) Open() (err error) {
+	if s.opts.Listener != nil {
+		defer func() {
+			if err != nil {
+				s.opts.Listener.Close()
+			}
+		}()
+	}
 	var tcp net.Listener
 	if s.listen.HTTP != "" {
 		tokens, err := LoadTokens(s.listen.TokensFile)
@@ -343,22 +352,52 @@ func (s *Server) TCPAddr() string {
 // Addr is the socket path the server listens on.
 func (s *Server) Addr() string { return s.listen.Socket }
 
-// Close stops accepting and waits for requests in flight until ctx ends.
-// Streams (the tail) and long polls (a pull's wait) end at once: they
-// would hold the stop for its whole timeout, and leave the engine and the
-// data file no time to close cleanly.
+// Close stops accepting on both listeners at once and waits for requests
+// in flight until ctx ends; the connections still open then are cut (a
+// client that sends its body slowly would hold the stop as long as
+// listen.read_timeout lets it), and Close returns ErrRequestsCut. Streams
+// (the tail) and long polls (a pull's wait) end at once: they would hold
+// the stop for its whole timeout, and leave the engine and the data file
+// no time to close cleanly.
 func (s *Server) Close(ctx context.Context) error {
 	s.beginClose()
 	if s.ln == nil {
 		return nil
 	}
-	err := errors.Join(s.http.Shutdown(ctx), s.tcpSrv.Shutdown(ctx))
+	// One after the other, the TCP listener took new requests while the
+	// socket's drained (a review: three 202s after the SIGTERM).
+	var socket, tcp error
+	var wg sync.WaitGroup
+	wg.Go(func() { socket = shutdown(ctx, s.http) })
+	wg.Go(func() { tcp = shutdown(ctx, s.tcpSrv) })
+	wg.Wait()
+	err := errors.Join(socket, tcp)
+	if socket != nil && tcp != nil && errors.Is(socket, ErrRequestsCut) && errors.Is(tcp, ErrRequestsCut) {
+		err = socket // one message for both
+	}
 	for range s.served {
 		if serr := <-s.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 			err = serr
 		}
 	}
 	s.served = 0
+	return err
+}
+
+// ErrRequestsCut is Close's error when requests were still in flight
+// once its time ran out: their connections were cut. Nothing they sent
+// and were not answered for is acknowledged; what a cut request stored is
+// stored (its client may send it again: Idempotency-Key).
+var ErrRequestsCut = errors.New("requests were still in flight when the stop's time for them ran out: their connections were cut")
+
+// shutdown is srv.Shutdown, then srv.Close once ctx ends: the connections
+// left are cut.
+func shutdown(ctx context.Context, srv *http.Server) error {
+	err := srv.Shutdown(ctx)
+	if err != nil && ctx.Err() != nil {
+		srv.Close()
+		return ErrRequestsCut
+	}
 	return err
 }
 

@@ -278,9 +278,13 @@ func (db *DB) Close(ctx context.Context) error {
 	close(db.writes)
 	db.mu.Unlock()
 	select {
-	case <-db.done:
-	case <-ctx.Done():
-		return fmt.Errorf("storage: close: %w", ctx.Err())
+	case <-db.done: // first, alone: with ctx over too, select would pick at random
+	default:
+		select {
+		case <-db.done:
+		case <-ctx.Done():
+			return fmt.Errorf("storage: close: %w", ctx.Err())
+		}
 	}
 	// The clean stop: the next Open finds no running mark — unless the
 	// last run's unclean stop is still to be dealt with (MarkRecovered).

@@ -29,6 +29,10 @@ func main() {
 	defer gctune.Start(gctune.DefaultHeadroom)()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first SIGTERM or Ctrl-C begins a graceful stop; the next one ends
+	// the process at once (Go's default, restored), as after a SIGKILL:
+	// nothing acknowledged is lost, and the next start checks the file.
+	context.AfterFunc(ctx, stop)
 	m := NewMain(os.Stdin, os.Stdout, os.Stderr)
 	if err := m.Run(ctx, os.Args[1:]); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {

@@ -163,13 +163,17 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if ctx.Err() != nil { // a stop during the last steps, which did not notice it
+		c.log.Info("stopping before the start was announced")
+		return nil
+	}
 	c.log.Info("switchyard is running", "version", versionString(), "pid", os.Getpid(), "socket", cfg.Listen.Socket, "data", cfg.Storage.Path) // pid: what kill -HUP takes (README)
 	logFileLimit(c.log)
 	if err := sdNotify("READY=1"); err != nil {
 		c.log.Warn("could not tell systemd the router is ready", "error", err)
 	}
 	c.serve(ctx, hup) // reload.go: until ctx ends, reloading on SIGHUP
-	c.log.Info("stopping")
+	c.log.Info("stopping", "shutdown_timeout", c.ShutdownTimeout, "hint", "a second SIGTERM or Ctrl-C stops at once")
 	sdNotify("STOPPING=1")
 	return nil
 }
@@ -253,11 +257,37 @@ func (c *RunCommand) checkAfterUncleanStop(path string) error {
 	}
 	c.log.Warn("the last run did not stop cleanly: checking the whole data file before opening it", "path", path, "bytes", size)
 	start := time.Now()
+	defer extendStart()()
 	if err := checkAfterUncleanStop(path); err != nil {
 		return err
 	}
 	c.log.Info("the data file is sound", "path", path, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// extendStart tells systemd, now and every startReportEvery until the
+// returned stop, that the start goes on (EXTEND_TIMEOUT_USEC): the check
+// of a whole data file takes as long as the file is large, which no
+// TimeoutStartSec fits, and a start killed at it would leave the running
+// mark, and Restart= would begin the same check again, for ever (a
+// review). Without $NOTIFY_SOCKET it does nothing.
+func extendStart() (stop func()) {
+	extend := func() { sdNotify(fmt.Sprintf("EXTEND_TIMEOUT_USEC=%d", (3 * startReportEvery).Microseconds())) }
+	extend()
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(startReportEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				extend()
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // openSinks starts the embedded NATS servers and opens every sink: NATS,
@@ -468,7 +498,7 @@ func (c *RunCommand) Close(ctx context.Context) error {
 		c.stopHistory()
 	}
 	if c.api != nil {
-		errs = append(errs, c.api.Close(ctx))
+		errs = append(errs, c.closeAPI(ctx))
 	} else if c.activated != nil {
 		c.activated.Close() // the start failed before the API took it
 	}
@@ -494,9 +524,48 @@ func (c *RunCommand) Close(ctx context.Context) error {
 		errs = append(errs, s.Close(ctx))
 	}
 	if c.db != nil {
-		errs = append(errs, c.db.Close(ctx))
+		dctx, cancel := atLeast(ctx, dataCloseGrace)
+		errs = append(errs, c.db.Close(dctx))
+		cancel()
 	}
 	return errors.Join(errs...)
+}
+
+// dataCloseGrace is the least time the data file's close gets, past the
+// stop's time if need be (the unit file's TimeoutStopSec leaves 15 s over
+// -shutdown-timeout): it commits what is queued and removes the running
+// mark, and without it the next start takes the stop for a crash, checks
+// the whole file and republishes the last window.
+const dataCloseGrace = 2 * time.Second
+
+// closeAPI lets the API's requests in flight finish within half the time
+// the stop has left, and cuts those still open then: a client that sends
+// its body slowly would otherwise take the whole stop (listen.read_timeout
+// is as long as -shutdown-timeout by default), and leave the engine and
+// the data file none (a review: the next start found the running mark).
+// Cut requests are no error of the stop's.
+func (c *RunCommand) closeAPI(ctx context.Context) error {
+	actx, cancel := context.WithCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		actx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+	}
+	defer cancel()
+	start := time.Now()
+	err := c.api.Close(actx)
+	if errors.Is(err, api.ErrRequestsCut) {
+		c.log.Warn("stopping: "+err.Error(), "after", time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+	return err
+}
+
+// atLeast is ctx, or, when it ends sooner than d from now, a context that
+// ends d from now.
+func atLeast(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return context.WithTimeout(context.WithoutCancel(ctx), d)
+	}
+	return context.WithCancel(ctx)
 }
 
 // loadConfig loads path; with embedded, a missing default path means the

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// stoppingRouter is the real binary on writeConfig's configuration with a
+// TCP listener beside the socket, and a client that holds a request open
+// on the socket: it announced a body and sends almost none of it.
+type stoppingRouter struct {
+	cmd     *exec.Cmd
+	logs    *testkit.Buffer
+	path    string
+	sock    string
+	addr    string
+	exited  chan struct{}
+	waitErr error
+}
+
+func startStoppingRouter(t *testing.T, args ...string) *stoppingRouter {
+	t.Helper()
+	path, sock := writeConfig(t, "")
+	dir := filepath.Dir(path)
+	r := &stoppingRouter{path: path, sock: sock, addr: fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)),
+		logs: new(testkit.Buffer), exited: make(chan struct{})}
+	tokens := filepath.Join(dir, "tokens.json")
+	os.WriteFile(tokens, []byte(`{"tokens":[{"token":"stop-test-token-0123456789","admin":true}]}`), 0o600)
+	src := strings.Replace(mustRead(t, path), `listen  { socket = "`+sock+`" }`,
+		fmt.Sprintf("listen {\n  socket = %q\n  http = %q\n  tokens_file = %q\n}", sock, r.addr, tokens), 1)
+	os.WriteFile(path, []byte(src), 0o600)
+	r.cmd = exec.Command(routerBinary(t), append([]string{"run", "-config", path}, args...)...)
+	r.cmd.Stderr = r.logs
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { r.waitErr = r.cmd.Wait(); close(r.exited) }()
+	t.Cleanup(func() {
+		r.cmd.Process.Kill()
+		<-r.exited
+		if t.Failed() {
+			t.Logf("router log:\n%s", r.logs.String())
+		}
+	})
+	waitHealthy(t, socketClient(sock))
+	return r
+}
+
+// holdRequest opens a request on the socket that announces 200 bytes of
+// body and sends one, and waits until the router reads it.
+func (r *stoppingRouter) holdRequest(t *testing.T) {
+	t.Helper()
+	conn, err := net.Dial("unix", r.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprint(conn, "POST /v1/events HTTP/1.1\r\nHost: r\r\nContent-Type: application/cloudevents+json\r\nContent-Length: 200\r\n\r\n{")
+	time.Sleep(200 * time.Millisecond) // the handler is reading the body
+}
+
+// exitWithin waits for the process to end within d.
+func (r *stoppingRouter) exitWithin(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case <-r.exited:
+	case <-time.After(d):
+		t.Fatalf("the router did not exit within %v", d)
+	}
+}
+
+// A stop with a client that holds a request open is still clean: both
+// listeners stop taking requests at once, the held request is cut once
+// half the stop's time is gone, and the engine and the data file close in
+// the rest: exit status 0, and the next start finds no running mark.
+// (Before, the TCP listener took requests while the socket drained, and
+// the held request took the whole -shutdown-timeout: the data file's close
+// got an expired context, and the next start checked the whole file.)
+func TestStopCutsAHeldRequestAndStaysClean(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary twice")
+	}
+	r := startStoppingRouter(t, "-shutdown-timeout", "4s")
+	r.holdRequest(t)
+	start := time.Now()
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	testkit.Eventually(t, "the stop to begin", 5*time.Second, func() bool { return strings.Contains(r.logs.String(), "stopping") })
+	time.Sleep(300 * time.Millisecond)
+	if conn, err := net.DialTimeout("tcp", r.addr, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("the TCP listener took a connection %v after the SIGTERM, while the socket's request was held", time.Since(start).Round(time.Millisecond))
+	}
+	r.exitWithin(t, 10*time.Second)
+	if r.waitErr != nil {
+		t.Errorf("exit: %v, want 0: a cut request is no failure of the stop", r.waitErr)
+	}
+	if log := r.logs.String(); !strings.Contains(log, "requests were still in flight") || strings.Contains(log, "deadline exceeded") {
+		t.Fatalf("the stop's log:\n%s", log)
+	}
+	_, logs, _ := runLogged(t, "", r.sock, routerBinary(t), "run", "-config", r.path)
+	if strings.Contains(logs.String(), "did not stop cleanly") {
+		t.Fatalf("the next start found the running mark:\n%s", logs.String())
+	}
+}
+
+// The first SIGTERM begins a graceful stop; a second one ends the process
+// at once, even while a held request would keep the stop waiting (before,
+// every signal after the first was dropped: only SIGKILL ended it).
+func TestSecondSIGTERMStopsAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary")
+	}
+	r := startStoppingRouter(t, "-shutdown-timeout", "60s")
+	r.holdRequest(t)
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	testkit.Eventually(t, "the stop to begin", 5*time.Second, func() bool { return strings.Contains(r.logs.String(), "stopping") })
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	r.exitWithin(t, 5*time.Second)
+}
+
+// A start that first checks the whole data file (the last run was
+// killed) tells systemd before the check that it goes on
+// (EXTEND_TIMEOUT_USEC): a large file's check must not be killed by the
+// unit's start timeout, which would leave the mark and begin the same
+// check at the next try.
+func TestNotifyExtendsAStartThatChecksTheFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary")
+	}
+	path, sock := writeConfig(t, "")
+	cmd, _, _ := runLogged(t, "", sock, routerBinary(t), "run", "-config", path)
+	cmd.Process.Kill()
+	cmd.Wait()
+	conn := listenNotify(t, filepath.Join(filepath.Dir(path), "notify"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewMain(nil, io.Discard, io.Discard).Run(ctx, []string{"run", "-config", path}) }()
+	if got, want := readNotify(t, conn, 30*time.Second), "EXTEND_TIMEOUT_USEC=15000000"; got != want {
+		t.Errorf("first notification %q, want %q", got, want)
+	}
+	if got := readNotify(t, conn, 30*time.Second); got != "READY=1" {
+		t.Errorf("second notification %q, want READY=1", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
