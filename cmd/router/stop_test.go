@@ -157,3 +157,38 @@ func TestNotifyExtendsAStartThatChecksTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// cancelAt is a log writer that cancels a start the moment the router
+// logs a line with mark: a stop that lands at a known step of the start.
+type cancelAt struct {
+	testkit.Buffer
+	mark   string
+	cancel context.CancelFunc
+}
+
+func (w *cancelAt) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.mark) {
+		w.cancel()
+	}
+	return w.Buffer.Write(p)
+}
+
+// A stop that lands while the router opens ends the start without
+// announcing it: no "switchyard is running" line, no READY=1 (before, a
+// stop no later step noticed was announced as a start, then a stop).
+func TestStopDuringTheStartIsNotAnnounced(t *testing.T) {
+	path, _ := writeConfig(t, "")
+	conn := listenNotify(t, filepath.Join(filepath.Dir(path), "notify"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &cancelAt{mark: "NATS sink ready", cancel: cancel}
+	NewMain(nil, io.Discard, logs).Run(ctx, []string{"run", "-config", path})
+	if strings.Contains(logs.String(), "switchyard is running") {
+		t.Errorf("a start stopped while it opened was announced:\n%s", logs.String())
+	}
+	conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	buf := make([]byte, 4096)
+	if n, err := conn.Read(buf); err == nil {
+		t.Errorf("systemd was told %q", buf[:n])
+	}
+}
