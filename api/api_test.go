@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -935,5 +936,32 @@ func TestRemovedSocketIsMadeAgain(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // the replaced listener closed: the path stays
 	if _, err := os.Lstat(r.sock); err != nil {
 		t.Fatalf("a replaced listener removed the socket made after it: %v", err)
+	}
+}
+
+// A listener the server was given (systemd's socket) is closed when Open
+// fails: the process may live on (a test, router plugin dev), and the
+// socket must not keep taking connections nobody serves.
+func TestOpenThatFailsClosesTheGivenListener(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("unix", filepath.Join(dir, "given.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	tokens := filepath.Join(dir, "tokens.json")
+	os.WriteFile(tokens, []byte(`{"tokens":[{"token":"open-fails-token-0123456789","admin":true}]}`), 0o600)
+	srv := api.New(nil, listenOn(filepath.Join(dir, "unused.sock"), busy.Addr().String(), tokens), api.Options{Listener: ln})
+	if err := srv.Open(); err == nil {
+		t.Fatal("Open on a busy TCP address succeeded")
+	}
+	ln.(*net.UnixListener).SetDeadline(time.Now().Add(time.Second)) // open: Accept would wait
+	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("the given listener after the failed Open: Accept says %v, want it closed", err)
 	}
 }
