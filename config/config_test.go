@@ -492,6 +492,7 @@ plugin "p" { wasm = "p.wasm" }
 		{"inbox route", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  route { to = \"nats.local\" }\n}\n", "test.hcl:7:3: Unsupported block type"},
 		{"inbox deliver url", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  deliver { url = \"ftp://x\" }\n}\n", "test.hcl:7:19: Invalid URL"},
 		{"inbox undeclared plugin", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  plugins = [\"q\"]\n}\n", "test.hcl:7:14: Unknown plugin"},
+		{"plugins on a pull inbox", sinks + "plugin \"p\" {\n  wasm = \"p.wasm\"\n}\ninbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  plugins = [\"p\"]\n}\n", `test.hcl:10:13: Plugins on a pull inbox: inbox "i" has no deliver block`},
 		{"http without tokens", "listen {\n  http = \":8080\"\n}\n", "test.hcl:2:10: Missing tokens_file"},
 		{"event type with a control character", "event \"a\\u0001b\" {}\n", `test.hcl:1:7: Invalid event type: attribute "type" has the control character U+0001`},
 		// pprof has no authentication: loopback only.

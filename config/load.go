@@ -952,6 +952,13 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		in.Policy.Plugins = nil
 	}
 	in.Plugins = slices.Clone(in.Policy.Plugins)
+	if len(in.Plugins) > 0 && in.Deliver.URL == "" {
+		// A pull subscriber gets the events as stored; a loop running the
+		// plugins would find no destination and dead-letter them all (a
+		// review: after any restart or reload).
+		d.errorf(c.Attributes["plugins"].Expr.Range(), "Plugins on a pull inbox",
+			"inbox %q has no deliver block: its subscribers pull the events as they were received, and no plugin runs on them; remove plugins, or add deliver { url = ... }.", in.Name)
+	}
 	return in
 }
 

@@ -248,6 +248,11 @@ func (e *Engine) Skips(name string, before time.Time, limit int) ([]storage.Skip
 	return out, err
 }
 
+// notPulled is the error of a pull or an ack on an inbox that delivers.
+func notPulled(in *inbox) error {
+	return switchyard.Errorf(switchyard.EINVALIDREQUEST, "inbox %q delivers to %s; it is not pulled", in.cfg.Name, in.cfg.Deliver.URL)
+}
+
 // Pull is GET /v1/subscriptions/{name}/messages: up to max due events of a
 // pull inbox, each leased for lease; it waits up to wait for the first.
 func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease time.Duration) ([]*storage.Record, error) {
@@ -256,7 +261,10 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 		return nil, err
 	}
 	if !in.pull() {
-		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "inbox %q delivers to %s; it is not pulled", name, in.cfg.Deliver.URL)
+		return nil, notPulled(in)
+	}
+	if lease <= 0 { // a lease of 0 holds nothing: every pull would hand the same events out
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "lease must be a positive duration such as 30s")
 	}
 	if err := in.lines.lineUp(ctx, e, InboxQueue(in.cfg.Name)); err != nil {
 		return nil, err
@@ -312,6 +320,9 @@ func (e *Engine) Ack(ctx context.Context, name string, ids []string) (int, error
 	in, err := e.inbox(name)
 	if err != nil {
 		return 0, err
+	}
+	if !in.pull() { // an ack would mark delivered what was never POSTed (a review)
+		return 0, notPulled(in)
 	}
 	now := e.now()
 	n := 0

@@ -400,3 +400,42 @@ func TestLeaseOutlivesClaimTTL(t *testing.T) {
 		t.Fatalf("a claim once the lease ran out: %v %v", ok, err)
 	}
 }
+
+// A pull needs a lease that holds (0 would hand the same events to every
+// puller), and an ack works only on a pull inbox: on one that delivers,
+// it marked delivered what was never POSTed (a review). Both are refused
+// as invalid requests, and the events stay pending.
+func TestPullAndAckRefuseWhatWouldHandOutOrLose(t *testing.T) {
+	h := newHarness(t, pullInbox+`
+inbox "push" {
+  from    = "nats.local"
+  subject = "t.push"
+  deliver { url = "http://127.0.0.1:1/hook" }
+}
+`, false, busySink{name: engine.InboxSink("push"), after: time.Hour}) // the service answers 429
+	ctx := context.Background()
+	for name, ids := range map[string][]string{"pay": {"a"}, "push": {"b"}} {
+		if _, err := h.eng.Receive(ctx, name, inbound(ids...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.eng.Pull(ctx, "pay", 10, 0, 0); switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST {
+		t.Errorf("a pull with lease 0: %v, want an invalid request", err)
+	}
+	if n, err := h.eng.Ack(ctx, "push", []string{"b"}); switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST || n != 0 {
+		t.Errorf("an ack on a push inbox: %d, %v; want 0 and an invalid request", n, err)
+	}
+	key := (&storage.Record{Queue: engine.InboxQueue("push"), Event: switchyard.Event{ID: "b"}}).Key()
+	if err := h.db.View(func(tx *storage.Tx) error {
+		rec, err := tx.Record(key)
+		if err == nil && rec.State == storage.StateDelivered {
+			err = errors.New("delivered")
+		}
+		return err
+	}); err != nil {
+		t.Errorf("the push inbox's event after the refused ack: %v", err)
+	}
+	if msgs, err := h.eng.Pull(ctx, "pay", 10, 0, time.Minute); err != nil || len(msgs) != 1 {
+		t.Errorf("a pull with a lease after the refused one: %d events, %v; want 1", len(msgs), err)
+	}
+}
