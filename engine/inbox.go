@@ -44,6 +44,10 @@ type inbox struct {
 	mu      sync.Mutex
 	leases  map[string]time.Time
 	arrived chan struct{}
+	// acks counts the acks committed: a pull whose snapshot one committed
+	// after looks at its events again (Engine.stillPending), or it could
+	// hand out an event just acked once the ack let go of its lease.
+	acks uint64
 }
 
 func newInbox(in config.Inbox) *inbox {
@@ -273,7 +277,7 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 	defer deadline.Stop()
 	for {
 		in.mu.Lock()
-		arrived := in.arrived
+		arrived, acks := in.arrived, in.acks
 		in.mu.Unlock()
 		now := e.now()
 		var recs []*storage.Record
@@ -289,17 +293,10 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 		if err != nil {
 			return nil, err
 		}
-		in.mu.Lock()
-		out := recs[:0]
-		for _, r := range recs {
-			// Another pull may have leased it since the snapshot.
-			if until, ok := in.leases[r.Key()]; ok && now.Before(until) {
-				continue
-			}
-			in.leases[r.Key()] = now.Add(lease)
-			out = append(out, r)
+		out, err := e.leaseOut(in, recs, acks, now, lease)
+		if err != nil {
+			return nil, err
 		}
-		in.mu.Unlock()
 		if len(out) > 0 {
 			return out, nil
 		}
@@ -311,6 +308,54 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 			return nil, nil
 		}
 	}
+}
+
+// leaseOut leases the events of recs, read in a snapshot taken when
+// in.acks was acks, that no other pull has leased since, and returns them.
+func (e *Engine) leaseOut(in *inbox, recs []*storage.Record, acks uint64, now time.Time, lease time.Duration) ([]*storage.Record, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for in.acks != acks { // an ack committed since the snapshot
+		acks = in.acks
+		in.mu.Unlock()
+		var err error
+		recs, err = e.stillPending(recs)
+		in.mu.Lock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		// Another pull may have leased it since the snapshot.
+		if until, ok := in.leases[r.Key()]; ok && now.Before(until) {
+			continue
+		}
+		in.leases[r.Key()] = now.Add(lease)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// stillPending is the records of recs whose events are still pending.
+func (e *Engine) stillPending(recs []*storage.Record) ([]*storage.Record, error) {
+	out := recs[:0]
+	err := e.store.View(func(tx *storage.Tx) error {
+		for _, r := range recs {
+			now, err := tx.Record(r.Key())
+			if errors.Is(err, storage.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if now.State == storage.StatePending {
+				out = append(out, r)
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // Ack is POST /v1/subscriptions/{name}/ack: the pulled events are
@@ -350,6 +395,7 @@ func (e *Engine) Ack(ctx context.Context, name string, ids []string) (int, error
 		return 0, err
 	}
 	in.mu.Lock()
+	in.acks++
 	for _, id := range ids {
 		delete(in.leases, inboxKey(name, id))
 	}
