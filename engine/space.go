@@ -182,7 +182,8 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 
 // makeRoom removes, while the budget is exhausted, what is kept only for
 // reading back: first the delivered records, but the last replay window's
-// (dropDelivered); once none is left, the idempotency records older than
+// (dropDelivered); then the inboxes' audit of dropped redeliveries
+// (dropAudit); once none is left, the idempotency records older than
 // idempotency.min_window, so that a full budget does not refuse every
 // request until their window ends (clients that choose their event ids
 // keep one per event). Each tick takes one step: the next measurement says
@@ -197,6 +198,15 @@ func (e *Engine) makeRoom(ctx context.Context) {
 		e.log.Info("removed delivered records before their ttl to make room", "records", n)
 		return
 	}
+	n, err = e.dropAudit(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		e.log.Error("removing the inboxes' audit of dropped redeliveries to make room", "error", err)
+		return
+	case n > 0:
+		e.log.Warn("removed the inboxes' audit of dropped redeliveries to make room (the redeliveries are still dropped: only the list of them is gone)", "entries", n)
+		return
+	}
 	idem := e.config().Idempotency
 	n, err = e.dropIdempotency(ctx, idem)
 	switch {
@@ -206,6 +216,26 @@ func (e *Engine) makeRoom(ctx context.Context) {
 		e.log.Warn("removed idempotency records older than idempotency.min_window to make room: a retry of those requests would be stored again",
 			"records", n, "min_window", idem.MinWindow, "window", idem.Window)
 	}
+}
+
+// dropAudit removes every inbox's audit of dropped redeliveries (GET
+// /v1/inbox/{name}/dedup): a replay within the window (a Kafka group reset,
+// a durable made again) writes an entry per copy, kept for the inbox's ttl,
+// and would otherwise fill the budget and refuse every inbox and ingest
+// until they aged out (a review). The ids index that drops the copies
+// stays.
+func (e *Engine) dropAudit(ctx context.Context) (int, error) {
+	total := 0
+	for name := range e.inboxes {
+		n, err := e.inChunks(ctx, func(tx *storage.Tx, now time.Time, limit int) (int, error) {
+			return tx.DeleteOldSkips(name, now.Add(time.Nanosecond), limit)
+		})
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // dropIdempotency removes the idempotency records made more than

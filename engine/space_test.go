@@ -450,3 +450,26 @@ func TestShortTTLKeepsTheReplayWindow(t *testing.T) {
 		t.Fatalf("last, past the replay window and outbox.ttl: %v, want it removed", err)
 	}
 }
+
+// Making room under a full budget, once no delivered record is left to
+// remove, removes the inboxes' audit of dropped redeliveries before any
+// idempotency record: a replay inside the dedup window wrote an entry per
+// copy, kept for the inbox's ttl, and nothing else freed them. The copies
+// are still dropped after it.
+func TestMakeRoomRemovesTheDedupAudit(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	ctx := context.Background()
+	if _, err := h.eng.Receive(ctx, "pay", inbound("a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := h.eng.Receive(ctx, "pay", inbound("a", "b")); err != nil || res.Skipped != 2 {
+		t.Fatalf("the replay: %+v, %v", res, err)
+	}
+	engine.MakeRoom(h.eng)
+	if skips, err := h.eng.Skips("pay", time.Time{}, 10); err != nil || len(skips) != 0 {
+		t.Fatalf("the audit after making room: %d entries, %v; want none", len(skips), err)
+	}
+	if res, err := h.eng.Receive(ctx, "pay", inbound("a")); err != nil || res.Stored != 0 || res.Skipped != 1 {
+		t.Fatalf("a copy after making room: %+v, %v; want it dropped", res, err)
+	}
+}
