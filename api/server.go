@@ -372,8 +372,8 @@ func (s *Server) Close(ctx context.Context) error {
 	wg.Go(func() { tcp = shutdown(ctx, s.tcpSrv) })
 	wg.Wait()
 	err := errors.Join(socket, tcp)
-	if socket != nil && tcp != nil && errors.Is(socket, ErrRequestsCut) && errors.Is(tcp, ErrRequestsCut) {
-		err = socket // one message for both
+	if socket == ErrRequestsCut && tcp == ErrRequestsCut {
+		err = ErrRequestsCut // one message for both
 	}
 	for range s.served {
 		if serr := <-s.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {

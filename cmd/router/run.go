@@ -545,7 +545,7 @@ const dataCloseGrace = 2 * time.Second
 // the data file none (a review: the next start found the running mark).
 // Cut requests are no error of the stop's.
 func (c *RunCommand) closeAPI(ctx context.Context) error {
-	actx, cancel := context.WithCancel(ctx)
+	actx, cancel := ctx, context.CancelFunc(func() {})
 	if dl, ok := ctx.Deadline(); ok {
 		actx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
 	}
