@@ -189,32 +189,33 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 // keep one per event). Each tick takes one step: the next measurement says
 // whether it was enough.
 func (e *Engine) makeRoom(ctx context.Context) {
-	n, err := e.dropDelivered(ctx)
-	switch {
-	case err != nil && ctx.Err() == nil:
-		e.log.Error("removing delivered records to make room", "error", err)
-		return
-	case n > 0:
-		e.log.Info("removed delivered records before their ttl to make room", "records", n)
-		return
-	}
-	n, err = e.dropAudit(ctx)
-	switch {
-	case err != nil && ctx.Err() == nil:
-		e.log.Error("removing the inboxes' audit of dropped redeliveries to make room", "error", err)
-		return
-	case n > 0:
-		e.log.Warn("removed the inboxes' audit of dropped redeliveries to make room (the redeliveries are still dropped: only the list of them is gone)", "entries", n)
-		return
-	}
 	idem := e.config().Idempotency
-	n, err = e.dropIdempotency(ctx, idem)
-	switch {
-	case err != nil && ctx.Err() == nil:
-		e.log.Error("removing idempotency records to make room", "error", err)
-	case n > 0:
-		e.log.Warn("removed idempotency records older than idempotency.min_window to make room: a retry of those requests would be stored again",
-			"records", n, "min_window", idem.MinWindow, "window", idem.Window)
+	steps := []struct {
+		what   string // what the step removes, for its error
+		remove func(context.Context) (int, error)
+		said   func(n int) // logs what it removed
+	}{
+		{"delivered records", e.dropDelivered, func(n int) {
+			e.log.Info("removed delivered records before their ttl to make room", "records", n)
+		}},
+		{"the inboxes' audit of dropped redeliveries", e.dropAudit, func(n int) {
+			e.log.Warn("removed the inboxes' audit of dropped redeliveries to make room (the redeliveries are still dropped: only the list of them is gone)", "entries", n)
+		}},
+		{"idempotency records", func(ctx context.Context) (int, error) { return e.dropIdempotency(ctx, idem) }, func(n int) {
+			e.log.Warn("removed idempotency records older than idempotency.min_window to make room: a retry of those requests would be stored again",
+				"records", n, "min_window", idem.MinWindow, "window", idem.Window)
+		}},
+	}
+	for _, step := range steps {
+		n, err := step.remove(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			e.log.Error("removing "+step.what+" to make room", "error", err)
+			return
+		case n > 0:
+			step.said(n)
+			return
+		}
 	}
 }
 

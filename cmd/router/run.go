@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/every"
 	"github.com/switchyard-router/switchyard/internal/history"
 	"github.com/switchyard-router/switchyard/internal/schedwait"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
@@ -274,20 +275,7 @@ func (c *RunCommand) checkAfterUncleanStop(path string) error {
 func extendStart() (stop func()) {
 	extend := func() { sdNotify(fmt.Sprintf("EXTEND_TIMEOUT_USEC=%d", (3 * startReportEvery).Microseconds())) }
 	extend()
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(startReportEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				extend()
-			}
-		}
-	}()
-	return func() { close(done) }
+	return every.Start(startReportEvery, extend)
 }
 
 // openSinks starts the embedded NATS servers and opens every sink: NATS,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/switchyard-router/switchyard/internal/every"
 )
 
 // startReportEvery is how often a start that is still going says what it
@@ -25,7 +27,7 @@ const startReportEvery = 5 * time.Second
 type startProgress struct {
 	began time.Time
 	log   hclog.Logger
-	stop  chan struct{}
+	stop  func() // ends the reports and the watch of ctx
 
 	mu       sync.Mutex
 	steps    map[string]time.Time // under way, with when each began
@@ -38,7 +40,7 @@ type startProgress struct {
 // when ctx ends first it notes what was under way at that moment (the
 // interrupted steps end right after, with errors of their own).
 func newStartProgress(ctx context.Context, log hclog.Logger) *startProgress {
-	p := &startProgress{began: time.Now(), log: log, stop: make(chan struct{}), steps: map[string]time.Time{}, noted: make(chan struct{})}
+	p := &startProgress{began: time.Now(), log: log, steps: map[string]time.Time{}, noted: make(chan struct{})}
 	stopWatch := context.AfterFunc(ctx, func() {
 		now := p.String()
 		p.mu.Lock()
@@ -46,10 +48,10 @@ func newStartProgress(ctx context.Context, log hclog.Logger) *startProgress {
 		p.mu.Unlock()
 		close(p.noted)
 	})
-	go func() {
-		p.report()
-		stopWatch()
-	}()
+	stopReports := every.Start(startReportEvery, func() {
+		p.log.Info("still starting", "after", p.elapsed(), "waiting_for", p.String())
+	})
+	p.stop = func() { stopReports(); stopWatch() }
 	return p
 }
 
@@ -118,20 +120,7 @@ func (p *startProgress) cancelled(cause error) error {
 }
 
 // done ends the reports.
-func (p *startProgress) done() { close(p.stop) }
-
-func (p *startProgress) report() {
-	t := time.NewTicker(startReportEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-			p.log.Info("still starting", "after", p.elapsed(), "waiting_for", p.String())
-		}
-	}
-}
+func (p *startProgress) done() { p.stop() }
 
 // logFileLimit says how many file descriptors the router may open. The Go
 // runtime raises the soft limit to the hard one at start (Linux, Go 1.19+),

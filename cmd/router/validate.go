@@ -303,18 +303,26 @@ func foldersToMake(cfg *config.Config, socketPassed bool) []folderToMake {
 // firstMissing is the outermost folder of dir (dir itself, or one above
 // it) that does not exist, or "" when dir exists or cannot be looked at.
 func firstMissing(dir string) string {
-	missing := ""
+	_, fi, missing, err := nearestExisting(dir)
+	if err != nil || !fi.IsDir() {
+		return ""
+	}
+	return missing
+}
+
+// nearestExisting walks up from dir to the nearest path that exists and
+// returns it with its FileInfo and the outermost path below it that does
+// not exist ("" when dir exists). An error other than "not there" stops
+// the walk and names the path that gave it.
+func nearestExisting(dir string) (found string, fi fs.FileInfo, missing string, err error) {
 	for {
-		_, err := os.Stat(dir)
+		fi, err := os.Stat(dir)
 		if err == nil {
-			return missing
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return ""
+			return dir, fi, missing, nil
 		}
 		parent := filepath.Dir(dir)
-		if parent == dir {
-			return missing
+		if parent == dir || !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			return "", nil, "", fmt.Errorf("%s: %w", dir, bare(err))
 		}
 		missing, dir = dir, parent
 	}
@@ -357,19 +365,12 @@ func writable(path string, dir bool) error {
 		}
 		path = filepath.Dir(path)
 	}
-	for {
-		st, err := os.Stat(path)
-		if err == nil && !st.IsDir() {
-			return fmt.Errorf("%s is not a folder", path)
-		}
-		if err == nil {
-			break
-		}
-		parent := filepath.Dir(path)
-		if parent == path || !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
-			return fmt.Errorf("%s: %w", path, bare(err))
-		}
-		path = parent
+	path, fi, _, err := nearestExisting(path)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a folder", path)
 	}
 	f, err := os.CreateTemp(path, ".router-validate-*")
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
+	"github.com/switchyard-router/switchyard/internal/every"
 )
 
 const (
@@ -410,25 +411,11 @@ func (s *Source) handle(ctx context.Context, msgs []jetstream.Msg, receive func(
 // still being worked on, until stop is called: a slow store must not make
 // the server hand them to another router.
 func (s *Source) keepInProgress(msgs []jetstream.Msg) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(s.ackWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				for _, m := range msgs {
-					_ = m.InProgress()
-				}
-			}
+	return every.Start(s.ackWait/3, func() {
+		for _, m := range msgs {
+			_ = m.InProgress()
 		}
-	}()
-	return func() { close(done); wg.Wait() }
+	})
 }
 
 // ackAll double-acks every message, in parallel, retrying a failed ack. An
