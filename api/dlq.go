@@ -64,7 +64,10 @@ func checkRef(id string) error {
 
 func dlqRef(r *http.Request) (engine.DLQRef, error) {
 	q := r.URL.Query()
-	ref := engine.DLQRef{ID: r.PathValue("id"), Queue: q.Get("queue"), Tenant: q.Get("tenant")}
+	ref := engine.DLQRef{ID: r.PathValue("id"), Queue: q.Get("queue"), Tenant: q.Get("tenant"), Source: q.Get("source")}
+	if len(ref.Source) > engine.MaxAttrLen {
+		return ref, switchyard.Errorf(switchyard.EINVALIDREQUEST, "source is longer than %d bytes", engine.MaxAttrLen)
+	}
 	if ref.Tenant != "" {
 		if err := tenantParam("tenant", ref.Tenant); err != nil {
 			return ref, err
@@ -238,6 +241,7 @@ type dlqFilterBody struct {
 	Since  string   `json:"since"`
 	IDs    []string `json:"ids"`
 	Tenant string   `json:"tenant"`
+	Source string   `json:"source"`
 	All    bool     `json:"all"`
 }
 
@@ -316,7 +320,7 @@ func (s *Server) readFilter(w http.ResponseWriter, r *http.Request) (engine.DLQF
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil {
-		return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, "the filter is not valid: %v (fields: type, status, since, ids, tenant, all)", err)
+		return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, "the filter is not valid: %v (fields: type, status, since, ids, tenant, source, all)", err)
 	}
 	if dec.More() {
 		return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, "the body holds more than one JSON value")
@@ -329,7 +333,10 @@ func (s *Server) readFilter(w http.ResponseWriter, r *http.Request) (engine.DLQF
 			return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, "ids[%d]: %s", i, err.(*switchyard.Error).Message)
 		}
 	}
-	f = engine.DLQFilter{Type: b.Type, Status: storage.State(b.Status), IDs: b.IDs, Tenant: b.Tenant, All: b.All}
+	if len(b.Source) > engine.MaxAttrLen {
+		return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, "source is longer than %d bytes", engine.MaxAttrLen)
+	}
+	f = engine.DLQFilter{Type: b.Type, Status: storage.State(b.Status), IDs: b.IDs, Tenant: b.Tenant, Source: b.Source, All: b.All}
 	if f.Since, err = parseSince(b.Since, s.opts.Now()); err != nil {
 		return f, err
 	}

@@ -200,10 +200,12 @@ func (s *Server) postRelease(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// pulled is one message of a pull: its id, and "event", the event in the
-// JSON format (withEvent).
+// pulled is one message of a pull: its event's id, the ack id that names
+// it to an ack (storage.InboxRef), and "event", the event in the JSON
+// format (withEvent).
 type pulled struct {
-	ID string `json:"id"`
+	ID    string `json:"id"`
+	AckID string `json:"ack_id"`
 }
 
 func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
@@ -222,7 +224,7 @@ func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
 						if i > 0 {
 							body = append(body, ',')
 						}
-						body = append(body, withEvent(pulled{ID: rec.Event.ID}, &rec.Event)...)
+						body = append(body, withEvent(pulled{ID: rec.Event.ID, AckID: storage.InboxRef(rec)}, &rec.Event)...)
 					}
 					writeWithEvents(w, http.StatusOK, append(body, "]}"...))
 					return
@@ -235,22 +237,34 @@ func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) postAck(w http.ResponseWriter, r *http.Request) {
 	var body struct {
-		IDs []string `json:"ids"`
+		AckIDs []string `json:"ack_ids"`
+		IDs    []string `json:"ids"`
 	}
 	if err := s.readJSON(w, r, &body); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if len(body.IDs) == 0 || len(body.IDs) > maxPull {
-		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "ids must list 1 to %d ids", maxPull))
+	if n := len(body.AckIDs) + len(body.IDs); n == 0 || n > maxPull {
+		s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "ack_ids and ids must list 1 to %d messages in all", maxPull))
 		return
 	}
-	n, err := s.engine.Ack(r.Context(), r.PathValue("name"), body.IDs)
+	res, err := s.engine.Ack(r.Context(), r.PathValue("name"), engine.Acks{AckIDs: body.AckIDs, IDs: body.IDs})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"acked": n})
+	if len(res.Ambiguous) > 0 {
+		if n, ok := s.failLog.Take("ambiguous ack", s.opts.Now()); ok {
+			s.log.Warn("an ack named events by ids that several pending events share (two sources chose the same id): not acked; ack them by their ack_id", "inbox", r.PathValue("name"), "ids", res.Ambiguous, "like_it_since_last", n)
+		}
+	}
+	writeJSON(w, http.StatusOK, ackView{Acked: res.Acked, Ambiguous: res.Ambiguous})
+}
+
+// ackView is the answer to an ack.
+type ackView struct {
+	Acked     int      `json:"acked"`
+	Ambiguous []string `json:"ambiguous,omitempty"` // ids not acked: several pending events hold each
 }
 
 // inboxView is an inbox as GET /v1/inboxes shows it.

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -24,16 +26,71 @@ const (
 
 // DLQRef names a dead letter: its event id and, for an inbox's records,
 // the inbox queue ("inbox:<name>"; "" = an outbound event); an outbound
-// event of a tenant other than the default one also by its Tenant.
+// event of a tenant other than the default one also by its Tenant. Source,
+// if set, must be the event's: it picks one of an inbox's records when two
+// sources share the id (docs/decisions/inbox-identity.md).
 type DLQRef struct {
 	Queue  string
 	Tenant string
 	ID     string
+	Source string
 }
 
-func (r DLQRef) key() string {
-	rec := storage.Record{Queue: r.Queue, Tenant: r.Tenant, Event: switchyard.Event{ID: r.ID}}
-	return rec.Key()
+// records is what ref names: the outbound event, or the inbox's records of
+// its id; those of another source than Source left out.
+func (r DLQRef) records(tx *storage.Tx) ([]*storage.Record, error) {
+	var recs []*storage.Record
+	if r.Queue == "" {
+		switch rec, err := tx.Record(storage.EventKey(r.Tenant, r.ID)); {
+		case err == nil:
+			recs = append(recs, rec)
+		case !errors.Is(err, storage.ErrNotFound):
+			return nil, err
+		}
+	} else {
+		var err error
+		if recs, err = tx.InboxRecords(r.Queue, r.ID); err != nil {
+			return nil, err
+		}
+	}
+	return slices.DeleteFunc(recs, func(rec *storage.Record) bool { return r.Source != "" && rec.Event.Source != r.Source }), nil
+}
+
+// record is the one record ref names, a dead letter before any other
+// state: NoEvent when there is none, a conflict naming their sources when
+// several dead letters of one inbox share the id.
+func (r DLQRef) record(tx *storage.Tx) (*storage.Record, error) {
+	recs, err := r.records(tx)
+	if err != nil {
+		return nil, err
+	}
+	switch recs = deadFirst(recs); len(recs) {
+	case 0:
+		return nil, NoEvent(r.Tenant, r.ID)
+	case 1:
+		return recs[0], nil
+	}
+	sources := make([]string, len(recs))
+	for i, rec := range recs {
+		sources[i] = strconv.Quote(rec.Event.Source)
+	}
+	return nil, switchyard.Errorf(switchyard.ECONFLICT, "%s holds events with id %q from %d sources (%s): name one with source", r.Queue, r.ID, len(recs), strings.Join(sources, ", "))
+}
+
+// deadFirst is the dead (or resolved) records of recs, or all of them
+// when none is: an inbox's id may name a delivered event of one source
+// and a dead letter of another.
+func deadFirst(recs []*storage.Record) []*storage.Record {
+	dead := slices.DeleteFunc(slices.Clone(recs), func(rec *storage.Record) bool { return !isDead(rec) })
+	if len(dead) > 0 {
+		return dead
+	}
+	return recs
+}
+
+// isDead says whether r is in the DLQ, or resolved there.
+func isDead(r *storage.Record) bool {
+	return r.State == storage.StateDLQ || r.State == storage.StateResolved
 }
 
 // DLQItem is a dead (or resolved) record with the time it entered its
@@ -123,13 +180,14 @@ func (e *Engine) DLQList(q DLQQuery) (*DLQPage, error) {
 func (e *Engine) DLQGet(ref DLQRef) (*DLQItem, error) {
 	var en *storage.DLQEntry
 	err := e.store.View(func(tx *storage.Tx) error {
-		var err error
-		en, err = tx.DLQEntry(ref.key())
+		r, err := ref.record(tx)
+		if err != nil {
+			return err
+		}
+		en, err = tx.DLQEntry(r.Key())
 		return err
 	})
 	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		return nil, NoEvent(ref.Tenant, ref.ID)
 	case errors.Is(err, storage.ErrNotDead):
 		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "event %q is not in the DLQ: it is %s (GET /v1/events/{id} shows it)", ref.ID, en.Record.State)
 	case err != nil:
@@ -227,10 +285,7 @@ func (e *Engine) DLQDelete(ctx context.Context, ref DLQRef) error {
 func (e *Engine) dlqOne(ctx context.Context, ref DLQRef, act dlqAction) (*DLQItem, error) {
 	var out *DLQItem
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
-		r, err := tx.Record(ref.key())
-		if errors.Is(err, storage.ErrNotFound) {
-			return NoEvent(ref.Tenant, ref.ID)
-		}
+		r, err := ref.record(tx)
 		if err != nil {
 			return err
 		}
@@ -276,6 +331,7 @@ type DLQFilter struct {
 	Since  time.Time     // entered the DLQ (or was resolved) at or after
 	IDs    []string      // these events (in Type's queue when it is an inbox)
 	Tenant string        // whose events IDs are ("" = the default tenant)
+	Source string        // only events of this source ("" = any)
 	All    bool          // everything in the index
 }
 
@@ -330,8 +386,8 @@ func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQB
 		return nil, err
 	}
 	f.Status = status
-	if f.Type == "" && f.Since.IsZero() && len(f.IDs) == 0 && !f.All {
-		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "a bulk %s needs a filter: type, since or ids (or \"all\": true for everything)", act.name)
+	if f.Type == "" && f.Since.IsZero() && f.Source == "" && len(f.IDs) == 0 && !f.All {
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "a bulk %s needs a filter: type, since, source or ids (or \"all\": true for everything)", act.name)
 	}
 	if len(f.IDs) > DLQMaxIDs {
 		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "%d ids; at most %d per request", len(f.IDs), DLQMaxIDs)
@@ -417,20 +473,18 @@ func (b *bulk) byIDs(f DLQFilter) error {
 		ids := f.IDs[start:min(start+dlqChunk, len(f.IDs))]
 		err := b.chunk(func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
 			for _, id := range ids {
-				en, err := tx.DLQEntry(DLQRef{Queue: queue, Tenant: f.Tenant, ID: id}.key())
-				switch {
-				case errors.Is(err, storage.ErrNotFound):
+				recs, err := DLQRef{Queue: queue, Tenant: f.Tenant, ID: id, Source: f.Source}.records(tx)
+				if err != nil {
+					return err
+				}
+				if len(recs) == 0 {
 					res.NotFound = append(res.NotFound, id)
 					continue
-				case err != nil && !errors.Is(err, storage.ErrNotDead):
-					return err
 				}
-				if reason := f.excludes(en.Record, en.At); reason != "" {
-					res.Skipped = append(res.Skipped, DLQSkip{ID: id, Code: "filtered", Reason: reason})
-					continue
-				}
-				if err := b.apply(tx, en.Record, now, res, queues); err != nil {
-					return err
+				for _, r := range deadFirst(recs) {
+					if err := b.one(tx, f, r, now, res, queues); err != nil {
+						return err
+					}
 				}
 			}
 			return nil
@@ -440,6 +494,20 @@ func (b *bulk) byIDs(f DLQFilter) error {
 		}
 	}
 	return nil
+}
+
+// one applies the action to r, a record a bulk request named by its id,
+// unless the filter excludes it.
+func (b *bulk) one(tx *storage.Tx, f DLQFilter, r *storage.Record, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
+	en, err := tx.DLQEntry(r.Key())
+	if err != nil && !errors.Is(err, storage.ErrNotDead) {
+		return err
+	}
+	if reason := f.excludes(en.Record, en.At); reason != "" {
+		res.Skipped = append(res.Skipped, DLQSkip{ID: r.Event.ID, Code: "filtered", Reason: reason})
+		return nil
+	}
+	return b.apply(tx, en.Record, now, res, queues)
 }
 
 // byFilter applies the action to every dead letter the filter selects,
@@ -477,6 +545,9 @@ func (f *DLQFilter) excludes(r *storage.Record, at time.Time) string {
 	}
 	if !f.Since.IsZero() && at.Before(f.Since) {
 		return "it entered the DLQ before " + f.Since.UTC().Format(time.RFC3339)
+	}
+	if f.Source != "" && r.Event.Source != f.Source {
+		return "its source is " + r.Event.Source + ", not " + f.Source
 	}
 	return ""
 }

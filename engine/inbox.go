@@ -153,7 +153,7 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []switchyard.Inb
 	err = e.store.Update(ctx, func(tx *storage.Tx) error {
 		// A group commit may run this again: start afresh each time.
 		res, skips = ReceiveResult{}, skips[:0]
-		batch := make(map[string]string, len(msgs))
+		batch := make(map[inboxEvent]string, len(msgs))
 		for i := range msgs {
 			skip, err := in.receiveOne(tx, &msgs[i], batch, now)
 			if err != nil {
@@ -179,19 +179,19 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []switchyard.Inb
 }
 
 // receiveOne stores one consumed message in the inbox's queue and
-// remembers its id, or returns why it was dropped: no id where one is
+// remembers its source and id, or returns why it was dropped: no id where one is
 // required, a duplicate in this batch, an id seen within the window, or a
 // record that already stands for it.
-func (in *inbox) receiveOne(tx *storage.Tx, m *switchyard.Inbound, batch map[string]string, now time.Time) (*storage.Skip, error) {
-	name, id := in.cfg.Name, m.Event.ID
-	skip := &storage.Skip{ID: id, Source: m.Event.Source, At: now, Origin: m.Origin}
-	switch seen, err := tx.InboxSeen(name, id, now); {
+func (in *inbox) receiveOne(tx *storage.Tx, m *switchyard.Inbound, batch map[inboxEvent]string, now time.Time) (*storage.Skip, error) {
+	name, queue, ev := in.cfg.Name, InboxQueue(in.cfg.Name), inboxEvent{m.Event.Source, m.Event.ID}
+	skip := &storage.Skip{ID: ev.id, Source: ev.source, At: now, Origin: m.Origin}
+	switch seen, err := tx.InboxSeen(name, queue, ev.source, ev.id, now); {
 	case m.IDTooLong && in.cfg.MissingID == config.MissingIDReject:
 		skip.Reason = storage.SkipIDTooLong
 	case m.IDDerived && in.cfg.MissingID == config.MissingIDReject:
 		skip.Reason = storage.SkipNoID
-	case batch[id] != "":
-		skip.Reason, skip.FirstOrigin, skip.FirstAt = storage.SkipDuplicateInBatch, batch[id], now
+	case batch[ev] != "":
+		skip.Reason, skip.FirstOrigin, skip.FirstAt = storage.SkipDuplicateInBatch, batch[ev], now
 	case err == nil:
 		skip.Reason, skip.FirstOrigin, skip.FirstAt = storage.SkipDuplicate, seen.Origin, seen.ReceivedAt
 	case !errors.Is(err, storage.ErrNotFound):
@@ -200,22 +200,29 @@ func (in *inbox) receiveOne(tx *storage.Tx, m *switchyard.Inbound, batch map[str
 	if skip.Reason != "" {
 		return skip, nil
 	}
-	rec := &storage.Record{Event: m.Event, Tenant: storage.DefaultTenant, Queue: InboxQueue(name), CreatedAt: now, UpdatedAt: now}
-	if err := tx.InsertEvent(rec, in.policy.ByKey()); err != nil {
-		if errors.Is(err, storage.ErrExists) {
-			// Stored before, its id since forgotten: the record (waiting
-			// or delivered) already stands for it.
-			skip.Reason = storage.SkipDuplicate
-			return skip, nil
-		}
+	switch _, err := tx.InboxRecord(queue, ev.source, ev.id); {
+	case err == nil:
+		// Stored before, its id since forgotten: the record (waiting or
+		// delivered) already stands for it.
+		skip.Reason = storage.SkipDuplicate
+		return skip, nil
+	case !errors.Is(err, storage.ErrNotFound):
 		return nil, err
 	}
-	if err := tx.PutInboxSeen(name, id, &storage.Seen{Origin: m.Origin, ReceivedAt: now, ExpiresAt: now.Add(in.cfg.TTL)}); err != nil {
+	rec := &storage.Record{Event: m.Event, Tenant: storage.DefaultTenant, Queue: queue, CreatedAt: now, UpdatedAt: now}
+	if err := tx.InsertNewEvent(rec, in.policy.ByKey()); err != nil {
 		return nil, err
 	}
-	batch[id] = m.Origin
+	if err := tx.PutInboxSeen(name, ev.source, ev.id, &storage.Seen{Origin: m.Origin, ReceivedAt: now, ExpiresAt: now.Add(in.cfg.TTL)}); err != nil {
+		return nil, err
+	}
+	batch[ev] = m.Origin
 	return nil, nil
 }
+
+// inboxEvent names an event an inbox receives: CloudEvents' source and id
+// (docs/decisions/inbox-identity.md).
+type inboxEvent struct{ source, id string }
 
 // noteReceived logs and counts a stored batch's drops and stores, and
 // wakes whoever delivers the inbox.
@@ -358,54 +365,103 @@ func (e *Engine) stillPending(recs []*storage.Record) ([]*storage.Record, error)
 	return out, err
 }
 
+// Acks names the pulled events an ack marks delivered: by the ack ids
+// their pull gave (storage.InboxRef; one record each), or by their event
+// ids, which name one record only while no two sources share the id.
+type Acks struct {
+	AckIDs []string
+	IDs    []string
+}
+
+// AckResult is what an ack did.
+type AckResult struct {
+	Acked int // records marked delivered
+	// Ambiguous are the event ids that several pending records hold (two
+	// sources chose the same id): none of them was acked; their ack ids
+	// would say which.
+	Ambiguous []string
+}
+
 // Ack is POST /v1/subscriptions/{name}/ack: the pulled events are
-// delivered. It returns how many it marked; unknown or already acked ids
-// are ignored (an ack is idempotent).
-func (e *Engine) Ack(ctx context.Context, name string, ids []string) (int, error) {
+// delivered. Unknown or already acked events are ignored (an ack is
+// idempotent).
+func (e *Engine) Ack(ctx context.Context, name string, acks Acks) (AckResult, error) {
 	in, err := e.inbox(name)
 	if err != nil {
-		return 0, err
+		return AckResult{}, err
 	}
 	if !in.pull() { // an ack would mark delivered what was never POSTed (a review)
-		return 0, notPulled(in)
+		return AckResult{}, notPulled(in)
 	}
 	now := e.now()
-	n := 0
+	var res AckResult
+	var acked []string // their keys
 	err = e.store.Update(ctx, func(tx *storage.Tx) error {
-		n = 0
-		for _, id := range ids {
-			rec, err := tx.Record(inboxKey(name, id))
-			if errors.Is(err, storage.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if rec.State != storage.StatePending {
-				continue
-			}
+		res, acked = AckResult{}, acked[:0]
+		recs, ambiguous, err := in.acked(tx, acks)
+		if err != nil {
+			return err
+		}
+		res.Ambiguous = ambiguous
+		for _, rec := range recs {
 			if err := tx.MarkDelivered(rec, now, e.config().Outbox.TTL); err != nil {
 				return err
 			}
-			n++
+			acked = append(acked, rec.Key())
 		}
+		res.Acked = len(recs)
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return AckResult{}, err
 	}
 	in.mu.Lock()
 	in.acks++
-	for _, id := range ids {
-		delete(in.leases, inboxKey(name, id))
+	for _, k := range acked {
+		delete(in.leases, k)
 	}
 	in.mu.Unlock()
-	return n, nil
+	return res, nil
 }
 
-func inboxKey(name, id string) string {
-	r := storage.Record{Queue: InboxQueue(name), Event: switchyard.Event{ID: id}}
-	return r.Key()
+// acked is the pending records acks names, and the event ids among them
+// that name several.
+func (in *inbox) acked(tx *storage.Tx, acks Acks) (recs []*storage.Record, ambiguous []string, err error) {
+	queue := InboxQueue(in.cfg.Name)
+	seen := make(map[string]bool, len(acks.AckIDs)+len(acks.IDs))
+	take := func(r *storage.Record) {
+		if r.State == storage.StatePending && !seen[r.Key()] {
+			seen[r.Key()] = true
+			recs = append(recs, r)
+		}
+	}
+	for _, ref := range acks.AckIDs {
+		key, ok := storage.InboxRefKey(queue, ref)
+		if !ok {
+			continue // names no record of this inbox: as an unknown id
+		}
+		switch r, err := tx.Record(key); {
+		case err == nil:
+			take(r)
+		case !errors.Is(err, storage.ErrNotFound):
+			return nil, nil, err
+		}
+	}
+	for _, id := range acks.IDs {
+		all, err := tx.InboxRecords(queue, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		pending := slices.DeleteFunc(all, func(r *storage.Record) bool { return r.State != storage.StatePending })
+		switch len(pending) {
+		case 0:
+		case 1:
+			take(pending[0])
+		default:
+			ambiguous = append(ambiguous, id)
+		}
+	}
+	return recs, ambiguous, nil
 }
 
 // Claim modes.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,7 +57,7 @@ func TestInboxLeavesOutAnUnstorableTime(t *testing.T) {
 	}
 	h.db.View(func(tx *storage.Tx) error {
 		for id, want := range map[string]time.Time{"far": {}, "near": near} {
-			rec, err := tx.Record(engine.InboxQueue("pay") + "\x00" + id)
+			rec, err := tx.InboxRecord(engine.InboxQueue("pay"), "/bank", id)
 			if err != nil {
 				t.Fatalf("%s: %v", id, err)
 			}
@@ -119,8 +120,8 @@ func TestReceiveDropsRedeliveries(t *testing.T) {
 	if again, _ := h.eng.Pull(ctx, "pay", 10, 0, time.Minute); len(again) != 0 {
 		t.Fatalf("leased messages pulled again: %d", len(again))
 	}
-	if n, err := h.eng.Ack(ctx, "pay", []string{"a", "b"}); err != nil || n != 2 {
-		t.Fatalf("ack: %d %v", n, err)
+	if res, err := h.eng.Ack(ctx, "pay", engine.Acks{IDs: []string{"a", "b"}}); err != nil || res.Acked != 2 {
+		t.Fatalf("ack: %+v %v", res, err)
 	}
 	h.clock.Advance(2 * time.Minute) // the lease of c ran out
 	msgs, _ = h.eng.Pull(ctx, "pay", 10, 0, time.Minute)
@@ -423,12 +424,11 @@ inbox "push" {
 	if _, err := h.eng.Pull(ctx, "pay", 10, 0, 0); switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST {
 		t.Errorf("a pull with lease 0: %v, want an invalid request", err)
 	}
-	if n, err := h.eng.Ack(ctx, "push", []string{"b"}); switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST || n != 0 {
-		t.Errorf("an ack on a push inbox: %d, %v; want 0 and an invalid request", n, err)
+	if res, err := h.eng.Ack(ctx, "push", engine.Acks{IDs: []string{"b"}}); switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST || res.Acked != 0 {
+		t.Errorf("an ack on a push inbox: %+v, %v; want 0 and an invalid request", res, err)
 	}
-	key := (&storage.Record{Queue: engine.InboxQueue("push"), Event: switchyard.Event{ID: "b"}}).Key()
 	if err := h.db.View(func(tx *storage.Tx) error {
-		rec, err := tx.Record(key)
+		rec, err := tx.InboxRecord(engine.InboxQueue("push"), "/bank", "b")
 		if err == nil && rec.State == storage.StateDelivered {
 			err = errors.New("delivered")
 		}
@@ -480,8 +480,8 @@ func TestPullDoesNotHandOutWhatWasJustAcked(t *testing.T) {
 		got <- len(msgs)
 	}()
 	<-vg.reading // the second pull's snapshot holds m pending, leased
-	if n, err := h.eng.Ack(ctx, "pay", []string{"m"}); err != nil || n != 1 {
-		t.Fatalf("ack: %d, %v", n, err)
+	if res, err := h.eng.Ack(ctx, "pay", engine.Acks{IDs: []string{"m"}}); err != nil || res.Acked != 1 {
+		t.Fatalf("ack: %+v, %v", res, err)
 	}
 	close(vg.gate)
 	select {
@@ -491,5 +491,110 @@ func TestPullDoesNotHandOutWhatWasJustAcked(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the pull did not return")
+	}
+}
+
+// fromSources is one inbound event per source, every one with the id id.
+func fromSources(id string, sources ...string) []switchyard.Inbound {
+	out := inbound(slices.Repeat([]string{id}, len(sources))...)
+	for i, s := range sources {
+		out[i].Event.Source = s
+	}
+	return out
+}
+
+// Two producers that count their ids alike both reach the inbox
+// (CloudEvents names an event by its source and id): neither is taken for
+// a redelivery of the other, in one batch or in two, while a redelivery
+// of either is still dropped. A pull hands all out; an ack by the shared
+// id acks none of them and says so; their ack ids ack each.
+func TestInboxTellsSourcesApart(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	ctx := context.Background()
+	for _, c := range []struct {
+		sources         []string
+		stored, skipped int
+	}{
+		{[]string{"/billing", "/shipping"}, 2, 0},
+		{[]string{"/returns"}, 1, 0},
+		{[]string{"/billing", "/shipping", "/returns"}, 0, 3},
+	} {
+		res, err := h.eng.Receive(ctx, "pay", fromSources("1", c.sources...))
+		if err != nil || res.Stored != c.stored || res.Skipped != c.skipped {
+			t.Fatalf("receive from %v: %+v, %v; want %d stored, %d dropped", c.sources, res, err, c.stored, c.skipped)
+		}
+	}
+	msgs, err := h.eng.Pull(ctx, "pay", 10, 0, time.Minute)
+	if err != nil || len(msgs) != 3 {
+		t.Fatalf("pull: %d, %v; want the 3 events", len(msgs), err)
+	}
+	res, err := h.eng.Ack(ctx, "pay", engine.Acks{IDs: []string{"1"}})
+	if err != nil || res.Acked != 0 || !slices.Equal(res.Ambiguous, []string{"1"}) {
+		t.Fatalf("an ack by the shared id: %+v, %v; want none acked, the id ambiguous", res, err)
+	}
+	refs := []string{storage.InboxRef(msgs[0]), storage.InboxRef(msgs[1])}
+	if res, err := h.eng.Ack(ctx, "pay", engine.Acks{AckIDs: refs}); err != nil || res.Acked != 2 {
+		t.Fatalf("an ack by two ack ids: %+v, %v; want 2 acked", res, err)
+	}
+	// One event of the id is pending now: the id names it.
+	if res, err := h.eng.Ack(ctx, "pay", engine.Acks{IDs: []string{"1"}}); err != nil || res.Acked != 1 || len(res.Ambiguous) != 0 {
+		t.Fatalf("an ack by the id of the last one: %+v, %v; want it acked", res, err)
+	}
+	h.clock.Advance(2 * time.Minute)
+	if msgs, err := h.eng.Pull(ctx, "pay", 10, 0, time.Minute); err != nil || len(msgs) != 0 {
+		t.Fatalf("after every ack, a pull past the leases: %d, %v; want none", len(msgs), err)
+	}
+}
+
+// refusingSink refuses every message for good, as a service answering
+// 400: its events go to the DLQ at once.
+type refusingSink struct{ name string }
+
+func (s refusingSink) Name() string { return s.name }
+func (s refusingSink) Publish(_ context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	r := make([]switchyard.Result, len(msgs))
+	for i := range r {
+		r[i] = switchyard.Result{Err: switchyard.Permanentf("400 Bad Request")}
+	}
+	return r
+}
+func (refusingSink) Close(context.Context) error { return nil }
+
+// An inbox's dead letters that share an id are told apart by their
+// sources: a lookup by the id alone is a conflict that names both, a
+// source picks one, and a bulk action by the id acts on the source given
+// only. Once one is left, the id alone names it again.
+func TestDLQTellsAnInboxsSourcesApart(t *testing.T) {
+	h := newHarness(t, `
+inbox "push" {
+  from    = "nats.local"
+  subject = "t.push"
+  deliver { url = "http://127.0.0.1:1/hook" }
+}
+`, true, refusingSink{name: engine.InboxSink("push")})
+	ctx := context.Background()
+	q := engine.InboxQueue("push")
+	if res, err := h.eng.Receive(ctx, "push", fromSources("1", "/billing", "/shipping")); err != nil || res.Stored != 2 {
+		t.Fatalf("receive: %+v, %v", res, err)
+	}
+	h.pollAll(q)
+	_, err := h.eng.DLQGet(engine.DLQRef{Queue: q, ID: "1"})
+	if code(err) != switchyard.ECONFLICT || !strings.Contains(err.Error(), `"/billing"`) || !strings.Contains(err.Error(), `"/shipping"`) {
+		t.Fatalf("a lookup by the shared id: %v; want a conflict naming both sources", err)
+	}
+	it, err := h.eng.DLQGet(engine.DLQRef{Queue: q, ID: "1", Source: "/billing"})
+	if err != nil || it.Record.Event.Source != "/billing" || it.Record.State != storage.StateDLQ {
+		t.Fatalf("a lookup with a source: %+v, %v", it, err)
+	}
+	res, err := h.eng.DLQDeleteMany(ctx, engine.DLQFilter{Type: q, IDs: []string{"1"}, Source: "/shipping"})
+	if err != nil || res.Done != 1 {
+		t.Fatalf("a bulk delete of the id from one source: %+v, %v; want 1 done", res, err)
+	}
+	it, err = h.eng.DLQGet(engine.DLQRef{Queue: q, ID: "1"})
+	if err != nil || it.Record.Event.Source != "/billing" {
+		t.Fatalf("the id alone, once one is left: %+v, %v; want the /billing one", it, err)
+	}
+	if _, err := h.eng.DLQGet(engine.DLQRef{Queue: q, ID: "1", Source: "/shipping"}); code(err) != switchyard.ENOTFOUND {
+		t.Fatalf("the deleted one: %v; want not found", err)
 	}
 }

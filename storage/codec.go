@@ -17,7 +17,7 @@ import (
 // Layout (varint = encoding/binary's; str = uvarint length + bytes; time =
 // varint Unix nanoseconds, 0 for the zero time):
 //
-//	u8 version (1)
+//	u8 version (1, or 2 for an inbox's record keyed by source and id)
 //	str tenant | str idempotency key | str state | uvarint attempts
 //	time created | time updated | time next attempt | str last error | uvarint queue seq | str queue
 //	event: str id, source, type, specversion, subject, datacontenttype, dataschema
@@ -26,7 +26,23 @@ import (
 //	       | u8 has position [str stream | uvarint sequence | str topic | varint partition | varint offset]
 //	       | str last error
 //	uvarint n × attempt: time at | str error
-const recordVersion = 1
+//
+// Version 2 has the layout of 1. It marks an inbox's record whose key holds
+// its event's source (Record.Key); an inbox's record at version 1 was
+// stored before data file schema 4 and keeps the key of its id alone.
+// Outbound records stay at 1, which every router reads.
+const (
+	recordVersion       = 1
+	recordVersionScoped = 2
+)
+
+// versionOf is the version byte r is encoded with.
+func versionOf(r *Record) byte {
+	if r.Queue != "" && !r.keyByID {
+		return recordVersionScoped
+	}
+	return recordVersion
+}
 
 // outputState is an output's delivered byte. Abandoned is a third value of
 // it, not a field of its own: a router older than it reads an abandoned
@@ -47,7 +63,7 @@ var ErrCorrupt = errors.New("storage: corrupt record")
 
 func encodeRecord(r *Record) ([]byte, error) {
 	b := make([]byte, 0, 256+len(r.Event.Data))
-	b = append(b, recordVersion)
+	b = append(b, versionOf(r))
 	b = appendStr(b, r.Tenant)
 	b = appendStr(b, r.IdempotencyKey)
 	b = appendStr(b, string(r.State))
@@ -99,7 +115,8 @@ func encodeRecord(r *Record) ([]byte, error) {
 // is a copy of its own (a record's fields live and die together).
 func decodeRecord(v []byte) (*Record, error) {
 	d := decoder{b: v, s: string(v)}
-	if d.u8() != recordVersion {
+	version := d.u8()
+	if version != recordVersion && version != recordVersionScoped {
 		return nil, fmt.Errorf("%w: unknown version", ErrCorrupt)
 	}
 	r := &Record{}
@@ -113,6 +130,7 @@ func decodeRecord(v []byte) (*Record, error) {
 	r.LastError = d.str()
 	r.QueueSeq = d.uvarint()
 	r.Queue = d.str()
+	r.keyByID = r.Queue != "" && version == recordVersion
 	e := &r.Event
 	for _, s := range []*string{&e.ID, &e.Source, &e.Type, &e.SpecVersion, &e.Subject, &e.DataContentType, &e.DataSchema} {
 		*s = d.str()

@@ -211,11 +211,11 @@ func TestSchemaUpgradeAndRefusal(t *testing.T) {
 	})
 	db.Close(context.Background())
 
-	setSchema("4", nil)
-	if db, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), `data file schema "4"`) {
+	setSchema("5", nil)
+	if db, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), `data file schema "5"`) {
 		if db != nil {
 			db.Close(context.Background())
 		}
-		t.Fatalf("a schema 4 file: %v, want a refusal naming it", err)
+		t.Fatalf("a schema 5 file: %v, want a refusal naming it", err)
 	}
 }

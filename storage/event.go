@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,11 @@ type Record struct {
 	// Queue is the queue the record waits in when it is not its event type's
 	// (an inbox: "inbox:payments"). "" = the event type.
 	Queue string `json:"queue,omitempty"`
+
+	// keyByID: an inbox's record stored before data file schema 4, whose
+	// key is its queue and id alone (idOnlyInboxKey). It keeps that key
+	// until it is removed.
+	keyByID bool
 }
 
 // QueueName is the queue the record waits in: Queue, or the event type.
@@ -78,14 +84,43 @@ func (r *Record) QueueName() string {
 const DefaultTenant = "default"
 
 // Key is the record's key in the events bucket: for an outbound event its
-// EventKey; for a record in a named queue (an inbox) the queue and the id,
-// so an event the router consumes never collides with one it publishes.
+// EventKey; for a record in a named queue (an inbox) its inboxKey, so an
+// event the router consumes never collides with one it publishes.
 func (r *Record) Key() string {
-	if r.Queue == "" {
+	switch {
+	case r.Queue == "":
 		return EventKey(r.Tenant, r.Event.ID)
+	case r.keyByID:
+		return idOnlyInboxKey(r.Queue, r.Event.ID)
 	}
-	return r.Queue + "\x00" + r.Event.ID
+	return inboxKey(r.Queue, r.Event.Source, r.Event.ID)
 }
+
+// inboxKey is the key of an inbox's record of the event source + id
+// (CloudEvents names an event by both, and two producers may well count
+// their ids alike; docs/decisions/inbox-identity.md): the queue, a 1 byte,
+// the id's length (uvarint), the id and the source. The length keeps every
+// (id, source) pair apart whatever bytes they hold, and puts the records
+// of one id from every source side by side, after inboxIDPrefix. The 1
+// byte keeps these keys apart from idOnlyInboxKey's (a queue's name, from
+// config, holds no control character). The inbox's ids index
+// (inbox_ids) keys its entries the same way, by inbox name.
+func inboxKey(queue, source, id string) string {
+	return string(inboxIDPrefix(queue, id)) + source
+}
+
+// inboxIDPrefix starts the keys of queue's records of the event id id.
+func inboxIDPrefix(queue, id string) []byte {
+	b := make([]byte, 0, len(queue)+1+binary.MaxVarintLen64+len(id)+64)
+	b = append(append(b, queue...), 1)
+	b = binary.AppendUvarint(b, uint64(len(id)))
+	return append(b, id...)
+}
+
+// idOnlyInboxKey is the key an inbox's record had until data file schema
+// 4: the queue, a 0 byte and the id, with no source. A second producer's
+// event with an id already held was taken for a redelivery and dropped.
+func idOnlyInboxKey(queue, id string) string { return queue + "\x00" + id }
 
 // EventKey is the key of a tenant's outbound event: its id for the default
 // tenant, "<tenant>/<id>" for the others, so that tenants choose ids
@@ -100,14 +135,28 @@ func EventKey(tenant, id string) string {
 
 // MsgID is the id a broker deduplicates the record's outputs by
 // (Nats-Msg-Id): the event's key for outbound events, so that two tenants'
-// events with the same id are not taken for one; the event id for an
-// inbox's records, which a local service gets as Idempotency-Key.
+// events with the same id are not taken for one. For an inbox's records,
+// which a local service gets as Idempotency-Key, its source and id
+// ("/billing#1", inboxMsgID), so that two sources' events with the same
+// id are not either; the id alone for a record stored before data file
+// schema 4 (keyByID), as its earlier attempts sent it.
 func (r *Record) MsgID() string {
-	if r.Queue == "" {
+	switch {
+	case r.Queue == "":
 		return EventKey(r.Tenant, r.Event.ID)
+	case r.keyByID:
+		return r.Event.ID
 	}
-	return r.Event.ID
+	return inboxMsgID(r.Event.Source, r.Event.ID)
 }
+
+// inboxMsgID is "<source>#<id>", with the source's '%' and '#'
+// percent-encoded: two events share it only if they share both.
+func inboxMsgID(source, id string) string {
+	return sourceEscaper.Replace(source) + "#" + id
+}
+
+var sourceEscaper = strings.NewReplacer("%", "%25", "#", "%23")
 
 // LastDelivered is when the record's newest delivered output was
 // acknowledged; zero if none was.

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -14,8 +15,10 @@ import (
 // The inbox's own buckets (the received events themselves are records in
 // the events bucket, waiting in the queue "inbox:<name>"):
 //
-//	inbox_ids           inbox ‖ 0 ‖ id → Seen (JSON)      ids accepted, for dedup
-//	inbox_exp           expires ‖ inbox ‖ 0 ‖ id → nil    their TTL index
+//	inbox_ids           inbox ‖ 1 ‖ len(id) ‖ id ‖ source → Seen (JSON)
+//	                    (inboxKey's form): events accepted, for dedup; until
+//	                    schema 4 inbox ‖ 0 ‖ id, without the source
+//	inbox_exp           expires ‖ inbox_ids key → nil     their TTL index
 //	audit/<inbox>       at ‖ seq → Skip (JSON)            dropped redeliveries
 //	claims              tenant ‖ 0 ‖ consumer ‖ 0 ‖ id → Claim (JSON)
 //	claims_exp          expires ‖ claim key → nil
@@ -56,12 +59,27 @@ type Skip struct {
 	FirstAt     time.Time  `json:"first_at,omitzero"`
 }
 
-func inboxIDKey(inbox, id string) []byte { return []byte(inbox + "\x00" + id) }
+// InboxSeen returns what inbox remembers of the event source + id, or
+// ErrNotFound (also once its window has passed). An id remembered before
+// data file schema 4, without its source, still counts while its window
+// lasts: for the source of the record it left in queue, or for any source
+// once that record is gone (what it did then).
+func (tx *Tx) InboxSeen(inbox, queue, source, id string, now time.Time) (*Seen, error) {
+	s, err := tx.inboxSeen([]byte(inboxKey(inbox, source, id)), now)
+	if !errors.Is(err, ErrNotFound) {
+		return s, err
+	}
+	if s, err = tx.inboxSeen([]byte(idOnlyInboxKey(inbox, id)), now); err != nil {
+		return nil, err
+	}
+	if r, err := tx.Record(idOnlyInboxKey(queue, id)); err == nil && r.Event.Source != source {
+		return nil, ErrNotFound
+	}
+	return s, nil
+}
 
-// InboxSeen returns what inbox remembers of id, or ErrNotFound (also once
-// the id's window has passed).
-func (tx *Tx) InboxSeen(inbox, id string, now time.Time) (*Seen, error) {
-	v := tx.get(tx.bucket(bucketInboxIDs), inboxIDKey(inbox, id))
+func (tx *Tx) inboxSeen(k []byte, now time.Time) (*Seen, error) {
+	v := tx.get(tx.bucket(bucketInboxIDs), k)
 	if v == nil {
 		return nil, ErrNotFound
 	}
@@ -75,9 +93,65 @@ func (tx *Tx) InboxSeen(inbox, id string, now time.Time) (*Seen, error) {
 	return s, nil
 }
 
-// PutInboxSeen records id as accepted by inbox until s.ExpiresAt.
-func (tx *Tx) PutInboxSeen(inbox, id string, s *Seen) error {
-	k := inboxIDKey(inbox, id)
+// InboxRecord is queue's record of the event source + id, or ErrNotFound:
+// under its key, or, stored before data file schema 4, under its id's
+// alone when that record's source is source.
+func (tx *Tx) InboxRecord(queue, source, id string) (*Record, error) {
+	r, err := tx.Record(inboxKey(queue, source, id))
+	if !errors.Is(err, ErrNotFound) {
+		return r, err
+	}
+	if r, err = tx.Record(idOnlyInboxKey(queue, id)); err == nil && r.Event.Source != source {
+		return nil, ErrNotFound
+	}
+	return r, err
+}
+
+// InboxRecords is every record queue holds of the event id id, whatever
+// its source: the API names an inbox's events by their ids, and by their
+// sources too only where two share an id.
+func (tx *Tx) InboxRecords(queue, id string) ([]*Record, error) {
+	var out []*Record
+	switch r, err := tx.Record(idOnlyInboxKey(queue, id)); {
+	case err == nil:
+		out = append(out, r)
+	case !errors.Is(err, ErrNotFound):
+		return nil, err
+	}
+	prefix := inboxIDPrefix(queue, id)
+	c := tx.bucket(bucketEvents).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		r, err := decodeRecord(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// InboxRef names an inbox's record to a client (a pull's ack_id): its key
+// after the queue's name, base64url. Unlike the event's id it names one
+// record when two sources share an id. Opaque to clients; InboxRefKey
+// reads it back.
+func InboxRef(r *Record) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strings.TrimPrefix(r.Key(), r.Queue)))
+}
+
+// InboxRefKey is the key of the record ref names in queue, or false when
+// ref is no InboxRef (it could then name no record of queue).
+func InboxRefKey(queue, ref string) (string, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(ref)
+	if err != nil || len(b) < 2 || b[0] > 1 { // the 0 of idOnlyInboxKey, the 1 of inboxKey
+		return "", false
+	}
+	return queue + string(b), true
+}
+
+// PutInboxSeen records the event source + id as accepted by inbox until
+// s.ExpiresAt.
+func (tx *Tx) PutInboxSeen(inbox, source, id string, s *Seen) error {
+	k := []byte(inboxKey(inbox, source, id))
 	b := tx.bucket(bucketInboxIDs)
 	if old := tx.get(b, k); old != nil { // expired, not yet cleaned: drop its index entry
 		var o Seen

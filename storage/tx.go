@@ -51,9 +51,16 @@ var (
 	// only up to 2 refuses the file: it would write tenants' entries under
 	// the bare key, which this version no longer looks at, and never remove
 	// the entries on lines, which would hold their keys for ever.
-	schemaVersion = "3"
+	//
+	// 4: an inbox's records and ids index are keyed by the event's source
+	// and id (inboxKey; records at version 2 of the codec), not its id
+	// alone. What a file holds in the old form keeps it and still reads
+	// (idOnlyInboxKey). A router that reads only up to 3 refuses the file:
+	// it would fail on each version 2 record, and look the new ones up by
+	// their ids alone, finding none.
+	schemaVersion = "4"
 	// schemaReadable are the versions this router opens.
-	schemaReadable = []string{"1", "2", "3"}
+	schemaReadable = []string{"1", "2", "3", "4"}
 )
 
 // ErrNotFound is returned when a record does not exist.
@@ -248,7 +255,8 @@ func (tx *Tx) InsertEvent(r *Record, orderByKey bool) error {
 
 // InsertNewEvent is InsertEvent for an event whose id the router has just
 // made: a UUIDv7 (a millisecond time, a clock sequence, 62 bits from
-// crypto/rand), which no stored event can have. It skips the lookup
+// crypto/rand), which no stored event can have; or whose key the caller
+// has just looked up (an inbox: InboxRecord). It skips the lookup
 // InsertEvent starts with, one of the three B+tree descents a stored event
 // costs (docs/decisions/ingest-cost.md).
 func (tx *Tx) InsertNewEvent(r *Record, orderByKey bool) error {

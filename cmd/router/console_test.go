@@ -200,7 +200,7 @@ inbox "refusing" {
 	testkit.EventuallyWith(t, 30*time.Second, func() bool {
 		return strings.Contains(get(t, r.client, "/v1/stats"), `"inbox:mirror"`)
 	}, func() string { return "the mirror inbox stored nothing: " + get(t, r.client, "/v1/stats") })
-	redeliver(t, r, crashSubject+".events", ids[0])
+	redeliver(t, r, crashSubject+".events", batchSource, ids[0])
 	testkit.EventuallyWith(t, 30*time.Second, func() bool {
 		return strings.Contains(get(t, r.client, "/v1/inbox/mirror/dedup"), ids[0])
 	}, func() string { return "no dropped copy: " + get(t, r.client, "/v1/inbox/mirror/dedup") })
@@ -210,15 +210,28 @@ inbox "refusing" {
 		chromedp.WaitVisible(chromedp.CSS(`#dedup tr[data-skip="`+ids[0]+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#claims tr[data-claim="invoice-7"]`)), shot("inbox"))
 	// An inbox's dead letter (its service refused it) has no event page:
-	// the DLQ shows its id, unlinked.
+	// the DLQ shows its id, unlinked. Two sources sent the same id: the
+	// row's action names the one chosen, and leaves the other.
 	publishAs(t, r, crashSubject+".refusing", "refused-by-service", "refused-by-service")
+	publishFrom(t, r, crashSubject+".refusing", "/elsewhere", "refused-by-service", "refused-by-service-2")
 	testkit.EventuallyWith(t, 30*time.Second, func() bool {
-		return strings.Contains(get(t, r.client, "/v1/dlq?type=inbox:refusing"), `"refused-by-service"`)
+		return strings.Count(get(t, r.client, "/v1/dlq?type=inbox:refusing"), `"refused-by-service"`) == 2
 	}, func() string {
-		return "no dead letter in inbox refusing: " + get(t, r.client, "/v1/dlq") + get(t, r.client, "/v1/stats")
+		return "not two dead letters in inbox refusing: " + get(t, r.client, "/v1/dlq") + get(t, r.client, "/v1/stats")
 	})
+	inboxRow := `#dlq-rows tr[data-id="refused-by-service"][data-queue="inbox:refusing"]`
 	run("an inbox's dead letter", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
-		textIs(`#dlq-rows tr[data-id="refused-by-service"][data-queue="inbox:refusing"] td:nth-child(2) > code`, "refused-by-service"))
+		textIs(inboxRow+`[data-source="/console"] td:nth-child(2) > code`, "refused-by-service"),
+		click(inboxRow+`[data-source="/elsewhere"] input[type="checkbox"]`),
+		click(`#resolve-selected`),
+		textIs(`#confirm-question`, "Resolve 1 dead letter(s)?"),
+		click(`#confirm-yes`),
+		textIs(`#dlq-result`, "resolve: 1 of 1 done"))
+	for source, want := range map[string]string{"/console": `"state":"dlq"`, "/elsewhere": `"state":"resolved"`} {
+		if got := get(t, r.client, "/v1/dlq/refused-by-service?queue=inbox:refusing&source="+source); !strings.Contains(got, want) {
+			t.Errorf("the inbox's dead letter from %s after resolving the other's row: %s, want %s", source, got, want)
+		}
+	}
 
 	// The live tail. (Once, on a loaded CI machine, the first event did not
 	// show within 30 s, cause unknown: the second try says what the page
@@ -257,20 +270,27 @@ func pluginHash(t *testing.T, name string) string {
 	return fmt.Sprintf("%x", sha256.Sum256(b))
 }
 
-// redeliver publishes a second copy of the event id on subject, as a
-// broker's redelivery would arrive (another message id, the same event).
-func redeliver(t *testing.T, r *crashRouter, subject, id string) {
+// redeliver publishes a second copy of the event source + id on subject,
+// as a broker's redelivery would arrive (another message id, the same
+// event).
+func redeliver(t *testing.T, r *crashRouter, subject, source, id string) {
 	t.Helper()
-	publishAs(t, r, subject, id, id+"-again")
+	publishFrom(t, r, subject, source, id, id+"-again")
 }
 
 // publishAs publishes the event id on subject, in the CloudEvents NATS
 // binding, under the message id msgID.
 func publishAs(t *testing.T, r *crashRouter, subject, id, msgID string) {
 	t.Helper()
+	publishFrom(t, r, subject, "/console", id, msgID)
+}
+
+// publishFrom is publishAs with the event's source.
+func publishFrom(t *testing.T, r *crashRouter, subject, source, id, msgID string) {
+	t.Helper()
 	js := routerJetStream(t, r.config, r.natsURL())
 	m := nats.NewMsg(subject)
-	for k, v := range map[string]string{"ce-id": id, "ce-specversion": "1.0", "ce-type": crashType, "ce-source": "/console", "Nats-Msg-Id": msgID} {
+	for k, v := range map[string]string{"ce-id": id, "ce-specversion": "1.0", "ce-type": crashType, "ce-source": source, "Nats-Msg-Id": msgID} {
 		m.Header.Set(k, v)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

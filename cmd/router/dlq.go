@@ -25,13 +25,13 @@ type DLQCommand struct {
 
 const dlqUsage = `Usage:
   router dlq list    [-type T] [-status dlq|resolved] [-since 1h|RFC3339] [-limit 100] [-cursor C] [-all-pages]
-  router dlq show    ID [-queue inbox:NAME] [-tenant T]
-  router dlq retry   ID... | -type T [-since S] | -all        back to pending, attempts reset
-  router dlq resolve ID... | -type T [-since S] | -all        kept as resolved, removed after dlq { ttl }
-  router dlq delete  ID... | -type T [-since S] | -all        removed
+  router dlq show    ID [-queue inbox:NAME [-source S]] [-tenant T]
+  router dlq retry   ID... | -type T [-since S] [-source S] | -all        back to pending, attempts reset
+  router dlq resolve ID... | -type T [-since S] [-source S] | -all        kept as resolved, removed after dlq { ttl }
+  router dlq delete  ID... | -type T [-since S] [-source S] | -all        removed
 
 An id of a tenant other than the default one needs -tenant (tenants choose
-their ids independently). Every subcommand takes -socket PATH (default ./data/router.sock), or -addr
+their ids independently); an id that two sources sent one inbox, -source. Every subcommand takes -socket PATH (default ./data/router.sock), or -addr
 HOST:PORT with -token (or $SWITCHYARD_TOKEN, or -token-file) for the TCP
 listener, and -o table|json.
 `
@@ -211,6 +211,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	fs, af := c.flags("show")
 	queue := fs.String("queue", "", "the inbox queue of the event (inbox:NAME); default: an outbound event")
 	tenant := fs.String("tenant", "", "the tenant of the event (tenants choose ids independently); default: the default tenant")
+	source := fs.String("source", "", "the source of the event, where two sources sent an inbox the same id")
 	ids, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -222,7 +223,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	q := refQuery(*queue, *tenant)
+	q := refQuery(*queue, *tenant, *source)
 	var d dlqDetail
 	raw, err := cl.getJSON(ctx, dlqPath(ids[0], ""), q, &d)
 	if err != nil {
@@ -336,12 +337,13 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 	all := fs.Bool("all", false, "every dead letter (no filter)")
 	queue := fs.String("queue", "", "the inbox queue of a single id (inbox:NAME)")
 	tenant := fs.String("tenant", "", "with ids: the tenant they belong to (default: the default tenant)")
+	source := fs.String("source", "", "only events of this source (where two sources sent an inbox the same id, the one meant)")
 	ids, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(ids) == 0 && *typ == "" && *since == "" && !*all {
-		return &exitError{code: 2, err: fmt.Errorf("dlq %s: give event ids, or a filter (-type, -since), or -all", action)}
+	if len(ids) == 0 && *typ == "" && *since == "" && *source == "" && !*all {
+		return &exitError{code: 2, err: fmt.Errorf("dlq %s: give event ids, or a filter (-type, -since, -source), or -all", action)}
 	}
 	if slices.Contains(ids, "") {
 		return &exitError{code: 2, err: fmt.Errorf("dlq %s: an event id is never empty", action)}
@@ -351,13 +353,13 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 		return err
 	}
 	if len(ids) == 1 && *typ == "" && *since == "" && *status == "" && !*all {
-		return c.actOne(ctx, cl, af, action, ids[0], refQuery(*queue, *tenant))
+		return c.actOne(ctx, cl, af, action, ids[0], refQuery(*queue, *tenant, *source))
 	}
 	if *queue != "" && *typ == "" {
 		*typ = *queue
 	}
 	body := map[string]any{}
-	for k, v := range map[string]string{"type": *typ, "status": *status, "since": *since, "tenant": *tenant} {
+	for k, v := range map[string]string{"type": *typ, "status": *status, "since": *since, "tenant": *tenant, "source": *source} {
 		if v != "" {
 			body[k] = v
 		}
@@ -405,8 +407,11 @@ func (c *DLQCommand) writeBulk(action string, res *bulkResult) {
 }
 
 // refQuery is the query that addresses one dead letter besides its id.
-func refQuery(queue, tenant string) url.Values {
+func refQuery(queue, tenant, source string) url.Values {
 	q := url.Values{}
+	if source != "" {
+		q.Set("source", source)
+	}
 	if queue != "" {
 		q.Set("queue", queue)
 	}

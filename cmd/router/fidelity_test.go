@@ -407,6 +407,7 @@ func pullOnce(t *testing.T, c *http.Client, got *received, sub string) {
 	var page struct {
 		Messages []struct {
 			ID    string          `json:"id"`
+			AckID string          `json:"ack_id"`
 			Event json.RawMessage `json:"event"`
 		} `json:"messages"`
 	}
@@ -425,13 +426,19 @@ func pullOnce(t *testing.T, c *http.Client, got *received, sub string) {
 		} else {
 			got.add(t, "pull-"+sub+"-sdk", testkit.FromSDK(t, &e))
 		}
-		ids = append(ids, m.ID)
+		ids = append(ids, m.AckID)
 	}
 	if len(ids) > 0 {
-		b, _ := json.Marshal(map[string][]string{"ids": ids})
+		b, _ := json.Marshal(map[string][]string{"ack_ids": ids})
 		resp, err := c.Post("http://r/v1/subscriptions/"+sub+"_pull/ack", "application/json", bytes.NewReader(b))
-		if err == nil {
-			resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var acked struct{ Acked int }
+		json.NewDecoder(resp.Body).Decode(&acked)
+		resp.Body.Close()
+		if acked.Acked != len(ids) {
+			t.Errorf("an ack of %d ack ids acked %d", len(ids), acked.Acked)
 		}
 	}
 }

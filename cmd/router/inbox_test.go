@@ -40,7 +40,7 @@ func startService(t *testing.T) *service {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("Ce-Id")
-		if id == "" || r.Header.Get("Idempotency-Key") != id || r.URL.Path != "/events" {
+		if id == "" || r.Header.Get("Idempotency-Key") != r.Header.Get("Ce-Source")+"#"+id || r.URL.Path != "/events" {
 			http.Error(w, "bad delivery", http.StatusBadRequest)
 			return
 		}

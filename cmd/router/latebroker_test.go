@@ -63,6 +63,9 @@ func jetStreamServer(t *testing.T, port int) *server.Server {
 	return testkit.NATS(t, func(o *server.Options) { o.Port, o.JetStream, o.StoreDir = port, true, t.TempDir() })
 }
 
+// batchSource is the source of postBatches' events.
+const batchSource = "/late"
+
 // postBatches posts n events of type typ in batches of 100 and returns
 // their ids.
 func postBatches(t *testing.T, c *http.Client, typ string, n int) []string {
@@ -73,7 +76,7 @@ func postBatches(t *testing.T, c *http.Client, typ string, n int) []string {
 		for i := start; i < min(start+100, n); i++ {
 			id := fmt.Sprintf("%s-%d", typ, i)
 			ids = append(ids, id)
-			batch = append(batch, fmt.Sprintf(`{"specversion":"1.0","type":%q,"source":"/late","id":%q,"data":{"i":%d}}`, typ, id, i))
+			batch = append(batch, fmt.Sprintf(`{"specversion":"1.0","type":%q,"source":%q,"id":%q,"data":{"i":%d}}`, typ, batchSource, id, i))
 		}
 		resp, err := c.Post("http://r/v1/events", "application/cloudevents-batch+json", strings.NewReader("["+strings.Join(batch, ",")+"]"))
 		if err != nil || resp.StatusCode != 202 {

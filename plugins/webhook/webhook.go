@@ -44,9 +44,10 @@ const (
 	drainLen = 64 << 10
 )
 
-// IdempotencyKeyHeader carries the output's id (the event id, or
-// "<id>/<N>/" for the later ones when one event yields several
-// deliveries; storage.Record.OutputMsgID) on every POST.
+// IdempotencyKeyHeader carries the output's id on every POST: the event's
+// source and id ("/billing#1"; storage.Record.MsgID), with "/<N>/" after
+// it for the later ones when one event yields several deliveries
+// (storage.Record.OutputMsgID).
 const IdempotencyKeyHeader = "Idempotency-Key"
 
 var (

@@ -297,15 +297,16 @@ async function dlqPage(params) {
   const q = filter();
   const page = await api('GET', '/v1/dlq?' + q + '&limit=200');
   const items = page.items || [];
-  // A row names its dead letter as the bulk routes take it: id, tenant and
-  // (an inbox's) queue, read back by selected().
-  body.replaceChildren(...(items.length ? items.map((d) => h('tr', { 'data-id': d.id, 'data-tenant': d.tenant || '', 'data-queue': d.queue || '' },
+  // A row names its dead letter as the bulk routes take it: id, tenant and,
+  // for an inbox's, its queue and the event's source (two sources may send
+  // an inbox the same id), read back by selected().
+  body.replaceChildren(...(items.length ? items.map((d) => h('tr', { 'data-id': d.id, 'data-tenant': d.tenant || '', 'data-queue': d.queue || '', 'data-source': d.queue ? d.source : '' },
     h('td', {}, h('input', { type: 'checkbox' })), h('td', {}, eventLink(d.id, d.tenant, d.queue)), h('td', { 'data-col': 'tenant' }, d.tenant || '—'), h('td', {}, d.type),
     h('td', { class: 'num' }, d.attempts), h('td', { class: 'error' }, d.reason), h('td', {}, when(d.moved_at || d.resolved_at)),
     h('td', {}, status.value === 'dlq' ? h('button', { class: 'row-retry', onclick: (ev) => ask('retry', [letterOf(ev.target)]) }, 'Retry') : null))) : [h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'Nothing here.'))]));
   if (page.next_cursor) result.textContent = 'Showing the newest 200; narrow the filter to see others.';
 
-  function letterOf(el) { const { id, tenant, queue } = el.closest('tr').dataset; return { id, tenant, queue }; }
+  function letterOf(el) { const { id, tenant, queue, source } = el.closest('tr').dataset; return { id, tenant, queue, source }; }
   function selected() { return [...body.querySelectorAll('input:checked')].map(letterOf); }
   async function countAll() {
     let n = 0, cursor = '';
@@ -322,15 +323,16 @@ async function dlqPage(params) {
     confirmAction(action, `${action} all ${n} dead letter(s) matching ${q.get('type') || 'every type'}${q.get('since') ? ' since ' + q.get('since') : ''}?`,
       { type: q.get('type') || undefined, since: q.get('since') || undefined, status: q.get('status'), all: !q.get('type') && !q.get('since') });
   }
-  // ask confirms an action on chosen dead letters: one request per tenant
-  // and inbox, since a body's ids are one tenant's (tenants choose their
-  // ids independently) and an inbox's are named with its queue as type.
+  // ask confirms an action on chosen dead letters: one request per tenant,
+  // inbox and source, since a body's ids are one tenant's (tenants choose
+  // their ids independently), an inbox's are named with its queue as type,
+  // and with their source (without it, an id would name every source's).
   function ask(action, chosen) {
     if (!chosen.length) { result.textContent = 'Select at least one.'; return; }
     const bodies = new Map();
     for (const c of chosen) {
-      const k = c.tenant + '\n' + c.queue;
-      if (!bodies.has(k)) bodies.set(k, { ids: [], tenant: c.tenant || undefined, type: c.queue || undefined, status: q.get('status') });
+      const k = c.tenant + '\n' + c.queue + '\n' + c.source;
+      if (!bodies.has(k)) bodies.set(k, { ids: [], tenant: c.tenant || undefined, type: c.queue || undefined, source: c.source || undefined, status: q.get('status') });
       bodies.get(k).ids.push(c.id);
     }
     confirmAction(action, `${action} ${chosen.length} dead letter(s)?`, ...bodies.values());
