@@ -236,6 +236,9 @@ func checkIsolated(ctx context.Context, path string) (*storage.CheckReport, erro
 	if runErr == nil {
 		return nil, fmt.Errorf("db check: the checking process printed no report")
 	}
+	if ctx.Err() != nil { // killed for the stop, not stopped by the file
+		return nil, fmt.Errorf("the check was cut short, before it could say: %w", context.Cause(ctx))
+	}
 	// No report: the child stopped (a panic) or could not check at all.
 	msg := strings.TrimSpace(stderr.String())
 	if first, _, ok := strings.Cut(msg, "\n\ngoroutine "); ok {
@@ -260,8 +263,8 @@ func checkIsolated(ctx context.Context, path string) (*storage.CheckReport, erro
 // this process with a stack trace instead of an error. The check costs
 // ~0.8 s per million events with the file cached (it decodes every record
 // too), so storage calls it only after an unclean stop.
-func checkAfterUncleanStop(path string) error {
-	rep, err := checkIsolated(context.Background(), path)
+func checkAfterUncleanStop(ctx context.Context, path string) error {
+	rep, err := checkIsolated(ctx, path)
 	if err != nil {
 		return fmt.Errorf("the last run did not stop cleanly, and checking the data file %s failed: %w", path, err)
 	}

@@ -207,7 +207,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	}
 	c.sourcesCtx, c.stopSources = context.WithCancel(context.WithoutCancel(ctx))
 	c.reg = newRegistry()
-	if err := c.openStorage(cfg); err != nil {
+	if err := c.openStorage(ctx, cfg); err != nil {
 		return err
 	}
 	natsURLs, err := c.openSinks(ctx, cfg)
@@ -235,11 +235,14 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 }
 
 // openStorage opens the data file; after an unclean stop, only once a
-// check of the whole file in a process of its own found it sound.
-func (c *RunCommand) openStorage(cfg *config.Config) error {
+// check of the whole file in a process of its own found it sound. A stop
+// (ctx) cuts the check short: the file stays marked, and the next start
+// checks it again.
+func (c *RunCommand) openStorage(ctx context.Context, cfg *config.Config) error {
 	defer c.progress.step("opening the data file %s", cfg.Storage.Path)()
 	db, err := storage.Open(cfg.Storage.Path, storage.Options{
-		OnCommit: storageMetrics(c.reg), CommitDelay: cfg.Storage.CommitDelay, CheckUnclean: c.checkAfterUncleanStop,
+		OnCommit: storageMetrics(c.reg), CommitDelay: cfg.Storage.CommitDelay,
+		CheckUnclean: func(path string) error { return c.checkAfterUncleanStop(ctx, path) },
 	})
 	if err != nil {
 		return err
@@ -251,7 +254,7 @@ func (c *RunCommand) openStorage(cfg *config.Config) error {
 
 // checkAfterUncleanStop is checkAfterUncleanStop (db.go), saying in the
 // log why the start takes longer, and what it found.
-func (c *RunCommand) checkAfterUncleanStop(path string) error {
+func (c *RunCommand) checkAfterUncleanStop(ctx context.Context, path string) error {
 	var size int64
 	if fi, err := os.Stat(path); err == nil {
 		size = fi.Size()
@@ -259,7 +262,7 @@ func (c *RunCommand) checkAfterUncleanStop(path string) error {
 	c.log.Warn("the last run did not stop cleanly: checking the whole data file before opening it", "path", path, "bytes", size)
 	start := time.Now()
 	defer extendStart()()
-	if err := checkAfterUncleanStop(path); err != nil {
+	if err := checkAfterUncleanStop(ctx, path); err != nil {
 		return err
 	}
 	c.log.Info("the data file is sound", "path", path, "took", time.Since(start).Round(time.Millisecond))

@@ -192,3 +192,31 @@ func TestStopDuringTheStartIsNotAnnounced(t *testing.T) {
 		t.Errorf("systemd was told %q", buf[:n])
 	}
 }
+
+// A stop during the check of the whole data file (the last run was
+// killed) cuts the check short, and is not taken for damage: the file
+// keeps its mark, and the next start checks it again and opens it. (The
+// check ran on to its end whatever the stop, and only a second SIGTERM
+// ended a long one.)
+func TestStopDuringTheFileCheckIsNotDamage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary")
+	}
+	path, sock := writeConfig(t, "")
+	cmd, _, _ := runLogged(t, "", sock, routerBinary(t), "run", "-config", path)
+	cmd.Process.Kill()
+	cmd.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &cancelAt{mark: "checking the whole data file", cancel: cancel}
+	err := NewMain(nil, io.Discard, logs).Run(ctx, []string{"run", "-config", path})
+	if out := logs.String() + fmt.Sprint(err); strings.Contains(out, "the data file is sound") || strings.Contains(out, "damaged") {
+		t.Errorf("a start stopped at the file's check: %v\n%s", err, logs.String())
+	}
+	again, stop := context.WithCancel(context.Background())
+	defer stop()
+	logs = &cancelAt{mark: "switchyard is running", cancel: stop}
+	if err := NewMain(nil, io.Discard, logs).Run(again, []string{"run", "-config", path}); err != nil || !strings.Contains(logs.String(), "the data file is sound") {
+		t.Errorf("the next start: %v; want the file checked again and opened:\n%s", err, logs.String())
+	}
+}
