@@ -135,13 +135,7 @@ func TestSecondSIGTERMStopsAtOnce(t *testing.T) {
 // unit's start timeout, which would leave the mark and begin the same
 // check at the next try.
 func TestNotifyExtendsAStartThatChecksTheFile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the router binary")
-	}
-	path, sock := writeConfig(t, "")
-	cmd, _, _ := runLogged(t, "", sock, routerBinary(t), "run", "-config", path)
-	cmd.Process.Kill()
-	cmd.Wait()
+	path := killedRun(t)
 	conn := listenNotify(t, filepath.Join(filepath.Dir(path), "notify"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -156,6 +150,21 @@ func TestNotifyExtendsAStartThatChecksTheFile(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// killedRun is the path of a configuration whose router was killed
+// (SIGKILL) once it ran: its data file is marked as not stopped cleanly.
+// It runs the binary, so a -short run skips the test.
+func killedRun(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the router binary")
+	}
+	path, sock := writeConfig(t, "")
+	cmd, _, _ := runLogged(t, "", sock, routerBinary(t), "run", "-config", path)
+	cmd.Process.Kill()
+	cmd.Wait()
+	return path
 }
 
 // cancelAt is a log writer that cancels a start the moment the router
@@ -199,13 +208,7 @@ func TestStopDuringTheStartIsNotAnnounced(t *testing.T) {
 // check ran on to its end whatever the stop, and only a second SIGTERM
 // ended a long one.)
 func TestStopDuringTheFileCheckIsNotDamage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the router binary")
-	}
-	path, sock := writeConfig(t, "")
-	cmd, _, _ := runLogged(t, "", sock, routerBinary(t), "run", "-config", path)
-	cmd.Process.Kill()
-	cmd.Wait()
+	path := killedRun(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	logs := &cancelAt{mark: "checking the whole data file", cancel: cancel}
