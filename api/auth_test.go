@@ -496,7 +496,7 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name, label string) flo
 }
 
 // A tokens_file is refused, naming why, when it is malformed or holds no
-// token, when others than its owner may read it, and when another user
+// token or a tenant with a control character, when others than its owner may read it, and when another user
 // owns it.
 func TestAuthTokensFile(t *testing.T) {
 	sum := sha256.Sum256([]byte("x"))
@@ -512,7 +512,10 @@ func TestAuthTokensFile(t *testing.T) {
 		"bad digest": {`{"tokens":[{"sha256":"abc","tenant":"a"}]}`, "64 hex"},
 		"empty":      {`{"tokens":[]}`, "no tokens"},
 		"bad tenant": {`{"tokens":[{"token":"0123456789abcdef","tenant":"a\nb"}]}`, "tenant"},
-		"not json":   {`token=abc`, "invalid character"},
+		// A control character in a tenant could make its events' keys an
+		// inbox's (the data file separates them by 0 and 1 bytes).
+		"control in tenant": {`{"tokens":[{"token":"0123456789abcdef","tenant":"inbox:pay\u0001\u0001x"}]}`, "tenant"},
+		"not json":          {`token=abc`, "invalid character"},
 	} {
 		tk, err := api.ParseTokens([]byte(c.src), "tokens.json")
 		switch {

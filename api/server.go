@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
@@ -636,7 +637,9 @@ func tenantParam(name, t string) error {
 }
 
 func checkTenant(t string) error {
-	if t == "" || len(t) > 64 || !utf8.ValidString(t) || strings.ContainsAny(t, "\x00\r\n") {
+	// No control character: the data file's keys use 0 and 1 bytes as
+	// separators (storage.EventKey beside an inbox's keys).
+	if t == "" || len(t) > 64 || !utf8.ValidString(t) || strings.ContainsFunc(t, unicode.IsControl) {
 		return errors.New("up to 64 bytes of printable UTF-8")
 	}
 	return nil

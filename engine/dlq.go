@@ -525,6 +525,9 @@ func (b *bulk) byFilter(f DLQFilter) error {
 			n, last = len(entries), nil
 			for _, en := range entries {
 				last = en.Pos
+				if f.Source != "" && en.Record.Event.Source != f.Source {
+					continue // not selected (the index walk knows type and since only)
+				}
 				if err := b.apply(tx, en.Record, now, res, queues); err != nil {
 					return err
 				}

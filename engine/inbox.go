@@ -425,7 +425,11 @@ func (e *Engine) Ack(ctx context.Context, name string, acks Acks) (AckResult, er
 }
 
 // acked is the pending records acks names, and the event ids among them
-// that name several.
+// that name several. An ack id names its record. An event id names the
+// pending record of that id a pull handed out (since this process
+// started), never one no pull did: an ack sent again after another
+// source's event with the same id came in would mark that one delivered
+// unseen (a review).
 func (in *inbox) acked(tx *storage.Tx, acks Acks) (recs []*storage.Record, ambiguous []string, err error) {
 	queue := InboxQueue(in.cfg.Name)
 	seen := make(map[string]bool, len(acks.AckIDs)+len(acks.IDs))
@@ -436,11 +440,7 @@ func (in *inbox) acked(tx *storage.Tx, acks Acks) (recs []*storage.Record, ambig
 		}
 	}
 	for _, ref := range acks.AckIDs {
-		key, ok := storage.InboxRefKey(queue, ref)
-		if !ok {
-			continue // names no record of this inbox: as an unknown id
-		}
-		switch r, err := tx.Record(key); {
+		switch r, err := tx.InboxRecordByRef(queue, ref); {
 		case err == nil:
 			take(r)
 		case !errors.Is(err, storage.ErrNotFound):
@@ -452,7 +452,7 @@ func (in *inbox) acked(tx *storage.Tx, acks Acks) (recs []*storage.Record, ambig
 		if err != nil {
 			return nil, nil, err
 		}
-		pending := slices.DeleteFunc(all, func(r *storage.Record) bool { return r.State != storage.StatePending })
+		pending := slices.DeleteFunc(all, func(r *storage.Record) bool { return r.State != storage.StatePending || !in.handedOut(r.Key()) })
 		switch len(pending) {
 		case 0:
 		case 1:
@@ -462,6 +462,15 @@ func (in *inbox) acked(tx *storage.Tx, acks Acks) (recs []*storage.Record, ambig
 		}
 	}
 	return recs, ambiguous, nil
+}
+
+// handedOut says whether a pull has handed out the record under key and
+// no ack has taken it back since (its lease may have run out).
+func (in *inbox) handedOut(key string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	_, ok := in.leases[key]
+	return ok
 }
 
 // Claim modes.

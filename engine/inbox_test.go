@@ -598,3 +598,60 @@ inbox "push" {
 		t.Fatalf("the deleted one: %v; want not found", err)
 	}
 }
+
+// An ack by event id marks delivered only what a pull handed out: sent
+// again after another source's event with the same id came in, it acked
+// that one, which no pull had handed out (a review); now the second event
+// is still handed out.
+func TestAckByIDTakesOnlyWhatWasHandedOut(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	ctx := context.Background()
+	if _, err := h.eng.Receive(ctx, "pay", fromSources("1", "/billing")); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err := h.eng.Pull(ctx, "pay", 10, 0, time.Minute); err != nil || len(msgs) != 1 {
+		t.Fatalf("pull: %d, %v", len(msgs), err)
+	}
+	if res, err := h.eng.Ack(ctx, "pay", engine.Acks{IDs: []string{"1"}}); err != nil || res.Acked != 1 {
+		t.Fatalf("ack: %+v, %v", res, err)
+	}
+	if _, err := h.eng.Receive(ctx, "pay", fromSources("1", "/shipping")); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := h.eng.Ack(ctx, "pay", engine.Acks{IDs: []string{"1"}}); err != nil || res.Acked != 0 {
+		t.Fatalf("the ack sent again: %+v, %v; want nothing acked", res, err)
+	}
+	msgs, err := h.eng.Pull(ctx, "pay", 10, 0, time.Minute)
+	if err != nil || len(msgs) != 1 || msgs[0].Event.Source != "/shipping" {
+		t.Fatalf("the next pull: %d, %v; want the /shipping event", len(msgs), err)
+	}
+}
+
+// A bulk action filtered by source alone, or by type and source, acts on
+// that source's dead letters only (it acted on every dead letter the
+// index walk met: a review).
+func TestDLQBulkBySourceActsOnThatSourceOnly(t *testing.T) {
+	h := newHarness(t, `
+inbox "push" {
+  from    = "nats.local"
+  subject = "t.push"
+  deliver { url = "http://127.0.0.1:1/hook" }
+}
+`, true, refusingSink{name: engine.InboxSink("push")})
+	ctx := context.Background()
+	q := engine.InboxQueue("push")
+	if res, err := h.eng.Receive(ctx, "push", fromSources("1", "/billing", "/shipping", "/returns")); err != nil || res.Stored != 3 {
+		t.Fatalf("receive: %+v, %v", res, err)
+	}
+	h.pollAll(q)
+	for _, f := range []engine.DLQFilter{{Source: "/billing"}, {Type: q, Source: "/shipping"}} {
+		res, err := h.eng.DLQDeleteMany(ctx, f)
+		if err != nil || res.Matched != 1 || res.Done != 1 {
+			t.Fatalf("a bulk delete filtered by %+v: %+v, %v; want 1 matched and done", f, res, err)
+		}
+	}
+	it, err := h.eng.DLQGet(engine.DLQRef{Queue: q, ID: "1"})
+	if err != nil || it.Record.Event.Source != "/returns" {
+		t.Fatalf("what is left: %+v, %v; want the /returns dead letter", it, err)
+	}
+}

@@ -97,14 +97,35 @@ func (tx *Tx) inboxSeen(k []byte, now time.Time) (*Seen, error) {
 // under its key, or, stored before data file schema 4, under its id's
 // alone when that record's source is source.
 func (tx *Tx) InboxRecord(queue, source, id string) (*Record, error) {
-	r, err := tx.Record(inboxKey(queue, source, id))
+	r, err := tx.inboxRecord(inboxKey(queue, source, id), queue)
 	if !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
-	if r, err = tx.Record(idOnlyInboxKey(queue, id)); err == nil && r.Event.Source != source {
+	if r, err = tx.inboxRecord(idOnlyInboxKey(queue, id), queue); err == nil && r.Event.Source != source {
 		return nil, ErrNotFound
 	}
 	return r, err
+}
+
+// inboxRecord is the record under key if it is one of queue's, or
+// ErrNotFound: a key built from what a client sent (an ack id) names no
+// other queue's record, nor an outbound event's.
+func (tx *Tx) inboxRecord(key, queue string) (*Record, error) {
+	r, err := tx.Record(key)
+	if err == nil && r.Queue != queue {
+		return nil, ErrNotFound
+	}
+	return r, err
+}
+
+// InboxRecordByRef is the record of queue an ack id (InboxRef) names, or
+// ErrNotFound.
+func (tx *Tx) InboxRecordByRef(queue, ref string) (*Record, error) {
+	key, ok := inboxRefKey(queue, ref)
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return tx.inboxRecord(key, queue)
 }
 
 // InboxRecords is every record queue holds of the event id id, whatever
@@ -112,7 +133,7 @@ func (tx *Tx) InboxRecord(queue, source, id string) (*Record, error) {
 // sources too only where two share an id.
 func (tx *Tx) InboxRecords(queue, id string) ([]*Record, error) {
 	var out []*Record
-	switch r, err := tx.Record(idOnlyInboxKey(queue, id)); {
+	switch r, err := tx.inboxRecord(idOnlyInboxKey(queue, id), queue); {
 	case err == nil:
 		out = append(out, r)
 	case !errors.Is(err, ErrNotFound):
@@ -125,22 +146,24 @@ func (tx *Tx) InboxRecords(queue, id string) ([]*Record, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		if r.Queue == queue {
+			out = append(out, r)
+		}
 	}
 	return out, nil
 }
 
 // InboxRef names an inbox's record to a client (a pull's ack_id): its key
 // after the queue's name, base64url. Unlike the event's id it names one
-// record when two sources share an id. Opaque to clients; InboxRefKey
-// reads it back.
+// record when two sources share an id. Opaque to clients;
+// InboxRecordByRef reads it back.
 func InboxRef(r *Record) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strings.TrimPrefix(r.Key(), r.Queue)))
 }
 
-// InboxRefKey is the key of the record ref names in queue, or false when
+// inboxRefKey is the key of the record ref names in queue, or false when
 // ref is no InboxRef (it could then name no record of queue).
-func InboxRefKey(queue, ref string) (string, bool) {
+func inboxRefKey(queue, ref string) (string, bool) {
 	b, err := base64.RawURLEncoding.DecodeString(ref)
 	if err != nil || len(b) < 2 || b[0] > 1 { // the 0 of idOnlyInboxKey, the 1 of inboxKey
 		return "", false

@@ -14,7 +14,7 @@ import (
 // The schema. Keys that order by time start with a big-endian uint64 of
 // Unix nanoseconds, so a cursor walks them oldest first.
 //
-//	events              key → Record (binary, codec.go); key = id, or queue ‖ 0 ‖ id for an inbox
+//	events              key → Record (binary, codec.go); key = id (EventKey), or for an inbox queue ‖ 1 ‖ len(id) ‖ id ‖ source (inboxKey; queue ‖ 0 ‖ id until schema 4)
 //	queue/<type>        next_attempt ‖ seq → id       pending events, due order
 //	keys/<type>         line ‖ 0x00 ‖ seq → id         pending events per key line (ordering = "key", orderLine)
 //	dlq/<type>          moved_at ‖ seq → id           dead letters, newest last

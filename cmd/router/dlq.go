@@ -31,7 +31,9 @@ const dlqUsage = `Usage:
   router dlq delete  ID... | -type T [-since S] [-source S] | -all        removed
 
 An id of a tenant other than the default one needs -tenant (tenants choose
-their ids independently); an id that two sources sent one inbox, -source. Every subcommand takes -socket PATH (default ./data/router.sock), or -addr
+their ids independently). An inbox's dead letter is named with -queue
+inbox:NAME (one) or -type inbox:NAME (with ids); an id that two sources
+sent one inbox, with -source too. Every subcommand takes -socket PATH (default ./data/router.sock), or -addr
 HOST:PORT with -token (or $SWITCHYARD_TOKEN, or -token-file) for the TCP
 listener, and -o table|json.
 `
