@@ -162,8 +162,9 @@ func TestIdemRecordEncodings(t *testing.T) {
 	}
 }
 
-// A data file at schema 1 (JSON idempotency records) opens, is marked with
-// the current schema, and its JSON records still read; a schema this
+// A data file at schema 1 (JSON idempotency records) or 3 (inbox records
+// keyed by id alone) opens, is marked with the current schema, and its
+// records still read; a schema this
 // router does not know is refused at open, before anything is read or
 // written.
 func TestSchemaUpgradeAndRefusal(t *testing.T) {
@@ -206,6 +207,27 @@ func TestSchemaUpgradeAndRefusal(t *testing.T) {
 		}
 		if r, err := tx.Idempotency("scope", t0); err != nil || r.Status != 202 || r.EventIDs[0] != "e" {
 			t.Errorf("the schema 1 record reads %+v, %v", r, err)
+		}
+		return nil
+	})
+	db.Close(context.Background())
+
+	// A file at schema 3 opens at 4, its inbox records (keyed by their ids
+	// alone) found by source and id.
+	legacy := &Record{Event: switchyard.Event{ID: "1", Source: "/billing", Type: "payment", SpecVersion: "1.0"}, Tenant: DefaultTenant, Queue: "inbox:pay", State: StatePending, CreatedAt: t0, UpdatedAt: t0, keyByID: true}
+	v, _ := encodeRecord(legacy)
+	setSchema("3", func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketEvents).Put([]byte(idOnlyInboxKey("inbox:pay", "1")), v)
+	})
+	if db, err = Open(path, Options{}); err != nil {
+		t.Fatalf("a schema 3 file: %v", err)
+	}
+	db.View(func(tx *Tx) error {
+		if v := string(tx.tx.Bucket(bucketMeta).Get(keySchema)); v != schemaVersion {
+			t.Errorf("schema after open = %q, want %q", v, schemaVersion)
+		}
+		if r, err := tx.InboxRecord("inbox:pay", "/billing", "1"); err != nil || !r.keyByID || r.State != StatePending {
+			t.Errorf("the schema 3 inbox record reads %+v, %v", r, err)
 		}
 		return nil
 	})

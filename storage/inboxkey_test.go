@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,6 +115,77 @@ func TestInboxRecordByRefNamesTheInboxsRecordsOnly(t *testing.T) {
 		}
 		if recs, err := tx.InboxRecords("inbox:pay", "x"); err != nil || len(recs) != 0 {
 			t.Errorf("inbox:pay's records of id x: %d, %v; want none (the outbound event is not one)", len(recs), err)
+		}
+		return nil
+	})
+}
+
+// A record of the old form goes through its whole life under its old key:
+// to the DLQ, back to its queue, delivered and removed after its ttl, with
+// the message id (a local service's Idempotency-Key) its earlier attempts
+// had; and an id of the old form leaves the ids index with its window.
+func TestOldFormInboxRecordLivesUnderItsKey(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "r.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	ctx, now := context.Background(), time.Now().UTC().Truncate(time.Second)
+	const queue = "inbox:pay"
+	old := &Record{Event: switchyard.Event{ID: "1", Source: "/billing", Type: "payment", SpecVersion: "1.0"}, Tenant: DefaultTenant, Queue: queue, CreatedAt: now, UpdatedAt: now, keyByID: true}
+	if got := old.MsgID(); got != "1" {
+		t.Errorf("the old record's message id %q, want its id", got)
+	}
+	step := func(what string, fn func(tx *Tx) error) {
+		t.Helper()
+		if err := db.Update(ctx, fn); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	step("store", func(tx *Tx) error {
+		seen, _ := json.Marshal(&Seen{ReceivedAt: now, ExpiresAt: now.Add(time.Minute)})
+		k := []byte(idOnlyInboxKey("pay", "1"))
+		if err := tx.bucket(bucketInboxIDs).Put(k, seen); err != nil {
+			return err
+		}
+		if err := tx.bucket(bucketInboxExp).Put(timeKey(now.Add(time.Minute), k), nil); err != nil {
+			return err
+		}
+		return tx.InsertEvent(old, false)
+	})
+	step("to the DLQ", func(tx *Tx) error { return tx.MoveToDLQ(old, now, "refused") })
+	step("retried", func(tx *Tx) error {
+		en, err := tx.DLQEntry(idOnlyInboxKey(queue, "1"))
+		if err != nil {
+			return err
+		}
+		return tx.RetryDeadLetter(en.Record, now, false)
+	})
+	step("delivered", func(tx *Tx) error {
+		due, err := tx.Due(queue, now.Add(time.Second), 0, 10, false, nil)
+		if err != nil || len(due) != 1 || due[0].Key() != idOnlyInboxKey(queue, "1") {
+			return fmt.Errorf("due: %d records, %v; want the old one under its key", len(due), err)
+		}
+		return tx.MarkDelivered(due[0], now, time.Minute)
+	})
+	db.View(func(tx *Tx) error {
+		if n := tx.bucket(bucketEvents).Stats().KeyN; n != 1 {
+			t.Errorf("%d records after its life's steps; want 1", n)
+		}
+		return nil
+	})
+	step("expired", func(tx *Tx) error {
+		if n, err := tx.DeleteExpiredDelivered(now.Add(2*time.Minute), 10); err != nil || n != 1 {
+			return fmt.Errorf("delivered records removed: %d, %v; want 1", n, err)
+		}
+		if n, err := tx.DeleteExpiredInboxIDs(now.Add(2*time.Minute), 10); err != nil || n != 1 {
+			return fmt.Errorf("ids forgotten: %d, %v; want 1", n, err)
+		}
+		return nil
+	})
+	db.View(func(tx *Tx) error {
+		if n := tx.bucket(bucketEvents).Stats().KeyN + tx.bucket(bucketInboxIDs).Stats().KeyN; n != 0 {
+			t.Errorf("%d records and ids left; want none", n)
 		}
 		return nil
 	})
