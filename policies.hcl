@@ -323,8 +323,9 @@ event "demo.greeting" {
 # }
 
 # ---------------------------------------------------------------------------
-# Inboxes: consume from a broker into the data file, drop redeliveries (by
-# id_header, remembered for ttl) and hand each new event to a local service.
+# Inboxes: consume from a broker into the data file, drop redeliveries (the
+# same source and id, the id read from id_header, within ttl) and hand each
+# new event to a local service.
 # An inbox takes the same policy settings as an event (batch_size, polling,
 # backoff, ...), inherited from defaults the same way.
 # inbox "payments" {
