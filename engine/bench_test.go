@@ -1,6 +1,8 @@
 package engine_test
 
 import (
+	"context"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -30,4 +32,23 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.StopTimer()
 	h.waitDelivered(ids, time.Minute)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkInboxReceive measures an inbox storing new events, a batch of
+// 100 per transaction as a source hands them over: the dedup lookups,
+// the insert and the remembered id (per event: ns/op / 100).
+func BenchmarkInboxReceive(b *testing.B) {
+	h := newHarness(b, pullInbox, false)
+	ctx := context.Background()
+	msgs := inbound(make([]string, 100)...)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range msgs {
+			msgs[j].Event.ID = strconv.Itoa(i*100 + j)
+		}
+		if res, err := h.eng.Receive(ctx, "pay", msgs); err != nil || res.Stored != len(msgs) {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(msgs))/b.Elapsed().Seconds(), "events/s")
 }

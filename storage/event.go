@@ -101,20 +101,39 @@ func (r *Record) Key() string {
 // their ids alike; docs/decisions/inbox-identity.md): the queue, a 1 byte,
 // the id's length (uvarint), the id and the source. The length keeps every
 // (id, source) pair apart whatever bytes they hold, and puts the records
-// of one id from every source side by side, after inboxIDPrefix. The 1
+// of one id from every source side by side, after appendInboxIDPrefix. The 1
 // byte keeps these keys apart from idOnlyInboxKey's (a queue's name, from
 // config, holds no control character). The inbox's ids index
 // (inbox_ids) keys its entries the same way, by inbox name.
 func inboxKey(queue, source, id string) string {
-	return string(inboxIDPrefix(queue, id)) + source
+	var k strings.Builder // one allocation: Key runs several times per write
+	var n [binary.MaxVarintLen64]byte
+	k.Grow(len(queue) + 1 + len(n) + len(id) + len(source))
+	k.WriteString(queue)
+	k.WriteByte(1)
+	k.Write(n[:binary.PutUvarint(n[:], uint64(len(id)))])
+	k.WriteString(id)
+	k.WriteString(source)
+	return k.String()
 }
 
-// inboxIDPrefix starts the keys of queue's records of the event id id.
-func inboxIDPrefix(queue, id string) []byte {
-	b := make([]byte, 0, len(queue)+1+binary.MaxVarintLen64+len(id)+64)
+// appendInboxKey appends inboxKey(queue, source, id) to b: a key to look
+// up in the transaction's scratch buffer.
+func appendInboxKey(b []byte, queue, source, id string) []byte {
+	return append(appendInboxIDPrefix(b, queue, id), source...)
+}
+
+// appendInboxIDPrefix appends what starts the keys of queue's records of
+// the event id id.
+func appendInboxIDPrefix(b []byte, queue, id string) []byte {
 	b = append(append(b, queue...), 1)
 	b = binary.AppendUvarint(b, uint64(len(id)))
 	return append(b, id...)
+}
+
+// appendIDOnlyInboxKey appends idOnlyInboxKey(queue, id) to b.
+func appendIDOnlyInboxKey(b []byte, queue, id string) []byte {
+	return append(append(append(b, queue...), 0), id...)
 }
 
 // idOnlyInboxKey is the key an inbox's record had until data file schema

@@ -65,19 +65,20 @@ type Skip struct {
 // lasts: for the source of the record it left in queue, or for any source
 // once that record is gone (what it did then).
 func (tx *Tx) InboxSeen(inbox, queue, source, id string, now time.Time) (*Seen, error) {
-	s, err := tx.inboxSeen([]byte(inboxKey(inbox, source, id)), now)
+	s, err := tx.inboxSeen(appendInboxKey(tx.scratch(), inbox, source, id), now)
 	if !errors.Is(err, ErrNotFound) {
 		return s, err
 	}
-	if s, err = tx.inboxSeen([]byte(idOnlyInboxKey(inbox, id)), now); err != nil {
+	if s, err = tx.inboxSeen(appendIDOnlyInboxKey(tx.scratch(), inbox, id), now); err != nil {
 		return nil, err
 	}
-	if r, err := tx.Record(idOnlyInboxKey(queue, id)); err == nil && r.Event.Source != source {
+	if r, err := tx.inboxRecord(appendIDOnlyInboxKey(tx.scratch(), queue, id), queue); err == nil && r.Event.Source != source {
 		return nil, ErrNotFound
 	}
 	return s, nil
 }
 
+// inboxSeen reads the ids index's entry under k (keyAt's rules).
 func (tx *Tx) inboxSeen(k []byte, now time.Time) (*Seen, error) {
 	v := tx.get(tx.bucket(bucketInboxIDs), k)
 	if v == nil {
@@ -97,21 +98,21 @@ func (tx *Tx) inboxSeen(k []byte, now time.Time) (*Seen, error) {
 // under its key, or, stored before data file schema 4, under its id's
 // alone when that record's source is source.
 func (tx *Tx) InboxRecord(queue, source, id string) (*Record, error) {
-	r, err := tx.inboxRecord(inboxKey(queue, source, id), queue)
+	r, err := tx.inboxRecord(appendInboxKey(tx.scratch(), queue, source, id), queue)
 	if !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
-	if r, err = tx.inboxRecord(idOnlyInboxKey(queue, id), queue); err == nil && r.Event.Source != source {
+	if r, err = tx.inboxRecord(appendIDOnlyInboxKey(tx.scratch(), queue, id), queue); err == nil && r.Event.Source != source {
 		return nil, ErrNotFound
 	}
 	return r, err
 }
 
-// inboxRecord is the record under key if it is one of queue's, or
-// ErrNotFound: a key built from what a client sent (an ack id) names no
-// other queue's record, nor an outbound event's.
-func (tx *Tx) inboxRecord(key, queue string) (*Record, error) {
-	r, err := tx.Record(key)
+// inboxRecord is the record under key (keyAt's rules) if it is one of
+// queue's, or ErrNotFound: a key built from what a client sent (an ack
+// id) names no other queue's record, nor an outbound event's.
+func (tx *Tx) inboxRecord(key []byte, queue string) (*Record, error) {
+	r, err := tx.recordAt(key)
 	if err == nil && r.Queue != queue {
 		return nil, ErrNotFound
 	}
@@ -125,7 +126,7 @@ func (tx *Tx) InboxRecordByRef(queue, ref string) (*Record, error) {
 	if !ok {
 		return nil, ErrNotFound
 	}
-	return tx.inboxRecord(key, queue)
+	return tx.inboxRecord(tx.keyOf(key), queue)
 }
 
 // InboxRecords is every record queue holds of the event id id, whatever
@@ -133,13 +134,13 @@ func (tx *Tx) InboxRecordByRef(queue, ref string) (*Record, error) {
 // sources too only where two share an id.
 func (tx *Tx) InboxRecords(queue, id string) ([]*Record, error) {
 	var out []*Record
-	switch r, err := tx.inboxRecord(idOnlyInboxKey(queue, id), queue); {
+	switch r, err := tx.inboxRecord(appendIDOnlyInboxKey(tx.scratch(), queue, id), queue); {
 	case err == nil:
 		out = append(out, r)
 	case !errors.Is(err, ErrNotFound):
 		return nil, err
 	}
-	prefix := inboxIDPrefix(queue, id)
+	prefix := appendInboxIDPrefix(nil, queue, id) // kept through the walk: not the scratch buffer
 	c := tx.bucket(bucketEvents).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		r, err := decodeRecord(v)
@@ -174,7 +175,7 @@ func inboxRefKey(queue, ref string) (string, bool) {
 // PutInboxSeen records the event source + id as accepted by inbox until
 // s.ExpiresAt.
 func (tx *Tx) PutInboxSeen(inbox, source, id string, s *Seen) error {
-	k := []byte(inboxKey(inbox, source, id))
+	k := appendInboxKey(nil, inbox, source, id)
 	b := tx.bucket(bucketInboxIDs)
 	if old := tx.get(b, k); old != nil { // expired, not yet cleaned: drop its index entry
 		var o Seen
