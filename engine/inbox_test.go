@@ -560,11 +560,11 @@ func (s refusingSink) Publish(_ context.Context, msgs []*switchyard.Message) []s
 }
 func (refusingSink) Close(context.Context) error { return nil }
 
-// An inbox's dead letters that share an id are told apart by their
-// sources: a lookup by the id alone is a conflict that names both, a
-// source picks one, and a bulk action by the id acts on the source given
-// only. Once one is left, the id alone names it again.
-func TestDLQTellsAnInboxsSourcesApart(t *testing.T) {
+// deadFromSources is a harness whose push inbox's service refuses
+// everything, holding one dead letter with the id "1" from each source,
+// and the inbox's queue.
+func deadFromSources(t *testing.T, sources ...string) (*harness, string) {
+	t.Helper()
 	h := newHarness(t, `
 inbox "push" {
   from    = "nats.local"
@@ -572,12 +572,21 @@ inbox "push" {
   deliver { url = "http://127.0.0.1:1/hook" }
 }
 `, true, refusingSink{name: engine.InboxSink("push")})
-	ctx := context.Background()
 	q := engine.InboxQueue("push")
-	if res, err := h.eng.Receive(ctx, "push", fromSources("1", "/billing", "/shipping")); err != nil || res.Stored != 2 {
+	if res, err := h.eng.Receive(context.Background(), "push", fromSources("1", sources...)); err != nil || res.Stored != len(sources) {
 		t.Fatalf("receive: %+v, %v", res, err)
 	}
 	h.pollAll(q)
+	return h, q
+}
+
+// An inbox's dead letters that share an id are told apart by their
+// sources: a lookup by the id alone is a conflict that names both, a
+// source picks one, and a bulk action by the id acts on the source given
+// only. Once one is left, the id alone names it again.
+func TestDLQTellsAnInboxsSourcesApart(t *testing.T) {
+	h, q := deadFromSources(t, "/billing", "/shipping")
+	ctx := context.Background()
 	_, err := h.eng.DLQGet(engine.DLQRef{Queue: q, ID: "1"})
 	if code(err) != switchyard.ECONFLICT || !strings.Contains(err.Error(), `"/billing"`) || !strings.Contains(err.Error(), `"/shipping"`) {
 		t.Fatalf("a lookup by the shared id: %v; want a conflict naming both sources", err)
@@ -631,19 +640,8 @@ func TestAckByIDTakesOnlyWhatWasHandedOut(t *testing.T) {
 // that source's dead letters only (it acted on every dead letter the
 // index walk met: a review).
 func TestDLQBulkBySourceActsOnThatSourceOnly(t *testing.T) {
-	h := newHarness(t, `
-inbox "push" {
-  from    = "nats.local"
-  subject = "t.push"
-  deliver { url = "http://127.0.0.1:1/hook" }
-}
-`, true, refusingSink{name: engine.InboxSink("push")})
+	h, q := deadFromSources(t, "/billing", "/shipping", "/returns")
 	ctx := context.Background()
-	q := engine.InboxQueue("push")
-	if res, err := h.eng.Receive(ctx, "push", fromSources("1", "/billing", "/shipping", "/returns")); err != nil || res.Stored != 3 {
-		t.Fatalf("receive: %+v, %v", res, err)
-	}
-	h.pollAll(q)
 	for _, f := range []engine.DLQFilter{{Source: "/billing"}, {Type: q, Source: "/shipping"}} {
 		res, err := h.eng.DLQDeleteMany(ctx, f)
 		if err != nil || res.Matched != 1 || res.Done != 1 {

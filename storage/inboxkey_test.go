@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +19,7 @@ import (
 // keeps its key when it changes (no second copy under the new key), and
 // an ack id names each of the two records that share the id.
 func TestInboxRecordsKeyedByIDAloneStillRead(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "r.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(context.Background())
+	db := openTemp(t)
 	ctx, now := context.Background(), time.Now().UTC().Truncate(time.Second)
 	const inbox, queue, id = "pay", "inbox:pay", "1"
 	event := func(source string) switchyard.Event {
@@ -32,7 +27,7 @@ func TestInboxRecordsKeyedByIDAloneStillRead(t *testing.T) {
 	}
 	old := &Record{Event: event("/billing"), Tenant: DefaultTenant, Queue: queue, CreatedAt: now, UpdatedAt: now, keyByID: true}
 	fresh := &Record{Event: event("/shipping"), Tenant: DefaultTenant, Queue: queue, CreatedAt: now, UpdatedAt: now}
-	err = db.Update(ctx, func(tx *Tx) error {
+	err := db.Update(ctx, func(tx *Tx) error {
 		seen, _ := json.Marshal(&Seen{Origin: "nats.local:t.pay#1", ReceivedAt: now, ExpiresAt: now.Add(time.Hour)})
 		if err := tx.bucket(bucketInboxIDs).Put([]byte(idOnlyInboxKey(inbox, id)), seen); err != nil {
 			return err
@@ -90,11 +85,7 @@ func TestInboxRecordsKeyedByIDAloneStillRead(t *testing.T) {
 // outbound event (a tenant named "inbox:pay\x01\x01x" once made the key
 // of its event "y" the inbox key of id "x" from source "/y"; a review).
 func TestInboxRecordByRefNamesTheInboxsRecordsOnly(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "r.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(context.Background())
+	db := openTemp(t)
 	now := time.Now().UTC()
 	outbound := &Record{Event: switchyard.Event{ID: "y", Source: "/s", Type: "t", SpecVersion: "1.0"}, Tenant: "inbox:pay\x01\x01x", CreatedAt: now, UpdatedAt: now}
 	other := &Record{Event: switchyard.Event{ID: "1", Source: "/s", Type: "t", SpecVersion: "1.0"}, Tenant: DefaultTenant, Queue: "inbox:other", CreatedAt: now, UpdatedAt: now}
@@ -125,11 +116,7 @@ func TestInboxRecordByRefNamesTheInboxsRecordsOnly(t *testing.T) {
 // the message id (a local service's Idempotency-Key) its earlier attempts
 // had; and an id of the old form leaves the ids index with its window.
 func TestOldFormInboxRecordLivesUnderItsKey(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "r.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(context.Background())
+	db := openTemp(t)
 	ctx, now := context.Background(), time.Now().UTC().Truncate(time.Second)
 	const queue = "inbox:pay"
 	old := &Record{Event: switchyard.Event{ID: "1", Source: "/billing", Type: "payment", SpecVersion: "1.0"}, Tenant: DefaultTenant, Queue: queue, CreatedAt: now, UpdatedAt: now, keyByID: true}
