@@ -184,7 +184,7 @@ func (e *Engine) DLQGet(ref DLQRef) (*DLQItem, error) {
 		if err != nil {
 			return err
 		}
-		en, err = tx.DLQEntry(r.Key())
+		en, err = tx.DLQEntryOf(r)
 		return err
 	})
 	switch {
@@ -499,7 +499,7 @@ func (b *bulk) byIDs(f DLQFilter) error {
 // one applies the action to r, a record a bulk request named by its id,
 // unless the filter excludes it.
 func (b *bulk) one(tx *storage.Tx, f DLQFilter, r *storage.Record, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
-	en, err := tx.DLQEntry(r.Key())
+	en, err := tx.DLQEntryOf(r)
 	if err != nil && !errors.Is(err, storage.ErrNotDead) {
 		return err
 	}
@@ -525,8 +525,8 @@ func (b *bulk) byFilter(f DLQFilter) error {
 			n, last = len(entries), nil
 			for _, en := range entries {
 				last = en.Pos
-				if f.Source != "" && en.Record.Event.Source != f.Source {
-					continue // not selected (the index walk knows type and since only)
+				if f.excludes(en.Record, en.At) != "" {
+					continue // not selected: the index walk knows type and since, not source
 				}
 				if err := b.apply(tx, en.Record, now, res, queues); err != nil {
 					return err

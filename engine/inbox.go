@@ -394,22 +394,18 @@ func (e *Engine) Ack(ctx context.Context, name string, acks Acks) (AckResult, er
 		return AckResult{}, notPulled(in)
 	}
 	now := e.now()
-	var res AckResult
-	var acked []string // their keys
+	var recs []*storage.Record
+	var ambiguous []string
 	err = e.store.Update(ctx, func(tx *storage.Tx) error {
-		res, acked = AckResult{}, acked[:0]
-		recs, ambiguous, err := in.acked(tx, acks)
-		if err != nil {
+		var err error // a group commit may run this again: recs start afresh
+		if recs, ambiguous, err = in.acked(tx, acks); err != nil {
 			return err
 		}
-		res.Ambiguous = ambiguous
 		for _, rec := range recs {
 			if err := tx.MarkDelivered(rec, now, e.config().Outbox.TTL); err != nil {
 				return err
 			}
-			acked = append(acked, rec.Key())
 		}
-		res.Acked = len(recs)
 		return nil
 	})
 	if err != nil {
@@ -417,11 +413,11 @@ func (e *Engine) Ack(ctx context.Context, name string, acks Acks) (AckResult, er
 	}
 	in.mu.Lock()
 	in.acks++
-	for _, k := range acked {
-		delete(in.leases, k)
+	for _, rec := range recs {
+		delete(in.leases, rec.Key())
 	}
 	in.mu.Unlock()
-	return res, nil
+	return AckResult{Acked: len(recs), Ambiguous: ambiguous}, nil
 }
 
 // acked is the pending records acks names, and the event ids among them

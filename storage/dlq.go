@@ -172,6 +172,11 @@ func (tx *Tx) DLQEntry(key string) (*DLQEntry, error) {
 	if err != nil {
 		return nil, err
 	}
+	return tx.DLQEntryOf(r)
+}
+
+// DLQEntryOf is DLQEntry for a record already read in this transaction.
+func (tx *Tx) DLQEntryOf(r *Record) (*DLQEntry, error) {
 	if r.State != StateDLQ && r.State != StateResolved {
 		return &DLQEntry{Record: r}, ErrNotDead
 	}

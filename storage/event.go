@@ -106,15 +106,8 @@ func (r *Record) Key() string {
 // config, holds no control character). The inbox's ids index
 // (inbox_ids) keys its entries the same way, by inbox name.
 func inboxKey(queue, source, id string) string {
-	var k strings.Builder // one allocation: Key runs several times per write
-	var n [binary.MaxVarintLen64]byte
-	k.Grow(len(queue) + 1 + len(n) + len(id) + len(source))
-	k.WriteString(queue)
-	k.WriteByte(1)
-	k.Write(n[:binary.PutUvarint(n[:], uint64(len(id)))])
-	k.WriteString(id)
-	k.WriteString(source)
-	return k.String()
+	var buf [128]byte // on the stack for most keys: one allocation, the string's (Key runs several times per write)
+	return string(appendInboxKey(buf[:0], queue, source, id))
 }
 
 // appendInboxKey appends inboxKey(queue, source, id) to b: a key to look
@@ -139,7 +132,10 @@ func appendIDOnlyInboxKey(b []byte, queue, id string) []byte {
 // idOnlyInboxKey is the key an inbox's record had until data file schema
 // 4: the queue, a 0 byte and the id, with no source. A second producer's
 // event with an id already held was taken for a redelivery and dropped.
-func idOnlyInboxKey(queue, id string) string { return queue + "\x00" + id }
+func idOnlyInboxKey(queue, id string) string {
+	var buf [128]byte
+	return string(appendIDOnlyInboxKey(buf[:0], queue, id))
+}
 
 // EventKey is the key of a tenant's outbound event: its id for the default
 // tenant, "<tenant>/<id>" for the others, so that tenants choose ids

@@ -72,7 +72,7 @@ func (tx *Tx) InboxSeen(inbox, queue, source, id string, now time.Time) (*Seen, 
 	if s, err = tx.inboxSeen(appendIDOnlyInboxKey(tx.scratch(), inbox, id), now); err != nil {
 		return nil, err
 	}
-	if r, err := tx.inboxRecord(appendIDOnlyInboxKey(tx.scratch(), queue, id), queue); err == nil && r.Event.Source != source {
+	if r, err := tx.oldFormRecord(queue, id); err == nil && r.Event.Source != source {
 		return nil, ErrNotFound
 	}
 	return s, nil
@@ -102,7 +102,7 @@ func (tx *Tx) InboxRecord(queue, source, id string) (*Record, error) {
 	if !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
-	if r, err = tx.inboxRecord(appendIDOnlyInboxKey(tx.scratch(), queue, id), queue); err == nil && r.Event.Source != source {
+	if r, err = tx.oldFormRecord(queue, id); err == nil && r.Event.Source != source {
 		return nil, ErrNotFound
 	}
 	return r, err
@@ -117,6 +117,12 @@ func (tx *Tx) inboxRecord(key []byte, queue string) (*Record, error) {
 		return nil, ErrNotFound
 	}
 	return r, err
+}
+
+// oldFormRecord is queue's record of the id id stored before data file
+// schema 4, under the key of its id alone (idOnlyInboxKey), or ErrNotFound.
+func (tx *Tx) oldFormRecord(queue, id string) (*Record, error) {
+	return tx.inboxRecord(appendIDOnlyInboxKey(tx.scratch(), queue, id), queue)
 }
 
 // InboxRecordByRef is the record of queue an ack id (InboxRef) names, or
@@ -134,7 +140,7 @@ func (tx *Tx) InboxRecordByRef(queue, ref string) (*Record, error) {
 // sources too only where two share an id.
 func (tx *Tx) InboxRecords(queue, id string) ([]*Record, error) {
 	var out []*Record
-	switch r, err := tx.inboxRecord(appendIDOnlyInboxKey(tx.scratch(), queue, id), queue); {
+	switch r, err := tx.oldFormRecord(queue, id); {
 	case err == nil:
 		out = append(out, r)
 	case !errors.Is(err, ErrNotFound):

@@ -177,3 +177,25 @@ func TestOldFormInboxRecordLivesUnderItsKey(t *testing.T) {
 		return nil
 	})
 }
+
+// An inbox record's message id (a local service's Idempotency-Key) is its
+// source and id, "<source>#<id>", the source's '%' and '#' percent-encoded:
+// two events share it only if they share both, whatever their bytes.
+func TestInboxMsgIDNamesSourceAndID(t *testing.T) {
+	msgID := func(source, id string) string {
+		r := &Record{Event: switchyard.Event{ID: id, Source: source}, Queue: "inbox:pay"}
+		return r.MsgID()
+	}
+	if got := msgID("/billing", "1"); got != "/billing#1" {
+		t.Errorf("message id %q, want /billing#1", got)
+	}
+	for _, pair := range [][2][2]string{
+		{{"/a#b", "c"}, {"/a", "b#c"}},
+		{{"/a%23b", "c"}, {"/a#b", "c"}},
+		{{"/billing", "1"}, {"/shipping", "1"}},
+	} {
+		if a, b := msgID(pair[0][0], pair[0][1]), msgID(pair[1][0], pair[1][1]); a == b {
+			t.Errorf("%v and %v share the message id %q", pair[0], pair[1], a)
+		}
+	}
+}
