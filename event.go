@@ -19,6 +19,18 @@ type Event struct {
 	Data       []byte   `json:"data,omitempty"`
 }
 
+// Limits on event ids (engine/limits.go has the other limits on what an
+// event holds).
+const (
+	// MaxIDLen bounds the id a client gives an event at ingest.
+	MaxIDLen = 256
+	// MaxInboundIDLen bounds an inbox's ids, which brokers may make longer
+	// than a client's, and a claim's id; it is also what the API takes for
+	// an id in a URL, and what a plugin may give an output (an id derived
+	// from its event's, which another router's inbox reads).
+	MaxInboundIDLen = 1024
+)
+
 // Header is one name/value pair.
 type Header struct {
 	Name  string `json:"name"`

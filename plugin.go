@@ -27,7 +27,8 @@ type PluginOutput struct {
 	// "kafka.main:orders"; "" sends the output along the type's routes.
 	Destination string
 	// Event is the output event: the input's, with whatever the plugin
-	// replaced (key, headers, data). Its id is the input's id.
+	// replaced (key, headers, data, id). Its id is the input's unless the
+	// plugin gave one (docs/decisions/output-ids.md).
 	Event Event
 	// Key is the partition key (Kafka record key).
 	Key string

@@ -27,7 +27,7 @@ type Inbound struct {
 	Event     Event
 	IDDerived bool
 	// IDTooLong: the id header held an id longer than an inbox keeps
-	// (engine.MaxInboundIDLen); Event.ID is derived in its place.
+	// (MaxInboundIDLen); Event.ID is derived in its place.
 	IDTooLong bool
 	// Origin says where it came from, for the dedup audit:
 	// "kafka.main:payments/3@1042" or "nats.local:events#17".

@@ -194,8 +194,8 @@ func validate(in *engine.IngestEvent) error {
 		return switchyard.Errorf(switchyard.EINVALID, "type is required")
 	case len(ev.Type) > engine.MaxTypeLen:
 		return switchyard.Errorf(switchyard.EINVALID, "type is longer than %d bytes", engine.MaxTypeLen)
-	case len(ev.ID) > engine.MaxIDLen:
-		return switchyard.Errorf(switchyard.EINVALID, "id is longer than %d bytes", engine.MaxIDLen)
+	case len(ev.ID) > switchyard.MaxIDLen:
+		return switchyard.Errorf(switchyard.EINVALID, "id is longer than %d bytes", switchyard.MaxIDLen)
 	}
 	var long string
 	cloudevents.Each(ev, func(name, value string) {

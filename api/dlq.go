@@ -41,9 +41,9 @@ func (s *Server) dlqRoutes(mux *http.ServeMux) {
 }
 
 // maxRefLen bounds an id in a DLQ path or body. Outbound ids are at most
-// engine.MaxIDLen; an inbox's ids come from brokers and may be longer, up
+// switchyard.MaxIDLen; an inbox's ids come from brokers and may be longer, up
 // to what an inbox keeps.
-const maxRefLen = engine.MaxInboundIDLen
+const maxRefLen = switchyard.MaxInboundIDLen
 
 func checkRef(id string) error {
 	switch {

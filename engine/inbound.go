@@ -33,13 +33,13 @@ const DerivedIDPrefix = "sha256-"
 // SHA-256 of its source, type, subject, every header (sorted) and its
 // data, and IDDerived is set. The same content always yields the same id;
 // the offset or sequence never enters it, so a redelivery is recognised.
-// An id longer than MaxInboundIDLen is replaced in the same way, and a
+// An id longer than switchyard.MaxInboundIDLen is replaced in the same way, and a
 // partition key longer than MaxAttrLen left out, each with a warning.
 func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []byte, idHeader, origin string) (in switchyard.Inbound, warnings []string) {
 	in.Event, warnings = b.DecodeLenient(headers, value)
 	id := inboundID(b, &in.Event, headers, idHeader)
-	if len(id) > MaxInboundIDLen {
-		warnings = append(warnings, fmt.Sprintf("the id is %d bytes, longer than the %d an inbox keeps: an id derived from the content takes its place (with missing_id = \"reject\" the message is dropped)", len(id), MaxInboundIDLen))
+	if len(id) > switchyard.MaxInboundIDLen {
+		warnings = append(warnings, fmt.Sprintf("the id is %d bytes, longer than the %d an inbox keeps: an id derived from the content takes its place (with missing_id = \"reject\" the message is dropped)", len(id), switchyard.MaxInboundIDLen))
 		id, in.IDTooLong = "", true
 	}
 	if k := in.Event.PartitionKey(); len(k) > MaxAttrLen {

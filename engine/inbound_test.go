@@ -135,18 +135,18 @@ func TestDecodeInbound(t *testing.T) {
 			// A key bbolt cannot take would fail every commit of the
 			// inbox: derived instead, and left out.
 			name:     "an id too long is derived, a partition key too long left out",
-			headers:  hs("ce-id", strings.Repeat("L", MaxInboundIDLen+1), "ce-partitionkey", strings.Repeat("k", MaxAttrLen+1)),
+			headers:  hs("ce-id", strings.Repeat("L", switchyard.MaxInboundIDLen+1), "ce-partitionkey", strings.Repeat("k", MaxAttrLen+1)),
 			binding:  cloudevents.NATS,
-			want:     switchyard.Event{ID: DeriveInboundID("", "", "", hs("ce-id", strings.Repeat("L", MaxInboundIDLen+1), "ce-partitionkey", strings.Repeat("k", MaxAttrLen+1)), nil), Extensions: hs()},
+			want:     switchyard.Event{ID: DeriveInboundID("", "", "", hs("ce-id", strings.Repeat("L", switchyard.MaxInboundIDLen+1), "ce-partitionkey", strings.Repeat("k", MaxAttrLen+1)), nil), Extensions: hs()},
 			derived:  true,
 			tooLong:  true,
 			warnings: 2,
 		},
 		{
 			name:    "an id and a partition key at the limits are kept",
-			headers: hs("ce-id", strings.Repeat("L", MaxInboundIDLen), "ce-partitionkey", strings.Repeat("k", MaxAttrLen)),
+			headers: hs("ce-id", strings.Repeat("L", switchyard.MaxInboundIDLen), "ce-partitionkey", strings.Repeat("k", MaxAttrLen)),
 			binding: cloudevents.NATS,
-			want:    switchyard.Event{ID: strings.Repeat("L", MaxInboundIDLen), Extensions: hs("partitionkey", strings.Repeat("k", MaxAttrLen))},
+			want:    switchyard.Event{ID: strings.Repeat("L", switchyard.MaxInboundIDLen), Extensions: hs("partitionkey", strings.Repeat("k", MaxAttrLen))},
 		},
 		{
 			name:     "id header of another prefix does not count",

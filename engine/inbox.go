@@ -639,8 +639,8 @@ func checkClaimRef(consumer, id string) error {
 		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "a claim's consumer and id hold no NUL character")
 	case len(consumer) > MaxTypeLen:
 		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "a claim's consumer is at most %d bytes", MaxTypeLen)
-	case len(id) > MaxInboundIDLen:
-		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "a claim's id is at most %d bytes", MaxInboundIDLen)
+	case len(id) > switchyard.MaxInboundIDLen:
+		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "a claim's id is at most %d bytes", switchyard.MaxInboundIDLen)
 	}
 	return nil
 }

@@ -374,6 +374,9 @@ func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, sinks []stri
 		if err := engine.CheckDestinations(outs, configured); err != nil {
 			res.Verdict, res.Reason, code, herr = "reject", err.Error()+" (the router dead-letters the event)", pluginExitReject, err
 		}
+		if why := wasm.SharedID(outs); why != "" {
+			res.Warnings = append(res.Warnings, why)
+		}
 	case errors.As(herr, &pe):
 		res.Verdict, res.Reason = pe.Verdict.String(), pe.Reason
 		if pe.Cause != nil && strings.Contains(pe.Cause.Error(), "wasm stack trace") {
@@ -403,13 +406,16 @@ func flagError(err error) error {
 
 // testResult is what `router plugin test` prints.
 type testResult struct {
-	Plugin  string       `json:"plugin"`
-	Event   string       `json:"event"`
-	Verdict string       `json:"verdict"`
-	Reason  string       `json:"reason,omitempty"`
-	Detail  []string     `json:"detail,omitempty"`
-	Note    string       `json:"note,omitempty"`
-	Outputs []testOutput `json:"outputs"`
+	Plugin  string   `json:"plugin"`
+	Event   string   `json:"event"`
+	Verdict string   `json:"verdict"`
+	Reason  string   `json:"reason,omitempty"`
+	Detail  []string `json:"detail,omitempty"`
+	Note    string   `json:"note,omitempty"`
+	// Warnings are what the router would log about the outputs (not a
+	// failure: the exit code is the verdict's).
+	Warnings []string     `json:"warnings,omitempty"`
+	Outputs  []testOutput `json:"outputs"`
 	// State is the plugin's state after the event (router plugin test
 	// keeps one in memory; with -dir, from event to event): text values as
 	// they are, others "base64:...".

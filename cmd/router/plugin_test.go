@@ -78,6 +78,9 @@ func TestPluginTestCommand(t *testing.T) {
 	if !strings.Contains(stderr, "transforming: plugin=transformer event=e-1") {
 		t.Errorf("the plugin's log is not on stderr:\n%s", stderr)
 	}
+	if strings.Contains(stdout, "warnings") {
+		t.Errorf("one output drew a warning:\n%s", stdout)
+	}
 	if strings.Contains(stderr, "plugin loaded") || strings.Contains(stderr, "[DEBUG]") {
 		t.Errorf("the router's own debug lines reach the user's terminal:\n%s", stderr)
 	}
@@ -87,6 +90,11 @@ func TestPluginTestCommand(t *testing.T) {
 	stdout, _, code = runPluginTest(t, string(next), "test", wasmTestdata(t, "splitter"), "-cache-dir", "", "-log-level", "off")
 	if code != 0 || strings.Count(stdout, `"destination"`) != 3 {
 		t.Fatalf("chained: exit %d\n%s", code, stdout)
+	}
+	// Its three outputs keep the input's id: the result warns, naming
+	// them; the transformer's one output drew no warning.
+	if !strings.Contains(stdout, `"warnings": [`) || !strings.Contains(stdout, `outputs 0 and 1 to the type's routes have the same id \"e-1\"`) {
+		t.Errorf("a split without ids is not warned about:\n%s", stdout)
 	}
 }
 

@@ -26,11 +26,13 @@ import (
 //
 // Output envelope, what the guest passes to emit:
 //
-//	str destination | u8 flags | [str key] | [u32 n × (str, str)] | [str data]
+//	str destination | u8 flags | [str key] | [u32 n × (str, str)] | [str data] | [str id]
 //
-// flags bit 0: a key follows, bit 1: headers follow, bit 2: data follows, in
-// that order; the other bits must be 0. An absent field inherits the
-// input's; headers, when present, replace the input's headers.
+// flags bit 0: a key follows, bit 1: headers follow, bit 2: data follows,
+// bit 3: an id follows, in that order; the other bits must be 0. An absent
+// field inherits the input's; headers, when present, replace the input's
+// headers. The id came last, in a later release than the others: an
+// envelope without it is byte for byte what it was.
 //
 // Config envelope, what sy_init's input_read returns:
 //
@@ -44,7 +46,8 @@ const (
 	flagKey     = 1 << 0
 	flagHeaders = 1 << 1
 	flagData    = 1 << 2
-	flagsKnown  = flagKey | flagHeaders | flagData
+	flagID      = 1 << 3
+	flagsKnown  = flagKey | flagHeaders | flagData | flagID
 
 	// Output header limits, the same as the HTTP API's for extensions.
 	maxHeaderValue = 4096
@@ -59,6 +62,8 @@ type output struct {
 	Headers     []switchyard.Header
 	HasData     bool
 	Data        []byte
+	HasID       bool
+	ID          string
 }
 
 func appendU32(b []byte, n int) []byte { return binary.LittleEndian.AppendUint32(b, uint32(n)) }
@@ -111,6 +116,9 @@ func appendOutput(b []byte, o *output) []byte {
 	if o.HasData {
 		flags |= flagData
 	}
+	if o.HasID {
+		flags |= flagID
+	}
 	b = append(b, flags)
 	if o.HasKey {
 		b = appendStr(b, o.Key)
@@ -125,6 +133,9 @@ func appendOutput(b []byte, o *output) []byte {
 	if o.HasData {
 		b = appendU32(b, len(o.Data))
 		b = append(b, o.Data...)
+	}
+	if o.HasID {
+		b = appendStr(b, o.ID)
 	}
 	return b
 }
@@ -202,7 +213,7 @@ func decodeOutput(b []byte) (output, error) {
 	flags := r.u8("the flags")
 	if r.err == nil && flags&^flagsKnown != 0 {
 		r.off--
-		r.fail("flags 0x%02x has unknown bits (bit 0 key, bit 1 headers, bit 2 data)", flags)
+		r.fail("flags 0x%02x has unknown bits (bit 0 key, bit 1 headers, bit 2 data, bit 3 id)", flags)
 	}
 	if flags&flagKey != 0 {
 		o.HasKey = true
@@ -228,6 +239,10 @@ func decodeOutput(b []byte) (output, error) {
 	if flags&flagData != 0 {
 		o.HasData = true
 		o.Data = r.bytes("the data")
+	}
+	if flags&flagID != 0 {
+		o.HasID = true
+		o.ID = r.str("the id")
 	}
 	if r.err == nil && r.off != len(b) {
 		r.fail("%d bytes follow the last field (flags 0x%02x)", len(b)-r.off, flags)
@@ -264,6 +279,11 @@ func (o *output) check() error {
 			return fmt.Errorf("the key: %s", switchyard.ErrorMessage(err))
 		}
 	}
+	if o.HasID {
+		if err := checkID(o.ID); err != nil {
+			return err
+		}
+	}
 	if !o.HasHeaders {
 		return nil
 	}
@@ -297,6 +317,22 @@ func (o *output) check() error {
 		if o.Headers[i].Name == o.Headers[i-1].Name {
 			return fmt.Errorf("header %q appears twice", o.Headers[i].Name)
 		}
+	}
+	return nil
+}
+
+// checkID holds an output's id to the CloudEvents rules (not empty, UTF-8
+// without control characters) and to what an inbox takes from a broker,
+// switchyard.MaxInboundIDLen bytes: more than a client may give at ingest,
+// so that an id derived from the event's ("<id>.<n>") always fits. Ingest
+// also refuses '/', "." and "..", for a stored event's id is a segment of
+// the API's URLs; an output's never is.
+func checkID(id string) error {
+	if len(id) > switchyard.MaxInboundIDLen {
+		return fmt.Errorf("the id is %d bytes long: an output's id is at most %d", len(id), switchyard.MaxInboundIDLen)
+	}
+	if err := cloudevents.Check(cloudevents.AttrID, id); err != nil {
+		return fmt.Errorf("the id: %s", switchyard.ErrorMessage(err))
 	}
 	return nil
 }

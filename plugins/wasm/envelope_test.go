@@ -32,7 +32,8 @@ func TestEventEnvelopeRoundTrip(t *testing.T) {
 
 func TestDecodeOutput(t *testing.T) {
 	full := &output{Destination: "nats.local:x", HasKey: true, Key: "k", HasHeaders: true,
-		Headers: []switchyard.Header{{Name: "b", Value: "2"}, {Name: "a", Value: "1"}}, HasData: true, Data: []byte("data")}
+		Headers: []switchyard.Header{{Name: "b", Value: "2"}, {Name: "a", Value: "1"}}, HasData: true, Data: []byte("data"),
+		HasID: true, ID: "e1.0"}
 	b := appendOutput(nil, full)
 	o, err := decodeOutput(b)
 	if err != nil {
@@ -47,6 +48,11 @@ func TestDecodeOutput(t *testing.T) {
 	if o, err := decodeOutput([]byte("\x00\x00\x00\x00\x00")); err != nil || !reflect.DeepEqual(o, output{}) {
 		t.Fatalf("minimal envelope: %+v %v", o, err)
 	}
+	// The id comes last, after the data (the layout, for the SDK authors).
+	if got, want := string(appendOutput(nil, &output{HasData: true, Data: []byte("d"), HasID: true, ID: "i"})),
+		"\x00\x00\x00\x00"+"\x0c"+"\x01\x00\x00\x00d"+"\x01\x00\x00\x00i"; got != want {
+		t.Fatalf("output envelope %q, want %q", got, want)
+	}
 	hdr := func(name, value string) []byte {
 		return appendOutput(nil, &output{HasHeaders: true, Headers: []switchyard.Header{{Name: name, Value: value}}})
 	}
@@ -58,7 +64,11 @@ func TestDecodeOutput(t *testing.T) {
 		{"empty", nil, "at byte 0: the envelope ends before the length of the destination (4 bytes, 0 left)"},
 		{"no flags", []byte("\x00\x00\x00\x00"), "at byte 4: the envelope ends before the flags (1 byte)"},
 		{"short destination", []byte("\x09\x00\x00\x00abc"), "at byte 0: the destination is 9 bytes long but only 3 bytes follow"},
-		{"unknown flags", []byte("\x00\x00\x00\x00\x08"), "at byte 4: flags 0x08 has unknown bits"},
+		{"unknown flags", []byte("\x00\x00\x00\x00\x10"), "at byte 4: flags 0x10 has unknown bits (bit 0 key, bit 1 headers, bit 2 data, bit 3 id)"},
+		{"id missing", []byte("\x00\x00\x00\x00\x08"), "at byte 5: the envelope ends before the length of the id"},
+		{"empty id", appendOutput(nil, &output{HasID: true}), "the id: id must not be empty"},
+		{"CR LF in the id", appendOutput(nil, &output{HasID: true, ID: "a\r\nNats-Msg-Id: x"}), `the id: attribute "id" has the control character U+000D at byte 1`},
+		{"long id", appendOutput(nil, &output{HasID: true, ID: strings.Repeat("i", 1025)}), "the id is 1025 bytes long: an output's id is at most 1024"},
 		{"key missing", []byte("\x00\x00\x00\x00\x01"), "at byte 5: the envelope ends before the length of the key"},
 		{"huge header count", []byte("\x00\x00\x00\x00\x02\xff\xff\xff\xff"), "at byte 5: 4294967295 headers cannot fit in the 0 bytes left"},
 		{"trailing bytes", []byte("\x00\x00\x00\x00\x00zz"), "at byte 5: 2 bytes follow the last field (flags 0x00)"},
@@ -79,6 +89,11 @@ func TestDecodeOutput(t *testing.T) {
 				t.Fatalf("error %v, want %q", err, tc.want)
 			}
 		})
+	}
+	// An id as long as an inbox takes passes: one derived from a client's
+	// longest ("<id>.<n>") fits.
+	if _, err := decodeOutput(appendOutput(nil, &output{HasID: true, ID: strings.Repeat("i", 1024)})); err != nil {
+		t.Errorf("an id of 1024 bytes: %v", err)
 	}
 	// 256 extensions and the trace context, as ingest lets an event have,
 	// pass: the trace headers are not counted.
@@ -122,6 +137,47 @@ func TestOutputKeyRules(t *testing.T) {
 	}
 }
 
+// An output's id replaces the input's; one without keeps it.
+func TestOutputIDRules(t *testing.T) {
+	p := &Plugin{}
+	ev := testEvent("e1")
+	outs := p.outputs(ev, []output{{}, {HasID: true, ID: "e1.1"}})
+	if outs[0].Event.ID != "e1" || outs[1].Event.ID != "e1.1" || ev.ID != "e1" {
+		t.Fatalf("ids %q %q (input %q), want e1 e1.1 (e1)", outs[0].Event.ID, outs[1].Event.ID, ev.ID)
+	}
+	if outs[1].Event.Source != ev.Source {
+		t.Fatalf("source %q, want the input's %q", outs[1].Event.Source, ev.Source)
+	}
+}
+
+// SharedID names two outputs sent the same way with one id, and leaves
+// alone the same event sent to two destinations.
+func TestSharedID(t *testing.T) {
+	out := func(dest, id string) switchyard.PluginOutput {
+		return switchyard.PluginOutput{Destination: dest, Event: switchyard.Event{ID: id}}
+	}
+	for _, tc := range []struct {
+		name string
+		outs []switchyard.PluginOutput
+		want string
+	}{
+		{"one output", []switchyard.PluginOutput{out("", "e1")}, ""},
+		{"fan-out to two destinations", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("kafka.b:x", "e1")}, ""},
+		{"split with ids", []switchyard.PluginOutput{out("", "e1.0"), out("", "e1.1"), out("", "e1.2")}, ""},
+		{"split without ids", []switchyard.PluginOutput{out("", "e1"), out("nats.a:x", "e1"), out("", "e1")},
+			`outputs 0 and 2 to the type's routes have the same id "e1"`},
+		{"to one subject", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("nats.a:x", "e1")},
+			`outputs 0 and 1 to nats.a:x have the same id "e1"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := SharedID(tc.outs)
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Fatalf("SharedID = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // FuzzDecodeOutput: any bytes decode or fail cleanly (no panic, no huge
 // allocation), and what decodes re-encodes to something that decodes the
 // same. The seed corpus is in testdata/fuzz/FuzzDecodeOutput.
@@ -129,6 +185,7 @@ func FuzzDecodeOutput(f *testing.F) {
 	f.Add([]byte("\x00\x00\x00\x00\x00"))
 	f.Add(appendOutput(nil, &output{Destination: "kafka.main:orders", HasKey: true, Key: "k", HasHeaders: true,
 		Headers: []switchyard.Header{{Name: "region", Value: "eu"}}, HasData: true, Data: []byte(`{"a":1}`)}))
+	f.Add(appendOutput(nil, &output{HasData: true, Data: []byte("x"), HasID: true, ID: "e1.0"}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		in := bytes.Clone(b)
 		o, err := decodeOutput(in)

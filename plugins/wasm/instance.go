@@ -67,7 +67,7 @@ type instance struct {
 	state     switchyard.StateView // the event's plugin state; nil outside sy_handle
 	stateErr  error                // a state call the store failed, for the reason
 	reason    string               // from fail()
-	violation string               // the first broken rule (emit, input_read, ...): the call counts as retry
+	violation string               // the first broken rule (emit, input_read, ...): the event is rejected
 
 	stdout, stderr streamWriter
 	textLeft       int // bytes of log text this call may still write

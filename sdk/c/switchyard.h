@@ -56,6 +56,7 @@ extern "C" {
 #define SY_OUT_KEY 1u
 #define SY_OUT_HEADERS 2u
 #define SY_OUT_DATA 4u
+#define SY_OUT_ID 8u
 
 /* Returned by sy_output_emit when the SDK itself refused the output (built
  * in the wrong order, or out of memory) before asking the host. */
@@ -303,15 +304,18 @@ static inline int sy__decode_event(const uint8_t *b, uint32_t n, sy_event *ev) {
 }
 
 /* ---- output builder --------------------------------------------------- */
-/* One output at a time, written in envelope order:
- *   sy_output_begin(SY_STR("nats.local:x"), SY_OUT_HEADERS | SY_OUT_DATA);
+/* One output at a time, written in envelope order (key, headers, data, id):
+ *   sy_output_begin(SY_STR("nats.local:x"), SY_OUT_HEADERS | SY_OUT_DATA | SY_OUT_ID);
  *   sy_output_headers(2);
  *   sy_output_header(SY_STR("a"), SY_STR("1"));
  *   sy_output_header(SY_STR("b"), SY_STR("2"));
  *   sy_output_data(ev->data);
+ *   sy_output_derived_id(ev->id, i);   (or sy_output_id(SY_STR("...")))
  *   if (sy_output_emit() < 0) return sy_retry("output refused");
  * A field whose flag is not set inherits the input's; headers, when set,
- * replace all of the input's. */
+ * replace all of the input's. Outputs of one event that go the same way are
+ * distinct events and need distinct ids: with the input's id, a consumer
+ * that drops repeated events (by source and id) keeps only the first. */
 
 static struct {
     uint8_t *buf;
@@ -344,7 +348,7 @@ static inline void sy__put_str(sy_str s) {
     sy__put(s.ptr, s.len);
 }
 
-/* Stages: 1 key, 2 headers count, 3 data, each at most once and in order. */
+/* Stages: 1 key, 2 headers count, 3 data, 4 id, each at most once and in order. */
 static inline int sy__stage(uint32_t flag, uint32_t stage) {
     if (!(sy__out.flags & flag) || sy__out.stage >= stage || sy__out.headers_left) {
         sy__out.err = 1;
@@ -356,7 +360,7 @@ static inline int sy__stage(uint32_t flag, uint32_t stage) {
 
 static inline void sy_output_begin(sy_str destination, uint32_t flags) {
     sy__out.len = 0;
-    sy__out.err = (flags & ~7u) != 0;
+    sy__out.err = (flags & ~15u) != 0;
     sy__out.flags = flags;
     sy__out.stage = 0;
     sy__out.headers_left = 0;
@@ -390,6 +394,28 @@ static inline void sy_output_data(sy_str data) {
     if (sy__stage(SY_OUT_DATA, 3)) sy__put_str(data);
 }
 
+/* The output's CloudEvents id (1 to 1024 bytes, no control characters). */
+static inline void sy_output_id(sy_str id) {
+    if (sy__stage(SY_OUT_ID, 4)) sy__put_str(id);
+}
+
+/* The id "<base>.<n>", for output n of the event whose id is base: derived,
+ * so that a retry of the event gives the same ids. */
+static inline void sy_output_derived_id(sy_str base, uint32_t n) {
+    char digits[10];
+    uint32_t k = 0;
+    do {
+        digits[sizeof digits - 1 - k++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    if (sy__stage(SY_OUT_ID, 4)) {
+        sy__put_u32(base.len + 1 + k);
+        sy__put(base.ptr, base.len);
+        sy__put(".", 1);
+        sy__put(digits + sizeof digits - k, k);
+    }
+}
+
 /* Set when an sy_output_emit of the event being handled returned
  * SY_ERR_BUILD: the event is then rejected (sy__dispatch_event), as the
  * host rejects one whose output it refuses, not sent without that output. */
@@ -404,6 +430,7 @@ static inline int32_t sy_output_emit(void) {
     if (sy__out.flags & SY_OUT_KEY) want = 1;
     if (sy__out.flags & SY_OUT_HEADERS) want = 2;
     if (sy__out.flags & SY_OUT_DATA) want = 3;
+    if (sy__out.flags & SY_OUT_ID) want = 4;
     if (sy__out.err || sy__out.stage != want || sy__out.headers_left) {
         sy__build_failed = 1;
         return SY_ERR_BUILD;

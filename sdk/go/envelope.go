@@ -17,6 +17,7 @@ const (
 	FlagKey     = 1 << 0
 	FlagHeaders = 1 << 1
 	FlagData    = 1 << 2
+	FlagID      = 1 << 3
 )
 
 // ErrMalformed is wrapped by every envelope decoding error.
@@ -156,7 +157,7 @@ func decodeOutput(b []byte) (Output, error) {
 	var o Output
 	o.Destination = string(d.bytes("destination"))
 	flags := d.u8("flags")
-	if d.err == nil && flags&^(FlagKey|FlagHeaders|FlagData) != 0 {
+	if d.err == nil && flags&^(FlagKey|FlagHeaders|FlagData|FlagID) != 0 {
 		d.fail("unknown output flags " + strconv.Itoa(int(flags)))
 	}
 	if flags&FlagKey != 0 {
@@ -171,6 +172,10 @@ func decodeOutput(b []byte) (Output, error) {
 	}
 	if flags&FlagData != 0 {
 		o.Data = append([]byte{}, d.bytes("data")...)
+	}
+	if flags&FlagID != 0 {
+		id := string(d.bytes("id"))
+		o.ID = &id
 	}
 	d.end("output")
 	return o, d.err
@@ -207,6 +212,9 @@ func appendOutput(b []byte, o *Output) []byte {
 	if o.Data != nil {
 		flags |= FlagData
 	}
+	if o.ID != nil {
+		flags |= FlagID
+	}
 	b = append(b, flags)
 	if o.Key != nil {
 		b = appendStr(b, *o.Key)
@@ -217,6 +225,9 @@ func appendOutput(b []byte, o *Output) []byte {
 	if o.Data != nil {
 		b = appendU32(b, uint32(len(o.Data)))
 		b = append(b, o.Data...)
+	}
+	if o.ID != nil {
+		b = appendStr(b, *o.ID)
 	}
 	return b
 }

@@ -186,10 +186,20 @@ type Output struct {
 	Headers Headers
 	// Data, when not nil (even empty), replaces the data.
 	Data []byte
+	// ID, when not nil, replaces the event's id. Outputs of one event that
+	// go the same way are distinct events and need distinct ids: with the
+	// input's id, a consumer that drops repeated events (by source and id)
+	// keeps only the first. Derive them from the input's, so that a retry
+	// of the event gives the same ids: ev.ID + "." + strconv.Itoa(i).
+	ID *string
 }
 
 // To returns an output to destination that inherits everything else.
 func To(destination string) Output { return Output{Destination: destination} }
+
+// WithID returns o with its CloudEvents id set (1 to 1024 bytes of UTF-8
+// without control characters).
+func (o Output) WithID(id string) Output { o.ID = &id; return o }
 
 // WithKey returns o with its key set.
 func (o Output) WithKey(key string) Output { o.Key = &key; return o }

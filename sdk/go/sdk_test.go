@@ -55,6 +55,8 @@ func TestDecodeEventMalformed(t *testing.T) {
 	}
 }
 
+// Each output field sets its flag bit and survives a round trip; the
+// envelope layout is the ABI's, byte for byte.
 func TestOutputFlags(t *testing.T) {
 	cases := []struct {
 		o     Output
@@ -65,6 +67,8 @@ func TestOutputFlags(t *testing.T) {
 		{To("").WithHeaders(nil), FlagHeaders},
 		{To("").WithData(nil), FlagData},
 		{To("kafka.main:t").WithKey("k").WithHeaders(Headers{{"a", "b"}}).WithData([]byte("z")), 7},
+		{To("").WithID("e1.0"), FlagID},
+		{To("").WithData([]byte("z")).WithID("e1.1"), FlagData | FlagID},
 	}
 	for _, c := range cases {
 		b := appendOutput(nil, &c.o)
@@ -77,9 +81,14 @@ func TestOutputFlags(t *testing.T) {
 			t.Fatal(err)
 		}
 		if back.Destination != c.o.Destination || (back.Key == nil) != (c.o.Key == nil) ||
-			(back.Headers == nil) != (c.o.Headers == nil) || (back.Data == nil) != (c.o.Data == nil) {
+			(back.Headers == nil) != (c.o.Headers == nil) || (back.Data == nil) != (c.o.Data == nil) ||
+			(back.ID == nil) != (c.o.ID == nil) || back.ID != nil && *back.ID != *c.o.ID {
 			t.Errorf("round trip %+v -> %+v", c.o, back)
 		}
+	}
+	// The id comes last, after the data (docs/plugin-abi.md).
+	if b := appendOutput(nil, ptr(To("").WithData([]byte("d")).WithID("i"))); string(b) != "\x00\x00\x00\x00\x0c\x01\x00\x00\x00d\x01\x00\x00\x00i" {
+		t.Fatalf("output with data and id % x", b)
 	}
 	// The pass-through output is exactly 5 bytes: empty destination, flags 0.
 	if b := appendOutput(nil, &Output{}); !bytes.Equal(b, []byte{0, 0, 0, 0, 0}) {
@@ -229,3 +238,5 @@ func TestTTLSeconds(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

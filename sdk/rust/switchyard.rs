@@ -45,6 +45,7 @@ pub const ABI_VERSION: i32 = 1;
 pub const FLAG_KEY: u8 = 1;
 pub const FLAG_HEADERS: u8 = 2;
 pub const FLAG_DATA: u8 = 4;
+pub const FLAG_ID: u8 = 8;
 
 // ---- host imports -------------------------------------------------------------
 
@@ -225,6 +226,12 @@ pub struct Output<'a> {
     pub key: Option<&'a str>,
     pub headers: Option<&'a [(&'a str, &'a str)]>,
     pub data: Option<&'a [u8]>,
+    /// Replaces the event's id. Outputs of one event that go the same way
+    /// are distinct events and need distinct ids: with the input's id, a
+    /// consumer that drops repeated events (by source and id) keeps only
+    /// the first. Derive them from the input's, so that a retry gives the
+    /// same ids: `format!("{}.{}", ev.id, i)`.
+    pub id: Option<&'a str>,
 }
 
 impl<'a> Output<'a> {
@@ -242,6 +249,11 @@ impl<'a> Output<'a> {
     }
     pub fn with_data(mut self, data: &'a [u8]) -> Self {
         self.data = Some(data);
+        self
+    }
+    /// Sets the CloudEvents id (1 to 1024 bytes, no control characters).
+    pub fn with_id(mut self, id: &'a str) -> Self {
+        self.id = Some(id);
         self
     }
 }
@@ -294,6 +306,9 @@ pub fn encode_output(b: &mut Vec<u8>, o: &Output) {
     if o.data.is_some() {
         flags |= FLAG_DATA;
     }
+    if o.id.is_some() {
+        flags |= FLAG_ID;
+    }
     b.push(flags);
     if let Some(k) = o.key {
         put_str(b, k.as_bytes());
@@ -307,6 +322,9 @@ pub fn encode_output(b: &mut Vec<u8>, o: &Output) {
     }
     if let Some(d) = o.data {
         put_str(b, d);
+    }
+    if let Some(id) = o.id {
+        put_str(b, id.as_bytes());
     }
 }
 
@@ -455,6 +473,7 @@ pub struct DecodedOutput {
     pub key: Option<String>,
     pub headers: Option<Vec<(String, String)>>,
     pub data: Option<Vec<u8>>,
+    pub id: Option<String>,
 }
 
 /// Decodes an output envelope (for tests).
@@ -463,7 +482,7 @@ pub fn decode_output(b: &[u8]) -> Option<DecodedOutput> {
     let destination = r.str()?.to_string();
     let flags = *r.b.first()?;
     r.b = &r.b[1..];
-    if flags & !7 != 0 {
+    if flags & !(FLAG_KEY | FLAG_HEADERS | FLAG_DATA | FLAG_ID) != 0 {
         return None;
     }
     let key = if flags & FLAG_KEY != 0 { Some(r.str()?.to_string()) } else { None };
@@ -473,10 +492,11 @@ pub fn decode_output(b: &[u8]) -> Option<DecodedOutput> {
         None
     };
     let data = if flags & FLAG_DATA != 0 { Some(r.bytes()?.to_vec()) } else { None };
+    let id = if flags & FLAG_ID != 0 { Some(r.str()?.to_string()) } else { None };
     if !r.b.is_empty() {
         return None;
     }
-    Some(DecodedOutput { destination, key, headers, data })
+    Some(DecodedOutput { destination, key, headers, data, id })
 }
 
 // ---- config -------------------------------------------------------------------

@@ -25,7 +25,7 @@
   (memory (export "memory") 1)
   (global $IN i32 (i32.const 1024))
 
-  ;; An output envelope: str destination | u8 flags (0: inherit key, headers, data)
+  ;; An output envelope: str destination | u8 flags (0: inherit key, headers, data, id)
   (data (i32.const 0) "\11\00\00\00nats.local:events\00")   ;; 4 + 17 + 1 = 22 bytes
   (data (i32.const 32) "debug.noise")                        ;; 11 bytes
   (data (i32.const 64) "template: malformed event")          ;; 25 bytes

@@ -78,6 +78,7 @@ export enum Level {
 export const FLAG_KEY: u8 = 1;
 export const FLAG_HEADERS: u8 = 2;
 export const FLAG_DATA: u8 = 4;
+export const FLAG_ID: u8 = 8;
 
 // ---- UTF-8 helpers ----------------------------------------------------------
 
@@ -282,6 +283,14 @@ export class Output {
   headers: Header[] | null = null;
   /** When not null (even empty), replaces the data. */
   data: Uint8Array | null = null;
+  /**
+   * When not null, replaces the event's id. Outputs of one event that go the
+   * same way are distinct events and need distinct ids: with the input's id,
+   * a consumer that drops repeated events (by source and id) keeps only the
+   * first. Derive them from the input's, so that a retry gives the same ids:
+   * `ev.id + "." + i.toString()`.
+   */
+  id: string | null = null;
 
   static to(destination: string): Output {
     const o = new Output();
@@ -301,6 +310,12 @@ export class Output {
 
   withData(data: Uint8Array): Output {
     this.data = data;
+    return this;
+  }
+
+  /** Sets the CloudEvents id (1 to 1024 bytes, no control characters). */
+  withId(id: string): Output {
+    this.id = id;
     return this;
   }
 
@@ -329,6 +344,7 @@ export function emit(o: Output): i32 {
   const key = o.key;
   const headers = o.headers;
   const data = o.data;
+  const id = o.id;
   if (key !== null) {
     flags |= FLAG_KEY;
     size += strSize(key);
@@ -344,6 +360,10 @@ export function emit(o: Output): i32 {
   if (data !== null) {
     flags |= FLAG_DATA;
     size += 4 + <usize>data.length;
+  }
+  if (id !== null) {
+    flags |= FLAG_ID;
+    size += strSize(id);
   }
   const buf = heap.alloc(size);
   let p = putStr(buf, o.destination);
@@ -364,6 +384,7 @@ export function emit(o: Output): i32 {
     memory.copy(p + 4, data.dataStart, <usize>data.length);
     p += 4 + <usize>data.length;
   }
+  if (id !== null) p = putStr(p, id);
   const rc = host_emit(buf, <u32>(p - buf));
   heap.free(buf);
   return rc;

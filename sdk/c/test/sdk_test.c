@@ -177,7 +177,27 @@ int main(void) {
     sy_output_begin(SY_STR(""), 0); /* part not flagged */
     sy_output_data(SY_STR("x"));
     CHECK(sy_output_emit() == SY_ERR_BUILD);
-    sy_output_begin(SY_STR(""), 8); /* unknown flag */
+    sy_output_begin(SY_STR(""), 16); /* unknown flag */
+    CHECK(sy_output_emit() == SY_ERR_BUILD);
+
+    /* the id comes last, after the data; a derived one is "<base>.<n>" */
+    sy_output_begin(SY_STR(""), SY_OUT_DATA | SY_OUT_ID);
+    sy_output_data(SY_STR("d"));
+    sy_output_id(SY_STR("i"));
+    CHECK(sy_output_emit() == 0);
+    static const uint8_t want_id[] = {0, 0, 0, 0, 12, 1, 0, 0, 0, 'd', 1, 0, 0, 0, 'i'};
+    CHECK(emitted_len == sizeof want_id && memcmp(emitted, want_id, sizeof want_id) == 0);
+    sy_output_begin(SY_STR(""), SY_OUT_ID);
+    sy_output_derived_id(SY_STR("e-1"), 407);
+    CHECK(sy_output_emit() == 0);
+    static const uint8_t want_derived[] = {0, 0, 0, 0, 8, 7, 0, 0, 0, 'e', '-', '1', '.', '4', '0', '7'};
+    CHECK(emitted_len == sizeof want_derived && memcmp(emitted, want_derived, sizeof want_derived) == 0);
+    sy_output_begin(SY_STR(""), SY_OUT_ID);
+    sy_output_derived_id(SY_STR("e"), 0);
+    CHECK(sy_output_emit() == 0 && emitted_len == 12 && memcmp(emitted + 9, "e.0", 3) == 0);
+    sy_output_begin(SY_STR(""), SY_OUT_ID | SY_OUT_DATA); /* id before data */
+    sy_output_id(SY_STR("i"));
+    sy_output_data(SY_STR("d"));
     CHECK(sy_output_emit() == SY_ERR_BUILD);
 
     CHECK(sy_valid_header_name(SY_STR("region")) && sy_valid_header_name(SY_STR("x9")));
