@@ -32,9 +32,15 @@ type connState struct {
 	// longer say whether the cluster is down (downLocked).
 	brokers map[string]bool
 	ready   func() // switchyard.ReadyNotifier: called when a connection succeeds after one failed
-	// downC is closed while the cluster is down (wentDown), made anew when
-	// it is up again.
-	downC chan struct{}
+	// isDown is what downLocked said at the last change (changed), and
+	// downC is closed while it is true (wentDown), made anew when the
+	// cluster is up again. Kept, not derived from a "before": a broker
+	// discovered turns the seeds into aliases, which changes downLocked
+	// by itself, and a transition judged from a "before" read after that
+	// closed downC twice (a panic) or left it closed while up (every
+	// publish cut short at once, seen in CI).
+	isDown bool
+	downC  chan struct{}
 	// onDown is called, on a goroutine of its own, when the cluster goes
 	// down (the sink watches for its return: Sink.watch).
 	onDown func()
@@ -55,10 +61,9 @@ func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, co
 	}
 	if err == nil || !isContextErr(err) {
 		// A dial its caller gave up on says nothing about the broker.
-		wasDown := c.downLocked()
 		c.failing[addr] = err != nil
-		c.changed(wasDown)
 	}
+	c.changed()
 	if err == nil && c.aliasLocked(addr) {
 		// A load balancer in front of a cluster that is gone may still
 		// take connections: that is no broker back.
@@ -151,23 +156,28 @@ func (c *connState) reachable() {
 		c.failing[addr] = false
 	}
 	c.err = nil
-	c.changed(true)
+	c.changed()
 }
 
-// changed acts on a change of the failing marks: the cluster went down
-// (close downC, start onDown) or is up again (a new downC, and a line in
-// the log, the only sign an operator gets that the warnings are over).
-func (c *connState) changed(wasDown bool) {
-	switch down := c.downLocked(); {
-	case down && !wasDown:
+// changed acts on a change of the failing marks or of the brokers known:
+// the cluster went down (close downC, start onDown) or is up again (a new
+// downC, and a line in the log, the only sign an operator gets that the
+// warnings are over).
+func (c *connState) changed() {
+	down := c.downLocked()
+	if down == c.isDown {
+		return
+	}
+	c.isDown = down
+	if down {
 		close(c.downC)
 		if c.onDown != nil {
 			go c.onDown()
 		}
-	case !down && wasDown:
-		c.downC = make(chan struct{})
-		c.log.Info("a broker is reachable again")
+		return
 	}
+	c.downC = make(chan struct{})
+	c.log.Info("a broker is reachable again")
 }
 
 // wentDown returns a channel that is closed once the cluster is down

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"net"
 	"os"
@@ -1187,5 +1188,47 @@ func TestConnStateOneBrokerOfThreeFailing(t *testing.T) {
 	case <-c.wentDown():
 		t.Fatal("publishes would be cut short: the down channel is closed")
 	default:
+	}
+}
+
+// A broker discovered while the seeds' dials failed turns the seeds into
+// aliases, which by itself changes whether the cluster counts as down: its
+// first failed dial leaves the cluster down (it closed the down channel a
+// second time, a panic, seen in TestBrokerGoneCountsNoAttempt), and its
+// first good one makes it up with the down channel open again (it stayed
+// closed, and every publish was cut short at once, "no acknowledgement
+// after 0s", seen in TestShortAuthFailureIsAnOutage).
+func TestConnStateBrokerDiscoveredWhileDown(t *testing.T) {
+	seed := kgo.BrokerMetadata{NodeID: math.MinInt32, Host: "127.0.0.1", Port: 9092}
+	broker := kgo.BrokerMetadata{NodeID: 0, Host: "127.0.0.1", Port: 9093}
+	refused := errors.New("connection refused")
+	closed := func(c *connState) bool {
+		select {
+		case <-c.wentDown():
+			return true
+		default:
+			return false
+		}
+	}
+
+	c := newConnState(hclog.NewNullLogger(), false)
+	c.OnBrokerConnect(seed, 0, nil, refused)
+	if !c.down() || !closed(c) {
+		t.Fatal("not down after the only seed's dial failed")
+	}
+	c.OnBrokerConnect(broker, 0, nil, refused) // panicked
+	if !c.down() || !closed(c) {
+		t.Fatal("not down after the discovered broker's dial failed too")
+	}
+	c.OnBrokerConnect(broker, 0, nil, nil)
+	if c.down() || closed(c) {
+		t.Fatalf("down %v, down channel closed %v, after the broker's dial succeeded", c.down(), closed(c))
+	}
+
+	c = newConnState(hclog.NewNullLogger(), false)
+	c.OnBrokerConnect(seed, 0, nil, refused)
+	c.OnBrokerConnect(broker, 0, nil, nil)
+	if c.down() || closed(c) {
+		t.Fatalf("down %v, down channel closed %v, after a discovered broker's first dial succeeded", c.down(), closed(c))
 	}
 }
