@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/logthrottle"
 )
 
 // runChain runs plugins in order, each on every output of the one before,
@@ -35,6 +36,9 @@ func (e *Engine) runChain(ctx context.Context, queue, tenant string, chain []swi
 			took := time.Since(start)
 			if err == nil {
 				err = e.checkDestinations(p.Name(), ev.ID, got)
+			}
+			if err == nil && len(got) > 1 {
+				e.noteSharedID(st, p.Name(), ev.ID, got)
 			}
 			if err == nil || !errors.Is(ctx.Err(), context.Canceled) {
 				// Not a call the router's stop cut short: no verdict of
@@ -87,6 +91,45 @@ func CheckDestinations(outs []switchyard.PluginOutput, configured func(sink stri
 	return nil
 }
 
+// SharedID says which outputs of one event, sent the same way, share an
+// id ("" when none do): a CloudEvents consumer that drops what it has seen
+// (source and id), another router's inbox among them, keeps the first of
+// them and drops the rest as copies. An output to another destination may
+// share its event's id: that is the same event sent elsewhere
+// (docs/decisions/output-ids.md). router plugin test shows it too.
+func SharedID(outs []switchyard.PluginOutput) string {
+	for i := 1; i < len(outs); i++ {
+		for j := range i {
+			if outs[i].Destination == outs[j].Destination && outs[i].Event.ID == outs[j].Event.ID {
+				return fmt.Sprintf("outputs %d and %d to %s have the same id %q: a consumer that drops repeated events (by source and id) keeps only the first; give each output its own id (docs/plugin-abi.md, output flag bit 3)",
+					j, i, destinationName(outs[i].Destination), outs[i].Event.ID)
+			}
+		}
+	}
+	return ""
+}
+
+func destinationName(d string) string {
+	if d == "" {
+		return "the type's routes"
+	}
+	return d
+}
+
+// noteSharedID counts an event whose outputs from plugin share an id
+// (SharedID) and logs it, at most once a minute per plugin: a plugin that
+// splits events without ids does it to every event.
+func (e *Engine) noteSharedID(st *pluginCounters, plugin, id string, outs []switchyard.PluginOutput) {
+	why := SharedID(outs)
+	if why == "" {
+		return
+	}
+	st.sharedIDs.Add(1)
+	if n, ok := e.pluginStats.sharedIDLog.Take(plugin, time.Now()); ok {
+		e.log.Warn("plugin outputs share an id", "plugin", plugin, "event", id, "problem", why, "like_it_since_last", n)
+	}
+}
+
 // PluginVerdict is what a plugin made of one event, as counted.
 type PluginVerdict string
 
@@ -119,8 +162,10 @@ type pluginStats struct {
 	byName sync.Map // name → *pluginCounters
 	took   *prometheus.HistogramVec
 
-	verdictsDesc, outputsDesc, failuresDesc, memoryDesc *prometheus.Desc
-	loaded                                              func() map[string]switchyard.Plugin
+	verdictsDesc, outputsDesc, failuresDesc, memoryDesc, sharedIDsDesc *prometheus.Desc
+	loaded                                                             func() map[string]switchyard.Plugin
+
+	sharedIDLog logthrottle.Throttle // noteSharedID's lines, by plugin
 }
 
 func newPluginStats() *pluginStats {
@@ -134,19 +179,24 @@ func newPluginStats() *pluginStats {
 			"Events a plugin handled, by verdict: ok (outputs), filtered (none), retry (verdict or failure), reject.",
 			[]string{"plugin", "verdict"}, nil),
 		outputsDesc: prometheus.NewDesc("switchyard_plugin_outputs_total", "Outputs plugins returned.", []string{"plugin"}, nil),
+		sharedIDsDesc: prometheus.NewDesc("switchyard_plugin_shared_id_events_total",
+			"Events whose outputs from a plugin, sent the same way, share an id: a consumer that drops repeated events keeps only the first (docs/decisions/output-ids.md).",
+			[]string{"plugin"}, nil),
 		memoryDesc: prometheus.NewDesc("switchyard_plugin_memory_bytes",
 			"Linear memory of a plugin's live instances (plugins that report it: plugins/wasm).", []string{"plugin"}, nil),
 		failuresDesc: prometheus.NewDesc("switchyard_plugin_failures_total",
 			"Plugin calls that failed without a verdict of the plugin's own, by kind: trap, timeout, memory (retried), broken_rule (rejected).",
 			[]string{"plugin", "kind"}, nil),
+		sharedIDLog: logthrottle.Throttle{Every: time.Minute},
 	}
 }
 
 // pluginCounters are one plugin's.
 type pluginCounters struct {
-	verdicts [len(pluginVerdicts)]atomic.Int64
-	outputs  atomic.Int64
-	took     prometheus.Observer
+	verdicts  [len(pluginVerdicts)]atomic.Int64
+	outputs   atomic.Int64
+	sharedIDs atomic.Int64 // events whose outputs share an id (SharedID)
+	took      prometheus.Observer
 
 	mu       sync.Mutex
 	failures []PluginFailure  // oldest first, at most keptFailures
@@ -218,6 +268,7 @@ func (s *pluginStats) Describe(ch chan<- *prometheus.Desc) {
 	s.took.Describe(ch)
 	ch <- s.verdictsDesc
 	ch <- s.outputsDesc
+	ch <- s.sharedIDsDesc
 	ch <- s.failuresDesc
 	ch <- s.memoryDesc
 }
@@ -241,6 +292,7 @@ func (s *pluginStats) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(s.verdictsDesc, prometheus.CounterValue, float64(c.verdicts[i].Load()), name, string(verdict))
 		}
 		ch <- prometheus.MustNewConstMetric(s.outputsDesc, prometheus.CounterValue, float64(c.outputs.Load()), name)
+		ch <- prometheus.MustNewConstMetric(s.sharedIDsDesc, prometheus.CounterValue, float64(c.sharedIDs.Load()), name)
 		c.mu.Lock()
 		for kind, n := range c.kinds {
 			ch <- prometheus.MustNewConstMetric(s.failuresDesc, prometheus.CounterValue, float64(n), name, kind)

@@ -278,6 +278,74 @@ event "t.noroute" {
 	}
 }
 
+// SharedID names two outputs sent the same way with one id, and leaves
+// alone the same event sent to two destinations.
+func TestSharedID(t *testing.T) {
+	out := func(dest, id string) switchyard.PluginOutput {
+		return switchyard.PluginOutput{Destination: dest, Event: switchyard.Event{ID: id}}
+	}
+	for _, tc := range []struct {
+		name string
+		outs []switchyard.PluginOutput
+		want string
+	}{
+		{"one output", []switchyard.PluginOutput{out("", "e1")}, ""},
+		{"fan-out to two destinations", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("kafka.b:x", "e1")}, ""},
+		{"split with ids", []switchyard.PluginOutput{out("", "e1.0"), out("", "e1.1"), out("", "e1.2")}, ""},
+		{"split without ids", []switchyard.PluginOutput{out("", "e1"), out("nats.a:x", "e1"), out("", "e1")},
+			`outputs 0 and 2 to the type's routes have the same id "e1"`},
+		{"to one subject", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("nats.a:x", "e1")},
+			`outputs 0 and 1 to nats.a:x have the same id "e1"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := engine.SharedID(tc.outs)
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Fatalf("SharedID = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// A plugin whose outputs of one event, sent the same way, share an id is
+// counted (switchyard_plugin_shared_id_events_total) and logged, once a
+// minute; one that gives each output its own id is neither. The outputs
+// are published all the same, each under the id it has.
+func TestPluginOutputsSharingAnID(t *testing.T) {
+	split := funcPlugin{name: "split", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		a, b := *ev, *ev
+		if ev.Subject == "ids" {
+			a.ID, b.ID = ev.ID+".0", ev.ID+".1"
+		}
+		return []switchyard.PluginOutput{{Event: a}, {Event: b}}, nil
+	}}
+	var logs bytes.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, pluginPolicy("split", "t.split", ""), true, withPlugins(split), harnessOption(func(o *engine.Options) { o.Logger = log; o.Registerer = reg }))
+	ev := func(id, subject string) string {
+		return h.ingestEvent(switchyard.Event{ID: id, Type: "t.split", Source: "/t", SpecVersion: "1.0", Subject: subject})
+	}
+	ev("same-1", "")
+	ev("same-2", "")
+	ev("own-1", "ids")
+	if _, err := h.eng.Loop("t.split").Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := counterValue(t, reg, "switchyard_plugin_shared_id_events_total"); got != 2 {
+		t.Fatalf("switchyard_plugin_shared_id_events_total = %v, want 2 (same-1 and same-2)", got)
+	}
+	if n := strings.Count(logs.String(), "plugin outputs share an id"); n != 1 || !strings.Contains(logs.String(), "plugin=split") {
+		t.Fatalf("%d lines, want one naming the plugin:\n%s", n, logs.String())
+	}
+	ids := map[string]int{}
+	for _, m := range h.streamMessages() {
+		ids[m.Header.Get("ce-id")]++
+	}
+	if fmt.Sprint(ids) != "map[own-1.0:1 own-1.1:1 same-1:2 same-2:2]" {
+		t.Fatalf("published ce-ids %v", ids)
+	}
+}
+
 // counterValue sums a counter family's series in reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()

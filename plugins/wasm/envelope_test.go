@@ -150,34 +150,6 @@ func TestOutputIDRules(t *testing.T) {
 	}
 }
 
-// SharedID names two outputs sent the same way with one id, and leaves
-// alone the same event sent to two destinations.
-func TestSharedID(t *testing.T) {
-	out := func(dest, id string) switchyard.PluginOutput {
-		return switchyard.PluginOutput{Destination: dest, Event: switchyard.Event{ID: id}}
-	}
-	for _, tc := range []struct {
-		name string
-		outs []switchyard.PluginOutput
-		want string
-	}{
-		{"one output", []switchyard.PluginOutput{out("", "e1")}, ""},
-		{"fan-out to two destinations", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("kafka.b:x", "e1")}, ""},
-		{"split with ids", []switchyard.PluginOutput{out("", "e1.0"), out("", "e1.1"), out("", "e1.2")}, ""},
-		{"split without ids", []switchyard.PluginOutput{out("", "e1"), out("nats.a:x", "e1"), out("", "e1")},
-			`outputs 0 and 2 to the type's routes have the same id "e1"`},
-		{"to one subject", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("nats.a:x", "e1")},
-			`outputs 0 and 1 to nats.a:x have the same id "e1"`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := SharedID(tc.outs)
-			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
-				t.Fatalf("SharedID = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
 // FuzzDecodeOutput: any bytes decode or fail cleanly (no panic, no huge
 // allocation), and what decodes re-encodes to something that decodes the
 // same. The seed corpus is in testdata/fuzz/FuzzDecodeOutput.

@@ -22,7 +22,6 @@ import (
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/internal/fsperm"
-	"github.com/switchyard-router/switchyard/internal/logthrottle"
 )
 
 // minInitTimeout bounds _initialize, sy_abi_version and sy_init (each) from
@@ -59,8 +58,6 @@ type Plugin struct {
 	sha256    string // of the module's bytes
 	loadedAt  time.Time
 	usesState bool // the module imports a state function
-
-	sharedIDLog logthrottle.Throttle // SharedID's warnings: one a minute
 }
 
 var _ switchyard.Plugin = (*Plugin)(nil)
@@ -148,7 +145,6 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 		slots:       make(chan struct{}, n),
 		sha256:      fmt.Sprintf("%x", sha256.Sum256(bin)),
 		loadedAt:    time.Now(),
-		sharedIDLog: logthrottle.Throttle{Every: time.Minute},
 	}
 
 	start := time.Now()
@@ -394,9 +390,6 @@ func (p *Plugin) Handle(ctx context.Context, ev *switchyard.Event) ([]switchyard
 		return nil, p.retry(ev.ID, err.Error(), err)
 	}
 	outs, keep, err := in.run(ctx, ev)
-	if err == nil {
-		p.warnSharedID(ev, outs)
-	}
 	if keep {
 		p.idle <- in
 	} else {
@@ -503,43 +496,6 @@ func (p *Plugin) outputs(ev *switchyard.Event, outs []output) []switchyard.Plugi
 		}
 	}
 	return res
-}
-
-// SharedID says which outputs of one event, sent the same way, share an
-// id ("" when none do): a CloudEvents consumer that drops what it has seen
-// (source and id), another router's inbox among them, keeps the first of
-// them and drops the rest as copies. An output to another destination may
-// share its event's id: that is the same event sent elsewhere.
-func SharedID(outs []switchyard.PluginOutput) string {
-	for i := 1; i < len(outs); i++ {
-		for j := range i {
-			if outs[i].Destination == outs[j].Destination && outs[i].Event.ID == outs[j].Event.ID {
-				return fmt.Sprintf("outputs %d and %d to %s have the same id %q: a consumer that drops repeated events (by source and id) keeps only the first; give each output its own id (docs/plugin-abi.md, output flag bit 3)",
-					j, i, destinationName(outs[i].Destination), outs[i].Event.ID)
-			}
-		}
-	}
-	return ""
-}
-
-func destinationName(d string) string {
-	if d == "" {
-		return "the type's routes"
-	}
-	return d
-}
-
-// warnSharedID logs SharedID's finding, at most once a minute per plugin:
-// a plugin that splits events without ids makes it on every event.
-func (p *Plugin) warnSharedID(ev *switchyard.Event, outs []switchyard.PluginOutput) {
-	if len(outs) < 2 {
-		return
-	}
-	if why := SharedID(outs); why != "" {
-		if n, ok := p.sharedIDLog.Take("", time.Now()); ok {
-			p.log.Warn("plugin outputs share an id", "event", ev.ID, "problem", why, "like_it_since_last", n)
-		}
-	}
 }
 
 func extension(hs []switchyard.Header, name string) (string, bool) {

@@ -183,7 +183,7 @@ func TestEverySDKGivesOutputsIDs(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(outs) != 2 || outs[0].Event.ID != "e1.0" || outs[1].Event.ID != "e1.1" ||
-				string(outs[0].Event.Data) != "a" || string(outs[1].Event.Data) != "b" || SharedID(outs) != "" {
+				string(outs[0].Event.Data) != "a" || string(outs[1].Event.Data) != "b" {
 				t.Fatalf("outputs %+v, want data a and b with ids e1.0 and e1.1", outs)
 			}
 		})
