@@ -98,15 +98,34 @@ func CheckDestinations(outs []switchyard.PluginOutput, configured func(sink stri
 // share its event's id: that is the same event sent elsewhere
 // (docs/decisions/output-ids.md). router plugin test shows it too.
 func SharedID(outs []switchyard.PluginOutput) string {
-	for i := 1; i < len(outs); i++ {
-		for j := range i {
-			if outs[i].Destination == outs[j].Destination && outs[i].Event.ID == outs[j].Event.ID {
-				return fmt.Sprintf("outputs %d and %d to %s have the same id %q: a consumer that drops repeated events (by source and id) keeps only the first; give each output its own id (docs/plugin-abi.md, output flag bit 3)",
-					j, i, destinationName(outs[i].Destination), outs[i].Event.ID)
+	if len(outs) <= sharedIDPairs {
+		for i := 1; i < len(outs); i++ {
+			for j := range i {
+				if outs[i].Destination == outs[j].Destination && outs[i].Event.ID == outs[j].Event.ID {
+					return sharedIDProblem(outs, j, i)
+				}
 			}
 		}
+		return ""
+	}
+	first := make(map[[2]string]int, len(outs)) // destination and id → the first output with them
+	for i := range outs {
+		k := [2]string{outs[i].Destination, outs[i].Event.ID}
+		if j, ok := first[k]; ok {
+			return sharedIDProblem(outs, j, i)
+		}
+		first[k] = i
 	}
 	return ""
+}
+
+// sharedIDPairs is how many outputs SharedID compares pair by pair; more
+// (limits.max_outputs may be in the thousands) go through a map.
+const sharedIDPairs = 8
+
+func sharedIDProblem(outs []switchyard.PluginOutput, j, i int) string {
+	return fmt.Sprintf("outputs %d and %d to %s have the same id %q: a consumer that drops repeated events (by source and id) keeps only the first; give each output its own id (docs/plugin-abi.md, output flag bit 3)",
+		j, i, destinationName(outs[i].Destination), outs[i].Event.ID)
 }
 
 func destinationName(d string) string {

@@ -284,6 +284,16 @@ func TestSharedID(t *testing.T) {
 	out := func(dest, id string) switchyard.PluginOutput {
 		return switchyard.PluginOutput{Destination: dest, Event: switchyard.Event{ID: id}}
 	}
+	many := func(n, sameAs3 int) []switchyard.PluginOutput { // n outputs with ids of their own, but sameAs3's is output 3's
+		outs := make([]switchyard.PluginOutput, n)
+		for i := range outs {
+			outs[i] = out("", fmt.Sprintf("e1/%d", i))
+		}
+		if sameAs3 >= 0 {
+			outs[sameAs3].Event.ID = "e1/3"
+		}
+		return outs
+	}
 	for _, tc := range []struct {
 		name string
 		outs []switchyard.PluginOutput
@@ -291,11 +301,13 @@ func TestSharedID(t *testing.T) {
 	}{
 		{"one output", []switchyard.PluginOutput{out("", "e1")}, ""},
 		{"fan-out to two destinations", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("kafka.b:x", "e1")}, ""},
-		{"split with ids", []switchyard.PluginOutput{out("", "e1.0"), out("", "e1.1"), out("", "e1.2")}, ""},
+		{"split with ids", []switchyard.PluginOutput{out("", "e1/0"), out("", "e1/1"), out("", "e1/2")}, ""},
 		{"split without ids", []switchyard.PluginOutput{out("", "e1"), out("nats.a:x", "e1"), out("", "e1")},
 			`outputs 0 and 2 to the type's routes have the same id "e1"`},
 		{"to one subject", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("nats.a:x", "e1")},
 			`outputs 0 and 1 to nats.a:x have the same id "e1"`},
+		{"many, with ids", many(20, -1), ""},
+		{"many, two sharing", many(20, 17), `outputs 3 and 17 to the type's routes have the same id "e1/3"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := engine.SharedID(tc.outs)
@@ -314,7 +326,7 @@ func TestPluginOutputsSharingAnID(t *testing.T) {
 	split := funcPlugin{name: "split", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		a, b := *ev, *ev
 		if ev.Subject == "ids" {
-			a.ID, b.ID = ev.ID+".0", ev.ID+".1"
+			a.ID, b.ID = ev.ID+"/0", ev.ID+"/1"
 		}
 		return []switchyard.PluginOutput{{Event: a}, {Event: b}}, nil
 	}}
@@ -341,7 +353,7 @@ func TestPluginOutputsSharingAnID(t *testing.T) {
 	for _, m := range h.streamMessages() {
 		ids[m.Header.Get("ce-id")]++
 	}
-	if fmt.Sprint(ids) != "map[own-1.0:1 own-1.1:1 same-1:2 same-2:2]" {
+	if fmt.Sprint(ids) != "map[own-1/0:1 own-1/1:1 same-1:2 same-2:2]" {
 		t.Fatalf("published ce-ids %v", ids)
 	}
 }

@@ -186,15 +186,19 @@ func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error
 
 // pendingPublisher is the key of the pending outbound event that would
 // publish message m to dest, or "" if there is none or it recorded the
-// message as delivered. The message must carry the event's CloudEvents
-// identity (id and source) and be younger than the event: an id that two
-// events share (one written before OutputMsgID, "x-1"; an inbox's bare id;
-// an event sent again after its first was deleted) is then not taken for
-// the wrong one. A plugin that changes an output's id or source leaves its
-// output to be sent again: a duplicate at worst.
+// message as delivered. The message must carry the event's source and be
+// younger than the event, and its first output (whose message id is the
+// event's key) the event's id too: an id that two events share (one
+// written before OutputMsgID, "x-1"; an inbox's bare id; an event sent
+// again after its first was deleted) is then not taken for the wrong one.
+// A later output's message id ("<key>/<n>/") is no other event's, and a
+// plugin may have given the output an id of its own
+// (docs/decisions/output-ids.md): its id is not compared. A first output
+// with an id of its own is sent again: a duplicate, under the same message
+// id and event id.
 func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string, error) {
 	msgID := m.MsgID
-	key, _ := storage.OutputOf(msgID)
+	key, n := storage.OutputOf(msgID)
 	r, err := tx.Record(key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return "", nil
@@ -203,7 +207,7 @@ func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string,
 		return "", err
 	}
 	if r.State != storage.StatePending || delivered(r, dest, msgID) ||
-		r.Event.ID != m.EventID || r.Event.Source != m.Source || m.Time.Before(r.CreatedAt) {
+		n == 0 && r.Event.ID != m.EventID || r.Event.Source != m.Source || m.Time.Before(r.CreatedAt) {
 		return "", nil
 	}
 	return key, nil

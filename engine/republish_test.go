@@ -103,6 +103,45 @@ func TestRepublishRecordsWhatTheStreamStoredUnrecorded(t *testing.T) {
 	}
 }
 
+// After an unclean stop, an output a plugin gave an id of its own is
+// recalled like any other (its message id names its event and position);
+// only the first output, whose message id is the event's key and so must
+// carry the event's id, goes out again (a duplicate under the same ids).
+func TestRepublishRecallsOutputsWithIDsOfTheirOwn(t *testing.T) {
+	h := newHarness(t, twoRoutes, true)
+	ctx := context.Background()
+	h.ingestEvent(switchyard.Event{ID: "p", Type: "t.two", Source: "/t", SpecVersion: "1.0"})
+	p := h.record("p")
+	out0, out1 := p.Event, p.Event
+	out0.ID, out1.ID = "p/0", "p/1"
+	res := h.sink.Publish(ctx, []*switchyard.Message{
+		{Event: &out0, Topic: "t.a", MsgID: p.OutputMsgID(0)}, {Event: &out1, Topic: "t.b", MsgID: p.OutputMsgID(1)},
+	})
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	before := len(h.streamMessages())
+	time.Sleep(1200 * time.Millisecond) // past the stream's duplicates window
+
+	done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Recalled != 1 {
+		t.Fatalf("Republish = %+v, want p's second output recalled", done)
+	}
+	h.pollAll("t.two")
+	rec := h.record("p")
+	if rec.State != storage.StateDelivered || rec.Outputs[1].Position == nil || *rec.Outputs[1].Position != res[1].Position {
+		t.Fatalf("p: %s, outputs %+v; want delivered, the second recorded where the stream holds it (%+v)", rec.State, rec.Outputs, res[1].Position)
+	}
+	if sent := len(h.streamMessages()) - before; sent != 1 {
+		t.Errorf("%d messages stored after the restart, want 1 (the first output again)", sent)
+	}
+}
+
 // An output id is never another event's id, and reads back as its event
 // and number.
 func TestOutputMsgIDIsUnambiguous(t *testing.T) {

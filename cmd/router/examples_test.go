@@ -137,7 +137,7 @@ event "ex.pass" {
 	items := check("ex.items", 4)
 	for i, m := range items {
 		// Each item is an event of its own, named by an id of its own.
-		if m.Header.Get("ce-splitindex") != fmt.Sprint(i) || m.Header.Get("ce-id") != fmt.Sprintf("s-1.%d", i) || m.Header.Get("ce-source") == "" {
+		if m.Header.Get("ce-splitindex") != fmt.Sprint(i) || m.Header.Get("ce-id") != fmt.Sprintf("s-1/%d", i) || m.Header.Get("ce-source") == "" {
 			t.Errorf("split-rust item %d: %v %s", i, m.Header, m.Data)
 		}
 	}

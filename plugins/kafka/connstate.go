@@ -28,8 +28,8 @@ type connState struct {
 	at      time.Time
 	failing map[string]bool // per broker address: its last connection attempt failed
 	// brokers are the addresses of discovered brokers (a node id of their
-	// own), as opposed to seeds: once one is known, the seeds' marks no
-	// longer say whether the cluster is down (downLocked).
+	// own), as opposed to seeds: once one has been dialled, the seeds'
+	// marks no longer say whether the cluster is down (aliasLocked).
 	brokers map[string]bool
 	ready   func() // switchyard.ReadyNotifier: called when a connection succeeds after one failed
 	// isDown is what downLocked said at the last change (changed), and
@@ -123,13 +123,23 @@ func (c *connState) downLocked() bool {
 	return known
 }
 
-// aliasLocked reports whether addr is only a seed's once brokers have been
-// discovered. Such a seed may be an alias of the cluster (a load balancer,
-// a DNS name) that kgo dials only now and then, for metadata: its mark
-// may be old, or be a load balancer's answer while no broker behind it is
-// up. Before any broker is discovered, the seeds are all the client knows.
+// aliasLocked reports whether addr is only a seed's once a discovered
+// broker has been dialled. Such a seed may be an alias of the cluster (a
+// load balancer, a DNS name) that kgo dials only now and then, for
+// metadata: its mark may be old, or be a load balancer's answer while no
+// broker behind it is up. Until a discovered broker's dial says something
+// (one its caller cancelled says nothing), the seeds are all the client
+// knows.
 func (c *connState) aliasLocked(addr string) bool {
-	return len(c.brokers) > 0 && !c.brokers[addr]
+	if c.brokers[addr] {
+		return false
+	}
+	for b := range c.brokers {
+		if _, dialled := c.failing[b]; dialled {
+			return true
+		}
+	}
+	return false
 }
 
 // reachable records that a broker answered a request (a probe): the

@@ -1227,6 +1227,10 @@ func TestConnStateBrokerDiscoveredWhileDown(t *testing.T) {
 
 	c = newConnState(hclog.NewNullLogger(), false)
 	c.OnBrokerConnect(seed, 0, nil, refused)
+	c.OnBrokerConnect(broker, 0, nil, context.Canceled) // says nothing: still down
+	if !c.down() || !closed(c) {
+		t.Fatal("up after a discovered broker's dial was cancelled, with no broker known to answer")
+	}
 	c.OnBrokerConnect(broker, 0, nil, nil)
 	if c.down() || closed(c) {
 		t.Fatalf("down %v, down channel closed %v, after a discovered broker's first dial succeeded", c.down(), closed(c))

@@ -324,7 +324,7 @@ func (o *output) check() error {
 // checkID holds an output's id to the CloudEvents rules (not empty, UTF-8
 // without control characters) and to what an inbox takes from a broker,
 // switchyard.MaxInboundIDLen bytes: more than a client may give at ingest,
-// so that an id derived from the event's ("<id>.<n>") always fits. Ingest
+// so that an id derived from the event's ("<id>/<n>") always fits. Ingest
 // also refuses '/', "." and "..", for a stored event's id is a segment of
 // the API's URLs; an output's never is.
 func checkID(id string) error {

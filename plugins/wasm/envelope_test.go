@@ -33,7 +33,7 @@ func TestEventEnvelopeRoundTrip(t *testing.T) {
 func TestDecodeOutput(t *testing.T) {
 	full := &output{Destination: "nats.local:x", HasKey: true, Key: "k", HasHeaders: true,
 		Headers: []switchyard.Header{{Name: "b", Value: "2"}, {Name: "a", Value: "1"}}, HasData: true, Data: []byte("data"),
-		HasID: true, ID: "e1.0"}
+		HasID: true, ID: "e1/0"}
 	b := appendOutput(nil, full)
 	o, err := decodeOutput(b)
 	if err != nil {
@@ -91,7 +91,7 @@ func TestDecodeOutput(t *testing.T) {
 		})
 	}
 	// An id as long as an inbox takes passes: one derived from a client's
-	// longest ("<id>.<n>") fits.
+	// longest ("<id>/<n>") fits.
 	if _, err := decodeOutput(appendOutput(nil, &output{HasID: true, ID: strings.Repeat("i", 1024)})); err != nil {
 		t.Errorf("an id of 1024 bytes: %v", err)
 	}
@@ -141,9 +141,9 @@ func TestOutputKeyRules(t *testing.T) {
 func TestOutputIDRules(t *testing.T) {
 	p := &Plugin{}
 	ev := testEvent("e1")
-	outs := p.outputs(ev, []output{{}, {HasID: true, ID: "e1.1"}})
-	if outs[0].Event.ID != "e1" || outs[1].Event.ID != "e1.1" || ev.ID != "e1" {
-		t.Fatalf("ids %q %q (input %q), want e1 e1.1 (e1)", outs[0].Event.ID, outs[1].Event.ID, ev.ID)
+	outs := p.outputs(ev, []output{{}, {HasID: true, ID: "e1/1"}})
+	if outs[0].Event.ID != "e1" || outs[1].Event.ID != "e1/1" || ev.ID != "e1" {
+		t.Fatalf("ids %q %q (input %q), want e1 e1/1 (e1)", outs[0].Event.ID, outs[1].Event.ID, ev.ID)
 	}
 	if outs[1].Event.Source != ev.Source {
 		t.Fatalf("source %q, want the input's %q", outs[1].Event.Source, ev.Source)
@@ -157,7 +157,7 @@ func FuzzDecodeOutput(f *testing.F) {
 	f.Add([]byte("\x00\x00\x00\x00\x00"))
 	f.Add(appendOutput(nil, &output{Destination: "kafka.main:orders", HasKey: true, Key: "k", HasHeaders: true,
 		Headers: []switchyard.Header{{Name: "region", Value: "eu"}}, HasData: true, Data: []byte(`{"a":1}`)}))
-	f.Add(appendOutput(nil, &output{HasData: true, Data: []byte("x"), HasID: true, ID: "e1.0"}))
+	f.Add(appendOutput(nil, &output{HasData: true, Data: []byte("x"), HasID: true, ID: "e1/0"}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		in := bytes.Clone(b)
 		o, err := decodeOutput(in)

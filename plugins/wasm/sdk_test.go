@@ -86,7 +86,7 @@ switchyard_plugin!(handle);
 
 // sdkSplitters are one plugin per SDK that splits an event in two, data
 // "a" and "b", each output with an id of its own derived from the event's
-// ("<id>.0", "<id>.1"), written as that SDK's README says. The builds take
+// ("<id>/0", "<id>/1"), written as that SDK's README says. The builds take
 // the toolchains .ci/install-toolchains installs.
 var sdkSplitters = map[string]struct {
 	file, src string
@@ -97,10 +97,10 @@ var sdkSplitters = map[string]struct {
 import sdk "github.com/switchyard-router/switchyard/sdk/go"
 
 func split(ev *sdk.Event) sdk.Verdict {
-	if err := sdk.Emit(sdk.To("").WithData([]byte("a")).WithID(ev.ID + ".0")); err != nil {
+	if err := sdk.Emit(sdk.To("").WithData([]byte("a")).WithID(ev.ID + "/0")); err != nil {
 		return sdk.Retry(err.Error())
 	}
-	if err := sdk.Emit(sdk.To("").WithData([]byte("b")).WithID(ev.ID + ".1")); err != nil {
+	if err := sdk.Emit(sdk.To("").WithData([]byte("b")).WithID(ev.ID + "/1")); err != nil {
 		return sdk.Retry(err.Error())
 	}
 	return sdk.OK
@@ -117,7 +117,7 @@ use switchyard::{Event, Output, Verdict};
 
 fn handle(ev: &Event) -> Verdict {
     for (i, data) in [&b"a"[..], &b"b"[..]].iter().enumerate() {
-        let id = format!("{}.{}", ev.id, i);
+        let id = format!("{}/{}", ev.id, i);
         if let Err(e) = switchyard::emit(&Output::to("").with_data(data).with_id(&id)) {
             return switchyard::retry(&e.to_string());
         }
@@ -146,8 +146,8 @@ SY_HANDLER(handle)
 export { sy_abi_version, sy_init, sy_handle } from "@switchyard-router/sdk-assemblyscript/assembly";
 
 onEvent((ev: Event): Verdict => {
-  if (emit(Output.to("").withDataString("a").withId(ev.id + ".0")) < 0) return retry("output refused");
-  if (emit(Output.to("").withDataString("b").withId(ev.id + ".1")) < 0) return retry("output refused");
+  if (emit(Output.to("").withDataString("a").withId(ev.id + "/0")) < 0) return retry("output refused");
+  if (emit(Output.to("").withDataString("b").withId(ev.id + "/1")) < 0) return retry("output refused");
   return Verdict.Ok;
 });
 `, buildAssemblyScript},
@@ -182,9 +182,9 @@ func TestEverySDKGivesOutputsIDs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(outs) != 2 || outs[0].Event.ID != "e1.0" || outs[1].Event.ID != "e1.1" ||
+			if len(outs) != 2 || outs[0].Event.ID != "e1/0" || outs[1].Event.ID != "e1/1" ||
 				string(outs[0].Event.Data) != "a" || string(outs[1].Event.Data) != "b" {
-				t.Fatalf("outputs %+v, want data a and b with ids e1.0 and e1.1", outs)
+				t.Fatalf("outputs %+v, want data a and b with ids e1/0 and e1/1", outs)
 			}
 		})
 	}

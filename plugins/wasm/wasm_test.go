@@ -227,7 +227,7 @@ func TestWasmOutputIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(outs) != 2 || outs[0].Event.ID != "e1.0" || outs[1].Event.ID != "e1.1" || string(outs[1].Event.Data) != "b" ||
+	if len(outs) != 2 || outs[0].Event.ID != "e1/0" || outs[1].Event.ID != "e1/1" || string(outs[1].Event.Data) != "b" ||
 		outs[1].Event.Source != ev.Source || outs[1].Key != ev.PartitionKey() || ev.ID != "e1" {
 		t.Fatalf("outputs %+v (input %+v)", outs, ev)
 	}

@@ -44,7 +44,8 @@ const (
 	drainLen = 64 << 10
 )
 
-// IdempotencyKeyHeader carries the output's id on every POST: the event's
+// IdempotencyKeyHeader carries the output's message id on every POST (not
+// the CloudEvents id a plugin may have given the output): the event's
 // source and id ("/billing#1"; storage.Record.MsgID), with "/<N>/" after
 // it for the later ones when one event yields several deliveries
 // (storage.Record.OutputMsgID).

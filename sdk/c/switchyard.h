@@ -321,6 +321,7 @@ static struct {
     uint8_t *buf;
     uint32_t len, cap;
     uint32_t flags, stage, headers_left;
+    uint32_t written; /* the SY_OUT_* parts written so far */
     int err;
 } sy__out;
 
@@ -355,6 +356,7 @@ static inline int sy__stage(uint32_t flag, uint32_t stage) {
         return 0;
     }
     sy__out.stage = stage;
+    sy__out.written |= flag;
     return 1;
 }
 
@@ -363,6 +365,7 @@ static inline void sy_output_begin(sy_str destination, uint32_t flags) {
     sy__out.err = (flags & ~15u) != 0;
     sy__out.flags = flags;
     sy__out.stage = 0;
+    sy__out.written = 0;
     sy__out.headers_left = 0;
     sy__put_str(destination);
     uint8_t f = (uint8_t)flags;
@@ -399,7 +402,7 @@ static inline void sy_output_id(sy_str id) {
     if (sy__stage(SY_OUT_ID, 4)) sy__put_str(id);
 }
 
-/* The id "<base>.<n>", for output n of the event whose id is base: derived,
+/* The id "<base>/<n>", for output n of the event whose id is base: derived,
  * so that a retry of the event gives the same ids. */
 static inline void sy_output_derived_id(sy_str base, uint32_t n) {
     char digits[10];
@@ -411,7 +414,7 @@ static inline void sy_output_derived_id(sy_str base, uint32_t n) {
     if (sy__stage(SY_OUT_ID, 4)) {
         sy__put_u32(base.len + 1 + k);
         sy__put(base.ptr, base.len);
-        sy__put(".", 1);
+        sy__put("/", 1);
         sy__put(digits + sizeof digits - k, k);
     }
 }
@@ -426,12 +429,7 @@ static int sy__build_failed;
  * missing or out of order, out of memory: the event is rejected too, with
  * a reason that says so, unless the handler answers retry or reject). */
 static inline int32_t sy_output_emit(void) {
-    uint32_t want = 0;
-    if (sy__out.flags & SY_OUT_KEY) want = 1;
-    if (sy__out.flags & SY_OUT_HEADERS) want = 2;
-    if (sy__out.flags & SY_OUT_DATA) want = 3;
-    if (sy__out.flags & SY_OUT_ID) want = 4;
-    if (sy__out.err || sy__out.stage != want || sy__out.headers_left) {
+    if (sy__out.err || sy__out.written != sy__out.flags || sy__out.headers_left) {
         sy__build_failed = 1;
         return SY_ERR_BUILD;
     }

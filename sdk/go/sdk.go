@@ -190,7 +190,7 @@ type Output struct {
 	// go the same way are distinct events and need distinct ids: with the
 	// input's id, a consumer that drops repeated events (by source and id)
 	// keeps only the first. Derive them from the input's, so that a retry
-	// of the event gives the same ids: ev.ID + "." + strconv.Itoa(i).
+	// of the event gives the same ids: ev.ID + "/" + strconv.Itoa(i).
 	ID *string
 }
 

@@ -67,8 +67,8 @@ func TestOutputFlags(t *testing.T) {
 		{To("").WithHeaders(nil), FlagHeaders},
 		{To("").WithData(nil), FlagData},
 		{To("kafka.main:t").WithKey("k").WithHeaders(Headers{{"a", "b"}}).WithData([]byte("z")), 7},
-		{To("").WithID("e1.0"), FlagID},
-		{To("").WithData([]byte("z")).WithID("e1.1"), FlagData | FlagID},
+		{To("").WithID("e1/0"), FlagID},
+		{To("").WithData([]byte("z")).WithID("e1/1"), FlagData | FlagID},
 	}
 	for _, c := range cases {
 		b := appendOutput(nil, &c.o)

@@ -230,7 +230,7 @@ pub struct Output<'a> {
     /// are distinct events and need distinct ids: with the input's id, a
     /// consumer that drops repeated events (by source and id) keeps only
     /// the first. Derive them from the input's, so that a retry gives the
-    /// same ids: `format!("{}.{}", ev.id, i)`.
+    /// same ids: `let id = format!("{}/{}", ev.id, i);`, then `.with_id(&id)`.
     pub id: Option<&'a str>,
 }
 

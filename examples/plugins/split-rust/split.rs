@@ -1,6 +1,6 @@
 //! split-rust: turns one event whose data is a JSON array into one output per
 //! element, each carrying that element's JSON text as its data and an id of
-//! its own, `<the event's id>.<index>`.
+//! its own, `<the event's id>/<index>`.
 //!
 //! Config (all optional):
 //!   destination  = "nats.local:items"  where the outputs go ("" = the type's route)
@@ -140,7 +140,7 @@ fn handle(ev: &Event) -> Verdict {
         // Each element is an event of its own: with the input's id, a
         // consumer that drops repeated events would keep only the first.
         // Derived, so a retry of the event gives the same ids.
-        let id = format!("{}.{}", ev.id, i);
+        let id = format!("{}/{}", ev.id, i);
         let mut headers = Vec::new();
         let mut out = Output::to(dest).with_data(elem).with_id(&id);
         if let Some(name) = index_header {
@@ -195,8 +195,8 @@ mod tests {
         assert_eq!(r.outputs.len(), 2);
         assert_eq!(r.outputs[1].destination, "nats.local:items");
         assert_eq!(r.outputs[1].data.as_deref(), Some(&br#"{"b":2}"#[..]));
-        assert_eq!(r.outputs[0].id.as_deref(), Some("e1.0"));
-        assert_eq!(r.outputs[1].id.as_deref(), Some("e1.1"));
+        assert_eq!(r.outputs[0].id.as_deref(), Some("e1/0"));
+        assert_eq!(r.outputs[1].id.as_deref(), Some("e1/1"));
         let hs = r.outputs[1].headers.clone().unwrap();
         assert_eq!(hs, vec![("traceparent".to_string(), "00-x".to_string()), ("splitindex".to_string(), "1".to_string())]);
 
@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(r.outputs.len(), 3);
         assert_eq!(
             r.outputs[2],
-            switchyard::DecodedOutput { destination: "".into(), key: None, headers: None, data: Some(b"3".to_vec()), id: Some("e2.2".into()) }
+            switchyard::DecodedOutput { destination: "".into(), key: None, headers: None, data: Some(b"3".to_vec()), id: Some("e2/2".into()) }
         );
     }
 }

@@ -288,7 +288,7 @@ export class Output {
    * same way are distinct events and need distinct ids: with the input's id,
    * a consumer that drops repeated events (by source and id) keeps only the
    * first. Derive them from the input's, so that a retry gives the same ids:
-   * `ev.id + "." + i.toString()`.
+   * `ev.id + "/" + i.toString()`.
    */
   id: string | null = null;
 

@@ -180,7 +180,7 @@ int main(void) {
     sy_output_begin(SY_STR(""), 16); /* unknown flag */
     CHECK(sy_output_emit() == SY_ERR_BUILD);
 
-    /* the id comes last, after the data; a derived one is "<base>.<n>" */
+    /* the id comes last, after the data; a derived one is "<base>/<n>" */
     sy_output_begin(SY_STR(""), SY_OUT_DATA | SY_OUT_ID);
     sy_output_data(SY_STR("d"));
     sy_output_id(SY_STR("i"));
@@ -190,11 +190,17 @@ int main(void) {
     sy_output_begin(SY_STR(""), SY_OUT_ID);
     sy_output_derived_id(SY_STR("e-1"), 407);
     CHECK(sy_output_emit() == 0);
-    static const uint8_t want_derived[] = {0, 0, 0, 0, 8, 7, 0, 0, 0, 'e', '-', '1', '.', '4', '0', '7'};
+    static const uint8_t want_derived[] = {0, 0, 0, 0, 8, 7, 0, 0, 0, 'e', '-', '1', '/', '4', '0', '7'};
     CHECK(emitted_len == sizeof want_derived && memcmp(emitted, want_derived, sizeof want_derived) == 0);
     sy_output_begin(SY_STR(""), SY_OUT_ID);
     sy_output_derived_id(SY_STR("e"), 0);
-    CHECK(sy_output_emit() == 0 && emitted_len == 12 && memcmp(emitted + 9, "e.0", 3) == 0);
+    CHECK(sy_output_emit() == 0 && emitted_len == 12 && memcmp(emitted + 9, "e/0", 3) == 0);
+    sy_output_begin(SY_STR(""), SY_OUT_DATA | SY_OUT_ID); /* data flagged, not written */
+    sy_output_derived_id(SY_STR("e"), 1);
+    CHECK(sy_output_emit() == SY_ERR_BUILD);
+    sy_output_begin(SY_STR(""), SY_OUT_KEY | SY_OUT_DATA); /* key flagged, not written */
+    sy_output_data(SY_STR("d"));
+    CHECK(sy_output_emit() == SY_ERR_BUILD);
     sy_output_begin(SY_STR(""), SY_OUT_ID | SY_OUT_DATA); /* id before data */
     sy_output_id(SY_STR("i"));
     sy_output_data(SY_STR("d"));
