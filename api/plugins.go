@@ -20,6 +20,10 @@ type pluginView struct {
 	// FailureKinds counts failures without a verdict of the plugin's own:
 	// trap, timeout, memory (retried), broken_rule (rejected).
 	FailureKinds map[string]int64 `json:"failure_kinds"`
+	// SharedIDEvents counts the events whose outputs, sent the same way,
+	// share an id (docs/decisions/output-ids.md); SharedIDLast is the last.
+	SharedIDEvents int64                 `json:"shared_id_events"`
+	SharedIDLast   *engine.SharedIDEvent `json:"shared_id_last,omitempty"`
 	// Latency is over the console's window (the last 15 minutes), when
 	// the router keeps one.
 	Latency  *history.Quantiles     `json:"latency,omitempty"`
@@ -35,7 +39,8 @@ func (s *Server) getPlugins(w http.ResponseWriter, r *http.Request) {
 	}
 	views := []pluginView{}
 	for _, p := range s.engine.Plugins() {
-		v := pluginView{Name: p.Name, UsedBy: p.UsedBy, Verdicts: p.Verdicts, Outputs: p.Outputs, Failures: p.Failures, FailureKinds: p.FailureKinds}
+		v := pluginView{Name: p.Name, UsedBy: p.UsedBy, Verdicts: p.Verdicts, Outputs: p.Outputs, Failures: p.Failures, FailureKinds: p.FailureKinds,
+			SharedIDEvents: p.SharedIDEvents, SharedIDLast: p.SharedIDLast}
 		if v.FailureKinds == nil {
 			v.FailureKinds = map[string]int64{}
 		}

@@ -38,7 +38,7 @@ func (e *Engine) runChain(ctx context.Context, queue, tenant string, chain []swi
 				err = e.checkDestinations(p.Name(), ev.ID, got)
 			}
 			if err == nil && len(got) > 1 {
-				e.noteSharedID(st, p.Name(), ev.ID, got)
+				e.noteSharedID(st, p.Name(), SharedIDEvent{Queue: queue, Tenant: tenant, EventID: ev.ID}, got)
 			}
 			if err == nil || !errors.Is(ctx.Err(), context.Canceled) {
 				// Not a call the router's stop cut short: no verdict of
@@ -138,14 +138,18 @@ func destinationName(d string) string {
 // noteSharedID counts an event whose outputs from plugin share an id
 // (SharedID) and logs it, at most once a minute per plugin: a plugin that
 // splits events without ids does it to every event.
-func (e *Engine) noteSharedID(st *pluginCounters, plugin, id string, outs []switchyard.PluginOutput) {
-	why := SharedID(outs)
-	if why == "" {
+func (e *Engine) noteSharedID(st *pluginCounters, plugin string, ev SharedIDEvent, outs []switchyard.PluginOutput) {
+	ev.Problem = SharedID(outs)
+	if ev.Problem == "" {
 		return
 	}
+	ev.At = e.now()
 	st.sharedIDs.Add(1)
+	st.mu.Lock()
+	st.lastSharedID = ev
+	st.mu.Unlock()
 	if n, ok := e.pluginStats.sharedIDLog.Take(plugin, time.Now()); ok {
-		e.log.Warn("plugin outputs share an id", "plugin", plugin, "event", id, "problem", why, "like_it_since_last", n)
+		e.log.Warn("plugin outputs share an id", "plugin", plugin, "type", ev.Queue, "event", ev.EventID, "problem", ev.Problem, "like_it_since_last", n)
 	}
 }
 
@@ -217,9 +221,20 @@ type pluginCounters struct {
 	sharedIDs atomic.Int64 // events whose outputs share an id (SharedID)
 	took      prometheus.Observer
 
-	mu       sync.Mutex
-	failures []PluginFailure  // oldest first, at most keptFailures
-	kinds    map[string]int64 // failures without a verdict, by kind (trap, timeout ...)
+	mu           sync.Mutex
+	failures     []PluginFailure  // oldest first, at most keptFailures
+	kinds        map[string]int64 // failures without a verdict, by kind (trap, timeout ...)
+	lastSharedID SharedIDEvent    // the last event SharedID found, for operators
+}
+
+// SharedIDEvent is an event whose outputs from a plugin, sent the same
+// way, share an id (SharedID says what it found).
+type SharedIDEvent struct {
+	At      time.Time `json:"at"`
+	Queue   string    `json:"type"`
+	Tenant  string    `json:"tenant"`
+	EventID string    `json:"event_id"`
+	Problem string    `json:"problem"`
 }
 
 // failureKind is implemented by plugin errors that failed without a
@@ -332,6 +347,11 @@ type PluginStatus struct {
 	// FailureKinds counts the failures without a verdict of the plugin's
 	// own, by kind (trap, timeout, memory, broken_rule).
 	FailureKinds map[string]int64
+	// SharedIDEvents counts the events whose outputs from the plugin, sent
+	// the same way, share an id; SharedIDLast is the last of them (nil
+	// when none).
+	SharedIDEvents int64
+	SharedIDLast   *SharedIDEvent
 }
 
 // Plugins returns every loaded plugin with its counts, by name.
@@ -349,7 +369,11 @@ func (e *Engine) Plugins() []PluginStatus {
 			st.Verdicts[v] = c.verdicts[i].Load()
 		}
 		st.Outputs = c.outputs.Load()
+		st.SharedIDEvents = c.sharedIDs.Load()
 		c.mu.Lock()
+		if last := c.lastSharedID; last.EventID != "" {
+			st.SharedIDLast = &last
+		}
 		st.FailureKinds = maps.Clone(c.kinds)
 		for i := len(c.failures) - 1; i >= 0; i-- {
 			st.Failures = append(st.Failures, c.failures[i])

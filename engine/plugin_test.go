@@ -349,6 +349,10 @@ func TestPluginOutputsSharingAnID(t *testing.T) {
 	if n := strings.Count(logs.String(), "plugin outputs share an id"); n != 1 || !strings.Contains(logs.String(), "plugin=split") {
 		t.Fatalf("%d lines, want one naming the plugin:\n%s", n, logs.String())
 	}
+	if ps := h.eng.Plugins(); len(ps) != 1 || ps[0].SharedIDEvents != 2 || ps[0].SharedIDLast == nil ||
+		ps[0].SharedIDLast.EventID != "same-2" || ps[0].SharedIDLast.Queue != "t.split" || !strings.Contains(ps[0].SharedIDLast.Problem, `"same-2"`) {
+		t.Fatalf("plugin status %+v, want 2 shared-id events, the last same-2's", ps)
+	}
 	ids := map[string]int{}
 	for _, m := range h.streamMessages() {
 		ids[m.Header.Get("ce-id")]++

@@ -31,6 +31,10 @@ const deadType = "dead.letter"
 // pluggedType runs a plugin that rejects every event.
 const pluggedType = "plugged"
 
+// splitType runs a plugin that splits each event in three without giving
+// the outputs ids of their own.
+const splitType = "split.noids"
+
 // The operator console in a real headless Chromium, through `router ui`
 // against the real binary: the overview lists the configured types and its
 // counts follow events as they are posted; an event is found by id and by
@@ -38,7 +42,8 @@ const pluggedType = "plugged"
 // confirmation that says how many) and is then delivered, and so is
 // another tenant's under the same id, whose link leads to its own event;
 // the plugins page shows a plugin's module, its verdicts and its last
-// failure with the event id and its tenant; the inbox page shows a pull subscription, a dropped redelivery
+// failure with the event id and its tenant, and warns of a split whose
+// outputs share an id, naming the event; the inbox page shows a pull subscription, a dropped redelivery
 // pointing at its first copy, and a claim, and an inbox's dead letter is
 // listed with its id unlinked (it has no event page); the live tail shows a newly
 // posted event; the overview charts the rates in and out and shows the
@@ -80,6 +85,18 @@ event %q {
   }
 }
 
+plugin "split" {
+  wasm = %q
+}
+
+event %q {
+  plugins = ["split"]
+  route {
+    to      = "nats.local"
+    subject = %q
+  }
+}
+
 inbox "mirror" {
   from    = "nats.local"
   subject = %q
@@ -90,7 +107,8 @@ inbox "refusing" {
   subject = %q
   deliver { url = %q }
 }
-`, deadType, deadType, wasmTestdata(t, "reject"), pluggedType, crashSubject+".plugged", crashSubject+".events", crashSubject+".refusing", refusing.URL))
+`, deadType, deadType, wasmTestdata(t, "reject"), pluggedType, crashSubject+".plugged",
+		wasmTestdata(t, "splitter"), splitType, crashSubject+".split", crashSubject+".events", crashSubject+".refusing", refusing.URL))
 	r.start()
 	link := startUI(t, r)
 	shots := screenshotDir(t)
@@ -184,7 +202,15 @@ inbox "refusing" {
 	// Plugins: the module, the reject counted, the failure with its event.
 	refused := postAs(t, r.client, "acme", pluggedType, "refused-1", `{"tenant":"acme"}`)
 	waitState(t, r.client, refused+"?tenant=acme", "dlq", 30*time.Second)
+	// A split whose outputs share the event's id: the plugin's card says so,
+	// with the event.
+	split := postAs(t, r.client, "acme", splitType, "split-1", `{}`)
+	waitState(t, r.client, split+"?tenant=acme", "delivered", 30*time.Second)
 	run("the plugins page", chromedp.Navigate(link0(link)+"#/plugins"),
+		textUntil(`section[data-plugin="split"] p[data-col="shared-ids"]`, func(s string) bool {
+			return strings.HasPrefix(s, "1 event(s) had outputs sent the same way with one id") && strings.Contains(s, `outputs 0 and 1 to the type's routes have the same id "split-1"`)
+		}, "the shared-id warning naming split-1"),
+		chromedp.WaitVisible(chromedp.CSS(`section[data-plugin="split"] p[data-col="shared-ids"] a[href$="tenant=acme"]`)),
 		textIs(`section[data-plugin="refuse"] td[data-col="reject"]`, "1"),
 		chromedp.WaitVisible(chromedp.CSS(`section[data-plugin="refuse"] tr[data-failure="`+refused+`"] a[href$="tenant=acme"]`)),
 		textIs(`section[data-plugin="refuse"] td.hash`, pluginHash(t, "reject")[:16]), shot("plugins"))
