@@ -188,14 +188,15 @@ func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error
 // publish message m to dest, or "" if there is none or it recorded the
 // message as delivered. The message must carry the event's source and be
 // younger than the event, and its first output (whose message id is the
-// event's key) the event's id too: an id that two events share (one
-// written before OutputMsgID, "x-1"; an inbox's bare id; an event sent
-// again after its first was deleted) is then not taken for the wrong one.
-// A later output's message id ("<key>/<n>/") is no other event's, and a
-// plugin may have given the output an id of its own
+// event's key) the event's id, or one derived from it as the SDKs derive
+// an output's ("<id>/<n>": no client's id has a '/'): an id that two events
+// share (one written before OutputMsgID, "x-1"; an inbox's bare id; an
+// event sent again after its first was deleted) is then not taken for the
+// wrong one. A later output's message id ("<key>/<n>/") is no other
+// event's, and a plugin may have given the output an id of its own
 // (docs/decisions/output-ids.md): its id is not compared. A first output
-// with an id of its own is sent again: a duplicate, under the same message
-// id and event id.
+// with another id of its own is sent again: a duplicate, under the same
+// message id and event id.
 func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string, error) {
 	msgID := m.MsgID
 	key, n := storage.OutputOf(msgID)
@@ -207,10 +208,17 @@ func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string,
 		return "", err
 	}
 	if r.State != storage.StatePending || delivered(r, dest, msgID) ||
-		n == 0 && r.Event.ID != m.EventID || r.Event.Source != m.Source || m.Time.Before(r.CreatedAt) {
+		n == 0 && !ownOutputID(r.Event.ID, m.EventID) || r.Event.Source != m.Source || m.Time.Before(r.CreatedAt) {
 		return "", nil
 	}
 	return key, nil
+}
+
+// ownOutputID reports whether id is the event's own, or derived from it
+// as "<event id>/...".
+func ownOutputID(eventID, id string) bool {
+	rest, ok := strings.CutPrefix(id, eventID)
+	return ok && (rest == "" || rest[0] == '/')
 }
 
 // recall is where brokers hold outputs of pending events that the router

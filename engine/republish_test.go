@@ -104,19 +104,24 @@ func TestRepublishRecordsWhatTheStreamStoredUnrecorded(t *testing.T) {
 }
 
 // After an unclean stop, an output a plugin gave an id of its own is
-// recalled like any other (its message id names its event and position);
-// only the first output, whose message id is the event's key and so must
-// carry the event's id, goes out again (a duplicate under the same ids).
+// recalled like any other (its message id names its event and position),
+// the first too when its id is derived from the event's as the SDKs do
+// ("p/0"); a first output with another id of its own ("q-first") goes out
+// again, since its message id is the event's key, which another's message
+// could carry (a duplicate, under the same ids).
 func TestRepublishRecallsOutputsWithIDsOfTheirOwn(t *testing.T) {
 	h := newHarness(t, twoRoutes, true)
 	ctx := context.Background()
-	h.ingestEvent(switchyard.Event{ID: "p", Type: "t.two", Source: "/t", SpecVersion: "1.0"})
-	p := h.record("p")
-	out0, out1 := p.Event, p.Event
-	out0.ID, out1.ID = "p/0", "p/1"
-	res := h.sink.Publish(ctx, []*switchyard.Message{
-		{Event: &out0, Topic: "t.a", MsgID: p.OutputMsgID(0)}, {Event: &out1, Topic: "t.b", MsgID: p.OutputMsgID(1)},
-	})
+	var msgs []*switchyard.Message
+	for _, e := range []struct{ id, first string }{{"p", "p/0"}, {"q", "q-first"}} {
+		h.ingestEvent(switchyard.Event{ID: e.id, Type: "t.two", Source: "/t", SpecVersion: "1.0"})
+		rec := h.record(e.id)
+		out0, out1 := rec.Event, rec.Event
+		out0.ID, out1.ID = e.first, e.id+"/1"
+		msgs = append(msgs, &switchyard.Message{Event: &out0, Topic: "t.a", MsgID: rec.OutputMsgID(0)},
+			&switchyard.Message{Event: &out1, Topic: "t.b", MsgID: rec.OutputMsgID(1)})
+	}
+	res := h.sink.Publish(ctx, msgs)
 	for _, r := range res {
 		if r.Err != nil {
 			t.Fatal(r.Err)
@@ -129,16 +134,21 @@ func TestRepublishRecallsOutputsWithIDsOfTheirOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if done.Recalled != 1 {
-		t.Fatalf("Republish = %+v, want p's second output recalled", done)
+	if done.Recalled != 3 {
+		t.Fatalf("Republish = %+v, want p's two outputs and q's second recalled", done)
 	}
 	h.pollAll("t.two")
-	rec := h.record("p")
-	if rec.State != storage.StateDelivered || rec.Outputs[1].Position == nil || *rec.Outputs[1].Position != res[1].Position {
-		t.Fatalf("p: %s, outputs %+v; want delivered, the second recorded where the stream holds it (%+v)", rec.State, rec.Outputs, res[1].Position)
+	for i, id := range []string{"p", "q"} {
+		rec := h.record(id)
+		if rec.State != storage.StateDelivered || rec.Outputs[1].Position == nil || *rec.Outputs[1].Position != res[2*i+1].Position {
+			t.Fatalf("%s: %s, outputs %+v; want delivered, the second recorded where the stream holds it (%+v)", id, rec.State, rec.Outputs, res[2*i+1].Position)
+		}
+	}
+	if p := h.record("p"); p.Outputs[0].Position == nil || *p.Outputs[0].Position != res[0].Position {
+		t.Errorf("p's first output recorded at %v, want where the stream holds it (%+v)", p.Outputs[0].Position, res[0].Position)
 	}
 	if sent := len(h.streamMessages()) - before; sent != 1 {
-		t.Errorf("%d messages stored after the restart, want 1 (the first output again)", sent)
+		t.Errorf("%d messages stored after the restart, want 1 (q's first output again)", sent)
 	}
 }
 
