@@ -1033,7 +1033,7 @@ func (l *Loop) route(b *batch, it *item, outs []switchyard.PluginOutput, now tim
 			*o = output{dest: dest.full, sink: dest.sink, event: po.Event}
 			held += outputSize(&po.Event)
 			o.msg = switchyard.Message{Event: &o.event, Topic: dest.topic, Key: po.Key, MsgID: msgID}
-			o.result.Position, o.recalled = l.e.recall.take(rec.Key(), dest.full, msgID, now)
+			o.result.Position, o.recalled = l.e.recall.take(rec.Key(), dest.full, msgID, o.event.ID, now)
 			it.outputs = append(it.outputs, o)
 		}
 	}

@@ -144,9 +144,9 @@ func (e *Engine) noteSharedID(st *pluginCounters, plugin string, ev SharedIDEven
 		return
 	}
 	ev.At = e.now()
-	st.sharedIDs.Add(1)
-	st.mu.Lock()
+	st.mu.Lock() // with the count: a status never has a count without the last event
 	st.lastSharedID = ev
+	st.sharedIDs++
 	st.mu.Unlock()
 	if n, ok := e.pluginStats.sharedIDLog.Take(plugin, time.Now()); ok {
 		e.log.Warn("plugin outputs share an id", "plugin", plugin, "type", ev.Queue, "event", ev.EventID, "problem", ev.Problem, "like_it_since_last", n)
@@ -216,15 +216,15 @@ func newPluginStats() *pluginStats {
 
 // pluginCounters are one plugin's.
 type pluginCounters struct {
-	verdicts  [len(pluginVerdicts)]atomic.Int64
-	outputs   atomic.Int64
-	sharedIDs atomic.Int64 // events whose outputs share an id (SharedID)
-	took      prometheus.Observer
+	verdicts [len(pluginVerdicts)]atomic.Int64
+	outputs  atomic.Int64
+	took     prometheus.Observer
 
 	mu           sync.Mutex
 	failures     []PluginFailure  // oldest first, at most keptFailures
 	kinds        map[string]int64 // failures without a verdict, by kind (trap, timeout ...)
 	lastSharedID SharedIDEvent    // the last event SharedID found, for operators
+	sharedIDs    int64            // events whose outputs share an id (SharedID)
 }
 
 // SharedIDEvent is an event whose outputs from a plugin, sent the same
@@ -326,8 +326,8 @@ func (s *pluginStats) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(s.verdictsDesc, prometheus.CounterValue, float64(c.verdicts[i].Load()), name, string(verdict))
 		}
 		ch <- prometheus.MustNewConstMetric(s.outputsDesc, prometheus.CounterValue, float64(c.outputs.Load()), name)
-		ch <- prometheus.MustNewConstMetric(s.sharedIDsDesc, prometheus.CounterValue, float64(c.sharedIDs.Load()), name)
 		c.mu.Lock()
+		ch <- prometheus.MustNewConstMetric(s.sharedIDsDesc, prometheus.CounterValue, float64(c.sharedIDs), name)
 		for kind, n := range c.kinds {
 			ch <- prometheus.MustNewConstMetric(s.failuresDesc, prometheus.CounterValue, float64(n), name, kind)
 		}
@@ -369,8 +369,8 @@ func (e *Engine) Plugins() []PluginStatus {
 			st.Verdicts[v] = c.verdicts[i].Load()
 		}
 		st.Outputs = c.outputs.Load()
-		st.SharedIDEvents = c.sharedIDs.Load()
 		c.mu.Lock()
+		st.SharedIDEvents = c.sharedIDs
 		if last := c.lastSharedID; last.EventID != "" {
 			st.SharedIDLast = &last
 		}

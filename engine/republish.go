@@ -21,8 +21,9 @@ type Republished struct {
 	// publishes them at its next attempt, a dead letter when retried.
 	Events int
 	// Recalled is how many outputs of pending events their broker stored
-	// without the router recording it; the loops mark these delivered
-	// instead of sending them again.
+	// without the router recording it, as far as the message ids say; the
+	// loops mark these delivered instead of sending them again, each one
+	// whose stored event id is the id the output has when made.
 	Recalled int
 }
 
@@ -157,11 +158,12 @@ func newestDelivery(recs []*storage.Record) time.Time {
 
 // recallStored finds, for each message a broker stored (by sink), the
 // pending event that would publish it — and records where the broker holds
-// it, for the loops (recall.take) — and says how many it found. A message
-// its event recorded as delivered is not recalled (sent again, a message is
-// a duplicate at worst; recalled wrongly, it would be a loss).
+// it and the event id it carries, for the loops (recall.take) — and says
+// how many it found. A message its event recorded as delivered is not
+// recalled (sent again, a message is a duplicate at worst; recalled
+// wrongly, it would be a loss).
 func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error) {
-	at := map[outputRef]switchyard.Position{}
+	at := map[outputRef]recalled{}
 	err := e.store.View(func(tx *storage.Tx) error {
 		for sink, msgs := range others {
 			for _, m := range msgs {
@@ -171,7 +173,7 @@ func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error
 					return err
 				}
 				if key != "" {
-					at[outputRef{key, dest, m.MsgID}] = m.Position
+					at[outputRef{key, dest, m.MsgID}] = recalled{m.Position, m.EventID}
 				}
 			}
 		}
@@ -187,19 +189,16 @@ func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error
 // pendingPublisher is the key of the pending outbound event that would
 // publish message m to dest, or "" if there is none or it recorded the
 // message as delivered. The message must carry the event's source and be
-// younger than the event, and its first output (whose message id is the
-// event's key) the event's id, or one derived from it as the SDKs derive
-// an output's ("<id>/<n>": no client's id has a '/'): an id that two events
-// share (one written before OutputMsgID, "x-1"; an inbox's bare id; an
-// event sent again after its first was deleted) is then not taken for the
-// wrong one. A later output's message id ("<key>/<n>/") is no other
-// event's, and a plugin may have given the output an id of its own
-// (docs/decisions/output-ids.md): its id is not compared. A first output
-// with another id of its own is sent again: a duplicate, under the same
-// message id and event id.
+// younger than the event (an event sent again after its first was deleted
+// is not taken for its predecessor). Its event id is compared when the
+// loop makes the output again (recall.take), with the id the output then
+// has, the input's or one a plugin gave it (docs/decisions/output-ids.md):
+// a message id that two events' outputs share (one written before
+// OutputMsgID, "x-1"; an inbox plugin's output "<source>#<id>/<n>/") is
+// then not taken for the wrong one.
 func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string, error) {
 	msgID := m.MsgID
-	key, n := storage.OutputOf(msgID)
+	key, _ := storage.OutputOf(msgID)
 	r, err := tx.Record(key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return "", nil
@@ -208,17 +207,10 @@ func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string,
 		return "", err
 	}
 	if r.State != storage.StatePending || delivered(r, dest, msgID) ||
-		n == 0 && !ownOutputID(r.Event.ID, m.EventID) || r.Event.Source != m.Source || m.Time.Before(r.CreatedAt) {
+		r.Event.Source != m.Source || m.Time.Before(r.CreatedAt) {
 		return "", nil
 	}
 	return key, nil
-}
-
-// ownOutputID reports whether id is the event's own, or derived from it
-// as "<event id>/...".
-func ownOutputID(eventID, id string) bool {
-	rest, ok := strings.CutPrefix(id, eventID)
-	return ok && (rest == "" || rest[0] == '/')
 }
 
 // recall is where brokers hold outputs of pending events that the router
@@ -230,14 +222,20 @@ func ownOutputID(eventID, id string) bool {
 type recall struct {
 	any   atomic.Bool // at is not empty: spares the loops the lock
 	mu    sync.Mutex
-	at    map[outputRef]switchyard.Position
+	at    map[outputRef]recalled
 	until time.Time
+}
+
+// recalled is where a broker holds an output, and the event id it carries.
+type recalled struct {
+	pos     switchyard.Position
+	eventID string
 }
 
 // recallFor is how long recall answers after Republish.
 const recallFor = 10 * time.Minute
 
-func (r *recall) set(at map[outputRef]switchyard.Position, now time.Time) {
+func (r *recall) set(at map[outputRef]recalled, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.at, r.until = at, now.Add(recallFor)
@@ -245,8 +243,11 @@ func (r *recall) set(at map[outputRef]switchyard.Position, now time.Time) {
 }
 
 // take is where a broker holds the output msgID of the event key to dest,
-// if Republish found it there unrecorded; each is taken once.
-func (r *recall) take(key, dest, msgID string, now time.Time) (switchyard.Position, bool) {
+// if Republish found it there unrecorded and it carries eventID, the id
+// the output has now; each is taken once. One that carries another id is
+// another's message, or the plugin gave the output another id this time:
+// it is sent (a duplicate at worst).
+func (r *recall) take(key, dest, msgID, eventID string, now time.Time) (switchyard.Position, bool) {
 	if !r.any.Load() {
 		return switchyard.Position{}, false
 	}
@@ -256,10 +257,13 @@ func (r *recall) take(key, dest, msgID string, now time.Time) (switchyard.Positi
 		r.at = nil
 	}
 	ref := outputRef{key, dest, msgID}
-	pos, ok := r.at[ref]
+	at, ok := r.at[ref]
 	delete(r.at, ref)
 	r.any.Store(len(r.at) > 0)
-	return pos, ok
+	if !ok || at.eventID != eventID {
+		return switchyard.Position{}, false
+	}
+	return at.pos, true
 }
 
 // putBack returns what take gave for outputs that were not recorded (the
@@ -270,7 +274,7 @@ func (r *recall) putBack(key string, outs []*output) {
 	defer r.mu.Unlock()
 	for _, o := range outs {
 		if o.recalled && r.at != nil {
-			r.at[outputRef{key, o.dest, o.msg.MsgID}] = o.result.Position
+			r.at[outputRef{key, o.dest, o.msg.MsgID}] = recalled{o.result.Position, o.event.ID}
 			r.any.Store(true)
 		}
 	}

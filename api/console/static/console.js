@@ -390,7 +390,7 @@ function renderPlugin(p) {
       h('td', { class: 'num' }, p.outputs || 0), h('td', { class: 'num' }, ms(q.p50)), h('td', { class: 'num' }, ms(q.p90)), h('td', { class: 'num' }, ms(q.p99)))]),
     h('p', { class: 'muted', 'data-col': 'failure-kinds' }, 'Failures without a verdict: ' +
       (Object.entries(p.failure_kinds || {}).map(([k, n]) => `${k} ${n}`).join(', ') || 'none')),
-    p.shared_id_events ? h('p', { class: 'warn', 'data-col': 'shared-ids' },
+    p.shared_id_events && p.shared_id_last ? h('p', { class: 'warn', 'data-col': 'shared-ids' },
       `${p.shared_id_events} event(s) had outputs sent the same way with one id. Last: `, eventLink(p.shared_id_last.event_id, p.shared_id_last.tenant, p.shared_id_last.type), ' — ' + p.shared_id_last.problem) : null,
     h('h2', {}, 'Last failures'),
     (p.failures || []).length ? table(['at', 'type', 'event', 'verdict', 'reason'], p.failures.map((f) => h('tr', { 'data-failure': f.event_id },
