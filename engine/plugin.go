@@ -38,7 +38,7 @@ func (e *Engine) runChain(ctx context.Context, queue, tenant string, chain []swi
 				err = e.checkDestinations(p.Name(), ev.ID, got)
 			}
 			if err == nil && len(got) > 1 {
-				e.noteSharedID(st, p.Name(), SharedIDEvent{Queue: queue, Tenant: tenant, EventID: ev.ID}, got)
+				e.noteSharedID(st, p.Name(), SharedIDEvent{Queue: queue, Tenant: tenant, EventID: ev.ID}, got, e.routesOf(queue, outs[i].Destination))
 			}
 			if err == nil || !errors.Is(ctx.Err(), context.Canceled) {
 				// Not a call the router's stop cut short: no verdict of
@@ -96,13 +96,19 @@ func CheckDestinations(outs []switchyard.PluginOutput, configured func(sink stri
 // (source and id), another router's inbox among them, keeps the first of
 // them and drops the rest as copies. An output to another destination may
 // share its event's id: that is the same event sent elsewhere
-// (docs/decisions/output-ids.md). router plugin test shows it too.
-func SharedID(outs []switchyard.PluginOutput) string {
+// (docs/decisions/output-ids.md). routes are the destinations an output
+// without one goes to (nil: unknown, and "" is a destination of its own),
+// so that "" and a route named outright are one way. router plugin test
+// shows it too.
+func SharedID(outs []switchyard.PluginOutput, routes []string) string {
 	if len(outs) <= sharedIDPairs {
 		for i := 1; i < len(outs); i++ {
 			for j := range i {
-				if outs[i].Destination == outs[j].Destination && outs[i].Event.ID == outs[j].Event.ID {
-					return sharedIDProblem(outs, j, i)
+				if outs[i].Event.ID != outs[j].Event.ID {
+					continue
+				}
+				if d, ok := sameWay(outs[j].Destination, outs[i].Destination, routes); ok {
+					return sharedIDProblem(j, i, d, outs[i].Event.ID)
 				}
 			}
 		}
@@ -110,11 +116,13 @@ func SharedID(outs []switchyard.PluginOutput) string {
 	}
 	first := make(map[[2]string]int, len(outs)) // destination and id → the first output with them
 	for i := range outs {
-		k := [2]string{outs[i].Destination, outs[i].Event.ID}
-		if j, ok := first[k]; ok {
-			return sharedIDProblem(outs, j, i)
+		for _, d := range destinationsOf(outs[i].Destination, routes) {
+			k := [2]string{d, outs[i].Event.ID}
+			if j, ok := first[k]; ok {
+				return sharedIDProblem(j, i, d, outs[i].Event.ID)
+			}
+			first[k] = i
 		}
-		first[k] = i
 	}
 	return ""
 }
@@ -123,9 +131,30 @@ func SharedID(outs []switchyard.PluginOutput) string {
 // (limits.max_outputs may be in the thousands) go through a map.
 const sharedIDPairs = 8
 
-func sharedIDProblem(outs []switchyard.PluginOutput, j, i int) string {
+// sameWay says whether outputs to a and b reach one destination, and
+// which.
+func sameWay(a, b string, routes []string) (string, bool) {
+	switch {
+	case a == b:
+		return a, true
+	case a == "" && slices.Contains(routes, b):
+		return b, true
+	case b == "" && slices.Contains(routes, a):
+		return a, true
+	}
+	return "", false
+}
+
+func destinationsOf(d string, routes []string) []string {
+	if d == "" && len(routes) > 0 {
+		return routes
+	}
+	return []string{d}
+}
+
+func sharedIDProblem(j, i int, dest, id string) string {
 	return fmt.Sprintf("outputs %d and %d to %s have the same id %q: a consumer that drops repeated events (by source and id) keeps only the first; give each output its own id (docs/plugin-abi.md, output flag bit 3)",
-		j, i, destinationName(outs[i].Destination), outs[i].Event.ID)
+		j, i, destinationName(dest), id)
 }
 
 func destinationName(d string) string {
@@ -135,11 +164,28 @@ func destinationName(d string) string {
 	return d
 }
 
+// routesOf is where an output without a destination goes: the one its
+// input had (from an earlier plugin of the chain), or queue's routes.
+func (e *Engine) routesOf(queue, inherited string) []string {
+	if inherited != "" {
+		return []string{inherited}
+	}
+	pol, ok := e.policyOf(queue)
+	if !ok {
+		return nil
+	}
+	routes := make([]string, len(pol.Routes))
+	for i, r := range pol.Routes {
+		routes[i] = r.Destination()
+	}
+	return routes
+}
+
 // noteSharedID counts an event whose outputs from plugin share an id
 // (SharedID) and logs it, at most once a minute per plugin: a plugin that
 // splits events without ids does it to every event.
-func (e *Engine) noteSharedID(st *pluginCounters, plugin string, ev SharedIDEvent, outs []switchyard.PluginOutput) {
-	ev.Problem = SharedID(outs)
+func (e *Engine) noteSharedID(st *pluginCounters, plugin string, ev SharedIDEvent, outs []switchyard.PluginOutput, routes []string) {
+	ev.Problem = SharedID(outs, routes)
 	if ev.Problem == "" {
 		return
 	}
@@ -203,7 +249,7 @@ func newPluginStats() *pluginStats {
 			[]string{"plugin", "verdict"}, nil),
 		outputsDesc: prometheus.NewDesc("switchyard_plugin_outputs_total", "Outputs plugins returned.", []string{"plugin"}, nil),
 		sharedIDsDesc: prometheus.NewDesc("switchyard_plugin_shared_id_events_total",
-			"Events whose outputs from a plugin, sent the same way, share an id: a consumer that drops repeated events keeps only the first (docs/decisions/output-ids.md).",
+			"Events (each attempt once) whose outputs from a plugin, sent the same way, share an id: a consumer that drops repeated events keeps only the first (docs/decisions/output-ids.md).",
 			[]string{"plugin"}, nil),
 		memoryDesc: prometheus.NewDesc("switchyard_plugin_memory_bytes",
 			"Linear memory of a plugin's live instances (plugins that report it: plugins/wasm).", []string{"plugin"}, nil),

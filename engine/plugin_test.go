@@ -278,8 +278,9 @@ event "t.noroute" {
 	}
 }
 
-// SharedID names two outputs sent the same way with one id, and leaves
-// alone the same event sent to two destinations.
+// SharedID names two outputs sent the same way with one id (to one
+// destination, or one to the type's routes and one naming a route
+// outright), and leaves alone the same event sent to two destinations.
 func TestSharedID(t *testing.T) {
 	out := func(dest, id string) switchyard.PluginOutput {
 		return switchyard.PluginOutput{Destination: dest, Event: switchyard.Event{ID: id}}
@@ -294,23 +295,31 @@ func TestSharedID(t *testing.T) {
 		}
 		return outs
 	}
+	routes := []string{"nats.a:x", "kafka.b:y"}
 	for _, tc := range []struct {
-		name string
-		outs []switchyard.PluginOutput
-		want string
+		name   string
+		outs   []switchyard.PluginOutput
+		routes []string
+		want   string
 	}{
-		{"one output", []switchyard.PluginOutput{out("", "e1")}, ""},
-		{"fan-out to two destinations", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("kafka.b:x", "e1")}, ""},
-		{"split with ids", []switchyard.PluginOutput{out("", "e1/0"), out("", "e1/1"), out("", "e1/2")}, ""},
-		{"split without ids", []switchyard.PluginOutput{out("", "e1"), out("nats.a:x", "e1"), out("", "e1")},
+		{"one output", []switchyard.PluginOutput{out("", "e1")}, nil, ""},
+		{"fan-out to two destinations", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("kafka.b:y", "e1")}, nil, ""},
+		{"split with ids", []switchyard.PluginOutput{out("", "e1/0"), out("", "e1/1"), out("", "e1/2")}, nil, ""},
+		{"split without ids", []switchyard.PluginOutput{out("", "e1"), out("nats.a:x", "e1"), out("", "e1")}, nil,
 			`outputs 0 and 2 to the type's routes have the same id "e1"`},
-		{"to one subject", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("nats.a:x", "e1")},
+		{"to one subject", []switchyard.PluginOutput{out("nats.a:x", "e1"), out("nats.a:x", "e1")}, nil,
 			`outputs 0 and 1 to nats.a:x have the same id "e1"`},
-		{"many, with ids", many(20, -1), ""},
-		{"many, two sharing", many(20, 17), `outputs 3 and 17 to the type's routes have the same id "e1/3"`},
+		{"the routes and one of them named", []switchyard.PluginOutput{out("", "e1"), out("kafka.b:y", "e1")}, routes,
+			`outputs 0 and 1 to kafka.b:y have the same id "e1"`},
+		{"the routes and another destination", []switchyard.PluginOutput{out("", "e1"), out("nats.c:z", "e1")}, routes, ""},
+		{"many, with ids", many(20, -1), routes, ""},
+		{"many, two sharing", many(20, 17), routes, `outputs 3 and 17 to nats.a:x have the same id "e1/3"`},
+		{"many, two sharing, routes unknown", many(20, 17), nil, `outputs 3 and 17 to the type's routes have the same id "e1/3"`},
+		{"many, the routes and one of them named", append(many(20, -1), out("kafka.b:y", "e1/5")), routes,
+			`outputs 5 and 20 to kafka.b:y have the same id "e1/5"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := engine.SharedID(tc.outs)
+			got := engine.SharedID(tc.outs, tc.routes)
 			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 				t.Fatalf("SharedID = %q, want %q", got, tc.want)
 			}

@@ -374,7 +374,7 @@ func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, sinks []stri
 		if err := engine.CheckDestinations(outs, configured); err != nil {
 			res.Verdict, res.Reason, code, herr = "reject", err.Error()+" (the router dead-letters the event)", pluginExitReject, err
 		}
-		if why := engine.SharedID(outs); why != "" {
+		if why := engine.SharedID(outs, nil); why != "" {
 			res.Warnings = append(res.Warnings, why)
 		}
 	case errors.As(herr, &pe):
