@@ -473,12 +473,17 @@ func (b *bulk) byIDs(f DLQFilter) error {
 		ids := f.IDs[start:min(start+dlqChunk, len(f.IDs))]
 		err := b.chunk(func(tx *storage.Tx, now time.Time, res *DLQBulkResult, queues map[string]bool) error {
 			for _, id := range ids {
-				recs, err := DLQRef{Queue: queue, Tenant: f.Tenant, ID: id, Source: f.Source}.records(tx)
+				all, err := DLQRef{Queue: queue, Tenant: f.Tenant, ID: id}.records(tx)
 				if err != nil {
 					return err
 				}
-				if len(recs) == 0 {
+				recs := slices.DeleteFunc(slices.Clone(all), func(r *storage.Record) bool { return f.Source != "" && r.Event.Source != f.Source })
+				switch {
+				case len(all) == 0:
 					res.NotFound = append(res.NotFound, id)
+					continue
+				case len(recs) == 0: // there, of other sources only: filtered, as a type or since would be
+					res.Skipped = append(res.Skipped, DLQSkip{ID: id, Code: "filtered", Reason: "its source is " + all[0].Event.Source + ", not " + f.Source})
 					continue
 				}
 				for _, r := range deadFirst(recs) {

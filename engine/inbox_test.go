@@ -652,4 +652,11 @@ func TestDLQBulkBySourceActsOnThatSourceOnly(t *testing.T) {
 	if err != nil || it.Record.Event.Source != "/returns" {
 		t.Fatalf("what is left: %+v, %v; want the /returns dead letter", it, err)
 	}
+	// By id and a source the id has no dead letter of: skipped as filtered
+	// (a type or since that does not match says the same), not "not found".
+	res, err := h.eng.DLQDeleteMany(ctx, engine.DLQFilter{Type: q, IDs: []string{"1", "2"}, Source: "/billing"})
+	if err != nil || len(res.NotFound) != 1 || res.NotFound[0] != "2" || len(res.Skipped) != 1 || res.Skipped[0].Code != "filtered" ||
+		res.Skipped[0].Reason != "its source is /returns, not /billing" {
+		t.Fatalf("by ids with a source: %+v, %v; want id 1 skipped (its source), id 2 not found", res, err)
+	}
 }
