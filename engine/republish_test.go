@@ -27,8 +27,13 @@ event "t.b" {
 `
 
 // twoRoutes is t.b, and t.two routed both to t.a and to t.b.
-const twoRoutes = `
+var twoRoutes = twoRoutesWith("")
+
+// twoRoutesWith is twoRoutes with extra in t.two's block.
+func twoRoutesWith(extra string) string {
+	return `
 event "t.two" {
+  ` + extra + `
   route {
     to      = "nats.local"
     subject = "t.a"
@@ -39,6 +44,7 @@ event "t.two" {
   }
 }
 ` + tbRoute
+}
 
 // After an unclean stop, the outputs of a pending event that the stream
 // stored without the router recording it are recorded at the stream's
@@ -117,20 +123,7 @@ func TestRepublishRecallsOutputsWithIDsOfTheirOwn(t *testing.T) {
 		out.ID = ev.ID + "/x"
 		return []switchyard.PluginOutput{{Event: out}}, nil // to both of the type's routes
 	}}
-	h := newHarness(t, `
-plugin "derive" { wasm = "unused.wasm" }
-event "t.two" {
-  plugins = ["derive"]
-  route {
-    to      = "nats.local"
-    subject = "t.a"
-  }
-  route {
-    to      = "nats.local"
-    subject = "t.b"
-  }
-}
-`, true, withPlugins(derive))
+	h := newHarness(t, `plugin "derive" { wasm = "unused.wasm" }`+twoRoutesWith(`plugins = ["derive"]`), true, withPlugins(derive))
 	ctx := context.Background()
 	var msgs []*switchyard.Message
 	for _, e := range []struct{ id, stored string }{{"p", "p/x"}, {"q", "q/old"}} {
