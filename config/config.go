@@ -383,6 +383,16 @@ const (
 // the same partition key.
 func (p *Policy) ByKey() bool { return p != nil && p.Ordering == OrderingKey }
 
+// RouteDestinations are where an output without a destination goes: each
+// route's "<sink>:<topic or subject>" (Route.Destination), in file order.
+func (p *Policy) RouteDestinations() []string {
+	dests := make([]string, len(p.Routes))
+	for i, r := range p.Routes {
+		dests[i] = r.Destination()
+	}
+	return dests
+}
+
 // PollingType is a polling block's type.
 type PollingType string
 

@@ -174,11 +174,7 @@ func (e *Engine) routesOf(queue, inherited string) []string {
 	if !ok {
 		return nil
 	}
-	routes := make([]string, len(pol.Routes))
-	for i, r := range pol.Routes {
-		routes[i] = r.Destination()
-	}
-	return routes
+	return pol.RouteDestinations()
 }
 
 // noteSharedID counts an event whose outputs from plugin share an id

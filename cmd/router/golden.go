@@ -77,7 +77,7 @@ func (c *PluginCommand) testDir(ctx context.Context, f *pluginFlags, dir string,
 		if err != nil {
 			return &exitError{code: pluginExitError, err: err}
 		}
-		res, _, _ := runPluginOnce(ctx, p, src, f.sinks)
+		res, _, _ := runPluginOnce(ctx, p, src, f.known)
 		res.State = stateSnapshot(state)
 		want := strings.TrimSuffix(evFile, ".event.json") + ".expected.json"
 		if err := c.golden(want, res.json(), update); err != nil {

@@ -124,9 +124,10 @@ type pluginFlags struct {
 	outBytes sizeFlag
 	logLevel string
 	cacheDir string
-	// sinks are the sinks the -policies file configures (plugin sets it):
-	// an output's destination must name one. nil without the file.
-	sinks []string
+	// known is the -policies file's configuration (plugin sets it): an
+	// output's destination must name one of its sinks, and an output
+	// without one goes along its event type's routes. nil without the file.
+	known *config.Config
 }
 
 func (c *PluginCommand) flags(cmd string) *pluginFlags {
@@ -179,7 +180,7 @@ func (f *pluginFlags) plugin() (config.Plugin, error) {
 		if err != nil {
 			return p, err
 		}
-		f.sinks = cfg.Sinks()
+		f.known = cfg
 		var names []string
 		for _, b := range cfg.Plugins {
 			names = append(names, b.Name)
@@ -314,7 +315,7 @@ func (c *PluginCommand) test(ctx context.Context, args []string) error {
 	}
 	defer closeRT()
 	state := wasm.MemoryState{}
-	res, code, herr := runPluginOnce(switchyard.WithState(ctx, state), p, src, f.sinks)
+	res, code, herr := runPluginOnce(switchyard.WithState(ctx, state), p, src, f.known)
 	res.State = stateSnapshot(state)
 	b := res.json()
 	if *expect != "" {
@@ -345,9 +346,11 @@ func readEvent(stdin io.Reader, file string) ([]byte, error) {
 // runPluginOnce runs p on the event in src and says what came of it, with
 // the exit code a single test ends with. An output to a destination the
 // router could not send to (not <sink>:<target>, a target its sink cannot
-// take, or a sink not among sinks, when the -policies file gave them) is
-// a reject, as in the router, which dead-letters the event.
-func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, sinks []string) (testResult, int, error) {
+// take, or a sink not among known's, when the -policies file gave them) is
+// a reject, as in the router, which dead-letters the event. Outputs that
+// share an id are a warning (engine.SharedID), with the event type's
+// routes when known has the type.
+func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, known *config.Config) (testResult, int, error) {
 	ev, err := parseCloudEvent(src)
 	if err != nil {
 		err = fmt.Errorf("the event: %w", err)
@@ -368,13 +371,18 @@ func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, sinks []stri
 			res.Outputs = append(res.Outputs, testOutput{Destination: o.Destination, Key: o.Key, Event: cloudEventJSON(&o.Event)})
 		}
 		var configured func(string) bool
-		if sinks != nil {
+		var routes []string
+		if known != nil {
+			sinks := known.Sinks()
 			configured = func(s string) bool { return slices.Contains(sinks, s) }
+			if pol, ok := known.Policy(ev.Type); ok {
+				routes = pol.RouteDestinations()
+			}
 		}
 		if err := engine.CheckDestinations(outs, configured); err != nil {
 			res.Verdict, res.Reason, code, herr = "reject", err.Error()+" (the router dead-letters the event)", pluginExitReject, err
 		}
-		if why := engine.SharedID(outs, nil); why != "" {
+		if why := engine.SharedID(outs, routes); why != "" {
 			res.Warnings = append(res.Warnings, why)
 		}
 	case errors.As(herr, &pe):

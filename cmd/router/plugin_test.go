@@ -314,7 +314,8 @@ func TestPluginTestKeepsState(t *testing.T) {
 // destination names a sink the -policies file does not configure; without
 // the file, the destination's form is still checked. Before, the test
 // said ok and the router dead-lettered the event on its first attempt (a
-// plugin author's trial).
+// plugin author's trial). With the file, outputs that reach one of the
+// type's routes under one id are warned of, as the router notes them.
 func TestPluginTestChecksDestinations(t *testing.T) {
 	dir := t.TempDir()
 	policies := filepath.Join(dir, "policies.hcl")
@@ -325,6 +326,28 @@ plugin "transformer" { wasm = %q }
 	stdout, _, code := runPluginTest(t, pluginTestEvent, "test", "-policies", policies, "-name", "transformer", "-cache-dir", "", "-log-level", "off")
 	if code != 2 || !strings.Contains(stdout, `"verdict": "reject"`) || !strings.Contains(stdout, `destination \"kafka.main:enriched\" names sink \"kafka.main\", which is not configured (the router dead-letters the event)`) {
 		t.Fatalf("an output to a sink not configured: exit %d\n%s", code, stdout)
+	}
+	// An output to the type's routes and one to a route of them, under one
+	// id, reach one subject: warned of when -policies gives the routes
+	// (without it, two destinations are all the test can tell).
+	os.WriteFile(policies, []byte(fmt.Sprintf(`
+nats "local" { embedded = true }
+plugin "fanout" { wasm = %q }
+event "order.created" {
+  plugins = ["fanout"]
+  route {
+    to      = "nats.local"
+    subject = "orders"
+  }
+}
+`, wasmTestdata(t, "fanout"))), 0o600)
+	stdout, _, code = runPluginTest(t, pluginTestEvent, "test", "-policies", policies, "-cache-dir", "", "-log-level", "off")
+	if code != 0 || !strings.Contains(stdout, `outputs 0 and 1 to nats.local:orders have the same id \"e-1\"`) {
+		t.Errorf("the routes and a route of them, with -policies: exit %d\n%s", code, stdout)
+	}
+	stdout, _, code = runPluginTest(t, pluginTestEvent, "test", wasmTestdata(t, "fanout"), "-cache-dir", "", "-log-level", "off")
+	if code != 0 || strings.Contains(stdout, "warnings") {
+		t.Errorf("the routes and another destination, routes unknown: exit %d\n%s", code, stdout)
 	}
 	if err := engine.CheckDestinations([]switchyard.PluginOutput{{Destination: "nats.local:demo.>"}}, nil); err == nil || !strings.Contains(err.Error(), "wildcard") {
 		t.Errorf("a wildcard subject without -policies: %v", err)
