@@ -477,13 +477,13 @@ func (b *bulk) byIDs(f DLQFilter) error {
 				if err != nil {
 					return err
 				}
-				recs := slices.DeleteFunc(slices.Clone(all), func(r *storage.Record) bool { return f.Source != "" && r.Event.Source != f.Source })
+				recs := slices.DeleteFunc(slices.Clone(all), func(r *storage.Record) bool { return f.otherSource(r) != "" })
 				switch {
 				case len(all) == 0:
 					res.NotFound = append(res.NotFound, id)
 					continue
 				case len(recs) == 0: // there, of other sources only: filtered, as a type or since would be
-					res.Skipped = append(res.Skipped, DLQSkip{ID: id, Code: "filtered", Reason: "its source is " + all[0].Event.Source + ", not " + f.Source})
+					res.Skipped = append(res.Skipped, DLQSkip{ID: id, Code: "filtered", Reason: f.otherSource(all[0])})
 					continue
 				}
 				for _, r := range deadFirst(recs) {
@@ -554,6 +554,12 @@ func (f *DLQFilter) excludes(r *storage.Record, at time.Time) string {
 	if !f.Since.IsZero() && at.Before(f.Since) {
 		return "it entered the DLQ before " + f.Since.UTC().Format(time.RFC3339)
 	}
+	return f.otherSource(r)
+}
+
+// otherSource says why r is not of the filter's source, or "" when it is
+// (or the filter names none).
+func (f *DLQFilter) otherSource(r *storage.Record) string {
 	if f.Source != "" && r.Event.Source != f.Source {
 		return "its source is " + r.Event.Source + ", not " + f.Source
 	}

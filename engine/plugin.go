@@ -38,7 +38,8 @@ func (e *Engine) runChain(ctx context.Context, queue, tenant string, chain []swi
 				err = e.checkDestinations(p.Name(), ev.ID, got)
 			}
 			if err == nil && len(got) > 1 {
-				e.noteSharedID(st, p.Name(), SharedIDEvent{Queue: queue, Tenant: tenant, EventID: ev.ID}, got, e.routesOf(queue, outs[i].Destination))
+				routes := func() []string { return e.routesOf(queue, outs[i].Destination) }
+				e.noteSharedID(st, p.Name(), SharedIDEvent{Queue: queue, Tenant: tenant, EventID: ev.ID}, got, routes)
 			}
 			if err == nil || !errors.Is(ctx.Err(), context.Canceled) {
 				// Not a call the router's stop cut short: no verdict of
@@ -96,60 +97,57 @@ func CheckDestinations(outs []switchyard.PluginOutput, configured func(sink stri
 // (source and id), another router's inbox among them, keeps the first of
 // them and drops the rest as copies. An output to another destination may
 // share its event's id: that is the same event sent elsewhere
-// (docs/decisions/output-ids.md). routes are the destinations an output
-// without one goes to (nil: unknown, and "" is a destination of its own),
-// so that "" and a route named outright are one way. router plugin test
+// (docs/decisions/output-ids.md). routes says where an output without a
+// destination goes (nil, or a nil answer: unknown, and "" is a destination
+// of its own), so that "" and a route named outright are one way; it is
+// asked only when two outputs with one id meet so. router plugin test
 // shows it too.
-func SharedID(outs []switchyard.PluginOutput, routes []string) string {
-	if len(outs) <= sharedIDPairs {
-		for i := 1; i < len(outs); i++ {
-			for j := range i {
-				if outs[i].Event.ID != outs[j].Event.ID {
-					continue
-				}
-				if d, ok := sameWay(outs[j].Destination, outs[i].Destination, routes); ok {
-					return sharedIDProblem(j, i, d, outs[i].Event.ID)
-				}
-			}
-		}
-		return ""
+func SharedID(outs []switchyard.PluginOutput, routes func() []string) string {
+	var byID map[string][]int // past sharedIDPairs outputs: the earlier outputs with each id
+	if len(outs) > sharedIDPairs {
+		byID = make(map[string][]int, len(outs))
 	}
-	first := make(map[[2]string]int, len(outs)) // destination and id → the first output with them
 	for i := range outs {
-		for _, d := range destinationsOf(outs[i].Destination, routes) {
-			k := [2]string{d, outs[i].Event.ID}
-			if j, ok := first[k]; ok {
+		earlier := byID[outs[i].Event.ID]
+		if byID == nil {
+			earlier = sharedIDRange[:i]
+		}
+		for _, j := range earlier {
+			if outs[i].Event.ID != outs[j].Event.ID {
+				continue
+			}
+			if d, ok := sameWay(outs[j].Destination, outs[i].Destination, routes); ok {
 				return sharedIDProblem(j, i, d, outs[i].Event.ID)
 			}
-			first[k] = i
+		}
+		if byID != nil {
+			byID[outs[i].Event.ID] = append(earlier, i)
 		}
 	}
 	return ""
 }
 
 // sharedIDPairs is how many outputs SharedID compares pair by pair; more
-// (limits.max_outputs may be in the thousands) go through a map.
+// (limits.max_outputs may be in the thousands) are grouped by id first.
 const sharedIDPairs = 8
+
+// sharedIDRange is 0, 1, …: the earlier outputs of output i are its first i.
+var sharedIDRange = [sharedIDPairs]int{0, 1, 2, 3, 4, 5, 6, 7}
 
 // sameWay says whether outputs to a and b reach one destination, and
 // which.
-func sameWay(a, b string, routes []string) (string, bool) {
+func sameWay(a, b string, routes func() []string) (string, bool) {
 	switch {
 	case a == b:
 		return a, true
-	case a == "" && slices.Contains(routes, b):
+	case routes == nil || a != "" && b != "":
+		return "", false
+	case a == "" && slices.Contains(routes(), b):
 		return b, true
-	case b == "" && slices.Contains(routes, a):
+	case b == "" && slices.Contains(routes(), a):
 		return a, true
 	}
 	return "", false
-}
-
-func destinationsOf(d string, routes []string) []string {
-	if d == "" && len(routes) > 0 {
-		return routes
-	}
-	return []string{d}
 }
 
 func sharedIDProblem(j, i int, dest, id string) string {
@@ -180,7 +178,7 @@ func (e *Engine) routesOf(queue, inherited string) []string {
 // noteSharedID counts an event whose outputs from plugin share an id
 // (SharedID) and logs it, at most once a minute per plugin: a plugin that
 // splits events without ids does it to every event.
-func (e *Engine) noteSharedID(st *pluginCounters, plugin string, ev SharedIDEvent, outs []switchyard.PluginOutput, routes []string) {
+func (e *Engine) noteSharedID(st *pluginCounters, plugin string, ev SharedIDEvent, outs []switchyard.PluginOutput, routes func() []string) {
 	ev.Problem = SharedID(outs, routes)
 	if ev.Problem == "" {
 		return

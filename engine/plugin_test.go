@@ -313,13 +313,17 @@ func TestSharedID(t *testing.T) {
 			`outputs 0 and 1 to kafka.b:y have the same id "e1"`},
 		{"the routes and another destination", []switchyard.PluginOutput{out("", "e1"), out("nats.c:z", "e1")}, routes, ""},
 		{"many, with ids", many(20, -1), routes, ""},
-		{"many, two sharing", many(20, 17), routes, `outputs 3 and 17 to nats.a:x have the same id "e1/3"`},
+		{"many, two sharing", many(20, 17), routes, `outputs 3 and 17 to the type's routes have the same id "e1/3"`},
 		{"many, two sharing, routes unknown", many(20, 17), nil, `outputs 3 and 17 to the type's routes have the same id "e1/3"`},
 		{"many, the routes and one of them named", append(many(20, -1), out("kafka.b:y", "e1/5")), routes,
 			`outputs 5 and 20 to kafka.b:y have the same id "e1/5"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := engine.SharedID(tc.outs, tc.routes)
+			var routes func() []string
+			if tc.routes != nil {
+				routes = func() []string { return tc.routes }
+			}
+			got := engine.SharedID(tc.outs, routes)
 			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 				t.Fatalf("SharedID = %q, want %q", got, tc.want)
 			}
@@ -368,6 +372,39 @@ func TestPluginOutputsSharingAnID(t *testing.T) {
 	}
 	if fmt.Sprint(ids) != "map[own-1/0:1 own-1/1:1 same-1:2 same-2:2]" {
 		t.Fatalf("published ce-ids %v", ids)
+	}
+}
+
+// In a chain, an output without a destination goes where its input was
+// going: a plugin that sends the event there and to "" under one id sends
+// it twice to one subject, and is noted, though the type's route is
+// another.
+func TestSharedIDFollowsTheChain(t *testing.T) {
+	pick := funcPlugin{name: "pick", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		return []switchyard.PluginOutput{{Destination: "nats.local:t.chosen", Event: *ev}}, nil
+	}}
+	dup := funcPlugin{name: "dup", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		return []switchyard.PluginOutput{{Event: *ev}, {Destination: "nats.local:t.chosen", Event: *ev}}, nil
+	}}
+	h := newHarness(t, `
+plugin "pick" { wasm = "unused.wasm" }
+plugin "dup" { wasm = "unused.wasm" }
+event "t.chain2" {
+  plugins = ["pick", "dup"]
+  route {
+    to      = "nats.local"
+    subject = "t.routed"
+  }
+}
+`, true, withPlugins(pick, dup))
+	h.ingestEvent(switchyard.Event{ID: "c-1", Type: "t.chain2", Source: "/t", SpecVersion: "1.0"})
+	if _, err := h.eng.Loop("t.chain2").Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range h.eng.Plugins() {
+		if p.Name == "dup" && (p.SharedIDEvents != 1 || p.SharedIDLast == nil || !strings.Contains(p.SharedIDLast.Problem, "outputs 0 and 1 to nats.local:t.chosen")) {
+			t.Fatalf("dup: %+v, want its two outputs to t.chosen noted", p)
+		}
 	}
 }
 

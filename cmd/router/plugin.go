@@ -371,12 +371,12 @@ func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, known *confi
 			res.Outputs = append(res.Outputs, testOutput{Destination: o.Destination, Key: o.Key, Event: cloudEventJSON(&o.Event)})
 		}
 		var configured func(string) bool
-		var routes []string
+		var routes func() []string
 		if known != nil {
 			sinks := known.Sinks()
 			configured = func(s string) bool { return slices.Contains(sinks, s) }
 			if pol, ok := known.Policy(ev.Type); ok {
-				routes = pol.RouteDestinations()
+				routes = pol.RouteDestinations
 			}
 		}
 		if err := engine.CheckDestinations(outs, configured); err != nil {
