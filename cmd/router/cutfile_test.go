@@ -97,9 +97,12 @@ func TestDataFileCutUnderTheRouter(t *testing.T) {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, r.bin, "run", "-config", r.config).CombinedOutput()
 	// Empty, a page long (a commit under way at the cut wrote its meta
-	// page after it), or with pages of zeros in it.
+	// page after it), with pages of zeros in it, or with first pages bbolt
+	// cannot read as its own (a commit's pages written after the cut; CI
+	// saw "its first pages are damaged" once): refused, saying why.
 	if err == nil || !strings.Contains(string(out), "the data file is empty (0 bytes)") &&
-		!strings.Contains(string(out), "the data file is truncated") && !strings.Contains(string(out), "is damaged") {
+		!strings.Contains(string(out), "the data file is truncated") && !strings.Contains(string(out), "is damaged") &&
+		!strings.Contains(string(out), "its first pages are damaged") {
 		t.Fatalf("the next start: %v\n%s", err, out)
 	}
 	t.Logf("the next start: %s", strings.TrimSpace(string(out)))
