@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -59,8 +61,7 @@ func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, co
 	if meta.NodeID >= 0 {
 		c.brokers[addr] = true
 	}
-	if err == nil || !isContextErr(err) {
-		// A dial its caller gave up on says nothing about the broker.
+	if err == nil || !callerGaveUp(err) {
 		c.failing[addr] = err != nil
 	}
 	c.changed()
@@ -85,6 +86,16 @@ func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, co
 		c.log.Warn("cannot connect to a broker", "broker", addr, "error", err)
 	}
 	c.err, c.addr, c.at = err, addr, time.Now()
+}
+
+// callerGaveUp reports whether a connection attempt ended because its
+// caller stopped waiting (a dial it cut short, errGaveUp, or the set-up
+// after the dial cancelled): that says nothing about the broker. A dial
+// that timed out by itself does: the broker, or the way to it, drops
+// packets.
+func callerGaveUp(err error) bool {
+	var g *errGaveUp
+	return errors.As(err, &g) || errors.Is(err, context.Canceled)
 }
 
 // lastError is why the last connection attempt failed, or nil when it

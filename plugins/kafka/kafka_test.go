@@ -955,8 +955,10 @@ func deleteTopic(t testing.TB, c *kfake.Cluster, topic string) {
 	adminRequest(t, c, req, func(r kmsg.Response) int16 { return r.(*kmsg.DeleteTopicsResponse).Topics[0].ErrorCode })
 }
 
-// A cluster whose every broker refuses connections: once the client has
-// failed to connect to each, Publish answers at once that the sink is
+// A cluster whose every broker cannot be reached, whether its address
+// refuses connections (the broker stopped) or drops them (the host gone
+// dark, a network that loses packets: each dial times out): once the client
+// has failed to connect to each, Publish answers at once that the sink is
 // unavailable and hands nothing to the client (nothing can be in the log
 // behind the router's back, no attempt is counted, and a batch does not
 // wait its publish timeout), nor does the one whose records it had handed
@@ -964,27 +966,77 @@ func deleteTopic(t testing.TB, c *kfake.Cluster, topic string) {
 // cluster when it is back (restarted on its port and data directory): the
 // ready function runs and publishes go through.
 func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
-	port, dir := testkit.FreePort(t), t.TempDir()
-	c := newCluster(t, kfake.Ports(port), kfake.DataDir(dir))
-	cfg := testConfig(c)
-	s := newSink(t, cfg)
-	ready := readyChan(s)
-	publishOK(t, s, messages("warm", 1, topic))
-	c.Close()
+	for _, tc := range []struct {
+		name string
+		// gone makes the stopped broker's port unreachable, and returns
+		// what gives it back.
+		gone func(t *testing.T, port int) (back func())
+		// firstWithin bounds the first publish: it ends when the
+		// client finds no broker, a refusal at once, a dial's timeout
+		// (half the publish timeout) when packets are dropped.
+		firstWithin func(publishTimeout time.Duration) time.Duration
+	}{
+		{"refused", func(*testing.T, int) func() { return func() {} },
+			func(d time.Duration) time.Duration { return d / 2 }},
+		{"dropped", func(t *testing.T, port int) func() {
+			_, stop := testkit.Blackhole(t, port)
+			return stop
+		}, func(d time.Duration) time.Duration { return d * 9 / 10 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port, dir := testkit.FreePort(t), t.TempDir()
+			c := newCluster(t, kfake.Ports(port), kfake.DataDir(dir))
+			cfg := testConfig(c)
+			s := newSink(t, cfg)
+			ready := readyChan(s)
+			publishOK(t, s, messages("warm", 1, topic))
+			c.Close()
+			back := tc.gone(t, port)
 
-	// The first publish finds the cluster gone after its records were
-	// handed over: it ends as soon as no broker takes a connection, its
-	// outcome unknown, not at the publish timeout. The ones after it are
-	// not handed over at all.
-	start := time.Now()
-	for i, r := range s.Publish(context.Background(), messages("first", 5, topic)) {
-		if !errors.Is(r.Err, switchyard.ErrUnknownOutcome) && !errors.Is(r.Err, switchyard.ErrSinkUnavailable) {
-			t.Fatalf("first publish, message %d: %v", i, r.Err)
-		}
+			// The first publish finds the cluster gone after its
+			// records were handed over: it ends as soon as no broker
+			// takes a connection, its outcome unknown, not at the
+			// publish timeout. The ones after it are not handed over.
+			start := time.Now()
+			for i, r := range s.Publish(context.Background(), messages("first", 5, topic)) {
+				if !errors.Is(r.Err, switchyard.ErrUnknownOutcome) && !errors.Is(r.Err, switchyard.ErrSinkUnavailable) {
+					t.Fatalf("first publish, message %d: %v", i, r.Err)
+				}
+			}
+			if took, within := time.Since(start), tc.firstWithin(cfg.PublishTimeout); took > within {
+				t.Fatalf("the first publish after the cluster went away took %s, more than %s (publish timeout %s)", took, within, cfg.PublishTimeout)
+			}
+			answersAtOnce(t, s, cfg.PublishTimeout)
+			select {
+			case <-ready:
+				t.Fatal("ready while the cluster is down")
+			default:
+			}
+
+			back()
+			c2 := newCluster(t, kfake.Ports(port), kfake.DataDir(dir))
+			// Nothing is published meanwhile: the sink watches by itself.
+			select {
+			case <-ready:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the sink never noticed the cluster was back")
+			}
+			publishOK(t, s, messages("after", 5, topic))
+			got := readBack(t, c2, 6)
+			for id := range got {
+				if !strings.HasPrefix(id, "after-") && id != "warm-00000" {
+					t.Errorf("%s is in the log: it was sent while the sink said it was not", id)
+				}
+			}
+		})
 	}
-	if took := time.Since(start); took > cfg.PublishTimeout/2 {
-		t.Fatalf("the first publish after the cluster went away took %s (publish timeout %s)", took, cfg.PublishTimeout)
-	}
+}
+
+// answersAtOnce publishes three batches to a sink whose cluster is down:
+// each is answered unavailable within half the publish timeout, and none
+// of its records is handed to the client.
+func answersAtOnce(t *testing.T, s *Sink, publishTimeout time.Duration) {
+	t.Helper()
 	for round := range 3 {
 		start := time.Now()
 		before := s.client().BufferedProduceRecords()
@@ -998,30 +1050,10 @@ func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
 		if n := s.client().BufferedProduceRecords(); n > before {
 			t.Fatalf("round %d: %d records handed to the client while no broker is reachable", round, n-before)
 		}
-		if took > cfg.PublishTimeout/2 {
-			t.Fatalf("round %d: the answer took %s, publish timeout %s: it waited for the broker", round, took, cfg.PublishTimeout)
+		if took > publishTimeout/2 {
+			t.Fatalf("round %d: the answer took %s, publish timeout %s: it waited for the broker", round, took, publishTimeout)
 		}
 		t.Logf("round %d answered in %s: %v", round, took.Round(time.Millisecond), res[0].Err)
-	}
-	select {
-	case <-ready:
-		t.Fatal("ready while the cluster is down")
-	default:
-	}
-
-	c2 := newCluster(t, kfake.Ports(port), kfake.DataDir(dir))
-	// Nothing is published meanwhile: the sink watches by itself.
-	select {
-	case <-ready:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the sink never noticed the cluster was back")
-	}
-	publishOK(t, s, messages("after", 5, topic))
-	got := readBack(t, c2, 6)
-	for id := range got {
-		if !strings.HasPrefix(id, "after-") && id != "warm-00000" {
-			t.Errorf("%s is in the log: it was sent while the sink said it was not", id)
-		}
 	}
 }
 
@@ -1164,6 +1196,44 @@ func TestConnStateReachableClearsFailedDials(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // a wrong second call would run by now
 	if n := readies.Load(); n != 1 {
 		t.Fatalf("ready called %d times, want 1", n)
+	}
+}
+
+// The sink's dial function tells a dial that timed out by itself (the
+// broker's address drops packets: a failure of the broker) from one whose
+// caller stopped waiting, by deadline or cancel (nothing said of the
+// broker), though Go gives both the same i/o timeout error; and connState
+// marks only the first.
+func TestDialerTellsItsTimeoutFromItsCallers(t *testing.T) {
+	addr, _ := testkit.Blackhole(t, 0)
+	meta := kgo.BrokerMetadata{Host: "127.0.0.1", Port: 9092}
+	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelShort()
+	cancelled, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // the dial's own
+		ctx     context.Context
+		gaveUp  bool
+	}{
+		{"its own timeout", 200 * time.Millisecond, context.Background(), false},
+		{"its caller's deadline", 5 * time.Second, short, true},
+		{"its caller cancelled", 5 * time.Second, cancelled, true},
+	} {
+		_, err := dialer(tc.timeout, nil)(tc.ctx, "tcp", addr)
+		var ne *net.OpError
+		if err == nil || !errors.As(err, &ne) {
+			t.Fatalf("%s: %v, want a dial error franz-go can classify (*net.OpError)", tc.name, err)
+		}
+		if got := callerGaveUp(err); got != tc.gaveUp {
+			t.Errorf("%s: %v: callerGaveUp = %v, want %v", tc.name, err, got, tc.gaveUp)
+		}
+		c := newConnState(hclog.NewNullLogger(), false)
+		c.OnBrokerConnect(meta, 0, nil, fmt.Errorf("unable to dial: %w", err))
+		if c.down() == tc.gaveUp {
+			t.Errorf("%s: down = %v after the only broker's dial failed so", tc.name, c.down())
+		}
 	}
 }
 

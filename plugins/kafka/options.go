@@ -1,7 +1,10 @@
 package kafka
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -49,13 +52,14 @@ func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
 			return min(100*time.Millisecond<<min(tries, 4), time.Second)
 		}),
 	}
+	var tc *tls.Config
 	if cfg.TLS != nil {
-		tc, err := cfg.TLS.ClientConfig()
-		if err != nil {
+		var err error
+		if tc, err = cfg.TLS.ClientConfig(); err != nil {
 			return nil, fmt.Errorf("kafka %q: tls: %w", cfg.Name, err)
 		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
+	opts = append(opts, kgo.Dialer(dialer(dialTimeout(cfg), tc)))
 	if cfg.SASL != nil {
 		m, err := saslMechanism(cfg.SASL)
 		if err != nil {
@@ -133,3 +137,54 @@ func saslMechanism(s *config.SASL) (ksasl.Mechanism, error) {
 	}
 	return nil, fmt.Errorf("unknown mechanism %q (want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", s.Mechanism)
 }
+
+// dialTimeout bounds one dial to a broker (TCP, and TLS when configured):
+// half the publish timeout, at most franz-go's default of 10 s. A broker,
+// or a network, that drops packets answers no dial: it must fail within a
+// publish, so that the cluster counts as down (connState) and the
+// publishes after it are answered at once instead of each waiting its
+// timeout. A dial that takes longer would leave a publish no time to
+// produce anyway.
+func dialTimeout(cfg config.Kafka) time.Duration {
+	return min(cfg.PublishTimeout/2, 10*time.Second)
+}
+
+// dialer is the client's dial function: franz-go's own (a net.Dialer with
+// timeout, wrapped in TLS when tc is set, its server name the broker's
+// host unless tc names one), except that a dial that failed because its
+// caller's context ended says so (errGaveUp). Only here is that known: a
+// dial's own timeout and its caller's deadline are the same error by the
+// time kgo reports the dial (OnBrokerConnect), and only the first says
+// something about the broker.
+func dialer(timeout time.Duration, tc *tls.Config) func(ctx context.Context, network, host string) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: timeout}
+	dial := nd.DialContext
+	if tc != nil {
+		dial = func(ctx context.Context, network, host string) (net.Conn, error) {
+			c := tc.Clone()
+			if c.ServerName == "" {
+				server, _, err := net.SplitHostPort(host)
+				if err != nil {
+					return nil, fmt.Errorf("unable to split host:port for dialing: %w", err)
+				}
+				c.ServerName = server
+			}
+			return (&tls.Dialer{NetDialer: nd, Config: c}).DialContext(ctx, network, host)
+		}
+	}
+	return func(ctx context.Context, network, host string) (net.Conn, error) {
+		conn, err := dial(ctx, network, host)
+		if err != nil && ctx.Err() != nil {
+			err = &errGaveUp{err}
+		}
+		return conn, err
+	}
+}
+
+// errGaveUp is a dial cut short by its caller (a probe that had its
+// answer, a request whose deadline passed, the client closing). It unwraps
+// to the dial's error, so franz-go classifies it as before.
+type errGaveUp struct{ err error }
+
+func (e *errGaveUp) Error() string { return e.err.Error() }
+func (e *errGaveUp) Unwrap() error { return e.err }
