@@ -440,6 +440,12 @@ func TestNoAckIsUnknownOutcome(t *testing.T) {
 	if err := sink.Healthy(context.Background()); !errors.Is(err, stall.ErrStalled) {
 		t.Fatalf("Healthy after a deadline with no acknowledgement: %v", err)
 	}
+	// The server answers the ping that follows (checkSilent): the
+	// connection is kept, not taken for a silent one.
+	testkit.Eventually(t, "the ping after the stall", 5*time.Second, func() bool { return !sink.checking.Load() })
+	if n := sink.nc.Stats().Reconnects; n != 0 || !sink.nc.IsConnected() {
+		t.Fatalf("%d reconnects, connected %v, after a stall the server answered pings through", n, sink.nc.IsConnected())
+	}
 }
 
 // A sink stalled by publishes never answered is healthy again at the next
@@ -714,5 +720,51 @@ func blackhole(t *testing.T, url string) {
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A connection that goes silent (the server's host gone dark, a NAT that
+// lost its state: no reset, no answer, a new dial times out) is found
+// within a publish or two, not at nats.go's idle ping (two minutes, two
+// missed): the publish it leaves unanswered ends at its timeout, outcome
+// unknown; then the sink pings the server, and with no answer reconnects,
+// so the next publishes are answered unavailable at once, counting no
+// attempt. When the way is back, the sink reconnects and publishes.
+func TestSilentConnectionIsFound(t *testing.T) {
+	cfg := testConfig(true)
+	cfg.PublishTimeout = 2 * time.Second
+	srv := startServer(t, cfg, t.TempDir())
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := testkit.NewLink(t, u.Host)
+	sink := openSink(t, cfg, "nats://"+link.Addr())
+	requireOK(t, sink.Publish(context.Background(), makeMsgs("before", "orders.created", 5)), 5)
+
+	link.Cut()
+	cut := time.Now()
+	for i, r := range sink.Publish(context.Background(), makeMsgs("cut", "orders.created", 5)) {
+		if !errors.Is(r.Err, switchyard.ErrUnknownOutcome) && !errors.Is(r.Err, switchyard.ErrSinkUnavailable) {
+			t.Fatalf("the publish the cut met, message %d: %v", i, r.Err)
+		}
+	}
+	var last error
+	testkit.EventuallyWith(t, 4*cfg.PublishTimeout, func() bool {
+		start := time.Now()
+		res := sink.Publish(context.Background(), makeMsgs("down", "orders.created", 1))
+		last = res[0].Err
+		return errors.Is(last, switchyard.ErrSinkUnavailable) && time.Since(start) < cfg.PublishTimeout/2
+	}, func() string { return fmt.Sprintf("publishes still wait for the silent connection: %v", last) })
+	t.Logf("answered at once %s after the cut: %v", time.Since(cut).Round(time.Millisecond), last)
+
+	link.Restore()
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		res := sink.Publish(context.Background(), makeMsgs("after", "orders.created", 1))
+		last = res[0].Err
+		return last == nil
+	}, func() string { return fmt.Sprintf("no publish after the way is back: %v", last) })
+	if err := sink.Healthy(context.Background()); err != nil {
+		t.Fatalf("Healthy after a publish was acknowledged: %v", err)
 	}
 }

@@ -81,6 +81,9 @@ type Sink struct {
 	// or of its stream, until a message is acknowledged again: Healthy
 	// says so, as the events wait without counting attempts.
 	refusing atomic.Pointer[error]
+	// checking is set while a ping checks whether the connection went
+	// silent (checkSilent).
+	checking atomic.Bool
 
 	scratchPool sync.Pool // *scratch
 }
@@ -534,6 +537,9 @@ func (s *Sink) awaitJetStream(ctx context.Context, sc *scratch, msgs []*switchya
 			s.stall.Acked()
 		} else if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			s.stall.Missed(missed, s.timeout) // a cancelled caller says nothing of the broker
+			if missed > 0 {
+				s.checkSilent()
+			}
 		}
 	}()
 	for i, f := range sc.futs {
@@ -809,6 +815,7 @@ func (s *Sink) publishCore(ctx context.Context, msgs []*switchyard.Message, res 
 	if err := s.nc.FlushWithContext(ctx); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%s: flush not confirmed before the deadline (%v): %w", s.name, err, switchyard.ErrUnknownOutcome)
+			s.checkSilent()
 		} else {
 			// The connection dropped mid-flush: the messages may or may not
 			// have reached the server.
@@ -820,6 +827,40 @@ func (s *Sink) publishCore(ctx context.Context, msgs []*switchyard.Message, res 
 			}
 		}
 	}
+}
+
+// checkSilent pings the server after a publish left unanswered at its
+// deadline (no acknowledgement came, or the flush was not confirmed):
+// reconnectIfSilent, waiting half the publish timeout. A server that
+// answers is slow, or refuses in silence: the stall says so. One check at
+// a time, on a goroutine of its own.
+func (s *Sink) checkSilent() {
+	if !s.checking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.checking.Store(false)
+		reconnectIfSilent(s.nc, s.timeout/2, s.log)
+	}()
+}
+
+// reconnectIfSilent pings the server, and reconnects if the ping is not
+// answered within wait while the connection counts as up: the server is
+// gone from this connection although its socket is open. Its host went
+// dark, or a NAT on the way forgot the connection, and nothing resets it;
+// nats.go's own pings, every two minutes, would notice after two missed.
+// While the connection is down, the sink answers unavailable at once, and
+// it comes back by dialling (TestSilentConnectionIsFound,
+// TestSourceFindsASilentConnection). It reports whether it reconnected.
+func reconnectIfSilent(nc *natsgo.Conn, wait time.Duration, log hclog.Logger) bool {
+	if err := nc.FlushTimeout(wait); !errors.Is(err, natsgo.ErrTimeout) || nc.Status() != natsgo.CONNECTED {
+		return false
+	}
+	log.Warn("the connection to NATS went silent (no answer to a ping): reconnecting", "waited", wait)
+	if err := nc.ForceReconnect(); err != nil {
+		log.Warn("cannot reconnect to NATS", "error", err)
+	}
+	return true
 }
 
 // jsErrCodesFull are JetStream's refusals for want of room or of a working

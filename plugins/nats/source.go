@@ -349,6 +349,11 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 	}
 	msgs, err := collect(mb)
 	if len(msgs) == 0 {
+		if err == nil && ctx.Err() == nil {
+			// Nothing came: an idle stream, or a connection gone
+			// silent, which nothing else would notice for minutes.
+			reconnectIfSilent(s.nc, fetchWait/2, s.log)
+		}
 		return err
 	}
 	if s.batch > 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -464,4 +465,37 @@ func TestSourceLenientWarningsAreThrottled(t *testing.T) {
 	if !strings.Contains(logs.String(), "id must not be empty") {
 		t.Errorf("the line does not say what was wrong:\n%s", logs.String())
 	}
+}
+
+// An inbox whose connection goes silent (no reset, no answer: a host gone
+// dark, a NAT that forgot it) notices at its next empty pull, not at
+// nats.go's idle ping minutes later: it pings, reconnects, and once the way
+// is back it receives what the stream stored meanwhile.
+func TestSourceFindsASilentConnection(t *testing.T) {
+	e := newSourceEnv(t)
+	u, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := testkit.NewLink(t, u.Host)
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), "nats://"+link.Addr(), natsInbox("silent", "orders.>"), testLogger(t), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	var c collector
+	r := runSource(s, c.receive)
+	defer r.stop(t)
+	e.publish(t, "orders.created", "before", 3)
+	testkit.Eventually(t, "the messages before the cut", 10*time.Second, func() bool { return c.distinct() == 3 })
+
+	link.Cut()
+	cut := time.Now()
+	e.publish(t, "orders.created", "during", 3)
+	testkit.Eventually(t, "the inbox to find its connection silent", 2*fetchWait, func() bool { return !s.nc.IsConnected() })
+	t.Logf("found silent %s after the cut", time.Since(cut).Round(time.Millisecond))
+	link.Restore()
+	// A message the server had handed to the pull open at the cut comes
+	// again after its ack wait (2 s here).
+	testkit.Eventually(t, "the messages stored while the way was cut", 15*time.Second, func() bool { return c.distinct() == 6 })
 }

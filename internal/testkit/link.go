@@ -1,0 +1,125 @@
+package testkit
+
+import (
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+)
+
+// Link is a network path to a backend (a broker) through a loopback port
+// of its own, which a test can cut silently and restore. Cut, it acts as a
+// host gone dark or a NAT that lost its state does: bytes on the open
+// connections go nowhere and no answer or reset comes back, and a new
+// connection is neither taken nor refused, its dial times out (Blackhole).
+type Link struct {
+	t       testing.TB
+	backend string
+	port    int
+
+	mu       sync.Mutex
+	ln       net.Listener
+	gen      int // bumped by each cut: relays of an earlier one carry nothing more
+	unhole   func()
+	accepted []net.Conn
+}
+
+// NewLink starts a link to backend; it is closed when the test ends.
+func NewLink(t testing.TB, backend string) *Link {
+	t.Helper()
+	l := &Link{t: t, backend: backend}
+	l.listen(0)
+	t.Cleanup(l.close)
+	return l
+}
+
+// Addr is the link's address, host:port.
+func (l *Link) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(l.port)) }
+
+// Cut drops everything from now on: the connections open stay open and
+// silent for good, new ones time out.
+func (l *Link) Cut() {
+	l.t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gen++
+	l.ln.Close()
+	_, l.unhole = Blackhole(l.t, l.port)
+}
+
+// Restore takes connections to the backend again on the same port. The
+// connections cut stay silent: a client finds its way back by dialling.
+func (l *Link) Restore() {
+	l.t.Helper()
+	l.mu.Lock()
+	l.unhole()
+	l.mu.Unlock()
+	l.listen(l.port)
+}
+
+func (l *Link) listen(port int) {
+	l.t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		l.t.Fatalf("link to %s: %v", l.backend, err)
+	}
+	l.mu.Lock()
+	l.ln, l.port = ln, ln.Addr().(*net.TCPAddr).Port
+	gen := l.gen
+	l.mu.Unlock()
+	go l.accept(ln, gen)
+}
+
+func (l *Link) accept(ln net.Listener, gen int) {
+	for {
+		front, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		back, err := net.Dial("tcp", l.backend)
+		if err != nil {
+			front.Close()
+			continue
+		}
+		l.mu.Lock()
+		l.accepted = append(l.accepted, front, back)
+		l.mu.Unlock()
+		go l.relay(back, front, gen)
+		go l.relay(front, back, gen)
+	}
+}
+
+// relay copies from src to dst while the link is not cut since gen; once
+// it is, what it reads goes nowhere.
+func (l *Link) relay(dst, src net.Conn, gen int) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && l.live(gen) {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if l.live(gen) {
+				dst.Close() // a close crosses a live link, not a cut one
+			}
+			return
+		}
+	}
+}
+
+func (l *Link) live(gen int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gen == gen
+}
+
+func (l *Link) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ln.Close()
+	for _, c := range l.accepted {
+		c.Close()
+	}
+}
