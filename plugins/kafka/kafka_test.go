@@ -1207,21 +1207,31 @@ func TestConnStateReachableClearsFailedDials(t *testing.T) {
 func TestDialerTellsItsTimeoutFromItsCallers(t *testing.T) {
 	addr, _ := testkit.Blackhole(t, 0)
 	meta := kgo.BrokerMetadata{Host: "127.0.0.1", Port: 9092}
-	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancelShort()
-	cancelled, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(200*time.Millisecond, cancel)
+	deadline := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 200*time.Millisecond)
+	}
+	cancelled := func() (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		return ctx, cancel
+	}
 	for _, tc := range []struct {
 		name    string
 		timeout time.Duration // the dial's own
-		ctx     context.Context
+		ctx     func() (context.Context, context.CancelFunc)
 		gaveUp  bool
 	}{
-		{"its own timeout", 200 * time.Millisecond, context.Background(), false},
-		{"its caller's deadline", 5 * time.Second, short, true},
+		{"its own timeout", 200 * time.Millisecond, func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }, false},
+		{"its caller's deadline", 5 * time.Second, deadline, true},
 		{"its caller cancelled", 5 * time.Second, cancelled, true},
+		// The caller's deadline and the dial's own at one instant: either
+		// may fire first, and it is the caller's (once seen as the dial's
+		// own: ctx.Err was still nil when the dial returned).
+		{"its caller's deadline, as its own", 200 * time.Millisecond, deadline, true},
 	} {
-		_, err := dialer(tc.timeout, nil)(tc.ctx, "tcp", addr)
+		ctx, cancel := tc.ctx()
+		_, err := dialer(tc.timeout, nil)(ctx, "tcp", addr)
+		cancel()
 		var ne *net.OpError
 		if err == nil || !errors.As(err, &ne) {
 			t.Fatalf("%s: %v, want a dial error franz-go can classify (*net.OpError)", tc.name, err)

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -173,12 +174,27 @@ func dialer(timeout time.Duration, tc *tls.Config) func(ctx context.Context, net
 		}
 	}
 	return func(ctx context.Context, network, host string) (net.Conn, error) {
+		own := time.Now().Add(timeout)
 		conn, err := dial(ctx, network, host)
-		if err != nil && ctx.Err() != nil {
+		if err != nil && callerEnded(ctx, err, own) {
 			err = &errGaveUp{err}
 		}
 		return conn, err
 	}
+}
+
+// callerEnded reports whether a dial failed because its caller's context
+// ended, not by itself: the context is done, or the dial timed out at a
+// caller's deadline that came before its own (own). The second is not
+// seen in ctx.Err alone: the dial's context and its caller's expire on
+// timers of their own, and the dial's may fire first.
+func callerEnded(ctx context.Context, err error, own time.Time) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	var ne net.Error
+	dl, ok := ctx.Deadline()
+	return ok && dl.Before(own) && errors.As(err, &ne) && ne.Timeout()
 }
 
 // errGaveUp is a dial cut short by its caller (a probe that had its
