@@ -208,7 +208,7 @@ nats "local" {
 #   linger           = "0s"
 #   max_record_bytes = "1MiB"
 #   idempotent       = true    # the idempotent producer: no broker-side duplicates on retry
-#   publish_timeout  = "10s"   # a dial to a broker gets half of it (at most 10s)
+#   publish_timeout  = "10s"   # a dial to a broker gets half of it (2s to 10s)
 #
 #   tls {
 #     ca_file   = "/etc/switchyard/ca.pem"

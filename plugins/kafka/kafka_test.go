@@ -1224,10 +1224,10 @@ func TestDialerTellsItsTimeoutFromItsCallers(t *testing.T) {
 		{"its own timeout", 200 * time.Millisecond, func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }, false},
 		{"its caller's deadline", 5 * time.Second, deadline, true},
 		{"its caller cancelled", 5 * time.Second, cancelled, true},
-		// The caller's deadline and the dial's own at one instant: either
-		// may fire first, and it is the caller's (once seen as the dial's
-		// own: ctx.Err was still nil when the dial returned).
-		{"its caller's deadline, as its own", 200 * time.Millisecond, deadline, true},
+		// The caller's deadline a moment before the dial's own: either
+		// timer may fire first, and it is the caller's (once seen as the
+		// dial's own: ctx.Err was still nil when the dial returned).
+		{"its caller's deadline, a moment before its own", 200 * time.Millisecond, deadline, true},
 	} {
 		ctx, cancel := tc.ctx()
 		_, err := dialer(tc.timeout, nil)(ctx, "tcp", addr)

@@ -140,14 +140,19 @@ func saslMechanism(s *config.SASL) (ksasl.Mechanism, error) {
 }
 
 // dialTimeout bounds one dial to a broker (TCP, and TLS when configured):
-// half the publish timeout, at most franz-go's default of 10 s. A broker,
-// or a network, that drops packets answers no dial: it must fail within a
-// publish, so that the cluster counts as down (connState) and the
+// half the publish timeout, within 2 s and franz-go's default of 10 s. A
+// broker, or a network, that drops packets answers no dial: it must fail
+// within a publish, so that the cluster counts as down (connState) and the
 // publishes after it are answered at once instead of each waiting its
-// timeout. A dial that takes longer would leave a publish no time to
-// produce anyway.
+// timeout; a dial that takes longer would leave a publish no time to
+// produce anyway. At least 2 s: Linux sends a lost SYN again after 1 s,
+// and one lost packet on an edge link is not a broker gone. An unresolved
+// block (no publish timeout) dials as franz-go would.
 func dialTimeout(cfg config.Kafka) time.Duration {
-	return min(cfg.PublishTimeout/2, 10*time.Second)
+	if cfg.PublishTimeout <= 0 {
+		return 10 * time.Second
+	}
+	return min(max(cfg.PublishTimeout/2, 2*time.Second), 10*time.Second)
 }
 
 // dialer is the client's dial function: franz-go's own (a net.Dialer with

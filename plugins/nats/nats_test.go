@@ -757,6 +757,17 @@ func TestSilentConnectionIsFound(t *testing.T) {
 		return errors.Is(last, switchyard.ErrSinkUnavailable) && time.Since(start) < cfg.PublishTimeout/2
 	}, func() string { return fmt.Sprintf("publishes still wait for the silent connection: %v", last) })
 	t.Logf("answered at once %s after the cut: %v", time.Since(cut).Round(time.Millisecond), last)
+	// And so is every publish while the sink dials the silent address
+	// again (nats.go holds the connection's lock across each dial: asking
+	// it "connected?" waited the dial out, 2 s, for one publish in four).
+	for i := range 8 {
+		start := time.Now()
+		res := sink.Publish(context.Background(), makeMsgs("still", "orders.created", 1))
+		if took := time.Since(start); !errors.Is(res[0].Err, switchyard.ErrSinkUnavailable) || took > cfg.PublishTimeout/4 {
+			t.Fatalf("publish %d while the way is cut: %v after %s, want the sink unavailable at once", i, res[0].Err, took)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 
 	link.Restore()
 	testkit.EventuallyWith(t, 10*time.Second, func() bool {

@@ -352,7 +352,7 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 		if err == nil && ctx.Err() == nil {
 			// Nothing came: an idle stream, or a connection gone
 			// silent, which nothing else would notice for minutes.
-			reconnectIfSilent(s.nc, fetchWait/2, s.log)
+			reconnectIfSilent(ctx, s.nc, fetchWait/2, s.log, nil)
 		}
 		return err
 	}

@@ -492,7 +492,9 @@ func TestSourceFindsASilentConnection(t *testing.T) {
 	link.Cut()
 	cut := time.Now()
 	e.publish(t, "orders.created", "during", 3)
-	testkit.Eventually(t, "the inbox to find its connection silent", 2*fetchWait, func() bool { return !s.nc.IsConnected() })
+	// An empty pull (up to fetchWait), a ping (fetchWait/2), a reconnect
+	// whose dials hang (IsConnected waits each out).
+	testkit.Eventually(t, "the inbox to find its connection silent", 4*fetchWait, func() bool { return !s.nc.IsConnected() })
 	t.Logf("found silent %s after the cut", time.Since(cut).Round(time.Millisecond))
 	link.Restore()
 	// A message the server had handed to the pull open at the cut comes
