@@ -180,6 +180,25 @@ func (c *connState) reachable() {
 	c.changed()
 }
 
+// silent marks every broker tried as failing, the cluster down: none
+// answered a probe after a publish went unanswered (Sink.checkSilent),
+// though their connections may still be open (kgo ends them only at its
+// request timeouts). A probe that gets an answer (reachable), or a
+// connection that succeeds, makes it up again.
+func (c *connState) silent(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.downLocked() {
+		return
+	}
+	for addr := range c.failing {
+		c.failing[addr] = true
+	}
+	c.log.Warn("no broker answers: the connections to the cluster went silent", "error", err)
+	c.err, c.addr, c.at = err, "the cluster", time.Now()
+	c.changed()
+}
+
 // changed acts on a change of the failing marks or of the brokers known:
 // the cluster went down (close downC, start onDown) or is up again (a new
 // downC, and a line in the log, the only sign an operator gets that the

@@ -62,6 +62,7 @@ type Sink struct {
 	// again: classify), one purge at a time per topic.
 	purging  sync.Map
 	watching atomic.Bool   // watch is probing the cluster
+	checking atomic.Bool   // checkSilent is asking whether any broker answers
 	closed   chan struct{} // closed by Close
 
 	// stall is set while the sink is unhealthy: a Publish hit its
@@ -354,6 +355,39 @@ func (s *Sink) noteDeadline(ctx context.Context, res []switchyard.Result) {
 		}
 	}
 	s.stall.Missed(missed, s.timeout)
+	if missed > 0 {
+		s.checkSilent()
+	}
+}
+
+// checkSilent asks every broker whether it answers (a probe, within half
+// the publish timeout) after a publish left records unanswered at its
+// deadline. A broker that answers is slow, or the records wait for a
+// partition's leader: the stall says so. When none answers, the cluster's
+// connections went silent (its host went dark, a NAT on the way forgot
+// them: nothing resets them), and it counts as down (connState.silent):
+// Publish answers at once, and the watch finds the cluster when it answers
+// again. franz-go alone notices only at its request timeouts, and a new
+// connection's: 55 s in TestSilentClusterIsFoundDown, each publish waiting
+// its timeout meanwhile. One check at a time, on a goroutine of its own.
+func (s *Sink) checkSilent() {
+	if !s.checking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.checking.Store(false)
+		wait := s.timeout / 2
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if s.anyBrokerAnswers(ctx) {
+			return
+		}
+		select {
+		case <-s.closed:
+		default:
+			s.conn.silent(fmt.Errorf("no broker answered a request in %s after a publish went unanswered: the connections went silent", wait))
+		}
+	}()
 }
 
 // maxRounds bounds how often one Publish re-produces records that another

@@ -1032,6 +1032,62 @@ func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
 	}
 }
 
+// A cluster whose connections go silent under way (the brokers' host gone
+// dark after the client connected: nothing answered, nothing reset, new
+// connections taken and left unanswered) is found down within a publish
+// and a probe, not when franz-go gives up on its requests (its request
+// timeout, ~20 s for a produce, then a connection's first request's 10 s):
+// the publish the silence meets ends at its deadline, outcome unknown, and
+// the next are answered unavailable at once. When the brokers answer
+// again, the sink finds them by itself and publishes.
+func TestSilentClusterIsFoundDown(t *testing.T) {
+	var mu sync.Mutex
+	var lns []*testkit.CutListener
+	c := newCluster(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		lns = append(lns, testkit.Cuttable(ln))
+		return lns[len(lns)-1], nil
+	}))
+	each := func(f func(*testkit.CutListener)) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ln := range lns {
+			f(ln)
+		}
+	}
+	cfg := testConfig(c)
+	s := newSink(t, cfg)
+	ready := readyChan(s)
+	publishOK(t, s, messages("warm", 3, topic))
+
+	each((*testkit.CutListener).Cut)
+	cut := time.Now()
+	for i, r := range s.Publish(context.Background(), messages("cut", 3, topic)) {
+		if !errors.Is(r.Err, switchyard.ErrUnknownOutcome) && !errors.Is(r.Err, switchyard.ErrSinkUnavailable) {
+			t.Fatalf("the publish the silence met, message %d: %v", i, r.Err)
+		}
+	}
+	// A probe after it: half a publish timeout (franz-go alone: 55 s).
+	testkit.Eventually(t, "the sink to find the cluster down", 2*cfg.PublishTimeout, s.conn.down)
+	t.Logf("found down %s after the cut: %v", time.Since(cut).Round(time.Millisecond), s.conn.lastError())
+	answersAtOnce(t, s, cfg.PublishTimeout)
+
+	each((*testkit.CutListener).Restore)
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sink never noticed the brokers answer again")
+	}
+	testkit.EventuallyWith(t, 30*time.Second, func() bool {
+		return s.Publish(context.Background(), messages("after", 1, topic))[0].Err == nil
+	}, func() string { return "no publish went through after the brokers answered again" })
+}
+
 // answersAtOnce publishes three batches to a sink whose cluster is down:
 // each is answered unavailable within half the publish timeout, and none
 // of its records is handed to the client.
