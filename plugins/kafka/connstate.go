@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -46,13 +47,30 @@ type connState struct {
 	// onDown is called, on a goroutine of its own, when the cluster goes
 	// down (the sink watches for its return: Sink.watch).
 	onDown func()
+	// lives counts the signs of life: a response read from any broker, a
+	// connection that succeeded, a probe answered. A silence is called
+	// only if none came while it was being checked (silent).
+	lives atomic.Uint64
 }
 
 func newConnState(log hclog.Logger, sasl bool) *connState {
 	return &connState{log: log, sasl: sasl, failing: map[string]bool{}, brokers: map[string]bool{}, downC: make(chan struct{})}
 }
 
-var _ kgo.HookBrokerConnect = (*connState)(nil)
+var (
+	_ kgo.HookBrokerConnect = (*connState)(nil)
+	_ kgo.HookBrokerRead    = (*connState)(nil)
+)
+
+// OnBrokerRead counts a response read as a sign of life: a broker that
+// answers anything (a produce, on a slow link) is not silent, even when
+// the probe's request waited behind the produce on kgo's per-broker
+// goroutine and went unanswered in time.
+func (c *connState) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	if err == nil {
+		c.lives.Add(1)
+	}
+}
 
 func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, conn net.Conn, err error) {
 	c.mu.Lock()
@@ -63,6 +81,9 @@ func (c *connState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, co
 	}
 	if err == nil || !callerGaveUp(err) {
 		c.failing[addr] = err != nil
+	}
+	if err == nil {
+		c.lives.Add(1)
 	}
 	c.changed()
 	if err == nil && c.aliasLocked(addr) {
@@ -165,6 +186,7 @@ func (c *connState) aliasLocked(addr string) bool {
 // brokers already tried stay known, so that one more failed dial to one of
 // several does not make the cluster "down".
 func (c *connState) reachable() {
+	c.lives.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.downLocked() {
@@ -183,12 +205,15 @@ func (c *connState) reachable() {
 // silent marks every broker tried as failing, the cluster down: none
 // answered a probe after a publish went unanswered (Sink.checkSilent),
 // though their connections may still be open (kgo ends them only at its
-// request timeouts). A probe that gets an answer (reachable), or a
-// connection that succeeds, makes it up again.
-func (c *connState) silent(err error) {
+// request timeouts). Nothing happens if a sign of life came since seen
+// (lives, read before the probe): a response read, a connection or a
+// probe that succeeded meanwhile is newer news than the probe's. A probe
+// that gets an answer (reachable), or a connection that succeeds, makes it
+// up again.
+func (c *connState) silent(err error, seen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.downLocked() {
+	if c.downLocked() || c.lives.Load() != seen {
 		return
 	}
 	for addr := range c.failing {

@@ -363,7 +363,10 @@ func (s *Sink) noteDeadline(ctx context.Context, res []switchyard.Result) {
 // checkSilent asks every broker whether it answers (a probe, within half
 // the publish timeout) after a publish left records unanswered at its
 // deadline. A broker that answers is slow, or the records wait for a
-// partition's leader: the stall says so. When none answers, the cluster's
+// partition's leader: the stall says so. So is one that sent anything else
+// meanwhile (connState.lives): the probe's request may wait behind a
+// produce stuck on a full socket on kgo's one goroutine per broker, and
+// go unanswered in time on a slow link. When none answers, the cluster's
 // connections went silent (its host went dark, a NAT on the way forgot
 // them: nothing resets them), and it counts as down (connState.silent):
 // Publish answers at once, and the watch finds the cluster when it answers
@@ -377,6 +380,7 @@ func (s *Sink) checkSilent() {
 	go func() {
 		defer s.checking.Store(false)
 		wait := s.timeout / 2
+		seen := s.conn.lives.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		if s.anyBrokerAnswers(ctx) {
@@ -385,7 +389,7 @@ func (s *Sink) checkSilent() {
 		select {
 		case <-s.closed:
 		default:
-			s.conn.silent(fmt.Errorf("no broker answered a request in %s after a publish went unanswered: the connections went silent", wait))
+			s.conn.silent(fmt.Errorf("no broker answered a request in %s, nor anything else, after a publish went unanswered: the connections went silent", wait), seen)
 		}
 	}()
 }

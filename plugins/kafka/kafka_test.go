@@ -1303,6 +1303,34 @@ func TestDialerTellsItsTimeoutFromItsCallers(t *testing.T) {
 	}
 }
 
+// A silence found by a probe is newer news only if nothing came since the
+// probe began: a response read, a connection that succeeded or a probe
+// answered meanwhile keeps the cluster up (the probe's own request may
+// have waited behind a produce on a slow link); with none, it is down.
+func TestConnStateSilentOnlyWithoutSignsOfLife(t *testing.T) {
+	meta := kgo.BrokerMetadata{Host: "127.0.0.1", Port: 9092}
+	for _, tc := range []struct {
+		name string
+		life func(c *connState)
+		down bool
+	}{
+		{"nothing came", func(*connState) {}, true},
+		{"a response read", func(c *connState) { c.OnBrokerRead(meta, 0, 100, 0, 0, nil) }, false},
+		{"a connection succeeded", func(c *connState) { c.OnBrokerConnect(meta, 0, nil, nil) }, false},
+		{"a probe answered", func(c *connState) { c.reachable() }, false},
+		{"a read failed", func(c *connState) { c.OnBrokerRead(meta, 0, 0, 0, 0, errors.New("i/o timeout")) }, true},
+	} {
+		c := newConnState(hclog.NewNullLogger(), false)
+		c.OnBrokerConnect(meta, 0, nil, nil)
+		seen := c.lives.Load()
+		tc.life(c)
+		c.silent(errors.New("no broker answered"), seen)
+		if c.down() != tc.down {
+			t.Errorf("%s: down = %v after the probe's silence, want %v", tc.name, c.down(), tc.down)
+		}
+	}
+}
+
 // A cluster some of whose brokers fail is not down: a health check's
 // answer (reachable, at every scrape) does not forget which brokers were
 // tried, so one more failed dial to one of three leaves it up, and the
