@@ -70,10 +70,16 @@ const batchSource = "/late"
 // their ids.
 func postBatches(t *testing.T, c *http.Client, typ string, n int) []string {
 	t.Helper()
+	return postRange(t, c, typ, 0, n)
+}
+
+// postRange is postBatches for the events numbered from first to first+n.
+func postRange(t *testing.T, c *http.Client, typ string, first, n int) []string {
+	t.Helper()
 	var ids []string
-	for start := 0; start < n; start += 100 {
+	for start := first; start < first+n; start += 100 {
 		var batch []string
-		for i := start; i < min(start+100, n); i++ {
+		for i := start; i < min(start+100, first+n); i++ {
 			id := fmt.Sprintf("%s-%d", typ, i)
 			ids = append(ids, id)
 			batch = append(batch, fmt.Sprintf(`{"specversion":"1.0","type":%q,"source":%q,"id":%q,"data":{"i":%d}}`, typ, batchSource, id, i))

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/internal/testkit"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// silentWay is a broker a test can silence under the running router, as
+// when its host goes dark: no reset, no answer, dials time out.
+type silentWay struct {
+	sink    string                // the router's name for its sink
+	block   string                // its block in the policies file
+	route   string                // a route of the type to it
+	cut     func()                // silences the way
+	restore func()                // opens it again
+	held    func() map[string]int // the events it holds, by id: how many times each
+}
+
+// The real router, its broker going silent while it runs (the way to it
+// cut with no reset, as when its host goes dark or a NAT forgets the
+// connection): it goes on taking events, finds the sink down within
+// seconds (switchyard_sink_up 0; the client libraries alone take 55 s for
+// Kafka and minutes for NATS), delivers meanwhile the type's events to its
+// other sink, and once the way is back delivers every held event to the
+// silent broker: nothing acknowledged is lost, and an external JetStream
+// holds each once.
+func TestBrokerGoesSilentUnderTheRouter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a silent broker to be found down and to come back")
+	}
+	for name, way := range map[string]func(*testing.T) silentWay{"nats": silentNATS, "kafka": silentKafka} {
+		t.Run(name, func(t *testing.T) { brokerGoesSilent(t, way(t)) })
+	}
+}
+
+func brokerGoesSilent(t *testing.T, far silentWay) {
+	near := jetStreamServer(t, -1)
+	path, sock := writeConfig(t, far.block+fmt.Sprintf(`
+nats "near" {
+  url = %q
+  stream "near" { subjects = ["near.>"] }
+}
+event "s.order" {
+%s
+  route {
+    to      = "nats.near"
+    subject = "near.orders"
+  }
+}
+`, near.ClientURL(), far.route))
+	c, _ := serveBinary(t, path, sock)
+	up := `switchyard_sink_up{sink="` + far.sink + `"}`
+	before := postRange(t, c, "s.order", 0, 100)
+	waitAllDelivered(t, c, before, time.Now())
+
+	far.cut()
+	cut := time.Now()
+	during := postRange(t, c, "s.order", 100, 200)
+	testkit.Eventually(t, "the router to say the silent sink is down", 30*time.Second, func() bool { return metricValue(t, c, up) == 0 })
+	during = append(during, postRange(t, c, "s.order", 300, 200)...)
+	testkit.EventuallyWith(t, 30*time.Second, func() bool { return streamMsgs(t, near.ClientURL(), "near") == 500 },
+		func() string {
+			return fmt.Sprintf("the other sink holds %d of 500 events", streamMsgs(t, near.ClientURL(), "near"))
+		})
+	t.Logf("the other sink had every event %s after the cut", time.Since(cut).Round(time.Millisecond))
+	// The last event was not sent to the silent broker: the router knew it
+	// down (before, each publish waited its timeout, outcome unknown).
+	last := during[len(during)-1]
+	switch out, tried := farOutput(t, c, last, far.sink); {
+	case !tried:
+		t.Fatalf("%s never offered to %s: the type's events still wait for the silent broker", last, far.sink)
+	case out.Delivered || !strings.Contains(out.LastError, switchyard.ErrSinkUnavailable.Error()):
+		t.Fatalf("%s to the silent broker: %+v, want it held, not sent", last, out)
+	}
+	far.restore()
+	back := time.Now()
+	waitAllDelivered(t, c, during, back)
+	held := far.held()
+	for _, id := range append(before, during...) {
+		if held[id] == 0 {
+			t.Errorf("%s delivered, but the broker does not hold it", id)
+		}
+	}
+	extra := 0
+	for _, n := range held {
+		extra += n - 1
+	}
+	t.Logf("%s holds %d events, %d of them more than once", far.sink, len(held), extra)
+}
+
+// eventOutput is one output of GET /v1/events/{id}.
+type eventOutput struct {
+	Destination string `json:"destination"`
+	Delivered   bool   `json:"delivered"`
+	LastError   string `json:"last_error"`
+}
+
+// farOutput is event id's output to sink, if the router has offered it
+// there yet.
+func farOutput(t *testing.T, c *http.Client, id, sink string) (eventOutput, bool) {
+	t.Helper()
+	body := get(t, c, "/v1/events/"+id)
+	var e struct{ Outputs []eventOutput }
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("GET %s: %v: %s", id, err, body)
+	}
+	for _, o := range e.Outputs {
+		if strings.HasPrefix(o.Destination, sink+":") {
+			return o, true
+		}
+	}
+	return eventOutput{}, false
+}
+
+// silentNATS is an external JetStream server behind a link.
+func silentNATS(t *testing.T) silentWay {
+	ns := jetStreamServer(t, -1)
+	u, err := url.Parse(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := testkit.NewLink(t, u.Host)
+	return silentWay{
+		sink: "nats.far",
+		block: fmt.Sprintf(`
+nats "far" {
+  url             = "nats://%s"
+  publish_timeout = "2s"
+  stream "far" { subjects = ["far.>"] }
+}
+`, link.Addr()),
+		route:   "  route {\n    to      = \"nats.far\"\n    subject = \"far.orders\"\n  }",
+		cut:     link.Cut,
+		restore: link.Restore,
+		held: func() map[string]int {
+			// The stream drops a duplicate message id within its window
+			// (2 m): what it holds, each once, is what a consumer reads.
+			return streamIDs(t, ns.ClientURL(), "far", streamMsgs(t, ns.ClientURL(), "far"))
+		},
+	}
+}
+
+// silentKafka is an in-process Kafka cluster whose listeners a test cuts.
+func silentKafka(t *testing.T) silentWay {
+	var mu sync.Mutex
+	var lns []*testkit.CutListener
+	cluster := testkit.Kafka(t, kfake.SeedTopics(3, "far-orders"), kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		lns = append(lns, testkit.Cuttable(ln))
+		return lns[len(lns)-1], nil
+	}))
+	each := func(f func(*testkit.CutListener)) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ln := range lns {
+			f(ln)
+		}
+	}
+	return silentWay{
+		sink: "kafka.far",
+		block: fmt.Sprintf(`
+kafka "far" {
+  brokers         = [%s]
+  publish_timeout = "2s"
+}
+`, quoteAll(cluster.ListenAddrs())),
+		route:   "  route {\n    to    = \"kafka.far\"\n    topic = \"far-orders\"\n  }",
+		cut:     func() { each((*testkit.CutListener).Cut) },
+		restore: func() { each((*testkit.CutListener).Restore) },
+		held:    func() map[string]int { return topicIDs(t, cluster.ListenAddrs(), "far-orders") },
+	}
+}
+
+// quoteAll is ss as the items of an HCL list.
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// streamMsgs is how many messages the JetStream stream name of the server
+// at serverURL holds.
+func streamMsgs(t *testing.T, serverURL, name string) uint64 {
+	t.Helper()
+	nc, err := natsgo.Connect(serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// streamIDs reads the n messages of a stream and counts them by their
+// Nats-Msg-Id.
+func streamIDs(t *testing.T, serverURL, name string, n uint64) map[string]int {
+	t.Helper()
+	nc, err := natsgo.Connect(serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]int{}
+	for range n {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("reading stream %s after %d messages: %v", name, len(ids), err)
+		}
+		ids[m.Headers().Get(natsgo.MsgIdHdr)]++
+	}
+	return ids
+}
+
+// topicIDs reads a topic from its start until no record comes for three
+// polls of 2 s, and counts its records by their ce_id header.
+func topicIDs(t *testing.T, brokers []string, topic string) map[string]int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ids := map[string]int{}
+	for idle := 0; idle < 3; {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			for _, h := range r.Headers {
+				if h.Key == "ce_id" {
+					ids[string(h.Value)]++
+				}
+			}
+		})
+		if n == 0 {
+			idle++
+		}
+	}
+	return ids
+}
