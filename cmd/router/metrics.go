@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"math"
 	"os"
 	"strconv"
@@ -82,33 +81,18 @@ func registerNATSServer(reg prometheus.Registerer, name string, srv *natsplugin.
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "switchyard_nats_server_up", Help: "1 while the embedded NATS server's JetStream store takes writes.",
 		ConstLabels: prometheus.Labels{"server": name},
-	}, func() float64 { return up(srv.Healthy(context.Background())) }))
+	}, healthCheck{"nats-server." + name, srv.Healthy}.gauge))
 }
 
-// registerSinks exports whether each sink's broker is reachable.
+// registerSinks exports whether each sink's broker is reachable, asked
+// within healthWait.
 func registerSinks(reg prometheus.Registerer, sinks []switchyard.Sink) {
-	for _, s := range sinks {
-		h, ok := s.(switchyard.HealthChecker)
-		if !ok {
-			continue
-		}
+	for _, c := range sinkChecks(sinks) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "switchyard_sink_up", Help: "1 when the sink's broker is reachable and answering.",
-			ConstLabels: prometheus.Labels{"sink": s.Name()},
-		}, func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			return up(h.Healthy(ctx))
-		}))
+			ConstLabels: prometheus.Labels{"sink": c.name},
+		}, c.gauge))
 	}
-}
-
-// up is a gauge's 1 for no error, 0 for one.
-func up(err error) float64 {
-	if err != nil {
-		return 0
-	}
-	return 1
 }
 
 // registerSpace exports the data file's use against its budget.

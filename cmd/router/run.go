@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -460,21 +459,15 @@ func (c *RunCommand) ready(context.Context) map[string]error {
 }
 
 // sinkHealth is /readyz's detail: every sink and every embedded NATS
-// server (a JetStream store that cannot write).
+// server (a JetStream store that cannot write), each within healthWait.
 func (c *RunCommand) sinkHealth(ctx context.Context) map[string]error {
-	checks := map[string]error{}
 	c.sinksMu.Lock()
-	sinks := slices.Clone(c.sinks)
+	checks := sinkChecks(c.sinks)
 	c.sinksMu.Unlock()
-	for _, s := range sinks {
-		if h, ok := s.(switchyard.HealthChecker); ok {
-			checks[s.Name()] = h.Healthy(ctx)
-		}
-	}
 	for _, s := range c.natsServers {
-		checks["nats-server."+s.Name()] = s.Healthy(ctx)
+		checks = append(checks, healthCheck{"nats-server." + s.Name(), s.Healthy})
 	}
-	return checks
+	return checkHealth(ctx, checks)
 }
 
 // Close stops in the reverse order of open: stop accepting, let the loops

@@ -495,10 +495,15 @@ func (s *Sink) checkNewTopics(ctx context.Context, msgs []*switchyard.Message) m
 	return refused
 }
 
-// Healthy returns an error while publishes are stalled (a deadline passed
-// without an acknowledgement and none came since), or when no broker
-// answers a ping.
+// Healthy returns an error while no broker is reachable as far as the
+// client knows (at once: a ping would wait on connections gone silent
+// until the caller's deadline, and the watch is probing), while publishes
+// are stalled (a deadline passed without an acknowledgement and none came
+// since), or when no broker answers a ping.
 func (s *Sink) Healthy(ctx context.Context) error {
+	if connErr := s.conn.lastError(); connErr != nil && s.conn.down() {
+		return fmt.Errorf("%s: no broker reachable: %w", s.name, connErr)
+	}
 	if err := s.stall.Err(s.name); err != nil {
 		return err
 	}

@@ -1090,7 +1090,7 @@ func TestSilentClusterIsFoundDown(t *testing.T) {
 
 // answersAtOnce publishes three batches to a sink whose cluster is down:
 // each is answered unavailable within half the publish timeout, and none
-// of its records is handed to the client.
+// of its records is handed to the client; and Healthy says it is down.
 func answersAtOnce(t *testing.T, s *Sink, publishTimeout time.Duration) {
 	t.Helper()
 	for round := range 3 {
@@ -1110,6 +1110,13 @@ func answersAtOnce(t *testing.T, s *Sink, publishTimeout time.Duration) {
 			t.Fatalf("round %d: the answer took %s, publish timeout %s: it waited for the broker", round, took, publishTimeout)
 		}
 		t.Logf("round %d answered in %s: %v", round, took.Round(time.Millisecond), res[0].Err)
+	}
+	// So does a health check with no deadline of its own (/readyz gives
+	// one a second): a ping would wait for dials that time out, or on
+	// connections gone silent.
+	start := time.Now()
+	if err := s.Healthy(context.Background()); err == nil || time.Since(start) > publishTimeout/4 {
+		t.Fatalf("Healthy while the cluster is down: %v after %s, want an error at once", err, time.Since(start))
 	}
 }
 
