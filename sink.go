@@ -66,7 +66,9 @@ type Sender interface {
 }
 
 // HealthChecker is implemented by sinks that can say whether their broker is
-// reachable; /readyz and the sink_up metric use it.
+// reachable, and by inbox sources that can say whether they consume;
+// /readyz and the switchyard_sink_up and switchyard_inbox_up gauges use
+// it, giving each check a second (a broker gone silent answers nothing).
 type HealthChecker interface {
 	Healthy(ctx context.Context) error
 }

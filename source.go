@@ -5,6 +5,9 @@ import "context"
 // Source consumes an inbox's messages from a broker. The engine knows
 // sources only through this interface; plugins/kafka and plugins/nats
 // implement it.
+//
+// A Source may implement HealthChecker: whether it is connected and its
+// last fetch worked.
 type Source interface {
 	// Name is the inbox's name.
 	Name() string

@@ -624,7 +624,7 @@ func TestTCPHeadersAreBounded(t *testing.T) {
 	}
 }
 
-// /readyz tells a tenant's token whether each check and sink is ok, and
+// /readyz tells a tenant's token whether each check, sink and inbox is ok, and
 // only an admin why not: the reasons hold paths and broker addresses (a
 // security trial found a tenant reading them).
 func TestReadyzReasonsAreTheOperators(t *testing.T) {
@@ -635,14 +635,19 @@ func TestReadyzReasonsAreTheOperators(t *testing.T) {
 		o.Sinks = func(context.Context) map[string]error {
 			return map[string]error{"kafka.k": errors.New("dial tcp 10.1.2.3:9092: connection refused")}
 		}
+		o.Inboxes = func(context.Context) map[string]error {
+			return map[string]error{"pay": errors.New("inbox \"pay\": kafka.k: no broker reachable: dial tcp 10.9.8.7:9092: i/o timeout")}
+		}
 	})
 	tenant := r.tcp("GET", "/readyz", tokAcme, nil, "")
 	if tenant.status != 503 || strings.Contains(string(tenant.body), "/srv/secret") || strings.Contains(string(tenant.body), "10.1.2.3") ||
-		!strings.Contains(string(tenant.body), `"storage": "not ok"`) || !strings.Contains(string(tenant.body), `"kafka.k": "not ok"`) {
+		strings.Contains(string(tenant.body), "10.9.8.7") || !strings.Contains(string(tenant.body), `"storage": "not ok"`) ||
+		!strings.Contains(string(tenant.body), `"kafka.k": "not ok"`) || !strings.Contains(string(tenant.body), `"pay": "not ok"`) {
 		t.Errorf("a tenant's /readyz: %d %s", tenant.status, tenant.body)
 	}
 	admin := r.tcp("GET", "/readyz", tokAdmin, nil, "")
-	if admin.status != 503 || !strings.Contains(string(admin.body), "/srv/secret/router.db") || !strings.Contains(string(admin.body), "10.1.2.3") {
+	if admin.status != 503 || !strings.Contains(string(admin.body), "/srv/secret/router.db") || !strings.Contains(string(admin.body), "10.1.2.3") ||
+		!strings.Contains(string(admin.body), "10.9.8.7") {
 		t.Errorf("an admin's /readyz: %d %s", admin.status, admin.body)
 	}
 	if local := r.do("GET", "/readyz", nil, ""); !strings.Contains(string(local.body), "10.1.2.3") {

@@ -51,7 +51,10 @@ type Options struct {
 	// in /readyz that does not make the router unready — it stores events
 	// while a broker is away and delivers them when it is back.
 	Sinks func(ctx context.Context) map[string]error
-	Now   func() time.Time
+	// Inboxes reports whether each inbox consumes from its broker: detail
+	// in /readyz too.
+	Inboxes func(ctx context.Context) map[string]error
+	Now     func() time.Time
 	// Registerer receives the API's metrics (problems by code, replays,
 	// ingest latency); nil = kept but not exported.
 	Registerer prometheus.Registerer
@@ -916,13 +919,12 @@ func (c ctxWriter) Write(p []byte) (int, error) {
 
 // getReady is /readyz: 200 while ingest works (the data file takes writes),
 // whatever the brokers do; "sinks" says which are connected ("ok") and why
-// the others are not.
-// getReady answers /readyz: ready or not, each check's and each sink's
-// state. Why one is not ok (paths, broker addresses, a server's error) is
-// the operator's: a tenant's token gets "not ok" (a security trial found
-// a tenant reading the data file's path and every broker's address).
+// the others are not, "inboxes" which consume. Why one is not ok (paths,
+// broker addresses, a server's error) is the operator's: a tenant's token
+// gets "not ok" (a security trial found a tenant reading the data file's
+// path and every broker's address).
 func (s *Server) getReady(w http.ResponseWriter, r *http.Request) {
-	status, checks, sinks := http.StatusOK, map[string]string{}, map[string]string{}
+	status, checks := http.StatusOK, map[string]string{}
 	why := func(err error) string { return err.Error() }
 	if p := principalOf(r.Context()); p == nil || !p.admin {
 		why = func(error) string { return "not ok" }
@@ -936,15 +938,21 @@ func (s *Server) getReady(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if s.opts.Sinks != nil {
-		for name, err := range s.opts.Sinks(r.Context()) {
-			sinks[name] = "ok"
+	detail := func(check func(context.Context) map[string]error) map[string]string {
+		out := map[string]string{}
+		if check == nil {
+			return out
+		}
+		for name, err := range check(r.Context()) {
+			out[name] = "ok"
 			if err != nil {
-				sinks[name] = why(err)
+				out[name] = why(err)
 			}
 		}
+		return out
 	}
-	writeJSON(w, status, map[string]any{"ready": status == http.StatusOK, "checks": checks, "sinks": sinks})
+	writeJSON(w, status, map[string]any{"ready": status == http.StatusOK, "checks": checks,
+		"sinks": detail(s.opts.Sinks), "inboxes": detail(s.opts.Inboxes)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -58,12 +58,13 @@ func checkHealth(ctx context.Context, checks []healthCheck) map[string]error {
 	return maps.Clone(res)
 }
 
-// sinkChecks are the health checks of the sinks that have one.
-func sinkChecks(sinks []switchyard.Sink) []healthCheck {
+// healthChecks are the health checks of the sinks or the inboxes' sources
+// that have one (switchyard.HealthChecker), by name.
+func healthChecks[T interface{ Name() string }](items []T) []healthCheck {
 	var checks []healthCheck
-	for _, s := range sinks {
-		if h, ok := s.(switchyard.HealthChecker); ok {
-			checks = append(checks, healthCheck{s.Name(), h.Healthy})
+	for _, it := range items {
+		if h, ok := any(it).(switchyard.HealthChecker); ok {
+			checks = append(checks, healthCheck{it.Name(), h.Healthy})
 		}
 	}
 	return checks

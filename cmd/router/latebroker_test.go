@@ -174,8 +174,9 @@ event "late.order" {
 	waitAllDelivered(t, c, ids, time.Now())
 }
 
-// An inbox whose NATS server appears 10 s after the router: it starts
-// consuming then, and the local service gets every event once.
+// An inbox whose NATS server appears 10 s after the router: /readyz and
+// switchyard_inbox_up say it is not connected, it starts consuming then,
+// and the local service gets every event once.
 func TestInboxStartsWithNATSDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits 10 s for a late broker")
@@ -191,7 +192,11 @@ inbox "alerts" {
   deliver { url = "unix://%s/events" }
 }
 `, port, svc.sock))
-	serveBinary(t, path, sock)
+	c, _ := serveBinary(t, path, sock)
+	const up = `switchyard_inbox_up{inbox="alerts"}`
+	if said := readyDetail(t, c, "inboxes", "alerts"); !strings.Contains(said, "not connected") || metricValue(t, c, up) != 0 {
+		t.Fatalf("with the server away, /readyz says of the inbox %q, and %s is %v", said, up, metricValue(t, c, up))
+	}
 	time.Sleep(brokerLate)
 	ns := jetStreamServer(t, port)
 	nc, err := natsgo.Connect(ns.ClientURL())
@@ -220,6 +225,9 @@ inbox "alerts" {
 		if k != 1 {
 			t.Errorf("%s delivered %d times", id, k)
 		}
+	}
+	if said := readyDetail(t, c, "inboxes", "alerts"); said != "ok" || metricValue(t, c, up) != 1 {
+		t.Fatalf("consuming, /readyz says of the inbox %q, and %s is %v", said, up, metricValue(t, c, up))
 	}
 }
 

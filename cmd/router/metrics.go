@@ -87,10 +87,20 @@ func registerNATSServer(reg prometheus.Registerer, name string, srv *natsplugin.
 // registerSinks exports whether each sink's broker is reachable, asked
 // within healthWait.
 func registerSinks(reg prometheus.Registerer, sinks []switchyard.Sink) {
-	for _, c := range sinkChecks(sinks) {
+	registerUp(reg, "switchyard_sink_up", "1 when the sink's broker is reachable and answering.", "sink", healthChecks(sinks))
+}
+
+// registerInboxes exports whether each inbox consumes from its broker.
+func registerInboxes(reg prometheus.Registerer, sources []switchyard.Source) {
+	registerUp(reg, "switchyard_inbox_up", "1 when the inbox is connected to its broker and its last fetch worked.", "inbox", healthChecks(sources))
+}
+
+// registerUp exports one gauge of the family name per check, labelled
+// label="<the check's name>".
+func registerUp(reg prometheus.Registerer, name, help, label string, checks []healthCheck) {
+	for _, c := range checks {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "switchyard_sink_up", Help: "1 when the sink's broker is reachable and answering.",
-			ConstLabels: prometheus.Labels{"sink": c.name},
+			Name: name, Help: help, ConstLabels: prometheus.Labels{label: c.name},
 		}, c.gauge))
 	}
 }

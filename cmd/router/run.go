@@ -227,6 +227,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	registerInboxes(c.reg, c.sources)
 	var hctx context.Context
 	hctx, c.stopHistory = context.WithCancel(context.WithoutCancel(ctx))
 	c.history = startHistory(hctx, c.reg) // history.go
@@ -388,7 +389,7 @@ func (c *RunCommand) openAPI(cfg *config.Config) error {
 	}
 	defer c.progress.step("opening the API socket %s", socket)()
 	c.api = api.New(c.engine, cfg.Listen, api.Options{Logger: c.log, Gatherer: c.reg, Registerer: c.reg,
-		Ready: c.ready, Sinks: c.sinkHealth, Listener: c.activated, Backup: c.db.Backup, History: c.history})
+		Ready: c.ready, Sinks: c.sinkHealth, Inboxes: c.inboxHealth, Listener: c.activated, Backup: c.db.Backup, History: c.history})
 	return c.api.Open()
 }
 
@@ -462,12 +463,18 @@ func (c *RunCommand) ready(context.Context) map[string]error {
 // server (a JetStream store that cannot write), each within healthWait.
 func (c *RunCommand) sinkHealth(ctx context.Context) map[string]error {
 	c.sinksMu.Lock()
-	checks := sinkChecks(c.sinks)
+	checks := healthChecks(c.sinks)
 	c.sinksMu.Unlock()
 	for _, s := range c.natsServers {
 		checks = append(checks, healthCheck{"nats-server." + s.Name(), s.Healthy})
 	}
 	return checkHealth(ctx, checks)
+}
+
+// inboxHealth is /readyz's detail on the inboxes: whether each consumes
+// from its broker, each within healthWait.
+func (c *RunCommand) inboxHealth(ctx context.Context) map[string]error {
+	return checkHealth(ctx, healthChecks(c.sources))
 }
 
 // Close stops in the reverse order of open: stop accepting, let the loops

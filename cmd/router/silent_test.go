@@ -73,7 +73,7 @@ event "s.order" {
 	// The router finds the silence itself, after a publish left unanswered
 	// (the client libraries alone: 55 s for Kafka, minutes for NATS).
 	var said string
-	testkit.EventuallyWith(t, 30*time.Second, func() bool { said = readySink(t, c, far.sink); return strings.Contains(said, "went silent") },
+	testkit.EventuallyWith(t, 30*time.Second, func() bool { said = readyDetail(t, c, "sinks", far.sink); return strings.Contains(said, "went silent") },
 		func() string { return fmt.Sprintf("/readyz says of %s: %q", far.sink, said) })
 	t.Logf("%s found silent %s after the cut: %s", far.sink, time.Since(cut).Round(time.Millisecond), said)
 	if v := metricValue(t, c, `switchyard_sink_up{sink="`+far.sink+`"}`); v != 0 {
@@ -121,21 +121,26 @@ type eventOutput struct {
 	LastError   string `json:"last_error"`
 }
 
-// readySink is what /readyz says of sink. It answers within a health
-// check's wait whatever the brokers do (it waited past 10 s for a silent
-// Kafka cluster: a readiness probe would have timed out).
-func readySink(t *testing.T, c *http.Client, sink string) string {
+// readyDetail is what /readyz says of one of its sinks or inboxes
+// (section "sinks" or "inboxes"). It answers within a health check's wait
+// whatever the brokers do (it waited past 10 s for a silent Kafka
+// cluster: a readiness probe would have timed out).
+func readyDetail(t *testing.T, c *http.Client, section, name string) string {
 	t.Helper()
 	start := time.Now()
 	body := get(t, c, "/readyz")
 	if took := time.Since(start); took > healthWait+2*time.Second {
 		t.Fatalf("/readyz took %s (each check is given %s)", took, healthWait)
 	}
-	var r struct{ Sinks map[string]string }
+	var r map[string]json.RawMessage
+	var detail map[string]string
 	if err := json.Unmarshal([]byte(body), &r); err != nil {
 		t.Fatalf("/readyz: %v: %s", err, body)
 	}
-	return r.Sinks[sink]
+	if err := json.Unmarshal(r[section], &detail); err != nil {
+		t.Fatalf("/readyz %s: %v: %s", section, err, body)
+	}
+	return detail[name]
 }
 
 // farOutput is event id's output to sink, if the router has offered it

@@ -44,7 +44,10 @@ var (
 	fetchErrorPause = time.Second
 )
 
-var _ switchyard.Source = (*Source)(nil)
+var (
+	_ switchyard.Source        = (*Source)(nil)
+	_ switchyard.HealthChecker = (*Source)(nil)
+)
 
 // Source consumes an inbox's topics as a member of a Kafka consumer group
 // (the inbox's group): several routers in one group split the partitions.
@@ -71,6 +74,10 @@ type Source struct {
 
 	mu       sync.Mutex
 	warnings []string
+
+	// problem is why the last poll brought only errors, nil once one
+	// brings records or a partition answers: what Healthy says.
+	problem atomic.Pointer[pollError]
 
 	running   atomic.Bool
 	stop      chan struct{} // closed by Close: Run returns
@@ -192,6 +199,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 			return nil
 		}
 		polled, failed := s.fetchErrors(ctx, fetches, lastErr)
+		s.polled(fetches, polled, failed)
 		recs := fetches.Records()
 		if len(recs) == 0 {
 			s.cl.AllowRebalance()
@@ -208,6 +216,49 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 			continue
 		}
 		pause = 0
+	}
+	return nil
+}
+
+// pollError is the first error of a poll that brought only errors, and
+// when it came.
+type pollError struct {
+	err error
+	at  time.Time
+}
+
+// pollErrorFresh is how long Healthy reports a poll's errors: a poll that
+// fails is tried again after fetchErrorPause, so an error older than this
+// has not come again, although an idle consumer may not have polled
+// anything since.
+const pollErrorFresh = 10 * time.Second
+
+// polled records, for Healthy, whether a poll brought only errors: the
+// first of them, or nil once a partition answers.
+func (s *Source) polled(fetches kgo.Fetches, answered, failed bool) {
+	switch {
+	case answered || len(fetches.Records()) > 0:
+		s.problem.Store(nil)
+	case failed:
+		var err error
+		fetches.EachError(func(t string, p int32, e error) {
+			if err == nil {
+				err = fmt.Errorf("fetching %s/%d: %w", t, p, e)
+			}
+		})
+		s.problem.Store(&pollError{err, time.Now()})
+	}
+}
+
+// Healthy says whether the inbox consumes: no poll brought only errors
+// lately, and a broker answers a ping (within ctx: /readyz gives a
+// second).
+func (s *Source) Healthy(ctx context.Context) error {
+	if p := s.problem.Load(); p != nil && time.Since(p.at) < pollErrorFresh {
+		return fmt.Errorf("inbox %q: %s: %w", s.name, s.sink, p.err)
+	}
+	if err := s.cl.Ping(ctx); err != nil {
+		return fmt.Errorf("inbox %q: %s: no broker reachable: %w", s.name, s.sink, err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -585,4 +586,33 @@ func TestSourceReadsATopicMadeAgain(t *testing.T) {
 		defer mu.Unlock()
 		return got["new-0004"]
 	})
+}
+
+// An inbox says whether it consumes (/readyz, switchyard_inbox_up): yes
+// while its cluster answers, and no, within the caller's deadline, once
+// the cluster is gone.
+func TestSourceHealthy(t *testing.T) {
+	c := sourceCluster(t, 1)
+	produce(t, c, "h", 3, 1, 1)
+	s := newSource(t, c, inboxConfig("g-healthy"))
+	var n atomic.Int64
+	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
+	defer r.stop(t)
+	testkit.Eventually(t, "the records", 10*time.Second, func() bool { return n.Load() == 3 })
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Fatalf("Healthy while consuming: %v", err)
+	}
+	c.Close()
+	var err error
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		err = s.Healthy(ctx)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("Healthy took %s with a deadline of 1s", took)
+		}
+		return err != nil
+	}, func() string { return "Healthy says nothing of a cluster gone" })
+	t.Logf("after the cluster closed: %v", err)
 }

@@ -64,7 +64,6 @@ type Sink struct {
 	mu             sync.Mutex
 	streamsCreated bool  // every stream of the config exists
 	streamsErr     error // why creating them failed, on the last connection
-	connErr        error // why the last connection attempt failed
 	everConnected  bool
 	ready          func() // switchyard.ReadyNotifier
 
@@ -84,13 +83,8 @@ type Sink struct {
 	// checking is set while a ping checks whether the connection went
 	// silent (checkSilent).
 	checking atomic.Bool
-	// status is the connection's natsgo.Status as its handlers last
-	// reported it (and as checkSilent leaves it), read where nc.Status
-	// would wait: nats.go holds the connection's lock across a whole
-	// reconnect dial, 2 s to an address that drops packets, and every
-	// publish asking "connected?" waited for it (a review's find,
-	// measured: one publish in four took 2 s while the sink reconnected).
-	status atomic.Int32
+	// conn is the connection's state as its handlers last reported it.
+	conn connWatch
 
 	scratchPool sync.Pool // *scratch
 }
@@ -124,18 +118,18 @@ func Open(ctx context.Context, cfg config.NATS, url string, logger hclog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.name, err)
 	}
-	nc, err := dial(url, append(s.connOptions(), auth...), s.setConnErr)
+	nc, err := dial(url, append(s.connOptions(), auth...), s.conn.failed)
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect %s: %w", s.name, url, err)
 	}
 	s.nc = nc
-	s.status.Store(int32(nc.Status()))
+	s.conn.set(nc.Status())
 	if err := s.openJetStream(cfg); err != nil {
 		nc.Close()
 		return nil, err
 	}
 	if !nc.IsConnected() {
-		s.log.Warn("NATS is not reachable; the router runs without it and connects when it appears", "url", url, "error", s.connError())
+		s.log.Warn("NATS is not reachable; the router runs without it and connects when it appears", "url", url, "error", s.conn.lastError())
 		return s, nil
 	}
 	if err := s.ensureStreams(ctx); err != nil {
@@ -171,25 +165,25 @@ func (s *Sink) connOptions() []natsgo.Option {
 	var closeOnce sync.Once
 	return append(reconnecting(ClientName),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
-			s.status.Store(int32(natsgo.RECONNECTING))
+			s.conn.set(natsgo.RECONNECTING)
 			if err != nil {
-				s.setConnErr(err)
+				s.conn.failed(err)
 				s.log.Warn("disconnected from NATS", "error", err)
 			} else {
 				s.log.Debug("disconnected from NATS")
 			}
 		}),
 		natsgo.ConnectHandler(func(*natsgo.Conn) {
-			s.status.Store(int32(natsgo.CONNECTED))
+			s.conn.set(natsgo.CONNECTED)
 			go s.onConnect("connected to NATS", true)
 		}),
-		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { s.setConnErr(err) }),
+		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { s.conn.failed(err) }),
 		natsgo.ReconnectHandler(func(*natsgo.Conn) {
-			s.status.Store(int32(natsgo.CONNECTED))
+			s.conn.set(natsgo.CONNECTED)
 			go s.onConnect("reconnected to NATS", false)
 		}),
 		natsgo.ClosedHandler(func(*natsgo.Conn) {
-			s.status.Store(int32(natsgo.CLOSED))
+			s.conn.set(natsgo.CLOSED)
 			closeOnce.Do(func() { close(s.closedCh) })
 		}),
 		// A write the server's socket does not take (its buffer full, the
@@ -266,19 +260,6 @@ func (s *Sink) ensureStreams(ctx context.Context) error {
 	s.streamsCreated, s.streamsErr = true, nil
 	s.mu.Unlock()
 	return nil
-}
-
-// setConnErr keeps why the last connection attempt failed.
-func (s *Sink) setConnErr(err error) {
-	s.mu.Lock()
-	s.connErr = err
-	s.mu.Unlock()
-}
-
-func (s *Sink) connError() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.connErr
 }
 
 // onConnect runs on every (re)connection: streams first (a broker that
@@ -427,16 +408,13 @@ func (s *Sink) Healthy(context.Context) error {
 // the last connection error: a refused password, a server not there), or
 // the streams not set up. nil when publishing can go ahead.
 func (s *Sink) unavailable() error {
-	if st := natsgo.Status(s.status.Load()); st != natsgo.CONNECTED {
-		if last := s.connError(); last != nil {
-			return fmt.Errorf("%s: not connected (connection %s; last error: %v)", s.name, st, last)
-		}
-		return fmt.Errorf("%s: not connected (connection %s)", s.name, st)
+	if err := s.conn.notConnected(s.name); err != nil {
+		return err
 	}
 	if st := s.nc.Status(); st != natsgo.CONNECTED {
 		last := s.nc.LastError()
 		if last == nil {
-			last = s.connError()
+			last = s.conn.lastError()
 		}
 		if last != nil {
 			return fmt.Errorf("%s: not connected (connection %s; last error: %v)", s.name, st, last)
@@ -735,7 +713,7 @@ func (s *Sink) canSend(ctx context.Context) error {
 		return ctx.Err()
 	default:
 	}
-	if st := natsgo.Status(s.status.Load()); st != natsgo.CONNECTED {
+	if st := s.conn.get(); st != natsgo.CONNECTED {
 		return fmt.Errorf("%w (connection %s)", errNotConnected, st)
 	}
 	if st := s.nc.Status(); st != natsgo.CONNECTED {
@@ -872,10 +850,7 @@ func (s *Sink) checkSilent() {
 	}
 	go func() {
 		defer s.checking.Store(false)
-		reconnectIfSilent(context.Background(), s.nc, s.timeout/2, s.log, func(err error) {
-			s.status.Store(int32(natsgo.RECONNECTING))
-			s.setConnErr(err)
-		})
+		reconnectIfSilent(context.Background(), s.nc, s.timeout/2, s.log, s.conn.going)
 	}()
 }
 

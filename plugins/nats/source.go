@@ -49,7 +49,10 @@ var (
 	receiveBackoff = backoff.Receive // a variable so tests can shorten it
 )
 
-var _ switchyard.Source = (*Source)(nil)
+var (
+	_ switchyard.Source        = (*Source)(nil)
+	_ switchyard.HealthChecker = (*Source)(nil)
+)
 
 // Source consumes an inbox's subject through a durable JetStream pull
 // consumer (the inbox's durable, explicit acks). Several routers on one
@@ -78,6 +81,12 @@ type Source struct {
 
 	mu   sync.Mutex
 	cons jetstream.Consumer
+
+	// conn is the connection's state as its handlers last reported it,
+	// and problem why the last setup or pull failed (nil once one
+	// succeeds): what Healthy says.
+	conn    connWatch
+	problem atomic.Pointer[error]
 
 	warnings []string
 
@@ -129,10 +138,12 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		return nil, wrap(err)
 	}
 	if s.nc, err = dial(url, append(auth, s.connOptions()...), func(err error) {
+		s.conn.failed(err)
 		s.log.Warn("NATS is not reachable; the inbox starts consuming when it appears", "url", url, "error", err)
 	}); err != nil {
 		return nil, wrap(fmt.Errorf("connect %s: %w", url, err))
 	}
+	s.conn.set(s.nc.Status())
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		s.nc.Close()
 		return nil, wrap(fmt.Errorf("jetstream: %w", err))
@@ -167,13 +178,19 @@ func consumerConfig(in config.Inbox, ackWait time.Duration) jetstream.ConsumerCo
 func (s *Source) connOptions() []natsgo.Option {
 	return append(reconnecting(ClientName+"-inbox-"+s.name),
 		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			s.conn.set(natsgo.RECONNECTING)
 			if err != nil {
+				s.conn.failed(err)
 				s.log.Warn("disconnected from NATS", "error", err)
 			}
 		}),
+		natsgo.ConnectHandler(func(*natsgo.Conn) { s.conn.set(natsgo.CONNECTED) }),
+		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { s.conn.failed(err) }),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			s.conn.set(natsgo.CONNECTED)
 			s.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
 		}),
+		natsgo.ClosedHandler(func(*natsgo.Conn) { s.conn.set(natsgo.CLOSED) }),
 		natsgo.ErrorHandler(asyncErrors(s.log)),
 	)
 }
@@ -301,6 +318,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 	for ctx.Err() == nil {
 		if s.consumer() == nil { // started without its server
 			if err := s.setup(ctx); err != nil {
+				s.failing(ctx, fmt.Errorf("cannot start consuming yet: %w", err))
 				if ctx.Err() == nil && time.Since(lastLog) >= 30*time.Second {
 					lastLog = time.Now()
 					s.log.Warn("cannot start consuming yet; trying again", "error", err)
@@ -310,6 +328,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 			}
 		}
 		err := s.pull(ctx, receive, &pause)
+		s.failing(ctx, err)
 		if err == nil || ctx.Err() != nil {
 			continue
 		}
@@ -333,6 +352,35 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 	return nil
 }
 
+// failing records why the last setup or pull failed, or that it worked
+// (nil), for Healthy; one that its context ended says nothing.
+func (s *Source) failing(ctx context.Context, err error) {
+	switch {
+	case ctx.Err() != nil:
+	case err == nil:
+		s.problem.Store(nil)
+	default:
+		s.problem.Store(&err)
+	}
+}
+
+// Healthy says whether the inbox consumes: connected (as the connection's
+// handlers last said: nc.Status waits during a reconnect's dial), its
+// consumer set up, its last pull not failed.
+func (s *Source) Healthy(context.Context) error {
+	name := fmt.Sprintf("inbox %q: %s", s.name, s.sink)
+	if err := s.conn.notConnected(name); err != nil {
+		return err
+	}
+	if p := s.problem.Load(); p != nil {
+		return fmt.Errorf("%s: %w", name, *p)
+	}
+	if s.consumer() == nil {
+		return fmt.Errorf("%s: connected; setting up the consumer", name)
+	}
+	return nil
+}
+
 // pull takes one batch: it waits (up to fetchWait) for a first message,
 // then takes what else is available at once, up to the batch size, and
 // hands the batch to receive. No pull request is open while receive runs,
@@ -352,7 +400,7 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 		if err == nil && ctx.Err() == nil {
 			// Nothing came: an idle stream, or a connection gone
 			// silent, which nothing else would notice for minutes.
-			reconnectIfSilent(ctx, s.nc, fetchWait/2, s.log, nil)
+			reconnectIfSilent(ctx, s.nc, fetchWait/2, s.log, s.conn.going)
 		}
 		return err
 	}

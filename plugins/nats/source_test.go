@@ -488,6 +488,9 @@ func TestSourceFindsASilentConnection(t *testing.T) {
 	defer r.stop(t)
 	e.publish(t, "orders.created", "before", 3)
 	testkit.Eventually(t, "the messages before the cut", 10*time.Second, func() bool { return c.distinct() == 3 })
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Fatalf("Healthy while consuming: %v", err)
+	}
 
 	link.Cut()
 	cut := time.Now()
@@ -496,8 +499,15 @@ func TestSourceFindsASilentConnection(t *testing.T) {
 	// whose dials hang (IsConnected waits each out).
 	testkit.Eventually(t, "the inbox to find its connection silent", 4*fetchWait, func() bool { return !s.nc.IsConnected() })
 	t.Logf("found silent %s after the cut", time.Since(cut).Round(time.Millisecond))
+	// And says so (/readyz, switchyard_inbox_up) at once, while nats.go
+	// dials the silent address again.
+	start := time.Now()
+	if err := s.Healthy(context.Background()); err == nil || !strings.Contains(err.Error(), "not connected") || time.Since(start) > fetchWait/4 {
+		t.Fatalf("Healthy after the silence: %v after %s, want it said at once", err, time.Since(start))
+	}
 	link.Restore()
 	// A message the server had handed to the pull open at the cut comes
 	// again after its ack wait (2 s here).
 	testkit.Eventually(t, "the messages stored while the way was cut", 15*time.Second, func() bool { return c.distinct() == 6 })
+	testkit.Eventually(t, "the inbox to say it consumes again", 2*fetchWait, func() bool { return s.Healthy(context.Background()) == nil })
 }

@@ -401,17 +401,19 @@ function renderPlugin(p) {
 // ---- inboxes
 
 async function inboxPage(params) {
-  const [{ inboxes }, stats] = await Promise.all([api('GET', '/v1/inboxes'), api('GET', '/v1/stats')]);
+  const [{ inboxes }, stats, ready] = await Promise.all([api('GET', '/v1/inboxes'), api('GET', '/v1/stats'), api('GET', '/readyz', undefined, [503])]);
+  const consumes = ready.inboxes || {};
   const byQueue = new Map((stats.types || []).map((t) => [t.type, t]));
   const chosen = params.get('name') || (inboxes[0] && inboxes[0].name) || '';
   const audit = h('div', { id: 'dedup' });
   const claims = h('div', { id: 'claims' });
   main().replaceChildren(
     h('h2', {}, 'Inboxes'),
-    inboxes.length ? table(['inbox', 'from', 'reads', 'delivery', 'pending', 'in process', 'leased', 'DLQ'], inboxes.map((i) => {
+    inboxes.length ? table(['inbox', 'from', 'reads', 'consuming', 'delivery', 'pending', 'in process', 'leased', 'DLQ'], inboxes.map((i) => {
       const q = byQueue.get(i.queue) || {};
       return h('tr', { 'data-inbox': i.name, class: i.name === chosen ? 'chosen' : null },
         h('td', {}, h('a', { href: '#/inbox?name=' + encodeURIComponent(i.name) }, i.name)), h('td', {}, i.from), h('td', {}, h('code', {}, i.source)),
+        h('td', { 'data-col': 'consuming', class: consumes[i.name] === 'ok' ? 'ok' : 'bad' }, consumes[i.name] === 'ok' ? 'yes' : (consumes[i.name] || '—')),
         h('td', { 'data-col': 'mode' }, i.mode === 'pull' ? 'pull subscription' : `push to ${i.deliver}`),
         h('td', { class: 'num', 'data-col': 'pending' }, q.pending || 0), h('td', { class: 'num' }, q.in_process || 0),
         h('td', { class: 'num', 'data-col': 'leased' }, i.mode === 'pull' ? i.leased : '—'), h('td', { class: 'num ' + (q.dlq ? 'bad' : '') }, q.dlq || 0));
