@@ -3,6 +3,9 @@ package testkit
 import (
 	"net"
 	"sync"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // CutListener is a server's listener (a broker's: kfake.ListenFn) whose
@@ -106,4 +109,54 @@ func (c *cutConn) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return c.Conn.Write(p)
+}
+
+// CutKafka is an in-process Kafka cluster whose brokers' listeners a test
+// cuts, all at once or one broker at a time.
+type CutKafka struct {
+	*kfake.Cluster
+
+	mu  sync.Mutex
+	lns []*CutListener // in node order: kfake listens for broker 0 first
+}
+
+// CuttableKafka starts a Kafka cluster (Kafka, with opts) whose listeners
+// are CutListeners.
+func CuttableKafka(t testing.TB, opts ...kfake.Opt) *CutKafka {
+	t.Helper()
+	k := &CutKafka{}
+	k.Cluster = Kafka(t, append(opts, kfake.ListenFn(k.listen))...)
+	return k
+}
+
+func (k *CutKafka) listen(network, addr string) (net.Listener, error) {
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.lns = append(k.lns, Cuttable(ln))
+	return k.lns[len(k.lns)-1], nil
+}
+
+// Broker returns the listener of the broker with node ID node.
+func (k *CutKafka) Broker(node int) *CutListener {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lns[node]
+}
+
+// Cut silences every broker (CutListener.Cut).
+func (k *CutKafka) Cut() { k.each((*CutListener).Cut) }
+
+// Restore serves new connections on every broker again.
+func (k *CutKafka) Restore() { k.each((*CutListener).Restore) }
+
+func (k *CutKafka) each(f func(*CutListener)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, ln := range k.lns {
+		f(ln)
+	}
 }

@@ -237,31 +237,39 @@ func (s *Sink) watch() {
 func (s *Sink) probe() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	if s.anyBrokerAnswers(ctx) {
+	if anyBrokerAnswers(ctx, s.client()) == nil {
 		s.conn.reachable()
 	}
 }
 
 // anyBrokerAnswers sends an ApiVersions request to every broker the client
-// knows (discovered and seeds), all at once, and reports whether one
-// answered. Not kgo's Ping, which asks one broker after another: a first
-// broker that drops packets would spend the whole probe on its dial.
-func (s *Sink) anyBrokerAnswers(ctx context.Context) bool {
-	cl := s.client()
+// knows (discovered and seeds), all at once, and returns nil as soon as one
+// answers, else the first error. Not kgo's Ping, which asks one broker
+// after another: a first broker that drops packets would spend the whole
+// deadline on its dial while the others could have answered.
+func anyBrokerAnswers(ctx context.Context, cl *kgo.Client) error {
 	brokers := append(cl.DiscoveredBrokers(), cl.SeedBrokers()...)
-	answered := make(chan bool, len(brokers))
+	answers := make(chan error, len(brokers))
 	for _, b := range brokers {
 		go func() {
 			_, err := b.Request(ctx, kmsg.NewPtrApiVersionsRequest())
-			answered <- err == nil
+			answers <- err
 		}()
 	}
+	var first error
 	for range brokers {
-		if <-answered {
-			return true
+		err := <-answers
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
 		}
 	}
-	return false
+	if first == nil {
+		first = errors.New("no broker known")
+	}
+	return first
 }
 
 // screen answers the messages that cannot be produced (invalid, or to a
@@ -383,7 +391,7 @@ func (s *Sink) checkSilent() {
 		seen := s.conn.lives.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		if s.anyBrokerAnswers(ctx) {
+		if anyBrokerAnswers(ctx, s.client()) == nil {
 			return
 		}
 		select {
@@ -499,7 +507,7 @@ func (s *Sink) checkNewTopics(ctx context.Context, msgs []*switchyard.Message) m
 // client knows (at once: a ping would wait on connections gone silent
 // until the caller's deadline, and the watch is probing), while publishes
 // are stalled (a deadline passed without an acknowledgement and none came
-// since), or when no broker answers a ping.
+// since), or when no broker answers (anyBrokerAnswers) within ctx.
 func (s *Sink) Healthy(ctx context.Context) error {
 	if connErr := s.conn.lastError(); connErr != nil && s.conn.down() {
 		return fmt.Errorf("%s: no broker reachable: %w", s.name, connErr)
@@ -507,7 +515,7 @@ func (s *Sink) Healthy(ctx context.Context) error {
 	if err := s.stall.Err(s.name); err != nil {
 		return err
 	}
-	if err := s.client().Ping(ctx); err != nil {
+	if err := anyBrokerAnswers(ctx, s.client()); err != nil {
 		if connErr := s.conn.lastError(); connErr != nil {
 			return fmt.Errorf("%s: no broker reachable: %w", s.name, connErr)
 		}

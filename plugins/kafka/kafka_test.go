@@ -1041,31 +1041,13 @@ func TestUnreachableClusterAnswersAtOnce(t *testing.T) {
 // the next are answered unavailable at once. When the brokers answer
 // again, the sink finds them by itself and publishes.
 func TestSilentClusterIsFoundDown(t *testing.T) {
-	var mu sync.Mutex
-	var lns []*testkit.CutListener
-	c := newCluster(t, kfake.ListenFn(func(network, addr string) (net.Listener, error) {
-		ln, err := net.Listen(network, addr)
-		if err != nil {
-			return nil, err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		lns = append(lns, testkit.Cuttable(ln))
-		return lns[len(lns)-1], nil
-	}))
-	each := func(f func(*testkit.CutListener)) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, ln := range lns {
-			f(ln)
-		}
-	}
-	cfg := testConfig(c)
+	c := testkit.CuttableKafka(t, kfake.SeedTopics(3, topic))
+	cfg := testConfig(c.Cluster)
 	s := newSink(t, cfg)
 	ready := readyChan(s)
 	publishOK(t, s, messages("warm", 3, topic))
 
-	each((*testkit.CutListener).Cut)
+	c.Cut()
 	cut := time.Now()
 	for i, r := range s.Publish(context.Background(), messages("cut", 3, topic)) {
 		if !errors.Is(r.Err, switchyard.ErrUnknownOutcome) && !errors.Is(r.Err, switchyard.ErrSinkUnavailable) {
@@ -1077,7 +1059,7 @@ func TestSilentClusterIsFoundDown(t *testing.T) {
 	t.Logf("found down %s after the cut: %v", time.Since(cut).Round(time.Millisecond), s.conn.lastError())
 	answersAtOnce(t, s, cfg.PublishTimeout)
 
-	each((*testkit.CutListener).Restore)
+	c.Restore()
 	select {
 	case <-ready:
 	case <-time.After(30 * time.Second):

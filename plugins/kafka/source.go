@@ -251,13 +251,13 @@ func (s *Source) polled(fetches kgo.Fetches, answered, failed bool) {
 }
 
 // Healthy says whether the inbox consumes: no poll brought only errors
-// lately, and a broker answers a ping (within ctx: /readyz gives a
-// second).
+// lately, and a broker answers (anyBrokerAnswers, within ctx: /readyz
+// gives a second).
 func (s *Source) Healthy(ctx context.Context) error {
 	if p := s.problem.Load(); p != nil && time.Since(p.at) < pollErrorFresh {
 		return fmt.Errorf("inbox %q: %s: %w", s.name, s.sink, p.err)
 	}
-	if err := s.cl.Ping(ctx); err != nil {
+	if err := anyBrokerAnswers(ctx, s.cl); err != nil {
 		return fmt.Errorf("inbox %q: %s: no broker reachable: %w", s.name, s.sink, err)
 	}
 	return nil
@@ -479,7 +479,7 @@ func (s *Source) retentionWarning(topic, retention, policy string) string {
 }
 
 // Close stops Run (waiting for it, at most until ctx ends), leaves the
-// group and closes the client. The batch Run was receiving, if any, is
+// group and closes the client, returning by the time ctx ends. The batch Run was receiving, if any, is
 // not committed unless receive returned before.
 func (s *Source) Close(ctx context.Context) error {
 	var err error
@@ -495,9 +495,30 @@ func (s *Source) Close(ctx context.Context) error {
 		if lerr := s.cl.LeaveGroupContext(ctx); lerr != nil && err == nil && !errors.Is(lerr, kgo.ErrClientClosed) {
 			err = fmt.Errorf("inbox %q: leave group %q: %w", s.name, s.group, lerr)
 		}
-		s.cl.CloseAllowingRebalance()
+		if cerr := s.closeClient(ctx); err == nil {
+			err = cerr
+		}
 	})
 	return err
+}
+
+// closeClient closes the client, waiting at most until ctx ends. franz-go's
+// Close waits for the group's loop, and a JoinGroup in flight to a
+// coordinator that went dark holds the loop for the rebalance timeout (a
+// minute): before, the router's shutdown waited that long. The client then
+// closes in the background.
+func (s *Source) closeClient(ctx context.Context) error {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		s.cl.CloseAllowingRebalance()
+	}()
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("inbox %q: the Kafka client had not closed when the close deadline passed (a request to a broker that does not answer in flight); it closes in the background: %w", s.name, ctx.Err())
+	}
 }
 
 func fmtPartitions(m map[string][]int32) string {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	kgo "github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -615,4 +616,137 @@ func TestSourceHealthy(t *testing.T) {
 		return err != nil
 	}, func() string { return "Healthy says nothing of a cluster gone" })
 	t.Logf("after the cluster closed: %v", err)
+}
+
+// An inbox whose polls bring only errors while its brokers answer (here
+// the cluster refuses its fetches) says so, with the error, although a
+// broker answers; once a poll brings records again it is healthy, and an
+// error older than pollErrorFresh is no longer reported.
+func TestSourceHealthyReportsPollErrors(t *testing.T) {
+	c := sourceCluster(t, 1)
+	var refusing atomic.Bool
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !refusing.Load() {
+			return nil, nil, false
+		}
+		return refusedFetch(req.(*kmsg.FetchRequest)), nil, true
+	})
+	refusing.Store(true)
+	s := newSource(t, c, inboxConfig("g-refused"))
+	var n atomic.Int64
+	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
+	defer r.stop(t)
+	var err error
+	testkit.EventuallyWith(t, 20*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err = s.Healthy(ctx)
+		return err != nil && strings.Contains(err.Error(), "TOPIC_AUTHORIZATION_FAILED")
+	}, func() string { return fmt.Sprintf("Healthy while every fetch is refused: %v", err) })
+
+	refusing.Store(false)
+	produce(t, c, "after", 2, 1, 1)
+	testkit.Eventually(t, "the records once fetches are served", 20*time.Second, func() bool { return n.Load() == 2 })
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Fatalf("Healthy after a poll brought records: %v", err)
+	}
+	s.problem.Store(&pollError{errors.New("an old refusal"), time.Now().Add(-pollErrorFresh)})
+	if err := s.Healthy(context.Background()); err != nil {
+		t.Fatalf("Healthy reports an error older than %s: %v", pollErrorFresh, err)
+	}
+}
+
+// refusedFetch answers req with every partition refused
+// (TOPIC_AUTHORIZATION_FAILED), as a cluster does to a principal without
+// read permission.
+func refusedFetch(req *kmsg.FetchRequest) *kmsg.FetchResponse {
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	for _, rt := range req.Topics {
+		t := kmsg.NewFetchResponseTopic()
+		t.Topic, t.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			p := kmsg.NewFetchResponseTopicPartition()
+			p.Partition, p.ErrorCode = rp.Partition, kerr.TopicAuthorizationFailed.Code
+			t.Partitions = append(t.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, t)
+	}
+	return resp
+}
+
+// darkCluster is a cluster of three brokers whose listeners a test cuts,
+// a sink that has published to it, and an inbox consuming from it.
+func darkCluster(t *testing.T, group string) (*testkit.CutKafka, *Sink, *Source) {
+	c := testkit.CuttableKafka(t, kfake.NumBrokers(3), kfake.SeedTopics(3, topic), kfake.SeedTopics(1, srcTopic))
+	s := newSink(t, testConfig(c.Cluster))
+	publishOK(t, s, messages("warm", 3, topic))
+	produce(t, c.Cluster, "dark", 3, 1, 1)
+	src := newSource(t, c.Cluster, inboxConfig(group))
+	var n atomic.Int64
+	r := run(src, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
+	t.Cleanup(func() { r.stop(t) })
+	testkit.Eventually(t, "the inbox's records", 20*time.Second, func() bool { return n.Load() == 3 })
+	return c, s, src
+}
+
+// One dark broker of three is not an outage: a sink and an inbox whose
+// brokers answer but one (its host gone dark: connections taken and left
+// unanswered) say they are healthy within a second, as often as asked;
+// kgo's Ping, which asks one broker after another, spent the second on
+// the dark one. Once every broker is dark, both say so within the second.
+func TestOneDarkBrokerIsNotAnOutage(t *testing.T) {
+	c, s, src := darkCluster(t, "g-dark")
+	healthy := func() map[string]error {
+		errs := map[string]error{}
+		for name, h := range map[string]interface{ Healthy(context.Context) error }{"sink": s, "inbox": src} {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			start := time.Now()
+			errs[name] = h.Healthy(ctx)
+			cancel()
+			if took := time.Since(start); took > 1500*time.Millisecond {
+				t.Fatalf("%s: Healthy took %s with a deadline of 1s", name, took)
+			}
+		}
+		return errs
+	}
+
+	c.Broker(0).Cut()
+	for round := range 5 {
+		for name, err := range healthy() {
+			if err != nil {
+				t.Fatalf("round %d: %s with broker 0 dark and brokers 1 and 2 answering: %v", round, name, err)
+			}
+		}
+	}
+	c.Cut()
+	for name, err := range healthy() {
+		if err == nil {
+			t.Errorf("%s healthy with every broker dark", name)
+		}
+	}
+	closeBy(t, src, time.Second)
+}
+
+// An inbox whose cluster went dark closes by its deadline (the router's
+// shutdown goes on to close the data file): before, franz-go's Close
+// waited out a JoinGroup in flight to the dark coordinator, a minute.
+func TestSourceClosesByItsDeadlineWhenTheClusterIsDark(t *testing.T) {
+	c, _, src := darkCluster(t, "g-dark-close")
+	c.Cut()
+	time.Sleep(time.Second) // heartbeats meet the silence; the group loop rejoins
+	closeBy(t, src, 2*time.Second)
+}
+
+// closeBy closes src with a deadline of d: it returns by then.
+func closeBy(t *testing.T, src *Source, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	err := src.Close(ctx)
+	if took := time.Since(start); took > d+time.Second {
+		t.Fatalf("Close took %s with a deadline of %s", took, d)
+	}
+	t.Logf("closed in %s: %v", time.Since(start).Round(time.Millisecond), err)
 }
