@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -624,9 +626,10 @@ func TestTCPHeadersAreBounded(t *testing.T) {
 	}
 }
 
-// /readyz tells a tenant's token whether each check, sink and inbox is ok, and
-// only an admin why not: the reasons hold paths and broker addresses (a
-// security trial found a tenant reading them).
+// /readyz tells a tenant's token whether each check and sink is ok, and
+// only an admin why not (the reasons hold paths and broker addresses: a
+// security trial found a tenant reading them) and which inboxes there are
+// (only an admin lists them).
 func TestReadyzReasonsAreTheOperators(t *testing.T) {
 	r := newTCPRouterOpts(t, nil, func(o *api.Options) {
 		o.Ready = func(context.Context) map[string]error {
@@ -642,7 +645,8 @@ func TestReadyzReasonsAreTheOperators(t *testing.T) {
 	tenant := r.tcp("GET", "/readyz", tokAcme, nil, "")
 	if tenant.status != 503 || strings.Contains(string(tenant.body), "/srv/secret") || strings.Contains(string(tenant.body), "10.1.2.3") ||
 		strings.Contains(string(tenant.body), "10.9.8.7") || !strings.Contains(string(tenant.body), `"storage": "not ok"`) ||
-		!strings.Contains(string(tenant.body), `"kafka.k": "not ok"`) || !strings.Contains(string(tenant.body), `"pay": "not ok"`) {
+		!strings.Contains(string(tenant.body), `"kafka.k": "not ok"`) || strings.Contains(string(tenant.body), `"pay"`) ||
+		strings.Contains(string(tenant.body), `"inboxes"`) {
 		t.Errorf("a tenant's /readyz: %d %s", tenant.status, tenant.body)
 	}
 	admin := r.tcp("GET", "/readyz", tokAdmin, nil, "")
@@ -650,7 +654,32 @@ func TestReadyzReasonsAreTheOperators(t *testing.T) {
 		!strings.Contains(string(admin.body), "10.9.8.7") {
 		t.Errorf("an admin's /readyz: %d %s", admin.status, admin.body)
 	}
-	if local := r.do("GET", "/readyz", nil, ""); !strings.Contains(string(local.body), "10.1.2.3") {
+	if local := r.do("GET", "/readyz", nil, ""); !strings.Contains(string(local.body), "10.1.2.3") || !strings.Contains(string(local.body), "10.9.8.7") {
 		t.Errorf("the socket's /readyz: %d %s", local.status, local.body)
+	}
+}
+
+// /readyz asks the sinks and the inboxes at once, so it answers within the
+// second each takes at most, not their sum: here each waits until the
+// other has been asked.
+func TestReadyzAsksSinksAndInboxesAtOnce(t *testing.T) {
+	sinksAsked, inboxesAsked := make(chan struct{}), make(chan struct{})
+	meet := func(mine, other chan struct{}, what string) map[string]error {
+		close(mine)
+		select {
+		case <-other:
+			return map[string]error{what: nil}
+		case <-time.After(5 * time.Second):
+			return map[string]error{what: errors.New("asked one after the other")}
+		}
+	}
+	r := newTCPRouterOpts(t, nil, func(o *api.Options) {
+		o.Sinks = func(context.Context) map[string]error { return meet(sinksAsked, inboxesAsked, "kafka.k") }
+		o.Inboxes = func(context.Context) map[string]error { return meet(inboxesAsked, sinksAsked, "pay") }
+	})
+	rep := r.tcp("GET", "/readyz", tokAdmin, nil, "")
+	var body struct{ Sinks, Inboxes map[string]string }
+	if err := json.Unmarshal(rep.body, &body); err != nil || rep.status != 200 || body.Sinks["kafka.k"] != "ok" || body.Inboxes["pay"] != "ok" {
+		t.Fatalf("/readyz: %d %s (%v)", rep.status, rep.body, err)
 	}
 }

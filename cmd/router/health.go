@@ -3,22 +3,24 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/switchyard-router/switchyard"
 )
 
-// healthWait bounds each health check of a sink or an embedded server,
-// for /readyz and the switchyard_sink_up gauge. A broker gone silent (its
+// healthWait bounds each health check of a sink, an embedded NATS server
+// or an inbox, for /readyz and the gauges switchyard_sink_up,
+// switchyard_nats_server_up and switchyard_inbox_up. A broker gone silent (its
 // host dark: no reset, no answer) answers neither, and a client library
 // waits its own request timeouts, tens of seconds: /readyz waited for them
 // (a test found it past 10 s with a silent Kafka cluster), and a readiness
 // probe that times out says the router is not ready when ingest works.
 const healthWait = time.Second
 
-// healthCheck is one named check: a sink's, or an embedded server's.
+// healthCheck is one named check: a sink's, an embedded server's, or an
+// inbox's.
 type healthCheck struct {
 	name    string
 	healthy func(context.Context) error
@@ -31,31 +33,43 @@ type healthCheck struct {
 func checkHealth(ctx context.Context, checks []healthCheck) map[string]error {
 	ctx, cancel := context.WithTimeout(ctx, healthWait)
 	defer cancel()
-	var mu sync.Mutex
+	answers := make([]<-chan singleflight.Result, len(checks))
+	for i, c := range checks {
+		answers[i] = inFlight.DoChan(c.name, func() (any, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), healthWait)
+			defer cancel()
+			return nil, c.healthy(ctx)
+		})
+	}
 	res := make(map[string]error, len(checks))
-	for _, c := range checks {
-		res[c.name] = fmt.Errorf("%s: no answer within %s", c.name, healthWait)
+	for i, c := range checks {
+		res[c.name] = awaitCheck(ctx, c.name, answers[i])
 	}
-	var wg sync.WaitGroup
-	for _, c := range checks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := c.healthy(ctx)
-			mu.Lock()
-			defer mu.Unlock()
-			res[c.name] = err
-		}()
-	}
-	answered := make(chan struct{})
-	go func() { wg.Wait(); close(answered) }()
+	return res
+}
+
+// inFlight runs one check of a component at a time: those who ask while
+// it runs (a readiness probe and a metrics scrape at once) share its
+// answer, and a check that never ends (one ignoring its context, as a
+// client waiting on a silent broker may) costs one goroutine, not one
+// more per probe: later callers wait on it, each within its healthWait.
+// Names are unique across sinks, servers and inboxes (only the first two
+// hold a dot).
+var inFlight singleflight.Group
+
+// awaitCheck is the check's answer, or that it gave none before ctx ended.
+func awaitCheck(ctx context.Context, name string, answer <-chan singleflight.Result) error {
 	select {
-	case <-answered:
+	case r := <-answer:
+		return r.Err
 	case <-ctx.Done():
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return maps.Clone(res)
+	select {
+	case r := <-answer: // it answered as the deadline passed
+		return r.Err
+	default:
+		return fmt.Errorf("%s: no answer within %s", name, healthWait)
+	}
 }
 
 // healthChecks are the health checks of the sinks or the inboxes' sources

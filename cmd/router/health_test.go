@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // Health checks run side by side, each within healthWait: a check that
@@ -38,4 +42,38 @@ func TestCheckHealthDoesNotWaitForAStuckCheck(t *testing.T) {
 			t.Fatalf("%s: %v, want no answer", name, err)
 		}
 	}
+}
+
+// A check that never ends is not started again while it runs: later
+// probes wait on it (each within healthWait) rather than leave one more
+// goroutine behind each, and callers at the same time share one answer.
+// Once it ends, the next probe runs it anew.
+func TestAStuckCheckRunsOnce(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int32
+	check := healthCheck{"stuck-once", func(context.Context) error {
+		if calls.Add(1) == 1 {
+			<-release
+		}
+		return nil
+	}}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if err := checkHealth(context.Background(), []healthCheck{check})[check.name]; err == nil {
+				t.Error("a check that has not ended answered healthy")
+			}
+		})
+	}
+	wg.Wait()
+	if err := checkHealth(context.Background(), []healthCheck{check})[check.name]; err == nil {
+		t.Error("a check that has not ended answered healthy")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the stuck check was started %d times", n)
+	}
+	close(release)
+	testkit.Eventually(t, "the check to run anew once it ended", 5*time.Second, func() bool {
+		return checkHealth(context.Background(), []healthCheck{check})[check.name] == nil && calls.Load() == 2
+	})
 }

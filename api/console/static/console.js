@@ -401,8 +401,11 @@ function renderPlugin(p) {
 // ---- inboxes
 
 async function inboxPage(params) {
-  const [{ inboxes }, stats, ready] = await Promise.all([api('GET', '/v1/inboxes'), api('GET', '/v1/stats'), api('GET', '/readyz', undefined, [503])]);
-  const consumes = ready.inboxes || {};
+  // Whether each inbox consumes is /readyz's detail: the page shows the
+  // rest without it ("—") if it fails.
+  const [{ inboxes }, stats, ready] = await Promise.all([api('GET', '/v1/inboxes'), api('GET', '/v1/stats'),
+    api('GET', '/readyz', undefined, [503]).catch(() => ({}))]);
+  const consumes = (ready && ready.inboxes) || {};
   const byQueue = new Map((stats.types || []).map((t) => [t.type, t]));
   const chosen = params.get('name') || (inboxes[0] && inboxes[0].name) || '';
   const audit = h('div', { id: 'dedup' });
