@@ -199,7 +199,7 @@ func get(t *testing.T, c *http.Client, path string) string {
 }
 
 // metricValue is the value of one series of the router's /metrics (its
-// name with labels, as printed), 0 when it is absent.
+// name with labels, as printed); the test fails when it is absent.
 func metricValue(t *testing.T, c *http.Client, series string) float64 {
 	t.Helper()
 	for _, l := range strings.Split(get(t, c, "/metrics"), "\n") {
@@ -211,6 +211,7 @@ func metricValue(t *testing.T, c *http.Client, series string) float64 {
 			return f
 		}
 	}
+	t.Fatalf("/metrics has no series %s", series)
 	return 0
 }
 

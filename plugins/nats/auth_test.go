@@ -281,7 +281,8 @@ func TestEmbeddedServerPortInUse(t *testing.T) {
 }
 
 // A user the server drops for a while (a reload with an edited account)
-// and then takes back: the sink reconnects and publishes again. Before,
+// and then takes back: the sink says it is refused, reconnects and
+// publishes again, and no longer reports the refusal. Before,
 // nats.go gave up after the second authorization error, and the sink's
 // connection was closed for good (a broker trial).
 func TestSinkReconnectsAfterAuthorizationErrors(t *testing.T) {
@@ -307,6 +308,11 @@ func TestSinkReconnectsAfterAuthorizationErrors(t *testing.T) {
 	}
 	reload([]*server.User{{Username: "someone-else", Password: "x-password-value"}})
 	time.Sleep(3 * time.Second) // several reconnects refused
+	// Healthy (/readyz) says why: the refusal, not the closed socket
+	// that follows it.
+	if err := s.Healthy(ctx); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		t.Errorf("Healthy while the server refuses the user: %v", err)
+	}
 	reload([]*server.User{{Username: "edge", Password: "edge-password-value"}})
 	testkit.EventuallyWith(t, 20*time.Second, func() bool {
 		for _, r := range s.Publish(ctx, makeMsgs("auth", "auth.test", 1)) {
@@ -316,6 +322,10 @@ func TestSinkReconnectsAfterAuthorizationErrors(t *testing.T) {
 		}
 		return true
 	}, func() string { return "the sink did not publish again once its user was back" })
+	// Connected again, the refusal is no longer its last connection error.
+	if err := s.conn.lastError(); err != nil {
+		t.Errorf("the last connection error once connected again: %v", err)
+	}
 }
 
 // The embedded server's authentication errors are logged at most once a

@@ -1,7 +1,9 @@
 package nats
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 
@@ -24,14 +26,40 @@ type connWatch struct {
 // set records the connection's status.
 func (w *connWatch) set(st natsgo.Status) { w.status.Store(int32(st)) }
 
+// dialed records the status of a connection just dialed (nc.Status), unless
+// a handler has already said what became of it: read before the handler
+// ran, it would undo a CONNECTED that no other handler comes to mend.
+func (w *connWatch) dialed(st natsgo.Status) {
+	w.status.CompareAndSwap(int32(natsgo.DISCONNECTED), int32(st))
+}
+
 // get is the status last recorded.
 func (w *connWatch) get() natsgo.Status { return natsgo.Status(w.status.Load()) }
 
-// failed keeps why the last connection attempt failed.
+// connected records that the connection is up: no attempt has failed
+// since (before, a refusal long mended stayed its "last error").
+func (w *connWatch) connected() {
+	w.set(natsgo.CONNECTED)
+	w.failed(nil)
+}
+
+// failed keeps why the last connection attempt failed. A server that
+// refuses a connection's credentials closes it, and the EOF that follows
+// does not replace the refusal (nats.go hands the refusal of a reconnect
+// only to the async error handler: asyncErrors).
 func (w *connWatch) failed(err error) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	if errors.Is(err, io.EOF) && authRefusal(w.err) {
+		return
+	}
 	w.err = err
-	w.mu.Unlock()
+}
+
+// authRefusal says whether err is a server's refusal of the credentials.
+func authRefusal(err error) bool {
+	return errors.Is(err, natsgo.ErrAuthorization) || errors.Is(err, natsgo.ErrAuthExpired) ||
+		errors.Is(err, natsgo.ErrAuthRevoked) || errors.Is(err, natsgo.ErrAccountAuthExpired)
 }
 
 // lastError is why the last connection attempt failed.

@@ -697,7 +697,7 @@ func TestStreamTroublesCountNoAttempt(t *testing.T) {
 func TestAsyncErrorsAreThrottled(t *testing.T) {
 	var buf testkit.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &buf})
-	h := asyncErrors(log)
+	h := asyncErrors(log, &connWatch{})
 	for range 100 {
 		h(nil, nil, errors.New("nats: permissions violation for publish to \"x\""))
 	}

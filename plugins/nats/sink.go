@@ -123,7 +123,7 @@ func Open(ctx context.Context, cfg config.NATS, url string, logger hclog.Logger)
 		return nil, fmt.Errorf("%s: connect %s: %w", s.name, url, err)
 	}
 	s.nc = nc
-	s.conn.set(nc.Status())
+	s.conn.dialed(nc.Status())
 	if err := s.openJetStream(cfg); err != nil {
 		nc.Close()
 		return nil, err
@@ -174,12 +174,12 @@ func (s *Sink) connOptions() []natsgo.Option {
 			}
 		}),
 		natsgo.ConnectHandler(func(*natsgo.Conn) {
-			s.conn.set(natsgo.CONNECTED)
+			s.conn.connected()
 			go s.onConnect("connected to NATS", true)
 		}),
 		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { s.conn.failed(err) }),
 		natsgo.ReconnectHandler(func(*natsgo.Conn) {
-			s.conn.set(natsgo.CONNECTED)
+			s.conn.connected()
 			go s.onConnect("reconnected to NATS", false)
 		}),
 		natsgo.ClosedHandler(func(*natsgo.Conn) {
@@ -190,17 +190,22 @@ func (s *Sink) connOptions() []natsgo.Option {
 		// way silent) holds the connection's lock until it fails: no
 		// longer than a publish may take (nats.go's default is a minute).
 		natsgo.FlusherTimeout(s.timeout),
-		natsgo.ErrorHandler(asyncErrors(s.log)),
+		natsgo.ErrorHandler(asyncErrors(s.log, &s.conn)),
 	)
 }
 
 // asyncErrors logs the connection's asynchronous errors, at most one line a
 // second, with the count of those held back (like_it_since_last): a
 // permissions violation comes once per message, and at 100 events a second
-// logged 1,201 lines in 37 seconds (a broker trial).
-func asyncErrors(log hclog.Logger) natsgo.ErrHandler {
+// logged 1,201 lines in 37 seconds (a broker trial). A refusal of the
+// credentials is the connection's last error (conn): nats.go reports the
+// refusal of a reconnect only here.
+func asyncErrors(log hclog.Logger, conn *connWatch) natsgo.ErrHandler {
 	var th logthrottle.Throttle
 	return func(_ *natsgo.Conn, sub *natsgo.Subscription, err error) {
+		if sub == nil && authRefusal(err) {
+			conn.failed(err)
+		}
 		held, ok := th.Take("async", time.Now())
 		if !ok {
 			return

@@ -143,7 +143,7 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 	}); err != nil {
 		return nil, wrap(fmt.Errorf("connect %s: %w", url, err))
 	}
-	s.conn.set(s.nc.Status())
+	s.conn.dialed(s.nc.Status())
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		s.nc.Close()
 		return nil, wrap(fmt.Errorf("jetstream: %w", err))
@@ -184,14 +184,14 @@ func (s *Source) connOptions() []natsgo.Option {
 				s.log.Warn("disconnected from NATS", "error", err)
 			}
 		}),
-		natsgo.ConnectHandler(func(*natsgo.Conn) { s.conn.set(natsgo.CONNECTED) }),
+		natsgo.ConnectHandler(func(*natsgo.Conn) { s.conn.connected() }),
 		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { s.conn.failed(err) }),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
-			s.conn.set(natsgo.CONNECTED)
+			s.conn.connected()
 			s.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
 		}),
 		natsgo.ClosedHandler(func(*natsgo.Conn) { s.conn.set(natsgo.CLOSED) }),
-		natsgo.ErrorHandler(asyncErrors(s.log)),
+		natsgo.ErrorHandler(asyncErrors(s.log, &s.conn)),
 	)
 }
 
@@ -326,6 +326,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 				backoff.Sleep(ctx, errorPause)
 				continue
 			}
+			s.failing(ctx, nil) // set up: why it could not be is past
 		}
 		err := s.pull(ctx, receive, &pause)
 		s.failing(ctx, err)

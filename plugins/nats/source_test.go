@@ -511,3 +511,40 @@ func TestSourceFindsASilentConnection(t *testing.T) {
 	testkit.Eventually(t, "the messages stored while the way was cut", 15*time.Second, func() bool { return c.distinct() == 6 })
 	testkit.Eventually(t, "the inbox to say it consumes again", 2*fetchWait, func() bool { return s.Healthy(context.Background()) == nil })
 }
+
+// An inbox started before its server, whose server then comes without the
+// stream, says it cannot consume yet; once the stream is there it says it
+// consumes as soon as its consumer is set up, not after the first pull
+// (fetchWait on an idle stream) cleared the old reason.
+func TestSourceHealthyOnceSetUp(t *testing.T) {
+	cfg := testConfig(true)
+	cfg.Port = testkit.FreePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", cfg.Port)
+	s, err := openSource(pubCtx(t, 10*time.Second), cfg, url, natsInbox("late", "orders.>"), testLogger(t), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	r := runSource(s, (&collector{}).receive)
+	defer r.stop(t)
+	if err := s.Healthy(context.Background()); err == nil || !strings.Contains(err.Error(), "not connected") {
+		t.Fatalf("Healthy without a server: %v", err)
+	}
+
+	startServer(t, cfg, t.TempDir()) // no stream: the sink makes it
+	var last error
+	testkit.EventuallyWith(t, 15*time.Second, func() bool {
+		last = s.Healthy(context.Background())
+		return last != nil && strings.Contains(last.Error(), "cannot start consuming yet")
+	}, func() string { return fmt.Sprintf("Healthy with the server there and no stream: %v", last) })
+
+	openSink(t, cfg, url)
+	made := time.Now()
+	testkit.EventuallyWith(t, 15*time.Second, func() bool {
+		last = s.Healthy(context.Background())
+		return last == nil
+	}, func() string { return fmt.Sprintf("Healthy once the stream is there: %v", last) })
+	if took := time.Since(made); took >= fetchWait {
+		t.Fatalf("Healthy said the old reason for %s after the consumer could be set up (a pull's wait is %s)", took, fetchWait)
+	}
+}
