@@ -78,6 +78,9 @@ type Source struct {
 	decoder engine.InboundDecoder // with the inbox's id header
 	batch   int
 	ackWait time.Duration
+	// writeTimeout bounds a write the server's socket does not take (the
+	// block's publish_timeout, as for the sink).
+	writeTimeout time.Duration
 
 	mu   sync.Mutex
 	cons jetstream.Consumer
@@ -122,15 +125,16 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 			in.Name, in.Durable, in.IDHeader, in.Policy.BatchSize)
 	}
 	s := &Source{
-		name:    in.Name,
-		sink:    sink,
-		log:     logger.Named("inbox." + in.Name),
-		batch:   in.Policy.BatchSize,
-		ackWait: ackWait,
-		ttl:     in.TTL,
-		stop:    make(chan struct{}),
-		runDone: make(chan struct{}),
-		ccfg:    consumerConfig(in, ackWait),
+		name:         in.Name,
+		sink:         sink,
+		log:          logger.Named("inbox." + in.Name),
+		batch:        in.Policy.BatchSize,
+		ackWait:      ackWait,
+		writeTimeout: ncfg.PublishTimeout,
+		ttl:          in.TTL,
+		stop:         make(chan struct{}),
+		runDone:      make(chan struct{}),
+		ccfg:         consumerConfig(in, ackWait),
 	}
 	s.decoder = engine.InboundDecoder{Binding: cloudevents.NATS, IDHeader: in.IDHeader, Log: s.log, Noun: "message"}
 	auth, err := ClientOptions(ncfg)
@@ -191,6 +195,11 @@ func (s *Source) connOptions() []natsgo.Option {
 			s.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
 		}),
 		natsgo.ClosedHandler(func(*natsgo.Conn) { s.conn.set(natsgo.CLOSED) }),
+		// Acks written to a connection gone silent, its send buffer full,
+		// hold the connection's lock (and Close) until the write fails:
+		// no longer than the sink's publishes may take (nats.go's default
+		// is a minute).
+		natsgo.FlusherTimeout(s.writeTimeout),
 		natsgo.ErrorHandler(asyncErrors(s.log, &s.conn)),
 	)
 }

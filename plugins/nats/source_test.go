@@ -548,3 +548,14 @@ func TestSourceHealthyOnceSetUp(t *testing.T) {
 		t.Fatalf("Healthy said the old reason for %s after the consumer could be set up (a pull's wait is %s)", took, fetchWait)
 	}
 }
+
+// An inbox's writes (its acks) to a connection whose socket takes nothing
+// fail after the block's publish timeout, as the sink's do, not after
+// nats.go's minute, which held the connection's lock and Close as long.
+func TestSourceWritesAreBounded(t *testing.T) {
+	e := newSourceEnv(t)
+	s := newNATSSource(t, e, natsInbox("bounded", "orders.>"), 2*time.Second)
+	if got, want := s.nc.Opts.FlusherTimeout, testConfig(true).PublishTimeout; got != want {
+		t.Fatalf("the inbox connection's write timeout is %s, want the publish timeout %s", got, want)
+	}
+}
