@@ -1,7 +1,7 @@
 # Switchyard configuration.
 #
 # This file runs as is: an embedded NATS server, one demo event type, and
-# every setting at its built-in default. Edit it to taste; everything you
+# every setting at its built-in default (but the demo type's polling min). Edit it to taste; everything you
 # leave out keeps the value shown here.
 #
 # Durations are strings with a unit: "250ms", "10s", "1m", "24h".
