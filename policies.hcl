@@ -165,7 +165,7 @@ nats "local" {
 
   jetstream       = true # false publishes with core NATS: at most once
   max_pending     = 4096 # in-flight asynchronous publishes
-  publish_timeout = "10s"
+  publish_timeout = "10s" # also bounds a write to the server that does not go out (an inbox's acks too)
 
   # Streams are created when the router starts. JetStream drops a message
   # whose Nats-Msg-Id it has seen within `duplicates`. The server keeps every

@@ -926,17 +926,11 @@ func (c ctxWriter) Write(p []byte) (int, error) {
 // the data file's path and every broker's address), and no inboxes, whose
 // names only an admin lists (/v1/inboxes).
 func (s *Server) getReady(w http.ResponseWriter, r *http.Request) {
-	admin := false
-	if p := principalOf(r.Context()); p != nil && p.admin {
-		admin = true
-	}
-	why := func(err error) string { return err.Error() }
+	p := principalOf(r.Context())
+	admin := p != nil && p.admin
+	why, inboxes := func(err error) string { return err.Error() }, s.opts.Inboxes
 	if !admin {
-		why = func(error) string { return "not ok" }
-	}
-	inboxes := s.opts.Inboxes
-	if !admin {
-		inboxes = nil
+		why, inboxes = func(error) string { return "not ok" }, nil
 	}
 	var checks, sinks, boxes map[string]string
 	var unready bool

@@ -479,8 +479,9 @@ func (s *Source) retentionWarning(topic, retention, policy string) string {
 }
 
 // Close stops Run (waiting for it, at most until ctx ends), leaves the
-// group and closes the client, returning by the time ctx ends. The batch Run was receiving, if any, is
-// not committed unless receive returned before.
+// group and closes the client, and returns by the time ctx ends. The batch
+// Run was receiving, if any, is not committed unless receive returned
+// before.
 func (s *Source) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {

@@ -6,7 +6,9 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
 	natsgo "github.com/nats-io/nats.go"
 )
 
@@ -87,4 +89,45 @@ func (w *connWatch) notConnected(name string) error {
 		return fmt.Errorf("%s: not connected (connection %s; last error: %v)", name, st, last)
 	}
 	return fmt.Errorf("%s: not connected (connection %s)", name, st)
+}
+
+// options are the options of every connection the router makes
+// (reconnecting, under name) and the handlers that keep w: the status, why
+// the last attempt failed (a refusal of the credentials among them:
+// asyncErrors, which also logs). up runs, in nats.go's handler goroutine,
+// after each connection is made (first: the connection's first); closed,
+// if not nil, once it is closed for good.
+func (w *connWatch) options(name string, log hclog.Logger, writeTimeout time.Duration, up func(nc *natsgo.Conn, first bool), closed func()) []natsgo.Option {
+	return append(reconnecting(name),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			w.set(natsgo.RECONNECTING)
+			if err != nil {
+				w.failed(err)
+				log.Warn("disconnected from NATS", "error", err)
+			} else {
+				log.Debug("disconnected from NATS")
+			}
+		}),
+		natsgo.ConnectHandler(func(nc *natsgo.Conn) {
+			w.connected()
+			up(nc, true)
+		}),
+		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { w.failed(err) }),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			w.connected()
+			up(nc, false)
+		}),
+		natsgo.ClosedHandler(func(*natsgo.Conn) {
+			w.set(natsgo.CLOSED)
+			if closed != nil {
+				closed()
+			}
+		}),
+		// A write the server's socket does not take (its buffer full, the
+		// way silent: a publish, an ack) holds the connection's lock, and
+		// Close, until it fails: no longer than a publish may take
+		// (nats.go's default is a minute).
+		natsgo.FlusherTimeout(writeTimeout),
+		natsgo.ErrorHandler(asyncErrors(log, w)),
+	)
 }

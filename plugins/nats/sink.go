@@ -159,39 +159,19 @@ func newSink(cfg config.NATS, logger hclog.Logger) *Sink {
 	return s
 }
 
-// connOptions are the connection's options: reconnect forever, and the
-// handlers that log and that set the streams up on every (re)connection.
+// connOptions are the connection's options (connWatch.options), with the
+// streams set up on every (re)connection.
 func (s *Sink) connOptions() []natsgo.Option {
 	var closeOnce sync.Once
-	return append(reconnecting(ClientName),
-		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
-			s.conn.set(natsgo.RECONNECTING)
-			if err != nil {
-				s.conn.failed(err)
-				s.log.Warn("disconnected from NATS", "error", err)
-			} else {
-				s.log.Debug("disconnected from NATS")
+	return s.conn.options(ClientName, s.log, s.timeout,
+		func(_ *natsgo.Conn, first bool) {
+			what := "reconnected to NATS"
+			if first {
+				what = "connected to NATS"
 			}
-		}),
-		natsgo.ConnectHandler(func(*natsgo.Conn) {
-			s.conn.connected()
-			go s.onConnect("connected to NATS", true)
-		}),
-		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { s.conn.failed(err) }),
-		natsgo.ReconnectHandler(func(*natsgo.Conn) {
-			s.conn.connected()
-			go s.onConnect("reconnected to NATS", false)
-		}),
-		natsgo.ClosedHandler(func(*natsgo.Conn) {
-			s.conn.set(natsgo.CLOSED)
-			closeOnce.Do(func() { close(s.closedCh) })
-		}),
-		// A write the server's socket does not take (its buffer full, the
-		// way silent) holds the connection's lock until it fails: no
-		// longer than a publish may take (nats.go's default is a minute).
-		natsgo.FlusherTimeout(s.timeout),
-		natsgo.ErrorHandler(asyncErrors(s.log, &s.conn)),
-	)
+			go s.onConnect(what, first)
+		},
+		func() { closeOnce.Do(func() { close(s.closedCh) }) })
 }
 
 // asyncErrors logs the connection's asynchronous errors, at most one line a

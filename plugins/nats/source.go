@@ -67,20 +67,18 @@ var (
 // redelivers them (the inbox drops what it stored already). See
 // RATIONALE.md.
 type Source struct {
-	name    string // the inbox's name
-	sink    string // "nats.<block name>"
-	log     hclog.Logger
-	nc      *natsgo.Conn
-	js      jetstream.JetStream
-	stream  string // under mu once Run may be setting it up
-	ccfg    jetstream.ConsumerConfig
-	ttl     time.Duration         // the inbox's dedup window, for checkRetention
-	decoder engine.InboundDecoder // with the inbox's id header
-	batch   int
-	ackWait time.Duration
-	// writeTimeout bounds a write the server's socket does not take (the
-	// block's publish_timeout, as for the sink).
-	writeTimeout time.Duration
+	name         string // the inbox's name
+	sink         string // "nats.<block name>"
+	log          hclog.Logger
+	nc           *natsgo.Conn
+	js           jetstream.JetStream
+	stream       string // under mu once Run may be setting it up
+	ccfg         jetstream.ConsumerConfig
+	ttl          time.Duration         // the inbox's dedup window, for checkRetention
+	decoder      engine.InboundDecoder // with the inbox's id header
+	batch        int
+	ackWait      time.Duration
+	writeTimeout time.Duration // the block's publish_timeout
 
 	mu   sync.Mutex
 	cons jetstream.Consumer
@@ -177,31 +175,15 @@ func consumerConfig(in config.Inbox, ackWait time.Duration) jetstream.ConsumerCo
 	}
 }
 
-// connOptions are the inbox connection's options: reconnect forever, and
-// log what happens to the connection.
+// connOptions are the inbox connection's options (connWatch.options),
+// writes bounded by the block's publish_timeout as the sink's are.
 func (s *Source) connOptions() []natsgo.Option {
-	return append(reconnecting(ClientName+"-inbox-"+s.name),
-		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
-			s.conn.set(natsgo.RECONNECTING)
-			if err != nil {
-				s.conn.failed(err)
-				s.log.Warn("disconnected from NATS", "error", err)
+	return s.conn.options(ClientName+"-inbox-"+s.name, s.log, s.writeTimeout,
+		func(nc *natsgo.Conn, first bool) {
+			if !first {
+				s.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
 			}
-		}),
-		natsgo.ConnectHandler(func(*natsgo.Conn) { s.conn.connected() }),
-		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { s.conn.failed(err) }),
-		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
-			s.conn.connected()
-			s.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
-		}),
-		natsgo.ClosedHandler(func(*natsgo.Conn) { s.conn.set(natsgo.CLOSED) }),
-		// Acks written to a connection gone silent, its send buffer full,
-		// hold the connection's lock (and Close) until the write fails:
-		// no longer than the sink's publishes may take (nats.go's default
-		// is a minute).
-		natsgo.FlusherTimeout(s.writeTimeout),
-		natsgo.ErrorHandler(asyncErrors(s.log, &s.conn)),
-	)
+		}, nil)
 }
 
 // setup finds the stream of the inbox's subject and creates or updates the
