@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/every"
+	"github.com/switchyard-router/switchyard/internal/grace"
 	"github.com/switchyard-router/switchyard/internal/history"
 	"github.com/switchyard-router/switchyard/internal/schedwait"
 	"github.com/switchyard-router/switchyard/plugins/kafka"
@@ -498,9 +500,7 @@ func (c *RunCommand) Close(ctx context.Context) error {
 	if c.stopSources != nil {
 		c.stopSources()
 	}
-	for _, s := range c.sources {
-		errs = append(errs, s.Close(ctx))
-	}
+	errs = append(errs, closeAll(ctx, c.sources))
 	c.sourcesWG.Wait()
 	if c.engine != nil {
 		errs = append(errs, c.engine.Close(ctx))
@@ -508,14 +508,13 @@ func (c *RunCommand) Close(ctx context.Context) error {
 	if c.wasm != nil { // after the engine: its loops run the plugins
 		errs = append(errs, c.wasm.Close(ctx))
 	}
-	for _, s := range c.sinks {
-		errs = append(errs, s.Close(ctx))
-	}
-	for _, s := range c.natsServers {
-		errs = append(errs, s.Close(ctx))
-	}
+	c.sinksMu.Lock()
+	sinks := slices.Clone(c.sinks)
+	c.sinksMu.Unlock()
+	errs = append(errs, closeAll(ctx, sinks))
+	errs = append(errs, closeAll(ctx, c.natsServers))
 	if c.db != nil {
-		dctx, cancel := atLeast(ctx, dataCloseGrace)
+		dctx, cancel := grace.AtLeast(ctx, dataCloseGrace)
 		errs = append(errs, c.db.Close(dctx))
 		cancel()
 	}
@@ -550,13 +549,18 @@ func (c *RunCommand) closeAPI(ctx context.Context) error {
 	return err
 }
 
-// atLeast is ctx, or, when it ends sooner than d from now, a context that
-// ends d from now.
-func atLeast(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-		return context.WithTimeout(context.WithoutCancel(ctx), d)
+// closeAll closes each of cs side by side and joins their errors: one that
+// holds until the deadline (an inbox or a sink on a dark cluster) leaves
+// the others the whole time, where closing one after another gave those
+// after it none.
+func closeAll[C interface{ Close(context.Context) error }](ctx context.Context, cs []C) error {
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { errs[i] = c.Close(ctx) })
 	}
-	return context.WithCancel(ctx)
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // loadConfig loads path; with embedded, a missing default path means the

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -221,5 +222,39 @@ func TestStopDuringTheFileCheckIsNotDamage(t *testing.T) {
 	logs = &cancelAt{mark: "switchyard is running", cancel: stop}
 	if err := NewMain(nil, io.Discard, logs).Run(again, []string{"run", "-config", path}); err != nil || !strings.Contains(logs.String(), "the data file is sound") {
 		t.Errorf("the next start: %v; want the file checked again and opened:\n%s", err, logs.String())
+	}
+}
+
+// closeFunc is a Close of a test's making.
+type closeFunc func(context.Context) error
+
+func (f closeFunc) Close(ctx context.Context) error { return f(ctx) }
+
+// The stop closes inboxes (and sinks, and NATS servers) side by side: one
+// that holds until the deadline (its cluster dark) leaves those after it
+// the whole time. Closed one after another, the others found the time
+// spent and left their consumer groups without leaving.
+func TestCloseAllGivesEachTheWholeTime(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	dark := closeFunc(func(ctx context.Context) error { <-ctx.Done(); return fmt.Errorf("dark: %w", ctx.Err()) })
+	var late []string
+	var mu sync.Mutex
+	quick := func(name string) closeFunc {
+		return func(ctx context.Context) error {
+			if ctx.Err() != nil {
+				mu.Lock()
+				late = append(late, name)
+				mu.Unlock()
+			}
+			return nil
+		}
+	}
+	err := closeAll(ctx, []closeFunc{dark, quick("a"), dark, quick("b")})
+	if len(late) > 0 {
+		t.Errorf("%v were closed after the deadline", late)
+	}
+	if err == nil || strings.Count(err.Error(), "dark:") != 2 {
+		t.Errorf("err = %v, want both dark closes' errors", err)
 	}
 }

@@ -22,9 +22,16 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
+	"github.com/switchyard-router/switchyard/internal/grace"
 )
 
 const (
+	// leaveGrace is the least time an inbox's Close gets to leave its
+	// group, past the stop's time if need be (the router's other inboxes
+	// may have spent it): a member that leaves hands its partitions on at
+	// once; one that does not holds them for its session timeout.
+	leaveGrace = time.Second
+
 	// commitTimeout bounds the synchronous offset commit after a stored
 	// batch (it runs even while the router shuts down).
 	commitTimeout = 10 * time.Second
@@ -479,12 +486,14 @@ func (s *Source) retentionWarning(topic, retention, policy string) string {
 }
 
 // Close stops Run (waiting for it, at most until ctx ends), leaves the
-// group and closes the client, and returns by the time ctx ends. The batch
-// Run was receiving, if any, is not committed unless receive returned
-// before.
+// group and closes the client, and returns by the time ctx ends, or
+// leaveGrace from the call if that is later. The batch Run was receiving,
+// if any, is not committed unless receive returned before.
 func (s *Source) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
+		ctx, cancel := grace.AtLeast(ctx, leaveGrace)
+		defer cancel()
 		close(s.stop)
 		if s.running.Load() {
 			select {

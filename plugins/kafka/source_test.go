@@ -750,3 +750,53 @@ func closeBy(t *testing.T, src *Source, d time.Duration) {
 	}
 	t.Logf("closed in %s: %v", time.Since(start).Round(time.Millisecond), err)
 }
+
+// An inbox closed when the stop's time is already spent (the router's other
+// inboxes took it) still leaves its group on a cluster that answers: the
+// group hands its partitions on at once rather than after the member's
+// session timeout. Before, Close returned at once and the process exited
+// with the member still in the group.
+func TestSourceLeavesItsGroupWhenTheStopsTimeIsSpent(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, srcTopic))
+	produce(t, c, "leave", 3, 1, 1)
+	src := newSource(t, c, inboxConfig("g-leave"))
+	var n atomic.Int64
+	r := run(src, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
+	testkit.Eventually(t, "the inbox's records", 20*time.Second, func() bool { return n.Load() == 3 })
+	if got := groupMembers(t, c, "g-leave"); got != 1 {
+		t.Fatalf("group g-leave has %d members while consuming, want 1", got)
+	}
+	r.cancel()
+	<-r.done
+	spent, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := src.Close(spent)
+	if got := groupMembers(t, c, "g-leave"); got != 0 {
+		t.Fatalf("group g-leave has %d members right after Close (%v), want 0", got, err)
+	}
+	if err != nil {
+		t.Fatalf("Close on a cluster that answers: %v", err)
+	}
+}
+
+// groupMembers is how many members group has, as its coordinator says.
+func groupMembers(t *testing.T, c *kfake.Cluster, group string) int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Groups) != 1 {
+		t.Fatalf("describe %q: %d groups", group, len(resp.Groups))
+	}
+	return len(resp.Groups[0].Members)
+}
