@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/switchyard-router/switchyard"
@@ -26,39 +28,92 @@ type healthCheck struct {
 	healthy func(context.Context) error
 }
 
-// checkHealth runs every check at once, each within healthWait, and
-// returns each one's error (nil: healthy). A check that has not answered
-// by then is reported so and left to end on its own, so one that ignores
-// its context does not hold the answer either.
-func checkHealth(ctx context.Context, checks []healthCheck) map[string]error {
-	ctx, cancel := context.WithTimeout(ctx, healthWait)
+// health runs a router's health checks, one check of a component at a
+// time: those who ask while it runs (a readiness probe and a metrics
+// scrape at once) share its answer, and a check that does not end (one
+// ignoring its context, as a client waiting on a silent broker may) costs
+// one goroutine, not one more per probe: later callers wait on it, each
+// within wait. One stuck past stuckAfter waits is let go and started
+// anew, with a warning: the component may answer a new request (a
+// library's lost wake-up), and its gauge would read 0 for ever otherwise.
+// Names are unique across sinks, servers and inboxes (only the first two
+// hold a dot).
+type health struct {
+	wait   time.Duration
+	log    hclog.Logger
+	flight singleflight.Group
+
+	mu      sync.Mutex
+	running map[string]*time.Time // checks in flight, since when
+}
+
+// stuckAfter is how many waits a check may run before the next caller
+// lets it go and starts another.
+const stuckAfter = 30
+
+func newHealth(wait time.Duration, log hclog.Logger) *health {
+	return &health{wait: wait, log: log, running: map[string]*time.Time{}}
+}
+
+// check runs every check at once, each within the wait, and returns each
+// one's error (nil: healthy). A check that has not answered by then is
+// reported so and left to end on its own, so one that ignores its context
+// does not hold the answer either.
+func (h *health) check(ctx context.Context, checks []healthCheck) map[string]error {
+	ctx, cancel := context.WithTimeout(ctx, h.wait)
 	defer cancel()
 	answers := make([]<-chan singleflight.Result, len(checks))
 	for i, c := range checks {
-		answers[i] = inFlight.DoChan(c.name, func() (any, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), healthWait)
-			defer cancel()
-			return nil, c.healthy(ctx)
-		})
+		answers[i] = h.start(c)
 	}
 	res := make(map[string]error, len(checks))
 	for i, c := range checks {
-		res[c.name] = awaitCheck(ctx, c.name, answers[i])
+		res[c.name] = h.await(ctx, c.name, answers[i])
 	}
 	return res
 }
 
-// inFlight runs one check of a component at a time: those who ask while
-// it runs (a readiness probe and a metrics scrape at once) share its
-// answer, and a check that never ends (one ignoring its context, as a
-// client waiting on a silent broker may) costs one goroutine, not one
-// more per probe: later callers wait on it, each within its healthWait.
-// Names are unique across sinks, servers and inboxes (only the first two
-// hold a dot).
-var inFlight singleflight.Group
+// start runs c, or joins its run in flight. The check's own deadline ends
+// a tenth of the wait before the caller's, so a check that fails at its
+// deadline (a request to a dark broker) gives its reason in time, not "no
+// answer".
+func (h *health) start(c healthCheck) <-chan singleflight.Result {
+	h.letGoIfStuck(c.name)
+	return h.flight.DoChan(c.name, func() (any, error) {
+		since := time.Now()
+		h.mu.Lock()
+		h.running[c.name] = &since
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			if h.running[c.name] == &since { // not let go and started anew
+				delete(h.running, c.name)
+			}
+			h.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), h.wait-h.wait/10)
+		defer cancel()
+		return nil, c.healthy(ctx)
+	})
+}
 
-// awaitCheck is the check's answer, or that it gave none before ctx ended.
-func awaitCheck(ctx context.Context, name string, answer <-chan singleflight.Result) error {
+// letGoIfStuck forgets name's check in flight if it has run stuckAfter
+// waits, so the next caller starts another.
+func (h *health) letGoIfStuck(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	since, ok := h.running[name]
+	if !ok || time.Since(*since) < stuckAfter*h.wait {
+		return
+	}
+	h.flight.Forget(name)
+	delete(h.running, name)
+	h.log.Warn("a health check has not returned; starting another (its component ignores the deadline it was given)",
+		"check", name, "running", time.Since(*since).Round(time.Second))
+}
+
+// await is the check's answer, or that it gave none before ctx ended.
+func (h *health) await(ctx context.Context, name string, answer <-chan singleflight.Result) error {
 	select {
 	case r := <-answer:
 		return r.Err
@@ -68,7 +123,18 @@ func awaitCheck(ctx context.Context, name string, answer <-chan singleflight.Res
 	case r := <-answer: // it answered as the deadline passed
 		return r.Err
 	default:
-		return fmt.Errorf("%s: no answer within %s", name, healthWait)
+		return fmt.Errorf("%s: no answer within %s", name, h.wait)
+	}
+}
+
+// gauge is c as a gauge's value: 1 healthy, 0 not (or no answer within
+// the wait).
+func (h *health) gauge(c healthCheck) func() float64 {
+	return func() float64 {
+		if h.check(context.Background(), []healthCheck{c})[c.name] != nil {
+			return 0
+		}
+		return 1
 	}
 }
 
@@ -82,13 +148,4 @@ func healthChecks[T interface{ Name() string }](items []T) []healthCheck {
 		}
 	}
 	return checks
-}
-
-// gauge is the check as a gauge's value: 1 healthy, 0 not (or no answer
-// within healthWait).
-func (c healthCheck) gauge() float64 {
-	if checkHealth(context.Background(), []healthCheck{c})[c.name] != nil {
-		return 0
-	}
-	return 1
 }

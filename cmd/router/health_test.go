@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
@@ -27,12 +30,13 @@ func TestCheckHealthDoesNotWaitForAStuckCheck(t *testing.T) {
 		{"stuck too", func(context.Context) error { <-stuck; return nil }},
 	}
 	done := make(chan map[string]error, 1)
-	go func() { done <- checkHealth(context.Background(), checks) }()
+	h := newHealth(healthWait, hclog.NewNullLogger())
+	go func() { done <- h.check(context.Background(), checks) }()
 	var res map[string]error
 	select {
 	case res = <-done:
 	case <-time.After(10 * healthWait):
-		t.Fatal("checkHealth waits for a check that never answers")
+		t.Fatal("check waits for a check that never answers")
 	}
 	if res["ok"] != nil || !errors.Is(res["refused"], refused) {
 		t.Fatalf("the checks that answered: %v", res)
@@ -57,16 +61,17 @@ func TestAStuckCheckRunsOnce(t *testing.T) {
 		}
 		return nil
 	}}
+	h := newHealth(healthWait, hclog.NewNullLogger())
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() {
-			if err := checkHealth(context.Background(), []healthCheck{check})[check.name]; err == nil {
+			if err := h.check(context.Background(), []healthCheck{check})[check.name]; err == nil {
 				t.Error("a check that has not ended answered healthy")
 			}
 		})
 	}
 	wg.Wait()
-	if err := checkHealth(context.Background(), []healthCheck{check})[check.name]; err == nil {
+	if err := h.check(context.Background(), []healthCheck{check})[check.name]; err == nil {
 		t.Error("a check that has not ended answered healthy")
 	}
 	if n := calls.Load(); n != 1 {
@@ -74,6 +79,58 @@ func TestAStuckCheckRunsOnce(t *testing.T) {
 	}
 	close(release)
 	testkit.Eventually(t, "the check to run anew once it ended", 5*time.Second, func() bool {
-		return checkHealth(context.Background(), []healthCheck{check})[check.name] == nil && calls.Load() == 2
+		return h.check(context.Background(), []healthCheck{check})[check.name] == nil && calls.Load() == 2
 	})
+}
+
+// A check that fails at its own deadline (a request to a dark broker)
+// gives its reason, not "no answer": its deadline ends before the
+// caller's. Before, it began after the caller's and ended with it, and
+// most answers were lost to the race.
+func TestACheckFailingAtItsDeadlineGivesItsReason(t *testing.T) {
+	h := newHealth(100*time.Millisecond, hclog.NewNullLogger())
+	dark := healthCheck{"dark", func(ctx context.Context) error {
+		<-ctx.Done()
+		return fmt.Errorf("no broker reachable: %w", ctx.Err())
+	}}
+	for round := range 10 {
+		if err := h.check(context.Background(), []healthCheck{dark})["dark"]; err == nil || !strings.Contains(err.Error(), "no broker reachable") {
+			t.Fatalf("round %d: %v, want the check's reason", round, err)
+		}
+	}
+}
+
+// A check stuck for stuckAfter waits is let go: the next caller starts
+// another (the component may answer a new one) and a warning names it.
+// One stuck for less is waited on, not started again.
+func TestAStuckCheckIsLetGoAfterAWhile(t *testing.T) {
+	logs := &testkit.Buffer{}
+	h := newHealth(20*time.Millisecond, hclog.New(&hclog.LoggerOptions{Output: logs}))
+	release := make(chan struct{})
+	defer close(release)
+	var calls atomic.Int32
+	check := healthCheck{"sink.stuck", func(context.Context) error {
+		if calls.Add(1) == 1 {
+			<-release
+		}
+		return nil
+	}}
+	start := time.Now()
+	for time.Since(start) < stuckAfter*h.wait-5*h.wait {
+		if err := h.check(context.Background(), []healthCheck{check})[check.name]; err == nil {
+			t.Fatal("a check that has not ended answered healthy")
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("started %d times within %s", n, time.Since(start))
+	}
+	testkit.Eventually(t, "another run once the first is let go", 5*time.Second, func() bool {
+		return h.check(context.Background(), []healthCheck{check})[check.name] == nil
+	})
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("started %d times, want 2", n)
+	}
+	if !strings.Contains(logs.String(), "check=sink.stuck") {
+		t.Fatalf("no warning naming the check: %q", logs.String())
+	}
 }

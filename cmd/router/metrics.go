@@ -77,31 +77,31 @@ func registerStorage(reg prometheus.Registerer, db *storage.DB) {
 
 // registerNATSServer exports whether an embedded server's JetStream store
 // takes writes.
-func registerNATSServer(reg prometheus.Registerer, name string, srv *natsplugin.Server) {
+func registerNATSServer(reg prometheus.Registerer, h *health, name string, srv *natsplugin.Server) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "switchyard_nats_server_up", Help: "1 while the embedded NATS server's JetStream store takes writes.",
 		ConstLabels: prometheus.Labels{"server": name},
-	}, healthCheck{"nats-server." + name, srv.Healthy}.gauge))
+	}, h.gauge(healthCheck{"nats-server." + name, srv.Healthy})))
 }
 
 // registerSinks exports whether each sink's broker is reachable, asked
 // within healthWait.
-func registerSinks(reg prometheus.Registerer, sinks []switchyard.Sink) {
-	registerUp(reg, "switchyard_sink_up", "1 when the sink's broker is reachable and answering.", "sink", healthChecks(sinks))
+func registerSinks(reg prometheus.Registerer, h *health, sinks []switchyard.Sink) {
+	registerUp(reg, h, "switchyard_sink_up", "1 when the sink's broker is reachable and answering.", "sink", healthChecks(sinks))
 }
 
 // registerInboxes exports whether each inbox consumes from its broker.
-func registerInboxes(reg prometheus.Registerer, sources []switchyard.Source) {
-	registerUp(reg, "switchyard_inbox_up", "1 when the inbox is connected to its broker and its last fetch worked.", "inbox", healthChecks(sources))
+func registerInboxes(reg prometheus.Registerer, h *health, sources []switchyard.Source) {
+	registerUp(reg, h, "switchyard_inbox_up", "1 when the inbox is connected to its broker and its last fetch worked.", "inbox", healthChecks(sources))
 }
 
 // registerUp exports one gauge of the family name per check, labelled
 // label="<the check's name>".
-func registerUp(reg prometheus.Registerer, name, help, label string, checks []healthCheck) {
+func registerUp(reg prometheus.Registerer, h *health, name, help, label string, checks []healthCheck) {
 	for _, c := range checks {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: name, Help: help, ConstLabels: prometheus.Labels{label: c.name},
-		}, c.gauge))
+		}, h.gauge(c)))
 	}
 }
 

@@ -71,7 +71,7 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 	c.sinksMu.Lock()
 	c.sinks = append(c.sinks, added...)
 	c.sinksMu.Unlock()
-	registerSinks(c.reg, added)
+	registerSinks(c.reg, c.health, added)
 	c.cfg = cfg
 	old := c.plugins
 	c.plugins = plugins

@@ -61,6 +61,7 @@ type RunCommand struct {
 
 	log         hclog.Logger
 	reg         *prometheus.Registry
+	health      *health        // runs the sinks', servers' and inboxes' checks
 	progress    *startProgress // while open runs; nil after
 	db          *storage.DB
 	natsServers []*natsplugin.Server
@@ -138,6 +139,7 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	c.log = newLogger(c.Stderr, c.LogLevel, c.LogFormat)
+	c.health = newHealth(healthWait, c.log)
 	cfg, err := loadConfig(c.ConfigPath, !c.configNamed)
 	if err != nil {
 		return err
@@ -229,7 +231,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	registerInboxes(c.reg, c.sources)
+	registerInboxes(c.reg, c.health, c.sources)
 	var hctx context.Context
 	hctx, c.stopHistory = context.WithCancel(context.WithoutCancel(ctx))
 	c.history = startHistory(hctx, c.reg) // history.go
@@ -328,7 +330,7 @@ func (c *RunCommand) openSinks(ctx context.Context, cfg *config.Config) (map[str
 		}
 		c.sinks = append(c.sinks, sink)
 	}
-	registerSinks(c.reg, c.sinks)
+	registerSinks(c.reg, c.health, c.sinks)
 	return natsURLs, nil
 }
 
@@ -340,7 +342,7 @@ func (c *RunCommand) startNATSServer(n config.NATS, dataDir string) (*natsplugin
 		return nil, fmt.Errorf("nats %q: %w", n.Name, err)
 	}
 	c.natsServers = append(c.natsServers, srv)
-	registerNATSServer(c.reg, n.Name, srv)
+	registerNATSServer(c.reg, c.health, n.Name, srv)
 	c.log.Info("embedded NATS server with JetStream", "name", n.Name, "url", srv.ClientURL())
 	return srv, nil
 }
@@ -470,13 +472,13 @@ func (c *RunCommand) sinkHealth(ctx context.Context) map[string]error {
 	for _, s := range c.natsServers {
 		checks = append(checks, healthCheck{"nats-server." + s.Name(), s.Healthy})
 	}
-	return checkHealth(ctx, checks)
+	return c.health.check(ctx, checks)
 }
 
 // inboxHealth is /readyz's detail on the inboxes: whether each consumes
 // from its broker, each within healthWait.
 func (c *RunCommand) inboxHealth(ctx context.Context) map[string]error {
-	return checkHealth(ctx, healthChecks(c.sources))
+	return c.health.check(ctx, healthChecks(c.sources))
 }
 
 // Close stops in the reverse order of open: stop accepting, let the loops

@@ -122,6 +122,9 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		return nil, fmt.Errorf("inbox %q: durable %q, id_header %q, batch_size %d: the block is not resolved (config.NewInbox sets them)",
 			in.Name, in.Durable, in.IDHeader, in.Policy.BatchSize)
 	}
+	if ncfg.PublishTimeout <= 0 { // it bounds the connection's writes
+		return nil, fmt.Errorf("inbox %q: %s: publish_timeout %s: the block is not resolved (config.NewNATS sets it)", in.Name, sink, ncfg.PublishTimeout)
+	}
 	s := &Source{
 		name:         in.Name,
 		sink:         sink,

@@ -551,11 +551,23 @@ func TestSourceHealthyOnceSetUp(t *testing.T) {
 
 // An inbox's writes (its acks) to a connection whose socket takes nothing
 // fail after the block's publish timeout, as the sink's do, not after
-// nats.go's minute, which held the connection's lock and Close as long.
+// nats.go's minute, which held the connection's lock and Close as long. A
+// block without one (not resolved) is refused, as the sink refuses it: 0
+// would mean no bound at all.
 func TestSourceWritesAreBounded(t *testing.T) {
 	e := newSourceEnv(t)
 	s := newNATSSource(t, e, natsInbox("bounded", "orders.>"), 2*time.Second)
 	if got, want := s.nc.Opts.FlusherTimeout, testConfig(true).PublishTimeout; got != want {
 		t.Fatalf("the inbox connection's write timeout is %s, want the publish timeout %s", got, want)
+	}
+	unresolved := testConfig(true)
+	unresolved.PublishTimeout = 0
+	s, err := openSource(pubCtx(t, 10*time.Second), unresolved, e.url, natsInbox("unbounded", "orders.>"), testLogger(t), 2*time.Second)
+	if err == nil {
+		s.Close(context.Background())
+		t.Fatal("an inbox opened on a block without a publish timeout")
+	}
+	if !strings.Contains(err.Error(), "publish_timeout 0s") {
+		t.Fatalf("err = %v, want it to name publish_timeout", err)
 	}
 }
