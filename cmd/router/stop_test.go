@@ -84,7 +84,8 @@ func (r *stoppingRouter) exitWithin(t *testing.T, d time.Duration) {
 // A stop with a client that holds a request open is still clean: both
 // listeners stop taking requests at once, the held request is cut once
 // half the stop's time is gone, and the engine and the data file close in
-// the rest: exit status 0, and the next start finds no running mark.
+// the rest: exit status 0, a log line saying so (and the start's naming the
+// file it runs on), and the next start finds no running mark.
 // (Before, the TCP listener took requests while the socket drained, and
 // the held request took the whole -shutdown-timeout: the data file's close
 // got an expired context, and the next start checked the whole file.)
@@ -106,8 +107,9 @@ func TestStopCutsAHeldRequestAndStaysClean(t *testing.T) {
 	if r.waitErr != nil {
 		t.Errorf("exit: %v, want 0: a cut request is no failure of the stop", r.waitErr)
 	}
-	if log := r.logs.String(); !strings.Contains(log, "requests were still in flight") || strings.Contains(log, "deadline exceeded") {
-		t.Fatalf("the stop's log:\n%s", log)
+	if log := r.logs.String(); !strings.Contains(log, "requests were still in flight") || strings.Contains(log, "deadline exceeded") ||
+		!strings.Contains(log, "stopped: the data file is closed clean") || !strings.Contains(log, "config="+r.path) {
+		t.Fatalf("the log names neither the file it runs on nor a clean stop, or the stop overran:\n%s", log)
 	}
 	_, logs, _ := runLogged(t, "", r.sock, routerBinary(t), "run", "-config", r.path)
 	if strings.Contains(logs.String(), "did not stop cleanly") {
