@@ -350,7 +350,14 @@ func syntaxDetail(err error) string {
 	if err == nil {
 		return ""
 	}
-	return ": " + err.Error()
+	return ": " + plainSyntax(err)
+}
+
+// plainSyntax is the tokenizer's error in the API's words: without its
+// package's name, and "after byte" where it says "after offset".
+func plainSyntax(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "jsontext: ")
+	return strings.Replace(msg, " after offset ", " after byte ", 1)
 }
 
 func decodeBase64(v jsontext.Value) ([]byte, error) {
@@ -359,7 +366,7 @@ func decodeBase64(v jsontext.Value) ([]byte, error) {
 	}
 	s, err := jsontext.AppendUnquote(nil, v)
 	if err != nil {
-		return nil, invalid("data_base64: %v", err)
+		return nil, invalid("data_base64: %s", plainSyntax(err))
 	}
 	b, err := base64.StdEncoding.AppendDecode(nil, s)
 	if err != nil {

@@ -414,6 +414,25 @@ func TestUnpaddedBase64SaysWhy(t *testing.T) {
 	}
 }
 
+// A body that is not JSON is refused with the fault and the byte it is at,
+// in the API's words: not the parser's package name ("jsontext: ...", a
+// new-user trial), nor its "offset".
+func TestMalformedJSONSaysWhere(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"specversion":"1.0","id":"1",`:    "the body is not a JSON object: unexpected EOF after byte 30",
+		`{"specversion":"1.0" "id":"1"}`:    `the body is not a JSON object: invalid character '"' after object value (expecting ',' or '}') after byte 21`,
+		`[{"specversion":"1.0","id":"1"},]`: "event 1: the body is not a JSON object: invalid character ',' at start of value after byte 31",
+	} {
+		_, err := cloudevents.DecodeJSON([]byte(body))
+		if strings.HasPrefix(body, "[") {
+			_, err = cloudevents.DecodeBatch([]byte(body), 10)
+		}
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "jsontext") {
+			t.Errorf("%s: %v, want %q", body, err, want)
+		}
+	}
+}
+
 // A header value the lenient decoder lets pass but no binding can carry on
 // (a content type, an extension of control characters) is left out, with a
 // warning: before, it was kept, and every delivery of the event to a
