@@ -404,6 +404,8 @@ plugin "p" { wasm = "p.wasm" }
 		{"unknown block", "listne {}\n", "test.hcl:1:1: Unsupported block type"},
 		{"unknown attribute", "listen {\n  sokcet = \"x\"\n}\n", "test.hcl:2:3: Unsupported argument"},
 		{"unknown nested block", "defaults {\n  poling {}\n}\n", "test.hcl:2:3: Unsupported block type"},
+		{"an argument for a block", "event \"a\" {\n  routes = [\"nats.local\"]\n}\n", `test.hcl:2:3: Unsupported argument: An argument named "routes" is not expected here. Did you mean a route block (route { ... })?`},
+		{"an argument for a labelled block", "plugins = [\"p\"]\n", `test.hcl:1:1: Unsupported argument: An argument named "plugins" is not expected here. Did you mean a plugin block (plugin "..." { ... })?`},
 		{"missing label", "event {}\n", "test.hcl:1:7: Missing type for event"},
 		{"wrong type", "listen {\n  max_batch = \"many\"\n}\n", "test.hcl:2:15: Incorrect attribute value type"},
 		{"wrong list type", "defaults {\n  plugins = \"p\"\n}\n", "test.hcl:2:13: Incorrect attribute value type"},

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agext/levenshtein"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
@@ -232,11 +233,36 @@ func (d *decoder) errorf(rng hcl.Range, summary, format string, args ...any) {
 }
 
 // content checks body against s; unknown attributes and blocks, wrong label
-// counts and the like are reported by HCL itself.
+// counts and the like are reported by HCL itself, and an unknown argument
+// named like a block s takes ("routes = [...]" for "route { ... }") says
+// so, which HCL's suggestions (among arguments only) do not.
 func (d *decoder) content(body hcl.Body, s *hcl.BodySchema) *hcl.BodyContent {
 	c, diags := body.Content(s)
+	for _, diag := range diags {
+		suggestBlock(diag, s.Blocks)
+	}
 	d.diags = append(d.diags, diags...)
 	return c
+}
+
+// unsupportedArgument matches HCL's detail for an argument the schema does
+// not take, without a suggestion of its own.
+var unsupportedArgument = regexp.MustCompile(`^An argument named "([^"]+)" is not expected here\.$`)
+
+// suggestBlock adds to diag, an unknown argument's, the block of blocks
+// its name is close to (HCL's own measure: fewer than 3 edits).
+func suggestBlock(diag *hcl.Diagnostic, blocks []hcl.BlockHeaderSchema) {
+	m := unsupportedArgument.FindStringSubmatch(diag.Detail)
+	if m == nil {
+		return
+	}
+	for _, b := range blocks {
+		if levenshtein.Distance(m[1], b.Type, nil) < 3 {
+			labels := strings.Repeat(` "..."`, len(b.LabelNames))
+			diag.Detail += fmt.Sprintf(" Did you mean a %s block (%s%s { ... })?", b.Type, b.Type, labels)
+			return
+		}
+	}
 }
 
 // single returns the block of type typ, or nil. These blocks configure one
