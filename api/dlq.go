@@ -35,9 +35,9 @@ func (s *Server) dlqRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /v1/dlq/{id}/retry", s.adminFunc(s.retryDLQ))
 	mux.Handle("POST /v1/dlq/{id}/resolve", s.adminFunc(s.resolveDLQ))
 	mux.Handle("DELETE /v1/dlq/{id}", s.adminFunc(s.deleteDLQ))
-	mux.Handle("POST /v1/dlq/retry", s.adminFunc(s.bulkDLQ("retry")))
-	mux.Handle("POST /v1/dlq/resolve", s.adminFunc(s.bulkDLQ("resolve")))
-	mux.Handle("POST /v1/dlq/delete", s.adminFunc(s.bulkDLQ("delete")))
+	for _, act := range engine.DLQActions {
+		mux.Handle("POST /v1/dlq/"+string(act), s.adminFunc(s.bulkDLQ(act)))
+	}
 }
 
 // maxRefLen bounds an id in a DLQ path or body. Outbound ids are at most
@@ -245,7 +245,7 @@ type dlqFilterBody struct {
 	All    bool     `json:"all"`
 }
 
-func (s *Server) bulkDLQ(action string) http.HandlerFunc {
+func (s *Server) bulkDLQ(action engine.DLQAction) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		f, err := s.readFilter(w, r)
 		if err != nil {
@@ -254,15 +254,15 @@ func (s *Server) bulkDLQ(action string) http.HandlerFunc {
 		}
 		var res *engine.DLQBulkResult
 		switch action {
-		case "retry":
+		case engine.DLQActionRetry:
 			res, err = s.engine.DLQRetryMany(r.Context(), f)
-		case "resolve":
+		case engine.DLQActionResolve:
 			res, err = s.engine.DLQResolveMany(r.Context(), f)
-		default:
+		case engine.DLQActionDelete:
 			res, err = s.engine.DLQDeleteMany(r.Context(), f)
 		}
 		if res != nil && res.Done > 0 {
-			s.log.Info("dead letters "+action+" (bulk)", "done", res.Done, "matched", res.Matched, "type", f.Type, "ids", len(f.IDs), "by", actor(r))
+			s.log.Info("dead letters "+string(action)+" (bulk)", "done", res.Done, "matched", res.Matched, "type", f.Type, "ids", len(f.IDs), "by", actor(r))
 		}
 		if err != nil {
 			s.writeError(w, r, err)
@@ -281,11 +281,11 @@ type dlqStatsView struct {
 
 // bulkView is the answer to a bulk DLQ action.
 type bulkView struct {
-	Action   string     `json:"action"`
-	Matched  int        `json:"matched"`
-	Done     int        `json:"done"`
-	NotFound []string   `json:"not_found"`
-	Skipped  []skipView `json:"skipped"`
+	Action   engine.DLQAction `json:"action"`
+	Matched  int              `json:"matched"`
+	Done     int              `json:"done"`
+	NotFound []string         `json:"not_found"`
+	Skipped  []skipView       `json:"skipped"`
 }
 
 type skipView struct {

@@ -29,6 +29,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 0.1ms … 3.3s
 		}),
 	}
+	for code := range statusOf { // every code at 0 from the start: an alert on increase() sees the first
+		m.problems.WithLabelValues(code)
+	}
 	if reg != nil {
 		m.problems = register(reg, m.problems)
 		m.replays = register(reg, m.replays)

@@ -196,10 +196,24 @@ func (e *Engine) DLQGet(ref DLQRef) (*DLQItem, error) {
 	return &DLQItem{Record: en.Record, At: en.At}, nil
 }
 
+// DLQAction names an operator action on dead letters: in a bulk result,
+// the API's paths and switchyard_dlq_actions_total{action}.
+type DLQAction string
+
+// The operator actions on dead letters.
+const (
+	DLQActionRetry   DLQAction = "retry"   // back to pending, its attempts reset
+	DLQActionResolve DLQAction = "resolve" // kept, marked handled
+	DLQActionDelete  DLQAction = "delete"  // removed
+)
+
+// DLQActions are every DLQAction.
+var DLQActions = []DLQAction{DLQActionRetry, DLQActionResolve, DLQActionDelete}
+
 // dlqAction is one operator action on a dead letter, run inside a write
 // transaction on the record as read there.
 type dlqAction struct {
-	name string // "retry", "resolve", "delete"
+	name DLQAction
 	// check refuses a record the action does not apply to, before anything
 	// is written.
 	check func(r *storage.Record) error
@@ -208,7 +222,7 @@ type dlqAction struct {
 
 func (e *Engine) retryAction() dlqAction {
 	return dlqAction{
-		name: "retry",
+		name: DLQActionRetry,
 		check: func(r *storage.Record) error {
 			if r.State != storage.StateDLQ && r.State != storage.StateResolved {
 				return switchyard.Errorf(switchyard.ENOTINDLQ, "event %q is %s, not in the DLQ: nothing to retry", r.Event.ID, r.State)
@@ -227,7 +241,7 @@ func (e *Engine) retryAction() dlqAction {
 
 func (e *Engine) resolveAction() dlqAction {
 	return dlqAction{
-		name: "resolve",
+		name: DLQActionResolve,
 		check: func(r *storage.Record) error {
 			switch r.State {
 			case storage.StateDLQ:
@@ -245,7 +259,7 @@ func (e *Engine) resolveAction() dlqAction {
 
 func (e *Engine) deleteAction() dlqAction {
 	return dlqAction{
-		name: "delete",
+		name: DLQActionDelete,
 		check: func(r *storage.Record) error {
 			if r.State != storage.StateDLQ && r.State != storage.StateResolved {
 				return switchyard.Errorf(switchyard.ENOTINDLQ, "event %q is %s, not in the DLQ: only dead letters are deleted", r.Event.ID, r.State)
@@ -337,7 +351,7 @@ type DLQFilter struct {
 
 // DLQBulkResult reports a bulk action.
 type DLQBulkResult struct {
-	Action   string
+	Action   DLQAction
 	Matched  int // records the filter selected
 	Done     int // of those, how many the action applied to
 	NotFound []string
@@ -411,7 +425,7 @@ type bulk struct {
 
 // finish wakes the queues a retry refilled and counts the action.
 func (b *bulk) finish() {
-	if b.act.name == "retry" {
+	if b.act.name == DLQActionRetry {
 		for q := range b.woken {
 			b.e.wakeQueue(q)
 		}

@@ -397,6 +397,7 @@ func (e *Engine) startLoopLocked(t string) *Loop {
 	pol, _ := e.policyOf(t)
 	l := newLoop(e, t, pol)
 	e.loops[t] = l
+	e.metrics.typeSeries(t, pol)
 	if e.ctx != nil && e.ctx.Err() == nil {
 		e.wg.Add(1)
 		go func() {

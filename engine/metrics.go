@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -80,7 +81,7 @@ func newMetrics(e *Engine) *metrics {
 	gauge := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("switchyard_"+name, help, []string{"type"}, nil)
 	}
-	return &metrics{
+	m := &metrics{
 		e:            e,
 		ingested:     counter("events_ingested_total", "Events accepted and fsynced.", "type"),
 		polls:        counter("polls_total", "Polls of a type's queue, by outcome (empty, partial, full).", "type", "outcome"),
@@ -109,6 +110,10 @@ func newMetrics(e *Engine) *metrics {
 		events: prometheus.NewDesc("switchyard_events", "Records in the data file by state (pending excludes in_process; delivered are kept until outbox.ttl).",
 			[]string{"state"}, nil),
 	}
+	for _, act := range DLQActions { // at 0 from the start, as typeSeries's
+		m.dlqActions.WithLabelValues(string(act))
+	}
+	return m
 }
 
 func (m *metrics) vecs() []prometheus.Collector {
@@ -184,23 +189,49 @@ func (m *metrics) observePublish(sink string, took time.Duration) {
 }
 
 // dlqAction counts operator actions on dead letters.
-func (m *metrics) dlqAction(action string, n int) {
+func (m *metrics) dlqAction(action DLQAction, n int) {
 	if n > 0 {
-		m.dlqActions.WithLabelValues(action).Add(float64(n))
+		m.dlqActions.WithLabelValues(string(action)).Add(float64(n))
 	}
 }
 
 func (m *metrics) ingestedType(t string, n int) { m.ingested.WithLabelValues(t).Add(float64(n)) }
 
+// pollOutcomes are switchyard_polls_total's outcomes: nothing taken, fewer
+// than a batch, a full batch.
+var pollOutcomes = [...]string{"empty", "partial", "full"}
+
 func (m *metrics) polled(t string, taken, batchSize int) {
-	outcome := "partial"
+	outcome := pollOutcomes[1]
 	switch taken {
 	case 0:
-		outcome = "empty"
+		outcome = pollOutcomes[0]
 	case batchSize:
-		outcome = "full"
+		outcome = pollOutcomes[2]
 	}
 	m.polls.WithLabelValues(t, outcome).Inc()
+}
+
+// typeSeries makes type t's counters exist, at 0, from its loop's start,
+// with each sink its routes name: an alert on increase() sees the first
+// dead letter (a series that appears at 1 shows no increase), and a
+// dashboard tells a quiet type from a missing one. A new-user trial found
+// them absent until first counted.
+func (m *metrics) typeSeries(t string, pol *config.Policy) {
+	for _, c := range []*prometheus.CounterVec{m.ingested, m.retried, m.deadLettered, m.requeued, m.filtered, m.unrouted, m.yielded} {
+		c.WithLabelValues(t)
+	}
+	for _, o := range pollOutcomes {
+		m.polls.WithLabelValues(t, o)
+	}
+	if pol == nil {
+		return
+	}
+	for _, r := range pol.Routes {
+		m.published.WithLabelValues(t, r.To)
+		m.publishErrs.WithLabelValues(t, r.To)
+		m.publishSecs.WithLabelValues(r.To)
+	}
 }
 
 func (m *metrics) committed(t string, res *PollResult, b *batch) {

@@ -352,14 +352,15 @@ type memoryReporter interface{ MemoryBytes() int64 }
 
 // Collect implements prometheus.Collector.
 func (s *pluginStats) Collect(ch chan<- prometheus.Metric) {
-	s.took.Collect(ch)
 	if s.loaded != nil {
 		for name, p := range s.loaded() {
+			s.of(name) // its counters at 0 before its first call, as typeSeries's
 			if m, ok := p.(memoryReporter); ok {
 				ch <- prometheus.MustNewConstMetric(s.memoryDesc, prometheus.GaugeValue, float64(m.MemoryBytes()), name)
 			}
 		}
 	}
+	s.took.Collect(ch)
 	s.byName.Range(func(k, v any) bool {
 		name, c := k.(string), v.(*pluginCounters)
 		for i, verdict := range pluginVerdicts {

@@ -408,6 +408,34 @@ event "t.chain2" {
 	}
 }
 
+// A loaded plugin's series exist from the first scrape, before its first
+// call: each verdict's count at 0, its outputs, its duration histogram (as
+// a type's counters do: an alert on increase() sees the first reject).
+func TestPluginSeriesExistBeforeTheFirstCall(t *testing.T) {
+	idle := funcPlugin{name: "idle", fn: func(context.Context, *switchyard.Event) ([]switchyard.PluginOutput, error) { return nil, nil }}
+	reg := prometheus.NewRegistry()
+	newHarness(t, pluginPolicy("idle", "t.idle", ""), true, withPlugins(idle), harnessOption(func(o *engine.Options) { o.Registerer = reg }))
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := map[string]int{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "plugin" && l.GetValue() == "idle" {
+					series[f.GetName()]++
+				}
+			}
+		}
+	}
+	for name, n := range map[string]int{"switchyard_plugin_events_total": 4, "switchyard_plugin_outputs_total": 1, "switchyard_plugin_duration_seconds": 1} {
+		if series[name] != n {
+			t.Errorf("%s: %d series for plugin idle before its first call, want %d", name, series[name], n)
+		}
+	}
+}
+
 // counterValue sums a counter family's series in reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()

@@ -492,6 +492,39 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 	}
 }
 
+// Before any event, the counters an alert watches exist at 0: each
+// configured type's (with each sink its routes name), each DLQ action's
+// and each problem code's. A series that appears at 1 shows no increase()
+// (the first dead letter would raise no alert), and absent() cannot tell
+// a quiet router from a broken scrape. A new-user trial found them absent
+// until first counted.
+func TestCountersExistBeforeTheirFirstCount(t *testing.T) {
+	r := startOpsRouter(t, "")
+	m := scrape(t, r.client)
+	for _, series := range []string{
+		`switchyard_events_ingested_total{type="t.order"}`,
+		`switchyard_published_total{sink="nats.local",type="t.order"}`,
+		`switchyard_publish_errors_total{sink="nats.local",type="t.order"}`,
+		`switchyard_publish_duration_seconds_count{sink="nats.local"}`,
+		`switchyard_retried_total{type="t.order"}`,
+		`switchyard_dead_lettered_total{type="t.order"}`,
+		`switchyard_requeued_total{type="t.order"}`,
+		`switchyard_filtered_total{type="t.order"}`,
+		`switchyard_unrouted_outputs_total{type="t.order"}`,
+		`switchyard_delivery_yield_seconds_total{type="t.order"}`,
+		`switchyard_polls_total{outcome="full",type="t.order"}`,
+		`switchyard_dlq_actions_total{action="retry"}`,
+		`switchyard_dlq_actions_total{action="resolve"}`,
+		`switchyard_dlq_actions_total{action="delete"}`,
+		`switchyard_http_problems_total{code="idempotency_key_reuse"}`,
+		`switchyard_http_problems_total{code="unauthorized"}`,
+	} {
+		if got, ok := m[series]; !ok || got != 0 {
+			t.Errorf("%s = %v (present %t), want 0 before any event", series, got, ok)
+		}
+	}
+}
+
 // The TCP listener serves the same API; the token decides the tenant.
 func TestTCPListenerServesTheAPI(t *testing.T) {
 	r := startOpsRouter(t, "")
