@@ -78,13 +78,22 @@ type inboxMetrics struct {
 	skips    *prometheus.CounterVec
 }
 
-func newInboxMetrics() *inboxMetrics {
-	return &inboxMetrics{
+// newInboxMetrics makes the inboxes' series, each inbox's at 0 from the
+// start (as typeSeries does a type's).
+func newInboxMetrics(inboxes []config.Inbox) *inboxMetrics {
+	m := &inboxMetrics{
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_inbox_received_total",
 			Help: "Consumed messages stored by an inbox (new ids)."}, []string{"inbox"}),
 		skips: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_inbox_dedup_skips_total",
 			Help: "Consumed messages an inbox acknowledged and dropped, by reason."}, []string{"inbox", "reason"}),
 	}
+	for _, in := range inboxes {
+		m.received.WithLabelValues(in.Name)
+		for _, r := range storage.SkipReasons {
+			m.skips.WithLabelValues(in.Name, string(r))
+		}
+	}
+	return m
 }
 
 func (m *inboxMetrics) register(r prometheus.Registerer) error {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,7 +219,10 @@ func (m *metrics) polled(t string, taken, batchSize int) {
 // dashboard tells a quiet type from a missing one. A new-user trial found
 // them absent until first counted.
 func (m *metrics) typeSeries(t string, pol *config.Policy) {
-	for _, c := range []*prometheus.CounterVec{m.ingested, m.retried, m.deadLettered, m.requeued, m.filtered, m.unrouted, m.yielded} {
+	if !strings.HasPrefix(t, inboxQueuePrefix) { // an inbox's are switchyard_inbox_received_total
+		m.ingested.WithLabelValues(t)
+	}
+	for _, c := range []*prometheus.CounterVec{m.retried, m.deadLettered, m.requeued, m.filtered, m.unrouted, m.yielded} {
 		c.WithLabelValues(t)
 	}
 	for _, o := range pollOutcomes {

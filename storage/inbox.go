@@ -48,6 +48,9 @@ const (
 	SkipIDTooLong        SkipReason = "id_too_long"        // an id longer than the inbox keeps, with missing_id = "reject"
 )
 
+// SkipReasons are every SkipReason.
+var SkipReasons = []SkipReason{SkipDuplicate, SkipDuplicateInBatch, SkipNoID, SkipIDTooLong}
+
 // Skip is one dropped redelivery in the dedup audit.
 type Skip struct {
 	ID          string     `json:"id"`

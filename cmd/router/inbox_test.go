@@ -255,3 +255,25 @@ func TestInboxTakesKeysTooLongForTheDataFile(t *testing.T) {
 		}
 	}
 }
+
+// An inbox's counters exist at 0 from the start, as a type's do: what it
+// stored, each reason it dropped a message for, and its delivery queue's
+// dead letters; an inbox queue has no events_ingested_total (its
+// messages are counted as received).
+func TestInboxCountersExistBeforeTheirFirstCount(t *testing.T) {
+	_, sock, _ := startNATSInbox(t, "")
+	m := scrape(t, socketClient(sock))
+	for _, series := range []string{
+		`switchyard_inbox_received_total{inbox="alerts"}`,
+		`switchyard_inbox_dedup_skips_total{inbox="alerts",reason="duplicate"}`,
+		`switchyard_inbox_dedup_skips_total{inbox="alerts",reason="no_id"}`,
+		`switchyard_dead_lettered_total{type="inbox:alerts"}`,
+	} {
+		if got, ok := m[series]; !ok || got != 0 {
+			t.Errorf("%s = %v (present %t), want 0 before any message", series, got, ok)
+		}
+	}
+	if v, ok := m[`switchyard_events_ingested_total{type="inbox:alerts"}`]; ok {
+		t.Errorf("events_ingested_total has an inbox queue's series (%v): it never counts there", v)
+	}
+}
