@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -260,6 +261,8 @@ func (s *Server) bulkDLQ(action engine.DLQAction) http.HandlerFunc {
 			res, err = s.engine.DLQResolveMany(r.Context(), f)
 		case engine.DLQActionDelete:
 			res, err = s.engine.DLQDeleteMany(r.Context(), f)
+		default: // an action added to engine.DLQActions without its case here
+			err = fmt.Errorf("no bulk %q: the API has no case for it", action)
 		}
 		if res != nil && res.Done > 0 {
 			s.log.Info("dead letters "+string(action)+" (bulk)", "done", res.Done, "matched", res.Matched, "type", f.Type, "ids", len(f.IDs), "by", actor(r))

@@ -36,6 +36,8 @@ type healthCheck struct {
 // within wait. One stuck past stuckAfter waits is let go and started
 // anew, with a warning: the component may answer a new request (a
 // library's lost wake-up), and its gauge would read 0 for ever otherwise.
+// Only once while the one let go runs: a component that ignores every
+// deadline costs two goroutines, not one more each stuckAfter waits.
 // Names are unique across sinks, servers and inboxes (only the first two
 // hold a dot).
 type health struct {
@@ -45,6 +47,7 @@ type health struct {
 
 	mu      sync.Mutex
 	running map[string]*time.Time // checks in flight, since when
+	letGo   map[string]int        // checks let go and not yet ended, by name
 }
 
 // stuckAfter is how many waits a check may run before the next caller
@@ -52,7 +55,7 @@ type health struct {
 const stuckAfter = 30
 
 func newHealth(wait time.Duration, log hclog.Logger) *health {
-	return &health{wait: wait, log: log, running: map[string]*time.Time{}}
+	return &health{wait: wait, log: log, running: map[string]*time.Time{}, letGo: map[string]int{}}
 }
 
 // check runs every check at once, each within the wait, and returns each
@@ -86,8 +89,10 @@ func (h *health) start(c healthCheck) <-chan singleflight.Result {
 		h.mu.Unlock()
 		defer func() {
 			h.mu.Lock()
-			if h.running[c.name] == &since { // not let go and started anew
+			if h.running[c.name] == &since {
 				delete(h.running, c.name)
+			} else { // it was let go
+				h.letGo[c.name]--
 			}
 			h.mu.Unlock()
 		}()
@@ -103,11 +108,12 @@ func (h *health) letGoIfStuck(name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	since, ok := h.running[name]
-	if !ok || time.Since(*since) < stuckAfter*h.wait {
-		return
+	if !ok || time.Since(*since) < stuckAfter*h.wait || h.letGo[name] > 0 {
+		return // one let go and still running is as many as a check may leave
 	}
 	h.flight.Forget(name)
 	delete(h.running, name)
+	h.letGo[name]++
 	h.log.Warn("a health check has not returned; starting another (its component ignores the deadline it was given)",
 		"check", name, "running", time.Since(*since).Round(time.Second))
 }

@@ -134,3 +134,21 @@ func TestAStuckCheckIsLetGoAfterAWhile(t *testing.T) {
 		t.Fatalf("no warning naming the check: %q", logs.String())
 	}
 }
+
+// A component that ignores every deadline is let go once, not once each
+// stuckAfter waits: while the run let go has not ended, the new one is
+// waited on, so such a component costs two goroutines, not more and more
+// (a review counted one more each 30 waits).
+func TestAlwaysStuckCheckIsLetGoOnce(t *testing.T) {
+	h := newHealth(2*time.Millisecond, hclog.NewNullLogger())
+	release := make(chan struct{})
+	defer close(release)
+	var calls atomic.Int32
+	check := healthCheck{"sink.dark", func(context.Context) error { calls.Add(1); <-release; return nil }}
+	for start := time.Now(); time.Since(start) < 10*stuckAfter*h.wait; {
+		h.check(context.Background(), []healthCheck{check})
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("started %d times over 10 stuck periods, want 2 (the first and one after it was let go)", n)
+	}
+}

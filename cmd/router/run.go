@@ -153,12 +153,7 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 		defer cancel()
-		start := time.Now()
-		cerr := c.Close(closeCtx)
-		if cerr == nil && err == nil {
-			c.log.Info("stopped: the data file is closed clean (the next start needs no check)", "took", time.Since(start).Round(time.Millisecond))
-		}
-		if cerr != nil && err == nil {
+		if cerr := c.Close(closeCtx); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
@@ -490,6 +485,7 @@ func (c *RunCommand) inboxHealth(ctx context.Context) map[string]error {
 // finish or release their batches, close the sinks, the brokers and last the
 // data file.
 func (c *RunCommand) Close(ctx context.Context) error {
+	start := time.Now()
 	var errs []error
 	if c.pprof != nil {
 		c.pprof.Close()
@@ -522,8 +518,12 @@ func (c *RunCommand) Close(ctx context.Context) error {
 	errs = append(errs, closeAll(ctx, c.natsServers))
 	if c.db != nil {
 		dctx, cancel := grace.AtLeast(ctx, dataCloseGrace)
-		errs = append(errs, c.db.Close(dctx))
+		err := c.db.Close(dctx)
 		cancel()
+		errs = append(errs, err)
+		if err == nil { // whatever the others' errors: this one decides the next start
+			c.log.Info("stopped: the data file is closed clean (the next start needs no check)", "took", time.Since(start).Round(time.Millisecond))
+		}
 	}
 	return errors.Join(errs...)
 }
