@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/switchyard-router/switchyard"
+	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 )
 
 // healthWait bounds each health check of a sink, an embedded NATS server
@@ -142,6 +143,12 @@ func (h *health) gauge(c healthCheck) func() float64 {
 		}
 		return 1
 	}
+}
+
+// serverCheck is an embedded NATS server's check: /readyz and its gauge
+// name it alike, so they share one run.
+func serverCheck(srv *natsplugin.Server) healthCheck {
+	return healthCheck{"nats-server." + srv.Name(), srv.Healthy}
 }
 
 // healthChecks are the health checks of the sinks or the inboxes' sources

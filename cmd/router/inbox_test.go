@@ -269,9 +269,7 @@ func TestInboxCountersExistBeforeTheirFirstCount(t *testing.T) {
 		`switchyard_inbox_dedup_skips_total{inbox="alerts",reason="no_id"}`,
 		`switchyard_dead_lettered_total{type="inbox:alerts"}`,
 	} {
-		if got, ok := m[series]; !ok || got != 0 {
-			t.Errorf("%s = %v (present %t), want 0 before any message", series, got, ok)
-		}
+		wantZero(t, m, series, "before any message")
 	}
 	if v, ok := m[`switchyard_events_ingested_total{type="inbox:alerts"}`]; ok {
 		t.Errorf("events_ingested_total has an inbox queue's series (%v): it never counts there", v)

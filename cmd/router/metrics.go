@@ -81,7 +81,7 @@ func registerNATSServer(reg prometheus.Registerer, h *health, name string, srv *
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "switchyard_nats_server_up", Help: "1 while the embedded NATS server's JetStream store takes writes.",
 		ConstLabels: prometheus.Labels{"server": name},
-	}, h.gauge(healthCheck{"nats-server." + name, srv.Healthy})))
+	}, h.gauge(serverCheck(srv))))
 }
 
 // registerSinks exports whether each sink's broker is reachable, asked

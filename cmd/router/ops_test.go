@@ -519,9 +519,15 @@ func TestCountersExistBeforeTheirFirstCount(t *testing.T) {
 		`switchyard_http_problems_total{code="idempotency_key_reuse"}`,
 		`switchyard_http_problems_total{code="unauthorized"}`,
 	} {
-		if got, ok := m[series]; !ok || got != 0 {
-			t.Errorf("%s = %v (present %t), want 0 before any event", series, got, ok)
-		}
+		wantZero(t, m, series, "before any event")
+	}
+}
+
+// wantZero fails t unless the scrape m has series, at 0.
+func wantZero(t *testing.T, m map[string]float64, series, when string) {
+	t.Helper()
+	if got, ok := m[series]; !ok || got != 0 {
+		t.Errorf("%s = %v (present %t), want 0 %s", series, got, ok, when)
 	}
 }
 

@@ -470,7 +470,7 @@ func (c *RunCommand) sinkHealth(ctx context.Context) map[string]error {
 	checks := healthChecks(c.sinks)
 	c.sinksMu.Unlock()
 	for _, s := range c.natsServers {
-		checks = append(checks, healthCheck{"nats-server." + s.Name(), s.Healthy})
+		checks = append(checks, serverCheck(s))
 	}
 	return c.health.check(ctx, checks)
 }
