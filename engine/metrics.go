@@ -214,7 +214,7 @@ func (m *metrics) polled(t string, taken, batchSize int) {
 }
 
 // typeSeries makes type t's counters exist, at 0, from its loop's start,
-// with each sink its routes name: an alert on increase() sees the first
+// with each sink its routes name (and a reload's, for the routes it adds): an alert on increase() sees the first
 // dead letter (a series that appears at 1 shows no increase), and a
 // dashboard tells a quiet type from a missing one. A new-user trial found
 // them absent until first counted.

@@ -53,6 +53,7 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	for t, l := range e.loops {
 		if pol, ok := e.policyOf(t); ok {
 			l.setPolicy(pol)
+			e.metrics.typeSeries(t, pol) // the routes it adds
 		} else {
 			removed = append(removed, t)
 		}

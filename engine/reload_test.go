@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -346,4 +347,53 @@ event "t.moved" {
 	if rec := h.record(id); rec.State != storage.StateFiltered || len(rec.Outputs) != 1 || !rec.Outputs[0].Abandoned {
 		t.Fatalf("filtered at last: %s, outputs %+v", rec.State, rec.Outputs)
 	}
+}
+
+// A route a reload adds to a running type has its sink's publish counters
+// at 0 from the reload, as the routes of a start have from theirs: an
+// alert on increase() sees that route's first error. They appeared only at
+// its first publish (a review).
+func TestAReloadedRouteHasItsCountersAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	const down = `kafka "down" { brokers = ["127.0.0.1:1"] }` + "\n"
+	h := newHarness(t, down+oneRoute, false, switchyard.Sink(downSink{}), harnessOption(func(o *engine.Options) { o.Registerer = reg }))
+	twoRoutes := strings.Replace(oneRoute, "  polling", "  route {\n    to    = \"kafka.down\"\n    topic = \"orders\"\n  }\n  polling", 1)
+	cfg, err := config.Parse([]byte(natsBlock+down+twoRoutes), "reload.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.Reload(cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"switchyard_published_total", "switchyard_publish_errors_total"} {
+		if !hasSeries(t, reg, name, map[string]string{"type": "t.order", "sink": "kafka.down"}) {
+			t.Errorf("%s{type=t.order,sink=kafka.down} absent after the reload that added the route", name)
+		}
+	}
+}
+
+// hasSeries tells whether reg has a series of family name with labels.
+func hasSeries(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) bool {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			match := 0
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v == l.GetValue() {
+					match++
+				}
+			}
+			if match == len(labels) {
+				return true
+			}
+		}
+	}
+	return false
 }
