@@ -486,22 +486,22 @@ func (s *Source) retentionWarning(topic, retention, policy string) string {
 }
 
 // Close stops Run (waiting for it, at most until ctx ends), leaves the
-// group and closes the client, and returns by the time ctx ends, or
-// leaveGrace from the call if that is later. The batch Run was receiving,
-// if any, is not committed unless receive returned before.
+// group and closes the client. Waiting for Run and leaving each get until
+// ctx ends or leaveGrace, whichever is later: a Run held past the stop's
+// time (a receive or a commit that does not return) does not spend the
+// leave's, and Close returns once the member has left, not with the leave
+// still on its way. The batch Run was receiving, if any, is not committed
+// unless receive returned before.
 func (s *Source) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
+		close(s.stop)
+		err = s.awaitRun(ctx)
+		if err != nil {
+			s.cl.AllowRebalance() // Run holds the poll's block on rebalances, which the leave waits for
+		}
 		ctx, cancel := grace.AtLeast(ctx, leaveGrace)
 		defer cancel()
-		close(s.stop)
-		if s.running.Load() {
-			select {
-			case <-s.runDone:
-			case <-ctx.Done():
-				err = fmt.Errorf("inbox %q: consumer still receiving when the close deadline passed: %w", s.name, ctx.Err())
-			}
-		}
 		if lerr := s.cl.LeaveGroupContext(ctx); lerr != nil && err == nil && !errors.Is(lerr, kgo.ErrClientClosed) {
 			err = fmt.Errorf("inbox %q: leave group %q: %w", s.name, s.group, lerr)
 		}
@@ -510,6 +510,22 @@ func (s *Source) Close(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// awaitRun waits for Run to return, until ctx ends or leaveGrace, whichever
+// is later.
+func (s *Source) awaitRun(ctx context.Context) error {
+	if !s.running.Load() {
+		return nil
+	}
+	ctx, cancel := grace.AtLeast(ctx, leaveGrace)
+	defer cancel()
+	select {
+	case <-s.runDone:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("inbox %q: consumer still receiving when the close deadline passed: %w", s.name, ctx.Err())
+	}
 }
 
 // closeClient closes the client, waiting at most until ctx ends. franz-go's

@@ -800,3 +800,40 @@ func groupMembers(t *testing.T, c *kfake.Cluster, group string) int {
 	}
 	return len(resp.Groups[0].Members)
 }
+
+// An inbox whose Run is held past the stop's time (its receive does not
+// return) still leaves its group before Close returns, on a coordinator
+// that takes a while to answer (here 300ms): the wait for Run and the
+// leave each get their own least time, so a held Run does not spend the
+// leave's. Before, one grace covered both; Close returned with the leave
+// still on its way, and a router that then exits stays in the group.
+func TestSourceLeavesItsGroupWhileRunIsHeld(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, srcTopic))
+	produce(t, c, "held", 3, 1, 1)
+	c.ControlKey(int16(kmsg.LeaveGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.SleepControl(func() { time.Sleep(300 * time.Millisecond) })
+		return nil, nil, false
+	})
+	src := newSource(t, c, inboxConfig("g-held"))
+	inside, release := make(chan struct{}, 1), make(chan struct{})
+	defer close(release)
+	r := run(src, func(context.Context, []switchyard.Inbound) error {
+		select {
+		case inside <- struct{}{}:
+		default:
+		}
+		<-release // a receive that does not heed its context
+		return nil
+	})
+	defer r.cancel()
+	<-inside
+	spent, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := src.Close(spent)
+	if got := groupMembers(t, c, "g-held"); got != 0 {
+		t.Fatalf("group g-held has %d members right after Close (%v), want 0", got, err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "still receiving") {
+		t.Fatalf("Close with Run held: %v, want it to say the consumer was still receiving", err)
+	}
+}
