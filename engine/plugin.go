@@ -263,6 +263,7 @@ type pluginCounters struct {
 	mu           sync.Mutex
 	failures     []PluginFailure  // oldest first, at most keptFailures
 	kinds        map[string]int64 // failures without a verdict, by kind (trap, timeout ...)
+	kindsListed  []string         // the kinds the plugin may fail with (failureKindLister), at 0 until counted
 	lastSharedID SharedIDEvent    // the last event SharedID found, for operators
 	sharedIDs    int64            // events whose outputs share an id (SharedID)
 }
@@ -350,13 +351,22 @@ func (s *pluginStats) Describe(ch chan<- *prometheus.Desc) {
 // memoryReporter is implemented by plugins that know their memory.
 type memoryReporter interface{ MemoryBytes() int64 }
 
+// failureKindLister is implemented by plugins whose errors give a
+// failureKind: the kinds they may give, counted at 0 before the first.
+type failureKindLister interface{ FailureKinds() []string }
+
 // Collect implements prometheus.Collector.
 func (s *pluginStats) Collect(ch chan<- prometheus.Metric) {
 	if s.loaded != nil {
 		for name, p := range s.loaded() {
-			s.of(name) // its counters at 0 before its first call, as typeSeries's
+			c := s.of(name) // its counters at 0 before its first call, as typeSeries's
 			if m, ok := p.(memoryReporter); ok {
 				ch <- prometheus.MustNewConstMetric(s.memoryDesc, prometheus.GaugeValue, float64(m.MemoryBytes()), name)
+			}
+			if l, ok := p.(failureKindLister); ok {
+				c.mu.Lock()
+				c.kindsListed = l.FailureKinds()
+				c.mu.Unlock()
 			}
 		}
 	}
@@ -371,6 +381,11 @@ func (s *pluginStats) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(s.sharedIDsDesc, prometheus.CounterValue, float64(c.sharedIDs), name)
 		for kind, n := range c.kinds {
 			ch <- prometheus.MustNewConstMetric(s.failuresDesc, prometheus.CounterValue, float64(n), name, kind)
+		}
+		for _, kind := range c.kindsListed {
+			if _, ok := c.kinds[kind]; !ok {
+				ch <- prometheus.MustNewConstMetric(s.failuresDesc, prometheus.CounterValue, 0, name, kind)
+			}
 		}
 		c.mu.Unlock()
 		return true

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/switchyard-router/switchyard/internal/testkit"
+	"github.com/switchyard-router/switchyard/plugins/wasm"
 )
 
 const (
@@ -521,6 +522,29 @@ func TestCountersExistBeforeTheirFirstCount(t *testing.T) {
 	} {
 		wantZero(t, m, series, "before any event")
 	}
+}
+
+// A WebAssembly plugin's failure counters exist, at 0, for each kind of
+// failure from the first scrape, as its verdicts' do: an alert on
+// increase() sees its first trap or timeout. They appeared at the first
+// failure of each kind.
+func TestPluginFailureCountersExistBeforeTheFirstFailure(t *testing.T) {
+	pass, _ := filepath.Abs(filepath.Join("..", "..", "examples", "plugins", "passthrough-wat", "passthrough.wasm"))
+	r := startOpsRouter(t, fmt.Sprintf(`
+plugin "pass" { wasm = %q }
+event "t.passed" {
+  plugins = ["pass"]
+  route {
+    to      = "nats.local"
+    subject = "t.passed"
+  }
+}
+`, pass))
+	m := scrape(t, r.client)
+	for _, kind := range wasm.Failures {
+		wantZero(t, m, fmt.Sprintf(`switchyard_plugin_failures_total{kind=%q,plugin="pass"}`, kind), "before any event")
+	}
+	wantZero(t, m, `switchyard_plugin_events_total{plugin="pass",verdict="retry"}`, "before any event")
 }
 
 // wantZero fails t unless the scrape m has series, at 0.

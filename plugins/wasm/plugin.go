@@ -573,8 +573,21 @@ const (
 	FailureBrokenRule Failure = "broken_rule" // a malformed or oversized output, a bad range, an unknown verdict: rejected (it fails every time)
 )
 
+// Failures are every Failure, in the order above.
+var Failures = [...]Failure{FailureTrap, FailureTimeout, FailureMemory, FailureBrokenRule}
+
 // PluginFailure is the failure's kind, for the engine's per-plugin counts.
 func (e *Error) PluginFailure() string { return string(e.Failure) }
+
+// FailureKinds are the kinds PluginFailure may give, for the engine's
+// counters at 0 before the first failure.
+func (p *Plugin) FailureKinds() []string {
+	kinds := make([]string, len(Failures))
+	for i, f := range Failures {
+		kinds[i] = string(f)
+	}
+	return kinds
+}
 
 // Error is `plugin "enrich", event "01ab…": reason`.
 func (e *Error) Error() string {
