@@ -723,7 +723,7 @@ func TestClaimsOverHTTP(t *testing.T) {
 // GET /v1/claims pages through every claim with an opaque cursor that
 // neither skips nor repeats one, and a cursor the router did not hand out
 // for that listing (made up, or another listing's, whatever its shape) is
-// a 400, not a page from somewhere.
+// a 400, not a page from somewhere; so is one given with other filters.
 func TestClaimsPaging(t *testing.T) {
 	r := newRouter(t)
 	for _, id := range []string{"c", "a", "b"} {
@@ -755,12 +755,20 @@ func TestClaimsPaging(t *testing.T) {
 	if strings.Join(seen, " ") != "a b c" {
 		t.Fatalf("paged %v, want a b c", seen)
 	}
+	// A cursor of every consumer's listing, given with a consumer: refused
+	// as one handed out with other filters.
+	all := decode[struct {
+		NextCursor string `json:"next_cursor"`
+	}](t, r.do("GET", "/v1/claims?limit=1", nil, "").body)
+	if rep := r.do("GET", "/v1/claims?limit=1&consumer=mailer&cursor="+all.NextCursor, nil, ""); rep.status != 400 || !strings.Contains(string(rep.body), "other filters") {
+		t.Errorf("every consumer's cursor given with consumer=mailer: %d %s", rep.status, rep.body)
+	}
 	// A DLQ cursor whose position has the form of a claim's key, a claims
 	// cursor without that form, and a claims cursor given to the DLQ.
-	dlqCursor := engine.EncodeCursor(engine.CursorDLQ, []byte("0123456\x00mailer\x00a"))
+	dlqCursor := engine.EncodeCursor(engine.CursorDLQ, "", []byte("0123456\x00mailer\x00a"))
 	for _, c := range []string{"/v1/claims?cursor=zzz", "/v1/claims?cursor=%00mailer%00a", "/v1/claims?cursor=" + dlqCursor,
-		"/v1/claims?cursor=" + engine.EncodeCursor(engine.CursorClaims, []byte("no separators")),
-		"/v1/dlq?cursor=" + engine.EncodeCursor(engine.CursorClaims, []byte("0123456789abcdef")),
+		"/v1/claims?cursor=" + engine.EncodeCursor(engine.CursorClaims, "", []byte("no separators")),
+		"/v1/dlq?cursor=" + engine.EncodeCursor(engine.CursorClaims, "", []byte("0123456789abcdef")),
 	} {
 		rep := r.do("GET", c, nil, "")
 		if rep.status != 400 || decode[struct{ Code string }](t, rep.body).Code != "invalid_request" || !strings.Contains(string(rep.body), "cursor") {

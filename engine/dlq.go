@@ -146,8 +146,9 @@ func (e *Engine) DLQList(q DLQQuery) (*DLQPage, error) {
 		return nil, err
 	}
 	var before []byte
+	filters := string(status) + "\x00" + q.Type
 	if q.Cursor != "" {
-		if before, err = DecodeCursor(CursorDLQ, q.Cursor, storage.IsDLQPos); err != nil {
+		if before, err = DecodeCursor(CursorDLQ, filters, q.Cursor, storage.IsDLQPos); err != nil {
 			return nil, err
 		}
 	}
@@ -168,7 +169,7 @@ func (e *Engine) DLQList(q DLQQuery) (*DLQPage, error) {
 	page := &DLQPage{Items: make([]DLQItem, 0, min(len(entries), limit))}
 	for i, en := range entries {
 		if i == limit {
-			page.NextCursor = EncodeCursor(CursorDLQ, entries[i-1].Pos)
+			page.NextCursor = EncodeCursor(CursorDLQ, filters, entries[i-1].Pos)
 			break
 		}
 		page.Items = append(page.Items, DLQItem{Record: en.Record, At: en.At})

@@ -701,7 +701,7 @@ func (e *Engine) Inboxes() []InboxStatus {
 func (e *Engine) Claims(consumer, cursor string, limit int) (claims []storage.ListedClaim, next string, err error) {
 	var after, nextKey []byte
 	if cursor != "" {
-		if after, err = DecodeCursor(CursorClaims, cursor, storage.IsClaimKey); err != nil {
+		if after, err = DecodeCursor(CursorClaims, consumer, cursor, storage.IsClaimKey); err != nil {
 			return nil, "", err
 		}
 	}
@@ -710,7 +710,7 @@ func (e *Engine) Claims(consumer, cursor string, limit int) (claims []storage.Li
 		return err
 	})
 	if nextKey != nil {
-		next = EncodeCursor(CursorClaims, nextKey)
+		next = EncodeCursor(CursorClaims, consumer, nextKey)
 	}
 	return claims, next, err
 }

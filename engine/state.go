@@ -350,7 +350,7 @@ func (e *Engine) StateKeys(ns string, prefix []byte, cursor string, limit int) (
 			after = key
 			return ok && bytes.HasPrefix(key, prefix)
 		}
-		if _, err := DecodeCursor(CursorState, cursor, inListing); err != nil {
+		if _, err := DecodeCursor(CursorState, "", cursor, inListing); err != nil {
 			return nil, "", err
 		}
 	}
@@ -363,7 +363,7 @@ func (e *Engine) StateKeys(ns string, prefix []byte, cursor string, limit int) (
 	}
 	if len(keys) > limit {
 		keys = keys[:limit]
-		next = EncodeCursor(CursorState, statePos(ns, keys[limit-1].Key))
+		next = EncodeCursor(CursorState, "", statePos(ns, keys[limit-1].Key))
 	}
 	return keys, next, nil
 }

@@ -248,7 +248,7 @@ func TestStateKeysCursor(t *testing.T) {
 		"another namespace's": func() error { _, _, err := h.eng.StateKeys(ns, []byte("b"), acmeNext, 2); return err },
 		"another prefix's":    func() error { _, _, err := h.eng.StateKeys(ns, []byte("a"), cursors[0], 2); return err },
 		"the claims'": func() error {
-			_, _, err := h.eng.StateKeys(ns, nil, engine.EncodeCursor(engine.CursorClaims, []byte("d\x00c\x00i")), 2)
+			_, _, err := h.eng.StateKeys(ns, nil, engine.EncodeCursor(engine.CursorClaims, "", []byte("d\x00c\x00i")), 2)
 			return err
 		},
 		"made up": func() error { _, _, err := h.eng.StateKeys(ns, nil, "AQ", 2); return err },

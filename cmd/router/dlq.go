@@ -125,7 +125,45 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	if af.output == "json" {
 		return c.writeDLQJSON(raws, next)
 	}
-	return c.writeDLQTable(items, *status, next)
+	if err := c.writeDLQTable(items, *status); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(c.Stderr, "more: %s (or -all-pages)\n", nextPageCommand(fs, next))
+	}
+	return nil
+}
+
+// nextPageCommand is the command that lists the page after this one: this
+// one's flags, as given, with the cursor where it ended. A hint of the
+// cursor alone listed the unfiltered dead letters (a new-user trial).
+// A -token's value is left out: the hint goes to a terminal, and maybe a
+// log ($SWITCHYARD_TOKEN gives it).
+func nextPageCommand(fs *flag.FlagSet, cursor string) string {
+	cmd := []string{fs.Name()}
+	fs.Visit(func(f *flag.Flag) {
+		switch {
+		case f.Name == "cursor" || f.Name == "token":
+		case isBoolFlag(f):
+			cmd = append(cmd, "-"+f.Name+"="+f.Value.String())
+		default:
+			cmd = append(cmd, "-"+f.Name, shellWord(f.Value.String()))
+		}
+	})
+	return strings.Join(append(cmd, "-cursor", cursor), " ")
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// shellWord is s as one word of a POSIX shell command line.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:@%+=,-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // fetchDLQPages gets a page of GET /v1/dlq, or with all every page, and
@@ -168,7 +206,7 @@ func (c *DLQCommand) writeDLQJSON(raws []json.RawMessage, next string) error {
 	return writeIndented(c.Stdout, b)
 }
 
-func (c *DLQCommand) writeDLQTable(items []dlqItem, status, next string) error {
+func (c *DLQCommand) writeDLQTable(items []dlqItem, status string) error {
 	if len(items) == 0 {
 		fmt.Fprintln(c.Stdout, "no dead letters")
 		return nil
@@ -188,13 +226,7 @@ func (c *DLQCommand) writeDLQTable(items []dlqItem, status, next string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", tableCell(it.ID, 40), tableCell(typ, 32), tableCell(it.Tenant, 16),
 			it.Attempts, shortAge(it.at(), now)+" ago", tableCell(it.Reason, 72))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if next != "" {
-		fmt.Fprintf(c.Stderr, "more: router dlq list -cursor %s (or -all-pages)\n", next)
-	}
-	return nil
+	return tw.Flush()
 }
 
 // dlqDetail is GET /v1/dlq/{id}.

@@ -249,6 +249,46 @@ func decodeJSON[T any](t *testing.T, s string) T {
 	return v
 }
 
+// The hint under a page of `router dlq list` lists the page after it, run
+// as printed: with the page's filters, not the cursor alone; and the API
+// refuses a cursor given with other filters than its page's, rather than
+// listing from an unrelated place (a new-user trial: the hint after
+// `-status resolved -limit 1` listed the unresolved dead letters).
+func TestDLQListHintListsTheNextPage(t *testing.T) {
+	r := startOpsRouter(t, "")
+	var dead []string
+	for i := range 4 {
+		dead = append(dead, r.postOK("t.fail", strconv.Itoa(10+i)))
+		time.Sleep(2 * time.Millisecond) // distinct moved_at order
+	}
+	r.waitState("dlq", dead...)
+	r.mustCLI("dlq", "resolve", dead[0], dead[1])
+	run := func(args ...string) (stdout, stderr string) {
+		var out, errOut bytes.Buffer
+		if err := NewMain(nil, &out, &errOut).Run(context.Background(), args); err != nil {
+			t.Fatalf("router %s: %v (stderr: %s)", strings.Join(args, " "), err, errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	page1, hint := run("dlq", "list", "-status", "resolved", "-limit", "1", "-socket", r.sock)
+	if !strings.Contains(page1, dead[1]) || strings.Contains(page1, dead[0]) {
+		t.Fatalf("page 1 of the resolved:\n%s", page1)
+	}
+	cmd, ok := strings.CutPrefix(strings.TrimSpace(hint), "more: router ")
+	cmd, ok2 := strings.CutSuffix(cmd, " (or -all-pages)")
+	if !ok || !ok2 {
+		t.Fatalf("hint %q, want more: router dlq list ... (or -all-pages)", hint)
+	}
+	page2, _ := run(strings.Fields(cmd)...)
+	if !strings.Contains(page2, dead[0]) || strings.Contains(page2, dead[2]) || strings.Contains(page2, dead[3]) {
+		t.Fatalf("the hint %q listed:\n%s\nwant the resolved %s only", cmd, page2, dead[0])
+	}
+	cursor := cmd[strings.LastIndex(cmd, " ")+1:]
+	if body := get(t, r.client, "/v1/dlq?cursor="+cursor); !strings.Contains(body, "invalid_request") || !strings.Contains(body, "other filters") {
+		t.Fatalf("a resolved listing's cursor given without its status: %s", body)
+	}
+}
+
 // Every dlq subcommand and stats, over the socket and over TCP.
 func TestDLQCommands(t *testing.T) {
 	r := startOpsRouter(t, "")
