@@ -16,20 +16,18 @@ import (
 // Reload swaps in a new configuration and plugin set without a restart
 // (SIGHUP): new and changed event types, new plugin versions, new windows
 // and TTLs, and new sinks (added: the caller opened them, and they connect
-// in the background like the sinks of a start). What else the running
-// router is built from — the listeners, the data file, the sinks it has
-// and the inboxes — cannot change this way; a config that changes them is
-// refused and the old one stays in force. Batches in flight finish under
+// in the background like the sinks of a start), and new stream blocks of
+// the nats blocks (the caller sets them up on the servers). What else the
+// running router is built from — the listeners, the data file, the sinks
+// it has and the inboxes — cannot change this way; a config that changes
+// them is refused and the old one stays in force. Batches in flight finish under
 // the policy they were taken with.
 func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added ...switchyard.Sink) error {
-	if err := unchangedForReload(e.config(), cfg); err != nil {
+	if err := e.CheckReload(cfg, plugins, added...); err != nil {
 		return err
 	}
 	sinks := *e.withSinks(e.sinks(), added)
 	set := newPluginSet(plugins)
-	if err := referencesResolve(cfg, sinks, set.byName); err != nil {
-		return err
-	}
 	// Stored types the new configuration takes get their loops too: a
 	// catch-all brought back takes the queues it left. Read before the
 	// lock: a reader waiting on e.mu (Stats) would hold a bbolt remap, and
@@ -64,6 +62,16 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	return nil
 }
 
+// CheckReload returns the error Reload would refuse cfg with, changing
+// nothing: the caller changes what the engine does not own (a NATS
+// block's streams) only once the engine would take the rest.
+func (e *Engine) CheckReload(cfg *config.Config, plugins []switchyard.Plugin, added ...switchyard.Sink) error {
+	if err := unchangedForReload(e.config(), cfg); err != nil {
+		return err
+	}
+	return referencesResolve(cfg, *e.withSinks(e.sinks(), added), newPluginSet(plugins).byName)
+}
+
 // unchangedForReload refuses a configuration whose blocks the running
 // router is built from (listeners, data file, sinks it has, inboxes)
 // differ from old's, saying where and which settings.
@@ -75,7 +83,9 @@ func unchangedForReload(old, cfg *config.Config) error {
 	}{
 		{"listen", placeless(old.Listen), placeless(cfg.Listen), func() string { return "listen" }},
 		{"storage", old.Storage, cfg.Storage, func() string { return "storage" }},
-		{"nats", old.NATS, prefix(cfg.NATS, len(old.NATS)), func() string { return changedBlock(old.NATS, cfg.NATS, config.NATS.SinkName) }},
+		{"nats", streamless(old.NATS), streamless(prefix(cfg.NATS, len(old.NATS))), func() string {
+			return changedBlock(streamless(old.NATS), streamless(cfg.NATS), config.NATS.SinkName)
+		}},
 		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), func() string { return changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName) }},
 		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes, func() string {
 			return changedBlock(old.Inboxes, cfg.Inboxes, func(in config.Inbox) string { return config.InboxSinkName(in.Name) })
@@ -141,6 +151,16 @@ func (e *Engine) startReloadedLoopsLocked(cfg *config.Config, stored []string) {
 			delete(e.orphans, t)
 		}
 	}
+}
+
+// streamless is list without its stream blocks, which a reload may change
+// (the caller sets them up: natsplugin.Sink.SetStreams).
+func streamless(list []config.NATS) []config.NATS {
+	out := slices.Clone(list)
+	for i := range out {
+		out[i].Streams = nil
+	}
+	return out
 }
 
 // placeless is l without where its settings are written: moving the block

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"reflect"
 
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -34,9 +35,10 @@ func (c *RunCommand) serve(ctx context.Context, hup <-chan os.Signal) {
 
 // Reload reads the configuration file again, loads its plugins (new
 // versions included) and swaps both into the engine, and re-reads the API
-// tokens. A config that does not parse, a plugin that does not load, or a
-// change that needs a restart (listeners, data file, sinks, inboxes) is
-// refused whole: nothing changes.
+// tokens; the nats blocks' streams it sets up on their servers. A config
+// that does not parse, a plugin that does not load, a stream change a
+// server refuses, or a change that needs a restart (listeners, data file,
+// sinks' other settings, inboxes) is refused whole: nothing changes.
 func (c *RunCommand) Reload(ctx context.Context) error {
 	sdNotify("RELOADING=1")
 	defer sdNotify("READY=1")
@@ -61,12 +63,23 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 		closePlugins(ctx, plugins)
 		return err
 	}
-	if err := c.engine.Reload(cfg, plugins, added...); err != nil {
+	refuse := func(err error) error {
 		closePlugins(ctx, plugins)
 		for _, s := range added {
 			s.Close(ctx)
 		}
 		return err
+	}
+	if err := c.engine.CheckReload(cfg, plugins, added...); err != nil {
+		return refuse(err)
+	}
+	restore, err := c.reloadStreams(ctx, cfg)
+	if err != nil {
+		return refuse(err)
+	}
+	if err := c.engine.Reload(cfg, plugins, added...); err != nil {
+		restore()
+		return refuse(err)
 	}
 	c.sinksMu.Lock()
 	c.sinks = append(c.sinks, added...)
@@ -90,6 +103,61 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 		return nil
 	}
 	c.log.Info("configuration reloaded", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins))
+	return nil
+}
+
+// reloadStreams sets up the stream blocks cfg changes in the nats blocks
+// in force (a new subject for a new event type needs no restart), one
+// sink after another; when a server refuses one, those already changed
+// are put back and the reload is refused. restore puts them all back (the
+// engine refused the reload after all).
+func (c *RunCommand) reloadStreams(ctx context.Context, cfg *config.Config) (restore func(), err error) {
+	var undo []func()
+	restore = func() {
+		for _, u := range undo {
+			u()
+		}
+	}
+	for i, old := range c.cfg.NATS[:min(len(c.cfg.NATS), len(cfg.NATS))] {
+		now := cfg.NATS[i]
+		sink := c.natsSink(old.SinkName())
+		if reflect.DeepEqual(old.Streams, now.Streams) || sink == nil {
+			continue
+		}
+		if err := setStreams(ctx, sink, now); err != nil {
+			restore()
+			where := ""
+			if at, ok := cfg.BlocksAt[now.SinkName()]; ok {
+				where = string(at) + ": "
+			}
+			return nil, fmt.Errorf("%sreload: %w", where, err) // err names the sink
+		}
+		undo = append(undo, func() {
+			if err := setStreams(ctx, sink, old); err != nil {
+				c.log.Warn("putting a nats block's streams back after a refused reload failed", "nats", old.Name, "error", err)
+			}
+		})
+		c.log.Info("reload: the nats block's streams changed", "nats", now.Name, "streams", len(now.Streams))
+	}
+	return restore, nil
+}
+
+// setStreams makes n's stream blocks sink's, within n's publish timeout.
+func setStreams(ctx context.Context, sink *natsplugin.Sink, n config.NATS) error {
+	ctx, cancel := context.WithTimeout(ctx, n.PublishTimeout)
+	defer cancel()
+	return sink.SetStreams(ctx, n.Streams)
+}
+
+// natsSink is the running NATS sink named name, or nil.
+func (c *RunCommand) natsSink(name string) *natsplugin.Sink {
+	c.sinksMu.Lock()
+	defer c.sinksMu.Unlock()
+	for _, s := range c.sinks {
+		if ns, ok := s.(*natsplugin.Sink); ok && ns.Name() == name {
+			return ns
+		}
+	}
 	return nil
 }
 

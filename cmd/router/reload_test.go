@@ -16,9 +16,10 @@ import (
 )
 
 // SIGHUP to the real binary: a new event type is taken without a restart,
-// one routed where no declared stream captures with a warning; a bad
-// config is refused (with file:line:col in the log) and the old one stays
-// in force.
+// one routed where no declared stream captures with a warning, and a
+// stream's new subject; a bad config, or a stream change the server
+// refuses, is refused (with file:line:col in the log) and the old one
+// stays in force.
 func TestReloadOnSIGHUP(t *testing.T) {
 	bin := routerBinary(t)
 	path, sock := writeConfig(t, "")
@@ -89,9 +90,6 @@ event "t.lost" {
 		t.Fatal("the running configuration did not stay in force")
 	}
 
-	// A change that needs a restart is refused too, at the file:line:col of
-	// the block that changed: a stream's subjects, and the data file's
-	// commit_delay (policies.hcl says so).
 	blockAt := func(src, block string) string {
 		for i, line := range strings.Split(src, "\n") {
 			if c := strings.Index(line, block); c >= 0 {
@@ -101,10 +99,47 @@ event "t.lost" {
 		t.Fatalf("the test config has no %s block", block)
 		return ""
 	}
-	moved := strings.Replace(base, `subjects = ["t.>"]`, `subjects = ["u.>"]`, 1)
-	os.WriteFile(path, []byte(moved), 0o600)
+	// A stream's new subject, for a new type, is taken too: the stream
+	// captures it at once, and the type's event is delivered (a new-user
+	// trial: validate asked for the subject, and the reload refused it as a
+	// change that needs a restart). A stream change the server refuses
+	// (file storage to memory) refuses the reload, at the nats block, and
+	// what was in force stays.
+	widened := strings.Replace(base, `subjects = ["t.>"]`, `subjects = ["t.>", "u.>"]`, 1) + `
+event "u.new" {
+  route {
+    to      = "nats.local"
+    subject = "u.new"
+  }
+}
+`
+	reloads := strings.Count(logs.String(), "configuration reloaded")
+	os.WriteFile(path, []byte(widened), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitLog(blockAt(moved, `nats "local"`) + "reload: the nats blocks changed (streams); that needs a restart")
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "configuration reloaded") == reloads+1 },
+		func() string { return "the reload with a stream's new subject was not taken:\n" + logs.String() })
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+		strings.NewReader(`{"specversion":"1.0","type":"u.new","source":"/t","id":"u-1"}`))
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("the new subject's type after the reload: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitState(t, c, "u-1", "delivered", 20*time.Second)
+	memory := strings.Replace(widened, `stream "events" { subjects = ["t.>", "u.>"] }`, `stream "events" {
+    subjects = ["t.>", "u.>"]
+    storage  = "memory"
+  }`, 1)
+	os.WriteFile(path, []byte(memory), 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(blockAt(memory, `nats "local"`) + "reload: nats.local: create or update stream")
+	waitLog("can not change storage type")
+	if post("u.new") != 202 || strings.Count(logs.String(), "configuration reloaded") != reloads+1 {
+		t.Fatalf("the refused stream change changed what was in force:\n%s", logs.String())
+	}
+
+	// A change that needs a restart is refused, at the file:line:col of the
+	// block that changed: the data file's commit_delay (policies.hcl says
+	// so).
 	delayed := regexp.MustCompile(`storage \{ (path = "[^"]*") \}`).ReplaceAllString(base, "storage {\n  $1\n  commit_delay = \"1ms\"\n}")
 	if delayed == base {
 		t.Fatal("the test config has no storage block to change")

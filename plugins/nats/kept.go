@@ -45,7 +45,7 @@ func (s *Sink) Kept(ctx context.Context, msgs []switchyard.Acked, window time.Du
 		return kept, nil, nil
 	}
 	byStream := map[string][]int{}
-	for _, st := range s.streams {
+	for _, st := range s.declared() {
 		byStream[st.Name] = nil
 	}
 	for i, m := range msgs {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -407,6 +409,57 @@ func TestStreamCreateOrUpdate(t *testing.T) {
 	cfg.Streams[0].Storage = "tape"
 	if _, err := Open(pubCtx(t, 5*time.Second), cfg, srv.ClientURL(), testLogger(t)); err == nil {
 		t.Fatal("Open accepted storage \"tape\"")
+	}
+}
+
+// SetStreams (a reload) sets new stream blocks up at once on a connected
+// server; one the server refuses is an error, and the blocks before stay
+// in force, set up as they were; on a server that is down, the new blocks
+// are set up when it is back.
+func TestSetStreams(t *testing.T) {
+	cfg := testConfig(true)
+	dir := t.TempDir()
+	srv, err := StartServer(cfg, dir, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(srv.ClientURL())
+	port, _ := strconv.Atoi(u.Port())
+	sink := openSink(t, cfg, srv.ClientURL())
+	audit := append(slices.Clone(cfg.Streams), config.NewStream("AUDIT", "audit.>"))
+	if err := sink.SetStreams(pubCtx(t, 5*time.Second), audit); err != nil {
+		t.Fatal(err)
+	}
+	requireOK(t, sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("a", "audit.login", 3)), 3)
+
+	refused := slices.Clone(audit)
+	refused[1].Storage = "memory" // the server does not change a stream's storage
+	if err := sink.SetStreams(pubCtx(t, 5*time.Second), refused); err == nil || !strings.Contains(err.Error(), "storage type") {
+		t.Fatalf("SetStreams with AUDIT's storage changed: %v, want the server's refusal", err)
+	}
+	if got := sink.declared(); !reflect.DeepEqual(got, audit) {
+		t.Fatalf("after the refusal the sink declares %+v, want the blocks before", got)
+	}
+
+	if err := srv.Close(pubCtx(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	billing := append(slices.Clone(audit), config.NewStream("BILLING", "billing.>"))
+	if err := sink.SetStreams(pubCtx(t, 5*time.Second), billing); err != nil {
+		t.Fatalf("SetStreams while the server is down: %v", err)
+	}
+	cfg.Port = port
+	srv2 := startServer(t, cfg, dir)
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { return sink.Healthy(context.Background()) == nil },
+		func() string { return fmt.Sprintf("no reconnect: %v", sink.Healthy(context.Background())) })
+	msgs := makeMsgs("b", "billing.paid", 2)
+	var res []switchyard.Result
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { // the streams are set up in the background
+		res = sink.Publish(pubCtx(t, 2*time.Second), msgs)
+		return res[0].Err == nil && res[1].Err == nil
+	}, func() string { return fmt.Sprintf("no publish to the new stream after the reconnect: %v", res[0].Err) })
+	if got := streamMsgs(t, srv2.ClientURL(), "BILLING"); got != 2 {
+		t.Fatalf("BILLING holds %d messages, want 2", got)
 	}
 }
 

@@ -59,7 +59,9 @@ type Sink struct {
 	jsAdmin    jetstream.JetStream // creates streams (core mode too)
 	timeout    time.Duration
 	maxPending int
-	streams    []config.Stream
+	// streams are the block's stream blocks: those the sink creates or
+	// updates on each connection (SetStreams swaps them on a reload).
+	streams atomic.Pointer[[]config.Stream]
 
 	mu             sync.Mutex
 	streamsCreated bool  // every stream of the config exists
@@ -149,15 +151,19 @@ func newSink(cfg config.NATS, logger hclog.Logger) *Sink {
 		name:           cfg.SinkName(),
 		timeout:        cfg.PublishTimeout,
 		maxPending:     cfg.MaxPending,
-		streams:        slices.Clone(cfg.Streams),
 		closedCh:       make(chan struct{}),
 		opened:         make(chan struct{}),
 		streamsCreated: len(cfg.Streams) == 0,
 	}
+	streams := slices.Clone(cfg.Streams)
+	s.streams.Store(&streams)
 	s.log = logger.Named(s.name)
 	s.stall.Log = s.log
 	return s
 }
+
+// declared are the stream blocks in force.
+func (s *Sink) declared() []config.Stream { return *s.streams.Load() }
 
 // connOptions are the connection's options (connWatch.options), with the
 // streams set up on every (re)connection.
@@ -235,7 +241,7 @@ func (s *Sink) openJetStream(cfg config.NATS) error {
 
 // ensureStreams creates or updates the config's streams.
 func (s *Sink) ensureStreams(ctx context.Context) error {
-	for _, st := range s.streams {
+	for _, st := range s.declared() {
 		if err := ensureStream(ctx, s.jsAdmin, st); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -245,6 +251,34 @@ func (s *Sink) ensureStreams(ctx context.Context) error {
 	s.streamsCreated, s.streamsErr = true, nil
 	s.mu.Unlock()
 	return nil
+}
+
+// SetStreams makes streams the stream blocks in force (a reload): on a
+// connected server it creates or updates them now, and when the server
+// refuses one it puts the blocks before back (updating the streams with
+// them again) and returns why. On a server not reached yet, or that does
+// not answer, they are set up when it does (on connecting, or at the first
+// publish a missing stream fails), as at a start. A stream whose block is
+// gone stays on the server, with what it holds: the sink no longer sets it
+// up.
+func (s *Sink) SetStreams(ctx context.Context, streams []config.Stream) error {
+	streams = slices.Clone(streams)
+	old := s.streams.Swap(&streams)
+	if s.nc == nil || !s.nc.IsConnected() {
+		return nil
+	}
+	err := s.ensureStreams(ctx)
+	if _, refused := errors.AsType[*jetstream.APIError](err); err == nil || !refused {
+		if err != nil {
+			s.log.Warn("the new streams are set up when the server answers", "error", err)
+		}
+		return nil
+	}
+	s.streams.Store(old)
+	if rerr := s.ensureStreams(ctx); rerr != nil {
+		s.log.Warn("putting the streams back as they were failed; tried again on the next connection", "error", rerr)
+	}
+	return err
 }
 
 // onConnect runs on every (re)connection: streams first (a broker that
@@ -739,7 +773,7 @@ func (s *Sink) ackError(m *switchyard.Message, err error) error {
 		return err
 	}
 	var apiErr *jetstream.APIError
-	switch stream := StreamCapturing(s.streams, m.Topic); {
+	switch stream := StreamCapturing(s.declared(), m.Topic); {
 	case errors.Is(err, jetstream.ErrNoStreamResponse) && stream != "":
 		// The block's stream was there, and is gone (deleted by hand, a
 		// server that lost its store): made again, the message waits.
