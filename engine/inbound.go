@@ -37,6 +37,9 @@ const DerivedIDPrefix = "sha256-"
 // partition key longer than MaxAttrLen left out, each with a warning.
 func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []byte, idHeader, origin string) (in switchyard.Inbound, warnings []string) {
 	in.Event, warnings = b.DecodeLenient(headers, value)
+	if missing := missingRequired(&in.Event); len(missing) > 0 {
+		warnings = append(warnings, fmt.Sprintf("not a CloudEvent: no %s; passed on without, as the message came", strings.Join(missing, ", ")))
+	}
 	id := inboundID(b, &in.Event, headers, idHeader)
 	if len(id) > switchyard.MaxInboundIDLen {
 		warnings = append(warnings, fmt.Sprintf("the id is %d bytes, longer than the %d an inbox keeps: an id derived from the content takes its place (with missing_id = \"reject\" the message is dropped)", len(id), switchyard.MaxInboundIDLen))
@@ -53,6 +56,20 @@ func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []b
 	in.Event.ID = id
 	in.Origin = origin
 	return in, warnings
+}
+
+// missingRequired names the attributes CloudEvents requires (but the id,
+// which an inbox derives) that ev lacks. A message a producer sent as
+// plain bytes has none: the inbox takes it and hands it on as it came,
+// with a warning (a new-user trial found it passed on in silence).
+func missingRequired(ev *switchyard.Event) []string {
+	var missing []string
+	for _, a := range []struct{ name, value string }{{"specversion", ev.SpecVersion}, {"type", ev.Type}, {"source", ev.Source}} {
+		if a.value == "" {
+			missing = append(missing, a.name)
+		}
+	}
+	return missing
 }
 
 // InboundDecoder is one inbox source's DecodeInbound, with the log of

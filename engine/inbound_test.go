@@ -2,6 +2,7 @@ package engine
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +165,9 @@ func TestDecodeInbound(t *testing.T) {
 				value = []byte(tc.value)
 			}
 			in, warnings := DecodeInbound(tc.binding, tc.headers, value, tc.idHeader, "kafka.main:p/0@1")
+			// Most cases leave a required attribute out, for brevity:
+			// TestDecodeInboundSaysWhatIsNoCloudEvent checks that warning.
+			warnings = slices.DeleteFunc(warnings, func(w string) bool { return strings.HasPrefix(w, "not a CloudEvent") })
 			if len(warnings) != tc.warnings {
 				t.Errorf("warnings = %q, want %d", warnings, tc.warnings)
 			}
@@ -204,6 +208,29 @@ func TestDeriveInboundIDStable(t *testing.T) {
 		c, _ := DecodeInbound(cloudevents.Kafka, other.h, []byte(other.data), "", "o")
 		if c.Event.ID == a.Event.ID {
 			t.Errorf("different content %v %q got the same id", other.h, other.data)
+		}
+	}
+}
+
+// A message without the attributes CloudEvents requires (a producer's
+// plain bytes, or one without ce-type) is taken, as it came, with a
+// warning naming what it lacks; a whole CloudEvent gets none.
+func TestDecodeInboundSaysWhatIsNoCloudEvent(t *testing.T) {
+	for _, c := range []struct {
+		headers []switchyard.Header
+		want    string
+	}{
+		{nil, "not a CloudEvent: no specversion, type, source; passed on without, as the message came"},
+		{[]switchyard.Header{{Name: "ce-specversion", Value: "1.0"}, {Name: "ce-source", Value: "/s"}}, "not a CloudEvent: no type;"},
+		{[]switchyard.Header{{Name: "ce-specversion", Value: "1.0"}, {Name: "ce-source", Value: "/s"}, {Name: "ce-type", Value: "t"}}, ""},
+	} {
+		in, warnings := DecodeInbound(cloudevents.NATS, c.headers, []byte("plain"), "", "nats.local:hooks.raw")
+		got := strings.Join(warnings, "; ")
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("headers %v: warnings %q, want %q", c.headers, got, c.want)
+		}
+		if string(in.Event.Data) != "plain" || !in.IDDerived {
+			t.Errorf("headers %v: %+v, want the data as it came, with a derived id", c.headers, in.Event)
 		}
 	}
 }
