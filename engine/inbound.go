@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,7 +39,7 @@ const DerivedIDPrefix = "sha256-"
 func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []byte, idHeader, origin string) (in switchyard.Inbound, warnings []string) {
 	in.Event, warnings = b.DecodeLenient(headers, value)
 	if missing := missingRequired(&in.Event); len(missing) > 0 {
-		warnings = append(warnings, fmt.Sprintf("not a CloudEvent: no %s; passed on without, as the message came", strings.Join(missing, ", ")))
+		warnings = append(warnings, fmt.Sprintf("%s: no %s; passed on without, as the message came", notACloudEvent, strings.Join(missing, ", ")))
 	}
 	id := inboundID(b, &in.Event, headers, idHeader)
 	if len(id) > switchyard.MaxInboundIDLen {
@@ -57,6 +58,10 @@ func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []b
 	in.Origin = origin
 	return in, warnings
 }
+
+// notACloudEvent starts the warning of a message missingRequired finds
+// attributes missing in.
+const notACloudEvent = "not a CloudEvent"
 
 // missingRequired names the attributes CloudEvents requires (but the id,
 // which an inbox derives) that ev lacks. A message a producer sent as
@@ -83,12 +88,23 @@ type InboundDecoder struct {
 	Noun     string // how the log names one: "message", "record"
 
 	lenient logthrottle.Throttle
+	notCE   atomic.Bool // a message that is not a CloudEvent was logged
 }
 
-// Decode is DecodeInbound, logged.
+// Decode is DecodeInbound, logged. That a message is not a CloudEvent is
+// said once, and then at Debug: a producer that sends plain bytes does so
+// by design, and its every message would say it again.
 func (d *InboundDecoder) Decode(headers []switchyard.Header, value []byte, origin string) switchyard.Inbound {
 	in, warnings := DecodeInbound(d.Binding, headers, value, d.IDHeader, origin)
 	for _, w := range warnings {
+		if strings.HasPrefix(w, notACloudEvent) {
+			if d.notCE.Swap(true) {
+				d.Log.Debug(d.Noun+" decoded leniently", "origin", origin, "problem", w)
+			} else {
+				d.Log.Warn(d.Noun+" decoded leniently (said once: the next ones are logged at debug)", "origin", origin, "problem", w)
+			}
+			continue
+		}
 		if n, ok := d.lenient.Take("decoded leniently", time.Now()); ok {
 			d.Log.Warn(d.Noun+" decoded leniently", "origin", origin, "problem", w, "like_it_since_last", n)
 		}

@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 func TestDecodeInbound(t *testing.T) {
@@ -232,5 +235,19 @@ func TestDecodeInboundSaysWhatIsNoCloudEvent(t *testing.T) {
 		if string(in.Event.Data) != "plain" || !in.IDDerived {
 			t.Errorf("headers %v: %+v, want the data as it came, with a derived id", c.headers, in.Event)
 		}
+	}
+}
+
+// An inbox says once that its messages are not CloudEvents, not at each
+// one (a producer of plain bytes sends them by design); other lenient
+// readings are still logged.
+func TestNotACloudEventIsSaidOnce(t *testing.T) {
+	var logs testkit.Buffer
+	d := InboundDecoder{Binding: cloudevents.NATS, Log: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn}), Noun: "message"}
+	for i := range 3 {
+		d.Decode(nil, []byte{byte('a' + i)}, "nats.local:hooks.raw")
+	}
+	if n := strings.Count(logs.String(), notACloudEvent); n != 1 {
+		t.Fatalf("%d warnings that a message is not a CloudEvent for 3, want 1:\n%s", n, logs.String())
 	}
 }
