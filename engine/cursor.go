@@ -20,7 +20,9 @@ import (
 type CursorKind byte
 
 // The listings that page with a cursor. CursorDLQ is 1 because the DLQ's
-// cursors, the first ones, began with a version byte 1.
+// cursors, the first ones, began with a version byte 1 (those, and any
+// handed out before the filters' hash, are refused now: a listing starts
+// again from its first page).
 const (
 	CursorDLQ    CursorKind = 1 // GET /v1/dlq: a DLQ index position
 	CursorClaims CursorKind = 2 // GET /v1/claims: a claim's key

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"reflect"
+	"slices"
 
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -124,7 +125,11 @@ func (c *RunCommand) reloadStreams(ctx context.Context, cfg *config.Config) (res
 		if reflect.DeepEqual(old.Streams, now.Streams) || sink == nil {
 			continue
 		}
-		if err := setStreams(ctx, sink, now); err != nil {
+		err := inboxStreamsKept(cfg, old, now)
+		if err == nil {
+			err = setStreams(ctx, sink, now)
+		}
+		if err != nil {
 			restore()
 			where := ""
 			if at, ok := cfg.BlocksAt[now.SinkName()]; ok {
@@ -140,6 +145,23 @@ func (c *RunCommand) reloadStreams(ctx context.Context, cfg *config.Config) (res
 		c.log.Info("reload: the nats block's streams changed", "nats", now.Name, "streams", len(now.Streams))
 	}
 	return restore, nil
+}
+
+// inboxStreamsKept refuses new stream blocks of old (now) that store an
+// inbox's subject in other streams: an inbox consumes the stream it found
+// at its start, and would read nothing more (a review).
+func inboxStreamsKept(cfg *config.Config, old, now config.NATS) error {
+	for _, in := range cfg.Inboxes {
+		if in.From != now.SinkName() {
+			continue
+		}
+		was, is := natsplugin.StreamsStoring(old.Streams, in.Subject), natsplugin.StreamsStoring(now.Streams, in.Subject)
+		if !slices.Equal(was, is) {
+			return fmt.Errorf("%s: inbox %q reads subject %q from stream %q; the new stream blocks store it in %q: an inbox keeps the stream it started on, so that needs a restart",
+				now.SinkName(), in.Name, in.Subject, was, is)
+		}
+	}
+	return nil
 }
 
 // setStreams makes n's stream blocks sink's, within n's publish timeout.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -278,4 +279,31 @@ func runLogged(t *testing.T, dir, sock, bin string, args ...string) (*exec.Cmd, 
 	c := socketClient(sock)
 	waitHealthy(t, c)
 	return cmd, logs, c
+}
+
+// A reload may change a nats block's streams, but not the stream an
+// inbox on it reads (the inbox keeps the one it found at its start, and
+// would read nothing more): moving its subject to another stream, or
+// leaving it in none, is refused; widening its stream is not.
+func TestReloadKeepsAnInboxsStream(t *testing.T) {
+	old := config.NewNATS("local")
+	old.Streams = []config.Stream{config.NewStream("EVENTS", "t.>")}
+	cfg := &config.Config{Inboxes: []config.Inbox{{Name: "alerts", From: "nats.local", Subject: "t.alerts"}}}
+	for _, c := range []struct {
+		name    string
+		streams []config.Stream
+		refused bool
+	}{
+		{"widened", []config.Stream{config.NewStream("EVENTS", "t.>", "u.>")}, false},
+		{"another stream added", []config.Stream{config.NewStream("EVENTS", "t.>"), config.NewStream("U", "u.>")}, false},
+		{"moved", []config.Stream{config.NewStream("EVENTS", "t.orders"), config.NewStream("ALERTS", "t.alerts")}, true},
+		{"in none", []config.Stream{config.NewStream("EVENTS", "t.orders")}, true},
+	} {
+		now := old
+		now.Streams = c.streams
+		err := inboxStreamsKept(cfg, old, now)
+		if (err != nil) != c.refused || (err != nil && !strings.Contains(err.Error(), `inbox "alerts" reads subject "t.alerts"`)) {
+			t.Errorf("%s: %v, refused want %t", c.name, err, c.refused)
+		}
+	}
 }

@@ -112,7 +112,7 @@ func recreateStream(t *testing.T, ctx context.Context, sink *Sink) {
 	// a create in between can fail to make its own (seen once in 60 runs).
 	var err error
 	for range 20 {
-		if err = ensureStream(ctx, sink.jsAdmin, sink.declared()[0]); err == nil {
+		if _, err = ensureStream(ctx, sink.jsAdmin, sink.declared()[0]); err == nil {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)

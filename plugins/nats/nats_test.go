@@ -432,35 +432,74 @@ func TestSetStreams(t *testing.T) {
 	}
 	requireOK(t, sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("a", "audit.login", 3)), 3)
 
+	// ORDERS narrowed and SHIPPED made for the subject it gave up are set
+	// up before AUDIT's storage change is refused: both are undone (SHIPPED
+	// deleted, or ORDERS could not widen back over its subject).
 	refused := slices.Clone(audit)
+	refused[0].Subjects = []string{"orders.created"}
 	refused[1].Storage = "memory" // the server does not change a stream's storage
+	refused = append(refused, config.NewStream("SHIPPED", "orders.shipped"))
+	refused[1], refused[2] = refused[2], refused[1] // AUDIT last
 	if err := sink.SetStreams(pubCtx(t, 5*time.Second), refused); err == nil || !strings.Contains(err.Error(), "storage type") {
 		t.Fatalf("SetStreams with AUDIT's storage changed: %v, want the server's refusal", err)
 	}
 	if got := sink.declared(); !reflect.DeepEqual(got, audit) {
 		t.Fatalf("after the refusal the sink declares %+v, want the blocks before", got)
 	}
+	if subjects, ok := streamSubjects(t, srv.ClientURL(), "ORDERS"); !ok || fmt.Sprint(subjects) != "[orders.>]" {
+		t.Fatalf("after the refusal ORDERS stores %v, want [orders.>] as before", subjects)
+	}
+	if _, ok := streamSubjects(t, srv.ClientURL(), "SHIPPED"); ok {
+		t.Fatal("after the refusal SHIPPED, made for the refused blocks, is still there")
+	}
+	if err := sink.Healthy(context.Background()); err != nil {
+		t.Fatalf("Healthy after a refused SetStreams put back: %v", err)
+	}
 
 	if err := srv.Close(pubCtx(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
+	// While the server is down: AUDIT's refused change is not known yet;
+	// at the reconnect BILLING is set up all the same, and Healthy says
+	// what the server refused.
 	billing := append(slices.Clone(audit), config.NewStream("BILLING", "billing.>"))
+	billing[1].Storage = "memory"
 	if err := sink.SetStreams(pubCtx(t, 5*time.Second), billing); err != nil {
 		t.Fatalf("SetStreams while the server is down: %v", err)
 	}
 	cfg.Port = port
 	srv2 := startServer(t, cfg, dir)
-	testkit.EventuallyWith(t, 10*time.Second, func() bool { return sink.Healthy(context.Background()) == nil },
-		func() string { return fmt.Sprintf("no reconnect: %v", sink.Healthy(context.Background())) })
 	msgs := makeMsgs("b", "billing.paid", 2)
 	var res []switchyard.Result
-	testkit.EventuallyWith(t, 10*time.Second, func() bool { // the streams are set up in the background
+	testkit.EventuallyWith(t, 15*time.Second, func() bool { // the reconnect, and the streams set up in the background
 		res = sink.Publish(pubCtx(t, 2*time.Second), msgs)
 		return res[0].Err == nil && res[1].Err == nil
 	}, func() string { return fmt.Sprintf("no publish to the new stream after the reconnect: %v", res[0].Err) })
 	if got := streamMsgs(t, srv2.ClientURL(), "BILLING"); got != 2 {
 		t.Fatalf("BILLING holds %d messages, want 2", got)
 	}
+	if err := sink.Healthy(context.Background()); err == nil || !strings.Contains(err.Error(), "storage type") {
+		t.Fatalf("Healthy with AUDIT's change refused: %v, want the server's refusal", err)
+	}
+}
+
+// streamSubjects is the subjects stream stores, and whether it exists.
+func streamSubjects(t *testing.T, url, stream string) ([]string, bool) {
+	t.Helper()
+	nc, err := natsgo.Connect(url, testAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(pubCtx(t, 5*time.Second), stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().Config.Subjects, true
 }
 
 // A subject a plain subscriber listens on, but no stream: the publish is

@@ -62,6 +62,13 @@ type Sink struct {
 	// streams are the block's stream blocks: those the sink creates or
 	// updates on each connection (SetStreams swaps them on a reload).
 	streams atomic.Pointer[[]config.Stream]
+	// streamsMu is held while the streams in force are read and set up on
+	// the server (a reload, a connection, a restore): one set-up at a time,
+	// so that one on the blocks before a reload cannot undo its.
+	streamsMu sync.Mutex
+	// behind is why the streams in force are not all set up, while
+	// publishing goes on (they were once): Healthy says it.
+	behind atomic.Pointer[error]
 
 	mu             sync.Mutex
 	streamsCreated bool  // every stream of the config exists
@@ -239,35 +246,75 @@ func (s *Sink) openJetStream(cfg config.NATS) error {
 	return nil
 }
 
-// ensureStreams creates or updates the config's streams.
+// ensureStreams creates or updates the streams in force.
 func (s *Sink) ensureStreams(ctx context.Context) error {
-	for _, st := range s.declared() {
-		if err := ensureStream(ctx, s.jsAdmin, st); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	_, err := s.applyStreams(ctx, s.declared())
+	return err
+}
+
+// applyStreams creates or updates each of streams, whatever the others
+// did (a stream the server refuses does not keep the ones after it from
+// being set up), and returns the names of those it created and the errors
+// joined. s.streamsMu is held.
+func (s *Sink) applyStreams(ctx context.Context, streams []config.Stream) (created []string, err error) {
+	var errs []error
+	for _, st := range streams {
+		made, err := ensureStream(ctx, s.jsAdmin, st)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+			continue
+		}
+		if made {
+			created = append(created, st.Name)
 		}
 		s.log.Debug("stream ready", "stream", st.Name, "subjects", st.Subjects)
+	}
+	if err = errors.Join(errs...); err != nil {
+		s.streamsBehind(err)
+		return created, err
 	}
 	s.mu.Lock()
 	s.streamsCreated, s.streamsErr = true, nil
 	s.mu.Unlock()
-	return nil
+	s.behind.Store(nil)
+	return created, nil
+}
+
+// streamsBehind notes that the streams in force could not all be set up:
+// before they ever were, nothing is published (unavailable says why);
+// after, publishing goes on and Healthy says what is behind.
+func (s *Sink) streamsBehind(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.streamsCreated {
+		s.streamsErr = err
+		return
+	}
+	behind := fmt.Errorf("%s: publishing, but the streams in force are not all set up: %w", s.name, err)
+	s.behind.Store(&behind)
 }
 
 // SetStreams makes streams the stream blocks in force (a reload): on a
-// connected server it creates or updates them now, and when the server
-// refuses one it puts the blocks before back (updating the streams with
-// them again) and returns why. On a server not reached yet, or that does
+// connected server it creates or updates them now. When the server
+// refuses one, it deletes the streams it created for them, puts the
+// blocks before back (updating the streams with them again, on a budget
+// of its own) and returns why. On a server not reached yet, or that does
 // not answer, they are set up when it does (on connecting, or at the first
-// publish a missing stream fails), as at a start. A stream whose block is
+// publish a missing stream fails), as at a start; if it then refuses one,
+// the others are set up and Healthy says which. A stream whose block is
 // gone stays on the server, with what it holds: the sink no longer sets it
 // up.
 func (s *Sink) SetStreams(ctx context.Context, streams []config.Stream) error {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
 	streams = slices.Clone(streams)
 	old := s.streams.Swap(&streams)
 	if s.nc == nil || !s.nc.IsConnected() {
 		return nil
 	}
-	err := s.ensureStreams(ctx)
+	created, err := s.applyStreams(ctx, streams)
 	if _, refused := errors.AsType[*jetstream.APIError](err); err == nil || !refused {
 		if err != nil {
 			s.log.Warn("the new streams are set up when the server answers", "error", err)
@@ -275,10 +322,28 @@ func (s *Sink) SetStreams(ctx context.Context, streams []config.Stream) error {
 		return nil
 	}
 	s.streams.Store(old)
-	if rerr := s.ensureStreams(ctx); rerr != nil {
+	if rerr := s.putBack(created, *old); rerr != nil {
 		s.log.Warn("putting the streams back as they were failed; tried again on the next connection", "error", rerr)
 	}
 	return err
+}
+
+// putBack undoes a refused SetStreams: it deletes the streams it created
+// (their subjects may overlap those the blocks before widen back to), then
+// sets up those blocks.
+func (s *Sink) putBack(created []string, streams []config.Stream) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	var errs []error
+	for _, name := range created {
+		if err := s.jsAdmin.DeleteStream(ctx, name); err != nil {
+			errs = append(errs, fmt.Errorf("delete stream %q, created for the refused blocks: %w", name, err))
+		}
+	}
+	if _, err := s.applyStreams(ctx, streams); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // onConnect runs on every (re)connection: streams first (a broker that
@@ -314,9 +379,6 @@ func (s *Sink) onConnect(what string, initial bool) {
 		}
 		s.mu.Lock()
 		created := s.streamsCreated
-		if !created {
-			s.streamsErr = err
-		}
 		s.mu.Unlock()
 		if created && !announced {
 			announced = true
@@ -365,7 +427,7 @@ func (s *Sink) OnReady(fn func()) {
 }
 
 // ensureStream creates the stream or updates it to match st.
-func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream) (created bool, err error) {
 	sc := jetstream.StreamConfig{
 		Name:       st.Name,
 		Subjects:   st.Subjects,
@@ -379,12 +441,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream)
 	case "memory":
 		sc.Storage = jetstream.MemoryStorage
 	default:
-		return fmt.Errorf("stream %q: unknown storage %q (want \"file\" or \"memory\")", st.Name, st.Storage)
+		return false, fmt.Errorf("stream %q: unknown storage %q (want \"file\" or \"memory\")", st.Name, st.Storage)
 	}
-	if err := createOrUpdate(ctx, js, sc); err != nil {
-		return fmt.Errorf("create or update stream %q (subjects %v): %w", st.Name, st.Subjects, err)
+	if created, err = createOrUpdate(ctx, js, sc); err != nil {
+		return created, fmt.Errorf("create or update stream %q (subjects %v): %w", st.Name, st.Subjects, err)
 	}
-	return nil
+	return created, nil
 }
 
 // createOrUpdate creates the stream, or updates what the block sets of an
@@ -392,21 +454,22 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream)
 // leaves the rest as it is. Sending the block's config alone would reset
 // every limit an operator set by hand (max_msgs, max_bytes, discard,
 // max_msg_size) at each reconnection, without a word (a broker trial).
-func createOrUpdate(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+// created says whether it created the stream.
+func createOrUpdate(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) (created bool, err error) {
 	st, err := js.Stream(ctx, sc.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err = js.CreateStream(ctx, sc); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return err
+			return err == nil, err
 		}
 		st, err = js.Stream(ctx, sc.Name) // another router made it meanwhile: update it
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	cur := st.CachedInfo().Config
 	cur.Subjects, cur.Storage, cur.Replicas, cur.MaxAge, cur.Duplicates = sc.Subjects, sc.Storage, sc.Replicas, sc.MaxAge, sc.Duplicates
 	_, err = js.UpdateStream(ctx, cur)
-	return err
+	return false, err
 }
 
 // Name is how routes refer to the sink (config.NATS.SinkName).
@@ -418,6 +481,9 @@ func (s *Sink) Healthy(context.Context) error {
 		return err
 	}
 	if p := s.refusing.Load(); p != nil {
+		return *p
+	}
+	if p := s.behind.Load(); p != nil {
 		return *p
 	}
 	return s.stall.Err(s.name)
