@@ -82,6 +82,22 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 		restore()
 		return refuse(err)
 	}
+	c.tookReload(cfg, plugins, added)
+	for _, w := range runWarnings(cfg) {
+		c.log.Warn(w)
+	}
+	if err := c.api.ReloadTokens(); err != nil {
+		c.log.Error("tokens_file not reloaded; the tokens in force stay", "error", err)
+		c.log.Warn("configuration reloaded, except the tokens_file (see above)", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins))
+		return nil
+	}
+	c.log.Info("configuration reloaded", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins))
+	return nil
+}
+
+// tookReload keeps what the engine took: the configuration, the plugins
+// (the replaced ones closed once no batch runs them) and the sinks added.
+func (c *RunCommand) tookReload(cfg *config.Config, plugins []switchyard.Plugin, added []switchyard.Sink) {
 	c.sinksMu.Lock()
 	c.sinks = append(c.sinks, added...)
 	c.sinksMu.Unlock()
@@ -95,16 +111,6 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 		c.engine.RetirePlugins()
 		closePlugins(context.Background(), old)
 	}()
-	for _, w := range runWarnings(cfg) {
-		c.log.Warn(w)
-	}
-	if err := c.api.ReloadTokens(); err != nil {
-		c.log.Error("tokens_file not reloaded; the tokens in force stay", "error", err)
-		c.log.Warn("configuration reloaded, except the tokens_file (see above)", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins))
-		return nil
-	}
-	c.log.Info("configuration reloaded", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins))
-	return nil
 }
 
 // reloadStreams sets up the stream blocks cfg changes in the nats blocks
