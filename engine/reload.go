@@ -23,7 +23,11 @@ import (
 // them is refused and the old one stays in force. Batches in flight finish under
 // the policy they were taken with.
 func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added ...switchyard.Sink) error {
-	if err := e.CheckReload(cfg, plugins, added...); err != nil {
+	names := make([]string, len(added))
+	for i, s := range added {
+		names[i] = s.Name()
+	}
+	if err := e.CheckReload(cfg, plugins, names...); err != nil {
 		return err
 	}
 	sinks := *e.withSinks(e.sinks(), added)
@@ -62,14 +66,22 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	return nil
 }
 
-// CheckReload returns the error Reload would refuse cfg with, changing
-// nothing: the caller changes what the engine does not own (a NATS
-// block's streams) only once the engine would take the rest.
-func (e *Engine) CheckReload(cfg *config.Config, plugins []switchyard.Plugin, added ...switchyard.Sink) error {
+// CheckReload returns the error Reload would refuse cfg with, the sinks
+// named added being added, changing nothing: the caller opens new sinks
+// and changes what the engine does not own (a NATS block's streams) only
+// once the engine would take the rest.
+func (e *Engine) CheckReload(cfg *config.Config, plugins []switchyard.Plugin, added ...string) error {
 	if err := unchangedForReload(e.config(), cfg); err != nil {
 		return err
 	}
-	return referencesResolve(cfg, *e.withSinks(e.sinks(), added), newPluginSet(plugins).byName)
+	sinks := make(map[string]bool)
+	for name := range e.sinks() {
+		sinks[name] = true
+	}
+	for _, name := range added {
+		sinks[name] = true
+	}
+	return referencesResolve(cfg, sinks, newPluginSet(plugins).byName)
 }
 
 // unchangedForReload refuses a configuration whose blocks the running
@@ -109,10 +121,10 @@ func unchangedForReload(old, cfg *config.Config) error {
 
 // referencesResolve refuses a configuration naming a sink or a plugin the
 // router would not have after the reload.
-func referencesResolve(cfg *config.Config, sinks map[string]switchyard.Sink, byName map[string]switchyard.Plugin) error {
+func referencesResolve(cfg *config.Config, sinks map[string]bool, byName map[string]switchyard.Plugin) error {
 	for t, p := range cfg.Events {
 		for _, r := range p.Routes {
-			if _, ok := sinks[r.To]; !ok {
+			if !sinks[r.To] {
 				return fmt.Errorf("reload: event %q routes to %q, which is not a configured sink", t, r.To)
 			}
 		}

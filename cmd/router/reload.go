@@ -59,28 +59,10 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	added, err := c.openAddedSinks(ctx, cfg)
+	added, err := c.applyReload(ctx, cfg, plugins)
 	if err != nil {
 		closePlugins(ctx, plugins)
 		return err
-	}
-	refuse := func(err error) error {
-		closePlugins(ctx, plugins)
-		for _, s := range added {
-			s.Close(ctx)
-		}
-		return err
-	}
-	if err := c.engine.CheckReload(cfg, plugins, added...); err != nil {
-		return refuse(err)
-	}
-	restore, err := c.reloadStreams(ctx, cfg)
-	if err != nil {
-		return refuse(err)
-	}
-	if err := c.engine.Reload(cfg, plugins, added...); err != nil {
-		restore()
-		return refuse(err)
 	}
 	c.tookReload(cfg, plugins, added)
 	for _, w := range runWarnings(cfg) {
@@ -93,6 +75,48 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 	}
 	c.log.Info("configuration reloaded", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins))
 	return nil
+}
+
+// applyReload checks cfg with the engine, then changes what it does not
+// own, and swaps cfg and plugins in: the nats blocks' streams, then the
+// sinks cfg adds (they set their streams up as they open), so that nothing
+// reaches a server before the engine would take the rest (a refused
+// reload that had opened an added block first had changed its streams: an
+// adversarial trial). It returns the sinks added; on a refusal it puts
+// back what it changed and closes them.
+func (c *RunCommand) applyReload(ctx context.Context, cfg *config.Config, plugins []switchyard.Plugin) ([]switchyard.Sink, error) {
+	if err := c.engine.CheckReload(cfg, plugins, addedSinkNames(c.cfg, cfg)...); err != nil {
+		return nil, err
+	}
+	restore, err := c.reloadStreams(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	added, err := c.openAddedSinks(ctx, cfg)
+	if err == nil {
+		err = c.engine.Reload(cfg, plugins, added...)
+	}
+	if err != nil {
+		restore()
+		for _, s := range added {
+			s.Close(ctx)
+		}
+		return nil, err
+	}
+	return added, nil
+}
+
+// addedSinkNames names the nats and kafka blocks cfg adds after those of
+// old (openAddedSinks opens them).
+func addedSinkNames(old, cfg *config.Config) []string {
+	var names []string
+	for _, n := range cfg.NATS[min(len(old.NATS), len(cfg.NATS)):] {
+		names = append(names, n.SinkName())
+	}
+	for _, k := range cfg.Kafka[min(len(old.Kafka), len(cfg.Kafka)):] {
+		names = append(names, k.SinkName())
+	}
+	return names
 }
 
 // tookReload keeps what the engine took: the configuration, the plugins
@@ -115,9 +139,10 @@ func (c *RunCommand) tookReload(cfg *config.Config, plugins []switchyard.Plugin,
 
 // reloadStreams sets up the stream blocks cfg changes in the nats blocks
 // in force (a new subject for a new event type needs no restart), one
-// sink after another; when a server refuses one, those already changed
-// are put back and the reload is refused. restore puts them all back (the
-// engine refused the reload after all).
+// sink after another; when one is refused (natsplugin.Sink.SetStreams says
+// which changes a reload makes), those already changed are put back and
+// the reload is refused. restore puts them all back (the reload was
+// refused afterwards).
 func (c *RunCommand) reloadStreams(ctx context.Context, cfg *config.Config) (restore func(), err error) {
 	var undo []func()
 	restore = func() {
@@ -131,9 +156,10 @@ func (c *RunCommand) reloadStreams(ctx context.Context, cfg *config.Config) (res
 		if reflect.DeepEqual(old.Streams, now.Streams) || sink == nil {
 			continue
 		}
+		var putBack func()
 		err := inboxStreamsKept(cfg, old, now)
 		if err == nil {
-			err = setStreams(ctx, sink, now)
+			putBack, err = setStreams(ctx, sink, now)
 		}
 		if err != nil {
 			restore()
@@ -143,11 +169,7 @@ func (c *RunCommand) reloadStreams(ctx context.Context, cfg *config.Config) (res
 			}
 			return nil, fmt.Errorf("%sreload: %w", where, err) // err names the sink
 		}
-		undo = append(undo, func() {
-			if err := setStreams(ctx, sink, old); err != nil {
-				c.log.Warn("putting a nats block's streams back after a refused reload failed", "nats", old.Name, "error", err)
-			}
-		})
+		undo = append(undo, putBack)
 		c.log.Info("reload: the nats block's streams changed", "nats", now.Name, "streams", len(now.Streams))
 	}
 	return restore, nil
@@ -170,8 +192,9 @@ func inboxStreamsKept(cfg *config.Config, old, now config.NATS) error {
 	return nil
 }
 
-// setStreams makes n's stream blocks sink's, within n's publish timeout.
-func setStreams(ctx context.Context, sink *natsplugin.Sink, n config.NATS) error {
+// setStreams makes n's stream blocks sink's, within n's publish timeout;
+// undo puts the blocks before back.
+func setStreams(ctx context.Context, sink *natsplugin.Sink, n config.NATS) (undo func(), err error) {
 	ctx, cancel := context.WithTimeout(ctx, n.PublishTimeout)
 	defer cancel()
 	return sink.SetStreams(ctx, n.Streams)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/internal/testkit"
@@ -103,7 +106,7 @@ event "t.lost" {
 	// A stream's new subject, for a new type, is taken too: the stream
 	// captures it at once, and the type's event is delivered (a new-user
 	// trial: validate asked for the subject, and the reload refused it as a
-	// change that needs a restart). A stream change the server refuses
+	// change that needs a restart). A stream change beyond an addition
 	// (file storage to memory) refuses the reload, at the nats block, and
 	// what was in force stays.
 	widened := strings.Replace(base, `subjects = ["t.>"]`, `subjects = ["t.>", "u.>"]`, 1) + `
@@ -132,8 +135,8 @@ event "u.new" {
   }`, 1)
 	os.WriteFile(path, []byte(memory), 0o600)
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitLog(blockAt(memory, `nats "local"`) + "reload: nats.local: create or update stream")
-	waitLog("can not change storage type")
+	waitLog(blockAt(memory, `nats "local"`) + "reload: nats.local: stream ")
+	waitLog("the block changes its storage on the server: a reload only creates streams and adds subjects to them")
 	if post("u.new") != 202 || strings.Count(logs.String(), "configuration reloaded") != reloads+1 {
 		t.Fatalf("the refused stream change changed what was in force:\n%s", logs.String())
 	}
@@ -305,5 +308,67 @@ func TestReloadKeepsAnInboxsStream(t *testing.T) {
 		if (err != nil) != c.refused || (err != nil && !strings.Contains(err.Error(), `inbox "alerts" reads subject "t.alerts"`)) {
 			t.Errorf("%s: %v, refused want %t", c.name, err, c.refused)
 		}
+	}
+}
+
+// A reload that adds a nats block with stream blocks, refused for another
+// change (a listen setting needs a restart), changes no stream on the
+// server: an added block is opened, and sets its streams up, only once
+// the engine would take the rest. Before, the refused reload had opened
+// it first: an adversarial trial's block naming the router's own stream
+// with max_age = "1s" emptied it, and the log said the configuration in
+// force stayed.
+func TestARefusedReloadChangesNoStream(t *testing.T) {
+	bin := routerBinary(t)
+	port := testkit.FreePort(t)
+	path, sock := writeConfig(t, "")
+	base := strings.Replace(mustRead(t, path), "port     = -1", fmt.Sprintf("port     = %d", port), 1)
+	os.WriteFile(path, []byte(base), 0o600)
+	cmd, logs, c := runLogged(t, "", sock, bin, "run", "-config", path)
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+		strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/t","id":"kept-1"}`))
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("post: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitState(t, c, "kept-1", "delivered", 20*time.Second)
+
+	remote := fmt.Sprintf(`
+nats "remote" {
+  url           = "nats://127.0.0.1:%d"
+  user          = "switchyard"
+  password_file = %q
+  stream "events" {
+    subjects = ["t.>"]
+    max_age  = "1s"
+  }
+}
+`, port, filepath.Join(filepath.Dir(path), "nats-local.password"))
+	refused := regexp.MustCompile(`listen  \{ (socket = "[^"]*") \}`).ReplaceAllString(base, "listen {\n  $1\n  max_body = \"2MiB\"\n}") + remote
+	if refused == base+remote {
+		t.Fatal("the test config has no listen block to change")
+	}
+	os.WriteFile(path, []byte(refused), 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "reload refused") },
+		func() string { return "no refusal:\n" + logs.String() })
+	if !strings.Contains(logs.String(), "the listen blocks changed") {
+		t.Fatalf("refused for another reason than the listen block:\n%s", logs.String())
+	}
+	time.Sleep(1500 * time.Millisecond) // past the max_age the refused block asked for
+	nc, err := connectNATS(path, "local", fmt.Sprintf("nats://127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := st.CachedInfo(); info.Config.MaxAge != 0 || info.State.Msgs != 1 {
+		t.Fatalf("after the refused reload stream events has max_age %s and %d messages, want 0 (unlimited) and its 1", info.Config.MaxAge, info.State.Msgs)
 	}
 }

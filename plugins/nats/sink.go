@@ -296,48 +296,115 @@ func (s *Sink) streamsBehind(err error) {
 	s.behind.Store(&behind)
 }
 
-// SetStreams makes streams the stream blocks in force (a reload): on a
-// connected server it creates or updates them now. When the server
-// refuses one, it deletes the streams it created for them, puts the
-// blocks before back (updating the streams with them again, on a budget
-// of its own) and returns why. On a server not reached yet, or that does
-// not answer, they are set up when it does (on connecting, or at the first
-// publish a missing stream fails), as at a start; if it then refuses one,
-// the others are set up and Healthy says which. A stream whose block is
-// gone stays on the server, with what it holds: the sink no longer sets it
-// up.
-func (s *Sink) SetStreams(ctx context.Context, streams []config.Stream) error {
+// SetStreams makes streams the stream blocks in force (a reload), and sets
+// them up on the server now. A reload only adds: it creates streams and
+// adds subjects to them; a stream on the server whose settings the blocks
+// would change otherwise (storage, max_age, duplicates, replicas, fewer
+// subjects) refuses it, before anything changes, as does a server not
+// connected (nothing to check against): those take a restart, whose
+// set-up applies the blocks whole. So a refused reload cannot drop what a
+// stream holds. When the server refuses the set-up itself (subjects that
+// overlap another stream), SetStreams puts back what it did (putBack) and
+// returns why. undo does the same for a reload refused afterwards. A
+// stream whose block is gone stays on the server, with what it holds: the
+// sink no longer sets it up.
+func (s *Sink) SetStreams(ctx context.Context, streams []config.Stream) (undo func(), err error) {
 	s.streamsMu.Lock()
 	defer s.streamsMu.Unlock()
+	if s.nc == nil || !s.nc.IsConnected() {
+		return nil, fmt.Errorf("%s: not connected, so its stream blocks' changes cannot be checked against the server: reload once it is connected, or restart", s.name)
+	}
+	if err := s.onlyAdds(ctx, streams); err != nil {
+		return nil, err
+	}
 	streams = slices.Clone(streams)
 	old := s.streams.Swap(&streams)
-	if s.nc == nil || !s.nc.IsConnected() {
-		return nil
-	}
 	created, err := s.applyStreams(ctx, streams)
-	if _, refused := errors.AsType[*jetstream.APIError](err); err == nil || !refused {
-		if err != nil {
-			s.log.Warn("the new streams are set up when the server answers", "error", err)
+	putBack := func() {
+		s.streams.Store(old)
+		if err := s.putBack(created, *old); err != nil {
+			s.log.Warn("putting the streams back as they were failed; tried again on the next connection", "error", err)
 		}
-		return nil
 	}
-	s.streams.Store(old)
-	if rerr := s.putBack(created, *old); rerr != nil {
-		s.log.Warn("putting the streams back as they were failed; tried again on the next connection", "error", rerr)
+	if err != nil {
+		putBack()
+		return nil, err
 	}
-	return err
+	return func() {
+		s.streamsMu.Lock()
+		defer s.streamsMu.Unlock()
+		putBack()
+	}, nil
 }
 
-// putBack undoes a refused SetStreams: it deletes the streams it created
-// (their subjects may overlap those the blocks before widen back to), then
-// sets up those blocks.
+// onlyAdds refuses streams whose set-up would change a stream on the
+// server other than by adding subjects.
+func (s *Sink) onlyAdds(ctx context.Context, streams []config.Stream) error {
+	for _, st := range streams {
+		want, err := streamConfig(st)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		str, err := s.jsAdmin.Stream(ctx, st.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: read stream %q: %w", s.name, st.Name, err)
+		}
+		if changed := changedBeyondSubjects(str.CachedInfo().Config, want); len(changed) > 0 {
+			return fmt.Errorf("%s: stream %q: the block changes its %s on the server: a reload only creates streams and adds subjects to them (so that a refused one drops nothing); a restart changes the rest",
+				s.name, st.Name, strings.Join(changed, ", "))
+		}
+	}
+	return nil
+}
+
+// changedBeyondSubjects names the settings in which want differs from the
+// stream's config cur, other than subjects it adds.
+func changedBeyondSubjects(cur, want jetstream.StreamConfig) []string {
+	var changed []string
+	for _, c := range []struct {
+		name string
+		same bool
+	}{
+		{"storage", cur.Storage == want.Storage},
+		{"max_age", cur.MaxAge == want.MaxAge},
+		{"duplicates", cur.Duplicates == want.Duplicates || want.Duplicates == 0}, // 0: the server's default
+		{"replicas", max(cur.Replicas, 1) == max(want.Replicas, 1)},
+	} {
+		if !c.same {
+			changed = append(changed, c.name)
+		}
+	}
+	for _, subject := range cur.Subjects {
+		if !slices.Contains(want.Subjects, subject) {
+			changed = append(changed, fmt.Sprintf("subjects (%q is gone)", subject))
+			break
+		}
+	}
+	return changed
+}
+
+// putBack undoes a SetStreams: it deletes the streams it created and that
+// hold nothing yet (one that does is kept, and said: a route waiting for
+// its subject may have published into it), then sets streams, the blocks
+// before, up again, on a budget of its own. s.streamsMu is held.
 func (s *Sink) putBack(created []string, streams []config.Stream) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	var errs []error
 	for _, name := range created {
-		if err := s.jsAdmin.DeleteStream(ctx, name); err != nil {
-			errs = append(errs, fmt.Errorf("delete stream %q, created for the refused blocks: %w", name, err))
+		str, err := s.jsAdmin.Stream(ctx, name)
+		if err == nil && str.CachedInfo().State.Msgs > 0 {
+			s.log.Warn("a stream made for a refused reload holds messages already: kept", "stream", name, "messages", str.CachedInfo().State.Msgs)
+			continue
+		}
+		if err == nil {
+			err = s.jsAdmin.DeleteStream(ctx, name)
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			errs = append(errs, fmt.Errorf("delete stream %q, made for a refused reload: %w", name, err))
 		}
 	}
 	if _, err := s.applyStreams(ctx, streams); err != nil {
@@ -428,6 +495,18 @@ func (s *Sink) OnReady(fn func()) {
 
 // ensureStream creates the stream or updates it to match st.
 func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream) (created bool, err error) {
+	sc, err := streamConfig(st)
+	if err != nil {
+		return false, err
+	}
+	if created, err = createOrUpdate(ctx, js, sc); err != nil {
+		return created, fmt.Errorf("create or update stream %q (subjects %v): %w", st.Name, st.Subjects, err)
+	}
+	return created, nil
+}
+
+// streamConfig is a stream block as JetStream spells it.
+func streamConfig(st config.Stream) (jetstream.StreamConfig, error) {
 	sc := jetstream.StreamConfig{
 		Name:       st.Name,
 		Subjects:   st.Subjects,
@@ -441,12 +520,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, st config.Stream)
 	case "memory":
 		sc.Storage = jetstream.MemoryStorage
 	default:
-		return false, fmt.Errorf("stream %q: unknown storage %q (want \"file\" or \"memory\")", st.Name, st.Storage)
+		return sc, fmt.Errorf("stream %q: unknown storage %q (want \"file\" or \"memory\")", st.Name, st.Storage)
 	}
-	if created, err = createOrUpdate(ctx, js, sc); err != nil {
-		return created, fmt.Errorf("create or update stream %q (subjects %v): %w", st.Name, st.Subjects, err)
-	}
-	return created, nil
+	return sc, nil
 }
 
 // createOrUpdate creates the stream, or updates what the block sets of an
