@@ -122,13 +122,7 @@ event "u.new" {
 	cmd.Process.Signal(syscall.SIGHUP)
 	testkit.EventuallyWith(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "configuration reloaded") == reloads+1 },
 		func() string { return "the reload with a stream's new subject was not taken:\n" + logs.String() })
-	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
-		strings.NewReader(`{"specversion":"1.0","type":"u.new","source":"/t","id":"u-1"}`))
-	if err != nil || resp.StatusCode != 202 {
-		t.Fatalf("the new subject's type after the reload: %v %v", resp, err)
-	}
-	resp.Body.Close()
-	waitState(t, c, "u-1", "delivered", 20*time.Second)
+	waitState(t, c, postAs(t, c, "default", "u.new", "u-1", "{}"), "delivered", 20*time.Second)
 	memory := strings.Replace(widened, `stream "events" { subjects = ["t.>", "u.>"] }`, `stream "events" {
     subjects = ["t.>", "u.>"]
     storage  = "memory"
@@ -325,13 +319,7 @@ func TestARefusedReloadChangesNoStream(t *testing.T) {
 	base := strings.Replace(mustRead(t, path), "port     = -1", fmt.Sprintf("port     = %d", port), 1)
 	os.WriteFile(path, []byte(base), 0o600)
 	cmd, logs, c := runLogged(t, "", sock, bin, "run", "-config", path)
-	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
-		strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/t","id":"kept-1"}`))
-	if err != nil || resp.StatusCode != 202 {
-		t.Fatalf("post: %v %v", resp, err)
-	}
-	resp.Body.Close()
-	waitState(t, c, "kept-1", "delivered", 20*time.Second)
+	waitState(t, c, postAs(t, c, "default", "t.order", "kept-1", "{}"), "delivered", 20*time.Second)
 
 	remote := fmt.Sprintf(`
 nats "remote" {

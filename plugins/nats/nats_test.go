@@ -121,6 +121,16 @@ func requireOK(t *testing.T, res []switchyard.Result, n int) {
 
 func streamMsgs(t *testing.T, url, stream string) uint64 {
 	t.Helper()
+	info, ok := streamInfo(t, url, stream)
+	if !ok {
+		t.Fatalf("no stream %q", stream)
+	}
+	return info.State.Msgs
+}
+
+// streamInfo is what the server says of stream, and whether it exists.
+func streamInfo(t *testing.T, url, stream string) (*jetstream.StreamInfo, bool) {
+	t.Helper()
 	nc, err := natsgo.Connect(url, testAuth)
 	if err != nil {
 		t.Fatal(err)
@@ -131,14 +141,13 @@ func streamMsgs(t *testing.T, url, stream string) uint64 {
 		t.Fatal(err)
 	}
 	st, err := js.Stream(pubCtx(t, 5*time.Second), stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, false
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := st.Info(pubCtx(t, 5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return st.CachedInfo(), true
 }
 
 func TestJetStreamPublishAndDedup(t *testing.T) {
@@ -489,20 +498,11 @@ func TestSetStreams(t *testing.T) {
 // streamSubjects is the subjects stream stores, and whether it exists.
 func streamSubjects(t *testing.T, url, stream string) ([]string, bool) {
 	t.Helper()
-	nc, err := natsgo.Connect(url, testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	st, err := js.Stream(pubCtx(t, 5*time.Second), stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+	info, ok := streamInfo(t, url, stream)
+	if !ok {
 		return nil, false
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.CachedInfo().Config.Subjects, true
+	return info.Config.Subjects, true
 }
 
 // A subject a plain subscriber listens on, but no stream: the publish is
