@@ -88,20 +88,25 @@ func (c *RunCommand) applyReload(ctx context.Context, cfg *config.Config, plugin
 	if err := c.engine.CheckReload(cfg, plugins, addedSinkNames(c.cfg, cfg)...); err != nil {
 		return nil, err
 	}
-	restore, err := c.reloadStreams(ctx, cfg)
+	restore, changed, err := c.reloadStreams(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	added, err := c.openAddedSinks(ctx, cfg)
-	if err == nil {
-		err = c.engine.Reload(cfg, plugins, added...)
-	}
+	added, restoreAdded, err := c.openAddedSinks(ctx, cfg)
 	if err != nil {
+		restore()
+		return nil, err
+	}
+	if err := c.engine.Reload(cfg, plugins, added...); err != nil {
+		restoreAdded()
 		restore()
 		for _, s := range added {
 			s.Close(ctx)
 		}
 		return nil, err
+	}
+	if len(changed) > 0 {
+		c.log.Info("reload: streams added to", "nats", changed)
 	}
 	return added, nil
 }
@@ -143,7 +148,7 @@ func (c *RunCommand) tookReload(cfg *config.Config, plugins []switchyard.Plugin,
 // which changes a reload makes), those already changed are put back and
 // the reload is refused. restore puts them all back (the reload was
 // refused afterwards).
-func (c *RunCommand) reloadStreams(ctx context.Context, cfg *config.Config) (restore func(), err error) {
+func (c *RunCommand) reloadStreams(ctx context.Context, cfg *config.Config) (restore func(), changed []string, err error) {
 	var undo []func()
 	restore = func() {
 		for _, u := range undo {
@@ -167,12 +172,12 @@ func (c *RunCommand) reloadStreams(ctx context.Context, cfg *config.Config) (res
 			if at, ok := cfg.BlocksAt[now.SinkName()]; ok {
 				where = string(at) + ": "
 			}
-			return nil, fmt.Errorf("%sreload: %w", where, err) // err names the sink
+			return nil, nil, fmt.Errorf("%sreload: %w", where, err) // err names the sink
 		}
 		undo = append(undo, putBack)
-		c.log.Info("reload: the nats block's streams changed", "nats", now.Name, "streams", len(now.Streams))
+		changed = append(changed, now.Name)
 	}
-	return restore, nil
+	return restore, changed, nil
 }
 
 // inboxStreamsKept refuses new stream blocks of old (now) that store an
@@ -227,24 +232,44 @@ func closePlugins(ctx context.Context, plugins []switchyard.Plugin) error {
 // openAddedSinks opens the nats and kafka blocks a reloaded config adds
 // after those in force (the engine refuses any other change to them). Like
 // the sinks of a start they need not reach their brokers now: they connect
-// in the background. An embedded server needs a restart.
-func (c *RunCommand) openAddedSinks(ctx context.Context, cfg *config.Config) ([]switchyard.Sink, error) {
-	var added []switchyard.Sink
-	fail := func(err error) ([]switchyard.Sink, error) {
+// in the background; but a nats block with stream blocks sets them up as
+// a reload does, only adding, on a server that answers (natsplugin.Sink.
+// SetStreams), not whole as a start would (a refused reload, or one
+// naming a stream the router already has, had changed it: an adversarial
+// trial). An embedded server needs a restart. restore takes back their
+// streams (the reload was refused afterwards); the caller closes them.
+func (c *RunCommand) openAddedSinks(ctx context.Context, cfg *config.Config) (added []switchyard.Sink, restore func(), err error) {
+	var undo []func()
+	restore = func() {
+		for _, u := range undo {
+			u()
+		}
+	}
+	fail := func(err error) ([]switchyard.Sink, func(), error) {
+		restore()
 		for _, s := range added {
 			s.Close(ctx)
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	for _, n := range cfg.NATS[min(len(c.cfg.NATS), len(cfg.NATS)):] {
 		if n.Embedded {
 			return fail(fmt.Errorf("reload: nats %q is an embedded server; adding one needs a restart", n.Name))
 		}
-		s, err := natsplugin.Open(ctx, n, n.URL, c.log)
+		bare := n
+		bare.Streams = nil // set up below
+		s, err := natsplugin.Open(ctx, bare, n.URL, c.log)
 		if err != nil {
 			return fail(fmt.Errorf("reload: nats %q: %w", n.Name, err))
 		}
 		added = append(added, s)
+		if len(n.Streams) > 0 {
+			u, err := setStreams(ctx, s, n)
+			if err != nil {
+				return fail(fmt.Errorf("reload: nats %q: %w", n.Name, err))
+			}
+			undo = append(undo, u)
+		}
 	}
 	for _, k := range cfg.Kafka[min(len(c.cfg.Kafka), len(cfg.Kafka)):] {
 		s, err := kafka.Open(ctx, k, c.log)
@@ -253,5 +278,5 @@ func (c *RunCommand) openAddedSinks(ctx context.Context, cfg *config.Config) ([]
 		}
 		added = append(added, s)
 	}
-	return added, nil
+	return added, restore, nil
 }

@@ -308,7 +308,8 @@ func TestReloadKeepsAnInboxsStream(t *testing.T) {
 // A reload that adds a nats block with stream blocks, refused for another
 // change (a listen setting needs a restart), changes no stream on the
 // server: an added block is opened, and sets its streams up, only once
-// the engine would take the rest. Before, the refused reload had opened
+// the engine would take the rest; and then only adding, as the blocks in
+// force do (its max_age for the router's own stream is refused). Before, the refused reload had opened
 // it first: an adversarial trial's block naming the router's own stream
 // with max_age = "1s" emptied it, and the log said the configuration in
 // force stayed.
@@ -358,5 +359,23 @@ nats "remote" {
 	}
 	if info := st.CachedInfo(); info.Config.MaxAge != 0 || info.State.Msgs != 1 {
 		t.Fatalf("after the refused reload stream events has max_age %s and %d messages, want 0 (unlimited) and its 1", info.Config.MaxAge, info.State.Msgs)
+	}
+
+	// The same block without the listen change: its stream blocks are set
+	// up as a reload's, only adding, so max_age is refused, not applied.
+	refusals := strings.Count(logs.String(), "reload refused")
+	os.WriteFile(path, []byte(base+remote), 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { return strings.Count(logs.String(), "reload refused") == refusals+1 },
+		func() string { return "the added block's max_age was not refused:\n" + logs.String() })
+	if !strings.Contains(logs.String(), "the block changes its max_age on the server") {
+		t.Fatalf("refused for another reason than the max_age:\n%s", logs.String())
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if st, err = js.Stream(ctx, "events"); err != nil {
+		t.Fatal(err)
+	}
+	if info := st.CachedInfo(); info.Config.MaxAge != 0 || info.State.Msgs != 1 {
+		t.Fatalf("after the added block's refusal stream events has max_age %s and %d messages, want 0 and its 1", info.Config.MaxAge, info.State.Msgs)
 	}
 }

@@ -471,13 +471,20 @@ func TestSetStreams(t *testing.T) {
 	}
 
 	// SHIPPED takes a subject ORDERS has: the server refuses it after NEW
-	// was made, and NEW is deleted.
+	// was made, and NEW is deleted; ORDERS gets back the config it had,
+	// with a subject an operator added by hand (and the blocks name too),
+	// not its block's before.
+	handAdd(t, srv.ClientURL(), "ORDERS", "hand.>")
 	overlap := append(slices.Clone(cfg.Streams), config.NewStream("NEW", "new.>"), config.NewStream("SHIPPED", "orders.shipped"))
+	overlap[0].Subjects = []string{"orders.>", "hand.>"}
 	if _, err := sink.SetStreams(pubCtx(t, 5*time.Second), overlap); err == nil || !strings.Contains(err.Error(), "overlap") {
 		t.Fatalf("SHIPPED over ORDERS's subject: %v, want the server's refusal", err)
 	}
 	if _, ok := streamSubjects(t, srv.ClientURL(), "NEW"); ok {
 		t.Fatal("NEW, made for the refused blocks, is still there")
+	}
+	if subjects, _ := streamSubjects(t, srv.ClientURL(), "ORDERS"); fmt.Sprint(subjects) != "[orders.> hand.>]" {
+		t.Fatalf("after the refusal ORDERS stores %v, want [orders.> hand.>] as the server had it", subjects)
 	}
 	if got := sink.declared(); !reflect.DeepEqual(got, cfg.Streams) {
 		t.Fatalf("after the refusal the sink declares %+v, want the blocks before", got)
@@ -492,6 +499,27 @@ func TestSetStreams(t *testing.T) {
 	testkit.Eventually(t, "the sink to see the server gone", 5*time.Second, func() bool { return sink.Healthy(context.Background()) != nil })
 	if _, err := sink.SetStreams(pubCtx(t, 5*time.Second), audit); err == nil || !strings.Contains(err.Error(), "not connected") {
 		t.Fatalf("SetStreams while the server is down: %v, want it refused", err)
+	}
+}
+
+// handAdd adds subject to stream as an operator would, with another
+// client.
+func handAdd(t *testing.T, url, stream, subject string) {
+	t.Helper()
+	nc, err := natsgo.Connect(url, testAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(pubCtx(t, 5*time.Second), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	sc.Subjects = append(sc.Subjects, subject)
+	if _, err := js.UpdateStream(pubCtx(t, 5*time.Second), sc); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -297,7 +297,8 @@ func (s *Sink) streamsBehind(err error) {
 }
 
 // SetStreams makes streams the stream blocks in force (a reload), and sets
-// them up on the server now. A reload only adds: it creates streams and
+// them up on the server now (on a sink that never connected, a block the
+// reload adds, they are set up whole when it does, as a start's are). A reload only adds: it creates streams and
 // adds subjects to them; a stream on the server whose settings the blocks
 // would change otherwise (storage, max_age, duplicates, replicas, fewer
 // subjects) refuses it, before anything changes, as does a server not
@@ -312,9 +313,21 @@ func (s *Sink) SetStreams(ctx context.Context, streams []config.Stream) (undo fu
 	s.streamsMu.Lock()
 	defer s.streamsMu.Unlock()
 	if s.nc == nil || !s.nc.IsConnected() {
+		s.mu.Lock()
+		ever := s.everConnected
+		s.mu.Unlock()
+		if !ever { // a block a reload adds, its server not up: set up whole when it is, as a start's
+			streams = slices.Clone(streams)
+			s.streams.Store(&streams)
+			s.mu.Lock()
+			s.streamsCreated = len(streams) == 0
+			s.mu.Unlock()
+			return func() {}, nil
+		}
 		return nil, fmt.Errorf("%s: not connected, so its stream blocks' changes cannot be checked against the server: reload once it is connected, or restart", s.name)
 	}
-	if err := s.onlyAdds(ctx, streams); err != nil {
+	before, err := s.onlyAdds(ctx, streams)
+	if err != nil {
 		return nil, err
 	}
 	streams = slices.Clone(streams)
@@ -322,8 +335,8 @@ func (s *Sink) SetStreams(ctx context.Context, streams []config.Stream) (undo fu
 	created, err := s.applyStreams(ctx, streams)
 	putBack := func() {
 		s.streams.Store(old)
-		if err := s.putBack(created, *old); err != nil {
-			s.log.Warn("putting the streams back as they were failed; tried again on the next connection", "error", err)
+		if err := s.putBack(created, before); err != nil {
+			s.log.Warn("putting the streams back as they were failed", "error", err)
 		}
 	}
 	if err != nil {
@@ -338,26 +351,29 @@ func (s *Sink) SetStreams(ctx context.Context, streams []config.Stream) (undo fu
 }
 
 // onlyAdds refuses streams whose set-up would change a stream on the
-// server other than by adding subjects.
-func (s *Sink) onlyAdds(ctx context.Context, streams []config.Stream) error {
+// server other than by adding subjects, and returns the configs of those
+// the server has, as it has them (putBack restores them: hand edits too).
+func (s *Sink) onlyAdds(ctx context.Context, streams []config.Stream) (before []jetstream.StreamConfig, err error) {
 	for _, st := range streams {
 		want, err := streamConfig(st)
 		if err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
 		str, err := s.jsAdmin.Stream(ctx, st.Name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("%s: read stream %q: %w", s.name, st.Name, err)
+			return nil, fmt.Errorf("%s: read stream %q: %w", s.name, st.Name, err)
 		}
-		if changed := changedBeyondSubjects(str.CachedInfo().Config, want); len(changed) > 0 {
-			return fmt.Errorf("%s: stream %q: the block changes its %s on the server: a reload only creates streams and adds subjects to them (so that a refused one drops nothing); a restart changes the rest",
+		cur := str.CachedInfo().Config
+		if changed := changedBeyondSubjects(cur, want); len(changed) > 0 {
+			return nil, fmt.Errorf("%s: stream %q: the block changes its %s on the server: a reload only creates streams and adds subjects to them (so that a refused one drops nothing); a restart changes the rest",
 				s.name, st.Name, strings.Join(changed, ", "))
 		}
+		before = append(before, cur)
 	}
-	return nil
+	return before, nil
 }
 
 // changedBeyondSubjects names the settings in which want differs from the
@@ -388,9 +404,10 @@ func changedBeyondSubjects(cur, want jetstream.StreamConfig) []string {
 
 // putBack undoes a SetStreams: it deletes the streams it created and that
 // hold nothing yet (one that does is kept, and said: a route waiting for
-// its subject may have published into it), then sets streams, the blocks
-// before, up again, on a budget of its own. s.streamsMu is held.
-func (s *Sink) putBack(created []string, streams []config.Stream) error {
+// its subject may have published into it), then gives the others their
+// configs as they were before (narrowing their subjects back keeps what
+// they hold), on a budget of its own. s.streamsMu is held.
+func (s *Sink) putBack(created []string, before []jetstream.StreamConfig) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	var errs []error
@@ -407,8 +424,13 @@ func (s *Sink) putBack(created []string, streams []config.Stream) error {
 			errs = append(errs, fmt.Errorf("delete stream %q, made for a refused reload: %w", name, err))
 		}
 	}
-	if _, err := s.applyStreams(ctx, streams); err != nil {
-		errs = append(errs, err)
+	for _, sc := range before {
+		if _, err := s.jsAdmin.UpdateStream(ctx, sc); err != nil {
+			errs = append(errs, fmt.Errorf("put stream %q back: %w", sc.Name, err))
+		}
+	}
+	if len(errs) == 0 {
+		s.behind.Store(nil) // what the refused set-up left behind is undone
 	}
 	return errors.Join(errs...)
 }
