@@ -167,7 +167,9 @@ nats "local" {
   max_pending     = 4096 # in-flight asynchronous publishes
   publish_timeout = "10s" # also bounds a write to the server that does not go out (an inbox's acks too)
 
-  # Streams are created when the router starts. JetStream drops a message
+  # Streams are created or updated when the router starts; a reload (SIGHUP)
+  # creates new ones and adds subjects, and refuses any other change to a
+  # stream (a restart applies it). JetStream drops a message
   # whose Nats-Msg-Id it has seen within `duplicates`. The server keeps every
   # id of the window in memory: at 50k events/s, 1s is ~80 MiB resident for
   # the whole router, 5s ~240 MiB (docs/decisions/dedup-window.md). After a
