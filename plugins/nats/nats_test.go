@@ -131,16 +131,7 @@ func streamMsgs(t *testing.T, url, stream string) uint64 {
 // streamInfo is what the server says of stream, and whether it exists.
 func streamInfo(t *testing.T, url, stream string) (*jetstream.StreamInfo, bool) {
 	t.Helper()
-	nc, err := natsgo.Connect(url, testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(pubCtx(t, 5*time.Second), stream)
+	st, err := testJetStream(t, url).Stream(pubCtx(t, 5*time.Second), stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, false
 	}
@@ -148,6 +139,22 @@ func streamInfo(t *testing.T, url, stream string) (*jetstream.StreamInfo, bool) 
 		t.Fatal(err)
 	}
 	return st.CachedInfo(), true
+}
+
+// testJetStream is a JetStream client of the test's own on url, closed
+// when the test ends.
+func testJetStream(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := natsgo.Connect(url, testAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 func TestJetStreamPublishAndDedup(t *testing.T) {
@@ -506,12 +513,7 @@ func TestSetStreams(t *testing.T) {
 // client.
 func handAdd(t *testing.T, url, stream, subject string) {
 	t.Helper()
-	nc, err := natsgo.Connect(url, testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testJetStream(t, url)
 	st, err := js.Stream(pubCtx(t, 5*time.Second), stream)
 	if err != nil {
 		t.Fatal(err)
