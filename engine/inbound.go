@@ -36,18 +36,22 @@ const DerivedIDPrefix = "sha256-"
 // the offset or sequence never enters it, so a redelivery is recognised.
 // An id longer than switchyard.MaxInboundIDLen is replaced in the same way, and a
 // partition key longer than MaxAttrLen left out, each with a warning.
-func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []byte, idHeader, origin string) (in switchyard.Inbound, warnings []string) {
-	in.Event, warnings = b.DecodeLenient(headers, value)
+func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []byte, idHeader, origin string) (in switchyard.Inbound, warnings []DecodeWarning) {
+	var lenient []string
+	in.Event, lenient = b.DecodeLenient(headers, value)
+	for _, w := range lenient {
+		warnings = append(warnings, DecodeWarning{WarnLenient, w})
+	}
 	if missing := missingRequired(&in.Event); len(missing) > 0 {
-		warnings = append(warnings, fmt.Sprintf("%s: no %s; passed on without, as the message came", notACloudEvent, strings.Join(missing, ", ")))
+		warnings = append(warnings, DecodeWarning{WarnNotACloudEvent, fmt.Sprintf("not a CloudEvent: no %s; passed on without, as the message came", strings.Join(missing, ", "))})
 	}
 	id := inboundID(b, &in.Event, headers, idHeader)
 	if len(id) > switchyard.MaxInboundIDLen {
-		warnings = append(warnings, fmt.Sprintf("the id is %d bytes, longer than the %d an inbox keeps: an id derived from the content takes its place (with missing_id = \"reject\" the message is dropped)", len(id), switchyard.MaxInboundIDLen))
+		warnings = append(warnings, DecodeWarning{WarnIDTooLong, fmt.Sprintf("the id is %d bytes, longer than the %d an inbox keeps: an id derived from the content takes its place (with missing_id = \"reject\" the message is dropped)", len(id), switchyard.MaxInboundIDLen)})
 		id, in.IDTooLong = "", true
 	}
 	if k := in.Event.PartitionKey(); len(k) > MaxAttrLen {
-		warnings = append(warnings, fmt.Sprintf("the partitionkey is %d bytes, longer than the %d an inbox keeps: left out", len(k), MaxAttrLen))
+		warnings = append(warnings, DecodeWarning{WarnPartitionKeyTooLong, fmt.Sprintf("the partitionkey is %d bytes, longer than the %d an inbox keeps: left out", len(k), MaxAttrLen)})
 		in.Event.Extensions = slices.DeleteFunc(in.Event.Extensions, func(h switchyard.Header) bool { return h.Name == "partitionkey" })
 	}
 	if id == "" {
@@ -59,9 +63,24 @@ func DecodeInbound(b cloudevents.Binding, headers []switchyard.Header, value []b
 	return in, warnings
 }
 
-// notACloudEvent starts the warning of a message missingRequired finds
-// attributes missing in.
-const notACloudEvent = "not a CloudEvent"
+// DecodeWarning is one thing DecodeInbound worked around, of a Kind an
+// inbox can log by (one the producer does by design is said once).
+type DecodeWarning struct {
+	Kind DecodeWarningKind
+	Text string
+}
+
+func (w DecodeWarning) String() string { return w.Text }
+
+// DecodeWarningKind is what a DecodeWarning is about.
+type DecodeWarningKind uint8
+
+const (
+	WarnLenient             DecodeWarningKind = iota // the binding read a part leniently (cloudevents.Binding.DecodeLenient)
+	WarnNotACloudEvent                               // an attribute CloudEvents requires is missing (missingRequired)
+	WarnIDTooLong                                    // the id is longer than switchyard.MaxInboundIDLen: one is derived
+	WarnPartitionKeyTooLong                          // the partitionkey is longer than MaxAttrLen: left out
+)
 
 // missingRequired names the attributes CloudEvents requires (but the id,
 // which an inbox derives) that ev lacks. A message a producer sent as
@@ -97,16 +116,16 @@ type InboundDecoder struct {
 func (d *InboundDecoder) Decode(headers []switchyard.Header, value []byte, origin string) switchyard.Inbound {
 	in, warnings := DecodeInbound(d.Binding, headers, value, d.IDHeader, origin)
 	for _, w := range warnings {
-		if strings.HasPrefix(w, notACloudEvent) {
+		if w.Kind == WarnNotACloudEvent {
 			if d.notCE.Swap(true) {
-				d.Log.Debug(d.Noun+" decoded leniently", "origin", origin, "problem", w)
+				d.Log.Debug(d.Noun+" decoded leniently", "origin", origin, "problem", w.Text)
 			} else {
-				d.Log.Warn(d.Noun+" decoded leniently (said once: the next ones are logged at debug)", "origin", origin, "problem", w)
+				d.Log.Warn(d.Noun+" decoded leniently (said once: the next ones are logged at debug)", "origin", origin, "problem", w.Text)
 			}
 			continue
 		}
 		if n, ok := d.lenient.Take("decoded leniently", time.Now()); ok {
-			d.Log.Warn(d.Noun+" decoded leniently", "origin", origin, "problem", w, "like_it_since_last", n)
+			d.Log.Warn(d.Noun+" decoded leniently", "origin", origin, "problem", w.Text, "like_it_since_last", n)
 		}
 	}
 	if in.IDDerived {

@@ -170,7 +170,7 @@ func TestDecodeInbound(t *testing.T) {
 			in, warnings := DecodeInbound(tc.binding, tc.headers, value, tc.idHeader, "kafka.main:p/0@1")
 			// Most cases leave a required attribute out, for brevity:
 			// TestDecodeInboundSaysWhatIsNoCloudEvent checks that warning.
-			warnings = slices.DeleteFunc(warnings, func(w string) bool { return strings.HasPrefix(w, "not a CloudEvent") })
+			warnings = slices.DeleteFunc(warnings, func(w DecodeWarning) bool { return w.Kind == WarnNotACloudEvent })
 			if len(warnings) != tc.warnings {
 				t.Errorf("warnings = %q, want %d", warnings, tc.warnings)
 			}
@@ -228,7 +228,14 @@ func TestDecodeInboundSaysWhatIsNoCloudEvent(t *testing.T) {
 		{[]switchyard.Header{{Name: "ce-specversion", Value: "1.0"}, {Name: "ce-source", Value: "/s"}, {Name: "ce-type", Value: "t"}}, ""},
 	} {
 		in, warnings := DecodeInbound(cloudevents.NATS, c.headers, []byte("plain"), "", "nats.local:hooks.raw")
-		got := strings.Join(warnings, "; ")
+		var texts []string
+		for _, w := range warnings {
+			if w.Kind != WarnNotACloudEvent {
+				t.Errorf("headers %v: a warning of kind %d: %s", c.headers, w.Kind, w)
+			}
+			texts = append(texts, w.Text)
+		}
+		got := strings.Join(texts, "; ")
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("headers %v: warnings %q, want %q", c.headers, got, c.want)
 		}
@@ -250,7 +257,7 @@ func TestNotACloudEventIsSaidOnce(t *testing.T) {
 	warns, debugs := 0, 0
 	for _, line := range strings.Split(logs.String(), "\n") {
 		switch {
-		case !strings.Contains(line, notACloudEvent):
+		case !strings.Contains(line, "not a CloudEvent"):
 		case strings.Contains(line, "[WARN]"):
 			warns++
 		case strings.Contains(line, "[DEBUG]"):
