@@ -353,6 +353,8 @@ type memoryReporter interface{ MemoryBytes() int64 }
 
 // failureKindLister is implemented by plugins whose errors give a
 // failureKind: the kinds they may give, counted at 0 before the first.
+// They are read once per plugin name (a reloaded plugin of one kind
+// lists the same).
 type failureKindLister interface{ FailureKinds() []string }
 
 // Collect implements prometheus.Collector.
@@ -365,7 +367,9 @@ func (s *pluginStats) Collect(ch chan<- prometheus.Metric) {
 			}
 			if l, ok := p.(failureKindLister); ok {
 				c.mu.Lock()
-				c.kindsListed = l.FailureKinds()
+				if c.kindsListed == nil {
+					c.kindsListed = l.FailureKinds()
+				}
 				c.mu.Unlock()
 			}
 		}

@@ -580,14 +580,17 @@ var Failures = [...]Failure{FailureTrap, FailureTimeout, FailureMemory, FailureB
 func (e *Error) PluginFailure() string { return string(e.Failure) }
 
 // FailureKinds are the kinds PluginFailure may give, for the engine's
-// counters at 0 before the first failure.
-func (p *Plugin) FailureKinds() []string {
+// counters at 0 before the first failure. Every plugin returns the same
+// slice: a caller must not change it.
+func (p *Plugin) FailureKinds() []string { return failureKinds }
+
+var failureKinds = func() []string {
 	kinds := make([]string, len(Failures))
 	for i, f := range Failures {
 		kinds[i] = string(f)
 	}
 	return kinds
-}
+}()
 
 // Error is `plugin "enrich", event "01ab…": reason`.
 func (e *Error) Error() string {

@@ -812,3 +812,23 @@ func TestStateInInitFailsTheLoad(t *testing.T) {
 		t.Fatalf("load: %v", err)
 	}
 }
+
+// A plugin lists every kind of failure it may give, once each, and listing
+// them (at each metrics scrape) allocates nothing.
+func TestFailureKindsListsEveryKindWithoutAllocating(t *testing.T) {
+	var p *Plugin
+	got := p.FailureKinds()
+	if len(got) != len(Failures) {
+		t.Fatalf("FailureKinds = %q, want the %d of Failures", got, len(Failures))
+	}
+	for i, f := range Failures {
+		if got[i] != string(f) {
+			t.Errorf("FailureKinds[%d] = %q, want %q", i, got[i], f)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { kindsSink = p.FailureKinds() }); n != 0 {
+		t.Errorf("FailureKinds allocates %.0f times a call, want 0", n)
+	}
+}
+
+var kindsSink []string // what a scrape keeps, so the list cannot stay on the stack
