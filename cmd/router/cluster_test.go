@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -35,12 +34,8 @@ func natsCluster(t *testing.T) ([]*server.Server, []string) {
 		servers, urls = append(servers, ns), append(urls, ns.ClientURL())
 	}
 	// JetStream answers once the cluster elected its meta leader.
-	nc, err := natsgo.Connect(strings.Join(urls, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, strings.Join(urls, ","))
+	var err error
 	testkit.EventuallyWith(t, 30*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -101,12 +96,7 @@ event %q {
 }
 `, strings.Join(urls, ","), crashStream, crashSubject+".>", crashType, crashSubject+".events"))
 	runRouter(t, path, sock)
-	nc, err := natsgo.Connect(strings.Join(urls, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, strings.Join(urls, ","))
 	acked := underLoad(t, sock, func() {
 		st, err := js.Stream(context.Background(), crashStream)
 		if err != nil {

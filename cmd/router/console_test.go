@@ -343,7 +343,7 @@ func publishAs(t *testing.T, r *crashRouter, subject, id, msgID string) {
 // publishFrom is publishAs with the event's source.
 func publishFrom(t *testing.T, r *crashRouter, subject, source, id, msgID string) {
 	t.Helper()
-	js := routerJetStream(t, r.config, r.natsURL())
+	js := routerJetStream(t, r.config, "local", r.natsURL())
 	m := nats.NewMsg(subject)
 	for k, v := range map[string]string{"ce-id": id, "ce-specversion": "1.0", "ce-type": crashType, "ce-source": source, "Nats-Msg-Id": msgID} {
 		m.Header.Set(k, v)
@@ -575,7 +575,7 @@ func postAs(t *testing.T, c *http.Client, tenant, typ, id, data string) string {
 // makeStream creates a JetStream stream on r's embedded server.
 func makeStream(t *testing.T, r *crashRouter, name string, subjects ...string) {
 	t.Helper()
-	js := routerJetStream(t, r.config, r.natsURL())
+	js := routerJetStream(t, r.config, "local", r.natsURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects}); err != nil {

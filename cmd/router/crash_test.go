@@ -663,20 +663,23 @@ func checkExactlyOnce(t *testing.T, r *crashRouter, acked []string) {
 	}
 }
 
-// routerJetStream connects to a router's embedded NATS server (with the
-// password it generated) for JetStream; the connection closes with the test.
-func routerJetStream(t *testing.T, config, url string) jetstream.JetStream {
+// routerConn connects to the NATS server of the nats block named block in
+// the router's config (with the password it names or generated); the
+// connection closes with the test.
+func routerConn(t testing.TB, config, block, url string) *natsgo.Conn {
 	t.Helper()
-	nc, err := connectNATS(config, "local", url)
+	nc, err := connectNATS(config, block, url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return nc
+}
+
+// routerJetStream is a JetStream client on routerConn's connection.
+func routerJetStream(t testing.TB, config, block, url string) jetstream.JetStream {
+	t.Helper()
+	return testkit.JetStreamOn(t, routerConn(t, config, block, url))
 }
 
 // readStream reads the whole crash stream with an ordered consumer and
@@ -685,7 +688,7 @@ func readStream(t *testing.T, config, url string) (map[uint64]string, uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	js := routerJetStream(t, config, url)
+	js := routerJetStream(t, config, "local", url)
 	stream, err := js.Stream(ctx, crashStream)
 	if err != nil {
 		t.Fatal(err)

@@ -175,12 +175,7 @@ event "ex.pass" {
 // streamBySubject reads a whole stream, grouped by subject in order.
 func streamBySubject(t *testing.T, config string, natsPort int, stream string) map[string][]*jetstream.RawStreamMsg {
 	t.Helper()
-	nc, err := connectNATS(config, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := routerJetStream(t, config, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	ctx := context.Background()
 	s, err := js.Stream(ctx, stream)
 	if err != nil {

@@ -188,11 +188,7 @@ inbox "alerts" {
 }
 `, natsPort, extra, svc.sock))
 	runRouter(t, path, sock)
-	nc, err := connectNATS(path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc = routerConn(t, path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	return svc, sock, nc
 }
 

@@ -149,12 +149,7 @@ event "fan.broken" {
 
 	// NATS: the same events, and the broken type's NATS output exactly once
 	// although its Kafka output failed three times.
-	nc, err := connectNATS(path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := routerJetStream(t, path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	st, err := js.Stream(context.Background(), "fan")
 	if err != nil {
 		t.Fatal(err)

@@ -137,12 +137,7 @@ event "late.order" {
 	ns := jetStreamServer(t, port)
 	appeared := time.Now()
 	waitAllDelivered(t, c, ids, appeared)
-	nc, err := natsgo.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, ns.ClientURL())
 	st, err := js.Stream(context.Background(), "late")
 	if err != nil {
 		t.Fatal(err)
@@ -199,12 +194,7 @@ inbox "alerts" {
 	}
 	time.Sleep(brokerLate)
 	ns := jetStreamServer(t, port)
-	nc, err := natsgo.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, ns.ClientURL())
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "alerts", Subjects: []string{"alerts.>"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -321,12 +311,7 @@ event "budget.order" {
 	// Delivered records are removed early to make room, so the proof that
 	// nothing was lost is the stream: every acknowledged id is in it.
 	start := time.Now()
-	nc, err := natsgo.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, ns.ClientURL())
 	var msgs uint64
 	testkit.EventuallyWith(t, 60*time.Second, func() bool {
 		if st, err := js.Stream(context.Background(), "budget"); err == nil {

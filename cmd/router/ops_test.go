@@ -213,12 +213,7 @@ func (r *opsRouter) waitState(state string, ids ...string) {
 // createStream makes late.fail deliverable.
 func (r *opsRouter) createStream(name, subjects string) {
 	r.t.Helper()
-	nc, err := connectNATS(filepath.Join(r.dir, "policies.hcl"), "local", r.natsURL)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := routerJetStream(r.t, filepath.Join(r.dir, "policies.hcl"), "local", r.natsURL)
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subjects}}); err != nil {
 		r.t.Fatal(err)
 	}

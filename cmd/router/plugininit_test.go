@@ -78,7 +78,7 @@ func TestPluginInitEveryLanguage(t *testing.T) {
 			waitState(t, c, "noise-1", "filtered", 30*time.Second)
 
 			t.Chdir(dir) // the config's paths (the NATS password in ./data) are relative to the folder
-			js := routerJetStream(t, "policies.hcl", fmt.Sprintf("nats://127.0.0.1:%d", port))
+			js := routerJetStream(t, "policies.hcl", "local", fmt.Sprintf("nats://127.0.0.1:%d", port))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			stream, err := js.Stream(ctx, "demo")

@@ -77,11 +77,7 @@ event "poison.plugged" {
 `, natsPort, pass))
 	runRouter(t, path, sock)
 	c := socketClient(sock)
-	nc, err := connectNATS(path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := routerConn(t, path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	var mu sync.Mutex
 	received := map[string]time.Time{}
 	sub, err := nc.Subscribe("poison.>", func(m *natsgo.Msg) {

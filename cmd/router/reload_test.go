@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
@@ -345,12 +343,7 @@ nats "remote" {
 		t.Fatalf("refused for another reason than the listen block:\n%s", logs.String())
 	}
 	time.Sleep(1500 * time.Millisecond) // past the max_age the refused block asked for
-	nc, err := connectNATS(path, "local", fmt.Sprintf("nats://127.0.0.1:%d", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := routerJetStream(t, path, "local", fmt.Sprintf("nats://127.0.0.1:%d", port))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, "events")

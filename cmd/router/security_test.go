@@ -19,7 +19,6 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/switchyard-router/switchyard/internal/testkit"
@@ -140,12 +139,7 @@ func TestEmbeddedNATSIsClosed(t *testing.T) {
 	}
 	resp.Body.Close()
 	waitState(t, r.client, "victim-1", "delivered", 30*time.Second)
-	nc, err := connectNATS(r.config, "local", r.natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := routerJetStream(t, r.config, "local", r.natsURL())
 	s, err := js.Stream(context.Background(), crashStream)
 	if err != nil {
 		t.Fatal(err)

@@ -222,12 +222,7 @@ func quoteAll(ss []string) string {
 // at serverURL holds.
 func streamMsgs(t *testing.T, serverURL, name string) uint64 {
 	t.Helper()
-	nc, err := natsgo.Connect(serverURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, serverURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, name)
@@ -245,12 +240,7 @@ func streamMsgs(t *testing.T, serverURL, name string) uint64 {
 // Nats-Msg-Id.
 func streamIDs(t *testing.T, serverURL, name string, n uint64) map[string]int {
 	t.Helper()
-	nc, err := natsgo.Connect(serverURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, serverURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cons, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{})

@@ -385,7 +385,7 @@ event "ex.temp" {
 	for _, r := range []struct{ key, c string }{{"a", "25"}, {"a", "31"}, {"a", "35"}, {"b", "40"}, {"a", "20"}, {"a", "32"}} {
 		waitState(t, c, post("ex.temp", r.key, `{"celsius": `+r.c+`}`), "delivered", 20*time.Second)
 	}
-	js := routerJetStream(t, path, fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
+	js := routerJetStream(t, path, "local", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := js.Stream(ctx, "ex")

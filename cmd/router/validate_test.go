@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // `router validate` refuses, with the file:line:col of the mistake, what
@@ -209,12 +210,7 @@ func TestValidateCheckSinksEmbedded(t *testing.T) {
 // stream captures each routed subject, and fails on one that none does.
 func TestValidateCheckSinksStreams(t *testing.T) {
 	ns := jetStreamServer(t, -1)
-	nc, err := natsgo.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, ns.ClientURL())
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "orders", Subjects: []string{"orders.>"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +231,7 @@ event "b" {
 }
 `, ns.ClientURL())), 0o600)
 	var out bytes.Buffer
-	err = NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path, "-check-sinks"})
+	err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path, "-check-sinks"})
 	if err == nil || !strings.Contains(out.String(), `nats.ext: no stream captures the routed subject "payments.done"`) {
 		t.Fatalf("-check-sinks: %v\n%s", err, out.String())
 	}

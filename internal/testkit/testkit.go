@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -172,4 +174,33 @@ func NATS(t testing.TB, set func(*server.Options)) *server.Server {
 		t.Fatal("nats-server not ready")
 	}
 	return ns
+}
+
+// NATSConn is a NATS connection of the test's own to url (opts: its
+// credentials, say), closed when the test ends.
+func NATSConn(t testing.TB, url string, opts ...natsgo.Option) *natsgo.Conn {
+	t.Helper()
+	nc, err := natsgo.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream is a JetStream client of the test's own on the NATS server at
+// url, its connection closed when the test ends.
+func JetStream(t testing.TB, url string, opts ...natsgo.Option) jetstream.JetStream {
+	t.Helper()
+	return JetStreamOn(t, NATSConn(t, url, opts...))
+}
+
+// JetStreamOn is a JetStream client on the connection nc.
+func JetStreamOn(t testing.TB, nc *natsgo.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

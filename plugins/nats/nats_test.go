@@ -131,7 +131,7 @@ func streamMsgs(t *testing.T, url, stream string) uint64 {
 // streamInfo is what the server says of stream, and whether it exists.
 func streamInfo(t *testing.T, url, stream string) (*jetstream.StreamInfo, bool) {
 	t.Helper()
-	st, err := testJetStream(t, url).Stream(pubCtx(t, 5*time.Second), stream)
+	st, err := testkit.JetStream(t, url, testAuth).Stream(pubCtx(t, 5*time.Second), stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, false
 	}
@@ -139,22 +139,6 @@ func streamInfo(t *testing.T, url, stream string) (*jetstream.StreamInfo, bool) 
 		t.Fatal(err)
 	}
 	return st.CachedInfo(), true
-}
-
-// testJetStream is a JetStream client of the test's own on url, closed
-// when the test ends.
-func testJetStream(t *testing.T, url string) jetstream.JetStream {
-	t.Helper()
-	nc, err := natsgo.Connect(url, testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
 }
 
 func TestJetStreamPublishAndDedup(t *testing.T) {
@@ -188,12 +172,7 @@ func TestJetStreamPublishAndDedup(t *testing.T) {
 
 	// Every stored message: the headers of the binding, at the sequence the
 	// result named.
-	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, srv.ClientURL(), testAuth)
 	st, err := js.Stream(pubCtx(t, 5*time.Second), "ORDERS")
 	if err != nil {
 		t.Fatal(err)
@@ -342,11 +321,7 @@ func TestCorePublish(t *testing.T) {
 	srv := startServer(t, cfg, t.TempDir())
 	sink := openSink(t, cfg, srv.ClientURL())
 
-	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := testkit.NATSConn(t, srv.ClientURL(), testAuth)
 	ch := make(chan *natsgo.Msg, 100)
 	sub, err := nc.ChanSubscribe("events.>", ch)
 	if err != nil {
@@ -407,12 +382,7 @@ func TestStreamCreateOrUpdate(t *testing.T) {
 	cfg.Streams[0].Duplicates = time.Minute
 	openSink(t, cfg, srv.ClientURL())
 
-	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, srv.ClientURL(), testAuth)
 	st, err := js.Stream(pubCtx(t, 5*time.Second), "AUDIT")
 	if err != nil {
 		t.Fatal(err)
@@ -513,7 +483,7 @@ func TestSetStreams(t *testing.T) {
 // client.
 func handAdd(t *testing.T, url, stream, subject string) {
 	t.Helper()
-	js := testJetStream(t, url)
+	js := testkit.JetStream(t, url, testAuth)
 	st, err := js.Stream(pubCtx(t, 5*time.Second), stream)
 	if err != nil {
 		t.Fatal(err)
@@ -765,12 +735,7 @@ func TestStreamTroublesCountNoAttempt(t *testing.T) {
 	srv := startServer(t, cfg, t.TempDir())
 	sink := openSink(t, cfg, srv.ClientURL())
 	requireOK(t, sink.Publish(pubCtx(t, 5*time.Second), makeMsgs("a", "orders.new", 1)), 1)
-	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(t, srv.ClientURL(), testAuth)
 	if err := js.DeleteStream(pubCtx(t, 5*time.Second), "ORDERS"); err != nil {
 		t.Fatal(err)
 	}
@@ -835,11 +800,7 @@ func TestAsyncErrorsAreThrottled(t *testing.T) {
 // replies: a publish there goes out and is never acknowledged.
 func blackhole(t *testing.T, url string) {
 	t.Helper()
-	nc, err := natsgo.Connect(url, testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := testkit.NATSConn(t, url, testAuth)
 	if _, err := nc.Subscribe("blackhole.>", func(*natsgo.Msg) {}); err != nil {
 		t.Fatal(err)
 	}

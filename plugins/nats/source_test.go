@@ -32,16 +32,7 @@ func newSourceEnv(t *testing.T) *sourceEnv {
 	cfg := testConfig(true)
 	srv := startServer(t, cfg, t.TempDir())
 	openSink(t, cfg, srv.ClientURL()) // creates the stream
-	nc, err := natsgo.Connect(srv.ClientURL(), testAuth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &sourceEnv{url: srv.ClientURL(), js: js}
+	return &sourceEnv{url: srv.ClientURL(), js: testkit.JetStream(t, srv.ClientURL(), testAuth)}
 }
 
 // publish stores n messages on subject with ids prefix-<i>.
