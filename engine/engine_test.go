@@ -100,6 +100,41 @@ event "t.bad" {
 	}
 }
 
+// A retry is tried when its backoff ends, not at the type's next poll:
+// with polls a minute apart (an idle type's delay grows to polling.max,
+// 1 m by default; here in two polls), an event whose first attempt failed
+// with a 300 ms backoff is tried again within seconds (a plugin author's
+// trial found a 1 s backoff waited a minute).
+func TestARetryIsTriedWhenItsBackoffEnds(t *testing.T) {
+	h := newHarness(t, `
+event "t.soon" {
+  max_retries = 1
+  polling {
+    min        = "10ms"
+    max        = "1m"
+    multiplier = 100
+  }
+  backoff {
+    delay      = "300ms"
+    multiplier = 1
+  }
+  route {
+    to      = "nats.local"
+    subject = "nostream.soon" # no stream listens here: every publish fails
+  }
+}
+`, false)
+	id := h.ingest("t.soon", 1)[0]
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { return h.record(id).State == storage.StateDLQ },
+		func() string {
+			rec := h.record(id)
+			return fmt.Sprintf("after 10 s the event is %s after %d attempts (next at %s), want dead-lettered after 2", rec.State, rec.Attempts, rec.NextAttemptAt.Format(time.RFC3339Nano))
+		})
+	if rec := h.record(id); rec.Attempts != 2 {
+		t.Fatalf("%d attempts, want 2", rec.Attempts)
+	}
+}
+
 // With two routes, a failure of one does not re-send the other on retry.
 func TestRetryDoesNotResendAcknowledgedOutputs(t *testing.T) {
 	h := newHarness(t, `

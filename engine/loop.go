@@ -314,7 +314,11 @@ func (l *Loop) run(ctx context.Context) {
 		// A poll that met an outage and delivered nothing is not a full
 		// one: the delay grows.
 		out.settled(&transit)
-		kicked, ok := l.wait(ctx, timer, l.nextDelay(full && !out.probing), out.probing || err != nil)
+		d, backOff := l.nextDelay(full && !out.probing), out.probing || err != nil
+		if !backOff {
+			d = l.untilNextDue(d, pol)
+		}
+		kicked, ok := l.wait(ctx, timer, d, backOff)
 		if !ok {
 			return
 		}
@@ -434,6 +438,25 @@ func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, bac
 		return true, true
 	}
 	return false, true
+}
+
+// untilNextDue shortens the wait d to when the type's next event comes
+// due (a retry's backoff ends), though not below polling.min: the
+// adaptive delay grows while a type is idle (to polling.max, a minute by
+// default), and a 1 s backoff waited a minute (a plugin author's trial).
+// Not while the loop backs off: during an outage the probes' cadence
+// governs (the events that wait it out come due every second or so).
+func (l *Loop) untilNextDue(d time.Duration, pol *config.Policy) time.Duration {
+	now := l.e.now()
+	var next time.Time
+	var ok bool
+	if err := l.e.store.View(func(tx *storage.Tx) error {
+		next, ok = tx.NextDue(l.typ, now)
+		return nil
+	}); err != nil || !ok {
+		return d
+	}
+	return min(d, max(next.Sub(now), pol.Polling.Min))
 }
 
 // nextDelay feeds the adaptive delay a poll's outcome and returns the wait.

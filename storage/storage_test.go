@@ -230,6 +230,35 @@ func TestDueOrderRescheduleDeliverDLQ(t *testing.T) {
 	})
 }
 
+// NextDue is the due time of a type's first pending event strictly after
+// now (a retry's end of backoff), whatever is due before it, and none
+// when nothing of the type waits beyond now.
+func TestNextDue(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	insert(t, db, record("1", "a", t0, ""), record("2", "a", t0, ""), record("b1", "b", t0.Add(time.Hour), ""))
+	reschedule(t, db, "2", t0.Add(90*time.Second))
+	for _, c := range []struct {
+		typ  string
+		now  time.Time
+		want time.Time // zero: none
+	}{
+		{"a", t0, t0.Add(90 * time.Second)},
+		{"a", t0.Add(-time.Second), t0},
+		{"a", t0.Add(90 * time.Second), time.Time{}},
+		{"b", t0, t0.Add(time.Hour)},
+		{"c", t0, time.Time{}},
+	} {
+		db.View(func(tx *storage.Tx) error {
+			got, ok := tx.NextDue(c.typ, c.now)
+			if ok != !c.want.IsZero() || !got.Equal(c.want) {
+				t.Errorf("NextDue(%s, %s) = %s, %v; want %s", c.typ, c.now, got, ok, c.want)
+			}
+			return nil
+		})
+	}
+}
+
 func TestDueOrderByKey(t *testing.T) {
 	db := storagetest.Open(t)
 	t0 := time.Unix(1000, 0)

@@ -384,6 +384,22 @@ func (tx *Tx) Due(t string, now time.Time, ahead time.Duration, limit int, order
 	return out, nil
 }
 
+// NextDue is when the first of type t's pending events that is due after
+// now comes due (a retry's backoff ends, say), and false when none is: a
+// loop that waits longer than that takes it late. One seek: the queue is
+// in due order.
+func (tx *Tx) NextDue(t string, now time.Time) (time.Time, bool) {
+	q, _ := tx.sub(bucketQueue, t)
+	if q == nil {
+		return time.Time{}, false
+	}
+	k, _ := q.Cursor().Seek(tx.keyAt(now.Add(time.Nanosecond)))
+	if len(k) < 8 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(k))), true
+}
+
 // firstOfLine reports whether r is the earliest pending event of its
 // order line (orderLine).
 func firstOfLine(keys *bolt.Bucket, r *Record) bool {
