@@ -145,11 +145,8 @@ func (v *eventState) Get(plugin string, key []byte) ([]byte, bool, error) {
 func (v *eventState) Put(plugin string, key, value []byte, ttl time.Duration) error {
 	s := v.s
 	ns := s.namespace(plugin, v.tenant)
-	switch {
-	case len(key) == 0 || len(key) > config.StateMaxKeyBytes:
-		return fmt.Errorf("state key of %d bytes: keys have 1 to %d: %w", len(key), config.StateMaxKeyBytes, switchyard.ErrStateLimit)
-	case len(value) > config.StateMaxValueBytes:
-		return fmt.Errorf("state value of %d bytes, over the limit of %d: %w", len(value), config.StateMaxValueBytes, switchyard.ErrStateLimit)
+	if err := config.CheckStateWrite(key, value); err != nil {
+		return err
 	}
 	old, existed, err := v.Get(plugin, key)
 	if err != nil {

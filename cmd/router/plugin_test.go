@@ -98,6 +98,9 @@ func TestPluginTestCommand(t *testing.T) {
 	}
 }
 
+// router plugin test gives each verdict, its reason and its exit code as
+// the router would, a state write over a limit among them (it once passed
+// one the router rejects).
 func TestPluginTestCommandVerdicts(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -108,6 +111,7 @@ func TestPluginTestCommandVerdicts(t *testing.T) {
 		{"retry", 1, []string{`"verdict": "retry"`, `"reason": "upstream not ready"`}},
 		{"reject", 2, []string{`"verdict": "reject"`, `"reason": "order total is negative"`}},
 		{"trap", 1, []string{`"verdict": "retry"`, `"reason": "sy_handle trapped: unreachable`, `"wasm stack trace:"`}},
+		{"bigkey", 2, []string{`"verdict": "reject"`, `state_put: state key of 300 bytes: keys have 1 to 256`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := pluginTestEvent

@@ -11,6 +11,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
 )
 
 // The state functions of module "switchyard" (optional imports; plugin ABI
@@ -152,7 +153,9 @@ func (in *instance) stateResult(call string, err error) int32 {
 // MemoryState is a switchyard.StateView kept in memory, for tools and
 // tests that run plugins without a router (router plugin test, the
 // benchmarks): every event sees the writes of the ones before it, nothing
-// is discarded, TTLs are ignored, and every plugin shares it.
+// is discarded, TTLs are ignored, and every plugin shares it. A write whose
+// key or value is over its limit fails as in the router
+// (config.CheckStateWrite); a namespace's totals are not counted.
 type MemoryState map[string][]byte
 
 // Get implements switchyard.StateView.
@@ -163,6 +166,9 @@ func (m MemoryState) Get(_ string, key []byte) ([]byte, bool, error) {
 
 // Put implements switchyard.StateView.
 func (m MemoryState) Put(_ string, key, value []byte, _ time.Duration) error {
+	if err := config.CheckStateWrite(key, value); err != nil {
+		return err
+	}
 	m[string(key)] = bytes.Clone(value)
 	return nil
 }
