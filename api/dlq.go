@@ -28,7 +28,8 @@ import (
 // {id} is an event id; a dead letter of an inbox is addressed with
 // ?queue=inbox:<name> (in a bulk body: "type": "inbox:<name>" with "ids"),
 // one of a tenant other than the default with ?tenant=<tenant> (in a bulk
-// body: "tenant" with "ids"): tenants choose their event ids independently.
+// body: "tenant", which also selects only that tenant's dead letters
+// without "ids"): tenants choose their event ids independently.
 func (s *Server) dlqRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /v1/dlq", s.adminFunc(s.listDLQ))
 	mux.Handle("GET /v1/dlq/stats", s.adminFunc(s.dlqStats))

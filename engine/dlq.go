@@ -345,7 +345,7 @@ type DLQFilter struct {
 	Status storage.State // which index a filter walks: dlq (default) or resolved
 	Since  time.Time     // entered the DLQ (or was resolved) at or after
 	IDs    []string      // these events (in Type's queue when it is an inbox)
-	Tenant string        // whose events IDs are ("" = the default tenant)
+	Tenant string        // only this tenant's events ("" = any; with IDs, the default tenant's)
 	Source string        // only events of this source ("" = any)
 	All    bool          // everything in the index
 }
@@ -401,8 +401,8 @@ func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQB
 		return nil, err
 	}
 	f.Status = status
-	if f.Type == "" && f.Since.IsZero() && f.Source == "" && len(f.IDs) == 0 && !f.All {
-		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "a bulk %s needs a filter: type, since, source or ids (or \"all\": true for everything)", act.name)
+	if f.Type == "" && f.Since.IsZero() && f.Source == "" && f.Tenant == "" && len(f.IDs) == 0 && !f.All {
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "a bulk %s needs a filter: type, since, source, tenant or ids (or \"all\": true for everything)", act.name)
 	}
 	if len(f.IDs) > DLQMaxIDs {
 		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "%d ids; at most %d per request", len(f.IDs), DLQMaxIDs)
@@ -569,7 +569,19 @@ func (f *DLQFilter) excludes(r *storage.Record, at time.Time) string {
 	if !f.Since.IsZero() && at.Before(f.Since) {
 		return "it entered the DLQ before " + f.Since.UTC().Format(time.RFC3339)
 	}
+	if f.Tenant != "" && orDefault(r.Tenant) != orDefault(f.Tenant) {
+		return "its tenant is " + orDefault(r.Tenant) + ", not " + f.Tenant
+	}
 	return f.otherSource(r)
+}
+
+// orDefault is tenant, or the default tenant for "" (a record stored
+// without one, a filter's id list).
+func orDefault(tenant string) string {
+	if tenant == "" {
+		return storage.DefaultTenant
+	}
+	return tenant
 }
 
 // otherSource says why r is not of the filter's source, or "" when it is

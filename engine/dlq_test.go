@@ -259,3 +259,31 @@ event "nostream.down" {
 		}
 	}
 }
+
+// A bulk action's "tenant" selects that tenant's dead letters only, with
+// ids or without (it once narrowed only a list of ids, and a filter by
+// type and tenant resolved every tenant's); alone it is a filter enough.
+func TestDLQBulkByTenant(t *testing.T) {
+	h := newHarness(t, dlqPolicies, true)
+	ctx := context.Background()
+	for _, tenant := range []string{"acme", "beta", storage.DefaultTenant} {
+		h.ingestAs(tenant, switchyard.Event{ID: "d1", Type: "x.bad", Source: "/t", SpecVersion: "1.0"})
+	}
+	h.pollAll("x.bad")
+	res, err := h.eng.DLQResolveMany(ctx, engine.DLQFilter{Type: "x.bad", Tenant: "beta"})
+	if err != nil || res.Matched != 1 || res.Done != 1 {
+		t.Fatalf("type and tenant beta: %+v, %v; want the one of beta", res, err)
+	}
+	for tenant, want := range map[string]storage.State{"acme": storage.StateDLQ, "beta": storage.StateResolved, storage.DefaultTenant: storage.StateDLQ} {
+		if got := h.record(storage.EventKey(tenant, "d1")).State; got != want {
+			t.Errorf("%s's d1 is %s, want %s", tenant, got, want)
+		}
+	}
+	res, err = h.eng.DLQRetryMany(ctx, engine.DLQFilter{Tenant: storage.DefaultTenant})
+	if err != nil || res.Matched != 1 || res.Done != 1 {
+		t.Fatalf("tenant default alone: %+v, %v; want the default tenant's one", res, err)
+	}
+	if got := h.record(storage.EventKey("acme", "d1")).State; got != storage.StateDLQ {
+		t.Errorf("acme's d1 is %s after the default tenant's retry", got)
+	}
+}

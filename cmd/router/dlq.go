@@ -370,14 +370,14 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 	since := fs.String("since", "", "those that entered the DLQ since: a duration (1h) or an RFC 3339 time")
 	all := fs.Bool("all", false, "every dead letter (no filter)")
 	queue := fs.String("queue", "", "the inbox queue of a single id (inbox:NAME)")
-	tenant := fs.String("tenant", "", "with ids: the tenant they belong to (default: the default tenant)")
+	tenant := fs.String("tenant", "", "only this tenant's dead letters; with ids: the tenant they belong to (default: the default tenant)")
 	source := fs.String("source", "", "only events of this source (where two sources sent an inbox the same id, the one meant)")
 	ids, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(ids) == 0 && *typ == "" && *since == "" && *source == "" && !*all {
-		return &exitError{code: 2, err: fmt.Errorf("dlq %s: give event ids, or a filter (-type, -since, -source), or -all", action)}
+	if len(ids) == 0 && *typ == "" && *since == "" && *source == "" && *tenant == "" && !*all {
+		return &exitError{code: 2, err: fmt.Errorf("dlq %s: give event ids, or a filter (-type, -since, -source, -tenant), or -all", action)}
 	}
 	if slices.Contains(ids, "") {
 		return &exitError{code: 2, err: fmt.Errorf("dlq %s: an event id is never empty", action)}
