@@ -532,7 +532,7 @@ func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
 // runs them through the plugin chain and sends their outputs. It returns
 // nil when nothing is due.
 func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool) (*batch, error) {
-	if l.e.fileLost() != nil {
+	if l.e.fileLost() != nil || ctx.Err() != nil {
 		return nil, nil
 	}
 	pol := l.pol.Load()
@@ -542,7 +542,7 @@ func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool)
 	}
 	b := l.outputs(ctx, pol, recs)
 	b.probe, b.forgets = probe, forgets
-	b.send(ctx, l.e.sinks())
+	b.send(l.e.sendContext(ctx), l.e.sinks())
 	return b, nil
 }
 
