@@ -46,6 +46,7 @@ type principal struct {
 	local  bool   // came over the unix socket
 	tenant string // from the token (TCP); "" on the socket: X-Tenant decides
 	admin  bool
+	digest [sha256.Size]byte // the token's (TCP): a stream ends when a reload revokes it
 }
 
 type principalKey struct{}
@@ -164,14 +165,13 @@ func ParseTokens(b []byte, name string) (*Tokens, error) {
 	return t, nil
 }
 
-// lookup finds the entry of a presented token. It hashes the token and
-// compares the digest with every entry, without stopping early, so the time
-// it takes says nothing about which entry (or how much of one) matched.
-func (t *Tokens) lookup(token string) (tokenEntry, bool) {
+// lookup finds the entry of a presented token by its SHA-256 digest d. It
+// compares d with every entry, without stopping early, so the time it
+// takes says nothing about which entry (or how much of one) matched.
+func (t *Tokens) lookup(d [sha256.Size]byte) (tokenEntry, bool) {
 	if t == nil {
 		return tokenEntry{}, false
 	}
-	d := sha256.Sum256([]byte(token))
 	var found tokenEntry
 	ok := 0
 	for _, e := range t.entries {
@@ -220,13 +220,14 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.writeError(w, r, switchyard.Errorf(eUnauthorized, "this listener needs an Authorization: Bearer token"))
 			return
 		}
-		e, ok := s.tokens.Load().lookup(tok)
+		d := sha256.Sum256([]byte(tok))
+		e, ok := s.tokens.Load().lookup(d)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard", error="invalid_token"`)
 			s.writeError(w, r, switchyard.Errorf(eUnauthorized, "the bearer token is not valid"))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{tenant: e.tenant, admin: e.admin})))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{tenant: e.tenant, admin: e.admin, digest: d})))
 	})
 }
 

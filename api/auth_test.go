@@ -39,9 +39,10 @@ const (
 // extra is more of the configuration.
 type tcpRouter struct {
 	*router
-	addr string
-	reg  *prometheus.Registry
-	http *http.Client
+	addr   string
+	reg    *prometheus.Registry
+	http   *http.Client
+	tokens string // the tokens_file's path
 }
 
 func newTCPRouter(t *testing.T, extra ...string) *tcpRouter {
@@ -107,7 +108,7 @@ event "order.created" {}
 	}
 	t.Cleanup(func() { srv.Close(context.Background()) })
 	r := &router{t: t, db: db, srv: srv, sock: cfg.Listen.Socket, client: unixClient(cfg.Listen.Socket)}
-	return &tcpRouter{router: r, addr: srv.TCPAddr(), reg: reg, http: &http.Client{
+	return &tcpRouter{router: r, addr: srv.TCPAddr(), reg: reg, tokens: tokensPath, http: &http.Client{
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
 }

@@ -147,6 +147,57 @@ func TestTailOutlivesTheWriteDeadline(t *testing.T) {
 	}
 }
 
+// A tail opened with a token ends when a reload of the tokens revokes
+// that token, and goes on through a reload that keeps it (an adversarial
+// trial's revoked admin token kept its tail open, reading every tenant's
+// events after the reload).
+func TestATailEndsWhenItsTokenIsRevoked(t *testing.T) {
+	defer api.SetTailKeepAlive(100 * time.Millisecond)()
+	r := newTCPRouter(t)
+	c := dialTCP(t, r.addr)
+	c.Write([]byte("GET /v1/tail HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer " + tokAdmin + "\r\n\r\n"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/tail: %v %v", resp, err)
+	}
+	lines := bufio.NewScanner(resp.Body)
+	keepAlive := func() bool {
+		for lines.Scan() {
+			if lines.Text() == ": keep-alive" {
+				return true
+			}
+		}
+		return false
+	}
+	if err := r.srv.ReloadTokens(); err != nil { // the same tokens
+		t.Fatal(err)
+	}
+	if !keepAlive() || !keepAlive() {
+		t.Fatalf("the tail ended at a reload that kept its token: %v", lines.Err())
+	}
+	if err := os.WriteFile(r.tokens, []byte(`{"tokens": [{"token": "`+tokAcme+`", "tenant": "acme"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.srv.ReloadTokens(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		for lines.Scan() {
+		}
+		ended <- lines.Err()
+	}()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("the tail did not end cleanly: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the tail goes on 5 s after a reload revoked its token")
+	}
+}
+
 func dialTCP(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, time.Second)

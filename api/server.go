@@ -82,8 +82,11 @@ type Server struct {
 	ln     net.Listener
 	tcp    net.Listener           // listen.http; nil = off
 	tokens atomic.Pointer[Tokens] // for tcp; swapped by ReloadTokens
-	done   chan error
-	served int // listeners being served (answers expected on done)
+	// tokensSwapped is closed, and replaced, each time ReloadTokens swaps
+	// the tokens: a stream checks then that its token still holds.
+	tokensSwapped atomic.Pointer[chan struct{}]
+	done          chan error
+	served        int // listeners being served (answers expected on done)
 
 	metrics *metrics
 	failLog logthrottle.Throttle // writeError's log lines, at most one per code and second
@@ -104,6 +107,8 @@ func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
 	}
 	s := &Server{engine: eng, listen: listen, opts: opts, log: opts.Logger.Named("api"), metrics: newMetrics(opts.Registerer)}
 	s.closing, s.beginClose = context.WithCancel(context.Background())
+	swapped := make(chan struct{})
+	s.tokensSwapped.Store(&swapped)
 	h := s.Handler()
 	s.http, s.tcpSrv = s.httpServer(h), s.httpServer(h)
 	s.tcpSrv.MaxHeaderBytes = maxTCPHeaderBytes
@@ -343,6 +348,8 @@ func (s *Server) ReloadTokens() error {
 		return err
 	}
 	s.tokens.Store(tokens)
+	next := make(chan struct{})
+	close(*s.tokensSwapped.Swap(&next))
 	return nil
 }
 
@@ -467,11 +474,34 @@ func (s *Server) watchSocket(path string, made os.FileInfo, current net.Listener
 }
 
 // untilClosing is r's context, which also ends when the server begins to
-// close: for a handler that streams or waits on the client's behalf.
+// close, and when a reload of the tokens revokes the token r came with (or
+// gives it another tenant or role): for a handler that streams or waits on
+// the client's behalf. (An adversarial trial's revoked admin token kept
+// its open tail, and read every tenant's events after the reload.)
 func (s *Server) untilClosing(r *http.Request) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(r.Context())
 	stop := context.AfterFunc(s.closing, cancel)
+	if p := principalOf(r.Context()); p != nil && !p.local {
+		go s.cancelWhenRevoked(ctx, cancel, p)
+	}
 	return ctx, func() { stop(); cancel() }
+}
+
+// cancelWhenRevoked calls cancel once the tokens in force no longer give
+// p's token p's tenant and role, or when ctx ends.
+func (s *Server) cancelWhenRevoked(ctx context.Context, cancel context.CancelFunc, p *principal) {
+	for {
+		swapped := *s.tokensSwapped.Load() // before the check: a swap after it closes this one
+		if e, ok := s.tokens.Load().lookup(p.digest); !ok || e.tenant != p.tenant || e.admin != p.admin {
+			cancel()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-swapped:
+		}
+	}
 }
 
 // listenUnix creates the API socket at path. What is already there is
