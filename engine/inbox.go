@@ -536,7 +536,10 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 		if lease := now.Add(req.Lease); lease.After(expires) {
 			expires = lease
 		}
-		c = &storage.Claim{State: storage.ClaimHeld, Mode: req.Mode, ClaimedAt: now, LeaseUntil: now.Add(req.Lease), ExpiresAt: expires}
+		c = &storage.Claim{State: storage.ClaimHeld, Mode: req.Mode, ClaimedAt: now, LeaseUntil: now.Add(req.Lease), ExpiresAt: expires, TracksEarlier: true}
+		if old != nil { // its lease ran out
+			c.Follow(old)
+		}
 		if req.Mode == ModeAtMostOnce {
 			c.State, c.CompletedAt, c.LeaseUntil = storage.ClaimCompleted, now, time.Time{}
 		}

@@ -356,15 +356,17 @@ func TestStaleHolderCannotActOnTheNextClaim(t *testing.T) {
 	}
 }
 
-// A token that was never this id's (a typo, another id's) is refused as
-// such, not as the token of an earlier claim whose lease ran out: the
-// error names what happened, and the holder's own token still works. A
-// stale holder's token is told the lease ran out.
+// A token that was never this id's (a typo, another id's, one older than
+// the claim) is refused as such, not as the token of an earlier claim
+// whose lease ran out: the error names what happened, and the holder's own
+// token still works. A stale holder's token is told the lease ran out. (An
+// adversarial trial's older token of another claim was called stale.)
 func TestWrongTokenIsNotCalledStale(t *testing.T) {
 	h, req, a := claimed(t)
 	ctx := context.Background()
 	later := strconv.FormatInt(a.ClaimedAt.UnixNano()+1, 36)
-	for _, token := range []string{"wrong", later, "-1"} {
+	earlier := strconv.FormatInt(a.ClaimedAt.UnixNano()-1, 36)
+	for _, token := range []string{"wrong", later, "-1", earlier} {
 		_, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", token, nil)
 		if switchyard.ErrorCode(err) != switchyard.ECONFLICT || !strings.Contains(err.Error(), "is not the token of") {
 			t.Errorf("complete with token %q: %v", token, err)
@@ -377,6 +379,9 @@ func TestWrongTokenIsNotCalledStale(t *testing.T) {
 	}
 	if err := h.eng.Release(ctx, "default", "mailer", "evt-1", a.Token()); !strings.Contains(fmt.Sprint(err), "claimed again after the lease of this token ran out") {
 		t.Errorf("the stale holder's release: %v", err)
+	}
+	if err := h.eng.Release(ctx, "default", "mailer", "evt-1", earlier); !strings.Contains(fmt.Sprint(err), "is not the token of") {
+		t.Errorf("a token older than both claims, never this id's: %v", err)
 	}
 	if _, err := h.eng.Complete(ctx, "default", "mailer", "evt-1", b.Token(), nil); err != nil {
 		t.Errorf("the holder's complete: %v", err)

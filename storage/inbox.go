@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -287,6 +288,22 @@ type Claim struct {
 	CompletedAt time.Time       `json:"completed_at,omitzero"`
 	Result      json.RawMessage `json:"result,omitempty"`
 	ExpiresAt   time.Time       `json:"expires_at"`
+	// Earlier are the tokens of the earlier claims of the id whose leases
+	// ran out, oldest first, at most MaxEarlierTokens; TracksEarlier says
+	// the claim keeps them (a claim stored by a router before it did not).
+	Earlier       []string `json:"earlier_tokens,omitempty"`
+	TracksEarlier bool     `json:"tracks_earlier,omitempty"`
+}
+
+// MaxEarlierTokens bounds Claim.Earlier: a token older than those is
+// called not this id's, not an earlier claim's.
+const MaxEarlierTokens = 16
+
+// Follow records that c takes the id over from old, whose lease ran out:
+// old's token is kept among the earlier ones.
+func (c *Claim) Follow(old *Claim) {
+	earlier := append(slices.Clone(old.Earlier), old.Token())
+	c.Earlier = earlier[max(0, len(earlier)-MaxEarlierTokens):]
 }
 
 // Token names this claim of its id apart from every other: the time it
@@ -295,13 +312,17 @@ type Claim struct {
 // ran out cannot then act on the next holder's claim (a fencing token).
 func (c *Claim) Token() string { return strconv.FormatInt(c.ClaimedAt.UnixNano(), 36) }
 
-// ClaimedAfter reports whether token may be the token of an earlier claim
-// of the same id (its lease ran out, and the id was claimed again): a
+// ClaimedAfter reports whether token is the token of an earlier claim of
+// the same id (its lease ran out, and the id was claimed again): one of
+// Earlier. Of a claim stored before those were kept, whether it may be: a
 // token names when its claim was made, so it reads as a time before this
 // one's. A token that reads as no time since 2000 (a typo: "wrong" is a
 // number in base 36, from 1970), or as this claim's time or a later one,
-// is not.
+// is not; another id's older token is taken for one (an adversarial trial).
 func (c *Claim) ClaimedAfter(token string) bool {
+	if c.TracksEarlier {
+		return slices.Contains(c.Earlier, token)
+	}
 	at, err := strconv.ParseInt(token, 36, 64)
 	return err == nil && at >= tokensSince && at < c.ClaimedAt.UnixNano()
 }
