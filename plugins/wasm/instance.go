@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -143,52 +142,10 @@ func (c *callCtx) disarm() (fired bool) {
 
 var _ context.Context = (*callCtx)(nil)
 
-// linearMemory backs an instance's memory and enforces limits.memory: a
-// memory.grow past the limit fails (returns -1 to the guest) and is
-// remembered, so that the call counts as a memory-limit failure whatever
-// the guest does next. It implements experimental.LinearMemory and
-// MemoryAllocator (one allocator per instance).
-type linearMemory struct {
-	buf     []byte
-	limit   uint64
-	refused uint64        // the size of the first refused grow; 0 = none
-	total   *atomic.Int64 // the plugin's instances' memory, summed
-}
-
-func (m *linearMemory) Allocate(cap, _ uint64) experimental.LinearMemory {
-	m.buf = make([]byte, 0, min(cap, m.limit))
-	return m
-}
-
-func (m *linearMemory) Reallocate(size uint64) []byte {
-	if size > m.limit {
-		if m.refused == 0 {
-			m.refused = size
-		}
-		return nil
-	}
-	m.total.Add(int64(size) - int64(len(m.buf)))
-	if size <= uint64(cap(m.buf)) {
-		// Wasm memory only grows: the bytes past len were never used and
-		// are still zero.
-		m.buf = m.buf[:size]
-		return m.buf
-	}
-	nb := make([]byte, size, min(max(size, 2*uint64(cap(m.buf))), m.limit))
-	copy(nb, m.buf)
-	m.buf = nb
-	return nb
-}
-
-func (m *linearMemory) Free() {
-	m.total.Add(-int64(len(m.buf)))
-	m.buf = nil
-}
-
 // newInstance instantiates the module and runs _initialize,
 // sy_abi_version and sy_init on it.
 func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
-	in := &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory), total: &p.memory}}
+	in := &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory), spares: &p.spares, total: &p.memory}}
 	in.cctx = callCtx{inst: in, done: make(chan struct{})}
 	in.stdout = streamWriter{in: in, stream: "stdout", level: hclog.Info}
 	in.stderr = streamWriter{in: in, stream: "stderr", level: hclog.Warn}
