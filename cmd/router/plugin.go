@@ -104,8 +104,9 @@ Usage:
       A running router's state of the plugin NAME: its namespaces (one per
       event type), the keys of one, or remove a key or a prefix.
   router plugin dev [-config policies.hcl] [-build ./build.sh] [-watch .]
-      Runs the router on the folder's policies.hcl and, when a source file
-      changes, rebuilds and reloads it with the new module.
+      Runs the router on the folder's policies.hcl and, when a file of the
+      folder changes (not .wasm, .log, .out or hidden files, nor data/,
+      target/, node_modules/), rebuilds and reloads it with the new module.
 
 Run 'router plugin test -h' for the flags.
 `)

@@ -13,9 +13,10 @@ import (
 )
 
 // `router plugin dev` is the plugin author's loop: it runs the router on
-// the folder's policies.hcl and, whenever a source file changes, runs the
-// build script and reloads the router with the new module (as SIGHUP
-// does). A build that fails is shown and changes nothing.
+// the folder's policies.hcl and, whenever a file there changes (but what
+// devSkip names), runs the build script and reloads the router with the
+// new module (as SIGHUP does). A build that fails is shown and changes
+// nothing.
 
 // devPoll is how often the folder is scanned for changes; devSettle how
 // long it must stay unchanged before a build (editors write in steps).
@@ -24,14 +25,21 @@ const (
 	devSettle = 300 * time.Millisecond
 )
 
-// devSkip are folders and files whose changes are the build's or the
-// router's own, not the author's.
+// devSkip are folders and files whose changes are the build's, the
+// router's or a command's output, not the author's sources: a tail
+// redirected into the folder (tail.out) rebuilt the plugin at each event
+// (a plugin author's trial).
 func devSkip(rel string, dir bool) bool {
 	base := filepath.Base(rel)
 	if dir {
 		return base == "data" || base == "node_modules" || base == ".git" || base == "target"
 	}
-	return strings.HasSuffix(base, ".wasm") || strings.HasSuffix(base, ".log") || strings.HasPrefix(base, ".")
+	for _, output := range []string{".wasm", ".log", ".out", ".tmp", "~"} {
+		if strings.HasSuffix(base, output) {
+			return true
+		}
+	}
+	return strings.HasPrefix(base, ".")
 }
 
 func (c *PluginCommand) dev(ctx context.Context, args []string) error {
