@@ -343,8 +343,12 @@ func (e *Engine) Open() error {
 	return nil
 }
 
-// Close stops every loop. A batch in flight is finished if it finishes
-// before ctx ends; otherwise it is abandoned and its events stay pending.
+// Close stops every loop: they take no new batch, and the batches in
+// flight have their acknowledgements until sendGrace before ctx's
+// deadline. What is unanswered then has an unknown outcome: its events
+// stay pending, their outcomes written in the time left (a review: a
+// silent broker held the batches to the deadline, and the loops wrote
+// after Close had returned, while the sinks and the file closed).
 func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
 	cancel, sendCancel := e.cancel, e.sendCancel
@@ -354,6 +358,10 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	cancel()
 	defer sendCancel()
+	if dl, ok := ctx.Deadline(); ok {
+		stop := time.AfterFunc(time.Until(dl)-sendGrace(time.Until(dl)), sendCancel)
+		defer stop.Stop()
+	}
 	done := make(chan struct{})
 	go func() { e.wg.Wait(); close(done) }()
 	select {
@@ -362,6 +370,13 @@ func (e *Engine) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("engine: close: %w", ctx.Err())
 	}
+}
+
+// sendGrace is how much of a stop's time left is kept from the batches
+// in flight, for their outcomes to be written: a tenth, at least a second,
+// at most half.
+func sendGrace(left time.Duration) time.Duration {
+	return min(max(left/10, time.Second), left/2)
 }
 
 // sendContext is what a loop's batch is sent under: not the loop's ctx,

@@ -312,10 +312,15 @@ func (l *Loop) run(ctx context.Context) {
 			return
 		}
 		// A poll that met an outage and delivered nothing is not a full
-		// one: the delay grows.
+		// one: the delay grows. So does a poll whose events all went back
+		// with no attempt ended (a full storage budget requeues a
+		// stateful plugin's events a second ahead): their next due time
+		// does not shorten the wait, or the loop would rerun them every
+		// second for as long as the disk stays full (a review).
+		requeuedOnly := taken > 0 && transit.settled == 0
 		out.settled(&transit)
 		d, backOff := l.nextDelay(full && !out.probing), out.probing || err != nil
-		if !backOff {
+		if !backOff && !requeuedOnly {
 			d = l.untilNextDue(d, pol)
 		}
 		kicked, ok := l.wait(ctx, timer, d, backOff)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -307,5 +308,38 @@ storage { max_size = "1MiB" }
 	time.Sleep(200 * time.Millisecond)
 	if rec := h.record(id); rec.Attempts != 0 || rec.State != storage.StatePending {
 		t.Fatalf("after a full budget under its plugin: %s, %d attempts (%s)", rec.State, rec.Attempts, rec.LastError)
+	}
+}
+
+// While the storage budget is full, a stateful plugin's events go back a
+// second ahead with no attempt ended, and the loop's delay still grows:
+// it does not wake for their next due time and rerun the plugin every
+// second for as long as the disk stays full (a review of the wake at a
+// retry's end of backoff: 19 runs in 20 s, against 3 before it; here 4
+// in 4 s, against 1).
+func TestAFullBudgetDoesNotRerunThePluginEachSecond(t *testing.T) {
+	var runs atomic.Int32
+	hog := funcPlugin{name: "hog", fn: func(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		runs.Add(1)
+		st := switchyard.StateFrom(ctx)
+		for i := 0; ; i++ {
+			if err := st.Put("hog", []byte(fmt.Sprintf("%s-%d", ev.ID, i)), make([]byte, 64<<10), 0); err != nil {
+				return nil, err
+			}
+		}
+	}}
+	h := newHarness(t, `
+storage { max_size = "1MiB" }
+`+pluginPolicy("hog", "t.hog", `max_retries = 0
+  polling {
+    min        = "10ms"
+    max        = "1m"
+    multiplier = 100
+  }`), false, withPlugins(hog))
+	h.ingest("t.hog", 1)
+	testkit.Eventually(t, "the plugin to run", 10*time.Second, func() bool { return runs.Load() > 0 })
+	time.Sleep(4 * time.Second) // the delay: 1 s after the first (empty) poll, then 1 m
+	if n := runs.Load(); n > 2 {
+		t.Errorf("the plugin ran %d times in 4 s of a full budget, want at most 2 (the adaptive delay's)", n)
 	}
 }

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -211,4 +212,58 @@ event "t.stop" {
 		}
 	}
 	h.streamHoldsOnce(ids)
+}
+
+// neverAcks is the NATS sink with no acknowledgement ever collected: each
+// batch's outcome is unknown once its context ends (a silent broker).
+type neverAcks struct {
+	*natsplugin.Sink
+	inFlight chan struct{}
+}
+
+func (s *neverAcks) Send(ctx context.Context, msgs []*switchyard.Message) func() []switchyard.Result {
+	return func() []switchyard.Result {
+		select {
+		case s.inFlight <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		res := make([]switchyard.Result, len(msgs))
+		for i := range res {
+			res[i].Err = fmt.Errorf("no acknowledgement: %w", switchyard.ErrUnknownOutcome)
+		}
+		return res
+	}
+}
+
+// A stop while a broker stays silent gives the batches in flight until a
+// little before its deadline, then writes their outcomes (unknown: the
+// events stay pending) and returns in time, without an error: the loops do
+// not write after Close returned (a review found a stop held to its
+// deadline, returning an error, the outcome written half a second later).
+func TestAStopWithASilentBrokerEndsInTime(t *testing.T) {
+	inFlight := make(chan struct{}, 1)
+	wrap := sinkWrap(func(s *natsplugin.Sink) switchyard.Sink { return &neverAcks{Sink: s, inFlight: inFlight} })
+	h := newHarness(t, `
+event "t.silent" {
+  route {
+    to      = "nats.local"
+    subject = "t.silent"
+  }
+}
+`, false, wrap)
+	id := h.ingest("t.silent", 1)[0]
+	select {
+	case <-inFlight:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch was sent")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := h.eng.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if rec := h.record(id); rec.State != storage.StatePending || !strings.Contains(rec.LastError, "no acknowledgement") {
+		t.Fatalf("when Close returned: %s (%q), want pending with the unknown outcome written", rec.State, rec.LastError)
+	}
 }
