@@ -145,7 +145,7 @@ var _ context.Context = (*callCtx)(nil)
 // newInstance instantiates the module and runs _initialize,
 // sy_abi_version and sy_init on it.
 func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
-	in := &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory), spares: &p.spares, total: &p.memory}}
+	in := &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory), total: &p.memory}}
 	in.cctx = callCtx{inst: in, done: make(chan struct{})}
 	in.stdout = streamWriter{in: in, stream: "stdout", level: hclog.Info}
 	in.stderr = streamWriter{in: in, stream: "stderr", level: hclog.Warn}
@@ -196,7 +196,9 @@ func (in *instance) moduleConfig() wazero.ModuleConfig {
 func (in *instance) start(ctx context.Context) error {
 	p := in.p
 	call := func(name string, params ...uint64) (uint64, error) {
+		in.mem.enter()
 		res, err := in.mod.ExportedFunction(name).Call(ctx, params...)
+		in.mem.exit()
 		if f, reason := in.failure(name, err, false, p.initTimeout); f != "" {
 			return 0, errors.New(reason)
 		}
@@ -409,7 +411,9 @@ func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switc
 
 	in.cctx.arm()
 	in.timer.Reset(timeout)
+	in.mem.enter()
 	callErr := in.handle.CallWithStack(&in.cctx, in.stack[:])
+	in.mem.exit()
 	stopped := in.timer.Stop()
 	fired := in.cctx.disarm()
 	if !stopped && !fired {

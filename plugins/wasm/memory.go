@@ -22,21 +22,26 @@ import (
 // where the memory limit was the cause), and a Rust plugin's first event
 // 9–16 ms; with the mapping, 1 ms and 0.15 ms. The mapping is outside the
 // Go heap: a reserved limit does not count as heap, only touched pages
-// count as the process's memory. Elsewhere, or if the mapping fails, the
-// slice as before. A closed instance's mapping, zeroed, serves the
-// plugin's next (spareMemory): a new mapping's pages each fault in on
-// first touch, and a Go plugin's runtime touches megabytes as it starts.
+// count as the process's memory, and Free gives them all back. Elsewhere,
+// or if the mapping fails, the slice as before.
 type linearMemory struct {
 	buf      []byte
 	limit    uint64
 	reserved []byte        // the mapping of limit bytes (reserve), nil when buf is a Go slice
-	spares   *spareMemory  // the plugin's closed instances' mappings
 	refused  uint64        // the size of the first refused grow; 0 = none
 	total    *atomic.Int64 // the plugin's instances' memory, summed
+
+	// A module closed from another goroutine (a runtime's Close) frees
+	// its memory at once, even while a guest call runs on it (a review
+	// crashed the process so): the mapping is then released when the
+	// last call exits.
+	mu       sync.Mutex
+	calls    int  // guest calls running (enter, exit)
+	released bool // Free came during a call: exit releases the mapping
 }
 
 func (m *linearMemory) Allocate(cap, _ uint64) experimental.LinearMemory {
-	if m.reserved = m.spares.take(m.limit); m.reserved != nil {
+	if m.reserved = reserve(m.limit); m.reserved != nil {
 		m.buf = m.reserved[:0]
 		return m
 	}
@@ -64,67 +69,40 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 	return nb
 }
 
-// Free releases the memory. wazero calls it once, when the instance's
-// module closes, never while a call runs (a call cut short by its context
-// closes the module's resources on the calling goroutine, after the call).
+// Free releases the memory; wazero calls it once, when the module's
+// resources close. A mapping a call still runs on is released at the
+// call's exit.
 func (m *linearMemory) Free() {
 	m.total.Add(-int64(len(m.buf)))
+	m.buf = nil
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.calls > 0 {
+		m.released = true
+		return
+	}
+	m.release()
+}
+
+// enter and exit bracket every guest call on the memory.
+func (m *linearMemory) enter() {
+	m.mu.Lock()
+	m.calls++
+	m.mu.Unlock()
+}
+
+func (m *linearMemory) exit() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.calls--; m.calls == 0 && m.released {
+		m.release()
+	}
+}
+
+// release unmaps the mapping, if any. m.mu is held.
+func (m *linearMemory) release() {
 	if m.reserved != nil {
-		m.spares.put(m.reserved, len(m.buf))
+		release(m.reserved)
 		m.reserved = nil
 	}
-	m.buf = nil
-}
-
-// spareMemory keeps up to max mappings of a plugin's closed instances,
-// zeroed, for its next instances; close releases them, and any put after.
-type spareMemory struct {
-	mu     sync.Mutex
-	free   [][]byte
-	max    int
-	closed bool
-}
-
-// take returns a spare mapping, or a new one of limit bytes (nil when
-// none can be made). A nil pool keeps none.
-func (s *spareMemory) take(limit uint64) []byte {
-	if s == nil {
-		return reserve(limit)
-	}
-	s.mu.Lock()
-	if n := len(s.free); n > 0 {
-		b := s.free[n-1]
-		s.free = s.free[:n-1]
-		s.mu.Unlock()
-		return b
-	}
-	s.mu.Unlock()
-	return reserve(limit)
-}
-
-// put zeroes the used bytes of b and keeps it, or releases it when the
-// pool is full or closed.
-func (s *spareMemory) put(b []byte, used int) {
-	if s == nil {
-		release(b)
-		return
-	}
-	clear(b[:used])
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || len(s.free) >= s.max {
-		release(b)
-		return
-	}
-	s.free = append(s.free, b)
-}
-
-// close releases the spare mappings.
-func (s *spareMemory) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range s.free {
-		release(b)
-	}
-	s.free, s.closed = nil, true
 }

@@ -54,7 +54,6 @@ type Plugin struct {
 
 	started, discarded atomic.Int64
 	memory             atomic.Int64 // the live instances' linear memory, in bytes
-	spares             spareMemory  // closed instances' memory, for the next
 
 	sha256    string // of the module's bytes
 	loadedAt  time.Time
@@ -143,7 +142,6 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 		log:         rt.log.With("plugin", cfg.Name),
 		initTimeout: max(10*lim.Timeout, minInitTimeout),
 		idle:        make(chan *instance, n),
-		spares:      spareMemory{max: n},
 		slots:       make(chan struct{}, n),
 		sha256:      fmt.Sprintf("%x", sha256.Sum256(bin)),
 		loadedAt:    time.Now(),
@@ -458,7 +456,6 @@ func (p *Plugin) Close(ctx context.Context) error {
 		case in := <-p.idle:
 			p.discard(in)
 		default:
-			p.spares.close()
 			return p.compiled.Close(ctx)
 		}
 	}
