@@ -185,25 +185,10 @@ func (s *lateAcks) Send(ctx context.Context, msgs []*switchyard.Message) func() 
 // adversarial trial found 415 events twice in the stream after three
 // SIGTERMs under load).
 func TestAStopRecordsWhatIsInFlight(t *testing.T) {
-	inFlight := make(chan struct{}, 1)
-	wrap := sinkWrap(func(s *natsplugin.Sink) switchyard.Sink { return &lateAcks{Sink: s, inFlight: inFlight} })
-	h := newHarness(t, `
-event "t.stop" {
-  route {
-    to      = "nats.local"
-    subject = "t.stop"
-  }
-}
-`, false, wrap)
-	ids := h.ingest("t.stop", 20)
-	select {
-	case <-inFlight:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no batch was sent")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := h.eng.Close(ctx); err != nil {
+	h, ids, err := stopInFlight(t, "t.stop", 20, 10*time.Second, func(s *natsplugin.Sink, inFlight chan struct{}) switchyard.Sink {
+		return &lateAcks{Sink: s, inFlight: inFlight}
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
@@ -212,6 +197,32 @@ event "t.stop" {
 		}
 	}
 	h.streamHoldsOnce(ids)
+}
+
+// stopInFlight routes type typ to nats.local through the sink wrap makes
+// of the harness's, stores n events, and closes the engine, within d,
+// once that sink says on its channel that a batch waits for its
+// acknowledgements.
+func stopInFlight(t *testing.T, typ string, n int, d time.Duration, wrap func(*natsplugin.Sink, chan struct{}) switchyard.Sink) (*harness, []string, error) {
+	t.Helper()
+	inFlight := make(chan struct{}, 1)
+	h := newHarness(t, fmt.Sprintf(`
+event %q {
+  route {
+    to      = "nats.local"
+    subject = %q
+  }
+}
+`, typ, typ), false, sinkWrap(func(s *natsplugin.Sink) switchyard.Sink { return wrap(s, inFlight) }))
+	ids := h.ingest(typ, n)
+	select {
+	case <-inFlight:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch was sent")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return h, ids, h.eng.Close(ctx)
 }
 
 // neverAcks is the NATS sink with no acknowledgement ever collected: each
@@ -242,28 +253,13 @@ func (s *neverAcks) Send(ctx context.Context, msgs []*switchyard.Message) func()
 // not write after Close returned (a review found a stop held to its
 // deadline, returning an error, the outcome written half a second later).
 func TestAStopWithASilentBrokerEndsInTime(t *testing.T) {
-	inFlight := make(chan struct{}, 1)
-	wrap := sinkWrap(func(s *natsplugin.Sink) switchyard.Sink { return &neverAcks{Sink: s, inFlight: inFlight} })
-	h := newHarness(t, `
-event "t.silent" {
-  route {
-    to      = "nats.local"
-    subject = "t.silent"
-  }
-}
-`, false, wrap)
-	id := h.ingest("t.silent", 1)[0]
-	select {
-	case <-inFlight:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no batch was sent")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := h.eng.Close(ctx); err != nil {
+	h, ids, err := stopInFlight(t, "t.silent", 1, 3*time.Second, func(s *natsplugin.Sink, inFlight chan struct{}) switchyard.Sink {
+		return &neverAcks{Sink: s, inFlight: inFlight}
+	})
+	if err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if rec := h.record(id); rec.State != storage.StatePending || !strings.Contains(rec.LastError, "no acknowledgement") {
+	if rec := h.record(ids[0]); rec.State != storage.StatePending || !strings.Contains(rec.LastError, "no acknowledgement") {
 		t.Fatalf("when Close returned: %s (%q), want pending with the unknown outcome written", rec.State, rec.LastError)
 	}
 }
