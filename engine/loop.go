@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -909,6 +910,7 @@ type item struct {
 // output is one message for one sink, and what became of it.
 type output struct {
 	dest   string // "nats.local:orders"
+	named  bool   // the plugin chain named dest (not the type's routes)
 	sink   string
 	msg    switchyard.Message
 	event  switchyard.Event // the plugin chain's output event
@@ -1059,6 +1061,7 @@ func (l *Loop) route(b *batch, it *item, outs []switchyard.PluginOutput, now tim
 			}
 			o := b.newOutput()
 			*o = output{dest: dest.full, sink: dest.sink, event: po.Event}
+			o.named = po.Destination != ""
 			held += outputSize(&po.Event)
 			o.msg = switchyard.Message{Event: &o.event, Topic: dest.topic, Key: po.Key, MsgID: msgID}
 			o.result.Position, o.recalled = l.e.recall.take(rec.Key(), dest.full, msgID, o.event.ID, now)
@@ -1286,7 +1289,7 @@ func (l *Loop) commit(tx *storage.Tx, b *batch, res *PollResult) error {
 		if err != nil {
 			return err
 		}
-		v := verdictOf(it, rec, now)
+		v := verdictOf(it, rec, b.pol.Plugins, now)
 		rec.UpdatedAt = now
 		if rec.State != storage.StatePending || rec.QueueSeq != it.rec.QueueSeq {
 			// Moved since the take (an operator): keep the outputs only.
@@ -1369,9 +1372,23 @@ const maxRetryAfter = 24 * time.Hour
 // measurements (spaceEvery).
 const storageFullWait = time.Second
 
+// namedBy says which plugins of a chain named an output's destination, for
+// its failure's reason: a plugin author reads that their own output chose
+// it (a plugin author's trial had to guess).
+func namedBy(chain []string) string {
+	q := make([]string, len(chain))
+	for i, p := range chain {
+		q[i] = strconv.Quote(p)
+	}
+	if len(q) == 1 {
+		return "plugin " + q[0]
+	}
+	return "the plugin chain " + strings.Join(q, " → ")
+}
+
 // verdictOf records the results of the item's outputs in rec and sums them up
-// with the plugin chain's error.
-func verdictOf(it *item, rec *storage.Record, now time.Time) verdict {
+// with the plugin chain's error (chain: the plugins that ran).
+func verdictOf(it *item, rec *storage.Record, chain []string, now time.Time) verdict {
 	var v verdict
 	switch {
 	case it.err == nil:
@@ -1390,15 +1407,19 @@ func verdictOf(it *item, rec *storage.Record, now time.Time) verdict {
 	for _, o := range it.outputs {
 		err := o.result.Err
 		setOutput(rec, o, now)
+		where := o.dest
+		if err != nil && o.named {
+			where += " (named by " + namedBy(chain) + ")"
+		}
 		switch {
 		case err == nil:
 		case switchyard.IsPermanent(err):
-			v.permanent = fmt.Errorf("%s: %w", o.dest, err)
+			v.permanent = fmt.Errorf("%s: %w", where, err)
 		case isOutage(err):
-			v.unknown = fmt.Errorf("%s: %w", o.dest, err)
+			v.unknown = fmt.Errorf("%s: %w", where, err)
 			v.wait = max(v.wait, outageWait(rec, now))
 		default:
-			v.retry = fmt.Errorf("%s: %w", o.dest, err)
+			v.retry = fmt.Errorf("%s: %w", where, err)
 			v.retryAfter = max(v.retryAfter, o.result.RetryAfter)
 		}
 	}

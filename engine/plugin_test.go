@@ -635,3 +635,20 @@ event "t.big2" {
 		t.Fatalf("after the batches were done: %+v, want 4 delivered", res)
 	}
 }
+
+// A publish that fails at a destination a plugin named says which plugin
+// named it, as the plugin's other failures do (a plugin author's trial:
+// "nats.local:stamped: no JetStream stream for subject" left them to guess
+// that their own sy_emit_to chose it); one along the type's routes does not.
+func TestAFailedPublishNamesThePluginThatChoseItsDestination(t *testing.T) {
+	to := funcPlugin{name: "stamp", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		return []switchyard.PluginOutput{{Destination: "nats.local:nostream.stamped", Event: *ev}}, nil
+	}}
+	h := newHarness(t, pluginPolicy("stamp", "t.stamp", "max_retries = 0"), true, withPlugins(to))
+	id := h.ingest("t.stamp", 1)[0]
+	h.pollAll("t.stamp")
+	rec := h.record(id)
+	if rec.State != storage.StateDLQ || !strings.Contains(rec.LastError, `nats.local:nostream.stamped (named by plugin "stamp"): `) {
+		t.Fatalf("%s: %q, want the destination named by plugin \"stamp\"", rec.State, rec.LastError)
+	}
+}
