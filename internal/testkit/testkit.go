@@ -13,9 +13,12 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -132,15 +135,55 @@ func EventuallyWith(t testing.TB, d time.Duration, cond func() bool, explain fun
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago: for a
-// broker a test stops and starts again on the same address.
+// broker a test stops and starts again on the same address. It is taken
+// below the kernel's ephemeral range, so that no bind to port 0 (an
+// embedded server's "port = -1") and no outgoing connection takes it in
+// the meantime: CI once saw a router's embedded NATS server take the port
+// a test kept for a broker it started later. A port is handed out once per
+// process.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := ephemeralLow()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 200 {
+		p := minPort + mrand.IntN(low-minPort)
+		if portsGiven[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		portsGiven[p] = true
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatalf("no free port in %d-%d", minPort, low-1)
+	return 0
+}
+
+// minPort is the lowest port FreePort hands out.
+const minPort = 10000
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux:
+// net.ipv4.ip_local_port_range), 32768 where it cannot be read or leaves
+// too little below it.
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > minPort+1000 {
+				low = n
+			}
+		}
+	}
+	return low
 }
 
 // Kafka starts an in-process Kafka cluster (franz-go's kfake) with opts
