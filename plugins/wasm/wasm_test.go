@@ -298,8 +298,9 @@ func TestWasmHostileEndlessLoop(t *testing.T) {
 }
 
 func TestWasmHostileMemoryBomb(t *testing.T) {
-	// A generous timeout: growing memory is slow under -race, and the memory
-	// limit is what must stop the plugin.
+	// A generous timeout: where the memory is a Go slice (not Linux) each
+	// grow that moves it copies, slowly under -race, and the memory limit
+	// is what must stop the plugin.
 	hostile(t, "membomb", config.PluginLimits{Memory: 4 << 20, Timeout: 10 * time.Second}, "memory limit reached: the plugin tried to grow its memory to 4.1MiB, over limits.memory = 4MiB")
 }
 
