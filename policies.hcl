@@ -78,10 +78,14 @@ storage {
   # delivery and the DLQ go on, delivered records are removed before their
   # outbox ttl to make room, and ingest resumes as the backlog drains.
   # Measured every 250 ms: a burst can pass the budget by what arrives
-  # meanwhile. /v1/stats and the
-  # switchyard_storage_* metrics show used, budget, free and reusable.
+  # meanwhile. Under min_free delivery waits once the room left is down
+  # to a quarter of it (at most 16 MiB), and the router holds that much in
+  # router.db.reserve beside the file, which it gives up when the disk is
+  # full so that delivery and the cleanup go on (docs/decisions/disk-full.md).
+  # /v1/stats and the switchyard_storage_* metrics show used, budget, free,
+  # reusable and reserve.
   # max_size = "2GiB"     # default: none
-  # min_free = "64MiB"    # the default
+  # min_free = "64MiB"    # the default; at least 1MiB
   # Every commit costs two fdatasyncs (~110 µs of CPU on a small VM). At a
   # moderate rate a commit holds only a few requests; commit_delay makes a
   # commit of fewer than 16 writes wait that long for more (requests, and

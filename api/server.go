@@ -902,7 +902,7 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 	}
 	if sp, maxSize, ok := s.engine.Space(); ok {
 		out["storage"] = map[string]any{
-			"used_bytes": sp.Used, "file_bytes": sp.File, "disk_free_bytes": sp.DiskFree, "reusable_bytes": sp.Reusable, "max_size_bytes": maxSize,
+			"used_bytes": sp.Used, "file_bytes": sp.File, "disk_free_bytes": sp.DiskFree, "reusable_bytes": sp.Reusable, "reserve_bytes": sp.Reserve, "max_size_bytes": maxSize,
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

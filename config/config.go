@@ -112,7 +112,9 @@ type Storage struct {
 	MaxSize int64
 	// MinFree is the free-disk floor: ingest stops while the disk holding
 	// the data file has less left (default 64 MiB), so the node keeps room
-	// for everything else on it.
+	// for everything else on it. At least MinMinFree (0 only in code: no
+	// floor). Part of it is the reserve (Reserve), and delivery waits
+	// short of its last part (engine).
 	MinFree int64
 	// CommitDelay is how long a commit of a few writes waits for more to
 	// join it: fewer commits (two fdatasyncs each) for a longer wait.

@@ -424,6 +424,7 @@ plugin "p" { wasm = "p.wasm" }
 		{"negative yield lag", "outbox {\n  yield_lag = \"-1s\"\n}\n", "test.hcl:2:15: Invalid duration: yield_lag must not be negative"},
 		{"bad size", "listen {\n  max_body = \"16MB!\"\n}\n", `test.hcl:2:14: Invalid size: max_body: "16MB!" is not a size`},
 		{"zero size", "listen {\n  max_body = 0\n}\n", "test.hcl:2:14: Invalid size: max_body: size must be greater than zero"},
+		{"min_free too small", "storage {\n  min_free = \"512KiB\"\n}\n", "test.hcl:2:14: Invalid size: min_free is at least 1MiB, not 512KiB"},
 		{"polling multiplier", "defaults {\n  polling {\n    multiplier = 0.5\n  }\n}\n", "test.hcl:3:18: Invalid multiplier: multiplier must be at least 1"},
 		{"backoff multiplier", "event \"a\" {\n  backoff { multiplier = 0.9 }\n}\n", "test.hcl:2:26: Invalid multiplier"},
 		{"polling type", "defaults {\n  polling { type = \"eager\" }\n}\n", `test.hcl:2:20: Invalid value: type must be one of "adaptive", "fixed", not "eager"`},

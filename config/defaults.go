@@ -75,6 +75,26 @@ func NewNATS(name string) NATS {
 // (docs/decisions/power-loss.md).
 func (n NATS) ReplayWindow() time.Duration { return 2*n.SyncInterval + 5*time.Second }
 
+// MinMinFree is the smallest storage.min_free: under the floor, delivery
+// and the cleanup need room of their own to make room.
+const MinMinFree = 1 << 20
+
+// MaxReserve caps the reserve (Storage.Reserve).
+const MaxReserve = 16 << 20
+
+// Reserve is how much of the disk the router holds in a file beside the
+// data file for the moment the disk is full (storage.DB.HoldReserve;
+// docs/decisions/disk-full.md): a quarter of min_free, at most MaxReserve;
+// none without a floor. Delivery stops once the free room outside it is
+// down to its size again, so that the last of min_free is for the
+// cleanup.
+func (s Storage) Reserve() int64 {
+	if s.MinFree <= 0 {
+		return 0
+	}
+	return min(s.MinFree/4, MaxReserve)
+}
+
 // NewStream is a stream block capturing subjects, with every default set.
 func NewStream(name string, subjects ...string) Stream {
 	return Stream{Name: name, Subjects: subjects, Storage: "file", Replicas: DefaultStreamReplicas, Duplicates: DefaultStreamDuplicates}

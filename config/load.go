@@ -451,7 +451,12 @@ func (d *decoder) storage(c *hcl.BodyContent, body hcl.Body, st *Storage) {
 		a := sc.Attributes["path"]
 		d.str(a, &st.Path)
 		d.size(sc.Attributes["max_size"], &st.MaxSize, 1<<50)
-		d.size(sc.Attributes["min_free"], &st.MinFree, 1<<50)
+		if a := sc.Attributes["min_free"]; a != nil {
+			d.size(a, &st.MinFree, 1<<50)
+			if st.MinFree > 0 && st.MinFree < MinMinFree {
+				d.errorf(a.Expr.Range(), "Invalid size", "min_free is at least %s, not %s: the last of the floor is the room delivery and the cleanup need to make room.", formatSize(MinMinFree), formatSize(st.MinFree))
+			}
+		}
 		if cd := sc.Attributes["commit_delay"]; cd != nil {
 			d.duration(cd, &st.CommitDelay, false)
 			if st.CommitDelay > MaxCommitDelay {

@@ -320,7 +320,7 @@ func (l *Loop) run(ctx context.Context) {
 		// second for as long as the disk stays full (a review).
 		requeuedOnly := taken > 0 && transit.settled == 0
 		out.settled(&transit)
-		d, backOff := l.nextDelay(full && !out.probing), out.probing || err != nil
+		d, backOff := l.nextDelay(full && !out.probing), out.probing || err != nil || l.e.takesNothing()
 		if !backOff && !requeuedOnly {
 			d = l.untilNextDue(d, pol)
 		}
@@ -538,7 +538,7 @@ func (l *Loop) Poll(ctx context.Context) (PollResult, error) {
 // runs them through the plugin chain and sends their outputs. It returns
 // nil when nothing is due.
 func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool) (*batch, error) {
-	if l.e.fileLost() != nil || ctx.Err() != nil {
+	if l.e.takesNothing() || ctx.Err() != nil {
 		return nil, nil
 	}
 	pol := l.pol.Load()

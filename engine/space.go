@@ -36,6 +36,13 @@ type spaceState struct {
 	// it writes in spaceEvery, only by one commit.
 	headroom int64
 	soonFull error
+	// deliverRoom is how many bytes the pages in use may grow before the
+	// loops stop taking batches (deliveryHeld; -1: no floor): the free
+	// room outside the reserve, less the reserve's size again. The last
+	// of min_free is for the cleanup, so that delivery's own growth
+	// (each delivered record grows by its outputs, and the delivered
+	// index by an entry) cannot leave it nothing to make room with.
+	deliverRoom int64
 }
 
 // spaceWatch keeps the verdict on the data file's budget fresh: storage
@@ -96,12 +103,31 @@ func (w *spaceWatch) roomy(maxSize, minFree int64) bool {
 	return minFree <= 0 || st.space.Room() >= 2*minFree
 }
 
+// deliveryHeld reports whether the loops must take no batch: the free
+// room outside the reserve was down to the reserve's size at the last
+// measurement, or the writes since have taken what was left above it.
+// Batches in flight still record their outcomes, and the cleanup runs
+// (docs/decisions/disk-full.md).
+func (w *spaceWatch) deliveryHeld() bool {
+	if w == nil {
+		return false
+	}
+	st := w.state.Load()
+	if st == nil || !st.measured || st.deliverRoom < 0 {
+		return false
+	}
+	return w.meter.Used()-st.space.Used >= st.deliverRoom
+}
+
 // measure takes a measurement and decides.
 func (w *spaceWatch) measure(maxSize, minFree int64) *spaceState {
 	sp, err := w.meter.Space()
-	st := &spaceState{space: sp, measured: err == nil, headroom: -1}
+	st := &spaceState{space: sp, measured: err == nil, headroom: -1, deliverRoom: -1}
 	if st.measured {
 		st.headroom, st.soonFull = headroom(sp, maxSize, minFree)
+		if reserve := (config.Storage{MinFree: minFree}).Reserve(); reserve > 0 {
+			st.deliverRoom = max(0, sp.Room()-sp.Reserve-reserve)
+		}
 	}
 	switch {
 	case err != nil:
@@ -148,27 +174,24 @@ func (e *Engine) fileLost() error {
 	return nil
 }
 
+// takesNothing reports whether the loops must take no batch: the data
+// file is lost (fileLost), or the disk is too nearly full for delivery to
+// grow the file (spaceWatch.deliveryHeld). The space loop wakes them when
+// it may again.
+func (e *Engine) takesNothing() bool { return e.fileLost() != nil || e.space.deliveryHeld() }
+
 // spaceLoop measures every spaceEvery; while the budget is exhausted it
-// makes room (makeRoom).
+// makes room (makeRoom). It keeps the reserve (keepReserve), and wakes
+// the loops when delivery may go on again.
 func (e *Engine) spaceLoop(ctx context.Context) {
 	t := time.NewTicker(spaceEvery)
 	defer t.Stop()
-	wasFull, lostSaid := false, false
+	var said spaceSaid
 	for {
 		cfg := e.config()
 		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
-		if err := e.fileLost(); err != nil && !lostSaid {
-			lostSaid = true
-			e.log.Error("the data file was removed, replaced or cut short under the router: every write is refused, the loops and the cleanup stop, until the router restarts", "error", err)
-		}
-		if full := st.full != nil; full != wasFull {
-			wasFull = full
-			if full {
-				e.log.Warn("storage budget reached: ingest refused (507 storage_full) until delivery makes room", "reason", st.full.(*switchyard.Error).Message)
-			} else {
-				e.log.Info("storage budget has room again: ingest resumes", "used_bytes", st.space.Used)
-			}
-		}
+		e.sayWhatChanged(st, &said)
+		e.keepReserve(cfg.Storage, st.space, &said)
 		if st.full != nil {
 			e.makeRoom(ctx)
 		}
@@ -177,6 +200,77 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// spaceSaid is what spaceLoop last logged, so that it logs changes.
+type spaceSaid struct {
+	full, held, lost bool
+	released         uint64 // the reserves the writer gave up (storage.DB.ReserveReleased)
+	reserveErr       string // why the reserve could not be made
+}
+
+// sayWhatChanged logs the changes of a measurement: the file lost, the
+// budget reached or left, delivery held or resumed (which wakes the loops).
+func (e *Engine) sayWhatChanged(st *spaceState, said *spaceSaid) {
+	if err := e.fileLost(); err != nil && !said.lost {
+		said.lost = true
+		e.log.Error("the data file was removed, replaced or cut short under the router: every write is refused, the loops and the cleanup stop, until the router restarts", "error", err)
+	}
+	if full := st.full != nil; full != said.full {
+		said.full = full
+		if full {
+			e.log.Warn("storage budget reached: ingest refused (507 storage_full) until delivery makes room", "reason", st.full.(*switchyard.Error).Message)
+		} else {
+			e.log.Info("storage budget has room again: ingest resumes", "used_bytes", st.space.Used)
+		}
+	}
+	if held := e.space.deliveryHeld(); held != said.held {
+		said.held = held
+		if held {
+			e.log.Warn("the disk is nearly full: delivery waits (it grows the data file) while the cleanup makes room; the last of storage.min_free is kept for the cleanup",
+				"disk_free_bytes", st.space.DiskFree, "reusable_bytes", st.space.Reusable, "reserve_bytes", st.space.Reserve)
+		} else {
+			e.log.Info("the disk has room for delivery again: the loops resume")
+			e.kickAll()
+		}
+	}
+}
+
+// reserveHolder is a store that keeps a reserve of disk for the moment the
+// disk is full (storage.DB).
+type reserveHolder interface {
+	HoldReserve(size int64) error
+	ReserveReleased() uint64
+}
+
+// keepReserve says when the writer gave up the reserve for a full disk,
+// and makes it again (or of the size a reload asks for) once the disk has
+// room for it outside the floor's last half: its free bytes at least the
+// reserve's and half of min_free. A file full of reusable pages does not
+// need it: they are the router's alone.
+func (e *Engine) keepReserve(cfg config.Storage, sp storage.Space, said *spaceSaid) {
+	h, ok := e.store.(reserveHolder)
+	if !ok || e.fileLost() != nil {
+		return
+	}
+	if n := h.ReserveReleased(); n != said.released {
+		said.released = n
+		e.log.Error("the disk is full: the router gave up its reserve so that delivery and the cleanup can go on; it is made again once the disk has room",
+			"disk_free_bytes", sp.DiskFree, "reusable_bytes", sp.Reusable)
+	}
+	want := cfg.Reserve()
+	if sp.Reserve == want || (want > sp.Reserve && sp.DiskFree < want-sp.Reserve+cfg.MinFree/2) {
+		return
+	}
+	err := h.HoldReserve(want)
+	switch {
+	case err != nil && err.Error() != said.reserveErr:
+		said.reserveErr = err.Error()
+		e.log.Warn("could not make the reserve", "error", err)
+	case err == nil && sp.Reserve < want:
+		said.reserveErr = ""
+		e.log.Info("holding a reserve of disk for the moment it is full", "reserve_bytes", want, "disk_free_bytes", sp.DiskFree)
 	}
 }
 

@@ -90,3 +90,43 @@ func TestWritesSinceTheMeasurementCountAgainstTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// Delivery waits once the free room outside the reserve is down to the
+// reserve's size again (a quarter of min_free, at most 16 MiB): at the
+// measurement, or after the writes since have grown the pages in use by
+// what was left above it. The reserve itself counts as room for
+// min_free: holding it does not refuse ingest.
+func TestDeliveryWaitsShortOfTheReserve(t *testing.T) {
+	const minFree = 8 << 20 // a reserve of 2 MiB
+	for _, c := range []struct {
+		sp    storage.Space
+		grown int64
+		held  bool
+	}{
+		{storage.Space{DiskFree: 6 << 20, Reserve: 2 << 20}, 0, false},
+		{storage.Space{DiskFree: 6 << 20, Reserve: 2 << 20}, 4<<20 - 1, false},
+		{storage.Space{DiskFree: 6 << 20, Reserve: 2 << 20}, 4 << 20, true},
+		{storage.Space{DiskFree: 1 << 20, Reusable: 1 << 20, Reserve: 2 << 20}, 0, true},
+		{storage.Space{DiskFree: 1 << 20, Reusable: 1 << 20}, 0, true}, // the reserve given up
+		{storage.Space{DiskFree: 2 << 20, Reusable: 1 << 20}, 0, false},
+	} {
+		used := c.sp.Used
+		w := &spaceWatch{meter: fixedMeter{sp: c.sp, used: &used}}
+		w.measure(0, minFree)
+		used += c.grown
+		if held := w.deliveryHeld(); held != c.held {
+			t.Errorf("%+v grown by %d: delivery held %v, want %v", c.sp, c.grown, held, c.held)
+		}
+	}
+	// Without a floor there is no reserve, and delivery never waits.
+	w := &spaceWatch{meter: fixedMeter{sp: storage.Space{}}}
+	w.measure(0, 0)
+	if w.deliveryHeld() {
+		t.Error("delivery held without min_free")
+	}
+	// The reserve is room: 6 MiB free and 2 MiB held meet min_free = 8 MiB.
+	w = &spaceWatch{meter: fixedMeter{sp: storage.Space{DiskFree: 6 << 20, Reserve: 2 << 20}}}
+	if st := w.measure(0, minFree); st.full != nil {
+		t.Errorf("the reserve not counted as room: %v", st.full)
+	}
+}

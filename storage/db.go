@@ -88,6 +88,10 @@ type DB struct {
 	// read again after each commit: a file grown past the mapping is
 	// mapped anew.
 	mapStart atomic.Uintptr
+	// reserveMu orders the changes to the reserve (reserve.go); released
+	// counts the times a full disk made the writer give it up.
+	reserveMu sync.Mutex
+	released  atomic.Uint64
 }
 
 type write struct {
@@ -481,6 +485,9 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 			group[failed].err <- err
 			group = append(group[:failed], group[failed+1:]...)
 			continue
+		}
+		if isDiskFull(err) && db.releaseReserve() {
+			continue // the same group again, in the room the reserve held
 		}
 		if err != nil {
 			err = fmt.Errorf("storage: commit: %w", err)

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,6 +129,87 @@ func storedBytes(b *testing.B) {
 	b.ReportMetric(float64(u.used)/float64(encoded), "used/record")
 	b.ReportMetric(100*float64(u.leafInuse)/float64(max(u.leafAlloc, 1)), "leaf-fill-%")
 	b.ReportMetric(100*float64(u.branchInuse)/float64(max(u.branchAlloc, 1)), "branch-fill-%")
+}
+
+// BenchmarkDeliveredBytes measures what delivering a backlog does to the
+// file: 20,000 events stored 100 to a commit, then delivered 200 to a
+// commit with one output each (a NATS destination and its stream
+// position, as the loops record them). Reported: the pages in use per
+// event before and after. Each delivered record grows by its output, and a
+// full page that grows splits in two (docs/decisions/disk-full.md): with
+// the router's time-ordered ids and 400 bytes of data the pages have the
+// room; with client ids that land anywhere and small events they do not.
+func BenchmarkDeliveredBytes(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		dataBytes int
+		clientIDs bool
+	}{{"router-ids-400B", 400, false}, {"client-ids-110B", 110, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				pending, delivered := deliveredBytes(b, c.dataBytes, c.clientIDs)
+				b.ReportMetric(pending, "pending-B/event")
+				b.ReportMetric(delivered, "delivered-B/event")
+			}
+		})
+	}
+}
+
+func deliveredBytes(b *testing.B, dataBytes int, clientIDs bool) (pending, delivered float64) {
+	const n = 20_000
+	db, err := Open(filepath.Join(b.TempDir(), "router.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	now := time.Now()
+	for k := 0; k < n; {
+		err := db.Update(context.Background(), func(tx *Tx) error {
+			for range 100 {
+				r := diskEvent(now)
+				r.Event.Data = append(r.Event.Data[:dataBytes-1], '"')
+				if clientIDs { // 16 clients' ids, one count: "c-3-12345"
+					r.Event.ID = fmt.Sprintf("c-%d-%d", k%16, k)
+				}
+				k++
+				if err := tx.InsertEvent(r, false); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	used := func() float64 {
+		u, err := db.pagesInUse()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(u) / n
+	}
+	pending = used()
+	seq := uint64(0)
+	for left := n; left > 0; {
+		err := db.Update(context.Background(), func(tx *Tx) error {
+			due, err := tx.Due("orders.created", now.Add(time.Hour), 0, 200, false, func([]byte) bool { return false })
+			for _, r := range due {
+				seq++
+				r.Outputs = append(r.Outputs, Output{Destination: "nats.local:orders.created", Delivered: true, DeliveredAt: now,
+					Position: &switchyard.Position{Stream: "events", Sequence: seq}})
+				if err := tx.MarkDelivered(r, now, time.Hour); err != nil {
+					return err
+				}
+			}
+			left -= len(due)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return pending, used()
 }
 
 // BenchmarkSteadyBacklog measures whether the space TTL cleanup frees is

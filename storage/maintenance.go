@@ -119,11 +119,14 @@ type Space struct {
 	// DiskFree. (On a copy-on-write filesystem, btrfs or ZFS, a rewritten
 	// page takes new blocks: there this overstates the room.)
 	Reusable int64 `json:"reusable_bytes"`
+	// Reserve is the disk the reserve beside the file holds for the moment
+	// the disk is full (reserve.go): room only the router can use.
+	Reserve int64 `json:"reserve_bytes"`
 }
 
-// Room is what the data file can still take: the disk's free bytes and
-// the file's reusable ones.
-func (sp Space) Room() int64 { return sp.DiskFree + sp.Reusable }
+// Room is what the data file can still take: the disk's free bytes, the
+// file's reusable ones, and the reserve's.
+func (sp Space) Room() int64 { return sp.DiskFree + sp.Reusable + sp.Reserve }
 
 // Space measures the data file's use and the room left on its disk.
 func (db *DB) Space() (Space, error) {
@@ -145,5 +148,6 @@ func (db *DB) Space() (Space, error) {
 		return sp, err
 	}
 	sp.DiskFree = int64(fs.Bavail) * int64(fs.Bsize)
+	sp.Reserve = reserveHeld(reservePath(db.path))
 	return sp, nil
 }

@@ -625,7 +625,7 @@ func checkExactlyOnce(t *testing.T, r *crashRouter, acked []string) {
 		t.Fatalf("%d of %d acknowledged events not delivered", notDelivered, len(acked))
 	}
 
-	bySeq, total := readStream(t, r.config, r.natsURL())
+	bySeq, total := readStream(t, r.config, r.natsURL(), crashStream)
 	ids := make(map[string]int, len(bySeq))
 	for _, id := range bySeq {
 		ids[id]++
@@ -682,14 +682,15 @@ func routerJetStream(t testing.TB, config, block, url string) jetstream.JetStrea
 	return testkit.JetStreamOn(t, routerConn(t, config, block, url))
 }
 
-// readStream reads the whole crash stream with an ordered consumer and
-// returns the ce-id of each message by sequence, and the message count.
-func readStream(t *testing.T, config, url string) (map[uint64]string, uint64) {
+// readStream reads a whole stream of the router's embedded server with an
+// ordered consumer and returns the ce-id of each message by sequence, and
+// the message count.
+func readStream(t *testing.T, config, url, name string) (map[uint64]string, uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	js := routerJetStream(t, config, "local", url)
-	stream, err := js.Stream(ctx, crashStream)
+	stream, err := js.Stream(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}

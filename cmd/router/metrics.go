@@ -116,5 +116,6 @@ func registerSpace(reg prometheus.Registerer, eng *engine.Engine) {
 	gauge("switchyard_storage_used_bytes", "Bytes of the data file's pages that hold data.", func(sp storage.Space, _ int64) int64 { return sp.Used })
 	gauge("switchyard_storage_max_size_bytes", "The data file's budget (storage.max_size); 0 = none.", func(_ storage.Space, m int64) int64 { return m })
 	gauge("switchyard_storage_disk_free_bytes", "Free bytes on the disk holding the data file.", func(sp storage.Space, _ int64) int64 { return sp.DiskFree })
+	gauge("switchyard_storage_reserve_bytes", "Bytes of the disk held in the reserve beside the data file for the moment the disk is full (0 once given up; made again when the disk has room).", func(sp storage.Space, _ int64) int64 { return sp.Reserve })
 	gauge("switchyard_storage_reusable_bytes", "Bytes of the data file on disk that new writes reuse (its free pages): room min_free counts with the disk's.", func(sp storage.Space, _ int64) int64 { return sp.Reusable })
 }

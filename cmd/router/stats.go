@@ -105,6 +105,7 @@ func (c *StatsCommand) storageLine(raw json.RawMessage) {
 		Used     int64 `json:"used_bytes"`
 		File     int64 `json:"file_bytes"`
 		DiskFree int64 `json:"disk_free_bytes"`
+		Reserve  int64 `json:"reserve_bytes"`
 		MaxSize  int64 `json:"max_size_bytes"`
 	}
 	if raw == nil || json.Unmarshal(raw, &st) != nil {
@@ -114,8 +115,8 @@ func (c *StatsCommand) storageLine(raw json.RawMessage) {
 	if st.MaxSize > 0 {
 		budget = "max_size " + ibytes(st.MaxSize)
 	}
-	fmt.Fprintf(c.Stdout, "\nstorage: %s in use (%s), file %s, %s free on its disk\n",
-		ibytes(st.Used), budget, ibytes(st.File), ibytes(st.DiskFree))
+	fmt.Fprintf(c.Stdout, "\nstorage: %s in use (%s), file %s, %s free on its disk, reserve %s\n",
+		ibytes(st.Used), budget, ibytes(st.File), ibytes(st.DiskFree), ibytes(st.Reserve))
 }
 
 // sinkLines prints each sink's last publish error since start (GET

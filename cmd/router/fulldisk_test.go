@@ -1,0 +1,230 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// A router that fills its own disk does not wedge the data file
+// (docs/decisions/disk-full.md). On a 60 MiB disk with min_free = 8 MiB, a
+// heavy load (batches of 100) fills it to the floor faster than delivery
+// drains it; delivering the backlog then
+// grows the file (each record by its outputs) while the embedded stream's
+// replay window keeps the delivered records for seconds. Before, that
+// growth took the last free byte and every commit, the cleanup's
+// included, failed with ENOSPC for ever (tens of thousands of events
+// pending, ingest refused). Now delivery waits short of the floor's last
+// part, the cleanup makes room, the backlog drains, and every
+// acknowledged event is in the stream.
+func TestARouterThatFillsItsDiskDrains(t *testing.T) {
+	r := smallDiskRouter(t)
+	acked := load(t, r.load, "L", 100, 8*time.Second, true)
+	drained(t, r.c, "after the disk filled up to the floor")
+	if n := strings.Count(r.logs.String(), "no space left on device"); n > 0 {
+		t.Logf("%d writes met a full disk while the router filled it", n)
+	}
+	r.allInStream(t, acked)
+}
+
+// A disk that another program fills while a backlog waits does not wedge
+// the data file either: the router gives up its reserve, delivery records
+// its outcomes and the cleanup makes room inside the file in the room it
+// held, the backlog drains, and ingest resumes in the room the cleanup
+// made. Once the disk has room again (the filler removed, the volume
+// grown) the reserve is back. Before, every commit failed with ENOSPC
+// until the filler went.
+func TestADiskAnotherProgramFillsDrains(t *testing.T) {
+	r := smallDiskRouter(t)
+	acked := load(t, r.load, "L", 10, 1500*time.Millisecond, false)
+	filler := testkit.FillDisk(t, r.disk)
+	acked = append(acked, load(t, r.load, "X", 10, 2*time.Second, false)...)
+	drained(t, r.c, "after another program filled the disk")
+	if !strings.Contains(r.logs.String(), "gave up its reserve") {
+		t.Errorf("the backlog drained on a full disk, but the reserve was not given up: was the disk full?")
+	}
+	testkit.Eventually(t, "ingest to resume in the room the cleanup made inside the file", 30*time.Second, func() bool {
+		ids := postLoad(r.c, "R", 0, 0, 10)
+		acked = append(acked, ids...)
+		return len(ids) > 0
+	})
+	os.Remove(filler)
+	testkit.GrowDisk(t, r.disk, 100<<20)
+	testkit.Eventually(t, "the reserve to be made again", 10*time.Second, func() bool {
+		return storageStat(t, r.c)["reserve_bytes"] == 2<<20
+	})
+	drained(t, r.c, "at the end")
+	r.allInStream(t, acked)
+}
+
+// smallDiskRouter is the real binary with its data file on a disk of its
+// own of 60 MiB, min_free = 8 MiB (a reserve of 2 MiB), routing t.order
+// to its embedded NATS server, whose store is on another disk.
+type smallDisk struct {
+	c           *http.Client
+	load        *http.Client // keeps a connection per load client (socketClient keeps two)
+	logs        *testkit.Buffer
+	disk        string
+	config, url string
+}
+
+func smallDiskRouter(t *testing.T) *smallDisk {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("fills a disk through the real binary")
+	}
+	disk := testkit.SmallDisk(t, 60<<20)
+	port := testkit.FreePort(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "r.sock")
+	path := filepath.Join(dir, "policies.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`
+listen  { socket = %q }
+storage {
+  path     = %q
+  min_free = "8MiB"
+}
+nats "local" {
+  embedded  = true
+  port      = %d
+  store_dir = %q
+  stream "events" { subjects = ["t.>"] }
+}
+event "t.order" {
+  route {
+    to      = "nats.local"
+    subject = "t.orders"
+  }
+}
+`, sock, filepath.Join(disk, "router.db"), port, filepath.Join(dir, "nats"))), 0o600)
+	c, logs := serveBinary(t, path, sock)
+	load := socketClient(sock)
+	load.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+	return &smallDisk{c: c, load: load, logs: logs, disk: disk, config: path, url: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+}
+
+// allInStream fails the test unless every id is in the router's stream.
+func (r *smallDisk) allInStream(t *testing.T, ids []string) {
+	t.Helper()
+	if missing := streamMissing(t, r.config, r.url, "events", ids); len(missing) > 0 {
+		t.Fatalf("%d of %d acknowledged events are not in the stream, e.g. %v", len(missing), len(ids), missing[:min(5, len(missing))])
+	}
+	t.Logf("%d acknowledged events, every one in the stream", len(ids))
+}
+
+// load posts batches of size events of ~110 bytes of data from 16
+// clients, ids prefix-client-n, for d (or, untilRefused, until a second
+// after the first refusal, which must come within d), and returns the ids
+// acknowledged.
+func load(t *testing.T, c *http.Client, prefix string, size int, d time.Duration, untilRefused bool) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var acked []string
+	stopAt := time.Now().Add(d)
+	refusedAt := time.Time{}
+	var wg sync.WaitGroup
+	var next atomic.Int64 // one count for all clients: ids land all over the events bucket
+	for g := range 16 {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				over := time.Now().After(stopAt) || (untilRefused && !refusedAt.IsZero() && time.Since(refusedAt) > time.Second)
+				mu.Unlock()
+				if over {
+					return
+				}
+				ids := postLoad(c, prefix, g, int(next.Add(int64(size))), size)
+				mu.Lock()
+				acked = append(acked, ids...)
+				if ids == nil && refusedAt.IsZero() {
+					refusedAt = time.Now()
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if untilRefused && refusedAt.IsZero() {
+		t.Fatalf("%d events acknowledged in %s, none refused: the disk did not fill", len(acked), d)
+	}
+	return acked
+}
+
+// postLoad posts one batch of n events and returns their ids if it was
+// acknowledged (nil if refused: 507, or 503 for a commit the full disk
+// refused).
+func postLoad(c *http.Client, prefix string, g, first, n int) []string {
+	var ids, evs []string
+	for i := first; i < first+n; i++ {
+		id := fmt.Sprintf("%s-%d-%d", prefix, g, i)
+		ids = append(ids, id)
+		evs = append(evs, fmt.Sprintf(`{"specversion":"1.0","type":"t.order","source":"/load","id":%q,"data":{"pad":%q}}`, id, strings.Repeat("x", 100)))
+	}
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents-batch+json", strings.NewReader("["+strings.Join(evs, ",")+"]"))
+	if err != nil {
+		return nil
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 202 {
+		return nil
+	}
+	return ids
+}
+
+// drained waits until no event is pending.
+func drained(t *testing.T, c *http.Client, when string) {
+	t.Helper()
+	var pending int64
+	testkit.EventuallyWith(t, 60*time.Second, func() bool {
+		var st struct {
+			Types []struct {
+				Pending int64 `json:"pending"`
+			} `json:"types"`
+		}
+		json.Unmarshal([]byte(get(t, c, "/v1/stats")), &st)
+		pending = 0
+		for _, ty := range st.Types {
+			pending += ty.Pending
+		}
+		return len(st.Types) > 0 && pending == 0
+	}, func() string {
+		return fmt.Sprintf("%s: %d events still pending; storage %v", when, pending, storageStat(t, c))
+	})
+}
+
+// storageStat is /v1/stats "storage".
+func storageStat(t *testing.T, c *http.Client) map[string]int64 {
+	t.Helper()
+	var st struct {
+		Storage map[string]int64 `json:"storage"`
+	}
+	json.Unmarshal([]byte(get(t, c, "/v1/stats")), &st)
+	return st.Storage
+}
+
+// streamMissing returns the ids that the router's embedded stream does
+// not hold.
+func streamMissing(t *testing.T, config, url, stream string, ids []string) []string {
+	t.Helper()
+	bySeq, _ := readStream(t, config, url, stream)
+	seen := make(map[string]bool, len(bySeq))
+	for _, id := range bySeq {
+		seen[id] = true
+	}
+	var missing []string
+	for _, id := range ids {
+		if !seen[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing
+}

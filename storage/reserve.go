@@ -1,0 +1,118 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"syscall"
+)
+
+// The reserve is a file beside the data file (its path with ".reserve")
+// whose disk space the router holds for the moment the disk is full
+// (docs/decisions/disk-full.md). bbolt writes every change to new pages,
+// a removal included: on a disk with no free block and a file with no free
+// page, nothing can be written, not even the cleanup that would make room.
+// When a commit finds the disk full, the writer removes the reserve and
+// commits the group again; the engine makes the reserve anew once the disk
+// has room (HoldReserve). Space counts the reserve's bytes as room, so
+// storage.min_free means what it says whether the reserve is held or not.
+
+// reservePath is where the reserve of the data file at path lives.
+func reservePath(path string) string { return path + ".reserve" }
+
+// HoldReserve makes the reserve size bytes of the disk (0: removes it),
+// unless it is that size already. A reserve the filesystem cannot hold
+// whole is removed, and the error says why.
+func (db *DB) HoldReserve(size int64) error {
+	db.reserveMu.Lock()
+	defer db.reserveMu.Unlock()
+	path := reservePath(db.path)
+	if size <= 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("storage: remove the reserve: %w", err)
+		}
+		return nil
+	}
+	if reserveHeld(path) == size {
+		return nil
+	}
+	if err := makeReserve(path, size); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("storage: hold a reserve of %d bytes at %s: %w", size, path, err)
+	}
+	return nil
+}
+
+// releaseReserve removes the reserve to make room for a commit the full
+// disk refused; it reports whether there was one to remove.
+func (db *DB) releaseReserve() bool {
+	db.reserveMu.Lock()
+	defer db.reserveMu.Unlock()
+	path := reservePath(db.path)
+	if reserveHeld(path) == 0 {
+		return false
+	}
+	db.released.Add(1)
+	return os.Remove(path) == nil
+}
+
+// ReserveReleased is how many times a full disk made the writer give up
+// the reserve since the file was opened.
+func (db *DB) ReserveReleased() uint64 { return db.released.Load() }
+
+// reserveHeld is the bytes of the disk the reserve at path holds (0: none).
+func reserveHeld(path string) int64 {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return min(fi.Size(), int64(st.Blocks)*512)
+	}
+	return fi.Size()
+}
+
+// makeReserve writes a new reserve of size bytes at path, its blocks
+// allocated (a sparse file would hold nothing), and synced.
+func makeReserve(path string, size int64) error {
+	if err := createExcl(path); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	err = allocate(f, size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// writeReserve allocates size bytes of f by writing them, where the
+// filesystem cannot allocate without writing.
+func writeReserve(f *os.File, size int64) error {
+	buf := make([]byte, 1<<20)
+	rnd := rand.New(rand.NewPCG(1, 2)) // not zeros: a compressing filesystem would store nothing
+	for i := 0; i < len(buf); i += 8 {
+		binary.LittleEndian.PutUint64(buf[i:], rnd.Uint64())
+	}
+	for left := size; left > 0; {
+		n, err := f.Write(buf[:min(left, int64(len(buf)))])
+		if err != nil {
+			return err
+		}
+		left -= int64(n)
+	}
+	return nil
+}
+
+// isDiskFull reports whether err is the filesystem saying it has no room
+// (a commit the full disk refused).
+func isDiskFull(err error) bool { return errors.Is(err, syscall.ENOSPC) }

@@ -1,0 +1,62 @@
+package storage
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// On a disk something else filled, a commit that needs new pages fails
+// with ENOSPC — unless the data file has a reserve beside it: the writer
+// gives it up and commits the same group in the room it held, once.
+func TestAFullDiskTakesTheReserve(t *testing.T) {
+	dir := testkit.SmallDisk(t, 16<<20)
+	db, err := Open(filepath.Join(dir, "router.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	insertBatches(t, db, 2_000)
+	write := func() error {
+		return db.Update(context.Background(), func(tx *Tx) error {
+			for range 500 {
+				if err := tx.InsertEvent(diskEvent(time.Now()), false); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+
+	// Without a reserve, the full disk refuses the commit.
+	filler := testkit.FillDisk(t, dir)
+	if err := write(); !isDiskFull(err) {
+		t.Fatalf("a commit on the full disk without a reserve: %v, want ENOSPC", err)
+	}
+	os.Remove(filler)
+
+	if err := db.HoldReserve(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := db.Space()
+	if err != nil || sp.Reserve != 1<<20 {
+		t.Fatalf("the reserve held: %+v %v", sp, err)
+	}
+	testkit.FillDisk(t, dir)
+	if err := write(); err != nil {
+		t.Fatalf("a commit on the full disk with a reserve: %v", err)
+	}
+	if n := db.ReserveReleased(); n != 1 {
+		t.Fatalf("reserves given up: %d, want 1", n)
+	}
+	if sp, _ := db.Space(); sp.Reserve != 0 {
+		t.Fatalf("the reserve after it was given up: %d bytes", sp.Reserve)
+	}
+	if _, err := os.Lstat(reservePath(db.path)); !os.IsNotExist(err) {
+		t.Fatalf("the reserve file is still there: %v", err)
+	}
+}
