@@ -618,22 +618,32 @@ func (e *Engine) Cleanup(ctx context.Context) (int, error) {
 
 // inChunks runs a removal step in transactions of at most cleanupChunk
 // records until one removes fewer, and returns how many it removed.
+//
+// A chunk the full disk refused is tried again at half the size, down to
+// one: bbolt writes a removal to new pages too, and a smaller one fits in
+// the few free pages the file has when something else took the reserve's
+// room (docs/decisions/disk-full.md).
 func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time, int) (int, error)) (int, error) {
-	total := 0
+	total, chunk := 0, cleanupChunk
 	for ctx.Err() == nil {
 		n := 0
 		err := e.store.Update(ctx, func(tx *storage.Tx) error {
 			var err error
-			n, err = step(tx, e.now(), cleanupChunk)
+			n, err = step(tx, e.now(), chunk)
 			return err
 		})
+		if storage.IsDiskFull(err) && chunk > 1 {
+			chunk /= 2
+			continue
+		}
 		if err != nil {
 			return total, err
 		}
 		total += n
-		if n < cleanupChunk {
+		if n < chunk {
 			break
 		}
+		chunk = min(2*chunk, cleanupChunk) // each removal makes room for a larger one
 	}
 	return total, nil
 }

@@ -55,6 +55,10 @@ type spaceState struct {
 type spaceWatch struct {
 	meter SpaceMeter
 	state atomic.Pointer[spaceState]
+	// delivered: the file keeps delivered records, which the cleanup
+	// removes to make room (at once, or after the replay window). Without
+	// any, delivery does not wait (deliveryHeld): only it can make some.
+	delivered atomic.Bool
 }
 
 // check returns the storage_full error while the budget is exhausted, or
@@ -105,11 +109,15 @@ func (w *spaceWatch) roomy(maxSize, minFree int64) bool {
 
 // deliveryHeld reports whether the loops must take no batch: the free
 // room outside the reserve was down to the reserve's size at the last
-// measurement, or the writes since have taken what was left above it.
-// Batches in flight still record their outcomes, and the cleanup runs
+// measurement, or the writes since have taken what was left above it,
+// and the file keeps delivered records the cleanup will remove. Batches
+// in flight still record their outcomes, and the cleanup runs. With no
+// delivered record to remove (another program filled the disk while every
+// event was pending), waiting would make no room: delivery goes on, and
+// its first commit the full disk refuses takes the reserve
 // (docs/decisions/disk-full.md).
 func (w *spaceWatch) deliveryHeld() bool {
-	if w == nil {
+	if w == nil || !w.delivered.Load() {
 		return false
 	}
 	st := w.state.Load()
@@ -190,6 +198,10 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 	for {
 		cfg := e.config()
 		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
+		e.store.View(func(tx *storage.Tx) error {
+			e.space.delivered.Store(tx.AnyDelivered())
+			return nil
+		})
 		e.sayWhatChanged(st, &said)
 		e.keepReserve(cfg.Storage, st.space, &said)
 		if st.full != nil {

@@ -94,7 +94,8 @@ func TestWritesSinceTheMeasurementCountAgainstTheBudget(t *testing.T) {
 // Delivery waits once the free room outside the reserve is down to the
 // reserve's size again (a quarter of min_free, at most 16 MiB): at the
 // measurement, or after the writes since have grown the pages in use by
-// what was left above it. The reserve itself counts as room for
+// what was left above it — but only while the file keeps delivered records
+// for the cleanup to remove. The reserve itself counts as room for
 // min_free: holding it does not refuse ingest.
 func TestDeliveryWaitsShortOfTheReserve(t *testing.T) {
 	const minFree = 8 << 20 // a reserve of 2 MiB
@@ -112,10 +113,17 @@ func TestDeliveryWaitsShortOfTheReserve(t *testing.T) {
 	} {
 		used := c.sp.Used
 		w := &spaceWatch{meter: fixedMeter{sp: c.sp, used: &used}}
+		w.delivered.Store(true)
 		w.measure(0, minFree)
 		used += c.grown
 		if held := w.deliveryHeld(); held != c.held {
 			t.Errorf("%+v grown by %d: delivery held %v, want %v", c.sp, c.grown, held, c.held)
+		}
+		// Nothing delivered, nothing the cleanup can remove: waiting
+		// would make no room.
+		w.delivered.Store(false)
+		if w.deliveryHeld() {
+			t.Errorf("%+v grown by %d: delivery held with no delivered record to remove", c.sp, c.grown)
 		}
 	}
 	// Without a floor there is no reserve, and delivery never waits.

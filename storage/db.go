@@ -486,7 +486,7 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 			group = append(group[:failed], group[failed+1:]...)
 			continue
 		}
-		if isDiskFull(err) && db.releaseReserve() {
+		if IsDiskFull(err) && db.releaseReserve() {
 			continue // the same group again, in the room the reserve held
 		}
 		if err != nil {

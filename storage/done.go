@@ -161,6 +161,14 @@ func (tx *Tx) DeleteDeliveredBefore(cutoff time.Time, ttl time.Duration, limit i
 	return tx.DeleteExpiredDelivered(cutoff.Add(ttl), limit)
 }
 
+// AnyDelivered reports whether the file keeps a delivered (or filtered)
+// record, which the cleanup removes, at once or after the replay window,
+// to make room: one seek.
+func (tx *Tx) AnyDelivered() bool {
+	k, _ := tx.cursor(tx.bucket(bucketDone)).First()
+	return k != nil
+}
+
 // The partial index (bucketPartial: record key → nothing) lists the pending
 // events and dead letters with an output delivered: events whose other
 // outputs failed. The delivered index does not hold them, and their queue

@@ -113,6 +113,6 @@ func writeReserve(f *os.File, size int64) error {
 	return nil
 }
 
-// isDiskFull reports whether err is the filesystem saying it has no room
+// IsDiskFull reports whether err is the filesystem saying it has no room
 // (a commit the full disk refused).
-func isDiskFull(err error) bool { return errors.Is(err, syscall.ENOSPC) }
+func IsDiskFull(err error) bool { return errors.Is(err, syscall.ENOSPC) }

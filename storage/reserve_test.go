@@ -34,7 +34,7 @@ func TestAFullDiskTakesTheReserve(t *testing.T) {
 
 	// Without a reserve, the full disk refuses the commit.
 	filler := testkit.FillDisk(t, dir)
-	if err := write(); !isDiskFull(err) {
+	if err := write(); !IsDiskFull(err) {
 		t.Fatalf("a commit on the full disk without a reserve: %v, want ENOSPC", err)
 	}
 	os.Remove(filler)

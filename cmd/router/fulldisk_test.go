@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,27 +28,35 @@ import (
 // part, the cleanup makes room, the backlog drains, and every
 // acknowledged event is in the stream.
 func TestARouterThatFillsItsDiskDrains(t *testing.T) {
-	r := smallDiskRouter(t)
+	r := smallDiskRouter(t, "")
 	acked := load(t, r.load, "L", 100, 8*time.Second, true)
 	drained(t, r.c, "after the disk filled up to the floor")
 	if n := strings.Count(r.logs.String(), "no space left on device"); n > 0 {
 		t.Logf("%d writes met a full disk while the router filled it", n)
 	}
-	r.allInStream(t, acked)
+	r.allInStream(t, acked, "")
 }
 
 // A disk that another program fills while a backlog waits does not wedge
-// the data file either: the router gives up its reserve, delivery records
-// its outcomes and the cleanup makes room inside the file in the room it
-// held, the backlog drains, and ingest resumes in the room the cleanup
-// made. Once the disk has room again (the filler removed, the volume
+// the data file either. The broker is away while the load comes, so that
+// the router writes nothing while the filler takes every free byte; then
+// it comes back. Delivery's first outcome commit meets the full disk: the
+// router gives up its reserve and commits again, the cleanup removes what
+// was delivered (an external broker has no replay window), the backlog
+// drains, and ingest resumes in the room the cleanup made inside the
+// file. Once the disk has room again (the filler removed, the volume
 // grown) the reserve is back. Before, every commit failed with ENOSPC
 // until the filler went.
 func TestADiskAnotherProgramFillsDrains(t *testing.T) {
-	r := smallDiskRouter(t)
+	port := testkit.FreePort(t)
+	r := smallDiskRouter(t, fmt.Sprintf(`url = "nats://127.0.0.1:%d"`, port))
 	acked := load(t, r.load, "L", 10, 1500*time.Millisecond, false)
+	// Paused meanwhile, the router meets the full disk only once the
+	// filler holds every byte: then nothing else takes what it gives up.
+	r.proc.Signal(syscall.SIGSTOP)
 	filler := testkit.FillDisk(t, r.disk)
-	acked = append(acked, load(t, r.load, "X", 10, 2*time.Second, false)...)
+	jetStreamServer(t, port)
+	r.proc.Signal(syscall.SIGCONT)
 	drained(t, r.c, "after another program filled the disk")
 	if !strings.Contains(r.logs.String(), "gave up its reserve") {
 		t.Errorf("the backlog drained on a full disk, but the reserve was not given up: was the disk full?")
@@ -63,28 +72,32 @@ func TestADiskAnotherProgramFillsDrains(t *testing.T) {
 		return storageStat(t, r.c)["reserve_bytes"] == 2<<20
 	})
 	drained(t, r.c, "at the end")
-	r.allInStream(t, acked)
+	r.allInStream(t, acked, fmt.Sprintf("nats://127.0.0.1:%d", port))
 }
 
-// smallDiskRouter is the real binary with its data file on a disk of its
-// own of 60 MiB, min_free = 8 MiB (a reserve of 2 MiB), routing t.order
-// to its embedded NATS server, whose store is on another disk.
+// smallDisk is the real binary with its data file on a disk of its own of
+// 60 MiB, min_free = 8 MiB (a reserve of 2 MiB), routing t.order to the
+// NATS server nats (the inside of its block: the embedded server when
+// empty, whose store is on another disk).
 type smallDisk struct {
-	c           *http.Client
-	load        *http.Client // keeps a connection per load client (socketClient keeps two)
-	logs        *testkit.Buffer
-	disk        string
-	config, url string
+	c      *http.Client
+	load   *http.Client // keeps a connection per load client (socketClient keeps two)
+	logs   *testkit.Buffer
+	disk   string
+	config string
+	proc   *os.Process
 }
 
-func smallDiskRouter(t *testing.T) *smallDisk {
+func smallDiskRouter(t *testing.T, nats string) *smallDisk {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("fills a disk through the real binary")
 	}
 	disk := testkit.SmallDisk(t, 60<<20)
-	port := testkit.FreePort(t)
 	dir := t.TempDir()
+	if nats == "" {
+		nats = fmt.Sprintf("embedded = true\n  port = %d\n  store_dir = %q", testkit.FreePort(t), filepath.Join(dir, "nats"))
+	}
 	sock := filepath.Join(dir, "r.sock")
 	path := filepath.Join(dir, "policies.hcl")
 	os.WriteFile(path, []byte(fmt.Sprintf(`
@@ -94,9 +107,7 @@ storage {
   min_free = "8MiB"
 }
 nats "local" {
-  embedded  = true
-  port      = %d
-  store_dir = %q
+  %s
   stream "events" { subjects = ["t.>"] }
 }
 event "t.order" {
@@ -105,17 +116,18 @@ event "t.order" {
     subject = "t.orders"
   }
 }
-`, sock, filepath.Join(disk, "router.db"), port, filepath.Join(dir, "nats"))), 0o600)
-	c, logs := serveBinary(t, path, sock)
+`, sock, filepath.Join(disk, "router.db"), nats)), 0o600)
+	c, logs, proc := serveBinaryProcess(t, path, sock)
 	load := socketClient(sock)
 	load.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
-	return &smallDisk{c: c, load: load, logs: logs, disk: disk, config: path, url: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	return &smallDisk{c: c, load: load, logs: logs, disk: disk, config: path, proc: proc}
 }
 
-// allInStream fails the test unless every id is in the router's stream.
-func (r *smallDisk) allInStream(t *testing.T, ids []string) {
+// allInStream fails the test unless every id is in the stream of the
+// router's NATS server at url ("": the embedded one's).
+func (r *smallDisk) allInStream(t *testing.T, ids []string, url string) {
 	t.Helper()
-	if missing := streamMissing(t, r.config, r.url, "events", ids); len(missing) > 0 {
+	if missing := streamMissing(t, r.config, url, "events", ids); len(missing) > 0 {
 		t.Fatalf("%d of %d acknowledged events are not in the stream, e.g. %v", len(missing), len(ids), missing[:min(5, len(missing))])
 	}
 	t.Logf("%d acknowledged events, every one in the stream", len(ids))

@@ -28,6 +28,14 @@ const brokerLate = 10 * time.Second
 // test ends, and returns a client of its socket once it is healthy.
 func serveBinary(t *testing.T, path, sock string) (*http.Client, *testkit.Buffer) {
 	t.Helper()
+	c, logs, _ := serveBinaryProcess(t, path, sock)
+	return c, logs
+}
+
+// serveBinaryProcess is serveBinary that also returns the router's
+// process, for a test that signals it.
+func serveBinaryProcess(t *testing.T, path, sock string) (*http.Client, *testkit.Buffer, *os.Process) {
+	t.Helper()
 	logs := new(testkit.Buffer)
 	cmd := exec.Command(routerBinary(t), "run", "-config", path)
 	cmd.Stdout, cmd.Stderr = logs, logs
@@ -52,7 +60,7 @@ func serveBinary(t *testing.T, path, sock string) (*http.Client, *testkit.Buffer
 			t.Fatalf("router not healthy after %s:\n%s", routerStartWait, logs.String())
 		}
 	}
-	return c, logs
+	return c, logs, cmd.Process
 }
 
 // jetStreamServer starts a plain nats-server with JetStream (no auth) on

@@ -55,6 +55,10 @@ type Server struct {
 	closed    chan struct{}
 }
 
+// storeCheckEvery is how often the server compares its JetStream storage
+// limit with its store's filesystem (followDisk).
+var storeCheckEvery = 10 * time.Second
+
 // recoverAfter is how long the server waits after a JetStream store write
 // error before it restarts to recover (doubling, up to a minute, while the
 // cause persists).
@@ -140,7 +144,8 @@ func serverOptions(cfg config.NATS, name, host, storeDir string, users []*server
 		// a full disk, it would limit itself to nothing and refuse every
 		// message ("insufficient resources") after the disk had room
 		// again, until the router restarted. The disk stays the limit; a
-		// full one is a write error, which the supervisor recovers from.
+		// full one is a write error, which the supervisor recovers from;
+		// a grown one raises the limit (followDisk).
 		JetStreamMaxStore: storeLimit(storeDir),
 		StoreDir:          storeDir,
 		SyncAlways:        cfg.SyncAlways,
@@ -231,11 +236,16 @@ func fatalHint(msg string, port int) string {
 func (s *Server) supervise() {
 	defer close(s.closed)
 	wait := recoverAfter
+	grow := time.NewTicker(storeCheckEvery)
+	defer grow.Stop()
 	for {
 		select {
 		case <-s.closing:
 			s.shutdown()
 			return
+		case <-grow.C:
+			s.followDisk()
+			continue
 		case <-s.critical:
 		}
 		select {
@@ -261,6 +271,35 @@ func (s *Server) supervise() {
 		s.log.Warn("embedded NATS server restarted to recover from a JetStream store write error", "after", wait)
 		wait = min(2*wait, time.Minute) // if the cause persists, the next error comes soon
 	}
+}
+
+// followDisk raises JetStream's storage limit to the size of the store's
+// filesystem once that has grown (a volume resized under the router): the
+// limit is the filesystem's size at the start (serverOptions), and past it
+// every message would be refused until a restart. nats-server takes a
+// larger limit on a reload; a restart after a write error starts with it.
+func (s *Server) followDisk() {
+	limit := storeLimit(s.storeDir)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if limit <= s.opts.JetStreamMaxStore || s.ns == nil {
+		return
+	}
+	opts := s.opts.Clone()
+	opts.JetStreamMaxStore = limit
+	if err := s.ns.ReloadOptions(opts); err != nil {
+		s.log.Warn("the store's disk has grown, but the embedded server's storage limit could not follow it", "limit_bytes", s.opts.JetStreamMaxStore, "disk_bytes", limit, "error", err)
+		return
+	}
+	s.log.Info("the store's disk has grown: the embedded server's storage limit follows it", "from_bytes", s.opts.JetStreamMaxStore, "to_bytes", limit)
+	s.opts.JetStreamMaxStore = limit
+}
+
+// storeMax is JetStream's storage limit now.
+func (s *Server) storeMax() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ns.JetStreamConfig().MaxStore
 }
 
 func (s *Server) shutdown() {

@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/internal/testkit"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// On a full disk whose reserve is gone (another program took its room),
+// the cleanup still removes every delivered record: a chunk of 500
+// removals needs more new pages than the file has free, so it is tried at
+// half the size until one fits, and grows again as each makes room.
+// Before, the 500 failed with ENOSPC at every tick for as long as the
+// disk stayed full.
+func TestACleanupOnAFullDiskRemovesInSmallerChunks(t *testing.T) {
+	dir := testkit.SmallDisk(t, 16<<20)
+	db, err := storage.Open(filepath.Join(dir, "router.db"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	now := time.Now()
+	event := func() *storage.Record { // ids that land anywhere: each removal its own page
+		return &storage.Record{Event: switchyard.Event{ID: uuid.NewString(), Type: "t", Source: "/s", SpecVersion: "1.0", Data: make([]byte, 100)},
+			Tenant: storage.DefaultTenant, CreatedAt: now}
+	}
+	const delivered = 8_000
+	for range delivered / 200 {
+		if err := db.Update(context.Background(), func(tx *storage.Tx) error {
+			for range 200 {
+				r := event()
+				if err := tx.InsertEvent(r, false); err != nil {
+					return err
+				}
+				if err := tx.MarkDelivered(r, now, 0); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The disk full, then the file's free pages taken one event at a time.
+	testkit.FillDisk(t, dir)
+	for db.Update(context.Background(), func(tx *storage.Tx) error { return tx.InsertEvent(event(), false) }) == nil {
+	}
+
+	e := &Engine{store: db, opts: Options{Now: time.Now}}
+	smallest := cleanupChunk
+	n, err := e.inChunks(context.Background(), func(tx *storage.Tx, now time.Time, limit int) (int, error) {
+		smallest = min(smallest, limit)
+		return tx.DeleteExpiredDelivered(now.Add(time.Second), limit)
+	})
+	if err != nil || n != delivered {
+		t.Fatalf("removed %d of %d delivered records: %v", n, delivered, err)
+	}
+	if smallest == cleanupChunk {
+		t.Fatalf("every chunk of %d fitted: the disk was not full enough to test anything", cleanupChunk)
+	}
+	t.Logf("all %d removed; the smallest chunk tried: %d", n, smallest)
+}
