@@ -252,7 +252,7 @@ func (e *Engine) sayWhatChanged(st *spaceState, said *spaceSaid) {
 // reserveHolder is a store that keeps a reserve of disk for the moment the
 // disk is full (storage.DB).
 type reserveHolder interface {
-	HoldReserve(size int64) error
+	HoldReserve(size int64) (made bool, err error)
 	ReserveReleased() uint64
 }
 
@@ -275,12 +275,12 @@ func (e *Engine) keepReserve(cfg config.Storage, sp storage.Space, said *spaceSa
 	if sp.Reserve == want || (want > sp.Reserve && sp.DiskFree < want-sp.Reserve+cfg.MinFree/2) {
 		return
 	}
-	err := h.HoldReserve(want)
+	made, err := h.HoldReserve(want)
 	switch {
 	case err != nil && err.Error() != said.reserveErr:
 		said.reserveErr = err.Error()
 		e.log.Warn("could not make the reserve", "error", err)
-	case err == nil && sp.Reserve < want:
+	case made:
 		said.reserveErr = ""
 		e.log.Info("holding a reserve of disk for the moment it is full", "reserve_bytes", want, "disk_free_bytes", sp.DiskFree)
 	}

@@ -24,26 +24,27 @@ import (
 func reservePath(path string) string { return path + ".reserve" }
 
 // HoldReserve makes the reserve size bytes of the disk (0: removes it),
-// unless it is that size already. A reserve the filesystem cannot hold
-// whole is removed, and the error says why.
-func (db *DB) HoldReserve(size int64) error {
+// unless it is that size already, and reports whether it made it. A
+// reserve the filesystem cannot hold whole is removed, and the error says
+// why.
+func (db *DB) HoldReserve(size int64) (made bool, err error) {
 	db.reserveMu.Lock()
 	defer db.reserveMu.Unlock()
 	path := reservePath(db.path)
 	if size <= 0 {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("storage: remove the reserve: %w", err)
+			return false, fmt.Errorf("storage: remove the reserve: %w", err)
 		}
-		return nil
+		return false, nil
 	}
-	if reserveHeld(path) == size {
-		return nil
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == size {
+		return false, nil // its blocks as the filesystem counts them (Space.Reserve) may differ
 	}
 	if err := makeReserve(path, size); err != nil {
 		os.Remove(path)
-		return fmt.Errorf("storage: hold a reserve of %d bytes at %s: %w", size, path, err)
+		return false, fmt.Errorf("storage: hold a reserve of %d bytes at %s: %w", size, path, err)
 	}
-	return nil
+	return true, nil
 }
 
 // releaseReserve removes the reserve to make room for a commit the full

@@ -39,8 +39,11 @@ func TestAFullDiskTakesTheReserve(t *testing.T) {
 	}
 	os.Remove(filler)
 
-	if err := db.HoldReserve(1 << 20); err != nil {
-		t.Fatal(err)
+	if made, err := db.HoldReserve(1 << 20); err != nil || !made {
+		t.Fatalf("hold a reserve: made %v, %v", made, err)
+	}
+	if made, err := db.HoldReserve(1 << 20); err != nil || made {
+		t.Fatalf("hold the reserve again: made %v, %v (it was there)", made, err)
 	}
 	sp, err := db.Space()
 	if err != nil || sp.Reserve != 1<<20 {
