@@ -78,8 +78,9 @@ storage {
   # delivery and the DLQ go on, delivered records are removed before their
   # outbox ttl to make room, and ingest resumes as the backlog drains.
   # Measured every 250 ms: a burst can pass the budget by what arrives
-  # meanwhile. Under min_free delivery waits once the room left is down
-  # to a quarter of it (at most 16 MiB), and the router holds that much in
+  # meanwhile. Under min_free delivery waits once the room left outside
+  # the reserve is down to a quarter of min_free (at most 16 MiB), the
+  # reserve's size: the router holds that much in
   # router.db.reserve beside the file, which it gives up when the disk is
   # full so that delivery and the cleanup go on (docs/decisions/disk-full.md).
   # /v1/stats and the switchyard_storage_* metrics show used, budget, free,

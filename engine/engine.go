@@ -58,6 +58,9 @@ type Options struct {
 // Engine runs the loops. Open starts them; Close stops them.
 type Engine struct {
 	store Store
+	// chunk is how many records a cleanup transaction removes: cleanupChunk,
+	// less after a full disk refused one (inChunks).
+	chunk atomic.Int64
 	conf  atomic.Pointer[config.Config] // swapped by Reload
 	// sinks by name; copy on write (Reload adds), read without a lock.
 	sinkMap atomic.Pointer[map[string]switchyard.Sink]
@@ -622,9 +625,21 @@ func (e *Engine) Cleanup(ctx context.Context) (int, error) {
 // A chunk the full disk refused is tried again at half the size, down to
 // one: bbolt writes a removal to new pages too, and a smaller one fits in
 // the few free pages the file has when something else took the reserve's
-// room (docs/decisions/disk-full.md).
+// room (docs/decisions/disk-full.md). Each refusal costs a failed commit
+// (bbolt's rollback then walks the file for its free pages), so the size
+// that fitted is where the next call starts (Engine.chunk), and it grows
+// back by doubling only across calls that met no refusal.
 func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time, int) (int, error)) (int, error) {
-	total, chunk := 0, cleanupChunk
+	total, chunk, refused := 0, int(e.chunk.Load()), false
+	if chunk <= 0 {
+		chunk = cleanupChunk
+	}
+	defer func() {
+		if !refused {
+			chunk = min(2*chunk, cleanupChunk)
+		}
+		e.chunk.Store(int64(chunk))
+	}()
 	for ctx.Err() == nil {
 		n := 0
 		err := e.store.Update(ctx, func(tx *storage.Tx) error {
@@ -633,7 +648,7 @@ func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time,
 			return err
 		})
 		if storage.IsDiskFull(err) && chunk > 1 {
-			chunk /= 2
+			chunk, refused = chunk/2, true
 			continue
 		}
 		if err != nil {
@@ -643,7 +658,6 @@ func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time,
 		if n < chunk {
 			break
 		}
-		chunk = min(2*chunk, cleanupChunk) // each removal makes room for a larger one
 	}
 	return total, nil
 }

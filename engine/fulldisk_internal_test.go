@@ -53,9 +53,9 @@ func TestACleanupOnAFullDiskRemovesInSmallerChunks(t *testing.T) {
 	}
 
 	e := &Engine{store: db, opts: Options{Now: time.Now}}
-	smallest := cleanupChunk
+	smallest, tries := cleanupChunk, 0
 	n, err := e.inChunks(context.Background(), func(tx *storage.Tx, now time.Time, limit int) (int, error) {
-		smallest = min(smallest, limit)
+		smallest, tries = min(smallest, limit), tries+1
 		return tx.DeleteExpiredDelivered(now.Add(time.Second), limit)
 	})
 	if err != nil || n != delivered {
@@ -64,5 +64,13 @@ func TestACleanupOnAFullDiskRemovesInSmallerChunks(t *testing.T) {
 	if smallest == cleanupChunk {
 		t.Fatalf("every chunk of %d fitted: the disk was not full enough to test anything", cleanupChunk)
 	}
-	t.Logf("all %d removed; the smallest chunk tried: %d", n, smallest)
+	// Each refusal is a failed commit: the size that fitted is kept, not
+	// doubled back into the one the disk refused.
+	if fits := (delivered + smallest - 1) / smallest; tries > fits+8 {
+		t.Errorf("%d transactions for %d removals in chunks of %d: sizes the disk refused were tried again", tries, n, smallest)
+	}
+	if next := int(e.chunk.Load()); next != smallest {
+		t.Errorf("the next cleanup starts at %d records a chunk, want %d (what fitted)", next, smallest)
+	}
+	t.Logf("all %d removed in %d transactions; the smallest chunk tried: %d", n, tries, smallest)
 }

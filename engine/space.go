@@ -110,7 +110,8 @@ func (w *spaceWatch) roomy(maxSize, minFree int64) bool {
 // deliveryHeld reports whether the loops must take no batch: the free
 // room outside the reserve was down to the reserve's size at the last
 // measurement, or the writes since have taken what was left above it,
-// and the file keeps delivered records the cleanup will remove. Batches
+// and the file keeps delivered records the cleanup will remove (now, or
+// once the replay window has passed: deliveredRemovable). Batches
 // in flight still record their outcomes, and the cleanup runs. With no
 // delivered record to remove (another program filled the disk while every
 // event was pending), waiting would make no room: delivery goes on, and
@@ -198,10 +199,7 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 	for {
 		cfg := e.config()
 		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
-		e.store.View(func(tx *storage.Tx) error {
-			e.space.delivered.Store(tx.AnyDelivered())
-			return nil
-		})
+		e.space.delivered.Store(e.deliveredRemovable(cfg))
 		e.sayWhatChanged(st, &said)
 		e.keepReserve(cfg.Storage, st.space, &said)
 		if st.full != nil {
@@ -389,6 +387,16 @@ func (e *Engine) noteIdempotencyWindow(window time.Duration) {
 	}); err != nil {
 		e.log.Warn("could not note the idempotency window in the data file", "window", window, "error", err)
 	}
+}
+
+// deliveredRemovable reports whether dropDelivered has records to remove
+// now or once the replay window has passed (spaceWatch.delivered).
+func (e *Engine) deliveredRemovable(cfg *config.Config) (ok bool) {
+	e.store.View(func(tx *storage.Tx) error {
+		ok = tx.DeliveredRemovableBy(e.now(), cfg.Outbox.TTL)
+		return nil
+	})
+	return ok
 }
 
 // dropDelivered removes the delivered records now, as if their outbox.ttl

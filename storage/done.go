@@ -161,12 +161,24 @@ func (tx *Tx) DeleteDeliveredBefore(cutoff time.Time, ttl time.Duration, limit i
 	return tx.DeleteExpiredDelivered(cutoff.Add(ttl), limit)
 }
 
-// AnyDelivered reports whether the file keeps a delivered (or filtered)
-// record, which the cleanup removes, at once or after the replay window,
-// to make room: one seek.
-func (tx *Tx) AnyDelivered() bool {
+// DeliveredRemovableBy reports whether the delivered index holds an entry
+// that DeleteDeliveredBefore(at, ttl) removes: a delivered (or filtered)
+// record the cleanup can take to make room by then. One seek. Entries made
+// under a longer ttl before a reload lowered it sort later, and do not
+// count until they come due.
+func (tx *Tx) DeliveredRemovableBy(at time.Time, ttl time.Duration) bool {
 	k, _ := tx.cursor(tx.bucket(bucketDone)).First()
-	return k != nil
+	if k == nil {
+		return false
+	}
+	ttls, err := tx.doneTTLs()
+	if err != nil {
+		return true // cannot tell: say there is, as the cleanup will try
+	}
+	for _, t := range live(ttls, at) {
+		ttl = min(ttl, t.TTL)
+	}
+	return binary.BigEndian.Uint64(k) <= uint64(at.Add(ttl).UnixNano())
 }
 
 // The partial index (bucketPartial: record key → nothing) lists the pending

@@ -53,11 +53,11 @@ func (db *DB) releaseReserve() bool {
 	db.reserveMu.Lock()
 	defer db.reserveMu.Unlock()
 	path := reservePath(db.path)
-	if reserveHeld(path) == 0 {
+	if _, err := os.Lstat(path); err != nil || os.Remove(path) != nil {
 		return false
 	}
 	db.released.Add(1)
-	return os.Remove(path) == nil
+	return true
 }
 
 // ReserveReleased is how many times a full disk made the writer give up

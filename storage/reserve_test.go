@@ -63,3 +63,39 @@ func TestAFullDiskTakesTheReserve(t *testing.T) {
 		t.Fatalf("the reserve file is still there: %v", err)
 	}
 }
+
+// The delivered records the cleanup can remove to make room are those it
+// would remove by then: none in an empty index, and not those a longer
+// ttl keeps after a reload lowered it (they sort later, and wait for
+// their own time). Delivery waits for the cleanup only while there are
+// some (engine's spaceWatch.delivered).
+func TestDeliveredRemovableBy(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "router.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	now := time.Now()
+	removable := func(ttl time.Duration) (ok bool) {
+		db.View(func(tx *Tx) error { ok = tx.DeliveredRemovableBy(now, ttl); return nil })
+		return ok
+	}
+	if removable(24 * time.Hour) {
+		t.Fatal("an empty index has records to remove")
+	}
+	r := diskEvent(now)
+	if err := db.Update(context.Background(), func(tx *Tx) error {
+		if err := tx.InsertEvent(r, false); err != nil {
+			return err
+		}
+		return tx.MarkDelivered(r, now, 24*time.Hour)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !removable(24 * time.Hour) {
+		t.Error("a record delivered now under the ttl in force is not removable")
+	}
+	if removable(time.Hour) {
+		t.Error("a record kept 24 h by the ttl it was delivered under counts as removable after the ttl was lowered to 1 h")
+	}
+}

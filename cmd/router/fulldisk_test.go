@@ -29,8 +29,11 @@ import (
 // acknowledged event is in the stream.
 func TestARouterThatFillsItsDiskDrains(t *testing.T) {
 	r := smallDiskRouter(t, "")
-	acked := load(t, r.load, "L", 100, 8*time.Second, true)
+	acked := load(t, r.load, "L", 100, 8*time.Second, true, nil)
 	drained(t, r.c, "after the disk filled up to the floor")
+	if !strings.Contains(r.logs.String(), "delivery waits") {
+		t.Errorf("the backlog drained, but delivery never waited for the cleanup: was the floor's last part reached?")
+	}
 	if n := strings.Count(r.logs.String(), "no space left on device"); n > 0 {
 		t.Logf("%d writes met a full disk while the router filled it", n)
 	}
@@ -50,7 +53,12 @@ func TestARouterThatFillsItsDiskDrains(t *testing.T) {
 func TestADiskAnotherProgramFillsDrains(t *testing.T) {
 	port := testkit.FreePort(t)
 	r := smallDiskRouter(t, fmt.Sprintf(`url = "nats://127.0.0.1:%d"`, port))
-	acked := load(t, r.load, "L", 10, 1500*time.Millisecond, false)
+	// A backlog of at least 24 MiB, so that what the cleanup frees of it
+	// once delivered is past min_free (8 MiB) even with the disk full.
+	acked := load(t, r.load, "L", 10, 10*time.Second, false, func() bool { return storageStat(t, r.c)["used_bytes"] >= 24<<20 })
+	if used := storageStat(t, r.c)["used_bytes"]; used < 24<<20 {
+		t.Fatalf("a backlog of %d bytes after 10 s of load, want 24 MiB", used)
+	}
 	// Paused meanwhile, the router meets the full disk only once the
 	// filler holds every byte: then nothing else takes what it gives up.
 	r.proc.Signal(syscall.SIGSTOP)
@@ -135,10 +143,20 @@ func (r *smallDisk) allInStream(t *testing.T, ids []string, url string) {
 
 // load posts batches of size events of ~110 bytes of data from 16
 // clients, ids prefix-client-n, for d (or, untilRefused, until a second
-// after the first refusal, which must come within d), and returns the ids
-// acknowledged.
-func load(t *testing.T, c *http.Client, prefix string, size int, d time.Duration, untilRefused bool) []string {
+// after the first refusal, which must come within d; or until enough,
+// asked every 100 ms, says so), and returns the ids acknowledged.
+func load(t *testing.T, c *http.Client, prefix string, size int, d time.Duration, untilRefused bool, enough func() bool) []string {
 	t.Helper()
+	var done atomic.Bool
+	if enough != nil {
+		go func() {
+			for !done.Load() && !enough() {
+				time.Sleep(100 * time.Millisecond)
+			}
+			done.Store(true)
+		}()
+	}
+	defer done.Store(true)
 	var mu sync.Mutex
 	var acked []string
 	stopAt := time.Now().Add(d)
@@ -149,7 +167,7 @@ func load(t *testing.T, c *http.Client, prefix string, size int, d time.Duration
 		wg.Go(func() {
 			for {
 				mu.Lock()
-				over := time.Now().After(stopAt) || (untilRefused && !refusedAt.IsZero() && time.Since(refusedAt) > time.Second)
+				over := done.Load() || time.Now().After(stopAt) || (untilRefused && !refusedAt.IsZero() && time.Since(refusedAt) > time.Second)
 				mu.Unlock()
 				if over {
 					return
@@ -192,24 +210,25 @@ func postLoad(c *http.Client, prefix string, g, first, n int) []string {
 	return ids
 }
 
-// drained waits until no event is pending.
+// drained waits until no event is pending or in process.
 func drained(t *testing.T, c *http.Client, when string) {
 	t.Helper()
 	var pending int64
 	testkit.EventuallyWith(t, 60*time.Second, func() bool {
 		var st struct {
 			Types []struct {
-				Pending int64 `json:"pending"`
+				Pending   int64 `json:"pending"`
+				InProcess int64 `json:"in_process"`
 			} `json:"types"`
 		}
 		json.Unmarshal([]byte(get(t, c, "/v1/stats")), &st)
 		pending = 0
 		for _, ty := range st.Types {
-			pending += ty.Pending
+			pending += ty.Pending + ty.InProcess
 		}
 		return len(st.Types) > 0 && pending == 0
 	}, func() string {
-		return fmt.Sprintf("%s: %d events still pending; storage %v", when, pending, storageStat(t, c))
+		return fmt.Sprintf("%s: %d events still pending or in process; storage %v", when, pending, storageStat(t, c))
 	})
 }
 

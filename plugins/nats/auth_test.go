@@ -375,3 +375,10 @@ func TestEmbeddedStoreGrowsWithItsDisk(t *testing.T) {
 		requireOK(t, sink.Publish(pubCtx(t, 5*time.Second), msgs), 8)
 	}
 }
+
+// storeMax is JetStream's storage limit now.
+func (s *Server) storeMax() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ns.JetStreamConfig().MaxStore
+}

@@ -48,6 +48,9 @@ type Server struct {
 	ns       *server.Server // replaced when the server is restarted to recover
 	writeErr error          // a JetStream store write error not yet recovered from
 	restarts int
+	// started is the options the running server was made with, which
+	// nats-server completed with its defaults; supervise's alone.
+	started *server.Options
 
 	critical  chan struct{} // a store write error was logged (buffered 1)
 	closeOnce sync.Once
@@ -175,7 +178,11 @@ func storeLimit(dir string) int64 {
 
 // start starts one nats-server on s.opts and waits until it takes clients.
 func (s *Server) start() (*server.Server, error) {
-	ns, err := server.NewServer(s.opts.Clone())
+	// The limit as the disk is now: a restart after a write error starts
+	// with a grown disk's (followDisk).
+	s.opts.JetStreamMaxStore = max(s.opts.JetStreamMaxStore, storeLimit(s.storeDir))
+	opts := s.opts.Clone()
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: embedded server: %w", s.name, err)
 	}
@@ -199,6 +206,7 @@ func (s *Server) start() (*server.Server, error) {
 				s.name, listen, s.storeDir, *fatal, fatalHint(*fatal, s.opts.Port))
 		}
 		if ns.ReadyForConnections(readyPoll) {
+			s.started = opts // as nats-server completed them: what a reload compares with
 			return ns, nil
 		}
 		if time.Now().After(deadline) {
@@ -238,13 +246,14 @@ func (s *Server) supervise() {
 	wait := recoverAfter
 	grow := time.NewTicker(storeCheckEvery)
 	defer grow.Stop()
+	var growErr string // the last reload error followDisk logged
 	for {
 		select {
 		case <-s.closing:
 			s.shutdown()
 			return
 		case <-grow.C:
-			s.followDisk()
+			s.followDisk(&growErr)
 			continue
 		case <-s.critical:
 		}
@@ -277,29 +286,27 @@ func (s *Server) supervise() {
 // filesystem once that has grown (a volume resized under the router): the
 // limit is the filesystem's size at the start (serverOptions), and past it
 // every message would be refused until a restart. nats-server takes a
-// larger limit on a reload; a restart after a write error starts with it.
-func (s *Server) followDisk() {
+// larger limit on a reload of the options the server was made with, which
+// then differ in that alone. It runs on supervise's goroutine, the only one
+// that replaces the server, so it reads s.ns without the lock and holds
+// none across the reload (Healthy and the store's error reports take it).
+func (s *Server) followDisk(said *string) {
 	limit := storeLimit(s.storeDir)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if limit <= s.opts.JetStreamMaxStore || s.ns == nil {
+	if limit <= s.opts.JetStreamMaxStore || s.ns == nil || s.started == nil {
 		return
 	}
-	opts := s.opts.Clone()
+	opts := s.started.Clone()
 	opts.JetStreamMaxStore = limit
 	if err := s.ns.ReloadOptions(opts); err != nil {
-		s.log.Warn("the store's disk has grown, but the embedded server's storage limit could not follow it", "limit_bytes", s.opts.JetStreamMaxStore, "disk_bytes", limit, "error", err)
+		if err.Error() != *said {
+			*said = err.Error()
+			s.log.Warn("the store's disk has grown, but the embedded server's storage limit could not follow it", "limit_bytes", s.opts.JetStreamMaxStore, "disk_bytes", limit, "error", err)
+		}
 		return
 	}
+	*said = ""
 	s.log.Info("the store's disk has grown: the embedded server's storage limit follows it", "from_bytes", s.opts.JetStreamMaxStore, "to_bytes", limit)
-	s.opts.JetStreamMaxStore = limit
-}
-
-// storeMax is JetStream's storage limit now.
-func (s *Server) storeMax() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ns.JetStreamConfig().MaxStore
+	s.opts.JetStreamMaxStore, s.started = limit, opts
 }
 
 func (s *Server) shutdown() {
