@@ -216,8 +216,9 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 // spaceSaid is what spaceLoop last logged, so that it logs changes.
 type spaceSaid struct {
 	full, held, lost bool
-	released         uint64 // the reserves the writer gave up (storage.DB.ReserveReleased)
-	reserveErr       string // why the reserve could not be made
+	released         uint64    // the reserves the writer gave up (storage.DB.ReserveReleased)
+	reserveErr       string    // why the reserve could not be made
+	reserveRetry     time.Time // after such a failure, when to try again
 }
 
 // sayWhatChanged logs the changes of a measurement: the file lost, the
@@ -247,6 +248,10 @@ func (e *Engine) sayWhatChanged(st *spaceState, said *spaceSaid) {
 	}
 }
 
+// reserveRetryAfter is how long keepReserve waits after it failed to make
+// the reserve.
+const reserveRetryAfter = time.Minute
+
 // reserveHolder is a store that keeps a reserve of disk for the moment the
 // disk is full (storage.DB).
 type reserveHolder interface {
@@ -270,14 +275,20 @@ func (e *Engine) keepReserve(cfg config.Storage, sp storage.Space, said *spaceSa
 			"disk_free_bytes", sp.DiskFree, "reusable_bytes", sp.Reusable)
 	}
 	want := cfg.Reserve()
-	if sp.Reserve == want || (want > sp.Reserve && sp.DiskFree < want-sp.Reserve+cfg.MinFree/2) {
+	if sp.Reserve == want || (want > sp.Reserve && sp.DiskFree < want-sp.Reserve+cfg.MinFree/2) || time.Now().Before(said.reserveRetry) {
 		return
 	}
 	made, err := h.HoldReserve(want)
 	switch {
-	case err != nil && err.Error() != said.reserveErr:
-		said.reserveErr = err.Error()
-		e.log.Warn("could not make the reserve", "error", err)
+	case err != nil:
+		// A quota, or a filesystem that says it has room it does not give:
+		// not again each quarter second (where the reserve is written
+		// byte by byte, that is 16 MiB each time).
+		said.reserveRetry = time.Now().Add(reserveRetryAfter)
+		if err.Error() != said.reserveErr {
+			said.reserveErr = err.Error()
+			e.log.Warn("could not make the reserve; trying again later", "error", err, "in", reserveRetryAfter)
+		}
 	case made:
 		said.reserveErr = ""
 		e.log.Info("holding a reserve of disk for the moment it is full", "reserve_bytes", want, "disk_free_bytes", sp.DiskFree)

@@ -1,9 +1,14 @@
 package engine
 
 import (
+	"errors"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -136,5 +141,39 @@ func TestDeliveryWaitsShortOfTheReserve(t *testing.T) {
 	w = &spaceWatch{meter: fixedMeter{sp: storage.Space{DiskFree: 6 << 20, Reserve: 2 << 20}}}
 	if st := w.measure(0, minFree); st.full != nil {
 		t.Errorf("the reserve not counted as room: %v", st.full)
+	}
+}
+
+// failingReserve is a store whose reserve cannot be made (a quota, or a
+// filesystem that says it has room it does not give); it counts the tries.
+type failingReserve struct {
+	Store
+	tries int
+}
+
+func (f *failingReserve) HoldReserve(int64) (bool, error) {
+	f.tries++
+	return false, errors.New("disk quota exceeded")
+}
+func (f *failingReserve) ReserveReleased() uint64 { return 0 }
+
+// A reserve that could not be made is not tried again at each measurement
+// (every 250 ms: where the reserve is written byte by byte, 16 MiB each
+// time), but after reserveRetryAfter.
+func TestAFailedReserveIsNotRetriedAtEachMeasurement(t *testing.T) {
+	store := &failingReserve{}
+	e := &Engine{store: store, log: hclog.NewNullLogger()}
+	cfg := config.Storage{MinFree: 64 << 20}
+	var said spaceSaid
+	for range 4 {
+		e.keepReserve(cfg, storage.Space{DiskFree: 1 << 30}, &said)
+	}
+	if store.tries != 1 {
+		t.Fatalf("%d tries in four measurements, want 1", store.tries)
+	}
+	said.reserveRetry = time.Now().Add(-time.Second) // reserveRetryAfter later
+	e.keepReserve(cfg, storage.Space{DiskFree: 1 << 30}, &said)
+	if store.tries != 2 {
+		t.Fatalf("%d tries after the wait, want 2", store.tries)
 	}
 }
