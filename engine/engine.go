@@ -336,7 +336,7 @@ func (e *Engine) Open() error {
 		e.cleanupLoop(e.ctx)
 	}()
 	if e.space != nil {
-		e.space.measure(e.config().Storage.MaxSize, e.config().Storage.MinFree)
+		e.space.measure(e.config().Storage)
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
@@ -610,7 +610,7 @@ func (e *Engine) Cleanup(ctx context.Context) (int, error) {
 		})
 	}
 	for _, step := range steps {
-		n, err := e.inChunks(ctx, step)
+		n, err := e.inChunks(ctx, counted(step))
 		total += n
 		if err != nil {
 			return total, err
@@ -619,8 +619,28 @@ func (e *Engine) Cleanup(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// inChunks runs a removal step in transactions of at most cleanupChunk
-// records until one removes fewer, and returns how many it removed.
+// removal is one step of a cleanup: it removes at most limit records in
+// tx, beginning at from (nil: at the first), and returns how many it
+// removed and where the next chunk begins (nil: nothing is left). It may
+// run again in another transaction (its group replayed), so from moves on
+// only once its commit is in.
+type removal func(tx *storage.Tx, now time.Time, from []byte, limit int) (n int, next []byte, err error)
+
+// counted is a removal for a step that always begins at the first record
+// left, because it removes what it passes: more may be left while a chunk
+// comes back full.
+func counted(step func(*storage.Tx, time.Time, int) (int, error)) removal {
+	return func(tx *storage.Tx, now time.Time, _ []byte, limit int) (int, []byte, error) {
+		n, err := step(tx, now, limit)
+		if n < limit {
+			return n, nil, err
+		}
+		return n, []byte{}, err
+	}
+}
+
+// inChunks runs a removal in transactions of at most cleanupChunk records
+// until it says nothing is left, and returns how many it removed.
 //
 // A chunk the full disk refused is tried again at half the size, down to
 // one: bbolt writes a removal to new pages too, and a smaller one fits in
@@ -629,7 +649,7 @@ func (e *Engine) Cleanup(ctx context.Context) (int, error) {
 // (bbolt's rollback then walks the file for its free pages), so the size
 // that fitted is where the next call starts (Engine.chunk), and it grows
 // back by doubling only across calls that met no refusal.
-func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time, int) (int, error)) (int, error) {
+func (e *Engine) inChunks(ctx context.Context, step removal) (int, error) {
 	total, chunk, refused := 0, int(e.chunk.Load()), false
 	if chunk <= 0 {
 		chunk = cleanupChunk
@@ -640,11 +660,15 @@ func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time,
 		}
 		e.chunk.Store(int64(chunk))
 	}()
+	var from []byte
 	for ctx.Err() == nil {
-		n := 0
+		var (
+			n    int
+			next []byte
+		)
 		err := e.store.Update(ctx, func(tx *storage.Tx) error {
 			var err error
-			n, err = step(tx, e.now(), chunk)
+			n, next, err = step(tx, e.now(), from, chunk)
 			return err
 		})
 		if storage.IsDiskFull(err) && chunk > 1 {
@@ -655,7 +679,7 @@ func (e *Engine) inChunks(ctx context.Context, step func(*storage.Tx, time.Time,
 			return total, err
 		}
 		total += n
-		if n < chunk {
+		if from = next; from == nil {
 			break
 		}
 	}

@@ -91,7 +91,8 @@ func (w *spaceWatch) checkGrowing(pending int64) error {
 // the disk's free bytes and the file's reusable ones). Without a meter,
 // before the first measurement, or after one that failed, it cannot tell,
 // and says it is (as check does not refuse).
-func (w *spaceWatch) roomy(maxSize, minFree int64) bool {
+func (w *spaceWatch) roomy(budget config.Storage) bool {
+	maxSize, minFree := budget.MaxSize, budget.MinFree
 	if w == nil {
 		return true
 	}
@@ -129,12 +130,13 @@ func (w *spaceWatch) deliveryHeld() bool {
 }
 
 // measure takes a measurement and decides.
-func (w *spaceWatch) measure(maxSize, minFree int64) *spaceState {
+func (w *spaceWatch) measure(budget config.Storage) *spaceState {
+	maxSize, minFree := budget.MaxSize, budget.MinFree
 	sp, err := w.meter.Space()
 	st := &spaceState{space: sp, measured: err == nil, headroom: -1, deliverRoom: -1}
 	if st.measured {
 		st.headroom, st.soonFull = headroom(sp, maxSize, minFree)
-		if reserve := (config.Storage{MinFree: minFree}).Reserve(); reserve > 0 {
+		if reserve := budget.Reserve(); reserve > 0 {
 			st.deliverRoom = max(0, sp.Room()-sp.Reserve-reserve)
 		}
 	}
@@ -198,7 +200,7 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 	var said spaceSaid
 	for {
 		cfg := e.config()
-		st := e.space.measure(cfg.Storage.MaxSize, cfg.Storage.MinFree)
+		st := e.space.measure(cfg.Storage)
 		e.space.delivered.Store(e.deliveredRemovable(cfg))
 		e.sayWhatChanged(st, &said)
 		e.keepReserve(cfg.Storage, st.space, &said)
@@ -343,9 +345,9 @@ func (e *Engine) makeRoom(ctx context.Context) {
 func (e *Engine) dropAudit(ctx context.Context) (int, error) {
 	total := 0
 	for name := range e.inboxes {
-		n, err := e.inChunks(ctx, func(tx *storage.Tx, now time.Time, limit int) (int, error) {
+		n, err := e.inChunks(ctx, counted(func(tx *storage.Tx, now time.Time, limit int) (int, error) {
 			return tx.DeleteOldSkips(name, now.Add(time.Nanosecond), limit)
-		})
+		}))
 		total += n
 		if err != nil {
 			return total, err
@@ -359,25 +361,9 @@ func (e *Engine) dropAudit(ctx context.Context) (int, error) {
 // since some were (docs/decisions/idempotency.md).
 func (e *Engine) dropIdempotency(ctx context.Context, idem config.Idempotency) (int, error) {
 	cutoff := e.now().Add(-idem.MinWindow)
-	total := 0
-	var from []byte
-	for ctx.Err() == nil {
-		var n int
-		var next []byte
-		err := e.store.Update(ctx, func(tx *storage.Tx) error {
-			var err error // fn may run again (its group replayed): from moves on only once committed
-			n, next, err = tx.DeleteIdempotencyMadeBefore(cutoff, idem.Window, from, cleanupChunk)
-			return err
-		})
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if from = next; from == nil {
-			break
-		}
-	}
-	return total, nil
+	return e.inChunks(ctx, func(tx *storage.Tx, _ time.Time, from []byte, limit int) (int, []byte, error) {
+		return tx.DeleteIdempotencyMadeBefore(cutoff, idem.Window, from, limit)
+	})
 }
 
 // noteIdempotencyWindow keeps in the data file the longest window its
@@ -418,9 +404,9 @@ func (e *Engine) deliveredRemovable(cfg *config.Config) (ok bool) {
 func (e *Engine) dropDelivered(ctx context.Context) (int, error) {
 	cfg := e.config()
 	keep := replayWindow(cfg)
-	return e.inChunks(ctx, func(tx *storage.Tx, now time.Time, limit int) (int, error) {
+	return e.inChunks(ctx, counted(func(tx *storage.Tx, now time.Time, limit int) (int, error) {
 		return tx.DeleteDeliveredBefore(now.Add(-keep), cfg.Outbox.TTL, limit)
-	})
+	}))
 }
 
 // deliveredTTL is how long a delivered record is kept: outbox.ttl, but not

@@ -52,7 +52,7 @@ func TestMinFreeCountsTheFilesOwnRoom(t *testing.T) {
 		{storage.Space{DiskFree: 99}, true},
 	} {
 		w := &spaceWatch{meter: fixedMeter{sp: c.sp}}
-		if st := w.measure(0, 100); (st.full != nil) != c.full {
+		if st := w.measure(config.Storage{MinFree: 100}); (st.full != nil) != c.full {
 			t.Errorf("%+v against min_free 100: full %v, want %v", c.sp, st.full, c.full)
 		}
 	}
@@ -78,7 +78,7 @@ func TestWritesSinceTheMeasurementCountAgainstTheBudget(t *testing.T) {
 	} {
 		used := c.sp.Used
 		w := &spaceWatch{meter: fixedMeter{sp: c.sp, used: &used}}
-		if st := w.measure(c.maxSize, c.minFree); st.full != nil {
+		if st := w.measure(config.Storage{MaxSize: c.maxSize, MinFree: c.minFree}); st.full != nil {
 			t.Fatalf("%+v: full at the measurement: %v", c, st.full)
 		}
 		if err := w.check(); err != nil {
@@ -90,7 +90,7 @@ func TestWritesSinceTheMeasurementCountAgainstTheBudget(t *testing.T) {
 		}
 		// What refused a request is full at the next measurement, which
 		// makes room: no other signal is needed.
-		if st := w.measure(c.maxSize, c.minFree); c.refused && st.full == nil {
+		if st := w.measure(config.Storage{MaxSize: c.maxSize, MinFree: c.minFree}); c.refused && st.full == nil {
 			t.Errorf("%+v grown by %d: refused, but the next measurement has room", c, c.grown)
 		}
 	}
@@ -119,7 +119,7 @@ func TestDeliveryWaitsShortOfTheReserve(t *testing.T) {
 		used := c.sp.Used
 		w := &spaceWatch{meter: fixedMeter{sp: c.sp, used: &used}}
 		w.delivered.Store(true)
-		w.measure(0, minFree)
+		w.measure(config.Storage{MinFree: minFree})
 		used += c.grown
 		if held := w.deliveryHeld(); held != c.held {
 			t.Errorf("%+v grown by %d: delivery held %v, want %v", c.sp, c.grown, held, c.held)
@@ -133,13 +133,13 @@ func TestDeliveryWaitsShortOfTheReserve(t *testing.T) {
 	}
 	// Without a floor there is no reserve, and delivery never waits.
 	w := &spaceWatch{meter: fixedMeter{sp: storage.Space{}}}
-	w.measure(0, 0)
+	w.measure(config.Storage{})
 	if w.deliveryHeld() {
 		t.Error("delivery held without min_free")
 	}
 	// The reserve is room: 6 MiB free and 2 MiB held meet min_free = 8 MiB.
 	w = &spaceWatch{meter: fixedMeter{sp: storage.Space{DiskFree: 6 << 20, Reserve: 2 << 20}}}
-	if st := w.measure(0, minFree); st.full != nil {
+	if st := w.measure(config.Storage{MinFree: minFree}); st.full != nil {
 		t.Errorf("the reserve not counted as room: %v", st.full)
 	}
 }

@@ -169,7 +169,7 @@ func (e *Engine) yieldToIngest(lag time.Duration) bool {
 	if cfg.Outbox.YieldLag <= 0 || lag >= cfg.Outbox.YieldLag || e.opts.Saturated == nil || e.ingesting.Load() == 0 {
 		return false
 	}
-	if !e.space.roomy(cfg.Storage.MaxSize, cfg.Storage.MinFree) {
+	if !e.space.roomy(cfg.Storage) {
 		return false
 	}
 	return e.yield.yieldNow(time.Now(), e.opts.Saturated)
