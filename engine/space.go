@@ -38,8 +38,9 @@ type spaceState struct {
 	soonFull error
 	// deliverRoom is how many bytes the pages in use may grow before the
 	// loops stop taking batches (deliveryHeld; -1: no floor): the free
-	// room outside the reserve, less the reserve's size again. The last
-	// of min_free is for the cleanup, so that delivery's own growth
+	// room outside the reserve, less the reserve's size again (twice it
+	// while delivery waits, so that it resumes with room to spare). The
+	// last of min_free is for the cleanup, so that delivery's own growth
 	// (each delivered record grows by its outputs, and the delivered
 	// index by an entry) cannot leave it nothing to make room with.
 	deliverRoom int64
@@ -59,6 +60,9 @@ type spaceWatch struct {
 	// removes to make room (at once, or after the replay window). Without
 	// any, delivery does not wait (deliveryHeld): only it can make some.
 	delivered atomic.Bool
+	// waited: deliveryHeld said so since the last measurement, which then
+	// lets delivery resume only with room to spare.
+	waited atomic.Bool
 }
 
 // check returns the storage_full error while the budget is exhausted, or
@@ -126,18 +130,29 @@ func (w *spaceWatch) deliveryHeld() bool {
 	if st == nil || !st.measured || st.deliverRoom < 0 {
 		return false
 	}
-	return w.meter.Used()-st.space.Used >= st.deliverRoom
+	if w.meter.Used()-st.space.Used < st.deliverRoom {
+		return false
+	}
+	w.waited.Store(true)
+	return true
 }
 
 // measure takes a measurement and decides.
 func (w *spaceWatch) measure(budget config.Storage) *spaceState {
 	maxSize, minFree := budget.MaxSize, budget.MinFree
+	held := w.waited.Swap(false)
 	sp, err := w.meter.Space()
 	st := &spaceState{space: sp, measured: err == nil, headroom: -1, deliverRoom: -1}
 	if st.measured {
 		st.headroom, st.soonFull = headroom(sp, maxSize, minFree)
 		if reserve := budget.Reserve(); reserve > 0 {
-			st.deliverRoom = max(0, sp.Room()-sp.Reserve-reserve)
+			line := reserve
+			if held {
+				// Resume with a reserve's worth to spare: near the line,
+				// not a wait and a resume at every measurement.
+				line = 2 * reserve
+			}
+			st.deliverRoom = max(0, sp.Room()-sp.Reserve-line)
 		}
 	}
 	switch {

@@ -144,6 +144,34 @@ func TestDeliveryWaitsShortOfTheReserve(t *testing.T) {
 	}
 }
 
+// Once delivery waits, it resumes only when the cleanup has made a
+// reserve's worth of room more than the line it stopped at: near the line
+// it does not wait and resume at every measurement (each a log line and a
+// wake-up of every loop).
+func TestDeliveryResumesWithRoomToSpare(t *testing.T) {
+	const minFree, reserve = 8 << 20, 2 << 20
+	used := int64(100 << 20)
+	w := &spaceWatch{meter: fixedMeter{sp: storage.Space{Used: used, DiskFree: 6 << 20, Reserve: reserve}, used: &used}}
+	w.delivered.Store(true)
+	for _, step := range []struct {
+		what  string
+		grown int64 // the pages in use since the step before
+		held  bool
+	}{
+		{"4 MiB outside the reserve", 0, false},
+		{"delivery took it down to the reserve's size", 4 << 20, true},
+		{"the cleanup made half a MiB", -(512 << 10), true},
+		{"a reserve's worth more than the line, and a little", -(reserve + 1), false},
+		{"a little less than that again", 512<<10 + 2, false},
+	} {
+		used += step.grown
+		w.measure(config.Storage{MinFree: minFree})
+		if held := w.deliveryHeld(); held != step.held {
+			t.Errorf("%s: delivery held %v, want %v", step.what, held, step.held)
+		}
+	}
+}
+
 // failingReserve is a store whose reserve cannot be made (a quota, or a
 // filesystem that says it has room it does not give); it counts the tries.
 type failingReserve struct {
