@@ -86,7 +86,7 @@ event %q {
 }
 `, kc.ListenAddrs()[0], crashType))
 	acked := crashLoad(t, r, kills)
-	drain(t, r)
+	waitDrained(t, r.client, crashType, "after the load", time.Minute)
 
 	ids, records := readTopic(t, kc.ListenAddrs(), "crash", len(acked))
 	lost := 0
@@ -103,19 +103,6 @@ event %q {
 	if lost > 0 {
 		t.Fatalf("%d of %d acknowledged events lost", lost, len(acked))
 	}
-}
-
-// drain waits until the crash type has nothing pending or in process.
-func drain(t *testing.T, r *crashRouter) {
-	t.Helper()
-	var pending, inProcess int
-	var err error
-	testkit.EventuallyWith(t, 60*time.Second, func() bool {
-		pending, inProcess, err = r.typeStats()
-		return err == nil && pending == 0 && inProcess == 0
-	}, func() string {
-		return fmt.Sprintf("not drained: pending %d, in process %d, err %v", pending, inProcess, err)
-	})
 }
 
 // produceTwice puts n events on topic, each record twice (a redelivering
@@ -209,7 +196,7 @@ inbox "in" {
 	// Once a delivery is committed it is never made again: two more kills
 	// and restarts (Kafka replays whatever offsets were not committed) add
 	// no delivery at all.
-	drainInbox(t, r, "inbox:in")
+	waitDrained(t, r.client, "inbox:in", "after the redeliveries", time.Minute)
 	before := svc.snapshot()
 	for range 2 {
 		r.kill()
@@ -222,18 +209,6 @@ inbox "in" {
 			t.Errorf("%s delivered again after its delivery was committed: %d → %d", id, before[id], k)
 		}
 	}
-}
-
-// drainInbox waits until an inbox's queue has nothing pending or in process.
-func drainInbox(t *testing.T, r *crashRouter, queue string) {
-	t.Helper()
-	var body string
-	testkit.EventuallyWith(t, 60*time.Second, func() bool {
-		body = get(t, r.client, "/v1/stats")
-		i := strings.Index(body, `"type": "`+queue+`"`)
-		return i >= 0 && strings.Contains(body[i:min(len(body), i+200)], `"pending": 0,`) &&
-			strings.Contains(body[i:min(len(body), i+200)], `"in_process": 0,`)
-	}, func() string { return "inbox not drained: " + body })
 }
 
 // Three routers in one Kafka consumer group split the partitions; one is

@@ -468,27 +468,12 @@ func (r *crashRouter) typeStats() (pending, inProcess int, err error) {
 
 // statsOf is the pending and in-process counts of the type typ.
 func (r *crashRouter) statsOf(typ string) (pending, inProcess int, err error) {
-	resp, err := r.client.Get("http://router/v1/stats")
+	st, err := fetchStats(r.client)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer resp.Body.Close()
-	var stats struct {
-		Types []struct {
-			Type      string `json:"type"`
-			Pending   int    `json:"pending"`
-			InProcess int    `json:"in_process"`
-		} `json:"types"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
-		return 0, 0, err
-	}
-	for _, s := range stats.Types {
-		if s.Type == typ {
-			return s.Pending, s.InProcess, nil
-		}
-	}
-	return 0, 0, nil
+	pending, inProcess, _ = st.waiting(typ)
+	return pending, inProcess, nil
 }
 
 // crashLoad runs the loader against r through kills crash cycles and
@@ -607,7 +592,7 @@ func TestCrashPublishDefaultWindow(t *testing.T) {
 func checkExactlyOnce(t *testing.T, r *crashRouter, acked []string) {
 	t.Helper()
 	// Let the router drain: nothing pending, then every event delivered.
-	drain(t, r)
+	waitDrained(t, r.client, crashType, "after the load", time.Minute)
 	st, err := r.statuses(acked)
 	if err != nil {
 		t.Fatalf("reading statuses: %v", err)

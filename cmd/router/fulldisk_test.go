@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -30,7 +29,7 @@ import (
 func TestARouterThatFillsItsDiskDrains(t *testing.T) {
 	r := smallDiskRouter(t, "")
 	acked := load(t, r.load, "L", 100, 8*time.Second, true, nil)
-	drained(t, r.c, "after the disk filled up to the floor")
+	waitDrained(t, r.c, "", "after the disk filled up to the floor", time.Minute)
 	if !strings.Contains(r.logs.String(), "delivery waits") {
 		t.Errorf("the backlog drained, but delivery never waited for the cleanup: was the floor's last part reached?")
 	}
@@ -65,7 +64,7 @@ func TestADiskAnotherProgramFillsDrains(t *testing.T) {
 	filler := testkit.FillDisk(t, r.disk)
 	jetStreamServer(t, port)
 	r.proc.Signal(syscall.SIGCONT)
-	drained(t, r.c, "after another program filled the disk")
+	waitDrained(t, r.c, "", "after another program filled the disk", time.Minute)
 	if !strings.Contains(r.logs.String(), "gave up its reserve") {
 		t.Errorf("the backlog drained on a full disk, but the reserve was not given up: was the disk full?")
 	}
@@ -79,7 +78,7 @@ func TestADiskAnotherProgramFillsDrains(t *testing.T) {
 	testkit.Eventually(t, "the reserve to be made again", 10*time.Second, func() bool {
 		return storageStat(t, r.c)["reserve_bytes"] == 2<<20
 	})
-	drained(t, r.c, "at the end")
+	waitDrained(t, r.c, "", "at the end", time.Minute)
 	r.allInStream(t, acked, fmt.Sprintf("nats://127.0.0.1:%d", port))
 }
 
@@ -210,35 +209,13 @@ func postLoad(c *http.Client, prefix string, g, first, n int) []string {
 	return ids
 }
 
-// drained waits until no event is pending or in process.
-func drained(t *testing.T, c *http.Client, when string) {
-	t.Helper()
-	var pending int64
-	testkit.EventuallyWith(t, 60*time.Second, func() bool {
-		var st struct {
-			Types []struct {
-				Pending   int64 `json:"pending"`
-				InProcess int64 `json:"in_process"`
-			} `json:"types"`
-		}
-		json.Unmarshal([]byte(get(t, c, "/v1/stats")), &st)
-		pending = 0
-		for _, ty := range st.Types {
-			pending += ty.Pending + ty.InProcess
-		}
-		return len(st.Types) > 0 && pending == 0
-	}, func() string {
-		return fmt.Sprintf("%s: %d events still pending or in process; storage %v", when, pending, storageStat(t, c))
-	})
-}
-
 // storageStat is /v1/stats "storage".
 func storageStat(t *testing.T, c *http.Client) map[string]int64 {
 	t.Helper()
-	var st struct {
-		Storage map[string]int64 `json:"storage"`
+	st, err := fetchStats(c)
+	if err != nil {
+		t.Fatal(err)
 	}
-	json.Unmarshal([]byte(get(t, c, "/v1/stats")), &st)
 	return st.Storage
 }
 

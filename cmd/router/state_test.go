@@ -123,10 +123,7 @@ event "counted" {
 	posters.Wait()
 	t.Logf("%d kills, a broker outage across kills %d..%d: %d events acknowledged", kills, outageAt, outageAt+3, len(acked))
 
-	testkit.EventuallyWith(t, 2*time.Minute, func() bool {
-		pending, inProcess, err := r.statsOf("counted")
-		return err == nil && pending == 0 && inProcess == 0
-	}, func() string { return "events still pending: " + get(t, r.client, "/v1/stats") })
+	waitDrained(t, r.client, "counted", "after the kills", 2*time.Minute)
 	st, err := r.statuses(acked)
 	if err != nil {
 		t.Fatal(err)
