@@ -386,6 +386,9 @@ func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, known *confi
 		if why := engine.SharedID(outs, routes); why != "" {
 			res.Warnings = append(res.Warnings, why)
 		}
+		if known != nil {
+			res.Warnings = append(res.Warnings, uncapturedOutputs(known, outs)...)
+		}
 	case errors.As(herr, &pe):
 		res.Verdict, res.Reason = pe.Verdict.String(), pe.Reason
 		if pe.Cause != nil && strings.Contains(pe.Cause.Error(), "wasm stack trace") {
@@ -399,6 +402,26 @@ func runPluginOnce(ctx context.Context, p *wasm.Plugin, src []byte, known *confi
 		res.Verdict, res.Reason, code = "retry", herr.Error(), pluginExitRetry
 	}
 	return res, code, herr
+}
+
+// uncapturedOutputs says which outputs go to a subject that no declared
+// stream of an embedded server captures (uncapturedBy): the router sends
+// them, none is acknowledged, and it retries the event until it
+// dead-letters it. The type's routes (no destination) are validate's to
+// check.
+func uncapturedOutputs(cfg *config.Config, outs []switchyard.PluginOutput) []string {
+	var out []string
+	for i, o := range outs {
+		sink, subject, err := config.CheckDestination(o.Destination, nil)
+		if err != nil || o.Destination == "" {
+			continue
+		}
+		if n := uncapturedBy(cfg, sink, subject); n != nil {
+			out = append(out, fmt.Sprintf("output %d to %s: no stream of nats %q captures subject %q, so no publish there is acknowledged: the router retries the event, then dead-letters it; add the subject to one of its stream blocks",
+				i, o.Destination, n.Name, subject))
+		}
+	}
+	return out
 }
 
 func (r testResult) json() []byte {

@@ -353,6 +353,30 @@ event "order.created" {
 	if code != 0 || strings.Contains(stdout, "warnings") {
 		t.Errorf("the routes and another destination, routes unknown: exit %d\n%s", code, stdout)
 	}
+	// An output to a subject no declared stream of an embedded server
+	// captures is never acknowledged: warned of. Before, the test said ok
+	// and the router retried the event until it dead-lettered it.
+	os.WriteFile(policies, []byte(fmt.Sprintf(`
+nats "local" {
+  embedded = true
+  stream "events" { subjects = ["shop.>"] }
+}
+plugin "fanout" { wasm = %q }
+event "order.created" {
+  plugins = ["fanout"]
+  route {
+    to      = "nats.local"
+    subject = "shop.orders"
+  }
+}
+`, wasmTestdata(t, "fanout"))), 0o600)
+	stdout, _, code = runPluginTest(t, pluginTestEvent, "test", "-policies", policies, "-cache-dir", "", "-log-level", "off")
+	if code != 0 || !strings.Contains(stdout, `output 1 to nats.local:orders: no stream of nats \"local\" captures subject \"orders\"`) {
+		t.Errorf("an output to a subject no stream captures: exit %d\n%s", code, stdout)
+	}
+	if strings.Contains(stdout, "shop.orders") {
+		t.Errorf("the route to a captured subject warned of:\n%s", stdout)
+	}
 	if err := engine.CheckDestinations([]switchyard.PluginOutput{{Destination: "nats.local:demo.>"}}, nil); err == nil || !strings.Contains(err.Error(), "wildcard") {
 		t.Errorf("a wildcard subject without -policies: %v", err)
 	}

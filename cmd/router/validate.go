@@ -397,20 +397,28 @@ func bare(err error) error {
 // hand is allowed.
 func uncapturedRoutes(cfg *config.Config) []string {
 	var out []string
-	for _, n := range cfg.NATS {
-		if !n.Embedded || !n.JetStream {
-			continue
-		}
-		for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
-			for _, r := range cfg.Events[t].Routes {
-				if r.To == n.SinkName() && natsplugin.StreamCapturing(n.Streams, r.Subject) == "" {
-					out = append(out, fmt.Sprintf("%s: event %q routes to subject %q, which no stream of nats %q captures: a publish there is never acknowledged; add the subject to a stream block",
-						cfg.EventsAt[t], t, r.Subject, n.Name))
-				}
+	for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
+		for _, r := range cfg.Events[t].Routes {
+			if n := uncapturedBy(cfg, r.To, r.Subject); n != nil {
+				out = append(out, fmt.Sprintf("%s: event %q routes to subject %q, which no stream of nats %q captures: a publish there is never acknowledged; add the subject to a stream block",
+					cfg.EventsAt[t], t, r.Subject, n.Name))
 			}
 		}
 	}
 	return out
+}
+
+// uncapturedBy is the nats block of sink when a publish through it to
+// subject is never acknowledged: an embedded server with JetStream, none
+// of whose declared streams captures subject. Nil otherwise: another sink,
+// or a server whose streams the router does not know all of.
+func uncapturedBy(cfg *config.Config, sink, subject string) *config.NATS {
+	for i, n := range cfg.NATS {
+		if n.SinkName() == sink && n.Embedded && n.JetStream && natsplugin.StreamCapturing(n.Streams, subject) == "" {
+			return &cfg.NATS[i]
+		}
+	}
+	return nil
 }
 
 // runWarnings are what router run and a reload log about cfg: validate's
