@@ -71,14 +71,16 @@ storage {
   # A budget for the data file, so that a long broker outage fills it, not
   # the node's disk. Past max_size (the pages that hold data) or under
   # min_free (left on the disk, counting the room the file's own free
-  # pages offer: the file never shrinks), ingest answers 507 storage_full with
+  # pages offer, since the file never shrinks, and the reserve below),
+  # ingest answers 507 storage_full with
   # Retry-After and stores nothing, as do new claims, claim results over
   # 4 KiB and plugin state writes that grow it (the event waits); an
   # inbox takes no message (unacknowledged, they wait in the broker);
   # delivery and the DLQ go on, delivered records are removed before their
   # outbox ttl to make room, and ingest resumes as the backlog drains.
-  # Measured every 250 ms: a burst can pass the budget by what arrives
-  # meanwhile. Under min_free delivery waits once the room left outside
+  # Measured every 250 ms, and each request in between against the pages
+  # in use after the last commit: a burst passes the budget by the requests
+  # in flight at most. Under min_free delivery waits once the room left outside
   # the reserve is down to a quarter of min_free (at most 16 MiB), the
   # reserve's size: the router holds that much in
   # router.db.reserve beside the file, which it gives up when the disk is

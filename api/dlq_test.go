@@ -27,7 +27,7 @@ func (r *router) deadLetter(body string) string {
 		now := time.Now()
 		rec.Attempts++
 		rec.History = append(rec.History, storage.Attempt{At: now, Error: "nats.local:x: no responders"})
-		return tx.MoveToDLQ(rec, now, "gave up after 1 attempts: no responders")
+		return tx.MoveToDLQ(rec, now, "gave up after 1 attempt: no responders")
 	})
 	if err != nil {
 		r.t.Fatal(err)

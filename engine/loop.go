@@ -1444,7 +1444,7 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		rec.History = append(rec.History, storage.Attempt{At: now, Error: v.retry.Error()})
 		if rec.Attempts > pol.MaxRetries {
 			res.DeadLettered++
-			reason := fmt.Sprintf("gave up after %d attempts: %v", rec.Attempts, v.retry)
+			reason := fmt.Sprintf("gave up after %s: %v", attempts(rec.Attempts), v.retry)
 			res.failures = append(res.failures, failure{id: rec.Event.ID, attempts: rec.Attempts, reason: reason})
 			return tx.MoveToDLQ(rec, now, reason)
 		}
@@ -1507,4 +1507,12 @@ func setOutput(rec *storage.Record, o *output, now time.Time) {
 	// The position is the output's: nothing changes it once the sink has
 	// answered, and sharing it spares an allocation per output.
 	st.Delivered, st.DeliveredAt, st.Position, st.LastError = true, now, &o.result.Position, ""
+}
+
+// attempts is n attempts in words: "1 attempt", "4 attempts".
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
 }

@@ -163,7 +163,7 @@ func (w *spaceWatch) measure(budget config.Storage) *spaceState {
 			"the data file holds %d bytes, its budget (storage.max_size) is %d: nothing was stored; delivery goes on and makes room", sp.Used, maxSize)}
 	case minFree > 0 && sp.Room() < minFree:
 		st.full = &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
-			"the disk holding the data file has %d bytes free and the file %d it can reuse, under the floor (storage.min_free) of %d: nothing was stored; delivery goes on and makes room", sp.DiskFree, sp.Reusable, minFree)}
+			"the disk holding the data file has %d bytes free, the file %d it can reuse and the reserve %d, under the floor (storage.min_free) of %d: nothing was stored; delivery goes on and makes room", sp.DiskFree, sp.Reusable, sp.Reserve, minFree)}
 	}
 	w.state.Store(st)
 	return st

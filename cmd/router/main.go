@@ -131,7 +131,7 @@ Commands:
   run        run the router (default; -config ./policies.hcl)
   validate   check a configuration file
   bench      load a running router over its socket and report throughput
-  plugin     test or check a WebAssembly plugin (router plugin test x.wasm < event.json)
+  plugin     write, build and try WebAssembly plugins: test, check, init, doctor, dev, state
   dlq        list, show, retry, resolve or delete dead letters of a running router
   stats      per-type depth, oldest age, poll delay and DLQ of a running router, its storage and failing sinks
   tail       print each output a running router publishes, live (-type T, -o json)
