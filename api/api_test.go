@@ -186,8 +186,9 @@ func TestPostStructured(t *testing.T) {
 	}
 }
 
-// GET /v1/events/{id}?include=history,event adds the attempts and the
-// event as stored, its data byte for byte; without include, neither.
+// GET /v1/events/{id}?include=history,event adds the attempts (an empty
+// list before the first: asked for, the key is there) and the event as
+// stored, its data byte for byte; without include, neither.
 func TestEventViewIncludes(t *testing.T) {
 	r := newRouter(t)
 	body := `{"specversion":"1.0","id":"inc-1","type":"order.created","source":"/shop","datacontenttype":"application/json","data":{ "total" : 12 }}`
@@ -205,6 +206,9 @@ func TestEventViewIncludes(t *testing.T) {
 	}](t, full.body)
 	if full.status != 200 || v.State != "pending" || v.Event.ID != "inc-1" || string(v.Event.Data) != `{ "total" : 12 }` {
 		t.Fatalf("include=history,event: %d %s", full.status, full.body)
+	}
+	if v.History == nil || len(*v.History) != 0 {
+		t.Fatalf("include=history before any attempt: want \"history\": [], got %s", full.body)
 	}
 	if plain := r.event("inc-1"); plain["event"] != nil || plain["history"] != nil {
 		t.Fatalf("without include: %v", plain)

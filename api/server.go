@@ -770,16 +770,16 @@ func renderAccepted(batch bool) func([]engine.Outcome) engine.Response {
 
 // eventView is GET /v1/events/{id}.
 type eventView struct {
-	ID            string            `json:"id"`
-	Type          string            `json:"type"`
-	Source        string            `json:"source"`
-	State         storage.State     `json:"state"`
-	Attempts      int               `json:"attempts"`
-	CreatedAt     time.Time         `json:"created_at"`
-	NextAttemptAt *time.Time        `json:"next_attempt_at,omitempty"`
-	LastError     string            `json:"last_error,omitempty"`
-	Outputs       []storage.Output  `json:"outputs"`
-	History       []storage.Attempt `json:"history,omitempty"` // with ?include=history
+	ID            string             `json:"id"`
+	Type          string             `json:"type"`
+	Source        string             `json:"source"`
+	State         storage.State      `json:"state"`
+	Attempts      int                `json:"attempts"`
+	CreatedAt     time.Time          `json:"created_at"`
+	NextAttemptAt *time.Time         `json:"next_attempt_at,omitempty"`
+	LastError     string             `json:"last_error,omitempty"`
+	Outputs       []storage.Output   `json:"outputs"`
+	History       *[]storage.Attempt `json:"history,omitempty"` // with ?include=history: [] before any attempt
 }
 
 func viewOf(rec *storage.Record) eventView {
@@ -827,7 +827,11 @@ func writeEventView(w http.ResponseWriter, r *http.Request, rec *storage.Record)
 	v := viewOf(rec)
 	include := strings.Split(r.URL.Query().Get("include"), ",")
 	if slices.Contains(include, "history") {
-		v.History = rec.History
+		h := rec.History
+		if h == nil {
+			h = []storage.Attempt{}
+		}
+		v.History = &h
 	}
 	if slices.Contains(include, "event") {
 		writeWithEvents(w, http.StatusOK, withEvent(v, &rec.Event))
