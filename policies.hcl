@@ -70,10 +70,9 @@ storage {
   path = "./data/router.db"
   # A budget for the data file, so that a long broker outage fills it, not
   # the node's disk. Past max_size (the pages that hold data) or under
-  # min_free (left on the disk, counting the room the file's own free
-  # pages offer, since the file never shrinks, and the reserve below),
-  # ingest answers 507 storage_full with
-  # Retry-After and stores nothing, as do new claims, claim results over
+  # min_free (left on the disk, counting the file's own free pages, as
+  # the file never shrinks, and the reserve below), ingest answers 507
+  # storage_full with Retry-After and stores nothing, as do new claims, claim results over
   # 4 KiB and plugin state writes that grow it (the event waits); an
   # inbox takes no message (unacknowledged, they wait in the broker);
   # delivery and the DLQ go on, delivered records are removed before their

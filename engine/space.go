@@ -36,14 +36,16 @@ type spaceState struct {
 	// it writes in spaceEvery, only by one commit.
 	headroom int64
 	soonFull error
-	// deliverRoom is how many bytes the pages in use may grow before the
-	// loops stop taking batches (deliveryHeld; -1: no floor): the free
-	// room outside the reserve, less the reserve's size again (twice it
-	// while delivery waits, so that it resumes with room to spare). The
-	// last of min_free is for the cleanup, so that delivery's own growth
-	// (each delivered record grows by its outputs, and the delivered
-	// index by an entry) cannot leave it nothing to make room with.
-	deliverRoom int64
+	// floor: min_free is set, so delivery may have to wait (deliveryHeld).
+	// outside is the free room outside the reserve at the measurement:
+	// the pages in use may grow by outside less the reserve's size before
+	// the loops stop taking batches, and delivery resumes once they have
+	// shrunk to leave twice the reserve's size outside it. The last of
+	// min_free is for the cleanup, so that delivery's own growth (each
+	// delivered record grows by its outputs, and the delivered index by
+	// an entry) cannot leave it nothing to make room with.
+	floor            bool
+	outside, reserve int64
 }
 
 // spaceWatch keeps the verdict on the data file's budget fresh: storage
@@ -60,9 +62,11 @@ type spaceWatch struct {
 	// removes to make room (at once, or after the replay window). Without
 	// any, delivery does not wait (deliveryHeld): only it can make some.
 	delivered atomic.Bool
-	// waited: deliveryHeld said so since the last measurement, which then
-	// lets delivery resume only with room to spare.
-	waited atomic.Bool
+	// holding: delivery waits (deliveryHeld) until the room outside the
+	// reserve is twice the reserve's size, one reserve's worth more than
+	// where it stopped: near the line it would otherwise wait and resume
+	// at every check (a log line and a wake-up of every loop each time).
+	holding atomic.Bool
 }
 
 // check returns the storage_full error while the budget is exhausted, or
@@ -113,10 +117,11 @@ func (w *spaceWatch) roomy(budget config.Storage) bool {
 }
 
 // deliveryHeld reports whether the loops must take no batch: the free
-// room outside the reserve was down to the reserve's size at the last
-// measurement, or the writes since have taken what was left above it,
-// and the file keeps delivered records the cleanup will remove (now, or
-// once the replay window has passed: deliveredRemovable). Batches
+// room outside the reserve (at the last measurement, less what the pages
+// in use grew by since) is down to the reserve's size, or, once delivery
+// waits, not yet back to twice it (holding); and the file keeps delivered
+// records the cleanup will remove (now, or once the replay window has
+// passed: deliveredRemovable). Batches
 // in flight still record their outcomes, and the cleanup runs. With no
 // delivered record to remove (another program filled the disk while every
 // event was pending), waiting would make no room: delivery goes on, and
@@ -127,33 +132,36 @@ func (w *spaceWatch) deliveryHeld() bool {
 		return false
 	}
 	st := w.state.Load()
-	if st == nil || !st.measured || st.deliverRoom < 0 {
+	if st == nil || !st.measured || !st.floor {
 		return false
 	}
-	if w.meter.Used()-st.space.Used < st.deliverRoom {
-		return false
+	// The room outside the reserve now: what the measurement found, less
+	// what the pages in use grew by since (a cleanup's commit shrinks
+	// them: more room).
+	outside := st.outside - (w.meter.Used() - st.space.Used)
+	if w.holding.Load() {
+		if outside > 2*st.reserve {
+			w.holding.Store(false)
+			return false
+		}
+		return true
 	}
-	w.waited.Store(true)
-	return true
+	if outside <= st.reserve {
+		w.holding.Store(true)
+		return true
+	}
+	return false
 }
 
 // measure takes a measurement and decides.
 func (w *spaceWatch) measure(budget config.Storage) *spaceState {
 	maxSize, minFree := budget.MaxSize, budget.MinFree
-	held := w.waited.Swap(false)
 	sp, err := w.meter.Space()
-	st := &spaceState{space: sp, measured: err == nil, headroom: -1, deliverRoom: -1}
+	st := &spaceState{space: sp, measured: err == nil, headroom: -1}
 	if st.measured {
 		st.headroom, st.soonFull = headroom(sp, maxSize, minFree)
-		if reserve := budget.Reserve(); reserve > 0 {
-			line := reserve
-			if held {
-				// Resume with a reserve's worth to spare: near the line,
-				// not a wait and a resume at every measurement.
-				line = 2 * reserve
-			}
-			st.deliverRoom = max(0, sp.Room()-sp.Reserve-line)
-		}
+		st.reserve = budget.Reserve()
+		st.floor, st.outside = st.reserve > 0, sp.Room()-sp.Reserve
 	}
 	switch {
 	case err != nil:

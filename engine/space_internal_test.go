@@ -144,28 +144,38 @@ func TestDeliveryWaitsShortOfTheReserve(t *testing.T) {
 	}
 }
 
-// Once delivery waits, it resumes only when the cleanup has made a
-// reserve's worth of room more than the line it stopped at: near the line
-// it does not wait and resume at every measurement (each a log line and a
-// wake-up of every loop).
+// Delivery stops when the room outside the reserve is down to the
+// reserve's size and resumes once it is back to twice that, whether the
+// loops see it between measurements (as the pages in use grow, or shrink
+// with the cleanup's commits) or at one. Before, it resumed at the first
+// cleanup commit after a measurement that held it (the room was counted
+// from that measurement's line, clamped at zero), and near the line it
+// waited and resumed at every check.
 func TestDeliveryResumesWithRoomToSpare(t *testing.T) {
-	const minFree, reserve = 8 << 20, 2 << 20
-	used := int64(100 << 20)
-	w := &spaceWatch{meter: fixedMeter{sp: storage.Space{Used: used, DiskFree: 6 << 20, Reserve: reserve}, used: &used}}
+	const minFree, reserve, mib = 8 << 20, 2 << 20, 1 << 20
+	used := int64(100 * mib)
+	w := &spaceWatch{meter: fixedMeter{sp: storage.Space{Used: used, DiskFree: 6 * mib, Reserve: reserve}, used: &used}}
 	w.delivered.Store(true)
 	for _, step := range []struct {
-		what  string
-		grown int64 // the pages in use since the step before
-		held  bool
+		what    string
+		grown   int64 // the pages in use since the step before
+		measure bool  // a measurement before the check (else only the loops' check)
+		held    bool
 	}{
-		{"4 MiB outside the reserve", 0, false},
-		{"delivery took it down to the reserve's size", 4 << 20, true},
-		{"the cleanup made half a MiB", -(512 << 10), true},
-		{"a reserve's worth more than the line, and a little", -(reserve + 1), false},
-		{"a little less than that again", 512<<10 + 2, false},
+		{"6 MiB outside the reserve", 0, true, false},
+		{"delivery took it down to 2 MiB, the reserve's size", 4 * mib, false, true},
+		{"measured there", 0, true, true},
+		{"the cleanup's commit made half a MiB", -mib / 2, false, true},
+		{"measured at 2.5 MiB", 0, true, true},
+		{"the cleanup made 1.5 MiB more, and a byte", -(3*mib/2 + 1), false, false},
+		{"delivery took 1 MiB of it: 3 MiB left, over the stopping line", mib, false, false},
+		{"measured at 3 MiB", 0, true, false},
+		{"down to 2 MiB again", mib + 1, false, true},
 	} {
 		used += step.grown
-		w.measure(config.Storage{MinFree: minFree})
+		if step.measure {
+			w.measure(config.Storage{MinFree: minFree})
+		}
 		if held := w.deliveryHeld(); held != step.held {
 			t.Errorf("%s: delivery held %v, want %v", step.what, held, step.held)
 		}

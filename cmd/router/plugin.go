@@ -413,11 +413,11 @@ func uncapturedOutputs(cfg *config.Config, outs []switchyard.PluginOutput) []str
 	var out []string
 	for i, o := range outs {
 		sink, subject, err := config.CheckDestination(o.Destination, nil)
-		if err != nil || o.Destination == "" {
-			continue
+		if err != nil {
+			continue // the type's routes (no destination), or already a reject
 		}
 		if n := uncapturedBy(cfg, sink, subject); n != nil {
-			out = append(out, fmt.Sprintf("output %d to %s: no stream of nats %q captures subject %q, so no publish there is acknowledged: the router retries the event, then dead-letters it; add the subject to one of its stream blocks",
+			out = append(out, fmt.Sprintf("output %d to %s: no declared stream of nats %q captures subject %q, so no publish there is acknowledged: the router retries the event, then dead-letters it; add the subject to one of its stream blocks",
 				i, o.Destination, n.Name, subject))
 		}
 	}

@@ -371,7 +371,7 @@ event "order.created" {
 }
 `, wasmTestdata(t, "fanout"))), 0o600)
 	stdout, _, code = runPluginTest(t, pluginTestEvent, "test", "-policies", policies, "-cache-dir", "", "-log-level", "off")
-	if code != 0 || !strings.Contains(stdout, `output 1 to nats.local:orders: no stream of nats \"local\" captures subject \"orders\"`) {
+	if code != 0 || !strings.Contains(stdout, `output 1 to nats.local:orders: no declared stream of nats \"local\" captures subject \"orders\"`) {
 		t.Errorf("an output to a subject no stream captures: exit %d\n%s", code, stdout)
 	}
 	if strings.Contains(stdout, "shop.orders") {

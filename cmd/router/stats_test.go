@@ -68,7 +68,7 @@ func waitDrained(t *testing.T, c *http.Client, typ, when string, within time.Dur
 		return known && pending == 0 && inProcess == 0
 	}, func() string {
 		if err != nil {
-			return fmt.Sprintf("%s: %s not drained: %v", when, typ, err)
+			return fmt.Sprintf("%s: %q not drained: %v", when, typ, err)
 		}
 		pending, inProcess, known := st.waiting(typ)
 		return fmt.Sprintf("%s: %q not drained (listed %v): %d pending, %d in process; storage %v", when, typ, known, pending, inProcess, st.Storage)
