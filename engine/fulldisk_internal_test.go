@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard/storage/storagetest"
 )
 
 // On a full disk whose reserve is gone (another program took its room),
@@ -100,11 +100,7 @@ func anywhereEvent(now time.Time) *storage.Record {
 func fullDisk(t *testing.T, n int, put func(*storage.Tx) error) *storage.DB {
 	t.Helper()
 	dir := testkit.SmallDisk(t, 16<<20)
-	db, err := storage.Open(filepath.Join(dir, "router.db"), storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close(context.Background()) })
+	db := storagetest.OpenIn(t, dir)
 	for range n / 200 {
 		if err := db.Update(context.Background(), func(tx *storage.Tx) error {
 			for range 200 {

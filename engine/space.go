@@ -36,15 +36,15 @@ type spaceState struct {
 	// it writes in spaceEvery, only by one commit.
 	headroom int64
 	soonFull error
-	// floor: min_free is set, so delivery may have to wait (deliveryHeld).
-	// outside is the free room outside the reserve at the measurement:
-	// the pages in use may grow by outside less the reserve's size before
-	// the loops stop taking batches, and delivery resumes once they have
-	// shrunk to leave twice the reserve's size outside it. The last of
-	// min_free is for the cleanup, so that delivery's own growth (each
-	// delivered record grows by its outputs, and the delivered index by
-	// an entry) cannot leave it nothing to make room with.
-	floor            bool
+	// outside is the free room outside the reserve at the measurement,
+	// and reserve the reserve's size (config.Storage.Reserve; 0: no
+	// floor, delivery never waits): the pages in use may grow by outside
+	// less reserve before the loops stop taking batches, and delivery
+	// resumes once they have shrunk to leave twice reserve outside it.
+	// The last of min_free is for the cleanup, so that delivery's own
+	// growth (each delivered record grows by its outputs, and the
+	// delivered index by an entry) cannot leave it nothing to make room
+	// with.
 	outside, reserve int64
 }
 
@@ -132,7 +132,7 @@ func (w *spaceWatch) deliveryHeld() bool {
 		return false
 	}
 	st := w.state.Load()
-	if st == nil || !st.measured || !st.floor {
+	if st == nil || !st.measured || st.reserve <= 0 {
 		return false
 	}
 	// The room outside the reserve now: what the measurement found, less
@@ -160,8 +160,7 @@ func (w *spaceWatch) measure(budget config.Storage) *spaceState {
 	st := &spaceState{space: sp, measured: err == nil, headroom: -1}
 	if st.measured {
 		st.headroom, st.soonFull = headroom(sp, maxSize, minFree)
-		st.reserve = budget.Reserve()
-		st.floor, st.outside = st.reserve > 0, sp.Room()-sp.Reserve
+		st.reserve, st.outside = budget.Reserve(), sp.Room()-sp.Reserve
 	}
 	switch {
 	case err != nil:

@@ -157,11 +157,7 @@ func BenchmarkDeliveredBytes(b *testing.B) {
 
 func deliveredBytes(b *testing.B, dataBytes int, clientIDs bool) (pending, delivered float64) {
 	const n = 20_000
-	db, err := Open(filepath.Join(b.TempDir(), "router.db"), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close(context.Background())
+	db := openTemp(b)
 	now := time.Now()
 	for k := 0; k < n; {
 		err := db.Update(context.Background(), func(tx *Tx) error {

@@ -11,7 +11,14 @@ import (
 // imports this package) cannot serve.
 func openTemp(tb testing.TB) *DB {
 	tb.Helper()
-	db, err := Open(filepath.Join(tb.TempDir(), "r.db"), Options{})
+	return openIn(tb, tb.TempDir())
+}
+
+// openIn is openTemp in dir, a folder the test chose (a small disk of its
+// own: testkit.SmallDisk).
+func openIn(tb testing.TB, dir string) *DB {
+	tb.Helper()
+	db, err := Open(filepath.Join(dir, "r.db"), Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}

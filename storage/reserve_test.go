@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,11 +14,7 @@ import (
 // gives it up and commits the same group in the room it held, once.
 func TestAFullDiskTakesTheReserve(t *testing.T) {
 	dir := testkit.SmallDisk(t, 16<<20)
-	db, err := Open(filepath.Join(dir, "router.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(context.Background())
+	db := openIn(t, dir)
 	insertBatches(t, db, 2_000)
 	write := func() error {
 		return db.Update(context.Background(), func(tx *Tx) error {
@@ -70,11 +65,7 @@ func TestAFullDiskTakesTheReserve(t *testing.T) {
 // their own time). Delivery waits for the cleanup only while there are
 // some (engine's spaceWatch.delivered).
 func TestDeliveredRemovableBy(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "router.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(context.Background())
+	db := openTemp(t)
 	now := time.Now()
 	removable := func(ttl time.Duration) (ok bool) {
 		db.View(func(tx *Tx) error { ok = tx.DeliveredRemovableBy(now, ttl); return nil })

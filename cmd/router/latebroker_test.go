@@ -310,7 +310,8 @@ event "budget.order" {
 	if !strings.Contains(stats, `"max_size_bytes": 4194304`) {
 		t.Errorf("/v1/stats lacks the budget: %s", stats)
 	}
-	if m := get(t, c, "/metrics"); !strings.Contains(m, "switchyard_storage_max_size_bytes 4.194304e+06") || !strings.Contains(m, "switchyard_storage_used_bytes ") {
+	if m := get(t, c, "/metrics"); !strings.Contains(m, "switchyard_storage_max_size_bytes 4.194304e+06") || !strings.Contains(m, "switchyard_storage_used_bytes ") ||
+		!strings.Contains(m, "switchyard_storage_reserve_bytes 1.6777216e+07") { // a quarter of the default min_free
 		t.Errorf("/metrics lacks the budget's series")
 	}
 	t.Logf("budget reached after %d events acknowledged; stats: %s", len(acked), strings.Join(strings.Fields(stats[strings.Index(stats, `"storage"`):]), " "))

@@ -358,10 +358,11 @@ func TestDLQCommands(t *testing.T) {
 	}
 
 	// stats: per type, with the DLQ and resolved counts; the data file
-	// against its budget; the sink that failed (late.> had no stream).
+	// against its budget, and the reserve (a quarter of the default
+	// min_free, 64 MiB); the sink that failed (late.> had no stream).
 	out = r.mustCLI("stats")
 	if !strings.Contains(out, "TYPE") || !strings.Contains(out, "RESOLVED") || !strings.Contains(out, "t.fail") ||
-		!strings.Contains(out, "storage: ") || !strings.Contains(out, "no max_size") ||
+		!strings.Contains(out, "storage: ") || !strings.Contains(out, "no max_size") || !strings.Contains(out, ", reserve 16.0 MiB") ||
 		!strings.Contains(out, "last publish error per sink:") || !strings.Contains(out, "type t.fail: ") {
 		t.Fatalf("stats:\n%s", out)
 	}

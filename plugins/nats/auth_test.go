@@ -349,36 +349,3 @@ func TestFailedLoginsAreThrottled(t *testing.T) {
 		t.Fatalf("%d lines for 30 failed logins:\n%s", n, logs.String())
 	}
 }
-
-// The embedded server's storage limit follows its disk: grown under a
-// running router (an operator resizing a volume that filled up), the
-// stream takes more than the disk held at the start. Before, the limit
-// stayed the filesystem's size at the start, and every message past it was
-// refused ("insufficient resources") until the router restarted.
-func TestEmbeddedStoreGrowsWithItsDisk(t *testing.T) {
-	defer func(d time.Duration) { storeCheckEvery = d }(storeCheckEvery)
-	storeCheckEvery = 50 * time.Millisecond
-	disk := testkit.SmallDisk(t, 4<<20)
-	cfg := testConfig(true)
-	srv := startServer(t, cfg, disk)
-	sink := openSink(t, cfg, srv.ClientURL())
-	testkit.GrowDisk(t, disk, 32<<20)
-	testkit.Eventually(t, "the storage limit to follow the disk", 5*time.Second, func() bool {
-		return srv.storeMax() == 32<<20
-	})
-	data := []byte(`"` + strings.Repeat("x", 64<<10) + `"`)
-	for b := range 16 { // 8 MiB in all: twice what the disk held at the start
-		msgs := makeMsgs(fmt.Sprintf("grown-%d", b), "orders.a", 8)
-		for _, m := range msgs {
-			m.Event.Data = data
-		}
-		requireOK(t, sink.Publish(pubCtx(t, 5*time.Second), msgs), 8)
-	}
-}
-
-// storeMax is JetStream's storage limit now.
-func (s *Server) storeMax() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ns.JetStreamConfig().MaxStore
-}

@@ -17,7 +17,18 @@ func Open(tb testing.TB) *storage.DB { return OpenWith(tb, storage.Options{}) }
 // OpenWith is Open with opts (a commit delay, say).
 func OpenWith(tb testing.TB, opts storage.Options) *storage.DB {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "router.db")
+	return openAt(tb, filepath.Join(tb.TempDir(), "router.db"), opts)
+}
+
+// OpenIn is Open in dir, a folder the test chose (a small disk of its own:
+// testkit.SmallDisk).
+func OpenIn(tb testing.TB, dir string) *storage.DB {
+	tb.Helper()
+	return openAt(tb, filepath.Join(dir, "router.db"), storage.Options{})
+}
+
+func openAt(tb testing.TB, path string, opts storage.Options) *storage.DB {
+	tb.Helper()
 	db, err := storage.Open(path, opts)
 	if err != nil {
 		tb.Fatal(err)
