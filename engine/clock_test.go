@@ -28,7 +28,7 @@ func TestSteadyClockSeesARealStepBack(t *testing.T) {
 		t.Fatalf("stepBack: %v -> %v", base, got)
 	}
 	var step time.Duration
-	c := &steadyClock{wall: func() time.Time { return stepBack(time.Now(), step) }}
+	c := newSteadyClock(func() time.Time { return stepBack(time.Now(), step) }, time.Time{}, nil)
 	first := c.now()
 	step = time.Hour
 	if second := c.now(); second.UnixNano() < first.UnixNano() {
@@ -41,7 +41,7 @@ func TestSteadyClockSeesARealStepBack(t *testing.T) {
 // later looked like a step back (2 s ahead after 1.6 million calls from 8
 // goroutines: a review).
 func TestSteadyClockDoesNotDrift(t *testing.T) {
-	c := &steadyClock{wall: time.Now}
+	c := newSteadyClock(time.Now, time.Time{}, nil)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -51,7 +51,28 @@ func TestSteadyClockDoesNotDrift(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if c.skew != 0 {
-		t.Errorf("the wall clock never went back, yet the engine's clock is %v ahead of it", c.skew)
+	if ahead := c.ahead(); ahead > time.Millisecond {
+		t.Errorf("the wall clock never went back, yet the engine's clock is %v ahead of it", ahead)
+	}
+}
+
+// A step back that is undone (a clock set wrong by hand, then put right)
+// leaves the engine's clock where the wall clock is: before, the step
+// stayed as a skew, and the engine ran ahead by it for as long as the
+// process lived (what it stored then waited that long after a restart,
+// and every record kept for a while expired that much sooner).
+func TestSteadyClockCatchesUpWhenAStepBackIsUndone(t *testing.T) {
+	var step time.Duration
+	c := newSteadyClock(func() time.Time { return stepBack(time.Now(), step) }, time.Time{}, nil)
+	c.now()
+	step = time.Hour
+	during := c.now()
+	step = 0
+	after := c.now()
+	if ahead := after.Sub(time.Now()); ahead > time.Second {
+		t.Errorf("the wall clock is back where it was, yet the engine's clock is %v ahead of it", ahead.Round(time.Second))
+	}
+	if after.Before(during) {
+		t.Errorf("the engine's clock went back: %v, then %v", during.UTC(), after.UTC())
 	}
 }

@@ -37,7 +37,8 @@ type Options struct {
 	Logger hclog.Logger
 	// Registerer receives the engine's metrics; nil = not registered.
 	Registerer prometheus.Registerer
-	// Now is the clock; nil = time.Now. The engine never lets it go back
+	// Now is the wall clock; nil = time.Now. The engine's clock never
+	// goes back, and never behind the time its data file last saw
 	// (steadyClock).
 	Now func() time.Time
 	// IdempotencyWait is how long a request waits for an identical request
@@ -58,6 +59,7 @@ type Options struct {
 // Engine runs the loops. Open starts them; Close stops them.
 type Engine struct {
 	store Store
+	clock *steadyClock // opts.Now's
 	// chunk is how many records a cleanup transaction removes: cleanupChunk,
 	// less after a full disk refused one (inChunks).
 	chunk atomic.Int64
@@ -114,9 +116,12 @@ type Engine struct {
 // ready to Open.
 func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options) (*Engine, error) {
 	opts = opts.withDefaults()
+	clock := clockFor(store, opts.Now)
+	opts.Now = clock.now
 	e := &Engine{
 		store:    store,
 		opts:     opts,
+		clock:    clock,
 		log:      opts.Logger.Named("engine"),
 		inflight: inFlight{scopes: make(map[string]*flight)},
 		loops:    make(map[string]*Loop),
@@ -144,6 +149,7 @@ func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options)
 	if err := e.registerMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	e.sayClockAhead()
 	return e, nil
 }
 
@@ -155,7 +161,6 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	o.Now = (&steadyClock{wall: o.Now}).now
 	if o.IdempotencyWait <= 0 {
 		o.IdempotencyWait = 2 * time.Second
 	}

@@ -38,6 +38,7 @@ type metrics struct {
 	dlq                   *prometheus.Desc
 	events                *prometheus.Desc
 	watchers              *prometheus.Desc
+	clockAhead            *prometheus.Desc
 	stateKeys, stateBytes *prometheus.Desc
 
 	mu       sync.Mutex
@@ -106,6 +107,7 @@ func newMetrics(e *Engine) *metrics {
 		dlqActions: counter("dlq_actions_total", "Dead letters an operator retried, resolved or deleted.", "action"),
 		yielded:    counter("delivery_yield_seconds_total", "Time a type's loop rested so that requests waiting for the CPU got it (outbox.yield_lag).", "type"),
 		watchers:   prometheus.NewDesc("switchyard_tail_watchers", "Live tails watching published outputs (router tail, the console).", nil, nil),
+		clockAhead: prometheus.NewDesc("switchyard_clock_ahead_seconds", "How far the router's clock is ahead of the system clock: after the system clock stepped back (while running, or since the data file last saw it), the router's goes on at the clock's rate until the system clock passes it.", nil, nil),
 		stateKeys:  prometheus.NewDesc("switchyard_plugin_state_keys", "Keys a state namespace holds (<plugin>:<type>, or a shared state_namespace).", []string{"namespace"}, nil),
 		stateBytes: prometheus.NewDesc("switchyard_plugin_state_bytes", "Bytes of keys and values a state namespace holds.", []string{"namespace"}, nil),
 		events: prometheus.NewDesc("switchyard_events", "Records in the data file by state (pending excludes in_process; delivered are kept until outbox.ttl).",
@@ -126,7 +128,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.vecs() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.pending, m.inProcess, m.oldestAge, m.pollDelay, m.dlq, m.events, m.watchers, m.stateKeys, m.stateBytes} {
+	for _, d := range []*prometheus.Desc{m.pending, m.inProcess, m.oldestAge, m.pollDelay, m.dlq, m.events, m.watchers, m.clockAhead, m.stateKeys, m.stateBytes} {
 		ch <- d
 	}
 }
@@ -137,6 +139,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		c.Collect(ch)
 	}
 	ch <- prometheus.MustNewConstMetric(m.watchers, prometheus.GaugeValue, float64(m.e.tail.watching.Load()))
+	ch <- prometheus.MustNewConstMetric(m.clockAhead, prometheus.GaugeValue, m.e.clock.ahead().Seconds())
 	if nss, err := m.e.StateNamespaces(""); err == nil {
 		for _, ns := range nss {
 			ch <- prometheus.MustNewConstMetric(m.stateKeys, prometheus.GaugeValue, float64(ns.Keys), ns.Name)

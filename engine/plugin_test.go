@@ -267,10 +267,10 @@ event "t.noroute" {
 	if rec.State != storage.StateDLQ || !strings.Contains(rec.LastError, "names no destination and the type has no route") {
 		t.Fatalf("unrouted event: %s %q", rec.State, rec.LastError)
 	}
-	if got := counterValue(t, reg, "switchyard_unrouted_outputs_total"); got != 1 {
+	if got := metricValue(t, reg, "switchyard_unrouted_outputs_total"); got != 1 {
 		t.Fatalf("switchyard_unrouted_outputs_total = %v, want 1", got)
 	}
-	if got := counterValue(t, reg, "switchyard_filtered_total"); got != 1 {
+	if got := metricValue(t, reg, "switchyard_filtered_total"); got != 1 {
 		t.Fatalf("switchyard_filtered_total = %v, want 1", got)
 	}
 	if l := logs.String(); !strings.Contains(l, "[WARN]") || !strings.Contains(l, "event dead-lettered") || !strings.Contains(l, "event=keep-1") || !strings.Contains(l, "type=t.noroute") {
@@ -356,7 +356,7 @@ func TestPluginOutputsSharingAnID(t *testing.T) {
 	if _, err := h.eng.Loop("t.split").Poll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := counterValue(t, reg, "switchyard_plugin_shared_id_events_total"); got != 2 {
+	if got := metricValue(t, reg, "switchyard_plugin_shared_id_events_total"); got != 2 {
 		t.Fatalf("switchyard_plugin_shared_id_events_total = %v, want 2 (same-1 and same-2)", got)
 	}
 	if n := strings.Count(logs.String(), "plugin outputs share an id"); n != 1 || !strings.Contains(logs.String(), "plugin=split") {
@@ -437,7 +437,7 @@ func TestPluginSeriesExistBeforeTheFirstCall(t *testing.T) {
 }
 
 // counterValue sums a counter family's series in reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
@@ -447,7 +447,7 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	for _, f := range fams {
 		if f.GetName() == name {
 			for _, m := range f.GetMetric() {
-				sum += m.GetCounter().GetValue()
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}

@@ -139,9 +139,9 @@ event "t.backlog" {
 	})
 	h.ingest("t.backlog", 200)
 	time.Sleep(500 * time.Millisecond) // the first probes, while the delay grows
-	before := counterValue(t, reg, "switchyard_polls_total")
+	before := metricValue(t, reg, "switchyard_polls_total")
 	time.Sleep(2 * time.Second)
-	polls := counterValue(t, reg, "switchyard_polls_total") - before
+	polls := metricValue(t, reg, "switchyard_polls_total") - before
 	// At 5 ms a poll, a loop that kept treating its full batches as a
 	// backlog would poll ~400 times; probing within a second, ≤ 4.
 	if polls > 6 {

@@ -26,7 +26,7 @@ func TestDeliveryYieldsToIngest(t *testing.T) {
 			ids := produce(t, h.eng, "t.yield", "p", 500*time.Millisecond)
 			h.waitDelivered(ids, 60*time.Second)
 			h.streamHoldsOnce(ids)
-			rested := counterValue(t, reg, "switchyard_delivery_yield_seconds_total")
+			rested := metricValue(t, reg, "switchyard_delivery_yield_seconds_total")
 			t.Logf("%d events, loop rested %.3fs", len(ids), rested)
 			if lag == "0s" && rested != 0 {
 				t.Fatalf("rested %.3fs with yield_lag = \"0s\"", rested)
@@ -59,7 +59,7 @@ func TestYieldLagReloads(t *testing.T) {
 		ids := produce(t, h.eng, "t.reload", fmt.Sprintf("r%d", round), 500*time.Millisecond)
 		h.waitDelivered(ids, 60*time.Second)
 		all = append(all, ids...)
-		now := counterValue(t, reg, "switchyard_delivery_yield_seconds_total")
+		now := metricValue(t, reg, "switchyard_delivery_yield_seconds_total")
 		t.Logf("yield_lag = %q: %d events, loop rested %.3fs", lag, len(ids), now-rested)
 		if lag == "0s" && now != rested {
 			t.Fatalf("rested %.3fs after a reload to yield_lag = \"0s\"", now-rested)

@@ -92,6 +92,8 @@ type DB struct {
 	// counts the times a full disk made the writer give it up.
 	reserveMu sync.Mutex
 	released  atomic.Uint64
+	// clock is the router's clock as the file keeps it (clock.go).
+	clock clockMark
 }
 
 type write struct {
@@ -214,6 +216,12 @@ func Open(path string, opts Options) (*DB, error) {
 		db.seen.Store(opened.Size())
 	}
 	db.mapStart.Store(bdb.Info().Data)
+	bdb.View(func(tx *bolt.Tx) error { // prepare made the meta bucket
+		if mark := readClockMark(tx); !mark.IsZero() {
+			db.clock.atOpen, db.clock.kept = mark, mark.UnixNano()
+		}
+		return nil
+	})
 	go db.writer()
 	return db, nil
 }
@@ -304,6 +312,9 @@ func (db *DB) Close(ctx context.Context) error {
 		err = db.update(func(tx *bolt.Tx) error {
 			meta := tx.Bucket(bucketMeta)
 			if err := stampLines(meta); err != nil {
+				return err
+			}
+			if err := keepClock(tx, db.clockToKeep(true)); err != nil {
 				return err
 			}
 			if !db.unclean || db.recovered.Load() {
@@ -471,6 +482,7 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 	for len(group) > 0 {
 		start := time.Now()
 		failed := -1
+		clock := db.clockToKeep(false)
 		err := db.update(func(btx *bolt.Tx) error {
 			tx := &Tx{tx: btx, writable: true}
 			for i, w := range group {
@@ -479,7 +491,7 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 					return err
 				}
 			}
-			return nil
+			return keepClock(btx, clock)
 		})
 		if failed >= 0 {
 			group[failed].err <- err
@@ -495,6 +507,7 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 		} else {
 			db.commitErr.Store(nil)
 			db.commits.Add(1)
+			db.clock.kept = max(db.clock.kept, clock)
 			db.mapStart.Store(db.bolt.Info().Data) // the writer remaps, and only in a commit
 			if used, err := db.pagesInUse(); err == nil {
 				db.used.Store(used)
