@@ -92,6 +92,7 @@ type smallDisk struct {
 	logs   *testkit.Buffer
 	disk   string
 	config string
+	sock   string
 	proc   *os.Process
 }
 
@@ -100,7 +101,13 @@ func smallDiskRouter(t *testing.T, nats string) *smallDisk {
 	if testing.Short() {
 		t.Skip("fills a disk through the real binary")
 	}
-	disk := testkit.SmallDisk(t, 60<<20)
+	return routerOnDisk(t, testkit.SmallDisk(t, 60<<20), nats)
+}
+
+// routerOnDisk is smallDiskRouter's router with its data file on disk, a
+// folder the test mounted.
+func routerOnDisk(t *testing.T, disk, nats string) *smallDisk {
+	t.Helper()
 	dir := t.TempDir()
 	if nats == "" {
 		nats = fmt.Sprintf("embedded = true\n  port = %d\n  store_dir = %q", testkit.FreePort(t), filepath.Join(dir, "nats"))
@@ -127,7 +134,7 @@ event "t.order" {
 	c, logs, proc := serveBinaryProcess(t, path, sock)
 	load := socketClient(sock)
 	load.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
-	return &smallDisk{c: c, load: load, logs: logs, disk: disk, config: path, proc: proc}
+	return &smallDisk{c: c, load: load, logs: logs, disk: disk, config: path, sock: sock, proc: proc}
 }
 
 // allInStream fails the test unless every id is in the stream of the
