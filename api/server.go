@@ -54,7 +54,10 @@ type Options struct {
 	// Inboxes reports whether each inbox consumes from its broker: detail
 	// in /readyz too.
 	Inboxes func(ctx context.Context) map[string]error
-	Now     func() time.Time
+	// Now is the clock the API counts relative times from (a DLQ filter's
+	// since, an event's time when it has none): the engine's, whose times
+	// it compares them with (engine.Engine.Now). nil = time.Now.
+	Now func() time.Time
 	// Registerer receives the API's metrics (problems by code, replays,
 	// ingest latency); nil = kept but not exported.
 	Registerer prometheus.Registerer

@@ -3,6 +3,8 @@ package engine
 import (
 	"sync"
 	"time"
+
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // steadyClock is the engine's clock: the wall clock's, except that it never
@@ -25,9 +27,10 @@ import (
 // (docs/architecture.md, "A clock stepped back").
 type steadyClock struct {
 	wall func() time.Time
-	// seen, when set, is told each time the clock gives (the data file
-	// keeps the last: storage.DB.SeeTime).
-	seen func(time.Time)
+	// seen, when set, is told each time the clock gives, and how far
+	// ahead of the wall clock (the data file keeps the last:
+	// storage.DB.SeeTime).
+	seen func(storage.ClockMark)
 	mu   sync.Mutex
 	last time.Time // the last time given, without a monotonic reading
 	read time.Time // the wall clock's reading it came from (zero before the first)
@@ -35,7 +38,7 @@ type steadyClock struct {
 
 // newSteadyClock is a clock over wall that gives no time before from (the
 // time the data file last saw, or zero).
-func newSteadyClock(wall func() time.Time, from time.Time, seen func(time.Time)) *steadyClock {
+func newSteadyClock(wall func() time.Time, from time.Time, seen func(storage.ClockMark)) *steadyClock {
 	return &steadyClock{wall: wall, seen: seen, last: from.Round(0)}
 }
 
@@ -50,7 +53,7 @@ func (c *steadyClock) now() time.Time {
 	t := c.at(w)
 	c.last, c.read = t, w
 	if c.seen != nil {
-		c.seen(t)
+		c.seen(storage.ClockMark{At: t, Ahead: t.Sub(w.Round(0))})
 	}
 	return t
 }
@@ -86,17 +89,18 @@ func laterOf(a, b time.Time) time.Time {
 // ClockKeeper is a store that keeps the engine's clock across restarts
 // (storage.DB): the time it last saw, and a way to tell it the time.
 type ClockKeeper interface {
-	ClockMark() time.Time
-	SeeTime(time.Time)
+	ClockMark() storage.ClockMark
+	SeeTime(storage.ClockMark)
 }
 
 // clockFor is the engine's clock over wall, starting no earlier than the
-// time store last saw when it keeps one.
-func clockFor(store Store, wall func() time.Time) *steadyClock {
+// time store last saw when it keeps one, and the mark it starts from.
+func clockFor(store Store, wall func() time.Time) (*steadyClock, storage.ClockMark) {
 	if k, ok := store.(ClockKeeper); ok {
-		return newSteadyClock(wall, k.ClockMark(), k.SeeTime)
+		mark := k.ClockMark()
+		return newSteadyClock(wall, mark.At, k.SeeTime), mark
 	}
-	return newSteadyClock(wall, time.Time{}, nil)
+	return newSteadyClock(wall, time.Time{}, nil), storage.ClockMark{}
 }
 
 // sayClockAhead warns when the engine's clock starts ahead of the wall
@@ -106,7 +110,8 @@ func clockFor(store Store, wall func() time.Time) *steadyClock {
 func (e *Engine) sayClockAhead() {
 	now := e.now()
 	if ahead := e.clock.ahead(); ahead >= clockNotable {
-		e.log.Warn("the system clock is behind the time this data file last saw: the router's clock goes on from that time at the clock's rate until the system clock passes it (docs/architecture.md, \"A clock stepped back\")",
+		e.log.Warn("the system clock is behind the time this data file last saw: the router's clock goes on from that time at the clock's rate until the system clock passes it (docs/architecture.md, \"A clock stepped back\"); "+
+			"if that time is the wrong one (a clock once set far ahead), stop the router and run `router db clock -forget` on the data file",
 			"behind", ahead.Round(time.Second).String(), "router_clock", now.UTC().Format(time.RFC3339))
 	}
 }

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard/storage/storagetest"
 )
 
 // A route into a subject no stream captures: every attempt fails, and the
@@ -58,8 +60,8 @@ func TestARestartWithTheClockBehindGoesOnFromTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close(context.Background()) })
-	if mark := db.ClockMark(); !mark.Equal(seen) {
-		t.Fatalf("the file kept %v as its clock, want %v", mark.UTC(), seen.UTC())
+	if mark := db.ClockMark(); !mark.At.Equal(seen) || mark.Ahead != 0 {
+		t.Fatalf("the file kept %v (%v ahead) as its clock, want %v (0 ahead: the fake clock never went back)", mark.At.UTC(), mark.Ahead, seen.UTC())
 	}
 	behind := &clock{now: seen.Add(-24 * time.Hour)}
 	var logs bytes.Buffer
@@ -92,4 +94,31 @@ func TestARestartWithTheClockBehindGoesOnFromTheFile(t *testing.T) {
 	if ahead := metricValue(t, reg, "switchyard_clock_ahead_seconds"); ahead != (24 * time.Hour).Seconds() {
 		t.Errorf("switchyard_clock_ahead_seconds = %v, want a day (%v)", ahead, (24 * time.Hour).Seconds())
 	}
+}
+
+// After an unclean stop of a router whose clock ran an hour ahead of the
+// system's (a data file's time carried over a step back), an output the
+// stream stored without the router recording it is still recalled, not
+// sent again: the stream's time is the system clock's, an hour behind
+// the event's, and the mark says by how much. Before, the message read as
+// older than its event and went out a second time, past the duplicates
+// window.
+func TestRepublishReadsTheStreamsTimeByTheFilesClock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "router.db")
+	db, err := storage.Open(path, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SeeTime(storage.ClockMark{At: time.Now().Add(time.Hour), Ahead: time.Hour})
+	if err := db.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ahead := storagetest.OpenAt(t, path)
+	h := newHarness(t, tbRoute, true,
+		harnessOption(func(o *engine.Options) { o.Now = time.Now }),
+		storeWrap(func(engine.Store) engine.Store { return ahead }))
+	if got := h.eng.Now().Sub(time.Now()); got < 59*time.Minute {
+		t.Fatalf("the engine's clock is %v ahead of the system's, want an hour (the file's)", got)
+	}
+	h.recallOutput(switchyard.Event{ID: "ahead-1", Type: "t.b", Source: "/t", SpecVersion: "1.0"})
 }

@@ -39,7 +39,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the wall clock; nil = time.Now. The engine's clock never
 	// goes back, and never behind the time its data file last saw
-	// (steadyClock).
+	// (steadyClock). After a step back it catches up with the wall clock
+	// only if Now's readings carry a monotonic reading, as time.Now's do
+	// (not those of time.Now().UTC(), nor a fake clock's).
 	Now func() time.Time
 	// IdempotencyWait is how long a request waits for an identical request
 	// in flight before it gets 409 request_in_progress. Default 2s.
@@ -60,6 +62,10 @@ type Options struct {
 type Engine struct {
 	store Store
 	clock *steadyClock // opts.Now's
+	// mark is the data file's clock when the engine was made: what the
+	// last router on it saw, and how far ahead of its system clock
+	// (Republish reads brokers' times with it).
+	mark storage.ClockMark
 	// chunk is how many records a cleanup transaction removes: cleanupChunk,
 	// less after a full disk refused one (inChunks).
 	chunk atomic.Int64
@@ -116,12 +122,13 @@ type Engine struct {
 // ready to Open.
 func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options) (*Engine, error) {
 	opts = opts.withDefaults()
-	clock := clockFor(store, opts.Now)
+	clock, mark := clockFor(store, opts.Now)
 	opts.Now = clock.now
 	e := &Engine{
 		store:    store,
 		opts:     opts,
 		clock:    clock,
+		mark:     mark,
 		log:      opts.Logger.Named("engine"),
 		inflight: inFlight{scopes: make(map[string]*flight)},
 		loops:    make(map[string]*Loop),
@@ -218,6 +225,10 @@ func (e *Engine) registerMetrics(reg prometheus.Registerer) error {
 }
 
 func (e *Engine) now() time.Time { return e.opts.Now() }
+
+// Now is the engine's clock, the one its stored times are read by: the
+// API's and the console's relative times are counted from it.
+func (e *Engine) Now() time.Time { return e.now() }
 
 func (e *Engine) policy(eventType string) (*config.Policy, bool) { return e.config().Policy(eventType) }
 

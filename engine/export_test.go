@@ -50,6 +50,3 @@ func SetOutcomeWait(t interface{ Cleanup(func()) }, d time.Duration) {
 	outcomeWait = d
 	t.Cleanup(func() { outcomeWait = old })
 }
-
-// Now is the engine's clock.
-func (e *Engine) Now() time.Time { return e.now() }

@@ -168,7 +168,7 @@ func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error
 		for sink, msgs := range others {
 			for _, m := range msgs {
 				dest := sink + ":" + m.Topic
-				key, err := pendingPublisher(tx, dest, m)
+				key, err := pendingPublisher(tx, dest, m, e.mark.Ahead)
 				if err != nil {
 					return err
 				}
@@ -195,8 +195,12 @@ func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error
 // has, the input's or one a plugin gave it (docs/decisions/output-ids.md):
 // a message id that two events' outputs share (one written before
 // OutputMsgID, "x-1"; an inbox plugin's output "<source>#<id>/<n>/") is
-// then not taken for the wrong one.
-func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string, error) {
+// then not taken for the wrong one. The broker's time is its system
+// clock's, the event's the router's: ahead is how far the router's clock
+// was ahead of the system's when it stopped (storage.ClockMark), else a
+// message the broker stored just after the event was made would read as
+// older than it, and be sent again.
+func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored, ahead time.Duration) (string, error) {
 	msgID := m.MsgID
 	key, _ := storage.OutputOf(msgID)
 	r, err := tx.Record(key)
@@ -207,7 +211,7 @@ func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string,
 		return "", err
 	}
 	if r.State != storage.StatePending || delivered(r, dest, msgID) ||
-		r.Event.Source != m.Source || m.Time.Before(r.CreatedAt) {
+		r.Event.Source != m.Source || m.Time.Add(ahead).Before(r.CreatedAt) {
 		return "", nil
 	}
 	return key, nil

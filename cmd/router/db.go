@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -135,23 +136,33 @@ const dbUsage = `Usage:
       Gives a data file's free space back to the filesystem: copies it,
       every page packed full, checks the copy, and renames it over FILE.
       The router must be stopped; it needs free space for the copy.
+  router db clock FILE [-forget] [-o table|json]
+      Shows the last time the router's clock gave on FILE, and how far it
+      is from this system's clock: a router started with its clock behind
+      it goes on from it. -forget removes it (the router stopped), for a
+      file whose router once ran with the clock set far ahead.
 `
 
-// Run dispatches `router db check FILE` and `router db compact FILE`.
+// Run dispatches `router db check FILE`, `router db compact FILE` and
+// `router db clock FILE`.
 func (c *DBCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "check" && args[0] != "compact" {
+	if len(args) == 0 || args[0] != "check" && args[0] != "compact" && args[0] != "clock" {
 		fmt.Fprint(c.Stderr, dbUsage)
 		if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
 			return nil
 		}
 		if len(args) > 0 {
-			return &exitError{code: 2, err: fmt.Errorf("db: unknown subcommand %q: check or compact", args[0])}
+			return &exitError{code: 2, err: fmt.Errorf("db: unknown subcommand %q: check, compact or clock", args[0])}
 		}
-		return &exitError{code: 2, err: errors.New("db: name a subcommand: check or compact")}
+		return &exitError{code: 2, err: errors.New("db: name a subcommand: check, compact or clock")}
 	}
 	fs := flag.NewFlagSet("router db "+args[0], flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
 	output := fs.String("o", "table", "output: table or json")
+	forget := false
+	if args[0] == "clock" {
+		fs.BoolVar(&forget, "forget", false, "remove the file's clock (the router stopped): the next start takes the system clock's time")
+	}
 	pos, err := parseInterspersed(fs, args[1:])
 	if err != nil {
 		return err
@@ -160,10 +171,52 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprint(c.Stderr, dbUsage)
 		return &exitError{code: 2, err: fmt.Errorf("db %s: name one data file (given %d: %q)", args[0], len(pos), pos)}
 	}
-	if args[0] == "compact" {
+	switch args[0] {
+	case "compact":
 		return c.compact(pos[0], *output)
+	case "clock":
+		return c.clock(pos[0], forget, *output)
 	}
 	return c.check(ctx, pos[0], *output)
+}
+
+// clock is `router db clock`.
+func (c *DBCommand) clock(path string, forget bool, output string) error {
+	mark, err := storage.ReadClock(path)
+	if err == nil && forget {
+		err = storage.ForgetClock(path)
+	}
+	if err != nil {
+		return fmt.Errorf("db clock: %w", err)
+	}
+	ahead := time.Duration(0)
+	if !mark.At.IsZero() {
+		ahead = mark.At.Sub(time.Now()).Round(time.Second)
+	}
+	if output == "json" {
+		return json.NewEncoder(c.Stdout).Encode(clockReport{Path: path, Clock: mark.At.UTC(), AheadOfSystem: ahead.Seconds(), Forgotten: forget && !mark.At.IsZero()})
+	}
+	switch {
+	case mark.At.IsZero():
+		fmt.Fprintf(c.Stdout, "%s: no clock kept (a new file, or one from a router before the clock was kept)\n", path)
+		return nil
+	case ahead > 0:
+		fmt.Fprintf(c.Stdout, "%s: the router's clock last gave %s, %s ahead of this system's clock\n", path, mark.At.UTC().Format(time.RFC3339), ahead)
+	default:
+		fmt.Fprintf(c.Stdout, "%s: the router's clock last gave %s (%s ago by this system's clock)\n", path, mark.At.UTC().Format(time.RFC3339), -ahead)
+	}
+	if forget {
+		fmt.Fprintln(c.Stdout, "forgotten: the next router on it starts at the system clock's time")
+	}
+	return nil
+}
+
+// clockReport is `router db clock -o json`.
+type clockReport struct {
+	Path          string    `json:"path"`
+	Clock         time.Time `json:"clock,omitzero"`
+	AheadOfSystem float64   `json:"ahead_of_system_seconds"`
+	Forgotten     bool      `json:"forgotten,omitempty"`
 }
 
 // check is `router db check`.

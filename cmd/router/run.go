@@ -392,7 +392,7 @@ func (c *RunCommand) openAPI(cfg *config.Config) error {
 		}
 	}
 	defer c.progress.step("opening the API socket %s", socket)()
-	c.api = api.New(c.engine, cfg.Listen, api.Options{Logger: c.log, Gatherer: c.reg, Registerer: c.reg,
+	c.api = api.New(c.engine, cfg.Listen, api.Options{Logger: c.log, Gatherer: c.reg, Registerer: c.reg, Now: c.engine.Now,
 		Ready: c.ready, Sinks: c.sinkHealth, Inboxes: c.inboxHealth, Listener: c.activated, Backup: c.db.Backup, History: c.history})
 	return c.api.Open()
 }

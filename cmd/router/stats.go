@@ -140,7 +140,7 @@ func (c *StatsCommand) sinkLines(raw json.RawMessage) {
 		e := sinks[n]
 		when := "at an unknown time"
 		if !e.At.IsZero() {
-			when = time.Since(e.At).Round(time.Second).String() + " ago"
+			when = shortAge(e.At, time.Now()) + " ago" // 0s for a time ahead of this clock: the router's may be (docs/architecture.md)
 		}
 		of := ""
 		if e.Type != "" {

@@ -27,6 +27,12 @@ func OpenIn(tb testing.TB, dir string) *storage.DB {
 	return openAt(tb, filepath.Join(dir, "router.db"), storage.Options{})
 }
 
+// OpenAt is Open on the data file at path (one the test made, closed).
+func OpenAt(tb testing.TB, path string) *storage.DB {
+	tb.Helper()
+	return openAt(tb, path, storage.Options{})
+}
+
 func openAt(tb testing.TB, path string, opts storage.Options) *storage.DB {
 	tb.Helper()
 	db, err := storage.Open(path, opts)

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// `router db clock` shows the time a data file's router last gave and how
+// far it is ahead of the system's clock; -forget removes it (refused while
+// a router holds the file), after which the file has none and the next
+// router starts at the system clock's time.
+func TestDBClock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "router.db")
+	db, err := storage.Open(path, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SeeTime(storage.ClockMark{At: time.Now().Add(48 * time.Hour), Ahead: 48 * time.Hour})
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := NewMain(nil, &out, &out).Run(context.Background(), append([]string{"db", "clock", path}, args...))
+		return out.String(), err
+	}
+	if _, err := run("-forget"); err == nil || !strings.Contains(err.Error(), "is a router running on it") {
+		t.Fatalf("db clock -forget on a file a router holds: %v", err)
+	}
+	if err := db.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(); err != nil || !strings.Contains(out, "47h59m") && !strings.Contains(out, "48h0m0s ahead of this system's clock") {
+		t.Fatalf("db clock: %v\n%s", err, out)
+	}
+	out, err := run("-o", "json")
+	var rep clockReport
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || rep.AheadOfSystem < 47*3600 || rep.Clock.IsZero() {
+		t.Fatalf("db clock -o json: %v %+v\n%s", err, rep, out)
+	}
+	if out, err := run("-forget"); err != nil || !strings.Contains(out, "forgotten") {
+		t.Fatalf("db clock -forget: %v\n%s", err, out)
+	}
+	if mark, err := storage.ReadClock(path); err != nil || !mark.At.IsZero() {
+		t.Fatalf("after -forget the file keeps %v (%v)", mark.At, err)
+	}
+	if out, err := run(); err != nil || !strings.Contains(out, "no clock kept") {
+		t.Fatalf("db clock after -forget: %v\n%s", err, out)
+	}
+}
