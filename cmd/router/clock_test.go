@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// The real binary, started on a data file whose last router gave times
+// two hours ahead of this system's clock (a node booted with its clock
+// behind, before NTP answers), goes on from the file's time, says so, and
+// gives every time from that one clock: the gauge, an event's created_at,
+// and the time the API gives an event that came without one. Before, it
+// took the system clock, and what the last run stored waited two hours.
+func TestARouterStartedBehindItsFilesClockGoesOnFromIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the real binary")
+	}
+	path, sock := writeConfig(t, "")
+	db, err := storage.Open(filepath.Join(filepath.Dir(path), "r.db"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := 2 * time.Hour
+	db.SeeTime(storage.ClockMark{At: time.Now().Add(ahead)})
+	if err := db.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c, logs, _ := serveBinaryProcess(t, path, sock)
+	if !strings.Contains(logs.String(), "the system clock is behind the time this data file last saw") {
+		t.Errorf("no warning at the start:\n%s", logs.String())
+	}
+	if got := metricValue(t, c, "switchyard_clock_ahead_seconds"); got < ahead.Seconds()-60 || got > ahead.Seconds() {
+		t.Errorf("switchyard_clock_ahead_seconds = %v, want about %v", got, ahead.Seconds())
+	}
+	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
+		strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/clock","id":"clock-1","data":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 202 {
+		t.Fatalf("POST: %d", resp.StatusCode)
+	}
+	var view struct {
+		CreatedAt time.Time `json:"created_at"`
+		Event     struct {
+			Time time.Time `json:"time"`
+		} `json:"event"`
+	}
+	if err := json.Unmarshal([]byte(get(t, c, "/v1/events/clock-1?include=event")), &view); err != nil {
+		t.Fatal(err)
+	}
+	want := time.Now().Add(ahead)
+	for name, got := range map[string]time.Time{"created_at": view.CreatedAt, "the event's time": view.Event.Time} {
+		if d := got.Sub(want); d < -time.Minute || d > time.Minute {
+			t.Errorf("%s is %v, want about %v (the file's clock)", name, got.UTC(), want.UTC())
+		}
+	}
+}
