@@ -56,15 +56,18 @@ func (c *PluginCommand) dev(ctx context.Context, args []string) error {
 		return &exitError{code: pluginExitError, err: fmt.Errorf("the first build failed: %w", err)}
 	}
 	reloads := make(chan struct{}, 1)
-	go devWatch(ctx, *watch, func() {
+	go devWatch(ctx, *watch, func() (tell func()) {
 		fmt.Fprintf(c.Stderr, "router plugin dev: a change: building with %s\n", *build)
 		if err := devBuild(ctx, *build, c.Stderr); err != nil {
-			fmt.Fprintf(c.Stderr, "router plugin dev: the build failed, the running module stays: %v\n", err)
-			return
+			return func() {
+				fmt.Fprintf(c.Stderr, "router plugin dev: the build failed, the running module stays: %v\n", err)
+			}
 		}
-		select {
-		case reloads <- struct{}{}:
-		default: // one is pending already
+		return func() {
+			select {
+			case reloads <- struct{}{}:
+			default: // one is pending already
+			}
 		}
 	})
 	run := &RunCommand{Main: c.Main, ConfigPath: *configPath, LogLevel: *logLevel, LogFormat: logFormatText,
@@ -79,9 +82,10 @@ func devBuild(ctx context.Context, build string, out io.Writer) error {
 	return cmd.Run()
 }
 
-// devWatch calls changed once the files under dir have changed and then
-// stayed still for devSettle; it scans until ctx ends.
-func devWatch(ctx context.Context, dir string, changed func()) {
+// devWatch calls build once the files under dir have changed and then
+// stayed still for devSettle, and then the tell it returns (the build's
+// outcome: a failure said, a reload asked for); it scans until ctx ends.
+func devWatch(ctx context.Context, dir string, build func() (tell func())) {
 	last := devSnapshot(dir)
 	var pendingSince time.Time
 	t := time.NewTicker(devPoll)
@@ -99,8 +103,12 @@ func devWatch(ctx context.Context, dir string, changed func()) {
 		}
 		if !pendingSince.IsZero() && time.Since(pendingSince) >= devSettle {
 			pendingSince = time.Time{}
-			changed()
-			last = devSnapshot(dir) // the build's own writes are not a change
+			tell := build()
+			// The build's own writes are not a change. The outcome is told
+			// after this look, so that a fix the author saves on reading
+			// it is one (before, it could fall into the look, unbuilt).
+			last = devSnapshot(dir)
+			tell()
 		}
 	}
 }

@@ -1,6 +1,15 @@
 package main
 
-import "testing"
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
 
 // router plugin dev rebuilds for the author's sources and build files,
 // not for what the build, the router or a redirected command writes into
@@ -21,4 +30,33 @@ func TestDevSkipsOutputsNotSources(t *testing.T) {
 			t.Errorf("the folder %s is watched", dir)
 		}
 	}
+}
+
+// An edit the author saves on seeing a build's outcome is a change that
+// builds again: before, the watcher took its snapshot of the folder after
+// telling the outcome, so a fix saved at once after "the build failed"
+// could fall into it and never be built (TestPluginDevRebuildsAndReloads
+// failed so in one CI run).
+func TestDevWatchBuildsAnEditSavedOnSeeingTheOutcome(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "plugin.wat")
+	if err := os.WriteFile(src, []byte("(module)"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var builds atomic.Int32
+	go devWatch(ctx, dir, func() (told func()) {
+		n := builds.Add(1)
+		return func() {
+			if n == 1 { // the author reads "the build failed" and saves the fix
+				os.WriteFile(src, []byte("(module) ;; fixed"), 0o644)
+			}
+		}
+	})
+	time.Sleep(2 * devPoll)
+	if err := os.WriteFile(src, []byte("(module) ;; broken("), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the fix saved on seeing the first build's outcome to be built", 5*time.Second, func() bool { return builds.Load() >= 2 })
 }
