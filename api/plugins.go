@@ -35,7 +35,7 @@ type pluginView struct {
 func (s *Server) getPlugins(w http.ResponseWriter, r *http.Request) {
 	var lat map[string]history.Quantiles
 	if s.opts.History != nil {
-		lat = s.opts.History.View(s.opts.Now()).Latency[HistoryPlugin]
+		lat = s.opts.History.View(time.Now()).Latency[HistoryPlugin]
 	}
 	views := []pluginView{}
 	for _, p := range s.engine.Plugins() {
@@ -79,7 +79,7 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"interval_seconds": 0, "window_seconds": 0, "times": []time.Time{}, "rates": map[string]any{}, "latency": map[string]any{}})
 		return
 	}
-	v := s.opts.History.View(s.opts.Now())
+	v := s.opts.History.View(time.Now()) // its samples' clock, not Options.Now (the engine's may run ahead)
 	if v.Times == nil {
 		v.Times = []time.Time{}
 	}

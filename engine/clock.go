@@ -3,8 +3,6 @@ package engine
 import (
 	"sync"
 	"time"
-
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // steadyClock is the engine's clock: the wall clock's, except that it never
@@ -27,10 +25,9 @@ import (
 // (docs/architecture.md, "A clock stepped back").
 type steadyClock struct {
 	wall func() time.Time
-	// seen, when set, is told each time the clock gives, and how far
-	// ahead of the wall clock (the data file keeps the last:
-	// storage.DB.SeeTime).
-	seen func(storage.ClockMark)
+	// seen, when set, is told each time the clock gives (the data file
+	// keeps the last: storage.DB.SeeTime).
+	seen func(time.Time)
 	mu   sync.Mutex
 	last time.Time // the last time given, without a monotonic reading
 	read time.Time // the wall clock's reading it came from (zero before the first)
@@ -38,7 +35,7 @@ type steadyClock struct {
 
 // newSteadyClock is a clock over wall that gives no time before from (the
 // time the data file last saw, or zero).
-func newSteadyClock(wall func() time.Time, from time.Time, seen func(storage.ClockMark)) *steadyClock {
+func newSteadyClock(wall func() time.Time, from time.Time, seen func(time.Time)) *steadyClock {
 	return &steadyClock{wall: wall, seen: seen, last: from.Round(0)}
 }
 
@@ -53,7 +50,7 @@ func (c *steadyClock) now() time.Time {
 	t := c.at(w)
 	c.last, c.read = t, w
 	if c.seen != nil {
-		c.seen(storage.ClockMark{At: t, Ahead: t.Sub(w.Round(0))})
+		c.seen(t)
 	}
 	return t
 }
@@ -89,18 +86,17 @@ func laterOf(a, b time.Time) time.Time {
 // ClockKeeper is a store that keeps the engine's clock across restarts
 // (storage.DB): the time it last saw, and a way to tell it the time.
 type ClockKeeper interface {
-	ClockMark() storage.ClockMark
-	SeeTime(storage.ClockMark)
+	ClockMark() time.Time
+	SeeTime(time.Time)
 }
 
 // clockFor is the engine's clock over wall, starting no earlier than the
-// time store last saw when it keeps one, and the mark it starts from.
-func clockFor(store Store, wall func() time.Time) (*steadyClock, storage.ClockMark) {
+// time store last saw when it keeps one.
+func clockFor(store Store, wall func() time.Time) *steadyClock {
 	if k, ok := store.(ClockKeeper); ok {
-		mark := k.ClockMark()
-		return newSteadyClock(wall, mark.At, k.SeeTime), mark
+		return newSteadyClock(wall, k.ClockMark(), k.SeeTime)
 	}
-	return newSteadyClock(wall, time.Time{}, nil), storage.ClockMark{}
+	return newSteadyClock(wall, time.Time{}, nil)
 }
 
 // sayClockAhead warns when the engine's clock starts ahead of the wall

@@ -62,10 +62,6 @@ type Options struct {
 type Engine struct {
 	store Store
 	clock *steadyClock // opts.Now's
-	// mark is the data file's clock when the engine was made: what the
-	// last router on it saw, and how far ahead of its system clock
-	// (Republish reads brokers' times with it).
-	mark storage.ClockMark
 	// chunk is how many records a cleanup transaction removes: cleanupChunk,
 	// less after a full disk refused one (inChunks).
 	chunk atomic.Int64
@@ -122,13 +118,12 @@ type Engine struct {
 // ready to Open.
 func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options) (*Engine, error) {
 	opts = opts.withDefaults()
-	clock, mark := clockFor(store, opts.Now)
+	clock := clockFor(store, opts.Now)
 	opts.Now = clock.now
 	e := &Engine{
 		store:    store,
 		opts:     opts,
 		clock:    clock,
-		mark:     mark,
 		log:      opts.Logger.Named("engine"),
 		inflight: inFlight{scopes: make(map[string]*flight)},
 		loops:    make(map[string]*Loop),

@@ -168,7 +168,7 @@ func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error
 		for sink, msgs := range others {
 			for _, m := range msgs {
 				dest := sink + ":" + m.Topic
-				key, err := pendingPublisher(tx, dest, m, e.mark.Ahead)
+				key, err := pendingPublisher(tx, dest, m)
 				if err != nil {
 					return err
 				}
@@ -196,11 +196,13 @@ func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error
 // a message id that two events' outputs share (one written before
 // OutputMsgID, "x-1"; an inbox plugin's output "<source>#<id>/<n>/") is
 // then not taken for the wrong one. The broker's time is its system
-// clock's, the event's the router's: ahead is how far the router's clock
-// was ahead of the system's when it stopped (storage.ClockMark), else a
-// message the broker stored just after the event was made would read as
-// older than it, and be sent again.
-func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored, ahead time.Duration) (string, error) {
+// clock's, the event's the router's: when the router's clock ran ahead of
+// the system's (engine/clock.go), a message stored just after its event
+// reads as older and is sent again, a duplicate. Reading brokers' times by
+// the lead instead was tried and taken back: a lead that changed (across
+// a restart, a step of the clock) could make an earlier event's message
+// read as the pending one's, a loss (a review, 2026-12-06).
+func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string, error) {
 	msgID := m.MsgID
 	key, _ := storage.OutputOf(msgID)
 	r, err := tx.Record(key)
@@ -211,7 +213,7 @@ func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored, ahead ti
 		return "", err
 	}
 	if r.State != storage.StatePending || delivered(r, dest, msgID) ||
-		r.Event.Source != m.Source || m.Time.Add(ahead).Before(r.CreatedAt) {
+		r.Event.Source != m.Source || m.Time.Before(r.CreatedAt) {
 		return "", nil
 	}
 	return key, nil

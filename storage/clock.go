@@ -21,96 +21,82 @@ import (
 // nothing for it. It is at most about a second behind the last commit's
 // time, which is no later than anything that commit stored.
 
-// keyClock holds the mark: its time and how far it was ahead of the
-// system clock, Unix nanoseconds and nanoseconds, 8 bytes big-endian each.
+// keyClock holds the mark: Unix nanoseconds, 8 bytes big-endian (a
+// router of 2026-12-06 wrote 16, the first 8 the same).
 var keyClock = []byte("clock")
 
 // clockKeep is how long the mark may lag the clock before a commit takes a
 // newer one.
 const clockKeep = time.Second
 
-// ClockMark is a time the router's clock gave, and how far it was then
-// ahead of the system clock (0 but after a step of it backwards).
-type ClockMark struct {
-	At    time.Time
-	Ahead time.Duration
-}
-
 type clockMark struct {
-	atOpen    ClockMark    // what the file held when opened (zero: none)
-	seen      atomic.Int64 // the latest time SeeTime was told, Unix ns
-	seenAhead atomic.Int64 // and how far ahead it was
-	kept      int64        // the time the file holds (the writer's alone)
+	atOpen time.Time    // what the file held when opened (zero: none)
+	seen   atomic.Int64 // the latest time SeeTime was told, Unix ns
+	kept   int64        // the time the file holds (the writer's alone)
 }
 
 // ClockMark is the latest time the router's clock is known to have given
 // on this file: the one it kept when it was last written, as Open found it
 // (zero for a file that holds none: a new one, or one from a router
 // before this mark), or a later one told since (SeeTime).
-func (db *DB) ClockMark() ClockMark {
-	if seen := db.clock.seen.Load(); seen > 0 && (db.clock.atOpen.At.IsZero() || seen > db.clock.atOpen.At.UnixNano()) {
-		return ClockMark{At: time.Unix(0, seen), Ahead: time.Duration(db.clock.seenAhead.Load())}
+func (db *DB) ClockMark() time.Time {
+	if seen := db.clock.seen.Load(); seen > 0 && (db.clock.atOpen.IsZero() || seen > db.clock.atOpen.UnixNano()) {
+		return time.Unix(0, seen)
 	}
 	return db.clock.atOpen
 }
 
-// SeeTime tells the file that the router's clock has given m.At. The
-// writer keeps the latest with the next commit once it is clockKeep past
-// the time kept, and Close keeps the last one told.
-func (db *DB) SeeTime(m ClockMark) {
-	ns := m.At.UnixNano()
+// SeeTime tells the file that the router's clock has given t. The writer
+// keeps the latest with the next commit once it is clockKeep past the
+// time kept, and Close keeps the last one told.
+func (db *DB) SeeTime(t time.Time) {
+	ns := t.UnixNano()
 	for {
 		old := db.clock.seen.Load()
-		if ns <= old {
-			return
-		}
-		if db.clock.seen.CompareAndSwap(old, ns) {
-			db.clock.seenAhead.Store(int64(m.Ahead))
+		if ns <= old || db.clock.seen.CompareAndSwap(old, ns) {
 			return
 		}
 	}
 }
 
-// clockToKeep is the mark a commit should put in the file: the latest
-// seen once it is due (or, with all, once it is newer at all); its At is
-// zero if none is.
-func (db *DB) clockToKeep(all bool) ClockMark {
+// clockToKeep is the time a commit should put in the file, Unix ns: the
+// latest seen once it is due (or, with all, once it is newer at all),
+// else 0.
+func (db *DB) clockToKeep(all bool) int64 {
 	seen := db.clock.seen.Load()
 	if seen > db.clock.kept && (all || seen-db.clock.kept >= int64(clockKeep)) {
-		return ClockMark{At: time.Unix(0, seen), Ahead: time.Duration(db.clock.seenAhead.Load())}
+		return seen
 	}
-	return ClockMark{}
+	return 0
 }
 
-// keepClock puts m (from clockToKeep; a zero At: nothing) in tx's meta
-// bucket. The caller notes it as kept once the transaction has committed.
-func keepClock(tx *bolt.Tx, m ClockMark) error {
-	if m.At.IsZero() {
+// keepClock puts ns (from clockToKeep; 0: nothing) in tx's meta bucket.
+// The caller notes it as kept once the transaction has committed.
+func keepClock(tx *bolt.Tx, ns int64) error {
+	if ns == 0 {
 		return nil
 	}
-	v := binary.BigEndian.AppendUint64(nil, uint64(m.At.UnixNano()))
-	v = binary.BigEndian.AppendUint64(v, uint64(m.Ahead))
-	return tx.Bucket(bucketMeta).Put(keyClock, v)
+	return tx.Bucket(bucketMeta).Put(keyClock, binary.BigEndian.AppendUint64(nil, uint64(ns)))
 }
 
-// readClockMark is the mark in tx's meta bucket (a zero At: none).
-func readClockMark(tx *bolt.Tx) ClockMark {
+// readClockMark is the mark in tx's meta bucket (zero: none).
+func readClockMark(tx *bolt.Tx) time.Time {
 	v := tx.Bucket(bucketMeta).Get(keyClock)
-	if len(v) != 16 {
-		return ClockMark{}
+	if len(v) < 8 {
+		return time.Time{}
 	}
-	return ClockMark{At: time.Unix(0, int64(binary.BigEndian.Uint64(v))), Ahead: time.Duration(binary.BigEndian.Uint64(v[8:]))}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(v)))
 }
 
 // ReadClock is the mark of the data file at path, which no router has
 // open (`router db clock`).
-func ReadClock(path string) (ClockMark, error) {
+func ReadClock(path string) (time.Time, error) {
 	bdb, err := openBolt(path, readOnly())
 	if err != nil {
-		return ClockMark{}, err
+		return time.Time{}, err
 	}
 	defer bdb.Close()
-	var m ClockMark
+	var m time.Time
 	err = faultSafe(func() error {
 		return bdb.View(func(tx *bolt.Tx) error {
 			if tx.Bucket(bucketMeta) == nil {
@@ -137,6 +123,10 @@ func ForgetClock(path string) error {
 			meta := tx.Bucket(bucketMeta)
 			if meta == nil {
 				return fmt.Errorf("%s has no meta bucket: not a router's data file", path)
+			}
+			if meta.Get(keyRunning) != nil {
+				// Not written to before a router has checked it.
+				return fmt.Errorf("the last router on %s did not stop cleanly: start a router on it once (it checks the file and does what the stop left undone), stop it, then forget the clock", path)
 			}
 			return meta.Delete(keyClock)
 		})

@@ -217,8 +217,8 @@ func Open(path string, opts Options) (*DB, error) {
 	}
 	db.mapStart.Store(bdb.Info().Data)
 	bdb.View(func(tx *bolt.Tx) error { // prepare made the meta bucket
-		if mark := readClockMark(tx); !mark.At.IsZero() {
-			db.clock.atOpen, db.clock.kept = mark, mark.At.UnixNano()
+		if mark := readClockMark(tx); !mark.IsZero() {
+			db.clock.atOpen, db.clock.kept = mark, mark.UnixNano()
 		}
 		return nil
 	})
@@ -507,9 +507,7 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 		} else {
 			db.commitErr.Store(nil)
 			db.commits.Add(1)
-			if !clock.At.IsZero() {
-				db.clock.kept = max(db.clock.kept, clock.At.UnixNano())
-			}
+			db.clock.kept = max(db.clock.kept, clock)
 			db.mapStart.Store(db.bolt.Info().Data) // the writer remaps, and only in a commit
 			if used, err := db.pagesInUse(); err == nil {
 				db.used.Store(used)

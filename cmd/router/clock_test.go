@@ -15,7 +15,8 @@ import (
 // two hours ahead of this system's clock (a node booted with its clock
 // behind, before NTP answers), goes on from the file's time, says so, and
 // gives every time from that one clock: the gauge, an event's created_at,
-// and the time the API gives an event that came without one. Before, it
+// and the time the API gives an event that came without one (the
+// console's rate history keeps the system clock of its samples). Before, it
 // took the system clock, and what the last run stored waited two hours.
 func TestARouterStartedBehindItsFilesClockGoesOnFromIt(t *testing.T) {
 	if testing.Short() {
@@ -27,7 +28,7 @@ func TestARouterStartedBehindItsFilesClockGoesOnFromIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	ahead := 2 * time.Hour
-	db.SeeTime(storage.ClockMark{At: time.Now().Add(ahead)})
+	db.SeeTime(time.Now().Add(ahead))
 	if err := db.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +56,14 @@ func TestARouterStartedBehindItsFilesClockGoesOnFromIt(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(get(t, c, "/v1/events/clock-1?include=event")), &view); err != nil {
 		t.Fatal(err)
+	}
+	// The console's rates keep the system clock, as their samples do: a
+	// view at the router's time reached two hours back (a review).
+	var hist struct {
+		Window float64 `json:"window_seconds"`
+	}
+	if err := json.Unmarshal([]byte(get(t, c, "/v1/stats/history")), &hist); err != nil || hist.Window > 600 {
+		t.Errorf("/v1/stats/history's window is %vs (%v), want the minutes since the start", hist.Window, err)
 	}
 	want := time.Now().Add(ahead)
 	for name, got := range map[string]time.Time{"created_at": view.CreatedAt, "the event's time": view.Event.Time} {

@@ -139,7 +139,7 @@ const dbUsage = `Usage:
   router db clock FILE [-forget] [-o table|json]
       Shows the last time the router's clock gave on FILE, and how far it
       is from this system's clock: a router started with its clock behind
-      it goes on from it. -forget removes it (the router stopped), for a
+      it goes on from it. -forget removes it (the router stopped cleanly), for a
       file whose router once ran with the clock set far ahead.
 `
 
@@ -190,20 +190,20 @@ func (c *DBCommand) clock(path string, forget bool, output string) error {
 		return fmt.Errorf("db clock: %w", err)
 	}
 	ahead := time.Duration(0)
-	if !mark.At.IsZero() {
-		ahead = mark.At.Sub(time.Now()).Round(time.Second)
+	if !mark.IsZero() {
+		ahead = mark.Sub(time.Now()).Round(time.Second)
 	}
 	if output == "json" {
-		return json.NewEncoder(c.Stdout).Encode(clockReport{Path: path, Clock: mark.At.UTC(), AheadOfSystem: ahead.Seconds(), Forgotten: forget && !mark.At.IsZero()})
+		return json.NewEncoder(c.Stdout).Encode(clockReport{Path: path, Clock: mark.UTC(), AheadOfSystem: ahead.Seconds(), Forgotten: forget && !mark.IsZero()})
 	}
 	switch {
-	case mark.At.IsZero():
+	case mark.IsZero():
 		fmt.Fprintf(c.Stdout, "%s: no clock kept (a new file, or one from a router before the clock was kept)\n", path)
 		return nil
 	case ahead > 0:
-		fmt.Fprintf(c.Stdout, "%s: the router's clock last gave %s, %s ahead of this system's clock\n", path, mark.At.UTC().Format(time.RFC3339), ahead)
+		fmt.Fprintf(c.Stdout, "%s: the router's clock last gave %s, %s ahead of this system's clock\n", path, mark.UTC().Format(time.RFC3339), ahead)
 	default:
-		fmt.Fprintf(c.Stdout, "%s: the router's clock last gave %s (%s ago by this system's clock)\n", path, mark.At.UTC().Format(time.RFC3339), -ahead)
+		fmt.Fprintf(c.Stdout, "%s: the router's clock last gave %s (%s ago by this system's clock)\n", path, mark.UTC().Format(time.RFC3339), -ahead)
 	}
 	if forget {
 		fmt.Fprintln(c.Stdout, "forgotten: the next router on it starts at the system clock's time")

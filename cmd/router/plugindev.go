@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -97,25 +98,46 @@ func devWatch(ctx context.Context, dir string, build func() (tell func())) {
 		case <-t.C:
 		}
 		now := devSnapshot(dir)
-		if now != last {
+		if !maps.Equal(now, last) {
 			last, pendingSince = now, time.Now()
 			continue
 		}
 		if !pendingSince.IsZero() && time.Since(pendingSince) >= devSettle {
 			pendingSince = time.Time{}
 			tell := build()
-			// The build's own writes are not a change. The outcome is told
-			// after this look, so that a fix the author saves on reading
-			// it is one (before, it could fall into the look, unbuilt).
-			last = devSnapshot(dir)
+			// Files the build made are its own, not a change; a file that
+			// was there and changed meanwhile is the author's edit, built
+			// again once it settles (a build that rewrites a file of its
+			// own each time would build again and again: devSkip's
+			// suffixes name outputs). The outcome is told after this look,
+			// so that a fix the author saves on reading it is a change too.
+			after := devSnapshot(dir)
+			if last.editedIn(after) {
+				pendingSince = time.Now()
+			}
+			last = after
 			tell()
 		}
 	}
 }
 
-// devSnapshot sums up the author's files under dir: names, sizes, times.
-func devSnapshot(dir string) string {
-	var b strings.Builder
+// devFiles is a look at the author's files: each one's size and time, by
+// its path under the folder.
+type devFiles map[string]string
+
+// editedIn reports whether a file of f is another in later.
+func (f devFiles) editedIn(later devFiles) bool {
+	for rel, v := range f {
+		if w, ok := later[rel]; ok && w != v {
+			return true
+		}
+	}
+	return false
+}
+
+// devSnapshot looks at the author's files under dir (devSkip).
+func devSnapshot(dir string) devFiles {
+	files := devFiles{}
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
@@ -128,9 +150,9 @@ func devSnapshot(dir string) string {
 			return nil
 		}
 		if info, err := d.Info(); err == nil && !d.IsDir() {
-			fmt.Fprintf(&b, "%s %d %d\n", rel, info.Size(), info.ModTime().UnixNano())
+			files[rel] = fmt.Sprintf("%d %d", info.Size(), info.ModTime().UnixNano())
 		}
 		return nil
 	})
-	return b.String()
+	return files
 }
