@@ -103,9 +103,12 @@ type Stored struct {
 	Topic    string
 	MsgID    string
 	Position Position
-	Time     time.Time
+	Time     time.Time // when the broker stored it, by the broker's clock
 	EventID  string
 	Source   string
+	// EventTime is the event's time attribute as the message carries it
+	// (zero: none, or one that does not parse).
+	EventTime time.Time
 }
 
 // Keeper is implemented by sinks that can say what their broker holds.
