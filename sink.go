@@ -103,12 +103,9 @@ type Stored struct {
 	Topic    string
 	MsgID    string
 	Position Position
-	Time     time.Time // when the broker stored it, by the broker's clock
+	Time     time.Time
 	EventID  string
 	Source   string
-	// EventTime is the event's time attribute as the message carries it
-	// (zero: none, or one that does not parse).
-	EventTime time.Time
 }
 
 // Keeper is implemented by sinks that can say what their broker holds.

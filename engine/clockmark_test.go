@@ -103,7 +103,7 @@ func TestARestartWithTheClockBehindGoesOnFromTheFile(t *testing.T) {
 // against a version that read brokers' times by the router's lead.
 func TestRepublishDoesNotTakeAnEarlierMessageForANewEvent(t *testing.T) {
 	first := newHarness(t, tbRoute, true)
-	old := switchyard.Event{ID: "re-1", Type: "t.b", Source: "/t", SpecVersion: "1.0", Time: time.Now().Add(-time.Minute).UTC()}
+	old := switchyard.Event{ID: "re-1", Type: "t.b", Source: "/t", SpecVersion: "1.0"}
 	if res := first.sink.Publish(context.Background(), []*switchyard.Message{{Event: &old, Topic: "t.b", MsgID: old.ID}}); res[0].Err != nil {
 		t.Fatal(res[0].Err)
 	}
@@ -124,7 +124,7 @@ func TestRepublishDoesNotTakeAnEarlierMessageForANewEvent(t *testing.T) {
 	}
 	defer eng.Close(context.Background())
 	nu := old
-	nu.Data, nu.Time = []byte(`{"new":true}`), time.Now().UTC()
+	nu.Data = []byte(`{"new":true}`)
 	if _, err := eng.Ingest(context.Background(), &engine.IngestRequest{Tenant: "default", Events: []engine.IngestEvent{{Event: nu}},
 		Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} }}); err != nil {
 		t.Fatal(err)
@@ -133,31 +133,4 @@ func TestRepublishDoesNotTakeAnEarlierMessageForANewEvent(t *testing.T) {
 	if err != nil || done.Recalled != 0 {
 		t.Fatalf("Republish = %+v, %v: the earlier message was taken for the new event", done, err)
 	}
-}
-
-// After an unclean stop of a router whose clock ran an hour ahead of the
-// broker's (the data file's time carried over a step back), an output the
-// stream stored without the router recording it is recalled, not sent
-// again: it carries its event's time attribute, which tells it from an
-// earlier event's whatever the clocks say. By the clocks alone it read as
-// stored an hour before its event was made, and went out a second time,
-// past the duplicates window.
-func TestRepublishRecallsByTheEventsTimeWhenTheClockRunsAhead(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "router.db")
-	db, err := storage.Open(path, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SeeTime(time.Now().Add(time.Hour))
-	if err := db.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ahead := storagetest.OpenAt(t, path)
-	h := newHarness(t, tbRoute, true,
-		harnessOption(func(o *engine.Options) { o.Now = time.Now }),
-		storeWrap(func(engine.Store) engine.Store { return ahead }))
-	if got := h.eng.Now().Sub(time.Now()); got < 59*time.Minute {
-		t.Fatalf("the engine's clock is %v ahead of the system's, want an hour (the file's)", got)
-	}
-	h.recallOutput(switchyard.Event{ID: "ahead-1", Type: "t.b", Source: "/t", SpecVersion: "1.0", Time: h.eng.Now().UTC()})
 }

@@ -188,13 +188,20 @@ func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error
 
 // pendingPublisher is the key of the pending outbound event that would
 // publish message m to dest, or "" if there is none or it recorded the
-// message as delivered. The message must carry the event's source and not
-// be an earlier event's (earlierEvents). Its event id is compared when the
+// message as delivered. The message must carry the event's source and be
+// younger than the event (an event sent again after its first was deleted
+// is not taken for its predecessor). Its event id is compared when the
 // loop makes the output again (recall.take), with the id the output then
 // has, the input's or one a plugin gave it (docs/decisions/output-ids.md):
 // a message id that two events' outputs share (one written before
 // OutputMsgID, "x-1"; an inbox plugin's output "<source>#<id>/<n>/") is
-// then not taken for the wrong one.
+// then not taken for the wrong one. The broker's time is its system
+// clock's, the event's the router's: when the router's clock ran ahead of
+// the system's (engine/clock.go), a message stored just after its event
+// reads as older and is sent again, a duplicate. Reading brokers' times by
+// the lead instead was tried and taken back: a lead that changed (across
+// a restart, a step of the clock) could make an earlier event's message
+// read as the pending one's, a loss (a review, 2026-12-06).
 func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string, error) {
 	msgID := m.MsgID
 	key, _ := storage.OutputOf(msgID)
@@ -206,29 +213,10 @@ func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string,
 		return "", err
 	}
 	if r.State != storage.StatePending || delivered(r, dest, msgID) ||
-		r.Event.Source != m.Source || earlierEvents(m, r) {
+		r.Event.Source != m.Source || m.Time.Before(r.CreatedAt) {
 		return "", nil
 	}
 	return key, nil
-}
-
-// earlierEvents reports whether m may be the message of an earlier event
-// of r's source and id (one sent, deleted, and sent again), not r's own: it
-// carries another time attribute than r's event and the broker stored it
-// before r's event was made. An event is its source, id and time: a
-// message with all three of r's is r's (or the same event's), whatever the
-// clocks say. By the clocks alone, when the router's clock ran ahead of
-// the broker's system clock (engine/clock.go), a message stored just after
-// its event reads as older, and is sent again: a duplicate. Reading the
-// broker's times by the router's lead instead was tried and taken back: a
-// lead that changed (across a restart, a step) could make an earlier
-// event's message pass for the pending one's, and that one would never be
-// sent (a review, 2026-12-06).
-func earlierEvents(m switchyard.Stored, r *storage.Record) bool {
-	if !m.EventTime.IsZero() && m.EventTime.Equal(r.Event.Time) {
-		return false
-	}
-	return m.Time.Before(r.CreatedAt)
 }
 
 // recall is where brokers hold outputs of pending events that the router

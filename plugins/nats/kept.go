@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -91,8 +90,7 @@ func (s *Sink) keptIn(ctx context.Context, name string, msgs []switchyard.Acked,
 	for seq, m := range t.at {
 		if m.id != "" {
 			others = append(others, switchyard.Stored{Topic: m.subject, MsgID: m.id, Position: switchyard.Position{Stream: name, Sequence: seq},
-				Time: m.time, EventID: cloudevents.NATS.AttributeValue(m.ceID), Source: cloudevents.NATS.AttributeValue(m.ceSource),
-				EventTime: eventTime(m.ceTime)})
+				Time: m.time, EventID: cloudevents.NATS.AttributeValue(m.ceID), Source: cloudevents.NATS.AttributeValue(m.ceSource)})
 		}
 	}
 	return others, nil
@@ -102,14 +100,7 @@ func (s *Sink) keptIn(ctx context.Context, name string, msgs []switchyard.Acked,
 var (
 	ceIDHeader     = cloudevents.NATS.Prefix() + "id"
 	ceSourceHeader = cloudevents.NATS.Prefix() + "source"
-	ceTimeHeader   = cloudevents.NATS.Prefix() + "time"
 )
-
-// eventTime is a ce-time header's time (zero: none, or not RFC 3339).
-func eventTime(header string) time.Time {
-	t, _ := time.Parse(time.RFC3339Nano, strings.ToUpper(cloudevents.NATS.AttributeValue(header)))
-	return t
-}
 
 // tail is what a stream held when it was read: the id and subject of the
 // message at each sequence read (a sequence deleted or lost has none).
@@ -119,11 +110,11 @@ type tail struct {
 }
 
 // stored is one message a tail holds: its Nats-Msg-Id, subject, time,
-// and ce-id, ce-source and ce-time as they are on the wire.
+// and ce-id and ce-source as they are on the wire.
 type stored struct {
-	id, subject            string
-	time                   time.Time
-	ceID, ceSource, ceTime string
+	id, subject    string
+	time           time.Time
+	ceID, ceSource string
 }
 
 // readBack reads stream name from window (and a second more) before its
@@ -205,7 +196,7 @@ func (s *Sink) readTail(ctx context.Context, name string, t *tail, cfg jetstream
 		}
 		from = min(from, seq)
 		h := m.Headers()
-		t.at[seq] = stored{h.Get(jetstream.MsgIDHeader), m.Subject(), md.Timestamp, h.Get(ceIDHeader), h.Get(ceSourceHeader), h.Get(ceTimeHeader)}
+		t.at[seq] = stored{h.Get(jetstream.MsgIDHeader), m.Subject(), md.Timestamp, h.Get(ceIDHeader), h.Get(ceSourceHeader)}
 		n++
 		if seq == to || md.NumPending == 0 {
 			return from, nil
