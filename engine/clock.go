@@ -57,9 +57,9 @@ func (c *steadyClock) now() time.Time {
 
 // at is the clock's time at the wall clock's reading w: the last time
 // given and what has passed since, unless the wall clock is ahead of that.
-// Without the monotonic reading: Before compares those readings when both
-// times have one, and they never go back, so a real step of the wall
-// clock went unseen (the same review).
+// The wall clock's reading is compared without its monotonic one: Before
+// compares those when both times have one, and they never go back, so a
+// real step of the wall clock went unseen (a review).
 func (c *steadyClock) at(w time.Time) time.Time {
 	steady := c.last
 	if !c.read.IsZero() {

@@ -97,13 +97,15 @@ func TestARestartWithTheClockBehindGoesOnFromTheFile(t *testing.T) {
 }
 
 // After an unclean stop, an earlier event's message is not taken for a
-// pending event of the same id made since by a router whose clock runs an
-// hour ahead of the broker's (the data file's time carried over a step
-// back): the new event would then never be sent, a loss. A review's case,
-// against a version that read brokers' times by the router's lead.
+// pending event of the same source, id and time (a corrected resend, its
+// first record gone) made since by a router whose clock runs an hour
+// ahead of the broker's (the data file's time carried over a step back):
+// the new event would then never be sent, a loss. Two reviews' cases,
+// against versions that read brokers' times by the router's lead, and
+// that took a message carrying the event's time attribute for its own.
 func TestRepublishDoesNotTakeAnEarlierMessageForANewEvent(t *testing.T) {
 	first := newHarness(t, tbRoute, true)
-	old := switchyard.Event{ID: "re-1", Type: "t.b", Source: "/t", SpecVersion: "1.0"}
+	old := switchyard.Event{ID: "re-1", Type: "t.b", Source: "/t", SpecVersion: "1.0", Time: time.Now().Add(-time.Minute).UTC(), Data: []byte(`{"v":1}`)}
 	if res := first.sink.Publish(context.Background(), []*switchyard.Message{{Event: &old, Topic: "t.b", MsgID: old.ID}}); res[0].Err != nil {
 		t.Fatal(res[0].Err)
 	}
@@ -124,7 +126,7 @@ func TestRepublishDoesNotTakeAnEarlierMessageForANewEvent(t *testing.T) {
 	}
 	defer eng.Close(context.Background())
 	nu := old
-	nu.Data = []byte(`{"new":true}`)
+	nu.Data = []byte(`{"v":2}`)
 	if _, err := eng.Ingest(context.Background(), &engine.IngestRequest{Tenant: "default", Events: []engine.IngestEvent{{Event: nu}},
 		Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} }}); err != nil {
 		t.Fatal(err)

@@ -201,7 +201,9 @@ func (e *Engine) recallStored(others map[string][]switchyard.Stored) (int, error
 // reads as older and is sent again, a duplicate. Reading brokers' times by
 // the lead instead was tried and taken back: a lead that changed (across
 // a restart, a step of the clock) could make an earlier event's message
-// read as the pending one's, a loss (a review, 2026-12-06).
+// read as the pending one's, a loss; so was taking a message that carries
+// the event's time attribute for its own (a corrected resend keeps source,
+// id and time: TestRepublishDoesNotTakeAnEarlierMessageForANewEvent).
 func pendingPublisher(tx *storage.Tx, dest string, m switchyard.Stored) (string, error) {
 	msgID := m.MsgID
 	key, _ := storage.OutputOf(msgID)
