@@ -107,7 +107,7 @@ func (e *Engine) sayClockAhead() {
 	now := e.now()
 	if ahead := e.clock.ahead(); ahead >= clockNotable {
 		e.log.Warn("the system clock is behind the time this data file last saw: the router's clock goes on from that time at the clock's rate until the system clock passes it (docs/architecture.md, \"A clock stepped back\"); "+
-			"if that time is the wrong one (a clock once set far ahead), stop the router and run `router db clock -forget` on the data file",
+			"if that time is the wrong one (a clock once set far ahead), let the backlog drain, stop the router and run `router db clock -forget` on the data file",
 			"behind", ahead.Round(time.Second).String(), "router_clock", now.UTC().Format(time.RFC3339))
 	}
 }

@@ -139,8 +139,10 @@ const dbUsage = `Usage:
   router db clock FILE [-forget] [-o table|json]
       Shows the last time the router's clock gave on FILE, and how far it
       is from this system's clock: a router started with its clock behind
-      it goes on from it. -forget removes it (the router stopped cleanly), for a
-      file whose router once ran with the clock set far ahead.
+      it goes on from it. -forget removes it (the router stopped cleanly),
+      for a file whose router once ran with the clock set far ahead; what
+      that router stored keeps its due times, so let its backlog drain
+      first (stored retries and delays would wait for the system clock).
 `
 
 // Run dispatches `router db check FILE`, `router db compact FILE` and

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"maps"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -104,15 +106,18 @@ func devWatch(ctx context.Context, dir string, build func() (tell func())) {
 		}
 		if !pendingSince.IsZero() && time.Since(pendingSince) >= devSettle {
 			pendingSince = time.Time{}
+			sums := last.sums(dir)
 			tell := build()
-			// Files the build made are its own, not a change; a file that
-			// was there and changed meanwhile is the author's edit, built
-			// again once it settles (a build that rewrites a file of its
-			// own each time would build again and again: devSkip's
-			// suffixes name outputs). The outcome is told after this look,
-			// so that a fix the author saves on reading it is a change too.
+			// Files the build made are its own, not a change, and so is
+			// one it wrote again as it was (bindings, a header); a file
+			// that was there and now reads otherwise is the author's
+			// edit, built again once it settles (a build that writes a
+			// file of its own differently each time would build again
+			// and again: devSkip's suffixes name outputs). The outcome is
+			// told after this look, so that a fix the author saves on
+			// reading it is a change too.
 			after := devSnapshot(dir)
-			if last.editedIn(after) {
+			if last.editedIn(after, dir, sums) {
 				pendingSince = time.Now()
 			}
 			last = after
@@ -125,10 +130,26 @@ func devWatch(ctx context.Context, dir string, build func() (tell func())) {
 // its path under the folder.
 type devFiles map[string]string
 
-// editedIn reports whether a file of f is another in later.
-func (f devFiles) editedIn(later devFiles) bool {
+// sums is a digest of each file of f's contents, read from dir.
+func (f devFiles) sums(dir string) map[string][sha256.Size]byte {
+	sums := make(map[string][sha256.Size]byte, len(f))
+	for rel := range f {
+		if b, err := os.ReadFile(filepath.Join(dir, rel)); err == nil {
+			sums[rel] = sha256.Sum256(b)
+		}
+	}
+	return sums
+}
+
+// editedIn reports whether a file of f reads otherwise in later: its size
+// or time changed, and its contents differ from what sums (f's) says.
+func (f devFiles) editedIn(later devFiles, dir string, sums map[string][sha256.Size]byte) bool {
 	for rel, v := range f {
-		if w, ok := later[rel]; ok && w != v {
+		if w, ok := later[rel]; !ok || w == v {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, rel))
+		if sum, ok := sums[rel]; err != nil || !ok || sha256.Sum256(b) != sum {
 			return true
 		}
 	}

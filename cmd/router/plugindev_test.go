@@ -92,3 +92,35 @@ func TestDevWatchBuildsAnEditSavedDuringTheBuild(t *testing.T) {
 		t.Errorf("%d builds, want 2: a file the build made was taken for an edit", n)
 	}
 }
+
+// A build that writes a file of the folder again as it was (bindings, a
+// header it generates) does not build again: before, each such build
+// counted as an edit, and one edit built for ever (a review: 8 builds in
+// 5 s).
+func TestDevWatchIgnoresABuildsOwnRewrite(t *testing.T) {
+	dir := t.TempDir()
+	src, bindings := filepath.Join(dir, "plugin.wat"), filepath.Join(dir, "plugin.js")
+	for _, f := range []string{src, bindings} {
+		if err := os.WriteFile(f, []byte("// "+f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var builds atomic.Int32
+	go devWatch(ctx, dir, func() (told func()) {
+		builds.Add(1)
+		time.Sleep(20 * time.Millisecond) // a new time, the same contents
+		os.WriteFile(bindings, []byte("// "+bindings), 0o644)
+		return func() {}
+	})
+	time.Sleep(2 * devPoll)
+	if err := os.WriteFile(src, []byte("(module) ;; edited"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the edit to be built", 5*time.Second, func() bool { return builds.Load() >= 1 })
+	time.Sleep(4 * (devPoll + devSettle))
+	if n := builds.Load(); n != 1 {
+		t.Errorf("%d builds for one edit: the build's own rewrite of plugin.js was taken for an edit", n)
+	}
+}

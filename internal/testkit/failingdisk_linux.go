@@ -1,10 +1,12 @@
 package testkit
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -50,26 +52,39 @@ func NewFailingDisk(t testing.TB, size int64) *FailingDisk {
 		t.Skipf("needs a disk that can fail: mounting an ext4 image on a loop device takes root: %v: %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", d.Dir).Run() })
+	if trigger, err := d.trigger(); err != nil || syscall.Access(trigger, 2) != nil { // W_OK
+		t.Skipf("needs a disk that can fail: ext4's trigger_fs_error is not writable here (%s, %v)", trigger, err)
+	}
 	return d
+}
+
+// trigger is the file that makes the kernel report an error in the disk's
+// filesystem (ext4's trigger_fs_error, made for tests).
+func (d *FailingDisk) trigger() (string, error) {
+	out, err := exec.Command("losetup", "-j", d.img).Output()
+	dev, _, ok := strings.Cut(string(out), ":")
+	if err != nil || !ok {
+		return "", fmt.Errorf("the loop device of %s: %v (%q)", d.img, err, out)
+	}
+	return filepath.Join("/sys/fs/ext4", filepath.Base(dev), "trigger_fs_error"), nil
 }
 
 func (d *FailingDisk) mount() ([]byte, error) {
 	return exec.Command("mount", "-o", "loop,errors=remount-ro", d.img, d.Dir).CombinedOutput()
 }
 
-// Fail has the kernel report an error in the filesystem (ext4's
-// trigger_fs_error, made for tests): it turns read-only.
-func (d *FailingDisk) Fail() {
-	d.t.Helper()
-	out, err := exec.Command("losetup", "-j", d.img).Output()
-	dev, _, ok := strings.Cut(string(out), ":")
-	if err != nil || !ok {
-		d.t.Fatalf("the loop device of %s: %v (%q)", d.img, err, out)
+// Fail has the kernel report an error in the filesystem: it turns
+// read-only. It returns what went wrong rather than failing the test, so
+// that a test may call it from a goroutine of its own.
+func (d *FailingDisk) Fail() error {
+	trigger, err := d.trigger()
+	if err == nil {
+		err = os.WriteFile(trigger, []byte("1"), 0)
 	}
-	trigger := filepath.Join("/sys/fs/ext4", filepath.Base(dev), "trigger_fs_error")
-	if err := os.WriteFile(trigger, []byte("1"), 0); err != nil {
-		d.t.Fatalf("make the disk fail: %v", err)
+	if err != nil {
+		return fmt.Errorf("make the disk fail: %w", err)
 	}
+	return nil
 }
 
 // Repair unmounts the disk, checks and mends it with e2fsck, and mounts it
@@ -79,10 +94,11 @@ func (d *FailingDisk) Repair() {
 	if out, err := exec.Command("umount", d.Dir).CombinedOutput(); err != nil {
 		d.t.Fatalf("unmount %s: %v: %s", d.Dir, err, out)
 	}
-	// Exit 1: errors found and corrected (the one Fail made). 2 and up:
-	// a reboot needed, or not corrected.
+	// Exit 1: errors found and corrected (the one Fail made). Anything
+	// else (2 and up: a reboot needed, or not corrected; -1: killed) is a
+	// disk not repaired.
 	if out, err := exec.Command("e2fsck", "-f", "-y", d.img).CombinedOutput(); err != nil {
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() > 1 {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 			d.t.Fatalf("e2fsck: %v: %s", err, out)
 		}
 	}

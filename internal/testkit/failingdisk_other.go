@@ -15,7 +15,7 @@ func NewFailingDisk(t testing.TB, size int64) *FailingDisk {
 }
 
 // Fail goes with NewFailingDisk.
-func (d *FailingDisk) Fail() {}
+func (d *FailingDisk) Fail() error { return nil }
 
 // Repair goes with NewFailingDisk.
 func (d *FailingDisk) Repair() {}
