@@ -32,32 +32,43 @@ func TestDevSkipsOutputsNotSources(t *testing.T) {
 	}
 }
 
+// devWatching runs devWatch, until the test ends, on a new folder holding
+// plugin.wat and files (name → contents), with build (n counts the builds
+// from 1), then edits plugin.wat once; it returns the folder and the
+// count of builds.
+func devWatching(t *testing.T, files map[string]string, build func(dir string, n int32) (tell func())) (string, *atomic.Int32) {
+	t.Helper()
+	dir := t.TempDir()
+	files["plugin.wat"] = "(module)"
+	for name, contents := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(contents), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	builds := new(atomic.Int32)
+	go devWatch(ctx, dir, func() (tell func()) { return build(dir, builds.Add(1)) })
+	time.Sleep(2 * devPoll)
+	if err := os.WriteFile(filepath.Join(dir, "plugin.wat"), []byte("(module) ;; edited"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, builds
+}
+
 // An edit the author saves on seeing a build's outcome is a change that
 // builds again: before, the watcher took its snapshot of the folder after
 // telling the outcome, so a fix saved at once after "the build failed"
 // could fall into it and never be built (TestPluginDevRebuildsAndReloads
 // failed so in one CI run).
 func TestDevWatchBuildsAnEditSavedOnSeeingTheOutcome(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "plugin.wat")
-	if err := os.WriteFile(src, []byte("(module)"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var builds atomic.Int32
-	go devWatch(ctx, dir, func() (told func()) {
-		n := builds.Add(1)
+	_, builds := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
 		return func() {
 			if n == 1 { // the author reads "the build failed" and saves the fix
-				os.WriteFile(src, []byte("(module) ;; fixed"), 0o644)
+				os.WriteFile(filepath.Join(dir, "plugin.wat"), []byte("(module) ;; fixed"), 0o644)
 			}
 		}
 	})
-	time.Sleep(2 * devPoll)
-	if err := os.WriteFile(src, []byte("(module) ;; broken("), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	testkit.Eventually(t, "the fix saved on seeing the first build's outcome to be built", 5*time.Second, func() bool { return builds.Load() >= 2 })
 }
 
@@ -65,27 +76,15 @@ func TestDevWatchBuildsAnEditSavedOnSeeingTheOutcome(t *testing.T) {
 // look after a build took it for the build's own (a review: saved 200 ms
 // into a 1 s build, never built). Files a build makes are its own.
 func TestDevWatchBuildsAnEditSavedDuringTheBuild(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "plugin.wat")
-	if err := os.WriteFile(src, []byte("(module)"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var builds atomic.Int32
-	go devWatch(ctx, dir, func() (told func()) {
-		if builds.Add(1) == 1 {
+	_, builds := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
+		if n == 1 {
 			os.WriteFile(filepath.Join(dir, "generated.h"), []byte("// the build's"), 0o644)
 			time.Sleep(200 * time.Millisecond)
-			os.WriteFile(src, []byte("(module) ;; saved while building"), 0o644)
+			os.WriteFile(filepath.Join(dir, "plugin.wat"), []byte("(module) ;; saved while building"), 0o644)
 			time.Sleep(800 * time.Millisecond) // the rest of a slow build
 		}
 		return func() {}
 	})
-	time.Sleep(2 * devPoll)
-	if err := os.WriteFile(src, []byte("(module) ;; first edit"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	testkit.Eventually(t, "the edit saved during the first build to be built", 5*time.Second, func() bool { return builds.Load() >= 2 })
 	time.Sleep(3 * (devPoll + devSettle))
 	if n := builds.Load(); n != 2 {
@@ -98,26 +97,11 @@ func TestDevWatchBuildsAnEditSavedDuringTheBuild(t *testing.T) {
 // counted as an edit, and one edit built for ever (a review: 8 builds in
 // 5 s).
 func TestDevWatchIgnoresABuildsOwnRewrite(t *testing.T) {
-	dir := t.TempDir()
-	src, bindings := filepath.Join(dir, "plugin.wat"), filepath.Join(dir, "plugin.js")
-	for _, f := range []string{src, bindings} {
-		if err := os.WriteFile(f, []byte("// "+f), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var builds atomic.Int32
-	go devWatch(ctx, dir, func() (told func()) {
-		builds.Add(1)
+	_, builds := devWatching(t, map[string]string{"plugin.js": "// bindings"}, func(dir string, n int32) func() {
 		time.Sleep(20 * time.Millisecond) // a new time, the same contents
-		os.WriteFile(bindings, []byte("// "+bindings), 0o644)
+		os.WriteFile(filepath.Join(dir, "plugin.js"), []byte("// bindings"), 0o644)
 		return func() {}
 	})
-	time.Sleep(2 * devPoll)
-	if err := os.WriteFile(src, []byte("(module) ;; edited"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	testkit.Eventually(t, "the edit to be built", 5*time.Second, func() bool { return builds.Load() >= 1 })
 	time.Sleep(4 * (devPoll + devSettle))
 	if n := builds.Load(); n != 1 {
