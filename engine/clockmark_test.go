@@ -111,14 +111,7 @@ func TestRepublishDoesNotTakeAnEarlierMessageForANewEvent(t *testing.T) {
 	}
 	time.Sleep(1200 * time.Millisecond) // past the stream's duplicates window
 	path := filepath.Join(t.TempDir(), "router.db")
-	db, err := storage.Open(path, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SeeTime(time.Now().Add(time.Hour))
-	if err := db.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	storagetest.MakeWithClock(t, path, time.Now().Add(time.Hour))
 	ahead := storagetest.OpenAt(t, path)
 	eng, err := engine.New(ahead, first.cfg, []switchyard.Sink{first.sink}, engine.Options{CleanupInterval: time.Hour})
 	if err != nil {

@@ -61,7 +61,7 @@ type Options struct {
 // Engine runs the loops. Open starts them; Close stops them.
 type Engine struct {
 	store Store
-	clock *steadyClock // opts.Now's
+	clock *steadyClock // over opts.Now: the engine's clock (now)
 	// chunk is how many records a cleanup transaction removes: cleanupChunk,
 	// less after a full disk refused one (inChunks).
 	chunk atomic.Int64
@@ -118,12 +118,10 @@ type Engine struct {
 // ready to Open.
 func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options) (*Engine, error) {
 	opts = opts.withDefaults()
-	clock := clockFor(store, opts.Now)
-	opts.Now = clock.now
 	e := &Engine{
 		store:    store,
 		opts:     opts,
-		clock:    clock,
+		clock:    clockFor(store, opts.Now),
 		log:      opts.Logger.Named("engine"),
 		inflight: inFlight{scopes: make(map[string]*flight)},
 		loops:    make(map[string]*Loop),
@@ -219,7 +217,7 @@ func (e *Engine) registerMetrics(reg prometheus.Registerer) error {
 	return e.inboxMetrics.register(reg)
 }
 
-func (e *Engine) now() time.Time { return e.opts.Now() }
+func (e *Engine) now() time.Time { return e.clock.now() }
 
 // Now is the engine's clock, the one its stored times are read by: the
 // API's and the console's relative times are counted from it.

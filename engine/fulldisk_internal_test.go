@@ -34,7 +34,7 @@ func TestACleanupOnAFullDiskRemovesInSmallerChunks(t *testing.T) {
 		return tx.MarkDelivered(r, at, 0)
 	})
 
-	e := &Engine{store: db, opts: Options{Now: time.Now}}
+	e := &Engine{store: db, clock: newSteadyClock(time.Now, time.Time{}, nil)}
 	smallest, tries := cleanupChunk, 0
 	n, err := e.inChunks(context.Background(), counted(func(tx *storage.Tx, now time.Time, limit int) (int, error) {
 		smallest, tries = min(smallest, limit), tries+1
@@ -73,7 +73,7 @@ func TestAnIdempotencyCleanupOnAFullDiskRemovesInSmallerChunks(t *testing.T) {
 			CreatedAt: made, ExpiresAt: made.Add(24 * time.Hour)}, time.Time{})
 	})
 
-	e := &Engine{store: db, opts: Options{Now: time.Now}}
+	e := &Engine{store: db, clock: newSteadyClock(time.Now, time.Time{}, nil)}
 	n, err := e.dropIdempotency(context.Background(), config.Idempotency{MinWindow: time.Hour, Window: 24 * time.Hour})
 	if err != nil || n != records {
 		t.Fatalf("removed %d of %d idempotency records: %v", n, records, err)

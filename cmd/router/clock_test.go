@@ -1,14 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard/storage/storagetest"
 )
 
 // The real binary, started on a data file whose last router gave times
@@ -23,15 +22,8 @@ func TestARouterStartedBehindItsFilesClockGoesOnFromIt(t *testing.T) {
 		t.Skip("runs the real binary")
 	}
 	path, sock := writeConfig(t, "")
-	db, err := storage.Open(filepath.Join(filepath.Dir(path), "r.db"), storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ahead := 2 * time.Hour
-	db.SeeTime(time.Now().Add(ahead))
-	if err := db.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	storagetest.MakeWithClock(t, filepath.Join(filepath.Dir(path), "r.db"), time.Now().Add(ahead))
 	c, logs, _ := serveBinaryProcess(t, path, sock)
 	if !strings.Contains(logs.String(), "the system clock is behind the time this data file last saw") {
 		t.Errorf("no warning at the start:\n%s", logs.String())

@@ -6,6 +6,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -25,6 +26,20 @@ func OpenWith(tb testing.TB, opts storage.Options) *storage.DB {
 func OpenIn(tb testing.TB, dir string) *storage.DB {
 	tb.Helper()
 	return openAt(tb, filepath.Join(dir, "router.db"), storage.Options{})
+}
+
+// MakeWithClock makes a data file at path whose router's clock last gave
+// at (storage.DB.ClockMark), and closes it.
+func MakeWithClock(tb testing.TB, path string, at time.Time) {
+	tb.Helper()
+	db, err := storage.Open(path, storage.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db.SeeTime(at)
+	if err := db.Close(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // OpenAt is Open on the data file at path (one the test made, closed).
