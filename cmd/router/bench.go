@@ -46,7 +46,7 @@ type benchOptions struct {
 	DataBytes   int           `json:"data_bytes"`
 	ClientIDs   bool          `json:"client_ids,omitempty"`
 	Timeout     time.Duration `json:"timeout_ns"`
-	Output      string        `json:"-"`
+	Output      format        `json:"-"`
 	FsyncProbe  string        `json:"fsync_probe,omitempty"`
 	E2E         bool          `json:"e2e"`
 	NATSURL     string        `json:"nats_url,omitempty"`
@@ -77,7 +77,7 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	fs.IntVar(&o.DataBytes, "data-bytes", 128, "size of each event's data")
 	fs.BoolVar(&o.ClientIDs, "client-ids", false, "give each event an id of its own, as clients do (the router then also keeps an idempotency record per event); without it the router assigns the ids")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Second, "per-request timeout")
-	fs.StringVar(&o.Output, "o", "text", "report format: text or json")
+	formatVar(fs, &o.Output, "o", "report", formatText, formatJSON)
 	fs.StringVar(&o.FsyncProbe, "fsync-probe", "", "before the load, measure the raw fsync rate (4 KiB write + fdatasync) of the disk holding this directory")
 	fs.BoolVar(&o.E2E, "e2e", false, "also measure end to end: subscribe to -subject on NATS (or consume -topic with -kafka-brokers) and time each event from POST to delivery")
 	fs.StringVar(&o.Config, "config", defaultConfigPath, "with -e2e on NATS: the router's configuration; its first nats block says where the server is and the credentials to connect with")
@@ -99,8 +99,6 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 		return nil, errors.New("bench: -batch must be at least 1")
 	case o.Requests < 0 || o.Duration < 0 || o.Rate < 0 || o.DataBytes < 0:
 		return nil, errors.New("bench: -n, -d, -rate and -data-bytes cannot be negative")
-	case o.Output != "text" && o.Output != "json":
-		return nil, fmt.Errorf("bench: -o %q: want text or json", o.Output)
 	}
 	if o.Requests == 0 && o.Duration == 0 {
 		o.Duration = 10 * time.Second
@@ -140,7 +138,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	rep := &benchReport{Options: o}
-	text := o.Output == "text"
+	text := o.Output == formatText
 	if text {
 		rep.writeHeader(c.Stdout)
 	}

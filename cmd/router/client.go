@@ -25,7 +25,7 @@ type apiFlags struct {
 	token     string
 	tokenFile string
 	timeout   time.Duration
-	output    string
+	output    format
 }
 
 func (f *apiFlags) register(fs *flag.FlagSet) {
@@ -34,14 +34,7 @@ func (f *apiFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.token, "token", "", "bearer token for -addr; every local user sees it in ps: prefer -token-file or $SWITCHYARD_TOKEN")
 	fs.StringVar(&f.tokenFile, "token-file", "", "read the bearer token from this file")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long a request may take")
-	fs.StringVar(&f.output, "o", "table", "output: table or json")
-}
-
-func (f *apiFlags) check() error {
-	if f.output != "table" && f.output != "json" {
-		return fmt.Errorf("-o %q: use table or json", f.output)
-	}
-	return nil
+	formatVar(fs, &f.output, "o", "output", formatTable, formatJSON)
 }
 
 // apiClient is a small client of the router's HTTP API.
@@ -52,9 +45,6 @@ type apiClient struct {
 }
 
 func (f *apiFlags) client() (*apiClient, error) {
-	if err := f.check(); err != nil {
-		return nil, err
-	}
 	c := &apiClient{hc: &http.Client{Timeout: f.timeout}}
 	if f.addr == "" {
 		sock := f.socket

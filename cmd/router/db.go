@@ -60,7 +60,7 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	if af.output == "json" {
+	if af.output == formatJSON {
 		return json.NewEncoder(c.Stdout).Encode(map[string]any{"file": out, "bytes": n, "events": rep.Events})
 	}
 	fmt.Fprintf(c.Stdout, "backup %s: %d bytes, %d events, consistent\n", out, n, rep.Events)
@@ -160,7 +160,8 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 	}
 	fs := flag.NewFlagSet("router db "+args[0], flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
-	output := fs.String("o", "table", "output: table or json")
+	var output format
+	formatVar(fs, &output, "o", "output", formatTable, formatJSON)
 	forget := false
 	if args[0] == "clock" {
 		fs.BoolVar(&forget, "forget", false, "remove the file's clock (the router stopped): the next start takes the system clock's time")
@@ -175,15 +176,15 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "compact":
-		return c.compact(pos[0], *output)
+		return c.compact(pos[0], output)
 	case "clock":
-		return c.clock(pos[0], forget, *output)
+		return c.clock(pos[0], forget, output)
 	}
-	return c.check(ctx, pos[0], *output)
+	return c.check(ctx, pos[0], output)
 }
 
 // clock is `router db clock`.
-func (c *DBCommand) clock(path string, forget bool, output string) error {
+func (c *DBCommand) clock(path string, forget bool, output format) error {
 	mark, err := storage.ReadClock(path)
 	if err == nil && forget {
 		err = storage.ForgetClock(path)
@@ -195,7 +196,7 @@ func (c *DBCommand) clock(path string, forget bool, output string) error {
 	if !mark.IsZero() {
 		ahead = mark.Sub(time.Now()).Round(time.Second)
 	}
-	if output == "json" {
+	if output == formatJSON {
 		return json.NewEncoder(c.Stdout).Encode(clockReport{Path: path, Clock: mark.UTC(), AheadOfSystem: ahead.Seconds(), Forgotten: forget && !mark.IsZero()})
 	}
 	switch {
@@ -222,12 +223,12 @@ type clockReport struct {
 }
 
 // check is `router db check`.
-func (c *DBCommand) check(ctx context.Context, path, output string) error {
+func (c *DBCommand) check(ctx context.Context, path string, output format) error {
 	rep, err := checkIsolated(ctx, path)
 	if err != nil {
 		return err
 	}
-	if output == "json" {
+	if output == formatJSON {
 		if err := json.NewEncoder(c.Stdout).Encode(rep); err != nil {
 			return err
 		}
@@ -247,12 +248,12 @@ func (c *DBCommand) check(ctx context.Context, path, output string) error {
 }
 
 // compact is `router db compact`.
-func (c *DBCommand) compact(path, output string) error {
+func (c *DBCommand) compact(path string, output format) error {
 	rep, err := storage.CompactFile(path)
 	if err != nil {
 		return fmt.Errorf("db compact: %w", err)
 	}
-	if output == "json" {
+	if output == formatJSON {
 		return json.NewEncoder(c.Stdout).Encode(rep)
 	}
 	if rep.Kept {
@@ -279,7 +280,7 @@ func checkIsolated(ctx context.Context, path string) (*storage.CheckReport, erro
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, self, "db", "check", path, "-o", "json")
+	cmd := exec.CommandContext(ctx, self, "db", "check", path, "-o", string(formatJSON))
 	cmd.Env = append(os.Environ(), checkWorkerEnv+"=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -122,7 +122,7 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if af.output == "json" {
+	if af.output == formatJSON {
 		return c.writeDLQJSON(raws, next)
 	}
 	if err := c.writeDLQTable(items, *status); err != nil {
@@ -263,7 +263,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if af.output == "json" {
+	if af.output == formatJSON {
 		return writeIndented(c.Stdout, raw)
 	}
 	if err := c.writeDLQSummary(&d); err != nil {
@@ -412,7 +412,7 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return err
 	}
-	if af.output == "json" {
+	if af.output == formatJSON {
 		err = writeIndented(c.Stdout, raw)
 	} else {
 		c.writeBulk(action, &res)
@@ -464,7 +464,7 @@ func (c *DLQCommand) actOne(ctx context.Context, cl *apiClient, af *apiFlags, ac
 	if err != nil {
 		return err
 	}
-	if af.output == "json" {
+	if af.output == formatJSON {
 		if len(raw) == 0 {
 			raw, _ = json.Marshal(map[string]any{"id": id, "deleted": true})
 		}

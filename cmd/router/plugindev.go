@@ -73,7 +73,7 @@ func (c *PluginCommand) dev(ctx context.Context, args []string) error {
 			}
 		}
 	})
-	run := &RunCommand{Main: c.Main, ConfigPath: *configPath, LogLevel: *logLevel, LogFormat: logFormatText,
+	run := &RunCommand{Main: c.Main, ConfigPath: *configPath, LogLevel: *logLevel, LogFormat: formatText,
 		ShutdownTimeout: 10 * time.Second, Reloads: reloads}
 	return run.Run(ctx)
 }

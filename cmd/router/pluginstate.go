@@ -80,7 +80,7 @@ func (c *PluginCommand) stateDelete(ctx context.Context, cl *apiClient, path str
 }
 
 // stateKeys prints one page of a namespace's keys.
-func (c *PluginCommand) stateKeys(ctx context.Context, cl *apiClient, path string, q url.Values, output string) error {
+func (c *PluginCommand) stateKeys(ctx context.Context, cl *apiClient, path string, q url.Values, output format) error {
 	var page struct {
 		Keys []struct {
 			Key         string  `json:"key"`
@@ -94,7 +94,7 @@ func (c *PluginCommand) stateKeys(ctx context.Context, cl *apiClient, path strin
 	if err != nil {
 		return err
 	}
-	if output == "json" {
+	if output == formatJSON {
 		return writeIndented(c.Stdout, b)
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
@@ -116,7 +116,7 @@ func (c *PluginCommand) stateKeys(ctx context.Context, cl *apiClient, path strin
 	return tw.Flush()
 }
 
-func (c *PluginCommand) stateNamespaces(ctx context.Context, cl *apiClient, path, output string) error {
+func (c *PluginCommand) stateNamespaces(ctx context.Context, cl *apiClient, path string, output format) error {
 	var res struct {
 		Namespaces []struct {
 			Namespace string `json:"namespace"`
@@ -131,7 +131,7 @@ func (c *PluginCommand) stateNamespaces(ctx context.Context, cl *apiClient, path
 	if err != nil {
 		return err
 	}
-	if output == "json" {
+	if output == formatJSON {
 		return writeIndented(c.Stdout, b)
 	}
 	if len(res.Namespaces) == 0 {

@@ -49,7 +49,7 @@ type RunCommand struct {
 	// exist runs on the embedded defaults; a file named must exist.
 	configNamed bool
 	LogLevel    string
-	LogFormat   string
+	LogFormat   format
 	// ShutdownTimeout bounds the graceful stop.
 	ShutdownTimeout time.Duration
 	// DoubleSend makes every publish and delivery happen twice (tests).
@@ -90,7 +90,7 @@ func (c *RunCommand) ParseFlags(args []string) error {
 	fs.SetOutput(c.Stderr)
 	fs.StringVar(&c.ConfigPath, "config", defaultConfigPath, "the configuration file (without -config: ./policies.hcl, or the embedded defaults when it does not exist)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "trace, debug, info, warn, error or off")
-	fs.StringVar(&c.LogFormat, "log-format", logFormatText, "text or json")
+	formatVar(fs, &c.LogFormat, "log-format", "log", formatText, formatJSON)
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take: requests in flight finish, tails and waiting pulls end at once")
 	fs.BoolVar(&c.DoubleSend, "double-send", false, "test mode: make every publish and every delivery twice, to prove receivers idempotent")
 	fs.StringVar(&c.PluginCacheDir, "plugin-cache-dir", "", "where compiled plugins are kept across restarts (default <data dir>/wasm-cache)")
@@ -104,12 +104,6 @@ func (c *RunCommand) ParseFlags(args []string) error {
 	return c.checkFlags()
 }
 
-// The log formats router run writes.
-const (
-	logFormatText = "text"
-	logFormatJSON = "json"
-)
-
 // checkFlags refuses settings the router cannot honour, instead of
 // starting on a fallback: an unknown log level or format, a stop with no
 // time. Run asks it too, for the commands that set the fields themselves
@@ -118,8 +112,8 @@ func (c *RunCommand) checkFlags() error {
 	switch {
 	case hclog.LevelFromString(c.LogLevel) == hclog.NoLevel:
 		return fmt.Errorf("-log-level %q: use trace, debug, info, warn, error or off", c.LogLevel)
-	case c.LogFormat != logFormatText && c.LogFormat != logFormatJSON:
-		return fmt.Errorf("-log-format %q: use %s or %s", c.LogFormat, logFormatText, logFormatJSON)
+	case checkFormat(c.LogFormat, formatText, formatJSON) != nil:
+		return fmt.Errorf("-log-format %q: %w", c.LogFormat, checkFormat(c.LogFormat, formatText, formatJSON))
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("-shutdown-timeout %v: a graceful stop needs some time (30s by default)", c.ShutdownTimeout)
 	}
@@ -579,7 +573,7 @@ func loadConfig(path string, embedded bool) (*config.Config, error) {
 	return config.Load(path)
 }
 
-func newLogger(w io.Writer, level, format string) hclog.Logger {
+func newLogger(w io.Writer, level string, f format) hclog.Logger {
 	color := hclog.ColorOff
 	if _, isFile := w.(*os.File); isFile {
 		color = hclog.AutoColor // a terminal gets colour, a file or pipe does not
@@ -588,7 +582,7 @@ func newLogger(w io.Writer, level, format string) hclog.Logger {
 		Name:       "switchyard",
 		Level:      hclog.LevelFromString(level),
 		Output:     w,
-		JSONFormat: format == logFormatJSON,
+		JSONFormat: f == formatJSON,
 		Color:      color,
 	})
 }

@@ -358,7 +358,7 @@ nats "local" {
 func TestRunRefusesBadFlags(t *testing.T) {
 	for flags, want := range map[string]string{
 		"-log-level bogus":      `-log-level "bogus": use trace, debug, info, warn, error or off`,
-		"-log-format xml":       `-log-format "xml": use text or json`,
+		"-log-format xml":       `invalid value "xml" for flag -log-format: use text or json`,
 		"-shutdown-timeout -1s": `-shutdown-timeout -1s: a graceful stop needs some time`,
 		"-shutdown-timeout 0s":  `-shutdown-timeout 0s`,
 	} {

@@ -73,7 +73,7 @@ func (c *StatsCommand) Run(ctx context.Context, args []string) error {
 		lines = append(lines, l)
 	}
 	sort.Slice(lines, func(i, j int) bool { return lines[i].Type < lines[j].Type })
-	if af.output == "json" {
+	if af.output == formatJSON {
 		stats["types"], _ = json.Marshal(lines)
 		b, _ := json.Marshal(stats)
 		return writeIndented(c.Stdout, b)

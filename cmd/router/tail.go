@@ -63,7 +63,7 @@ func (c *TailCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	err = c.print(resp.Body, af.output == "json")
+	err = c.print(resp.Body, af.output == formatJSON)
 	if ctx.Err() != nil {
 		return nil // interrupted: the normal way to stop
 	}
