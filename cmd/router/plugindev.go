@@ -91,6 +91,7 @@ func devBuild(ctx context.Context, build string, out io.Writer) error {
 func devWatch(ctx context.Context, dir string, build func() (tell func())) {
 	last := devSnapshot(dir)
 	var pendingSince time.Time
+	pending := devEdited // what the pending build is for
 	t := time.NewTicker(devPoll)
 	defer t.Stop()
 	for {
@@ -101,24 +102,25 @@ func devWatch(ctx context.Context, dir string, build func() (tell func())) {
 		}
 		now := devSnapshot(dir)
 		if !maps.Equal(now, last) {
-			last, pendingSince = now, time.Now()
+			last, pendingSince, pending = now, time.Now(), devEdited
 			continue
 		}
 		if !pendingSince.IsZero() && time.Since(pendingSince) >= devSettle {
 			pendingSince = time.Time{}
 			sums := last.sums(dir)
 			tell := build()
-			// Files the build made are its own, not a change, and so is
-			// one it wrote again as it was (bindings, a header); a file
-			// that was there and now reads otherwise is the author's
-			// edit, built again once it settles (a build that writes a
-			// file of its own differently each time would build again
-			// and again: devSkip's suffixes name outputs). The outcome is
-			// told after this look, so that a fix the author saves on
-			// reading it is a change too.
+			// What changed while the build ran is built once it settles,
+			// but for what the build did itself: a file it wrote again as
+			// it was (bindings, a header) is no change, and files it made
+			// count once: one more build, for a file the author added
+			// meanwhile; not another after that one, for a build that
+			// makes a new file each time (a build that writes a file
+			// differently each time would build again and again:
+			// devSkip's suffixes name outputs). The outcome is told after
+			// this look, so that a fix saved on reading it is a change.
 			after := devSnapshot(dir)
-			if last.editedIn(after, dir, sums) {
-				pendingSince = time.Now()
+			if change := last.changeIn(after, dir, sums); change == devEdited || change == devAdded && pending != devAdded {
+				pendingSince, pending = time.Now(), change
 			}
 			last = after
 			tell()
@@ -129,6 +131,19 @@ func devWatch(ctx context.Context, dir string, build func() (tell func())) {
 // devFiles is a look at the author's files: each one's size and time, by
 // its path under the folder.
 type devFiles map[string]string
+
+// devChange is what a later look at the folder finds changed.
+type devChange int
+
+const (
+	devUnchanged devChange = iota
+	// devAdded: only files that were not there: the author's new ones,
+	// or a build's new outputs.
+	devAdded
+	// devEdited: a file that was there reads otherwise, or is gone
+	// (deleted, renamed).
+	devEdited
+)
 
 // sums is a digest of each file of f's contents, read from dir.
 func (f devFiles) sums(dir string) map[string][sha256.Size]byte {
@@ -141,19 +156,28 @@ func (f devFiles) sums(dir string) map[string][sha256.Size]byte {
 	return sums
 }
 
-// editedIn reports whether a file of f reads otherwise in later: its size
-// or time changed, and its contents differ from what sums (f's) says.
-func (f devFiles) editedIn(later devFiles, dir string, sums map[string][sha256.Size]byte) bool {
+// changeIn says what changed from f to later: a file whose size or time
+// changed is edited only if its contents differ from what sums (f's) says.
+func (f devFiles) changeIn(later devFiles, dir string, sums map[string][sha256.Size]byte) devChange {
 	for rel, v := range f {
-		if w, ok := later[rel]; !ok || w == v {
+		w, ok := later[rel]
+		if !ok {
+			return devEdited
+		}
+		if w == v {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, rel))
 		if sum, ok := sums[rel]; err != nil || !ok || sha256.Sum256(b) != sum {
-			return true
+			return devEdited
 		}
 	}
-	return false
+	for rel := range later {
+		if _, ok := f[rel]; !ok {
+			return devAdded
+		}
+	}
+	return devUnchanged
 }
 
 // devSnapshot looks at the author's files under dir (devSkip).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -106,5 +107,42 @@ func TestDevWatchIgnoresABuildsOwnRewrite(t *testing.T) {
 	time.Sleep(4 * (devPoll + devSettle))
 	if n := builds.Load(); n != 1 {
 		t.Errorf("%d builds for one edit: the build's own rewrite of plugin.js was taken for an edit", n)
+	}
+}
+
+// A file renamed (or deleted) while a build runs is built once the build
+// is done: before, the look after a build counted only files that were
+// there and read otherwise, and the module went on built from the old
+// name until the next edit.
+func TestDevWatchBuildsAFileRenamedDuringTheBuild(t *testing.T) {
+	_, builds := devWatching(t, map[string]string{"helper.wat": ";; helper"}, func(dir string, n int32) func() {
+		if n == 1 {
+			os.Rename(filepath.Join(dir, "helper.wat"), filepath.Join(dir, "helpers.wat"))
+		}
+		return func() {}
+	})
+	testkit.Eventually(t, "the rename during the first build to be built", 5*time.Second, func() bool { return builds.Load() >= 2 })
+	time.Sleep(3 * (devPoll + devSettle))
+	if n := builds.Load(); n != 2 {
+		t.Errorf("%d builds, want 2", n)
+	}
+}
+
+// A file added while a build runs is built once the build is done (it may
+// be the author's new source), and counts once: a build that makes a new
+// file each time builds twice for an edit, not for ever.
+func TestDevWatchBuildsAFileAddedDuringTheBuildOnce(t *testing.T) {
+	for _, each := range []bool{false, true} {
+		_, builds := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
+			if n == 1 || each {
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("new-%d.wat", n)), []byte(";; new"), 0o644)
+			}
+			return func() {}
+		})
+		testkit.Eventually(t, "the file added during the first build to be built", 5*time.Second, func() bool { return builds.Load() >= 2 })
+		time.Sleep(3 * (devPoll + devSettle))
+		if n := builds.Load(); n != 2 {
+			t.Errorf("a new file made by the first build (and by every build: %v): %d builds, want 2", each, n)
+		}
 	}
 }
