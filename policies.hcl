@@ -84,6 +84,8 @@ storage {
   # reserve's size: the router holds that much in
   # router.db.reserve beside the file, which it gives up when the disk is
   # full so that delivery and the cleanup go on (docs/decisions/disk-full.md).
+  # min_free counts the free bytes the filesystem reports: a project quota
+  # shows in them, a user's quota does not (set max_size below it).
   # /v1/stats and the switchyard_storage_* metrics show used, budget, free,
   # reusable and reserve.
   # max_size = "2GiB"     # default: none

@@ -115,5 +115,9 @@ func writeReserve(f *os.File, size int64) error {
 }
 
 // IsDiskFull reports whether err is the filesystem saying it has no room
-// (a commit the full disk refused).
-func IsDiskFull(err error) bool { return errors.Is(err, syscall.ENOSPC) }
+// (a commit the full disk refused): no free block (ENOSPC), or none left
+// in the quota of the file's user or project (EDQUOT: ext4 says it for
+// project quotas, whose limit statfs also reports, and so min_free sees).
+func IsDiskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}

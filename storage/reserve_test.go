@@ -2,7 +2,9 @@ package storage
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,5 +90,26 @@ func TestDeliveredRemovableBy(t *testing.T) {
 	}
 	if removable(time.Hour) {
 		t.Error("a record kept 24 h by the ttl it was delivered under counts as removable after the ttl was lowered to 1 h")
+	}
+}
+
+// A quota the file's user or project has used up is a full disk, as no
+// free block is: the writer gives up the reserve and the cleanup makes
+// room, where before EDQUOT failed every commit, the cleanup's too. (This
+// kernel has no quota format to make a real one: the path after it is
+// TestAFullDiskTakesTheReserve's.) Other errors are not.
+func TestAQuotaUsedUpIsAFullDisk(t *testing.T) {
+	for err, full := range map[error]bool{
+		syscall.ENOSPC: true,
+		syscall.EDQUOT: true,
+		&os.PathError{Op: "write", Path: "router.db", Err: syscall.EDQUOT}:                                   true,
+		fmt.Errorf("storage: commit: %w", &os.PathError{Op: "sync", Path: "router.db", Err: syscall.ENOSPC}): true,
+		syscall.EIO:   false,
+		syscall.EROFS: false,
+		nil:           false,
+	} {
+		if got := IsDiskFull(err); got != full {
+			t.Errorf("IsDiskFull(%v) = %v, want %v", err, got, full)
+		}
 	}
 }
