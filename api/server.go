@@ -55,8 +55,9 @@ type Options struct {
 	// in /readyz too.
 	Inboxes func(ctx context.Context) map[string]error
 	// Now is the clock the API counts relative times from (a DLQ filter's
-	// since, an event's time when it has none): the engine's, whose times
-	// it compares them with (engine.Engine.Now). nil = time.Now.
+	// since, an event's time when it has none) and dates its answers by:
+	// the engine's, whose times it compares them with (engine.Engine.Now).
+	// nil = time.Now.
 	Now func() time.Time
 	// Registerer receives the API's metrics (problems by code, replays,
 	// ingest latency); nil = kept but not exported.
@@ -93,6 +94,7 @@ type Server struct {
 
 	metrics *metrics
 	failLog logthrottle.Throttle // writeError's log lines, at most one per code and second
+	date    atomic.Pointer[dateHeader]
 
 	// closing ends when Close begins: a stream or a long poll ends then
 	// (untilClosing), where http.Server.Shutdown would wait it out.
@@ -184,7 +186,37 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "no route %s %s", r.Method, r.URL.Path))
 	})
-	return s.answerDeadline(s.authenticate(s.singleParams(mux)))
+	return s.dated(s.answerDeadline(s.authenticate(s.singleParams(mux))))
+}
+
+// dated dates every answer by the router's clock (Options.Now), not the
+// system clock net/http would read: the ages a client counts from an
+// answer's times ("moved 5m ago" in router dlq list) then count from the
+// clock that stamped them, which runs ahead of the system's after a start
+// behind the data file's clock (docs/architecture.md, "A clock stepped
+// back"), where every age read 0s.
+func (s *Server) dated(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Date"] = s.dateNow()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// dateHeader is a Date header's value and the second it names.
+type dateHeader struct {
+	unix  int64
+	value []string // shared by the answers of that second: read only
+}
+
+// dateNow is the Date header for now, formatted once a second.
+func (s *Server) dateNow() []string {
+	now := s.opts.Now()
+	if d := s.date.Load(); d != nil && d.unix == now.Unix() {
+		return d.value
+	}
+	d := &dateHeader{unix: now.Unix(), value: []string{now.UTC().Format(http.TimeFormat)}}
+	s.date.Store(d)
+	return d.value
 }
 
 // singleParams refuses a request that gives a query parameter more than

@@ -42,6 +42,31 @@ type apiClient struct {
 	base  string // http://host:port, or http://router for the socket
 	hc    *http.Client
 	token string
+	// said is the router's time as its last answer dated it (its Date
+	// header, by the router's clock: api.Server.dated), and heard when
+	// that answer came, by this machine's clock (with its monotonic
+	// reading): now goes on from them.
+	said, heard time.Time
+}
+
+// now is the router's time, as far as its answers tell: the times the
+// router stamps (a dead letter's, a sink's last error) are by its clock,
+// which may run ahead of this machine's (docs/architecture.md, "A clock
+// stepped back"), and an age counted by this one would read 0s. Before
+// any answer, or from one undated, it is this machine's time. A Date
+// names the second: an age may read up to a second short.
+func (c *apiClient) now() time.Time {
+	if c.heard.IsZero() {
+		return time.Now()
+	}
+	return c.said.Add(time.Since(c.heard))
+}
+
+// hear takes the router's time from resp's Date.
+func (c *apiClient) hear(resp *http.Response) {
+	if t, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+		c.said, c.heard = t, time.Now()
+	}
 }
 
 func (f *apiFlags) client() (*apiClient, error) {
@@ -134,6 +159,7 @@ func (c *apiClient) send(ctx context.Context, method, path string, query url.Val
 		}
 		return nil, err
 	}
+	c.hear(resp)
 	if resp.StatusCode/100 == 2 {
 		return resp, nil
 	}

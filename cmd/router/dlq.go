@@ -20,7 +20,6 @@ import (
 // queue of a running router, through its API.
 type DLQCommand struct {
 	*Main
-	now func() time.Time
 }
 
 const dlqUsage = `Usage:
@@ -40,9 +39,6 @@ listener, and -o table|json.
 
 // Run runs a dlq subcommand.
 func (c *DLQCommand) Run(ctx context.Context, args []string) error {
-	if c.now == nil {
-		c.now = time.Now
-	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(c.Stderr, dlqUsage)
 		if len(args) == 0 {
@@ -125,7 +121,7 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	if af.output == formatJSON {
 		return c.writeDLQJSON(raws, next)
 	}
-	if err := c.writeDLQTable(items, *status); err != nil {
+	if err := c.writeDLQTable(items, *status, cl.now()); err != nil {
 		return err
 	}
 	if next != "" {
@@ -206,7 +202,7 @@ func (c *DLQCommand) writeDLQJSON(raws []json.RawMessage, next string) error {
 	return writeIndented(c.Stdout, b)
 }
 
-func (c *DLQCommand) writeDLQTable(items []dlqItem, status string) error {
+func (c *DLQCommand) writeDLQTable(items []dlqItem, status string, now time.Time) error {
 	if len(items) == 0 {
 		fmt.Fprintln(c.Stdout, "no dead letters")
 		return nil
@@ -217,7 +213,6 @@ func (c *DLQCommand) writeDLQTable(items []dlqItem, status string) error {
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "ID\tTYPE\tTENANT\tATTEMPTS\t%s\tREASON\n", when)
-	now := c.now()
 	for _, it := range items {
 		typ := it.Type
 		if it.Queue != "" {
@@ -266,7 +261,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if af.output == formatJSON {
 		return writeIndented(c.Stdout, raw)
 	}
-	if err := c.writeDLQSummary(&d); err != nil {
+	if err := c.writeDLQSummary(&d, cl.now()); err != nil {
 		return err
 	}
 	writeDLQAttempts(c.Stdout, d.History)
@@ -319,7 +314,7 @@ func writeDLQOutputs(w io.Writer, outputs []dlqOutput) {
 }
 
 // writeDLQSummary writes a dead letter's fields, one a line.
-func (c *DLQCommand) writeDLQSummary(d *dlqDetail) error {
+func (c *DLQCommand) writeDLQSummary(d *dlqDetail, now time.Time) error {
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
@@ -330,7 +325,7 @@ func (c *DLQCommand) writeDLQSummary(d *dlqDetail) error {
 		if t == nil || t.IsZero() {
 			return ""
 		}
-		return t.Local().Format(time.RFC3339) + " (" + shortAge(*t, c.now()) + " ago)"
+		return t.Local().Format(time.RFC3339) + " (" + shortAge(*t, now) + " ago)"
 	}
 	row("ID", d.ID)
 	row("Queue", d.Queue)

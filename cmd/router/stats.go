@@ -84,7 +84,7 @@ func (c *StatsCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	c.storageLine(stats["storage"])
-	c.sinkLines(stats["sinks"])
+	c.sinkLines(stats["sinks"], cl.now())
 	return nil
 }
 
@@ -120,8 +120,9 @@ func (c *StatsCommand) storageLine(raw json.RawMessage) {
 }
 
 // sinkLines prints each sink's last publish error since start (GET
-// /v1/stats "sinks", present once a sink has failed).
-func (c *StatsCommand) sinkLines(raw json.RawMessage) {
+// /v1/stats "sinks", present once a sink has failed), its age from now,
+// the router's.
+func (c *StatsCommand) sinkLines(raw json.RawMessage, now time.Time) {
 	var sinks map[string]struct {
 		Err  string    `json:"last_error"`
 		At   time.Time `json:"last_error_at"`
@@ -140,7 +141,7 @@ func (c *StatsCommand) sinkLines(raw json.RawMessage) {
 		e := sinks[n]
 		when := "at an unknown time"
 		if !e.At.IsZero() {
-			when = shortAge(e.At, time.Now()) + " ago" // 0s for a time ahead of this clock: the router's may be (docs/architecture.md)
+			when = shortAge(e.At, now) + " ago"
 		}
 		of := ""
 		if e.Type != "" {
