@@ -197,13 +197,23 @@ event "t.two" {
 }
 
 // probesWriteNothing waits until the event id has met the outage and the
-// probes have begun, and fails if 4 s of them commit anything.
+// probes have begun, and fails if 4 s of them commit anything. The probes
+// begin once the batches taken before the outage was known have recorded
+// it: 1.5 s without a commit (a fixed 1.5 s was too short on a busy box,
+// once: "2 commits in 4 s"); probes that wrote once a second would never
+// give that, and fail here too.
 func probesWriteNothing(h *harness, id string) {
 	h.t.Helper()
 	testkit.Eventually(h.t, "the first poll to meet the outage", 10*time.Second, func() bool {
 		return h.record(id).LastError != ""
 	})
-	time.Sleep(1500 * time.Millisecond) // the probes begin
+	last, still := h.db.Commits(), time.Now()
+	testkit.Eventually(h.t, "1.5 s without a commit once the outage was met", 20*time.Second, func() bool {
+		if n := h.db.Commits(); n != last {
+			last, still = n, time.Now()
+		}
+		return time.Since(still) >= 1500*time.Millisecond
+	})
 	before := h.db.Commits()
 	time.Sleep(4 * time.Second)
 	if n := h.db.Commits() - before; n > 0 {
