@@ -17,6 +17,10 @@ type CompactReport struct {
 	// Kept: the compacted copy was no smaller (a small file: bbolt grows a
 	// new file in steps of its mapping), so the original was left as it was.
 	Kept bool `json:"kept,omitempty"`
+	// ReserveRemoved: the disk had no room for the copy, so the reserve
+	// beside the file went to make it (the router makes it again once
+	// the disk has room).
+	ReserveRemoved bool `json:"reserve_removed,omitempty"`
 }
 
 // CompactFile gives the free space of a data file that no router has open
@@ -50,11 +54,12 @@ func CompactFile(path string) (*CompactReport, error) {
 	}
 	defer src.Close()
 	tmp := path + ".compacting"
-	if err := createExcl(tmp); err != nil { // a copy left by a compaction that was stopped goes
-		return nil, err
+	err = compactCopy(src, path, tmp)
+	if IsDiskFull(err) && removeReserve(path) {
+		rep.ReserveRemoved = true
+		err = compactCopy(src, path, tmp)
 	}
-	if err := compactInto(src, path, tmp); err != nil {
-		os.Remove(tmp)
+	if err != nil {
 		return nil, err
 	}
 	if fi, err := os.Stat(tmp); err == nil && fi.Size() >= rep.Before {
@@ -70,6 +75,19 @@ func CompactFile(path string) (*CompactReport, error) {
 		rep.After = fi.Size()
 	}
 	return rep, nil
+}
+
+// compactCopy makes tmp a checked compacted copy of src, the data file at
+// path (compactInto), or removes it.
+func compactCopy(src *bolt.DB, path, tmp string) error {
+	if err := createExcl(tmp); err != nil { // a copy left by a compaction that was stopped goes
+		return err
+	}
+	err := compactInto(src, path, tmp)
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }
 
 // compactInto copies src, the data file at path, into a new file at tmp

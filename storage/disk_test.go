@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // diskEvent is the event the disk benchmarks store: a UUIDv7 id, as the
@@ -527,5 +528,42 @@ func TestCompactFailureLeavesTheFile(t *testing.T) {
 	after, err := os.Stat(path)
 	if err != nil || !os.SameFile(before, after) || after.Size() != before.Size() {
 		t.Fatalf("the original changed: %v", err)
+	}
+}
+
+// On a disk with no room for the compacted copy, router db compact gives
+// up the data file's reserve (the router makes it again once the disk has
+// room) and compacts in its room: the operator of a full disk runs it to
+// get space back, and before, it failed with ENOSPC beside the 2 MiB the
+// router held for such a moment.
+func TestCompactOnAFullDiskTakesTheReserve(t *testing.T) {
+	dir := testkit.SmallDisk(t, 24<<20)
+	path := filepath.Join(dir, "router.db")
+	db, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertBatches(t, db, 8_000)
+	deliverAndExpire(t, db, 7_500)
+	if _, err := db.HoldReserve(2 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testkit.FillDisk(t, dir)
+	rep, err := CompactFile(path)
+	if err != nil {
+		t.Fatalf("compact on the full disk: %v", err)
+	}
+	t.Logf("%d → %d bytes", rep.Before, rep.After)
+	if !rep.ReserveRemoved || rep.Kept || rep.After*2 > rep.Before {
+		t.Fatalf("%+v: want the reserve removed and the file at most half its size", rep)
+	}
+	if _, err := os.Stat(reservePath(path)); !os.IsNotExist(err) {
+		t.Fatalf("the reserve: %v, want it removed", err)
+	}
+	if chk, err := CheckFile(path); err != nil || len(chk.Problems) > 0 || chk.Events != 500 {
+		t.Fatalf("check after compaction: %+v %v", chk, err)
 	}
 }

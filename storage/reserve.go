@@ -52,11 +52,20 @@ func (db *DB) HoldReserve(size int64) (made bool, err error) {
 func (db *DB) releaseReserve() bool {
 	db.reserveMu.Lock()
 	defer db.reserveMu.Unlock()
-	path := reservePath(db.path)
-	if _, err := os.Lstat(path); err != nil || os.Remove(path) != nil {
+	if !removeReserve(db.path) {
 		return false
 	}
 	db.released.Add(1)
+	return true
+}
+
+// removeReserve removes the reserve of the data file at path, and reports
+// whether there was one.
+func removeReserve(path string) bool {
+	reserve := reservePath(path)
+	if _, err := os.Lstat(reserve); err != nil || os.Remove(reserve) != nil {
+		return false
+	}
 	return true
 }
 

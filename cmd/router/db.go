@@ -256,6 +256,9 @@ func (c *DBCommand) compact(path string, output format) error {
 	if output == formatJSON {
 		return json.NewEncoder(c.Stdout).Encode(rep)
 	}
+	if rep.ReserveRemoved {
+		fmt.Fprintf(c.Stdout, "%s: the disk had no room for the copy: removed the reserve beside it, which the router makes again once the disk has room\n", rep.Path)
+	}
 	if rep.Kept {
 		fmt.Fprintf(c.Stdout, "%s: %d bytes, nothing to give back (a compacted copy was no smaller); left as it was\n", rep.Path, rep.Before)
 		return nil
