@@ -87,7 +87,7 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	fs.StringVar(&o.Topic, "topic", "", "with -e2e and -kafka-brokers: the topic to consume (default: the event type)")
 	fs.DurationVar(&o.Drain, "drain", 30*time.Second, "with -e2e: after the load, how long to wait without progress for outstanding events")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write the bench's own CPU profile (the load generator's, not the router's) to this file")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	switch {

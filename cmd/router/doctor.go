@@ -57,7 +57,7 @@ func (c *PluginCommand) doctor(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("router plugin doctor", flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
 	lang := fs.String("lang", "", "the language: "+strings.Join(pluginLangs, ", "))
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return flagError(err)
 	}
 	if !slices.Contains(pluginLangs, *lang) {

@@ -35,7 +35,7 @@ func main() {
 	context.AfterFunc(ctx, stop)
 	m := NewMain(os.Stdin, os.Stdout, os.Stderr)
 	if err := m.Run(ctx, os.Args[1:]); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
+		if !errors.Is(err, flag.ErrHelp) && !told(err) {
 			fmt.Fprintln(os.Stderr, "router:", err)
 		}
 		os.Exit(exitCode(err))
@@ -57,20 +57,43 @@ func NewMain(stdin io.Reader, stdout, stderr io.Writer) *Main {
 type exitError struct {
 	code int
 	err  error
+	// told: the error was written already (the flag package writes a
+	// flag's error with the command's usage), and main does not repeat it.
+	told bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
 	var e *exitError
 	if errors.As(err, &e) {
 		return e.code
 	}
 	if errors.Is(err, flag.ErrHelp) {
-		return 2
+		return 0 // help asked for and given, as Go's flag package exits
 	}
 	return 1
+}
+
+// parseFlags parses args with fs (ContinueOnError, its output the
+// command's stderr). A bad flag is exit 2, and told once: the flag
+// package has written it, with the usage, to fs's output.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return &exitError{code: 2, err: err, told: true}
+}
+
+// told reports whether err was written already.
+func told(err error) bool {
+	var e *exitError
+	return errors.As(err, &e) && e.told
 }
 
 // Run runs the subcommand named by args[0] ("run" when args is empty).

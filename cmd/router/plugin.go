@@ -157,12 +157,12 @@ func (c *PluginCommand) flags(cmd string) *pluginFlags {
 
 // parse reads the flags; the file may come before or after them.
 func (f *pluginFlags) parse(args []string) error {
-	if err := f.fs.Parse(args); err != nil {
+	if err := parseFlags(f.fs, args); err != nil {
 		return err
 	}
 	if f.fs.NArg() > 0 {
 		f.file = f.fs.Arg(0)
-		if err := f.fs.Parse(f.fs.Args()[1:]); err != nil {
+		if err := parseFlags(f.fs, f.fs.Args()[1:]); err != nil {
 			return err
 		}
 		if f.fs.NArg() > 0 {
@@ -433,7 +433,7 @@ func flagError(err error) error {
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
-	return &exitError{code: pluginExitError, err: err}
+	return &exitError{code: pluginExitError, err: err, told: told(err)}
 }
 
 // testResult is what `router plugin test` prints.

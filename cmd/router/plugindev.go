@@ -52,7 +52,7 @@ func (c *PluginCommand) dev(ctx context.Context, args []string) error {
 	build := fs.String("build", "./build.sh", "the command that builds the module")
 	watch := fs.String("watch", ".", "the folder whose changes trigger a build")
 	logLevel := fs.String("log-level", "info", "the router's log level")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return flagError(err)
 	}
 	if err := devBuild(ctx, *build, c.Stderr); err != nil {

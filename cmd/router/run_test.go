@@ -283,8 +283,33 @@ func TestHelpListsTheCommands(t *testing.T) {
 	}
 	errb.Reset()
 	err := NewMain(nil, &out, &errb).Run(context.Background(), []string{"-config", "x.hcl", "-h"})
-	if exitCode(err) != 2 || !strings.Contains(errb.String(), "-shutdown-timeout") || strings.Contains(errb.String(), "Commands:") {
+	if exitCode(err) != 0 || !strings.Contains(errb.String(), "-shutdown-timeout") || strings.Contains(errb.String(), "Commands:") {
 		t.Fatalf("router -config x.hcl -h: %v\n%s", err, errb.String())
+	}
+}
+
+// A command's -h is its usage and exit 0 (help asked for and given; it was
+// 2), and a bad flag value is told once, with the usage, and exit 2: main
+// repeated the flag package's line after the usage.
+func TestFlagErrorsAreToldOnce(t *testing.T) {
+	for _, args := range [][]string{{"stats", "-h"}, {"dlq", "list", "-h"}, {"db", "check", "-h"}, {"run", "-h"}, {"plugin", "test", "-h"}} {
+		var errb bytes.Buffer
+		err := NewMain(nil, &bytes.Buffer{}, &errb).Run(context.Background(), args)
+		if exitCode(err) != 0 || !strings.Contains(errb.String(), "Usage") {
+			t.Errorf("router %v: %v (exit %d)\n%s", args, err, exitCode(err), errb.String())
+		}
+	}
+	for _, args := range [][]string{{"stats", "-o", "yaml"}, {"run", "-shutdown-timeout", "30"}, {"db", "clock", "-frob", "x.db"}} {
+		var errb bytes.Buffer
+		err := NewMain(nil, &bytes.Buffer{}, &errb).Run(context.Background(), args)
+		if exitCode(err) != 2 || !told(err) || strings.Count(errb.String(), err.Error()) != 1 || !strings.Contains(errb.String(), "Usage of router") {
+			t.Errorf("router %v: %v (exit %d, told %v)\n%s", args, err, exitCode(err), told(err), errb.String())
+		}
+	}
+	var errb bytes.Buffer
+	err := NewMain(nil, &bytes.Buffer{}, &errb).Run(context.Background(), []string{"plugin", "test", "-frob"})
+	if exitCode(err) != pluginExitError || !told(err) {
+		t.Errorf("router plugin test -frob: %v (exit %d, told %v): want exit %d, told", err, exitCode(err), told(err), pluginExitError)
 	}
 }
 

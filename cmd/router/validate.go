@@ -41,7 +41,7 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	path := fs.String("config", defaultConfigPath, "the configuration file")
 	checkSinks := fs.Bool("check-sinks", false, "also connect to every external broker and check the routed Kafka topics")
 	timeout := fs.Duration("timeout", 10*time.Second, "with -check-sinks: how long each check may take")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
