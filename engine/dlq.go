@@ -339,7 +339,7 @@ func (e *Engine) wakeQueue(q string) {
 
 // DLQFilter selects dead letters for a bulk action. At least one of Type,
 // Since, IDs or All must be set: an empty filter is refused rather than
-// taken to mean everything.
+// taken to mean everything; All comes alone (but for Status).
 type DLQFilter struct {
 	Type   string        // the queue (event type or "inbox:<name>")
 	Status storage.State // which index a filter walks: dlq (default) or resolved
@@ -401,8 +401,14 @@ func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQB
 		return nil, err
 	}
 	f.Status = status
-	if f.Type == "" && f.Since.IsZero() && f.Source == "" && f.Tenant == "" && len(f.IDs) == 0 && !f.All {
+	selects := f.Type != "" || !f.Since.IsZero() || f.Source != "" || f.Tenant != "" || len(f.IDs) > 0
+	switch {
+	case !selects && !f.All:
 		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "a bulk %s needs a filter: type, since, source, tenant or ids (or \"all\": true for everything)", act.name)
+	case selects && f.All:
+		// Which one was meant is the server's guess: ids and filters
+		// select, all would take everything.
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "\"all\" takes every dead letter and comes alone: give it without ids, type, since, source or tenant (status may stay)")
 	}
 	if len(f.IDs) > DLQMaxIDs {
 		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "%d ids; at most %d per request", len(f.IDs), DLQMaxIDs)

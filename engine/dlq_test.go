@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -285,5 +286,37 @@ func TestDLQBulkByTenant(t *testing.T) {
 	}
 	if got := h.record(storage.EventKey("acme", "d1")).State; got != storage.StateDLQ {
 		t.Errorf("acme's d1 is %s after the default tenant's retry", got)
+	}
+}
+
+// "all" takes every dead letter and comes alone: with ids or a filter a
+// bulk action is refused, nothing done. Before, `router dlq retry d1 -all`
+// retried d1 and dropped -all without a word.
+func TestDLQBulkAllComesAlone(t *testing.T) {
+	h := newHarness(t, dlqPolicies, true)
+	ctx := context.Background()
+	for _, id := range []string{"d1", "d2"} {
+		h.ingestAs(storage.DefaultTenant, switchyard.Event{ID: id, Type: "x.bad", Source: "/t", SpecVersion: "1.0"})
+	}
+	h.pollAll("x.bad")
+	for name, f := range map[string]engine.DLQFilter{
+		"ids":    {All: true, IDs: []string{"d1"}},
+		"type":   {All: true, Type: "x.bad"},
+		"since":  {All: true, Since: time.Now().Add(-time.Hour)},
+		"source": {All: true, Source: "/t"},
+		"tenant": {All: true, Tenant: "acme"},
+	} {
+		res, err := h.eng.DLQRetryMany(ctx, f)
+		if switchyard.ErrorCode(err) != switchyard.EINVALIDREQUEST || !strings.Contains(err.Error(), `"all" takes every dead letter`) {
+			t.Errorf("all with %s: %+v, %v; want it refused", name, res, err)
+		}
+	}
+	for _, id := range []string{"d1", "d2"} {
+		if got := h.record(storage.EventKey(storage.DefaultTenant, id)).State; got != storage.StateDLQ {
+			t.Errorf("%s is %s after refused requests", id, got)
+		}
+	}
+	if res, err := h.eng.DLQRetryMany(ctx, engine.DLQFilter{All: true, Status: storage.StateDLQ}); err != nil || res.Done != 2 {
+		t.Fatalf("all alone (with its status): %+v, %v; want both retried", res, err)
 	}
 }
