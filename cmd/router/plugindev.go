@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -35,15 +36,22 @@ const (
 func devSkip(rel string, dir bool) bool {
 	base := filepath.Base(rel)
 	if dir {
-		return base == "data" || base == "node_modules" || base == ".git" || base == "target"
+		return slices.Contains(devSkipFolders, base)
 	}
-	for _, output := range []string{".wasm", ".log", ".out", ".tmp", "~"} {
+	for _, output := range devSkipSuffixes {
 		if strings.HasSuffix(base, output) {
 			return true
 		}
 	}
 	return strings.HasPrefix(base, ".")
 }
+
+// The folders and the ends of names devSkip skips (and hidden files).
+var (
+	devSkipFolders  = []string{"data", "node_modules", ".git", "target"}
+	devSkipSuffixes = []string{".wasm", ".log", ".out", ".tmp", "~"}
+	devSkipped      = "the folders " + strings.Join(devSkipFolders, ", ") + "; names ending " + strings.Join(devSkipSuffixes, ", ") + "; hidden files"
+)
 
 func (c *PluginCommand) dev(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("router plugin dev", flag.ContinueOnError)
@@ -72,7 +80,7 @@ func (c *PluginCommand) dev(ctx context.Context, args []string) error {
 			default: // one is pending already
 			}
 		}
-	})
+	}, func(msg string) { fmt.Fprintf(c.Stderr, "router plugin dev: %s\n", msg) })
 	run := &RunCommand{Main: c.Main, ConfigPath: *configPath, LogLevel: *logLevel, LogFormat: formatText,
 		ShutdownTimeout: 10 * time.Second, Reloads: reloads}
 	return run.Run(ctx)
@@ -88,10 +96,11 @@ func devBuild(ctx context.Context, build string, out io.Writer) error {
 // devWatch calls build once the files under dir have changed and then
 // stayed still for devSettle, and then the tell it returns (the build's
 // outcome: a failure said, a reload asked for); it scans until ctx ends.
-func devWatch(ctx context.Context, dir string, build func() (tell func())) {
+// say tells the author what the watcher decided on its own.
+func devWatch(ctx context.Context, dir string, build func() (tell func()), say func(string)) {
 	last := devSnapshot(dir)
 	var pendingSince time.Time
-	pending := devEdited // what the pending build is for
+	followUp := false // the pending build is for what changed during the last one
 	t := time.NewTicker(devPoll)
 	defer t.Stop()
 	for {
@@ -102,25 +111,27 @@ func devWatch(ctx context.Context, dir string, build func() (tell func())) {
 		}
 		now := devSnapshot(dir)
 		if !maps.Equal(now, last) {
-			last, pendingSince, pending = now, time.Now(), devEdited
+			last, pendingSince, followUp = now, time.Now(), false
 			continue
 		}
 		if !pendingSince.IsZero() && time.Since(pendingSince) >= devSettle {
 			pendingSince = time.Time{}
 			sums := last.sums(dir)
 			tell := build()
-			// What changed while the build ran is built once it settles,
-			// but for what the build did itself: a file it wrote again as
-			// it was (bindings, a header) is no change, and files it made
-			// count once: one more build, for a file the author added
-			// meanwhile; not another after that one, for a build that
-			// makes a new file each time (a build that writes a file
-			// differently each time would build again and again:
-			// devSkip's suffixes name outputs). The outcome is told after
-			// this look, so that a fix saved on reading it is a change.
+			// What changed while the build ran (a file edited, added,
+			// renamed or removed) is built once it settles, the author's
+			// or the build's own: a file it wrote again as it was
+			// (bindings, a header) is no change. One such build in a row:
+			// a build that changes the folder each time (an output under
+			// a new name, a timestamp inside) would build for ever, so
+			// after a second the author is told, and the next change
+			// builds. The outcome is told after this look, so that a fix
+			// saved on reading it is a change.
 			after := devSnapshot(dir)
-			if change := last.changeIn(after, dir, sums); change == devEdited || change == devAdded && pending != devAdded {
-				pendingSince, pending = time.Now(), change
+			if changed := last.changeIn(after, dir, sums); changed != "" && followUp {
+				say(fmt.Sprintf("the build changed %s again: not building for what a build changes until the next edit (put build output in a skipped folder or name: %s)", changed, devSkipped))
+			} else if changed != "" {
+				pendingSince, followUp = time.Now(), true
 			}
 			last = after
 			tell()
@@ -131,19 +142,6 @@ func devWatch(ctx context.Context, dir string, build func() (tell func())) {
 // devFiles is a look at the author's files: each one's size and time, by
 // its path under the folder.
 type devFiles map[string]string
-
-// devChange is what a later look at the folder finds changed.
-type devChange int
-
-const (
-	devUnchanged devChange = iota
-	// devAdded: only files that were not there: the author's new ones,
-	// or a build's new outputs.
-	devAdded
-	// devEdited: a file that was there reads otherwise, or is gone
-	// (deleted, renamed).
-	devEdited
-)
 
 // sums is a digest of each file of f's contents, read from dir.
 func (f devFiles) sums(dir string) map[string][sha256.Size]byte {
@@ -156,28 +154,29 @@ func (f devFiles) sums(dir string) map[string][sha256.Size]byte {
 	return sums
 }
 
-// changeIn says what changed from f to later: a file whose size or time
-// changed is edited only if its contents differ from what sums (f's) says.
-func (f devFiles) changeIn(later devFiles, dir string, sums map[string][sha256.Size]byte) devChange {
+// changeIn names a file that changed from f to later ("" for none): one
+// edited (its size or time changed, and its contents differ from what
+// sums, f's, says), removed or added.
+func (f devFiles) changeIn(later devFiles, dir string, sums map[string][sha256.Size]byte) string {
 	for rel, v := range f {
 		w, ok := later[rel]
 		if !ok {
-			return devEdited
+			return rel + " (removed)"
 		}
 		if w == v {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, rel))
 		if sum, ok := sums[rel]; err != nil || !ok || sha256.Sum256(b) != sum {
-			return devEdited
+			return rel
 		}
 	}
 	for rel := range later {
 		if _, ok := f[rel]; !ok {
-			return devAdded
+			return rel + " (added)"
 		}
 	}
-	return devUnchanged
+	return ""
 }
 
 // devSnapshot looks at the author's files under dir (devSkip).

@@ -35,9 +35,9 @@ func TestDevSkipsOutputsNotSources(t *testing.T) {
 
 // devWatching runs devWatch, until the test ends, on a new folder holding
 // plugin.wat and files (name → contents), with build (n counts the builds
-// from 1), then edits plugin.wat once; it returns the folder and the
-// count of builds.
-func devWatching(t *testing.T, files map[string]string, build func(dir string, n int32) (tell func())) (string, *atomic.Int32) {
+// from 1), then edits plugin.wat once; it returns the folder, the count of
+// builds and the count of what the watcher said.
+func devWatching(t *testing.T, files map[string]string, build func(dir string, n int32) (tell func())) (string, *atomic.Int32, *atomic.Int32) {
 	t.Helper()
 	dir := t.TempDir()
 	files["plugin.wat"] = "(module)"
@@ -48,13 +48,13 @@ func devWatching(t *testing.T, files map[string]string, build func(dir string, n
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	builds := new(atomic.Int32)
-	go devWatch(ctx, dir, func() (tell func()) { return build(dir, builds.Add(1)) })
+	builds, said := new(atomic.Int32), new(atomic.Int32)
+	go devWatch(ctx, dir, func() (tell func()) { return build(dir, builds.Add(1)) }, func(string) { said.Add(1) })
 	time.Sleep(2 * devPoll)
 	if err := os.WriteFile(filepath.Join(dir, "plugin.wat"), []byte("(module) ;; edited"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return dir, builds
+	return dir, builds, said
 }
 
 // An edit the author saves on seeing a build's outcome is a change that
@@ -63,7 +63,7 @@ func devWatching(t *testing.T, files map[string]string, build func(dir string, n
 // could fall into it and never be built (TestPluginDevRebuildsAndReloads
 // failed so in one CI run).
 func TestDevWatchBuildsAnEditSavedOnSeeingTheOutcome(t *testing.T) {
-	_, builds := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
+	_, builds, _ := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
 		return func() {
 			if n == 1 { // the author reads "the build failed" and saves the fix
 				os.WriteFile(filepath.Join(dir, "plugin.wat"), []byte("(module) ;; fixed"), 0o644)
@@ -77,7 +77,7 @@ func TestDevWatchBuildsAnEditSavedOnSeeingTheOutcome(t *testing.T) {
 // look after a build took it for the build's own (a review: saved 200 ms
 // into a 1 s build, never built). Files a build makes are its own.
 func TestDevWatchBuildsAnEditSavedDuringTheBuild(t *testing.T) {
-	_, builds := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
+	_, builds, _ := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
 		if n == 1 {
 			os.WriteFile(filepath.Join(dir, "generated.h"), []byte("// the build's"), 0o644)
 			time.Sleep(200 * time.Millisecond)
@@ -98,7 +98,7 @@ func TestDevWatchBuildsAnEditSavedDuringTheBuild(t *testing.T) {
 // counted as an edit, and one edit built for ever (a review: 8 builds in
 // 5 s).
 func TestDevWatchIgnoresABuildsOwnRewrite(t *testing.T) {
-	_, builds := devWatching(t, map[string]string{"plugin.js": "// bindings"}, func(dir string, n int32) func() {
+	_, builds, _ := devWatching(t, map[string]string{"plugin.js": "// bindings"}, func(dir string, n int32) func() {
 		time.Sleep(20 * time.Millisecond) // a new time, the same contents
 		os.WriteFile(filepath.Join(dir, "plugin.js"), []byte("// bindings"), 0o644)
 		return func() {}
@@ -115,7 +115,7 @@ func TestDevWatchIgnoresABuildsOwnRewrite(t *testing.T) {
 // there and read otherwise, and the module went on built from the old
 // name until the next edit.
 func TestDevWatchBuildsAFileRenamedDuringTheBuild(t *testing.T) {
-	_, builds := devWatching(t, map[string]string{"helper.wat": ";; helper"}, func(dir string, n int32) func() {
+	_, builds, _ := devWatching(t, map[string]string{"helper.wat": ";; helper"}, func(dir string, n int32) func() {
 		if n == 1 {
 			os.Rename(filepath.Join(dir, "helper.wat"), filepath.Join(dir, "helpers.wat"))
 		}
@@ -129,20 +129,43 @@ func TestDevWatchBuildsAFileRenamedDuringTheBuild(t *testing.T) {
 }
 
 // A file added while a build runs is built once the build is done (it may
-// be the author's new source), and counts once: a build that makes a new
-// file each time builds twice for an edit, not for ever.
-func TestDevWatchBuildsAFileAddedDuringTheBuildOnce(t *testing.T) {
-	for _, each := range []bool{false, true} {
-		_, builds := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
-			if n == 1 || each {
-				os.WriteFile(filepath.Join(dir, fmt.Sprintf("new-%d.wat", n)), []byte(";; new"), 0o644)
+// be the author's new source). What a build changes is built for once in
+// a row: a build that changes the folder each time builds twice for an
+// edit and says why it stops, not for ever (a review: a build that
+// removed bundle-(n-1).js and wrote bundle-n.js built 10 times in 5 s).
+func TestDevWatchBuildsOnceForWhatABuildChanges(t *testing.T) {
+	for name, c := range map[string]struct {
+		build  func(dir string, n int32)
+		builds int32
+		says   int32
+	}{
+		"a file added by the first build only": {func(dir string, n int32) {
+			if n == 1 {
+				os.WriteFile(filepath.Join(dir, "new.wat"), []byte(";; new"), 0o644)
 			}
-			return func() {}
+		}, 2, 0},
+		"a new file each build": {func(dir string, n int32) {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("new-%d.wat", n)), []byte(";; new"), 0o644)
+		}, 2, 1},
+		"an output renamed each build": {func(dir string, n int32) {
+			os.Remove(filepath.Join(dir, fmt.Sprintf("bundle-%d.js", n-1)))
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("bundle-%d.js", n)), []byte("// out"), 0o644)
+		}, 2, 1},
+		"a file written differently each build": {func(dir string, n int32) {
+			os.WriteFile(filepath.Join(dir, "stamp.h"), []byte(fmt.Sprintf("// build %d", n)), 0o644)
+		}, 2, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, builds, said := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
+				c.build(dir, n)
+				return func() {}
+			})
+			testkit.Eventually(t, "the second build", 5*time.Second, func() bool { return builds.Load() >= 2 })
+			time.Sleep(4 * (devPoll + devSettle))
+			if n, s := builds.Load(), said.Load(); n != c.builds || s != c.says {
+				t.Errorf("%d builds, %d said; want %d and %d", n, s, c.builds, c.says)
+			}
 		})
-		testkit.Eventually(t, "the file added during the first build to be built", 5*time.Second, func() bool { return builds.Load() >= 2 })
-		time.Sleep(3 * (devPoll + devSettle))
-		if n := builds.Load(); n != 2 {
-			t.Errorf("a new file made by the first build (and by every build: %v): %d builds, want 2", each, n)
-		}
 	}
 }
