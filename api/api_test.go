@@ -977,3 +977,27 @@ func TestOpenThatFailsClosesTheGivenListener(t *testing.T) {
 		t.Fatalf("the given listener after the failed Open: Accept says %v, want it closed", err)
 	}
 }
+
+// Every answer carries the router's time (Options.Now, the engine's clock)
+// in Switchyard-Clock, the error answers and a HEAD's too, for a client to
+// count ages from; Date stays the system clock's, as net/http gives it.
+func TestAnswersCarryTheRoutersClock(t *testing.T) {
+	ahead := time.Now().Add(2 * time.Hour)
+	r := newRouterOpts(t, nil, api.Options{Now: func() time.Time { return ahead }})
+	want := ahead.UTC().Truncate(time.Second).Format(time.RFC3339)
+	for _, c := range []struct{ method, path, ctype string }{
+		{"GET", "/healthz", ""},
+		{"HEAD", "/healthz", ""},
+		{"GET", "/v1/nothing-here", ""},
+		{"POST", "/v1/events", "text/plain"},
+		{"GET", "/v1/stats", ""},
+	} {
+		rep := r.do(c.method, c.path, map[string]string{"Content-Type": c.ctype}, "x")
+		if got := rep.header.Get(api.ClockHeader); got != want {
+			t.Errorf("%s %s (%d): %s %q, want %q", c.method, c.path, rep.status, api.ClockHeader, got, want)
+		}
+		if d, err := http.ParseTime(rep.header.Get("Date")); err != nil || d.Sub(time.Now()).Abs() > time.Minute {
+			t.Errorf("%s %s: Date %q (%v), want the system's time", c.method, c.path, rep.header.Get("Date"), err)
+		}
+	}
+}

@@ -55,7 +55,7 @@ type Options struct {
 	// in /readyz too.
 	Inboxes func(ctx context.Context) map[string]error
 	// Now is the clock the API counts relative times from (a DLQ filter's
-	// since, an event's time when it has none) and dates its answers by:
+	// since, an event's time when it has none) and gives in ClockHeader:
 	// the engine's, whose times it compares them with (engine.Engine.Now).
 	// nil = time.Now.
 	Now func() time.Time
@@ -93,8 +93,8 @@ type Server struct {
 	served        int // listeners being served (answers expected on done)
 
 	metrics *metrics
-	failLog logthrottle.Throttle // writeError's log lines, at most one per code and second
-	date    atomic.Pointer[dateHeader]
+	failLog logthrottle.Throttle      // writeError's log lines, at most one per code and second
+	clock   atomic.Pointer[clockLine] // ClockHeader's value this second
 
 	// closing ends when Close begins: a stream or a long poll ends then
 	// (untilClosing), where http.Server.Shutdown would wait it out.
@@ -189,34 +189,41 @@ func (s *Server) Handler() http.Handler {
 	return s.dated(s.answerDeadline(s.authenticate(s.singleParams(mux))))
 }
 
-// dated dates every answer by the router's clock (Options.Now), not the
-// system clock net/http would read: the ages a client counts from an
-// answer's times ("moved 5m ago" in router dlq list) then count from the
-// clock that stamped them, which runs ahead of the system's after a start
-// behind the data file's clock (docs/architecture.md, "A clock stepped
-// back"), where every age read 0s.
+// ClockHeader gives each answer the router's time (RFC 3339, to the
+// second), by the clock it stamps times with (Options.Now): the ages a
+// client counts from an answer's times ("moved 5m ago" in router dlq
+// list, what is left of a claim's lease) count from it, which runs ahead
+// of the system's after a start behind the data file's clock
+// (docs/architecture.md, "A clock stepped back"), where every age read 0s.
+// Not Date, which net/http keeps (the system clock) and proxies replace.
+const ClockHeader = "Switchyard-Clock"
+
+// dated gives every answer ClockHeader.
 func (s *Server) dated(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header()["Date"] = s.dateNow()
+		w.Header()[ClockHeader] = s.clockNow()
 		next.ServeHTTP(w, r)
 	})
 }
 
-// dateHeader is a Date header's value and the second it names.
-type dateHeader struct {
-	unix  int64
-	value []string // shared by the answers of that second: read only
+// clockLine is a ClockHeader value and the second of the system's clock it
+// was made in.
+type clockLine struct {
+	second int64
+	value  []string // shared by the answers of that second: read only
 }
 
-// dateNow is the Date header for now, formatted once a second.
-func (s *Server) dateNow() []string {
-	now := s.opts.Now()
-	if d := s.date.Load(); d != nil && d.unix == now.Unix() {
-		return d.value
+// clockNow is the ClockHeader value for now, made once a second of the
+// system's clock (Options.Now, the engine's clock, takes a lock: not once
+// an answer).
+func (s *Server) clockNow() []string {
+	second := time.Now().Unix()
+	if c := s.clock.Load(); c != nil && c.second == second {
+		return c.value
 	}
-	d := &dateHeader{unix: now.Unix(), value: []string{now.UTC().Format(http.TimeFormat)}}
-	s.date.Store(d)
-	return d.value
+	c := &clockLine{second: second, value: []string{s.opts.Now().UTC().Truncate(time.Second).Format(time.RFC3339)}}
+	s.clock.Store(c)
+	return c.value
 }
 
 // singleParams refuses a request that gives a query parameter more than

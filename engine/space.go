@@ -295,7 +295,7 @@ func (e *Engine) keepReserve(cfg config.Storage, sp storage.Space, said *spaceSa
 	}
 	if n := h.ReserveReleased(); n != said.released {
 		said.released = n
-		e.log.Error("the disk is full: the router gave up its reserve so that delivery and the cleanup can go on; it is made again once the disk has room",
+		e.log.Error("the disk is full (or the quota of the file's user or project: ENOSPC or EDQUOT): the router gave up its reserve so that delivery and the cleanup can go on; it is made again once the disk has room",
 			"disk_free_bytes", sp.DiskFree, "reusable_bytes", sp.Reusable)
 	}
 	want := cfg.Reserve()

@@ -207,8 +207,8 @@ type bench struct {
 
 func newBench(o *benchOptions) *bench {
 	// The load goes through benchConns; this client is for /healthz and
-	// /metrics only. On a socket, with a valid -o, client cannot fail.
-	api, _ := (&apiFlags{socket: o.Socket, timeout: o.Timeout, output: "table"}).client()
+	// /metrics only. On a socket, client cannot fail.
+	api, _ := (&apiFlags{socket: o.Socket, timeout: o.Timeout, output: formatTable}).client()
 	b := &bench{
 		o:   o,
 		api: api,

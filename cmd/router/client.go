@@ -7,14 +7,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/switchyard-router/switchyard/internal/fsperm"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/switchyard-router/switchyard/api"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // apiFlags are the flags of the commands that talk to a running router:
@@ -42,30 +45,33 @@ type apiClient struct {
 	base  string // http://host:port, or http://router for the socket
 	hc    *http.Client
 	token string
-	// said is the router's time as its last answer dated it (its Date
-	// header, by the router's clock: api.Server.dated), and heard when
-	// that answer came, by this machine's clock (with its monotonic
-	// reading): now goes on from them.
-	said, heard time.Time
+	clock atomic.Pointer[routerClock] // the last answer's api.ClockHeader
 }
+
+// routerClock is the router's time as an answer gave it (api.ClockHeader),
+// and when the answer came by this machine's clock, with its monotonic
+// reading: now goes on from them.
+type routerClock struct{ said, heard time.Time }
 
 // now is the router's time, as far as its answers tell: the times the
 // router stamps (a dead letter's, a sink's last error) are by its clock,
 // which may run ahead of this machine's (docs/architecture.md, "A clock
 // stepped back"), and an age counted by this one would read 0s. Before
-// any answer, or from one undated, it is this machine's time. A Date
-// names the second: an age may read up to a second short.
+// any answer, or after answers without the header (a router before it),
+// it is this machine's time. The header names the second: an age may
+// read up to a second short.
 func (c *apiClient) now() time.Time {
-	if c.heard.IsZero() {
+	rc := c.clock.Load()
+	if rc == nil {
 		return time.Now()
 	}
-	return c.said.Add(time.Since(c.heard))
+	return rc.said.Add(time.Since(rc.heard))
 }
 
-// hear takes the router's time from resp's Date.
+// hear takes the router's time from resp.
 func (c *apiClient) hear(resp *http.Response) {
-	if t, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
-		c.said, c.heard = t, time.Now()
+	if t, err := time.Parse(time.RFC3339, resp.Header.Get(api.ClockHeader)); err == nil {
+		c.clock.Store(&routerClock{said: t, heard: time.Now()})
 	}
 }
 

@@ -109,11 +109,12 @@ func (c *RunCommand) ParseFlags(args []string) error {
 // time. Run asks it too, for the commands that set the fields themselves
 // (router plugin dev).
 func (c *RunCommand) checkFlags() error {
+	logFormat := checkFormat(c.LogFormat, formatText, formatJSON)
 	switch {
 	case hclog.LevelFromString(c.LogLevel) == hclog.NoLevel:
 		return fmt.Errorf("-log-level %q: use trace, debug, info, warn, error or off", c.LogLevel)
-	case checkFormat(c.LogFormat, formatText, formatJSON) != nil:
-		return fmt.Errorf("-log-format %q: %w", c.LogFormat, checkFormat(c.LogFormat, formatText, formatJSON))
+	case logFormat != nil: // set by code (router plugin dev): the flag refuses it first
+		return fmt.Errorf("-log-format %q: %w", c.LogFormat, logFormat)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("-shutdown-timeout %v: a graceful stop needs some time (30s by default)", c.ShutdownTimeout)
 	}

@@ -396,4 +396,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 	if err := c.ParseFlags(strings.Fields("-log-level WARN -log-format json -shutdown-timeout 5s")); err != nil {
 		t.Errorf("good flags: %v", err)
 	}
+	// Set by code (router plugin dev builds its RunCommand), not by the flag.
+	c.LogFormat = "xml"
+	if err := c.checkFlags(); err == nil || err.Error() != `-log-format "xml": use text or json` {
+		t.Errorf("a log format set by code: %v", err)
+	}
 }
