@@ -32,7 +32,7 @@ type CompactReport struct {
 // on any failure the original is left as it was and the copy removed. It
 // needs free space for the copy, about what the original holds in use.
 func CompactFile(path string) (*CompactReport, error) {
-	fi, err := os.Stat(path)
+	fi, err := statDataFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -433,7 +433,7 @@ func TestOpenSaysWhoHoldsTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(context.Background())
-	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "is a router running on it?") {
+	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "is open in a running router: stop it first") {
 		t.Fatalf("second open: %v", err)
 	}
 }
@@ -565,5 +565,21 @@ func TestCompactOnAFullDiskTakesTheReserve(t *testing.T) {
 	}
 	if chk, err := CheckFile(path); err != nil || len(chk.Problems) > 0 || chk.Events != 500 {
 		t.Fatalf("check after compaction: %+v %v", chk, err)
+	}
+}
+
+// The offline tools and the router refuse a folder named as the data file
+// in those words: bbolt opened it read-only and called it "invalid
+// database" (`router db check data`, a new user's trial).
+func TestAFolderIsNotADataFile(t *testing.T) {
+	dir := t.TempDir()
+	want := dir + " is a folder, not a data file"
+	_, checkErr := CheckFile(dir)
+	_, compactErr := CompactFile(dir)
+	_, clockErr := ReadClock(dir)
+	for name, err := range map[string]error{"check": checkErr, "compact": compactErr, "clock": clockErr} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", name, err, want)
+		}
 	}
 }

@@ -27,7 +27,7 @@ const maxProblems = 100
 // every page, and that every stored record decodes. It opens the file
 // read-only and changes nothing.
 func CheckFile(path string) (*CheckReport, error) {
-	fi, err := os.Stat(path)
+	fi, err := statDataFile(path)
 	if err != nil {
 		return nil, err
 	}

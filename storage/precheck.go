@@ -55,6 +55,25 @@ func readMeta(f *os.File, off int64) (m boltMeta, ok bool) {
 // a file cut under a running router). bbolt
 // would map it and die with SIGBUS on the first page past the end; this
 // says what is wrong instead, before anything reads or writes the file.
+// statDataFile stats the data file at path for an offline tool, and
+// refuses a folder (`router db check data`: bbolt called it "invalid
+// database").
+func statDataFile(path string) (os.FileInfo, error) {
+	fi, err := os.Stat(path)
+	if err == nil {
+		err = notAFolder(path, fi)
+	}
+	return fi, err
+}
+
+// notAFolder refuses the folder at path where a data file is expected.
+func notAFolder(path string, fi os.FileInfo) error {
+	if fi.IsDir() {
+		return fmt.Errorf("%s is a folder, not a data file (storage.path names the file in it, ./data/router.db by default)", path)
+	}
+	return nil
+}
+
 func checkSize(path string) error {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
@@ -65,6 +84,9 @@ func checkSize(path string) error {
 	}
 	defer f.Close()
 	fi, err := f.Stat()
+	if err == nil {
+		err = notAFolder(path, fi)
+	}
 	if err != nil {
 		return err
 	}
@@ -133,7 +155,7 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 		return err
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, lockHeld(err)
+		return nil, lockHeld(path, err)
 	}
 	if errors.Is(err, berrors.ErrVersionMismatch) {
 		return nil, fmt.Errorf("a bbolt file of another format version than this router's bbolt reads (a newer router's? keep the file, and run the router that wrote it): %w", err)
@@ -185,7 +207,7 @@ func inspect(path string, checkUnclean func(string) error) error {
 		return err
 	}); err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
-			return lockHeld(err) // a router holds it: say so now, not after a second wait
+			return lockHeld(path, err) // a router holds it: say so now, not after a second wait
 		}
 		return nil
 	}
@@ -219,11 +241,11 @@ func notBolt(err error) bool {
 		strings.Contains(err.Error(), "file size too small"))
 }
 
-// lockHeld words bbolt's lock timeout: another process has the file open
-// to write. Other errors pass as they are.
-func lockHeld(err error) error {
+// lockHeld words bbolt's lock timeout on the file at path: another
+// process (a router) has it open to write. Other errors pass as they are.
+func lockHeld(path string, err error) error {
 	if errors.Is(err, berrors.ErrTimeout) {
-		return fmt.Errorf("another process holds its lock (is a router running on it? stop it first): %w", err)
+		return fmt.Errorf("%s is open in a running router: stop it first (another process holds its lock: %w)", path, err)
 	}
 	return err
 }
