@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -60,8 +59,8 @@ func (c *PluginCommand) doctor(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return flagError(err)
 	}
-	if !slices.Contains(pluginLangs, *lang) {
-		return &exitError{code: pluginExitError, err: fmt.Errorf("usage: router plugin doctor -lang %s", strings.Join(pluginLangs, "|"))}
+	if err := checkLang(*lang, "router plugin doctor -lang %s"); err != nil {
+		return err
 	}
 	t := langTools[*lang]
 	missing := 0

@@ -28,6 +28,19 @@ import (
 // pluginLangs are the languages init knows, in the order help lists them.
 var pluginLangs = []string{"go", "c", "rust", "assemblyscript", "wat"}
 
+// checkLang refuses a -lang that is not one of pluginLangs, naming it, and
+// shows usage (a format with %s for the languages).
+func checkLang(lang, usage string) error {
+	if slices.Contains(pluginLangs, lang) {
+		return nil
+	}
+	what := fmt.Sprintf("unknown language %q", lang)
+	if lang == "" {
+		what = "name the language"
+	}
+	return &exitError{code: pluginExitError, err: fmt.Errorf("%s: "+usage, what, strings.Join(pluginLangs, "|"))}
+}
+
 // sdkCopies says where each language's SDK goes in the new folder.
 var sdkCopies = map[string][]struct {
 	fsys     fs.FS
@@ -55,8 +68,12 @@ func (c *PluginCommand) init(args []string) error {
 	if err != nil {
 		return flagError(err)
 	}
-	if len(rest) != 1 || !slices.Contains(pluginLangs, *lang) {
-		return &exitError{code: pluginExitError, err: fmt.Errorf("usage: router plugin init -lang %s NAME", strings.Join(pluginLangs, "|"))}
+	usage := "router plugin init -lang %s NAME"
+	if err := checkLang(*lang, usage); err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return &exitError{code: pluginExitError, err: fmt.Errorf("name one plugin (given %d: %q): "+usage, len(rest), rest, strings.Join(pluginLangs, "|"))}
 	}
 	name := rest[0]
 	if !validPluginName(name) {

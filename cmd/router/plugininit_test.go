@@ -105,7 +105,8 @@ func TestPluginInitEveryLanguage(t *testing.T) {
 
 // The doctor names each missing tool and the command that installs it,
 // apt-get update first, and fails; init refuses a bad name, an unknown
-// language and a folder that is not empty.
+// language (named: doctor said only its usage) and a folder that is not
+// empty.
 func TestPluginDoctorAndInitRefusals(t *testing.T) {
 	t.Setenv("PATH", t.TempDir()) // nothing on it
 	t.Setenv("RUSTC", filepath.Join(t.TempDir(), "rustc"))
@@ -117,15 +118,21 @@ func TestPluginDoctorAndInitRefusals(t *testing.T) {
 	}
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "keep"), nil, 0o644)
-	for _, args := range [][]string{
-		{"-lang", "cobol", "x"},
-		{"-lang", "go", "Bad Name"},
-		{"-lang", "go", "-dir", dir, "x"},
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"init", "-lang", "cobol", "x"}, `unknown language "cobol": router plugin init -lang go|c|rust|assemblyscript|wat NAME`},
+		{[]string{"init", "x"}, `name the language: router plugin init -lang`},
+		{[]string{"init", "-lang", "go"}, `name one plugin (given 0: [])`},
+		{[]string{"init", "-lang", "go", "Bad Name"}, `plugin name "Bad Name"`},
+		{[]string{"init", "-lang", "go", "-dir", dir, "x"}, "exists and is not empty"},
+		{[]string{"doctor", "-lang", "golang"}, `unknown language "golang": router plugin doctor -lang go|c|rust|assemblyscript|wat`},
 	} {
 		out.Reset()
-		err := NewMain(nil, &out, &out).Run(context.Background(), append([]string{"plugin", "init"}, args...))
-		if exitCode(err) != pluginExitError {
-			t.Errorf("init %v: %v, want exit %d", args, err, pluginExitError)
+		err := NewMain(nil, &out, &out).Run(context.Background(), append([]string{"plugin"}, c.args...))
+		if exitCode(err) != pluginExitError || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("plugin %v: %v (exit %d), want exit %d and %q", c.args, err, exitCode(err), pluginExitError, c.want)
 		}
 	}
 }
