@@ -284,9 +284,11 @@ type dlqOutput struct {
 	LastError   string          `json:"last_error"`
 }
 
-// writeDLQAttempts writes a dead letter's attempts, with their errors.
+// writeDLQAttempts writes a dead letter's attempts, with their errors:
+// every one, those before a retry too (the Attempts row above counts
+// since the last retry, which resets it).
 func writeDLQAttempts(w io.Writer, history []dlqAttempt) {
-	fmt.Fprintf(w, "\nAttempts (%d):\n", len(history))
+	fmt.Fprintf(w, "\nHistory (%s, retries included):\n", counted(len(history), "attempt"))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  #\tAT\tERROR")
 	for i, a := range history {
@@ -333,7 +335,11 @@ func (c *DLQCommand) writeDLQSummary(d *dlqDetail, now time.Time) error {
 	row("Source", d.Source)
 	row("Tenant", d.Tenant)
 	row("State", d.State)
-	row("Attempts", strconv.Itoa(d.Attempts))
+	attempts := strconv.Itoa(d.Attempts)
+	if len(d.History) > d.Attempts {
+		attempts += " (since the last retry)"
+	}
+	row("Attempts", attempts)
 	row("Created", ts(&d.CreatedAt))
 	row("Moved to DLQ", ts(d.MovedAt))
 	row("Resolved", ts(d.ResolvedAt))

@@ -318,7 +318,7 @@ func TestDLQCommands(t *testing.T) {
 
 	// show: the event, every attempt, the reason.
 	out = r.mustCLI("dlq", "show", dead[0])
-	for _, want := range []string{"ID:", dead[0], "State:", "dlq", "Reason:", "gave up after 1 attempt:", "Attempts (1):", "late.fail", `"data": 0`} {
+	for _, want := range []string{"ID:", dead[0], "State:", "dlq", "Reason:", "gave up after 1 attempt:", "Attempts:", "History (1 attempt, retries included):", "late.fail", `"data": 0`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show lacks %q:\n%s", want, out)
 		}
