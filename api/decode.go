@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -100,7 +99,7 @@ func admitEvents(evs []switchyard.Event, batch bool) ([]engine.IngestEvent, erro
 		if err := validate(&events[i]); err != nil {
 			var e *switchyard.Error
 			if batch && errors.As(err, &e) {
-				e.Message = "event " + strconv.Itoa(i) + ": " + e.Message
+				e.Message = cloudevents.BatchItem(i) + ": " + e.Message
 			}
 			return nil, err
 		}
@@ -108,9 +107,9 @@ func admitEvents(evs []switchyard.Event, batch bool) ([]engine.IngestEvent, erro
 			continue
 		}
 		if other := evs[earlier].Source; other != ev.Source {
-			return nil, switchyard.Errorf(switchyard.EINVALID, "event %d: id %q appears twice in the batch, from sources %q and %q: events are stored by id, so each needs one of its own", i, ev.ID, other, ev.Source)
+			return nil, switchyard.Errorf(switchyard.EINVALID, "%s: id %q appears twice in the batch, from sources %q and %q: events are stored by id, so each needs one of its own", cloudevents.BatchItem(i), ev.ID, other, ev.Source)
 		}
-		return nil, switchyard.Errorf(switchyard.EINVALID, "event %d: id %q from source %q appears twice in the batch", i, ev.ID, ev.Source)
+		return nil, switchyard.Errorf(switchyard.EINVALID, "%s: id %q from source %q appears twice in the batch", cloudevents.BatchItem(i), ev.ID, ev.Source)
 	}
 	return events, nil
 }

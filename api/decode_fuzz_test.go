@@ -155,10 +155,10 @@ func TestRenderAcceptedIsMarshal(t *testing.T) {
 func TestBatchFirstProblemInOrder(t *testing.T) {
 	ok := switchyard.Event{SpecVersion: "1.0", Type: "t", Source: "/s", ID: "a"}
 	bad := switchyard.Event{SpecVersion: "0.3", Type: "t", Source: "/s", ID: "b"}
-	if _, err := admitEvents([]switchyard.Event{ok, ok, bad}, true); err == nil || !strings.Contains(err.Error(), "event 1: id \"a\" from source \"/s\" appears twice") {
+	if _, err := admitEvents([]switchyard.Event{ok, ok, bad}, true); err == nil || !strings.Contains(err.Error(), "batch[1]: id \"a\" from source \"/s\" appears twice") {
 		t.Errorf("repeat first: %v", err)
 	}
-	if _, err := admitEvents([]switchyard.Event{ok, bad, ok}, true); err == nil || !strings.Contains(err.Error(), "event 1: specversion") {
+	if _, err := admitEvents([]switchyard.Event{ok, bad, ok}, true); err == nil || !strings.Contains(err.Error(), "batch[1]: specversion") {
 		t.Errorf("invalid first: %v", err)
 	}
 }

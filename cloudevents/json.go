@@ -85,7 +85,7 @@ func decodeBatch(d *jsontext.Decoder, max int) ([]switchyard.Event, error) {
 		ev, err := decodeObject(d, &seen, nil)
 		if err != nil {
 			if e := (*switchyard.Error)(nil); errors.As(err, &e) {
-				e.Message = "event " + strconv.Itoa(len(events)) + ": " + e.Message
+				e.Message = BatchItem(len(events)) + ": " + e.Message
 			}
 			return nil, err
 		}
@@ -478,3 +478,8 @@ func dataForm(e *switchyard.Event) (string, []byte) {
 // appendString appends s as a JSON string: encoding/json's escaping, but
 // without HTML escaping, so the JSON people read keeps '<', '>' and '&'.
 func appendString(b []byte, s string) []byte { return appendJSONString(b, s, false) }
+
+// BatchItem names the event at index i of a batch in an error: batch[1]
+// is the second, as a JSON reader counts (it read "event 1", taken for
+// the first).
+func BatchItem(i int) string { return "batch[" + strconv.Itoa(i) + "]" }

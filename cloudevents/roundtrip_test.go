@@ -421,7 +421,7 @@ func TestMalformedJSONSaysWhere(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"specversion":"1.0","id":"1",`:    "the body is not a JSON object: unexpected EOF after byte 30",
 		`{"specversion":"1.0" "id":"1"}`:    `the body is not a JSON object: invalid character '"' after object value (expecting ',' or '}') after byte 21`,
-		`[{"specversion":"1.0","id":"1"},]`: "event 1: the body is not a JSON object: invalid character ',' at start of value after byte 31",
+		`[{"specversion":"1.0","id":"1"},]`: "batch[1]: the body is not a JSON object: invalid character ',' at start of value after byte 31",
 	} {
 		_, err := cloudevents.DecodeJSON([]byte(body))
 		if strings.HasPrefix(body, "[") {
