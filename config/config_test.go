@@ -57,7 +57,7 @@ func TestBuiltinDefaults(t *testing.T) {
 		Events: map[string]*Policy{},
 		WrittenPaths: []WrittenPath{
 			{What: "storage.path", Path: "./data/router.db", At: "test.hcl:1:1"},
-			{What: "the plugin cache", Path: "data/wasm-cache", Dir: true, At: "test.hcl:1:1"},
+			{What: "the plugin cache beside storage.path", Path: "data/wasm-cache", Dir: true, At: "test.hcl:1:1"},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {

@@ -35,7 +35,7 @@ func (d *decoder) own(what, path string, use pathUse, at hcl.Range) {
 // the plugin cache's WrittenPath.
 const (
 	WhatDataFile    = "storage.path"
-	WhatPluginCache = "the plugin cache"
+	WhatPluginCache = "the plugin cache beside storage.path"
 )
 
 type WrittenPath struct {
