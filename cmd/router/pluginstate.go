@@ -97,6 +97,10 @@ func (c *PluginCommand) stateKeys(ctx context.Context, cl *apiClient, path strin
 	if output == formatJSON {
 		return writeIndented(c.Stdout, b)
 	}
+	if len(page.Keys) == 0 {
+		fmt.Fprintln(c.Stdout, "no keys") // as the namespaces say "no state", not a bare heading
+		return nil
+	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tVALUE\tEXPIRES")
 	for _, k := range page.Keys {

@@ -288,6 +288,9 @@ event "t.big" {
 	if out, err := cli("bigkey"); err != nil || !strings.Contains(out, "no state") {
 		t.Fatalf("state of a loaded plugin without any: %v\n%s", err, out)
 	}
+	if out, err := cli("bigkey", "-type", "t.big"); err != nil || strings.TrimSpace(out) != "no keys" {
+		t.Fatalf("the keys of a namespace without any (was a bare heading): %v\n%s", err, out)
+	}
 	if out, err := cli("tally", "-namespace", "tally"); err != nil || !strings.Contains(out, "base64:AgAAAA==") {
 		t.Fatalf("the shared namespace (want n = 2): %v\n%s", err, out)
 	}
