@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,9 +45,6 @@ func CompactFile(path string) (*CompactReport, error) {
 	// it: a router that starts meanwhile waits for the lock, and then sees
 	// that the file was replaced (openBolt).
 	src, err := openBolt(path, readOnly())
-	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("%s is open in a running router: stop it first", path)
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ func CheckFile(path string) (*CheckReport, error) {
 	}
 	bdb, err := openBolt(path, readOnly())
 	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("%s is open in a running router: stop it, or check a backup (router backup)", path)
+		return nil, fmt.Errorf("%w; or check a backup of it (router backup)", err)
 	}
 	if err != nil {
 		rep.Problems = append(rep.Problems, err.Error())

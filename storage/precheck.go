@@ -50,11 +50,6 @@ func readMeta(f *os.File, off int64) (m boltMeta, ok bool) {
 	return boltMeta{pageSize: le.Uint32(meta[8:]), pgid: le.Uint64(meta[40:]), txid: le.Uint64(meta[48:])}, true
 }
 
-// checkSize refuses a data file shorter than its own metadata says it is,
-// or empty: a truncated file (a copy cut short, a full disk during a copy,
-// a file cut under a running router). bbolt
-// would map it and die with SIGBUS on the first page past the end; this
-// says what is wrong instead, before anything reads or writes the file.
 // statDataFile stats the data file at path for an offline tool, and
 // refuses a folder (`router db check data`: bbolt called it "invalid
 // database").
@@ -74,6 +69,11 @@ func notAFolder(path string, fi os.FileInfo) error {
 	return nil
 }
 
+// checkSize refuses a data file shorter than its own metadata says it is,
+// or empty: a truncated file (a copy cut short, a full disk during a copy,
+// a file cut under a running router). bbolt
+// would map it and die with SIGBUS on the first page past the end; this
+// says what is wrong instead, before anything reads or writes the file.
 func checkSize(path string) error {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
@@ -242,10 +242,11 @@ func notBolt(err error) bool {
 }
 
 // lockHeld words bbolt's lock timeout on the file at path: another
-// process (a router) has it open to write. Other errors pass as they are.
+// process has it open (a router, or router db compact or check). Other
+// errors pass as they are.
 func lockHeld(path string, err error) error {
 	if errors.Is(err, berrors.ErrTimeout) {
-		return fmt.Errorf("%s is open in a running router: stop it first (another process holds its lock: %w)", path, err)
+		return fmt.Errorf("%s is open in another process (a running router, or router db compact or check): stop it first (its lock is held: %w)", path, err)
 	}
 	return err
 }

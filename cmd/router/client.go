@@ -58,8 +58,9 @@ type routerClock struct{ said, heard time.Time }
 // which may run ahead of this machine's (docs/architecture.md, "A clock
 // stepped back"), and an age counted by this one would read 0s. Before
 // any answer, or after answers without the header (a router before it),
-// it is this machine's time. The header names the second: an age may
-// read up to a second short.
+// it is this machine's time. The header names the second and is made
+// once a second (api.Server.clockNow): an age may read up to two seconds
+// short.
 func (c *apiClient) now() time.Time {
 	rc := c.clock.Load()
 	if rc == nil {

@@ -383,6 +383,9 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 	if slices.Contains(ids, "") {
 		return &exitError{code: 2, err: fmt.Errorf("dlq %s: an event id is never empty", action)}
 	}
+	if *all && (len(ids) > 0 || *typ != "" || *since != "" || *source != "" || *tenant != "" || *queue != "") {
+		return &exitError{code: 2, err: fmt.Errorf("dlq %s: -all takes every dead letter and comes alone: give it without ids, -type, -since, -source, -tenant or -queue", action)}
+	}
 	cl, err := af.client()
 	if err != nil {
 		return err

@@ -35,11 +35,17 @@ func main() {
 	context.AfterFunc(ctx, stop)
 	m := NewMain(os.Stdin, os.Stdout, os.Stderr)
 	if err := m.Run(ctx, os.Args[1:]); err != nil {
-		if !errors.Is(err, flag.ErrHelp) && !told(err) {
-			fmt.Fprintln(os.Stderr, "router:", err)
-		}
-		os.Exit(exitCode(err))
+		os.Exit(m.Exit(err))
 	}
+}
+
+// Exit says err on Stderr, unless it was told already (a bad flag, with
+// the usage) or is help given, and returns the process's exit code.
+func (m *Main) Exit(err error) int {
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !told(err) {
+		fmt.Fprintln(m.Stderr, "router:", err)
+	}
+	return exitCode(err)
 }
 
 // Main dispatches to the subcommands.

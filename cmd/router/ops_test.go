@@ -641,6 +641,9 @@ func TestStrayArgumentsAreRefused(t *testing.T) {
 		// An empty id asked for a route that does not exist (not_found: no route).
 		{[]string{"dlq", "show", ""}, `dlq show: give one event id`},
 		{[]string{"dlq", "retry", "a", ""}, `dlq retry: an event id is never empty`},
+		// -all was dropped without a word beside an id (a new user's trial).
+		{[]string{"dlq", "retry", "a", "-all"}, `dlq retry: -all takes every dead letter and comes alone`},
+		{[]string{"dlq", "delete", "-all", "-type", "t"}, `dlq delete: -all takes every dead letter and comes alone`},
 	} {
 		var out bytes.Buffer
 		err := NewMain(nil, &out, &out).Run(context.Background(), c.args)

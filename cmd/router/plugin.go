@@ -105,8 +105,8 @@ Usage:
       event type), the keys of one, or remove a key or a prefix.
   router plugin dev [-config policies.hcl] [-build ./build.sh] [-watch .]
       Runs the router on the folder's policies.hcl and, when a file of the
-      folder changes (not .wasm, .log, .out or hidden files, nor data/,
-      target/, node_modules/), rebuilds and reloads it with the new module.
+      folder changes (not `+devSkipped+`),
+      rebuilds and reloads it with the new module.
 
 Run 'router plugin test -h' for the flags.
 `)

@@ -27,6 +27,11 @@ import (
 const (
 	devPoll   = 300 * time.Millisecond
 	devSettle = 300 * time.Millisecond
+	// devFollowUps bounds the builds in a row for what changed during a
+	// build (devWatch): an author who saves during two builds running is
+	// still built for; a build that changes the folder each time costs
+	// that many builds more per edit.
+	devFollowUps = 2
 )
 
 // devSkip are folders and files whose changes are the build's, the
@@ -100,7 +105,7 @@ func devBuild(ctx context.Context, build string, out io.Writer) error {
 func devWatch(ctx context.Context, dir string, build func() (tell func()), say func(string)) {
 	last := devSnapshot(dir)
 	var pendingSince time.Time
-	followUp := false // the pending build is for what changed during the last one
+	followUps := 0 // builds in a row for what changed during the one before
 	t := time.NewTicker(devPoll)
 	defer t.Stop()
 	for {
@@ -111,7 +116,7 @@ func devWatch(ctx context.Context, dir string, build func() (tell func()), say f
 		}
 		now := devSnapshot(dir)
 		if !maps.Equal(now, last) {
-			last, pendingSince, followUp = now, time.Now(), false
+			last, pendingSince, followUps = now, time.Now(), 0
 			continue
 		}
 		if !pendingSince.IsZero() && time.Since(pendingSince) >= devSettle {
@@ -119,19 +124,24 @@ func devWatch(ctx context.Context, dir string, build func() (tell func()), say f
 			sums := last.sums(dir)
 			tell := build()
 			// What changed while the build ran (a file edited, added,
-			// renamed or removed) is built once it settles, the author's
-			// or the build's own: a file it wrote again as it was
-			// (bindings, a header) is no change. One such build in a row:
-			// a build that changes the folder each time (an output under
-			// a new name, a timestamp inside) would build for ever, so
-			// after a second the author is told, and the next change
-			// builds. The outcome is told after this look, so that a fix
-			// saved on reading it is a change.
+			// renamed or removed) is built once it settles: the author's
+			// edit or the build's own change, which no look can tell
+			// apart (a file it wrote again as it was, bindings or a
+			// header, is no change). At most devFollowUps such builds in
+			// a row: a build that changes the folder each time (an output
+			// under a new name, a timestamp inside) would build for ever;
+			// then the author is told, and the next change builds. The
+			// outcome is told after this look, so that a fix saved on
+			// reading it is a change.
 			after := devSnapshot(dir)
-			if changed := last.changeIn(after, dir, sums); changed != "" && followUp {
-				say(fmt.Sprintf("the build changed %s again: not building for what a build changes until the next edit (put build output in a skipped folder or name: %s)", changed, devSkipped))
-			} else if changed != "" {
-				pendingSince, followUp = time.Now(), true
+			switch changed := last.changeIn(after, dir, sums); {
+			case changed == "":
+			case followUps == devFollowUps:
+				say(fmt.Sprintf("%s changed during each of the last %d builds: not building again until the next change (saved it yourself? save again; a build's own output belongs in what is not watched: %s)", changed, devFollowUps+1, devSkipped))
+				followUps = 0
+			default:
+				pendingSince = time.Now()
+				followUps++
 			}
 			last = after
 			tell()

@@ -294,19 +294,27 @@ func TestHelpListsTheCommands(t *testing.T) {
 func TestFlagErrorsAreToldOnce(t *testing.T) {
 	for _, args := range [][]string{{"stats", "-h"}, {"dlq", "list", "-h"}, {"db", "check", "-h"}, {"run", "-h"}, {"plugin", "test", "-h"}} {
 		var errb bytes.Buffer
-		err := NewMain(nil, &bytes.Buffer{}, &errb).Run(context.Background(), args)
-		if exitCode(err) != 0 || !strings.Contains(errb.String(), "Usage") {
-			t.Errorf("router %v: %v (exit %d)\n%s", args, err, exitCode(err), errb.String())
+		m := NewMain(nil, &bytes.Buffer{}, &errb)
+		err := m.Run(context.Background(), args)
+		if code := m.Exit(err); code != 0 || !strings.Contains(errb.String(), "Usage") || strings.Contains(errb.String(), "router: ") {
+			t.Errorf("router %v: %v (exit %d)\n%s", args, err, code, errb.String())
 		}
 	}
 	for _, args := range [][]string{{"stats", "-o", "yaml"}, {"run", "-shutdown-timeout", "30"}, {"db", "clock", "-frob", "x.db"}} {
 		var errb bytes.Buffer
-		err := NewMain(nil, &bytes.Buffer{}, &errb).Run(context.Background(), args)
-		if exitCode(err) != 2 || !told(err) || strings.Count(errb.String(), err.Error()) != 1 || !strings.Contains(errb.String(), "Usage of router") {
-			t.Errorf("router %v: %v (exit %d, told %v)\n%s", args, err, exitCode(err), told(err), errb.String())
+		m := NewMain(nil, &bytes.Buffer{}, &errb)
+		err := m.Run(context.Background(), args)
+		if code := m.Exit(err); code != 2 || strings.Count(errb.String(), err.Error()) != 1 || !strings.Contains(errb.String(), "Usage of router") {
+			t.Errorf("router %v: %v (exit %d)\n%s", args, err, code, errb.String())
 		}
 	}
+	// Any other error is said once, by Exit.
 	var errb bytes.Buffer
+	m := NewMain(nil, &bytes.Buffer{}, &errb)
+	if code := m.Exit(m.Run(context.Background(), []string{"frob"})); code != 2 || strings.Count(errb.String(), `router: unknown command "frob"`) != 1 {
+		t.Errorf("router frob: exit %d\n%s", code, errb.String())
+	}
+	errb.Reset()
 	err := NewMain(nil, &bytes.Buffer{}, &errb).Run(context.Background(), []string{"plugin", "test", "-frob"})
 	if exitCode(err) != pluginExitError || !told(err) {
 		t.Errorf("router plugin test -frob: %v (exit %d, told %v): want exit %d, told", err, exitCode(err), told(err), pluginExitError)
