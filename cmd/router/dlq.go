@@ -362,6 +362,25 @@ type bulkResult struct {
 
 var pastTense = map[string]string{"retry": "retried", "resolve": "resolved", "delete": "deleted"}
 
+// checkSelection refuses what an action would select nothing by, or guess
+// at: no ids, filter or -all (a -queue names the queue of ids, and selects
+// nothing alone); an empty id; -all with ids, a filter or a -queue.
+func checkSelection(action string, ids []string, filtered, all, queue bool) error {
+	var err error
+	switch {
+	case len(ids) == 0 && !filtered && !all:
+		err = fmt.Errorf("dlq %s: give event ids, or a filter (-type, -since, -source, -tenant), or -all", action)
+	case slices.Contains(ids, ""):
+		err = fmt.Errorf("dlq %s: an event id is never empty", action)
+	case all && (len(ids) > 0 || filtered || queue):
+		err = fmt.Errorf("dlq %s: -all takes every dead letter and comes alone: give it without ids, -type, -since, -source, -tenant or -queue", action)
+	}
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	return nil
+}
+
 // act is retry, resolve or delete: of one id (the single route), or of
 // several ids or a filter (the bulk route, chunked transactions).
 func (c *DLQCommand) act(ctx context.Context, action string, args []string) error {
@@ -377,14 +396,9 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 	if err != nil {
 		return err
 	}
-	if len(ids) == 0 && *typ == "" && *since == "" && *source == "" && *tenant == "" && !*all {
-		return &exitError{code: 2, err: fmt.Errorf("dlq %s: give event ids, or a filter (-type, -since, -source, -tenant), or -all", action)}
-	}
-	if slices.Contains(ids, "") {
-		return &exitError{code: 2, err: fmt.Errorf("dlq %s: an event id is never empty", action)}
-	}
-	if *all && (len(ids) > 0 || *typ != "" || *since != "" || *source != "" || *tenant != "" || *queue != "") {
-		return &exitError{code: 2, err: fmt.Errorf("dlq %s: -all takes every dead letter and comes alone: give it without ids, -type, -since, -source, -tenant or -queue", action)}
+	filtered := *typ != "" || *since != "" || *source != "" || *tenant != ""
+	if err := checkSelection(action, ids, filtered, *all, *queue != ""); err != nil {
+		return err
 	}
 	cl, err := af.client()
 	if err != nil {

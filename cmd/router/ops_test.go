@@ -644,6 +644,7 @@ func TestStrayArgumentsAreRefused(t *testing.T) {
 		// -all was dropped without a word beside an id (a new user's trial).
 		{[]string{"dlq", "retry", "a", "-all"}, `dlq retry: -all takes every dead letter and comes alone`},
 		{[]string{"dlq", "delete", "-all", "-type", "t"}, `dlq delete: -all takes every dead letter and comes alone`},
+		{[]string{"dlq", "resolve", "-queue", "inbox:x"}, `dlq resolve: give event ids, or a filter`},
 	} {
 		var out bytes.Buffer
 		err := NewMain(nil, &out, &out).Run(context.Background(), c.args)
