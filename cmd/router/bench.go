@@ -71,12 +71,12 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	fs.StringVar(&o.Type, "type", "demo.greeting", "the event type to send (it needs an event block)")
 	fs.IntVar(&o.Concurrency, "c", 64, "concurrent clients (connections)")
 	fs.IntVar(&o.Requests, "n", 0, "total requests (0 = until -d)")
-	fs.DurationVar(&o.Duration, "d", 0, "how long to send (default 10s when -n is not set)")
+	durationVar(fs, &o.Duration, "d", 0, "how long to send (default 10s when -n is not set)")
 	fs.IntVar(&o.Batch, "batch", 1, "events per request: 1 = a structured event, > 1 = a batch request")
 	fs.Float64Var(&o.Rate, "rate", 0, "offered load in events/s on an open-loop schedule (latency includes queueing); 0 = as fast as possible")
 	fs.IntVar(&o.DataBytes, "data-bytes", 128, "size of each event's data")
 	fs.BoolVar(&o.ClientIDs, "client-ids", false, "give each event an id of its own, as clients do (the router then also keeps an idempotency record per event); without it the router assigns the ids")
-	fs.DurationVar(&o.Timeout, "timeout", 30*time.Second, "per-request timeout")
+	durationVar(fs, &o.Timeout, "timeout", 30*time.Second, "per-request timeout")
 	formatVar(fs, &o.Output, "o", "report", formatText, formatJSON)
 	fs.StringVar(&o.FsyncProbe, "fsync-probe", "", "before the load, measure the raw fsync rate (4 KiB write + fdatasync) of the disk holding this directory")
 	fs.BoolVar(&o.E2E, "e2e", false, "also measure end to end: subscribe to -subject on NATS (or consume -topic with -kafka-brokers) and time each event from POST to delivery")
@@ -85,7 +85,7 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	fs.StringVar(&o.Subject, "subject", "", "with -e2e: the subject to subscribe to (default: the event type)")
 	brokers := fs.String("kafka-brokers", "", "with -e2e: consume -topic from these Kafka brokers (comma-separated host:port) instead of subscribing on NATS")
 	fs.StringVar(&o.Topic, "topic", "", "with -e2e and -kafka-brokers: the topic to consume (default: the event type)")
-	fs.DurationVar(&o.Drain, "drain", 30*time.Second, "with -e2e: after the load, how long to wait without progress for outstanding events")
+	durationVar(fs, &o.Drain, "drain", 30*time.Second, "with -e2e: after the load, how long to wait without progress for outstanding events")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write the bench's own CPU profile (the load generator's, not the router's) to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err

@@ -36,7 +36,7 @@ func (f *apiFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.addr, "addr", "", "the router's TCP listener (host:port or http(s)://host:port) instead of the socket")
 	fs.StringVar(&f.token, "token", "", "bearer token for -addr; every local user sees it in ps: prefer -token-file or $SWITCHYARD_TOKEN")
 	fs.StringVar(&f.tokenFile, "token-file", "", "read the bearer token from this file")
-	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long a request may take")
+	durationVar(fs, &f.timeout, "timeout", 30*time.Second, "how long a request may take")
 	formatVar(fs, &f.output, "o", "output", formatTable, formatJSON)
 }
 

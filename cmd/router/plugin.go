@@ -147,7 +147,7 @@ func (c *PluginCommand) flags(cmd string) *pluginFlags {
 	fs.StringVar(&f.policies, "policies", "", "take the plugin's config and limits from the plugin block named -name in this policies.hcl")
 	fs.Var(&f.config, "config", "a config pair key=value for sy_init (repeatable)")
 	fs.Var(&f.memory, "memory", "limits.memory, e.g. 16MiB (default 16MiB)")
-	fs.DurationVar(&f.timeout, "timeout", 0, "limits.timeout (default 50ms)")
+	durationVar(fs, &f.timeout, "timeout", 0, "limits.timeout (default 50ms)")
 	fs.IntVar(&f.outputs, "max-outputs", 0, "limits.max_outputs (default 16)")
 	fs.Var(&f.outBytes, "max-output-bytes", "limits.max_output_bytes, e.g. 1MiB (default 1MiB)")
 	fs.StringVar(&f.logLevel, "log-level", "trace", "the lowest level of plugin log lines shown on stderr")

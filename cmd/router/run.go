@@ -91,7 +91,7 @@ func (c *RunCommand) ParseFlags(args []string) error {
 	fs.StringVar(&c.ConfigPath, "config", defaultConfigPath, "the configuration file (without -config: ./policies.hcl, or the embedded defaults when it does not exist)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "trace, debug, info, warn, error or off")
 	formatVar(fs, &c.LogFormat, "log-format", "log", formatText, formatJSON)
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take: requests in flight finish, tails and waiting pulls end at once")
+	durationVar(fs, &c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful stop may take: requests in flight finish, tails and waiting pulls end at once")
 	fs.BoolVar(&c.DoubleSend, "double-send", false, "test mode: make every publish and every delivery twice, to prove receivers idempotent")
 	fs.StringVar(&c.PluginCacheDir, "plugin-cache-dir", "", "where compiled plugins are kept across restarts (default <data dir>/wasm-cache)")
 	if err := parseFlags(fs, args); err != nil {

@@ -308,6 +308,14 @@ func TestFlagErrorsAreToldOnce(t *testing.T) {
 			t.Errorf("router %v: %v (exit %d)\n%s", args, err, code, errb.String())
 		}
 	}
+	// A duration without its unit says what a duration is (the flag
+	// package said "parse error").
+	for _, args := range [][]string{{"run", "-shutdown-timeout", "30"}, {"stats", "-timeout", "5"}, {"ui", "-link-ttl", "10"}, {"validate", "-timeout", "x"}, {"bench", "-d", "3"}} {
+		err := NewMain(nil, &bytes.Buffer{}, &bytes.Buffer{}).Run(context.Background(), args)
+		if err == nil || !strings.Contains(err.Error(), "a duration is a number with its unit: 30s") {
+			t.Errorf("router %v: %v", args, err)
+		}
+	}
 	// Any other error is said once, by Exit.
 	var errb bytes.Buffer
 	m := NewMain(nil, &bytes.Buffer{}, &errb)

@@ -34,7 +34,8 @@ func (c *UICommand) Run(ctx context.Context, args []string) error {
 	fs.SetOutput(c.Stderr)
 	socket := fs.String("socket", "./data/router.sock", "the router's unix socket")
 	listen := fs.String("listen", "127.0.0.1:0", "the loopback address to serve on (port 0: any free port)")
-	ttl := fs.Duration("link-ttl", 10*time.Minute, "how long the printed link can be used (once)")
+	var ttl time.Duration
+	durationVar(fs, &ttl, "link-ttl", 10*time.Minute, "how long the printed link can be used (once)")
 	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
@@ -42,7 +43,7 @@ func (c *UICommand) Run(ctx context.Context, args []string) error {
 	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 		return fmt.Errorf("-listen %q: router ui serves on a loopback address only (127.0.0.1:PORT); reach it from elsewhere over an SSH tunnel", *listen)
 	}
-	p, err := newUIProxy(*socket, *ttl)
+	p, err := newUIProxy(*socket, ttl)
 	if err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func (c *UICommand) Run(ctx context.Context, args []string) error {
 		srv.Close()
 	}()
 	fmt.Fprintf(c.Stdout, "Switchyard console: %s/ui/#token=%s\n", p.origin, p.link)
-	fmt.Fprintf(c.Stdout, "(the link works once, within %s; Ctrl-C stops the console)\n", *ttl)
+	fmt.Fprintf(c.Stdout, "(the link works once, within %s; Ctrl-C stops the console)\n", ttl)
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -40,7 +40,8 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 	fs.SetOutput(c.Stderr)
 	path := fs.String("config", defaultConfigPath, "the configuration file")
 	checkSinks := fs.Bool("check-sinks", false, "also connect to every external broker and check the routed Kafka topics")
-	timeout := fs.Duration("timeout", 10*time.Second, "with -check-sinks: how long each check may take")
+	var timeout time.Duration
+	durationVar(fs, &timeout, "timeout", 10*time.Second, "with -check-sinks: how long each check may take")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -69,7 +70,7 @@ func (c *ValidateCommand) Run(ctx context.Context, args []string) error {
 		return nil
 	}
 	var failed []error
-	checked := checkSinksOf(ctx, cfg, *timeout)
+	checked := checkSinksOf(ctx, cfg, timeout)
 	for _, name := range slices.Sorted(maps.Keys(checked)) {
 		err := checked[name]
 		if err == nil {
