@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -980,11 +981,14 @@ func TestOpenThatFailsClosesTheGivenListener(t *testing.T) {
 
 // Every answer carries the router's time (Options.Now, the engine's clock)
 // in Switchyard-Clock, the error answers and a HEAD's too, for a client to
-// count ages from; Date stays the system clock's, as net/http gives it.
+// count ages from, and a second later the time then; Date stays the
+// system clock's, as net/http gives it.
 func TestAnswersCarryTheRoutersClock(t *testing.T) {
-	ahead := time.Now().Add(2 * time.Hour)
-	r := newRouterOpts(t, nil, api.Options{Now: func() time.Time { return ahead }})
-	want := ahead.UTC().Truncate(time.Second).Format(time.RFC3339)
+	var ahead atomic.Pointer[time.Time]
+	at := time.Now().Add(2 * time.Hour)
+	ahead.Store(&at)
+	r := newRouterOpts(t, nil, api.Options{Now: func() time.Time { return *ahead.Load() }})
+	want := at.UTC().Truncate(time.Second).Format(time.RFC3339)
 	for _, c := range []struct{ method, path, ctype string }{
 		{"GET", "/healthz", ""},
 		{"HEAD", "/healthz", ""},
@@ -999,5 +1003,11 @@ func TestAnswersCarryTheRoutersClock(t *testing.T) {
 		if d, err := http.ParseTime(rep.header.Get("Date")); err != nil || d.Sub(time.Now()).Abs() > time.Minute {
 			t.Errorf("%s %s: Date %q (%v), want the system's time", c.method, c.path, rep.header.Get("Date"), err)
 		}
+	}
+	later := at.Add(time.Hour)
+	ahead.Store(&later)
+	time.Sleep(1100 * time.Millisecond) // the value is made once a second
+	if got, want := r.do("GET", "/healthz", nil, "").header.Get(api.ClockHeader), later.UTC().Truncate(time.Second).Format(time.RFC3339); got != want {
+		t.Errorf("a second later: %s %q, want %q", api.ClockHeader, got, want)
 	}
 }

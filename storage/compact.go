@@ -53,7 +53,9 @@ func CompactFile(path string) (*CompactReport, error) {
 	err = compactCopy(src, path, tmp)
 	if IsDiskFull(err) && removeReserve(path) {
 		rep.ReserveRemoved = true
-		err = compactCopy(src, path, tmp)
+		if err = compactCopy(src, path, tmp); err != nil {
+			err = fmt.Errorf("%w, after removing the reserve beside it to make room (the router makes it again once the disk has room)", err)
+		}
 	}
 	if err != nil {
 		return nil, err

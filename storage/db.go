@@ -167,8 +167,10 @@ func CheckPath(path string) error {
 		// create the file where it points) chooses where the data goes.
 		return fmt.Errorf("%s is a symbolic link: name the data file itself for storage.path", path)
 	}
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file (%s): name a file for storage.path", path, fsperm.Kind(fi))
+	if fi, err := os.Stat(path); err == nil {
+		if err := notRegular(path, fi); err != nil {
+			return err
+		}
 	}
 	return fsperm.CheckFile(path)
 }

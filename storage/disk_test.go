@@ -433,7 +433,7 @@ func TestOpenSaysWhoHoldsTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(context.Background())
-	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "is open in another process (a running router, or router db compact or check): stop it first") {
+	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "is open in another process (a running router, or router db compact, check or clock): stop it first") {
 		t.Fatalf("second open: %v", err)
 	}
 }
@@ -573,7 +573,7 @@ func TestCompactOnAFullDiskTakesTheReserve(t *testing.T) {
 // database" (`router db check data`, a new user's trial).
 func TestAFolderIsNotADataFile(t *testing.T) {
 	dir := t.TempDir()
-	want := dir + " is a folder, not a data file"
+	want := dir + " is not a regular file (a folder): name a data file"
 	_, checkErr := CheckFile(dir)
 	_, compactErr := CompactFile(dir)
 	_, clockErr := ReadClock(dir)

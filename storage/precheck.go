@@ -13,6 +13,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // bbolt's file layout, as far as checkSize reads it: two meta pages at the
@@ -51,20 +53,22 @@ func readMeta(f *os.File, off int64) (m boltMeta, ok bool) {
 }
 
 // statDataFile stats the data file at path for an offline tool, and
-// refuses a folder (`router db check data`: bbolt called it "invalid
-// database").
+// refuses a folder or a device (`router db check data`: bbolt called it
+// "invalid database").
 func statDataFile(path string) (os.FileInfo, error) {
 	fi, err := os.Stat(path)
 	if err == nil {
-		err = notAFolder(path, fi)
+		err = notRegular(path, fi)
 	}
 	return fi, err
 }
 
-// notAFolder refuses the folder at path where a data file is expected.
-func notAFolder(path string, fi os.FileInfo) error {
-	if fi.IsDir() {
-		return fmt.Errorf("%s is a folder, not a data file (storage.path names the file in it, ./data/router.db by default)", path)
+// notRegular refuses what is not a regular file (a folder, a device) at
+// path where a data file is expected: router run's storage.path
+// (CheckPath) and the offline tools.
+func notRegular(path string, fi os.FileInfo) error {
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%s): name a data file, as storage.path does (./data/router.db by default)", path, fsperm.Kind(fi))
 	}
 	return nil
 }
@@ -85,7 +89,7 @@ func checkSize(path string) error {
 	defer f.Close()
 	fi, err := f.Stat()
 	if err == nil {
-		err = notAFolder(path, fi)
+		err = notRegular(path, fi)
 	}
 	if err != nil {
 		return err
@@ -242,11 +246,11 @@ func notBolt(err error) bool {
 }
 
 // lockHeld words bbolt's lock timeout on the file at path: another
-// process has it open (a router, or router db compact or check). Other
-// errors pass as they are.
+// process has it open (a router, or router db compact, check or clock:
+// one that writes it). Other errors pass as they are.
 func lockHeld(path string, err error) error {
 	if errors.Is(err, berrors.ErrTimeout) {
-		return fmt.Errorf("%s is open in another process (a running router, or router db compact or check): stop it first (its lock is held: %w)", path, err)
+		return fmt.Errorf("%s is open in another process (a running router, or router db compact, check or clock): stop it first (its lock is held: %w)", path, err)
 	}
 	return err
 }

@@ -60,8 +60,8 @@ func TestARouterStartedBehindItsFilesClockGoesOnFromIt(t *testing.T) {
 	if err := json.Unmarshal([]byte(get(t, c, "/v1/stats/history")), &hist); err != nil || hist.Window > 600 {
 		t.Errorf("/v1/stats/history's window is %vs (%v), want the minutes since the start", hist.Window, err)
 	}
-	// The CLI counts ages from the router's time, which its answers' Date
-	// gives (every age read 0s: "moved 0s ago").
+	// The CLI counts ages from the router's time, which its answers'
+	// Switchyard-Clock gives (every age read 0s: "moved 0s ago").
 	cl, err := (&apiFlags{socket: sock}).client()
 	if err != nil {
 		t.Fatal(err)

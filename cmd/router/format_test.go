@@ -26,8 +26,8 @@ func TestOutputFlagsRefuseAFormatTheyDoNotWrite(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("router %s: %v, want %q", args, err, want)
 		}
-		if !strings.Contains(stderr.String(), "-o format") && !strings.Contains(stderr.String(), "-log-format format") {
-			t.Errorf("router %s: no usage naming the flag's formats:\n%s", args, stderr.String())
+		if name := want[strings.Index(want, "flag -")+5 : strings.LastIndex(want, ":")]; !strings.Contains(stderr.String(), name+" format") || exitCode(err) != 2 {
+			t.Errorf("router %s: exit %d, no usage naming %s's formats:\n%s", args, exitCode(err), name, stderr.String())
 		}
 	}
 }

@@ -106,7 +106,8 @@ Usage:
   router plugin dev [-config policies.hcl] [-build ./build.sh] [-watch .]
       Runs the router on the folder's policies.hcl and, when a file of the
       folder changes (not `+devSkipped+`),
-      rebuilds and reloads it with the new module.
+      rebuilds and reloads it with the new module. What changes during
+      builds is built for at most twice in a row, then told.
 
 Run 'router plugin test -h' for the flags.
 `)

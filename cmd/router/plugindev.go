@@ -134,10 +134,10 @@ func devWatch(ctx context.Context, dir string, build func() (tell func()), say f
 			// outcome is told after this look, so that a fix saved on
 			// reading it is a change.
 			after := devSnapshot(dir)
-			switch changed := last.changeIn(after, dir, sums); {
-			case changed == "":
+			switch changed, how := last.changeIn(after, dir, sums); {
+			case how == devUnchanged:
 			case followUps == devFollowUps:
-				say(fmt.Sprintf("%s changed during each of the last %d builds: not building again until the next change (saved it yourself? save again; a build's own output belongs in what is not watched: %s)", changed, devFollowUps+1, devSkipped))
+				say(fmt.Sprintf("the folder changed during each of the last %d builds (the last time: %s %s): not building again until the next change (saved it yourself? save again; a build's own output belongs in what is not watched: %s)", devFollowUps+1, changed, how, devSkipped))
 				followUps = 0
 			default:
 				pendingSince = time.Now()
@@ -164,29 +164,53 @@ func (f devFiles) sums(dir string) map[string][sha256.Size]byte {
 	return sums
 }
 
-// changeIn names a file that changed from f to later ("" for none): one
-// edited (its size or time changed, and its contents differ from what
-// sums, f's, says), removed or added.
-func (f devFiles) changeIn(later devFiles, dir string, sums map[string][sha256.Size]byte) string {
-	for rel, v := range f {
-		w, ok := later[rel]
-		if !ok {
-			return rel + " (removed)"
-		}
-		if w == v {
+// devChange is how a file of the folder changed between two looks.
+type devChange int
+
+const (
+	devUnchanged devChange = iota
+	devEdited              // its size or time changed, and its contents
+	devAdded
+	devRemoved // or renamed: its new name is added
+)
+
+func (c devChange) String() string {
+	return [...]string{"unchanged", "edited", "added", "removed"}[c]
+}
+
+// changeIn names the first file, in path order, that changed from f to
+// later, and how (devUnchanged when none did): a file whose size or time
+// changed is edited only if its contents differ from what sums, f's, says.
+func (f devFiles) changeIn(later devFiles, dir string, sums map[string][sha256.Size]byte) (string, devChange) {
+	for _, rel := range slices.Sorted(maps.Keys(mergedFiles(f, later))) {
+		v, was := f[rel]
+		w, is := later[rel]
+		switch {
+		case !is:
+			return rel, devRemoved
+		case !was:
+			return rel, devAdded
+		case w == v:
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, rel))
 		if sum, ok := sums[rel]; err != nil || !ok || sha256.Sum256(b) != sum {
-			return rel
+			return rel, devEdited
 		}
 	}
-	for rel := range later {
-		if _, ok := f[rel]; !ok {
-			return rel + " (added)"
-		}
+	return "", devUnchanged
+}
+
+// mergedFiles is the paths of a and b.
+func mergedFiles(a, b devFiles) map[string]bool {
+	paths := make(map[string]bool, len(a)+len(b))
+	for rel := range a {
+		paths[rel] = true
 	}
-	return ""
+	for rel := range b {
+		paths[rel] = true
+	}
+	return paths
 }
 
 // devSnapshot looks at the author's files under dir (devSkip).

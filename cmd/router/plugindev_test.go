@@ -163,7 +163,7 @@ func TestDevWatchBuildsBoundedlyForWhatChangesDuringBuilds(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, builds, said := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
+			dir, builds, said := devWatching(t, map[string]string{}, func(dir string, n int32) func() {
 				c.build(dir, n)
 				return func() {}
 			})
@@ -172,6 +172,11 @@ func TestDevWatchBuildsBoundedlyForWhatChangesDuringBuilds(t *testing.T) {
 			if n, s := builds.Load(), said.Load(); n != c.builds || s != c.says {
 				t.Errorf("%d builds, %d said; want %d and %d", n, s, c.builds, c.says)
 			}
+			// The author's next edit builds again.
+			if err := os.WriteFile(filepath.Join(dir, "plugin.wat"), []byte("(module) ;; the next edit"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, "the next edit to be built", 5*time.Second, func() bool { return builds.Load() > c.builds })
 		})
 	}
 }

@@ -67,7 +67,7 @@ func TestValidateFindsWhatParsingCannot(t *testing.T) {
 		{"overlapping streams", "nats \"local\" {\n  embedded = true\n  stream \"a\" { subjects = [\"x.>\"] }\n  stream \"b\" { subjects = [\"y.*\", \"x.a\"] }\n}",
 			`:4:3: nats "local": stream "b" captures "x.a", which overlaps "x.>" of stream "a": JetStream refuses two streams that capture one subject`},
 		{"a data file that is a device", `storage { path = "/dev/null" }`,
-			`:1:18: storage.path "/dev/null": router run would refuse it: /dev/null is not a regular file (a device): name a file for storage.path`},
+			`:1:18: storage.path "/dev/null": router run would refuse it: /dev/null is not a regular file (a device): name a data file, as storage.path does (./data/router.db by default)`},
 		{"a data folder anyone may write", fmt.Sprintf("storage { path = %q }", filepath.Join(open, "router.db")),
 			fmt.Sprintf(`:1:18: storage.path %q: router run would refuse it: %s may be written by anyone (mode 0777)`, filepath.Join(open, "router.db"), open)},
 		{"a socket folder anyone may write", fmt.Sprintf("listen { socket = %q }", filepath.Join(open, "r.sock")),
