@@ -57,6 +57,17 @@ func devWatching(t *testing.T, files map[string]string, build func(dir string, n
 	return dir, builds, said
 }
 
+// builtExactly waits for want builds, and fails if more follow within a
+// few polls: the builds the watcher owed (why), and no more.
+func builtExactly(t *testing.T, builds *atomic.Int32, want int32, why string) {
+	t.Helper()
+	testkit.Eventually(t, why, 10*time.Second, func() bool { return builds.Load() >= want })
+	time.Sleep(4 * (devPoll + devSettle))
+	if n := builds.Load(); n != want {
+		t.Errorf("%d builds, want %d: %s", n, want, why)
+	}
+}
+
 // An edit the author saves on seeing a build's outcome is a change that
 // builds again: before, the watcher took its snapshot of the folder after
 // telling the outcome, so a fix saved at once after "the build failed"
@@ -86,11 +97,7 @@ func TestDevWatchBuildsAnEditSavedDuringTheBuild(t *testing.T) {
 		}
 		return func() {}
 	})
-	testkit.Eventually(t, "the edit saved during the first build to be built", 5*time.Second, func() bool { return builds.Load() >= 2 })
-	time.Sleep(3 * (devPoll + devSettle))
-	if n := builds.Load(); n != 2 {
-		t.Errorf("%d builds, want 2: a file the build made was taken for an edit", n)
-	}
+	builtExactly(t, builds, 2, "the edit saved during the first build, and not a file the build made")
 }
 
 // A build that writes a file of the folder again as it was (bindings, a
@@ -103,11 +110,7 @@ func TestDevWatchIgnoresABuildsOwnRewrite(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "plugin.js"), []byte("// bindings"), 0o644)
 		return func() {}
 	})
-	testkit.Eventually(t, "the edit to be built", 5*time.Second, func() bool { return builds.Load() >= 1 })
-	time.Sleep(4 * (devPoll + devSettle))
-	if n := builds.Load(); n != 1 {
-		t.Errorf("%d builds for one edit: the build's own rewrite of plugin.js was taken for an edit", n)
-	}
+	builtExactly(t, builds, 1, "the edit, and not the build's own rewrite of plugin.js")
 }
 
 // A file renamed (or deleted) while a build runs is built once the build
@@ -121,11 +124,7 @@ func TestDevWatchBuildsAFileRenamedDuringTheBuild(t *testing.T) {
 		}
 		return func() {}
 	})
-	testkit.Eventually(t, "the rename during the first build to be built", 5*time.Second, func() bool { return builds.Load() >= 2 })
-	time.Sleep(3 * (devPoll + devSettle))
-	if n := builds.Load(); n != 2 {
-		t.Errorf("%d builds, want 2", n)
-	}
+	builtExactly(t, builds, 2, "the edit, and the rename during the first build")
 }
 
 // A file added while a build runs is built once the build is done (it may
@@ -167,10 +166,9 @@ func TestDevWatchBuildsBoundedlyForWhatChangesDuringBuilds(t *testing.T) {
 				c.build(dir, n)
 				return func() {}
 			})
-			testkit.Eventually(t, "the builds", 10*time.Second, func() bool { return builds.Load() >= c.builds })
-			time.Sleep(4 * (devPoll + devSettle))
-			if n, s := builds.Load(), said.Load(); n != c.builds || s != c.says {
-				t.Errorf("%d builds, %d said; want %d and %d", n, s, c.builds, c.says)
+			builtExactly(t, builds, c.builds, name)
+			if s := said.Load(); s != c.says {
+				t.Errorf("%d said, want %d", s, c.says)
 			}
 			// The author's next edit builds again.
 			if err := os.WriteFile(filepath.Join(dir, "plugin.wat"), []byte("(module) ;; the next edit"), 0o644); err != nil {

@@ -1109,18 +1109,36 @@ func (s *Sink) createGone(ctx context.Context) (created []string, err error) {
 	defer s.streamsMu.Unlock()
 	var errs []error
 	for _, st := range s.declared() {
-		_, err := s.jsAdmin.Stream(ctx, st.Name)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			_, err = ensureStream(ctx, s.jsAdmin, st)
-			if err == nil {
-				created = append(created, st.Name)
-			}
-		}
-		if err != nil {
+		switch err := s.createIfGone(ctx, st); {
+		case err == nil:
+			created = append(created, st.Name)
+		case !errors.Is(err, errStreamThere):
 			errs = append(errs, fmt.Errorf("%s: stream %q: %w", s.name, st.Name, err))
 		}
 	}
 	return created, errors.Join(errs...)
+}
+
+// errStreamThere is createIfGone finding the stream there.
+var errStreamThere = errors.New("the stream is there")
+
+// createIfGone creates st unless the server has it (errStreamThere): one
+// made again meanwhile, by another router or an operator, is left as it is.
+func (s *Sink) createIfGone(ctx context.Context, st config.Stream) error {
+	if _, err := s.jsAdmin.Stream(ctx, st.Name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err == nil {
+			err = errStreamThere
+		}
+		return err
+	}
+	sc, err := streamConfig(st)
+	if err == nil {
+		_, err = s.jsAdmin.CreateStream(ctx, sc)
+	}
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		err = errStreamThere
+	}
+	return err
 }
 
 // JetStream refuses a message whose headers exceed 64 KiB
