@@ -523,7 +523,8 @@ func idemReadFailed(err error) error {
 }
 
 // unavailable passes coded errors through and turns storage failures into
-// 503 storage_unavailable: the request had no effect and may be retried.
+// 503 storage_unavailable: the request had no effect and may be retried,
+// unless the disk did not confirm a write it took (storage.ErrUnconfirmed).
 // Unavailable is unavailable, for the API's errors that did not come
 // through the engine's own calls (a lost data file met elsewhere).
 func Unavailable(err error) error { return unavailable(err) }
@@ -541,6 +542,11 @@ func unavailable(err error) error {
 		// The message leaves the paths out (a tenant's client reads it:
 		// a security trial); the log and an admin's /readyz have them.
 		return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: storage.ErrFileLost.Error() + "; nothing was stored until the router is restarted (its log and /readyz say more)", RetryAfter: time.Minute, Err: err}
+	}
+	if errors.Is(err, storage.ErrUnconfirmed) {
+		// Applied, not yet durable: "nothing was stored" would have a
+		// client without a key send a second copy.
+		return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: "the disk did not confirm the write (its sync failed): it may have taken effect; an ingest sent again with the same Idempotency-Key answers as the first did if so (without a key, a resend may store a second copy)", RetryAfter: time.Second, Err: err}
 	}
 	return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: "the data file cannot be used; nothing was stored", RetryAfter: time.Second, Err: err}
 }

@@ -500,7 +500,9 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 			group = append(group[:failed], group[failed+1:]...)
 			continue
 		}
-		if IsDiskFull(err) && db.releaseReserve() {
+		if _, ok := errors.AsType[*unsyncedError](err); ok {
+			err = db.confirm(err) // applied: not again
+		} else if IsDiskFull(err) && db.releaseReserve() {
 			continue // the same group again, in the room the reserve held
 		}
 		if err != nil {
@@ -525,6 +527,23 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 		return done
 	}
 	return done
+}
+
+// confirm makes durable a commit that was applied though the sync after
+// its meta page failed (unsyncedError): one more commit, empty, whose own
+// meta page covers it, in the reserve's room if the disk is full. It
+// returns nil once that one synced, else ErrUnconfirmed with why: the
+// writes may be stored, and will be once a commit syncs.
+func (db *DB) confirm(unsynced error) error {
+	none := func(*bolt.Tx) error { return nil }
+	err := db.update(none)
+	if _, ok := errors.AsType[*unsyncedError](err); !ok && IsDiskFull(err) && db.releaseReserve() {
+		err = db.update(none)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w (and the confirming commit's: %w)", ErrUnconfirmed, unsynced, err)
+	}
+	return nil
 }
 
 // Used is the bytes of pages in use after the last commit, as Space

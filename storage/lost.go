@@ -203,5 +203,35 @@ func (db *DB) update(fn func(*bolt.Tx) error) (err error) {
 		tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	id := tx.ID()
+	if err := tx.Commit(); err != nil {
+		if db.applied(id) {
+			return &unsyncedError{err}
+		}
+		return err
+	}
+	return nil
 }
+
+// unsyncedError is a commit's error that came after bbolt wrote its meta
+// page, from the sync after it: the commit is applied all the same (bbolt
+// reads its meta pages from the file, and its next transaction starts from
+// this one), and durable once a later commit's sync succeeds (DB.confirm).
+// docs/decisions/disk-full.md, "A sync refused after the meta page".
+type unsyncedError struct{ err error }
+
+func (e *unsyncedError) Error() string { return e.err.Error() }
+func (e *unsyncedError) Unwrap() error { return e.err }
+
+// applied reports whether the write transaction id is the file's latest:
+// whether a commit that failed had written its meta page.
+func (db *DB) applied(id int) (yes bool) {
+	db.view(func(tx *bolt.Tx) error { yes = tx.ID() >= id; return nil })
+	return yes
+}
+
+// ErrUnconfirmed is a commit's error when the disk took its pages and its
+// meta page but refused the sync after them, and refused the next commit's
+// too: the writes are applied (what follows starts from them), and durable
+// only once a later commit's sync succeeds.
+var ErrUnconfirmed = errors.New("the disk did not confirm the write (its sync failed): it may be stored")

@@ -1,0 +1,285 @@
+package testkit
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// SyncFaultDisk is a folder whose files' syncs can be refused after their
+// writes were taken: what a disk does whose write-back failed (EIO, an SD
+// card wearing out) or a filesystem that could not allocate what it took
+// (ENOSPC from NFS or a thin pool). The folder is a FUSE filesystem,
+// passing everything else through to a folder of the real disk, with the
+// kernel's FUSE passthrough left off so that each write comes through and
+// is seen. It is unmounted when the test ends. It needs /dev/fuse and root
+// (or fusermount): without them the test is skipped, saying so.
+// docs/decisions/disk-full.md, "A sync refused after the meta page", says
+// why it exists.
+//
+// The filesystem is served by a process of its own, the test binary run
+// again (syncFaultServe, from this package's init), never by the test's:
+// a test process that maps a file of a filesystem it serves itself hangs
+// for good when a page fault waits on the server while the Go runtime
+// stops the world (the fault cannot stop; the server cannot run).
+type SyncFaultDisk struct {
+	Dir string
+
+	mu  sync.Mutex
+	in  *os.File      // commands to the server
+	out *bufio.Reader // its answers
+}
+
+// syncFaultServe names the folders (underneath, then the mount point, a
+// line each) that a test binary started with it in its environment serves
+// as a SyncFaultDisk, instead of running its tests.
+const syncFaultServe = "SWITCHYARD_TESTKIT_SYNCFAULT"
+
+func init() {
+	if dirs, ok := os.LookupEnv(syncFaultServe); ok {
+		under, mnt, _ := strings.Cut(dirs, "\n")
+		os.Exit(serveSyncFaults(under, mnt, os.Stdin, os.Stdout))
+	}
+}
+
+// NewSyncFaultDisk mounts a SyncFaultDisk on a new folder.
+func NewSyncFaultDisk(t testing.TB) *SyncFaultDisk {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("needs a disk whose sync can fail: FUSE is not available here (%v)", err)
+	}
+	dir := t.TempDir()
+	d := &SyncFaultDisk{Dir: filepath.Join(dir, "mnt")}
+	under := filepath.Join(dir, "under")
+	for _, p := range []string{d.Dir, under} {
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	server := exec.Command(os.Args[0])
+	server.Env = append(os.Environ(), syncFaultServe+"="+under+"\n"+d.Dir)
+	server.Stderr = os.Stderr
+	in, err := server.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := server.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.in, d.out = in.(*os.File), bufio.NewReader(out)
+	t.Cleanup(func() { d.stop(server) })
+	if ready, err := d.out.ReadString('\n'); ready != "ready\n" {
+		t.Skipf("needs a disk whose sync can fail: mounting a FUSE filesystem takes root or fusermount: %s %v", strings.TrimSpace(ready), err)
+	}
+	return d
+}
+
+// stop ends the server, which unmounts the disk: closing its input tells
+// it to. A server that does not end in 10 s is killed.
+func (d *SyncFaultDisk) stop(server *exec.Cmd) {
+	d.in.Close()
+	ended := make(chan struct{})
+	go func() { server.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		server.Process.Kill()
+		<-ended
+	}
+}
+
+// ask sends the server one command and returns its answer.
+func (d *SyncFaultDisk) ask(command string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := fmt.Fprintln(d.in, command); err != nil {
+		return err.Error()
+	}
+	answer, err := d.out.ReadString('\n')
+	if err != nil {
+		return err.Error()
+	}
+	return strings.TrimSpace(answer)
+}
+
+// FailSync makes one sync refuse with errno, after taking it: the first
+// to come, of a file whose last write began below the offset below. A
+// bbolt file's meta page is the last it writes, at offset 0 or one page:
+// below two pages refuses the sync after it, and no other. Each call adds
+// one refusal, taken in order.
+func (d *SyncFaultDisk) FailSync(errno syscall.Errno, below int64) {
+	if answer := d.ask(fmt.Sprintf("fail %d %d", int(errno), below)); answer != "ok" {
+		panic("testkit: the SyncFaultDisk's server: " + answer)
+	}
+}
+
+// SyncsFailed is how many syncs FailSync's refusals have refused.
+func (d *SyncFaultDisk) SyncsFailed() int64 {
+	n, err := strconv.ParseInt(d.ask("failed"), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// serveSyncFaults mounts mnt, passing through to under, and serves it,
+// taking commands from in (FailSync's and SyncsFailed's) and answering on
+// out, until in ends; then it unmounts. It returns the process's exit code.
+func serveSyncFaults(under, mnt string, in *os.File, out *os.File) int {
+	faults := &syncFaults{}
+	root := &fs.LoopbackRoot{Path: under}
+	root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+		return &faultNode{LoopbackNode: fs.LoopbackNode{RootData: r}, faults: faults}
+	}
+	root.RootNode = root.NewNode(root, nil, "", nil)
+	server, err := fs.Mount(mnt, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{
+		DirectMount: true, // as root: no fusermount needed
+		FsName:      "syncfault",
+		Name:        "syncfault",
+	}})
+	if err != nil {
+		fmt.Fprintf(out, "error %v\n", err)
+		return 1
+	}
+	var st syscall.Stat_t
+	syscall.Stat(mnt, &st)
+	fmt.Fprintln(out, "ready")
+	commands := bufio.NewScanner(in)
+	for commands.Scan() {
+		fmt.Fprintln(out, faults.command(strings.Fields(commands.Text())))
+	}
+	if server.Unmount() != nil {
+		abortFUSE(st.Dev) // a file the test left open: its calls fail now
+		syscall.Unmount(mnt, syscall.MNT_DETACH)
+	}
+	return 0
+}
+
+// abortFUSE ends the FUSE connection of the filesystem on device dev,
+// through the kernel's fusectl (mounted if it is not): every call to it
+// fails from then on, so that a file left open cannot hang its process.
+func abortFUSE(dev uint64) {
+	const ctl = "/sys/fs/fuse/connections"
+	abort := filepath.Join(ctl, strconv.FormatUint(uint64(unix.Minor(dev)), 10), "abort")
+	if _, err := os.Stat(abort); err != nil {
+		syscall.Mount("fusectl", ctl, "fusectl", 0, "")
+	}
+	os.WriteFile(abort, []byte("1"), 0o200)
+}
+
+// syncFaults are the refusals a SyncFaultDisk's server was asked for.
+type syncFaults struct {
+	mu     sync.Mutex
+	queued []syncFault
+	failed atomic.Int64
+}
+
+// syncFault is a sync FailSync asked to refuse.
+type syncFault struct {
+	errno syscall.Errno
+	below int64 // the file's last write began below this offset
+}
+
+// command runs one of the server's commands and returns its answer.
+func (f *syncFaults) command(words []string) string {
+	switch {
+	case len(words) == 3 && words[0] == "fail":
+		errno, err1 := strconv.Atoi(words[1])
+		below, err2 := strconv.ParseInt(words[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return "bad command"
+		}
+		f.mu.Lock()
+		f.queued = append(f.queued, syncFault{errno: syscall.Errno(errno), below: below})
+		f.mu.Unlock()
+		return "ok"
+	case len(words) == 1 && words[0] == "failed":
+		return strconv.FormatInt(f.failed.Load(), 10)
+	}
+	return "bad command"
+}
+
+// refuse is the error for a sync of a file whose last write began at
+// offset last: the first refusal queued, if it matches, taken.
+func (f *syncFaults) refuse(last int64) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.queued) == 0 || last < 0 || last >= f.queued[0].below {
+		return 0
+	}
+	errno := f.queued[0].errno
+	f.queued = f.queued[1:]
+	f.failed.Add(1)
+	return errno
+}
+
+// faultNode is a file or folder of a SyncFaultDisk: its files open as
+// faultFiles.
+type faultNode struct {
+	fs.LoopbackNode
+	faults *syncFaults
+}
+
+func (n *faultNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fuseFlags, errno := n.LoopbackNode.Open(ctx, flags)
+	return n.wrap(fh), fuseFlags, errno
+}
+
+func (n *faultNode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	inode, fh, fuseFlags, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	return inode, n.wrap(fh), fuseFlags, errno
+}
+
+func (n *faultNode) wrap(fh fs.FileHandle) fs.FileHandle {
+	lf, ok := fh.(*fs.LoopbackFile)
+	if !ok {
+		return fh
+	}
+	f := &faultFile{LoopbackFile: lf, faults: n.faults}
+	f.last.Store(-1)
+	return f
+}
+
+// faultFile is an open file of a SyncFaultDisk: it notes where each write
+// began, and asks before each sync.
+type faultFile struct {
+	*fs.LoopbackFile
+	faults *syncFaults
+	last   atomic.Int64 // where the last write began; -1 before the first
+}
+
+func (f *faultFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	f.last.Store(off)
+	return f.LoopbackFile.Write(ctx, data, off)
+}
+
+// Fsync takes the file's writes to the disk, and then refuses if asked to:
+// the writes stay taken, as after a write-back error.
+func (f *faultFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if errno := f.LoopbackFile.Fsync(ctx, flags); errno != 0 {
+		return errno
+	}
+	return f.faults.refuse(f.last.Load())
+}
+
+// PassthroughFd keeps the kernel's FUSE passthrough off: with it, reads
+// and writes would go to the file underneath without coming through Write.
+func (f *faultFile) PassthroughFd() (int, bool) { return 0, false }
