@@ -21,7 +21,7 @@ import (
 // it may be stored, not that nothing was: it is, and sent again with its
 // Idempotency-Key it gets the first answer, stored once.
 func TestIngestOnADiskThatRefusesItsSync(t *testing.T) {
-	disk := testkit.NewSyncFaultDisk(t)
+	disk := testkit.NewFaultDisk(t)
 	db := storagetest.OpenIn(t, disk.Dir)
 	h := newHarness(t, twoRoutes, true, storeWrap(func(engine.Store) engine.Store { return db }))
 	metaPages := int64(2 * os.Getpagesize()) // bbolt's meta page, written last

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"syscall"
 )
 
@@ -127,6 +128,18 @@ func writeReserve(f *os.File, size int64) error {
 // (a commit the full disk refused): no free block (ENOSPC), or none left
 // in the quota of the file's user or project (EDQUOT: ext4 says it for
 // project quotas, whose limit statfs also reports, and so min_free sees).
+// bbolt keeps only the text of the errors of its file's growth ("file
+// resize error: truncate ...: no space left on device", formatted with
+// %s): a filesystem that allocates what a truncate adds (exFAT and FAT32,
+// an SD card's, or a quota on files' sizes) refuses the commit there, so
+// the text counts too.
 func IsDiskFull(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return true
+	}
+	text := err.Error()
+	return strings.Contains(text, syscall.ENOSPC.Error()) || strings.Contains(text, syscall.EDQUOT.Error())
 }

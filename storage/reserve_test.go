@@ -94,16 +94,15 @@ func TestDeliveredRemovableBy(t *testing.T) {
 }
 
 // A quota the file's user or project has used up is a full disk, as no
-// free block is: the writer gives up the reserve and the cleanup makes
-// room, where before EDQUOT failed every commit, the cleanup's too. (This
-// kernel has no quota format to make a real one: the path after it is
-// TestAFullDiskTakesTheReserve's.) Other errors are not.
+// free block is (TestAUsedUpQuotaTakesTheReserve has a real one refuse);
+// other errors are not.
 func TestAQuotaUsedUpIsAFullDisk(t *testing.T) {
 	for err, full := range map[error]bool{
 		syscall.ENOSPC: true,
 		syscall.EDQUOT: true,
-		&os.PathError{Op: "write", Path: "router.db", Err: syscall.EDQUOT}:                                   true,
-		fmt.Errorf("storage: commit: %w", &os.PathError{Op: "sync", Path: "router.db", Err: syscall.ENOSPC}): true,
+		&os.PathError{Op: "write", Path: "router.db", Err: syscall.EDQUOT}:                                         true,
+		fmt.Errorf("storage: commit: %w", &os.PathError{Op: "sync", Path: "router.db", Err: syscall.ENOSPC}):       true,
+		fmt.Errorf("file resize error: %s", &os.PathError{Op: "truncate", Path: "router.db", Err: syscall.EDQUOT}): true, // bbolt's growth
 		syscall.EIO:   false,
 		syscall.EROFS: false,
 		nil:           false,
@@ -111,5 +110,44 @@ func TestAQuotaUsedUpIsAFullDisk(t *testing.T) {
 		if got := IsDiskFull(err); got != full {
 			t.Errorf("IsDiskFull(%v) = %v, want %v", err, got, full)
 		}
+	}
+}
+
+// A quota used up refuses the commit that grows the file with EDQUOT while
+// statfs still shows the disk's room (a user's quota): the writer gives up
+// the reserve and commits the same group in the room it held, as on a full
+// disk. The quota counts the files' sizes, as a filesystem that allocates
+// what a truncate adds does (exFAT, FAT32): it refuses bbolt's growth,
+// whose error keeps only the text; before IsDiskFull read it, the commit
+// failed.
+func TestAUsedUpQuotaTakesTheReserve(t *testing.T) {
+	disk := testkit.NewFaultDisk(t)
+	db := openIn(t, disk.Dir)
+	insertBatches(t, db, 500)
+	if made, err := db.HoldReserve(64 << 20); err != nil || !made {
+		t.Fatalf("hold a reserve: made %v, %v", made, err)
+	}
+	disk.Quota(0) // not a byte more than the files hold now
+	for i := 0; db.ReserveReleased() == 0; i++ {
+		if i == 100 {
+			t.Fatalf("100 commits of 500 events and the file never grew (%d bytes)", db.Size())
+		}
+		err := db.Update(context.Background(), func(tx *Tx) error {
+			for range 500 {
+				if err := tx.InsertEvent(diskEvent(time.Now()), false); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("commit %d under the used-up quota: %v", i, err)
+		}
+	}
+	if n := disk.QuotaRefusals(); n == 0 {
+		t.Fatal("the reserve went, but the quota refused nothing")
+	}
+	if _, err := os.Lstat(reservePath(db.path)); !os.IsNotExist(err) {
+		t.Fatalf("the reserve file is still there: %v", err)
 	}
 }

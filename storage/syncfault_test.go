@@ -54,8 +54,8 @@ func countOf(t *testing.T, path string) uint64 {
 }
 
 // openOnSyncFaults opens a data file on a disk whose syncs can be refused.
-func openOnSyncFaults(t *testing.T) (*testkit.SyncFaultDisk, *DB) {
-	disk := testkit.NewSyncFaultDisk(t)
+func openOnSyncFaults(t *testing.T) (*testkit.FaultDisk, *DB) {
+	disk := testkit.NewFaultDisk(t)
 	db, err := Open(filepath.Join(disk.Dir, "r.db"), Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -20,10 +20,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SyncFaultDisk is a folder whose files' syncs can be refused after their
+// FaultDisk is a folder whose files' syncs can be refused after their
 // writes were taken: what a disk does whose write-back failed (EIO, an SD
 // card wearing out) or a filesystem that could not allocate what it took
-// (ENOSPC from NFS or a thin pool). The folder is a FUSE filesystem,
+// (ENOSPC from NFS or a thin pool); and whose growth a quota can refuse
+// (EDQUOT, with statfs still showing the disk's room, as under a user's
+// quota). The folder is a FUSE filesystem,
 // passing everything else through to a folder of the real disk, with the
 // kernel's FUSE passthrough left off so that each write comes through and
 // is seen. It is unmounted when the test ends. It needs /dev/fuse and root
@@ -32,11 +34,11 @@ import (
 // why it exists.
 //
 // The filesystem is served by a process of its own, the test binary run
-// again (syncFaultServe, from this package's init), never by the test's:
+// again (faultDiskServe, from this package's init), never by the test's:
 // a test process that maps a file of a filesystem it serves itself hangs
 // for good when a page fault waits on the server while the Go runtime
 // stops the world (the fault cannot stop; the server cannot run).
-type SyncFaultDisk struct {
+type FaultDisk struct {
 	Dir string
 
 	mu  sync.Mutex
@@ -44,26 +46,26 @@ type SyncFaultDisk struct {
 	out *bufio.Reader // its answers
 }
 
-// syncFaultServe names the folders (underneath, then the mount point, a
+// faultDiskServe names the folders (underneath, then the mount point, a
 // line each) that a test binary started with it in its environment serves
-// as a SyncFaultDisk, instead of running its tests.
-const syncFaultServe = "SWITCHYARD_TESTKIT_SYNCFAULT"
+// as a FaultDisk, instead of running its tests.
+const faultDiskServe = "SWITCHYARD_TESTKIT_FAULTDISK"
 
 func init() {
-	if dirs, ok := os.LookupEnv(syncFaultServe); ok {
+	if dirs, ok := os.LookupEnv(faultDiskServe); ok {
 		under, mnt, _ := strings.Cut(dirs, "\n")
-		os.Exit(serveSyncFaults(under, mnt, os.Stdin, os.Stdout))
+		os.Exit(serveFaultDisk(under, mnt, os.Stdin, os.Stdout))
 	}
 }
 
-// NewSyncFaultDisk mounts a SyncFaultDisk on a new folder.
-func NewSyncFaultDisk(t testing.TB) *SyncFaultDisk {
+// NewFaultDisk mounts a FaultDisk on a new folder.
+func NewFaultDisk(t testing.TB) *FaultDisk {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("needs a disk whose sync can fail: FUSE is not available here (%v)", err)
 	}
 	dir := t.TempDir()
-	d := &SyncFaultDisk{Dir: filepath.Join(dir, "mnt")}
+	d := &FaultDisk{Dir: filepath.Join(dir, "mnt")}
 	under := filepath.Join(dir, "under")
 	for _, p := range []string{d.Dir, under} {
 		if err := os.Mkdir(p, 0o700); err != nil {
@@ -71,7 +73,7 @@ func NewSyncFaultDisk(t testing.TB) *SyncFaultDisk {
 		}
 	}
 	server := exec.Command(os.Args[0])
-	server.Env = append(os.Environ(), syncFaultServe+"="+under+"\n"+d.Dir)
+	server.Env = append(os.Environ(), faultDiskServe+"="+under+"\n"+d.Dir)
 	server.Stderr = os.Stderr
 	in, err := server.StdinPipe()
 	if err != nil {
@@ -94,7 +96,7 @@ func NewSyncFaultDisk(t testing.TB) *SyncFaultDisk {
 
 // stop ends the server, which unmounts the disk: closing its input tells
 // it to. A server that does not end in 10 s is killed.
-func (d *SyncFaultDisk) stop(server *exec.Cmd) {
+func (d *FaultDisk) stop(server *exec.Cmd) {
 	d.in.Close()
 	ended := make(chan struct{})
 	go func() { server.Wait(); close(ended) }()
@@ -107,7 +109,7 @@ func (d *SyncFaultDisk) stop(server *exec.Cmd) {
 }
 
 // ask sends the server one command and returns its answer.
-func (d *SyncFaultDisk) ask(command string) string {
+func (d *FaultDisk) ask(command string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, err := fmt.Fprintln(d.in, command); err != nil {
@@ -125,14 +127,14 @@ func (d *SyncFaultDisk) ask(command string) string {
 // bbolt file's meta page is the last it writes, at offset 0 or one page:
 // below two pages refuses the sync after it, and no other. Each call adds
 // one refusal, taken in order.
-func (d *SyncFaultDisk) FailSync(errno syscall.Errno, below int64) {
+func (d *FaultDisk) FailSync(errno syscall.Errno, below int64) {
 	if answer := d.ask(fmt.Sprintf("fail %d %d", int(errno), below)); answer != "ok" {
-		panic("testkit: the SyncFaultDisk's server: " + answer)
+		panic("testkit: the FaultDisk's server: " + answer)
 	}
 }
 
 // SyncsFailed is how many syncs FailSync's refusals have refused.
-func (d *SyncFaultDisk) SyncsFailed() int64 {
+func (d *FaultDisk) SyncsFailed() int64 {
 	n, err := strconv.ParseInt(d.ask("failed"), 10, 64)
 	if err != nil {
 		return -1
@@ -140,11 +142,31 @@ func (d *SyncFaultDisk) SyncsFailed() int64 {
 	return n
 }
 
-// serveSyncFaults mounts mnt, passing through to under, and serves it,
+// Quota refuses, with EDQUOT, any write, truncate or allocation that would
+// take the folder's files past their size now plus extra bytes (the
+// files' sizes, sparse or not, as a quota on apparent size). A negative
+// extra lifts the quota.
+func (d *FaultDisk) Quota(extra int64) {
+	if answer := d.ask(fmt.Sprintf("quota %d", extra)); answer != "ok" {
+		panic("testkit: the FaultDisk's server: " + answer)
+	}
+}
+
+// QuotaRefusals is how many writes, truncates and allocations the quota
+// has refused.
+func (d *FaultDisk) QuotaRefusals() int64 {
+	n, err := strconv.ParseInt(d.ask("refused"), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// serveFaultDisk mounts mnt, passing through to under, and serves it,
 // taking commands from in (FailSync's and SyncsFailed's) and answering on
 // out, until in ends; then it unmounts. It returns the process's exit code.
-func serveSyncFaults(under, mnt string, in *os.File, out *os.File) int {
-	faults := &syncFaults{}
+func serveFaultDisk(under, mnt string, in *os.File, out *os.File) int {
+	faults := &diskFaults{under: under}
 	root := &fs.LoopbackRoot{Path: under}
 	root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
 		return &faultNode{LoopbackNode: fs.LoopbackNode{RootData: r}, faults: faults}
@@ -152,8 +174,8 @@ func serveSyncFaults(under, mnt string, in *os.File, out *os.File) int {
 	root.RootNode = root.NewNode(root, nil, "", nil)
 	server, err := fs.Mount(mnt, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{
 		DirectMount: true, // as root: no fusermount needed
-		FsName:      "syncfault",
-		Name:        "syncfault",
+		FsName:      "faultdisk",
+		Name:        "faultdisk",
 	}})
 	if err != nil {
 		fmt.Fprintf(out, "error %v\n", err)
@@ -185,11 +207,16 @@ func abortFUSE(dev uint64) {
 	os.WriteFile(abort, []byte("1"), 0o200)
 }
 
-// syncFaults are the refusals a SyncFaultDisk's server was asked for.
-type syncFaults struct {
+// diskFaults are the refusals a FaultDisk's server was asked for.
+type diskFaults struct {
+	under string // the folder served
+
 	mu     sync.Mutex
 	queued []syncFault
 	failed atomic.Int64
+
+	limit   atomic.Int64 // the quota on the files' sizes; 0: none
+	refused atomic.Int64
 }
 
 // syncFault is a sync FailSync asked to refuse.
@@ -199,7 +226,7 @@ type syncFault struct {
 }
 
 // command runs one of the server's commands and returns its answer.
-func (f *syncFaults) command(words []string) string {
+func (f *diskFaults) command(words []string) string {
 	switch {
 	case len(words) == 3 && words[0] == "fail":
 		errno, err1 := strconv.Atoi(words[1])
@@ -213,13 +240,49 @@ func (f *syncFaults) command(words []string) string {
 		return "ok"
 	case len(words) == 1 && words[0] == "failed":
 		return strconv.FormatInt(f.failed.Load(), 10)
+	case len(words) == 2 && words[0] == "quota":
+		extra, err := strconv.ParseInt(words[1], 10, 64)
+		if err != nil {
+			return "bad command"
+		}
+		f.limit.Store(0)
+		if extra >= 0 {
+			f.limit.Store(f.used() + extra)
+		}
+		return "ok"
+	case len(words) == 1 && words[0] == "refused":
+		return strconv.FormatInt(f.refused.Load(), 10)
 	}
 	return "bad command"
 }
 
+// used is the sum of the sizes of the files served.
+func (f *diskFaults) used() (n int64) {
+	filepath.WalkDir(f.under, func(_ string, e os.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if info, err := e.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// grow is the error for taking a file of size bytes to end bytes: EDQUOT
+// when the quota has no room for it.
+func (f *diskFaults) grow(size, end int64) syscall.Errno {
+	limit := f.limit.Load()
+	if limit == 0 || end <= size || f.used()+end-size <= limit {
+		return 0
+	}
+	f.refused.Add(1)
+	return syscall.EDQUOT
+}
+
 // refuse is the error for a sync of a file whose last write began at
 // offset last: the first refusal queued, if it matches, taken.
-func (f *syncFaults) refuse(last int64) syscall.Errno {
+func (f *diskFaults) refuse(last int64) syscall.Errno {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.queued) == 0 || last < 0 || last >= f.queued[0].below {
@@ -231,11 +294,11 @@ func (f *syncFaults) refuse(last int64) syscall.Errno {
 	return errno
 }
 
-// faultNode is a file or folder of a SyncFaultDisk: its files open as
+// faultNode is a file or folder of a FaultDisk: its files open as
 // faultFiles.
 type faultNode struct {
 	fs.LoopbackNode
-	faults *syncFaults
+	faults *diskFaults
 }
 
 func (n *faultNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -258,17 +321,47 @@ func (n *faultNode) wrap(fh fs.FileHandle) fs.FileHandle {
 	return f
 }
 
-// faultFile is an open file of a SyncFaultDisk: it notes where each write
+// faultFile is an open file of a FaultDisk: it notes where each write
 // began, and asks before each sync.
 type faultFile struct {
 	*fs.LoopbackFile
-	faults *syncFaults
+	faults *diskFaults
 	last   atomic.Int64 // where the last write began; -1 before the first
 }
 
 func (f *faultFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if errno := f.grow(ctx, off+int64(len(data))); errno != 0 {
+		return 0, errno
+	}
 	f.last.Store(off)
 	return f.LoopbackFile.Write(ctx, data, off)
+}
+
+// Setattr is refused when it would make the file longer than the quota
+// lets it (bbolt grows its file with ftruncate).
+func (f *faultFile) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if size, ok := in.GetSize(); ok {
+		if errno := f.grow(ctx, int64(size)); errno != 0 {
+			return errno
+		}
+	}
+	return f.LoopbackFile.Setattr(ctx, in, out)
+}
+
+func (f *faultFile) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	if errno := f.grow(ctx, int64(off+size)); errno != 0 {
+		return errno
+	}
+	return f.LoopbackFile.Allocate(ctx, off, size, mode)
+}
+
+// grow asks the quota for taking the file to end bytes.
+func (f *faultFile) grow(ctx context.Context, end int64) syscall.Errno {
+	var attr fuse.AttrOut
+	if errno := f.LoopbackFile.Getattr(ctx, &attr); errno != 0 {
+		return errno
+	}
+	return f.faults.grow(int64(attr.Size), end)
 }
 
 // Fsync takes the file's writes to the disk, and then refuses if asked to:
