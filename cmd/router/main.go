@@ -122,8 +122,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	case "validate":
 		return (&ValidateCommand{Main: m}).Run(ctx, rest)
 	case "version":
-		fmt.Fprintln(m.Stdout, versionString())
-		return nil
+		return m.version(rest)
 	case "bench":
 		return (&BenchCommand{Main: m}).Run(ctx, rest)
 	case "plugin":

@@ -634,6 +634,7 @@ func TestStrayArgumentsAreRefused(t *testing.T) {
 		{[]string{"dlq", "list", "extra"}, `router dlq list takes no arguments, only flags: ["extra"]`},
 		{[]string{"tail", "extra", "-type", "x"}, `router tail takes no arguments, only flags: ["extra"]`},
 		{[]string{"ui", "extra"}, `router ui takes no arguments, only flags: ["extra"]`},
+		{[]string{"version", "extra"}, `router version takes no arguments, only flags: ["extra"]`},
 		{[]string{"backup", "x.db", "extra"}, `backup: one file to write, not 2: ["x.db" "extra"]`},
 		{[]string{"db", "frob", "x"}, `db: unknown subcommand "frob": check, compact or clock`},
 		{[]string{"db", "check", "a", "b"}, `db check: name one data file (given 2: ["a" "b"])`},

@@ -292,7 +292,7 @@ func TestHelpListsTheCommands(t *testing.T) {
 // 2), and a bad flag value is told once, with the usage, and exit 2: main
 // repeated the flag package's line after the usage.
 func TestFlagErrorsAreToldOnce(t *testing.T) {
-	for _, args := range [][]string{{"stats", "-h"}, {"dlq", "list", "-h"}, {"db", "check", "-h"}, {"run", "-h"}, {"plugin", "test", "-h"}} {
+	for _, args := range [][]string{{"stats", "-h"}, {"dlq", "list", "-h"}, {"db", "check", "-h"}, {"run", "-h"}, {"plugin", "test", "-h"}, {"version", "-h"}} {
 		var errb bytes.Buffer
 		m := NewMain(nil, &bytes.Buffer{}, &errb)
 		err := m.Run(context.Background(), args)
@@ -300,7 +300,7 @@ func TestFlagErrorsAreToldOnce(t *testing.T) {
 			t.Errorf("router %v: %v (exit %d)\n%s", args, err, code, errb.String())
 		}
 	}
-	for _, args := range [][]string{{"stats", "-o", "yaml"}, {"run", "-shutdown-timeout", "30"}, {"db", "clock", "-frob", "x.db"}} {
+	for _, args := range [][]string{{"stats", "-o", "yaml"}, {"run", "-shutdown-timeout", "30"}, {"db", "clock", "-frob", "x.db"}, {"version", "-json"}} {
 		var errb bytes.Buffer
 		m := NewMain(nil, &bytes.Buffer{}, &errb)
 		err := m.Run(context.Background(), args)

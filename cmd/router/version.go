@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -19,4 +20,16 @@ func versionString() string {
 		}
 	}
 	return fmt.Sprintf("switchyard %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// version prints versionString. It takes no flags and no arguments:
+// `router version -json` printed the version and exited 0.
+func (m *Main) version(args []string) error {
+	fs := flag.NewFlagSet("router version", flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	if err := parseFlagsOnly(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintln(m.Stdout, versionString())
+	return nil
 }
