@@ -351,6 +351,9 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 			return nil, unavailable(err)
 		}
 		if resp != nil {
+			if err := e.confirmed(ctx); err != nil {
+				return nil, unavailable(err)
+			}
 			return resp, nil // a replay
 		}
 	}
@@ -364,16 +367,33 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 		clear(types)
 		return e.storeRequest(tx, req, outcomes, &resp, now, types)
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, storage.ErrUnconfirmed) {
 		return nil, unavailable(err)
 	}
+	// Stored, or applied and not yet confirmed (storage.ErrUnconfirmed,
+	// told below): the events are in the file, their types need loops.
 	e.settleTypes(req, types)
 	for t, n := range types {
 		e.yield.stored.Add(int64(n))
 		e.metrics.ingestedType(t, n)
 		e.wake(t)
 	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
 	return &resp, nil
+}
+
+// confirmed makes sure the data file's last commit is on disk before a
+// replay promises what the first answer did: while a commit is applied but
+// unconfirmed (storage.ErrUnconfirmed), the record replayed may be one no
+// sync has covered yet, and one more commit covers it.
+func (e *Engine) confirmed(ctx context.Context) error {
+	w, ok := e.store.(interface{ Writable() error })
+	if !ok || !errors.Is(w.Writable(), storage.ErrUnconfirmed) {
+		return nil
+	}
+	return e.store.Update(ctx, func(*storage.Tx) error { return nil })
 }
 
 // typeCounts are Ingest's counts of the events stored per type, reused: a
@@ -546,7 +566,7 @@ func unavailable(err error) error {
 	if errors.Is(err, storage.ErrUnconfirmed) {
 		// Applied, not yet durable: "nothing was stored" would have a
 		// client without a key send a second copy.
-		return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: "the disk did not confirm the write (its sync failed): it may have taken effect; an ingest sent again with the same Idempotency-Key answers as the first did if so (without a key, a resend may store a second copy)", RetryAfter: time.Second, Err: err}
+		return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: "the disk did not confirm the write (its sync failed): the request may have taken effect; look before doing it again (an ingest sent again with the same Idempotency-Key answers as the first did if it was stored; without a key, a resend may store a second copy)", RetryAfter: time.Second, Err: err}
 	}
 	return &switchyard.Error{Code: switchyard.EUNAVAILABLE, Message: "the data file cannot be used; nothing was stored", RetryAfter: time.Second, Err: err}
 }

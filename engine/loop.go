@@ -644,10 +644,18 @@ func (l *Loop) record(ctx context.Context, b *batch, res *PollResult) error {
 		wctx = storage.Later(wctx, outcomeWait, b.hurry)
 	}
 	try := func() error {
-		return l.e.store.Update(wctx, func(tx *storage.Tx) error {
+		err := l.e.store.Update(wctx, func(tx *storage.Tx) error {
 			*res = PollResult{Taken: len(b.items), Failed: b.failed}
 			return l.commit(tx, b, res)
 		})
+		if errors.Is(err, storage.ErrUnconfirmed) {
+			// Applied, on disk once a commit syncs: recorded again, an
+			// attempt would count twice. If the disk loses it, a restart
+			// sends the batch again (docs/decisions/disk-full.md).
+			l.e.log.Warn("the disk did not confirm the commit of delivery outcomes; they stand", "type", l.typ, "events", len(b.items), "error", err)
+			return nil
+		}
+		return err
 	}
 	err := retryCommit(ctx, b.taken.Add(b.pol.MaxProcessingTime), try, func(err error, wait time.Duration) {
 		l.e.log.Warn("recording delivery outcomes failed; trying again, the batch held (not sent again)", "type", l.typ, "events", len(b.items), "retry_in", wait, "error", err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
@@ -54,8 +55,79 @@ func TestIngestOnADiskThatRefusesItsSync(t *testing.T) {
 	if h.record("twice") == nil {
 		t.Fatal("the unconfirmed event is not stored: the answer's 'may be' was not needed")
 	}
+	// The resend's replay promises what a 202 does: it waits for a commit
+	// that syncs, which covers the first (before, it was served from the
+	// unconfirmed record with no sync since).
+	commits := db.Commits()
 	resp, err := h.eng.Ingest(context.Background(), request("twice"))
 	if err != nil || !resp.Replayed || string(resp.Body) != "twice" {
 		t.Fatalf("the same request sent again: %+v, %v, want the first answer replayed", resp, err)
 	}
+	if db.Commits() == commits || db.Writable() != nil {
+		t.Fatalf("the replay was given with no commit since (%d) or the file not writable (%v)", db.Commits()-commits, db.Writable())
+	}
+}
+
+// onFaultDisk is a harness whose engine stores on a FaultDisk.
+func onFaultDisk(t *testing.T, policies string, fake bool, extra ...any) (*harness, *testkit.FaultDisk) {
+	disk := testkit.NewFaultDisk(t)
+	db := storagetest.OpenIn(t, disk.Dir)
+	return newHarness(t, policies, fake, append(extra, storeWrap(func(engine.Store) engine.Store { return db }))...), disk
+}
+
+// A delivery outcome whose commit the disk applied but would not confirm
+// stands as recorded once: recorded again, a failed attempt counted twice
+// (two history entries, max_retries = 1 spent on one attempt: a review).
+func TestAnUnconfirmedOutcomeIsRecordedOnce(t *testing.T) {
+	h, disk := onFaultDisk(t, `
+kafka "busy" { brokers = ["127.0.0.1:1"] }
+event "t.busy" {
+  max_retries = 1
+  route {
+    to    = "kafka.busy"
+    topic = "x"
+  }
+}
+`, true, busySink{name: "kafka.busy"})
+	id := h.ingest("t.busy", 1)[0]
+	metaPages := int64(2 * os.Getpagesize())
+	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, metaPages)
+	if _, err := h.eng.Loop("t.busy").Poll(context.Background()); err != nil {
+		t.Fatalf("poll: %v", err)
+	}
+	if n := disk.SyncsFailed(); n != 2 {
+		t.Fatalf("syncs refused: %d, want 2", n)
+	}
+	if rec := h.record(id); rec.State != storage.StatePending || rec.Attempts != 1 || len(rec.History) != 1 {
+		t.Fatalf("one attempt made: %s, %d attempts, %d in history", rec.State, rec.Attempts, len(rec.History))
+	}
+}
+
+// A catch-all type's first event, stored by a commit the disk would not
+// confirm, gets its loop and is delivered: the 503 returned before the
+// new type was settled, and it waited for a restart (a review).
+func TestAnUnconfirmedNewTypeIsDelivered(t *testing.T) {
+	h, disk := onFaultDisk(t, `
+event "*" {
+  max_types            = 8
+  max_types_per_tenant = 8
+  route {
+    to      = "nats.local"
+    subject = "t.caught"
+  }
+}
+`, false)
+	metaPages := int64(2 * os.Getpagesize())
+	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, metaPages)
+	_, err := h.eng.Ingest(context.Background(), &engine.IngestRequest{
+		Tenant: storage.DefaultTenant, Endpoint: "POST /v1/events",
+		Events: []engine.IngestEvent{{Event: switchyard.Event{ID: "e1", Type: "t.new", Source: "/t", SpecVersion: "1.0"}}},
+		Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+	})
+	if !errors.Is(err, storage.ErrUnconfirmed) {
+		t.Fatalf("ingest with two syncs refused: %v, want ErrUnconfirmed", err)
+	}
+	h.waitDelivered([]string{"e1"}, 10*time.Second)
 }

@@ -65,6 +65,7 @@ type DB struct {
 	closed bool
 	done   chan struct{}
 
+	readers readers       // open read transactions (readers.go)
 	commits atomic.Uint64 // fsynced transactions
 	unclean bool          // the previous run did not stop cleanly
 	// recovered: what the unclean stop called for is done (MarkRecovered).
@@ -500,8 +501,10 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 			group = append(group[:failed], group[failed+1:]...)
 			continue
 		}
-		if _, ok := errors.AsType[*unsyncedError](err); ok {
-			err = db.confirm(err) // applied: not again
+		_, unsynced := errors.AsType[*unsyncedError](err)
+		if unsynced {
+			err = db.confirm(err)        // applied: not again
+			defer db.readers.waitOlder() // before the next commit allocates
 		} else if IsDiskFull(err) && db.releaseReserve() {
 			continue // the same group again, in the room the reserve held
 		}

@@ -181,6 +181,7 @@ func (db *DB) view(fn func(*bolt.Tx) error) (err error) {
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer db.faulted(&err)
+	defer db.readers.leave(db.readers.enter())
 	return db.bolt.View(fn)
 }
 

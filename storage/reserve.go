@@ -132,10 +132,11 @@ func writeReserve(f *os.File, size int64) error {
 // resize error: truncate ...: no space left on device", formatted with
 // %s): a filesystem that allocates what a truncate adds (exFAT and FAT32,
 // an SD card's, or a quota on files' sizes) refuses the commit there, so
-// the text counts too.
+// the text counts too. A lost file, or a commit applied and unconfirmed
+// (whose text may name ENOSPC), is not a full disk: neither is tried again.
 func IsDiskFull(err error) bool {
-	if err == nil {
-		return false
+	if err == nil || errors.Is(err, ErrFileLost) || errors.Is(err, ErrUnconfirmed) {
+		return false // not a commit to try again: lost, or applied
 	}
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		return true

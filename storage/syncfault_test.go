@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -38,9 +40,18 @@ func counted(tx *Tx) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// countOf is the counter in the data file at path, opened anew.
-func countOf(t *testing.T, path string) uint64 {
+// countOnDisk is the counter in what the disk holds of the data file now
+// (a copy of it, opened anew): what a restart after a power cut would find.
+func countOnDisk(t *testing.T, disk *testkit.FaultDisk) uint64 {
 	t.Helper()
+	held, err := os.ReadFile(filepath.Join(disk.Under, "r.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "r.db")
+	if err := os.WriteFile(path, held, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	db, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +71,7 @@ func openOnSyncFaults(t *testing.T) (*testkit.FaultDisk, *DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close(context.Background()) }) // before the disk goes
 	return disk, db
 }
 
@@ -83,12 +95,8 @@ func TestACommitWhoseLastSyncFailedIsConfirmed(t *testing.T) {
 	if err := db.Writable(); err != nil {
 		t.Errorf("Writable after the confirmed commit: %v", err)
 	}
-	path := db.Path()
-	if err := db.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if n := countOf(t, path); n != 2 {
-		t.Fatalf("the counter after a restart: %d, want 2", n)
+	if n := countOnDisk(t, disk); n != 2 {
+		t.Fatalf("the counter on the disk once the commit was told stored: %d, want 2", n)
 	}
 }
 
@@ -96,7 +104,6 @@ func TestACommitWhoseLastSyncFailedIsConfirmed(t *testing.T) {
 // not applied a second time in the reserve's room: it was applied once.
 func TestACommitRefusedAfterItsMetaPageIsNotAppliedTwice(t *testing.T) {
 	disk, db := openOnSyncFaults(t)
-	defer db.Close(context.Background())
 	if made, err := db.HoldReserve(1 << 20); err != nil || !made {
 		t.Fatalf("hold a reserve: made %v, %v", made, err)
 	}
@@ -125,14 +132,78 @@ func TestACommitTheDiskWillNotConfirmSaysItMayBeStored(t *testing.T) {
 	if db.Writable() == nil {
 		t.Error("Writable says nothing after a commit the disk did not confirm")
 	}
+	if n := countOnDisk(t, disk); n != 0 {
+		t.Fatalf("the counter on the disk after the unconfirmed count: %d, want 0 (its meta page not held)", n)
+	}
 	if err := count(db); err != nil {
 		t.Fatalf("the next commit: %v", err)
 	}
-	path := db.Path()
-	if err := db.Close(context.Background()); err != nil {
+	if n := countOnDisk(t, disk); n != 2 {
+		t.Fatalf("the counter on the disk: %d, want 2 (the unconfirmed count made durable by the next)", n)
+	}
+}
+
+// A read open across a commit applied though its last sync failed keeps
+// its snapshot: bbolt, rolling that commit back, counts the pages it freed
+// as free at once, and the commits after it wait for the reads begun
+// before it (DB.readers) rather than write over pages they still walk (a
+// review: the read saw a later commit's values).
+func TestAReadOpenAcrossARefusedSyncKeepsItsSnapshot(t *testing.T) {
+	disk, db := openOnSyncFaults(t)
+	value := func(tag string, i int) []byte { return bytes.Repeat(fmt.Appendf(nil, "%s%04d", tag, i), 20) }
+	put := func(tag string) error {
+		return db.Update(context.Background(), func(tx *Tx) error {
+			for i := range 300 {
+				if err := tx.StatePut("test", fmt.Appendf(nil, "k%04d", i), value(tag, i), time.Time{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := put("old"); err != nil {
 		t.Fatal(err)
 	}
-	if n := countOf(t, path); n != 2 {
-		t.Fatalf("the counter after a restart: %d, want 2 (the unconfirmed count made durable by the next)", n)
+	reading, resume, read := make(chan struct{}), make(chan struct{}), make(chan string, 1)
+	go func() {
+		var bad string
+		db.View(func(tx *Tx) error {
+			close(reading)
+			<-resume
+			for i := range 300 {
+				v, ok, err := tx.StateGet("test", fmt.Appendf(nil, "k%04d", i), time.Now())
+				if err != nil || !ok || !bytes.Equal(v, value("old", i)) {
+					bad = fmt.Sprintf("key %d: %v %v %.20q", i, ok, err, v)
+					break
+				}
+			}
+			return nil
+		})
+		read <- bad
+	}()
+	<-reading
+	disk.FailSync(syscall.EIO, metaPages)
+	if err := put("new"); err != nil { // every leaf the read uses, rewritten
+		t.Fatal(err)
+	}
+	later := make(chan error, 1)
+	go func() {
+		var err error
+		for round := 0; round < 5 && err == nil; round++ { // commits that allocate
+			err = put(fmt.Sprint("n", round))
+		}
+		later <- err
+	}()
+	select {
+	case err := <-later:
+		t.Errorf("the commits after the refused sync did not wait for the read begun before it (%v)", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(resume)
+	if bad := <-read; bad != "" {
+		t.Fatalf("the read open across the refused sync lost its snapshot: %s", bad)
+	}
+	if err := <-later; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -39,7 +40,8 @@ import (
 // for good when a page fault waits on the server while the Go runtime
 // stops the world (the fault cannot stop; the server cannot run).
 type FaultDisk struct {
-	Dir string
+	Dir   string // the filesystem
+	Under string // the folder underneath: what the disk holds
 
 	mu  sync.Mutex
 	in  *os.File      // commands to the server
@@ -65,14 +67,18 @@ func NewFaultDisk(t testing.TB) *FaultDisk {
 		t.Skipf("needs a disk whose sync can fail: FUSE is not available here (%v)", err)
 	}
 	dir := t.TempDir()
-	d := &FaultDisk{Dir: filepath.Join(dir, "mnt")}
-	under := filepath.Join(dir, "under")
+	d := &FaultDisk{Dir: filepath.Join(dir, "mnt"), Under: filepath.Join(dir, "under")}
+	under := d.Under
 	for _, p := range []string{d.Dir, under} {
 		if err := os.Mkdir(p, 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	server := exec.Command(os.Args[0])
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := exec.Command(self)
 	server.Env = append(os.Environ(), faultDiskServe+"="+under+"\n"+d.Dir)
 	server.Stderr = os.Stderr
 	in, err := server.StdinPipe()
@@ -88,7 +94,12 @@ func NewFaultDisk(t testing.TB) *FaultDisk {
 	}
 	d.in, d.out = in.(*os.File), bufio.NewReader(out)
 	t.Cleanup(func() { d.stop(server) })
-	if ready, err := d.out.ReadString('\n'); ready != "ready\n" {
+	mounted := time.AfterFunc(30*time.Second, func() { server.Process.Kill() })
+	ready, err := d.out.ReadString('\n')
+	if !mounted.Stop() {
+		t.Fatal("the FaultDisk's server did not mount it within 30 s")
+	}
+	if ready != "ready\n" {
 		t.Skipf("needs a disk whose sync can fail: mounting a FUSE filesystem takes root or fusermount: %s %v", strings.TrimSpace(ready), err)
 	}
 	return d
@@ -122,8 +133,11 @@ func (d *FaultDisk) ask(command string) string {
 	return strings.TrimSpace(answer)
 }
 
-// FailSync makes one sync refuse with errno, after taking it: the first
-// to come, of a file whose last write began below the offset below. A
+// FailSync makes one sync refuse with errno: the first to come, of a file
+// whose last write began below the offset below. What the file's writes
+// since its last sync replaced is put back underneath (in Under), as a
+// disk whose write-back failed holds what it held, while the kernel's
+// cache of the file (what its open files read) keeps the writes. A
 // bbolt file's meta page is the last it writes, at offset 0 or one page:
 // below two pages refuses the sync after it, and no other. Each call adds
 // one refusal, taken in order.
@@ -176,6 +190,10 @@ func serveFaultDisk(under, mnt string, in *os.File, out *os.File) int {
 		DirectMount: true, // as root: no fusermount needed
 		FsName:      "faultdisk",
 		Name:        "faultdisk",
+		// The kernel's cache of a file keeps what was written though the
+		// file underneath changes (what a refused sync puts back): as a
+		// disk's cache keeps pages whose write-back failed.
+		ExplicitDataCacheControl: true,
 	}})
 	if err != nil {
 		fmt.Fprintf(out, "error %v\n", err)
@@ -322,11 +340,20 @@ func (n *faultNode) wrap(fh fs.FileHandle) fs.FileHandle {
 }
 
 // faultFile is an open file of a FaultDisk: it notes where each write
-// began, and asks before each sync.
+// began and what it replaced, and asks before each sync.
 type faultFile struct {
 	*fs.LoopbackFile
 	faults *diskFaults
 	last   atomic.Int64 // where the last write began; -1 before the first
+
+	mu       sync.Mutex
+	unsynced []replaced // by the writes since the last sync, in order
+}
+
+// replaced is what a write replaced: the bytes at off before it.
+type replaced struct {
+	off int64
+	was []byte
 }
 
 func (f *faultFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
@@ -334,6 +361,14 @@ func (f *faultFile) Write(ctx context.Context, data []byte, off int64) (uint32, 
 		return 0, errno
 	}
 	f.last.Store(off)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	was := make([]byte, len(data))
+	if r, errno := f.LoopbackFile.Read(ctx, was, off); errno == 0 {
+		b, _ := r.Bytes(was)
+		f.unsynced = append(f.unsynced, replaced{off: off, was: bytes.Clone(b)})
+		r.Done()
+	}
 	return f.LoopbackFile.Write(ctx, data, off)
 }
 
@@ -364,13 +399,22 @@ func (f *faultFile) grow(ctx context.Context, end int64) syscall.Errno {
 	return f.faults.grow(int64(attr.Size), end)
 }
 
-// Fsync takes the file's writes to the disk, and then refuses if asked to:
-// the writes stay taken, as after a write-back error.
+// Fsync takes the file's writes to the disk, or, if asked to refuse,
+// puts back underneath what they replaced (the last first) and refuses.
 func (f *faultFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	refused := f.faults.refuse(f.last.Load())
+	if refused != 0 {
+		for i := len(f.unsynced) - 1; i >= 0; i-- {
+			f.LoopbackFile.Write(ctx, f.unsynced[i].was, f.unsynced[i].off)
+		}
+	}
+	f.unsynced = f.unsynced[:0]
 	if errno := f.LoopbackFile.Fsync(ctx, flags); errno != 0 {
 		return errno
 	}
-	return f.faults.refuse(f.last.Load())
+	return refused
 }
 
 // PassthroughFd keeps the kernel's FUSE passthrough off: with it, reads

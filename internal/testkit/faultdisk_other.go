@@ -9,7 +9,7 @@ import (
 
 // FaultDisk is a folder whose files' syncs can be refused, on Linux
 // (faultdisk_linux.go): elsewhere the test is skipped.
-type FaultDisk struct{ Dir string }
+type FaultDisk struct{ Dir, Under string }
 
 // NewFaultDisk skips the test: it needs Linux's FUSE.
 func NewFaultDisk(t testing.TB) *FaultDisk {
