@@ -341,20 +341,8 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 	// Only a request with a scope can have been seen before: the common
 	// case (no key, router-assigned ids) skips the read transaction.
 	if len(scopes) > 0 {
-		var resp *Response
-		err := e.store.View(func(tx *storage.Tx) error {
-			var err error
-			resp, err = req.lookup(tx, now, outcomes)
-			return err
-		})
-		if err != nil {
-			return nil, unavailable(err)
-		}
-		if resp != nil {
-			if err := e.confirmed(ctx); err != nil {
-				return nil, unavailable(err)
-			}
-			return resp, nil // a replay
+		if resp, err := e.replay(ctx, req, now, outcomes); resp != nil || err != nil {
+			return resp, err
 		}
 	}
 	if err := e.space.check(); err != nil {
@@ -382,6 +370,24 @@ func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, err
 		return nil, unavailable(err)
 	}
 	return &resp, nil
+}
+
+// replay is the stored answer to a request seen before (nil: none), given
+// once it is on disk (confirmed).
+func (e *Engine) replay(ctx context.Context, req *IngestRequest, now time.Time, outcomes []Outcome) (*Response, error) {
+	var resp *Response
+	err := e.store.View(func(tx *storage.Tx) error {
+		var err error
+		resp, err = req.lookup(tx, now, outcomes)
+		return err
+	})
+	if err == nil && resp != nil {
+		err = e.confirmed(ctx)
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return resp, nil
 }
 
 // confirmed makes sure the data file's last commit is on disk before a
