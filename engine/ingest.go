@@ -382,7 +382,9 @@ func (e *Engine) replay(ctx context.Context, req *IngestRequest, now time.Time, 
 		return err
 	})
 	if err == nil && resp != nil {
-		err = e.confirmed(ctx)
+		if err = e.confirmed(ctx); err != nil && !errors.Is(err, storage.ErrUnconfirmed) {
+			err = fmt.Errorf("%w: %w", storage.ErrUnconfirmed, err) // stored, not on the disk
+		}
 	}
 	if err != nil {
 		return nil, unavailable(err)

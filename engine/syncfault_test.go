@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -130,4 +131,63 @@ event "*" {
 		t.Fatalf("ingest with two syncs refused: %v, want ErrUnconfirmed", err)
 	}
 	h.waitDelivered([]string{"e1"}, 10*time.Second)
+}
+
+// A replay waits for the disk through other failures: a commit that fails
+// before its meta page, after an unconfirmed one, does not make the file
+// look confirmed (a 202 replay was given with nothing synced, the event
+// not on the disk: a review), and a replay whose confirming commit fails
+// says the request may have taken effect, not that nothing was stored.
+func TestAReplayWaitsForTheDiskThroughOtherFailures(t *testing.T) {
+	disk := testkit.NewFaultDisk(t)
+	db := storagetest.OpenIn(t, disk.Dir)
+	h := newHarness(t, twoRoutes, true, storeWrap(func(engine.Store) engine.Store { return db }))
+	metaPages, anySync := int64(2*os.Getpagesize()), int64(1)<<40
+	request := &engine.IngestRequest{
+		Tenant: storage.DefaultTenant, Endpoint: "POST /v1/events", Key: "k", Digest: []byte("d"),
+		Events: []engine.IngestEvent{{Event: switchyard.Event{ID: "x", Type: "t.two", Source: "/t", SpecVersion: "1.0"}}},
+		Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+	}
+	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, metaPages)
+	if _, err := h.eng.Ingest(context.Background(), request); !errors.Is(err, storage.ErrUnconfirmed) {
+		t.Fatalf("ingest with two syncs refused: %v, want ErrUnconfirmed", err)
+	}
+	disk.FailSync(syscall.EIO, anySync) // a commit refused before its meta page
+	if err := db.Update(context.Background(), func(tx *storage.Tx) error { return tx.StatePut("t", []byte("k"), []byte("v"), time.Time{}) }); err == nil || errors.Is(err, storage.ErrUnconfirmed) {
+		t.Fatalf("a commit refused before its meta page: %v", err)
+	}
+	disk.FailSync(syscall.EIO, anySync) // the replay's confirming commit
+	_, err := h.eng.Ingest(context.Background(), request)
+	var coded *switchyard.Error
+	if !errors.As(err, &coded) || !strings.Contains(coded.Message, "may have taken effect") {
+		t.Fatalf("the replay whose confirming commit failed: %v, want 503 saying it may have taken effect", err)
+	}
+	resp, err := h.eng.Ingest(context.Background(), request)
+	if err != nil || !resp.Replayed {
+		t.Fatalf("the replay once the disk syncs: %+v, %v", resp, err)
+	}
+	if !onDisk(t, disk, storage.EventKey(storage.DefaultTenant, "x")) {
+		t.Fatal("a 202 was replayed for an event the disk does not hold")
+	}
+}
+
+// onDisk reports whether what the disk holds of the data file (a copy,
+// opened anew) has the record under key.
+func onDisk(t *testing.T, disk *testkit.FaultDisk, key string) bool {
+	t.Helper()
+	held, err := os.ReadFile(filepath.Join(disk.Under, "router.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "router.db")
+	if err := os.WriteFile(path, held, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db := storagetest.OpenAt(t, path)
+	err = db.View(func(tx *storage.Tx) error { _, err := tx.Record(key); return err })
+	if err != nil && !errors.Is(err, storage.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
 }

@@ -73,6 +73,10 @@ type DB struct {
 	// commitErr is the error of the last commit when it failed (a full
 	// disk, an I/O error); nil after one succeeds.
 	commitErr atomic.Pointer[error]
+	// unconfirmed is the error of the last commit applied but not on the
+	// disk (ErrUnconfirmed), kept until a commit syncs: a later commit
+	// failing otherwise replaces commitErr, not this.
+	unconfirmed atomic.Pointer[error]
 	// used is the bytes of pages in use after the last commit (Used).
 	used atomic.Int64
 	// opened is the data file as it was opened; lost is set once the file
@@ -511,8 +515,12 @@ func (db *DB) commit(group []*write) (done lastCommit) {
 		if err != nil {
 			err = fmt.Errorf("storage: commit: %w", err)
 			db.commitErr.Store(&err)
+			if errors.Is(err, ErrUnconfirmed) {
+				db.unconfirmed.Store(&err)
+			}
 		} else {
 			db.commitErr.Store(nil)
+			db.unconfirmed.Store(nil)
 			db.commits.Add(1)
 			db.clock.kept = max(db.clock.kept, clock)
 			db.mapStart.Store(db.bolt.Info().Data) // the writer remaps, and only in a commit
@@ -563,10 +571,15 @@ func (db *DB) pagesInUse() (int64, error) {
 	return size - int64(db.bolt.Stats().FreeAlloc), nil
 }
 
-// Writable reports why the data file cannot take writes: the error of the
-// last commit when it failed; nil when it succeeded (or none was made).
+// Writable reports why the data file cannot take writes: a commit applied
+// and not yet on the disk (ErrUnconfirmed) until one syncs, else the
+// error of the last commit when it failed; nil when it succeeded (or none
+// was made).
 func (db *DB) Writable() error {
 	if p := db.lost.Load(); p != nil {
+		return *p
+	}
+	if p := db.unconfirmed.Load(); p != nil {
 		return *p
 	}
 	if p := db.commitErr.Load(); p != nil {

@@ -88,17 +88,47 @@ func CheckFile(path string) (*CheckReport, error) {
 // go on meanwhile and the copy holds exactly what was committed when it
 // began. size, if set, learns the copy's size before it is written (an
 // HTTP Content-Length). It returns the bytes written.
+// A backup a refused sync overtakes ends with ErrBackupOvertaken rather
+// than hold the writer, which waits for the reads begun before such a
+// commit (readers): for as long as a slow client takes to read it.
 func (db *DB) Backup(w io.Writer, size func(int64)) (int64, error) {
+	gen := db.readers.enter() // the view's own generation, or an older one
+	defer db.readers.leave(gen)
 	var n int64
+	o := &overtakable{w: w, readers: &db.readers, gen: gen}
 	err := db.view(func(tx *bolt.Tx) error {
 		if size != nil {
 			size(tx.Size())
 		}
 		var err error
-		n, err = tx.WriteTo(w)
+		n, err = tx.WriteTo(o)
 		return err
 	})
+	if o.overtaken {
+		err = ErrBackupOvertaken // bbolt keeps only its text
+	}
 	return n, err
+}
+
+// ErrBackupOvertaken ends a backup during which the disk refused a sync
+// after a commit: the copy is given up, and may be made again at once.
+var ErrBackupOvertaken = errors.New("the disk refused a sync while the backup was read (docs/decisions/disk-full.md): it is given up; make it again")
+
+// overtakable is a backup's writer: each write fails once a generation of
+// reads has begun after the backup's (readers.waitOlder waits for it).
+type overtakable struct {
+	w         io.Writer
+	readers   *readers
+	gen       uint64
+	overtaken bool
+}
+
+func (o *overtakable) Write(p []byte) (int, error) {
+	if o.readers.current() != o.gen {
+		o.overtaken = true
+		return 0, ErrBackupOvertaken
+	}
+	return o.w.Write(p)
 }
 
 // Space is how much room the data file takes and has.

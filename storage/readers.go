@@ -54,3 +54,10 @@ func (r *readers) waitOlder() {
 		r.ended.Wait()
 	}
 }
+
+// current is the generation a read beginning now would be counted in.
+func (r *readers) current() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gen
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -205,5 +206,46 @@ func TestAReadOpenAcrossARefusedSyncKeepsItsSnapshot(t *testing.T) {
 	}
 	if err := <-later; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// slowWriter takes each write after a pause, and says when the first
+// began.
+type slowWriter struct {
+	began chan struct{}
+	once  sync.Once
+	n     int64
+}
+
+func (s *slowWriter) Write(p []byte) (int, error) {
+	s.once.Do(func() { close(s.began) })
+	time.Sleep(100 * time.Millisecond)
+	s.n += int64(len(p))
+	return len(p), nil
+}
+
+// A backup a refused sync overtakes is given up at its next write rather
+// than hold the writer, which waits for the reads begun before such a
+// commit, for as long as its slow client takes (a review: commits waited
+// for the whole backup).
+func TestABackupARefusedSyncOvertakesIsGivenUp(t *testing.T) {
+	disk, db := openOnSyncFaults(t)
+	insertBatches(t, db, 2_000) // a file of some pages: many writes of a backup
+	w := &slowWriter{began: make(chan struct{})}
+	backedUp := make(chan error, 1)
+	go func() {
+		_, err := db.Backup(w, nil)
+		backedUp <- err
+	}()
+	<-w.began
+	disk.FailSync(syscall.EIO, metaPages)
+	if err := count(db); err != nil { // confirmed
+		t.Fatal(err)
+	}
+	if err := count(db); err != nil { // after the writer's wait
+		t.Fatal(err)
+	}
+	if err := <-backedUp; !errors.Is(err, ErrBackupOvertaken) {
+		t.Fatalf("the backup a refused sync overtook: %v (%d of %d bytes), want ErrBackupOvertaken", err, w.n, db.Size())
 	}
 }

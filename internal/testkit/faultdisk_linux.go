@@ -139,8 +139,9 @@ func (d *FaultDisk) ask(command string) string {
 // disk whose write-back failed holds what it held, while the kernel's
 // cache of the file (what its open files read) keeps the writes. A
 // bbolt file's meta page is the last it writes, at offset 0 or one page:
-// below two pages refuses the sync after it, and no other. Each call adds
-// one refusal, taken in order.
+// below two pages refuses the sync after it, or, when a sync comes before
+// any other write (bbolt's after it grows the file, an empty commit's
+// first), that one. Each call adds one refusal, taken in order.
 func (d *FaultDisk) FailSync(errno syscall.Errno, below int64) {
 	if answer := d.ask(fmt.Sprintf("fail %d %d", int(errno), below)); answer != "ok" {
 		panic("testkit: the FaultDisk's server: " + answer)
