@@ -50,12 +50,9 @@ event "*" {
 	noLoops(t, h, "t.new")
 }
 
-// Requests racing to add new types never take the catch-all past
-// max_types: of 64 concurrent requests for 32 new types (two each), those
-// of exactly max_types types are stored, the others refused with
-// too_many_event_types.
-func TestConcurrentNewTypesStayWithinMaxTypes(t *testing.T) {
-	h := newHarness(t, `
+// catchAllOf8 is a catch-all taking 8 types, for a tenant too, to one
+// subject.
+const catchAllOf8 = `
 event "*" {
   max_types            = 8
   max_types_per_tenant = 8
@@ -64,7 +61,14 @@ event "*" {
     subject = "t.caught"
   }
 }
-`, false)
+`
+
+// Requests racing to add new types never take the catch-all past
+// max_types: of 64 concurrent requests for 32 new types (two each), those
+// of exactly max_types types are stored, the others refused with
+// too_many_event_types.
+func TestConcurrentNewTypesStayWithinMaxTypes(t *testing.T) {
+	h := newHarness(t, catchAllOf8, false)
 	var mu sync.Mutex
 	stored := map[string]int{}
 	var wg sync.WaitGroup

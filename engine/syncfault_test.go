@@ -3,8 +3,6 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,10 +21,8 @@ import (
 // it may be stored, not that nothing was: it is, and sent again with its
 // Idempotency-Key it gets the first answer, stored once.
 func TestIngestOnADiskThatRefusesItsSync(t *testing.T) {
-	disk := testkit.NewFaultDisk(t)
-	db := storagetest.OpenIn(t, disk.Dir)
-	h := newHarness(t, twoRoutes, true, storeWrap(func(engine.Store) engine.Store { return db }))
-	metaPages := int64(2 * os.Getpagesize()) // bbolt's meta page, written last
+	h, disk := onFaultDisk(t, twoRoutes, true)
+	db := h.db
 	request := func(id string) *engine.IngestRequest {
 		return &engine.IngestRequest{
 			Tenant: storage.DefaultTenant, Endpoint: "POST /v1/events", Key: "key-" + id, Digest: []byte(id),
@@ -35,7 +31,7 @@ func TestIngestOnADiskThatRefusesItsSync(t *testing.T) {
 		}
 	}
 
-	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
 	if _, err := h.eng.Ingest(context.Background(), request("once")); err != nil {
 		t.Fatalf("ingest with one sync refused: %v, want it acknowledged", err)
 	}
@@ -43,8 +39,8 @@ func TestIngestOnADiskThatRefusesItsSync(t *testing.T) {
 		t.Fatal("the acknowledged event is not stored")
 	}
 
-	disk.FailSync(syscall.EIO, metaPages)
-	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
 	_, err := h.eng.Ingest(context.Background(), request("twice"))
 	var coded *switchyard.Error
 	if !errors.As(err, &coded) || coded.Code != switchyard.EUNAVAILABLE || !strings.Contains(coded.Message, "may have taken effect") || strings.Contains(coded.Message, "nothing was stored") {
@@ -69,11 +65,13 @@ func TestIngestOnADiskThatRefusesItsSync(t *testing.T) {
 	}
 }
 
-// onFaultDisk is a harness whose engine stores on a FaultDisk.
+// onFaultDisk is a harness whose engine stores on a FaultDisk (h.db).
 func onFaultDisk(t *testing.T, policies string, fake bool, extra ...any) (*harness, *testkit.FaultDisk) {
 	disk := testkit.NewFaultDisk(t)
 	db := storagetest.OpenIn(t, disk.Dir)
-	return newHarness(t, policies, fake, append(extra, storeWrap(func(engine.Store) engine.Store { return db }))...), disk
+	h := newHarness(t, policies, fake, append(extra, storeWrap(func(engine.Store) engine.Store { return db }))...)
+	h.db = db
+	return h, disk
 }
 
 // A delivery outcome whose commit the disk applied but would not confirm
@@ -91,9 +89,8 @@ event "t.busy" {
 }
 `, true, busySink{name: "kafka.busy"})
 	id := h.ingest("t.busy", 1)[0]
-	metaPages := int64(2 * os.Getpagesize())
-	disk.FailSync(syscall.EIO, metaPages)
-	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
 	if _, err := h.eng.Loop("t.busy").Poll(context.Background()); err != nil {
 		t.Fatalf("poll: %v", err)
 	}
@@ -109,19 +106,9 @@ event "t.busy" {
 // confirm, gets its loop and is delivered: the 503 returned before the
 // new type was settled, and it waited for a restart (a review).
 func TestAnUnconfirmedNewTypeIsDelivered(t *testing.T) {
-	h, disk := onFaultDisk(t, `
-event "*" {
-  max_types            = 8
-  max_types_per_tenant = 8
-  route {
-    to      = "nats.local"
-    subject = "t.caught"
-  }
-}
-`, false)
-	metaPages := int64(2 * os.Getpagesize())
-	disk.FailSync(syscall.EIO, metaPages)
-	disk.FailSync(syscall.EIO, metaPages)
+	h, disk := onFaultDisk(t, catchAllOf8, false)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
 	_, err := h.eng.Ingest(context.Background(), &engine.IngestRequest{
 		Tenant: storage.DefaultTenant, Endpoint: "POST /v1/events",
 		Events: []engine.IngestEvent{{Event: switchyard.Event{ID: "e1", Type: "t.new", Source: "/t", SpecVersion: "1.0"}}},
@@ -139,25 +126,23 @@ event "*" {
 // not on the disk: a review), and a replay whose confirming commit fails
 // says the request may have taken effect, not that nothing was stored.
 func TestAReplayWaitsForTheDiskThroughOtherFailures(t *testing.T) {
-	disk := testkit.NewFaultDisk(t)
-	db := storagetest.OpenIn(t, disk.Dir)
-	h := newHarness(t, twoRoutes, true, storeWrap(func(engine.Store) engine.Store { return db }))
-	metaPages, anySync := int64(2*os.Getpagesize()), int64(1)<<40
+	h, disk := onFaultDisk(t, twoRoutes, true)
+	db := h.db
 	request := &engine.IngestRequest{
 		Tenant: storage.DefaultTenant, Endpoint: "POST /v1/events", Key: "k", Digest: []byte("d"),
 		Events: []engine.IngestEvent{{Event: switchyard.Event{ID: "x", Type: "t.two", Source: "/t", SpecVersion: "1.0"}}},
 		Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
 	}
-	disk.FailSync(syscall.EIO, metaPages)
-	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
 	if _, err := h.eng.Ingest(context.Background(), request); !errors.Is(err, storage.ErrUnconfirmed) {
 		t.Fatalf("ingest with two syncs refused: %v, want ErrUnconfirmed", err)
 	}
-	disk.FailSync(syscall.EIO, anySync) // a commit refused before its meta page
+	disk.FailSync(syscall.EIO, testkit.AnySync) // a commit refused before its meta page
 	if err := db.Update(context.Background(), func(tx *storage.Tx) error { return tx.StatePut("t", []byte("k"), []byte("v"), time.Time{}) }); err == nil || errors.Is(err, storage.ErrUnconfirmed) {
 		t.Fatalf("a commit refused before its meta page: %v", err)
 	}
-	disk.FailSync(syscall.EIO, anySync) // the replay's confirming commit
+	disk.FailSync(syscall.EIO, testkit.AnySync) // the replay's confirming commit
 	_, err := h.eng.Ingest(context.Background(), request)
 	var coded *switchyard.Error
 	if !errors.As(err, &coded) || !strings.Contains(coded.Message, "may have taken effect") {
@@ -176,16 +161,8 @@ func TestAReplayWaitsForTheDiskThroughOtherFailures(t *testing.T) {
 // opened anew) has the record under key.
 func onDisk(t *testing.T, disk *testkit.FaultDisk, key string) bool {
 	t.Helper()
-	held, err := os.ReadFile(filepath.Join(disk.Under, "router.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "router.db")
-	if err := os.WriteFile(path, held, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	db := storagetest.OpenAt(t, path)
-	err = db.View(func(tx *storage.Tx) error { _, err := tx.Record(key); return err })
+	db := storagetest.OpenAt(t, disk.Held(t, "router.db"))
+	err := db.View(func(tx *storage.Tx) error { _, err := tx.Record(key); return err })
 	if err != nil && !errors.Is(err, storage.ErrNotFound) {
 		t.Fatal(err)
 	}

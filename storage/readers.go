@@ -34,7 +34,7 @@ func (r *readers) enter() uint64 {
 // leave counts the read of generation g ending.
 func (r *readers) leave(g uint64) {
 	r.mu.Lock()
-	if r.open[g&1]--; r.open[g&1] == 0 && r.ended.L != nil {
+	if r.open[g&1]--; r.open[g&1] == 0 {
 		r.ended.Broadcast()
 	}
 	r.mu.Unlock()

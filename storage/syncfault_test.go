@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -15,10 +14,6 @@ import (
 
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
-
-// metaPages is where bbolt writes a commit's meta page, last: offset 0 or
-// one page. A sync refused below it is the sync after the meta page.
-var metaPages = int64(2 * os.Getpagesize())
 
 // count adds one to a counter kept in the data file, in one commit, and
 // returns the commit's error.
@@ -45,14 +40,7 @@ func counted(tx *Tx) (uint64, error) {
 // (a copy of it, opened anew): what a restart after a power cut would find.
 func countOnDisk(t *testing.T, disk *testkit.FaultDisk) uint64 {
 	t.Helper()
-	held, err := os.ReadFile(filepath.Join(disk.Under, "r.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "r.db")
-	if err := os.WriteFile(path, held, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := disk.Held(t, "r.db")
 	db, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +74,7 @@ func TestACommitWhoseLastSyncFailedIsConfirmed(t *testing.T) {
 	if err := count(db); err != nil {
 		t.Fatal(err)
 	}
-	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
 	if err := count(db); err != nil {
 		t.Errorf("the commit whose meta page's sync failed once: %v, want it confirmed", err)
 	}
@@ -108,7 +96,7 @@ func TestACommitRefusedAfterItsMetaPageIsNotAppliedTwice(t *testing.T) {
 	if made, err := db.HoldReserve(1 << 20); err != nil || !made {
 		t.Fatalf("hold a reserve: made %v, %v", made, err)
 	}
-	disk.FailSync(syscall.ENOSPC, metaPages)
+	disk.FailSync(syscall.ENOSPC, testkit.MetaPages)
 	if err := count(db); err != nil {
 		t.Errorf("the commit refused after its meta page: %v, want it confirmed", err)
 	}
@@ -124,8 +112,8 @@ func TestACommitRefusedAfterItsMetaPageIsNotAppliedTwice(t *testing.T) {
 // plain failure; the next commit that syncs makes them durable.
 func TestACommitTheDiskWillNotConfirmSaysItMayBeStored(t *testing.T) {
 	disk, db := openOnSyncFaults(t)
-	disk.FailSync(syscall.EIO, metaPages)
-	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
 	err := count(db)
 	if !errors.Is(err, ErrUnconfirmed) || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("a commit whose sync and confirmation failed: %v, want ErrUnconfirmed and EIO", err)
@@ -183,7 +171,7 @@ func TestAReadOpenAcrossARefusedSyncKeepsItsSnapshot(t *testing.T) {
 		read <- bad
 	}()
 	<-reading
-	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
 	if err := put("new"); err != nil { // every leaf the read uses, rewritten
 		t.Fatal(err)
 	}
@@ -238,7 +226,7 @@ func TestABackupARefusedSyncOvertakesIsGivenUp(t *testing.T) {
 		backedUp <- err
 	}()
 	<-w.began
-	disk.FailSync(syscall.EIO, metaPages)
+	disk.FailSync(syscall.EIO, testkit.MetaPages)
 	if err := count(db); err != nil { // confirmed
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,7 +26,6 @@ func TestASyncRefusedNowAndThenLosesNothing(t *testing.T) {
 	}
 	disk := testkit.NewFaultDisk(t)
 	r := routerOnDisk(t, disk.Dir, "")
-	metaPages := int64(2 * os.Getpagesize())
 	stop := make(chan struct{})
 	refusing := make(chan struct{})
 	go func() {
@@ -38,9 +36,9 @@ func TestASyncRefusedNowAndThenLosesNothing(t *testing.T) {
 				return
 			case <-time.After(150 * time.Millisecond):
 			}
-			disk.FailSync(syscall.EIO, metaPages)
+			disk.FailSync(syscall.EIO, testkit.MetaPages)
 			if i%4 == 3 { // the confirming commit's too
-				disk.FailSync(syscall.EIO, metaPages)
+				disk.FailSync(syscall.EIO, testkit.MetaPages)
 			}
 		}
 	}()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,44 +134,64 @@ func (d *FaultDisk) ask(command string) string {
 	return strings.TrimSpace(answer)
 }
 
+// MetaPages is FailSync's offset for the sync after a bbolt file's meta
+// page: bbolt writes it last, at offset 0 or one page.
+var MetaPages = int64(2 * os.Getpagesize())
+
+// AnySync is FailSync's offset for the next sync of any file.
+const AnySync = int64(math.MaxInt64)
+
 // FailSync makes one sync refuse with errno: the first to come, of a file
 // whose last write began below the offset below. What the file's writes
 // since its last sync replaced is put back underneath (in Under), as a
 // disk whose write-back failed holds what it held, while the kernel's
-// cache of the file (what its open files read) keeps the writes. A
-// bbolt file's meta page is the last it writes, at offset 0 or one page:
-// below two pages refuses the sync after it, or, when a sync comes before
-// any other write (bbolt's after it grows the file, an empty commit's
-// first), that one. Each call adds one refusal, taken in order.
+// cache of the file (what its open files read) keeps the writes. Below
+// MetaPages refuses the sync after a bbolt meta page or, when a sync comes
+// before any other write (bbolt's after it grows the file, an empty
+// commit's first), that one. Each call adds one refusal, taken in order.
 func (d *FaultDisk) FailSync(errno syscall.Errno, below int64) {
-	if answer := d.ask(fmt.Sprintf("fail %d %d", int(errno), below)); answer != "ok" {
-		panic("testkit: the FaultDisk's server: " + answer)
-	}
+	d.tell(fmt.Sprintf("fail %d %d", int(errno), below))
 }
 
 // SyncsFailed is how many syncs FailSync's refusals have refused.
-func (d *FaultDisk) SyncsFailed() int64 {
-	n, err := strconv.ParseInt(d.ask("failed"), 10, 64)
-	if err != nil {
-		return -1
-	}
-	return n
-}
+func (d *FaultDisk) SyncsFailed() int64 { return d.count("failed") }
 
 // Quota refuses, with EDQUOT, any write, truncate or allocation that would
 // take the folder's files past their size now plus extra bytes (the
 // files' sizes, sparse or not, as a quota on apparent size). A negative
 // extra lifts the quota.
-func (d *FaultDisk) Quota(extra int64) {
-	if answer := d.ask(fmt.Sprintf("quota %d", extra)); answer != "ok" {
+func (d *FaultDisk) Quota(extra int64) { d.tell(fmt.Sprintf("quota %d", extra)) }
+
+// QuotaRefusals is how many writes, truncates and allocations the quota
+// has refused.
+func (d *FaultDisk) QuotaRefusals() int64 { return d.count("refused") }
+
+// Held is the path of a copy of what the disk holds of the file name (in
+// Under, not what the kernel's cache shows): what a restart after a power
+// cut would find.
+func (d *FaultDisk) Held(t testing.TB, name string) string {
+	t.Helper()
+	held, err := os.ReadFile(filepath.Join(d.Under, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, held, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// tell sends the server a command that answers ok.
+func (d *FaultDisk) tell(command string) {
+	if answer := d.ask(command); answer != "ok" {
 		panic("testkit: the FaultDisk's server: " + answer)
 	}
 }
 
-// QuotaRefusals is how many writes, truncates and allocations the quota
-// has refused.
-func (d *FaultDisk) QuotaRefusals() int64 {
-	n, err := strconv.ParseInt(d.ask("refused"), 10, 64)
+// count sends the server a command that answers a count (-1: it did not).
+func (d *FaultDisk) count(command string) int64 {
+	n, err := strconv.ParseInt(d.ask(command), 10, 64)
 	if err != nil {
 		return -1
 	}
@@ -178,7 +199,7 @@ func (d *FaultDisk) QuotaRefusals() int64 {
 }
 
 // serveFaultDisk mounts mnt, passing through to under, and serves it,
-// taking commands from in (FailSync's and SyncsFailed's) and answering on
+// taking commands from in (FailSync's, Quota's and their counts) and answering on
 // out, until in ends; then it unmounts. It returns the process's exit code.
 func serveFaultDisk(under, mnt string, in *os.File, out *os.File) int {
 	faults := &diskFaults{under: under}

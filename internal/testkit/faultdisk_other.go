@@ -3,9 +3,17 @@
 package testkit
 
 import (
+	"math"
+	"os"
 	"syscall"
 	"testing"
 )
+
+// MetaPages is FailSync's offset for the sync after a bbolt meta page.
+var MetaPages = int64(2 * os.Getpagesize())
+
+// AnySync is FailSync's offset for the next sync of any file.
+const AnySync = int64(math.MaxInt64)
 
 // FaultDisk is a folder whose files' syncs can be refused, on Linux
 // (faultdisk_linux.go): elsewhere the test is skipped.
@@ -28,3 +36,6 @@ func (d *FaultDisk) Quota(extra int64) {}
 
 // QuotaRefusals goes with NewFaultDisk.
 func (d *FaultDisk) QuotaRefusals() int64 { return 0 }
+
+// Held goes with NewFaultDisk.
+func (d *FaultDisk) Held(t testing.TB, name string) string { return "" }
