@@ -318,11 +318,11 @@ func (l *Loop) run(ctx context.Context) {
 		// stateful plugin's events a second ahead): their next due time
 		// does not shorten the wait, or the loop would rerun them every
 		// second for as long as the disk stays full (a review).
-		requeuedOnly := taken > 0 && transit.settled == 0
+		requeuedOnly, moved := taken > 0 && transit.settled == 0, transit.settled > 0
 		out.settled(&transit)
 		d, backOff := l.nextDelay(full && !out.probing), out.probing || err != nil || l.e.takesNothing()
 		if !backOff && !requeuedOnly {
-			d = l.untilNextDue(d, pol)
+			d = l.untilNextDue(d, pol, moved)
 		}
 		kicked, ok := l.wait(ctx, timer, d, backOff)
 		if !ok {
@@ -432,6 +432,19 @@ func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, bac
 		wake = nil
 		d = min(d, outageProbe)
 	}
+	if d <= 0 && !backOff {
+		// At once (untilNextDue): the next take sees what a wake-up
+		// pending now says was stored, so it is taken here; left
+		// pending, it would hurry the next outcome's commit that waits
+		// for company (await), one commit more an event at a low rate.
+		select {
+		case <-l.kickC:
+			return true, ctx.Err() == nil
+		case <-wake:
+		default:
+		}
+		return false, ctx.Err() == nil
+	}
 	timer.Reset(d)
 	select {
 	case <-ctx.Done():
@@ -452,14 +465,35 @@ func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, bac
 // default), and a 1 s backoff waited a minute (a plugin author's trial).
 // Not while the loop backs off: during an outage the probes' cadence
 // governs (the events that wait it out come due every second or so).
-func (l *Loop) untilNextDue(d time.Duration, pol *config.Policy) time.Duration {
+//
+// After a poll that ended attempts (moved), events due already that it
+// did not take are taken at once: the next of a key's line, which waits
+// for the outcome this poll recorded (ordering = "key": a burst of one
+// key waited the growing delay before each event, 12 s for eight), and
+// events a batch left for the next (outputsFull). A poll that moved
+// nothing waits as before, so due events that stay behind (a line whose
+// first event waits out a backoff, events noted in an outage) cost one
+// more poll, not a spin.
+func (l *Loop) untilNextDue(d time.Duration, pol *config.Policy, moved bool) time.Duration {
 	now := l.e.now()
 	var next time.Time
-	var ok bool
+	var ok, dueNow bool
 	if err := l.e.store.View(func(tx *storage.Tx) error {
+		if moved {
+			if first, any := tx.FirstDue(l.typ); any && !first.After(now) {
+				dueNow = true
+				return nil
+			}
+		}
 		next, ok = tx.NextDue(l.typ, now)
 		return nil
-	}); err != nil || !ok {
+	}); err != nil {
+		return d
+	}
+	switch {
+	case dueNow:
+		return 0
+	case !ok:
 		return d
 	}
 	return min(d, max(next.Sub(now), pol.Polling.Min))

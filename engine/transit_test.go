@@ -87,6 +87,74 @@ event "t.seq" {
 	}
 }
 
+// A burst of one key, ordered by key, drains as fast as its outcomes are
+// recorded: each poll can take only the first of the key's line, and the
+// next, due already, is taken as soon as that outcome is in, not after the
+// adaptive delay (here a minute: before, each of the eight waited it, and
+// with the default 250 ms min the burst took 12 s). The same for events a
+// batch leaves for the next one (outputsFull), ordered or not.
+func TestDueEventsLeftBehindAreTakenAtOnce(t *testing.T) {
+	for _, c := range []struct {
+		name, ordering string
+		heldBytes      int64
+	}{{"one key's line", "key", 0}, {"left for the next batch", "none", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.heldBytes > 0 {
+				engine.SetMaxHeldOutputBytes(t, c.heldBytes) // each batch sends one event
+			}
+			h := newHarness(t, fmt.Sprintf(`
+event "t.burst" {
+  ordering = %q
+  polling {
+    min = "1m"
+    max = "1m"
+  }
+  route {
+    to      = "nats.local"
+    subject = "t.burst"
+  }
+}
+`, c.ordering), false)
+			ids := h.ingest("t.burst", 8, switchyard.Header{Name: "partitionkey", Value: "k"})
+			h.waitDelivered(ids, 20*time.Second) // eight minutes if each waited the delay
+			for i, m := range h.streamMessages() {
+				if got := m.Header.Get("ce-id"); got != ids[i] {
+					t.Fatalf("message %d is %s, want %s", i, got, ids[i])
+				}
+			}
+		})
+	}
+}
+
+// A line whose first event waits out a retry's backoff holds the events
+// behind it without spinning the loop: after the poll that retried it,
+// one more poll finds nothing it may take, and the loop waits for the
+// backoff's end.
+func TestALineWaitingForABackoffDoesNotSpin(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	failFirst := funcPlugin{name: "fail", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		if ev.ID == "first" {
+			return nil, fmt.Errorf("not yet")
+		}
+		return []switchyard.PluginOutput{{Event: *ev}}, nil
+	}}
+	h := newHarness(t, pluginPolicy("fail", "t.line", `ordering = "key"
+  backoff { delay = "1h" }`), false, withPlugins(failFirst), harnessOption(func(o *engine.Options) { o.Registerer = reg }))
+	k := []switchyard.Header{{Name: "partitionkey", Value: "k"}}
+	for _, id := range []string{"first", "second"} {
+		h.ingestEvent(switchyard.Event{ID: id, Type: "t.line", Source: "/t", SpecVersion: "1.0", Extensions: k})
+	}
+	testkit.Eventually(t, "first attempt of first", 10*time.Second, func() bool { return h.record("first").Attempts == 1 })
+	before := metricValue(t, reg, "switchyard_polls_total")
+	time.Sleep(time.Second)
+	if polls := metricValue(t, reg, "switchyard_polls_total") - before; polls > 2 {
+		t.Fatalf("%v polls in a second while the line waits an hour's backoff", polls)
+	}
+	if st := h.record("second").State; st != storage.StatePending {
+		t.Fatalf("second is %s, want pending behind first", st)
+	}
+}
+
 // ingestKeyed stores n events of type typ in one request, event i with
 // partition key "k<i mod keys>", and returns their ids in order.
 func (h *harness) ingestKeyed(typ string, n, keys int) []string {

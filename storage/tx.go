@@ -384,6 +384,20 @@ func (tx *Tx) Due(t string, now time.Time, ahead time.Duration, limit int, order
 	return out, nil
 }
 
+// FirstDue is when the earliest of type t's pending events is due, and
+// false when none is pending. One seek.
+func (tx *Tx) FirstDue(t string) (time.Time, bool) {
+	q, _ := tx.sub(bucketQueue, t)
+	if q == nil {
+		return time.Time{}, false
+	}
+	k, _ := q.Cursor().First()
+	if len(k) < 8 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(k))), true
+}
+
 // NextDue is when the first of type t's pending events that is due after
 // now comes due (a retry's backoff ends, say), and false when none is: a
 // loop that waits longer than that takes it late. One seek: the queue is
