@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // The reserve is a file beside the data file (its path with ".reserve")
@@ -38,8 +40,14 @@ func (db *DB) HoldReserve(size int64) (made bool, err error) {
 		}
 		return false, nil
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == size {
-		return false, nil // its blocks as the filesystem counts them (Space.Reserve) may differ
+	// Another user's file there (a sticky folder) is no reserve of ours,
+	// and a sparse one holds nothing: both passed for one before (a
+	// security trial), the reserve 0 and nothing said.
+	if err := fsperm.CheckMade(path); err != nil {
+		return false, fmt.Errorf("storage: the reserve: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == size && reserveHeld(path) >= size/2 {
+		return false, nil // its blocks as the filesystem counts them (Space.Reserve) may differ a little
 	}
 	if err := makeReserve(path, size); err != nil {
 		os.Remove(path)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -58,6 +59,34 @@ func TestAFullDiskTakesTheReserve(t *testing.T) {
 	}
 	if _, err := os.Lstat(reservePath(db.path)); !os.IsNotExist(err) {
 		t.Fatalf("the reserve file is still there: %v", err)
+	}
+}
+
+// A reserve someone else put beside the data file before the router's
+// first start holds nothing for it: a sparse file of the right size (a
+// security trial's, in a sticky folder: taken as held, 0 bytes reserved
+// and nothing said) is made anew, and another user's is refused, naming
+// its owner.
+func TestAReserveTheRouterDidNotMakeIsNotTaken(t *testing.T) {
+	db := openTemp(t)
+	path := reservePath(db.path)
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 1<<20); err != nil { // sparse: no block held
+		t.Fatal(err)
+	}
+	if made, err := db.HoldReserve(1 << 20); err != nil || !made {
+		t.Fatalf("over a sparse file: made %v, %v; want it made anew", made, err)
+	}
+	if held := reserveHeld(path); held != 1<<20 {
+		t.Fatalf("the reserve holds %d bytes, want %d", held, 1<<20)
+	}
+	if !testkit.GiveToStranger(t, path) {
+		return
+	}
+	if _, err := db.HoldReserve(1 << 20); err == nil || !strings.Contains(err.Error(), "is owned by uid 4242") {
+		t.Fatalf("another user's reserve: %v", err)
 	}
 }
 

@@ -61,6 +61,57 @@ func CheckFile(path string) error {
 	return checkTrusted(path, fi, false, "could read or change what the router stores", "move it away")
 }
 
+// CheckMade refuses what is already at path when the router makes that
+// file or folder itself beside its data file (the embedded broker's
+// password and store, the disk's reserve): in a folder anyone may write,
+// sticky ones included (which CheckDir lets pass), another user could have
+// put it there before the router's first start. A link is taken only in a
+// folder no one but its owner may write (the operator's link to a secret
+// kept elsewhere): elsewhere whoever put it there chose what the router
+// reads and where it writes (a security trial: a link to a root-owned
+// 0600 file with two digits in it became the broker's password, its
+// owner's checks passed through the link). What is not a link is the
+// router's (or root's), and no one else may write it. Nothing there
+// passes: the router makes it, its own.
+func CheckMade(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		return checkLinkDir(path)
+	}
+	return checkTrusted(path, fi, false, "chose what the router keeps there", "remove it, the router makes it again")
+}
+
+// checkLinkDir refuses the link at path unless its folder is the
+// router's (or root's) and no one else may write it.
+func checkLinkDir(path string) error {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if err := CheckOwner(dir, fi); err != nil {
+		return fmt.Errorf("%s is a symbolic link in another user's folder: %w; its owner chose what the router reads there; remove the link", path, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o002 != 0 {
+		return fmt.Errorf("%s is a symbolic link in %s, which anyone may write (mode %04o): anyone could have put it there, to choose what the router reads and where it writes; remove it (the router makes its own), or keep the data file in a folder of the router's user", path, dir, fi.Mode().Perm()|stickyBit(fi))
+	}
+	return nil
+}
+
+// stickyBit is 01000 for a sticky folder, for its mode in an error.
+func stickyBit(fi os.FileInfo) os.FileMode {
+	if fi.Mode()&os.ModeSticky != 0 {
+		return 0o1000
+	}
+	return 0
+}
+
 // checkTrusted refuses fi, the file at path, when another user than the
 // router's (or root) owns it, or anyone may write it; with devices, a
 // device may be anyone's to write (it is root's, and /dev/null and

@@ -133,3 +133,51 @@ func TestReadTrustedPipes(t *testing.T) {
 		t.Errorf("/dev/zero: %v", err)
 	}
 }
+
+// What the router makes beside its data file (a generated password, the
+// embedded broker's store, the reserve) is refused when someone else could
+// have put it there first: a link in a folder anyone may write (a sticky
+// one too: a security trial's link to a root-owned 0600 file became the
+// broker's password), or another user's file. A link in the router's own
+// folder (the operator's, to a secret kept elsewhere) and nothing at all
+// pass.
+func TestCheckMade(t *testing.T) {
+	base := t.TempDir()
+	target := filepath.Join(base, "secret")
+	os.WriteFile(target, []byte("28\n"), 0o600)
+	for _, c := range []struct {
+		name string
+		mode os.FileMode
+		want string
+	}{
+		{"own", 0o750, ""},
+		{"sticky", 0o777 | os.ModeSticky, "is a symbolic link in " + base + "/sticky, which anyone may write (mode 1777)"},
+		{"open", 0o777, "which anyone may write (mode 0777)"},
+	} {
+		dir := filepath.Join(base, c.name)
+		os.Mkdir(dir, 0o700)
+		os.Chmod(dir, c.mode)
+		link := filepath.Join(dir, "nats-local.password")
+		if err := CheckMade(link); err != nil {
+			t.Errorf("nothing there yet, folder %04o: %v", c.mode.Perm(), err)
+		}
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		err := CheckMade(link)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("a link in a folder of mode %04o: %v, want %q", c.mode.Perm(), err, c.want)
+		}
+	}
+	own := filepath.Join(base, "sticky", "router.db.reserve")
+	os.WriteFile(own, nil, 0o600)
+	if err := CheckMade(own); err != nil {
+		t.Errorf("the router's own file: %v", err)
+	}
+	if !testkit.GiveToStranger(t, own) {
+		return
+	}
+	if err := CheckMade(own); err == nil || !strings.Contains(err.Error(), "is owned by uid 4242") {
+		t.Errorf("another user's file: %v", err)
+	}
+}

@@ -71,6 +71,9 @@ func serverUsers(cfg config.NATS) ([]*server.User, error) {
 		return nil, errors.New("an embedded server needs a user and a password file (config resolves them)")
 	}
 	if f := cfg.Auth.Password.File; f != "" {
+		if err := fsperm.CheckMade(f); err != nil {
+			return nil, fmt.Errorf("password: %w", err)
+		}
 		if err := generatePassword(f); err != nil {
 			return nil, err
 		}

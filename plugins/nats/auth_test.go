@@ -190,6 +190,51 @@ func TestEmbeddedServerRequiresPassword(t *testing.T) {
 	}
 }
 
+// In a data folder anyone may write (sticky, as /tmp), what another user
+// put there before the first start is not taken: a link at the password's
+// path (a security trial's, to a root-owned 0600 file holding "28", made
+// "28" the broker's password), a link at the store's path (the trial's
+// put every stream file in that user's folders), or another user's
+// password file.
+func TestEmbeddedServerTakesNothingPlantedInItsFolder(t *testing.T) {
+	for _, c := range []struct{ name, planted, want string }{
+		{"password link", "nats-local.password", "is a symbolic link in"},
+		{"store link", "nats", "is a symbolic link in"},
+		{"another user's password", "", "is owned by uid 4242"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.Chmod(dir, 0o777|os.ModeSticky)
+			cfg := testConfig(true)
+			cfg.Auth = config.NATSAuth{User: "switchyard", Password: config.Secret{File: filepath.Join(dir, "nats-local.password")}}
+			elsewhere := t.TempDir()
+			if c.planted != "" {
+				target := filepath.Join(elsewhere, "x")
+				os.WriteFile(target, []byte("28\n"), 0o600)
+				if c.planted == "nats" {
+					target = elsewhere
+				}
+				if err := os.Symlink(target, filepath.Join(dir, c.planted)); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				os.WriteFile(cfg.Auth.Password.File, []byte("28\n"), 0o600)
+				if !testkit.GiveToStranger(t, cfg.Auth.Password.File) {
+					return
+				}
+			}
+			srv, err := StartServer(cfg, dir, testLogger(t))
+			if err == nil {
+				srv.Close(context.Background())
+				t.Fatal("started on what another user put in its folder")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q, want it to say %q", err, c.want)
+			}
+		})
+	}
+}
+
 // After a JetStream store write error the embedded server says so
 // (Healthy), restarts itself in place on the same port and store, and the
 // router's sink — which reconnects by itself — publishes again: no restart

@@ -104,9 +104,12 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 	if name == "" {
 		name = "embedded"
 	}
+	// Made by another user before the router's first start, or a link
+	// another user put there, it would be theirs to read and change.
+	if err := fsperm.CheckMade(storeDir); err != nil {
+		return nil, fmt.Errorf("nats %s: embedded server: store: %w", name, err)
+	}
 	if _, err := os.Stat(storeDir); err == nil {
-		// Made by another user before the router's first start, it would
-		// be theirs to read and change.
 		if err := fsperm.CheckDir(storeDir); err != nil {
 			return nil, fmt.Errorf("nats %s: embedded server: %w", name, err)
 		}
