@@ -282,6 +282,9 @@ func (c *PluginCommand) check(ctx context.Context, args []string) error {
 	if info.MemoryMax > 0 {
 		mem += fmt.Sprintf(", %d KiB maximum", info.MemoryMax>>10)
 	}
+	if info.Tables > 0 {
+		mem += fmt.Sprintf("; tables %d KiB (in limits.memory)", (info.Tables+1023)>>10)
+	}
 	fmt.Fprintf(c.Stdout, "%s: ok, plugin ABI v%d\n  name:    %s\n  exports: %s\n  imports: %s\n  memory:  %s\n  limits:  memory %d KiB, timeout %v, max_outputs %d, max_output_bytes %d KiB\n",
 		p.File(), wasm.ABIVersion, p.Name(), strings.Join(info.Exports, ", "), orNone(strings.Join(info.Imports, ", ")),
 		mem, lim.Memory>>10, lim.Timeout, lim.MaxOutputs, lim.MaxOutputBytes>>10)

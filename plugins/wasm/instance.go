@@ -145,7 +145,7 @@ var _ context.Context = (*callCtx)(nil)
 // newInstance instantiates the module and runs _initialize,
 // sy_abi_version and sy_init on it.
 func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
-	in := &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory), total: &p.memory}}
+	in := &instance{p: p, mem: &linearMemory{limit: uint64(p.limits.Memory) - p.tables, tables: p.tables, total: &p.memory}}
 	in.cctx = callCtx{inst: in, done: make(chan struct{})}
 	in.stdout = streamWriter{in: in, stream: "stdout", level: hclog.Info}
 	in.stderr = streamWriter{in: in, stream: "stderr", level: hclog.Warn}

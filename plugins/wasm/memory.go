@@ -30,6 +30,10 @@ type linearMemory struct {
 	reserved []byte        // the mapping of limit bytes (reserve), nil when buf is a Go slice
 	refused  uint64        // the size of the first refused grow; 0 = none
 	total    *atomic.Int64 // the plugin's instances' memory, summed
+	// tables is the bytes of the instance's tables (boundTables): limit
+	// is what limits.memory leaves them, and total counts them from
+	// Allocate to Free.
+	tables uint64
 
 	// A module closed from another goroutine (a runtime's Close) frees
 	// its memory at once, even while a guest call runs on it (a review
@@ -41,6 +45,7 @@ type linearMemory struct {
 }
 
 func (m *linearMemory) Allocate(cap, _ uint64) experimental.LinearMemory {
+	m.total.Add(int64(m.tables))
 	if m.reserved = reserve(m.limit); m.reserved != nil {
 		m.buf = m.reserved[:0]
 		return m
@@ -73,7 +78,7 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 // resources close. A mapping a call still runs on is released at the
 // call's exit.
 func (m *linearMemory) Free() {
-	m.total.Add(-int64(len(m.buf)))
+	m.total.Add(-int64(len(m.buf) + int(m.tables)))
 	m.buf = nil
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -58,6 +58,9 @@ type Plugin struct {
 	sha256    string // of the module's bytes
 	loadedAt  time.Time
 	usesState bool // the module imports a state function
+	// tables is the bytes the module's tables may hold (boundTables),
+	// counted in each instance's limits.memory.
+	tables uint64
 }
 
 var _ switchyard.Plugin = (*Plugin)(nil)
@@ -129,6 +132,11 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 	if lim.Memory > 4<<30 {
 		return nil, wrap(fmt.Errorf("limits.memory = %s is over the 4GiB a wasm32 memory can address", formatBytes(uint64(lim.Memory))))
 	}
+	sum := fmt.Sprintf("%x", sha256.Sum256(bin)) // of the file, as its author has it
+	bin, tables, err := rt.boundTables(ctx, bin, sum, lim)
+	if err != nil {
+		return nil, wrap(err)
+	}
 	n := opts.Instances
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
@@ -143,7 +151,8 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 		initTimeout: max(10*lim.Timeout, minInitTimeout),
 		idle:        make(chan *instance, n),
 		slots:       make(chan struct{}, n),
-		sha256:      fmt.Sprintf("%x", sha256.Sum256(bin)),
+		sha256:      sum,
+		tables:      tables,
 		loadedAt:    time.Now(),
 	}
 
@@ -171,6 +180,26 @@ func (rt *Runtime) LoadBytes(ctx context.Context, cfg config.Plugin, bin []byte,
 		"total", time.Since(start).Round(time.Microsecond), "instances", n,
 		"memory", formatBytes(uint64(lim.Memory)), "timeout", lim.Timeout)
 	return p, nil
+}
+
+// boundTables is the package's boundTables on a plugin's module bin, with
+// limits lim: the module to compile and its tables' bytes, or why it does
+// not load. A module the table reader refuses gets wazero's word when
+// wazero refuses it too (the same words as any other invalid module).
+func (rt *Runtime) boundTables(ctx context.Context, bin []byte, sum string, lim config.PluginLimits) ([]byte, uint64, error) {
+	bounded, tables, err := boundTables(bin)
+	if err != nil {
+		compiled, cerr := rt.compile(ctx, bin, sum)
+		if cerr != nil {
+			return nil, 0, invalidModule(bin, cerr)
+		}
+		compiled.Close(ctx)
+		return nil, 0, err
+	}
+	if tables >= uint64(lim.Memory) {
+		return nil, 0, fmt.Errorf("its tables may hold %s (8 bytes an element, at their maxima or, without one, their minima): not less than limits.memory = %s, which counts them with the linear memory", formatBytes(tables), formatBytes(uint64(lim.Memory)))
+	}
+	return bounded, tables, nil
 }
 
 // validate checks the module's exports and imports against the ABI: every
@@ -340,11 +369,14 @@ type Info struct {
 	// MemoryMin and MemoryMax are the declared bounds of the memory in
 	// bytes; MemoryMax is 0 when the module declares none.
 	MemoryMin, MemoryMax uint64
+	// Tables is the bytes the module's tables may hold (tables.go),
+	// counted in limits.memory.
+	Tables uint64
 }
 
 // Info describes the plugin's module.
 func (p *Plugin) Info() Info {
-	var info Info
+	info := Info{Tables: p.tables}
 	for _, f := range p.compiled.ImportedFunctions() {
 		mod, name, _ := f.Import()
 		info.Imports = append(info.Imports, mod+"."+name)

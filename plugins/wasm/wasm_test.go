@@ -304,6 +304,29 @@ func TestWasmHostileMemoryBomb(t *testing.T) {
 	hostile(t, "membomb", config.PluginLimits{Memory: 4 << 20, Timeout: 10 * time.Second}, "memory limit reached: the plugin tried to grow its memory to 4.1MiB, over limits.memory = 4MiB")
 }
 
+// A module's tables count in limits.memory (tables.go): one whose tables
+// may hold more does not load, saying so (a security trial's three
+// tables of 2^27 elements took 3 GB and ran 16 s past a 50 ms timeout),
+// and a table declared without a maximum cannot grow (its grow of 2^27
+// elements fails and the plugin passes the event through; before, it grew
+// and trapped). The table's bytes show in the plugin's memory.
+func TestWasmTablesCountInTheMemoryLimit(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	_, err := rt.Load(context.Background(), config.Plugin{Name: "tablebomb", Wasm: testdata("tablebomb"), Limits: withDefaults(config.PluginLimits{})}, LoadOptions{Instances: 1})
+	if err == nil || !strings.Contains(err.Error(), "its tables may hold 3072MiB") || !strings.Contains(err.Error(), "limits.memory = 16MiB") {
+		t.Fatalf("loading a module with 3 GiB of tables: %v", err)
+	}
+	p := load(t, rt, "tablegrow", config.PluginLimits{}, 1)
+	for _, id := range []string{"e1", "e2"} {
+		if outs, err := p.Handle(context.Background(), testEvent(id)); err != nil || len(outs) != 1 {
+			t.Fatalf("event %s: %v %v; want the grow refused and the event passed through", id, outs, err)
+		}
+	}
+	if m := p.MemoryBytes(); m != 64<<10+16*tableElementBytes {
+		t.Errorf("the plugin's memory %d bytes, want its page and its table's %d", m, 16*tableElementBytes)
+	}
+}
+
 // A plugin that recurses without end traps with a stack overflow, named
 // with the plugin and the event, and is retried like any trap; the
 // instance is discarded and the next event runs on a new one. The call
