@@ -286,7 +286,7 @@ func (l *Loop) run(ctx context.Context) {
 		// snapshot will see them.
 		transit.letGoFinished(ctx, l)
 		pol := l.pol.Load()
-		start := time.Now()
+		start, takeAt := time.Now(), l.e.now()
 		b, err := l.takeAndSend(ctx, out.reach, out.probing)
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
@@ -318,11 +318,14 @@ func (l *Loop) run(ctx context.Context) {
 		// stateful plugin's events a second ahead): their next due time
 		// does not shorten the wait, or the loop would rerun them every
 		// second for as long as the disk stays full (a review).
-		requeuedOnly, moved := taken > 0 && transit.settled == 0, transit.settled > 0
+		requeuedOnly, leftBefore := taken > 0 && transit.settled == 0, time.Time{}
+		if transit.settled > 0 {
+			leftBefore = takeAt
+		}
 		out.settled(&transit)
 		d, backOff := l.nextDelay(full && !out.probing), out.probing || err != nil || l.e.takesNothing()
 		if !backOff && !requeuedOnly {
-			d = l.untilNextDue(d, pol, moved)
+			d = l.untilNextDue(d, pol, leftBefore)
 		}
 		kicked, ok := l.wait(ctx, timer, d, backOff)
 		if !ok {
@@ -466,21 +469,24 @@ func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, bac
 // Not while the loop backs off: during an outage the probes' cadence
 // governs (the events that wait it out come due every second or so).
 //
-// After a poll that ended attempts (moved), events due already that it
-// did not take are taken at once: the next of a key's line, which waits
-// for the outcome this poll recorded (ordering = "key": a burst of one
-// key waited the growing delay before each event, 12 s for eight), and
-// events a batch left for the next (outputsFull). A poll that moved
-// nothing waits as before, so due events that stay behind (a line whose
-// first event waits out a backoff, events noted in an outage) cost one
-// more poll, not a spin.
-func (l *Loop) untilNextDue(d time.Duration, pol *config.Policy, moved bool) time.Duration {
+// After a poll that ended attempts, the events due when it took its
+// batch (leftBefore; zero after a poll that ended none) that it did not
+// take are taken at once: the next of a key's line, which waits for the
+// outcome this poll recorded (ordering = "key": a burst of one key waited
+// the growing delay before each event, 12 s for eight), and events a
+// batch left for the next (outputsFull). A poll that ended nothing waits
+// as before, so due events that stay behind (a line whose first event
+// waits out a backoff, events noted in an outage) cost one more poll, not
+// a spin. Events stored since the take wake the loop themselves: taken
+// here, before their wake-up came, that wake-up would hurry their
+// outcome's commit (await), one commit more an event at a low rate.
+func (l *Loop) untilNextDue(d time.Duration, pol *config.Policy, leftBefore time.Time) time.Duration {
 	now := l.e.now()
 	var next time.Time
 	var ok, dueNow bool
 	if err := l.e.store.View(func(tx *storage.Tx) error {
-		if moved {
-			if first, any := tx.FirstDue(l.typ); any && !first.After(now) {
+		if !leftBefore.IsZero() {
+			if first, any := tx.FirstDue(l.typ); any && !first.After(leftBefore) {
 				dueNow = true
 				return nil
 			}
