@@ -633,11 +633,60 @@ func undeliver(r *Record, again func(Output) bool) bool {
 // again picks marked not delivered, so that its type's loop publishes them
 // once more with their message ids. It reports whether any output was
 // picked.
+//
+// The record goes back in order: due since its creation, so before the
+// events stored after it, and, with orderByKey, ahead of the pending
+// events of its key's line stored after it (lineBehind). A power cut loses
+// the last deliveries together, and they go out again in the order they
+// first did, whatever order the recall reads them in. (A review: due now
+// and at the end of its line, they went out newest first, and behind a
+// later event of their key still pending.) Its queue sequence is new: it
+// names this stay in the queue (doneSeq).
 func (tx *Tx) Redeliver(r *Record, again func(Output) bool, orderByKey bool, now time.Time) (bool, error) {
 	if !undeliver(r, again) {
 		return false, nil
 	}
-	r.NextAttemptAt = now
+	r.NextAttemptAt = r.CreatedAt
 	r.UpdatedAt = now
-	return true, tx.makePending(r, orderByKey)
+	was := r.QueueSeq
+	if err := tx.makePending(r, orderByKey); err != nil {
+		return true, err
+	}
+	if !orderByKey {
+		return true, nil
+	}
+	return true, tx.lineBehind(r, was)
+}
+
+// lineBehind moves behind r, just made pending again at the end of its
+// key's line, the pending events of that line stored after r first was
+// (a line sequence between was, r's sequence then, and r's new one), in
+// their order: each gets a new sequence, as r did.
+func (tx *Tx) lineBehind(r *Record, was uint64) error {
+	line := orderLine(r)
+	keys, _ := tx.sub(bucketKeys, r.QueueName())
+	if line == "" || keys == nil {
+		return nil
+	}
+	var behind []string
+	prefix, c := append([]byte(line), 0), keys.Cursor()
+	for k, v := c.Seek(lineKey(line, was+1)); bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if binary.BigEndian.Uint64(k[len(prefix):]) >= r.QueueSeq {
+			break
+		}
+		behind = append(behind, string(v))
+	}
+	for _, key := range behind {
+		p, err := tx.Record(key)
+		if err != nil {
+			return err
+		}
+		if err := tx.dequeue(p); err != nil {
+			return err
+		}
+		if err := tx.makePending(p, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
