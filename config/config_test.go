@@ -494,6 +494,15 @@ plugin "p" { wasm = "p.wasm" }
 		{"kafka inbox with subject", sinks + "inbox \"i\" {\n  from = \"kafka.main\"\n  topics = [\"t\"]\n  subject = \"s\"\n}\n", "test.hcl:7:3: Unsupported argument: subject does not apply to a Kafka sink"},
 		{"inbox route", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  route { to = \"nats.local\" }\n}\n", "test.hcl:7:3: Unsupported block type"},
 		{"inbox deliver url", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  deliver { url = \"ftp://x\" }\n}\n", "test.hcl:7:19: Invalid URL"},
+		// An inbox's consumer is its own: two sharing a NATS durable or a
+		// Kafka group split or misroute each other's events (an
+		// adversarial trial: validate passed both, run lost one's events).
+		{"inboxes sharing a durable", sinks + "inbox \"a\" {\n  from = \"nats.local\"\n  subject = \"a.>\"\n  durable = \"d\"\n}\ninbox \"b\" {\n  from = \"nats.local\"\n  subject = \"b.>\"\n  durable = \"d\"\n}\n", `test.hcl:12:13: Shared durable: inbox "b" reads nats.local's durable "d", as inbox "a" does`},
+		{"a durable named as another inbox", sinks + "inbox \"a\" {\n  from = \"nats.local\"\n  subject = \"a.>\"\n}\ninbox \"b\" {\n  from = \"nats.local\"\n  subject = \"b.>\"\n  durable = \"a\"\n}\n", `test.hcl:11:13: Shared durable: inbox "b" reads nats.local's durable "a", as inbox "a" does`},
+		{"inboxes sharing a group", sinks + "inbox \"a\" {\n  from = \"kafka.main\"\n  topics = [\"t\"]\n  group = \"g\"\n}\ninbox \"b\" {\n  from = \"kafka.main\"\n  topics = [\"u\"]\n  group = \"g\"\n}\n", `test.hcl:12:11: Shared group: inbox "b" reads kafka.main's group "g", as inbox "a" does: the group would split`},
+		// What router run refused, validate passed, without a position.
+		{"empty id_header", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  id_header = \"\"\n}\n", "test.hcl:7:15: Empty id_header: id_header names the message header that carries an event's id; leave it out for the default (ce-id for this sink)."},
+		{"session_timeout under the client's", sinks + "inbox \"i\" {\n  from = \"kafka.main\"\n  topics = [\"t\"]\n  session_timeout = \"1ms\"\n}\n", `test.hcl:7:21: Session timeout too short: session_timeout = "1ms": the Kafka client takes no less than 100ms`},
 		{"inbox undeclared plugin", sinks + "inbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  plugins = [\"q\"]\n}\n", "test.hcl:7:14: Unknown plugin"},
 		{"plugins on a pull inbox", sinks + "plugin \"p\" {\n  wasm = \"p.wasm\"\n}\ninbox \"i\" {\n  from = \"nats.local\"\n  subject = \"s\"\n  plugins = [\"p\"]\n}\n", `test.hcl:10:13: Plugins on a pull inbox: inbox "i" has no deliver block`},
 		{"http without tokens", "listen {\n  http = \":8080\"\n}\n", "test.hcl:2:10: Missing tokens_file"},

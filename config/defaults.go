@@ -30,10 +30,13 @@ const (
 	DefaultInboxTTL           = 24 * time.Hour
 	DefaultDeliverTimeout     = 10 * time.Second
 	DefaultDeliverConcurrency = 8
-	DefaultMaxBody            = 1 << 20
-	DefaultMaxBatch           = 1000
-	DefaultMaxConnections     = 512
-	DefaultReadTimeout        = 30 * time.Second
+	// MinSessionTimeout is the shortest Kafka group session franz-go
+	// takes (kgo.SessionTimeout refuses less at the client's start).
+	MinSessionTimeout     = 100 * time.Millisecond
+	DefaultMaxBody        = 1 << 20
+	DefaultMaxBatch       = 1000
+	DefaultMaxConnections = 512
+	DefaultReadTimeout    = 30 * time.Second
 	// MaxCommitDelay bounds storage { commit_delay } (off by default): a
 	// write waits up to that long beyond its fdatasyncs.
 	MaxCommitDelay = 10 * time.Millisecond

@@ -403,10 +403,11 @@ func (d *decoder) root(body hcl.Body) *Config {
 		d.policy(d.content(b.Body, policySchema), &cfg.Defaults)
 	}
 	d.events(c, cfg)
-	inboxNames := map[string]hcl.Range{}
+	inboxNames, consumers := map[string]hcl.Range{}, map[string]string{}
 	for _, b := range c.Blocks.OfType("inbox") {
 		in := d.inbox(b, cfg.Defaults)
 		if d.declare(inboxNames, b) {
+			d.oneConsumer(consumers, b, in)
 			cfg.Inboxes = append(cfg.Inboxes, in)
 		}
 	}
@@ -954,6 +955,9 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		d.str(c.Attributes["group"], &in.Group)
 		d.str(c.Attributes["instance_id"], &in.InstanceID)
 		d.duration(c.Attributes["session_timeout"], &in.SessionTimeout, true)
+		if a := c.Attributes["session_timeout"]; a != nil && in.SessionTimeout > 0 && in.SessionTimeout < MinSessionTimeout {
+			d.errorf(a.Expr.Range(), "Session timeout too short", "session_timeout = %q: the Kafka client takes no less than %v (and brokers, by default, no less than 6s: group.min.session.timeout.ms).", in.SessionTimeout, MinSessionTimeout)
+		}
 		d.boolean(c.Attributes["read_committed"], &in.ReadCommitted)
 		d.unused(c, "Kafka", "subject", "durable")
 	case "nats":
@@ -964,6 +968,9 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 	}
 	d.duration(c.Attributes["ttl"], &in.TTL, true)
 	d.str(c.Attributes["id_header"], &in.IDHeader)
+	if a := c.Attributes["id_header"]; a != nil && in.IDHeader == "" {
+		d.errorf(a.Expr.Range(), "Empty id_header", "id_header names the message header that carries an event's id; leave it out for the default (%s for this sink).", newInbox(in.Name, in.From, kind == "kafka", defaults).IDHeader)
+	}
 	oneOf(d, c.Attributes["missing_id"], &in.MissingID, MissingIDDerive, MissingIDReject)
 	if db := d.single(c.Blocks, "deliver"); db != nil {
 		dc := d.content(db.Body, deliverSchema)
@@ -991,6 +998,36 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 			"inbox %q has no deliver block: its subscribers pull the events as they were received, and no plugin runs on them; remove plugins, or add deliver { url = ... }.", in.Name)
 	}
 	return in
+}
+
+// oneConsumer refuses an inbox that reads through the same NATS durable
+// consumer, or in the same Kafka group, as an inbox before it on the same
+// sink (seen: the consumer or group each has read so far, by sink): the
+// two would share one consumer's messages, each inbox's events split
+// between both services, or one's filter replacing the other's (an
+// adversarial trial: a NATS durable shared by two inboxes ended with the
+// second's filter, the first's events never delivered, and one of the
+// second's reached the first's service).
+func (d *decoder) oneConsumer(seen map[string]string, b *hcl.Block, in Inbox) {
+	what, name, attr := "durable", in.Durable, "durable"
+	if in.Group != "" {
+		what, name, attr = "group", in.Group, "group"
+	}
+	key := in.From + "\x00" + what + "\x00" + name
+	other, dup := seen[key]
+	if !dup {
+		seen[key] = in.Name
+		return
+	}
+	rng := b.DefRange
+	if c, _, _ := b.Body.PartialContent(inboxSchema); c != nil && c.Attributes[attr] != nil {
+		rng = c.Attributes[attr].Expr.Range()
+	}
+	harm := "the consumer would take one inbox's subject, and the other's events would go unread or reach the wrong service"
+	if what == "group" {
+		harm = "the group would split the topics' records between the two, each service getting part of the other's"
+	}
+	d.errorf(rng, "Shared "+what, "inbox %q reads %s's %s %q, as inbox %q does: %s; give each inbox a %s of its own (the default is the inbox's name).", in.Name, in.From, what, name, other, harm, attr)
 }
 
 func validDeliverURL(s string) bool {
