@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-router/switchyard/plugins/kafka"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
+	"github.com/switchyard-router/switchyard/plugins/webhook"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -239,6 +240,13 @@ func checkPlaces(cfg *config.Config) []string {
 		case p.What == config.WhatPluginCache && len(cfg.Plugins) > 0:
 			if err := fsperm.CheckPrivateTree(p.Path); err != nil {
 				out = append(out, fmt.Sprintf("%s: the plugin cache %q: router run would refuse it: %v", p.At, p.Path, err))
+			}
+		}
+	}
+	for _, in := range cfg.Inboxes {
+		if t, err := webhook.ParseURL(in.Deliver.URL); err == nil && t.Socket != "" {
+			if err := fsperm.CheckPeerSocketDir(filepath.Dir(t.Socket)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				out = append(out, fmt.Sprintf("%s: inbox %q: deliver url %q: router run would refuse it: %v", cfg.BlocksAt["inbox."+in.Name], in.Name, in.Deliver.URL, err))
 			}
 		}
 	}

@@ -49,6 +49,23 @@ func checkDir(dir string, stickyOK bool) error {
 // itself, may stay in such a folder.
 func CheckSocketDir(dir string) error { return checkDir(dir, false) }
 
+// CheckPeerSocketDir refuses the folder of a socket the router connects
+// to (an inbox's deliver url unix:///...) when anyone may write to it,
+// sticky or not: another user could bind a socket of theirs at the path
+// whenever the service's is gone, and take the events the router hands
+// on (a security trial did, in a sticky folder, and the router took its
+// 200 for delivered). Its owner may be any user: the service's own.
+func CheckPeerSocketDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if perm := fi.Mode().Perm(); perm&0o002 != 0 {
+		return fmt.Errorf("%s may be written by anyone (mode %04o): another user could put a socket of theirs at the path whenever the service's is gone, and take what the router hands on; put the service's socket in a folder only it (and root) may write, such as /run/<service>", dir, perm|stickyBit(fi))
+	}
+	return nil
+}
+
 // CheckFile refuses a file the router is about to use, if it exists
 // already, that another user owns or anyone may write: in a sticky shared
 // directory (which CheckDir lets pass) another user could have created

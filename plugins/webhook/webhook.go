@@ -19,9 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +35,7 @@ import (
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // Limits.
@@ -110,6 +113,9 @@ func New(in config.Inbox, logger hclog.Logger) (*Sink, error) {
 	}
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	if t.Socket != "" {
+		if err := fsperm.CheckPeerSocketDir(filepath.Dir(t.Socket)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: deliver url %q: %w", name, in.Deliver.URL, err)
+		}
 		socket := t.Socket
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return dialer.DialContext(ctx, "unix", socket)

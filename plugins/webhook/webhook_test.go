@@ -500,3 +500,27 @@ func TestNewErrors(t *testing.T) {
 		t.Fatal("bad scheme accepted")
 	}
 }
+
+// A deliver socket in a folder anyone may write (sticky, as /tmp, or not)
+// is refused, naming the folder: another user could bind a socket of
+// theirs at the path whenever the service's is gone (a security trial did,
+// and the router took its 200 for delivered). A folder of the service's
+// own passes, whoever owns it.
+func TestDeliverSocketInAFolderAnyoneMayWrite(t *testing.T) {
+	for _, c := range []struct {
+		mode os.FileMode
+		want string
+	}{
+		{0o777 | os.ModeSticky, "may be written by anyone (mode 1777)"},
+		{0o777, "may be written by anyone (mode 0777)"},
+		{0o755, ""},
+	} {
+		dir := t.TempDir()
+		os.Chmod(dir, c.mode)
+		url := "unix://" + dir + "/svc.sock/events"
+		_, err := New(config.Inbox{Name: "x", Deliver: config.Deliver{URL: url, Timeout: time.Second, Concurrency: 1}}, nil)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("socket folder %04o: %v, want %q", c.mode.Perm(), err, c.want)
+		}
+	}
+}
