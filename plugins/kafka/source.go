@@ -87,6 +87,7 @@ type Source struct {
 	problem atomic.Pointer[pollError]
 
 	running   atomic.Bool
+	runSince  atomic.Int64  // when Run began (unix nanoseconds): how long a join has waited
 	stop      chan struct{} // closed by Close: Run returns
 	runDone   chan struct{} // closed when Run returned
 	closeOnce sync.Once
@@ -185,6 +186,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 	if !s.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("inbox %q: Run called twice", s.name)
 	}
+	s.runSince.Store(time.Now().UnixNano())
 	defer close(s.runDone)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -266,6 +268,13 @@ func (s *Source) Healthy(ctx context.Context) error {
 	}
 	if err := anyBrokerAnswers(ctx, s.cl); err != nil {
 		return fmt.Errorf("inbox %q: %s: no broker reachable: %w", s.name, s.sink, err)
+	}
+	if s.running.Load() && !s.joined() {
+		// Its brokers answer, but it reads nothing yet (an adversarial
+		// trial: after a SIGKILL, /readyz said ok for the 45 s the group
+		// waited for the member that stopped).
+		since := time.Since(time.Unix(0, s.runSince.Load())).Round(time.Second)
+		return fmt.Errorf("inbox %q: %s: not in group %q yet (joining for %s): it reads nothing until the group takes it in; after an unclean stop the group first waits session_timeout for the member that stopped (instance_id avoids that wait)", s.name, s.sink, s.group, since)
 	}
 	return nil
 }
@@ -502,6 +511,10 @@ func (s *Source) Close(ctx context.Context) error {
 		}
 		ctx, cancel := grace.AtLeast(ctx, leaveGrace)
 		defer cancel()
+		if !s.joined() {
+			s.closeJoining()
+			return
+		}
 		if lerr := s.cl.LeaveGroupContext(ctx); lerr != nil && err == nil && !errors.Is(lerr, kgo.ErrClientClosed) {
 			err = fmt.Errorf("inbox %q: leave group %q: %w", s.name, s.group, lerr)
 		}
@@ -510,6 +523,28 @@ func (s *Source) Close(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// joined reports whether the group has taken the member in: it has a
+// generation. Until then it reads nothing.
+func (s *Source) joined() bool {
+	_, gen := s.cl.GroupMetadata()
+	return gen >= 0
+}
+
+// closeJoining closes the client of a member its group has not taken in
+// yet (after an unclean stop the group waits session_timeout for the
+// member that stopped, 45 s by default): it has nothing to hand on, and
+// franz-go's close waits for the join to end, so it is given leaveGrace
+// and then left to finish in the background. Before, a stop then took
+// the whole shutdown timeout and exited 1 (an adversarial trial: 30 s,
+// "leave group: context deadline exceeded").
+func (s *Source) closeJoining() {
+	ctx, cancel := context.WithTimeout(context.Background(), leaveGrace)
+	defer cancel()
+	if err := s.closeClient(ctx); err != nil {
+		s.log.Debug("closing while its group had not taken it in yet: the client closes in the background", "group", s.group)
+	}
 }
 
 // awaitRun waits for Run to return, until ctx ends or leaveGrace, whichever

@@ -753,6 +753,72 @@ func closeBy(t *testing.T, src *Source, d time.Duration) {
 	t.Logf("closed in %s: %v", time.Since(start).Round(time.Millisecond), err)
 }
 
+// While its group has not taken it in (after an unclean stop the group
+// waits for the member that stopped: here one that joined and went
+// silent), an inbox says so in Healthy, and a stop closes it within a
+// second, with no error: it has nothing to hand on. Before, Healthy said
+// nothing (/readyz ok for the 45 s an adversarial trial waited), and the
+// stop took the whole shutdown timeout, waiting on the join, and exited 1.
+func TestAnInboxTheGroupHasNotTakenInSaysSoAndStops(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, srcTopic))
+	silentMember(t, c, "g-join", 30*time.Second)
+	src := newSource(t, c, inboxConfig("g-join"))
+	r := run(src, func(context.Context, []switchyard.Inbound) error { return nil })
+	defer r.cancel()
+	testkit.EventuallyWith(t, 5*time.Second, func() bool {
+		err := src.Healthy(context.Background())
+		return err != nil && strings.Contains(err.Error(), `not in group "g-join" yet`)
+	}, func() string { return fmt.Sprintf("Healthy: %v", src.Healthy(context.Background())) })
+	time.Sleep(time.Second) // its join waits at the coordinator
+	if err := src.Healthy(context.Background()); err == nil || !strings.Contains(err.Error(), "joining for") {
+		t.Fatalf("Healthy while the join waits: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := src.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if took := time.Since(start); took > leaveGrace+time.Second {
+		t.Fatalf("Close took %s while the group waited for a silent member", took)
+	}
+}
+
+// silentMember makes a member of group that joins, syncs and then never
+// heartbeats: a router killed with SIGKILL, as its group sees it for
+// session.
+func silentMember(t *testing.T, c *kfake.Cluster, group string, session time.Duration) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Group, join.ProtocolType = group, "consumer"
+	join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = int32(session.Milliseconds()), int32(session.Milliseconds())
+	p := kmsg.NewJoinGroupRequestProtocol()
+	p.Name = "cooperative-sticky"
+	join.Protocols = append(join.Protocols, p)
+	var resp *kmsg.JoinGroupResponse
+	for range 2 { // the first answer gives the member its id (MEMBER_ID_REQUIRED)
+		if resp, err = join.RequestWith(ctx, cl); err != nil {
+			t.Fatal(err)
+		}
+		join.MemberID = resp.MemberID
+	}
+	if resp.ErrorCode != 0 {
+		t.Fatalf("join: error code %d", resp.ErrorCode)
+	}
+	sync := kmsg.NewPtrSyncGroupRequest()
+	sync.Group, sync.MemberID, sync.Generation = group, resp.MemberID, resp.Generation
+	if sresp, err := sync.RequestWith(ctx, cl); err != nil || sresp.ErrorCode != 0 {
+		t.Fatalf("sync: %v %+v", err, sresp)
+	}
+}
+
 // An inbox closed when the stop's time is already spent (the router's other
 // inboxes took it) still leaves its group on a cluster that answers: the
 // group hands its partitions on at once rather than after the member's
