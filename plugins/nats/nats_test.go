@@ -898,3 +898,21 @@ func (s *Server) storeMax() int64 {
 	defer s.mu.Unlock()
 	return s.ns.JetStreamConfig().MaxStore
 }
+
+// A publish the connection's end refused is an outage (no attempt counted),
+// not the event's failure: the library's closed, draining and reconnecting
+// errors, and a stall the connection dropped during (publishAsync). Before,
+// each counted an attempt, so that connections dropping now and then could
+// dead-letter a good event (a review). Other errors still count one.
+func TestSendErrorsOfAConnectionGoneAreAnOutage(t *testing.T) {
+	s, m := &Sink{name: "nats.x"}, &switchyard.Message{Topic: "a.b"}
+	for _, err := range []error{natsgo.ErrConnectionClosed, natsgo.ErrConnectionDraining, natsgo.ErrConnectionReconnecting,
+		fmt.Errorf("%w: %w", errNotConnected, jetstream.ErrTooManyStalledMsgs)} {
+		if got := s.sendError(m, err); !errors.Is(got, switchyard.ErrSinkUnavailable) {
+			t.Errorf("%v: %v, want an outage", err, got)
+		}
+	}
+	if got := s.sendError(m, errors.New("something else")); errors.Is(got, switchyard.ErrSinkUnavailable) {
+		t.Errorf("another error: %v, want no outage", got)
+	}
+}

@@ -807,7 +807,9 @@ func (s *Sink) publishAsync(ctx context.Context, nm *natsgo.Msg) (jetstream.PubA
 			return nil, ctx.Err()
 		}
 		if !s.nc.IsConnected() {
-			return nil, err
+			// An outage, not the event's failure: no attempt counted
+			// (a review: returned bare, it counted one).
+			return nil, fmt.Errorf("%w: %w", errNotConnected, err)
 		}
 	}
 }
@@ -920,6 +922,10 @@ func (s *Sink) sendError(m *switchyard.Message, err error) error {
 			s.name, m.Topic, len(m.Event.Data), s.nc.MaxPayload(), err)
 	case errors.Is(err, natsgo.ErrBadSubject):
 		return switchyard.Permanentf("%s: invalid subject %q: %w", s.name, m.Topic, err)
+	case errors.Is(err, natsgo.ErrConnectionClosed) || errors.Is(err, natsgo.ErrConnectionDraining) || errors.Is(err, natsgo.ErrConnectionReconnecting):
+		// The connection went while the batch was sent: an outage, no
+		// attempt counted.
+		return fmt.Errorf("%s: subject %q: not sent: %w: %w", s.name, m.Topic, errNotConnected, err)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		// Not sent (the publisher stalled, too many publishes in flight, or
 		// the batch took too long): the router may retry freely and need not
