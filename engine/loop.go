@@ -318,10 +318,7 @@ func (l *Loop) run(ctx context.Context) {
 		// stateful plugin's events a second ahead): their next due time
 		// does not shorten the wait, or the loop would rerun them every
 		// second for as long as the disk stays full (a review).
-		requeuedOnly, leftBefore := taken > 0 && transit.settled == 0, time.Time{}
-		if transit.settled > 0 {
-			leftBefore = takeAt
-		}
+		requeuedOnly, leftBefore := taken > 0 && transit.settled == 0, transit.leftBefore(takeAt)
 		out.settled(&transit)
 		d, backOff := l.nextDelay(full && !out.probing), out.probing || err != nil || l.e.takesNothing()
 		if !backOff && !requeuedOnly {
@@ -894,6 +891,15 @@ type inTransitQueue struct {
 }
 
 func (q *inTransitQueue) add(t *inTransit) { q.batches = append(q.batches, t) }
+
+// leftBefore is untilNextDue's leftBefore for a poll that took its batch
+// at takeAt: takeAt once the batches settled ended attempts, else zero.
+func (q *inTransitQueue) leftBefore(takeAt time.Time) time.Time {
+	if q.settled == 0 {
+		return time.Time{}
+	}
+	return takeAt
+}
 
 // settle waits for the oldest batches until at most keep are left in
 // transit and lets go of their holds.

@@ -244,8 +244,8 @@ func checkPlaces(cfg *config.Config) []string {
 		}
 	}
 	for _, in := range cfg.Inboxes {
-		if t, err := webhook.ParseURL(in.Deliver.URL); err == nil && t.Socket != "" {
-			if err := fsperm.CheckPeerSocketDir(filepath.Dir(t.Socket)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if t, err := webhook.ParseURL(in.Deliver.URL); err == nil {
+			if err := t.CheckSocketDir(); err != nil {
 				out = append(out, fmt.Sprintf("%s: inbox %q: deliver url %q: router run would refuse it: %v", cfg.BlocksAt["inbox."+in.Name], in.Name, in.Deliver.URL, err))
 			}
 		}

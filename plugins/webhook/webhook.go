@@ -96,6 +96,9 @@ func New(in config.Inbox, logger hclog.Logger) (*Sink, error) {
 		return nil, fmt.Errorf("%s: no deliver url", name)
 	}
 	t, err := ParseURL(in.Deliver.URL)
+	if err == nil {
+		err = t.CheckSocketDir()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -103,27 +106,7 @@ func New(in config.Inbox, logger hclog.Logger) (*Sink, error) {
 	if timeout <= 0 || concurrency < 1 {
 		return nil, fmt.Errorf("%s: timeout %s and concurrency %d: the deliver block is not resolved (config.Load sets both)", name, timeout, concurrency)
 	}
-	tr := &http.Transport{
-		Proxy:               nil, // a deliver URL is local; never via HTTP_PROXY
-		MaxIdleConnsPerHost: concurrency,
-		MaxConnsPerHost:     concurrency,
-		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: timeout,
-		ForceAttemptHTTP2:   true,
-	}
-	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
-	if t.Socket != "" {
-		if err := fsperm.CheckPeerSocketDir(filepath.Dir(t.Socket)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s: deliver url %q: %w", name, in.Deliver.URL, err)
-		}
-		socket := t.Socket
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, "unix", socket)
-		}
-		tr.ForceAttemptHTTP2 = false
-	} else {
-		tr.DialContext = dialer.DialContext
-	}
+	tr := newTransport(t, timeout, concurrency)
 	s := &Sink{
 		name:      name,
 		log:       logger.Named(name),
@@ -149,6 +132,31 @@ func New(in config.Inbox, logger hclog.Logger) (*Sink, error) {
 	return s, nil
 }
 
+// newTransport is the HTTP transport to target t: at most concurrency
+// connections, dialled within timeout, HTTP/2 where TLS offers it (not on
+// a unix socket).
+func newTransport(t Target, timeout time.Duration, concurrency int) *http.Transport {
+	tr := &http.Transport{
+		Proxy:               nil, // a deliver URL is local; never via HTTP_PROXY
+		MaxIdleConnsPerHost: concurrency,
+		MaxConnsPerHost:     concurrency,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: timeout,
+		ForceAttemptHTTP2:   true,
+	}
+	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	if t.Socket != "" {
+		socket := t.Socket
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", socket)
+		}
+		tr.ForceAttemptHTTP2 = false
+	} else {
+		tr.DialContext = dialer.DialContext
+	}
+	return tr
+}
+
 // Target is a parsed deliver URL.
 type Target struct {
 	// Request is the URL requests are made to. For a unix socket its host
@@ -159,6 +167,19 @@ type Target struct {
 	// HostPort is the TCP address (with the scheme's default port) for
 	// http and https.
 	HostPort string
+}
+
+// CheckSocketDir refuses the folder of a unix socket target that anyone
+// may write (fsperm.CheckPeerSocketDir); a folder not there yet, and a
+// TCP target, pass.
+func (t Target) CheckSocketDir() error {
+	if t.Socket == "" {
+		return nil
+	}
+	if err := fsperm.CheckPeerSocketDir(filepath.Dir(t.Socket)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("deliver socket %s: %w", t.Socket, err)
+	}
+	return nil
 }
 
 // ParseURL splits a deliver URL into where to connect and what to request;
