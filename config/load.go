@@ -403,11 +403,11 @@ func (d *decoder) root(body hcl.Body) *Config {
 		d.policy(d.content(b.Body, policySchema), &cfg.Defaults)
 	}
 	d.events(c, cfg)
-	inboxNames, consumers := map[string]hcl.Range{}, map[string]string{}
+	inboxNames := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("inbox") {
 		in := d.inbox(b, cfg.Defaults)
 		if d.declare(inboxNames, b) {
-			d.oneConsumer(consumers, b, in)
+			d.oneConsumer(cfg, cfg.Inboxes, b, in)
 			cfg.Inboxes = append(cfg.Inboxes, in)
 		}
 	}
@@ -1000,34 +1000,95 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 	return in
 }
 
-// oneConsumer refuses an inbox that reads through the same NATS durable
-// consumer, or in the same Kafka group, as an inbox before it on the same
-// sink (seen: the consumer or group each has read so far, by sink): the
-// two would share one consumer's messages, each inbox's events split
-// between both services, or one's filter replacing the other's (an
-// adversarial trial: a NATS durable shared by two inboxes ended with the
-// second's filter, the first's events never delivered, and one of the
-// second's reached the first's service).
-func (d *decoder) oneConsumer(seen map[string]string, b *hcl.Block, in Inbox) {
-	what, name, attr := "durable", in.Durable, "durable"
-	if in.Group != "" {
-		what, name, attr = "group", in.Group, "group"
-	}
-	key := in.From + "\x00" + what + "\x00" + name
-	other, dup := seen[key]
-	if !dup {
-		seen[key] = in.Name
+// oneConsumer refuses an inbox that reads through the same consumer as an
+// inbox before it on the same sink (seen: those read so far): a NATS
+// durable of the same name on a stream both read (a durable is named per
+// stream; with the streams not declared in the nats block the router
+// cannot tell, and refuses), or a Kafka group of the same name on a topic
+// both read. The two would share that consumer's messages (an adversarial
+// trial: a NATS durable shared by two inboxes ended with the second's
+// filter, the first's events never delivered, and one of the second's
+// reached the first's service; a group split one topic between two
+// services). Different streams or topics under one name (one an
+// account's permissions or an ACL grants) pass (a review).
+func (d *decoder) oneConsumer(cfg *Config, seen []Inbox, b *hcl.Block, in Inbox) {
+	for _, other := range seen {
+		if other.From != in.From || other.Durable != in.Durable || other.Group != in.Group {
+			continue
+		}
+		what, name, shared := "durable", in.Durable, sharedStream(cfg, in, other)
+		harm := "the consumer would take one inbox's subject, and the other's events would go unread or reach the wrong service"
+		if in.Group != "" {
+			what, name, shared = "group", in.Group, sharedTopic(in, other)
+			harm = "the group would split the records of " + shared + " between the two, each service getting part of the other's"
+		}
+		if shared == "" {
+			continue
+		}
+		rng := b.DefRange
+		if c, _, _ := b.Body.PartialContent(inboxSchema); c != nil && c.Attributes[what] != nil {
+			rng = c.Attributes[what].Expr.Range()
+		}
+		d.errorf(rng, "Shared "+what, "inbox %q reads %s's %s %q on %s, as inbox %q does: %s; give each inbox a %s of its own (the default is the inbox's name).", in.Name, in.From, what, name, shared, other.Name, harm, what)
 		return
 	}
-	rng := b.DefRange
-	if c, _, _ := b.Body.PartialContent(inboxSchema); c != nil && c.Attributes[attr] != nil {
-		rng = c.Attributes[attr].Expr.Range()
+}
+
+// sharedTopic names a topic both Kafka inboxes read, or "".
+func sharedTopic(a, b Inbox) string {
+	for _, t := range a.Topics {
+		if slices.Contains(b.Topics, t) {
+			return fmt.Sprintf("topic %q", t)
+		}
 	}
-	harm := "the consumer would take one inbox's subject, and the other's events would go unread or reach the wrong service"
-	if what == "group" {
-		harm = "the group would split the topics' records between the two, each service getting part of the other's"
+	return ""
+}
+
+// sharedStream names the stream both NATS inboxes read, as far as the nats
+// block's streams tell: a stream whose subjects collide with both
+// subjects, or "their stream" when neither's is declared; "" when the
+// declared streams put them apart.
+func sharedStream(cfg *Config, a, b Inbox) string {
+	var streams []Stream
+	for _, n := range cfg.NATS {
+		if n.SinkName() == a.From {
+			streams = n.Streams
+		}
 	}
-	d.errorf(rng, "Shared "+what, "inbox %q reads %s's %s %q, as inbox %q does: %s; give each inbox a %s of its own (the default is the inbox's name).", in.Name, in.From, what, name, other, harm, attr)
+	known := false
+	for _, st := range streams {
+		inA, inB := collidesAny(st.Subjects, a.Subject), collidesAny(st.Subjects, b.Subject)
+		known = known || inA || inB
+		if inA && inB {
+			return fmt.Sprintf("stream %q", st.Name)
+		}
+	}
+	if known {
+		return ""
+	}
+	return "their stream (not declared in the nats block: declare it to tell them apart)"
+}
+
+func collidesAny(filters []string, subject string) bool {
+	return slices.ContainsFunc(filters, func(f string) bool { return subjectsCollide(f, subject) })
+}
+
+// subjectsCollide reports whether some subject matches both NATS subjects
+// a and b (wildcards allowed: * one token, > one or more at the end).
+func subjectsCollide(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; ; i++ {
+		if i == len(at) || i == len(bt) {
+			return len(at) == len(bt)
+		}
+		x, y := at[i], bt[i]
+		if x == ">" || y == ">" {
+			return true
+		}
+		if x != y && x != "*" && y != "*" {
+			return false
+		}
+	}
 }
 
 func validDeliverURL(s string) bool {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -296,6 +297,10 @@ func (e *Engine) requeue(ctx context.Context, recs []*storage.Record, lost map[o
 	if len(lost) == 0 {
 		return 0, nil
 	}
+	// Newest first, as Tx.Redeliver needs: the recall reads them by the
+	// delivered index, oldest first where a reload lowered the ttl
+	// between two deliveries (a review).
+	recs = slices.SortedFunc(slices.Values(recs), func(a, b *storage.Record) int { return cmp.Compare(b.QueueSeq, a.QueueSeq) })
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
 		n = 0 // the group commit may run this more than once
 		now := e.now()

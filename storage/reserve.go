@@ -40,14 +40,14 @@ func (db *DB) HoldReserve(size int64) (made bool, err error) {
 		}
 		return false, nil
 	}
-	// Another user's file there (a sticky folder) is no reserve of ours,
-	// and a sparse one holds nothing: both passed for one before (a
-	// security trial), the reserve 0 and nothing said.
+	// Another user's file there (a sticky folder) is no reserve of ours: a
+	// sparse one of the right size passed for one before (a security
+	// trial), the reserve 0 and nothing said.
 	if err := fsperm.CheckMade(path); err != nil {
 		return false, fmt.Errorf("storage: the reserve: %w", err)
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == size && reserveHeld(path) >= size/2 {
-		return false, nil // its blocks as the filesystem counts them (Space.Reserve) may differ a little
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == size {
+		return false, nil // its blocks as the filesystem counts them (Space.Reserve) may differ
 	}
 	if err := makeReserve(path, size); err != nil {
 		os.Remove(path)

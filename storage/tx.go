@@ -638,7 +638,8 @@ func undeliver(r *Record, again func(Output) bool) bool {
 // events stored after it, and, with orderByKey, ahead of the pending
 // events of its key's line stored after it (lineBehind). A power cut loses
 // the last deliveries together, and they go out again in the order they
-// first did, whatever order the recall reads them in. (A review: due now
+// first did, when the records are redelivered newest first (highest
+// QueueSeq first, as engine.requeue sorts them). (A review: due now
 // and at the end of its line, they went out newest first, and behind a
 // later event of their key still pending.) Its queue sequence is new: it
 // names this stay in the queue (doneSeq).

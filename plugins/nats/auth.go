@@ -66,13 +66,19 @@ func ClientOptions(cfg config.NATS) ([]natsgo.Option, error) {
 // with the password of cfg.Auth, which is generated on first start when
 // its file does not exist yet. A server without users would admit any
 // local process (docs/decisions/embedded-broker-auth.md).
-func serverUsers(cfg config.NATS) ([]*server.User, error) {
+func serverUsers(cfg config.NATS, dataDir string) ([]*server.User, error) {
 	if cfg.Auth.User == "" || !cfg.Auth.Password.IsSet() {
 		return nil, errors.New("an embedded server needs a user and a password file (config resolves them)")
 	}
 	if f := cfg.Auth.Password.File; f != "" {
-		if err := fsperm.CheckMade(f); err != nil {
-			return nil, fmt.Errorf("password: %w", err)
+		// The file the router generates beside its data file: nothing
+		// another user put there is taken. A file the operator named
+		// elsewhere (a Kubernetes secret's link) is checked as a secret
+		// (config.CheckPrivate, on reading).
+		if filepath.Dir(filepath.Clean(f)) == filepath.Clean(dataDir) {
+			if err := fsperm.CheckMade(f); err != nil {
+				return nil, fmt.Errorf("password: %w", err)
+			}
 		}
 		if err := generatePassword(f); err != nil {
 			return nil, err

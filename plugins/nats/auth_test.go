@@ -235,6 +235,28 @@ func TestEmbeddedServerTakesNothingPlantedInItsFolder(t *testing.T) {
 	}
 }
 
+// A password file the operator named outside the data folder is read as
+// a secret, not checked as one the router made: a Kubernetes secret volume
+// (root's, mode 1777, each key a link into ..data) starts the server. (A
+// review: the planted-link check refused it, advising to remove it.)
+func TestEmbeddedServerTakesAKubernetesSecretAsItsPassword(t *testing.T) {
+	mount := filepath.Join(t.TempDir(), "nats-secret")
+	os.Mkdir(mount, 0o755)
+	ts := filepath.Join(mount, "..2026_12_01_10_00_00.123")
+	os.Mkdir(ts, 0o755)
+	os.WriteFile(filepath.Join(ts, "password"), []byte("s3cret-s3cret-s3cret\n"), 0o400)
+	os.Symlink(filepath.Base(ts), filepath.Join(mount, "..data"))
+	os.Symlink("..data/password", filepath.Join(mount, "password"))
+	os.Chmod(mount, 0o777|os.ModeSticky)
+	cfg := testConfig(true)
+	cfg.Auth = config.NATSAuth{User: "switchyard", Password: config.Secret{File: filepath.Join(mount, "password")}}
+	srv, err := StartServer(cfg, t.TempDir(), testLogger(t))
+	if err != nil {
+		t.Fatalf("refused the operator's secret mount: %v", err)
+	}
+	srv.Close(context.Background())
+}
+
 // After a JetStream store write error the embedded server says so
 // (Healthy), restarts itself in place on the same port and store, and the
 // router's sink — which reconnects by itself — publishes again: no restart

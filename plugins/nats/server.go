@@ -114,7 +114,7 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 			return nil, fmt.Errorf("nats %s: embedded server: %w", name, err)
 		}
 	}
-	users, err := serverUsers(cfg)
+	users, err := serverUsers(cfg, dataDir)
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: embedded server: %w", name, err)
 	}

@@ -292,9 +292,13 @@ func (p *Plugin) checkMemory() (probs []string) {
 	m := p.compiled
 	if mem, ok := m.ExportedMemories()["memory"]; !ok {
 		probs = append(probs, `it does not export its memory as "memory"`)
-	} else if minBytes := uint64(mem.Min()) * 65536; minBytes > uint64(p.limits.Memory) {
-		probs = append(probs, fmt.Sprintf("its memory starts at %s, over limits.memory = %s",
-			formatBytes(minBytes), formatBytes(uint64(p.limits.Memory))))
+	} else if minBytes := uint64(mem.Min()) * 65536; minBytes > uint64(p.limits.Memory)-p.tables {
+		tables := ""
+		if p.tables > 0 {
+			tables = fmt.Sprintf(" with its tables' %s", formatBytes(p.tables))
+		}
+		probs = append(probs, fmt.Sprintf("its memory starts at %s%s, over limits.memory = %s",
+			formatBytes(minBytes), tables, formatBytes(uint64(p.limits.Memory))))
 	}
 	if len(m.ImportedMemories()) > 0 {
 		probs = append(probs, "it imports a memory: a plugin defines and exports its own")

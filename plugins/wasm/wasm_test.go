@@ -316,6 +316,13 @@ func TestWasmTablesCountInTheMemoryLimit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "its tables may hold 3072MiB") || !strings.Contains(err.Error(), "limits.memory = 16MiB") {
 		t.Fatalf("loading a module with 3 GiB of tables: %v", err)
 	}
+	// Its memory's first page and its table fit 64 KiB only without each
+	// other: refused, naming both (before, wazero panicked allocating the
+	// memory the tables had left too small: a crash at start or reload).
+	_, err = rt.Load(context.Background(), config.Plugin{Name: "tablegrow", Wasm: testdata("tablegrow"), Limits: withDefaults(config.PluginLimits{Memory: 64 << 10})}, LoadOptions{Instances: 1})
+	if err == nil || !strings.Contains(err.Error(), "its memory starts at 64KiB with its tables' 128 bytes, over limits.memory = 64KiB") {
+		t.Fatalf("memory and tables over limits.memory together: %v", err)
+	}
 	p := load(t, rt, "tablegrow", config.PluginLimits{}, 1)
 	for _, id := range []string{"e1", "e2"} {
 		if outs, err := p.Handle(context.Background(), testEvent(id)); err != nil || len(outs) != 1 {
