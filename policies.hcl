@@ -341,7 +341,7 @@ event "demo.greeting" {
 # inbox "payments" {
 #   from      = "kafka.main"
 #   topics    = ["payments"]
-#   group     = "edge-1"    # routers sharing a group split the partitions; default: the inbox name; one per inbox
+#   group     = "edge-1"    # routers sharing a group split the partitions; default: the inbox name; two inboxes on one topic need two
 #   ttl       = "24h"
 #   id_header = "ce_id"     # "ce-id" for NATS
 #   missing_id = "derive"   # a message without an id (or with one over 1024 bytes): "derive" one from its content, or "reject" it (audited: no_id, id_too_long)
@@ -362,6 +362,6 @@ event "demo.greeting" {
 # inbox "alerts" {
 #   from    = "nats.local"
 #   subject = "alerts.>"
-#   durable = "alerts"      # routers sharing a durable split the messages; default: the inbox name; one per inbox
+#   durable = "alerts"      # routers sharing a durable split the messages; default: the inbox name; two inboxes on one stream need two
 #   deliver { url = "http://127.0.0.1:9000/alerts" }
 # }

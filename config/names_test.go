@@ -35,3 +35,16 @@ func TestTopicRules(t *testing.T) {
 		}
 	}
 }
+
+// subjectsCollide (the shared-durable check's) agrees with nats-server on
+// whether some subject matches two filters.
+func TestSubjectsCollideMatchesTheServer(t *testing.T) {
+	subjects := []string{"a", "a.b", "a.c", "a.b.c", "a.*", "a.>", "*", ">", "*.b", "a.*.c", "a.b.>", "b.>", "*.*", "a.b.c.d"}
+	for _, x := range subjects {
+		for _, y := range subjects {
+			if got, want := subjectsCollide(x, y), server.SubjectsCollide(x, y); got != want {
+				t.Errorf("subjectsCollide(%q, %q) = %v, the server says %v", x, y, got, want)
+			}
+		}
+	}
+}

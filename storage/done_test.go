@@ -24,18 +24,7 @@ func TestRecentlyDeliveredAfterTheTTLWasLowered(t *testing.T) {
 		for i := range n {
 			id := fmt.Sprintf("%s-%d", prefix, i)
 			insert(t, db, record(id, "t.x", at, ""))
-			err := db.Update(ctx, func(tx *storage.Tx) error {
-				r, err := tx.Record(id)
-				if err != nil {
-					return err
-				}
-				when := at.Add(time.Duration(i) * time.Millisecond)
-				r.Outputs = []storage.Output{{Destination: "nats.local:x", MsgID: id, Delivered: true, DeliveredAt: when}}
-				return tx.MarkDelivered(r, when, ttl)
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			markDelivered(t, db, id, at.Add(time.Duration(i)*time.Millisecond), ttl)
 		}
 	}
 	recent := func(now time.Time) []string {
@@ -70,17 +59,17 @@ func TestRecentlyDeliveredAfterTheTTLWasLowered(t *testing.T) {
 func deliverAt(t *testing.T, db *storage.DB, id string, at time.Time, ttl time.Duration) {
 	t.Helper()
 	insert(t, db, record(id, "t.x", at, ""))
-	err := db.Update(ctx, func(tx *storage.Tx) error {
-		r, err := tx.Record(id)
-		if err != nil {
-			return err
-		}
+	markDelivered(t, db, id, at, ttl)
+}
+
+// markDelivered marks the stored event id delivered at at (one output,
+// to nats.local:x), kept for ttl.
+func markDelivered(t *testing.T, db *storage.DB, id string, at time.Time, ttl time.Duration) {
+	t.Helper()
+	onRecord(t, db, id, func(tx *storage.Tx, r *storage.Record) error {
 		r.Outputs = []storage.Output{{Destination: "nats.local:x", MsgID: id, Delivered: true, DeliveredAt: at}}
 		return tx.MarkDelivered(r, at, ttl)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // stored says which of ids still have a record.

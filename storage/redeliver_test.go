@@ -19,21 +19,8 @@ func TestRedeliverAfterALoweredTTLKeepsTheLineOrder(t *testing.T) {
 	db := storagetest.Open(t)
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	insert(t, db, record("a", "t.k", t0, "k"), record("b", "t.k", t0.Add(time.Millisecond), "k"))
-	mark := func(id string, at time.Time, ttl time.Duration) {
-		t.Helper()
-		if err := db.Update(ctx, func(tx *storage.Tx) error {
-			r, err := tx.Record(id)
-			if err != nil {
-				return err
-			}
-			r.Outputs = []storage.Output{{Destination: "nats.local:x", MsgID: id, Delivered: true, DeliveredAt: at}}
-			return tx.MarkDelivered(r, at, ttl)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mark("a", t0.Add(time.Second), 24*time.Hour)
-	mark("b", t0.Add(2*time.Second), time.Hour) // after a reload lowered the ttl
+	markDelivered(t, db, "a", t0.Add(time.Second), 24*time.Hour)
+	markDelivered(t, db, "b", t0.Add(2*time.Second), time.Hour) // after a reload lowered the ttl
 	now := t0.Add(3 * time.Second)
 	var read []string
 	if err := db.Update(ctx, func(tx *storage.Tx) error {

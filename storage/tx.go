@@ -386,28 +386,24 @@ func (tx *Tx) Due(t string, now time.Time, ahead time.Duration, limit int, order
 
 // FirstDue is when the earliest of type t's pending events is due, and
 // false when none is pending. One seek.
-func (tx *Tx) FirstDue(t string) (time.Time, bool) {
-	q, _ := tx.sub(bucketQueue, t)
-	if q == nil {
-		return time.Time{}, false
-	}
-	k, _ := q.Cursor().First()
-	if len(k) < 8 {
-		return time.Time{}, false
-	}
-	return time.Unix(0, int64(binary.BigEndian.Uint64(k))), true
-}
+func (tx *Tx) FirstDue(t string) (time.Time, bool) { return tx.dueFrom(t, nil) }
 
 // NextDue is when the first of type t's pending events that is due after
 // now comes due (a retry's backoff ends, say), and false when none is: a
 // loop that waits longer than that takes it late. One seek: the queue is
 // in due order.
 func (tx *Tx) NextDue(t string, now time.Time) (time.Time, bool) {
+	return tx.dueFrom(t, tx.keyAt(now.Add(time.Nanosecond)))
+}
+
+// dueFrom is the due time of the first entry of type t's queue at or
+// after the key from (nil: the first of all).
+func (tx *Tx) dueFrom(t string, from []byte) (time.Time, bool) {
 	q, _ := tx.sub(bucketQueue, t)
 	if q == nil {
 		return time.Time{}, false
 	}
-	k, _ := q.Cursor().Seek(tx.keyAt(now.Add(time.Nanosecond)))
+	k, _ := q.Cursor().Seek(from)
 	if len(k) < 8 {
 		return time.Time{}, false
 	}

@@ -277,7 +277,7 @@ func (in *instance) failure(call string, err error, fired bool, timeout time.Dur
 	switch {
 	case in.mem.refused > 0:
 		return FailureMemory, fmt.Sprintf("memory limit reached: the plugin tried to grow its memory to %s, over limits.memory = %s",
-			formatBytes(in.mem.refused), formatBytes(uint64(lim.Memory)))
+			in.p.withTables(in.mem.refused), formatBytes(uint64(lim.Memory)))
 	case fired:
 		return FailureTimeout, fmt.Sprintf("timed out: %s ran longer than %s", call, timeout)
 	case in.violation != "":

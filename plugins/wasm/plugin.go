@@ -293,17 +293,22 @@ func (p *Plugin) checkMemory() (probs []string) {
 	if mem, ok := m.ExportedMemories()["memory"]; !ok {
 		probs = append(probs, `it does not export its memory as "memory"`)
 	} else if minBytes := uint64(mem.Min()) * 65536; minBytes > uint64(p.limits.Memory)-p.tables {
-		tables := ""
-		if p.tables > 0 {
-			tables = fmt.Sprintf(" with its tables' %s", formatBytes(p.tables))
-		}
-		probs = append(probs, fmt.Sprintf("its memory starts at %s%s, over limits.memory = %s",
-			formatBytes(minBytes), tables, formatBytes(uint64(p.limits.Memory))))
+		probs = append(probs, fmt.Sprintf("its memory starts at %s, over limits.memory = %s",
+			p.withTables(minBytes), formatBytes(uint64(p.limits.Memory))))
 	}
 	if len(m.ImportedMemories()) > 0 {
 		probs = append(probs, "it imports a memory: a plugin defines and exports its own")
 	}
 	return probs
+}
+
+// withTables says memory bytes of a linear memory, and the tables' beside
+// it where the module has any: what limits.memory counts.
+func (p *Plugin) withTables(memory uint64) string {
+	if p.tables == 0 {
+		return formatBytes(memory)
+	}
+	return fmt.Sprintf("%s with its tables' %s", formatBytes(memory), formatBytes(p.tables))
 }
 
 // checkImports checks that the module imports only the host's functions
