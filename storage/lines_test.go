@@ -191,3 +191,40 @@ func TestLinedUpMarkOnlyInAFileAsLeft(t *testing.T) {
 		t.Fatal("the mark outlived an unclean stop after a write")
 	}
 }
+
+// BenchmarkOneKeyBacklogDue is one poll of a type ordered by key whose
+// backlog of 10,000 events has one partition key: Due takes the first and
+// passes over the 9,999 behind it (linesBehind).
+func BenchmarkOneKeyBacklogDue(b *testing.B) {
+	db, err := Open(filepath.Join(b.TempDir(), "router.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	now := time.Now()
+	for done := 0; done < 10_000; done += 1000 {
+		if err := db.Update(context.Background(), func(tx *Tx) error {
+			for range 1000 {
+				r := diskEvent(now)
+				r.Event.Extensions = []switchyard.Header{{Name: "partitionkey", Value: "device-1"}}
+				if err := tx.InsertEvent(r, true); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if err := db.View(func(tx *Tx) error {
+			recs, err := tx.Due("orders.created", now, 0, 100, true, nil)
+			if err == nil && len(recs) != 1 {
+				b.Fatalf("took %d, want the line's first", len(recs))
+			}
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

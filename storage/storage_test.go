@@ -277,6 +277,21 @@ func TestDueOrderByKey(t *testing.T) {
 	}
 }
 
+// With ordering = "key", a line's first event is taken when it comes due
+// after the rest of its line (a retry's backoff): Due passes over the
+// events behind it without reading them (linesBehind), never over the
+// first itself.
+func TestDueTakesALinesFirstDueAfterTheRest(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Unix(1000, 0)
+	insert(t, db, record("k1", "a", t0, "k"), record("k2", "a", t0, "k"), record("x", "a", t0, "other"),
+		record("k3", "a", t0, "k"))
+	reschedule(t, db, "k1", t0.Add(30*time.Second))
+	if got := fmt.Sprint(due(t, db, "a", t0.Add(time.Minute), true)); got != "[x k1]" {
+		t.Fatalf("due by key = %s, want [x k1]: k2 and k3 wait behind k1, which is due", got)
+	}
+}
+
 // With ordering = "key", an event waits only behind its own tenant's
 // events with its key: tenant acme's failing k1 holds back acme's k2, not
 // beta's or the default tenant's events with the same key; once k1 is
