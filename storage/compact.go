@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // CompactReport is what CompactFile did.
@@ -23,7 +25,8 @@ type CompactReport struct {
 }
 
 // CompactFile gives the free space of a data file that no router has open
-// back to the filesystem (`router db compact`). bbolt never shrinks a file:
+// back to the filesystem (`router db compact`, which checks the file in a
+// child process first: checkBeforeWriting). bbolt never shrinks a file:
 // pages freed by cleanup are used again, but a file that once held a large
 // backlog keeps its size. CompactFile copies every bucket into a new file
 // beside it with every page packed full (bbolt.Compact), checks the copy
@@ -40,10 +43,14 @@ func CompactFile(path string) (*CompactReport, error) {
 		// handle ("bad file descriptor").
 		return nil, fmt.Errorf("%s is empty: not a data file, nothing to compact", path)
 	}
+	if err := notALink(path); err != nil {
+		return nil, err
+	}
 	rep := &CompactReport{Path: path, Before: fi.Size()}
 	// The original stays open (a shared lock) until the copy has replaced
-	// it: a router that starts meanwhile waits for the lock, and then sees
-	// that the file was replaced (openBolt).
+	// it: a router that starts meanwhile finds the lock held and stops, or
+	// takes it just after the rename and sees that the file was replaced
+	// (openBolt).
 	src, err := openBolt(path, readOnly())
 	if err != nil {
 		return nil, err
@@ -64,6 +71,10 @@ func CompactFile(path string) (*CompactReport, error) {
 		os.Remove(tmp)
 		rep.After, rep.Kept = rep.Before, true
 		return rep, nil
+	}
+	if err := keepAccess(tmp, fi); err != nil {
+		os.Remove(tmp)
+		return nil, err
 	}
 	if err := replaceWith(path, tmp); err != nil {
 		os.Remove(tmp)
@@ -127,4 +138,35 @@ func replaceWith(path, tmp string) error {
 		return err
 	}
 	return SyncDir(filepath.Dir(path))
+}
+
+// notALink refuses a data file named through a symbolic link, as router
+// run does (CheckPath): the rename would put the compacted copy in the
+// link's place and leave the file it names as it was, nothing freed.
+func notALink(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return err
+	}
+	target, _ := filepath.EvalSymlinks(path)
+	return fmt.Errorf("%s is a symbolic link (to %s): name the data file itself", path, target)
+}
+
+// keepAccess gives the compacted copy at tmp the original's mode, owner
+// and group (fi): bbolt makes it 0600 and the process's own, and a router
+// run as another user (systemd's User=) could no longer open a file an
+// operator compacted with sudo.
+func keepAccess(tmp string, fi os.FileInfo) error {
+	if err := os.Chmod(tmp, fi.Mode().Perm()); err != nil {
+		return err
+	}
+	uid, ok := fsperm.Owner(fi)
+	gid, _ := fsperm.Group(fi)
+	if !ok || uid == os.Getuid() && gid == os.Getgid() {
+		return nil
+	}
+	if err := os.Chown(tmp, uid, gid); err != nil {
+		return fmt.Errorf("giving the compacted copy the owner of %s (uid %d, gid %d): %w; the file is unchanged", fi.Name(), uid, gid, err)
+	}
+	return nil
 }

@@ -15,7 +15,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,10 +244,10 @@ func prepare(bdb *bolt.DB) (unclean bool, err error) {
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
-		schema := string(meta.Get(keySchema)) // "" for a new file
-		if schema != "" && !slices.Contains(schemaReadable, schema) {
-			return fmt.Errorf("data file schema %q, this router reads %q", schema, schemaReadable)
+		if err := unreadableSchema(meta); err != nil {
+			return err
 		}
+		schema := string(meta.Get(keySchema)) // "" for a new file
 		unclean = meta.Get(keyRunning) != nil
 		if err := forgetLinesIfMoved(meta); err != nil {
 			return err

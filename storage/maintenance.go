@@ -59,10 +59,16 @@ func CheckFile(path string) (*CheckReport, error) {
 				rep.Problems = append(rep.Problems, "no events bucket: not a Switchyard data file")
 				return nil
 			}
+			if meta := tx.Bucket(bucketMeta); meta != nil {
+				if err := unreadableSchema(meta); err != nil {
+					rep.Problems = append(rep.Problems, err.Error())
+					return nil
+				}
+			}
 			err := events.ForEach(func(k, v []byte) error {
 				rep.Events++
-				if _, err := decodeRecord(v); err != nil && len(rep.Problems) < maxProblems {
-					rep.Problems = append(rep.Problems, fmt.Sprintf("event %q: %v", k, err))
+				if p := recordProblem(k, v); p != "" && len(rep.Problems) < maxProblems {
+					rep.Problems = append(rep.Problems, p)
 				}
 				return nil
 			})
@@ -81,6 +87,20 @@ func CheckFile(path string) (*CheckReport, error) {
 		rep.Problems = append(rep.Problems, err.Error())
 	}
 	return rep, nil
+}
+
+// recordProblem is what is wrong with the record v stored under key k: it
+// does not decode, or it is another event's (a damaged key: the event
+// cannot be read by its id, and a compaction would copy it so).
+func recordProblem(k, v []byte) string {
+	r, err := decodeRecord(v)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("event %q: %v", k, err)
+	case r.Key() != string(k):
+		return fmt.Sprintf("event %q is stored under the key %q: its key is damaged", r.Key(), k)
+	}
+	return ""
 }
 
 // Backup writes a consistent copy of the whole data file to w while the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -62,6 +63,17 @@ var (
 	// schemaReadable are the versions this router opens.
 	schemaReadable = []string{"1", "2", "3", "4"}
 )
+
+// unreadableSchema refuses a data file whose schema this router does not
+// read (a newer router's): router run, and the offline tools that would
+// write it or call it consistent (CheckFile).
+func unreadableSchema(meta *bolt.Bucket) error {
+	schema := string(meta.Get(keySchema)) // "" for a new file
+	if schema == "" || slices.Contains(schemaReadable, schema) {
+		return nil
+	}
+	return fmt.Errorf("data file schema %q, this router reads %q: a newer router wrote it; keep the file, and run that router's version or a later one", schema, schemaReadable)
+}
 
 // ErrNotFound is returned when a record does not exist.
 var ErrNotFound = errors.New("storage: not found")

@@ -174,13 +174,35 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprint(c.Stderr, dbUsage)
 		return &exitError{code: 2, err: fmt.Errorf("db %s: name one data file (given %d: %q)", args[0], len(pos), pos)}
 	}
-	switch args[0] {
-	case "compact":
-		return c.compact(pos[0], output)
-	case "clock":
-		return c.clock(pos[0], forget, output)
+	switch {
+	case args[0] == "check":
+		return c.check(ctx, pos[0], output)
+	case args[0] == "compact" || forget:
+		if err := checkBeforeWriting(ctx, pos[0]); err != nil {
+			return fmt.Errorf("db %s: %w", args[0], err)
+		}
 	}
-	return c.check(ctx, pos[0], output)
+	if args[0] == "compact" {
+		return c.compact(pos[0], output)
+	}
+	return c.clock(pos[0], forget, output)
+}
+
+// checkBeforeWriting checks the data file at path as router db check does
+// (checkIsolated) before a tool writes it: compact copied a damaged file
+// into one that checked (a damaged key moved its event out of reach of its
+// id), and clock -forget stopped with bbolt's panic on one. A file that
+// does not check is left as it is.
+func checkBeforeWriting(ctx context.Context, path string) error {
+	rep, err := checkIsolated(ctx, path)
+	if err != nil {
+		return err
+	}
+	if len(rep.Problems) > 0 {
+		return fmt.Errorf("%s does not check (%s); it was left as it is: see router db check %s, and restore it from a backup (router backup)",
+			path, strings.Join(rep.Problems, "; "), path)
+	}
+	return nil
 }
 
 // clock is `router db clock`.

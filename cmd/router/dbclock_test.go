@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -62,5 +66,52 @@ func TestDBClock(t *testing.T) {
 	}
 	if out, err := run(); err != nil || !strings.Contains(out, "no clock kept") {
 		t.Fatalf("db clock after -forget: %v\n%s", err, out)
+	}
+}
+
+// router db compact and db clock -forget check a data file before they
+// write it, and leave one that does not check as it is: compact copied an
+// event stored under a damaged key into a file that then checked (its id
+// no longer found it), and clock -forget stopped with bbolt's panic on a
+// damaged page.
+func TestToolsThatWriteLeaveAFileThatDoesNotCheck(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "router.db")
+	db, err := storage.Open(path, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(context.Background(), func(tx *storage.Tx) error {
+		return tx.InsertEvent(&storage.Record{CreatedAt: time.Now(), Event: switchyard.Event{ID: "e1", Type: "t", Source: "/s", SpecVersion: "1.0"}}, false)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error {
+		events := tx.Bucket([]byte("events"))
+		v := append([]byte(nil), events.Get([]byte("e1"))...)
+		return errors.Join(events.Delete([]byte("e1")), events.Put([]byte("f1"), v))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"db", "compact", path}, {"db", "clock", path, "-forget"}} {
+		var out bytes.Buffer
+		err := NewMain(nil, &out, &out).Run(context.Background(), args)
+		if err == nil || !strings.Contains(err.Error(), "does not check") || !strings.Contains(err.Error(), "its key is damaged") {
+			t.Fatalf("%q: %v\n%s", args, err, out.String())
+		}
+		if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+			t.Fatalf("%q changed the file", args)
+		}
 	}
 }
