@@ -544,7 +544,7 @@ func hostFail(ctx context.Context, mod api.Module, stack []uint64) {
 		in.broke("fail(%d, %d) points outside the plugin's memory (%d bytes)", ptr, n, mod.Memory().Size())
 		return
 	}
-	in.reason = strings.ToValidUTF8(string(b), "\uFFFD")
+	in.reason = escapeControls(strings.ToValidUTF8(string(b), "\uFFFD"))
 	if n > maxReason {
 		in.reason += "…"
 	}

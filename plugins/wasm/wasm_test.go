@@ -252,6 +252,20 @@ func TestWasmRejectVerdict(t *testing.T) {
 	}
 }
 
+// A plugin's reason is kept with its control characters escaped, as its
+// log lines are: a reason reaches the operator's terminal (router dlq
+// show, plugin test) and log, and a plugin must not colour or clear the
+// screen or split a log line with it.
+func TestWasmReasonEscapesControls(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "rejectctl", config.PluginLimits{}, 1)
+	_, err := p.Handle(context.Background(), testEvent("e1"))
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Reason != `bad\x1b[31mred\x0anewline\x07` {
+		t.Fatalf("error %#v", err)
+	}
+}
+
 func TestWasmRetryVerdict(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
 	p := load(t, rt, "retry", config.PluginLimits{}, 1)
