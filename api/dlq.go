@@ -67,9 +67,6 @@ func checkRef(id string) error {
 func dlqRef(r *http.Request) (engine.DLQRef, error) {
 	q := r.URL.Query()
 	ref := engine.DLQRef{ID: r.PathValue("id"), Queue: q.Get("queue"), Tenant: q.Get("tenant"), Source: q.Get("source")}
-	if len(ref.Source) > engine.MaxAttrLen {
-		return ref, switchyard.Errorf(switchyard.EINVALIDREQUEST, "source is longer than %d bytes", engine.MaxAttrLen)
-	}
 	if ref.Tenant != "" {
 		if err := tenantParam("tenant", ref.Tenant); err != nil {
 			return ref, err
@@ -336,9 +333,6 @@ func (s *Server) readFilter(w http.ResponseWriter, r *http.Request) (engine.DLQF
 		if err := checkRef(id); err != nil {
 			return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, "ids[%d]: %s", i, err.(*switchyard.Error).Message)
 		}
-	}
-	if len(b.Source) > engine.MaxAttrLen {
-		return f, switchyard.Errorf(switchyard.EINVALIDREQUEST, "source is longer than %d bytes", engine.MaxAttrLen)
 	}
 	f = engine.DLQFilter{Type: b.Type, Status: storage.State(b.Status), IDs: b.IDs, Tenant: b.Tenant, Source: b.Source, All: b.All}
 	if f.Since, err = parseSince(b.Since, s.opts.Now()); err != nil {

@@ -551,6 +551,26 @@ func TestInboxTellsSourcesApart(t *testing.T) {
 	}
 }
 
+// An event whose source is longer than a bbolt key (40,000 bytes) is
+// stored whole, with the event beside it in its batch, and its redelivery
+// is dropped: it failed its whole batch ("key too large"), and the broker
+// gave the batch again for ever.
+func TestInboxStoresAnEventWithAHugeSource(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	ctx := context.Background()
+	huge := "/" + strings.Repeat("x", 40_000)
+	if res, err := h.eng.Receive(ctx, "pay", fromSources("1", huge, "/ok")); err != nil || res.Stored != 2 {
+		t.Fatalf("receive: %+v, %v; want both stored", res, err)
+	}
+	if res, err := h.eng.Receive(ctx, "pay", fromSources("1", huge)); err != nil || res.Skipped != 1 {
+		t.Fatalf("its redelivery: %+v, %v; want it dropped", res, err)
+	}
+	msgs, err := h.eng.Pull(ctx, "pay", 10, 0, time.Minute)
+	if err != nil || len(msgs) != 2 || msgs[0].Event.Source != huge && msgs[1].Event.Source != huge {
+		t.Fatalf("pull: %d, %v; want both, the huge source whole", len(msgs), err)
+	}
+}
+
 // refusingSink refuses every message for good, as a service answering
 // 400: its events go to the DLQ at once.
 type refusingSink struct{ name string }

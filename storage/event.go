@@ -1,10 +1,13 @@
 package storage
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"strconv"
 	"strings"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/switchyard-router/switchyard"
 )
@@ -111,10 +114,26 @@ func inboxKey(queue, source, id string) string {
 }
 
 // appendInboxKey appends inboxKey(queue, source, id) to b: a key to look
-// up in the transaction's scratch buffer.
+// up in the transaction's scratch buffer. A source that would make the key
+// too long for bbolt beside an expiry's 8 bytes (maxInboxKeyLen) is
+// keyed by its SHA-256 instead, after a 0 byte: such an event failed its
+// whole batch ("key too large"), the good ones beside it included, and
+// the broker redelivered the batch for ever. Every key that could be
+// stored before is as it was.
 func appendInboxKey(b []byte, queue, source, id string) []byte {
-	return append(appendInboxIDPrefix(b, queue, id), source...)
+	start := len(b)
+	b = appendInboxIDPrefix(b, queue, id)
+	if len(b)-start+len(source) <= maxInboxKeyLen {
+		return append(b, source...)
+	}
+	sum := sha256.Sum256([]byte(source))
+	return append(append(b, 0), sum[:]...)
 }
+
+// maxInboxKeyLen is the longest inbox key kept with its source: bbolt's
+// longest key less the 8 bytes of a time an index puts before it (the
+// inbox's expiry index, the done index).
+const maxInboxKeyLen = bolt.MaxKeySize - 8
 
 // appendInboxIDPrefix appends what starts the keys of queue's records of
 // the event id id.
