@@ -157,6 +157,29 @@ inbox "refusing" {
 	run("event by key", chromedp.Navigate(link0(link)+"#/event?key=order-42"),
 		chromedp.WaitVisible(chromedp.CSS(`section[data-event="`+keyed+`"]`)))
 
+	// A page left while it loads draws nothing over the next: the DLQ,
+	// left at once for the plugins, drew itself under "Plugins" when its
+	// first request came back (a console trial: every time).
+	run("a page left while it loads", chromedp.Evaluate[chromedp.Void](`(() => {
+		location.hash = '#/dlq?status=dlq';
+		setTimeout(() => { location.hash = '#/plugins'; }, 0);
+	})()`), chromedp.WaitVisible(chromedp.CSS(`#plugins`)), chromedp.Sleep(1500*time.Millisecond),
+		jsTrue(`!document.getElementById('dlq-table') && !!document.getElementById('plugins')`, "the plugins page, not the DLQ drawn over it"))
+	// A refreshing page whose first load fails (the router restarting)
+	// says so, tries again, and takes the error away once the router
+	// answers: it stayed on "Failed to fetch" for good.
+	run("a first load that fails", chromedp.Navigate(link0(link)+"#/event"), chromedp.WaitVisible(chromedp.CSS(`#lookup`)),
+		chromedp.Evaluate[chromedp.Void](`(() => {
+			const real = window.fetch;
+			window.down = true;
+			window.fetch = (...a) => window.down ? Promise.reject(new TypeError('Failed to fetch')) : real(...a);
+			location.hash = '#/';
+		})()`),
+		textIs(`#error`, "Failed to fetch"),
+		chromedp.Evaluate[chromedp.Void](`window.down = false`),
+		chromedp.WaitVisible(chromedp.CSS(`#types tr[data-type="`+deadType+`"]`)),
+		jsTrue(`!document.getElementById('error')`, "the error gone once the router answered"))
+
 	// The DLQ: retry the dead letters once their subject has a stream,
 	// the default tenant's, then acme's, reached by its link first.
 	makeStream(t, r, "dead", deadType)
@@ -196,6 +219,10 @@ inbox "refusing" {
 		click(`#retry-selected`),
 		textIs(`#confirm-question`, "Retry 1 dead letter(s)?"),
 		click(`#confirm-yes`),
+		textIs(`#dlq-result`, "retry: 1 of 1 done"),
+		// The result stays through the list's redraw (it was gone 0.6 s
+		// after: a console trial).
+		chromedp.WaitNotPresent(chromedp.CSS(acmeRow)), chromedp.Sleep(time.Second),
 		textIs(`#dlq-result`, "retry: 1 of 1 done"))
 	waitState(t, r.client, dead+"?tenant=acme", "delivered", 30*time.Second)
 
@@ -255,6 +282,34 @@ inbox "refusing" {
 		textIs(`#confirm-question`, "Resolve 1 dead letter(s)?"),
 		click(`#confirm-yes`),
 		textIs(`#dlq-result`, "resolve: 1 of 1 done"))
+	// The DLQ pages through its dead letters, newest first, and shows each
+	// one's source: it showed the newest 200 and no way to older ones, and
+	// two inbox rows sharing an id looked alike (a console trial).
+	rowIs := `(document.querySelector('#dlq-rows tr[data-id]').dataset.id + ' ' + document.querySelector('#dlq-rows td[data-col="source"]').textContent)`
+	run("the DLQ's pages", chromedp.Navigate(link0(link)+"#/dlq?status=dlq&limit=1"),
+		textIs(inboxRow+`[data-source="/console"] td[data-col="source"]`, "/console"),
+		jsTrue(`document.querySelectorAll('#dlq-rows tr[data-id]').length === 1`, "one row a page"),
+		chromedp.Evaluate[chromedp.Void](`window.firstRow = `+rowIs),
+		click(`#dlq-older`), chromedp.WaitVisible(chromedp.CSS(`#dlq-newest`)),
+		jsTrue(`document.querySelectorAll('#dlq-rows tr[data-id]').length === 1 && `+rowIs+` !== window.firstRow`, "another dead letter on the older page"))
+	// An action on rows of two tenants is two requests: one that fails
+	// (made to, in the page) leaves the other done, and the result names
+	// both; it showed only the error, and the list stayed as it was.
+	run("an action half done", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
+		chromedp.Evaluate[chromedp.Void](`(() => {
+			const real = window.fetch;
+			window.fetch = (u, o) => o && o.method === 'POST' && String(o.body).includes('inbox:refusing') ?
+				Promise.resolve(new Response(JSON.stringify({ detail: 'refused for the test' }), { status: 500 })) : real(u, o);
+		})()`),
+		click(inboxRow+`[data-source="/console"] input[type="checkbox"]`),
+		click(`#dlq-rows tr[data-id="`+refused+`"][data-tenant="acme"] input[type="checkbox"]`),
+		click(`#resolve-selected`), click(`#confirm-yes`),
+		textUntil(`#dlq-result`, func(s string) bool {
+			return strings.HasPrefix(s, "resolve: 1 of 1 done; 1 request(s) failed: ") && strings.HasSuffix(s, "inbox:refusing): refused for the test")
+		}, "one done, one failed, both named"),
+		chromedp.WaitNotPresent(chromedp.CSS(`#dlq-rows tr[data-id="`+refused+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(inboxRow+`[data-source="/console"]`)),
+		chromedp.Evaluate[chromedp.Void](`location.reload()`))
 	for source, want := range map[string]string{"/console": `"state":"dlq"`, "/elsewhere": `"state":"resolved"`} {
 		if got := get(t, r.client, "/v1/dlq/refused-by-service?queue=inbox:refusing&source="+source); !strings.Contains(got, want) {
 			t.Errorf("the inbox's dead letter from %s after resolving the other's row: %s, want %s", source, got, want)
@@ -414,6 +469,24 @@ func textUntil(sel string, ok func(string) bool, want string) chromedp.Action[ch
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%s %s, %s", sel, last, want)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
+}
+
+// jsTrue polls the script expr in the page until it is true; at the
+// deadline the error says want.
+func jsTrue(expr, want string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		for {
+			ok, err := chromedp.Evaluate[bool](expr)(ctx, tg)
+			if err == nil && ok {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("want %s: %s was %v (%v)", want, expr, ok, err)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}

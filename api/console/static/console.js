@@ -4,14 +4,21 @@
 // carries no credentials). Data is put in the page as text, never as HTML.
 'use strict';
 
-const S = { token: sessionStorage.getItem('sy-token') || '', timers: [], stream: null, page: 0 };
+const S = { token: sessionStorage.getItem('sy-token') || '', timers: [], stream: null, page: 0, flash: null };
 
 // every starts a page's refresh timer, unless the page was left while it
-// loaded (route() counts pages).
+// loaded (route() counts pages). Start it before the first refresh: a page
+// whose first load failed (the router restarting) tries again, and a
+// refresh that succeeds takes the error away.
 function every(ms, fn) {
   const page = S.page;
-  return () => { if (page === S.page) S.timers.push(setInterval(() => fn().catch(showError), ms)); };
+  return () => { if (page === S.page) S.timers.push(setInterval(() => fn().then(clearError, showError), ms)); };
 }
+
+// left says whether the page that started at page (S.page then) was left
+// for another: a page that awaits before drawing must not draw over the
+// next one (it did: DLQ, then Event, showed the DLQ under "Event").
+function left(page) { return page !== S.page; }
 
 // h builds an element: h('td', {class: 'num'}, 'text', child, ...).
 function h(tag, attrs, ...children) {
@@ -59,6 +66,11 @@ function showError(err) {
     main().prepend(box);
   }
   box.textContent = String((err && err.message) || err);
+}
+
+function clearError() {
+  const box = document.getElementById('error');
+  if (box) box.remove();
 }
 
 function showLogin(why) {
@@ -215,9 +227,8 @@ async function overview() {
     ]) : h('p', { class: 'muted' }, 'Not measured.'));
     updated.textContent = 'updated ' + new Date().toLocaleTimeString();
   };
-  const start = every(2000, refresh);
+  every(2000, refresh)();
   await refresh();
-  start();
 }
 
 // ---- one event
@@ -272,7 +283,9 @@ function renderEvent(v) {
 // ---- DLQ
 
 async function dlqPage(params) {
+  const at = S.page;
   const stats = await api('GET', '/v1/dlq/stats');
+  if (left(at)) return;
   const type = h('select', { id: 'dlq-type' }, h('option', { value: '' }, 'every type'),
     (stats.types || []).map((t) => h('option', { value: t.type, selected: params.get('type') === t.type }, `${t.type} (${t.dlq} dead, ${t.resolved} resolved)`)));
   const status = h('select', { id: 'dlq-status' }, ['dlq', 'resolved'].map((s) => h('option', { value: s, selected: params.get('status') === s }, s)));
@@ -280,31 +293,45 @@ async function dlqPage(params) {
   const filter = () => { const q = new URLSearchParams(); if (type.value) q.set('type', type.value); q.set('status', status.value); if (since.value) q.set('since', since.value); return q; };
   const apply = (ev) => { ev.preventDefault(); location.hash = '#/dlq?' + filter(); };
   const confirmBar = h('div', { id: 'dlq-confirm' });
-  const result = h('p', { id: 'dlq-result', class: 'muted' });
+  // The result of an action, through the redraw it asked for (route()).
+  const result = h('p', { id: 'dlq-result', class: 'muted' }, S.flash && S.flash.page === at ? S.flash.text : '');
+  S.flash = null;
+  const more = h('p', { id: 'dlq-more', class: 'muted' });
   const body = h('tbody', { id: 'dlq-rows' });
+  const dead = status.value === 'dlq';
   main().replaceChildren(
     h('form', { class: 'bar', onsubmit: apply }, type, status, 'since', since, h('button', {}, 'Filter')),
     h('div', { class: 'bar' },
-      h('button', { id: 'retry-selected', onclick: () => ask('retry', selected()) }, 'Retry selected'),
-      h('button', { id: 'resolve-selected', onclick: () => ask('resolve', selected()) }, 'Resolve selected'),
+      dead ? h('button', { id: 'retry-selected', onclick: () => ask('retry', selected()) }, 'Retry selected') : null,
+      dead ? h('button', { id: 'resolve-selected', onclick: () => ask('resolve', selected()) }, 'Resolve selected') : null,
       h('button', { id: 'delete-selected', class: 'danger', onclick: () => ask('delete', selected()) }, 'Delete selected'),
-      h('span', { class: 'muted' }, '·'),
-      h('button', { id: 'retry-all', onclick: () => askAll('retry') }, 'Retry all matching'),
-      h('button', { id: 'resolve-all', onclick: () => askAll('resolve') }, 'Resolve all matching')),
+      dead ? h('span', { class: 'muted' }, '·') : null,
+      dead ? h('button', { id: 'retry-all', onclick: () => askAll('retry') }, 'Retry all matching') : null,
+      dead ? h('button', { id: 'resolve-all', onclick: () => askAll('resolve') }, 'Resolve all matching') : null),
     confirmBar, result,
-    table(['', 'id', 'tenant', 'type', 'attempts', 'reason', 'moved', ''], [], { id: 'dlq-table' }));
+    table(['', 'id', 'tenant', 'type', 'source', 'attempts', 'reason', dead ? 'moved' : 'resolved', ''], [], { id: 'dlq-table' }),
+    more);
   document.querySelector('#dlq-table tbody').replaceWith(body);
   const q = filter();
-  const page = await api('GET', '/v1/dlq?' + q + '&limit=200');
+  const cursor = params.get('cursor') || '';
+  const limit = Math.min(Math.max(parseInt(params.get('limit'), 10) || 200, 1), 500);
+  const sized = limit === 200 ? '' : '&limit=' + limit;
+  const page = await api('GET', '/v1/dlq?' + q + '&limit=' + limit + (cursor ? '&cursor=' + encodeURIComponent(cursor) : ''));
+  if (left(at)) return;
   const items = page.items || [];
   // A row names its dead letter as the bulk routes take it: id, tenant and,
   // for an inbox's, its queue and the event's source (two sources may send
   // an inbox the same id), read back by selected().
   body.replaceChildren(...(items.length ? items.map((d) => h('tr', { 'data-id': d.id, 'data-tenant': d.tenant || '', 'data-queue': d.queue || '', 'data-source': d.queue ? d.source : '' },
     h('td', {}, h('input', { type: 'checkbox' })), h('td', {}, eventLink(d.id, d.tenant, d.queue)), h('td', { 'data-col': 'tenant' }, d.tenant || '—'), h('td', {}, d.type),
-    h('td', { class: 'num' }, d.attempts), h('td', { class: 'error' }, d.reason), h('td', {}, when(d.moved_at || d.resolved_at)),
-    h('td', {}, status.value === 'dlq' ? h('button', { class: 'row-retry', onclick: (ev) => ask('retry', [letterOf(ev.target)]) }, 'Retry') : null))) : [h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'Nothing here.'))]));
-  if (page.next_cursor) result.textContent = 'Showing the newest 200; narrow the filter to see others.';
+    h('td', { 'data-col': 'source' }, d.source || '—'),
+    h('td', { class: 'num' }, d.attempts), h('td', { class: 'error' }, d.reason), h('td', {}, when(dead ? d.moved_at : d.resolved_at)),
+    h('td', {}, dead ? h('button', { class: 'row-retry', onclick: (ev) => ask('retry', [letterOf(ev.target)]) }, 'Retry') : null))) : [h('tr', {}, h('td', { colspan: 9, class: 'muted' }, 'Nothing here.'))]));
+  // Older dead letters are a page away (the newest come first).
+  more.replaceChildren(
+    cursor ? h('a', { id: 'dlq-newest', href: '#/dlq?' + q + sized }, 'newest') : null,
+    cursor && page.next_cursor ? ' · ' : null,
+    page.next_cursor ? h('a', { id: 'dlq-older', href: '#/dlq?' + q + sized + '&cursor=' + encodeURIComponent(page.next_cursor) }, `older ${limit} →`) : null);
 
   function letterOf(el) { const { id, tenant, queue, source } = el.closest('tr').dataset; return { id, tenant, queue, source }; }
   function selected() { return [...body.querySelectorAll('input:checked')].map(letterOf); }
@@ -342,20 +369,27 @@ async function dlqPage(params) {
       h('button', { class: 'primary', id: 'confirm-yes', onclick: async () => {
         const page = S.page; // the list the action was asked on
         confirmBar.replaceChildren();
-        try {
-          const r = { done: 0, matched: 0, skipped: [], not_found: [] };
-          for (const body of filterBodies) {
+        // Each request is one tenant's, inbox's or source's: one that
+        // fails does not undo those done, so the result names both.
+        const r = { done: 0, matched: 0, skipped: [], not_found: [], failed: [] };
+        for (const body of filterBodies) {
+          try {
             const one = await api('POST', `/v1/dlq/${action}`, body);
             r.done += one.done; r.matched += one.matched;
             r.skipped.push(...(one.skipped || [])); r.not_found.push(...(one.not_found || []));
+          } catch (e) {
+            if (e.status === 401 || e.status === 403) return showError(e);
+            r.failed.push(`${(body.ids || []).length || 'all matching'} of ${body.tenant || 'the default tenant'}${body.type ? ' (' + body.type + ')' : ''}: ${e.message}`);
           }
-          result.textContent = `${action}: ${r.done} of ${r.matched} done` + (r.skipped.length ? `, ${r.skipped.length} skipped` : '') + (r.not_found.length ? `, ${r.not_found.length} not found` : '');
-          // Show the list as the action left it, unless the user has
-          // gone on to another page meanwhile, even while the requests
-          // ran (drawn again, it would lose what they did there, a row
-          // checked, say).
-          setTimeout(() => { if (page === S.page) route(); }, 600);
-        } catch (e) { showError(e); }
+        }
+        const text = `${action}: ${r.done} of ${r.matched} done` + (r.skipped.length ? `, ${r.skipped.length} skipped` : '') + (r.not_found.length ? `, ${r.not_found.length} not found` : '') +
+          (r.failed.length ? `; ${r.failed.length} request(s) failed: ${r.failed.join('; ')}` : '');
+        result.textContent = text;
+        // Show the list as the action left it, with its result, unless the
+        // user has gone on to another page meanwhile, even while the
+        // requests ran (drawn again, it would lose what they did there, a
+        // row checked, say).
+        if (page === S.page) { S.flash = { text, page: page + 1 }; route(); }
       } }, 'Confirm'),
       h('button', { id: 'confirm-no', onclick: () => confirmBar.replaceChildren() }, 'Cancel')));
   }
@@ -365,15 +399,15 @@ async function dlqPage(params) {
 
 async function pluginsPage() {
   const body = h('div', { id: 'plugins' });
-  main().replaceChildren(h('div', { class: 'bar' }, h('h2', {}, 'Plugins'), h('span', { class: 'muted', id: 'updated' })), body);
+  const updated = h('span', { class: 'muted', id: 'updated' });
+  main().replaceChildren(h('div', { class: 'bar' }, h('h2', {}, 'Plugins'), updated), body);
   const refresh = async () => {
     const { plugins } = await api('GET', '/v1/plugins');
     body.replaceChildren(...(plugins.length ? plugins.map(renderPlugin) : [h('p', { class: 'muted' }, 'No plugin is loaded.')]));
-    document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+    updated.textContent = 'updated ' + new Date().toLocaleTimeString();
   };
-  const start = every(5000, refresh);
+  every(5000, refresh)();
   await refresh();
-  start();
 }
 
 function renderPlugin(p) {
@@ -403,8 +437,10 @@ function renderPlugin(p) {
 async function inboxPage(params) {
   // Whether each inbox consumes is /readyz's detail: the page shows the
   // rest without it ("—") if it fails.
+  const page = S.page;
   const [{ inboxes }, stats, ready] = await Promise.all([api('GET', '/v1/inboxes'), api('GET', '/v1/stats'),
     api('GET', '/readyz', undefined, [503]).catch(() => ({}))]);
+  if (left(page)) return;
   const consumes = (ready && ready.inboxes) || {};
   const byQueue = new Map((stats.types || []).map((t) => [t.type, t]));
   const chosen = params.get('name') || (inboxes[0] && inboxes[0].name) || '';
@@ -496,7 +532,8 @@ function route() {
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.getAttribute('href') === '#' + name);
   if (!S.token) return showLogin();
   main().replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
-  pages[name](new URLSearchParams(qs || '')).catch(showError);
+  const page = S.page;
+  pages[name](new URLSearchParams(qs || '')).catch((e) => { if (!left(page)) showError(e); });
 }
 
 // start takes a one-time token from the link `router ui` printed (#token=),
