@@ -416,6 +416,9 @@ func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQB
 	b := &bulk{e: e, ctx: ctx, act: act, total: &DLQBulkResult{Action: act.name}, woken: make(map[string]bool)}
 	defer b.finish()
 	if len(f.IDs) > 0 {
+		// An id given twice names one dead letter once: it was counted
+		// done and then not found (delete), or matched twice (retry).
+		f.IDs = uniq(f.IDs)
 		return b.total, b.byIDs(f)
 	}
 	return b.total, b.byFilter(f)
@@ -619,4 +622,16 @@ func (e *Engine) DLQStats() ([]DLQTypeStats, error) {
 		return nil, unavailable(err)
 	}
 	return out, nil
+}
+
+// uniq is ids without repeats, in their first order.
+func uniq(ids []string) []string {
+	seen := make(map[string]bool, len(ids))
+	return slices.DeleteFunc(slices.Clone(ids), func(id string) bool {
+		if seen[id] {
+			return true
+		}
+		seen[id] = true
+		return false
+	})
 }

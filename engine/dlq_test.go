@@ -289,6 +289,25 @@ func TestDLQBulkByTenant(t *testing.T) {
 	}
 }
 
+// An id given twice in one bulk action names its dead letter once: a
+// delete counted it done and then not found, a retry matched it twice,
+// and both ended in an error exit though all was done.
+func TestDLQBulkTakesARepeatedIDOnce(t *testing.T) {
+	h := newHarness(t, dlqPolicies, true)
+	ctx := context.Background()
+	h.ingestAs(storage.DefaultTenant, switchyard.Event{ID: "d1", Type: "x.bad", Source: "/t", SpecVersion: "1.0"})
+	h.ingestAs(storage.DefaultTenant, switchyard.Event{ID: "d2", Type: "x.bad", Source: "/t", SpecVersion: "1.0"})
+	h.pollAll("x.bad")
+	res, err := h.eng.DLQRetryMany(ctx, engine.DLQFilter{IDs: []string{"d1", "d1"}})
+	if err != nil || res.Matched != 1 || res.Done != 1 || len(res.Skipped) != 0 || len(res.NotFound) != 0 {
+		t.Fatalf("retry d1 d1: %+v, %v; want one matched and done", res, err)
+	}
+	res, err = h.eng.DLQDeleteMany(ctx, engine.DLQFilter{IDs: []string{"d2", "d2"}})
+	if err != nil || res.Matched != 1 || res.Done != 1 || len(res.NotFound) != 0 {
+		t.Fatalf("delete d2 d2: %+v, %v; want one matched and done", res, err)
+	}
+}
+
 // "all" takes every dead letter and comes alone: with ids or a filter a
 // bulk action is refused, nothing done. Before, `router dlq retry d1 -all`
 // retried d1 and dropped -all without a word.

@@ -183,11 +183,24 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	}
 	if text {
 		rep.writeResults(c.Stdout)
+	} else {
+		enc := json.NewEncoder(c.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	}
+	return rep.failed()
+}
+
+// failed is an error when no request succeeded and some failed (an event
+// type with no block: every request a 422): a script that runs the bench
+// took the run for a measurement.
+func (r *benchReport) failed() error {
+	if r.Requests > 0 || len(r.Errors) == 0 {
 		return nil
 	}
-	enc := json.NewEncoder(c.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(rep)
+	return &exitError{code: 1, err: fmt.Errorf("bench: every request failed (%s)", errorsLine(r.Errors))}
 }
 
 // bench is one load run.

@@ -79,6 +79,14 @@ func TestBench(t *testing.T) {
 		}
 		t.Logf("bench %v: %.0f req/s, p50 %s", scenario, rep.RequestsPerSec, ms(rep.Latency.P50))
 	}
+	// A run where every request failed (a type with no event block: each a
+	// 422) says so and exits 1: it exited 0, a measurement to a script.
+	var out bytes.Buffer
+	err := (&BenchCommand{Main: NewMain(nil, &out, &out)}).Run(context.Background(), []string{"-socket", r.socket, "-type", "no.such.type", "-n", "5", "-c", "1"})
+	var exit *exitError
+	if !errors.As(err, &exit) || exit.code != 1 || !strings.Contains(err.Error(), "every request failed (422: 5)") {
+		t.Errorf("bench of a type with no block: %v\n%s", err, out.String())
+	}
 	// -cpuprofile wrote the load generator's profile: pprof's gzip format.
 	if b, err := os.ReadFile(prof); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 		t.Errorf("-cpuprofile: %d bytes, %v; want a gzipped profile", len(b), err)

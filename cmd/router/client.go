@@ -32,11 +32,18 @@ type apiFlags struct {
 }
 
 func (f *apiFlags) register(fs *flag.FlagSet) {
+	f.registerUntimed(fs)
+	durationVar(fs, &f.timeout, "timeout", 30*time.Second, "how long a request may take")
+}
+
+// registerUntimed registers every flag but -timeout, for a command whose
+// request takes as long as it takes (router backup: its -h offered a
+// -timeout it ignored).
+func (f *apiFlags) registerUntimed(fs *flag.FlagSet) {
 	fs.StringVar(&f.socket, "socket", "./data/router.sock", "the router's unix socket")
 	fs.StringVar(&f.addr, "addr", "", "the router's TCP listener (host:port or http(s)://host:port) instead of the socket")
 	fs.StringVar(&f.token, "token", "", "bearer token for -addr; every local user sees it in ps: prefer -token-file or $SWITCHYARD_TOKEN")
-	fs.StringVar(&f.tokenFile, "token-file", "", "read the bearer token from this file")
-	durationVar(fs, &f.timeout, "timeout", 30*time.Second, "how long a request may take")
+	fs.StringVar(&f.tokenFile, "token-file", "", "read the bearer token from this file (with -addr)")
 	formatVar(fs, &f.output, "o", "output", formatTable, formatJSON)
 }
 
@@ -78,6 +85,11 @@ func (c *apiClient) hear(resp *http.Response) {
 
 func (f *apiFlags) client() (*apiClient, error) {
 	c := &apiClient{hc: &http.Client{Timeout: f.timeout}}
+	if f.addr == "" && (f.token != "" || f.tokenFile != "") {
+		// The socket's callers are known by the file's permissions and
+		// their uid; a token given for it was dropped without a word.
+		return nil, &exitError{code: 2, err: errors.New("-token and -token-file are for -addr (the TCP listener): over the socket the router knows its caller by the socket's permissions")}
+	}
 	if f.addr == "" {
 		sock := f.socket
 		c.base = "http://router"

@@ -31,7 +31,7 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("router backup", flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
 	af := &apiFlags{}
-	af.register(fs)
+	af.registerUntimed(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(c.Stderr, "Usage: router backup OUT [-socket ./data/router.sock | -addr HOST:PORT -token T]")
 		fs.PrintDefaults()
@@ -51,7 +51,6 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	if _, err := os.Stat(out); err == nil {
 		return fmt.Errorf("backup: %s exists; the backup never overwrites a file", out)
 	}
-	af.timeout = 0 // a large file takes as long as it takes
 	cl, err := af.client()
 	if err != nil {
 		return err
@@ -131,11 +130,15 @@ const dbUsage = `Usage:
   router db check FILE [-o table|json]
       Checks a data file that no router has open: its size against its
       metadata, bbolt's consistency check over every page, and that every
-      stored event decodes. Read-only. Exit 0 consistent, 1 problems found.
+      stored event decodes, under its own key. Read-only. Exit 0
+      consistent, 1 problems found. (bbolt keeps no checksums: a changed
+      byte inside an event's data is not seen.)
   router db compact FILE [-o table|json]
-      Gives a data file's free space back to the filesystem: copies it,
-      every page packed full, checks the copy, and renames it over FILE.
-      The router must be stopped; it needs free space for the copy.
+      Gives a data file's free space back to the filesystem: checks it
+      (one that does not check is left as it is), copies it, every page
+      packed full, checks the copy, gives it FILE's mode and owner, and
+      renames it over FILE. The router must be stopped; it needs free
+      space for the copy. FILE is the file itself, not a link to it.
   router db clock FILE [-forget] [-o table|json]
       Shows the last time the router's clock gave on FILE, and how far it
       is from this system's clock: a router started with its clock behind

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,6 +29,24 @@ func TestOutputFlagsRefuseAFormatTheyDoNotWrite(t *testing.T) {
 		}
 		if name := want[strings.Index(want, "flag -")+5 : strings.LastIndex(want, ":")]; !strings.Contains(stderr.String(), name+" format") || exitCode(err) != 2 {
 			t.Errorf("router %s: exit %d, no usage naming %s's formats:\n%s", args, exitCode(err), name, stderr.String())
+		}
+	}
+}
+
+// A command's flags say what it does with them: router backup offers no
+// -timeout (it ignored the one its -h gave a 30s default), and a token
+// given without -addr is refused (it was dropped without a word: the
+// socket knows its caller by the file's permissions).
+func TestFlagsThatDidNothingAreGoneOrRefused(t *testing.T) {
+	var stderr bytes.Buffer
+	NewMain(nil, &bytes.Buffer{}, &stderr).Run(context.Background(), []string{"backup", "-h"})
+	if strings.Contains(stderr.String(), "-timeout") || !strings.Contains(stderr.String(), "-socket") {
+		t.Errorf("router backup -h:\n%s", stderr.String())
+	}
+	for _, args := range [][]string{{"dlq", "list", "-token", "t"}, {"stats", "-token-file", "/nonexistent"}} {
+		err := NewMain(nil, &bytes.Buffer{}, &bytes.Buffer{}).Run(context.Background(), append(args, "-socket", filepath.Join(t.TempDir(), "none.sock")))
+		if exitCode(err) != 2 || !strings.Contains(fmt.Sprint(err), "-token and -token-file are for -addr") {
+			t.Errorf("router %q without -addr: exit %d, %v", args, exitCode(err), err)
 		}
 	}
 }

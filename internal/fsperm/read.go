@@ -53,6 +53,10 @@ func ReadTrusted(path string, limit int64, what string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if fi.IsDir() {
+		// Before its mode: /tmp got the advice "chmod o-w /tmp".
+		return nil, fmt.Errorf("%s is a folder: name %s", path, what)
+	}
 	// A pipe is not exempt: another user's, or one anyone may write, would
 	// feed the router their content (a review).
 	if err := checkTrusted(path, fi, true, "could change what the router does, as "+what, "chown it to the router's user or root"); err != nil {

@@ -25,3 +25,17 @@ func TestReadFileBounded(t *testing.T) {
 		}
 	}
 }
+
+// A folder named where a trusted file is read is said to be a folder,
+// whatever its mode: /tmp (1777) got "may be written by anyone ...; chmod
+// o-w /tmp", advice that would break it for every user.
+func TestReadTrustedNamesAFolder(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ReadTrusted(dir, MaxConfigFile, "a configuration file")
+	if err == nil || !strings.Contains(err.Error(), "is a folder: name a configuration file") || strings.Contains(err.Error(), "chmod") {
+		t.Fatalf("error %v", err)
+	}
+}
