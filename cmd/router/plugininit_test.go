@@ -50,7 +50,7 @@ func TestPluginInitEveryLanguage(t *testing.T) {
 			run(parent, bin, "plugin", "init", "-lang", lang, "-port", fmt.Sprint(port), name)
 			dir := filepath.Join(parent, name)
 			run(dir, "./build.sh")
-			if out := run(dir, bin, "plugin", "test", name+".wasm", "-dir", "testdata", "-config", "greeting=hello"); !strings.Contains(out, "ok: 2 cases") {
+			if out := run(dir, bin, "plugin", "test", name+".wasm", "-dir", "testdata", "-config", "greeting=hello"); !strings.Contains(out, "ok: 3 cases") {
 				t.Fatalf("golden tests:\n%s", out)
 			}
 			run(dir, bin, "validate", "-config", "policies.hcl")

@@ -2,16 +2,28 @@
 
 package sdk
 
+import "fmt"
+
 // Outside wasip1 the host imports are simulated in memory, so that plugin
 // logic can be unit-tested with `go test` on the developer's machine.
 
-var sim struct {
+var sim simHost
+
+// simHost is the simulated router of one Run.
+type simHost struct {
 	input   []byte
 	outputs []Output
 	reason  string
 	logs    []LogLine
 	err     error
 	state   map[string][]byte // the plugin's state: kept across Run calls until ResetState
+}
+
+// refuse keeps the first refusal of a Run, which Run returns.
+func (s *simHost) refuse(err error) {
+	if s.err == nil {
+		s.err = err
+	}
 }
 
 func hostStateGet(key, buf []byte) int32 {
@@ -45,11 +57,21 @@ func hostInputRead(b []byte) int32 {
 	return int32(len(sim.input))
 }
 
+// hostEmit takes an output as the router does: a malformed or refused
+// one is -1 (CheckOutput says why, and Run returns it), one over
+// DefaultMaxOutputs -2.
 func hostEmit(b []byte) int32 {
 	o, err := decodeOutput(b)
+	if err == nil {
+		err = CheckOutput(o)
+	}
 	if err != nil {
-		sim.err = err
+		sim.refuse(fmt.Errorf("output %d refused: %w", len(sim.outputs)+1, err))
 		return -1
+	}
+	if len(sim.outputs) >= DefaultMaxOutputs {
+		sim.refuse(fmt.Errorf("output %d refused: over limits.max_outputs (%d by default)", len(sim.outputs)+1, DefaultMaxOutputs))
+		return -2
 	}
 	sim.outputs = append(sim.outputs, o)
 	return 0

@@ -186,6 +186,38 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// Run's simulated host refuses an output the router refuses, as the
+// router does (Emit fails, Run returns why), and one past the default
+// limits.max_outputs: it took both, and the plugin's unit tests passed
+// where the router dead-lettered the event.
+func TestRunRefusesWhatTheRouterRefuses(t *testing.T) {
+	var emitErr error
+	Handle(func(ev *Event) Verdict {
+		n, _ := ev.Headers.Get("n")
+		for i := 0; i < len(n); i++ {
+			if emitErr = Emit(To("nats.local:a").WithHeaders(Headers{{Name: "tier", Value: "vip"}})); emitErr != nil {
+				return Reject(emitErr.Error())
+			}
+		}
+		if _, bad := ev.Headers.Get("bad"); bad {
+			emitErr = Emit(To("nats.local:a b"))
+		}
+		return OK
+	})
+	defer func() { handler = nil }()
+	if res, err := Run(nil, Event{ID: "e1", Headers: Headers{{Name: "n", Value: "x"}}}); err != nil || len(res.Outputs) != 1 {
+		t.Fatalf("a good output: %+v, %v", res, err)
+	}
+	_, err := Run(nil, Event{ID: "e1", Headers: Headers{{Name: "bad", Value: "1"}}})
+	if emitErr == nil || err == nil || !strings.Contains(err.Error(), `output 1 refused: destination "nats.local:a b" contains white space`) {
+		t.Fatalf("a destination with a space: emit %v, run %v", emitErr, err)
+	}
+	_, err = Run(nil, Event{ID: "e1", Headers: Headers{{Name: "n", Value: strings.Repeat("x", 17)}}})
+	if emitErr == nil || err == nil || !strings.Contains(err.Error(), "output 17 refused: over limits.max_outputs (16 by default)") {
+		t.Fatalf("17 outputs: emit %v, run %v", emitErr, err)
+	}
+}
+
 // The state functions through Run's simulated host: a value written by one
 // event is read by the next, a value longer than the first read buffer
 // comes back whole, a delete removes it, and ResetState empties the state.

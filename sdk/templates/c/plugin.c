@@ -1,5 +1,5 @@
 /* __NAME__ sends each event on along its type's route with the header
- * "greeting" added, and filters out events whose type ends in ".noise". */
+ * "greeting" set (replacing one the event has), and filters out events whose type ends in ".noise". */
 #include "switchyard.h"
 
 static sy_str greeting = {"hello", 5}; /* config strings live as long as the instance */
@@ -21,12 +21,16 @@ static int ends_with(sy_str s, const char *suffix, uint32_t n) {
 static int32_t handle(const sy_event *ev) {
     if (ends_with(ev->type, ".noise", 6)) return SY_OK; /* no output: filtered */
 
-    /* "" = the type's route; headers, when set, replace the input's: copy them and add one */
-    sy_output_begin(SY_STR(""), SY_OUT_HEADERS);
-    sy_output_headers(ev->headers.count + 1);
-    sy_iter it = sy_pairs_iter(&ev->headers);
+    /* "" = the type's route; headers, when set, replace the input's: copy
+     * them but a "greeting" the event has (a name given twice is refused),
+     * and set it */
     sy_str name, value;
-    while (sy_pairs_next(&it, &name, &value)) sy_output_header(name, value);
+    uint32_t had = sy_pairs_get(&ev->headers, "greeting", &value) ? 1 : 0;
+    sy_output_begin(SY_STR(""), SY_OUT_HEADERS);
+    sy_output_headers(ev->headers.count - had + 1);
+    sy_iter it = sy_pairs_iter(&ev->headers);
+    while (sy_pairs_next(&it, &name, &value))
+        if (!sy_str_eq(name, "greeting")) sy_output_header(name, value);
     sy_output_header(SY_STR("greeting"), greeting);
     if (sy_output_emit() < 0) return sy_reject("__NAME__: output refused");
     return SY_OK;

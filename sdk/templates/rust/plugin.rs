@@ -1,5 +1,5 @@
 //! __NAME__ sends each event on along its type's route with the header
-//! "greeting" added, and filters out events whose type ends in ".noise".
+//! "greeting" set (replacing one the event has), and filters out events whose type ends in ".noise".
 
 #[macro_use]
 mod switchyard; // switchyard.rs beside this file
@@ -14,8 +14,10 @@ fn handle(ev: &Event) -> Verdict {
         Some(g) if !g.is_empty() => g,
         _ => "hello",
     };
-    // headers, when set, replace the input's: copy them and add one
+    // headers, when set, replace the input's: copy them but a "greeting"
+    // the event has (a name given twice is refused), and set it
     let mut headers = ev.headers.clone();
+    headers.retain(|(name, _)| *name != "greeting");
     headers.push(("greeting", greeting));
     // "" = the type's route
     match switchyard::emit(&Output::to("").with_headers(&headers)) {
