@@ -14,7 +14,7 @@
 #         the one recorded in toolchains.txt (all seven builds are reproducible:
 #         Go with -trimpath -buildvcs=false -buildid=, the others by nature);
 #         with another toolchain version a difference is reported, not failed;
-#       - the unit tests pass (sdk/c, sdk/go, route-go, split-rust, onchange-go,
+#       - the unit tests pass (sdk/c, sdk/go, sdk/rust, route-go, split-rust, onchange-go,
 #         threshold-rust), the C SDK also builds freestanding, and
 #         sdk/wat/template.wat builds.
 #
@@ -193,10 +193,11 @@ echo "== WAT template (sdk/wat/template.wat)"
 "$WAT2WASM" "$root/sdk/wat/template.wat" -o "$out/template.wasm"
 check_module "$out/template.wasm"
 
-echo "== unit tests: sdk/c, sdk/go, route-go, split-rust, onchange-go, threshold-rust"
+echo "== unit tests: sdk/c, sdk/go, sdk/rust, route-go, split-rust, onchange-go, threshold-rust"
 (cd "$root/sdk/c/test" && "$CLANG" -std=c99 -O1 -Wall -Wextra -Werror -Wno-unknown-attributes \
   -o "$out/c-sdk-test" sdk_test.c && "$out/c-sdk-test") || bad "sdk/c tests"
 (cd "$root/sdk/go" && "$GO" vet ./... && GOOS=wasip1 GOARCH=wasm "$GO" vet ./... && "$GO" test ./...) || bad "sdk/go tests"
+(cd "$root/sdk/rust" && "$RUSTC" --edition 2021 --test -o "$out/sdk-rust-test" switchyard.rs && "$out/sdk-rust-test") || bad "sdk/rust tests"
 (cd "$here/route-go" && "$GO" vet ./... && "$GO" test ./...) || bad "route-go tests"
 (cd "$here/split-rust" && "$RUSTC" --edition 2021 --test -o "$out/split-test" split.rs && "$out/split-test") || bad "split-rust tests"
 (cd "$here/onchange-go" && "$GO" vet ./... && "$GO" test ./...) || bad "onchange-go tests"

@@ -103,6 +103,8 @@ mod host {
         pub outputs: Vec<Vec<u8>>,
         pub reason: String,
         pub logs: Vec<(i32, String)>,
+        /// The first output refused, and why.
+        pub refused: Option<String>,
         /// The plugin's state: kept across `run` calls, as the router keeps it.
         pub state: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
     }
@@ -119,12 +121,32 @@ mod host {
             s.input.len() as i32
         })
     }
+    /// Takes an output as the router does: a malformed or refused one is
+    /// -1 ([`super::check_output`] says why, in `RunResult::refused`), one
+    /// over the default `limits.max_outputs` -2.
     pub fn emit(b: &[u8]) -> i32 {
-        if super::decode_output(b).is_none() {
-            return -1;
-        }
-        SIM.with(|s| s.borrow_mut().outputs.push(b.to_vec()));
-        0
+        let checked = match super::decode_output(b) {
+            None => Err("the output envelope is malformed".to_string()),
+            Some(o) => super::check_output(&o),
+        };
+        SIM.with(|s| {
+            let mut s = s.borrow_mut();
+            let n = s.outputs.len() + 1;
+            let (rc, why) = match checked {
+                Err(why) => (-1, why),
+                Ok(()) if n > super::DEFAULT_MAX_OUTPUTS => {
+                    (-2, format!("over limits.max_outputs ({} by default)", super::DEFAULT_MAX_OUTPUTS))
+                }
+                Ok(()) => {
+                    s.outputs.push(b.to_vec());
+                    return 0;
+                }
+            };
+            if s.refused.is_none() {
+                s.refused = Some(format!("output {} refused: {}", n, why));
+            }
+            rc
+        })
     }
     pub fn fail(r: &str) {
         SIM.with(|s| s.borrow_mut().reason = r.to_string());
@@ -270,6 +292,72 @@ pub fn valid_header_name(name: &str) -> bool {
         && name.len() <= 64
         && name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         && !CONTEXT.contains(&name)
+}
+
+/// `limits.max_outputs` unless the plugin's block sets it: the outputs of
+/// one call.
+#[cfg(not(target_arch = "wasm32"))]
+pub const DEFAULT_MAX_OUTPUTS: usize = 16;
+
+/// Outside wasm only: why the router would refuse `o`, or `Ok`: a
+/// destination with white space; a key, id or header value with a control
+/// character (U+0000-U+001F, U+007F-U+009F); an empty id or one over 1024
+/// bytes; a header name [`valid_header_name`] refuses, a name given twice,
+/// a value over 4096 bytes, or more than 256 headers besides `traceparent`
+/// and `tracestate`. [`run`]'s host checks every output with it, so that a
+/// unit test fails where the router would: it took outputs the router
+/// refuses. (The router's own check: plugins/wasm/envelope.go.)
+#[cfg(not(target_arch = "wasm32"))]
+pub fn check_output(o: &DecodedOutput) -> Result<(), String> {
+    if o.destination.contains([' ', '\t', '\r', '\n']) {
+        return Err(format!("destination {:?} contains white space", o.destination));
+    }
+    if let Some(k) = &o.key {
+        check_attr("the key", k)?;
+    }
+    if let Some(id) = &o.id {
+        if id.is_empty() {
+            return Err("the id is empty".to_string());
+        }
+        if id.len() > 1024 {
+            return Err(format!("the id is {} bytes, over 1024", id.len()));
+        }
+        check_attr("the id", id)?;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut exts = 0;
+    for (name, value) in o.headers.iter().flatten() {
+        if name != "traceparent" && name != "tracestate" {
+            exts += 1;
+        }
+        if !valid_header_name(name) {
+            return Err(format!(
+                "header name {:?}: names are 1 to 64 lower-case letters and digits, not a context attribute (id, source, type, ...)",
+                name
+            ));
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(format!("header {:?} appears twice", name));
+        }
+        if value.len() > 4096 {
+            return Err(format!("header {:?}: the value is longer than 4096 bytes", name));
+        }
+        check_attr(&format!("header {:?}", name), value)?;
+    }
+    if exts > 256 {
+        return Err(format!("{} headers: an event has at most 256 extension attributes", exts));
+    }
+    Ok(())
+}
+
+/// What names an attribute's value to CloudEvents' attribute strings: no
+/// control characters (a `&str` is UTF-8 already).
+#[cfg(not(target_arch = "wasm32"))]
+fn check_attr(what: &str, v: &str) -> Result<(), String> {
+    match v.char_indices().find(|(_, c)| (*c as u32) <= 0x1f || (0x7f..=0x9f).contains(&(*c as u32))) {
+        Some((i, c)) => Err(format!("{} has the control character U+{:04X} at byte {}", what, c as u32, i)),
+        None => Ok(()),
+    }
 }
 
 /// The router refused an output (the negative code `emit` returned).
@@ -629,6 +717,9 @@ pub struct RunResult {
     pub reason: String,
     pub outputs: Vec<DecodedOutput>,
     pub logs: Vec<(i32, String)>,
+    /// The first output the router would have refused, and why (`emit`
+    /// failed then, as in the router, and the router rejects the event).
+    pub refused: Option<String>,
 }
 
 /// The event a test hands to [`run`].
@@ -704,6 +795,79 @@ pub fn run(
             reason: s.reason.clone(),
             outputs: s.outputs.iter().map(|o| decode_output(o).unwrap()).collect(),
             logs: s.logs.clone(),
+            refused: s.refused.clone(),
         }
     })
+}
+
+// ---- the SDK's own tests (examples/plugins/build.sh runs them: rustc --test)
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(headers: &[(&str, &str)]) -> DecodedOutput {
+        DecodedOutput {
+            destination: String::new(),
+            key: None,
+            headers: Some(headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()),
+            data: None,
+            id: None,
+        }
+    }
+
+    /// check_output refuses what the router refuses (the same cases as the
+    /// router's TestSDKChecksOutputsAsTheRouterDoes), and takes what it takes.
+    #[test]
+    fn check_output_holds_the_routers_rules() {
+        let long = "v".repeat(4097);
+        let many: Vec<(String, String)> = (0..257).map(|i| (format!("h{}", i), "v".to_string())).collect();
+        let many: Vec<(&str, &str)> = many.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        for (name, o, ok) in [
+            ("a good header", out(&[("tier", "vip"), ("traceparent", "00-x")]), true),
+            ("header name", out(&[("Tier", "x")]), false),
+            ("context attribute", out(&[("type", "x")]), false),
+            ("C1 control in a value", out(&[("a", "x\u{85}")]), false),
+            ("CR LF in a value", out(&[("a", "x\r\ny")]), false),
+            ("long header value", out(&[("a", &long)]), false),
+            ("duplicate header", out(&[("a", "1"), ("a", "2")]), false),
+            ("too many headers", out(&many), false),
+            ("destination", DecodedOutput { destination: "nats.local: x".into(), ..out(&[]) }, false),
+            ("empty id", DecodedOutput { id: Some(String::new()), ..out(&[]) }, false),
+            ("long id", DecodedOutput { id: Some("i".repeat(1025)), ..out(&[]) }, false),
+            ("CR LF in the key", DecodedOutput { key: Some("k\r\n".into()), ..out(&[]) }, false),
+        ] {
+            assert_eq!(check_output(&o).is_ok(), ok, "{}: {:?}", name, check_output(&o));
+        }
+    }
+
+    fn handle_many(ev: &Event) -> Verdict {
+        let n = ev.headers.iter().find(|(k, _)| *k == "n").map(|(_, v)| v.len()).unwrap_or(0);
+        for _ in 0..n {
+            if emit(&Output::to("nats.local:a").with_headers(&[("tier", "vip")])).is_err() {
+                return Verdict::Reject;
+            }
+        }
+        if ev.headers.iter().any(|(k, _)| *k == "bad") {
+            let _ = emit(&Output::to("nats.local:a b"));
+        }
+        Verdict::Ok
+    }
+
+    extern "C" fn emit_many(len: i32) -> i32 {
+        __handle(len, handle_many)
+    }
+
+    /// run's host refuses an output the router refuses, and one past the
+    /// default limits.max_outputs, and says why: it took both.
+    #[test]
+    fn run_refuses_what_the_router_refuses() {
+        let ev = |k: &str, v: &str| TestEvent { id: "e1".into(), headers: vec![(k.into(), v.into())], ..Default::default() };
+        let r = run(&[], None, emit_many, &ev("n", "x"));
+        assert_eq!((r.outputs.len(), r.refused.clone()), (1, None));
+        let r = run(&[], None, emit_many, &ev("bad", "1"));
+        assert_eq!(r.refused.as_deref(), Some("output 1 refused: destination \"nats.local:a b\" contains white space"));
+        let r = run(&[], None, emit_many, &ev("n", &"x".repeat(17)));
+        assert_eq!(r.refused.as_deref(), Some("output 17 refused: over limits.max_outputs (16 by default)"));
+    }
 }
