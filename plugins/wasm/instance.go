@@ -67,6 +67,7 @@ type instance struct {
 	stateErr  error                // a state call the store failed, for the reason
 	reason    string               // from fail()
 	violation string               // the first broken rule (emit, input_read, ...): the event is rejected
+	panicLine string               // the first "panic: " line on stderr this call (a Go plugin's panic)
 
 	stdout, stderr streamWriter
 	textLeft       int // bytes of log text this call may still write
@@ -290,6 +291,9 @@ func (in *instance) failure(call string, err error, fired bool, timeout time.Dur
 		if in.reason != "" {
 			reason += "; before it, the plugin said: " + in.reason
 		}
+		if in.panicLine != "" {
+			reason += "; it printed: " + in.panicLine
+		}
 		return f, reason
 	}
 	return "", ""
@@ -405,7 +409,7 @@ func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switc
 	in.buf = appendEvent(in.buf[:0], ev)
 	in.phase, in.input, in.ev = phaseHandle, in.buf, ev
 	in.state, in.stateErr = switchyard.StateFrom(ctx), nil
-	in.reason, in.violation = "", ""
+	in.reason, in.violation, in.panicLine = "", "", ""
 	in.textLeft, in.textDropped = maxText, 0
 	in.stack[0] = uint64(len(in.buf))
 
@@ -676,6 +680,11 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 func (w *streamWriter) flush() {
 	if len(w.line) > 0 {
 		line := bytes.TrimRight(w.line, "\r")
+		if w.stream == "stderr" && w.in.panicLine == "" && bytes.HasPrefix(line, []byte("panic: ")) {
+			// The Go runtime's first line of a panic: the trap's reason
+			// keeps it (failure).
+			w.in.panicLine = escapeControls(strings.ToValidUTF8(string(line[:min(len(line), maxReason)]), "\uFFFD"))
+		}
 		if enabled(w.in.p.log, w.level) {
 			w.in.text(w.level, w.stream, line)
 		}

@@ -672,6 +672,25 @@ func TestWasmEngineChain(t *testing.T) {
 	}
 }
 
+// A trap after the Go runtime printed "panic: <message>" to stderr (a Go
+// plugin's panic: its SDK recovers nothing, a deferred recover costing
+// ~20 µs a call on wasip1) keeps that line in the reason: a dead letter
+// said only where it trapped, and the message was in the log alone (an
+// SDK trial).
+func TestWasmTrapKeepsAGoPanicsMessage(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "gopanic", config.PluginLimits{}, 1)
+	_, err := p.Handle(context.Background(), testEvent("e1"))
+	pe := mustRetry(t, err, "e1", "sy_handle trapped: unreachable")
+	if !strings.HasSuffix(pe.Reason, "; it printed: panic: boom: custom message") {
+		t.Fatalf("reason %q: want the panic's line", pe.Reason)
+	}
+	// The next call's trap does not keep this one's line.
+	if _, err := p.Handle(context.Background(), testEvent("e2")); strings.Count(err.Error(), "panic: boom") != 1 {
+		t.Fatalf("second call: %v", err)
+	}
+}
+
 // A trap after the plugin called fail() — an AssemblyScript abort, a Rust
 // panic through the SDK's hook — keeps what it said in the reason, beside
 // where it trapped; it is retried and counted as a trap.

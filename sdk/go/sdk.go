@@ -295,7 +295,8 @@ func callInit(n int32) (rc int32) {
 // callHandle is sy_handle. It has no deferred recover: on wasip1 a defer
 // that recovers costs ~20 µs per call. A panic in a handler prints its
 // message and stack to stderr (the router's log) and exits the instance,
-// which the router counts as a trap: retry on a fresh instance.
+// which the router counts as a trap: retry on a fresh instance, the
+// trap's reason keeping the "panic: <message>" line.
 func callHandle(n int32) int32 {
 	if handler == nil {
 		return int32(Retry("switchyard sdk: no handler: call sdk.Handle from an init function"))
