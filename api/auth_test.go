@@ -630,14 +630,15 @@ func TestTCPHeadersAreBounded(t *testing.T) {
 // /readyz tells a tenant's token whether each check and sink is ok, and
 // only an admin why not (the reasons hold paths and broker addresses: a
 // security trial found a tenant reading them) and which inboxes there are
-// (only an admin lists them).
+// (only an admin lists them; an inbox's delivery sink, "inbox.pay", names
+// one, and a console trial read it with a tenant's token).
 func TestReadyzReasonsAreTheOperators(t *testing.T) {
 	r := newTCPRouterOpts(t, nil, func(o *api.Options) {
 		o.Ready = func(context.Context) map[string]error {
 			return map[string]error{"storage": errors.New("the data file /srv/secret/router.db was removed")}
 		}
 		o.Sinks = func(context.Context) map[string]error {
-			return map[string]error{"kafka.k": errors.New("dial tcp 10.1.2.3:9092: connection refused")}
+			return map[string]error{"kafka.k": errors.New("dial tcp 10.1.2.3:9092: connection refused"), "inbox.pay": nil}
 		}
 		o.Inboxes = func(context.Context) map[string]error {
 			return map[string]error{"pay": errors.New("inbox \"pay\": kafka.k: no broker reachable: dial tcp 10.9.8.7:9092: i/o timeout")}
@@ -647,12 +648,12 @@ func TestReadyzReasonsAreTheOperators(t *testing.T) {
 	if tenant.status != 503 || strings.Contains(string(tenant.body), "/srv/secret") || strings.Contains(string(tenant.body), "10.1.2.3") ||
 		strings.Contains(string(tenant.body), "10.9.8.7") || !strings.Contains(string(tenant.body), `"storage": "not ok"`) ||
 		!strings.Contains(string(tenant.body), `"kafka.k": "not ok"`) || strings.Contains(string(tenant.body), `"pay"`) ||
-		strings.Contains(string(tenant.body), `"inboxes"`) {
+		strings.Contains(string(tenant.body), `"inboxes"`) || strings.Contains(string(tenant.body), `inbox.pay`) {
 		t.Errorf("a tenant's /readyz: %d %s", tenant.status, tenant.body)
 	}
 	admin := r.tcp("GET", "/readyz", tokAdmin, nil, "")
 	if admin.status != 503 || !strings.Contains(string(admin.body), "/srv/secret/router.db") || !strings.Contains(string(admin.body), "10.1.2.3") ||
-		!strings.Contains(string(admin.body), "10.9.8.7") {
+		!strings.Contains(string(admin.body), "10.9.8.7") || !strings.Contains(string(admin.body), `"inbox.pay": "ok"`) {
 		t.Errorf("an admin's /readyz: %d %s", admin.status, admin.body)
 	}
 	if local := r.do("GET", "/readyz", nil, ""); !strings.Contains(string(local.body), "10.1.2.3") || !strings.Contains(string(local.body), "10.9.8.7") {

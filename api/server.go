@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -1018,6 +1019,12 @@ func (s *Server) getReady(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if unready {
 		status = http.StatusServiceUnavailable
+	}
+	if !admin {
+		// An inbox's delivery sink names the inbox ("inbox.payments"),
+		// which only an admin lists (a console trial read it with a
+		// tenant's token).
+		maps.DeleteFunc(sinks, func(name, _ string) bool { return config.IsInboxSink(name) })
 	}
 	body := map[string]any{"ready": status == http.StatusOK, "checks": checks, "sinks": sinks}
 	if admin {

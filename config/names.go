@@ -28,6 +28,9 @@ func (k Kafka) SinkName() string { return kafkaSinkPrefix + k.Name }
 // inbox to its local service.
 func InboxSinkName(inbox string) string { return inboxSinkPrefix + inbox }
 
+// IsInboxSink says whether the sink named name delivers an inbox's events.
+func IsInboxSink(name string) bool { return strings.HasPrefix(name, inboxSinkPrefix) }
+
 // InboxQueueName is the queue the events of the inbox named inbox wait in.
 func InboxQueueName(inbox string) string { return InboxQueuePrefix + inbox }
 
