@@ -56,7 +56,7 @@ func CompactFile(path string) (*CompactReport, error) {
 		return nil, err
 	}
 	defer src.Close()
-	tmp := path + ".compacting"
+	tmp := compactCopyPath(path)
 	err = compactCopy(src, path, tmp)
 	if IsDiskFull(err) && removeReserve(path) {
 		rep.ReserveRemoved = true
@@ -170,3 +170,7 @@ func keepAccess(tmp string, fi os.FileInfo) error {
 	}
 	return nil
 }
+
+// compactCopyPath is where CompactFile makes the compacted copy of the
+// data file at path, beside it.
+func compactCopyPath(path string) string { return path + ".compacting" }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -134,5 +135,43 @@ func TestCompactRefusesALink(t *testing.T) {
 	}
 	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Fatalf("the link after: %v %v", fi, err)
+	}
+}
+
+// A second compaction of a file leaves the first one's copy alone while
+// the first holds it (bbolt's lock): it removed it, and both failed after
+// copying the whole file.
+func TestCompactLeavesAnotherCompactionsCopy(t *testing.T) {
+	path := closedFile(t, 1, 0)
+	f, err := os.OpenFile(path+".compacting", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CompactFile(path); err == nil || !strings.Contains(err.Error(), "being written by another process") {
+		t.Fatalf("compact beside another's copy: %v", err)
+	}
+	if _, err := os.Stat(path + ".compacting"); err != nil {
+		t.Fatalf("the other's copy: %v", err)
+	}
+}
+
+// A router that opens the file removes a copy a stopped compaction left
+// beside it (a SIGKILL mid-copy left 639 MB that nothing mentioned).
+func TestOpenRemovesAStoppedCompactionsCopy(t *testing.T) {
+	path := closedFile(t, 1, 0)
+	if err := os.WriteFile(compactCopyPath(path), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	if _, err := os.Stat(compactCopyPath(path)); !os.IsNotExist(err) {
+		t.Fatalf("the stopped compaction's copy after open: %v", err)
 	}
 }

@@ -208,6 +208,10 @@ func Open(path string, opts Options) (*DB, error) {
 		bdb.Close()
 		return nil, fmt.Errorf("storage: init %s: %w", path, err)
 	}
+	// With the file's lock held, no compaction of it is copying: a copy
+	// one left when it was stopped only takes the disk's room (up to the
+	// file's size).
+	os.Remove(compactCopyPath(path))
 	opened, _ := os.Stat(path)
 	db := &DB{
 		opened:  opened,

@@ -75,8 +75,13 @@ func createFile(path string) error {
 // a file left there by a run that was stopped is removed first, and one
 // the router may not remove (another user's, in a sticky folder such as
 // /tmp) or a link made there meanwhile is an error, never opened: bbolt
-// would otherwise write into whatever is at path.
+// would otherwise write into whatever is at path. One another process
+// holds locked (a second compaction of the same file, still copying) is
+// an error too: removed, both compactions failed after their whole copy.
 func createExcl(path string) error {
+	if heldByAnother(path) {
+		return fmt.Errorf("%s is being written by another process (router db compact of the same file?): wait for it to end", path)
+	}
 	os.Remove(path)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {

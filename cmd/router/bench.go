@@ -90,15 +90,16 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
+	usage := func(err error) error { return &exitError{code: 2, err: err} } // as every command's bad usage
 	switch {
 	case fs.NArg() > 0:
-		return nil, fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+		return nil, usage(fmt.Errorf("bench: unexpected arguments %q", fs.Args()))
 	case o.Concurrency < 1:
-		return nil, errors.New("bench: -c must be at least 1")
+		return nil, usage(errors.New("bench: -c must be at least 1"))
 	case o.Batch < 1:
-		return nil, errors.New("bench: -batch must be at least 1")
+		return nil, usage(errors.New("bench: -batch must be at least 1"))
 	case o.Requests < 0 || o.Duration < 0 || o.Rate < 0 || o.DataBytes < 0:
-		return nil, errors.New("bench: -n, -d, -rate and -data-bytes cannot be negative")
+		return nil, usage(errors.New("bench: -n, -d, -rate and -data-bytes cannot be negative"))
 	}
 	if o.Requests == 0 && o.Duration == 0 {
 		o.Duration = 10 * time.Second

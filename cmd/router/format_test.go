@@ -43,6 +43,11 @@ func TestFlagsThatDidNothingAreGoneOrRefused(t *testing.T) {
 	if strings.Contains(stderr.String(), "-timeout") || !strings.Contains(stderr.String(), "-socket") {
 		t.Errorf("router backup -h:\n%s", stderr.String())
 	}
+	// Bad values of bench's flags are usage errors, exit 2 as elsewhere
+	// (they exited 1, as a failed run does).
+	if err := NewMain(nil, &bytes.Buffer{}, &bytes.Buffer{}).Run(context.Background(), []string{"bench", "-c", "0"}); exitCode(err) != 2 {
+		t.Errorf("router bench -c 0: exit %d, %v", exitCode(err), err)
+	}
 	for _, args := range [][]string{{"dlq", "list", "-token", "t"}, {"stats", "-token-file", "/nonexistent"}} {
 		err := NewMain(nil, &bytes.Buffer{}, &bytes.Buffer{}).Run(context.Background(), append(args, "-socket", filepath.Join(t.TempDir(), "none.sock")))
 		if exitCode(err) != 2 || !strings.Contains(fmt.Sprint(err), "-token and -token-file are for -addr") {
