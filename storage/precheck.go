@@ -28,9 +28,10 @@ const (
 	metaSumLen     = 56 // the meta's bytes before its checksum
 )
 
-// boltMeta is what checkSize needs of a meta page.
+// boltMeta is what checkSize and walkPages need of a meta page.
 type boltMeta struct {
 	pageSize uint32
+	root     uint64 // the root bucket's page
 	pgid     uint64 // pages in use: the file holds at least pgid*pageSize bytes
 	txid     uint64
 }
@@ -49,7 +50,23 @@ func readMeta(f *os.File, off int64) (m boltMeta, ok bool) {
 	if le.Uint32(meta[0:]) != boltMagic || le.Uint32(meta[4:]) != boltVersion || le.Uint64(meta[metaSumLen:]) != h.Sum64() {
 		return m, false
 	}
-	return boltMeta{pageSize: le.Uint32(meta[8:]), pgid: le.Uint64(meta[40:]), txid: le.Uint64(meta[48:])}, true
+	return boltMeta{pageSize: le.Uint32(meta[8:]), root: le.Uint64(meta[16:]), pgid: le.Uint64(meta[40:]), txid: le.Uint64(meta[48:])}, true
+}
+
+// currentMeta is the meta bbolt opens f by: the valid one of the two with
+// the later transaction; false when neither is valid.
+func currentMeta(f *os.File) (boltMeta, bool) {
+	m0, ok0 := readMeta(f, 0)
+	pageSize := int64(os.Getpagesize())
+	if ok0 {
+		pageSize = int64(m0.pageSize)
+	}
+	m1, ok1 := readMeta(f, pageSize)
+	switch {
+	case ok0 && ok1 && m1.txid > m0.txid, !ok0 && ok1:
+		return m1, true
+	}
+	return m0, ok0
 }
 
 // statDataFile stats the data file at path for an offline tool, and
@@ -97,24 +114,8 @@ func checkSize(path string) error {
 	if fi.Size() == 0 {
 		return errEmpty
 	}
-	m0, ok0 := readMeta(f, 0)
-	pageSize := int64(os.Getpagesize())
-	if ok0 {
-		pageSize = int64(m0.pageSize)
-	}
-	m1, ok1 := readMeta(f, pageSize)
-	var m boltMeta
-	switch {
-	case ok0 && ok1:
-		m = m0
-		if m1.txid > m0.txid {
-			m = m1
-		}
-	case ok0:
-		m = m0
-	case ok1:
-		m = m1
-	default:
+	m, ok := currentMeta(f)
+	if !ok {
 		return nil // not a bbolt file, or both metas damaged: bbolt says which
 	}
 	if want := int64(m.pgid) * int64(m.pageSize); fi.Size() < want {
@@ -191,7 +192,8 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 // goroutine, where faultSafe turns it into an error; a memory fault inside
 // the walk itself would end the process with a stack trace nothing can
 // catch. So here, on this goroutine, a damaged header, or an element that
-// points past the file, is an error first (TestDamagedLeafAfterCleanStop).
+// points past the file, is an error first, and walkPages reads every
+// branch's and leaf's elements from the file (TestDamagedLeafAfterCleanStop).
 // Damage that only a read of every element meets is what bbolt's full
 // check finds; it too runs on goroutines of bbolt's own, so after an
 // unclean stop, where a torn write is likely, that check
@@ -231,8 +233,14 @@ func inspect(path string, checkUnclean func(string) error) error {
 		})
 	})
 	bdb.Close()
-	if err == nil && unclean && checkUnclean != nil {
+	switch {
+	case err != nil:
+	case unclean && checkUnclean != nil:
 		err = checkUnclean(path)
+	default:
+		if werr := walkPages(path); werr != nil {
+			err = damaged("its pages do not hold together", werr)
+		}
 	}
 	return err
 }
@@ -269,8 +277,14 @@ func faultSafe(fn func() error) (err error) {
 			if _, fault := r.(runtime.Error); !fault {
 				how = "bbolt's walk of its pages failed" // freepages: a key out of order, a page twice
 			}
-			err = fmt.Errorf("the data file is damaged (%s: %v); the file was left as it is: check it with `router db check`, restore it from a backup", how, r)
+			err = damaged(how, r)
 		}
 	}()
 	return fn()
+}
+
+// damaged says the data file is damaged, how (what found it, and what),
+// and what to do.
+func damaged(how string, what any) error {
+	return fmt.Errorf("the data file is damaged (%s: %v); the file was left as it is: check it with `router db check`, restore it from a backup", how, what)
 }

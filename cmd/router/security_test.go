@@ -287,6 +287,10 @@ func TestDamagedLeafAfterCleanStop(t *testing.T) {
 	}{
 		{"a key out of order", "the data file is damaged (bbolt's walk of its pages failed: freepages: failed to get all reachable pages (key[0]=", keyOutOfOrder(t, full)},
 		{"elements past the file", "the data file is damaged (reading it faulted: runtime error: slice bounds out of range", past},
+		// A branch element's key past its page: bbolt's walk read it on
+		// its own goroutine, a panic nothing catches (an operator trial's
+		// flipped file); walkPages reads it first.
+		{"a branch key past its page", "the data file is damaged (its pages do not hold together: page ", branchKeyPastThePage(t, full)},
 	} {
 		for range 2 {
 			db, out := runOnDataFile(t, c.damaged)
@@ -319,6 +323,27 @@ func elementsPastTheFile(t *testing.T, full []byte) ([]byte, int) {
 		t.Fatal("no leaf page found to damage")
 	}
 	return damaged, leaves
+}
+
+// branchKeyPastThePage is full with every branch page's first element
+// (after the 16-byte page header: pos, ksize, 4 bytes each, then the child
+// page) holding a key size far past its page.
+func branchKeyPastThePage(t *testing.T, full []byte) []byte {
+	t.Helper()
+	damaged := bytes.Clone(full)
+	const page = 4096
+	branches := 0
+	for at := 2 * page; at+page <= len(damaged); at += page {
+		flags, count := binary.LittleEndian.Uint16(damaged[at+8:]), binary.LittleEndian.Uint16(damaged[at+10:])
+		if flags == 0x01 && count > 0 {
+			binary.LittleEndian.PutUint32(damaged[at+16+4:], 0xcd000000)
+			branches++
+		}
+	}
+	if branches == 0 {
+		t.Fatal("no branch page found to damage")
+	}
+	return damaged
 }
 
 // keyOutOfOrder is full with the first key of one leaf page the buckets
