@@ -66,7 +66,7 @@ func TestSDKReadmeWalkthroughs(t *testing.T) {
 				log, _ := os.ReadFile(filepath.Join(home, "hello", "router.log"))
 				t.Fatalf("the walkthrough of sdk/%s/README.md failed: %v\n%s\nrouter.log:\n%s", lang, err, out, log)
 			}
-			for _, want := range []string{"ready to build plugins", "ok: 2 cases", `"status":"accepted"`, `"state": "delivered"`, `"stream": "demo"`} {
+			for _, want := range []string{"ready to build plugins", "ok: 3 cases", `"status":"accepted"`, `"state": "delivered"`, `"stream": "demo"`} {
 				if !strings.Contains(string(out), want) {
 					t.Fatalf("the walkthrough of sdk/%s/README.md did not print %q:\n%s", lang, want, out)
 				}
