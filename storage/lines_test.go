@@ -95,27 +95,7 @@ func missingLines(t *testing.T, db *DB, q string, limit int) (found []Unlined, p
 // queue of 100,000 pending events, each with a partition key and in its
 // line already, in reads of 1,024 (engine.linesPerStep). It finds none.
 func BenchmarkMissingLinesScan(b *testing.B) {
-	db, err := Open(filepath.Join(b.TempDir(), "router.db"), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close(context.Background())
-	now := time.Now()
-	for done := 0; done < 100_000; {
-		if err := db.Update(context.Background(), func(tx *Tx) error {
-			for i := 0; i < 1000; i++ {
-				r := diskEvent(now)
-				r.Event.Extensions = []switchyard.Header{{Name: "partitionkey", Value: fmt.Sprint("k", done%100)}}
-				if err := tx.InsertEvent(r, true); err != nil {
-					return err
-				}
-				done++
-			}
-			return nil
-		}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	db := keyedEvents(b, 100_000, func(i int) string { return fmt.Sprint("k", i%100) })
 	for b.Loop() {
 		var from []byte
 		for {
@@ -196,29 +176,10 @@ func TestLinedUpMarkOnlyInAFileAsLeft(t *testing.T) {
 // backlog of 10,000 events has one partition key: Due takes the first and
 // passes over the 9,999 behind it (linesBehind).
 func BenchmarkOneKeyBacklogDue(b *testing.B) {
-	db, err := Open(filepath.Join(b.TempDir(), "router.db"), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close(context.Background())
-	now := time.Now()
-	for done := 0; done < 10_000; done += 1000 {
-		if err := db.Update(context.Background(), func(tx *Tx) error {
-			for range 1000 {
-				r := diskEvent(now)
-				r.Event.Extensions = []switchyard.Header{{Name: "partitionkey", Value: "device-1"}}
-				if err := tx.InsertEvent(r, true); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	db := keyedEvents(b, 10_000, func(int) string { return "device-1" })
 	for b.Loop() {
 		if err := db.View(func(tx *Tx) error {
-			recs, err := tx.Due("orders.created", now, 0, 100, true, nil)
+			recs, err := tx.Due("orders.created", time.Now(), 0, 100, true, nil)
 			if err == nil && len(recs) != 1 {
 				b.Fatalf("took %d, want the line's first", len(recs))
 			}
@@ -227,4 +188,35 @@ func BenchmarkOneKeyBacklogDue(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// keyedEvents is an open data file (closed when b ends) with n pending
+// events of diskEvent's type, in their lines, the i-th with the partition
+// key key(i), stored 1,000 a commit.
+func keyedEvents(b *testing.B, n int, key func(i int) string) *DB {
+	db, err := Open(filepath.Join(b.TempDir(), "router.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close(context.Background()) })
+	now := time.Now()
+	for done := 0; done < n; {
+		if err := db.Update(context.Background(), func(tx *Tx) error {
+			for ; done < n; done++ {
+				r := diskEvent(now)
+				r.Event.Extensions = []switchyard.Header{{Name: "partitionkey", Value: key(done)}}
+				if err := tx.InsertEvent(r, true); err != nil {
+					return err
+				}
+				if done%1000 == 999 {
+					done++
+					return nil
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return db
 }

@@ -23,8 +23,9 @@ type CheckReport struct {
 const maxProblems = 100
 
 // CheckFile checks a data file that no router has open (`router db
-// check`): that it is not truncated, bbolt's own consistency check over
-// every page, and that every stored record decodes. It opens the file
+// check`): that it is not truncated, that its pages hold together
+// (walkPages), bbolt's own consistency check over every page, and that
+// every stored record decodes under its own key. It opens the file
 // read-only and changes nothing.
 func CheckFile(path string) (*CheckReport, error) {
 	fi, err := statDataFile(path)
@@ -47,46 +48,61 @@ func CheckFile(path string) (*CheckReport, error) {
 		return rep, nil
 	}
 	defer bdb.Close()
+	if err := walkPages(path); err != nil {
+		// Before bbolt's check, which would meet it on a goroutine of
+		// its own and end the process.
+		rep.Problems = append(rep.Problems, "its pages do not hold together: "+err.Error())
+		return rep, nil
+	}
 	err = faultSafe(func() error {
 		return bdb.View(func(tx *bolt.Tx) error {
 			for err := range tx.Check() {
-				if len(rep.Problems) < maxProblems {
-					rep.Problems = append(rep.Problems, err.Error())
-				}
+				rep.add(err.Error())
 			}
-			events := tx.Bucket(bucketEvents)
-			if events == nil {
-				rep.Problems = append(rep.Problems, "no events bucket: not a Switchyard data file")
-				return nil
-			}
-			if meta := tx.Bucket(bucketMeta); meta != nil {
-				if err := unreadableSchema(meta); err != nil {
-					rep.Problems = append(rep.Problems, err.Error())
-					return nil
-				}
-			}
-			err := events.ForEach(func(k, v []byte) error {
-				rep.Events++
-				if p := recordProblem(k, v); p != "" && len(rep.Problems) < maxProblems {
-					rep.Problems = append(rep.Problems, p)
-				}
-				return nil
-			})
-			if idem := tx.Bucket(bucketIdem); idem != nil && err == nil {
-				err = idem.ForEach(func(k, v []byte) error {
-					if _, err := decodeIdem(v); err != nil && len(rep.Problems) < maxProblems {
-						rep.Problems = append(rep.Problems, fmt.Sprintf("idempotency record %q: %v", k, err))
-					}
-					return nil
-				})
-			}
-			return err
+			return checkRecords(tx, rep)
 		})
 	})
 	if err != nil {
 		rep.Problems = append(rep.Problems, err.Error())
 	}
 	return rep, nil
+}
+
+// add notes problem p, up to maxProblems.
+func (rep *CheckReport) add(p string) {
+	if p != "" && len(rep.Problems) < maxProblems {
+		rep.Problems = append(rep.Problems, p)
+	}
+}
+
+// checkRecords is CheckFile's part for what the router stores: the
+// schema, every event record under its own key, every idempotency record.
+func checkRecords(tx *bolt.Tx, rep *CheckReport) error {
+	events := tx.Bucket(bucketEvents)
+	if events == nil {
+		rep.Problems = append(rep.Problems, "no events bucket: not a Switchyard data file")
+		return nil
+	}
+	if meta := tx.Bucket(bucketMeta); meta != nil {
+		if err := unreadableSchema(meta); err != nil {
+			rep.Problems = append(rep.Problems, err.Error())
+			return nil
+		}
+	}
+	err := events.ForEach(func(k, v []byte) error {
+		rep.Events++
+		rep.add(recordProblem(k, v))
+		return nil
+	})
+	if idem := tx.Bucket(bucketIdem); idem != nil && err == nil {
+		err = idem.ForEach(func(k, v []byte) error {
+			if _, err := decodeIdem(v); err != nil {
+				rep.add(fmt.Sprintf("idempotency record %q: %v", k, err))
+			}
+			return nil
+		})
+	}
+	return err
 }
 
 // recordProblem is what is wrong with the record v stored under key k: it

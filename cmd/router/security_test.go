@@ -309,20 +309,7 @@ func TestDamagedLeafAfterCleanStop(t *testing.T) {
 // far past its page, and how many leaves that is.
 func elementsPastTheFile(t *testing.T, full []byte) ([]byte, int) {
 	t.Helper()
-	damaged := bytes.Clone(full)
-	const page = 4096
-	leaves := 0
-	for at := 2 * page; at+page <= len(damaged); at += page {
-		flags, count := binary.LittleEndian.Uint16(damaged[at+8:]), binary.LittleEndian.Uint16(damaged[at+10:])
-		if flags == 0x02 && count > 0 {
-			binary.LittleEndian.PutUint32(damaged[at+16+4:], 0x7ffffff0)
-			leaves++
-		}
-	}
-	if leaves == 0 {
-		t.Fatal("no leaf page found to damage")
-	}
-	return damaged, leaves
+	return damageFirstElements(t, full, 0x02, 4, 0x7ffffff0)
 }
 
 // branchKeyPastThePage is full with every branch page's first element
@@ -330,20 +317,28 @@ func elementsPastTheFile(t *testing.T, full []byte) ([]byte, int) {
 // page) holding a key size far past its page.
 func branchKeyPastThePage(t *testing.T, full []byte) []byte {
 	t.Helper()
+	damaged, _ := damageFirstElements(t, full, 0x01, 4, 0xcd000000)
+	return damaged
+}
+
+// damageFirstElements is full with the 4 bytes at off in the first element
+// of every page of the type flags (0x01 branch, 0x02 leaf) set to v, and
+// how many pages that is.
+func damageFirstElements(t *testing.T, full []byte, flags uint16, off int, v uint32) ([]byte, int) {
+	t.Helper()
 	damaged := bytes.Clone(full)
 	const page = 4096
-	branches := 0
+	n := 0
 	for at := 2 * page; at+page <= len(damaged); at += page {
-		flags, count := binary.LittleEndian.Uint16(damaged[at+8:]), binary.LittleEndian.Uint16(damaged[at+10:])
-		if flags == 0x01 && count > 0 {
-			binary.LittleEndian.PutUint32(damaged[at+16+4:], 0xcd000000)
-			branches++
+		if binary.LittleEndian.Uint16(damaged[at+8:]) == flags && binary.LittleEndian.Uint16(damaged[at+10:]) > 0 {
+			binary.LittleEndian.PutUint32(damaged[at+16+off:], v)
+			n++
 		}
 	}
-	if branches == 0 {
-		t.Fatal("no branch page found to damage")
+	if n == 0 {
+		t.Fatalf("no page of flags %#x found to damage", flags)
 	}
-	return damaged
+	return damaged, n
 }
 
 // keyOutOfOrder is full with the first key of one leaf page the buckets
