@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,6 +157,12 @@ inbox "refusing" {
 		chromedp.WaitVisible(chromedp.CSS(`section[data-event="`+ids[3]+`"] pre.data`)), shot("event"))
 	run("event by key", chromedp.Navigate(link0(link)+"#/event?key=order-42"),
 		chromedp.WaitVisible(chromedp.CSS(`section[data-event="`+keyed+`"]`)))
+	// An id with a right-to-left override shows it, not the text it
+	// reverses ("rtl-exe.png" read as a .png: a console trial).
+	rtl := postAs(t, r.client, "acme", crashType, "rtl-\u202egnp.exe", `{}`)
+	rtlJS, _ := json.Marshal("#/event?tenant=acme&id=" + url.QueryEscape(rtl))
+	run("a direction control in an id", chromedp.Navigate(link0(link)+"#/"), chromedp.Evaluate[chromedp.Void](`location.hash = `+string(rtlJS)),
+		textIs(`section[data-event] h2 code`, "rtl-⟨U+202E⟩gnp.exe"))
 
 	// A page left while it loads draws nothing over the next: the DLQ,
 	// left at once for the plugins, drew itself under "Plugins" when its
@@ -309,7 +316,7 @@ inbox "refusing" {
 		}, "one done, one failed, both named"),
 		chromedp.WaitNotPresent(chromedp.CSS(`#dlq-rows tr[data-id="`+refused+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(inboxRow+`[data-source="/console"]`)),
-		chromedp.Evaluate[chromedp.Void](`location.reload()`))
+		chromedp.Reload()) // the page's own fetch again (Reload waits for the load: a reload the script asked for could abort the next navigation)
 	for source, want := range map[string]string{"/console": `"state":"dlq"`, "/elsewhere": `"state":"resolved"`} {
 		if got := get(t, r.client, "/v1/dlq/refused-by-service?queue=inbox:refusing&source="+source); !strings.Contains(got, want) {
 			t.Errorf("the inbox's dead letter from %s after resolving the other's row: %s, want %s", source, got, want)

@@ -20,7 +20,8 @@ function every(ms, fn) {
 // next one (it did: DLQ, then Event, showed the DLQ under "Event").
 function left(page) { return page !== S.page; }
 
-// h builds an element: h('td', {class: 'num'}, 'text', child, ...).
+// h builds an element: h('td', {class: 'num'}, 'text', child, ...). Text
+// goes in as text, with its direction controls shown (visible).
 function h(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -30,9 +31,17 @@ function h(tag, attrs, ...children) {
   }
   for (const c of children.flat()) {
     if (c === undefined || c === null) continue;
-    e.append(c instanceof Node ? c : String(c));
+    e.append(c instanceof Node ? c : visible(String(c)));
   }
   return e;
+}
+
+// visible shows the characters that reorder or hide the text around them
+// (bidirectional overrides and isolates, directional marks, zero-width
+// ones) as ⟨U+XXXX⟩: an id with U+202E read as another (a console trial).
+// Attributes and links keep the text as it is.
+function visible(s) {
+  return s.replace(/[\u200B-\u200F\u202A-\u202E\u2060-\u2069\uFEFF]/g, (c) => `⟨U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}⟩`);
 }
 
 const main = () => document.getElementById('main');
