@@ -972,7 +972,15 @@ func (s *Server) getBackup(w http.ResponseWriter, r *http.Request) {
 	n, err := s.opts.Backup(ctxWriter{ctx, w}, func(size int64) {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	})
-	if err != nil {
+	switch {
+	case err != nil && r.Context().Err() != nil:
+		// The client went away (stopped, or cut off): theirs to say.
+		s.log.Info("backup ended: the client went away", "written", n, "by", actor(r))
+		return
+	case err != nil && s.closing.Err() != nil:
+		s.log.Warn("backup cut short: the router is stopping", "written", n, "by", actor(r))
+		return
+	case err != nil:
 		// The status is sent: the client sees a body shorter than
 		// Content-Length and fails; the log says why.
 		s.log.Error("backup failed", "error", err, "written", n)

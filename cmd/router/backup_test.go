@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,4 +203,34 @@ func TestDBCompact(t *testing.T) {
 		t.Fatalf("an event after compaction: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// A backup the router cuts short (it stopped mid-copy) says so, and keeps
+// nothing: it said "backup: unexpected EOF".
+func TestBackupCutShortSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "r.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000")
+		w.Write(make([]byte, 100))
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection ends mid-body
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	out := filepath.Join(dir, "b.db")
+	var stdout bytes.Buffer
+	err = NewMain(nil, &stdout, &stdout).Run(context.Background(), []string{"backup", out, "-socket", sock})
+	if err == nil || !strings.Contains(err.Error(), "the router ended the copy after 100 of 1000 bytes") {
+		t.Fatalf("backup cut short: %v", err)
+	}
+	for _, p := range []string{out, out + ".partial"} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s after the cut: %v", p, err)
+		}
+	}
 }

@@ -104,8 +104,10 @@ func (c *BackupCommand) fetch(ctx context.Context, cl *apiClient, f *os.File) (i
 	}
 	defer resp.Body.Close()
 	n, err := io.Copy(f, resp.Body)
-	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
-		err = fmt.Errorf("the copy ended after %d of %d bytes", n, resp.ContentLength)
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF) || err == nil && resp.ContentLength >= 0 && n != resp.ContentLength:
+		// "unexpected EOF" said nothing of why (a router that stopped).
+		err = fmt.Errorf("the router ended the copy after %d of %d bytes (it stopped, or its log says why); nothing was kept: run the backup again", n, resp.ContentLength)
 	}
 	if err == nil {
 		err = f.Sync()

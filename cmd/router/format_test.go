@@ -43,6 +43,10 @@ func TestFlagsThatDidNothingAreGoneOrRefused(t *testing.T) {
 	if strings.Contains(stderr.String(), "-timeout") || !strings.Contains(stderr.String(), "-socket") {
 		t.Errorf("router backup -h:\n%s", stderr.String())
 	}
+	// A one-time link no one can use is refused.
+	if err := NewMain(nil, &bytes.Buffer{}, &bytes.Buffer{}).Run(context.Background(), []string{"ui", "-link-ttl", "0s"}); exitCode(err) != 2 || !strings.Contains(fmt.Sprint(err), "more than 0") {
+		t.Errorf("router ui -link-ttl 0s: exit %d, %v", exitCode(err), err)
+	}
 	// Bad values of bench's flags are usage errors, exit 2 as elsewhere
 	// (they exited 1, as a failed run does).
 	if err := NewMain(nil, &bytes.Buffer{}, &bytes.Buffer{}).Run(context.Background(), []string{"bench", "-c", "0"}); exitCode(err) != 2 {

@@ -39,6 +39,10 @@ func (c *UICommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
+	if ttl <= 0 {
+		// A link that "works once, within 0s" works never.
+		return &exitError{code: 2, err: fmt.Errorf("-link-ttl %s: give how long the link may be used, more than 0 (10m by default)", ttl)}
+	}
 	host, _, err := net.SplitHostPort(*listen)
 	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 		return fmt.Errorf("-listen %q: router ui serves on a loopback address only (127.0.0.1:PORT); reach it from elsewhere over an SSH tunnel", *listen)
