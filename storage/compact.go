@@ -76,6 +76,12 @@ func CompactFile(path string) (*CompactReport, error) {
 		os.Remove(tmp)
 		return nil, err
 	}
+	if now, err := os.Stat(path); err != nil || !os.SameFile(fi, now) {
+		// Another compaction renamed its copy over the file meanwhile,
+		// and a router may have it open now: this copy is of the old one.
+		os.Remove(tmp)
+		return nil, fmt.Errorf("%s was replaced while it was being compacted (another router db compact?): it is left as the other made it", path)
+	}
 	if err := replaceWith(path, tmp); err != nil {
 		os.Remove(tmp)
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -173,5 +174,25 @@ func TestOpenRemovesAStoppedCompactionsCopy(t *testing.T) {
 	defer db.Close(context.Background())
 	if _, err := os.Stat(compactCopyPath(path)); !os.IsNotExist(err) {
 		t.Fatalf("the stopped compaction's copy after open: %v", err)
+	}
+}
+
+// Something other than a regular file at the copy's path (a FIFO) is not
+// opened to read its lock: the open of a FIFO waited for a writer, and the
+// compaction hung (a review).
+func TestCompactDoesNotOpenAFIFOInItsWay(t *testing.T) {
+	path := closedFile(t, 1, 0)
+	if err := syscall.Mkfifo(compactCopyPath(path), 0o600); err != nil {
+		t.Skipf("skipped: no FIFO here: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := CompactFile(path); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("compact beside a FIFO: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("compact beside a FIFO at its copy's path hung")
 	}
 }

@@ -8,11 +8,16 @@ import (
 	"syscall"
 )
 
-// heldByAnother says whether another process holds a lock on the file at
-// path, as bbolt locks a file it has open (flock): a compaction's copy
-// that another `router db compact` is still writing.
+// heldByAnother says whether another process holds a lock on the regular
+// file at path, as bbolt locks a file it has open (flock): a compaction's
+// copy that another `router db compact` is still writing. Anything else
+// there (a link, a FIFO) is not opened: a FIFO's open waited for a writer
+// for ever (a review).
 func heldByAnother(path string) bool {
-	f, err := os.Open(path)
+	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return false
 	}

@@ -80,7 +80,7 @@ func createFile(path string) error {
 // an error too: removed, both compactions failed after their whole copy.
 func createExcl(path string) error {
 	if heldByAnother(path) {
-		return fmt.Errorf("%s is being written by another process (router db compact of the same file?): wait for it to end", path)
+		return fmt.Errorf("%s is being written by another process (router db compact of the same file, or a router making it?): wait for it to end", path)
 	}
 	os.Remove(path)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)

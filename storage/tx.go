@@ -401,36 +401,58 @@ func (tx *Tx) Due(t string, now time.Time, ahead time.Duration, limit int, order
 // linesBehind is, during one Due, the queue sequences of the events behind
 // the first of each order line found waiting: Due passes them over by
 // their queue key, without reading their records. A backlog of one key
-// cost a record read per event behind its first, per poll (2.8 µs each:
-// 28 ms a poll at 10,000 events, a drain quadratic in the backlog); now one
-// cursor step each (BenchmarkOneKeyBacklogDue,
-// docs/decisions/full-batch.md).
-type linesBehind map[uint64]struct{}
+// cost a record read and a seek per event behind its first, per poll
+// (39-56 ms a poll at 10,000 events; now ~2 ms: BenchmarkOneKeyBacklogDue,
+// docs/decisions/full-batch.md). A line is read linesBehindStep entries
+// at a time, from where its last read stopped, when Due meets an event of
+// it not read yet: a poll that fills its batch early reads little of a
+// long line (all of it was read, 18 times the old cost, for a hot key
+// waiting out a backoff among others: a review).
+type linesBehind struct {
+	seqs map[uint64]struct{}
+	next map[string][]byte // per line, the keys-bucket key its next read starts at; nil: read to its end
+}
 
-// add puts in b the events of line after its first, from the keys bucket
-// (lineKey: the line, 0, the event's queue sequence).
+// linesBehindStep is how many entries of a line one read takes (a var:
+// TestDueMatchesTheRecordReadingDue reads lines in steps of 2 too).
+var linesBehindStep = 256
+
+// add puts in b the next linesBehindStep events of line after its first,
+// from the keys bucket (lineKey: the line, 0, the event's queue sequence).
 func (b *linesBehind) add(keys *bolt.Bucket, line string) {
 	if line == "" {
 		return
 	}
-	if *b == nil {
-		*b = make(linesBehind)
+	if b.seqs == nil {
+		b.seqs, b.next = make(map[uint64]struct{}), make(map[string][]byte)
 	}
 	prefix := append([]byte(line), 0)
+	inLine := func(k []byte) bool { return len(k) == len(prefix)+8 && bytes.HasPrefix(k, prefix) }
 	c := keys.Cursor()
-	k, _ := c.Seek(prefix)
-	for k, _ = c.Next(); len(k) == len(prefix)+8 && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		(*b)[binary.BigEndian.Uint64(k[len(prefix):])] = struct{}{}
+	var k []byte
+	if from, ok := b.next[line]; !ok {
+		c.Seek(prefix)
+		k, _ = c.Next() // past the line's first
+	} else if from != nil {
+		k, _ = c.Seek(from)
+	}
+	for n := 0; n < linesBehindStep && inLine(k); n++ {
+		b.seqs[binary.BigEndian.Uint64(k[len(prefix):])] = struct{}{}
+		k, _ = c.Next()
+	}
+	b.next[line] = nil
+	if inLine(k) {
+		b.next[line] = bytes.Clone(k)
 	}
 }
 
 // has reports whether the queue entry at key k (due time, queue sequence)
 // is behind the first of its line.
-func (b linesBehind) has(k []byte) bool {
-	if b == nil || len(k) != 16 {
+func (b *linesBehind) has(k []byte) bool {
+	if b.seqs == nil || len(k) != 16 {
 		return false
 	}
-	_, ok := b[binary.BigEndian.Uint64(k[8:])]
+	_, ok := b.seqs[binary.BigEndian.Uint64(k[8:])]
 	return ok
 }
 

@@ -186,6 +186,21 @@ inbox "refusing" {
 		chromedp.Evaluate[chromedp.Void](`window.down = false`),
 		chromedp.WaitVisible(chromedp.CSS(`#types tr[data-type="`+deadType+`"]`)),
 		jsTrue(`!document.getElementById('error')`, "the error gone once the router answered"))
+	// A refresh still running when its page is left does not touch the
+	// next page's error: the overview's, settling on an event's page,
+	// took away the error saying the event is not there (a review).
+	run("a refresh that settles on the next page", chromedp.Evaluate[chromedp.Void](`(() => {
+			const real = window.fetch;
+			window.fetch = (u, o) => String(u).startsWith('/v1/stats') && window.slow ?
+				new Promise((res) => setTimeout(res, 3000)).then(() => real(u, o)) : real(u, o);
+			window.slow = true;
+		})()`),
+		chromedp.Sleep(2500*time.Millisecond), // the 2 s timer has started a slow refresh
+		chromedp.Evaluate[chromedp.Void](`location.hash = '#/event?id=no-such-event'`),
+		textHas(`#error`, "no-such-event"),
+		chromedp.Sleep(4*time.Second), // the overview's refresh settles
+		jsTrue(`!!document.getElementById('error') && location.hash.startsWith('#/event')`, "the event page's error still shown"),
+		chromedp.Evaluate[chromedp.Void](`window.slow = false`))
 
 	// The DLQ: retry the dead letters once their subject has a stream,
 	// the default tenant's, then acme's, reached by its link first.

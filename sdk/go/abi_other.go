@@ -57,10 +57,17 @@ func hostInputRead(b []byte) int32 {
 	return int32(len(sim.input))
 }
 
-// hostEmit takes an output as the router does: a malformed or refused
-// one is -1 (CheckOutput says why, and Run returns it), one over
-// DefaultMaxOutputs -2.
+// hostEmit takes an output as the router does: after a refusal every
+// emit of the call is -1; one over DefaultMaxOutputs is -2; a malformed or
+// refused one -1 (CheckOutput says why, and Run returns it).
 func hostEmit(b []byte) int32 {
+	if sim.err != nil {
+		return -1 // the call already failed: the router keeps it failed
+	}
+	if len(sim.outputs) >= DefaultMaxOutputs {
+		sim.refuse(fmt.Errorf("output %d refused: over limits.max_outputs (%d by default)", len(sim.outputs)+1, DefaultMaxOutputs))
+		return -2
+	}
 	o, err := decodeOutput(b)
 	if err == nil {
 		err = CheckOutput(o)
@@ -68,10 +75,6 @@ func hostEmit(b []byte) int32 {
 	if err != nil {
 		sim.refuse(fmt.Errorf("output %d refused: %w", len(sim.outputs)+1, err))
 		return -1
-	}
-	if len(sim.outputs) >= DefaultMaxOutputs {
-		sim.refuse(fmt.Errorf("output %d refused: over limits.max_outputs (%d by default)", len(sim.outputs)+1, DefaultMaxOutputs))
-		return -2
 	}
 	sim.outputs = append(sim.outputs, o)
 	return 0

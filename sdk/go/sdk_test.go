@@ -191,7 +191,7 @@ func TestRun(t *testing.T) {
 // limits.max_outputs: it took both, and the plugin's unit tests passed
 // where the router dead-lettered the event.
 func TestRunRefusesWhatTheRouterRefuses(t *testing.T) {
-	var emitErr error
+	var emitErr, afterErr error
 	Handle(func(ev *Event) Verdict {
 		n, _ := ev.Headers.Get("n")
 		for i := 0; i < len(n); i++ {
@@ -201,6 +201,7 @@ func TestRunRefusesWhatTheRouterRefuses(t *testing.T) {
 		}
 		if _, bad := ev.Headers.Get("bad"); bad {
 			emitErr = Emit(To("nats.local:a b"))
+			afterErr = Emit(To("nats.local:a")) // the call failed: the router keeps it failed
 		}
 		return OK
 	})
@@ -209,8 +210,8 @@ func TestRunRefusesWhatTheRouterRefuses(t *testing.T) {
 		t.Fatalf("a good output: %+v, %v", res, err)
 	}
 	_, err := Run(nil, Event{ID: "e1", Headers: Headers{{Name: "bad", Value: "1"}}})
-	if emitErr == nil || err == nil || !strings.Contains(err.Error(), `output 1 refused: destination "nats.local:a b" contains white space`) {
-		t.Fatalf("a destination with a space: emit %v, run %v", emitErr, err)
+	if emitErr == nil || afterErr == nil || err == nil || !strings.Contains(err.Error(), `output 1 refused: destination "nats.local:a b" contains white space`) {
+		t.Fatalf("a destination with a space: emit %v, the next emit %v, run %v", emitErr, afterErr, err)
 	}
 	_, err = Run(nil, Event{ID: "e1", Headers: Headers{{Name: "n", Value: strings.Repeat("x", 17)}}})
 	if emitErr == nil || err == nil || !strings.Contains(err.Error(), "output 17 refused: over limits.max_outputs (16 by default)") {

@@ -121,9 +121,10 @@ mod host {
             s.input.len() as i32
         })
     }
-    /// Takes an output as the router does: a malformed or refused one is
-    /// -1 ([`super::check_output`] says why, in `RunResult::refused`), one
-    /// over the default `limits.max_outputs` -2.
+    /// Takes an output as the router does: after a refusal every emit of
+    /// the call is -1; one over the default `limits.max_outputs` -2; a
+    /// malformed or refused one -1 ([`super::check_output`] says why, in
+    /// `RunResult::refused`).
     pub fn emit(b: &[u8]) -> i32 {
         let checked = match super::decode_output(b) {
             None => Err("the output envelope is malformed".to_string()),
@@ -131,20 +132,21 @@ mod host {
         };
         SIM.with(|s| {
             let mut s = s.borrow_mut();
+            if s.refused.is_some() {
+                return -1; // the call already failed: the router keeps it failed
+            }
             let n = s.outputs.len() + 1;
             let (rc, why) = match checked {
-                Err(why) => (-1, why),
-                Ok(()) if n > super::DEFAULT_MAX_OUTPUTS => {
+                _ if n > super::DEFAULT_MAX_OUTPUTS => {
                     (-2, format!("over limits.max_outputs ({} by default)", super::DEFAULT_MAX_OUTPUTS))
                 }
+                Err(why) => (-1, why),
                 Ok(()) => {
                     s.outputs.push(b.to_vec());
                     return 0;
                 }
             };
-            if s.refused.is_none() {
-                s.refused = Some(format!("output {} refused: {}", n, why));
-            }
+            s.refused = Some(format!("output {} refused: {}", n, why));
             rc
         })
     }

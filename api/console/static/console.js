@@ -12,7 +12,10 @@ const S = { token: sessionStorage.getItem('sy-token') || '', timers: [], stream:
 // refresh that succeeds takes the error away.
 function every(ms, fn) {
   const page = S.page;
-  return () => { if (page === S.page) S.timers.push(setInterval(() => fn().then(clearError, showError), ms)); };
+  // A refresh still running when the page is left settles on the next
+  // page: it must neither clear nor set that page's error (a review).
+  const settle = (ok) => (e) => { if (!left(page)) (ok ? clearError() : showError(e)); };
+  return () => { if (page === S.page) S.timers.push(setInterval(() => fn().then(settle(true), settle(false)), ms)); };
 }
 
 // left says whether the page that started at page (S.page then) was left
