@@ -365,6 +365,21 @@ inbox "refusing" {
 		t.Errorf("the /console dead letter after deleting /elsewhere's: %s", got)
 	}
 
+	// A tail whose stream the router ends (here its first, ended in the
+	// page) connects again: it said "the router ended the stream" and
+	// stopped (a console trial).
+	run("a tail the router ends connects again", chromedp.Navigate(link0(link)+"#/"),
+		chromedp.WaitVisible(chromedp.CSS(`#types-table`)),
+		chromedp.Evaluate[chromedp.Void](`(() => {
+			const real = window.fetch;
+			let cut = 1;
+			window.fetch = (u, o) => String(u).startsWith('/v1/tail') && cut-- > 0 ?
+				Promise.resolve(new Response('', { status: 200, headers: { 'Content-Type': 'text/event-stream' } })) : real(u, o);
+			location.hash = '#/tail?cut=1';
+		})()`),
+		textHas(`#tail-state`, "the router ended the stream: connecting again in 1 s"),
+		textIs(`#tail-state`, "watching"))
+
 	// The live tail. (Once, on a loaded CI machine, the first event did not
 	// show within 30 s, cause unknown: the second try says what the page
 	// showed, and a second miss fails.)

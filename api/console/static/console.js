@@ -494,41 +494,60 @@ async function tailPage(params) {
       'Outputs as the broker acknowledges them, newest first. Type:', type, h('button', {}, 'Watch'), state),
     table(['time', 'type', 'event', 'destination', 'position'], [], { id: 'tail-table' }));
   document.querySelector('#tail-table tbody').replaceWith(rows);
-  const ctrl = new AbortController();
-  S.stream = ctrl;
+  // A stream the router ends (a restart) or loses is opened again, after
+  // 1, 2, 4, 8, then 15 s, while the page is shown: it said "the router
+  // ended the stream" and stopped (a console trial).
+  const at = S.page;
+  for (let tries = 0; !left(at);) {
+    const ctrl = new AbortController();
+    S.stream = ctrl;
+    let why = 'the router ended the stream';
+    try {
+      await tailOnce(type.value, rows, state, () => { tries = 0; });
+    } catch (e) {
+      if (ctrl.signal.aborted || left(at)) return;
+      if (e.status === 401 || e.status === 403) throw e;
+      why = `the stream was lost (${e.message})`;
+    }
+    if (left(at)) return;
+    const wait = Math.min(1000 * 2 ** tries++, 15000);
+    state.textContent = `${why}: connecting again in ${wait / 1000} s…`;
+    await new Promise((res) => setTimeout(res, wait));
+  }
+}
+
+// tailOnce reads one stream of the live tail into rows until it ends;
+// watching is called once it is open.
+async function tailOnce(type, rows, state, watching) {
   const headers = { Accept: 'text/event-stream' };
   if (S.token) headers.Authorization = 'Bearer ' + S.token;
-  const r = await fetch('/v1/tail' + (type.value ? '?type=' + encodeURIComponent(type.value) : ''), { headers, credentials: 'omit', signal: ctrl.signal });
+  const r = await fetch('/v1/tail' + (type ? '?type=' + encodeURIComponent(type) : ''), { headers, credentials: 'omit', signal: S.stream.signal });
   if (!r.ok) { const e = new Error(`tail: ${r.status} ${r.statusText}`); e.status = r.status; throw e; }
   state.textContent = 'watching';
+  watching();
   const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buf += value;
-      for (let i; (i = buf.indexOf('\n\n')) >= 0;) {
-        const chunk = buf.slice(0, i);
-        buf = buf.slice(i + 2);
-        let event = '', data = '';
-        for (const line of chunk.split('\n')) {
-          if (line.startsWith('event: ')) event = line.slice(7);
-          else if (line.startsWith('data: ')) data += line.slice(6);
-        }
-        if (event === 'published') {
-          const p = JSON.parse(data);
-          rows.prepend(h('tr', { 'data-id': p.event.id }, h('td', {}, new Date(p.at).toLocaleTimeString()), h('td', {}, p.type),
-            h('td', {}, eventLink(p.event_id || p.event.id, p.tenant, p.type)), h('td', {}, p.destination), h('td', {}, position(p.position))));
-          while (rows.children.length > 200) rows.lastChild.remove();
-        } else if (event === 'dropped') {
-          state.textContent = `watching (fell behind: ${JSON.parse(data).dropped} skipped)`;
-        }
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    for (let i; (i = buf.indexOf('\n\n')) >= 0;) {
+      const chunk = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      let event = '', data = '';
+      for (const line of chunk.split('\n')) {
+        if (line.startsWith('event: ')) event = line.slice(7);
+        else if (line.startsWith('data: ')) data += line.slice(6);
+      }
+      if (event === 'published') {
+        const p = JSON.parse(data);
+        rows.prepend(h('tr', { 'data-id': p.event.id }, h('td', {}, new Date(p.at).toLocaleTimeString()), h('td', {}, p.type),
+          h('td', {}, eventLink(p.event_id || p.event.id, p.tenant, p.type)), h('td', {}, p.destination), h('td', {}, position(p.position))));
+        while (rows.children.length > 200) rows.lastChild.remove();
+      } else if (event === 'dropped') {
+        state.textContent = `watching (fell behind: ${JSON.parse(data).dropped} skipped)`;
       }
     }
-    state.textContent = 'the router ended the stream';
-  } catch (e) {
-    if (!ctrl.signal.aborted) throw e;
   }
 }
 
