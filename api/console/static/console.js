@@ -331,19 +331,9 @@ async function dlqPage(params) {
   const page = await api('GET', '/v1/dlq?' + q + '&limit=' + limit + (cursor ? '&cursor=' + encodeURIComponent(cursor) : ''));
   if (left(at)) return;
   const items = page.items || [];
-  // A row names its dead letter as the bulk routes take it: id, tenant and,
-  // for an inbox's, its queue and the event's source (two sources may send
-  // an inbox the same id), read back by selected().
-  body.replaceChildren(...(items.length ? items.map((d) => h('tr', { 'data-id': d.id, 'data-tenant': d.tenant || '', 'data-queue': d.queue || '', 'data-source': d.queue ? d.source : '' },
-    h('td', {}, h('input', { type: 'checkbox' })), h('td', {}, eventLink(d.id, d.tenant, d.queue)), h('td', { 'data-col': 'tenant' }, d.tenant || '—'), h('td', {}, d.type),
-    h('td', { 'data-col': 'source' }, d.source || '—'),
-    h('td', { class: 'num' }, d.attempts), h('td', { class: 'error' }, d.reason), h('td', {}, when(dead ? d.moved_at : d.resolved_at)),
-    h('td', {}, dead ? h('button', { class: 'row-retry', onclick: (ev) => ask('retry', [letterOf(ev.target)]) }, 'Retry') : null))) : [h('tr', {}, h('td', { colspan: 9, class: 'muted' }, 'Nothing here.'))]));
-  // Older dead letters are a page away (the newest come first).
-  more.replaceChildren(
-    cursor ? h('a', { id: 'dlq-newest', href: '#/dlq?' + q + sized }, 'newest') : null,
-    cursor && page.next_cursor ? ' · ' : null,
-    page.next_cursor ? h('a', { id: 'dlq-older', href: '#/dlq?' + q + sized + '&cursor=' + encodeURIComponent(page.next_cursor) }, `older ${limit} →`) : null);
+  const retry = dead ? (ev) => ask('retry', [letterOf(ev.target)]) : null;
+  body.replaceChildren(...(items.length ? items.map((d) => dlqRow(d, dead, retry)) : [h('tr', {}, h('td', { colspan: 9, class: 'muted' }, 'Nothing here.'))]));
+  more.replaceChildren(...dlqPages(q + sized, cursor, page.next_cursor, limit));
 
   function letterOf(el) { const { id, tenant, queue, source } = el.closest('tr').dataset; return { id, tenant, queue, source }; }
   function selected() { return [...body.querySelectorAll('input:checked')].map(letterOf); }
@@ -405,6 +395,28 @@ async function dlqPage(params) {
       } }, 'Confirm'),
       h('button', { id: 'confirm-no', onclick: () => confirmBar.replaceChildren() }, 'Cancel')));
   }
+}
+
+// dlqRow is one dead letter's row. It names the dead letter as the bulk
+// routes take it: id, tenant and, for an inbox's, its queue and the
+// event's source (two sources may send an inbox the same id), read back by
+// the page's selected(). retry, on the DLQ's list, retries the row's.
+function dlqRow(d, dead, retry) {
+  return h('tr', { 'data-id': d.id, 'data-tenant': d.tenant || '', 'data-queue': d.queue || '', 'data-source': d.queue ? d.source : '' },
+    h('td', {}, h('input', { type: 'checkbox' })), h('td', {}, eventLink(d.id, d.tenant, d.queue)), h('td', { 'data-col': 'tenant' }, d.tenant || '—'), h('td', {}, d.type),
+    h('td', { 'data-col': 'source' }, d.source || '—'),
+    h('td', { class: 'num' }, d.attempts), h('td', { class: 'error' }, d.reason), h('td', {}, when(dead ? d.moved_at : d.resolved_at)),
+    h('td', {}, retry ? h('button', { class: 'row-retry', onclick: retry }, 'Retry') : null));
+}
+
+// dlqPages links the DLQ's newest page and the next older one (the newest
+// come first): q is the list's query, cursor this page's, next the older's.
+function dlqPages(q, cursor, next, limit) {
+  return [
+    cursor ? h('a', { id: 'dlq-newest', href: '#/dlq?' + q }, 'newest') : null,
+    cursor && next ? ' · ' : null,
+    next ? h('a', { id: 'dlq-older', href: '#/dlq?' + q + '&cursor=' + encodeURIComponent(next) }, `older ${limit} →`) : null,
+  ].filter((x) => x !== null);
 }
 
 // ---- plugins
