@@ -146,18 +146,6 @@ func replaceWith(path, tmp string) error {
 	return SyncDir(filepath.Dir(path))
 }
 
-// notALink refuses a data file named through a symbolic link, as router
-// run does (CheckPath): the rename would put the compacted copy in the
-// link's place and leave the file it names as it was, nothing freed.
-func notALink(path string) error {
-	fi, err := os.Lstat(path)
-	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
-		return err
-	}
-	target, _ := filepath.EvalSymlinks(path)
-	return fmt.Errorf("%s is a symbolic link (to %s): name the data file itself", path, target)
-}
-
 // keepAccess gives the compacted copy at tmp the original's mode, owner
 // and group (fi): bbolt makes it 0600 and the process's own, and a router
 // run as another user (systemd's User=) could no longer open a file an

@@ -166,10 +166,8 @@ func CheckPath(path string) error {
 	if err := fsperm.CheckDir(filepath.Dir(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		// Whoever may change the link (or make it dangle, for the router to
-		// create the file where it points) chooses where the data goes.
-		return fmt.Errorf("%s is a symbolic link: name the data file itself for storage.path", path)
+	if err := notALink(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
 	}
 	if fi, err := os.Stat(path); err == nil {
 		if err := notRegular(path, fi); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -88,6 +89,20 @@ func notRegular(path string, fi os.FileInfo) error {
 		return fmt.Errorf("%s is not a regular file (%s): name a data file, as storage.path does (./data/router.db by default)", path, fsperm.Kind(fi))
 	}
 	return nil
+}
+
+// notALink refuses a data file named through a symbolic link, for router
+// run (CheckPath: whoever may change the link, or make it dangle for the
+// router to create the file where it points, chooses where the data goes)
+// and router db compact (the rename would put the compacted copy in the
+// link's place and leave the file it names as it was, nothing freed).
+func notALink(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return err
+	}
+	target, _ := filepath.EvalSymlinks(path)
+	return fmt.Errorf("%s is a symbolic link (to %s): name the data file itself", path, target)
 }
 
 // checkSize refuses a data file shorter than its own metadata says it is,

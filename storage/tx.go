@@ -211,10 +211,13 @@ func (tx *Tx) migrateOrderLines() error {
 // lineKey is the keys index's entry of the event with queue sequence seq
 // in line: line ‖ 0 ‖ seq.
 func lineKey(line string, seq uint64) []byte {
-	k := make([]byte, 0, len(line)+9)
-	k = append(k, line...)
-	k = append(k, 0)
-	return append(k, u64(seq)...)
+	return append(linePrefix(line), u64(seq)...)
+}
+
+// linePrefix starts the keys of line's entries in the keys bucket: the
+// line and a 0 (room for the sequence after it).
+func linePrefix(line string) []byte {
+	return append(append(make([]byte, 0, len(line)+9), line...), 0)
 }
 
 // sub returns the nested bucket name of parent, creating it in a writable tx.
@@ -426,7 +429,7 @@ func (b *linesBehind) add(keys *bolt.Bucket, line string) {
 	if b.seqs == nil {
 		b.seqs, b.next = make(map[uint64]struct{}), make(map[string][]byte)
 	}
-	prefix := append([]byte(line), 0)
+	prefix := linePrefix(line)
 	inLine := func(k []byte) bool { return len(k) == len(prefix)+8 && bytes.HasPrefix(k, prefix) }
 	c := keys.Cursor()
 	var k []byte
@@ -489,7 +492,7 @@ func firstOfLine(keys *bolt.Bucket, r *Record) bool {
 	if line == "" {
 		return true
 	}
-	prefix := append([]byte(line), 0)
+	prefix := linePrefix(line)
 	k, v := keys.Cursor().Seek(prefix)
 	return k == nil || !bytes.HasPrefix(k, prefix) || string(v) == r.Key()
 }
