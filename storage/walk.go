@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -96,6 +97,7 @@ func (w *pageWalker) elements(id uint64, p []byte, depth int) error {
 	if 16+count*elementSize > len(p) {
 		return fmt.Errorf("page %d: %d elements do not fit in its %d bytes", id, count, len(p))
 	}
+	var prev []byte
 	for i := range count {
 		at := 16 + i*elementSize
 		e := p[at : at+elementSize]
@@ -103,6 +105,9 @@ func (w *pageWalker) elements(id uint64, p []byte, depth int) error {
 			pos, ksize := uint64(le.Uint32(e)), uint64(le.Uint32(e[4:]))
 			if uint64(at)+pos+ksize > uint64(len(p)) {
 				return fmt.Errorf("page %d: branch element %d's key (at %d, %d bytes) lies past the page's %d bytes", id, i, pos, ksize, len(p))
+			}
+			if err := inOrder(id, i, &prev, p[uint64(at)+pos:uint64(at)+pos+ksize]); err != nil {
+				return err
 			}
 			if err := w.page(le.Uint64(e[8:]), depth+1); err != nil {
 				return err
@@ -113,6 +118,9 @@ func (w *pageWalker) elements(id uint64, p []byte, depth int) error {
 		end := uint64(at) + pos + ksize + vsize
 		if end > uint64(len(p)) {
 			return fmt.Errorf("page %d: leaf element %d's key and value (at %d, %d+%d bytes) lie past the page's %d bytes", id, i, pos, ksize, vsize, len(p))
+		}
+		if err := inOrder(id, i, &prev, p[uint64(at)+pos:uint64(at)+pos+ksize]); err != nil {
+			return err
 		}
 		if eflags&bucketLeaf != 0 {
 			if err := w.bucket(id, p[end-vsize:end], depth); err != nil {
@@ -138,4 +146,16 @@ func (w *pageWalker) bucket(id uint64, v []byte, depth int) error {
 		return fmt.Errorf("page %d: an inline bucket's page is %d bytes", id, len(inline))
 	}
 	return w.elements(id, inline, depth+1)
+}
+
+// inOrder says whether key, element i's of page id, sorts after *prev, the
+// one before it, and makes it *prev: bbolt's walk at open reports a key
+// out of order through its own goroutine, which went on walking the file
+// bbolt was closing, and faulted (CI at fbb5d95).
+func inOrder(id uint64, i int, prev *[]byte, key []byte) error {
+	if i > 0 && bytes.Compare(*prev, key) >= 0 {
+		return fmt.Errorf("page %d: element %d's key is not after the one before it", id, i)
+	}
+	*prev = key
+	return nil
 }
