@@ -979,6 +979,23 @@ func TestOpenThatFailsClosesTheGivenListener(t *testing.T) {
 	}
 }
 
+// Switchyard-Clock is the router's clock to the second at the answer, not
+// up to a second older: a clock ahead of the system's by a fraction of a
+// second made the value at the system's second, so that it lagged the
+// router's by up to two seconds.
+func TestTheRoutersClockIsNotBehind(t *testing.T) {
+	now := func() time.Time { return time.Now().Add(700 * time.Millisecond) }
+	r := newRouterOpts(t, nil, api.Options{Now: now})
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(37 * time.Millisecond) {
+		before := now().UTC().Truncate(time.Second)
+		got, err := time.Parse(time.RFC3339, r.do("GET", "/healthz", nil, "").header.Get(api.ClockHeader))
+		after := now().UTC().Truncate(time.Second)
+		if err != nil || got.Before(before) || got.After(after) {
+			t.Fatalf("%s %v (%v), want between %v and %v", api.ClockHeader, got, err, before, after)
+		}
+	}
+}
+
 // Every answer carries the router's time (Options.Now, the engine's clock)
 // in Switchyard-Clock, the error answers and a HEAD's too, for a client to
 // count ages from, and a second later the time then; Date stays the

@@ -207,22 +207,27 @@ func (s *Server) dated(next http.Handler) http.Handler {
 	})
 }
 
-// clockLine is a ClockHeader value and the second of the system's clock it
-// was made in.
+// clockLine is a ClockHeader value, the second of the router's clock it
+// names, and how far that clock ran from the system's when it was made.
 type clockLine struct {
 	second int64
-	value  []string // shared by the answers of that second: read only
+	ahead  time.Duration // Options.Now less the system's clock
+	value  []string      // shared by the answers of that second: read only
 }
 
 // clockNow is the ClockHeader value for now, made once a second of the
-// system's clock (Options.Now, the engine's clock, takes a lock: not once
-// an answer).
+// router's clock (Options.Now, the engine's clock, takes a lock: not once
+// an answer). That second is counted from the system's clock and the
+// offset between the two the last value saw: counted from the system's
+// second alone, a router's clock a fraction of a second ahead gave a value
+// up to two seconds old.
 func (s *Server) clockNow() []string {
-	second := time.Now().Unix()
-	if c := s.clock.Load(); c != nil && c.second == second {
+	c := s.clock.Load()
+	if c != nil && time.Now().Add(c.ahead).Unix() == c.second {
 		return c.value
 	}
-	c := &clockLine{second: second, value: []string{s.opts.Now().UTC().Truncate(time.Second).Format(time.RFC3339)}}
+	sys, now := time.Now(), s.opts.Now()
+	c = &clockLine{second: now.Unix(), ahead: now.Sub(sys), value: []string{now.UTC().Truncate(time.Second).Format(time.RFC3339)}}
 	s.clock.Store(c)
 	return c.value
 }
