@@ -58,8 +58,9 @@ func hostInputRead(b []byte) int32 {
 }
 
 // hostEmit takes an output as the router does: after a refusal every
-// emit of the call is -1; one over DefaultMaxOutputs is -2; a malformed or
-// refused one -1 (CheckOutput says why, and Run returns it).
+// emit of the call is -1; one over DefaultMaxOutputs is -2; one whose
+// envelope is over DefaultMaxOutputBytes -3; a malformed or refused one -1
+// (CheckOutput says why, and Run returns it).
 func hostEmit(b []byte) int32 {
 	if sim.err != nil {
 		return -1 // the call already failed: the router keeps it failed
@@ -67,6 +68,10 @@ func hostEmit(b []byte) int32 {
 	if len(sim.outputs) >= DefaultMaxOutputs {
 		sim.refuse(fmt.Errorf("output %d refused: over limits.max_outputs (%d by default)", len(sim.outputs)+1, DefaultMaxOutputs))
 		return -2
+	}
+	if len(b) > DefaultMaxOutputBytes {
+		sim.refuse(fmt.Errorf("output %d refused: over limits.max_output_bytes (1 MiB by default): its envelope is %d bytes", len(sim.outputs)+1, len(b)))
+		return -3
 	}
 	o, err := decodeOutput(b)
 	if err == nil {

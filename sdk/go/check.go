@@ -15,6 +15,10 @@ const (
 	// DefaultMaxOutputs is limits.max_outputs unless the plugin's block
 	// sets it: the outputs of one call.
 	DefaultMaxOutputs = 16
+	// DefaultMaxOutputBytes is limits.max_output_bytes unless the plugin's
+	// block sets it: the bytes of one output's envelope (its destination,
+	// key, id, headers and data as Emit encodes them).
+	DefaultMaxOutputBytes = 1 << 20
 )
 
 // CheckOutput says why the router would refuse o, or nil: a destination

@@ -188,7 +188,8 @@ func TestRun(t *testing.T) {
 
 // Run's simulated host refuses an output the router refuses, as the
 // router does (Emit fails, Run returns why), and one past the default
-// limits.max_outputs: it took both, and the plugin's unit tests passed
+// limits.max_outputs, and one whose envelope is over the default
+// limits.max_output_bytes: it took them, and the plugin's unit tests passed
 // where the router dead-lettered the event.
 func TestRunRefusesWhatTheRouterRefuses(t *testing.T) {
 	var emitErr, afterErr error
@@ -198,6 +199,9 @@ func TestRunRefusesWhatTheRouterRefuses(t *testing.T) {
 			if emitErr = Emit(To("nats.local:a").WithHeaders(Headers{{Name: "tier", Value: "vip"}})); emitErr != nil {
 				return Reject(emitErr.Error())
 			}
+		}
+		if _, big := ev.Headers.Get("big"); big {
+			emitErr = Emit(To("nats.local:a").WithData(make([]byte, DefaultMaxOutputBytes)))
 		}
 		if _, bad := ev.Headers.Get("bad"); bad {
 			emitErr = Emit(To("nats.local:a b"))
@@ -216,6 +220,10 @@ func TestRunRefusesWhatTheRouterRefuses(t *testing.T) {
 	_, err = Run(nil, Event{ID: "e1", Headers: Headers{{Name: "n", Value: strings.Repeat("x", 17)}}})
 	if emitErr == nil || err == nil || !strings.Contains(err.Error(), "output 17 refused: over limits.max_outputs (16 by default)") {
 		t.Fatalf("17 outputs: emit %v, run %v", emitErr, err)
+	}
+	_, err = Run(nil, Event{ID: "e1", Headers: Headers{{Name: "big", Value: "1"}}})
+	if emitErr == nil || err == nil || !strings.Contains(err.Error(), "output 1 refused: over limits.max_output_bytes (1 MiB by default)") {
+		t.Fatalf("an output over 1 MiB: emit %v, run %v", emitErr, err)
 	}
 }
 

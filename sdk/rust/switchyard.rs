@@ -122,7 +122,8 @@ mod host {
         })
     }
     /// Takes an output as the router does: after a refusal every emit of
-    /// the call is -1; one over the default `limits.max_outputs` -2; a
+    /// the call is -1; one over the default `limits.max_outputs` -2; one
+    /// whose envelope is over the default `limits.max_output_bytes` -3; a
     /// malformed or refused one -1 ([`super::check_output`] says why, in
     /// `RunResult::refused`).
     pub fn emit(b: &[u8]) -> i32 {
@@ -139,6 +140,9 @@ mod host {
             let (rc, why) = match checked {
                 _ if n > super::DEFAULT_MAX_OUTPUTS => {
                     (-2, format!("over limits.max_outputs ({} by default)", super::DEFAULT_MAX_OUTPUTS))
+                }
+                _ if b.len() > super::DEFAULT_MAX_OUTPUT_BYTES => {
+                    (-3, format!("over limits.max_output_bytes (1 MiB by default): its envelope is {} bytes", b.len()))
                 }
                 Err(why) => (-1, why),
                 Ok(()) => {
@@ -300,6 +304,12 @@ pub fn valid_header_name(name: &str) -> bool {
 /// one call.
 #[cfg(not(target_arch = "wasm32"))]
 pub const DEFAULT_MAX_OUTPUTS: usize = 16;
+
+/// `limits.max_output_bytes` unless the plugin's block sets it: the bytes
+/// of one output's envelope (its destination, key, id, headers and data as
+/// `emit` encodes them).
+#[cfg(not(target_arch = "wasm32"))]
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1 << 20;
 
 /// Outside wasm only: why the router would refuse `o`, or `Ok`: a
 /// destination with white space; a key, id or header value with a control
@@ -850,6 +860,9 @@ mod tests {
                 return Verdict::Reject;
             }
         }
+        if ev.headers.iter().any(|(k, _)| *k == "big") {
+            let _ = emit(&Output::to("nats.local:a").with_data(&vec![0u8; DEFAULT_MAX_OUTPUT_BYTES]));
+        }
         if ev.headers.iter().any(|(k, _)| *k == "bad") {
             let _ = emit(&Output::to("nats.local:a b"));
         }
@@ -860,8 +873,9 @@ mod tests {
         __handle(len, handle_many)
     }
 
-    /// run's host refuses an output the router refuses, and one past the
-    /// default limits.max_outputs, and says why: it took both.
+    /// run's host refuses an output the router refuses, one past the
+    /// default limits.max_outputs and one over the default
+    /// limits.max_output_bytes, and says why: it took them.
     #[test]
     fn run_refuses_what_the_router_refuses() {
         let ev = |k: &str, v: &str| TestEvent { id: "e1".into(), headers: vec![(k.into(), v.into())], ..Default::default() };
@@ -871,5 +885,7 @@ mod tests {
         assert_eq!(r.refused.as_deref(), Some("output 1 refused: destination \"nats.local:a b\" contains white space"));
         let r = run(&[], None, emit_many, &ev("n", &"x".repeat(17)));
         assert_eq!(r.refused.as_deref(), Some("output 17 refused: over limits.max_outputs (16 by default)"));
+        let r = run(&[], None, emit_many, &ev("big", "1"));
+        assert!(r.refused.as_deref().unwrap_or("").starts_with("output 1 refused: over limits.max_output_bytes (1 MiB by default)"), "{:?}", r.refused);
     }
 }
