@@ -406,6 +406,26 @@ inbox "refusing" {
 		chromedp.WaitVisible(chromedp.CSS(`#latency tr[data-latency="fsync"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#latency tr[data-latency="publish:nats.local"]`)),
 		textHas(`#sinks tr[data-sink="nats.local"] td[data-col="last-error"]`, "("+deadType+")"), shot("overview"))
+
+	// An action whose second request is refused for the token (revoked
+	// meanwhile) signs out, and the sign-in page says what the first did:
+	// it said only why, and the user could not tell a done resolve from
+	// none (a review). Last: the page is signed out after it.
+	refused2 := postAs(t, r.client, "acme", pluggedType, "refused-2", `{"tenant":"acme"}`)
+	waitState(t, r.client, refused2+"?tenant=acme", "dlq", 30*time.Second)
+	run("signed out half way", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
+		chromedp.WaitVisible(chromedp.CSS(`#dlq-rows tr[data-id="`+refused2+`"]`)),
+		chromedp.Evaluate[chromedp.Void](`(() => {
+			const real = window.fetch;
+			let n = 0;
+			window.fetch = (u, o) => o && o.method === 'POST' && String(u).startsWith('/v1/dlq/') && ++n === 2 ?
+				Promise.resolve(new Response(JSON.stringify({ detail: 'the token was revoked' }), { status: 401 })) : real(u, o);
+		})()`),
+		click(inboxRow+`[data-source="/console"] input[type="checkbox"]`),
+		click(`#dlq-rows tr[data-id="`+refused2+`"][data-tenant="acme"] input[type="checkbox"]`),
+		click(`#resolve-selected`), click(`#confirm-yes`),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		textIs(`#main p.error`, "the token was revoked (before it, resolve: 1 of 1 done)"))
 }
 
 // pluginHash is the SHA-256 of a test plugin's module, in hex.

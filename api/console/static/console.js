@@ -380,7 +380,11 @@ async function dlqPage(params) {
             r.done += one.done; r.matched += one.matched;
             r.skipped.push(...(one.skipped || [])); r.not_found.push(...(one.not_found || []));
           } catch (e) {
-            if (e.status === 401 || e.status === 403) return showError(e);
+            if (e.status === 401 || e.status === 403) {
+              // Signed out: the sign-in page says what was done before.
+              if (r.matched) e.message += ` (before it, ${action}: ${r.done} of ${r.matched} done)`;
+              return showError(e);
+            }
             r.failed.push(`${(body.ids || []).length || 'all matching'} of ${body.tenant || 'the default tenant'}${body.type ? ' (' + body.type + ')' : ''}: ${e.message}`);
           }
         }
