@@ -68,6 +68,9 @@ var localPrincipal = &principal{local: true, admin: true}
 // act for localPrincipal, so it is set once here, not per request (a
 // request copy, a context and a principal each).
 func connContext(ctx context.Context, c net.Conn) context.Context {
+	if lc, limited := c.(*limitedConn); limited {
+		ctx = context.WithValue(ctx, limitedConnKey{}, lc) // for connLimit.serve
+	}
 	_, unix := c.(*net.UnixConn)
 	ctx = context.WithValue(ctx, connKindKey{}, unix)
 	if unix {

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,6 +65,59 @@ func TestIdleConnectionsGiveTheirPlaceUp(t *testing.T) {
 	}
 	if took := time.Since(start); took < 500*time.Millisecond {
 		t.Errorf("the new client was served after %s, while both places were busy mid-request", took)
+	}
+}
+
+// A connection the limiter closes for a new client never takes a
+// request with it: every event stored is answered. (The limiter chose an
+// idle connection and closed it after letting go of its lock; the
+// connection's next request could begin in between, be stored, and its
+// 202 be cut off: 216 stored events unanswered of 45,862 at 300 clients
+// and 64 places, in a multi-tenant trial.) A request that arrives on a
+// connection already chosen is not served: nothing is stored for it.
+func TestAConnectionGivenUpTakesNoRequestWithIt(t *testing.T) {
+	r := newTCPRouterWith(t, func(l *config.Listen) { l.MaxConnections = 2 })
+	var mu sync.Mutex
+	var failed []string
+	answered := 0
+	var wg sync.WaitGroup
+	end := time.Now().Add(2 * time.Second)
+	for g := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 10 * time.Second}
+			defer client.CloseIdleConnections()
+			for i := 0; time.Now().Before(end); i++ {
+				id := fmt.Sprintf("c%d-%d", g, i)
+				req, _ := http.NewRequest("POST", "http://"+r.addr+"/v1/events", strings.NewReader(`{"specversion":"1.0","type":"order.created","source":"/s","id":"`+id+`"}`))
+				req.Header.Set("Content-Type", "application/cloudevents+json")
+				req.Header.Set("Authorization", "Bearer "+tokAcme)
+				resp, err := client.Do(req)
+				mu.Lock()
+				if err != nil {
+					failed = append(failed, id)
+				} else {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode == 202 {
+						answered++
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	stored := 0
+	for _, id := range failed {
+		if rep := r.tcp("GET", "/v1/events/"+id, tokAcme, nil, ""); rep.status == 200 {
+			stored++
+		}
+	}
+	t.Logf("%d answered 202, %d cut off (%d of them stored)", answered, len(failed), stored)
+	if stored > 0 {
+		t.Errorf("%d events stored whose request was cut off with its connection: a client sends them again", stored)
 	}
 }
 

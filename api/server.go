@@ -352,6 +352,7 @@ func (s *Server) Open() (err error) {
 			// one idle the longest, or waits in the kernel's backlog.
 			limit := newConnLimit(tcp, n)
 			s.tcpSrv.ConnState = limit.track
+			s.tcpSrv.Handler = limit.serve(s.tcpSrv.Handler)
 			tcp = limit
 		}
 	}
