@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -219,19 +220,31 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		tok, ok := bearer(r)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
-			s.writeError(w, r, switchyard.Errorf(eUnauthorized, "this listener needs an Authorization: Bearer token"))
+			s.unauthorized(w, r, `Bearer realm="switchyard"`, "this listener needs an Authorization: Bearer token")
 			return
 		}
 		d := sha256.Sum256([]byte(tok))
 		e, ok := s.tokens.Load().lookup(d)
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard", error="invalid_token"`)
-			s.writeError(w, r, switchyard.Errorf(eUnauthorized, "the bearer token is not valid"))
+			s.unauthorized(w, r, `Bearer realm="switchyard", error="invalid_token"`, "the bearer token is not valid")
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{tenant: e.tenant, admin: e.admin, digest: d})))
 	})
+}
+
+// unauthorized answers a request without a valid token 401. One with a
+// body ends its connection, the body unread: net/http reads up to 256 KiB
+// of a body the handler left, as slowly as the client sends it, before it
+// goes on, the connection busy (connLimit) until read_timeout, even with
+// Connection: close; a read deadline already passed ends that read.
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, challenge, why string) {
+	w.Header().Set("WWW-Authenticate", challenge)
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+		defer http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
+	s.writeError(w, r, switchyard.Errorf(eUnauthorized, "%s", why))
 }
 
 // adminOnly guards the operator routes: DLQ, stats, metrics.

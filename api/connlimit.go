@@ -21,6 +21,14 @@ import (
 // Accept takes the next connection off the kernel's backlog only when it
 // can serve it: while every connection is busy, Accept holds the one it
 // has and waits, so a flood costs one file descriptor here, not one each.
+// A new connection is idle until its first request is read, once a grace
+// of a second is over (firstRequestGrace): one that sends nothing, or
+// never finishes its headers (read before the token is checked), gives
+// its place up as a keep-alive connection does (they held it for up to
+// 10 s, and any local user without a token could keep every place so: a
+// multi-tenant trial). A request without a valid token is
+// answered at once and its connection closed, its body unread
+// (Server.authenticate).
 // The connection closed is the one idle the longest; its client sees its
 // keep-alive connection closed, as after the server's IdleTimeout, and
 // connects again.
@@ -38,7 +46,7 @@ type connLimit struct {
 	max int
 
 	mu     sync.Mutex
-	conns  map[*limitedConn]time.Time // open connections: idle since, zero = busy
+	conns  map[*limitedConn]time.Time // open connections: idle since (a new one: its grace's end), zero = busy
 	freed  chan struct{}              // closed and replaced when a place may be free
 	closed chan struct{}              // closed by Close
 	close  sync.Once
@@ -65,11 +73,11 @@ func (l *connLimit) Accept() (net.Conn, error) {
 	for {
 		l.mu.Lock()
 		if len(l.conns) < l.max {
-			l.conns[lc] = time.Time{}
+			l.conns[lc] = time.Now().Add(firstRequestGrace) // idle, once its grace is over, until its first request is read
 			l.mu.Unlock()
 			return lc, nil
 		}
-		idle := l.longestIdle()
+		idle, next := l.longestIdle(time.Now())
 		if idle != nil {
 			idle.chosen = true
 		}
@@ -79,25 +87,57 @@ func (l *connLimit) Accept() (net.Conn, error) {
 			idle.Close() // its place is free once it is closed: look again
 			continue
 		}
-		select {
-		case <-freed:
-		case <-l.closed:
+		if err := l.wait(freed, next); err != nil {
 			c.Close()
-			return nil, net.ErrClosed
+			return nil, err
 		}
 	}
 }
 
-// longestIdle is the connection idle the longest, or nil. l.mu is held.
-func (l *connLimit) longestIdle() *limitedConn {
-	var oldest *limitedConn
+// firstRequestGrace is how long a new connection keeps its place while
+// its first request comes in: a client sends its headers at once, and one
+// that does not gives its place up after this as an idle one does. (With
+// none, more clients than places closed each other's new connections
+// before their first requests arrived.)
+const firstRequestGrace = time.Second
+
+// wait waits until a place may be free, or the time next (zero: no time)
+// when a new connection's grace is over.
+func (l *connLimit) wait(freed <-chan struct{}, next time.Time) error {
+	var over <-chan time.Time
+	if !next.IsZero() {
+		t := time.NewTimer(time.Until(next))
+		defer t.Stop()
+		over = t.C
+	}
+	select {
+	case <-freed:
+	case <-over:
+	case <-l.closed:
+		return net.ErrClosed
+	}
+	return nil
+}
+
+// longestIdle is the connection idle the longest at now, or nil and the
+// time the first that will be is (zero: none). l.mu is held.
+func (l *connLimit) longestIdle(now time.Time) (oldest *limitedConn, next time.Time) {
 	var since time.Time
 	for c, t := range l.conns {
-		if !t.IsZero() && !c.chosen && (oldest == nil || t.Before(since)) {
+		switch {
+		case t.IsZero() || c.chosen:
+		case t.After(now):
+			if next.IsZero() || t.Before(next) {
+				next = t
+			}
+		case oldest == nil || t.Before(since):
 			oldest, since = c, t
 		}
 	}
-	return oldest
+	if oldest != nil {
+		next = time.Time{}
+	}
+	return oldest, next
 }
 
 // track is the server's ConnState: it marks connections idle and busy.
