@@ -495,12 +495,16 @@ func (s *Source) retentionWarning(topic, retention, policy string) string {
 }
 
 // Close stops Run (waiting for it, at most until ctx ends), leaves the
-// group and closes the client. Waiting for Run and leaving each get until
-// ctx ends or leaveGrace, whichever is later: a Run held past the stop's
-// time (a receive or a commit that does not return) does not spend the
-// leave's, and Close returns once the member has left, not with the leave
-// still on its way. The batch Run was receiving, if any, is not committed
-// unless receive returned before.
+// group and closes the client. Waiting for Run gets until ctx ends or
+// leaveGrace, whichever is later; the leave gets leaveGrace: a Run held
+// past the stop's time (a receive or a commit that does not return) does
+// not spend the leave's, and Close returns once the member has left, not
+// with the leave still on its way. A leave its coordinator does not answer
+// in that time is given up (logged, not an error: the group hands the
+// partitions on after its session timeout), so that it does not spend the
+// stop's time the engine's loops need to record their acknowledgements (a
+// Kafka trial: the whole 30 s, exit 1). The batch Run was receiving, if
+// any, is not committed unless receive returned before.
 func (s *Source) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
@@ -509,20 +513,40 @@ func (s *Source) Close(ctx context.Context) error {
 		if err != nil {
 			s.cl.AllowRebalance() // Run holds the poll's block on rebalances, which the leave waits for
 		}
-		ctx, cancel := grace.AtLeast(ctx, leaveGrace)
-		defer cancel()
 		if !s.joined() {
 			s.closeJoining()
 			return
 		}
-		if lerr := s.cl.LeaveGroupContext(ctx); lerr != nil && err == nil && !errors.Is(lerr, kgo.ErrClientClosed) {
-			err = fmt.Errorf("inbox %q: leave group %q: %w", s.name, s.group, lerr)
-		}
-		if cerr := s.closeClient(ctx); err == nil {
-			err = cerr
+		if lerr := s.leave(); lerr != nil && err == nil {
+			err = lerr
 		}
 	})
 	return err
+}
+
+// leave leaves the group and closes the client, each given leaveGrace; a
+// coordinator that does not answer in time is logged and left behind, the
+// client closing in the background.
+func (s *Source) leave() error {
+	ctx, cancel := context.WithTimeout(context.Background(), leaveGrace)
+	defer cancel()
+	lerr := s.cl.LeaveGroupContext(ctx)
+	switch {
+	case errors.Is(lerr, context.DeadlineExceeded):
+		s.log.Warn("the group's coordinator did not answer the leave in time: the group hands this member's partitions on after its session timeout", "group", s.group, "waited", leaveGrace)
+		s.closeJoining()
+		return nil
+	case lerr != nil && !errors.Is(lerr, kgo.ErrClientClosed):
+		lerr = fmt.Errorf("inbox %q: leave group %q: %w", s.name, s.group, lerr)
+	default:
+		lerr = nil
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), leaveGrace)
+	defer ccancel()
+	if cerr := s.closeClient(cctx); lerr == nil {
+		lerr = cerr
+	}
+	return lerr
 }
 
 // joined reports whether the group has taken the member in: it has a
@@ -538,12 +562,13 @@ func (s *Source) joined() bool {
 // franz-go's close waits for the join to end, so it is given leaveGrace
 // and then left to finish in the background. Before, a stop then took
 // the whole shutdown timeout and exited 1 (an adversarial trial: 30 s,
-// "leave group: context deadline exceeded").
+// "leave group: context deadline exceeded"). leave closes so a member
+// whose coordinator did not answer its leave.
 func (s *Source) closeJoining() {
 	ctx, cancel := context.WithTimeout(context.Background(), leaveGrace)
 	defer cancel()
 	if err := s.closeClient(ctx); err != nil {
-		s.log.Debug("closing while its group had not taken it in yet: the client closes in the background", "group", s.group)
+		s.log.Debug("the client did not close in time: it closes in the background", "group", s.group, "waited", leaveGrace)
 	}
 }
 

@@ -869,6 +869,43 @@ func groupMembers(t *testing.T, c *kfake.Cluster, group string) int {
 	return len(resp.Groups[0].Members)
 }
 
+// An inbox whose group coordinator does not answer its leave gives the
+// leave leaveGrace, not the stop's whole time, and says so without failing
+// the stop: the group hands the partitions on after its session timeout,
+// and nothing is lost. Before, the leave took the whole shutdown timeout,
+// the engine's loops were left none to record their acknowledgements, and
+// the router exited 1 (a Kafka trial: 31 s, "leave group: context deadline
+// exceeded").
+func TestSourceDoesNotWaitOutASilentCoordinator(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, srcTopic))
+	produce(t, c, "silent", 3, 1, 1)
+	unblock := make(chan struct{})
+	defer close(unblock)
+	c.ControlKey(int16(kmsg.LeaveGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { <-unblock })
+		return nil, nil, false
+	})
+	src := newSource(t, c, inboxConfig("g-silent"))
+	got := make(chan struct{}, 1)
+	r := run(src, func(context.Context, []switchyard.Inbound) error {
+		select {
+		case got <- struct{}{}:
+		default:
+		}
+		return nil
+	})
+	defer r.cancel()
+	<-got
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := src.Close(ctx)
+	if took := time.Since(start); took > 5*time.Second || err != nil {
+		t.Fatalf("Close with a coordinator that does not answer the leave: %v after %s, want nil within a few seconds of a 20 s stop", err, took.Round(time.Millisecond))
+	}
+}
+
 // An inbox whose Run is held past the stop's time (its receive does not
 // return) still leaves its group before Close returns, on a coordinator
 // that takes a while to answer (here 300ms): the wait for Run and the
