@@ -51,6 +51,16 @@ func (e *Event) Extension(name string) string {
 // key and the unit of ordering = "key".
 func (e *Event) PartitionKey() string { return e.Extension("partitionkey") }
 
+// Bytes is about what the event holds in memory: its data and attributes.
+// What a batch holds is counted in it (engine: maxHeldOutputBytes).
+func (e *Event) Bytes() int {
+	n := len(e.Data) + len(e.ID) + len(e.Source) + len(e.Type) + len(e.Subject) + len(e.DataSchema) + len(e.DataContentType)
+	for _, h := range e.Extensions {
+		n += len(h.Name) + len(h.Value)
+	}
+	return n
+}
+
 // Position is where a broker put one output: JetStream stream and sequence,
 // or Kafka topic, partition and offset.
 type Position struct {

@@ -266,7 +266,8 @@ nats "local" {
 # single field of polling or backoff, and inherits the rest. plugins and
 # route, when an event sets them, replace the defaults' list.
 defaults {
-  batch_size          = 200    # events claimed per poll
+  batch_size          = 200    # events claimed per poll (fewer once they hold 32 MiB, or what every
+                               # type's batches may still hold of 64 MiB: the first always)
   max_retries         = 3      # then the event moves to the DLQ
   max_processing_time = "300s" # a claim held longer is released, without counting an attempt
   # ordering = "key"           # hold an event while an earlier one of its tenant with the same partition key is pending

@@ -274,7 +274,10 @@ func notPulled(in *inbox) error {
 }
 
 // Pull is GET /v1/subscriptions/{name}/messages: up to max due events of a
-// pull inbox, each leased for lease; it waits up to wait for the first.
+// pull inbox, each leased for lease; it waits up to wait for the first. An
+// answer stops short of max once its events hold maxBatchOutputBytes, as a
+// batch does (the first whatever its size): a thousand events of 1 MB were
+// read and answered at once.
 func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease time.Duration) ([]*storage.Record, error) {
 	in, err := e.inbox(name)
 	if err != nil {
@@ -298,7 +301,7 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 		now := e.now()
 		var recs []*storage.Record
 		err := e.store.View(func(tx *storage.Tx) (err error) {
-			recs, err = tx.Due(InboxQueue(name), now, 0, max, in.policy.ByKey(), func(key []byte) bool {
+			recs, err = tx.Due(InboxQueue(name), now, 0, storage.Limit{Events: max, Bytes: maxBatchOutputBytes}, in.policy.ByKey(), func(key []byte) bool {
 				in.mu.Lock()
 				defer in.mu.Unlock()
 				until, ok := in.leases[string(key)]

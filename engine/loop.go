@@ -611,10 +611,11 @@ func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Durat
 	now, forgets := l.e.now(), l.forgetsNow()
 	err = l.e.store.View(func(tx *storage.Tx) error {
 		var err error
+		limit := l.takeLimit(pol)
 		rest := func() ([]*storage.Record, error) {
-			return tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skips)
+			return tx.Due(l.typ, now, reach, limit, pol.ByKey(), l.skips)
 		}
-		noted := func() ([]*storage.Record, error) { return l.takeProbed(tx, pol, now, reach, forgets) }
+		noted := func() ([]*storage.Record, error) { return l.takeProbed(tx, limit, pol, now, reach, forgets) }
 		anyNoted, notedFirst := false, false
 		if probe {
 			anyNoted, notedFirst = l.probedTurn()
@@ -760,11 +761,11 @@ func outageKind(err error) error {
 // there are none. An event noted in a round counts as taken in it, so new
 // events that keep meeting the outage do not keep a round from ending:
 // every noted event is taken again once a round.
-func (l *Loop) takeProbed(tx *storage.Tx, pol *config.Policy, now time.Time, reach time.Duration, forgets uint64) ([]*storage.Record, error) {
-	recs, err := tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skipsInRound)
+func (l *Loop) takeProbed(tx *storage.Tx, limit storage.Limit, pol *config.Policy, now time.Time, reach time.Duration, forgets uint64) ([]*storage.Record, error) {
+	recs, err := tx.Due(l.typ, now, reach, limit, pol.ByKey(), l.skipsInRound)
 	if err == nil && len(recs) == 0 {
 		l.newRound()
-		recs, err = tx.Due(l.typ, now, reach, pol.BatchSize, pol.ByKey(), l.skipsInRound)
+		recs, err = tx.Due(l.typ, now, reach, limit, pol.ByKey(), l.skipsInRound)
 	}
 	l.inRound(recs, forgets)
 	return recs, err
@@ -1073,6 +1074,16 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 	return b
 }
 
+// takeLimit is what a batch of pol may take: batch_size events, and no
+// more once they hold the bytes of outputs a batch may still hold
+// (maxBatchOutputBytes, and what is left of maxHeldOutputBytes; the first
+// always). Events past it would wait for the next batch anyway
+// (outputsFull), but read first: a poll of 200 events of 1 MB held 200 MB
+// to run five.
+func (l *Loop) takeLimit(pol *config.Policy) storage.Limit {
+	return storage.Limit{Events: pol.BatchSize, Bytes: max(1, min(maxBatchOutputBytes, maxHeldOutputBytes-l.e.heldOutputs.Load()))}
+}
+
 // outputsFull says why the batch b takes no more outputs before its event
 // i, if it does not: its own outputs reached maxBatchOutputBytes, or those
 // of every batch the router holds reached maxHeldOutputBytes. The first
@@ -1116,7 +1127,7 @@ func (l *Loop) route(b *batch, it *item, outs []switchyard.PluginOutput, now tim
 			o := b.newOutput()
 			*o = output{dest: dest.full, sink: dest.sink, event: po.Event}
 			o.named = po.Destination != ""
-			held += outputSize(&po.Event)
+			held += po.Event.Bytes()
 			o.msg = switchyard.Message{Event: &o.event, Topic: dest.topic, Key: po.Key, MsgID: msgID}
 			o.result.Position, o.recalled = l.e.recall.take(rec.Key(), dest.full, msgID, o.event.ID, now)
 			it.outputs = append(it.outputs, o)
@@ -1158,16 +1169,6 @@ func (errHeldOutputsFull) Error() string {
 var errPluginsReloaded = errors.New("left for the next batch: a reload removed a plugin of its policy while it was taken")
 
 var errBatchOutputsFull = fmt.Errorf("left for the next batch: this batch's outputs reached %d MiB", maxBatchOutputBytes>>20)
-
-// outputSize is about what an output event holds in memory: its data and
-// attributes.
-func outputSize(ev *switchyard.Event) int {
-	n := len(ev.Data) + len(ev.ID) + len(ev.Source) + len(ev.Type) + len(ev.Subject) + len(ev.DataSchema) + len(ev.DataContentType)
-	for _, h := range ev.Extensions {
-		n += len(h.Name) + len(h.Value)
-	}
-	return n
-}
 
 // errUnrouted is an output with no destination of a type with no route:
 // nothing would carry it. A reject, so that the event waits in the DLQ

@@ -190,7 +190,7 @@ func deliveredBytes(b *testing.B, dataBytes int, clientIDs bool) (pending, deliv
 	seq := uint64(0)
 	for left := n; left > 0; {
 		err := db.Update(context.Background(), func(tx *Tx) error {
-			due, err := tx.Due("orders.created", now.Add(time.Hour), 0, 200, false, func([]byte) bool { return false })
+			due, err := tx.Due("orders.created", now.Add(time.Hour), 0, Limit{Events: 200}, false, func([]byte) bool { return false })
 			for _, r := range due {
 				seq++
 				r.Outputs = append(r.Outputs, Output{Destination: "nats.local:orders.created", Delivered: true, DeliveredAt: now,
@@ -292,7 +292,7 @@ func TestSteadyBacklogKeepsFileFlat(t *testing.T) {
 func deliverAndExpire(b testing.TB, db *DB, n int) {
 	now := time.Now()
 	err := db.Update(context.Background(), func(tx *Tx) error {
-		due, err := tx.Due("orders.created", now.Add(time.Hour), 0, n, false, func([]byte) bool { return false })
+		due, err := tx.Due("orders.created", now.Add(time.Hour), 0, Limit{Events: n}, false, func([]byte) bool { return false })
 		if err != nil {
 			return err
 		}
@@ -342,7 +342,7 @@ func TestCompactFile(t *testing.T) {
 	deliverAndExpire(t, db, 19_000)
 	var keep []string
 	db.View(func(tx *Tx) error {
-		due, _ := tx.Due("orders.created", time.Now().Add(time.Hour), 0, 2000, false, func([]byte) bool { return false })
+		due, _ := tx.Due("orders.created", time.Now().Add(time.Hour), 0, Limit{Events: 2000}, false, func([]byte) bool { return false })
 		for _, r := range due {
 			keep = append(keep, r.Key())
 		}

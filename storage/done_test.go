@@ -195,7 +195,7 @@ func TestRedeliverAfterALoweredTTLKeepsTheLineOrder(t *testing.T) {
 	}
 	var first []string
 	if err := db.View(func(tx *storage.Tx) error {
-		due, err := tx.Due("t.k", now, 0, 10, true, nil)
+		due, err := tx.Due("t.k", now, 0, storage.Limit{Events: 10}, true, nil)
 		for _, r := range due {
 			first = append(first, r.Event.ID)
 		}

@@ -17,7 +17,7 @@ import (
 // refDue is Due as it was before linesBehind (b4f1104): it reads the
 // record of every due entry. Kept as the reference the faster Due must
 // agree with.
-func (tx *Tx) refDue(t string, now time.Time, ahead time.Duration, limit int, orderByKey bool, skip func(key []byte) bool) ([]*Record, error) {
+func (tx *Tx) refDue(t string, now time.Time, ahead time.Duration, limit Limit, orderByKey bool, skip func(key []byte) bool) ([]*Record, error) {
 	q, _ := tx.sub(bucketQueue, t)
 	if q == nil {
 		return nil, nil
@@ -28,8 +28,9 @@ func (tx *Tx) refDue(t string, now time.Time, ahead time.Duration, limit int, or
 	}
 	end, far := uint64(now.UnixNano()), uint64(now.Add(ahead).UnixNano())
 	var out []*Record
+	var held int64
 	c := q.Cursor()
-	for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
+	for k, v := c.First(); k != nil && len(out) < limit.Events && (limit.Bytes == 0 || held < limit.Bytes); k, v = c.Next() {
 		due := binary.BigEndian.Uint64(k)
 		if due > far {
 			break
@@ -48,6 +49,7 @@ func (tx *Tx) refDue(t string, now time.Time, ahead time.Duration, limit int, or
 			continue
 		}
 		out = append(out, r)
+		held += int64(r.Event.Bytes())
 	}
 	return out, nil
 }
@@ -65,7 +67,7 @@ func keysOf(rs []*Record) []string {
 // whatever was done to the queue: random inserts (keys, tenants, none),
 // reschedules with attempts, deliveries, dead letters, retries,
 // redeliveries, ordering by key on and off (events left out of their
-// lines), random skips, limits and aheads; lines read in steps of 256 and
+// lines), random skips, limits (of events, and of bytes) and aheads; lines read in steps of 256 and
 // of 2 (a review of session 43's linesBehind wrote it).
 func TestDueMatchesTheRecordReadingDue(t *testing.T) {
 	seeds := int64(24)
@@ -130,7 +132,10 @@ func TestDueMatchesTheRecordReadingDue(t *testing.T) {
 			db.View(func(tx *Tx) error {
 				now := t0.Add(time.Duration(rng.Intn(200)) * time.Second)
 				ahead := time.Duration(rng.Intn(3)) * 30 * time.Second
-				limit := 1 + rng.Intn(20)
+				limit := Limit{Events: 1 + rng.Intn(20)}
+				if rng.Intn(3) == 0 {
+					limit.Bytes = int64(1 + rng.Intn(2000)) // a few events' worth
+				}
 				skipSet := map[string]bool{}
 				for _, id := range ids {
 					if rng.Intn(8) == 0 {
@@ -168,7 +173,7 @@ func BenchmarkHotKeyWaitingAmongOthers(b *testing.B) {
 	})
 	// X's first: a failed attempt, due in an hour.
 	if err := db.Update(context.Background(), func(tx *Tx) error {
-		recs, err := tx.Due("orders.created", time.Now(), 0, 1, true, nil)
+		recs, err := tx.Due("orders.created", time.Now(), 0, Limit{Events: 1}, true, nil)
 		if err != nil {
 			return err
 		}
@@ -187,7 +192,7 @@ func BenchmarkHotKeyWaitingAmongOthers(b *testing.B) {
 					if ref {
 						due = tx.refDue
 					}
-					recs, err := due("orders.created", time.Now(), 0, 100, true, nil)
+					recs, err := due("orders.created", time.Now(), 0, Limit{Events: 100}, true, nil)
 					if err != nil || len(recs) != 100 {
 						b.Fatalf("%d %v", len(recs), err)
 					}

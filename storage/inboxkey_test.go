@@ -149,7 +149,7 @@ func TestOldFormInboxRecordLivesUnderItsKey(t *testing.T) {
 		return tx.RetryDeadLetter(en.Record, now, false)
 	})
 	step("delivered", func(tx *Tx) error {
-		due, err := tx.Due(queue, now.Add(time.Second), 0, 10, false, nil)
+		due, err := tx.Due(queue, now.Add(time.Second), 0, Limit{Events: 10}, false, nil)
 		if err != nil || len(due) != 1 || due[0].Key() != idOnlyInboxKey(queue, "1") {
 			return fmt.Errorf("due: %d records, %v; want the old one under its key", len(due), err)
 		}

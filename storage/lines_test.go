@@ -54,7 +54,7 @@ func TestAddLinesLinesUpWhatIsStillPending(t *testing.T) {
 	due := func() string {
 		var ids []string
 		must(db.View(func(tx *Tx) error {
-			recs, err := tx.Due("a", t0, 0, 10, true, nil)
+			recs, err := tx.Due("a", t0, 0, Limit{Events: 10}, true, nil)
 			for _, r := range recs {
 				ids = append(ids, r.Event.ID)
 			}
@@ -179,7 +179,7 @@ func BenchmarkOneKeyBacklogDue(b *testing.B) {
 	db := keyedEvents(b, 10_000, func(int) string { return "device-1" })
 	for b.Loop() {
 		if err := db.View(func(tx *Tx) error {
-			recs, err := tx.Due("orders.created", time.Now(), 0, 100, true, nil)
+			recs, err := tx.Due("orders.created", time.Now(), 0, Limit{Events: 100}, true, nil)
 			if err == nil && len(recs) != 1 {
 				b.Fatalf("took %d, want the line's first", len(recs))
 			}

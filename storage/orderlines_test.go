@@ -72,7 +72,7 @@ func TestOrderLinesMigrate(t *testing.T) {
 	due := func() string {
 		var ids []string
 		db.View(func(tx *Tx) error {
-			recs, err := tx.Due("a", t0, 0, 10, true, nil)
+			recs, err := tx.Due("a", t0, 0, Limit{Events: 10}, true, nil)
 			for _, r := range recs {
 				ids = append(ids, r.Tenant+"/"+r.Event.ID)
 			}

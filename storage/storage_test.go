@@ -83,7 +83,7 @@ func due(t *testing.T, db *storage.DB, typ string, now time.Time, byKey bool) []
 	t.Helper()
 	var ids []string
 	err := db.View(func(tx *storage.Tx) error {
-		recs, err := tx.Due(typ, now, 0, 100, byKey, nil)
+		recs, err := tx.Due(typ, now, 0, storage.Limit{Events: 100}, byKey, nil)
 		for _, r := range recs {
 			ids = append(ids, r.Event.ID)
 		}
@@ -577,7 +577,7 @@ func TestInsertNewEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.View(func(tx *storage.Tx) error {
-		due, err := tx.Due("a", time.Unix(2, 0), 0, 10, false, nil)
+		due, err := tx.Due("a", time.Unix(2, 0), 0, storage.Limit{Events: 10}, false, nil)
 		if err != nil || len(due) != 1 || due[0].Event.ID != "fresh" || due[0].State != storage.StatePending || due[0].QueueSeq == 0 {
 			t.Fatalf("due after InsertNewEvent: %v %+v", err, due)
 		}
@@ -927,7 +927,7 @@ func TestDueAheadTakesOnlyOutageWaits(t *testing.T) {
 	}
 	ids := func(ahead time.Duration) (got []string) {
 		db.View(func(tx *storage.Tx) error {
-			recs, err := tx.Due("a", t0, ahead, 10, false, nil)
+			recs, err := tx.Due("a", t0, ahead, storage.Limit{Events: 10}, false, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -354,8 +354,22 @@ func (tx *Tx) dequeue(r *Record) error {
 	return nil
 }
 
-// Due returns up to limit pending events of type t whose next attempt is at
-// or before now, in due order, skipping those for which skip returns true.
+// Limit bounds what Due takes: at most Events events, and none more once
+// those taken hold Bytes (switchyard.Event.Bytes; 0: no bound), the first
+// taken whatever its size.
+type Limit struct {
+	Events int
+	Bytes  int64
+}
+
+// full reports whether n events holding b bytes reach l.
+func (l Limit) full(n int, b int64) bool {
+	return n >= l.Events || l.Bytes > 0 && b >= l.Bytes
+}
+
+// Due returns the pending events of type t whose next attempt is at or
+// before now, in due order, up to limit, skipping those for which skip
+// returns true.
 // With ahead, it also takes the events due up to now+ahead that have no
 // attempt counted: they wait out an outage, not a retry's backoff, which
 // Due never shortens. With orderByKey, an event is skipped while an earlier
@@ -364,7 +378,7 @@ func (tx *Tx) dequeue(r *Record) error {
 // skip gets the event's key as stored, valid only during the call: a lookup
 // with string(key) in a map costs no allocation, and Due calls it for every
 // event still in transit ahead of the due ones.
-func (tx *Tx) Due(t string, now time.Time, ahead time.Duration, limit int, orderByKey bool, skip func(key []byte) bool) ([]*Record, error) {
+func (tx *Tx) Due(t string, now time.Time, ahead time.Duration, limit Limit, orderByKey bool, skip func(key []byte) bool) ([]*Record, error) {
 	q, _ := tx.sub(bucketQueue, t)
 	if q == nil {
 		return nil, nil
@@ -375,9 +389,10 @@ func (tx *Tx) Due(t string, now time.Time, ahead time.Duration, limit int, order
 	}
 	end, far := uint64(now.UnixNano()), uint64(now.Add(ahead).UnixNano())
 	var out []*Record
+	var held int64
 	var behind linesBehind
 	c := q.Cursor()
-	for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
+	for k, v := c.First(); k != nil && !limit.full(len(out), held); k, v = c.Next() {
 		due := binary.BigEndian.Uint64(k)
 		if due > far {
 			break
@@ -397,6 +412,7 @@ func (tx *Tx) Due(t string, now time.Time, ahead time.Duration, limit int, order
 			continue
 		}
 		out = append(out, r)
+		held += int64(r.Event.Bytes())
 	}
 	return out, nil
 }
@@ -611,6 +627,24 @@ func (tx *Tx) DLQDepth(t string) int {
 	}
 	return b.Stats().KeyN
 }
+
+// AnyPending reports whether any queue (an event type's, an inbox's)
+// holds an event: one seek a queue.
+func (tx *Tx) AnyPending() bool {
+	found := false
+	queues := tx.bucket(bucketQueue)
+	queues.ForEachBucket(func(k []byte) error {
+		if first, _ := queues.Bucket(k).Cursor().First(); first != nil {
+			found = true
+			return errStopWalk
+		}
+		return nil
+	})
+	return found
+}
+
+// errStopWalk ends a ForEach early.
+var errStopWalk = errors.New("storage: walk stopped")
 
 // Types lists the event types that have a queue.
 func (tx *Tx) Types() []string {
