@@ -67,6 +67,12 @@ type spaceWatch struct {
 	// where it stopped: near the line it would otherwise wait and resume
 	// at every check (a log line and a wake-up of every loop each time).
 	holding atomic.Bool
+	// stuck, while the budget is exhausted, no event waits for delivery
+	// and makeRoom found nothing to remove early, says what holds the room
+	// (the refusal said "delivery goes on and makes room" for an hour
+	// while idempotency records within idempotency.min_window held it: a
+	// multi-tenant trial); nil otherwise.
+	stuck atomic.Pointer[string]
 }
 
 // check returns the storage_full error while the budget is exhausted, or
@@ -166,15 +172,26 @@ func (w *spaceWatch) measure(budget config.Storage) *spaceState {
 	case err != nil:
 		// Cannot tell: do not refuse on a failed measurement.
 	case maxSize > 0 && sp.Used >= maxSize:
-		st.full = &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
-			"the data file holds %d bytes, its budget (storage.max_size) is %d: nothing was stored; delivery goes on and makes room", sp.Used, maxSize)}
+		st.full = w.full(fmt.Sprintf("the data file holds %d bytes, its budget (storage.max_size) is %d", sp.Used, maxSize))
 	case minFree > 0 && sp.Room() < minFree:
-		st.full = &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: fmt.Sprintf(
-			"the disk holding the data file has %d bytes free, the file %d it can reuse and the reserve %d, under the floor (storage.min_free) of %d: nothing was stored; delivery goes on and makes room", sp.DiskFree, sp.Reusable, sp.Reserve, minFree)}
+		st.full = w.full(fmt.Sprintf("the disk holding the data file has %d bytes free, the file %d it can reuse and the reserve %d, under the floor (storage.min_free) of %d", sp.DiskFree, sp.Reusable, sp.Reserve, minFree))
 	}
 	w.state.Store(st)
 	return st
 }
+
+// full is the storage_full refusal: why, and when room comes back.
+func (w *spaceWatch) full(why string) *switchyard.Error {
+	if stuck := w.stuck.Load(); stuck != nil {
+		return &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: stuckRetryAfter, Message: why + ": nothing was stored; " + *stuck}
+	}
+	return &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: why + ": nothing was stored; delivery goes on and makes room"}
+}
+
+// stuckRetryAfter is the Retry-After of a refusal while no delivery can
+// make room (spaceWatch.stuck): room comes back as records age out, in
+// minutes, not seconds.
+const stuckRetryAfter = time.Minute
 
 // headroom is how many bytes may be written before sp reaches maxSize or
 // minFree (-1: neither is set), and the refusal once they are.
@@ -226,8 +243,11 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 		e.space.delivered.Store(e.deliveredRemovable(cfg))
 		e.sayWhatChanged(st, &said)
 		e.keepReserve(cfg.Storage, st.space, &said)
-		if st.full != nil {
-			e.makeRoom(ctx)
+		if st.full != nil && !e.makeRoom(ctx) {
+			e.sayStuck(cfg, &said)
+		} else if st.full == nil {
+			e.space.stuck.Store(nil)
+			said.stuck = false
 		}
 		select {
 		case <-ctx.Done():
@@ -237,12 +257,32 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 	}
 }
 
+// sayStuck notes (and logs, once) what holds the room when makeRoom
+// found nothing to remove: while an event waits for delivery, delivery
+// makes room; with none, only records aging out do.
+func (e *Engine) sayStuck(cfg *config.Config, said *spaceSaid) {
+	pending := true
+	e.store.View(func(tx *storage.Tx) error { pending = tx.AnyPending(); return nil })
+	if pending {
+		e.space.stuck.Store(nil)
+		return
+	}
+	why := fmt.Sprintf("no event waits for delivery to make room, and the router removed what it may before its time: "+
+		"what holds the budget is kept for its window (idempotency records for idempotency.min_window, %s; delivered records for the replay window; dead letters until deleted), "+
+		"and room comes back as it ages out (or with a larger budget)", cfg.Idempotency.MinWindow)
+	e.space.stuck.Store(&why)
+	if !said.stuck {
+		said.stuck = true
+		e.log.Warn("storage budget held by records kept for their windows: ingest is refused until they age out", "reason", why)
+	}
+}
+
 // spaceSaid is what spaceLoop last logged, so that it logs changes.
 type spaceSaid struct {
-	full, held, lost bool
-	released         uint64    // the reserves the writer gave up (storage.DB.ReserveReleased)
-	reserveErr       string    // why the reserve could not be made
-	reserveRetry     time.Time // after such a failure, when to try again
+	full, held, lost, stuck bool
+	released                uint64    // the reserves the writer gave up (storage.DB.ReserveReleased)
+	reserveErr              string    // why the reserve could not be made
+	reserveRetry            time.Time // after such a failure, when to try again
 }
 
 // sayWhatChanged logs the changes of a measurement: the file lost, the
@@ -326,8 +366,8 @@ func (e *Engine) keepReserve(cfg config.Storage, sp storage.Space, said *spaceSa
 // idempotency.min_window, so that a full budget does not refuse every
 // request until their window ends (clients that choose their event ids
 // keep one per event). Each tick takes one step: the next measurement says
-// whether it was enough.
-func (e *Engine) makeRoom(ctx context.Context) {
+// whether it was enough. It reports whether it removed anything.
+func (e *Engine) makeRoom(ctx context.Context) (removed bool) {
 	idem := e.config().Idempotency
 	steps := []struct {
 		what   string // what the step removes, for its error
@@ -350,12 +390,13 @@ func (e *Engine) makeRoom(ctx context.Context) {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			e.log.Error("removing "+step.what+" to make room", "error", err)
-			return
+			return true // not known to be stuck
 		case n > 0:
 			step.said(n)
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // dropAudit removes every inbox's audit of dropped redeliveries (GET

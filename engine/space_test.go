@@ -145,6 +145,49 @@ event "t.order" {
 	}
 }
 
+// A budget held by records kept for their windows, with no event waiting
+// for delivery, is refused for that reason, with a Retry-After of a
+// minute: the refusal said "delivery goes on and makes room", Retry-After
+// 5 s, for the hour idempotency records within idempotency.min_window held
+// it (a multi-tenant trial: every tenant refused, nothing pending, the
+// operator told to wait for a delivery that would never come).
+func TestAFullBudgetWithNothingToDeliverSaysWhatHoldsIt(t *testing.T) {
+	h := newHarness(t, `
+storage { max_size = "256KiB" }
+event "t.order" {
+  route {
+    to      = "nats.local"
+    subject = "t.order"
+  }
+  polling { min = "10ms" }
+}
+`, false)
+	next := 0
+	var last *switchyard.Error
+	testkit.EventuallyWith(t, 60*time.Second, func() bool {
+		evs := make([]engine.IngestEvent, 50)
+		for i := range evs {
+			evs[i] = newEvent("t.order", fmt.Sprintf("o-%d", next+i), true, 1)
+		}
+		err := ingestEvents(h, evs...)
+		switch {
+		case err == nil:
+			next += len(evs)
+			return false
+		case switchyard.ErrorCode(err) != switchyard.ESTORAGEFULL:
+			t.Fatal(err)
+		}
+		errors.As(err, &last)
+		time.Sleep(20 * time.Millisecond)
+		return strings.Contains(last.Message, "no event waits for delivery")
+	}, func() string {
+		return fmt.Sprintf("after %d events stored, the refusal still says %+v", next, last)
+	})
+	if !strings.Contains(last.Message, "idempotency.min_window, 1h0m0s") || last.RetryAfter != time.Minute {
+		t.Fatalf("the refusal: %q, Retry-After %s; want it to name idempotency.min_window and a minute", last.Message, last.RetryAfter)
+	}
+}
+
 // Records made seconds ago stay when a reload lengthens the window while
 // the budget is full: the early removal goes by when each record was made,
 // so a retry within min_window is still replayed. (It went by the expiry,
