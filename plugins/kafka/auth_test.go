@@ -150,3 +150,29 @@ func TestShortAuthFailureIsAnOutage(t *testing.T) {
 	}, func() string { return fmt.Sprintf("no publish after the broker took the credentials again: %v", last) })
 	t.Logf("published again %s after the broker took the credentials again", time.Since(back).Round(time.Millisecond))
 }
+
+// An inbox whose credentials the cluster refuses says so in its health,
+// as the sink does: /readyz said only "no broker reachable: EOF", and the
+// log had no warning (a Kafka trial).
+func TestAnInboxWithRefusedCredentialsSaysWhy(t *testing.T) {
+	c := newCluster(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "edge", "kafka-password-value"))
+	cfg := testConfig(c)
+	cfg.SASL = &config.SASL{Mechanism: "SCRAM-SHA-512", Username: "edge", Password: config.Secret{File: testkit.SecretFile(t, "wrong-password")}}
+	s, err := openSource(context.Background(), cfg, inboxConfig("g-refused"), testLogger(), sourceOpts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	r := run(s, func(context.Context, []switchyard.Inbound) error { return nil })
+	defer r.cancel()
+	var health error
+	testkit.EventuallyWith(t, 15*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		health = s.Healthy(ctx)
+		return health != nil && strings.Contains(health.Error(), "check the sasl mechanism, username and password")
+	}, func() string { return fmt.Sprintf("the inbox's health: %v", health) })
+	if strings.Contains(health.Error(), "wrong-password") {
+		t.Errorf("the health shows the password: %v", health)
+	}
+}

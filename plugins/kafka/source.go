@@ -73,6 +73,7 @@ type Source struct {
 	sink    string // "kafka.<block name>"
 	log     hclog.Logger
 	cl      *kgo.Client
+	conn    *connState // why connecting to a broker last failed
 	topics  []string
 	group   string
 	decoder engine.InboundDecoder // with the inbox's id header
@@ -132,7 +133,8 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 	if err != nil {
 		return nil, fmt.Errorf("inbox %q: %w", in.Name, err)
 	}
-	opts = append(append(opts, s.groupOptions(in)...), extra...)
+	s.conn = newConnState(s.log, kcfg.SASL != nil) // why a broker cannot be reached, logged once: a refused credential, say
+	opts = append(append(opts, s.groupOptions(in)...), append(extra, kgo.WithHooks(s.conn))...)
 	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
 	}
@@ -252,7 +254,7 @@ func (s *Source) polled(fetches kgo.Fetches, answered, failed bool) {
 		var err error
 		fetches.EachError(func(t string, p int32, e error) {
 			if err == nil {
-				err = fmt.Errorf("fetching %s/%d: %w", t, p, e)
+				err = fmt.Errorf("%s: %w", s.fetchPlace(t, p), e)
 			}
 		})
 		s.problem.Store(&pollError{err, time.Now()})
@@ -267,6 +269,9 @@ func (s *Source) Healthy(ctx context.Context) error {
 		return fmt.Errorf("inbox %q: %s: %w", s.name, s.sink, p.err)
 	}
 	if err := anyBrokerAnswers(ctx, s.cl); err != nil {
+		if why := s.conn.lastError(); why != nil {
+			err = why // the connection's own failure: EOF alone hid a refused credential (a Kafka trial)
+		}
 		return fmt.Errorf("inbox %q: %s: no broker reachable: %w", s.name, s.sink, err)
 	}
 	if s.running.Load() && !s.joined() {
@@ -360,12 +365,22 @@ func (s *Source) fetchErrors(ctx context.Context, fs kgo.Fetches, last map[strin
 				key := t.Topic + "/" + p.Err.Error()
 				if now := time.Now(); now.Sub(last[key]) >= errorLogEvery {
 					last[key] = now
-					s.log.Warn("fetch error", "topic", t.Topic, "partition", p.Partition, "error", p.Err)
+					s.log.Warn("fetch error", "at", s.fetchPlace(t.Topic, p.Partition), "error", p.Err)
 				}
 			}
 		}
 	}
 	return polled, failed
+}
+
+// fetchPlace names where a poll error came from: a topic's partition, or,
+// for an error that names no topic (franz-go reports a failed group join
+// so), the consumer group.
+func (s *Source) fetchPlace(topic string, partition int32) string {
+	if topic == "" {
+		return fmt.Sprintf("consumer group %q", s.group)
+	}
+	return fmt.Sprintf("fetching %s/%d", topic, partition)
 }
 
 // readd purges topic from consuming and adds it again, at most every

@@ -942,3 +942,17 @@ func TestSourceLeavesItsGroupWhileRunIsHeld(t *testing.T) {
 		t.Fatalf("Close with Run held: %v, want it to say the consumer was still receiving", err)
 	}
 }
+
+// A poll error that names no topic (franz-go reports a failed group join
+// so) is told as the group's, in the health and the log: it read
+// "fetching /0: unable to join group session" (a Kafka trial).
+func TestAGroupErrorNamesTheGroup(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, srcTopic))
+	s := newSource(t, c, inboxConfig("g-named"))
+	joinErr := errors.New("unable to join group session: the coordinator is not available")
+	s.polled(kgo.Fetches{{Topics: []kgo.FetchTopic{{Partitions: []kgo.FetchPartition{{Partition: 0, Err: joinErr}}}}}}, false, true)
+	err := s.Healthy(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `consumer group "g-named": unable to join group session`) || strings.Contains(err.Error(), "fetching /") {
+		t.Fatalf("health after a group error: %v", err)
+	}
+}
