@@ -291,16 +291,15 @@ func (l *Loop) run(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
 		}
-		taken := 0
+		taken, full := 0, false
 		if b != nil {
-			taken = len(b.items)
-			if taken < b.pol.BatchSize && !b.pol.ByKey() { // the take's policy
+			taken, full = len(b.items), b.full && err == nil
+			if !b.full && !b.pol.ByKey() { // the take's policy
 				b.hurry = make(chan struct{})
 			}
 			transit.add(l.finishAsync(ctx, b))
 		}
-		l.e.metrics.polled(l.typ, taken, pol.BatchSize)
-		full := taken == pol.BatchSize && err == nil
+		l.e.metrics.polled(l.typ, taken, b != nil && b.full)
 		if taken > 0 && err == nil && l.restForIngest(ctx, timer, &transit, b, start) {
 			out.goOn(&transit)
 			continue
@@ -579,12 +578,12 @@ func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool)
 		return nil, nil
 	}
 	pol := l.pol.Load()
-	recs, forgets, err := l.takeDue(ctx, pol, reach, probe)
+	recs, forgets, full, err := l.takeDue(ctx, pol, reach, probe)
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
 	b := l.outputs(ctx, pol, recs)
-	b.probe, b.forgets = probe, forgets
+	b.probe, b.forgets, b.full = probe, forgets, full
 	b.send(l.e.sendContext(ctx), l.e.sinks())
 	return b, nil
 }
@@ -600,18 +599,18 @@ func (l *Loop) takeAndSend(ctx context.Context, reach time.Duration, probe bool)
 // behind them: a destination back without a reconnect to tell (a stream
 // with room again, a new stream leader) is found by the first probe that
 // takes one of its events.
-func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Duration, probe bool) (recs []*storage.Record, forgets uint64, err error) {
+func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Duration, probe bool) (recs []*storage.Record, forgets uint64, full bool, err error) {
 	l.take.Lock()
 	defer l.take.Unlock()
 	if pol.ByKey() {
 		if err := l.lines.lineUp(ctx, l.e, l.typ); err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 	}
 	now, forgets := l.e.now(), l.forgetsNow()
+	limit := l.takeLimit(pol)
 	err = l.e.store.View(func(tx *storage.Tx) error {
 		var err error
-		limit := l.takeLimit(pol)
 		rest := func() ([]*storage.Record, error) {
 			return tx.Due(l.typ, now, reach, limit, pol.ByKey(), l.skips)
 		}
@@ -633,7 +632,7 @@ func (l *Loop) takeDue(ctx context.Context, pol *config.Policy, reach time.Durat
 	if err == nil {
 		l.hold(recs)
 	}
-	return recs, forgets, err
+	return recs, forgets, limit.Reached(recs), err
 }
 
 // finish waits for a sent batch's acknowledgements and records its
@@ -1000,11 +999,14 @@ type batch struct {
 	probe bool
 	// forgets is Loop.forgets when the take began.
 	forgets uint64
-	// hurry is set when the run loop took the batch and fewer events than
-	// a batch were due, not ordered by key (the next event of a key would
-	// wait for this outcome): its outcome may wait outcomeWait for another
-	// write to share its commit, and closing hurry ends the wait
-	// (Loop.await).
+	// full: the take stopped at its limit (storage.Limit.Reached: batch_size
+	// events, or the bytes of outputs it may hold), not for want of due
+	// events; more may be due.
+	full bool
+	// hurry is set when the run loop took the batch and it was not full,
+	// not ordered by key (the next event of a key would wait for this
+	// outcome): its outcome may wait outcomeWait for another write to share
+	// its commit, and closing hurry ends the wait (Loop.await).
 	hurry chan struct{}
 
 	// Set by send, used by await.

@@ -202,15 +202,16 @@ func (m *metrics) dlqAction(action DLQAction, n int) {
 func (m *metrics) ingestedType(t string, n int) { m.ingested.WithLabelValues(t).Add(float64(n)) }
 
 // pollOutcomes are switchyard_polls_total's outcomes: nothing taken, fewer
-// than a batch, a full batch.
+// than its limit, a full batch (batch_size events, or the bytes of outputs
+// it may hold: storage.Limit).
 var pollOutcomes = [...]string{"empty", "partial", "full"}
 
-func (m *metrics) polled(t string, taken, batchSize int) {
+func (m *metrics) polled(t string, taken int, full bool) {
 	outcome := pollOutcomes[1]
-	switch taken {
-	case 0:
+	switch {
+	case taken == 0:
 		outcome = pollOutcomes[0]
-	case batchSize:
+	case full:
 		outcome = pollOutcomes[2]
 	}
 	m.polls.WithLabelValues(t, outcome).Inc()

@@ -367,6 +367,16 @@ func (l Limit) full(n int, b int64) bool {
 	return n >= l.Events || l.Bytes > 0 && b >= l.Bytes
 }
 
+// Reached reports whether recs, as Due took them, reach l: Due stopped at
+// l, not for want of due events.
+func (l Limit) Reached(recs []*Record) bool {
+	var b int64
+	for _, r := range recs {
+		b += int64(r.Event.Bytes())
+	}
+	return l.full(len(recs), b)
+}
+
 // Due returns the pending events of type t whose next attempt is at or
 // before now, in due order, up to limit, skipping those for which skip
 // returns true.
