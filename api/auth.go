@@ -214,7 +214,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		if r.Method == http.MethodGet && r.URL.Path == "/healthz" || isConsoleFile(r) {
 			// Liveness says nothing, and probes carry no token; the
-			// console's files hold nothing secret (console.go).
+			// console's files hold nothing secret (console.go). Neither
+			// reads a body.
+			endUnread(w, r)
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -233,18 +235,25 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-// unauthorized answers a request without a valid token 401. One with a
-// body ends its connection, the body unread: net/http reads up to 256 KiB
-// of a body the handler left, as slowly as the client sends it, before it
-// goes on, the connection busy (connLimit) until read_timeout, even with
-// Connection: close; a read deadline already passed ends that read.
+// unauthorized answers a request without a valid token 401 (endUnread).
 func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, challenge, why string) {
 	w.Header().Set("WWW-Authenticate", challenge)
-	if r.ContentLength != 0 {
-		w.Header().Set("Connection", "close")
-		defer http.NewResponseController(w).SetReadDeadline(time.Now())
-	}
+	endUnread(w, r)
 	s.writeError(w, r, switchyard.Errorf(eUnauthorized, "%s", why))
+}
+
+// endUnread makes a request that carries a body its handler will not read
+// end its connection once answered, the body unread: net/http reads up to
+// 256 KiB of a body the handler left, as slowly as the client sends it,
+// before it goes on, the connection busy (connLimit) until read_timeout,
+// even with Connection: close. A read deadline already passed ends that
+// read at once (it stops no write: the answer goes out).
+func endUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
+	w.Header().Set("Connection", "close")
+	http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // adminOnly guards the operator routes: DLQ, stats, metrics.

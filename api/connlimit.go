@@ -26,9 +26,9 @@ import (
 // never finishes its headers (read before the token is checked), gives
 // its place up as a keep-alive connection does (they held it for up to
 // 10 s, and any local user without a token could keep every place so: a
-// multi-tenant trial). A request without a valid token is
-// answered at once and its connection closed, its body unread
-// (Server.authenticate).
+// multi-tenant trial). A request with a body but no valid token (or to a
+// route that needs none) is answered at once and its connection closed,
+// its body unread (endUnread).
 // The connection closed is the one idle the longest; its client sees its
 // keep-alive connection closed, as after the server's IdleTimeout, and
 // connects again.

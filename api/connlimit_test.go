@@ -76,7 +76,9 @@ func TestIdleConnectionsGiveTheirPlaceUp(t *testing.T) {
 // read_timeout, its header part up to 10 s: 64 of them, opened again and
 // again, kept every tenant out for as long as they liked, in a
 // multi-tenant trial.) The first give their places up as idle connections
-// do; the second are answered 401 at once and closed, their bodies unread.
+// do; the second are answered at once (401, or by a route that needs no
+// token) and closed, their bodies unread (a review found the routes that
+// need no token held them).
 func TestClientsWithoutATokenCannotHoldPlaces(t *testing.T) {
 	r := newTCPRouterWith(t, func(l *config.Listen) {
 		l.MaxConnections = 2
@@ -86,6 +88,8 @@ func TestClientsWithoutATokenCannotHoldPlaces(t *testing.T) {
 		{"headers unfinished", "POST /v1/events HTTP/1.1\r\nHost: r\r\n"},
 		{"nothing sent", ""},
 		{"a body announced, no token", "POST /v1/events HTTP/1.1\r\nHost: r\r\nContent-Length: 1000\r\n\r\n{"},
+		{"a body announced to /healthz", "GET /healthz HTTP/1.1\r\nHost: r\r\nContent-Length: 1000\r\n\r\n{"},
+		{"a body announced to the console", "GET /ui/ HTTP/1.1\r\nHost: r\r\nContent-Length: 1000\r\n\r\n{"},
 	} {
 		for range 2 {
 			c := dialTCP(t, r.addr)
