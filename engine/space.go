@@ -67,12 +67,13 @@ type spaceWatch struct {
 	// where it stopped: near the line it would otherwise wait and resume
 	// at every check (a log line and a wake-up of every loop each time).
 	holding atomic.Bool
-	// stuck, while the budget is exhausted, no event waits for delivery
-	// and makeRoom found nothing to remove early, says what holds the room
-	// (the refusal said "delivery goes on and makes room" for an hour
-	// while idempotency records within idempotency.min_window held it: a
-	// multi-tenant trial); nil otherwise.
-	stuck atomic.Pointer[string]
+	// stuck is set while the budget is exhausted, no event waits for
+	// delivery and makeRoom found nothing to remove early: the refusal
+	// then says how room comes back (stuckOnRecords, stuckOnDisk), where
+	// it said "delivery goes on and makes room" for the hour idempotency
+	// records within idempotency.min_window held it (a multi-tenant
+	// trial); nil otherwise.
+	stuck atomic.Pointer[time.Duration] // idempotency.min_window then
 }
 
 // check returns the storage_full error while the budget is exhausted, or
@@ -172,20 +173,39 @@ func (w *spaceWatch) measure(budget config.Storage) *spaceState {
 	case err != nil:
 		// Cannot tell: do not refuse on a failed measurement.
 	case maxSize > 0 && sp.Used >= maxSize:
-		st.full = w.full(fmt.Sprintf("the data file holds %d bytes, its budget (storage.max_size) is %d", sp.Used, maxSize))
+		st.full = w.full(fmt.Sprintf("the data file holds %d bytes, its budget (storage.max_size) is %d", sp.Used, maxSize), stuckOnRecords)
 	case minFree > 0 && sp.Room() < minFree:
-		st.full = w.full(fmt.Sprintf("the disk holding the data file has %d bytes free, the file %d it can reuse and the reserve %d, under the floor (storage.min_free) of %d", sp.DiskFree, sp.Reusable, sp.Reserve, minFree))
+		st.full = w.full(fmt.Sprintf("the disk holding the data file has %d bytes free, the file %d it can reuse and the reserve %d, under the floor (storage.min_free) of %d", sp.DiskFree, sp.Reusable, sp.Reserve, minFree), stuckOnDisk)
 	}
 	w.state.Store(st)
 	return st
 }
 
-// full is the storage_full refusal: why, and when room comes back.
-func (w *spaceWatch) full(why string) *switchyard.Error {
-	if stuck := w.stuck.Load(); stuck != nil {
-		return &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: stuckRetryAfter, Message: why + ": nothing was stored; " + *stuck}
+// full is the storage_full refusal: why, and when room comes back; stuck
+// says how it does when no delivery can make it (spaceWatch.stuck).
+func (w *spaceWatch) full(why string, stuck func(minWindow time.Duration) string) *switchyard.Error {
+	if minWindow := w.stuck.Load(); minWindow != nil {
+		return &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: stuckRetryAfter, Message: why + ": nothing was stored; " + stuck(*minWindow)}
 	}
 	return &switchyard.Error{Code: switchyard.ESTORAGEFULL, RetryAfter: 5 * time.Second, Message: why + ": nothing was stored; delivery goes on and makes room"}
+}
+
+// stuckOnRecords is how room comes back under storage.max_size when no
+// delivery can make it: the records kept for their windows age out.
+func stuckOnRecords(minWindow time.Duration) string {
+	return fmt.Sprintf("no event waits for delivery to make room, and the router removed what it may before its time: "+
+		"what holds the budget is kept for its window (idempotency records for idempotency.min_window, %s; delivered records for the replay window; dead letters until deleted), "+
+		"and room comes back as it ages out (or with a larger storage.max_size)", minWindow)
+}
+
+// stuckOnDisk is how room comes back under storage.min_free when no
+// delivery can make it: the disk's other files hold it as much as the
+// data file's records do (a review: an empty data file on a disk another
+// program filled was told its records held the budget).
+func stuckOnDisk(minWindow time.Duration) string {
+	return fmt.Sprintf("no event waits for delivery to make room, and the router removed what it may before its time: "+
+		"room comes back as the disk's other files are removed, as the data file's records age out (idempotency records after idempotency.min_window, %s), "+
+		"or with a lower storage.min_free", minWindow)
 }
 
 // stuckRetryAfter is the Retry-After of a refusal while no delivery can
@@ -267,13 +287,13 @@ func (e *Engine) sayStuck(cfg *config.Config, said *spaceSaid) {
 		e.space.stuck.Store(nil)
 		return
 	}
-	why := fmt.Sprintf("no event waits for delivery to make room, and the router removed what it may before its time: "+
-		"what holds the budget is kept for its window (idempotency records for idempotency.min_window, %s; delivered records for the replay window; dead letters until deleted), "+
-		"and room comes back as it ages out (or with a larger budget)", cfg.Idempotency.MinWindow)
-	e.space.stuck.Store(&why)
+	minWindow := cfg.Idempotency.MinWindow
+	e.space.stuck.Store(&minWindow)
 	if !said.stuck {
 		said.stuck = true
-		e.log.Warn("storage budget held by records kept for their windows: ingest is refused until they age out", "reason", why)
+		if st := e.space.measure(cfg.Storage); st.full != nil { // the refusal as it reads now
+			e.log.Warn("storage full with no event to deliver and nothing the router may remove early: ingest is refused until room comes back", "reason", st.full.(*switchyard.Error).Message)
+		}
 	}
 }
 

@@ -188,6 +188,43 @@ event "t.order" {
 	}
 }
 
+// fullDisk is the data file on a disk another program filled: 1 MiB free.
+type fullDisk struct{ *storage.DB }
+
+func (d fullDisk) Space() (storage.Space, error) {
+	sp, err := d.DB.Space()
+	sp.DiskFree = 1 << 20
+	return sp, err
+}
+
+// A disk another program filled, under an empty data file, is not blamed
+// on the router's records: the refusal says the disk's other files, or a
+// lower storage.min_free, give the room back (it said records kept for
+// their windows held "the budget", and to raise it: a review).
+func TestAFullDiskWithNothingToDeliverSaysSo(t *testing.T) {
+	h := newHarness(t, `
+storage { min_free = "64MiB" }
+event "t.order" {
+  route {
+    to      = "nats.local"
+    subject = "t.order"
+  }
+}
+`, false, storeWrap(func(s engine.Store) engine.Store { return fullDisk{s.(*storage.DB)} }))
+	var last *switchyard.Error
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		err := ingestEvents(h, newEvent("t.order", "o-1", true, 1))
+		if err == nil || !errors.As(err, &last) {
+			t.Fatalf("stored with the disk full: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		return strings.Contains(last.Message, "no event waits for delivery")
+	}, func() string { return fmt.Sprintf("the refusal never said no delivery can make room: %+v", last) })
+	if !strings.Contains(last.Message, "the disk's other files") || strings.Contains(last.Message, "holds the budget") {
+		t.Fatalf("the refusal with an empty data file on a disk another program filled: %q", last.Message)
+	}
+}
+
 // Records made seconds ago stay when a reload lengthens the window while
 // the budget is full: the early removal goes by when each record was made,
 // so a retry within min_window is still replayed. (It went by the expiry,
