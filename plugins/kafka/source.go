@@ -511,7 +511,7 @@ func (s *Source) retentionWarning(topic, retention, policy string) string {
 
 // Close stops Run (waiting for it, at most until ctx ends), leaves the
 // group and closes the client. Waiting for Run gets until ctx ends or
-// leaveGrace, whichever is later; the leave gets leaveGrace: a Run held
+// leaveGrace, whichever is later; the leave gets leaveTime: a Run held
 // past the stop's time (a receive or a commit that does not return) does
 // not spend the leave's, and Close returns once the member has left, not
 // with the leave still on its way. A leave its coordinator does not answer
@@ -532,23 +532,38 @@ func (s *Source) Close(ctx context.Context) error {
 			s.closeJoining()
 			return
 		}
-		if lerr := s.leave(); lerr != nil && err == nil {
+		if lerr := s.leave(leaveTime(ctx)); lerr != nil && err == nil {
 			err = lerr
 		}
 	})
 	return err
 }
 
-// leave leaves the group and closes the client, each given leaveGrace; a
-// coordinator that does not answer in time is logged and left behind, the
-// client closing in the background.
-func (s *Source) leave() error {
-	ctx, cancel := context.WithTimeout(context.Background(), leaveGrace)
+// leaveTime is how long a leave may take within the stop's time ctx
+// leaves: a tenth of it, at least leaveGrace and at most maxLeave (a
+// coordinator reached again over TLS and SASL on a slow link takes more
+// than a second; the stop's other steps need the rest).
+func leaveTime(ctx context.Context) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return maxLeave
+	}
+	return max(leaveGrace, min(time.Until(dl)/10, maxLeave))
+}
+
+// maxLeave is the most a leave may take (leaveTime).
+const maxLeave = 5 * time.Second
+
+// leave leaves the group, given d, and closes the client, given
+// leaveGrace; a leave without an answer by then is logged and left
+// behind, the client closing in the background.
+func (s *Source) leave(d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	lerr := s.cl.LeaveGroupContext(ctx)
 	switch {
 	case errors.Is(lerr, context.DeadlineExceeded):
-		s.log.Warn("the group's coordinator did not answer the leave in time: the group hands this member's partitions on after its session timeout", "group", s.group, "waited", leaveGrace)
+		s.log.Warn("no answer to the leave in time (the coordinator may still take it): at the latest, the group hands this member's partitions on after its session timeout", "group", s.group, "waited", d)
 		s.closeJoining()
 		return nil
 	case lerr != nil && !errors.Is(lerr, kgo.ErrClientClosed):

@@ -870,8 +870,8 @@ func groupMembers(t *testing.T, c *kfake.Cluster, group string) int {
 }
 
 // An inbox whose group coordinator does not answer its leave gives the
-// leave leaveGrace, not the stop's whole time, and says so without failing
-// the stop: the group hands the partitions on after its session timeout,
+// leave a tenth of the stop's time (leaveTime: here 2 s of 20), not all
+// of it, and says so without failing the stop: the group hands the partitions on after its session timeout,
 // and nothing is lost. Before, the leave took the whole shutdown timeout,
 // the engine's loops were left none to record their acknowledgements, and
 // the router exited 1 (a Kafka trial: 31 s, "leave group: context deadline
