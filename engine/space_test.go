@@ -56,6 +56,28 @@ func newEvent(typ, id string, clientID bool, digest byte) engine.IngestEvent {
 	return engine.IngestEvent{ClientID: clientID, Digest: []byte{digest}, Event: switchyard.Event{ID: id, Type: typ, Source: "/t", SpecVersion: "1.0"}}
 }
 
+// orderType is the type the budget's tests fill the data file with,
+// delivered to NATS as soon as it can be.
+const orderType = `
+event "t.order" {
+  route {
+    to      = "nats.local"
+    subject = "t.order"
+  }
+  polling { min = "10ms" }
+}
+`
+
+// orders is n events of type t.order with ids of their own (each keeps an
+// idempotency record), o-from to o-(from+n-1).
+func orders(from, n int) []engine.IngestEvent {
+	evs := make([]engine.IngestEvent, n)
+	for i := range evs {
+		evs[i] = newEvent("t.order", fmt.Sprintf("o-%d", from+i), true, 1)
+	}
+	return evs
+}
+
 // ingestEvents sends evs as one request of the default tenant's token
 // (not the operator's: held to max_types_per_tenant).
 func ingestEvents(h *harness, evs ...engine.IngestEvent) error {
@@ -87,22 +109,12 @@ func TestFullBudgetOfIdempotencyRecordsMakesRoom(t *testing.T) {
 	h := newHarness(t, `
 storage { max_size = "256KiB" }
 idempotency { min_window = "2s" }
-event "t.order" {
-  route {
-    to      = "nats.local"
-    subject = "t.order"
-  }
-  polling { min = "10ms" }
-}
-`, false, harnessOption(func(o *engine.Options) {
+`+orderType, false, harnessOption(func(o *engine.Options) {
 		o.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
 	}))
 	next := 0
 	batch := func() (*engine.Response, error) {
-		evs := make([]engine.IngestEvent, 50)
-		for i := range evs {
-			evs[i] = newEvent("t.order", fmt.Sprintf("o-%d", next+i), true, 1)
-		}
+		evs := orders(next, 50)
 		resp, err := h.eng.Ingest(context.Background(), &engine.IngestRequest{Tenant: "default", Events: evs, Render: accepted})
 		if err == nil {
 			next += len(evs)
@@ -154,21 +166,11 @@ event "t.order" {
 func TestAFullBudgetWithNothingToDeliverSaysWhatHoldsIt(t *testing.T) {
 	h := newHarness(t, `
 storage { max_size = "256KiB" }
-event "t.order" {
-  route {
-    to      = "nats.local"
-    subject = "t.order"
-  }
-  polling { min = "10ms" }
-}
-`, false)
+`+orderType, false)
 	next := 0
 	var last *switchyard.Error
 	testkit.EventuallyWith(t, 60*time.Second, func() bool {
-		evs := make([]engine.IngestEvent, 50)
-		for i := range evs {
-			evs[i] = newEvent("t.order", fmt.Sprintf("o-%d", next+i), true, 1)
-		}
+		evs := orders(next, 50)
 		err := ingestEvents(h, evs...)
 		switch {
 		case err == nil:
@@ -204,13 +206,7 @@ func (d fullDisk) Space() (storage.Space, error) {
 func TestAFullDiskWithNothingToDeliverSaysSo(t *testing.T) {
 	h := newHarness(t, `
 storage { min_free = "64MiB" }
-event "t.order" {
-  route {
-    to      = "nats.local"
-    subject = "t.order"
-  }
-}
-`, false, storeWrap(func(s engine.Store) engine.Store { return fullDisk{s.(*storage.DB)} }))
+`+orderType, false, storeWrap(func(s engine.Store) engine.Store { return fullDisk{s.(*storage.DB)} }))
 	var last *switchyard.Error
 	testkit.EventuallyWith(t, 10*time.Second, func() bool {
 		err := ingestEvents(h, newEvent("t.order", "o-1", true, 1))
@@ -235,14 +231,7 @@ func TestMinWindowHoldsWhenTheWindowGrows(t *testing.T) {
 	var logs testkit.Buffer
 	base := `
 storage { max_size = "256KiB" }
-event "t.order" {
-  route {
-    to      = "nats.local"
-    subject = "t.order"
-  }
-  polling { min = "10ms" }
-}
-`
+` + orderType
 	h := newHarness(t, "idempotency { window = \"1h\" }\n"+base, false, harnessOption(func(o *engine.Options) {
 		o.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
 	}))
@@ -255,10 +244,7 @@ event "t.order" {
 	}
 	next := 0
 	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); {
-		evs := make([]engine.IngestEvent, 50)
-		for i := range evs {
-			evs[i] = newEvent("t.order", fmt.Sprintf("o-%d", next+i), true, 1)
-		}
+		evs := orders(next, 50)
 		if err := ingestEvents(h, evs...); err == nil {
 			next += 50
 		} else if switchyard.ErrorCode(err) == switchyard.ESTORAGEFULL {
