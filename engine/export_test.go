@@ -50,3 +50,9 @@ func SetOutcomeWait(t interface{ Cleanup(func()) }, d time.Duration) {
 	outcomeWait = d
 	t.Cleanup(func() { outcomeWait = old })
 }
+
+// UntilNextDue is l's untilNextDue for a poll that took its batch at
+// takeAt and ended no attempt.
+func (l *Loop) UntilNextDue(d time.Duration, takeAt time.Time) time.Duration {
+	return l.untilNextDue(d, l.pol.Load(), takeAt, time.Time{})
+}

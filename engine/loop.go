@@ -321,7 +321,7 @@ func (l *Loop) run(ctx context.Context) {
 		out.settled(&transit)
 		d, backOff := l.nextDelay(full && !out.probing), out.probing || err != nil || l.e.takesNothing()
 		if !backOff && !requeuedOnly {
-			d = l.untilNextDue(d, pol, leftBefore)
+			d = l.untilNextDue(d, pol, takeAt, leftBefore)
 		}
 		kicked, ok := l.wait(ctx, timer, d, backOff)
 		if !ok {
@@ -462,6 +462,9 @@ func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, bac
 // due (a retry's backoff ends), though not below polling.min: the
 // adaptive delay grows while a type is idle (to polling.max, a minute by
 // default), and a 1 s backoff waited a minute (a plugin author's trial).
+// The next event is the first due after the poll took its batch (takeAt),
+// not after now: a retry that came due while the batch was published and
+// its outcome written waited the whole delay too (a reload trial: 60 s).
 // Not while the loop backs off: during an outage the probes' cadence
 // governs (the events that wait it out come due every second or so).
 //
@@ -476,7 +479,7 @@ func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, bac
 // a spin. Events stored since the take wake the loop themselves: taken
 // here, before their wake-up came, that wake-up would hurry their
 // outcome's commit (await), one commit more an event at a low rate.
-func (l *Loop) untilNextDue(d time.Duration, pol *config.Policy, leftBefore time.Time) time.Duration {
+func (l *Loop) untilNextDue(d time.Duration, pol *config.Policy, takeAt, leftBefore time.Time) time.Duration {
 	now := l.e.now()
 	var next time.Time
 	var ok, dueNow bool
@@ -487,7 +490,7 @@ func (l *Loop) untilNextDue(d time.Duration, pol *config.Policy, leftBefore time
 				return nil
 			}
 		}
-		next, ok = tx.NextDue(l.typ, now)
+		next, ok = tx.NextDue(l.typ, takeAt)
 		return nil
 	}); err != nil {
 		return d

@@ -213,6 +213,29 @@ event "t.large" {
 	}
 }
 
+// An event that came due after a poll took its batch, a retry whose
+// backoff ended while the batch was published, is taken at polling.min,
+// not after the whole delay: the loop looked for the next event due after
+// the time it finished, found none, and waited polling.max (a reload
+// trial: six retries delivered 60 s late).
+func TestAnEventDueDuringAPollIsNotLeftForTheWholeDelay(t *testing.T) {
+	h := newHarness(t, `
+event "t.soon" {
+  route {
+    to      = "nats.local"
+    subject = "t.soon"
+  }
+  polling { min = "50ms" }
+}
+`, true)
+	takeAt := h.clock.Now()
+	h.clock.Advance(10 * time.Millisecond)
+	h.ingest("t.soon", 1) // due now: after the take, before the wait
+	if d := h.eng.Loop("t.soon").UntilNextDue(time.Minute, takeAt); d > 50*time.Millisecond {
+		t.Fatalf("after a poll that took its batch before an event came due, the loop waits %s, want polling.min (50ms)", d)
+	}
+}
+
 // A line whose first event waits out a retry's backoff holds the events
 // behind it without spinning the loop: after the poll that retried it,
 // one more poll finds nothing it may take, and the loop waits for the
