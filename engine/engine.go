@@ -332,7 +332,9 @@ func (e *Engine) Open() error {
 	}
 	for t := range types {
 		if _, ok := e.policyOf(t); !ok {
-			e.log.Warn("stored events wait in a queue the configuration no longer has; they wait until it comes back (a reload that brings it back starts their loop)", "queue", t)
+			if n := e.pendingIn(t); n > 0 {
+				e.log.Warn("stored events wait in a queue the configuration no longer has; they wait until it comes back (a reload that brings it back starts their loop)", "queue", t, "pending", n)
+			}
 			continue
 		}
 		if e.runsLoop(t) {

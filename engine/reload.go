@@ -91,32 +91,49 @@ func unchangedForReload(old, cfg *config.Config) error {
 	for _, c := range []struct {
 		what     string
 		old, new any
-		block    func() string // the key in BlocksAt of the block that changed, asked only then
+		block    func() (string, bool) // changedBlock's answer, asked only then
 	}{
-		{"listen", placeless(old.Listen), placeless(cfg.Listen), func() string { return "listen" }},
-		{"storage", old.Storage, cfg.Storage, func() string { return "storage" }},
-		{"nats", streamless(old.NATS), streamless(prefix(cfg.NATS, len(old.NATS))), func() string {
+		{"listen", placeless(old.Listen), placeless(cfg.Listen), func() (string, bool) { return "listen", false }},
+		{"storage", old.Storage, cfg.Storage, func() (string, bool) { return "storage", false }},
+		{"nats", streamless(old.NATS), streamless(prefix(cfg.NATS, len(old.NATS))), func() (string, bool) {
 			return changedBlock(streamless(old.NATS), streamless(cfg.NATS), config.NATS.SinkName)
 		}},
-		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), func() string { return changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName) }},
-		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes, func() string {
+		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), func() (string, bool) { return changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName) }},
+		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes, func() (string, bool) {
 			return changedBlock(old.Inboxes, cfg.Inboxes, func(in config.Inbox) string { return config.InboxSinkName(in.Name) })
 		}},
 	} {
 		if reflect.DeepEqual(c.old, c.new) || (isEmpty(c.old) && isEmpty(c.new)) {
 			continue
 		}
-		where := ""
-		if at, ok := cfg.BlocksAt[c.block()]; ok {
-			where = string(at) + ": "
-		}
-		fields := ""
-		if f := changedFields(c.old, c.new); len(f) > 0 {
-			fields = " (" + strings.Join(f, ", ") + ")"
-		}
-		return fmt.Errorf("%sreload: the %s blocks changed%s; that needs a restart (new blocks may be added after the others)", where, c.what, fields)
+		return blockChanged(old, cfg, c.what, c.old, c.new, c.block)
 	}
 	return nil
+}
+
+// blockChanged is unchangedForReload's refusal: where the block that
+// changed is, or which block was removed and where it was, and which
+// settings differ.
+func blockChanged(old, cfg *config.Config, what string, was, is any, block func() (string, bool)) error {
+	key, removed := block()
+	where, gone := "", ""
+	if at, ok := cfg.BlocksAt[key]; ok && !removed {
+		where = string(at) + ": "
+	}
+	if removed {
+		// A removed sink or inbox has no place in the new file: the
+		// message names it, and where it was (a reload trial got "the nats
+		// blocks changed" and no more).
+		gone = fmt.Sprintf("; %s was removed", key)
+		if at, ok := old.BlocksAt[key]; ok {
+			gone += fmt.Sprintf(" (it was at %s)", at)
+		}
+	}
+	fields := ""
+	if f := changedFields(was, is); len(f) > 0 {
+		fields = " (" + strings.Join(f, ", ") + ")"
+	}
+	return fmt.Errorf("%sreload: the %s blocks changed%s%s; that needs a restart (new blocks may be added after the others)", where, what, fields, gone)
 }
 
 // referencesResolve refuses a configuration naming a sink or a plugin the
@@ -232,18 +249,18 @@ func snake(name string) string {
 func prefix[T any](list []T, n int) []T { return list[:min(n, len(list))] }
 
 // changedBlock is the BlocksAt key of the first block of now that differs
-// from the one at its place in old ("" when a block was removed, and so
-// has no place in the file to point at).
-func changedBlock[T any](old, now []T, key func(T) string) string {
+// from the one at its place in old, and whether it is old's block, which
+// now no longer has (removed: it has no place in the new file to point at).
+func changedBlock[T any](old, now []T, key func(T) string) (string, bool) {
 	for i := range old {
 		if i >= len(now) {
-			return ""
+			return key(old[i]), true
 		}
 		if !reflect.DeepEqual(old[i], now[i]) {
-			return key(now[i])
+			return key(now[i]), false
 		}
 	}
-	return ""
+	return "", false
 }
 
 // isEmpty tells an empty list from a value: nil and empty lists compare
@@ -253,16 +270,20 @@ func isEmpty(v any) bool {
 	return rv.Kind() == reflect.Slice && rv.Len() == 0
 }
 
-// warnRemoved says, at a reload, what becomes of the events of a type whose
-// block is gone, as the start does for a queue the configuration no longer
-// has: a log line that names the type, with what is stored.
-func (e *Engine) warnRemoved(t string) {
-	var pending int
+// pendingIn is how many events wait in queue t (0 when it cannot be read).
+func (e *Engine) pendingIn(t string) (pending int) {
 	e.store.View(func(tx *storage.Tx) error {
 		pending = tx.Queue(t).Pending
 		return nil
 	})
-	if pending > 0 {
+	return pending
+}
+
+// warnRemoved says, at a reload, what becomes of the events of a type whose
+// block is gone, as the start does for a queue the configuration no longer
+// has: a log line that names the type, with what is stored.
+func (e *Engine) warnRemoved(t string) {
+	if pending := e.pendingIn(t); pending > 0 {
 		e.log.Warn("a reload removed the block of an event type with stored events: its loop goes on with the type's last settings until the router restarts; after a restart they wait until the block comes back",
 			"type", t, "pending", pending)
 	}

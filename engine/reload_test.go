@@ -63,6 +63,46 @@ event "nostream.gone" {
 	}
 }
 
+// The start warns of a queue the configuration no longer has only while
+// events wait in it, with how many: it warned of every queue ever stored,
+// emptied ones too, and said no number (a reload trial).
+func TestTheStartWarnsOnlyOfQueuesWithEvents(t *testing.T) {
+	h := newHarness(t, `
+event "t.done" {
+  route {
+    to      = "nats.local"
+    subject = "t.done"
+  }
+}
+event "t.left" {
+  route {
+    to      = "nats.local"
+    subject = "t.left"
+  }
+}
+`, true)
+	done := h.ingest("t.done", 1)
+	h.pollAll("t.done")
+	h.waitDelivered(done, 10*time.Second)
+	h.ingest("t.left", 2)
+	cfg, err := config.Parse([]byte(`event "t.other" {}`), "policies.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testkit.Buffer
+	e, err := engine.New(h.db, cfg, nil, engine.Options{Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	if l := logs.String(); !strings.Contains(l, "queue=t.left pending=2") || strings.Contains(l, "queue=t.done") {
+		t.Fatalf("the start's warnings of queues the configuration no longer has:\n%s", l)
+	}
+}
+
 // A reload is refused only when a setting that needs a restart changed,
 // and the refusal names the block and the setting: the listen block moved
 // down the file (the place of its tokens_file with it) is no change.
