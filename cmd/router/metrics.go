@@ -119,3 +119,45 @@ func registerSpace(reg prometheus.Registerer, eng *engine.Engine) {
 	gauge("switchyard_storage_reserve_bytes", "Bytes of the disk held in the reserve beside the data file for the moment the disk is full (0 once given up; made again when the disk has room).", func(sp storage.Space, _ int64) int64 { return sp.Reserve })
 	gauge("switchyard_storage_reusable_bytes", "Bytes of the data file on disk that new writes reuse (its free pages): room min_free counts with the disk's.", func(sp storage.Space, _ int64) int64 { return sp.Reusable })
 }
+
+// reloadMetrics count the reloads and say whether the last one took
+// (switchyard_config_last_reload_successful, as Prometheus's own): a
+// refused reload was said only in the log, where no alert looks (a reload
+// trial).
+type reloadMetrics struct {
+	reloads *prometheus.CounterVec
+	last    prometheus.Gauge
+	lastAt  prometheus.Gauge
+}
+
+func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
+	m := &reloadMetrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_config_reloads_total",
+			Help: "Configuration reloads (SIGHUP), by result: applied, or refused (the running configuration stayed; the log says why). A reload that kept the tokens in force because the tokens_file did not load is refused here."}, []string{"result"}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_config_last_reload_successful",
+			Help: "1 when the last reload (or the start) applied the whole configuration file, 0 when it was refused."}),
+		lastAt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_config_last_reload_success_timestamp_seconds",
+			Help: "When the configuration in force was last applied whole (the start, or a reload), in seconds since the Unix epoch."}),
+	}
+	m.reloads.WithLabelValues("applied")
+	m.reloads.WithLabelValues("refused")
+	m.last.Set(1)
+	m.lastAt.SetToCurrentTime()
+	reg.MustRegister(m.reloads, m.last, m.lastAt)
+	return m
+}
+
+// reloaded counts a reload that applied (err nil) or was refused.
+func (m *reloadMetrics) reloaded(err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.reloads.WithLabelValues("refused").Inc()
+		m.last.Set(0)
+		return
+	}
+	m.reloads.WithLabelValues("applied").Inc()
+	m.last.Set(1)
+	m.lastAt.SetToCurrentTime()
+}

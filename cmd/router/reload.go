@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -39,30 +40,49 @@ func (c *RunCommand) serve(ctx context.Context, hup <-chan os.Signal) {
 // tokens; the nats blocks' streams it sets up on their servers. A config
 // that does not parse, a plugin that does not load, a stream change a
 // server refuses, or a change that needs a restart (listeners, data file,
-// sinks' other settings, inboxes) is refused whole: nothing changes.
+// sinks' other settings, inboxes) is refused whole: nothing changes. A
+// tokens_file that does not load keeps the tokens in force, the rest
+// applied (logged; not Reload's error). Either counts as refused in the
+// metrics (reloadMetrics) and systemd's status line: systemd has no word
+// for a refused reload, and the log alone was where no alert looks (a
+// reload trial).
 func (c *RunCommand) Reload(ctx context.Context) error {
 	sdNotify("RELOADING=1")
-	defer sdNotify("READY=1")
+	tokensErr, err := c.reload(ctx)
+	whole := errors.Join(err, tokensErr)
+	c.reloadMetrics.reloaded(whole)
+	status := "STATUS=running; the configuration was reloaded"
+	if whole != nil {
+		line, _, _ := strings.Cut(whole.Error(), "\n")
+		status = "STATUS=running; the last reload was refused, the configuration before it stays in force: " + line
+	}
+	sdNotify("READY=1\n" + status)
+	return err
+}
+
+// reload is Reload's work: a refusal is its error; a tokens_file that did
+// not load, the rest applied, is tokensErr.
+func (c *RunCommand) reload(ctx context.Context) (tokensErr, err error) {
 	// Never the embedded defaults: a file missing for a moment while it is
 	// deployed must not swap the configuration for the demo's.
 	cfg, err := loadConfig(c.ConfigPath, false)
 	if errors.Is(err, fs.ErrNotExist) {
 		if c.cfg.File == embeddedName {
-			return fmt.Errorf("%s does not exist: the router runs on the embedded defaults, which a reload does not change (write the file, then reload)", c.ConfigPath)
+			return nil, fmt.Errorf("%s does not exist: the router runs on the embedded defaults, which a reload does not change (write the file, then reload)", c.ConfigPath)
 		}
-		return fmt.Errorf("the configuration file is gone: %w", err)
+		return nil, fmt.Errorf("the configuration file is gone: %w", err)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	plugins, err := c.loadPlugins(ctx, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	added, err := c.applyReload(ctx, cfg, plugins)
 	if err != nil {
 		closePlugins(ctx, plugins)
-		return err
+		return nil, err
 	}
 	c.tookReload(cfg, plugins, added)
 	for _, w := range runWarnings(cfg) {
@@ -71,10 +91,10 @@ func (c *RunCommand) Reload(ctx context.Context) error {
 	if err := c.api.ReloadTokens(); err != nil {
 		c.log.Error("tokens_file not reloaded; the tokens in force stay", "error", err)
 		c.log.Warn("configuration reloaded, except the tokens_file (see above)", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins))
-		return nil
+		return fmt.Errorf("tokens_file not reloaded: %w", err), nil
 	}
 	c.log.Info("configuration reloaded", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins))
-	return nil
+	return nil, nil
 }
 
 // applyReload checks cfg with the engine, then changes what it does not

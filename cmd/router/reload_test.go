@@ -182,12 +182,19 @@ event "t.lost" {
 // A reload while ./policies.hcl is missing (moved away for a moment by a
 // deploy) is refused, and the running configuration stays in force: it
 // took the embedded demo defaults instead, and every type and plugin the
-// file had was gone (an adversarial trial). A start that names a file that
-// does not exist fails, as does a stray argument before the flags.
+// file had was gone (an adversarial trial). The refusal shows beyond the
+// log, in switchyard_config_last_reload_successful and the status line
+// systemd shows (it was in the log alone: a reload trial), and the next
+// reload that takes sets both back. A start that names a file that does
+// not exist fails, as does a stray argument before the flags.
 func TestReloadWithoutTheFileKeepsTheConfig(t *testing.T) {
 	path, sock := writeConfig(t, "")
 	dir := filepath.Dir(path)
+	notify := listenNotify(t, filepath.Join(dir, "notify.sock"))
 	cmd, logs, c := runLogged(t, dir, sock, routerBinary(t), "run") // ./policies.hcl, the default
+	if got := readNotify(t, notify, 10*time.Second); !strings.Contains(got, "READY=1") {
+		t.Fatalf("the start's notification: %q", got)
+	}
 	if err := os.Rename(path, path+".deploying"); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +204,19 @@ func TestReloadWithoutTheFileKeepsTheConfig(t *testing.T) {
 	if !strings.Contains(logs.String(), "the configuration file is gone") || strings.Contains(logs.String(), "configuration reloaded") {
 		t.Errorf("the reload without the file:\n%s", logs.String())
 	}
+	reloadSaid := func(want string) {
+		t.Helper()
+		for got := ""; !strings.Contains(got, "READY=1"); {
+			got = readNotify(t, notify, 10*time.Second)
+			if strings.Contains(got, "READY=1") && !strings.Contains(got, want) {
+				t.Errorf("the reload's notification: %q, want %q", got, want)
+			}
+		}
+	}
+	reloadSaid("STATUS=running; the last reload was refused, the configuration before it stays in force: the configuration file is gone")
+	if ok, refused := metricValue(t, c, "switchyard_config_last_reload_successful"), metricValue(t, c, `switchyard_config_reloads_total{result="refused"}`); ok != 0 || refused != 1 {
+		t.Errorf("metrics after a refused reload: last successful %v, refused %v", ok, refused)
+	}
 	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/t"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +225,15 @@ func TestReloadWithoutTheFileKeepsTheConfig(t *testing.T) {
 	if resp.StatusCode != 202 {
 		t.Errorf("a type of the file after the refused reload: %d", resp.StatusCode)
 	}
+	if err := os.Rename(path+".deploying", path); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	reloadSaid("STATUS=running; the configuration was reloaded")
+	if ok, applied := metricValue(t, c, "switchyard_config_last_reload_successful"), metricValue(t, c, `switchyard_config_reloads_total{result="applied"}`); ok != 1 || applied != 1 {
+		t.Errorf("metrics after the file came back and a reload took it: last successful %v, applied %v", ok, applied)
+	}
+	os.Rename(path, path+".deploying") // the starts below name it
 
 	for _, args := range [][]string{
 		{"run", "-config", filepath.Join(dir, "nope.hcl")},

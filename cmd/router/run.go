@@ -59,15 +59,17 @@ type RunCommand struct {
 	// Reloads, if set, asks for a reload as SIGHUP does (router plugin dev).
 	Reloads <-chan struct{}
 
-	log         hclog.Logger
-	reg         *prometheus.Registry
-	health      *health        // runs the sinks', servers' and inboxes' checks
-	progress    *startProgress // while open runs; nil after
-	db          *storage.DB
-	natsServers []*natsplugin.Server
-	wasm        *wasm.Runtime // nil without plugins
-	plugins     []switchyard.Plugin
-	pprof       *http.Server // listen { pprof }; nil when off
+	log hclog.Logger
+	reg *prometheus.Registry
+	// reloadMetrics count the reloads (nil until the registry is made).
+	reloadMetrics *reloadMetrics
+	health        *health        // runs the sinks', servers' and inboxes' checks
+	progress      *startProgress // while open runs; nil after
+	db            *storage.DB
+	natsServers   []*natsplugin.Server
+	wasm          *wasm.Runtime // nil without plugins
+	plugins       []switchyard.Plugin
+	pprof         *http.Server // listen { pprof }; nil when off
 	// activated is the API socket systemd passed (socket activation); nil
 	// when the router creates its own.
 	activated   net.Listener
@@ -205,6 +207,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	}
 	c.sourcesCtx, c.stopSources = context.WithCancel(context.WithoutCancel(ctx))
 	c.reg = newRegistry()
+	c.reloadMetrics = newReloadMetrics(c.reg)
 	if err := c.openStorage(ctx, cfg); err != nil {
 		return err
 	}
