@@ -465,6 +465,7 @@ func (l *Loop) wait(ctx context.Context, timer *time.Timer, d time.Duration, bac
 // The next event is the first due after the poll took its batch (takeAt),
 // not after now: a retry that came due while the batch was published and
 // its outcome written waited the whole delay too (a reload trial: 60 s).
+// Not with backoff off, whose retries are paced by the delay itself.
 // Not while the loop backs off: during an outage the probes' cadence
 // governs (the events that wait it out come due every second or so).
 //
@@ -490,7 +491,15 @@ func (l *Loop) untilNextDue(d time.Duration, pol *config.Policy, takeAt, leftBef
 				return nil
 			}
 		}
-		next, ok = tx.NextDue(l.typ, takeAt)
+		from := takeAt
+		if !pol.Backoff.Enabled {
+			// Its retries come due at the commit that wrote them: from
+			// the take, the poll's own would cut the wait to polling.min
+			// every time, and the adaptive delay would never pace them
+			// (a review).
+			from = now
+		}
+		next, ok = tx.NextDue(l.typ, from)
 		return nil
 	}); err != nil {
 		return d

@@ -236,6 +236,35 @@ event "t.soon" {
 	}
 }
 
+// With backoff off ("retry on the next poll"), a failing event's retries
+// are paced by the adaptive delay, which grows while they fail: its own
+// retry, due at the commit that wrote it, does not count as an event that
+// came due during the poll (untilNextDue). Counted so, it was retried every
+// polling.min for as long as its receiver stayed down (a review: 173
+// attempts in 2 s at a 10 ms min, against 2).
+func TestRetriesWithoutBackoffFollowTheAdaptiveDelay(t *testing.T) {
+	var runs atomic.Int64
+	fail := funcPlugin{name: "fail", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		runs.Add(1)
+		return nil, fmt.Errorf("receiver down")
+	}}
+	h := newHarness(t, pluginPolicy("fail", "t.nb", `
+  max_retries = 100000
+  polling {
+    min = "10ms"
+    max = "1m"
+  }
+  ordering = "key"
+  backoff { enabled = false }`), false, withPlugins(fail))
+	h.ingest("t.nb", 1)
+	time.Sleep(2 * time.Second) // the delay grows past a second
+	before := runs.Load()
+	time.Sleep(2 * time.Second)
+	if n := runs.Load() - before; n > 5 {
+		t.Fatalf("a failing event without backoff was tried %d times in 2 s after 2 s of failures: the delay did not grow", n)
+	}
+}
+
 // A line whose first event waits out a retry's backoff holds the events
 // behind it without spinning the loop: after the poll that retried it,
 // one more poll finds nothing it may take, and the loop waits for the
