@@ -92,21 +92,22 @@ func unchangedForReload(old, cfg *config.Config) error {
 		what     string
 		old, new any
 		block    func() (string, bool) // changedBlock's answer, asked only then
+		addable  bool                  // blocks may be added after the others
 	}{
-		{"listen", placeless(old.Listen), placeless(cfg.Listen), func() (string, bool) { return "listen", false }},
-		{"storage", old.Storage, cfg.Storage, func() (string, bool) { return "storage", false }},
+		{"listen", placeless(old.Listen), placeless(cfg.Listen), func() (string, bool) { return "listen", false }, false},
+		{"storage", old.Storage, cfg.Storage, func() (string, bool) { return "storage", false }, false},
 		{"nats", streamless(old.NATS), streamless(prefix(cfg.NATS, len(old.NATS))), func() (string, bool) {
 			return changedBlock(streamless(old.NATS), streamless(cfg.NATS), config.NATS.SinkName)
-		}},
-		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), func() (string, bool) { return changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName) }},
+		}, true},
+		{"kafka", old.Kafka, prefix(cfg.Kafka, len(old.Kafka)), func() (string, bool) { return changedBlock(old.Kafka, cfg.Kafka, config.Kafka.SinkName) }, true},
 		{"inbox (or the defaults they inherit)", old.Inboxes, cfg.Inboxes, func() (string, bool) {
 			return changedBlock(old.Inboxes, cfg.Inboxes, func(in config.Inbox) string { return config.InboxSinkName(in.Name) })
-		}},
+		}, false},
 	} {
 		if reflect.DeepEqual(c.old, c.new) || (isEmpty(c.old) && isEmpty(c.new)) {
 			continue
 		}
-		return blockChanged(old, cfg, c.what, c.old, c.new, c.block)
+		return blockChanged(old, cfg, c.what, c.old, c.new, c.block, c.addable)
 	}
 	return nil
 }
@@ -114,7 +115,7 @@ func unchangedForReload(old, cfg *config.Config) error {
 // blockChanged is unchangedForReload's refusal: where the block that
 // changed is, or which block was removed and where it was, and which
 // settings differ.
-func blockChanged(old, cfg *config.Config, what string, was, is any, block func() (string, bool)) error {
+func blockChanged(old, cfg *config.Config, what string, was, is any, block func() (string, bool), addable bool) error {
 	key, removed := block()
 	where, gone := "", ""
 	if at, ok := cfg.BlocksAt[key]; ok && !removed {
@@ -130,10 +131,14 @@ func blockChanged(old, cfg *config.Config, what string, was, is any, block func(
 		}
 	}
 	fields := ""
-	if f := changedFields(was, is); len(f) > 0 {
+	if f := changedFields(was, is); len(f) > 0 && !removed { // by place: a removal shifts the rest
 		fields = " (" + strings.Join(f, ", ") + ")"
 	}
-	return fmt.Errorf("%sreload: the %s blocks changed%s%s; that needs a restart (new blocks may be added after the others)", where, what, fields, gone)
+	hint := ""
+	if addable {
+		hint = " (new blocks may be added after the others)"
+	}
+	return fmt.Errorf("%sreload: the %s blocks changed%s%s; that needs a restart%s", where, what, fields, gone, hint)
 }
 
 // referencesResolve refuses a configuration naming a sink or a plugin the
@@ -248,15 +253,24 @@ func snake(name string) string {
 // reload must leave as they were, before the ones it adds.
 func prefix[T any](list []T, n int) []T { return list[:min(n, len(list))] }
 
-// changedBlock is the BlocksAt key of the first block of now that differs
-// from the one at its place in old, and whether it is old's block, which
-// now no longer has (removed: it has no place in the new file to point at).
+// changedBlock is the BlocksAt key of the block a reload changed: a block
+// of old that now no longer has (removed: it has no place in the new file
+// to point at), else the first block of now that differs from the one at
+// its place in old, or that old had none at (added). By name first:
+// compared by place alone, a block removed from the middle blamed the one
+// that moved up into its place, with changes it did not have (a review).
 func changedBlock[T any](old, now []T, key func(T) string) (string, bool) {
-	for i := range old {
-		if i >= len(now) {
-			return key(old[i]), true
+	names := make(map[string]bool, len(now))
+	for _, b := range now {
+		names[key(b)] = true
+	}
+	for _, b := range old {
+		if !names[key(b)] {
+			return key(b), true
 		}
-		if !reflect.DeepEqual(old[i], now[i]) {
+	}
+	for i := range now {
+		if i >= len(old) || !reflect.DeepEqual(old[i], now[i]) {
 			return key(now[i]), false
 		}
 	}
