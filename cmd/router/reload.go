@@ -49,15 +49,22 @@ func (c *RunCommand) serve(ctx context.Context, hup <-chan os.Signal) {
 func (c *RunCommand) Reload(ctx context.Context) error {
 	sdNotify("RELOADING=1")
 	tokensErr, err := c.reload(ctx)
-	whole := errors.Join(err, tokensErr)
-	c.reloadMetrics.reloaded(whole)
-	status := "STATUS=running; the configuration was reloaded"
-	if whole != nil {
-		line, _, _ := strings.Cut(whole.Error(), "\n")
-		status = "STATUS=running; the last reload was refused, the configuration before it stays in force: " + line
-	}
-	sdNotify("READY=1\n" + status)
+	c.reloadMetrics.reloaded(errors.Join(err, tokensErr))
+	sdNotify("READY=1\n" + reloadStatus(err, tokensErr))
 	return err
+}
+
+// reloadStatus is systemd's status line after a reload that was refused
+// (err), or applied but for the tokens_file (tokensErr), or applied.
+func reloadStatus(err, tokensErr error) string {
+	firstLine := func(err error) string { line, _, _ := strings.Cut(err.Error(), "\n"); return line }
+	switch {
+	case err != nil:
+		return "STATUS=running; the last reload was refused, the configuration before it stays in force: " + firstLine(err)
+	case tokensErr != nil:
+		return "STATUS=running; the configuration was reloaded, but for the tokens_file (the tokens before it stay in force): " + firstLine(tokensErr)
+	}
+	return "STATUS=running; the configuration was reloaded"
 }
 
 // reload is Reload's work: a refusal is its error; a tokens_file that did

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -399,5 +400,24 @@ nats "remote" {
 	}
 	if info := st.CachedInfo(); info.Config.MaxAge != 0 || info.State.Msgs != 1 {
 		t.Fatalf("after the added block's refusal stream events has max_age %s and %d messages, want 0 and its 1", info.Config.MaxAge, info.State.Msgs)
+	}
+}
+
+// systemd's status line after a reload says which of three it was: refused
+// (the configuration before it stays), applied but for the tokens_file
+// (it said "refused", the new configuration in force: a review), applied;
+// an error's first line only, so that it cannot add lines of its own.
+func TestReloadStatus(t *testing.T) {
+	for _, c := range []struct {
+		err, tokens error
+		want        string
+	}{
+		{errors.New("policies.hcl:3:1: bad\nSTOPPING=1"), nil, "STATUS=running; the last reload was refused, the configuration before it stays in force: policies.hcl:3:1: bad"},
+		{nil, errors.New("tokens_file not reloaded: unexpected EOF"), "STATUS=running; the configuration was reloaded, but for the tokens_file (the tokens before it stay in force): tokens_file not reloaded: unexpected EOF"},
+		{nil, nil, "STATUS=running; the configuration was reloaded"},
+	} {
+		if got := reloadStatus(c.err, c.tokens); got != c.want {
+			t.Errorf("reloadStatus(%v, %v) = %q, want %q", c.err, c.tokens, got, c.want)
+		}
 	}
 }
