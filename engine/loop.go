@@ -291,15 +291,15 @@ func (l *Loop) run(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			l.e.log.Error("poll failed", "type", l.typ, "error", err)
 		}
-		taken, full := 0, false
+		taken, full := 0, false // takeAndSend returns a batch or an error, not both
 		if b != nil {
-			taken, full = len(b.items), b.full && err == nil
-			if !b.full && !b.pol.ByKey() { // the take's policy
+			taken, full = len(b.items), b.full
+			if !full && !b.pol.ByKey() { // the take's policy
 				b.hurry = make(chan struct{})
 			}
 			transit.add(l.finishAsync(ctx, b))
 		}
-		l.e.metrics.polled(l.typ, taken, b != nil && b.full)
+		l.e.metrics.polled(l.typ, taken, full)
 		if taken > 0 && err == nil && l.restForIngest(ctx, timer, &transit, b, start) {
 			out.goOn(&transit)
 			continue

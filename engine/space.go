@@ -263,11 +263,12 @@ func (e *Engine) spaceLoop(ctx context.Context) {
 		e.space.delivered.Store(e.deliveredRemovable(cfg))
 		e.sayWhatChanged(st, &said)
 		e.keepReserve(cfg.Storage, st.space, &said)
-		if st.full != nil && !e.makeRoom(ctx) {
-			e.sayStuck(cfg, &said)
-		} else if st.full == nil {
+		switch {
+		case st.full == nil:
 			e.space.stuck.Store(nil)
 			said.stuck = false
+		case !e.makeRoom(ctx):
+			e.sayStuck(cfg, &said)
 		}
 		select {
 		case <-ctx.Done():

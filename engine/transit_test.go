@@ -144,11 +144,7 @@ event "t.large" {
   }
 }
 `, true)
-	var ids []string
-	for i := range 20 {
-		ids = append(ids, h.ingestEvent(switchyard.Event{ID: fmt.Sprintf("large-%d", i), Type: "t.large", Source: "/test", SpecVersion: "1.0",
-			Data: bytes.Repeat([]byte("x"), 100<<10)}))
-	}
+	ids := ingestLarge(h, 20)
 	res, err := h.eng.Loop("t.large").Poll(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -182,11 +178,7 @@ event "t.large" {
   }
 }
 `, true, harnessOption(func(o *engine.Options) { o.Registerer = reg }))
-	var ids []string
-	for i := range 60 {
-		ids = append(ids, h.ingestEvent(switchyard.Event{ID: fmt.Sprintf("large-%d", i), Type: "t.large", Source: "/test", SpecVersion: "1.0",
-			Data: bytes.Repeat([]byte("x"), 100<<10)}))
-	}
+	ids := ingestLarge(h, 60)
 	if err := h.eng.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +255,17 @@ func TestRetriesWithoutBackoffFollowTheAdaptiveDelay(t *testing.T) {
 	if n := runs.Load() - before; n > 5 {
 		t.Fatalf("a failing event without backoff was tried %d times in 2 s after 2 s of failures: the delay did not grow", n)
 	}
+}
+
+// ingestLarge stores n events of type t.large with 100 KiB of data each,
+// one request each, and returns their ids.
+func ingestLarge(h *harness, n int) []string {
+	var ids []string
+	for i := range n {
+		ids = append(ids, h.ingestEvent(switchyard.Event{ID: fmt.Sprintf("large-%d", i), Type: "t.large", Source: "/test", SpecVersion: "1.0",
+			Data: bytes.Repeat([]byte("x"), 100<<10)}))
+	}
+	return ids
 }
 
 // A line whose first event waits out a retry's backoff holds the events

@@ -368,8 +368,12 @@ func (l Limit) full(n int, b int64) bool {
 }
 
 // Reached reports whether recs, as Due took them, reach l: Due stopped at
-// l, not for want of due events.
+// l, not for want of due events. It counts their bytes only for a take
+// short of l.Events with a byte bound.
 func (l Limit) Reached(recs []*Record) bool {
+	if len(recs) >= l.Events || l.Bytes <= 0 {
+		return len(recs) >= l.Events
+	}
 	var b int64
 	for _, r := range recs {
 		b += int64(r.Event.Bytes())
@@ -641,20 +645,17 @@ func (tx *Tx) DLQDepth(t string) int {
 // AnyPending reports whether any queue (an event type's, an inbox's)
 // holds an event: one seek a queue.
 func (tx *Tx) AnyPending() bool {
-	found := false
 	queues := tx.bucket(bucketQueue)
-	queues.ForEachBucket(func(k []byte) error {
-		if first, _ := queues.Bucket(k).Cursor().First(); first != nil {
-			found = true
-			return errStopWalk
+	c := queues.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if q := queues.Bucket(k); v == nil && q != nil {
+			if first, _ := q.Cursor().First(); first != nil {
+				return true
+			}
 		}
-		return nil
-	})
-	return found
+	}
+	return false
 }
-
-// errStopWalk ends a ForEach early.
-var errStopWalk = errors.New("storage: walk stopped")
 
 // Types lists the event types that have a queue.
 func (tx *Tx) Types() []string {
