@@ -26,6 +26,7 @@ const (
 	ENOTINDLQ       = "not_in_dlq"          // a DLQ action on an event that is not dead (or resolved)
 	EUNAVAILABLE    = "storage_unavailable" // the data file cannot take writes
 	ESTORAGEFULL    = "storage_full"        // the data file's budget (max_size, min_free) is reached
+	ERATELIMITED    = "rate_limited"        // the tenant's tenant block allows no more events yet
 	EINTERNAL       = "internal"
 )
 

@@ -161,7 +161,7 @@ func ParseTokens(b []byte, name string) (*Tokens, error) {
 			}
 			en.tenant = storage.DefaultTenant
 		}
-		if err := checkTenant(en.tenant); err != nil {
+		if err := switchyard.CheckTenant(en.tenant); err != nil {
 			return nil, fmt.Errorf("tokens_file %s: token %d: tenant %q: %v", name, i, en.tenant, err)
 		}
 		t.entries = append(t.entries, en)

@@ -39,6 +39,8 @@ const (
 // extra is more of the configuration.
 type tcpRouter struct {
 	*router
+	eng    *engine.Engine
+	cfg    *config.Config // what eng was made with
 	addr   string
 	reg    *prometheus.Registry
 	http   *http.Client
@@ -93,11 +95,11 @@ event "order.created" {}
 		listen(&cfg.Listen)
 	}
 	db := storagetest.Open(t)
-	eng, err := engine.New(db, cfg, nil, engine.Options{})
+	reg := prometheus.NewRegistry()
+	eng, err := engine.New(db, cfg, nil, engine.Options{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
 	o := api.Options{Registerer: reg, Gatherer: reg}
 	if opts != nil {
 		opts(&o)
@@ -108,7 +110,7 @@ event "order.created" {}
 	}
 	t.Cleanup(func() { srv.Close(context.Background()) })
 	r := &router{t: t, db: db, srv: srv, sock: cfg.Listen.Socket, client: unixClient(cfg.Listen.Socket)}
-	return &tcpRouter{router: r, addr: srv.TCPAddr(), reg: reg, tokens: tokensPath, http: &http.Client{
+	return &tcpRouter{router: r, eng: eng, cfg: cfg, addr: srv.TCPAddr(), reg: reg, tokens: tokensPath, http: &http.Client{
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
 }

@@ -26,6 +26,7 @@ var statusOf = map[string]int{
 	switchyard.EINVALIDREQUEST: http.StatusBadRequest,
 	switchyard.EUNKNOWNTYPE:    http.StatusUnprocessableEntity,
 	switchyard.ESTORAGEFULL:    http.StatusInsufficientStorage,
+	switchyard.ERATELIMITED:    http.StatusTooManyRequests,
 	switchyard.ETOOMANYTYPES:   http.StatusUnprocessableEntity,
 	switchyard.ETOOLARGE:       http.StatusRequestEntityTooLarge,
 	switchyard.ETIMEOUT:        http.StatusRequestTimeout,

@@ -21,7 +21,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
@@ -708,21 +707,12 @@ func readTenant(r *http.Request) (string, error) {
 	return named, nil
 }
 
-// tenantParam is checkTenant's answer for a tenant a request names in
+// tenantParam is switchyard.CheckTenant's answer for a tenant a request names in
 // name (a header, a query parameter): 400 invalid_request when it is no
 // tenant name.
 func tenantParam(name, t string) error {
-	if err := checkTenant(t); err != nil {
+	if err := switchyard.CheckTenant(t); err != nil {
 		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "%s must be %v", name, err)
-	}
-	return nil
-}
-
-func checkTenant(t string) error {
-	// No control character: the data file's keys use 0 and 1 bytes as
-	// separators (storage.EventKey beside an inbox's keys).
-	if t == "" || len(t) > 64 || !utf8.ValidString(t) || strings.ContainsFunc(t, unicode.IsControl) {
-		return errors.New("up to 64 bytes of printable UTF-8")
 	}
 	return nil
 }
@@ -952,6 +942,13 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 		out["catch_all"] = map[string]any{
 			"types": ca.Types, "max_types": ca.MaxTypes, "max_types_per_tenant": ca.MaxTypesPerTenant, "added_by_tenant": ca.ByTenant, "in_flight": ca.InFlight,
 		}
+	}
+	if rates := s.engine.TenantRates(); len(rates) > 0 {
+		tenants := map[string]any{}
+		for t, r := range rates {
+			tenants[t] = map[string]any{"rate": r.Rate, "burst": r.Burst, "available": r.Available, "refused": r.Refused}
+		}
+		out["tenant_rates"] = tenants
 	}
 	if sp, maxSize, ok := s.engine.Space(); ok {
 		out["storage"] = map[string]any{

@@ -54,8 +54,37 @@ type Config struct {
 	// for the others. The operator's clients are not held to it.
 	MaxTypesPerTenant int
 
+	// Tenants bounds how fast each tenant's tokens on the TCP listener may
+	// store events, by tenant name; "*" bounds each tenant without a block
+	// of its own (each with a bucket of its own). nil without tenant blocks:
+	// no bound.
+	Tenants map[string]TenantLimit
+
 	Plugins []Plugin
 	Inboxes []Inbox
+}
+
+// TenantLimit is a tenant "<name>" block: a token bucket of events
+// (docs/decisions/tenant-rate.md). A tenant's tokens on the TCP listener
+// may store Rate events a second, and Burst at once; the operator's
+// clients (the unix socket, admin tokens) are not held to it.
+type TenantLimit struct {
+	Rate int // events a second, sustained
+	// Burst is how many events the bucket holds: a request of more is
+	// refused whatever the wait. Default the larger of Rate and
+	// listen.max_batch, so that any batch the listener takes can pass.
+	Burst int
+	At    Pos // where the block is
+}
+
+// TenantLimit returns the bound on tenant's events: its own tenant block,
+// or the "*" block. ok is false when neither exists.
+func (c *Config) TenantLimit(tenant string) (l TenantLimit, ok bool) {
+	if l, ok = c.Tenants[tenant]; ok {
+		return l, true
+	}
+	l, ok = c.Tenants["*"]
+	return l, ok
 }
 
 // Policy returns the resolved policy for an event type, falling back to the

@@ -538,6 +538,13 @@ plugin "p" { wasm = "p.wasm" }
 			`test.hcl:2:12: Socket path in use: listen.socket "/srv/sy" is a parent folder of storage.path`},
 		{"socket is a plugin", "listen {\n  socket = \"p.wasm\"\n}\nplugin \"p\" { wasm = \"./p.wasm\" }\n",
 			`test.hcl:2:12: Socket path in use: listen.socket "p.wasm" is the path of the wasm file of plugin "p"`},
+		{"tenant without rate", "tenant \"acme\" {\n  burst = 10\n}\n", "test.hcl:1:1: Missing required argument: The tenant block needs rate"},
+		{"tenant rate zero", "tenant \"acme\" {\n  rate = 0\n}\n", "test.hcl:2:10: Invalid value: rate must be at least 1, not 0"},
+		{"tenant rate fraction", "tenant \"acme\" {\n  rate = 0.5\n}\n", "test.hcl:2:10: Invalid value: rate must be a whole number, not 0.5"},
+		{"tenant burst zero", "tenant \"acme\" {\n  rate = 5\n  burst = 0\n}\n", "test.hcl:3:11: Invalid value: burst must be at least 1, not 0"},
+		{"tenant name", "tenant \"a\\u0001b\" {\n  rate = 5\n}\n", `test.hcl:1:8: Invalid tenant: tenant name "a\x01b": up to 64 bytes of printable UTF-8`},
+		{"tenant twice", "tenant \"acme\" {\n  rate = 5\n}\ntenant \"acme\" {\n  rate = 6\n}\n", `test.hcl:4:1: Duplicate tenant block: tenant "acme" is already declared on line 1`},
+		{"tenant attribute", "tenant \"acme\" {\n  rate = 5\n  max_size = 6\n}\n", `test.hcl:3:3: Unsupported argument`},
 	}
 	line := regexp.MustCompile(`^test\.hcl:\d+:\d+: \S`)
 	for _, tt := range tests {
@@ -640,6 +647,30 @@ func TestMaxTypesPerTenant(t *testing.T) {
 		if cfg.MaxTypes != c.all || cfg.MaxTypesPerTenant != c.perTenant {
 			t.Errorf("%q: max_types %d, per tenant %d; want %d, %d", c.block, cfg.MaxTypes, cfg.MaxTypesPerTenant, c.all, c.perTenant)
 		}
+	}
+}
+
+// A tenant block's burst is the larger of its rate and listen.max_batch
+// unless it says otherwise, so that any batch the listener takes can pass;
+// "*" is kept as the bound of every tenant without a block of its own.
+func TestTenantLimits(t *testing.T) {
+	cfg := mustParse(t, "listen {\n  max_batch = 50\n}\ntenant \"acme\" {\n  rate = 10\n}\ntenant \"beta corp\" {\n  rate = 100\n}\ntenant \"*\" {\n  rate = 5\n  burst = 7\n}\n")
+	for _, c := range []struct {
+		tenant      string
+		rate, burst int
+		at          Pos
+	}{
+		{"acme", 10, 50, "test.hcl:4:1"},
+		{"beta corp", 100, 100, "test.hcl:7:1"},
+		{"other", 5, 7, "test.hcl:10:1"},
+	} {
+		l, ok := cfg.TenantLimit(c.tenant)
+		if !ok || l.Rate != c.rate || l.Burst != c.burst || l.At != c.at {
+			t.Errorf("tenant %q: %+v %v; want rate %d, burst %d at %s", c.tenant, l, ok, c.rate, c.burst, c.at)
+		}
+	}
+	if l, ok := mustParse(t, "tenant \"acme\" {\n  rate = 10\n}\n").TenantLimit("beta"); ok {
+		t.Errorf("a tenant without a block, and no \"*\" block: %+v", l)
 	}
 }
 

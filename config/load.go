@@ -176,7 +176,7 @@ var (
 	rootSchema = schema("",
 		block("listen"), block("storage"), block("idempotency"), block("outbox"), block("dlq"),
 		block("nats", "name"), block("kafka", "name"), block("plugin", "name"),
-		block("defaults"), block("event", "type"), block("inbox", "name"))
+		block("defaults"), block("event", "type"), block("inbox", "name"), block("tenant", "name"))
 	listenSchema  = schema("socket http tokens_file max_body max_batch max_connections read_timeout pprof")
 	policySchema  = schema(policyAttrs, block("polling"), block("backoff"), block("route"))
 	eventSchema   = schema(policyAttrs+" max_types max_types_per_tenant", block("polling"), block("backoff"), block("route"))
@@ -198,6 +198,7 @@ var (
 	inboxSchema = schema("from topics group instance_id session_timeout read_committed subject durable ttl id_header missing_id "+policyAttrs,
 		block("deliver"), block("polling"), block("backoff"))
 	deliverSchema = schema("url timeout concurrency mode")
+	tenantSchema  = schema("rate burst")
 )
 
 // decoder turns HCL bodies into resolved structs, collecting every
@@ -294,12 +295,17 @@ func (d *decoder) declare(seen map[string]hcl.Range, b *hcl.Block) bool {
 		return false
 	}
 	seen[name] = b.DefRange
-	event := b.Type == "event"
+	event, tenant := b.Type == "event", b.Type == "tenant"
 	var typeErr error // what ingest would say of the type
 	if event && name != "*" {
 		typeErr = cloudevents.Check(cloudevents.AttrType, name)
 	}
 	switch {
+	case tenant && name != "*":
+		if err := switchyard.CheckTenant(name); err != nil {
+			d.errorf(b.LabelRanges[0], "Invalid tenant", "tenant name %q: %v, or \"*\" for every tenant without a block of its own.", name, err)
+		}
+	case tenant:
 	case !event && !validName(name):
 		d.errorf(b.LabelRanges[0], "Invalid name",
 			"%s name %q may hold only letters, digits, '-' and '_'.", b.Type, name)
@@ -411,6 +417,7 @@ func (d *decoder) root(body hcl.Body) *Config {
 			cfg.Inboxes = append(cfg.Inboxes, in)
 		}
 	}
+	d.tenants(c.Blocks, cfg)
 	d.checkSocketPath(cfg.Listen.Socket, body.MissingItemRange())
 	cfg.WrittenPaths = d.writtenPaths()
 	cfg.BlocksAt = blocksAt(c.Blocks)
@@ -530,6 +537,29 @@ func (d *decoder) catchAllBounds(ec *hcl.BodyContent, label string, cfg *Config)
 		d.integer(a, &cfg.MaxTypesPerTenant, 1, 100_000)
 		if cfg.MaxTypesPerTenant > cfg.MaxTypes {
 			d.errorf(a.Expr.Range(), "Invalid value", "max_types_per_tenant (%d) must not be more than max_types (%d).", cfg.MaxTypesPerTenant, cfg.MaxTypes)
+		}
+	}
+}
+
+// tenants decodes each tenant block: its rate, and its burst (default the
+// larger of the rate and listen.max_batch, decoded before).
+func (d *decoder) tenants(blocks hcl.Blocks, cfg *Config) {
+	seen := map[string]hcl.Range{}
+	for _, b := range blocks.OfType("tenant") {
+		c := d.content(b.Body, tenantSchema)
+		l := TenantLimit{At: posOf(b.DefRange)}
+		if a := c.Attributes["rate"]; a == nil {
+			d.errorf(b.DefRange, "Missing required argument", "The tenant block needs rate = <events a second>.")
+		} else {
+			d.integer(a, &l.Rate, 1, 10_000_000)
+		}
+		l.Burst = max(l.Rate, cfg.Listen.MaxBatch)
+		d.integer(c.Attributes["burst"], &l.Burst, 1, 10_000_000)
+		if d.declare(seen, b) {
+			if cfg.Tenants == nil {
+				cfg.Tenants = map[string]TenantLimit{}
+			}
+			cfg.Tenants[b.Labels[0]] = l
 		}
 	}
 }

@@ -81,6 +81,7 @@ type Engine struct {
 	metrics      *metrics
 
 	inflight  inFlight
+	rates     tenantRates
 	ingesting atomic.Int32 // requests inside Ingest
 	yield     yieldTrial
 	tail      tail

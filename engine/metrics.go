@@ -30,6 +30,7 @@ type metrics struct {
 	publishSecs  *prometheus.HistogramVec
 	dlqActions   *prometheus.CounterVec
 	yielded      *prometheus.CounterVec
+	rateLimited  *prometheus.CounterVec
 
 	pending               *prometheus.Desc
 	inProcess             *prometheus.Desc
@@ -104,12 +105,13 @@ func newMetrics(e *Engine) *metrics {
 			Help:    "Time a sink took to publish one batch's messages and get every broker answer.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms … 16s
 		}, []string{"sink"}),
-		dlqActions: counter("dlq_actions_total", "Dead letters an operator retried, resolved or deleted.", "action"),
-		yielded:    counter("delivery_yield_seconds_total", "Time a type's loop rested so that requests waiting for the CPU got it (outbox.yield_lag).", "type"),
-		watchers:   prometheus.NewDesc("switchyard_tail_watchers", "Live tails watching published outputs (router tail, the console).", nil, nil),
-		clockAhead: prometheus.NewDesc("switchyard_clock_ahead_seconds", "How far the router's clock is ahead of the system clock: after the system clock stepped back (while running, or since the data file last saw it), the router's goes on at the clock's rate until the system clock passes it.", nil, nil),
-		stateKeys:  prometheus.NewDesc("switchyard_plugin_state_keys", "Keys a state namespace holds (<plugin>:<type>, or a shared state_namespace).", []string{"namespace"}, nil),
-		stateBytes: prometheus.NewDesc("switchyard_plugin_state_bytes", "Bytes of keys and values a state namespace holds.", []string{"namespace"}, nil),
+		dlqActions:  counter("dlq_actions_total", "Dead letters an operator retried, resolved or deleted.", "action"),
+		yielded:     counter("delivery_yield_seconds_total", "Time a type's loop rested so that requests waiting for the CPU got it (outbox.yield_lag).", "type"),
+		rateLimited: counter("tenant_rate_limited_events_total", "Events of a tenant's requests refused by its tenant block: over its rate (429), or more at once than its burst (413).", "tenant"),
+		watchers:    prometheus.NewDesc("switchyard_tail_watchers", "Live tails watching published outputs (router tail, the console).", nil, nil),
+		clockAhead:  prometheus.NewDesc("switchyard_clock_ahead_seconds", "How far the router's clock is ahead of the system clock: after the system clock stepped back (while running, or since the data file last saw it), the router's goes on at the clock's rate until the system clock passes it.", nil, nil),
+		stateKeys:   prometheus.NewDesc("switchyard_plugin_state_keys", "Keys a state namespace holds (<plugin>:<type>, or a shared state_namespace).", []string{"namespace"}, nil),
+		stateBytes:  prometheus.NewDesc("switchyard_plugin_state_bytes", "Bytes of keys and values a state namespace holds.", []string{"namespace"}, nil),
 		events: prometheus.NewDesc("switchyard_events", "Records in the data file by state (pending excludes in_process; delivered are kept until outbox.ttl).",
 			[]string{"state"}, nil),
 	}
@@ -120,7 +122,7 @@ func newMetrics(e *Engine) *metrics {
 }
 
 func (m *metrics) vecs() []prometheus.Collector {
-	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.requeued, m.filtered, m.unrouted, m.publishSecs, m.dlqActions, m.yielded}
+	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.requeued, m.filtered, m.unrouted, m.publishSecs, m.dlqActions, m.yielded, m.rateLimited}
 }
 
 // Describe implements prometheus.Collector.

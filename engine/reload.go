@@ -52,6 +52,7 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	e.sinkMap.Store(&sinks)
 	e.retired = append(e.retired, e.plugins.Swap(set))
 	e.conf.Store(cfg)
+	e.rates.reload(cfg, e.now())
 	for t, l := range e.loops {
 		if pol, ok := e.policyOf(t); ok {
 			l.setPolicy(pol)

@@ -1,0 +1,101 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/config"
+)
+
+// tenantBatch is a batch of n order.created events with ids from first on.
+func tenantBatch(prefix string, first, n int) string {
+	evs := make([]string, n)
+	for i := range evs {
+		evs[i] = fmt.Sprintf(`{"specversion":"1.0","type":"order.created","source":"/rate","id":"%s-%d"}`, prefix, first+i)
+	}
+	return "[" + strings.Join(evs, ",") + "]"
+}
+
+var batchHeader = map[string]string{"Content-Type": "application/cloudevents-batch+json"}
+
+// A tenant block bounds how fast a tenant's tokens store events: past its
+// bucket a request is refused whole (429 rate_limited, Retry-After, the
+// block's place named) and nothing of it is stored; a batch larger than
+// the bucket is 413; each tenant under "*" has a bucket of its own; the
+// operator's clients (the socket, whatever X-Tenant says, and admin
+// tokens) are not held to it; stats and metrics count the refusals; and a
+// reload changes a bucket's rate at once.
+func TestTenantRate(t *testing.T) {
+	r := newTCPRouter(t, `tenant "acme" {
+  rate  = 1
+  burst = 5
+}
+tenant "*" {
+  rate  = 1
+  burst = 5
+}`)
+	if rep := r.tcp("POST", "/v1/events", tokAcme, batchHeader, tenantBatch("a", 0, 5)); rep.status != 202 {
+		t.Fatalf("acme's first five: %d %s", rep.status, rep.body)
+	}
+	rep := r.tcp("POST", "/v1/events", tokAcme, batchHeader, tenantBatch("a", 5, 5))
+	if code := problemCode(t, rep); rep.status != 429 || code != "rate_limited" ||
+		!strings.Contains(string(rep.body), `tenant \"acme\" may store events at 1 a second (the rate of its tenant block at test.hcl:`) {
+		t.Fatalf("acme's next five, at once: %d %s", rep.status, rep.body)
+	}
+	if after, err := strconv.Atoi(rep.header.Get("Retry-After")); err != nil || after < 1 || after > 5 {
+		t.Errorf("Retry-After %q: want the wait for five events at one a second", rep.header.Get("Retry-After"))
+	}
+	if got := r.tcp("GET", "/v1/events/a-5", tokAcme, nil, ""); got.status != 404 {
+		t.Errorf("an event of the refused batch: %d %s", got.status, got.body)
+	}
+	rep = r.tcp("POST", "/v1/events", tokAcme, batchHeader, tenantBatch("big", 0, 6))
+	if code := problemCode(t, rep); rep.status != 413 || code != "payload_too_large" || !strings.Contains(string(rep.body), "at most 5 events at once") {
+		t.Errorf("a batch over acme's burst: %d %s", rep.status, rep.body)
+	}
+	// beta, under "*": a bucket of its own, full while acme's is empty.
+	if rep := r.tcp("POST", "/v1/events", tokBeta, batchHeader, tenantBatch("b", 0, 5)); rep.status != 202 {
+		t.Fatalf("beta's first five: %d %s", rep.status, rep.body)
+	}
+	if rep := r.tcp("POST", "/v1/events", tokBeta, batchHeader, tenantBatch("b", 5, 1)); rep.status != 429 {
+		t.Errorf("beta's sixth: %d %s", rep.status, rep.body)
+	}
+	// The operator's clients store as acme with acme's bucket empty.
+	socketAsAcme := map[string]string{"Content-Type": batchHeader["Content-Type"], "X-Tenant": "acme"}
+	if rep := r.do("POST", "/v1/events", socketAsAcme, tenantBatch("sock", 0, 10)); rep.status != 202 {
+		t.Errorf("the socket as acme: %d %s", rep.status, rep.body)
+	}
+	if rep := r.tcp("POST", "/v1/events", tokAdmin, batchHeader, tenantBatch("admin", 0, 10)); rep.status != 202 {
+		t.Errorf("an admin token: %d %s", rep.status, rep.body)
+	}
+	var stats struct {
+		TenantRates map[string]struct{ Rate, Burst, Available, Refused int } `json:"tenant_rates"`
+	}
+	if err := json.Unmarshal(r.tcp("GET", "/v1/stats", tokAdmin, nil, "").body, &stats); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := stats.TenantRates["acme"], stats.TenantRates["beta"]; a.Rate != 1 || a.Burst != 5 || a.Refused != 11 || a.Available > 3 || b.Refused != 1 || len(stats.TenantRates) != 2 {
+		t.Errorf("stats' tenant_rates: %+v", stats.TenantRates)
+	}
+	if got := metricValue(t, r.reg, "switchyard_tenant_rate_limited_events_total", "acme"); got != 11 {
+		t.Errorf("switchyard_tenant_rate_limited_events_total{tenant=acme} = %v, want 11", got)
+	}
+	// A reload to a thousand a second: the bucket fills again within
+	// milliseconds, not at the old rate.
+	cfg := *r.cfg
+	cfg.Tenants = map[string]config.TenantLimit{"acme": {Rate: 1000, Burst: 5, At: "test.hcl:1:1"}}
+	if err := r.eng.Reload(&cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if rep := r.tcp("POST", "/v1/events", tokAcme, batchHeader, tenantBatch("a", 5, 5)); rep.status != 202 {
+		t.Errorf("acme's five after the reload: %d %s", rep.status, rep.body)
+	}
+	// beta has no block now: no bound.
+	if rep := r.tcp("POST", "/v1/events", tokBeta, batchHeader, tenantBatch("b", 5, 10)); rep.status != 202 {
+		t.Errorf("beta after the reload took \"*\" away: %d %s", rep.status, rep.body)
+	}
+}
