@@ -1,22 +1,15 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/switchyard-router/switchyard"
-	"github.com/switchyard-router/switchyard/config"
-	"github.com/switchyard-router/switchyard/internal/fsperm"
-	"github.com/switchyard-router/switchyard/storage"
 )
 
 // Who may do what (contract §4):
@@ -94,79 +87,6 @@ type tokenEntry struct {
 	digest [sha256.Size]byte
 	tenant string
 	admin  bool
-}
-
-type tokensFile struct {
-	Tokens []struct {
-		Token  string `json:"token"`
-		SHA256 string `json:"sha256"`
-		Tenant string `json:"tenant"`
-		Admin  bool   `json:"admin"`
-	} `json:"tokens"`
-}
-
-// LoadTokens reads a tokens_file. Every problem is an error: a router with
-// a TCP listener does not start on tokens it does not understand.
-func LoadTokens(path string) (*Tokens, error) {
-	if err := config.CheckPrivate(path); err != nil {
-		return nil, fmt.Errorf("tokens_file: %w", err)
-	}
-	b, err := fsperm.ReadFile(path, fsperm.MaxSecretFile, "a tokens file")
-	if err != nil {
-		return nil, fmt.Errorf("tokens_file: %w", err)
-	}
-	return ParseTokens(b, path)
-}
-
-// ParseTokens parses the tokens_file format; name is used in errors.
-func ParseTokens(b []byte, name string) (*Tokens, error) {
-	var f tokensFile
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("tokens_file %s: %w", name, err)
-	}
-	if len(f.Tokens) == 0 {
-		return nil, fmt.Errorf("tokens_file %s: no tokens", name)
-	}
-	t := &Tokens{}
-	seen := make(map[[sha256.Size]byte]bool)
-	for i, e := range f.Tokens {
-		var en tokenEntry
-		switch {
-		case e.Token != "" && e.SHA256 != "":
-			return nil, fmt.Errorf("tokens_file %s: token %d: set token or sha256, not both", name, i)
-		case e.Token != "":
-			if len(e.Token) < minTokenLen {
-				return nil, fmt.Errorf("tokens_file %s: token %d: shorter than %d characters", name, i, minTokenLen)
-			}
-			en.digest = sha256.Sum256([]byte(e.Token))
-		case e.SHA256 != "":
-			d, err := hex.DecodeString(e.SHA256)
-			if err != nil || len(d) != sha256.Size {
-				return nil, fmt.Errorf("tokens_file %s: token %d: sha256 must be 64 hex digits", name, i)
-			}
-			copy(en.digest[:], d)
-		default:
-			return nil, fmt.Errorf("tokens_file %s: token %d: no token (or sha256)", name, i)
-		}
-		if seen[en.digest] {
-			return nil, fmt.Errorf("tokens_file %s: token %d: the same token appears twice", name, i)
-		}
-		seen[en.digest] = true
-		en.tenant, en.admin = e.Tenant, e.Admin
-		if en.tenant == "" {
-			if !en.admin {
-				return nil, fmt.Errorf("tokens_file %s: token %d: a tenant is required (admin tokens default to \"default\")", name, i)
-			}
-			en.tenant = storage.DefaultTenant
-		}
-		if err := switchyard.CheckTenant(en.tenant); err != nil {
-			return nil, fmt.Errorf("tokens_file %s: token %d: tenant %q: %v", name, i, en.tenant, err)
-		}
-		t.entries = append(t.entries, en)
-	}
-	return t, nil
 }
 
 // lookup finds the entry of a presented token by its SHA-256 digest d. It

@@ -510,7 +510,7 @@ func TestAuthTokensFile(t *testing.T) {
 	}{
 		"ok":         {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"},{"sha256":"` + hex.EncodeToString(sum[:]) + `","admin":true}]}`, ""},
 		"short":      {`{"tokens":[{"token":"short","tenant":"a"}]}`, "shorter than 16"},
-		"duplicate":  {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"},{"token":"0123456789abcdef","tenant":"b"}]}`, "twice"},
+		"duplicate":  {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"},{"token":"0123456789abcdef","tenant":"b"}]}`, "tokens.json:1:54: token 2: the same token as at 1:12"},
 		"typo":       {`{"tokens":[{"token":"0123456789abcdef","tenant":"a","admn":true}]}`, "unknown field"},
 		"no tenant":  {`{"tokens":[{"token":"0123456789abcdef"}]}`, "tenant is required"},
 		"both":       {`{"tokens":[{"token":"0123456789abcdef","sha256":"00","tenant":"a"}]}`, "not both"},
@@ -520,7 +520,17 @@ func TestAuthTokensFile(t *testing.T) {
 		// A control character in a tenant could make its events' keys an
 		// inbox's (the data file separates them by 0 and 1 bytes).
 		"control in tenant": {`{"tokens":[{"token":"0123456789abcdef","tenant":"inbox:pay\u0001\u0001x"}]}`, "tenant"},
-		"not json":          {`token=abc`, "invalid character"},
+		"not json":          {`token=abc`, "tokens.json:1:3: invalid character 'o' in literal true"},
+		// Each problem says where it is, as config's file:line:col do.
+		"syntax, line 3":     {"{\"tokens\": [\n  {\"token\": \"0123456789abcdef\", \"tenant\": \"a\"}\n  {\"token\": \"x\"}]}", "tokens.json:3:3: expected comma after array element"},
+		"second entry short": {"{\"tokens\": [\n  {\"token\": \"0123456789abcdef\", \"tenant\": \"a\"},\n  {\"token\": \"short\", \"tenant\": \"b\"}\n]}", "tokens.json:3:3: token 2: shorter than 16"},
+		"duplicate, where":   {"{\"tokens\": [\n  {\"token\": \"0123456789abcdef\", \"tenant\": \"a\"},\n  {\"token\": \"0123456789abcdef\", \"tenant\": \"b\"}]}", "tokens.json:3:3: token 2: the same token as at 2:3"},
+		"wrong type":         {"{\"tokens\": [\n  {\"token\": \"0123456789abcdef\", \"tenant\": \"a\", \"admin\": \"yes\"}]}", `tokens.json:2:3: token 1: "admin" is a bool, not a JSON string`},
+		"a list":             {`[{"token":"0123456789abcdef","tenant":"a"}]`, `tokens.json:1:2: the file holds one object, {"tokens": [...]}`},
+		"tokens not a list":  {`{"tokens": {"token":"0123456789abcdef"}}`, `tokens.json:1:13: "tokens" is a list`},
+		"other field":        {`{"tokens": [], "users": []}`, `field "users": the file holds one field`},
+		"tokens twice":       {`{"tokens": [{"token":"0123456789abcdef","tenant":"a"}], "tokens": [{"token":"0123456789abcdeg","tenant":"a"}]}`, `field "tokens": the file holds one field`},
+		"trailing":           {`{"tokens": [{"token":"0123456789abcdef","tenant":"a"}]} {}`, "more after the object"},
 	} {
 		tk, err := api.ParseTokens([]byte(c.src), "tokens.json")
 		switch {

@@ -1,0 +1,186 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/fsperm"
+	"github.com/switchyard-router/switchyard/storage"
+)
+
+// tokenJSON is one entry of a tokens_file:
+//
+//	{"tokens": [{"token": "...", "tenant": "acme"}, {"sha256": "<hex>", "admin": true}]}
+type tokenJSON struct {
+	Token  string `json:"token"`
+	SHA256 string `json:"sha256"`
+	Tenant string `json:"tenant"`
+	Admin  bool   `json:"admin"`
+}
+
+// LoadTokens reads a tokens_file. Every problem is an error: a router with
+// a TCP listener does not start on tokens it does not understand.
+func LoadTokens(path string) (*Tokens, error) {
+	if err := config.CheckPrivate(path); err != nil {
+		return nil, fmt.Errorf("tokens_file: %w", err)
+	}
+	b, err := fsperm.ReadFile(path, fsperm.MaxSecretFile, "a tokens file")
+	if err != nil {
+		return nil, fmt.Errorf("tokens_file: %w", err)
+	}
+	return ParseTokens(b, path)
+}
+
+// ParseTokens parses the tokens_file format; name is used in errors, each
+// with the line and column it is about (name:line:col, as config's).
+func ParseTokens(b []byte, name string) (*Tokens, error) {
+	entries, at, err := readTokens(b)
+	if err != nil {
+		return nil, fmt.Errorf("tokens_file %s:%s: %v", name, lineCol(b, at), err)
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("tokens_file %s: no tokens", name)
+	}
+	t := &Tokens{}
+	seen := make(map[[sha256.Size]byte]int64)
+	for i, e := range entries {
+		en, err := e.entry()
+		if err == nil {
+			if first, dup := seen[en.digest]; dup {
+				err = fmt.Errorf("the same token as at %s", lineCol(b, first))
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tokens_file %s:%s: token %d: %v", name, lineCol(b, e.at), i+1, err)
+		}
+		seen[en.digest] = e.at
+		t.entries = append(t.entries, en)
+	}
+	return t, nil
+}
+
+// entry checks e and makes it a tokenEntry.
+func (e *tokenAt) entry() (en tokenEntry, err error) {
+	switch {
+	case e.Token != "" && e.SHA256 != "":
+		return en, errors.New("set token or sha256, not both")
+	case e.Token != "":
+		if len(e.Token) < minTokenLen {
+			return en, fmt.Errorf("shorter than %d characters", minTokenLen)
+		}
+		en.digest = sha256.Sum256([]byte(e.Token))
+	case e.SHA256 != "":
+		d, err := hex.DecodeString(e.SHA256)
+		if err != nil || len(d) != sha256.Size {
+			return en, errors.New("sha256 must be 64 hex digits")
+		}
+		copy(en.digest[:], d)
+	default:
+		return en, errors.New("no token (or sha256)")
+	}
+	en.tenant, en.admin = e.Tenant, e.Admin
+	if en.tenant == "" {
+		if !en.admin {
+			return en, errors.New(`a tenant is required (admin tokens default to "default")`)
+		}
+		en.tenant = storage.DefaultTenant
+	}
+	if err := switchyard.CheckTenant(en.tenant); err != nil {
+		return en, fmt.Errorf("tenant %q: %v", en.tenant, err)
+	}
+	return en, nil
+}
+
+// tokenAt is an entry with the offset in the file it starts at.
+type tokenAt struct {
+	tokenJSON
+	at int64
+}
+
+// readTokens reads b's entries, each with its offset; on an error, at is
+// the offset it is about.
+func readTokens(b []byte) (entries []tokenAt, at int64, err error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	fail := func(err error) ([]tokenAt, int64, error) {
+		if syntax := (*json.SyntaxError)(nil); errors.As(err, &syntax) {
+			return nil, syntax.Offset, err
+		}
+		return nil, dec.InputOffset(), err
+	}
+	if err := want(dec, json.Delim('{'), `the file holds one object, {"tokens": [...]}`); err != nil {
+		return fail(err)
+	}
+	listed := false
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return fail(err)
+		}
+		if k != "tokens" || listed {
+			return fail(fmt.Errorf(`field %q: the file holds one field, "tokens"`, k))
+		}
+		listed = true
+		if err := want(dec, json.Delim('['), `"tokens" is a list: [{"token": ..., "tenant": ...}, ...]`); err != nil {
+			return fail(err)
+		}
+		for dec.More() {
+			var e tokenAt
+			e.at = valueStart(b, dec.InputOffset())
+			if err := dec.Decode(&e.tokenJSON); err != nil {
+				if typ := (*json.UnmarshalTypeError)(nil); errors.As(err, &typ) {
+					return nil, e.at, fmt.Errorf("token %d: %q is a %s, not a JSON %s", len(entries)+1, typ.Field, typ.Type, typ.Value)
+				}
+				return fail(err)
+			}
+			entries = append(entries, e)
+		}
+		if _, err := dec.Token(); err != nil { // ]
+			return fail(err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // }
+		return fail(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fail(errors.New("more after the object"))
+	}
+	return entries, 0, nil
+}
+
+// want reads the next token and says what the file should hold when it is
+// not d.
+func want(dec *json.Decoder, d json.Delim, what string) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if t != d {
+		return errors.New(what)
+	}
+	return nil
+}
+
+// valueStart is where the value after off starts: past the white space and
+// the comma that a decoder's InputOffset leaves before it.
+func valueStart(b []byte, off int64) int64 {
+	for off < int64(len(b)) && bytes.IndexByte([]byte(" \t\r\n,"), b[off]) >= 0 {
+		off++
+	}
+	return off
+}
+
+// lineCol is "line:col" of offset off in b, both from 1 (col in bytes).
+func lineCol(b []byte, off int64) string {
+	off = min(max(off, 0), int64(len(b)))
+	line := bytes.Count(b[:off], []byte{'\n'}) + 1
+	col := off - int64(bytes.LastIndexByte(b[:off], '\n'))
+	return fmt.Sprintf("%d:%d", line, col)
+}
