@@ -528,8 +528,8 @@ func TestAuthTokensFile(t *testing.T) {
 		"wrong type":         {"{\"tokens\": [\n  {\"token\": \"0123456789abcdef\", \"tenant\": \"a\", \"admin\": \"yes\"}]}", `tokens.json:2:3: token 1: "admin" is a bool, not a JSON string`},
 		"a list":             {`[{"token":"0123456789abcdef","tenant":"a"}]`, `tokens.json:1:2: the file holds one object, {"tokens": [...]}`},
 		"tokens not a list":  {`{"tokens": {"token":"0123456789abcdef"}}`, `tokens.json:1:13: "tokens" is a list`},
-		"other field":        {`{"tokens": [], "users": []}`, `field "users": the file holds one field`},
-		"tokens twice":       {`{"tokens": [{"token":"0123456789abcdef","tenant":"a"}], "tokens": [{"token":"0123456789abcdeg","tenant":"a"}]}`, `field "tokens": the file holds one field`},
+		"other field":        {`{"tokens": [], "users": []}`, `field "users": the file holds one object with one field, "tokens"`},
+		"tokens twice":       {`{"tokens": [{"token":"0123456789abcdef","tenant":"a"}], "tokens": [{"token":"0123456789abcdeg","tenant":"a"}]}`, `"tokens" appears twice: put every token in one list`},
 		"trailing":           {`{"tokens": [{"token":"0123456789abcdef","tenant":"a"}]} {}`, "more after the object"},
 	} {
 		tk, err := api.ParseTokens([]byte(c.src), "tokens.json")

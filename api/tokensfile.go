@@ -124,8 +124,11 @@ func readTokens(b []byte) (entries []tokenAt, at int64, err error) {
 		if err != nil {
 			return fail(err)
 		}
-		if k != "tokens" || listed {
-			return fail(fmt.Errorf(`field %q: the file holds one field, "tokens"`, k))
+		switch {
+		case k != "tokens":
+			return fail(fmt.Errorf(`field %q: the file holds one object with one field, "tokens"`, k))
+		case listed:
+			return fail(errors.New(`"tokens" appears twice: put every token in one list`))
 		}
 		listed = true
 		if err := want(dec, json.Delim('['), `"tokens" is a list: [{"token": ..., "tenant": ...}, ...]`); err != nil {

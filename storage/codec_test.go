@@ -192,6 +192,13 @@ func TestSchemaUpgradeAndRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if was := db.UpgradedFrom(); was != "" {
+		t.Errorf("a new file was upgraded from %q", was)
+	}
+	db.Close(context.Background())
+	if db, err = Open(path, Options{}); err != nil || db.UpgradedFrom() != "" {
+		t.Fatalf("a file at this schema: %v, upgraded from %q", err, db.UpgradedFrom())
+	}
 	db.Close(context.Background())
 
 	t0 := time.Now().UTC().Truncate(time.Second)
@@ -200,6 +207,9 @@ func TestSchemaUpgradeAndRefusal(t *testing.T) {
 	db, err = Open(path, Options{})
 	if err != nil {
 		t.Fatalf("a schema 1 file: %v", err)
+	}
+	if was := db.UpgradedFrom(); was != "1" {
+		t.Errorf("a schema 1 file opened: upgraded from %q", was)
 	}
 	db.View(func(tx *Tx) error {
 		if v := string(tx.tx.Bucket(bucketMeta).Get(keySchema)); v != schemaVersion {

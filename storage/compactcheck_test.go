@@ -83,8 +83,8 @@ func TestANewerSchemaDoesNotCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "a newer router wrote it") {
-		t.Fatalf("problems %q, want the newer schema", rep.Problems)
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "a newer router wrote it") || rep.Schema != "5" {
+		t.Fatalf("schema %q, problems %q, want the newer schema", rep.Schema, rep.Problems)
 	}
 	if db, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "a newer router wrote it") {
 		if db != nil {

@@ -67,6 +67,9 @@ type DB struct {
 	readers readers       // open read transactions (readers.go)
 	commits atomic.Uint64 // fsynced transactions
 	unclean bool          // the previous run did not stop cleanly
+	// upgradedFrom is the schema the file had before this open upgraded
+	// it; "" when it was new or at SchemaVersion already.
+	upgradedFrom string
 	// recovered: what the unclean stop called for is done (MarkRecovered).
 	recovered atomic.Bool
 	// commitErr is the error of the last commit when it failed (a full
@@ -199,8 +202,9 @@ func Open(path string, opts Options) (*DB, error) {
 		return nil, openError(path, err)
 	}
 	var unclean bool
+	var was string
 	if err := faultSafe(func() (err error) {
-		unclean, err = prepare(bdb)
+		unclean, was, err = prepare(bdb)
 		return err
 	}); err != nil {
 		bdb.Close()
@@ -212,13 +216,14 @@ func Open(path string, opts Options) (*DB, error) {
 	os.Remove(compactCopyPath(path))
 	opened, _ := os.Stat(path)
 	db := &DB{
-		opened:  opened,
-		unclean: unclean,
-		bolt:    bdb,
-		path:    path,
-		opts:    opts,
-		writes:  make(chan *write, maxGroup),
-		done:    make(chan struct{}),
+		opened:       opened,
+		unclean:      unclean,
+		upgradedFrom: upgradedFrom(was),
+		bolt:         bdb,
+		path:         path,
+		opts:         opts,
+		writes:       make(chan *write, maxGroup),
+		done:         make(chan struct{}),
 	}
 	if opened != nil {
 		db.seen.Store(opened.Size())
@@ -236,9 +241,10 @@ func Open(path string, opts Options) (*DB, error) {
 
 // prepare makes an opened file this router's: its buckets, a schema it
 // reads (migrated to the current one), the partial index rebuilt, and the
-// running mark set. It says whether the mark was already there: a crash,
-// SIGKILL or power cut ended the last run.
-func prepare(bdb *bolt.DB) (unclean bool, err error) {
+// running mark set. It says whether the mark was already there (a crash,
+// SIGKILL or power cut ended the last run), and the schema the file had
+// ("" for a new file).
+func prepare(bdb *bolt.DB) (unclean bool, schema string, err error) {
 	err = bdb.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -249,7 +255,7 @@ func prepare(bdb *bolt.DB) (unclean bool, err error) {
 		if err := unreadableSchema(meta); err != nil {
 			return err
 		}
-		schema := string(meta.Get(keySchema)) // "" for a new file
+		schema = string(meta.Get(keySchema)) // "" for a new file
 		unclean = meta.Get(keyRunning) != nil
 		if err := forgetLinesIfMoved(meta); err != nil {
 			return err
@@ -268,7 +274,15 @@ func prepare(bdb *bolt.DB) (unclean bool, err error) {
 		}
 		return meta.Put(keySchema, []byte(schemaVersion))
 	})
-	return unclean, err
+	return unclean, schema, err
+}
+
+// upgradedFrom is DB.upgradedFrom of a file that had schema was.
+func upgradedFrom(was string) string {
+	if was == schemaVersion {
+		return ""
+	}
+	return was
 }
 
 // Path is the data file's path.
@@ -339,6 +353,11 @@ func (db *DB) Close(ctx context.Context) error {
 // cut. The router then republishes what it delivered last to a broker that
 // may have lost it (docs/decisions/power-loss.md).
 func (db *DB) Unclean() bool { return db.unclean }
+
+// UpgradedFrom is the schema the file had before this open upgraded it to
+// SchemaVersion: routers that read only that one refuse it from now on.
+// "" when the file was new or at SchemaVersion already.
+func (db *DB) UpgradedFrom() string { return db.upgradedFrom }
 
 // MarkRecovered says that what an unclean stop called for is done (the
 // router's republish has committed). Until it is called, Close leaves the

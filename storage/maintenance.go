@@ -13,8 +13,12 @@ import (
 
 // CheckReport is what CheckFile found.
 type CheckReport struct {
-	Path     string   `json:"path"`
-	Bytes    int64    `json:"bytes"`
+	Path  string `json:"path"`
+	Bytes int64  `json:"bytes"`
+	// Schema is the data file's schema ("" when it has none: made by a
+	// router that never finished opening it); this router writes
+	// SchemaVersion.
+	Schema   string   `json:"schema"`
 	Events   int      `json:"events"`
 	Problems []string `json:"problems"` // empty: the file is consistent
 }
@@ -84,6 +88,7 @@ func checkRecords(tx *bolt.Tx, rep *CheckReport) error {
 		return nil
 	}
 	if meta := tx.Bucket(bucketMeta); meta != nil {
+		rep.Schema = string(meta.Get(keySchema))
 		if err := unreadableSchema(meta); err != nil {
 			rep.add(err.Error())
 			return nil

@@ -59,10 +59,15 @@ var (
 	// (idOnlyInboxKey). A router that reads only up to 3 refuses the file:
 	// it would fail on each version 2 record, and look the new ones up by
 	// their ids alone, finding none.
-	schemaVersion = "4"
+	schemaVersion = SchemaVersion
 	// schemaReadable are the versions this router opens.
 	schemaReadable = []string{"1", "2", "3", "4"}
 )
+
+// SchemaVersion is the data file schema this router writes: a file of an
+// older one is upgraded when the router opens it, and routers that read
+// only the older ones refuse it from then on (DB.UpgradedFrom).
+const SchemaVersion = "4"
 
 // unreadableSchema refuses a data file whose schema this router does not
 // read (a newer router's): router run, and the offline tools that would

@@ -260,7 +260,7 @@ func (c *DBCommand) check(ctx context.Context, path string, output format) error
 			return err
 		}
 	} else {
-		fmt.Fprintf(c.Stdout, "%s: %d bytes, %d events\n", rep.Path, rep.Bytes, rep.Events)
+		fmt.Fprintf(c.Stdout, "%s: %d bytes, schema %s, %d events\n", rep.Path, rep.Bytes, schemaOf(rep), rep.Events)
 		for _, p := range rep.Problems {
 			fmt.Fprintf(c.Stdout, "  problem: %s\n", p)
 		}
@@ -294,6 +294,18 @@ func (c *DBCommand) compact(path string, output format) error {
 	return nil
 }
 
+// schemaOf says a checked file's schema, and whether this router reads it
+// as it is or upgrades it when it opens it.
+func schemaOf(rep *storage.CheckReport) string {
+	switch rep.Schema {
+	case storage.SchemaVersion:
+		return rep.Schema
+	case "":
+		return "none"
+	}
+	return fmt.Sprintf("%s (router run upgrades it to %s, one way)", rep.Schema, storage.SchemaVersion)
+}
+
 // checkWorkerEnv marks the child process that checkIsolated starts.
 const checkWorkerEnv = "SWITCHYARD_DB_CHECK_WORKER"
 
@@ -312,6 +324,10 @@ func checkIsolated(ctx context.Context, path string) (*storage.CheckReport, erro
 	}
 	cmd := exec.CommandContext(ctx, self, "db", "check", path, "-o", string(formatJSON))
 	cmd.Env = append(os.Environ(), checkWorkerEnv+"=1")
+	// A SIGKILL of this process (the OOM killer, kill -9 outside systemd,
+	// whose KillMode=mixed would end the child too) ends the check with
+	// it: the next start checks again, and two checks would share the disk.
+	cmd.SysProcAttr = checkChildAttr()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()

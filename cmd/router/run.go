@@ -250,6 +250,10 @@ func (c *RunCommand) openStorage(ctx context.Context, cfg *config.Config) error 
 		return err
 	}
 	c.db = db
+	if was := db.UpgradedFrom(); was != "" {
+		c.log.Warn("the data file was upgraded to this router's schema: routers that read only the one it had refuse it from now on; to go back to one, restore the backup taken before the upgrade (README, Upgrading)",
+			"path", cfg.Storage.Path, "schema_before", was, "schema", storage.SchemaVersion)
+	}
 	registerStorage(c.reg, db)
 	return nil
 }

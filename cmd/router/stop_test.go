@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/internal/testkit"
+	"github.com/switchyard-router/switchyard/storage"
+	bolt "go.etcd.io/bbolt"
 )
 
 // stoppingRouter is the real binary on writeConfig's configuration with a
@@ -225,6 +229,149 @@ func TestStopDuringTheFileCheckIsNotDamage(t *testing.T) {
 	if err := NewMain(nil, io.Discard, logs).Run(again, []string{"run", "-config", path}); err != nil || !strings.Contains(logs.String(), "the data file is sound") {
 		t.Errorf("the next start: %v; want the file checked again and opened:\n%s", err, logs.String())
 	}
+}
+
+// A router killed outright (SIGKILL, the OOM killer) during the check of
+// the whole data file takes the checking process with it. It ran on,
+// orphaned, beside the next start's own check (an upgrade trial: that
+// check took 2.5 s against 0.6 s).
+func TestAKilledRouterTakesItsFileCheckWithIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary on a file of 500,000 events")
+	}
+	path, sock := writeConfig(t, "")
+	// Its check takes 1.5 s here, alone; the killed router's is over in
+	// milliseconds.
+	fillDataFile(t, filepath.Join(filepath.Dir(path), "r.db"), 500_000)
+	bin := routerBinary(t)
+	killed, _, _ := runLogged(t, "", sock, bin, "run", "-config", path)
+	killed.Process.Kill()
+	killed.Wait()
+	cmd := exec.Command(bin, "run", "-config", path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var check int
+	for deadline := time.Now().Add(20 * time.Second); check == 0 && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		check = childWithEnv(cmd.Process.Pid, checkWorkerEnv+"=1")
+	}
+	if check == 0 {
+		t.Fatal("no check of the whole data file seen")
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	for deadline := time.Now().Add(200 * time.Millisecond); processRuns(check); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			syscall.Kill(check, syscall.SIGKILL)
+			t.Fatalf("the check (pid %d) runs on after its router was killed", check)
+		}
+	}
+}
+
+// An upgrade of the data file's schema, which routers before it then
+// refuse, is told: db check names the file's schema and says that router
+// run upgrades it, one way, and the start that upgrades it logs it (it
+// was silent, and nothing showed a file's schema).
+func TestTheSchemaUpgradeIsTold(t *testing.T) {
+	path, _ := writeConfig(t, "")
+	data := filepath.Join(filepath.Dir(path), "r.db")
+	fillDataFile(t, data, 10)
+	bdb, err := bolt.Open(data, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bdb.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte("2")) })
+	bdb.Close()
+	check := func(want string) {
+		t.Helper()
+		var out bytes.Buffer
+		if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"db", "check", data}); err != nil || !strings.Contains(out.String(), want) {
+			t.Errorf("db check: %v\n%s\nwant %q", err, out.String(), want)
+		}
+	}
+	check(", schema 2 (router run upgrades it to " + storage.SchemaVersion + ", one way), 10 events")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &cancelAt{mark: "switchyard is running", cancel: cancel}
+	if err := NewMain(nil, io.Discard, logs).Run(ctx, []string{"run", "-config", path}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "the data file was upgraded to this router's schema") || !strings.Contains(logs.String(), "schema_before=2") {
+		t.Errorf("the start that upgraded the file:\n%s", logs.String())
+	}
+	check(", schema " + storage.SchemaVersion + ", 10 events")
+	logs = &cancelAt{mark: "switchyard is running", cancel: cancel}
+	ctx, cancel = context.WithCancel(context.Background())
+	logs.cancel = cancel
+	NewMain(nil, io.Discard, logs).Run(ctx, []string{"run", "-config", path})
+	if strings.Contains(logs.String(), "upgraded") {
+		t.Errorf("a start on a file at this schema:\n%s", logs.String())
+	}
+}
+
+// fillDataFile stores n pending events in a new data file at path.
+func fillDataFile(t *testing.T, path string, n int) {
+	t.Helper()
+	db, err := storage.Open(path, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	for first := 0; first < n; first += 5000 {
+		if err := db.Update(context.Background(), func(tx *storage.Tx) error {
+			for i := first; i < min(n, first+5000); i++ {
+				ev := switchyard.Event{ID: fmt.Sprint("e", i), Type: "t.order", Source: "/fill", SpecVersion: "1.0"}
+				if err := tx.InsertNewEvent(&storage.Record{CreatedAt: time.Now(), Event: ev}, false); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// childWithEnv is the pid of a child of ppid whose environment holds env
+// ("NAME=value"), or 0.
+func childWithEnv(ppid int, env string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		if parent, _ := procStat(pid); parent != ppid {
+			continue
+		}
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		for _, kv := range strings.Split(string(environ), "\x00") {
+			if kv == env {
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// processRuns says whether pid is a process that has not ended (a zombie
+// has: no one may reap it in a container whose first process does not).
+func processRuns(pid int) bool {
+	_, state := procStat(pid)
+	return state != "" && state != "Z"
+}
+
+// procStat reads a process's parent and state from /proc/PID/stat.
+func procStat(pid int) (ppid int, state string) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, ""
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+	fmt.Sscan(rest, &state, &ppid)
+	return ppid, state
 }
 
 // closeFunc is a Close of a test's making.
