@@ -21,8 +21,23 @@ import (
 // four took 2 s while the sink reconnected).
 type connWatch struct {
 	status atomic.Int32 // a natsgo.Status
+	url    atomic.Value // string: the server last connected to (redacted), for the log
 	mu     sync.Mutex
 	err    error // why the last connection attempt failed
+}
+
+// at records the server nc is connected to, and returns it.
+func (w *connWatch) at(nc *natsgo.Conn) string {
+	if u := nc.ConnectedUrlRedacted(); u != "" {
+		w.url.Store(u)
+	}
+	return w.lastURL()
+}
+
+// lastURL is the server last connected to ("" before any).
+func (w *connWatch) lastURL() string {
+	u, _ := w.url.Load().(string)
+	return u
 }
 
 // set records the connection's status.
@@ -103,18 +118,20 @@ func (w *connWatch) options(name string, log hclog.Logger, writeTimeout time.Dur
 			w.set(natsgo.RECONNECTING)
 			if err != nil {
 				w.failed(err)
-				log.Warn("disconnected from NATS", "error", err)
+				log.Warn("disconnected from NATS", "url", w.lastURL(), "error", err)
 			} else {
-				log.Debug("disconnected from NATS")
+				log.Debug("disconnected from NATS", "url", w.lastURL())
 			}
 		}),
 		natsgo.ConnectHandler(func(nc *natsgo.Conn) {
 			w.connected()
+			w.at(nc)
 			up(nc, true)
 		}),
 		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { w.failed(err) }),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
 			w.connected()
+			w.at(nc)
 			up(nc, false)
 		}),
 		natsgo.ClosedHandler(func(*natsgo.Conn) {

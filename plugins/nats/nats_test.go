@@ -783,7 +783,8 @@ func TestStreamTroublesCountNoAttempt(t *testing.T) {
 
 // The connection's asynchronous errors are logged at most once a second,
 // with the count held back: a permissions violation comes once per
-// message, and flooded the log (a broker trial).
+// message, and flooded the log (a broker trial); a refusal of the
+// credentials at most once a minute.
 func TestAsyncErrorsAreThrottled(t *testing.T) {
 	var buf testkit.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &buf})
@@ -793,6 +794,21 @@ func TestAsyncErrorsAreThrottled(t *testing.T) {
 	}
 	if n := strings.Count(buf.String(), "NATS async error"); n != 1 {
 		t.Fatalf("%d lines for 100 errors in a moment:\n%s", n, buf.String())
+	}
+	// A refusal of the credentials comes at every reconnect, a second or
+	// so apart: logged once a minute (it was every time: 57 lines in 35 s).
+	var refusals testkit.Buffer
+	log = hclog.New(&hclog.LoggerOptions{Output: &refusals})
+	w := &connWatch{}
+	h = asyncErrors(log, w)
+	h(nil, nil, natsgo.ErrAuthorization)
+	time.Sleep(1100 * time.Millisecond)
+	h(nil, nil, natsgo.ErrAuthorization)
+	if n := strings.Count(refusals.String(), "NATS refuses the router's credentials"); n != 1 {
+		t.Fatalf("%d lines for two refusals 1.1 s apart:\n%s", n, refusals.String())
+	}
+	if !errors.Is(w.lastError(), natsgo.ErrAuthorization) {
+		t.Errorf("the connection's last error: %v", w.lastError())
 	}
 }
 
@@ -807,6 +823,36 @@ func blackhole(t *testing.T, url string) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// An idle sink whose server goes silent says so at its next health check
+// (/readyz, switchyard_sink_up), within the check's second, and
+// reconnects; it said ok until a publish met the silence.
+func TestAnIdleSinkFindsASilentServer(t *testing.T) {
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := testkit.NewLink(t, u.Host)
+	sink := openSink(t, cfg, "nats://"+link.Addr())
+	check := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return sink.Healthy(ctx)
+	}
+	if err := check(); err != nil {
+		t.Fatalf("before the cut: %v", err)
+	}
+	link.Cut()
+	start := time.Now()
+	err = check()
+	if err == nil || !strings.Contains(err.Error(), "went silent") || time.Since(start) > time.Second {
+		t.Fatalf("the check after the cut: %v after %s", err, time.Since(start))
+	}
+	link.Restore()
+	testkit.Eventually(t, "healthy once the way is back", 15*time.Second, func() bool { return check() == nil })
 }
 
 // A connection that goes silent (the server's host gone dark, a NAT that

@@ -193,14 +193,28 @@ func (s *Sink) connOptions() []natsgo.Option {
 // logged 1,201 lines in 37 seconds (a broker trial). A refusal of the
 // credentials is the connection's last error (conn): nats.go reports the
 // refusal of a reconnect only here.
+//
+// A refusal comes again at every reconnect (about one a second-odd: each
+// let through a one-a-second throttle, 57 lines in 35 s in a trial): it is
+// logged once a minute while it lasts.
 func asyncErrors(log hclog.Logger, conn *connWatch) natsgo.ErrHandler {
 	var th logthrottle.Throttle
+	refusals := logthrottle.Throttle{Every: time.Minute}
 	return func(_ *natsgo.Conn, sub *natsgo.Subscription, err error) {
-		if sub == nil && authRefusal(err) {
+		refused := sub == nil && authRefusal(err)
+		if refused {
 			conn.failed(err)
 		}
-		held, ok := th.Take("async", time.Now())
+		take := th.Take
+		if refused {
+			take = refusals.Take
+		}
+		held, ok := take("async", time.Now())
 		if !ok {
+			return
+		}
+		if refused {
+			log.Warn("NATS refuses the router's credentials; reconnecting (logged once a minute while it lasts)", "url", conn.lastURL(), "error", err, "like_it_since_last", held)
 			return
 		}
 		args := []any{"error", err, "like_it_since_last", held}
@@ -574,9 +588,12 @@ func createOrUpdate(ctx context.Context, js jetstream.JetStream, sc jetstream.St
 func (s *Sink) Name() string { return s.name }
 
 // Healthy reports an error unless the connection to the server is up.
-func (s *Sink) Healthy(context.Context) error {
+func (s *Sink) Healthy(ctx context.Context) error {
 	if err := s.unavailable(); err != nil {
 		return err
+	}
+	if s.silent(ctx) {
+		return s.conn.notConnected(s.name)
 	}
 	if p := s.refusing.Load(); p != nil {
 		return *p
@@ -585,6 +602,23 @@ func (s *Sink) Healthy(context.Context) error {
 		return *p
 	}
 	return s.stall.Err(s.name)
+}
+
+// healthPing bounds the ping a health check sends (within the check's own
+// second: cmd/router's healthWait).
+const healthPing = 800 * time.Millisecond
+
+// silent pings the server, within ctx and healthPing, and reconnects when
+// nothing comes back (reconnectIfSilent). A sink with nothing to publish
+// learned of a silent server only from its next publish, which then waited
+// its publish_timeout: /readyz said ok for minutes while the inbox on the
+// same server said not connected (a trial).
+func (s *Sink) silent(ctx context.Context) bool {
+	wait := healthPing
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)*4/5)
+	}
+	return wait > 0 && reconnectIfSilent(ctx, s.nc, wait, s.log, s.conn.going)
 }
 
 // unavailable says why nothing can be published now: not connected (with

@@ -88,6 +88,15 @@ type Source struct {
 	// succeeds): what Healthy says.
 	conn    connWatch
 	problem atomic.Pointer[error]
+	// refused is why the last batch was not taken (nil once one is):
+	// Healthy says the inbox does not consume while every batch is
+	// refused (a full storage budget), though its pulls work.
+	refused atomic.Pointer[error]
+
+	// checked is when Run last read the durable back (checkConsumer), and
+	// goodFloor the ack floor it then had, when it was as it should be.
+	checked   time.Time
+	goodFloor uint64
 
 	warnings []string
 
@@ -184,7 +193,7 @@ func (s *Source) connOptions() []natsgo.Option {
 	return s.conn.options(ClientName+"-inbox-"+s.name, s.log, s.writeTimeout,
 		func(nc *natsgo.Conn, first bool) {
 			if !first {
-				s.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+				s.log.Info("reconnected to NATS", "url", s.conn.lastURL())
 			}
 		}, nil)
 }
@@ -200,9 +209,16 @@ func (s *Source) setup(ctx context.Context) error {
 	s.mu.Lock()
 	s.stream = stream
 	s.mu.Unlock()
+	if old, err := s.js.Consumer(ctx, stream, s.ccfg.Durable); err == nil {
+		if drift := consumerDrift(s.ccfg, old.CachedInfo()); len(drift) > 0 {
+			s.log.Warn("the inbox's durable consumer differs from the inbox's configuration (an edit of the inbox block, or someone else's change): set to the inbox's; had its filter or max_deliver been changed, the server may have passed over messages of the inbox's subject after ack_floor_stream_seq",
+				"durable", s.ccfg.Durable, "stream", stream, "changed", strings.Join(drift, "; "), "ack_floor_stream_seq", old.CachedInfo().AckFloor.Stream)
+		}
+	}
 	if err := s.ensureConsumer(ctx); err != nil {
 		return err
 	}
+	s.checked, s.goodFloor = time.Now(), s.consumer().CachedInfo().AckFloor.Stream
 	s.warnings = s.checkRetention(ctx, s.ttl)
 	for _, w := range s.warnings {
 		s.log.Warn(w)
@@ -312,6 +328,9 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 	for ctx.Err() == nil {
 		if s.consumer() == nil { // started without its server
 			if err := s.setup(ctx); err != nil {
+				if down := s.conn.notConnected("NATS"); down != nil {
+					err = down // the cause (a refused password, an unknown CA), not the wait it made fail
+				}
 				s.failing(ctx, fmt.Errorf("cannot start consuming yet: %w", err))
 				if ctx.Err() == nil && time.Since(lastLog) >= 30*time.Second {
 					lastLog = time.Now()
@@ -330,10 +349,13 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 		// A pull on a deleted durable fails one of three ways, depending on
 		// when it was deleted: gone, not found, or nobody answering the
 		// pull request at all.
+		// The stream is found again by the inbox's subject: it may be gone
+		// too, and another stream store the subject now.
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, natsgo.ErrNoResponders) {
-			if cerr := s.ensureConsumer(ctx); cerr == nil {
+			was := s.Stream()
+			if cerr := s.setup(ctx); cerr == nil {
 				s.log.Warn("durable consumer gone; created it again (messages not yet acknowledged come again)",
-					"durable", s.ccfg.Durable, "error", err)
+					"durable", s.ccfg.Durable, "stream", s.Stream(), "stream_before", was, "error", err)
 			} else if time.Since(lastLog) >= 30*time.Second {
 				lastLog = time.Now()
 				s.log.Error("durable consumer gone, and it cannot be created again yet", "durable", s.ccfg.Durable, "error", cerr)
@@ -370,6 +392,9 @@ func (s *Source) Healthy(context.Context) error {
 	if p := s.problem.Load(); p != nil {
 		return fmt.Errorf("%s: %w", name, *p)
 	}
+	if p := s.refused.Load(); p != nil {
+		return fmt.Errorf("%s: the last batch was not taken (it comes again after a pause): %w", name, *p)
+	}
 	if s.consumer() == nil {
 		return fmt.Errorf("%s: connected; setting up the consumer", name)
 	}
@@ -394,8 +419,11 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 	if len(msgs) == 0 {
 		if err == nil && ctx.Err() == nil {
 			// Nothing came: an idle stream, or a connection gone
-			// silent, which nothing else would notice for minutes.
-			reconnectIfSilent(ctx, s.nc, fetchWait/2, s.log, s.conn.going)
+			// silent, which nothing else would notice for minutes, or
+			// a consumer changed not to give the inbox's messages.
+			if !reconnectIfSilent(ctx, s.nc, fetchWait/2, s.log, s.conn.going) {
+				s.checkConsumer(ctx, receive)
+			}
 		}
 		return err
 	}
@@ -411,8 +439,12 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 		return nil
 	}
 	if err := s.handle(ctx, msgs, receive, pause); err != nil {
+		s.refused.Store(&err)
 		backoff.Sleep(ctx, *pause)
+		return nil
 	}
+	s.refused.Store(nil)
+	s.checkConsumer(ctx, receive)
 	return nil
 }
 

@@ -423,6 +423,98 @@ func TestSourceDurableDeletedIsRecreated(t *testing.T) {
 	testkit.Eventually(t, "messages after the delete", 20*time.Second, func() bool { return c.distinct() == 6 })
 }
 
+// A durable someone else changed (here its filter, to a subject the
+// inbox's messages are not on) is set back at the next check, and the
+// messages the server passed over meanwhile are read again: none is
+// lost. Before, the inbox got nothing more, said nothing, and a restart
+// set the filter back with those messages passed over for good (a trial).
+func TestSourceSetsAChangedConsumerBack(t *testing.T) {
+	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
+	consumerCheckEvery = 300 * time.Millisecond
+	e := newSourceEnv(t)
+	in := natsInbox("edited", "orders.>")
+	s := newNATSSource(t, e, in, DefaultAckWait)
+	var c collector
+	r := runSource(s, c.receive)
+	defer r.stop(t)
+	e.publish(t, "orders.created", "before", 3)
+	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return c.distinct() == 3 })
+	changed := consumerConfig(in, DefaultAckWait)
+	changed.FilterSubject = "orders.other"
+	if _, err := e.js.UpdateConsumer(pubCtx(t, 5*time.Second), "ORDERS", changed); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(t, "orders.created", "during", 5)
+	e.publish(t, "orders.other", "other", 2) // what the changed filter takes
+	testkit.Eventually(t, "the messages passed over", 20*time.Second, func() bool { return c.distinct() == 10 })
+	if got := e.info(t, "edited").Config.FilterSubject; got != "orders.>" {
+		t.Errorf("the durable's filter is %q, not set back", got)
+	}
+	e.publish(t, "orders.created", "after", 2)
+	testkit.Eventually(t, "messages after", 10*time.Second, func() bool { return c.distinct() == 12 })
+}
+
+// An inbox whose every batch is refused (a full storage budget) is not
+// healthy, though its pulls work; once a batch is taken it is again.
+func TestSourceNotHealthyWhileItsBatchesAreRefused(t *testing.T) {
+	defer func(old backoff.Doubling) { receiveBackoff = old }(receiveBackoff)
+	receiveBackoff.Min, receiveBackoff.Max = 20*time.Millisecond, 50*time.Millisecond
+	e := newSourceEnv(t)
+	e.publish(t, "orders.created", "full", 3)
+	s := newNATSSource(t, e, natsInbox("full", "orders.>"), DefaultAckWait)
+	var c collector
+	refusing := true
+	var mu sync.Mutex
+	r := runSource(s, func(ctx context.Context, msgs []switchyard.Inbound) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if refusing {
+			return errors.New("storage_full: the data file's budget is reached")
+		}
+		return c.receive(ctx, msgs)
+	})
+	defer r.stop(t)
+	testkit.Eventually(t, "unhealthy", 10*time.Second, func() bool {
+		err := s.Healthy(context.Background())
+		return err != nil && strings.Contains(err.Error(), "the last batch was not taken") && strings.Contains(err.Error(), "storage_full")
+	})
+	time.Sleep(200 * time.Millisecond) // empty fetches between redeliveries
+	if err := s.Healthy(context.Background()); err == nil {
+		t.Error("healthy again while every batch is refused")
+	}
+	mu.Lock()
+	refusing = false
+	mu.Unlock()
+	testkit.Eventually(t, "taken", 10*time.Second, func() bool { return c.distinct() == 3 })
+	testkit.Eventually(t, "healthy", 5*time.Second, func() bool { return s.Healthy(context.Background()) == nil })
+}
+
+// A stream deleted under a running source, its subject now stored by a
+// stream of another name, is found: the durable is created on it and
+// consuming goes on (before, the source retried on the old name until a
+// restart).
+func TestSourceFindsItsSubjectsNewStream(t *testing.T) {
+	e := newSourceEnv(t)
+	s := newNATSSource(t, e, natsInbox("moved", "orders.>"), DefaultAckWait)
+	var c collector
+	r := runSource(s, c.receive)
+	defer r.stop(t)
+	e.publish(t, "orders.created", "before", 2)
+	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return c.distinct() == 2 })
+	ctx := pubCtx(t, 5*time.Second)
+	if err := e.js.DeleteStream(ctx, "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS2", Subjects: []string{"orders.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(t, "orders.created", "after", 3)
+	testkit.Eventually(t, "messages on the new stream", 20*time.Second, func() bool { return c.distinct() == 5 })
+	if got := s.Stream(); got != "ORDERS2" {
+		t.Errorf("Stream() = %q", got)
+	}
+}
+
 // A producer's quirk in every message (here an empty ce-id) does not flood
 // the log: the inbox takes every message, with its id derived, and says
 // so in about a line a second, the next counting those held back.
