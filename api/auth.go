@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -104,6 +105,19 @@ func (t *Tokens) lookup(d [sha256.Size]byte) (tokenEntry, bool) {
 		}
 	}
 	return found, ok == 1
+}
+
+// Tenants are the tenants of the tokens that are not admin tokens: those a
+// tenant block can bound.
+func (t *Tokens) Tenants() []string {
+	var out []string
+	for _, e := range t.entries {
+		if !e.admin && !slices.Contains(out, e.tenant) {
+			out = append(out, e.tenant)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Len is the number of tokens.

@@ -43,7 +43,7 @@ tenant "*" {
 	}
 	rep := r.tcp("POST", "/v1/events", tokAcme, batchHeader, tenantBatch("a", 5, 5))
 	if code := problemCode(t, rep); rep.status != 429 || code != "rate_limited" ||
-		!strings.Contains(string(rep.body), `tenant \"acme\" may store events at 1 a second (the rate of its tenant block at test.hcl:`) {
+		!strings.Contains(string(rep.body), `tenant \"acme\" may store events at 1 a second (the rate of its tenant block): the bucket holds this request's 5 in `) {
 		t.Fatalf("acme's next five, at once: %d %s", rep.status, rep.body)
 	}
 	if after, err := strconv.Atoi(rep.header.Get("Retry-After")); err != nil || after < 1 || after > 5 {
@@ -60,7 +60,7 @@ tenant "*" {
 	if rep := r.tcp("POST", "/v1/events", tokBeta, batchHeader, tenantBatch("b", 0, 5)); rep.status != 202 {
 		t.Fatalf("beta's first five: %d %s", rep.status, rep.body)
 	}
-	if rep := r.tcp("POST", "/v1/events", tokBeta, batchHeader, tenantBatch("b", 5, 1)); rep.status != 429 {
+	if rep := r.tcp("POST", "/v1/events", tokBeta, batchHeader, tenantBatch("b", 5, 1)); rep.status != 429 || !strings.Contains(string(rep.body), `the rate of the tenant \"*\" block`) {
 		t.Errorf("beta's sixth: %d %s", rep.status, rep.body)
 	}
 	// The operator's clients store as acme with acme's bucket empty.
@@ -83,9 +83,18 @@ tenant "*" {
 	if got := metricValue(t, r.reg, "switchyard_tenant_rate_limited_events_total", "acme"); got != 11 {
 		t.Errorf("switchyard_tenant_rate_limited_events_total{tenant=acme} = %v, want 11", got)
 	}
+	// A reload to a larger bucket keeps what the bucket holds (it does not
+	// hand acme a full one): ten at once are refused.
+	cfg := *r.cfg
+	cfg.Tenants = map[string]config.TenantLimit{"acme": {Rate: 1, Burst: 10, At: "test.hcl:1:1"}}
+	if err := r.eng.Reload(&cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rep := r.tcp("POST", "/v1/events", tokAcme, batchHeader, tenantBatch("a", 5, 10)); rep.status != 429 {
+		t.Errorf("acme's ten right after a reload to a bucket of ten: %d %s", rep.status, rep.body)
+	}
 	// A reload to a thousand a second: the bucket fills again within
 	// milliseconds, not at the old rate.
-	cfg := *r.cfg
 	cfg.Tenants = map[string]config.TenantLimit{"acme": {Rate: 1000, Burst: 5, At: "test.hcl:1:1"}}
 	if err := r.eng.Reload(&cfg, nil); err != nil {
 		t.Fatal(err)
@@ -97,5 +106,24 @@ tenant "*" {
 	// beta has no block now: no bound.
 	if rep := r.tcp("POST", "/v1/events", tokBeta, batchHeader, tenantBatch("b", 5, 10)); rep.status != 202 {
 		t.Errorf("beta after the reload took \"*\" away: %d %s", rep.status, rep.body)
+	}
+}
+
+// A request its tenant's bucket let through and that then fails (here for
+// a type no block takes) gives its events back: only requests answered
+// count against the rate.
+func TestTenantRateGivesBackWhatARefusedRequestTook(t *testing.T) {
+	r := newTCPRouter(t, `tenant "acme" {
+  rate  = 1
+  burst = 5
+}`)
+	bad := strings.ReplaceAll(tenantBatch("x", 0, 5), "order.created", "no.such.type")
+	for i := range 3 {
+		if rep := r.tcp("POST", "/v1/events", tokAcme, batchHeader, bad); rep.status != 422 {
+			t.Fatalf("a batch of an unknown type, %d: %d %s", i, rep.status, rep.body)
+		}
+	}
+	if rep := r.tcp("POST", "/v1/events", tokAcme, batchHeader, tenantBatch("a", 0, 5)); rep.status != 202 {
+		t.Errorf("five after three refused batches of five: %d %s", rep.status, rep.body)
 	}
 }

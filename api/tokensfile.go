@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -113,6 +114,9 @@ func readTokens(b []byte) (entries []tokenAt, at int64, err error) {
 		if syntax := (*json.SyntaxError)(nil); errors.As(err, &syntax) {
 			return nil, syntax.Offset, err
 		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			err = errors.New("the file ends before its object does")
+		}
 		return nil, dec.InputOffset(), err
 	}
 	if err := want(dec, json.Delim('{'), `the file holds one object, {"tokens": [...]}`); err != nil {
@@ -125,7 +129,7 @@ func readTokens(b []byte) (entries []tokenAt, at int64, err error) {
 			return fail(err)
 		}
 		switch {
-		case k != "tokens":
+		case !strings.EqualFold(fmt.Sprint(k), "tokens"): // encoding/json's match, as before
 			return fail(fmt.Errorf(`field %q: the file holds one object with one field, "tokens"`, k))
 		case listed:
 			return fail(errors.New(`"tokens" appears twice: put every token in one list`))
@@ -138,10 +142,10 @@ func readTokens(b []byte) (entries []tokenAt, at int64, err error) {
 			var e tokenAt
 			e.at = valueStart(b, dec.InputOffset())
 			if err := dec.Decode(&e.tokenJSON); err != nil {
-				if typ := (*json.UnmarshalTypeError)(nil); errors.As(err, &typ) {
-					return nil, e.at, fmt.Errorf("token %d: %q is a %s, not a JSON %s", len(entries)+1, typ.Field, typ.Type, typ.Value)
+				if syntax := (*json.SyntaxError)(nil); errors.As(err, &syntax) {
+					return fail(err) // where the syntax breaks, not where the entry starts
 				}
-				return fail(err)
+				return nil, e.at, entryError(len(entries)+1, err)
 			}
 			entries = append(entries, e)
 		}
@@ -156,6 +160,21 @@ func readTokens(b []byte) (entries []tokenAt, at int64, err error) {
 		return fail(errors.New("more after the object"))
 	}
 	return entries, 0, nil
+}
+
+// entryError says why the n-th entry did not decode: where it starts is
+// the place given.
+func entryError(n int, err error) error {
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &typ) && typ.Field == "":
+		return fmt.Errorf(`token %d: an object {"token": ..., "tenant": ...}, not a JSON %s`, n, typ.Value)
+	case errors.As(err, &typ):
+		return fmt.Errorf("token %d: %q is a %s, not a JSON %s", n, typ.Field, typ.Type, typ.Value)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("token %d: the file ends before it does", n)
+	}
+	return fmt.Errorf("token %d: %s", n, strings.TrimPrefix(err.Error(), "json: "))
 }
 
 // want reads the next token and says what the file should hold when it is

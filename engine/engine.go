@@ -144,6 +144,7 @@ func New(store Store, cfg *config.Config, sinks []switchyard.Sink, opts Options)
 		return nil, err
 	}
 	e.metrics = newMetrics(e)
+	e.metrics.tenantSeries(cfg)
 	e.inboxMetrics = newInboxMetrics(cfg.Inboxes)
 	e.pluginStats = newPluginStats()
 	e.pluginStats.loaded = func() map[string]switchyard.Plugin { return e.plugins.Load().byName }

@@ -201,6 +201,17 @@ func (m *metrics) dlqAction(action DLQAction, n int) {
 	}
 }
 
+// tenantSeries starts switchyard_tenant_rate_limited_events_total at 0
+// for each tenant with a block of its own, so that increase() sees its
+// first refusals (those under "*" start at their first).
+func (m *metrics) tenantSeries(cfg *config.Config) {
+	for t := range cfg.Tenants {
+		if t != "*" {
+			m.rateLimited.WithLabelValues(t)
+		}
+	}
+}
+
 func (m *metrics) ingestedType(t string, n int) { m.ingested.WithLabelValues(t).Add(float64(n)) }
 
 // pollOutcomes are switchyard_polls_total's outcomes: nothing taken, fewer

@@ -53,6 +53,7 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 	e.retired = append(e.retired, e.plugins.Swap(set))
 	e.conf.Store(cfg)
 	e.rates.reload(cfg, e.now())
+	e.metrics.tenantSeries(cfg)
 	for t, l := range e.loops {
 		if pol, ok := e.policyOf(t); ok {
 			l.setPolicy(pol)

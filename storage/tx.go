@@ -69,12 +69,16 @@ var (
 // only the older ones refuse it from then on (DB.UpgradedFrom).
 const SchemaVersion = "4"
 
+// ReadsSchema says whether this router opens a data file of schema v (""
+// for a file no router finished opening).
+func ReadsSchema(v string) bool { return v == "" || slices.Contains(schemaReadable, v) }
+
 // unreadableSchema refuses a data file whose schema this router does not
 // read (a newer router's): router run, and the offline tools that would
 // write it or call it consistent (CheckFile).
 func unreadableSchema(meta *bolt.Bucket) error {
 	schema := string(meta.Get(keySchema)) // "" for a new file
-	if schema == "" || slices.Contains(schemaReadable, schema) {
+	if ReadsSchema(schema) {
 		return nil
 	}
 	return fmt.Errorf("data file schema %q, this router reads %q: a newer router wrote it; keep the file, and run that router's version or a later one", schema, schemaReadable)

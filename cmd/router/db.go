@@ -297,11 +297,13 @@ func (c *DBCommand) compact(path string, output format) error {
 // schemaOf says a checked file's schema, and whether this router reads it
 // as it is or upgrades it when it opens it.
 func schemaOf(rep *storage.CheckReport) string {
-	switch rep.Schema {
-	case storage.SchemaVersion:
+	switch {
+	case rep.Schema == storage.SchemaVersion:
 		return rep.Schema
-	case "":
+	case rep.Schema == "":
 		return "none"
+	case !storage.ReadsSchema(rep.Schema):
+		return fmt.Sprintf("%s (a newer router's: this one reads up to %s)", rep.Schema, storage.SchemaVersion)
 	}
 	return fmt.Sprintf("%s (router run upgrades it to %s, one way)", rep.Schema, storage.SchemaVersion)
 }

@@ -1,9 +1,9 @@
-//go:build !linux
+//go:build !linux && !freebsd
 
 package main
 
 import "syscall"
 
-// checkChildAttr is nil off Linux: no parent-death signal there, so a
+// checkChildAttr is nil where the kernel has no parent-death signal: a
 // child outlives a router killed outright.
 func checkChildAttr() *syscall.SysProcAttr { return nil }

@@ -301,12 +301,24 @@ func TestTheSchemaUpgradeIsTold(t *testing.T) {
 		t.Errorf("the start that upgraded the file:\n%s", logs.String())
 	}
 	check(", schema " + storage.SchemaVersion + ", 10 events")
-	logs = &cancelAt{mark: "switchyard is running", cancel: cancel}
+	logs = &cancelAt{mark: "switchyard is running"}
 	ctx, cancel = context.WithCancel(context.Background())
 	logs.cancel = cancel
 	NewMain(nil, io.Discard, logs).Run(ctx, []string{"run", "-config", path})
 	if strings.Contains(logs.String(), "upgraded") {
 		t.Errorf("a start on a file at this schema:\n%s", logs.String())
+	}
+	// A newer router's file: not one this router would upgrade.
+	bdb, err = bolt.Open(data, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bdb.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte("99")) })
+	bdb.Close()
+	var out bytes.Buffer
+	NewMain(nil, &out, &out).Run(context.Background(), []string{"db", "check", data})
+	if want := ", schema 99 (a newer router's: this one reads up to " + storage.SchemaVersion + ")"; !strings.Contains(out.String(), want) {
+		t.Errorf("db check of a newer router's file:\n%s\nwant %q", out.String(), want)
 	}
 }
 

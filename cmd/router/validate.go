@@ -495,11 +495,42 @@ func configWarnings(cfg *config.Config) []string {
 	if cfg.Listen.TokensFile != "" && cfg.Listen.HTTP == "" {
 		out = append(out, fmt.Sprintf("%s: warning: tokens_file is read only with listen.http (the TCP listener); the unix socket takes no tokens", cfg.Listen.TokensAt))
 	}
+	out = append(out, tenantWarnings(cfg)...)
 	for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
 		p := cfg.Events[t]
 		if len(p.Plugins) > 0 && len(p.Routes) == 0 && t != "*" {
 			out = append(out, fmt.Sprintf("%s: warning: event %q runs plugins %v but has no route block: an output whose plugin names no destination (\"<sink>:<subject>\") goes to the DLQ; add a route unless every plugin names its destinations",
 				cfg.EventsAt[t], t, p.Plugins))
+		}
+	}
+	return out
+}
+
+// tenantWarnings are the tenant blocks that bound no one: all of them
+// without a TCP listener (only tenants' tokens there are held to them),
+// and one naming no tenant of tokens_file's tokens (a typo: that tenant
+// then has "*"'s bucket, or none). A tokens file that does not load is
+// checkFiles' to report.
+func tenantWarnings(cfg *config.Config) []string {
+	if len(cfg.Tenants) == 0 {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(cfg.Tenants))
+	var out []string
+	if cfg.Listen.HTTP == "" {
+		for _, name := range names {
+			out = append(out, fmt.Sprintf("%s: warning: tenant %q bounds no one: tenant blocks bound tenants' tokens on the TCP listener (listen.http), which is off", cfg.Tenants[name].At, name))
+		}
+		return out
+	}
+	tokens, err := api.LoadTokens(cfg.Listen.TokensFile)
+	if err != nil {
+		return nil
+	}
+	known := tokens.Tenants()
+	for _, name := range names {
+		if name != "*" && !slices.Contains(known, name) {
+			out = append(out, fmt.Sprintf("%s: warning: tenant %q is no tenant of tokens_file's tokens (%s): the block bounds no one until a token names it", cfg.Tenants[name].At, name, strings.Join(known, ", ")))
 		}
 	}
 	return out

@@ -161,6 +161,48 @@ event "x" {
 	}
 }
 
+// A tenant block that bounds no one passes validate with a warning at
+// it: one naming no tenant of the tokens file (a typo leaves the tenant
+// meant to "*"'s bucket, or none), and every one without a TCP listener.
+func TestValidateWarnsTenantBlocksThatBoundNoOne(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.json")
+	os.WriteFile(tokens, []byte(`{"tokens": [{"token": "acme-token-0123456789", "tenant": "acme"}, {"token": "ops-token-0123456789", "tenant": "ops", "admin": true}]}`), 0o600)
+	validate := func(listen string) string {
+		path := filepath.Join(dir, "policies.hcl")
+		os.WriteFile(path, []byte(listen+`
+tenant "acme" { rate = 5 }
+tenant "acmee" { rate = 5 }
+tenant "ops" { rate = 5 }
+tenant "*" { rate = 5 }
+event "x" {}
+`), 0o600)
+		var out bytes.Buffer
+		if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil {
+			t.Fatalf("validate: %v\n%s", err, out.String())
+		}
+		return strings.ReplaceAll(out.String(), path, "p.hcl")
+	}
+	out := validate(`listen {
+  http        = "127.0.0.1:0"
+  tokens_file = "` + tokens + `"
+}`)
+	for _, want := range []string{
+		`p.hcl:6:1: warning: tenant "acmee" is no tenant of tokens_file's tokens (acme): the block bounds no one`,
+		`p.hcl:7:1: warning: tenant "ops" is no tenant of tokens_file's tokens (acme)`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("validate said:\n%s\nwant a line with %s", out, want)
+		}
+	}
+	if strings.Contains(out, `tenant "acme" is`) || strings.Contains(out, `tenant "*" is`) {
+		t.Errorf("a warning for a block that bounds someone:\n%s", out)
+	}
+	if out := validate(""); !strings.Contains(out, `p.hcl:2:1: warning: tenant "acme" bounds no one: tenant blocks bound tenants' tokens on the TCP listener (listen.http), which is off`) {
+		t.Errorf("without a TCP listener, validate said:\n%s", out)
+	}
+}
+
 // validate names each folder router run would make, the outermost one
 // missing, once with everything under it: a typo in an absolute path is
 // seen before run makes a tree of folders for it.
