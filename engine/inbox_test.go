@@ -74,6 +74,28 @@ func TestInboxLeavesOutAnUnstorableTime(t *testing.T) {
 
 // Redeliveries are dropped durably and audited, within the batch too; after
 // the ttl an id is new again.
+// A replay of redeliveries, batch after batch, is told in a line at most
+// every 10 s, with what it dropped since the last (it was a line per
+// batch: a hundred in 0.4 s).
+func TestRedeliveriesDroppedAreToldNowAndThen(t *testing.T) {
+	var logs testkit.Buffer
+	h := newHarness(t, pullInbox, true, harnessOption(func(o *engine.Options) {
+		o.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+	}))
+	ctx := context.Background()
+	if _, err := h.eng.Receive(ctx, "pay", inbound("a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		if _, err := h.eng.Receive(ctx, "pay", inbound("a", "b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "inbox dropped redeliveries"); n != 1 || !strings.Contains(logs.String(), "dropped=2 ") {
+		t.Fatalf("%d lines for 50 batches of redeliveries:\n%s", n, logs.String())
+	}
+}
+
 func TestReceiveDropsRedeliveries(t *testing.T) {
 	h := newHarness(t, pullInbox, true)
 	ctx := context.Background()
