@@ -86,6 +86,10 @@ type Source struct {
 	// problem is why the last poll brought only errors, nil once one
 	// brings records or a partition answers: what Healthy says.
 	problem atomic.Pointer[pollError]
+	// refused is why the last batch was not taken (nil once one is):
+	// Healthy says the inbox does not consume while every batch is
+	// refused (a full storage budget), though its polls work.
+	refused atomic.Pointer[error]
 
 	running   atomic.Bool
 	runSince  atomic.Int64  // when Run began (unix nanoseconds): how long a join has waited
@@ -220,12 +224,14 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 			continue
 		}
 		if err := s.handle(ctx, recs, receive); err != nil {
+			s.refused.Store(&err)
 			pause = receiveBackoff.Next(pause)
 			s.log.Warn("inbox could not take the batch; not committed, reading it again after a pause",
 				"records", len(recs), "retry_in", pause, "error", err)
 			backoff.Sleep(ctx, pause)
 			continue
 		}
+		s.refused.Store(nil)
 		pause = 0
 	}
 	return nil
@@ -273,6 +279,9 @@ func (s *Source) Healthy(ctx context.Context) error {
 			err = why // the connection's own failure: EOF alone hid a refused credential (a Kafka trial)
 		}
 		return fmt.Errorf("inbox %q: %s: no broker reachable: %w", s.name, s.sink, err)
+	}
+	if p := s.refused.Load(); p != nil {
+		return fmt.Errorf("inbox %q: %s: the last batch was not taken (it is read again after a pause): %w", s.name, s.sink, *p)
 	}
 	if s.running.Load() && !s.joined() {
 		// Its brokers answer, but it reads nothing yet (an adversarial
