@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
@@ -26,17 +27,17 @@ func ClientOptions(cfg config.NATS) ([]natsgo.Option, error) {
 	a := cfg.Auth
 	switch {
 	case a.User != "":
-		pass, err := a.Password.Read()
+		pass, err := rereading(a.Password)
 		if err != nil {
 			return nil, fmt.Errorf("password: %w", err)
 		}
-		opts = append(opts, natsgo.UserInfo(a.User, pass))
+		opts = append(opts, natsgo.UserInfoHandler(func() (string, string) { return a.User, pass() }))
 	case a.Token.IsSet():
-		tok, err := a.Token.Read()
+		tok, err := rereading(a.Token)
 		if err != nil {
 			return nil, fmt.Errorf("token: %w", err)
 		}
-		opts = append(opts, natsgo.Token(tok))
+		opts = append(opts, natsgo.TokenHandler(tok))
 	case a.CredsFile != "":
 		if err := config.CheckPrivate(a.CredsFile); err != nil {
 			return nil, fmt.Errorf("creds_file: %w", err)
@@ -60,6 +61,32 @@ func ClientOptions(cfg config.NATS) ([]natsgo.Option, error) {
 		opts = append(opts, natsgo.Secure(tc))
 	}
 	return opts, nil
+}
+
+// rereading reads secret, and returns what gives it at each connection
+// attempt: a secret in a file is read again each time (the last value read
+// while the file cannot be: mid-edit), so a password or token corrected in
+// its file is used at the next reconnect, with no restart (a trial fixed
+// the file, reloaded, and the router kept the refused one). nats.go's
+// creds file is read at each attempt already; an nkey seed is not.
+func rereading(secret config.Secret) (func() string, error) {
+	first, err := secret.Read()
+	if err != nil {
+		return nil, err
+	}
+	if secret.File == "" {
+		return func() string { return first }, nil
+	}
+	var mu sync.Mutex
+	last := first
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if v, err := secret.Read(); err == nil {
+			last = v
+		}
+		return last
+	}, nil
 }
 
 // serverUsers is the one user an embedded server admits: the router's,

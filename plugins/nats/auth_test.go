@@ -123,6 +123,37 @@ func TestExternalAuth(t *testing.T) {
 	}
 }
 
+// A password corrected in its file is used at the next reconnect: the
+// sink refused by the server connects without a restart.
+func TestACorrectedPasswordFileIsUsed(t *testing.T) {
+	url := externalServer(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "edge", Password: "edge-password-value"}}
+	})
+	file := testkit.SecretFile(t, "nope")
+	cfg := externalConfig(url, config.NATSAuth{User: "edge", Password: config.Secret{File: file}}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg, cfg.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if err := s.Healthy(ctx); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		t.Fatalf("with the wrong password: %v", err)
+	}
+	if err := os.WriteFile(file, []byte("edge-password-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the sink to connect with the corrected password", 15*time.Second, func() bool {
+		return s.Healthy(ctx) == nil
+	})
+	for _, r := range s.Publish(ctx, makeMsgs("auth", "auth.test", 1)) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+}
+
 // Every file of secrets the client reads (a password, a creds file, an
 // nkey seed, a TLS client key) is refused, naming its attribute and the
 // mode to set, when others may read it.
