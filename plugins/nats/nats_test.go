@@ -855,6 +855,40 @@ func TestAnIdleSinkFindsASilentServer(t *testing.T) {
 	testkit.Eventually(t, "healthy once the way is back", 15*time.Second, func() bool { return check() == nil })
 }
 
+// A busy sink's health check leaves its connection to the publishes' own
+// wait (checkSilent): with a publish awaiting its acknowledgement, a check
+// does not ping, and forces no reconnect. On a slow link a ping waited
+// behind the publishes' bytes, and each check reconnected a working
+// connection (a review: every publish failed).
+func TestABusySinksCheckLeavesTheConnection(t *testing.T) {
+	cfg := testConfig(true)
+	srv := startServer(t, cfg, t.TempDir())
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := testkit.NewLink(t, u.Host)
+	var logs testkit.Buffer
+	sink, err := Open(pubCtx(t, 10*time.Second), cfg, "nats://"+link.Addr(), hclog.New(&hclog.LoggerOptions{Output: &logs}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close(pubCtx(t, time.Second)) }) // its connection was cut: no drain
+	blackhole(t, srv.ClientURL())
+	wait := sink.Send(pubCtx(t, 3*time.Second), makeMsgs("bh", "blackhole.x", 2)) // no acknowledgement comes
+	link.Cut()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := sink.Healthy(ctx); err != nil && strings.Contains(err.Error(), "went silent") {
+		t.Errorf("a check while a publish awaits its acknowledgement: %v", err)
+	}
+	if strings.Contains(logs.String(), "reconnecting") {
+		t.Errorf("the check forced a reconnect:\n%s", logs.String())
+	}
+	link.Restore()
+	wait()
+}
+
 // A connection that goes silent (the server's host gone dark, a NAT that
 // lost its state: no reset, no answer, a new dial times out) is found
 // within a publish or two, not at nats.go's idle ping (two minutes, two

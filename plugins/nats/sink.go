@@ -92,6 +92,10 @@ type Sink struct {
 	// checking is set while a ping checks whether the connection went
 	// silent (checkSilent).
 	checking atomic.Bool
+	// coreSending counts core NATS publishes in flight (publishCore): with
+	// them, or JetStream acks awaited, the sink is busy, and its health
+	// check leaves the connection alone (silent).
+	coreSending atomic.Int32
 	// conn is the connection's state as its handlers last reported it.
 	conn connWatch
 
@@ -604,16 +608,36 @@ func (s *Sink) Healthy(ctx context.Context) error {
 	return s.stall.Err(s.name)
 }
 
+// busy says whether publishes are in flight: core NATS ones, bytes not
+// yet written, or JetStream acks awaited.
+func (s *Sink) busy() bool {
+	if s.coreSending.Load() > 0 {
+		return true
+	}
+	if n, err := s.nc.Buffered(); err == nil && n > 0 {
+		return true
+	}
+	return s.js != nil && s.js.PublishAsyncPending() > 0
+}
+
 // healthPing bounds the ping a health check sends (within the check's own
 // second: cmd/router's healthWait).
 const healthPing = 800 * time.Millisecond
 
-// silent pings the server, within ctx and healthPing, and reconnects when
-// nothing comes back (reconnectIfSilent). A sink with nothing to publish
-// learned of a silent server only from its next publish, which then waited
-// its publish_timeout: /readyz said ok for minutes while the inbox on the
-// same server said not connected (a trial).
+// silent pings the server of an idle sink, within ctx and healthPing, and
+// reconnects when nothing comes back (reconnectIfSilent). A sink with
+// nothing to publish learned of a silent server only from its next
+// publish, which then waited its publish_timeout: /readyz said ok for
+// minutes while the inbox on the same server said not connected (a
+// trial). A busy sink is left alone: its ping would wait behind the
+// publishes' bytes on a slow link and force a reconnect of a connection
+// that works (a review: 20 checks out of 20 under load, every publish
+// failed), and its publishes' own wait finds a silence (checkSilent).
 func (s *Sink) silent(ctx context.Context) bool {
+	if s.busy() || !s.checking.CompareAndSwap(false, true) {
+		return false
+	}
+	defer s.checking.Store(false)
 	wait := healthPing
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl)*4/5)
@@ -1025,6 +1049,8 @@ func (s *Sink) prepare(ctx context.Context, sc *scratch, m *switchyard.Message) 
 // publishCore publishes on core NATS: at most once, no broker ack. One flush
 // at the end proves the server read every message of the batch.
 func (s *Sink) publishCore(ctx context.Context, msgs []*switchyard.Message, res []switchyard.Result) {
+	s.coreSending.Add(1)
+	defer s.coreSending.Add(-1)
 	sc := s.getScratch(0)
 	defer s.putScratch(sc)
 	sent := 0

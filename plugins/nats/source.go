@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
 	"github.com/switchyard-router/switchyard/internal/every"
+	"github.com/switchyard-router/switchyard/internal/logthrottle"
 )
 
 const (
@@ -88,15 +89,20 @@ type Source struct {
 	// succeeds): what Healthy says.
 	conn    connWatch
 	problem atomic.Pointer[error]
-	// refused is why the last batch was not taken (nil once one is):
-	// Healthy says the inbox does not consume while every batch is
-	// refused (a full storage budget), though its pulls work.
-	refused atomic.Pointer[error]
+	// refused is why the last batch was not taken, and when (nil once one
+	// is): Healthy says the inbox does not consume while batches are
+	// refused (a full storage budget), though its pulls work, for as long
+	// as a refusal is recent (refusedFresh: the redeliveries may stop
+	// coming, purged or taken by another router).
+	refused atomic.Pointer[refusal]
 
-	// checked is when Run last read the durable back (checkConsumer), and
-	// goodFloor the ack floor it then had, when it was as it should be.
-	checked   time.Time
-	goodFloor uint64
+	// Run's own (checkConsumer): when it last read the durable back, what
+	// the durable had delivered then when it was as it should be, a replay
+	// owed, and the throttle of a durable that cannot be set back.
+	checked       time.Time
+	goodDelivered uint64
+	owed          *replayRange
+	driftLog      logthrottle.Throttle
 
 	warnings []string
 
@@ -145,6 +151,7 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		stop:         make(chan struct{}),
 		runDone:      make(chan struct{}),
 		ccfg:         consumerConfig(in, ackWait),
+		driftLog:     logthrottle.Throttle{Every: time.Minute},
 	}
 	s.decoder = engine.InboundDecoder{Binding: cloudevents.NATS, IDHeader: in.IDHeader, Log: s.log, Noun: "message"}
 	auth, err := ClientOptions(ncfg)
@@ -218,7 +225,7 @@ func (s *Source) setup(ctx context.Context) error {
 	if err := s.ensureConsumer(ctx); err != nil {
 		return err
 	}
-	s.checked, s.goodFloor = time.Now(), s.consumer().CachedInfo().AckFloor.Stream
+	s.checked, s.goodDelivered = time.Now(), s.consumer().CachedInfo().Delivered.Stream
 	s.warnings = s.checkRetention(ctx, s.ttl)
 	for _, w := range s.warnings {
 		s.log.Warn(w)
@@ -353,7 +360,11 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 		// too, and another stream store the subject now.
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, natsgo.ErrNoResponders) {
 			was := s.Stream()
-			if cerr := s.setup(ctx); cerr == nil {
+			cerr := s.ensureConsumer(ctx)
+			if errors.Is(cerr, jetstream.ErrStreamNotFound) {
+				cerr = s.setup(ctx)
+			}
+			if cerr == nil {
 				s.log.Warn("durable consumer gone; created it again (messages not yet acknowledged come again)",
 					"durable", s.ccfg.Durable, "stream", s.Stream(), "stream_before", was, "error", err)
 			} else if time.Since(lastLog) >= 30*time.Second {
@@ -392,8 +403,8 @@ func (s *Source) Healthy(context.Context) error {
 	if p := s.problem.Load(); p != nil {
 		return fmt.Errorf("%s: %w", name, *p)
 	}
-	if p := s.refused.Load(); p != nil {
-		return fmt.Errorf("%s: the last batch was not taken (it comes again after a pause): %w", name, *p)
+	if p := s.refused.Load(); p != nil && time.Since(p.at) < refusedFresh {
+		return fmt.Errorf("%s: the last batch was not taken (it comes again after a pause): %w", name, p.err)
 	}
 	if s.consumer() == nil {
 		return fmt.Errorf("%s: connected; setting up the consumer", name)
@@ -439,7 +450,7 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 		return nil
 	}
 	if err := s.handle(ctx, msgs, receive, pause); err != nil {
-		s.refused.Store(&err)
+		s.refused.Store(&refusal{err: err, at: time.Now()})
 		backoff.Sleep(ctx, *pause)
 		return nil
 	}
@@ -447,6 +458,17 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 	s.checkConsumer(ctx, receive)
 	return nil
 }
+
+// refusal is why a batch was not taken, and when.
+type refusal struct {
+	err error
+	at  time.Time
+}
+
+// refusedFresh is how long a refused batch keeps the inbox unhealthy:
+// longer than the longest pause before it comes again (receiveBackoff's
+// Max) and a pull's wait.
+var refusedFresh = time.Minute // a var: tests shorten it
 
 // collect reads a fetch to its end. The end of the wait and "no messages"
 // are no errors.

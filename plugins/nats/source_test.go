@@ -489,6 +489,94 @@ func TestSourceNotHealthyWhileItsBatchesAreRefused(t *testing.T) {
 	testkit.Eventually(t, "healthy", 5*time.Second, func() bool { return s.Healthy(context.Background()) == nil })
 }
 
+// A refused batch that does not come again (purged, or taken by another
+// router) leaves the inbox unhealthy no longer than refusedFresh (it
+// stuck until a batch was taken: a review).
+func TestSourceRefusalIsForgotten(t *testing.T) {
+	defer func(old backoff.Doubling) { receiveBackoff = old }(receiveBackoff)
+	receiveBackoff.Min, receiveBackoff.Max = 20*time.Millisecond, 50*time.Millisecond
+	defer func(old time.Duration) { refusedFresh = old }(refusedFresh)
+	refusedFresh = 500 * time.Millisecond
+	e := newSourceEnv(t)
+	e.publish(t, "orders.created", "gone", 1)
+	s := newNATSSource(t, e, natsInbox("forgets", "orders.>"), DefaultAckWait)
+	var once sync.Once
+	refused := make(chan struct{})
+	r := runSource(s, func(context.Context, []switchyard.Inbound) error {
+		once.Do(func() { close(refused) })
+		return errors.New("storage_full")
+	})
+	defer r.stop(t)
+	<-refused
+	st, err := e.js.Stream(pubCtx(t, 5*time.Second), "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(pubCtx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "healthy once the refused batch is gone", 10*time.Second, func() bool { return s.Healthy(context.Background()) == nil })
+}
+
+// Routers on one durable whose inboxes differ in what loses no message
+// (batch sizes, so max_ack_pending) do not take each other's settings for
+// a change by someone else: they set them back in turn for ever, each
+// reading the stream again (a review).
+func TestSourcesWithOtherBatchSizesShareADurable(t *testing.T) {
+	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
+	consumerCheckEvery = 100 * time.Millisecond
+	e := newSourceEnv(t)
+	var logs testkit.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs})
+	small, large := natsInbox("shared", "orders.>"), natsInbox("shared", "orders.>")
+	large.Policy.BatchSize = 200
+	var c collector
+	for _, in := range []config.Inbox{small, large} {
+		r := runSource(newNATSSourceLogged(t, e, in, DefaultAckWait, log), c.receive)
+		defer r.stop(t)
+	}
+	e.publish(t, "orders.created", "s", 50)
+	testkit.Eventually(t, "every message", 10*time.Second, func() bool { return c.distinct() == 50 })
+	time.Sleep(1500 * time.Millisecond) // checks on both
+	if strings.Contains(logs.String(), "changed by someone else") {
+		t.Errorf("two routers' settings taken for someone else's:\n%s", logs.String())
+	}
+}
+
+// A durable changed in a way it cannot be set back (its ack policy: the
+// server refuses that change) is said once a minute, not at every batch
+// (602 lines in 5 s, a review).
+func TestADurableThatCannotBeSetBackIsSaidOnce(t *testing.T) {
+	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
+	consumerCheckEvery = 50 * time.Millisecond
+	e := newSourceEnv(t)
+	var logs testkit.Buffer
+	in := natsInbox("acked", "orders.>")
+	s := newNATSSourceLogged(t, e, in, DefaultAckWait, hclog.New(&hclog.LoggerOptions{Output: &logs}))
+	ctx := pubCtx(t, 5*time.Second)
+	if err := e.js.DeleteConsumer(ctx, "ORDERS", "acked"); err != nil {
+		t.Fatal(err)
+	}
+	all := consumerConfig(in, DefaultAckWait)
+	all.AckPolicy = jetstream.AckAllPolicy
+	if _, err := e.js.CreateConsumer(ctx, "ORDERS", all); err != nil {
+		t.Fatal(err)
+	}
+	var c collector
+	r := runSource(s, c.receive)
+	defer r.stop(t)
+	e.publish(t, "orders.created", "a", 1)
+	testkit.Eventually(t, "the first check", 15*time.Second, func() bool { return strings.Contains(logs.String(), "cannot be set back") })
+	for i := range 10 { // a batch each, and a check after each
+		e.publish(t, "orders.created", fmt.Sprint("b", i), 1)
+		time.Sleep(100 * time.Millisecond)
+	}
+	testkit.Eventually(t, "the messages", 10*time.Second, func() bool { return c.distinct() == 11 })
+	if n := strings.Count(logs.String(), "cannot be set back"); n != 1 {
+		t.Errorf("%d lines for a durable that cannot be set back:\n%s", n, logs.String())
+	}
+}
+
 // A stream deleted under a running source, its subject now stored by a
 // stream of another name, is found: the durable is created on it and
 // consuming goes on (before, the source retried on the old name until a
