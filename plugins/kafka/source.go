@@ -86,10 +86,12 @@ type Source struct {
 	// problem is why the last poll brought only errors, nil once one
 	// brings records or a partition answers: what Healthy says.
 	problem atomic.Pointer[pollError]
-	// refused is why the last batch was not taken (nil once one is):
-	// Healthy says the inbox does not consume while every batch is
-	// refused (a full storage budget), though its polls work.
-	refused atomic.Pointer[error]
+	// refused is why the last batch was not taken, and when (nil once one
+	// is): Healthy says the inbox does not consume while batches are
+	// refused (a full storage budget), though its polls work, for as long
+	// as a refusal is recent (refusedFresh: the records may not come
+	// again, deleted by retention or taken by another member).
+	refused atomic.Pointer[pollError]
 
 	running   atomic.Bool
 	runSince  atomic.Int64  // when Run began (unix nanoseconds): how long a join has waited
@@ -224,7 +226,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 			continue
 		}
 		if err := s.handle(ctx, recs, receive); err != nil {
-			s.refused.Store(&err)
+			s.refused.Store(&pollError{err: err, at: time.Now()})
 			pause = receiveBackoff.Next(pause)
 			s.log.Warn("inbox could not take the batch; not committed, reading it again after a pause",
 				"records", len(recs), "retry_in", pause, "error", err)
@@ -249,6 +251,11 @@ type pollError struct {
 // has not come again, although an idle consumer may not have polled
 // anything since.
 const pollErrorFresh = 10 * time.Second
+
+// refusedFresh is how long a refused batch keeps the inbox unhealthy:
+// longer than the longest pause before it is read again (receiveBackoff's
+// Max) and a poll.
+const refusedFresh = time.Minute
 
 // polled records, for Healthy, whether a poll brought only errors: the
 // first of them, or nil once a partition answers.
@@ -280,8 +287,8 @@ func (s *Source) Healthy(ctx context.Context) error {
 		}
 		return fmt.Errorf("inbox %q: %s: no broker reachable: %w", s.name, s.sink, err)
 	}
-	if p := s.refused.Load(); p != nil {
-		return fmt.Errorf("inbox %q: %s: the last batch was not taken (it is read again after a pause): %w", s.name, s.sink, *p)
+	if p := s.refused.Load(); p != nil && time.Since(p.at) < refusedFresh {
+		return fmt.Errorf("inbox %q: %s: the last batch was not taken (it is read again after a pause): %w", s.name, s.sink, p.err)
 	}
 	if s.running.Load() && !s.joined() {
 		// Its brokers answer, but it reads nothing yet (an adversarial
