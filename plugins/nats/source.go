@@ -353,31 +353,39 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 		if err == nil || ctx.Err() != nil {
 			continue
 		}
-		// A pull on a deleted durable fails one of three ways, depending on
-		// when it was deleted: gone, not found, or nobody answering the
-		// pull request at all.
-		// The stream is found again by the inbox's subject: it may be gone
-		// too, and another stream store the subject now.
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, natsgo.ErrNoResponders) {
-			was := s.Stream()
-			cerr := s.ensureConsumer(ctx)
-			if errors.Is(cerr, jetstream.ErrStreamNotFound) {
-				cerr = s.setup(ctx)
-			}
-			if cerr == nil {
-				s.log.Warn("durable consumer gone; created it again (messages not yet acknowledged come again)",
-					"durable", s.ccfg.Durable, "stream", s.Stream(), "stream_before", was, "error", err)
-			} else if time.Since(lastLog) >= 30*time.Second {
-				lastLog = time.Now()
-				s.log.Error("durable consumer gone, and it cannot be created again yet", "durable", s.ccfg.Durable, "error", cerr)
-			}
-		} else if time.Since(lastLog) >= 30*time.Second {
-			lastLog = time.Now()
-			s.log.Warn("pull failed", "error", err)
-		}
+		s.pullFailed(ctx, err, &lastLog)
 		backoff.Sleep(ctx, errorPause)
 	}
 	return nil
+}
+
+// pullFailed deals with a failed pull: a durable gone is created again,
+// on the stream that stores the subject now (found again when the old one
+// is gone too); anything else is logged, at most every 30 s (lastLog).
+func (s *Source) pullFailed(ctx context.Context, err error, lastLog *time.Time) {
+	// A pull on a deleted durable fails one of three ways, depending on
+	// when it was deleted: gone, not found, or nobody answering the pull
+	// request at all.
+	gone := errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, natsgo.ErrNoResponders)
+	if !gone {
+		if time.Since(*lastLog) >= 30*time.Second {
+			*lastLog = time.Now()
+			s.log.Warn("pull failed", "error", err)
+		}
+		return
+	}
+	was := s.Stream()
+	cerr := s.ensureConsumer(ctx)
+	if errors.Is(cerr, jetstream.ErrStreamNotFound) {
+		cerr = s.setup(ctx)
+	}
+	if cerr == nil {
+		s.log.Warn("durable consumer gone; created it again (messages not yet acknowledged come again)",
+			"durable", s.ccfg.Durable, "stream", s.Stream(), "stream_before", was, "error", err)
+	} else if time.Since(*lastLog) >= 30*time.Second {
+		*lastLog = time.Now()
+		s.log.Error("durable consumer gone, and it cannot be created again yet", "durable", s.ccfg.Durable, "error", cerr)
+	}
 }
 
 // failing records why the last setup or pull failed, or that it worked
