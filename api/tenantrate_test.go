@@ -24,7 +24,7 @@ var batchHeader = map[string]string{"Content-Type": "application/cloudevents-bat
 
 // A tenant block bounds how fast a tenant's tokens store events: past its
 // bucket a request is refused whole (429 rate_limited, Retry-After, the
-// block's place named) and nothing of it is stored; a batch larger than
+// block named) and nothing of it is stored; a batch larger than
 // the bucket is 413; each tenant under "*" has a bucket of its own; the
 // operator's clients (the socket, whatever X-Tenant says, and admin
 // tokens) are not held to it; stats and metrics count the refusals; and a
@@ -86,7 +86,7 @@ tenant "*" {
 	// A reload to a larger bucket keeps what the bucket holds (it does not
 	// hand acme a full one): ten at once are refused.
 	cfg := *r.cfg
-	cfg.Tenants = map[string]config.TenantLimit{"acme": {Rate: 1, Burst: 10, At: "test.hcl:1:1"}}
+	cfg.TenantLimits = map[string]config.TenantLimit{"acme": {Rate: 1, Burst: 10, Block: "acme", At: "test.hcl:1:1"}}
 	if err := r.eng.Reload(&cfg, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ tenant "*" {
 	}
 	// A reload to a thousand a second: the bucket fills again within
 	// milliseconds, not at the old rate.
-	cfg.Tenants = map[string]config.TenantLimit{"acme": {Rate: 1000, Burst: 5, At: "test.hcl:1:1"}}
+	cfg.TenantLimits = map[string]config.TenantLimit{"acme": {Rate: 1000, Burst: 5, Block: "acme", At: "test.hcl:1:1"}}
 	if err := r.eng.Reload(&cfg, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -117,7 +117,11 @@ func readTokens(b []byte) (entries []tokenAt, at int64, err error) {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = errors.New("the file ends before its object does")
 		}
-		return nil, dec.InputOffset(), err
+		at := dec.InputOffset()
+		if errors.As(err, new(unexpected)) {
+			at-- // at the delimiter read, not past it
+		}
+		return nil, at, err
 	}
 	if err := want(dec, json.Delim('{'), `the file holds one object, {"tokens": [...]}`); err != nil {
 		return fail(err)
@@ -185,10 +189,15 @@ func want(dec *json.Decoder, d json.Delim, what string) error {
 		return err
 	}
 	if t != d {
-		return errors.New(what)
+		return unexpected(what)
 	}
 	return nil
 }
+
+// unexpected is want's error: the file holds another token there.
+type unexpected string
+
+func (u unexpected) Error() string { return string(u) }
 
 // valueStart is where the value after off starts: past the white space and
 // the comma that a decoder's InputOffset leaves before it.

@@ -54,11 +54,11 @@ type Config struct {
 	// for the others. The operator's clients are not held to it.
 	MaxTypesPerTenant int
 
-	// Tenants bounds how fast each tenant's tokens on the TCP listener may
-	// store events, by tenant name; "*" bounds each tenant without a block
-	// of its own (each with a bucket of its own). nil without tenant blocks:
-	// no bound.
-	Tenants map[string]TenantLimit
+	// TenantLimits bounds how fast each tenant's tokens on the TCP listener
+	// may store events, by tenant name (the tenant blocks); "*" bounds each
+	// tenant without a block of its own (each with a bucket of its own).
+	// nil without tenant blocks: no bound.
+	TenantLimits map[string]TenantLimit
 
 	Plugins []Plugin
 	Inboxes []Inbox
@@ -74,16 +74,18 @@ type TenantLimit struct {
 	// refused whatever the wait. Default the larger of Rate and
 	// listen.max_batch, so that any batch the listener takes can pass.
 	Burst int
+	// Block is the block's label: the tenant's name, or "*".
+	Block string
 	At    Pos // where the block is
 }
 
 // TenantLimit returns the bound on tenant's events: its own tenant block,
 // or the "*" block. ok is false when neither exists.
 func (c *Config) TenantLimit(tenant string) (l TenantLimit, ok bool) {
-	if l, ok = c.Tenants[tenant]; ok {
+	if l, ok = c.TenantLimits[tenant]; ok {
 		return l, true
 	}
-	l, ok = c.Tenants["*"]
+	l, ok = c.TenantLimits["*"]
 	return l, ok
 }
 

@@ -547,7 +547,7 @@ func (d *decoder) tenants(blocks hcl.Blocks, cfg *Config) {
 	seen := map[string]hcl.Range{}
 	for _, b := range blocks.OfType("tenant") {
 		c := d.content(b.Body, tenantSchema)
-		l := TenantLimit{At: posOf(b.DefRange)}
+		l := TenantLimit{Block: b.Labels[0], At: posOf(b.DefRange)}
 		if a := c.Attributes["rate"]; a == nil {
 			d.errorf(b.DefRange, "Missing required argument", "The tenant block needs rate = <events a second>.")
 		} else {
@@ -556,10 +556,10 @@ func (d *decoder) tenants(blocks hcl.Blocks, cfg *Config) {
 		l.Burst = max(l.Rate, cfg.Listen.MaxBatch)
 		d.integer(c.Attributes["burst"], &l.Burst, 1, 10_000_000)
 		if d.declare(seen, b) {
-			if cfg.Tenants == nil {
-				cfg.Tenants = map[string]TenantLimit{}
+			if cfg.TenantLimits == nil {
+				cfg.TenantLimits = map[string]TenantLimit{}
 			}
-			cfg.Tenants[b.Labels[0]] = l
+			cfg.TenantLimits[b.Labels[0]] = l
 		}
 	}
 }

@@ -255,7 +255,7 @@ func (e *Engine) noteReceived(in *inbox, res ReceiveResult, skips []storage.Skip
 	}
 	if len(skips) > 0 {
 		dropped, stored := in.drops.Add(int64(len(skips))), in.stores.Add(int64(res.Stored))
-		if _, ok := in.dropLog.Take("drops", time.Now()); ok {
+		if _, ok := in.dropLog.Take("drops", e.now()); ok {
 			in.drops.Add(-dropped)
 			in.stores.Add(-stored)
 			e.log.Info("inbox dropped redeliveries (see GET /v1/inbox/{name}/dedup; said at most every 10 s)", "inbox", name, "dropped", dropped, "stored", stored)

@@ -72,8 +72,6 @@ func TestInboxLeavesOutAnUnstorableTime(t *testing.T) {
 	}
 }
 
-// Redeliveries are dropped durably and audited, within the batch too; after
-// the ttl an id is new again.
 // A replay of redeliveries, batch after batch, is told in a line at most
 // every 10 s, with what it dropped since the last (it was a line per
 // batch: a hundred in 0.4 s).
@@ -94,8 +92,17 @@ func TestRedeliveriesDroppedAreToldNowAndThen(t *testing.T) {
 	if n := strings.Count(logs.String(), "inbox dropped redeliveries"); n != 1 || !strings.Contains(logs.String(), "dropped=2 ") {
 		t.Fatalf("%d lines for 50 batches of redeliveries:\n%s", n, logs.String())
 	}
+	h.clock.Advance(10 * time.Second)
+	if _, err := h.eng.Receive(ctx, "pay", inbound("a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "inbox dropped redeliveries"); n != 2 || !strings.Contains(logs.String(), "dropped=100 ") {
+		t.Fatalf("10 s on, %d lines; want a second with the 98 held back and this batch's 2:\n%s", n, logs.String())
+	}
 }
 
+// Redeliveries are dropped durably and audited, within the batch too; after
+// the ttl an id is new again.
 func TestReceiveDropsRedeliveries(t *testing.T) {
 	h := newHarness(t, pullInbox, true)
 	ctx := context.Background()

@@ -320,14 +320,14 @@ func idScope(tenant, source, id string) string {
 // to give. It returns only after the data file is fsynced: a Response with
 // a 2xx status is the promise that the events are on disk.
 func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, error) {
-	give, err := e.rates.take(e.config, req, e.now())
+	taken, err := e.rates.take(e.config, req, e.now)
 	if err != nil {
 		e.metrics.rateLimited.WithLabelValues(req.Tenant).Add(float64(len(req.Events)))
 		return nil, err
 	}
 	resp, err := e.ingest(ctx, req)
-	if err != nil && give != nil && givesBack(err) {
-		give() // only the events of requests answered count against the rate
+	if err != nil && givesBack(err) {
+		taken.give() // only the events of requests answered count against the rate
 	}
 	return resp, err
 }

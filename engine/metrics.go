@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/storage"
@@ -205,11 +206,20 @@ func (m *metrics) dlqAction(action DLQAction, n int) {
 // for each tenant with a block of its own, so that increase() sees its
 // first refusals (those under "*" start at their first).
 func (m *metrics) tenantSeries(cfg *config.Config) {
-	for t := range cfg.Tenants {
+	for t := range cfg.TenantLimits {
 		if t != "*" {
 			m.rateLimited.WithLabelValues(t)
 		}
 	}
+}
+
+// rateLimitedOf is tenant's switchyard_tenant_rate_limited_events_total.
+func (m *metrics) rateLimitedOf(tenant string) int64 {
+	var d dto.Metric
+	if err := m.rateLimited.WithLabelValues(tenant).Write(&d); err != nil {
+		return 0
+	}
+	return int64(d.GetCounter().GetValue())
 }
 
 func (m *metrics) ingestedType(t string, n int) { m.ingested.WithLabelValues(t).Add(float64(n)) }

@@ -23,58 +23,69 @@ type tenantRates struct {
 	by map[string]*bucket
 }
 
-// take charges req's events to its tenant's bucket at now, or says why it
-// may not store them now: 429 rate_limited with the wait until the bucket
+// take charges req's events to its tenant's bucket, or says why it may
+// not store them now: 429 rate_limited with the wait until the bucket
 // holds them, 413 payload_too_large for more than the bucket ever holds.
-// The configuration is read under the buckets' lock (config), so that a
-// bucket made while a reload applies gets the reload's block. The
-// returned give puts the events back (the request stored nothing); nil
-// when req is held to no bucket (the operator's clients, a tenant without
-// a block, an empty request).
-func (tr *tenantRates) take(config func() *config.Config, req *IngestRequest, now time.Time) (give func(), err error) {
+// The configuration is read under the buckets' lock (cfgOf), so that a
+// bucket made while a reload applies gets the reload's block; the clock
+// (now) only for a request held to a bucket. The returned charge gives
+// the events back (the request stored nothing); its zero value, for a
+// request held to no bucket (the operator's clients, a tenant without a
+// block, an empty request), gives nothing.
+func (tr *tenantRates) take(cfgOf func() *config.Config, req *IngestRequest, now func() time.Time) (charge, error) {
 	n := len(req.Events)
-	if req.Operator || n == 0 {
-		return nil, nil
+	if req.Operator || n == 0 || len(cfgOf().TenantLimits) == 0 {
+		return charge{}, nil
 	}
-	b, block := tr.bucketOf(config, req.Tenant, now)
+	b, lim := tr.bucketOf(cfgOf, req.Tenant, now)
 	if b == nil {
-		return nil, nil
-	}
-	wait, fits := b.take(n, now)
-	switch {
-	case !fits:
-		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "tenant %q may store at most %d events at once (the burst of %s); this request has %d: send fewer at a time", req.Tenant, b.size(), block, n)
-	case wait > 0:
-		return nil, &switchyard.Error{Code: switchyard.ERATELIMITED, RetryAfter: wait,
-			Message: fmt.Sprintf("tenant %q may store events at %s a second (the rate of %s): the bucket holds this request's %d in %v", req.Tenant, b.rateText(), block, n, max(wait.Round(time.Millisecond), time.Millisecond))}
-	}
-	return func() { b.give(n) }, nil
-}
-
-// bucketOf is tenant's bucket (made full at its first use), and which
-// block bounds it; nil when none does.
-func (tr *tenantRates) bucketOf(config func() *config.Config, tenant string, now time.Time) (*bucket, string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	cfg := config()
-	lim, ok := cfg.TenantLimit(tenant)
-	if !ok {
-		return nil, ""
+		return charge{}, nil
 	}
 	block := "its tenant block"
-	if _, own := cfg.Tenants[tenant]; !own {
+	if lim.Block == "*" {
 		block = `the tenant "*" block`
+	}
+	switch wait, never := b.take(n, now()); {
+	case never:
+		return charge{}, switchyard.Errorf(switchyard.ETOOLARGE, "tenant %q may store at most %d events at once (the burst of %s); this request has %d: send fewer at a time", req.Tenant, lim.Burst, block, n)
+	case wait > 0:
+		return charge{}, &switchyard.Error{Code: switchyard.ERATELIMITED, RetryAfter: wait,
+			Message: fmt.Sprintf("tenant %q may store events at %d a second (the rate of %s): the bucket holds this request's %d in %v", req.Tenant, lim.Rate, block, n, max(wait.Round(time.Millisecond), time.Millisecond))}
+	}
+	return charge{b, n}, nil
+}
+
+// charge is what a take took from a bucket.
+type charge struct {
+	b *bucket
+	n int
+}
+
+// give puts the charge back.
+func (c charge) give() {
+	if c.b != nil {
+		c.b.give(c.n)
+	}
+}
+
+// bucketOf is tenant's bucket (made full at its first use), with the
+// block that bounds it; nil when none does.
+func (tr *tenantRates) bucketOf(cfgOf func() *config.Config, tenant string, now func() time.Time) (*bucket, config.TenantLimit) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	lim, ok := cfgOf().TenantLimit(tenant)
+	if !ok {
+		return nil, lim
 	}
 	b := tr.by[tenant]
 	if b == nil {
 		if tr.by == nil {
 			tr.by = make(map[string]*bucket)
 		}
-		b = &bucket{at: now, tokens: float64(lim.Burst)}
-		b.set(lim, now)
+		b = newBucket(lim, now())
 		tr.by[tenant] = b
 	}
-	return b, block
+	return b, lim
 }
 
 // reload sets each bucket to cfg's block for its tenant from now.
@@ -94,19 +105,25 @@ func (tr *tenantRates) reload(cfg *config.Config, now time.Time) {
 func givesBack(err error) bool { return !errors.Is(err, storage.ErrUnconfirmed) }
 
 // bucket is a token bucket of events: it holds up to burst, and fills at
-// rate a second. Written here rather than taken from golang.org/x/time/rate:
+// rate a second. The project's own rather than golang.org/x/time/rate's:
 // its Reserve and Cancel are made for reservations that wait their turn,
 // and a refusal cancelled while another request's was in flight lost the
 // bucket's tokens, or gave them twice (a review measured both). Here a
 // take that does not fit takes nothing, a give adds back what a take
 // took, and the bucket's clock never goes back.
 type bucket struct {
-	mu      sync.Mutex
-	rate    float64   // events a second
-	burst   float64   // events it holds at most
-	tokens  float64   // events it holds at at
-	at      time.Time // when tokens was brought up to date
-	refused int64     // events refused since the router started
+	mu     sync.Mutex
+	rate   float64   // events a second
+	burst  float64   // events it holds at most
+	tokens float64   // events it holds at at
+	at     time.Time // when tokens was brought up to date
+}
+
+// newBucket is a full bucket of lim at now.
+func newBucket(lim config.TenantLimit, now time.Time) *bucket {
+	b := &bucket{at: now, tokens: float64(lim.Burst)}
+	b.set(lim, now)
+	return b
 }
 
 // fill brings tokens up to now.
@@ -117,23 +134,22 @@ func (b *bucket) fill(now time.Time) {
 	}
 }
 
-// take takes n events at now. It returns the wait until the bucket would
-// hold them (0: taken), and fits false when it never would (n > burst).
-func (b *bucket) take(n int, now time.Time) (wait time.Duration, fits bool) {
+// take takes n events at now, or refuses them: never when the bucket
+// never holds n (n > burst), else with the wait until it would. Taken is
+// neither: a zero wait and never false.
+func (b *bucket) take(n int, now time.Time) (wait time.Duration, never bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.fill(now)
 	need := float64(n)
 	switch {
 	case need > b.burst:
-		b.refused += int64(n)
-		return 0, false
+		return 0, true
 	case b.tokens >= need:
 		b.tokens -= need
-		return 0, true
+		return 0, false
 	}
-	b.refused += int64(n)
-	return time.Duration((need - b.tokens) / b.rate * float64(time.Second)), true
+	return max(time.Duration((need-b.tokens)/b.rate*float64(time.Second)), 1), false
 }
 
 // give puts back n events a take took.
@@ -153,29 +169,18 @@ func (b *bucket) set(lim config.TenantLimit, now time.Time) {
 	b.tokens = min(b.tokens, b.burst)
 }
 
-func (b *bucket) size() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return int(b.burst)
-}
-
-func (b *bucket) rateText() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return fmt.Sprint(b.rate)
-}
-
 // TenantRate is what a tenant's bucket holds, for /v1/stats.
 type TenantRate struct {
 	Rate, Burst int
 	// Available is how many events it would take now (whole ones).
 	Available int
-	// Refused is how many events it refused since the router started.
+	// Refused is how many events it refused since the router started (the
+	// tenant's switchyard_tenant_rate_limited_events_total).
 	Refused int64
 }
 
 // TenantRates reports each bucket a tenant block bounds: tenants whose
-// clients stored events since start.
+// clients sent events since start.
 func (e *Engine) TenantRates() map[string]TenantRate {
 	cfg, now := e.config(), e.now()
 	tr := &e.rates
@@ -188,7 +193,7 @@ func (e *Engine) TenantRates() map[string]TenantRate {
 		}
 		b.mu.Lock()
 		b.fill(now)
-		out[tenant] = TenantRate{Rate: int(b.rate), Burst: int(b.burst), Available: int(b.tokens), Refused: b.refused}
+		out[tenant] = TenantRate{Rate: int(b.rate), Burst: int(b.burst), Available: int(b.tokens), Refused: e.metrics.rateLimitedOf(tenant)}
 		b.mu.Unlock()
 	}
 	return out

@@ -212,8 +212,8 @@ func TestSchemaUpgradeAndRefusal(t *testing.T) {
 		t.Errorf("a schema 1 file opened: upgraded from %q", was)
 	}
 	db.View(func(tx *Tx) error {
-		if v := string(tx.tx.Bucket(bucketMeta).Get(keySchema)); v != schemaVersion {
-			t.Errorf("schema after open = %q, want %q", v, schemaVersion)
+		if v := string(tx.tx.Bucket(bucketMeta).Get(keySchema)); v != SchemaVersion {
+			t.Errorf("schema after open = %q, want %q", v, SchemaVersion)
 		}
 		if r, err := tx.Idempotency("scope", t0); err != nil || r.Status != 202 || r.EventIDs[0] != "e" {
 			t.Errorf("the schema 1 record reads %+v, %v", r, err)
@@ -233,8 +233,8 @@ func TestSchemaUpgradeAndRefusal(t *testing.T) {
 		t.Fatalf("a schema 3 file: %v", err)
 	}
 	db.View(func(tx *Tx) error {
-		if v := string(tx.tx.Bucket(bucketMeta).Get(keySchema)); v != schemaVersion {
-			t.Errorf("schema after open = %q, want %q", v, schemaVersion)
+		if v := string(tx.tx.Bucket(bucketMeta).Get(keySchema)); v != SchemaVersion {
+			t.Errorf("schema after open = %q, want %q", v, SchemaVersion)
 		}
 		if r, err := tx.InboxRecord("inbox:pay", "/billing", "1"); err != nil || !r.keyByID || r.State != StatePending {
 			t.Errorf("the schema 3 inbox record reads %+v, %v", r, err)

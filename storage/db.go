@@ -202,9 +202,9 @@ func Open(path string, opts Options) (*DB, error) {
 		return nil, openError(path, err)
 	}
 	var unclean bool
-	var was string
+	var upgradedFrom string
 	if err := faultSafe(func() (err error) {
-		unclean, was, err = prepare(bdb)
+		unclean, upgradedFrom, err = prepare(bdb)
 		return err
 	}); err != nil {
 		bdb.Close()
@@ -218,7 +218,7 @@ func Open(path string, opts Options) (*DB, error) {
 	db := &DB{
 		opened:       opened,
 		unclean:      unclean,
-		upgradedFrom: upgradedFrom(was),
+		upgradedFrom: upgradedFrom,
 		bolt:         bdb,
 		path:         path,
 		opts:         opts,
@@ -242,9 +242,9 @@ func Open(path string, opts Options) (*DB, error) {
 // prepare makes an opened file this router's: its buckets, a schema it
 // reads (migrated to the current one), the partial index rebuilt, and the
 // running mark set. It says whether the mark was already there (a crash,
-// SIGKILL or power cut ended the last run), and the schema the file had
-// ("" for a new file).
-func prepare(bdb *bolt.DB) (unclean bool, schema string, err error) {
+// SIGKILL or power cut ended the last run), and the schema it upgraded the
+// file from ("" for a new file, or one at SchemaVersion already).
+func prepare(bdb *bolt.DB) (unclean bool, upgradedFrom string, err error) {
 	err = bdb.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -255,7 +255,10 @@ func prepare(bdb *bolt.DB) (unclean bool, schema string, err error) {
 		if err := unreadableSchema(meta); err != nil {
 			return err
 		}
-		schema = string(meta.Get(keySchema)) // "" for a new file
+		schema := string(meta.Get(keySchema)) // "" for a new file
+		if schema != SchemaVersion {
+			upgradedFrom = schema
+		}
 		unclean = meta.Get(keyRunning) != nil
 		if err := forgetLinesIfMoved(meta); err != nil {
 			return err
@@ -272,17 +275,9 @@ func prepare(bdb *bolt.DB) (unclean bool, schema string, err error) {
 				return err
 			}
 		}
-		return meta.Put(keySchema, []byte(schemaVersion))
+		return meta.Put(keySchema, []byte(SchemaVersion))
 	})
-	return unclean, schema, err
-}
-
-// upgradedFrom is DB.upgradedFrom of a file that had schema was.
-func upgradedFrom(was string) string {
-	if was == schemaVersion {
-		return ""
-	}
-	return was
+	return unclean, upgradedFrom, err
 }
 
 // Path is the data file's path.

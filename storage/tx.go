@@ -42,31 +42,31 @@ var (
 	keySchema  = []byte("schema")
 	keyRunning = []byte("running") // present while a router has the file open
 	keySeq     = []byte("seq")
-	// schemaVersion 2: idempotency records are binary (idempotency.go). A
-	// file at 1 is upgraded when it is opened (its JSON records still read);
-	// a router that reads only 1 refuses a file at 2 at start, rather than
-	// failing on each binary record it meets.
-	//
-	// 3: the keys index is on order lines per tenant (migrateOrderLines; the
-	// epoch's time mark, epochMark, came with it). A router that reads
-	// only up to 2 refuses the file: it would write tenants' entries under
-	// the bare key, which this version no longer looks at, and never remove
-	// the entries on lines, which would hold their keys for ever.
-	//
-	// 4: an inbox's records and ids index are keyed by the event's source
-	// and id (inboxKey; records at version 2 of the codec), not its id
-	// alone. What a file holds in the old form keeps it and still reads
-	// (idOnlyInboxKey). A router that reads only up to 3 refuses the file:
-	// it would fail on each version 2 record, and look the new ones up by
-	// their ids alone, finding none.
-	schemaVersion = SchemaVersion
 	// schemaReadable are the versions this router opens.
-	schemaReadable = []string{"1", "2", "3", "4"}
+	schemaReadable = []string{"1", "2", "3", SchemaVersion}
 )
 
 // SchemaVersion is the data file schema this router writes: a file of an
 // older one is upgraded when the router opens it, and routers that read
 // only the older ones refuse it from then on (DB.UpgradedFrom).
+//
+// 2: idempotency records are binary (idempotency.go). A
+// file at 1 is upgraded when it is opened (its JSON records still read);
+// a router that reads only 1 refuses a file at 2 at start, rather than
+// failing on each binary record it meets.
+//
+// 3: the keys index is on order lines per tenant (migrateOrderLines; the
+// epoch's time mark, epochMark, came with it). A router that reads
+// only up to 2 refuses the file: it would write tenants' entries under
+// the bare key, which this version no longer looks at, and never remove
+// the entries on lines, which would hold their keys for ever.
+//
+// 4: an inbox's records and ids index are keyed by the event's source
+// and id (inboxKey; records at version 2 of the codec), not its id
+// alone. What a file holds in the old form keeps it and still reads
+// (idOnlyInboxKey). A router that reads only up to 3 refuses the file:
+// it would fail on each version 2 record, and look the new ones up by
+// their ids alone, finding none.
 const SchemaVersion = "4"
 
 // ReadsSchema says whether this router opens a data file of schema v (""

@@ -92,7 +92,7 @@ func registerSinks(reg prometheus.Registerer, h *health, sinks []switchyard.Sink
 
 // registerInboxes exports whether each inbox consumes from its broker.
 func registerInboxes(reg prometheus.Registerer, h *health, sources []switchyard.Source) {
-	registerUp(reg, h, "switchyard_inbox_up", "1 when the inbox is connected to its broker and its last fetch worked.", "inbox", healthChecks(sources))
+	registerUp(reg, h, "switchyard_inbox_up", "1 when the inbox is connected to its broker, its last fetch worked, and it took the last batch (or refused none in the last minute).", "inbox", healthChecks(sources))
 }
 
 // registerUp exports one gauge of the family name per check, labelled

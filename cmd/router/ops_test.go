@@ -359,8 +359,13 @@ func TestDLQCommands(t *testing.T) {
 
 	// stats: per type, with the DLQ and resolved counts; the data file
 	// against its budget, and the reserve (a quarter of the default
-	// min_free, 64 MiB); the sink that failed (late.> had no stream).
-	out = r.mustCLI("stats")
+	// min_free, 64 MiB; the space loop makes it after the start: a CI run
+	// asked before it was written); the sink that failed (late.> had no
+	// stream).
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		out = r.mustCLI("stats")
+		return strings.Contains(out, ", reserve 16.0 MiB")
+	}, func() string { return "stats with the reserve made:\n" + out })
 	if !strings.Contains(out, "TYPE") || !strings.Contains(out, "RESOLVED") || !strings.Contains(out, "t.fail") ||
 		!strings.Contains(out, "storage: ") || !strings.Contains(out, "no max_size") || !strings.Contains(out, ", reserve 16.0 MiB") ||
 		!strings.Contains(out, "last publish error per sink:") || !strings.Contains(out, "type t.fail: ") {

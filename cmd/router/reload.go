@@ -97,10 +97,10 @@ func (c *RunCommand) reload(ctx context.Context) (tokensErr, err error) {
 	}
 	if err := c.api.ReloadTokens(); err != nil {
 		c.log.Error("tokens_file not reloaded; the tokens in force stay", "error", err)
-		c.log.Warn("configuration reloaded, except the tokens_file (see above)", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins), "tenant_blocks", len(cfg.Tenants))
+		c.log.Warn("configuration reloaded, except the tokens_file (see above)", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins), "tenant_blocks", len(cfg.TenantLimits))
 		return fmt.Errorf("tokens_file not reloaded: %w", err), nil
 	}
-	c.log.Info("configuration reloaded", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins), "tenant_blocks", len(cfg.Tenants))
+	c.log.Info("configuration reloaded", "file", cfg.File, "event_types", len(cfg.Events), "plugins", len(plugins), "tenant_blocks", len(cfg.TenantLimits))
 	return nil, nil
 }
 

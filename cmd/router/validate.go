@@ -512,14 +512,14 @@ func configWarnings(cfg *config.Config) []string {
 // then has "*"'s bucket, or none). A tokens file that does not load is
 // checkFiles' to report.
 func tenantWarnings(cfg *config.Config) []string {
-	if len(cfg.Tenants) == 0 {
+	if len(cfg.TenantLimits) == 0 {
 		return nil
 	}
-	names := slices.Sorted(maps.Keys(cfg.Tenants))
+	names := slices.Sorted(maps.Keys(cfg.TenantLimits))
 	var out []string
 	if cfg.Listen.HTTP == "" {
 		for _, name := range names {
-			out = append(out, fmt.Sprintf("%s: warning: tenant %q bounds no one: tenant blocks bound tenants' tokens on the TCP listener (listen.http), which is off", cfg.Tenants[name].At, name))
+			out = append(out, fmt.Sprintf("%s: warning: tenant %q bounds no one: tenant blocks bound tenants' tokens on the TCP listener (listen.http), which is off", cfg.TenantLimits[name].At, name))
 		}
 		return out
 	}
@@ -528,9 +528,13 @@ func tenantWarnings(cfg *config.Config) []string {
 		return nil
 	}
 	known := tokens.Tenants()
+	list := strings.Join(known, ", ")
+	if list == "" {
+		list = "admin tokens only"
+	}
 	for _, name := range names {
 		if name != "*" && !slices.Contains(known, name) {
-			out = append(out, fmt.Sprintf("%s: warning: tenant %q is no tenant of tokens_file's tokens (%s): the block bounds no one until a token names it", cfg.Tenants[name].At, name, strings.Join(known, ", ")))
+			out = append(out, fmt.Sprintf("%s: warning: tenant %q is no tenant of tokens_file's tokens (%s): the block bounds no one until a token names it", cfg.TenantLimits[name].At, name, list))
 		}
 	}
 	return out

@@ -23,6 +23,7 @@ import (
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
 	"github.com/switchyard-router/switchyard/internal/grace"
+	batchrefusal "github.com/switchyard-router/switchyard/internal/refusal" // the package has a refusal of its own: a topic's
 )
 
 const (
@@ -86,12 +87,9 @@ type Source struct {
 	// problem is why the last poll brought only errors, nil once one
 	// brings records or a partition answers: what Healthy says.
 	problem atomic.Pointer[pollError]
-	// refused is why the last batch was not taken, and when (nil once one
-	// is): Healthy says the inbox does not consume while batches are
-	// refused (a full storage budget), though its polls work, for as long
-	// as a refusal is recent (refusedFresh: the records may not come
-	// again, deleted by retention or taken by another member).
-	refused atomic.Pointer[pollError]
+	// refused is the inbox's last refusal of a batch, while recent: the
+	// source does not consume, though its polls work.
+	refused batchrefusal.Recent
 
 	running   atomic.Bool
 	runSince  atomic.Int64  // when Run began (unix nanoseconds): how long a join has waited
@@ -226,14 +224,14 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 			continue
 		}
 		if err := s.handle(ctx, recs, receive); err != nil {
-			s.refused.Store(&pollError{err: err, at: time.Now()})
+			s.refused.Set(err)
 			pause = receiveBackoff.Next(pause)
 			s.log.Warn("inbox could not take the batch; not committed, reading it again after a pause",
 				"records", len(recs), "retry_in", pause, "error", err)
 			backoff.Sleep(ctx, pause)
 			continue
 		}
-		s.refused.Store(nil)
+		s.refused.Set(nil)
 		pause = 0
 	}
 	return nil
@@ -251,11 +249,6 @@ type pollError struct {
 // has not come again, although an idle consumer may not have polled
 // anything since.
 const pollErrorFresh = 10 * time.Second
-
-// refusedFresh is how long a refused batch keeps the inbox unhealthy:
-// longer than the longest pause before it is read again (receiveBackoff's
-// Max) and a poll.
-const refusedFresh = time.Minute
 
 // polled records, for Healthy, whether a poll brought only errors: the
 // first of them, or nil once a partition answers.
@@ -287,8 +280,8 @@ func (s *Source) Healthy(ctx context.Context) error {
 		}
 		return fmt.Errorf("inbox %q: %s: no broker reachable: %w", s.name, s.sink, err)
 	}
-	if p := s.refused.Load(); p != nil && time.Since(p.at) < refusedFresh {
-		return fmt.Errorf("inbox %q: %s: the last batch was not taken (it is read again after a pause): %w", s.name, s.sink, p.err)
+	if err := s.refused.Err(); err != nil {
+		return fmt.Errorf("inbox %q: %s: %w", s.name, s.sink, err)
 	}
 	if s.running.Load() && !s.joined() {
 		// Its brokers answer, but it reads nothing yet (an adversarial

@@ -26,12 +26,11 @@ type connWatch struct {
 	err    error // why the last connection attempt failed
 }
 
-// at records the server nc is connected to, and returns it.
-func (w *connWatch) at(nc *natsgo.Conn) string {
+// noteURL records the server nc is connected to.
+func (w *connWatch) noteURL(nc *natsgo.Conn) {
 	if u := nc.ConnectedUrlRedacted(); u != "" {
 		w.url.Store(u)
 	}
-	return w.lastURL()
 }
 
 // lastURL is the server last connected to ("" before any).
@@ -125,13 +124,13 @@ func (w *connWatch) options(name string, log hclog.Logger, writeTimeout time.Dur
 		}),
 		natsgo.ConnectHandler(func(nc *natsgo.Conn) {
 			w.connected()
-			w.at(nc)
+			w.noteURL(nc)
 			up(nc, true)
 		}),
 		natsgo.ReconnectErrHandler(func(_ *natsgo.Conn, err error) { w.failed(err) }),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
 			w.connected()
-			w.at(nc)
+			w.noteURL(nc)
 			up(nc, false)
 		}),
 		natsgo.ClosedHandler(func(*natsgo.Conn) {

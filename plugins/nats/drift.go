@@ -2,6 +2,7 @@ package nats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -57,15 +58,16 @@ type replayRange struct{ from, upTo uint64 }
 // delivered since, are handed to receive again (replay): those the server
 // may have passed over while it was changed. The inbox drops the ones it
 // has. A replay cut short (the server gone, receive refusing) is owed and
-// goes on at the next check.
+// goes on at the next check, which still reads the durable back; one the
+// server refuses (a work-queue stream takes no second consumer) is given
+// up, logged.
 func (s *Source) checkConsumer(ctx context.Context, receive func(context.Context, []switchyard.Inbound) error) {
-	if time.Since(s.checked) < consumerCheckEvery {
+	if time.Since(s.consumerCheckedAt) < consumerCheckEvery {
 		return
 	}
-	s.checked = time.Now()
+	s.consumerCheckedAt = time.Now()
 	if s.owed != nil {
 		s.replayOwed(ctx, receive)
-		return
 	}
 	info, err := s.consumer().Info(ctx)
 	if err != nil {
@@ -73,7 +75,9 @@ func (s *Source) checkConsumer(ctx context.Context, receive func(context.Context
 	}
 	drift := consumerDrift(s.ccfg, info)
 	if len(drift) == 0 {
-		s.goodDelivered = info.Delivered.Stream
+		if s.owed == nil {
+			s.goodDelivered = info.Delivered.Stream
+		}
 		return
 	}
 	if err := s.ensureConsumer(ctx); err != nil {
@@ -86,6 +90,9 @@ func (s *Source) checkConsumer(ctx context.Context, receive func(context.Context
 	// What the durable delivered after the set-back: a pull under the
 	// changed filter between the read and the set-back moved it on too.
 	upTo := max(info.Delivered.Stream, s.consumer().CachedInfo().Delivered.Stream)
+	if s.owed != nil { // a replay still owed: one range covers both
+		upTo = max(upTo, s.owed.upTo)
+	}
 	s.owed = &replayRange{from: s.goodDelivered + 1, upTo: upTo}
 	s.log.Error("the inbox's durable consumer was changed by someone else: set back to the inbox's configuration, and the messages of its subject the server may have passed over meanwhile are read again (the inbox drops those it has)",
 		"durable", s.ccfg.Durable, "stream", s.Stream(), "changed", strings.Join(drift, "; "), "from_stream_seq", s.owed.from, "to_stream_seq", upTo)
@@ -100,6 +107,14 @@ func (s *Source) replayOwed(ctx context.Context, receive func(context.Context, [
 		return
 	}
 	next, n, err := s.replay(ctx, receive, *r)
+	if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) && n == 0 && next == r.from {
+		// The server refuses the replay's consumer (a work-queue stream
+		// takes no second one on a subject): it will not take it later.
+		s.owed = nil
+		s.log.Error("cannot read again what a changed durable may have passed over: the server refuses a consumer to read it with; the messages in the range may be lost",
+			"durable", s.ccfg.Durable, "from_stream_seq", r.from, "to_stream_seq", r.upTo, "error", err)
+		return
+	}
 	if err != nil {
 		r.from = next
 		s.log.Warn("could not read again all a changed durable may have passed over; going on at the next check",

@@ -812,6 +812,18 @@ func TestAsyncErrorsAreThrottled(t *testing.T) {
 	}
 }
 
+// serverBehindLink starts a server of cfg and a link to it that a test
+// can cut (testkit.Link): clients dial "nats://"+link.Addr().
+func serverBehindLink(t *testing.T, cfg config.NATS) (*Server, *testkit.Link) {
+	t.Helper()
+	srv := startServer(t, cfg, t.TempDir())
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, testkit.NewLink(t, u.Host)
+}
+
 // blackhole subscribes to blackhole.> on the server at url, and never
 // replies: a publish there goes out and is never acknowledged.
 func blackhole(t *testing.T, url string) {
@@ -830,12 +842,7 @@ func blackhole(t *testing.T, url string) {
 // reconnects; it said ok until a publish met the silence.
 func TestAnIdleSinkFindsASilentServer(t *testing.T) {
 	cfg := testConfig(true)
-	srv := startServer(t, cfg, t.TempDir())
-	u, err := url.Parse(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := testkit.NewLink(t, u.Host)
+	_, link := serverBehindLink(t, cfg)
 	sink := openSink(t, cfg, "nats://"+link.Addr())
 	check := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -847,7 +854,7 @@ func TestAnIdleSinkFindsASilentServer(t *testing.T) {
 	}
 	link.Cut()
 	start := time.Now()
-	err = check()
+	err := check()
 	if err == nil || !strings.Contains(err.Error(), "went silent") || time.Since(start) > time.Second {
 		t.Fatalf("the check after the cut: %v after %s", err, time.Since(start))
 	}
@@ -862,12 +869,7 @@ func TestAnIdleSinkFindsASilentServer(t *testing.T) {
 // connection (a review: every publish failed).
 func TestABusySinksCheckLeavesTheConnection(t *testing.T) {
 	cfg := testConfig(true)
-	srv := startServer(t, cfg, t.TempDir())
-	u, err := url.Parse(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := testkit.NewLink(t, u.Host)
+	srv, link := serverBehindLink(t, cfg)
 	var logs testkit.Buffer
 	sink, err := Open(pubCtx(t, 10*time.Second), cfg, "nats://"+link.Addr(), hclog.New(&hclog.LoggerOptions{Output: &logs}))
 	if err != nil {
@@ -899,12 +901,7 @@ func TestABusySinksCheckLeavesTheConnection(t *testing.T) {
 func TestSilentConnectionIsFound(t *testing.T) {
 	cfg := testConfig(true)
 	cfg.PublishTimeout = 2 * time.Second
-	srv := startServer(t, cfg, t.TempDir())
-	u, err := url.Parse(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := testkit.NewLink(t, u.Host)
+	_, link := serverBehindLink(t, cfg)
 	sink := openSink(t, cfg, "nats://"+link.Addr())
 	requireOK(t, sink.Publish(context.Background(), makeMsgs("before", "orders.created", 5)), 5)
 

@@ -90,11 +90,11 @@ type Sink struct {
 	// says so, as the events wait without counting attempts.
 	refusing atomic.Pointer[error]
 	// checking is set while a ping checks whether the connection went
-	// silent (checkSilent).
+	// silent (checkSilent, pingIfIdle): one at a time.
 	checking atomic.Bool
 	// coreSending counts core NATS publishes in flight (publishCore): with
 	// them, or JetStream acks awaited, the sink is busy, and its health
-	// check leaves the connection alone (silent).
+	// check leaves the connection alone (pingIfIdle).
 	coreSending atomic.Int32
 	// conn is the connection's state as its handlers last reported it.
 	conn connWatch
@@ -596,7 +596,7 @@ func (s *Sink) Healthy(ctx context.Context) error {
 	if err := s.unavailable(); err != nil {
 		return err
 	}
-	if s.silent(ctx) {
+	if s.pingIfIdle(ctx) {
 		return s.conn.notConnected(s.name)
 	}
 	if p := s.refusing.Load(); p != nil {
@@ -624,8 +624,8 @@ func (s *Sink) busy() bool {
 // second: cmd/router's healthWait).
 const healthPing = 800 * time.Millisecond
 
-// silent pings the server of an idle sink, within ctx and healthPing, and
-// reconnects when nothing comes back (reconnectIfSilent). A sink with
+// pingIfIdle pings the server of an idle sink, within ctx and healthPing,
+// and reconnects when nothing comes back (reconnectIfSilent): true then. A sink with
 // nothing to publish learned of a silent server only from its next
 // publish, which then waited its publish_timeout: /readyz said ok for
 // minutes while the inbox on the same server said not connected (a
@@ -633,7 +633,7 @@ const healthPing = 800 * time.Millisecond
 // publishes' bytes on a slow link and force a reconnect of a connection
 // that works (a review: 20 checks out of 20 under load, every publish
 // failed), and its publishes' own wait finds a silence (checkSilent).
-func (s *Sink) silent(ctx context.Context) bool {
+func (s *Sink) pingIfIdle(ctx context.Context) bool {
 	if s.busy() || !s.checking.CompareAndSwap(false, true) {
 		return false
 	}

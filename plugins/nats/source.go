@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard-router/switchyard/internal/backoff"
 	"github.com/switchyard-router/switchyard/internal/every"
 	"github.com/switchyard-router/switchyard/internal/logthrottle"
+	"github.com/switchyard-router/switchyard/internal/refusal"
 )
 
 const (
@@ -89,20 +90,17 @@ type Source struct {
 	// succeeds): what Healthy says.
 	conn    connWatch
 	problem atomic.Pointer[error]
-	// refused is why the last batch was not taken, and when (nil once one
-	// is): Healthy says the inbox does not consume while batches are
-	// refused (a full storage budget), though its pulls work, for as long
-	// as a refusal is recent (refusedFresh: the redeliveries may stop
-	// coming, purged or taken by another router).
-	refused atomic.Pointer[refusal]
+	// refused is the inbox's last refusal of a batch, while recent: the
+	// source does not consume, though its pulls work.
+	refused refusal.Recent
 
 	// Run's own (checkConsumer): when it last read the durable back, what
 	// the durable had delivered then when it was as it should be, a replay
 	// owed, and the throttle of a durable that cannot be set back.
-	checked       time.Time
-	goodDelivered uint64
-	owed          *replayRange
-	driftLog      logthrottle.Throttle
+	consumerCheckedAt time.Time
+	goodDelivered     uint64
+	owed              *replayRange
+	driftLog          logthrottle.Throttle
 
 	warnings []string
 
@@ -225,7 +223,7 @@ func (s *Source) setup(ctx context.Context) error {
 	if err := s.ensureConsumer(ctx); err != nil {
 		return err
 	}
-	s.checked, s.goodDelivered = time.Now(), s.consumer().CachedInfo().Delivered.Stream
+	s.consumerCheckedAt, s.goodDelivered = time.Now(), s.consumer().CachedInfo().Delivered.Stream
 	s.warnings = s.checkRetention(ctx, s.ttl)
 	for _, w := range s.warnings {
 		s.log.Warn(w)
@@ -411,8 +409,8 @@ func (s *Source) Healthy(context.Context) error {
 	if p := s.problem.Load(); p != nil {
 		return fmt.Errorf("%s: %w", name, *p)
 	}
-	if p := s.refused.Load(); p != nil && time.Since(p.at) < refusedFresh {
-		return fmt.Errorf("%s: the last batch was not taken (it comes again after a pause): %w", name, p.err)
+	if err := s.refused.Err(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	if s.consumer() == nil {
 		return fmt.Errorf("%s: connected; setting up the consumer", name)
@@ -458,25 +456,14 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 		return nil
 	}
 	if err := s.handle(ctx, msgs, receive, pause); err != nil {
-		s.refused.Store(&refusal{err: err, at: time.Now()})
+		s.refused.Set(err)
 		backoff.Sleep(ctx, *pause)
 		return nil
 	}
-	s.refused.Store(nil)
+	s.refused.Set(nil)
 	s.checkConsumer(ctx, receive)
 	return nil
 }
-
-// refusal is why a batch was not taken, and when.
-type refusal struct {
-	err error
-	at  time.Time
-}
-
-// refusedFresh is how long a refused batch keeps the inbox unhealthy:
-// longer than the longest pause before it comes again (receiveBackoff's
-// Max) and a pull's wait.
-var refusedFresh = time.Minute // a var: tests shorten it
 
 // collect reads a fetch to its end. The end of the wait and "no messages"
 // are no errors.

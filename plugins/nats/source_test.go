@@ -18,6 +18,7 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
+	"github.com/switchyard-router/switchyard/internal/refusal"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -490,13 +491,13 @@ func TestSourceNotHealthyWhileItsBatchesAreRefused(t *testing.T) {
 }
 
 // A refused batch that does not come again (purged, or taken by another
-// router) leaves the inbox unhealthy no longer than refusedFresh (it
+// router) leaves the inbox unhealthy no longer than refusal.Fresh (it
 // stuck until a batch was taken: a review).
 func TestSourceRefusalIsForgotten(t *testing.T) {
 	defer func(old backoff.Doubling) { receiveBackoff = old }(receiveBackoff)
 	receiveBackoff.Min, receiveBackoff.Max = 20*time.Millisecond, 50*time.Millisecond
-	defer func(old time.Duration) { refusedFresh = old }(refusedFresh)
-	refusedFresh = 500 * time.Millisecond
+	defer func(old time.Duration) { refusal.Fresh = old }(refusal.Fresh)
+	refusal.Fresh = 500 * time.Millisecond
 	e := newSourceEnv(t)
 	e.publish(t, "orders.created", "gone", 1)
 	s := newNATSSource(t, e, natsInbox("forgets", "orders.>"), DefaultAckWait)
