@@ -6,8 +6,8 @@ import "context"
 // sources only through this interface; plugins/kafka and plugins/nats
 // implement it.
 //
-// A Source may implement HealthChecker: whether it is connected and its
-// last fetch worked.
+// A Source may implement HealthChecker: whether it is connected, its last
+// fetch worked, and the inbox took its last batch (internal/refusal).
 type Source interface {
 	// Name is the inbox's name.
 	Name() string

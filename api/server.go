@@ -707,9 +707,9 @@ func readTenant(r *http.Request) (string, error) {
 	return named, nil
 }
 
-// tenantParam is switchyard.CheckTenant's answer for a tenant a request names in
-// name (a header, a query parameter): 400 invalid_request when it is no
-// tenant name.
+// tenantParam is switchyard.CheckTenant's answer for a tenant a request
+// names in name (a header, a query parameter): 400 invalid_request when it
+// is no tenant name.
 func tenantParam(name, t string) error {
 	if err := switchyard.CheckTenant(t); err != nil {
 		return switchyard.Errorf(switchyard.EINVALIDREQUEST, "%s must be %v", name, err)

@@ -127,3 +127,25 @@ func TestTenantRateGivesBackWhatARefusedRequestTook(t *testing.T) {
 		t.Errorf("five after three refused batches of five: %d %s", rep.status, rep.body)
 	}
 }
+
+// Every event of a request answered 202 counts, a resend's too: a resend
+// under the same Idempotency-Key is refused, not replayed, while the
+// bucket is empty, and replayed once it holds its events.
+func TestTenantRateCountsResends(t *testing.T) {
+	r := newTCPRouter(t, `tenant "acme" {
+  rate  = 1000
+  burst = 5
+}`)
+	hdr := map[string]string{"Content-Type": batchHeader["Content-Type"], "Idempotency-Key": "k-1"}
+	if rep := r.tcp("POST", "/v1/events", tokAcme, hdr, tenantBatch("k", 0, 5)); rep.status != 202 {
+		t.Fatalf("the first send: %d %s", rep.status, rep.body)
+	}
+	if rep := r.tcp("POST", "/v1/events", tokAcme, hdr, tenantBatch("k", 0, 5)); rep.status != 429 {
+		t.Errorf("a resend with the bucket empty: %d %s, want 429", rep.status, rep.body)
+	}
+	time.Sleep(50 * time.Millisecond) // 50 events' worth at a thousand a second
+	rep := r.tcp("POST", "/v1/events", tokAcme, hdr, tenantBatch("k", 0, 5))
+	if rep.status != 202 || rep.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the resend once the bucket holds it: %d (replayed %q) %s", rep.status, rep.header.Get("Idempotent-Replayed"), rep.body)
+	}
+}

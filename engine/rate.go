@@ -16,7 +16,8 @@ import (
 // rate, and at most its burst at once. The buckets outlive reloads: a
 // reload that changes a block changes the bucket's rate and size from then
 // on and keeps what it holds, and one that removes a block leaves its
-// bucket (and count of refusals) for a block that comes back. Why a bucket
+// bucket for a block that comes back (its refusals are counted by
+// switchyard_tenant_rate_limited_events_total, for the router's life). Why a bucket
 // of events, for tenants' tokens alone: docs/decisions/tenant-rate.md.
 type tenantRates struct {
 	mu sync.Mutex

@@ -1,12 +1,16 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // A take that does not fit takes nothing, whatever else is in flight: two
@@ -64,5 +68,24 @@ func TestBucketConcurrentTakes(t *testing.T) {
 	wg.Wait()
 	if got := taken.Load(); got != 100 {
 		t.Errorf("%d events taken from a bucket of 100", got)
+	}
+}
+
+// A request that fails after its take gives its events back, unless its
+// events may be stored: a commit the disk did not confirm keeps them
+// charged (its client may not send them again).
+func TestWhatARefusedRequestGivesBack(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		back bool
+	}{
+		{switchyard.Errorf(switchyard.EUNKNOWNTYPE, "no block"), true},
+		{unavailable(errors.New("disk gone")), true},
+		{unavailable(storage.ErrUnconfirmed), false},
+		{unavailable(fmt.Errorf("commit: %w", storage.ErrUnconfirmed)), false},
+	} {
+		if got := givesBack(c.err); got != c.back {
+			t.Errorf("givesBack(%v) = %v, want %v", c.err, got, c.back)
+		}
 	}
 }
