@@ -6,8 +6,9 @@ import "context"
 // sources only through this interface; plugins/kafka and plugins/nats
 // implement it.
 //
-// A Source may implement HealthChecker: whether it is connected, its last
-// fetch worked, and the inbox took its last batch (internal/refusal).
+// A Source may implement HealthChecker: whether it is connected and its
+// last fetch worked. Whether the inbox took its last batch is the
+// engine's to say (Engine.InboxRefusal); the inbox's health is both.
 type Source interface {
 	// Name is the inbox's name.
 	Name() string

@@ -56,7 +56,27 @@ type inbox struct {
 	// stream logged a line per batch, a hundred in 0.4 s (a trial).
 	drops, stores atomic.Int64
 	dropLog       logthrottle.Throttle
+
+	// refused is the last refusal of a batch and when, nil once one is
+	// taken: the inbox is not healthy while it is recent (InboxRefusal),
+	// though its broker answers. A full storage budget refuses every
+	// batch, and /readyz and switchyard_inbox_up said ok throughout (a
+	// NATS trial).
+	refused atomic.Pointer[refusal]
 }
+
+// refusal is a batch Receive refused: why, and when.
+type refusal struct {
+	err error
+	at  time.Time
+}
+
+// refusalFresh is how long a refusal counts: longer than the longest
+// pause before the batch comes again (the sources' receive backoff, 30 s
+// at most) and a pull's wait. A batch that does not come again (purged,
+// deleted by retention, taken by another router) leaves the inbox
+// unhealthy no longer.
+const refusalFresh = time.Minute
 
 // dropLogEvery is how often an inbox that keeps dropping redeliveries
 // says so.
@@ -147,12 +167,24 @@ type ReceiveResult struct {
 // inbox has not seen within its ttl is stored and its id recorded, in one
 // transaction; a redelivery is dropped and written to the dedup audit. Only
 // after Receive returns nil may the source acknowledge the batch to the
-// broker.
+// broker. A refusal (a full storage budget, a failed commit) is kept a
+// while for the inbox's health (InboxRefusal).
 func (e *Engine) Receive(ctx context.Context, name string, msgs []switchyard.Inbound) (ReceiveResult, error) {
 	in, err := e.inbox(name)
 	if err != nil {
 		return ReceiveResult{}, err
 	}
+	res, err := e.receive(ctx, in, msgs)
+	in.noteRefusal(err, e.now())
+	if err != nil {
+		return ReceiveResult{}, fmt.Errorf("inbox %s: %w", name, err)
+	}
+	return res, nil
+}
+
+// receive is Receive's work on the inbox found.
+func (e *Engine) receive(ctx context.Context, in *inbox, msgs []switchyard.Inbound) (ReceiveResult, error) {
+	name := in.cfg.Name
 	now := e.now()
 	for i := range msgs {
 		if ev := &msgs[i].Event; storage.CheckTime(ev.Time) != nil {
@@ -167,11 +199,11 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []switchyard.Inb
 	if err := e.space.check(); err != nil {
 		// Past the storage budget an inbox takes nothing, as ingest
 		// does: unacknowledged, the messages wait in the broker.
-		return ReceiveResult{}, fmt.Errorf("inbox %s: %w", name, err)
+		return ReceiveResult{}, err
 	}
 	var res ReceiveResult
 	var skips []storage.Skip
-	err = e.store.Update(ctx, func(tx *storage.Tx) error {
+	err := e.store.Update(ctx, func(tx *storage.Tx) error {
 		// A group commit may run this again: start afresh each time.
 		res, skips = ReceiveResult{}, skips[:0]
 		batch := make(map[inboxEvent]string, len(msgs))
@@ -193,10 +225,37 @@ func (e *Engine) Receive(ctx context.Context, name string, msgs []switchyard.Inb
 		return nil
 	})
 	if err != nil {
-		return ReceiveResult{}, fmt.Errorf("inbox %s: store batch: %w", name, err)
+		return ReceiveResult{}, fmt.Errorf("store batch: %w", err)
 	}
 	e.noteReceived(in, res, skips)
 	return res, nil
+}
+
+// noteRefusal keeps err as the inbox's last refusal; nil (a batch taken)
+// clears it.
+func (in *inbox) noteRefusal(err error, now time.Time) {
+	if err == nil {
+		if in.refused.Load() != nil {
+			in.refused.Store(nil)
+		}
+		return
+	}
+	in.refused.Store(&refusal{err: err, at: now})
+}
+
+// InboxRefusal says why inbox name takes no batch while its last refusal
+// is under refusalFresh old; nil otherwise, and for a name no inbox has.
+// The inbox's health is its source's (connected, fetching) and this.
+func (e *Engine) InboxRefusal(name string) error {
+	in, ok := e.inboxes[name]
+	if !ok {
+		return nil
+	}
+	r := in.refused.Load()
+	if r == nil || e.now().Sub(r.at) >= refusalFresh {
+		return nil
+	}
+	return fmt.Errorf("inbox %q: the last batch was not taken (it comes again after a pause): %w", name, r.err)
 }
 
 // receiveOne stores one consumed message in the inbox's queue and

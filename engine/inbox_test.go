@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -712,5 +714,45 @@ func TestDLQBulkBySourceActsOnThatSourceOnly(t *testing.T) {
 	if err != nil || len(res.NotFound) != 1 || res.NotFound[0] != "2" || len(res.Skipped) != 1 || res.Skipped[0].Code != "filtered" ||
 		res.Skipped[0].Reason != "its source is /returns, not /billing" {
 		t.Fatalf("by ids with a source: %+v, %v; want id 1 skipped (its source), id 2 not found", res, err)
+	}
+}
+
+// An inbox whose batch the engine refused (a failing disk, a full budget)
+// is said not to take batches (InboxRefusal) for a minute after the last
+// refusal, though its broker answers, and no longer once a batch is taken
+// or the refusal is a minute old (a batch that never comes again: purged,
+// taken by another router).
+func TestInboxRefusalIsKeptAMinute(t *testing.T) {
+	failing := &failingStore{}
+	failing.until.Store(math.MaxInt64)
+	h := newHarness(t, pullInbox, true, storeWrap(func(s engine.Store) engine.Store { failing.Store = s; return failing }))
+	ctx := context.Background()
+	if err := h.eng.InboxRefusal("pay"); err != nil {
+		t.Fatalf("before any batch: %v", err)
+	}
+	if _, err := h.eng.Receive(ctx, "pay", inbound("a")); err == nil {
+		t.Fatal("a batch the disk refused was taken")
+	}
+	err := h.eng.InboxRefusal("pay")
+	if err == nil || !strings.Contains(err.Error(), `inbox "pay": the last batch was not taken`) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("after a refused batch: %v", err)
+	}
+	h.clock.Advance(time.Minute - time.Second)
+	if h.eng.InboxRefusal("pay") == nil {
+		t.Fatal("the refusal forgotten within a minute")
+	}
+	h.clock.Advance(time.Second)
+	if err := h.eng.InboxRefusal("pay"); err != nil {
+		t.Fatalf("a minute after the refusal: %v", err)
+	}
+	if _, err := h.eng.Receive(ctx, "pay", inbound("a")); err == nil {
+		t.Fatal("a batch the disk refused was taken")
+	}
+	failing.until.Store(0)
+	if _, err := h.eng.Receive(ctx, "pay", inbound("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eng.InboxRefusal("pay"); err != nil {
+		t.Fatalf("after a batch was taken: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/engine"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 )
 
@@ -151,14 +152,34 @@ func serverCheck(srv *natsplugin.Server) healthCheck {
 	return healthCheck{"nats-server." + srv.Name(), srv.Healthy}
 }
 
-// healthChecks are the health checks of the sinks or the inboxes' sources
-// that have one (switchyard.HealthChecker), by name.
-func healthChecks[T interface{ Name() string }](items []T) []healthCheck {
+// sinkChecks are the health checks of the sinks that have one
+// (switchyard.HealthChecker), by name.
+func sinkChecks(sinks []switchyard.Sink) []healthCheck {
 	var checks []healthCheck
-	for _, it := range items {
-		if h, ok := any(it).(switchyard.HealthChecker); ok {
-			checks = append(checks, healthCheck{it.Name(), h.Healthy})
+	for _, s := range sinks {
+		if h, ok := s.(switchyard.HealthChecker); ok {
+			checks = append(checks, healthCheck{s.Name(), h.Healthy})
 		}
+	}
+	return checks
+}
+
+// inboxChecks are the inboxes' health checks: its source's own, where it
+// has one (connected, its last fetch worked), then whether the inbox took
+// its last batch, which the engine refuses (a full storage budget).
+func inboxChecks(sources []switchyard.Source, eng *engine.Engine) []healthCheck {
+	checks := make([]healthCheck, 0, len(sources))
+	for _, src := range sources {
+		name := src.Name()
+		own, _ := src.(switchyard.HealthChecker)
+		checks = append(checks, healthCheck{name, func(ctx context.Context) error {
+			if own != nil {
+				if err := own.Healthy(ctx); err != nil {
+					return err
+				}
+			}
+			return eng.InboxRefusal(name)
+		}})
 	}
 	return checks
 }

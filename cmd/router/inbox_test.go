@@ -168,8 +168,9 @@ func mustRead(t *testing.T, path string) string {
 // startNATSInbox runs the router with an embedded NATS server and an
 // inbox "alerts" of its subjects alerts.>, extra in the inbox block,
 // delivering to a local service; it returns the service, the router's
-// socket and a connection to the server.
-func startNATSInbox(t *testing.T, extra string) (svc *service, sock string, nc *nats.Conn) {
+// socket and a connection to the server. storage settings go into the
+// storage block.
+func startNATSInbox(t *testing.T, extra string, storage ...string) (svc *service, sock string, nc *nats.Conn) {
 	t.Helper()
 	svc = startService(t)
 	natsPort := testkit.FreePort(t)
@@ -187,6 +188,9 @@ inbox "alerts" {
   deliver { url = "unix://%s/events" }
 }
 `, natsPort, extra, svc.sock))
+	for _, setting := range storage {
+		setStorage(t, path, setting)
+	}
 	runRouter(t, path, sock)
 	nc = routerConn(t, path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	return svc, sock, nc
@@ -217,6 +221,32 @@ func TestInboxNATSDropsRedeliveries(t *testing.T) {
 		if k != 1 {
 			t.Errorf("%s delivered %d times", id, k)
 		}
+	}
+}
+
+// An inbox whose every batch is refused (a full storage budget) is not
+// ready in /readyz and switchyard_inbox_up is 0, though its server
+// answers: the engine refuses, and the router's check of the inbox says
+// so (both said ok throughout before: a NATS trial).
+func TestAnInboxPastTheBudgetIsNotReady(t *testing.T) {
+	_, sock, nc := startNATSInbox(t, "", `max_size = "1"`)
+	m := nats.NewMsg("alerts.disk")
+	m.Header.Set("ce-id", "over-budget")
+	m.Header.Set("ce-specversion", "1.0")
+	m.Header.Set("ce-type", "alert")
+	m.Header.Set("ce-source", "/mon")
+	if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c := socketClient(sock)
+	const up = `switchyard_inbox_up{inbox="alerts"}`
+	var said string
+	testkit.EventuallyWith(t, 20*time.Second, func() bool {
+		said = readyDetail(t, c, "inboxes", "alerts")
+		return strings.Contains(said, "the last batch was not taken") && strings.Contains(said, "storage_full")
+	}, func() string { return "/readyz says of the inbox: " + said })
+	if v := metricValue(t, c, up); v != 0 {
+		t.Errorf("%s is %v while every batch is refused", up, v)
 	}
 }
 

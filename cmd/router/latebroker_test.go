@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -252,9 +251,7 @@ event "budget.order" {
   }
 }
 `, port))
-	// The budget goes into the writeConfig's storage block.
-	src := regexp.MustCompile(`storage \{ (path = "[^"]*") \}`).ReplaceAllString(mustRead(t, path), "storage {\n  max_size = \"4MiB\"\n  $1\n}")
-	os.WriteFile(path, []byte(src), 0o600)
+	setStorage(t, path, `max_size = "4MiB"`)
 	c, _ := serveBinary(t, path, sock)
 
 	var acked []string

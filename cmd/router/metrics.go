@@ -87,12 +87,12 @@ func registerNATSServer(reg prometheus.Registerer, h *health, name string, srv *
 // registerSinks exports whether each sink's broker is reachable, asked
 // within healthWait.
 func registerSinks(reg prometheus.Registerer, h *health, sinks []switchyard.Sink) {
-	registerUp(reg, h, "switchyard_sink_up", "1 when the sink's broker is reachable and answering.", "sink", healthChecks(sinks))
+	registerUp(reg, h, "switchyard_sink_up", "1 when the sink's broker is reachable and answering.", "sink", sinkChecks(sinks))
 }
 
 // registerInboxes exports whether each inbox consumes from its broker.
-func registerInboxes(reg prometheus.Registerer, h *health, sources []switchyard.Source) {
-	registerUp(reg, h, "switchyard_inbox_up", "1 when the inbox is connected to its broker, its last fetch worked, and it took the last batch (or refused none in the last minute).", "inbox", healthChecks(sources))
+func registerInboxes(reg prometheus.Registerer, h *health, checks []healthCheck) {
+	registerUp(reg, h, "switchyard_inbox_up", "1 when the inbox is connected to its broker, its last fetch worked, and it took the last batch (or refused none in the last minute).", "inbox", checks)
 }
 
 // registerUp exports one gauge of the family name per check, labelled

@@ -229,7 +229,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	registerInboxes(c.reg, c.health, c.sources)
+	registerInboxes(c.reg, c.health, inboxChecks(c.sources, c.engine))
 	var hctx context.Context
 	hctx, c.stopHistory = context.WithCancel(context.WithoutCancel(ctx))
 	c.history = startHistory(hctx, c.reg) // history.go
@@ -469,7 +469,7 @@ func (c *RunCommand) ready(context.Context) map[string]error {
 // server (a JetStream store that cannot write), each within healthWait.
 func (c *RunCommand) sinkHealth(ctx context.Context) map[string]error {
 	c.sinksMu.Lock()
-	checks := healthChecks(c.sinks)
+	checks := sinkChecks(c.sinks)
 	c.sinksMu.Unlock()
 	for _, s := range c.natsServers {
 		checks = append(checks, serverCheck(s))
@@ -480,7 +480,7 @@ func (c *RunCommand) sinkHealth(ctx context.Context) map[string]error {
 // inboxHealth is /readyz's detail on the inboxes: whether each consumes
 // from its broker, each within healthWait.
 func (c *RunCommand) inboxHealth(ctx context.Context) map[string]error {
-	return c.health.check(ctx, healthChecks(c.sources))
+	return c.health.check(ctx, inboxChecks(c.sources, c.engine))
 }
 
 // Close stops in the reverse order of open: stop accepting, let the loops

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,6 +48,16 @@ event "t.order" {
 		t.Fatal(err)
 	}
 	return path, sock
+}
+
+// setStorage adds setting to the storage block of writeConfig's file at
+// path (HCL has one storage block).
+func setStorage(t *testing.T, path, setting string) {
+	t.Helper()
+	src := regexp.MustCompile(`storage \{ (path = "[^"]*") \}`).ReplaceAllString(mustRead(t, path), "storage {\n  "+setting+"\n  $1\n}")
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func socketClient(sock string) *http.Client {

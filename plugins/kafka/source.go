@@ -23,7 +23,6 @@ import (
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
 	"github.com/switchyard-router/switchyard/internal/grace"
-	batchrefusal "github.com/switchyard-router/switchyard/internal/refusal" // the package has a refusal of its own: a topic's
 )
 
 const (
@@ -87,9 +86,6 @@ type Source struct {
 	// problem is why the last poll brought only errors, nil once one
 	// brings records or a partition answers: what Healthy says.
 	problem atomic.Pointer[pollError]
-	// refused is the inbox's last refusal of a batch, while recent: the
-	// source does not consume, though its polls work.
-	refused batchrefusal.Recent
 
 	running   atomic.Bool
 	runSince  atomic.Int64  // when Run began (unix nanoseconds): how long a join has waited
@@ -224,14 +220,12 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 			continue
 		}
 		if err := s.handle(ctx, recs, receive); err != nil {
-			s.refused.Set(err)
 			pause = receiveBackoff.Next(pause)
 			s.log.Warn("inbox could not take the batch; not committed, reading it again after a pause",
 				"records", len(recs), "retry_in", pause, "error", err)
 			backoff.Sleep(ctx, pause)
 			continue
 		}
-		s.refused.Set(nil)
 		pause = 0
 	}
 	return nil
@@ -279,9 +273,6 @@ func (s *Source) Healthy(ctx context.Context) error {
 			err = why // the connection's own failure: EOF alone hid a refused credential (a Kafka trial)
 		}
 		return fmt.Errorf("inbox %q: %s: no broker reachable: %w", s.name, s.sink, err)
-	}
-	if err := s.refused.Err(); err != nil {
-		return fmt.Errorf("inbox %q: %s: %w", s.name, s.sink, err)
 	}
 	if s.running.Load() && !s.joined() {
 		// Its brokers answer, but it reads nothing yet (an adversarial

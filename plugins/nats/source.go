@@ -22,7 +22,6 @@ import (
 	"github.com/switchyard-router/switchyard/internal/backoff"
 	"github.com/switchyard-router/switchyard/internal/every"
 	"github.com/switchyard-router/switchyard/internal/logthrottle"
-	"github.com/switchyard-router/switchyard/internal/refusal"
 )
 
 const (
@@ -90,9 +89,6 @@ type Source struct {
 	// succeeds): what Healthy says.
 	conn    connWatch
 	problem atomic.Pointer[error]
-	// refused is the inbox's last refusal of a batch, while recent: the
-	// source does not consume, though its pulls work.
-	refused refusal.Recent
 
 	// Run's own (checkConsumer): when it last read the durable back, what
 	// the durable had delivered then when it was as it should be, a replay
@@ -409,9 +405,6 @@ func (s *Source) Healthy(context.Context) error {
 	if p := s.problem.Load(); p != nil {
 		return fmt.Errorf("%s: %w", name, *p)
 	}
-	if err := s.refused.Err(); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
 	if s.consumer() == nil {
 		return fmt.Errorf("%s: connected; setting up the consumer", name)
 	}
@@ -456,11 +449,9 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 		return nil
 	}
 	if err := s.handle(ctx, msgs, receive, pause); err != nil {
-		s.refused.Set(err)
 		backoff.Sleep(ctx, *pause)
 		return nil
 	}
-	s.refused.Set(nil)
 	s.checkConsumer(ctx, receive)
 	return nil
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/backoff"
-	"github.com/switchyard-router/switchyard/internal/refusal"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -453,70 +452,6 @@ func TestSourceSetsAChangedConsumerBack(t *testing.T) {
 	}
 	e.publish(t, "orders.created", "after", 2)
 	testkit.Eventually(t, "messages after", 10*time.Second, func() bool { return c.distinct() == 12 })
-}
-
-// An inbox whose every batch is refused (a full storage budget) is not
-// healthy, though its pulls work; once a batch is taken it is again.
-func TestSourceNotHealthyWhileItsBatchesAreRefused(t *testing.T) {
-	defer func(old backoff.Doubling) { receiveBackoff = old }(receiveBackoff)
-	receiveBackoff.Min, receiveBackoff.Max = 20*time.Millisecond, 50*time.Millisecond
-	e := newSourceEnv(t)
-	e.publish(t, "orders.created", "full", 3)
-	s := newNATSSource(t, e, natsInbox("full", "orders.>"), DefaultAckWait)
-	var c collector
-	refusing := true
-	var mu sync.Mutex
-	r := runSource(s, func(ctx context.Context, msgs []switchyard.Inbound) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if refusing {
-			return errors.New("storage_full: the data file's budget is reached")
-		}
-		return c.receive(ctx, msgs)
-	})
-	defer r.stop(t)
-	testkit.Eventually(t, "unhealthy", 10*time.Second, func() bool {
-		err := s.Healthy(context.Background())
-		return err != nil && strings.Contains(err.Error(), "the last batch was not taken") && strings.Contains(err.Error(), "storage_full")
-	})
-	time.Sleep(200 * time.Millisecond) // empty fetches between redeliveries
-	if err := s.Healthy(context.Background()); err == nil {
-		t.Error("healthy again while every batch is refused")
-	}
-	mu.Lock()
-	refusing = false
-	mu.Unlock()
-	testkit.Eventually(t, "taken", 10*time.Second, func() bool { return c.distinct() == 3 })
-	testkit.Eventually(t, "healthy", 5*time.Second, func() bool { return s.Healthy(context.Background()) == nil })
-}
-
-// A refused batch that does not come again (purged, or taken by another
-// router) leaves the inbox unhealthy no longer than refusal.Fresh (it
-// stuck until a batch was taken: a review).
-func TestSourceRefusalIsForgotten(t *testing.T) {
-	defer func(old backoff.Doubling) { receiveBackoff = old }(receiveBackoff)
-	receiveBackoff.Min, receiveBackoff.Max = 20*time.Millisecond, 50*time.Millisecond
-	defer func(old time.Duration) { refusal.Fresh = old }(refusal.Fresh)
-	refusal.Fresh = 500 * time.Millisecond
-	e := newSourceEnv(t)
-	e.publish(t, "orders.created", "gone", 1)
-	s := newNATSSource(t, e, natsInbox("forgets", "orders.>"), DefaultAckWait)
-	var once sync.Once
-	refused := make(chan struct{})
-	r := runSource(s, func(context.Context, []switchyard.Inbound) error {
-		once.Do(func() { close(refused) })
-		return errors.New("storage_full")
-	})
-	defer r.stop(t)
-	<-refused
-	st, err := e.js.Stream(pubCtx(t, 5*time.Second), "ORDERS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Purge(pubCtx(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Eventually(t, "healthy once the refused batch is gone", 10*time.Second, func() bool { return s.Healthy(context.Background()) == nil })
 }
 
 // Routers on one durable whose inboxes differ in what loses no message
