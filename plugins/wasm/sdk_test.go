@@ -2,6 +2,8 @@ package wasm
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,8 +242,90 @@ func buildC(t *testing.T, _, src, out string) string {
 	return ""
 }
 
-// buildAssemblyScript uses the compiler examples/plugins/build.sh installs
-// for filter-as (npm ci), whose node_modules links the SDK.
+// A plugin made from the AssemblyScript template (built with its
+// package.json's flags) may keep a string made during one event in a
+// global and read it at the next: it is intact, and the garbage of
+// thousands of events is collected. Under the stub runtime's per-event
+// rewind, the template's default until now, the string was overwritten by
+// the next event's allocations (here a trap; a wrong value where the bytes
+// happen to make a string).
+func TestAssemblyScriptTemplateKeepsWhatAGlobalHolds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a plugin with the AssemblyScript compiler")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "assembly", "index.ts")
+	os.MkdirAll(filepath.Dir(src), 0o755)
+	os.WriteFile(src, []byte(`import { Event, Output, Verdict, emit, onEvent, retry } from "@switchyard-router/sdk-assemblyscript/assembly";
+export { sy_abi_version, sy_init, sy_handle } from "@switchyard-router/sdk-assemblyscript/assembly";
+
+let previous: string = "none"; // kept across events
+
+onEvent((ev: Event): Verdict => {
+  const work = ev.type.repeat(40 * (1 + ev.subject.length)); // what a handler allocates before it reads the global, more at each event but every seventh
+  if (emit(Output.to("").withDataString(previous).withId(ev.id + "/" + work.length.toString())) < 0) return retry("output refused");
+  previous = ev.id + "-" + ev.subject;
+  return Verdict.Ok;
+});
+`), 0o644)
+	out := filepath.Join(dir, "keep.wasm")
+	if skip := buildAssemblyScript(t, dir, src, out); skip != "" {
+		t.Skip("SKIPPED: " + skip)
+	}
+	rt, _ := newTestRuntime(t, "")
+	pl, err := rt.Load(context.Background(), config.Plugin{Name: "keep", Wasm: out, Limits: testLimits}, LoadOptions{Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close(context.Background())
+	// 5,000 events leave ~25 MB of garbage: past limits.memory (16 MiB)
+	// unless it is collected, and a new instance would read "none".
+	want := "none"
+	for i := range 5000 {
+		ev := testEvent(fmt.Sprintf("event-%03d", i))
+		ev.Subject = strings.Repeat("s", i%7)
+		outs, err := pl.Handle(context.Background(), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(outs) != 1 || string(outs[0].Event.Data) != want {
+			t.Fatalf("event %d: the global read %q, want %q", i, outs[0].Event.Data, want)
+		}
+		want = ev.ID + "-" + ev.Subject
+	}
+}
+
+// templateASCFlags are the compiler flags of the AssemblyScript
+// template's build script (sdk/templates/assemblyscript/package.json),
+// without its input and output.
+func templateASCFlags(t *testing.T) []string {
+	b, err := os.ReadFile(sdkPath(t, "templates/assemblyscript/package.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkg struct {
+		Scripts struct{ Build string } `json:"scripts"`
+	}
+	if err := json.Unmarshal(b, &pkg); err != nil {
+		t.Fatal(err)
+	}
+	var flags []string
+	args := strings.Fields(pkg.Scripts.Build)
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "asc" || args[i] == "assembly/index.ts":
+		case args[i] == "-o":
+			i++
+		default:
+			flags = append(flags, args[i])
+		}
+	}
+	return flags
+}
+
+// buildAssemblyScript builds with the template's flags, using the compiler
+// examples/plugins/build.sh installs for filter-as (npm ci), whose
+// node_modules links the SDK.
 func buildAssemblyScript(t *testing.T, dir, src, out string) string {
 	mods, err := filepath.Abs(filepath.Join("..", "..", "examples", "plugins", "filter-as", "node_modules"))
 	if err != nil {
@@ -255,8 +339,7 @@ func buildAssemblyScript(t *testing.T, dir, src, out string) string {
 		return "node is not on this machine; .ci/install-toolchains installs it"
 	}
 	os.Symlink(mods, filepath.Join(dir, "node_modules"))
-	cmd := exec.Command(asc, src, "-o", out, "-O3", "--runtime", "stub", "--noAssert",
-		"--use", "abort=~lib/@switchyard-router/sdk-assemblyscript/assembly/index/abort")
+	cmd := exec.Command(asc, append([]string{src, "-o", out}, templateASCFlags(t)...)...)
 	cmd.Dir = dir
 	runBuild(t, cmd)
 	return ""

@@ -13,17 +13,17 @@
 //   });
 //
 // Build (see the README for why each flag):
-//   npx asc assembly/index.ts -o plugin.wasm -O3 --runtime stub --noAssert \
+//   npx asc assembly/index.ts -o plugin.wasm -O3 --runtime incremental --noAssert \
 //     --use abort=~lib/@switchyard-router/sdk-assemblyscript/assembly/index/abort
 //
-// Memory with --runtime stub (a bump allocator that never frees): everything
-// allocated while an event is handled (the Event, its strings, outputs) is
-// released in one go when sy_handle returns. Allocations made at top level
-// and in the init callback are kept. So: never keep a reference to an object
-// created during an event in a global; keep numbers/booleans, or objects
-// created in init. If a plugin must keep objects across events, build it with
-// `--runtime minimal` (the SDK then collects garbage after every event) or
-// the default incremental runtime.
+// Memory with --runtime stub (a bump allocator that never frees), an opt-in
+// for speed: everything allocated while an event is handled (the Event, its
+// strings, outputs) is released in one go when sy_handle returns.
+// Allocations made at top level and in the init callback are kept. So a
+// stub plugin must never keep a reference to an object created during an
+// event in a global; numbers/booleans, or objects created in init, only.
+// The incremental runtime (the template's) and minimal (the SDK collects
+// garbage after every event) have no such condition.
 
 // ASC_RUNTIME values (the compiler's --runtime).
 const RUNTIME_STUB = 0;
