@@ -110,9 +110,11 @@ func secretModeAdvice(path string, fi os.FileInfo, uid, euid int) string {
 
 // ClientConfig is the crypto/tls configuration of a tls block: TLS 1.2 or
 // later, the CA file's certificates as roots (the system's without one),
-// and the client certificate when one is set. Its key file is checked as
-// every file of secrets is (CheckPrivate).
-func (t *TLS) ClientConfig() (*tls.Config, error) {
+// and the client certificate when one is set, read again when its files
+// change (keyPair; warn, which may be nil, hears of a change that does
+// not load). Its key file is checked as every file of secrets is
+// (CheckPrivate). The CA file is read once.
+func (t *TLS) ClientConfig(warn func(error)) (*tls.Config, error) {
 	tc := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // an explicit operator choice
@@ -130,14 +132,11 @@ func (t *TLS) ClientConfig() (*tls.Config, error) {
 	}
 	switch {
 	case t.CertFile != "" && t.KeyFile != "":
-		if err := CheckPrivate(t.KeyFile); err != nil {
-			return nil, fmt.Errorf("key_file: %w", err)
-		}
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		pair, err := newKeyPair(t.CertFile, t.KeyFile, warn)
 		if err != nil {
 			return nil, err
 		}
-		tc.Certificates = []tls.Certificate{cert}
+		tc.GetClientCertificate = pair.get
 	case t.CertFile != "" || t.KeyFile != "":
 		return nil, errors.New("cert_file and key_file must be set together")
 	}

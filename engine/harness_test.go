@@ -165,7 +165,7 @@ func (h *harness) startNATS() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	auth, err := natsplugin.ClientOptions(n)
+	auth, err := natsplugin.ClientOptions(n, nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func connectNATS(path, name, url string, opts ...natsgo.Option) (*natsgo.Conn, e
 			url = "nats://" + net.JoinHostPort(n.Host, strconv.Itoa(n.Port))
 		}
 	}
-	auth, err := natsplugin.ClientOptions(n)
+	auth, err := natsplugin.ClientOptions(n, nil)
 	if err != nil {
 		return nil, fmt.Errorf("nats %q: %w", n.Name, err)
 	}

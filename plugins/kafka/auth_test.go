@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -174,5 +175,33 @@ func TestAnInboxWithRefusedCredentialsSaysWhy(t *testing.T) {
 	}, func() string { return fmt.Sprintf("the inbox's health: %v", health) })
 	if strings.Contains(health.Error(), "wrong-password") {
 		t.Errorf("the health shows the password: %v", health)
+	}
+}
+
+// A sink whose password file was wrong publishes once the file is
+// corrected, with no restart, with each mechanism: the password is read
+// again at each authentication (it was read once, at start, so a rotated
+// password needed a restart; the NATS sink's was mended first).
+func TestACorrectedSASLPasswordFileIsUsed(t *testing.T) {
+	for _, mech := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
+		t.Run(mech, func(t *testing.T) {
+			c := newCluster(t, kfake.EnableSASL(), kfake.Superuser(mech, "edge", "s3cret"))
+			cfg := testConfig(c)
+			file := testkit.SecretFile(t, "wrong-password")
+			cfg.SASL = &config.SASL{Mechanism: mech, Username: "edge", Password: config.Secret{File: file}}
+			cfg.PublishTimeout = 2 * time.Second
+			s := newSink(t, cfg)
+			if r := s.Publish(context.Background(), messages("refused", 1, topic)); r[0].Err == nil {
+				t.Fatal("published with a wrong password")
+			}
+			if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var last error
+			testkit.EventuallyWith(t, 20*time.Second, func() bool {
+				last = s.Publish(context.Background(), messages("corrected", 1, topic))[0].Err
+				return last == nil
+			}, func() string { return fmt.Sprintf("no publish after the password file was corrected: %v", last) })
+		})
 	}
 }

@@ -56,7 +56,9 @@ func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
 	var tc *tls.Config
 	if cfg.TLS != nil {
 		var err error
-		if tc, err = cfg.TLS.ClientConfig(); err != nil {
+		if tc, err = cfg.TLS.ClientConfig(func(err error) {
+			logger.Warn("tls: a renewed client certificate does not load", "sink", cfg.SinkName(), "error", err)
+		}); err != nil {
 			return nil, fmt.Errorf("kafka %q: tls: %w", cfg.Name, err)
 		}
 	}
@@ -123,18 +125,27 @@ func compression(name string) (kgo.CompressionCodec, error) {
 	return kgo.CompressionCodec{}, fmt.Errorf("unknown compression %q (want none, gzip, snappy, lz4 or zstd)", name)
 }
 
+// saslMechanism is the sasl block's mechanism, its password read again at
+// each authentication (config.Secret.Rereading): a password corrected or
+// rotated in its file is used at the next connection, with no restart.
 func saslMechanism(s *config.SASL) (ksasl.Mechanism, error) {
-	pass, err := s.Password.Read()
+	pass, err := s.Password.Rereading()
 	if err != nil {
 		return nil, fmt.Errorf("password: %w", err)
 	}
+	plain := func(context.Context) (ksaslplain.Auth, error) {
+		return ksaslplain.Auth{User: s.Username, Pass: pass()}, nil
+	}
+	scram := func(context.Context) (ksaslscram.Auth, error) {
+		return ksaslscram.Auth{User: s.Username, Pass: pass()}, nil
+	}
 	switch strings.ToUpper(s.Mechanism) {
 	case "PLAIN":
-		return ksaslplain.Auth{User: s.Username, Pass: pass}.AsMechanism(), nil
+		return ksaslplain.Plain(plain), nil
 	case "SCRAM-SHA-256":
-		return ksaslscram.Auth{User: s.Username, Pass: pass}.AsSha256Mechanism(), nil
+		return ksaslscram.Sha256(scram), nil
 	case "SCRAM-SHA-512":
-		return ksaslscram.Auth{User: s.Username, Pass: pass}.AsSha512Mechanism(), nil
+		return ksaslscram.Sha512(scram), nil
 	}
 	return nil, fmt.Errorf("unknown mechanism %q (want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", s.Mechanism)
 }

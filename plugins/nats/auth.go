@@ -8,8 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"golang.org/x/crypto/bcrypt"
@@ -21,19 +21,24 @@ import (
 // ClientOptions are the nats.go options that authenticate a client of the
 // server of cfg (credentials, TLS): the sink, the inbox source, `router
 // validate -check-sinks` and the tests all connect with them. Errors name
-// the file or variable that is wrong, never a secret.
-func ClientOptions(cfg config.NATS) ([]natsgo.Option, error) {
+// the file or variable that is wrong, never a secret. A password or token
+// file is read again at each connection attempt, a client certificate when
+// its files change (config.Secret.Rereading, TLS.ClientConfig); nats.go
+// reads a creds file at each attempt already; an nkey seed's public key
+// is read once. log (nil: none) hears of a renewed certificate that does
+// not load.
+func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 	var opts []natsgo.Option
 	a := cfg.Auth
 	switch {
 	case a.User != "":
-		pass, err := rereading(a.Password)
+		pass, err := a.Password.Rereading()
 		if err != nil {
 			return nil, fmt.Errorf("password: %w", err)
 		}
 		opts = append(opts, natsgo.UserInfoHandler(func() (string, string) { return a.User, pass() }))
 	case a.Token.IsSet():
-		tok, err := rereading(a.Token)
+		tok, err := a.Token.Rereading()
 		if err != nil {
 			return nil, fmt.Errorf("token: %w", err)
 		}
@@ -54,39 +59,17 @@ func ClientOptions(cfg config.NATS) ([]natsgo.Option, error) {
 		opts = append(opts, opt)
 	}
 	if cfg.TLS != nil {
-		tc, err := cfg.TLS.ClientConfig()
+		tc, err := cfg.TLS.ClientConfig(func(err error) {
+			if log != nil {
+				log.Warn("tls: a renewed client certificate does not load", "sink", cfg.SinkName(), "error", err)
+			}
+		})
 		if err != nil {
 			return nil, fmt.Errorf("tls: %w", err)
 		}
 		opts = append(opts, natsgo.Secure(tc))
 	}
 	return opts, nil
-}
-
-// rereading reads secret, and returns what gives it at each connection
-// attempt: a secret in a file is read again each time (the last value read
-// while the file cannot be: mid-edit), so a password or token corrected in
-// its file is used at the next reconnect, with no restart (a trial fixed
-// the file, reloaded, and the router kept the refused one). nats.go's
-// creds file is read at each attempt already; an nkey seed is not.
-func rereading(secret config.Secret) (func() string, error) {
-	first, err := secret.Read()
-	if err != nil {
-		return nil, err
-	}
-	if secret.File == "" {
-		return func() string { return first }, nil
-	}
-	var mu sync.Mutex
-	last := first
-	return func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		if v, err := secret.Read(); err == nil {
-			last = v
-		}
-		return last
-	}, nil
 }
 
 // serverUsers is the one user an embedded server admits: the router's,

@@ -178,7 +178,7 @@ func TestSecretFileModes(t *testing.T) {
 			return config.NATS{TLS: &config.TLS{CertFile: testkit.SecretFile(t, "cert"), KeyFile: f}}
 		}},
 	} {
-		_, err := ClientOptions(c.cfg(open(t)))
+		_, err := ClientOptions(c.cfg(open(t)), nil)
 		if err == nil || !strings.Contains(err.Error(), c.attr+":") || !strings.Contains(err.Error(), "chmod 600") {
 			t.Errorf("a 0644 %s: %v", c.attr, err)
 		}

@@ -127,7 +127,7 @@ func Open(ctx context.Context, cfg config.NATS, url string, logger hclog.Logger)
 	}
 	s := newSink(cfg, logger)
 	defer close(s.opened) // connection handlers wait for Open to finish
-	auth, err := ClientOptions(cfg)
+	auth, err := ClientOptions(cfg, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.name, err)
 	}

@@ -148,7 +148,7 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		driftLog:     logthrottle.Throttle{Every: time.Minute},
 	}
 	s.decoder = engine.InboundDecoder{Binding: cloudevents.NATS, IDHeader: in.IDHeader, Log: s.log, Noun: "message"}
-	auth, err := ClientOptions(ncfg)
+	auth, err := ClientOptions(ncfg, s.log)
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -1,0 +1,131 @@
+package config
+
+import (
+	"crypto/tls"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// A secret in a file is read again at each use: a corrected value is
+// given at once, and while the file is empty or gone the last value read
+// is; one from the environment is read once.
+func TestSecretRereading(t *testing.T) {
+	path := testkit.SecretFile(t, "first")
+	get, err := Secret{File: path}.Rereading()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := get(); v != "first" {
+		t.Fatalf("read %q", v)
+	}
+	os.WriteFile(path, []byte("second\n"), 0o600)
+	if v := get(); v != "second" {
+		t.Fatalf("after the file changed: %q", v)
+	}
+	os.WriteFile(path, nil, 0o600)
+	if v := get(); v != "second" {
+		t.Fatalf("while the file is empty: %q", v)
+	}
+	os.Remove(path)
+	if v := get(); v != "second" {
+		t.Fatalf("while the file is gone: %q", v)
+	}
+	if _, err := (Secret{File: path}).Rereading(); err == nil {
+		t.Fatal("a secret whose file is gone at start was taken")
+	}
+	t.Setenv("SY_TEST_REREAD", "env")
+	get, err = Secret{Env: "SY_TEST_REREAD"}.Rereading()
+	if err != nil || get() != "env" {
+		t.Fatalf("%v", err)
+	}
+}
+
+// A client certificate renewed in its files (cert-manager, certbot) is
+// presented at the next handshake, with no restart; a renewal that does
+// not load (the certificate written, not yet its key) leaves the last
+// pair presented, and is told once, not at every handshake.
+func TestARenewedClientCertificateIsPresented(t *testing.T) {
+	ca := testkit.NewCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key")
+	ca.ClientPair(t, "first", certFile, keyFile)
+	var warned []error
+	tc, err := (&TLS{CAFile: ca.File, CertFile: certFile, KeyFile: keyFile}).ClientConfig(func(err error) { warned = append(warned, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	presented := clientNames(t, ca)
+	handshake := func() string {
+		t.Helper()
+		c, err := tls.Dial("tcp", presented.addr, tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		return <-presented.names
+	}
+	if got := handshake(); got != "first" {
+		t.Fatalf("presented %q", got)
+	}
+	renewed := time.Now().Add(time.Minute) // a size alike would not tell the change
+	ca.ClientPair(t, "second", certFile, keyFile)
+	os.Chtimes(certFile, renewed, renewed)
+	if got := handshake(); got != "second" {
+		t.Fatalf("after the renewal, presented %q", got)
+	}
+	other := t.TempDir()
+	ca.ClientPair(t, "third", filepath.Join(other, "c.pem"), filepath.Join(other, "c.key"))
+	b, _ := os.ReadFile(filepath.Join(other, "c.pem"))
+	os.WriteFile(certFile, b, 0o644) // the certificate written, its key not yet
+	if got := handshake(); got != "second" {
+		t.Fatalf("with a certificate that is not its key's, presented %q", got)
+	}
+	if got := handshake(); got != "second" || len(warned) != 1 {
+		t.Fatalf("presented %q; told %d times: %v", got, len(warned), warned)
+	}
+	k, _ := os.ReadFile(filepath.Join(other, "c.key"))
+	os.WriteFile(keyFile, k, 0o600)
+	if got := handshake(); got != "third" {
+		t.Fatalf("once the key is written too, presented %q", got)
+	}
+}
+
+// clientServer is a TLS server that asks each client for a certificate
+// ca signed, and sends the name in each it gets on names.
+type clientServer struct {
+	addr  string
+	names chan string
+}
+
+func clientNames(t *testing.T, ca *testkit.CA) clientServer {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", ca.RequireClients(ca.ServerTLS(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	s := clientServer{addr: ln.Addr().String(), names: make(chan string, 1)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			tc := c.(*tls.Conn)
+			if err := tc.Handshake(); err == nil {
+				s.names <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
+			} else {
+				s.names <- "refused: " + err.Error()
+			}
+			c.Close()
+		}
+	}()
+	return s
+}
