@@ -138,7 +138,7 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	req := engine.ClaimRequest{Tenant: ten, Consumer: r.PathValue("consumer"), ID: body.ID, Mode: body.Mode}
+	req := engine.ClaimRequest{Tenant: ten, Consumer: r.PathValue("consumer"), ID: body.ID, Mode: body.Mode, Operator: isOperator(r)}
 	if body.Lease != "" {
 		if req.Lease, err = time.ParseDuration(body.Lease); err != nil || req.Lease <= 0 {
 			s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "lease must be a positive duration such as 30s"))

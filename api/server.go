@@ -721,6 +721,9 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	defer func() { s.metrics.ingest.Observe(time.Since(start).Seconds()) }()
 	ten, err := tenant(r)
+	if err == nil {
+		err = s.engine.CheckTenantRate(ten, isOperator(r)) // before the body is read
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -946,7 +949,7 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 	if rates := s.engine.TenantRates(); len(rates) > 0 {
 		tenants := map[string]any{}
 		for t, r := range rates {
-			tenants[t] = map[string]any{"rate": r.Rate, "burst": r.Burst, "available": r.Available, "refused": r.Refused}
+			tenants[t] = map[string]any{"rate": r.Rate, "burst": r.Burst, "available": r.Available, "refused": r.Refused, "refused_requests": r.RefusedRequests}
 		}
 		out["tenant_rates"] = tenants
 	}

@@ -568,6 +568,9 @@ type ClaimRequest struct {
 	Tenant, Consumer, ID string
 	Lease                time.Duration
 	Mode                 string
+	// Operator: from the operator's own clients (as IngestRequest's),
+	// held to no tenant block.
+	Operator bool
 }
 
 // Claim arbitrates an id for a service without a database of its own.
@@ -577,6 +580,25 @@ type ClaimRequest struct {
 // claimed again. At most once: the claim is committed as completed at
 // once, so a redelivery is skipped even if the effect then failed.
 func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim, created bool, err error) {
+	// A new claim is a record as an event is: it counts against the
+	// tenant's rate (a tenant made thousands a second, held to no block,
+	// and filled the budget for every tenant: a trial). One that makes
+	// none (in progress, completed) gives it back.
+	taken, err := e.rates.take(e.config, ask{req.Tenant, req.Operator, 1, "claims"}, e.now)
+	if err != nil {
+		e.metrics.rateLimited.WithLabelValues(req.Tenant).Inc()
+		e.metrics.rateLimitedRequests.WithLabelValues(req.Tenant).Inc()
+		return nil, false, err
+	}
+	c, created, err = e.claim(ctx, req)
+	if !created && (err == nil || givesBack(err)) {
+		taken.give()
+	}
+	return c, created, err
+}
+
+// claim is Claim once the tenant may make one.
+func (e *Engine) claim(ctx context.Context, req ClaimRequest) (c *storage.Claim, created bool, err error) {
 	if err := checkClaimRef(req.Consumer, req.ID); err != nil {
 		return nil, false, err
 	}

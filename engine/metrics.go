@@ -19,19 +19,20 @@ import (
 type metrics struct {
 	e *Engine
 
-	ingested     *prometheus.CounterVec
-	polls        *prometheus.CounterVec
-	published    *prometheus.CounterVec
-	publishErrs  *prometheus.CounterVec
-	retried      *prometheus.CounterVec
-	deadLettered *prometheus.CounterVec
-	requeued     *prometheus.CounterVec
-	filtered     *prometheus.CounterVec
-	unrouted     *prometheus.CounterVec
-	publishSecs  *prometheus.HistogramVec
-	dlqActions   *prometheus.CounterVec
-	yielded      *prometheus.CounterVec
-	rateLimited  *prometheus.CounterVec
+	ingested            *prometheus.CounterVec
+	polls               *prometheus.CounterVec
+	published           *prometheus.CounterVec
+	publishErrs         *prometheus.CounterVec
+	retried             *prometheus.CounterVec
+	deadLettered        *prometheus.CounterVec
+	requeued            *prometheus.CounterVec
+	filtered            *prometheus.CounterVec
+	unrouted            *prometheus.CounterVec
+	publishSecs         *prometheus.HistogramVec
+	dlqActions          *prometheus.CounterVec
+	yielded             *prometheus.CounterVec
+	rateLimited         *prometheus.CounterVec
+	rateLimitedRequests *prometheus.CounterVec
 
 	pending               *prometheus.Desc
 	inProcess             *prometheus.Desc
@@ -106,13 +107,14 @@ func newMetrics(e *Engine) *metrics {
 			Help:    "Time a sink took to publish one batch's messages and get every broker answer.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms … 16s
 		}, []string{"sink"}),
-		dlqActions:  counter("dlq_actions_total", "Dead letters an operator retried, resolved or deleted.", "action"),
-		yielded:     counter("delivery_yield_seconds_total", "Time a type's loop rested so that requests waiting for the CPU got it (outbox.yield_lag).", "type"),
-		rateLimited: counter("tenant_rate_limited_events_total", "Events of a tenant's requests refused by its tenant block: over its rate (429), or more at once than its burst (413).", "tenant"),
-		watchers:    prometheus.NewDesc("switchyard_tail_watchers", "Live tails watching published outputs (router tail, the console).", nil, nil),
-		clockAhead:  prometheus.NewDesc("switchyard_clock_ahead_seconds", "How far the router's clock is ahead of the system clock: after the system clock stepped back (while running, or since the data file last saw it), the router's goes on at the clock's rate until the system clock passes it.", nil, nil),
-		stateKeys:   prometheus.NewDesc("switchyard_plugin_state_keys", "Keys a state namespace holds (<plugin>:<type>, or a shared state_namespace).", []string{"namespace"}, nil),
-		stateBytes:  prometheus.NewDesc("switchyard_plugin_state_bytes", "Bytes of keys and values a state namespace holds.", []string{"namespace"}, nil),
+		dlqActions:          counter("dlq_actions_total", "Dead letters an operator retried, resolved or deleted.", "action"),
+		yielded:             counter("delivery_yield_seconds_total", "Time a type's loop rested so that requests waiting for the CPU got it (outbox.yield_lag).", "type"),
+		rateLimited:         counter("tenant_rate_limited_events_total", "Events and new claims of a tenant's requests refused by its tenant block: over its rate (429), or more at once than its burst (413). A request refused before its body is read (the bucket empty) counts in switchyard_tenant_rate_limited_requests_total only.", "tenant"),
+		rateLimitedRequests: counter("tenant_rate_limited_requests_total", "A tenant's requests (ingest, claims) refused by its tenant block (429 or 413), those refused before their body was read included.", "tenant"),
+		watchers:            prometheus.NewDesc("switchyard_tail_watchers", "Live tails watching published outputs (router tail, the console).", nil, nil),
+		clockAhead:          prometheus.NewDesc("switchyard_clock_ahead_seconds", "How far the router's clock is ahead of the system clock: after the system clock stepped back (while running, or since the data file last saw it), the router's goes on at the clock's rate until the system clock passes it.", nil, nil),
+		stateKeys:           prometheus.NewDesc("switchyard_plugin_state_keys", "Keys a state namespace holds (<plugin>:<type>, or a shared state_namespace).", []string{"namespace"}, nil),
+		stateBytes:          prometheus.NewDesc("switchyard_plugin_state_bytes", "Bytes of keys and values a state namespace holds.", []string{"namespace"}, nil),
 		events: prometheus.NewDesc("switchyard_events", "Records in the data file by state (pending excludes in_process; delivered are kept until outbox.ttl).",
 			[]string{"state"}, nil),
 	}
@@ -123,7 +125,7 @@ func newMetrics(e *Engine) *metrics {
 }
 
 func (m *metrics) vecs() []prometheus.Collector {
-	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.requeued, m.filtered, m.unrouted, m.publishSecs, m.dlqActions, m.yielded, m.rateLimited}
+	return []prometheus.Collector{m.ingested, m.polls, m.published, m.publishErrs, m.retried, m.deadLettered, m.requeued, m.filtered, m.unrouted, m.publishSecs, m.dlqActions, m.yielded, m.rateLimited, m.rateLimitedRequests}
 }
 
 // Describe implements prometheus.Collector.
@@ -202,21 +204,22 @@ func (m *metrics) dlqAction(action DLQAction, n int) {
 	}
 }
 
-// tenantSeries starts switchyard_tenant_rate_limited_events_total at 0
+// tenantSeries starts switchyard_tenant_rate_limited_*_total at 0
 // for each tenant with a block of its own, so that increase() sees its
 // first refusals (those under "*" start at their first).
 func (m *metrics) tenantSeries(cfg *config.Config) {
 	for t := range cfg.TenantLimits {
 		if t != "*" {
 			m.rateLimited.WithLabelValues(t)
+			m.rateLimitedRequests.WithLabelValues(t)
 		}
 	}
 }
 
-// rateLimitedOf is tenant's switchyard_tenant_rate_limited_events_total.
-func (m *metrics) rateLimitedOf(tenant string) int64 {
+// refusedOf is tenant's count in c (switchyard_tenant_rate_limited_*).
+func refusedOf(c *prometheus.CounterVec, tenant string) int64 {
 	var d dto.Metric
-	if err := m.rateLimited.WithLabelValues(tenant).Write(&d); err != nil {
+	if err := c.WithLabelValues(tenant).Write(&d); err != nil {
 		return 0
 	}
 	return int64(d.GetCounter().GetValue())

@@ -194,7 +194,7 @@ func (w *spaceWatch) full(why string, stuck func(minWindow time.Duration) string
 // delivery can make it: the records kept for their windows age out.
 func stuckOnRecords(minWindow time.Duration) string {
 	return fmt.Sprintf("no event waits for delivery to make room, and the router removed what it may before its time: "+
-		"what holds the budget is kept for its window (idempotency records for idempotency.min_window, %s; delivered records for the replay window; dead letters until deleted), "+
+		"what holds the budget is kept for its window (idempotency records for idempotency.min_window, %s; delivered records for the replay window; claims until they expire; dead letters until deleted), "+
 		"and room comes back as it ages out (or with a larger storage.max_size)", minWindow)
 }
 
