@@ -76,7 +76,7 @@ func TestInboxLeavesOutAnUnstorableTime(t *testing.T) {
 
 // A replay of redeliveries, batch after batch, is told in a line at most
 // every 10 s, with what it dropped since the last (it was a line per
-// batch: a hundred in 0.4 s).
+// batch: a hundred in 0.4 s), and in full once it ends.
 func TestRedeliveriesDroppedAreToldNowAndThen(t *testing.T) {
 	var logs testkit.Buffer
 	h := newHarness(t, pullInbox, true, harnessOption(func(o *engine.Options) {
@@ -100,6 +100,21 @@ func TestRedeliveriesDroppedAreToldNowAndThen(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "inbox dropped redeliveries"); n != 2 || !strings.Contains(logs.String(), "dropped=100 ") {
 		t.Fatalf("10 s on, %d lines; want a second with the 98 held back and this batch's 2:\n%s", n, logs.String())
+	}
+	// A replay that ends: what it held back is said with the next batch
+	// once the throttle lets it, whether or not that batch holds a
+	// redelivery (a trial's reset dropped 600 and the log said 50).
+	for range 10 {
+		if _, err := h.eng.Receive(ctx, "pay", inbound("a", "b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.clock.Advance(10 * time.Second)
+	if _, err := h.eng.Receive(ctx, "pay", inbound("c")); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "inbox dropped redeliveries"); n != 3 || !strings.Contains(logs.String(), "dropped=20 stored=1") {
+		t.Fatalf("after the replay ended, %d lines; want a third with the 20 held back:\n%s", n, logs.String())
 	}
 }
 

@@ -49,6 +49,11 @@ func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
 		// to 2.5 s. At most one metadata request a second while the
 		// cluster is away is the cost.
 		kgo.MetadataMinAge(time.Second),
+		// Partitions added to a topic are seen at the next refresh:
+		// franz-go's own default is 5 minutes, and an inbox left the
+		// records of added partitions unread that long while it said it
+		// was healthy (a trial). A metadata request every 10 s is the cost.
+		kgo.MetadataMaxAge(10 * time.Second),
 		kgo.RetryBackoffFn(func(tries int) time.Duration {
 			return min(100*time.Millisecond<<min(tries, 4), time.Second)
 		}),

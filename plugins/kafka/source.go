@@ -384,22 +384,34 @@ func (s *Source) fetchPlace(topic string, partition int32) string {
 }
 
 // readd purges topic from consuming and adds it again, at most every
-// errorLogEvery: a topic deleted and made again has a new id, and franz-go
+// readdEvery: a topic deleted and made again has a new id, and franz-go
 // fetches by the old one (UNKNOWN_TOPIC_ID) until the topic is purged and
 // added back, its documented way. Before, an inbox never read a topic made
 // again until the router restarted (a broker trial). In a group this
 // rebalances; the offsets the group committed for the old topic are no
-// longer there, so it starts where ConsumeResetOffset says.
+// longer there, so it starts where ConsumeResetOffset says. Its warning is
+// said at most every errorLogEvery: that throttle was the re-add's too, and
+// a topic made again a second time within 30 s went unread for the rest
+// of them (a trial).
 func (s *Source) readd(topic string, last map[string]time.Time) {
 	key, now := "readd/"+topic, time.Now()
-	if now.Sub(last[key]) < errorLogEvery {
+	if now.Sub(last[key]) < readdEvery {
 		return
 	}
 	last[key] = now
-	s.log.Warn("the topic was deleted and made again: consuming it anew", "topic", topic)
+	if said := "readd-said/" + topic; now.Sub(last[said]) >= errorLogEvery {
+		last[said] = now
+		s.log.Warn("the topic was deleted and made again: consuming it anew", "topic", topic)
+	}
 	s.cl.PurgeTopicsFromConsuming(topic)
 	s.cl.AddConsumeTopics(topic)
 }
+
+// readdEvery is how often a topic's fetches failing by its old id re-add
+// it: long enough for the client to rebalance onto the new topic (about a
+// second, seen) before the errors of fetches already in flight could
+// re-add it again.
+const readdEvery = 3 * time.Second
 
 // Warnings returns the startup warnings found so far: a dedup window
 // shorter than a topic's retention, a topic that does not exist. The check
