@@ -89,6 +89,7 @@ type Source struct {
 
 	running   atomic.Bool
 	runSince  atomic.Int64  // when Run began (unix nanoseconds): how long a join has waited
+	join      joinWatch     // a JoinGroup in flight, and since when
 	stop      chan struct{} // closed by Close: Run returns
 	runDone   chan struct{} // closed when Run returned
 	closeOnce sync.Once
@@ -134,7 +135,7 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 		return nil, fmt.Errorf("inbox %q: %w", in.Name, err)
 	}
 	s.conn = newConnState(s.log, kcfg.SASL != nil) // why a broker cannot be reached, logged once: a refused credential, say
-	opts = append(append(opts, s.groupOptions(in)...), append(extra, kgo.WithHooks(s.conn))...)
+	opts = append(append(opts, s.groupOptions(in)...), append(extra, kgo.WithHooks(s.conn, &s.join))...)
 	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
 	}
@@ -280,6 +281,9 @@ func (s *Source) Healthy(ctx context.Context) error {
 		// waited for the member that stopped).
 		since := time.Since(time.Unix(0, s.runSince.Load())).Round(time.Second)
 		return fmt.Errorf("inbox %q: %s: not in group %q yet (joining for %s): it reads nothing until the group takes it in; after an unclean stop the group first waits session_timeout for the member that stopped (instance_id avoids that wait)", s.name, s.sink, s.group, since)
+	}
+	if d := s.join.waiting(); d > 0 {
+		return fmt.Errorf("inbox %q: %s: joining group %q again for %s: it reads only the partitions it kept until the rebalance ends; the group waits for every member, and one that stopped without leaving (a router killed) until its session_timeout, holding its partitions (instance_id avoids that wait)", s.name, s.sink, s.group, d.Round(time.Second))
 	}
 	return nil
 }
