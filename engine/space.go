@@ -513,6 +513,11 @@ func replayWindow(cfg *config.Config) time.Duration {
 	return w
 }
 
+// BudgetFull is why ingest is refused for the storage budget (507
+// storage_full), as the last measurement and the writes since have it;
+// nil while it has room, or without a budget.
+func (e *Engine) BudgetFull() error { return e.space.check() }
+
 // Space is the last measurement of the data file and its budget, for
 // /v1/stats; ok is false without a meter.
 func (e *Engine) Space() (sp storage.Space, maxSize int64, ok bool) {

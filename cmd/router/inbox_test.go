@@ -227,7 +227,8 @@ func TestInboxNATSDropsRedeliveries(t *testing.T) {
 // An inbox whose every batch is refused (a full storage budget) is not
 // ready in /readyz and switchyard_inbox_up is 0, though its server
 // answers: the engine refuses, and the router's check of the inbox says
-// so (both said ok throughout before: a NATS trial).
+// so (both said ok throughout before: a NATS trial); nor is the router,
+// whose ingest the budget refuses too.
 func TestAnInboxPastTheBudgetIsNotReady(t *testing.T) {
 	_, sock, nc := startNATSInbox(t, "", `max_size = "1"`)
 	m := nats.NewMsg("alerts.disk")
@@ -247,6 +248,18 @@ func TestAnInboxPastTheBudgetIsNotReady(t *testing.T) {
 	}, func() string { return "/readyz says of the inbox: " + said })
 	if v := metricValue(t, c, up); v != 0 {
 		t.Errorf("%s is %v while every batch is refused", up, v)
+	}
+	// Nor is the router: ingest is 507 (it said ready: a tenant trial).
+	if said := readyDetail(t, c, "checks", "storage_budget"); !strings.Contains(said, "storage_full") {
+		t.Errorf("/readyz says of the budget %q", said)
+	}
+	resp, err := c.Get("http://r/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("/readyz past the budget: %d, want 503", resp.StatusCode)
 	}
 }
 

@@ -460,9 +460,12 @@ func (c *RunCommand) warnMissingTopics(ctx context.Context, cfg *config.Config, 
 	}
 }
 
-// ready is what /readyz answers on: whether events can be stored.
+// ready is what /readyz answers on: whether events can be stored: the
+// data file takes writes, and its budget (storage.max_size, min_free) has
+// room (a full one answered every ingest 507 while /readyz said ready: a
+// tenant trial).
 func (c *RunCommand) ready(context.Context) map[string]error {
-	return map[string]error{"storage": c.db.Writable()}
+	return map[string]error{"storage": c.db.Writable(), "storage_budget": c.engine.BudgetFull()}
 }
 
 // sinkHealth is /readyz's detail: every sink and every embedded NATS
