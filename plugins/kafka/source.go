@@ -90,6 +90,7 @@ type Source struct {
 	running   atomic.Bool
 	runSince  atomic.Int64  // when Run began (unix nanoseconds): how long a join has waited
 	join      joinWatch     // a JoinGroup in flight, and since when
+	again     madeAgain     // topics re-added, whose partitions start from their start (Run's own)
 	stop      chan struct{} // closed by Close: Run returns
 	runDone   chan struct{} // closed when Run returned
 	closeOnce sync.Once
@@ -213,6 +214,10 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 		polled, failed := s.fetchErrors(ctx, fetches, lastErr)
 		s.polled(fetches, polled, failed)
 		recs := fetches.Records()
+		if back := s.again.fromStart(s.cl, fetches, time.Now()); len(back) > 0 {
+			s.log.Warn("a topic made again was to be read from past its start (an offset the old topic's consumer committed by name): reading it from its start", "partitions", len(back))
+			recs = without(recs, back)
+		}
 		if len(recs) == 0 {
 			s.cl.AllowRebalance()
 			if failed && !polled {
@@ -407,6 +412,7 @@ func (s *Source) readd(topic string, last map[string]time.Time) {
 		last[said] = now
 		s.log.Warn("the topic was deleted and made again: consuming it anew", "topic", topic)
 	}
+	s.again.add(topic, now)
 	s.cl.PurgeTopicsFromConsuming(topic)
 	s.cl.AddConsumeTopics(topic)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	kgo "github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -579,6 +580,57 @@ func TestSourceReadsATopicMadeAgain(t *testing.T) {
 		produce(t, c, prefix, 5, 1, 1)
 		testkit.Eventually(t, "the records of the topic made again ("+prefix+")", 10*time.Second, func() bool { return has(prefix + "-0004") })
 	}
+}
+
+// A batch of the old topic whose commit comes after the topic was deleted
+// and made again (a receive that took a while) commits its offsets by name
+// onto the new topic on a cluster that speaks OffsetCommit v9 or older
+// (Kafka before 4.2): the new topic is read from its start all the same
+// (it started at the old topic's offset, and the records below it were
+// never read: a Kafka trial).
+func TestSourceReadsATopicMadeAgainFromItsStart(t *testing.T) {
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.OffsetCommit.Int16(), 9)
+	c := sourceCluster(t, 1, kfake.MaxVersions(v))
+	produce(t, c, "old", 5, 1, 1)
+	s := newSource(t, c, inboxConfig("g-late-commit"))
+	var mu sync.Mutex
+	got := map[string]bool{}
+	first, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+		once.Do(func() { close(first); <-release })
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			got[m.Event.ID] = true
+		}
+		return nil
+	})
+	defer r.stop(t)
+	<-first
+	// Fetches wait until the batch is released, as a consumer's would
+	// while the topic is made again between two of them: the client
+	// learns of it only after the commit.
+	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	time.Sleep(300 * time.Millisecond) // a fetch in flight returns
+	deleteTopic(t, c, srcTopic)
+	createTopic(t, c, srcTopic, 1)
+	produce(t, c, "new", 10, 1, 1)
+	close(release)
+	testkit.EventuallyWith(t, 20*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got["new-0000"] && got["new-0009"]
+	}, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("records of the topic made again: %v; committed %v", got, committed(t, c, "g-late-commit", 1))
+	})
 }
 
 // Partitions added to a topic the inbox reads are read within seconds:
