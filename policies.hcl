@@ -67,12 +67,15 @@ listen {
   read_timeout    = "30s"
 }
 
-# How fast a tenant's tokens on the TCP listener may store events: a token
-# bucket of burst events, filled at rate events a second. A request past it
-# is refused whole, nothing stored: 429 rate_limited with Retry-After (the
-# wait until the bucket holds its events), or 413 payload_too_large for
-# more events than burst. Every event of a request answered 202 counts, a
-# resend's too; the socket and admin tokens are not held to it. "*" gives
+# How fast a tenant's tokens on the TCP listener may store events (and new
+# claims, one event each): a token bucket of burst events, filled at rate
+# events a second. A request past it is refused whole, nothing stored: 429
+# rate_limited with Retry-After (the wait until the bucket holds its
+# events; with the bucket empty the request is refused before its body is
+# read, and the wait is the one for a first event), or 413
+# payload_too_large for more events than burst. Every event of a request
+# answered 202 counts, a resend's too; the socket and admin tokens are not
+# held to it. "*" gives
 # every tenant without a block of its own a bucket of its own. Without
 # tenant blocks, tenants are not bounded (docs/decisions/tenant-rate.md).
 # tenant "acme" {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
 // Rereading reads the secret, and returns what gives it at each use (a
@@ -51,10 +53,15 @@ type keyPair struct {
 	last   *tls.Certificate
 }
 
-// fileStamp is what says a file changed: its size and modification time.
+// fileStamp is what says a file changed: its size and modification time,
+// and its mode and owner, which CheckPrivate reads: a renewed key written
+// 0644 is refused, and the chmod 600 its warning asks for changes neither
+// size nor time (a review: the old pair was presented until a restart).
 type fileStamp struct {
-	size int64
-	mod  time.Time
+	size  int64
+	mod   time.Time
+	mode  os.FileMode
+	owner int
 }
 
 func stampOf(path string) fileStamp {
@@ -62,7 +69,8 @@ func stampOf(path string) fileStamp {
 	if err != nil {
 		return fileStamp{size: -1}
 	}
-	return fileStamp{fi.Size(), fi.ModTime()}
+	uid, _ := fsperm.Owner(fi)
+	return fileStamp{fi.Size(), fi.ModTime(), fi.Mode(), uid}
 }
 
 // newKeyPair loads the pair; it fails if the files do not load now.
@@ -93,8 +101,23 @@ func (k *keyPair) load() (*tls.Certificate, error) {
 }
 
 // get is tls.Config.GetClientCertificate: the pair, read again if its
-// files changed since it was.
-func (k *keyPair) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+// files changed since it was, when the server takes it (as with
+// tls.Config.Certificates: a server asking, optionally, for a certificate
+// of other CAs gets none and may still let the client in).
+func (k *keyPair) get(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	cert, err := k.current()
+	if err != nil && k.warn != nil {
+		k.warn(err) // not under k.mu: a slow log would hold every handshake
+	}
+	if cri.SupportsCertificate(cert) != nil {
+		return new(tls.Certificate), nil
+	}
+	return cert, nil
+}
+
+// current is the pair, read again if its files changed since it was; the
+// last that loaded, with why, when they changed and do not load.
+func (k *keyPair) current() (*tls.Certificate, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := k.stamps()
@@ -104,11 +127,14 @@ func (k *keyPair) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 	k.tried = now
 	cert, err := k.load()
 	if err != nil {
-		if k.warn != nil {
-			k.warn(fmt.Errorf("the client certificate %s and key %s changed but do not load (the one read before is presented): %w", k.certFile, k.keyFile, err))
-		}
-		return k.last, nil
+		return k.last, fmt.Errorf("the client certificate %s and key %s changed but do not load (the one read before is presented): %w", k.certFile, k.keyFile, err)
 	}
 	k.last, k.loaded = cert, now
 	return cert, nil
+}
+
+// CertWarning is the warn of TLS.ClientConfig for a sink's clients: warn
+// (a logger's Warn) names the sink.
+func CertWarning(warn func(msg string, args ...any), sink string) func(error) {
+	return func(err error) { warn("tls: a renewed client certificate does not load", "sink", sink, "error", err) }
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"testing"
@@ -59,18 +60,7 @@ func TestARenewedClientCertificateIsPresented(t *testing.T) {
 		t.Fatal(err)
 	}
 	presented := clientNames(t, ca)
-	handshake := func() string {
-		t.Helper()
-		c, err := tls.Dial("tcp", presented.addr, tc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if err := c.Handshake(); err != nil {
-			t.Fatal(err)
-		}
-		return <-presented.names
-	}
+	handshake := func() string { return presented.handshake(t, tc) }
 	if got := handshake(); got != "first" {
 		t.Fatalf("presented %q", got)
 	}
@@ -97,16 +87,23 @@ func TestARenewedClientCertificateIsPresented(t *testing.T) {
 	}
 }
 
-// clientServer is a TLS server that asks each client for a certificate
-// ca signed, and sends the name in each it gets on names.
+// clientServer is a TLS server that sends the name in each client
+// certificate it gets on names ("none" without one).
 type clientServer struct {
 	addr  string
 	names chan string
 }
 
+// clientNames is a clientServer that asks each client for a certificate
+// ca signed.
 func clientNames(t *testing.T, ca *testkit.CA) clientServer {
 	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", ca.RequireClients(ca.ServerTLS(t)))
+	return serveNames(t, ca.RequireClients(ca.ServerTLS(t)))
+}
+
+func serveNames(t *testing.T, st *tls.Config) clientServer {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +116,85 @@ func clientNames(t *testing.T, ca *testkit.CA) clientServer {
 				return
 			}
 			tc := c.(*tls.Conn)
-			if err := tc.Handshake(); err == nil {
-				s.names <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
-			} else {
+			switch err := tc.Handshake(); {
+			case err != nil:
 				s.names <- "refused: " + err.Error()
+			case len(tc.ConnectionState().PeerCertificates) == 0:
+				s.names <- "none"
+			default:
+				s.names <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
 			}
 			c.Close()
 		}
 	}()
 	return s
+}
+
+// handshake connects with tc and returns what the server saw.
+func (s clientServer) handshake(t *testing.T, tc *tls.Config) string {
+	t.Helper()
+	c, err := tls.Dial("tcp", s.addr, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	return <-s.names
+}
+
+// A renewed key written with a mode CheckPrivate refuses is presented once
+// the operator runs the chmod its warning asks for: a chmod changes
+// neither the file's size nor its time, and the old pair was presented
+// until a restart (a review).
+func TestARenewedKeyFixedByChmodIsPresented(t *testing.T) {
+	ca := testkit.NewCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key")
+	ca.ClientPair(t, "first", certFile, keyFile)
+	warned := 0
+	tc, err := (&TLS{CAFile: ca.File, CertFile: certFile, KeyFile: keyFile}).ClientConfig(func(error) { warned++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	presented := clientNames(t, ca)
+	ca.ClientPair(t, "second", certFile, keyFile)
+	renewed := time.Now().Add(time.Minute)
+	os.Chtimes(certFile, renewed, renewed)
+	os.Chmod(keyFile, 0o644) // as a renewal tool under umask 022 writes it
+	if got := presented.handshake(t, tc); got != "first" || warned != 1 {
+		t.Fatalf("with the renewed key readable by others, presented %q, told %d times", got, warned)
+	}
+	os.Chmod(keyFile, 0o600)
+	if got := presented.handshake(t, tc); got != "second" {
+		t.Fatalf("after chmod 600, presented %q", got)
+	}
+}
+
+// A server that asks, optionally, for a certificate of other CAs than the
+// client's gets none and lets the client in, as with
+// tls.Config.Certificates (a review: the handshake failed with "unknown
+// certificate authority").
+func TestAServerAskingForOtherCAsGetsNoCertificate(t *testing.T) {
+	ca, other := testkit.NewCA(t), testkit.NewCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key")
+	ca.ClientPair(t, "mine", certFile, keyFile)
+	tc, err := (&TLS{CAFile: ca.File, CertFile: certFile, KeyFile: keyFile}).ClientConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := os.ReadFile(other.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	st := ca.ServerTLS(t)
+	st.ClientAuth, st.ClientCAs = tls.VerifyClientCertIfGiven, pool
+	srv := serveNames(t, st)
+	if got := srv.handshake(t, tc); got != "none" {
+		t.Fatalf("the server asking for other CAs' certificates got %q", got)
+	}
 }

@@ -585,19 +585,35 @@ type ClaimRequest struct {
 func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim, created bool, err error) {
 	// A new claim is a record as an event is: it counts against the
 	// tenant's rate (a tenant made thousands a second, held to no block,
-	// and filled the budget for every tenant: a trial). One that makes
-	// none (in progress, completed) gives it back.
-	taken, err := e.rates.take(e.config, ask{req.Tenant, req.Operator, 1, "claims"}, e.now)
-	if err != nil {
-		e.metrics.rateLimited.WithLabelValues(req.Tenant).Inc()
-		e.metrics.rateLimitedRequests.WithLabelValues(req.Tenant).Inc()
-		return nil, false, err
+	// and filled the budget for every tenant: a trial). A claim of an id
+	// the store holds makes none and is not charged: a redelivery asking
+	// for a stored result gets it while the bucket is empty (a review).
+	var taken charge
+	if !e.claimStored(req) {
+		if taken, err = e.rates.take(e.config, ask{req.Tenant, req.Operator, 1, "claim"}, e.now); err != nil {
+			e.metrics.rateLimited.WithLabelValues(req.Tenant).Inc()
+			e.metrics.rateLimitedRequests.WithLabelValues(req.Tenant).Inc()
+			return nil, false, err
+		}
 	}
 	c, created, err = e.claim(ctx, req)
 	if !created && (err == nil || givesBack(err)) {
 		taken.give()
 	}
 	return c, created, err
+}
+
+// claimStored reports whether the store holds a claim for req's id, for a
+// request a tenant block may bound (a lookup the others need not pay).
+func (e *Engine) claimStored(req ClaimRequest) bool {
+	if req.Operator || len(e.config().TenantLimits) == 0 {
+		return false
+	}
+	err := e.store.View(func(tx *storage.Tx) error {
+		_, err := tx.Claim(req.Tenant, req.Consumer, req.ID, e.now())
+		return err
+	})
+	return err == nil
 }
 
 // claim is Claim once the tenant may make one.

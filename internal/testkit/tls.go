@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -41,8 +42,9 @@ var serial atomic.Int64
 func NewCA(t testing.TB) *CA {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: "switchyard test CA"},
+	n := serial.Add(1)
+	tmpl := &x509.Certificate{ // a name of its own: a server's list of CAs it takes names them
+		SerialNumber: big.NewInt(n), Subject: pkix.Name{CommonName: fmt.Sprintf("switchyard test CA %d", n)},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
 	}

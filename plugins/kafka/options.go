@@ -52,7 +52,9 @@ func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
 		// Partitions added to a topic are seen at the next refresh:
 		// franz-go's own default is 5 minutes, and an inbox left the
 		// records of added partitions unread that long while it said it
-		// was healthy (a trial). A metadata request every 10 s is the cost.
+		// was healthy (a trial); a sink spreads records over them as
+		// soon. A metadata request every 10 s per client (sink, inbox) is
+		// the cost.
 		kgo.MetadataMaxAge(10 * time.Second),
 		kgo.RetryBackoffFn(func(tries int) time.Duration {
 			return min(100*time.Millisecond<<min(tries, 4), time.Second)
@@ -61,9 +63,7 @@ func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
 	var tc *tls.Config
 	if cfg.TLS != nil {
 		var err error
-		if tc, err = cfg.TLS.ClientConfig(func(err error) {
-			logger.Warn("tls: a renewed client certificate does not load", "sink", cfg.SinkName(), "error", err)
-		}); err != nil {
+		if tc, err = cfg.TLS.ClientConfig(config.CertWarning(logger.Warn, cfg.SinkName())); err != nil {
 			return nil, fmt.Errorf("kafka %q: tls: %w", cfg.Name, err)
 		}
 	}

@@ -910,10 +910,10 @@ func silentMember(t *testing.T, c *kfake.Cluster, group string, session time.Dur
 }
 
 // An inbox whose group waits, in a rebalance, for a member that stopped
-// without leaving (a router SIGKILLed) reads only the partitions it kept,
-// and says so: Healthy named only the first join, and /readyz said ok for
-// 80 s in which three of four partitions went unread after three SIGKILLs
-// (a Kafka trial).
+// without leaving (a router SIGKILLed) says so while it waits (the
+// partitions that member held go unread meanwhile): Healthy named only
+// the first join, and /readyz said ok for 80 s in which three of four
+// partitions went unread after three SIGKILLs (a Kafka trial).
 func TestSourceSaysItsGroupWaitsForAStoppedMember(t *testing.T) {
 	c := sourceCluster(t, 2)
 	s := newSource(t, c, inboxConfig("g-stopped-member"))

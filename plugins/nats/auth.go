@@ -59,11 +59,10 @@ func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 		opts = append(opts, opt)
 	}
 	if cfg.TLS != nil {
-		tc, err := cfg.TLS.ClientConfig(func(err error) {
-			if log != nil {
-				log.Warn("tls: a renewed client certificate does not load", "sink", cfg.SinkName(), "error", err)
-			}
-		})
+		if log == nil {
+			log = hclog.NewNullLogger()
+		}
+		tc, err := cfg.TLS.ClientConfig(config.CertWarning(log.Warn, cfg.SinkName()))
 		if err != nil {
 			return nil, fmt.Errorf("tls: %w", err)
 		}
