@@ -8,7 +8,8 @@ import "context"
 //
 // A Source may implement HealthChecker: whether it is connected and its
 // last fetch worked. Whether the inbox took its last batch is the
-// engine's to say (Engine.InboxRefusal); the inbox's health is both.
+// engine's to say (Engine.InboxRefusal); the inbox's health is both. It
+// may implement Lagger: how far behind its broker it reads.
 type Source interface {
 	// Name is the inbox's name.
 	Name() string
@@ -36,4 +37,14 @@ type Inbound struct {
 	// Origin says where it came from, for the dedup audit:
 	// "kafka.main:payments/3@1042" or "nats.local:events#17".
 	Origin string
+}
+
+// Lagger is a Source that knows how many of its broker's messages for the
+// inbox it has not read yet (switchyard_inbox_lag_messages): an inbox
+// falling behind, or stuck, shows there before the messages age out of
+// the broker.
+type Lagger interface {
+	// Lag is the messages the broker held past what the inbox had read,
+	// as its last fetch saw them; ok is false until a fetch brought any.
+	Lag() (n int64, ok bool)
 }

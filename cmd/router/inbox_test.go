@@ -197,7 +197,8 @@ inbox "alerts" {
 }
 
 // The same from a JetStream durable consumer: messages published twice
-// with the same ce-id (and distinct Nats-Msg-Ids, so JetStream keeps both).
+// with the same ce-id (and distinct Nats-Msg-Ids, so JetStream keeps both);
+// once all are read, switchyard_inbox_lag_messages says none are left.
 func TestInboxNATSDropsRedeliveries(t *testing.T) {
 	svc, sock, nc := startNATSInbox(t, "")
 	const n = 100
@@ -222,6 +223,8 @@ func TestInboxNATSDropsRedeliveries(t *testing.T) {
 			t.Errorf("%s delivered %d times", id, k)
 		}
 	}
+	const lag = `switchyard_inbox_lag_messages{inbox="alerts"}`
+	testkit.Eventually(t, lag+" at 0", 10*time.Second, func() bool { return metricValue(t, socketClient(sock), lag) == 0 })
 }
 
 // An inbox whose every batch is refused (a full storage budget) is not

@@ -90,9 +90,23 @@ func registerSinks(reg prometheus.Registerer, h *health, sinks []switchyard.Sink
 	registerUp(reg, h, "switchyard_sink_up", "1 when the sink's broker is reachable and answering.", "sink", sinkChecks(sinks))
 }
 
-// registerInboxes exports whether each inbox consumes from its broker.
-func registerInboxes(reg prometheus.Registerer, h *health, checks []healthCheck) {
+// registerInboxes exports whether each inbox consumes from its broker, and
+// how far behind it reads (sources that know: switchyard.Lagger).
+func registerInboxes(reg prometheus.Registerer, h *health, checks []healthCheck, sources []switchyard.Source) {
 	registerUp(reg, h, "switchyard_inbox_up", "1 when the inbox is connected to its broker, its last fetch worked, and it took the last batch (or refused none in the last minute).", "inbox", checks)
+	for _, src := range sources {
+		if l, ok := src.(switchyard.Lagger); ok {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "switchyard_inbox_lag_messages", ConstLabels: prometheus.Labels{"inbox": src.Name()},
+				Help: "Messages the inbox's broker held past those it had read, as its last fetch saw them (Kafka: each partition's high watermark less the next offset; NATS: the durable's pending count); NaN until a fetch brought any.",
+			}, func() float64 {
+				if n, ok := l.Lag(); ok {
+					return float64(n)
+				}
+				return math.NaN()
+			}))
+		}
+	}
 }
 
 // registerUp exports one gauge of the family name per check, labelled

@@ -229,7 +229,7 @@ func (c *RunCommand) open(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	registerInboxes(c.reg, c.health, inboxChecks(c.sources, c.engine))
+	registerInboxes(c.reg, c.health, inboxChecks(c.sources, c.engine), c.sources)
 	var hctx context.Context
 	hctx, c.stopHistory = context.WithCancel(context.WithoutCancel(ctx))
 	c.history = startHistory(hctx, c.reg) // history.go

@@ -91,6 +91,7 @@ type Source struct {
 	runSince  atomic.Int64  // when Run began (unix nanoseconds): how long a join has waited
 	join      joinWatch     // a JoinGroup in flight, and since when
 	again     madeAgain     // topics re-added, whose partitions start from their start (Run's own)
+	lag       lagBook       // records each partition held past what was read
 	stop      chan struct{} // closed by Close: Run returns
 	runDone   chan struct{} // closed when Run returned
 	closeOnce sync.Once
@@ -169,11 +170,13 @@ func (s *Source) groupOptions(in config.Inbox) []kgo.Opt {
 			s.log.Info("partitions assigned", "group", s.group, "partitions", fmtPartitions(m))
 		}),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.lag.drop(m)
 			if len(m) > 0 {
 				s.log.Info("partitions revoked", "group", s.group, "partitions", fmtPartitions(m))
 			}
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.lag.drop(m)
 			if len(m) > 0 {
 				s.log.Warn("partitions lost (records received since the last commit come again)", "group", s.group, "partitions", fmtPartitions(m))
 			}
@@ -213,6 +216,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 		}
 		polled, failed := s.fetchErrors(ctx, fetches, lastErr)
 		s.polled(fetches, polled, failed)
+		s.lag.note(fetches)
 		recs := fetches.Records()
 		if back := s.again.fromStart(s.cl, fetches, time.Now()); len(back) > 0 {
 			s.log.Warn("a topic made again was to be read from past its start (an offset the old topic's consumer committed by name): reading it from its start", "partitions", len(back))

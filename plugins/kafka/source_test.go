@@ -1069,3 +1069,29 @@ func TestAGroupErrorNamesTheGroup(t *testing.T) {
 		t.Fatalf("health after a group error: %v", err)
 	}
 }
+
+// An inbox says how far behind its partitions it reads: the records past
+// those a poll brought (here 50 of 70 while the first batch is held), and
+// none once it has read them all.
+func TestSourceLag(t *testing.T) {
+	c := sourceCluster(t, 1)
+	produce(t, c, "lag", 70, 1, 1)
+	s := newSource(t, c, inboxConfig("g-lag"))
+	if _, ok := s.Lag(); ok {
+		t.Fatal("a lag before any fetch")
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := run(s, func(context.Context, []switchyard.Inbound) error {
+		once.Do(func() { close(held); <-release })
+		return nil
+	})
+	defer r.stop(t)
+	<-held
+	if n, ok := s.Lag(); !ok || n != 50 {
+		t.Errorf("with the first batch of 20 held: lag %d (%v), want 50", n, ok)
+	}
+	close(release)
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { n, _ := s.Lag(); return n == 0 },
+		func() string { n, ok := s.Lag(); return fmt.Sprintf("lag %d (%v) once all is read", n, ok) })
+}

@@ -90,6 +90,10 @@ type Source struct {
 	conn    connWatch
 	problem atomic.Pointer[error]
 
+	// lag is the messages the durable held past the last one pulled,
+	// +1 (0: none pulled yet): Lag.
+	lag atomic.Int64
+
 	// Run's own (checkConsumer): when it last read the durable back, what
 	// the durable had delivered then when it was as it should be, a replay
 	// owed, and the throttle of a durable that cannot be set back.
@@ -427,6 +431,7 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 	}
 	msgs, err := collect(mb)
 	if len(msgs) == 0 {
+		s.noteLag(nil, err)
 		if err == nil && ctx.Err() == nil {
 			// Nothing came: an idle stream, or a connection gone
 			// silent, which nothing else would notice for minutes, or
@@ -443,6 +448,7 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 			msgs = append(msgs, rest...)
 		}
 	}
+	s.noteLag(msgs, nil)
 	if ctx.Err() != nil {
 		// Shutting down: give them back at once, for another router.
 		nakAll(msgs, 0)
@@ -590,4 +596,24 @@ func (s *Source) Close(ctx context.Context) error {
 		s.nc.Close()
 	})
 	return err
+}
+
+// noteLag keeps what the durable held past a pull's last message (its
+// NumPending), or nothing pending after a pull that waited and found none.
+func (s *Source) noteLag(msgs []jetstream.Msg, err error) {
+	switch {
+	case len(msgs) > 0:
+		if md, merr := msgs[len(msgs)-1].Metadata(); merr == nil {
+			s.lag.Store(int64(md.NumPending) + 1)
+		}
+	case err == nil:
+		s.lag.Store(1)
+	}
+}
+
+// Lag is the messages the inbox's durable held past the last one it
+// pulled, as that pull saw them.
+func (s *Source) Lag() (int64, bool) {
+	n := s.lag.Load()
+	return max(0, n-1), n > 0
 }

@@ -678,3 +678,29 @@ func TestSourceWritesAreBounded(t *testing.T) {
 		t.Fatalf("err = %v, want it to name publish_timeout", err)
 	}
 }
+
+// An inbox says how far behind its durable it reads: the messages past
+// those a pull brought (here 20 of 30 while the first batch of 10 is
+// held), and none once it has read them all.
+func TestSourceLag(t *testing.T) {
+	e := newSourceEnv(t)
+	e.publish(t, "orders.created", "lag", 30)
+	s := newNATSSource(t, e, natsInbox("lag", "orders.>"), DefaultAckWait)
+	if _, ok := s.Lag(); ok {
+		t.Fatal("a lag before any pull")
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := runSource(s, func(context.Context, []switchyard.Inbound) error {
+		once.Do(func() { close(held); <-release })
+		return nil
+	})
+	defer r.stop(t)
+	<-held
+	if n, ok := s.Lag(); !ok || n != 20 {
+		t.Errorf("with the first batch of 10 held: lag %d (%v), want 20", n, ok)
+	}
+	close(release)
+	testkit.EventuallyWith(t, 10*time.Second, func() bool { n, _ := s.Lag(); return n == 0 },
+		func() string { n, ok := s.Lag(); return fmt.Sprintf("lag %d (%v) once all is read", n, ok) })
+}
