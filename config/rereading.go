@@ -11,12 +11,15 @@ import (
 )
 
 // Rereading reads the secret, and returns what gives it at each use (a
-// connection attempt): a secret in a file is read again each time (the
-// last value read while the file cannot be: mid-edit), so a password or
-// token corrected or rotated in its file is used at the next connection,
-// with no restart (a trial fixed the file, reloaded, and the router kept
-// the refused one).
-func (s Secret) Rereading() (func() string, error) {
+// connection attempt): a secret in a file is read again each time, so a
+// password or token corrected or rotated in its file is used at the next
+// connection, with no restart (a trial fixed the file, reloaded, and the
+// router kept the refused one). While the file cannot be used (mid-edit,
+// or refused for its mode: a new file written under umask 022) the last
+// value read is, and warn (nil: none) hears why, once per cause (a
+// trial: the old password went on silently, the broker's refusal the only
+// sign).
+func (s Secret) Rereading(warn func(error)) (func() string, error) {
 	first, err := s.Read()
 	if err != nil {
 		return nil, err
@@ -25,14 +28,23 @@ func (s Secret) Rereading() (func() string, error) {
 		return func() string { return first }, nil
 	}
 	var mu sync.Mutex
-	last := first
+	last, said := first, ""
 	return func() string {
 		mu.Lock()
-		defer mu.Unlock()
-		if v, err := s.Read(); err == nil {
-			last = v
+		v, err := s.Read()
+		var tell error
+		switch {
+		case err == nil:
+			last, said = v, ""
+		case err.Error() != said:
+			said, tell = err.Error(), fmt.Errorf("%s cannot be used (the value read before is): %w", s.File, err)
 		}
-		return last
+		v = last
+		mu.Unlock()
+		if tell != nil && warn != nil {
+			warn(tell) // not under mu: a slow log would hold every attempt
+		}
+		return v
 	}, nil
 }
 
@@ -133,8 +145,8 @@ func (k *keyPair) current() (*tls.Certificate, error) {
 	return cert, nil
 }
 
-// CertWarning is the warn of TLS.ClientConfig for a sink's clients: warn
-// (a logger's Warn) names the sink.
-func CertWarning(warn func(msg string, args ...any), sink string) func(error) {
-	return func(err error) { warn("tls: a renewed client certificate does not load", "sink", sink, "error", err) }
+// FileWarning is the warn of Secret.Rereading and TLS.ClientConfig for a
+// sink's clients: warn (a logger's Warn) names the sink.
+func FileWarning(warn func(msg string, args ...any), sink string) func(error) {
+	return func(err error) { warn("a credential file changed but cannot be used", "sink", sink, "error", err) }
 }

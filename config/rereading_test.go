@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,11 +13,14 @@ import (
 )
 
 // A secret in a file is read again at each use: a corrected value is
-// given at once, and while the file is empty or gone the last value read
-// is; one from the environment is read once.
+// given at once, and while the file is empty, gone or refused for its mode
+// the last value read is, each cause told once (a rotated password in a
+// file of mode 0644 was dropped silently: a trial); one from the
+// environment is read once.
 func TestSecretRereading(t *testing.T) {
 	path := testkit.SecretFile(t, "first")
-	get, err := Secret{File: path}.Rereading()
+	var told []string
+	get, err := Secret{File: path}.Rereading(func(err error) { told = append(told, err.Error()) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +31,13 @@ func TestSecretRereading(t *testing.T) {
 	if v := get(); v != "second" {
 		t.Fatalf("after the file changed: %q", v)
 	}
+	os.Chmod(path, 0o644)
+	for range 3 {
+		if v := get(); v != "second" {
+			t.Fatalf("while the file may be read by others: %q", v)
+		}
+	}
+	os.Chmod(path, 0o600)
 	os.WriteFile(path, nil, 0o600)
 	if v := get(); v != "second" {
 		t.Fatalf("while the file is empty: %q", v)
@@ -35,11 +46,14 @@ func TestSecretRereading(t *testing.T) {
 	if v := get(); v != "second" {
 		t.Fatalf("while the file is gone: %q", v)
 	}
-	if _, err := (Secret{File: path}).Rereading(); err == nil {
+	if len(told) != 3 || !strings.Contains(told[0], "chmod 600 "+path) || !strings.Contains(told[1], "is empty") || !strings.Contains(told[2], "no such file") {
+		t.Errorf("told %d times, want the mode, the empty file and the file gone once each: %q", len(told), told)
+	}
+	if _, err := (Secret{File: path}).Rereading(nil); err == nil {
 		t.Fatal("a secret whose file is gone at start was taken")
 	}
 	t.Setenv("SY_TEST_REREAD", "env")
-	get, err = Secret{Env: "SY_TEST_REREAD"}.Rereading()
+	get, err = Secret{Env: "SY_TEST_REREAD"}.Rereading(nil)
 	if err != nil || get() != "env" {
 		t.Fatalf("%v", err)
 	}

@@ -63,13 +63,13 @@ func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
 	var tc *tls.Config
 	if cfg.TLS != nil {
 		var err error
-		if tc, err = cfg.TLS.ClientConfig(config.CertWarning(logger.Warn, cfg.SinkName())); err != nil {
+		if tc, err = cfg.TLS.ClientConfig(config.FileWarning(logger.Warn, cfg.SinkName())); err != nil {
 			return nil, fmt.Errorf("kafka %q: tls: %w", cfg.Name, err)
 		}
 	}
 	opts = append(opts, kgo.Dialer(dialer(dialTimeout(cfg), tc)))
 	if cfg.SASL != nil {
-		m, err := saslMechanism(cfg.SASL)
+		m, err := saslMechanism(cfg.SASL, config.FileWarning(logger.Warn, cfg.SinkName()))
 		if err != nil {
 			return nil, fmt.Errorf("kafka %q: sasl: %w", cfg.Name, err)
 		}
@@ -133,8 +133,8 @@ func compression(name string) (kgo.CompressionCodec, error) {
 // saslMechanism is the sasl block's mechanism, its password read again at
 // each authentication (config.Secret.Rereading): a password corrected or
 // rotated in its file is used at the next connection, with no restart.
-func saslMechanism(s *config.SASL) (ksasl.Mechanism, error) {
-	pass, err := s.Password.Rereading()
+func saslMechanism(s *config.SASL, warn func(error)) (ksasl.Mechanism, error) {
+	pass, err := s.Password.Rereading(warn)
 	if err != nil {
 		return nil, fmt.Errorf("password: %w", err)
 	}

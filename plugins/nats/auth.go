@@ -30,15 +30,19 @@ import (
 func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 	var opts []natsgo.Option
 	a := cfg.Auth
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	warn := config.FileWarning(log.Warn, cfg.SinkName())
 	switch {
 	case a.User != "":
-		pass, err := a.Password.Rereading()
+		pass, err := a.Password.Rereading(warn)
 		if err != nil {
 			return nil, fmt.Errorf("password: %w", err)
 		}
 		opts = append(opts, natsgo.UserInfoHandler(func() (string, string) { return a.User, pass() }))
 	case a.Token.IsSet():
-		tok, err := a.Token.Rereading()
+		tok, err := a.Token.Rereading(warn)
 		if err != nil {
 			return nil, fmt.Errorf("token: %w", err)
 		}
@@ -59,10 +63,7 @@ func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 		opts = append(opts, opt)
 	}
 	if cfg.TLS != nil {
-		if log == nil {
-			log = hclog.NewNullLogger()
-		}
-		tc, err := cfg.TLS.ClientConfig(config.CertWarning(log.Warn, cfg.SinkName()))
+		tc, err := cfg.TLS.ClientConfig(warn)
 		if err != nil {
 			return nil, fmt.Errorf("tls: %w", err)
 		}

@@ -447,3 +447,43 @@ func TestFailedLoginsAreThrottled(t *testing.T) {
 		t.Fatalf("%d lines for 30 failed logins:\n%s", n, logs.String())
 	}
 }
+
+// A password rotated into a file the router refuses for its mode (a new
+// file written under umask 022 and moved into place) is logged with what
+// to do ("chmod 600 ..."), as a renewed TLS key refused for its mode is,
+// and used once the mode is fixed. Before, the refusal was dropped (the
+// last value kept, silently): the log and /readyz said only
+// "authorization violation" (a credential rotation trial).
+func TestARotatedPasswordFileRefusedForItsModeIsTold(t *testing.T) {
+	url := externalServer(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "edge", Password: "edge-password-value"}}
+	})
+	file := testkit.SecretFile(t, "nope")
+	cfg := externalConfig(url, config.NATSAuth{User: "edge", Password: config.Secret{File: file}}, nil)
+	var logs testkit.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg, cfg.URL, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	// The right password, in a new file of mode 0644 moved over the old.
+	tmp := filepath.Join(filepath.Dir(file), "new")
+	if err := os.WriteFile(tmp, []byte("edge-password-value\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(tmp, 0o644)
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // several reconnect attempts (every 500ms)
+	if l := logs.String(); strings.Count(l, "chmod 600 "+file) != 1 {
+		t.Errorf("the password file refused for its mode is not told once:\n%s", l)
+	}
+	os.Chmod(file, 0o600)
+	testkit.Eventually(t, "the sink to connect once the file is 0600", 15*time.Second, func() bool {
+		return s.Healthy(ctx) == nil
+	})
+}
