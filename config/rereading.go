@@ -68,12 +68,16 @@ type keyPair struct {
 // fileStamp is what says a file changed: its size and modification time,
 // and its mode and owner, which CheckPrivate reads: a renewed key written
 // 0644 is refused, and the chmod 600 its warning asks for changes neither
-// size nor time (a review: the old pair was presented until a restart).
+// size nor time (a review: the old pair was presented until a restart);
+// on Linux its ctime and inode too, which an ACL removed (setfacl -b, the
+// other fix CheckPrivate asks for) or a file renamed in change.
 type fileStamp struct {
 	size  int64
 	mod   time.Time
 	mode  os.FileMode
 	owner int
+	ctime int64
+	ino   uint64
 }
 
 func stampOf(path string) fileStamp {
@@ -82,7 +86,8 @@ func stampOf(path string) fileStamp {
 		return fileStamp{size: -1}
 	}
 	uid, _ := fsperm.Owner(fi)
-	return fileStamp{fi.Size(), fi.ModTime(), fi.Mode(), uid}
+	ctime, ino := fsperm.Changed(fi)
+	return fileStamp{fi.Size(), fi.ModTime(), fi.Mode(), uid, ctime, ino}
 }
 
 // newKeyPair loads the pair; it fails if the files do not load now.

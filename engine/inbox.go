@@ -604,9 +604,12 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 }
 
 // claimStored reports whether the store holds a claim for req's id, for a
-// request a tenant block may bound (a lookup the others need not pay).
+// request a tenant block bounds (a lookup the others need not pay).
 func (e *Engine) claimStored(req ClaimRequest) bool {
-	if req.Operator || len(e.config().TenantLimits) == 0 {
+	if req.Operator {
+		return false
+	}
+	if _, held := e.config().TenantLimit(req.Tenant); !held {
 		return false
 	}
 	err := e.store.View(func(tx *storage.Tx) error {

@@ -9,9 +9,12 @@ import (
 )
 
 // lagBook keeps, per partition the inbox reads, how many records its
-// broker holds past those the inbox has read: the partition's high
+// broker holds past those the inbox has taken: the partition's high
 // watermark at its last fetch less the offset after the last record it
-// brought (Source.Lag).
+// brought, plus those of a batch the inbox refused (Source.Lag). A
+// transactional topic's commit markers take an offset each and are no
+// records: a partition read to its end reads 1 while its last offset is
+// a marker.
 type lagBook struct {
 	mu sync.Mutex
 	by map[topicPartition]int64
@@ -19,18 +22,24 @@ type lagBook struct {
 
 var _ switchyard.Lagger = (*Source)(nil)
 
-// note takes the partitions of a poll that brought records.
-func (l *lagBook) note(fetches kgo.Fetches) {
+// note takes the partitions of a poll that brought records, once the
+// inbox took them or refused them (then they count: they are read again
+// from the first; a review found a refused batch left out).
+func (l *lagBook) note(fetches kgo.Fetches, refused bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if p.Err != nil || len(p.Records) == 0 {
 			return
 		}
-		l.mu.Lock()
 		if l.by == nil {
 			l.by = map[topicPartition]int64{}
 		}
-		l.by[topicPartition{p.Topic, p.Partition}] = max(0, p.HighWatermark-(p.Records[len(p.Records)-1].Offset+1))
-		l.mu.Unlock()
+		n := max(0, p.HighWatermark-(p.Records[len(p.Records)-1].Offset+1))
+		if refused {
+			n += int64(len(p.Records))
+		}
+		l.by[topicPartition{p.Topic, p.Partition}] = n
 	})
 }
 

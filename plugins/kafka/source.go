@@ -214,11 +214,13 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 			s.cl.AllowRebalance()
 			return nil
 		}
+		// Before fetchErrors, which may re-add a topic: the records of the
+		// poll that re-adds it are the old topic's (a review lost them).
+		back := s.again.fromStart(s.cl, fetches, time.Now())
 		polled, failed := s.fetchErrors(ctx, fetches, lastErr)
 		s.polled(fetches, polled, failed)
-		s.lag.note(fetches)
 		recs := fetches.Records()
-		if back := s.again.fromStart(s.cl, fetches, time.Now()); len(back) > 0 {
+		if len(back) > 0 {
 			s.log.Warn("a topic made again was to be read from past its start (an offset the old topic's consumer committed by name): reading it from its start", "partitions", len(back))
 			recs = without(recs, back)
 		}
@@ -229,7 +231,9 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 			}
 			continue
 		}
-		if err := s.handle(ctx, recs, receive); err != nil {
+		err := s.handle(ctx, recs, receive)
+		s.lag.note(fetches, err != nil)
+		if err != nil {
 			pause = receiveBackoff.Next(pause)
 			s.log.Warn("inbox could not take the batch; not committed, reading it again after a pause",
 				"records", len(recs), "retry_in", pause, "error", err)
@@ -373,7 +377,7 @@ func (s *Source) fetchErrors(ctx context.Context, fs kgo.Fetches, last map[strin
 				}
 				failed = true
 				if errors.Is(p.Err, kerr.UnknownTopicID) {
-					s.readd(t.Topic, last)
+					s.readd(t.Topic, t.TopicID, last)
 				}
 				key := t.Topic + "/" + p.Err.Error()
 				if now := time.Now(); now.Sub(last[key]) >= errorLogEvery {
@@ -406,7 +410,7 @@ func (s *Source) fetchPlace(topic string, partition int32) string {
 // said at most every errorLogEvery: that throttle was the re-add's too, and
 // a topic made again a second time within 30 s went unread for the rest
 // of them (a trial).
-func (s *Source) readd(topic string, last map[string]time.Time) {
+func (s *Source) readd(topic string, oldID [16]byte, last map[string]time.Time) {
 	key, now := "readd/"+topic, time.Now()
 	if now.Sub(last[key]) < readdEvery {
 		return
@@ -416,7 +420,7 @@ func (s *Source) readd(topic string, last map[string]time.Time) {
 		last[said] = now
 		s.log.Warn("the topic was deleted and made again: consuming it anew", "topic", topic)
 	}
-	s.again.add(topic, now)
+	s.again.add(topic, oldID, now)
 	s.cl.PurgeTopicsFromConsuming(topic)
 	s.cl.AddConsumeTopics(topic)
 }

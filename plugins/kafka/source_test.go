@@ -84,30 +84,51 @@ func produceRecords(t testing.TB, c *kfake.Cluster, recs ...*kgo.Record) {
 // partition i % partitions.
 func produce(t testing.TB, c *kfake.Cluster, prefix string, n, dup int, partitions int32) {
 	t.Helper()
+	var recs []*kgo.Record
+	for i := range n {
+		for range dup {
+			recs = append(recs, payment(prefix, i, int32(i)%partitions))
+		}
+	}
+	send(t, c, recs)
+}
+
+// produceTo writes records with ids prefix-<from> on, n of them, to
+// partition.
+func produceTo(t testing.TB, c *kfake.Cluster, prefix string, from, n int, partition int32) {
+	t.Helper()
+	var recs []*kgo.Record
+	for i := from; i < from+n; i++ {
+		recs = append(recs, payment(prefix, i, partition))
+	}
+	send(t, c, recs)
+}
+
+// payment is the record of id prefix-<i>, a CloudEvent in binary mode.
+func payment(prefix string, i int, partition int32) *kgo.Record {
+	return &kgo.Record{
+		Partition: partition,
+		Key:       []byte("k" + strconv.Itoa(i%3)),
+		Value:     []byte(`{"n":` + strconv.Itoa(i) + `}`),
+		Headers: []kgo.RecordHeader{
+			{Key: "ce_specversion", Value: []byte("1.0")},
+			{Key: "ce_id", Value: []byte(fmt.Sprintf("%s-%04d", prefix, i))},
+			{Key: "ce_source", Value: []byte("/payments")},
+			{Key: "ce_type", Value: []byte("payment.done")},
+			{Key: "content-type", Value: []byte("application/json")},
+		},
+	}
+}
+
+// send produces recs to srcTopic, each to its partition.
+func send(t testing.TB, c *kfake.Cluster, recs []*kgo.Record) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(srcTopic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var recs []*kgo.Record
-	for i := range n {
-		for range dup {
-			id := fmt.Sprintf("%s-%04d", prefix, i)
-			recs = append(recs, &kgo.Record{
-				Partition: int32(i) % partitions,
-				Key:       []byte("k" + strconv.Itoa(i%3)),
-				Value:     []byte(`{"n":` + strconv.Itoa(i) + `}`),
-				Headers: []kgo.RecordHeader{
-					{Key: "ce_specversion", Value: []byte("1.0")},
-					{Key: "ce_id", Value: []byte(id)},
-					{Key: "ce_source", Value: []byte("/payments")},
-					{Key: "ce_type", Value: []byte("payment.done")},
-					{Key: "content-type", Value: []byte("application/json")},
-				},
-			})
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
@@ -633,6 +654,76 @@ func TestSourceReadsATopicMadeAgainFromItsStart(t *testing.T) {
 	})
 }
 
+// Records of a topic deleted and made again that a broker had sent before
+// the delete, polled with another broker's UNKNOWN_TOPIC_ID for the topic
+// (the poll that re-adds it), are the old topic's and are taken: they were
+// taken for the new topic's, left untaken, and never read (a review).
+func TestSourceTakesTheOldTopicsLastRecords(t *testing.T) {
+	c := testkit.Kafka(t, kfake.NumBrokers(2), kfake.SeedTopics(2, srcTopic))
+	if err := c.MoveTopicPartition(srcTopic, 1, 1-c.LeaderFor(srcTopic, 0)); err != nil {
+		t.Fatal(err)
+	}
+	produceTo(t, c, "old", 0, 5, 1)
+	s := newSource(t, c, inboxConfig("g-old-records"))
+	var mu sync.Mutex
+	got := map[string]bool{}
+	first, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+		mu.Lock()
+		for _, m := range msgs {
+			got[m.Event.ID] = true
+		}
+		mu.Unlock()
+		once.Do(func() { close(first); <-release })
+		return nil
+	})
+	defer r.stop(t)
+	<-first
+	produceTo(t, c, "old", 5, 5, 1)    // fetched by p1's broker and buffered while the batch is held
+	time.Sleep(500 * time.Millisecond) // that fetch returns
+	deleteTopic(t, c, srcTopic)
+	time.Sleep(2 * time.Second) // p0's broker answers UNKNOWN_TOPIC_ID (past kgo's retries)
+	close(release)
+	time.Sleep(time.Second)
+	createTopic(t, c, srcTopic, 2)
+	testkit.EventuallyWith(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range 10 {
+			if !got[fmt.Sprintf("old-%04d", i)] {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("old-topic records read: %v", got)
+	})
+}
+
+// A partition whose start a fetch does not know (LogStartOffset -1, the
+// field's default) is set back to nothing and none of its records is left
+// untaken: SetOffsets skips a negative offset, and records left would be
+// lost (a review).
+func TestAPartitionOfUnknownStartIsNotSetBack(t *testing.T) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var m madeAgain
+	m.add(srcTopic, [16]byte{1}, time.Now())
+	fs := kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: srcTopic, TopicID: [16]byte{2}, Partitions: []kgo.FetchPartition{{
+		Partition: 0, LogStartOffset: -1, HighWatermark: 5,
+		Records: []*kgo.Record{{Topic: srcTopic, Offset: 3}, {Topic: srcTopic, Offset: 4}},
+	}}}}}}
+	if back := m.fromStart(cl, fs, time.Now()); len(back) != 0 {
+		t.Errorf("records of a partition whose start is unknown are left untaken: %v", back)
+	}
+}
+
 // Partitions added to a topic the inbox reads are read within seconds:
 // franz-go saw them at its own metadata refresh, every 5 minutes by
 // default, and their records waited that long while the inbox said it was
@@ -1071,8 +1162,9 @@ func TestAGroupErrorNamesTheGroup(t *testing.T) {
 }
 
 // An inbox says how far behind its partitions it reads: the records past
-// those a poll brought (here 50 of 70 while the first batch is held), and
-// none once it has read them all.
+// those it took (here 50 of 70 once the first batch of 20 is taken and the
+// second held), those of a batch it refused with them (it reads them
+// again), and none once it has read them all.
 func TestSourceLag(t *testing.T) {
 	c := sourceCluster(t, 1)
 	produce(t, c, "lag", 70, 1, 1)
@@ -1080,16 +1172,24 @@ func TestSourceLag(t *testing.T) {
 	if _, ok := s.Lag(); ok {
 		t.Fatal("a lag before any fetch")
 	}
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	held, retried, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
 	r := run(s, func(context.Context, []switchyard.Inbound) error {
-		once.Do(func() { close(held); <-release })
+		switch calls.Add(1) {
+		case 2:
+			close(held)
+			return errors.New("storage_full") // refused: read again
+		case 3:
+			close(retried)
+			<-release
+		}
 		return nil
 	})
 	defer r.stop(t)
 	<-held
+	<-retried
 	if n, ok := s.Lag(); !ok || n != 50 {
-		t.Errorf("with the first batch of 20 held: lag %d (%v), want 50", n, ok)
+		t.Errorf("the first batch of 20 taken, the second refused: lag %d (%v), want 50", n, ok)
 	}
 	close(release)
 	testkit.EventuallyWith(t, 10*time.Second, func() bool { n, _ := s.Lag(); return n == 0 },

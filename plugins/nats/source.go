@@ -91,8 +91,9 @@ type Source struct {
 	problem atomic.Pointer[error]
 
 	// lag is the messages the durable held past the last one pulled,
-	// +1 (0: none pulled yet): Lag.
-	lag atomic.Int64
+	// +1 (0: none pulled yet), and lagHeld those of a batch the inbox
+	// refused, which wait out their nak's delay outside NumPending: Lag.
+	lag, lagHeld atomic.Int64
 
 	// Run's own (checkConsumer): when it last read the durable back, what
 	// the durable had delivered then when it was as it should be, a replay
@@ -455,9 +456,11 @@ func (s *Source) pull(ctx context.Context, receive func(context.Context, []switc
 		return nil
 	}
 	if err := s.handle(ctx, msgs, receive, pause); err != nil {
+		s.lagHeld.Store(int64(len(msgs))) // nak'd: not in NumPending while they wait
 		backoff.Sleep(ctx, *pause)
 		return nil
 	}
+	s.lagHeld.Store(0)
 	s.checkConsumer(ctx, receive)
 	return nil
 }
@@ -612,8 +615,10 @@ func (s *Source) noteLag(msgs []jetstream.Msg, err error) {
 }
 
 // Lag is the messages the inbox's durable held past the last one it
-// pulled, as that pull saw them.
+// pulled, as that pull saw them, and those of a batch it refused (a
+// review: they did not count, and the empty pulls while they waited read
+// 0).
 func (s *Source) Lag() (int64, bool) {
 	n := s.lag.Load()
-	return max(0, n-1), n > 0
+	return max(0, n-1) + s.lagHeld.Load(), n > 0
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -681,18 +682,28 @@ func TestSourceWritesAreBounded(t *testing.T) {
 
 // An inbox says how far behind its durable it reads: the messages past
 // those a pull brought (here 20 of 30 while the first batch of 10 is
-// held), and none once it has read them all.
+// held), those of a batch it refused with them while they wait to come
+// again, and none once it has read them all.
 func TestSourceLag(t *testing.T) {
+	defer func(old backoff.Doubling) { receiveBackoff = old }(receiveBackoff)
+	receiveBackoff.Min, receiveBackoff.Max = time.Second, time.Second
 	e := newSourceEnv(t)
 	e.publish(t, "orders.created", "lag", 30)
 	s := newNATSSource(t, e, natsInbox("lag", "orders.>"), DefaultAckWait)
 	if _, ok := s.Lag(); ok {
 		t.Fatal("a lag before any pull")
 	}
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	held, refused, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
 	r := runSource(s, func(context.Context, []switchyard.Inbound) error {
-		once.Do(func() { close(held); <-release })
+		switch calls.Add(1) {
+		case 1:
+			close(held)
+			<-release
+		case 2:
+			close(refused)
+			return errors.New("storage_full")
+		}
 		return nil
 	})
 	defer r.stop(t)
@@ -701,6 +712,12 @@ func TestSourceLag(t *testing.T) {
 		t.Errorf("with the first batch of 10 held: lag %d (%v), want 20", n, ok)
 	}
 	close(release)
+	<-refused
+	testkit.EventuallyWith(t, 800*time.Millisecond, func() bool { n, _ := s.Lag(); return n == 20 },
+		func() string {
+			n, ok := s.Lag()
+			return fmt.Sprintf("lag %d (%v) while the refused batch waits, want 20", n, ok)
+		})
 	testkit.EventuallyWith(t, 10*time.Second, func() bool { n, _ := s.Lag(); return n == 0 },
 		func() string { n, ok := s.Lag(); return fmt.Sprintf("lag %d (%v) once all is read", n, ok) })
 }
