@@ -590,9 +590,7 @@ func (e *Engine) Claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 	// for a stored result gets it while the bucket is empty (a review).
 	var taken charge
 	if !e.claimStored(req) {
-		if taken, err = e.rates.take(e.config, ask{req.Tenant, req.Operator, 1, "claim"}, e.now); err != nil {
-			e.metrics.rateLimited.WithLabelValues(req.Tenant).Inc()
-			e.metrics.rateLimitedRequests.WithLabelValues(req.Tenant).Inc()
+		if taken, err = e.charge(ask{req.Tenant, req.Operator, 1, "claim"}); err != nil {
 			return nil, false, err
 		}
 	}

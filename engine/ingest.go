@@ -320,10 +320,8 @@ func idScope(tenant, source, id string) string {
 // to give. It returns only after the data file is fsynced: a Response with
 // a 2xx status is the promise that the events are on disk.
 func (e *Engine) Ingest(ctx context.Context, req *IngestRequest) (*Response, error) {
-	taken, err := e.rates.take(e.config, ask{req.Tenant, req.Operator, len(req.Events), "events"}, e.now)
+	taken, err := e.charge(ask{req.Tenant, req.Operator, len(req.Events), "events"})
 	if err != nil {
-		e.metrics.rateLimited.WithLabelValues(req.Tenant).Add(float64(len(req.Events)))
-		e.metrics.rateLimitedRequests.WithLabelValues(req.Tenant).Inc()
 		return nil, err
 	}
 	resp, err := e.ingest(ctx, req)

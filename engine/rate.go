@@ -238,6 +238,18 @@ type TenantRate struct {
 	Refused, RefusedRequests int64
 }
 
+// charge takes a's records from its tenant's bucket, or counts the refusal
+// (its records and the request) and returns it: Ingest's and Claim's one
+// way in.
+func (e *Engine) charge(a ask) (charge, error) {
+	taken, err := e.rates.take(e.config, a, e.now)
+	if err != nil {
+		e.metrics.rateLimited.WithLabelValues(a.tenant).Add(float64(a.n))
+		e.metrics.rateLimitedRequests.WithLabelValues(a.tenant).Inc()
+	}
+	return taken, err
+}
+
 // CheckTenantRate refuses, before its body is read, a request of tenant's
 // own clients (not operator) while its bucket holds less than one event
 // (tenantRates.empty): 429 rate_limited. Ingest charges the request's
