@@ -433,7 +433,7 @@ func TestOpenSaysWhoHoldsTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(context.Background())
-	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "is open in another process (a running router, or router db compact, check or clock): stop it first") {
+	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "is open in another process (a running router, or router db compact, check, clock or rollback): stop it first") {
 		t.Fatalf("second open: %v", err)
 	}
 }

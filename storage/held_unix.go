@@ -28,3 +28,18 @@ func heldByAnother(path string) bool {
 	}
 	return errors.Is(err, syscall.EWOULDBLOCK)
 }
+
+// lockFile takes (or converts to) an exclusive or shared lock on f, the
+// one bbolt takes on a file it opens to write or to read; it fails at once
+// when another process holds one that conflicts.
+func lockFile(f *os.File, exclusive bool) error {
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return errors.New(openElsewhere(f.Name()))
+	}
+	return err
+}

@@ -273,9 +273,14 @@ func notBolt(err error) bool {
 // one that writes it). Other errors pass as they are.
 func lockHeld(path string, err error) error {
 	if errors.Is(err, berrors.ErrTimeout) {
-		return fmt.Errorf("%s is open in another process (a running router, or router db compact, check or clock): stop it first (its lock is held: %w)", path, err)
+		return fmt.Errorf("%s (its lock is held: %w)", openElsewhere(path), err)
 	}
 	return err
+}
+
+// openElsewhere says that another process has the data file at path open.
+func openElsewhere(path string) string {
+	return path + " is open in another process (a running router, or router db compact, check, clock or rollback): stop it first"
 }
 
 // faultSafe runs fn, turning a memory fault while bbolt reads its mapping
@@ -301,5 +306,12 @@ func faultSafe(fn func() error) (err error) {
 // damaged says the data file is damaged, how (what found it, and what),
 // and what to do.
 func damaged(how string, what any) error {
-	return fmt.Errorf("the data file is damaged (%s: %v); the file was left as it is: check it with `router db check`, restore it from a backup", how, what)
+	return fmt.Errorf("the data file is damaged (%s: %v); the file was left as it is: %s", how, what, DamageAdvice)
 }
+
+// DamageAdvice is what to do with a data file found damaged: a torn last
+// commit is what a disk that failed under a router leaves
+// (docs/decisions/torn-commit.md).
+const DamageAdvice = "check it with `router db check`; " +
+	"if its disk failed while a router wrote it (I/O errors, a file system turned read-only), `router db rollback` on it sets it back to the commit before its last, when that one checks (what the last commit stored is lost); " +
+	"else restore it from a backup (router backup), or move it away to start empty"

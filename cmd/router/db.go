@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,6 +142,13 @@ const dbUsage = `Usage:
       packed full, checks the copy, gives it FILE's mode and owner, and
       renames it over FILE. The router must be stopped; it needs free
       space for the copy. FILE is the file itself, not a link to it.
+  router db rollback FILE [-o table|json]
+      Sets a data file that does not check back to the commit before its
+      last, when that one checks: what a disk that failed while it took
+      the last commit leaves (the last commit's pages torn). What the last
+      commit stored, events acknowledged just before the disk failed, is
+      lost. A file that checks, or one whose commit before does not
+      either, is left as it is (exit 0 and 1). The router must be stopped.
   router db clock FILE [-forget] [-o table|json]
       Shows the last time the router's clock gave on FILE, and how far it
       is from this system's clock: a router started with its clock behind
@@ -150,18 +158,21 @@ const dbUsage = `Usage:
       first (stored retries and delays would wait for the system clock).
 `
 
-// Run dispatches `router db check FILE`, `router db compact FILE` and
-// `router db clock FILE`.
+// dbTools are `router db`'s subcommands.
+var dbTools = []string{"check", "compact", "rollback", "clock"}
+
+// Run dispatches `router db check FILE`, `router db compact FILE`, `router
+// db rollback FILE` and `router db clock FILE`.
 func (c *DBCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "check" && args[0] != "compact" && args[0] != "clock" {
+	if len(args) == 0 || !slices.Contains(dbTools, args[0]) {
 		fmt.Fprint(c.Stderr, dbUsage)
 		if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
 			return nil
 		}
 		if len(args) > 0 {
-			return &exitError{code: 2, err: fmt.Errorf("db: unknown subcommand %q: check, compact or clock", args[0])}
+			return &exitError{code: 2, err: fmt.Errorf("db: unknown subcommand %q: %s", args[0], strings.Join(dbTools, ", "))}
 		}
-		return &exitError{code: 2, err: errors.New("db: name a subcommand: check, compact or clock")}
+		return &exitError{code: 2, err: fmt.Errorf("db: name a subcommand: %s", strings.Join(dbTools, ", "))}
 	}
 	fs := flag.NewFlagSet("router db "+args[0], flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
@@ -182,6 +193,8 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 	switch {
 	case args[0] == "check":
 		return c.check(ctx, pos[0], output)
+	case args[0] == "rollback":
+		return c.rollback(ctx, pos[0], output)
 	case args[0] == "compact" || forget:
 		if err := checkBeforeWriting(ctx, pos[0]); err != nil {
 			return fmt.Errorf("db %s: %w", args[0], err)
@@ -373,8 +386,8 @@ func checkAfterUncleanStop(ctx context.Context, path string) error {
 		return fmt.Errorf("the last run did not stop cleanly, and checking the data file %s failed: %w", path, err)
 	}
 	if len(rep.Problems) > 0 {
-		return fmt.Errorf("the last run did not stop cleanly, and the data file %s is damaged: %s; the file was left as it is: restore it from a backup (router backup), or move it away to start empty",
-			path, strings.Join(rep.Problems, "; "))
+		return fmt.Errorf("the last run did not stop cleanly, and the data file %s is damaged: %s; the file was left as it is: %s",
+			path, strings.Join(rep.Problems, "; "), storage.DamageAdvice)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ func TestDBClock(t *testing.T) {
 		err := NewMain(nil, &out, &out).Run(context.Background(), append([]string{"db", "clock", path}, args...))
 		return out.String(), err
 	}
-	if _, err := run("-forget"); err == nil || !strings.Contains(err.Error(), "is open in another process (a running router, or router db compact, check or clock): stop it first") {
+	if _, err := run("-forget"); err == nil || !strings.Contains(err.Error(), "is open in another process (a running router, or router db compact, check, clock or rollback): stop it first") {
 		t.Fatalf("db clock -forget on a file a router holds: %v", err)
 	}
 	// A copy taken while the router runs is a file whose last router did

@@ -165,7 +165,7 @@ Commands:
   tail       print each output a running router publishes, live (-type T, -o json)
   ui         the operator console of a running router in a browser: prints a one-time link
   backup     a consistent copy of a running router's data file (router backup OUT)
-  db         offline tools for a data file: router db check FILE, router db compact FILE, router db clock FILE
+  db         offline tools for a data file: router db check FILE, router db rollback FILE, router db compact FILE, router db clock FILE
   version    print the version
 
 Run 'router <command> -h' for a command's flags.

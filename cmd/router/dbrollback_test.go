@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
+	"github.com/switchyard-router/switchyard/storage"
+	"github.com/switchyard-router/switchyard/storage/storagetest"
+)
+
+// A router killed on a file whose last commit its disk then tore refuses
+// to start and names router db rollback; the rollback sets the file back
+// one commit (a second finds nothing to do), the next start checks the
+// file and opens it, and every acknowledged event reaches the stream but,
+// at most, those of one batch (each was acknowledged before the next was
+// sent, so a commit holds at most one).
+func TestDBRollbackATornLastCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills the real binary")
+	}
+	config, sock := writeConfig(t, "")
+	port := testkit.FreePort(t) // the stream is read after the restart, on the same port
+	src := strings.Replace(mustRead(t, config), "port     = -1", "port     = "+strconv.Itoa(port), 1)
+	if err := os.WriteFile(config, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(filepath.Dir(config), "r.db")
+	c, _, proc := serveBinaryProcess(t, config, sock)
+	acked := postRange(t, c, "t.order", 0, 2000)
+	proc.Kill()
+	testkit.Eventually(t, "the killed router to end", 10*time.Second, func() bool { return proc.Signal(syscall.Signal(0)) != nil })
+	storagetest.TearLastCommits(t, data, 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, routerBinary(t), "run", "-config", config).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "`router db rollback` on it") {
+		t.Fatalf("the start on the torn file: %v\n%s", err, out)
+	}
+	var said bytes.Buffer
+	if err := NewMain(nil, &said, &said).Run(ctx, []string{"db", "rollback", data}); err != nil || !strings.Contains(said.String(), "rolled back from commit") {
+		t.Fatalf("db rollback: %v\n%s", err, said.String())
+	}
+	t.Logf("%s", said.String())
+	said.Reset()
+	if err := NewMain(nil, &said, &said).Run(ctx, []string{"db", "rollback", data}); err != nil || !strings.Contains(said.String(), "nothing to roll back") {
+		t.Fatalf("db rollback again: %v\n%s", err, said.String())
+	}
+
+	c, logs, _ := serveBinaryProcess(t, config, sock)
+	if !strings.Contains(logs.String(), "the data file is sound") {
+		t.Errorf("the start after the rollback did not check the file:\n%s", logs.String())
+	}
+	waitDrained(t, c, "", "after the rollback", time.Minute)
+	missing := streamMissing(t, config, "", "events", acked)
+	batches := map[int]bool{}
+	for _, id := range missing {
+		i, _ := strconv.Atoi(strings.TrimPrefix(id, "t.order-"))
+		batches[i/100] = true
+	}
+	if len(batches) > 1 {
+		t.Fatalf("%d acknowledged events of %d batches are not in the stream, e.g. %v", len(missing), len(batches), missing[:min(5, len(missing))])
+	}
+	t.Logf("%d of %d acknowledged events in the stream: the torn commit held %d", len(acked)-len(missing), len(acked), len(missing))
+}
+
+// A file whose last two commits are torn is not rolled back: the commit
+// before the last does not check either, so db rollback says so, exits 1,
+// and leaves the file byte for byte as it was.
+func TestDBRollbackLeavesAFileItCannotMend(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "router.db")
+	storagetest.MakeWithClock(t, data, time.Now())
+	db, err := storage.Open(data, storage.Options{}) // a second commit, the clean stop's
+	if err != nil || db.Close(context.Background()) != nil {
+		t.Fatal(err)
+	}
+	storagetest.TearLastCommits(t, data, 2)
+	before := mustRead(t, data)
+	var said bytes.Buffer
+	err = NewMain(nil, &said, &said).Run(context.Background(), []string{"db", "rollback", data})
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "does not check either") || !strings.Contains(err.Error(), "put back as it was") {
+		t.Fatalf("db rollback of a file two commits torn: %v\n%s", err, said.String())
+	}
+	if mustRead(t, data) != before {
+		t.Fatal("the refused rollback changed the file")
+	}
+}
