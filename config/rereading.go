@@ -20,7 +20,24 @@ import (
 // trial: the old password went on silently, the broker's refusal the only
 // sign).
 func (s Secret) Rereading(warn func(error)) (func() string, error) {
-	first, err := s.Read()
+	return s.RereadingAs(nil, warn)
+}
+
+// RereadingAs is Rereading for a secret whose value must also parse (nil:
+// any value does): a file rewritten with what does not parse (a creds file
+// cut short) is not used, as one refused for its mode is not.
+func (s Secret) RereadingAs(parse func(string) error, warn func(error)) (func() string, error) {
+	read := s.Read
+	if parse != nil {
+		read = func() (string, error) {
+			v, err := s.Read()
+			if err == nil {
+				err = parse(v)
+			}
+			return v, err
+		}
+	}
+	first, err := read()
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +48,7 @@ func (s Secret) Rereading(warn func(error)) (func() string, error) {
 	last, said := first, ""
 	return func() string {
 		mu.Lock()
-		v, err := s.Read()
+		v, err := read()
 		var tell error
 		switch {
 		case err == nil:

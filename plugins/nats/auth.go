@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/switchyard-router/switchyard/config"
@@ -22,10 +23,9 @@ import (
 // server of cfg (credentials, TLS): the sink, the inbox source, `router
 // validate -check-sinks` and the tests all connect with them. Errors name
 // the file or variable that is wrong, never a secret. A password or token
-// file is read again at each connection attempt, a client certificate when
-// its files change (config.Secret.Rereading, TLS.ClientConfig); nats.go
-// reads a creds file at each attempt already; an nkey seed's public key
-// is read once. log (nil: none) hears of a renewed certificate that does
+// or creds file is read again at each connection attempt, a client
+// certificate when its files change (config.Secret.Rereading,
+// TLS.ClientConfig); an nkey seed's public key is read once. log (nil: none) hears of a renewed certificate that does
 // not load.
 func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 	var opts []natsgo.Option
@@ -48,10 +48,11 @@ func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 		}
 		opts = append(opts, natsgo.TokenHandler(tok))
 	case a.CredsFile != "":
-		if err := config.CheckPrivate(a.CredsFile); err != nil {
+		opt, err := credsOption(a.CredsFile, warn)
+		if err != nil {
 			return nil, fmt.Errorf("creds_file: %w", err)
 		}
-		opts = append(opts, natsgo.UserCredentials(a.CredsFile))
+		opts = append(opts, opt)
 	case a.NKeySeedFile != "":
 		if err := config.CheckPrivate(a.NKeySeedFile); err != nil {
 			return nil, fmt.Errorf("nkey_seed_file: %w", err)
@@ -70,6 +71,42 @@ func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 		opts = append(opts, natsgo.Secure(tc))
 	}
 	return opts, nil
+}
+
+// credsOption authenticates with the user JWT and seed of the creds file
+// at path (nsc's .creds), read again at each connection attempt as
+// nats.go's UserCredentials reads it, but as a secret: a file rewritten
+// with a mode others may read, or with what does not parse, is not used
+// (the last that was is) and warn hears why, once (a review: nats.go read
+// a creds file made 0644 after the start).
+func credsOption(path string, warn func(error)) (natsgo.Option, error) {
+	creds, err := config.Secret{File: path}.RereadingAs(parseCreds, warn)
+	if err != nil {
+		return nil, err
+	}
+	user := func() (string, error) { return nkeys.ParseDecoratedJWT([]byte(creds())) }
+	sign := func(nonce []byte) ([]byte, error) {
+		kp, err := nkeys.ParseDecoratedNKey([]byte(creds()))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		defer kp.Wipe()
+		return kp.Sign(nonce)
+	}
+	return natsgo.UserJWT(user, sign), nil
+}
+
+// parseCreds refuses a creds file without a user JWT and a user seed.
+func parseCreds(v string) error {
+	if _, err := nkeys.ParseDecoratedJWT([]byte(v)); err != nil {
+		return err
+	}
+	kp, err := nkeys.ParseDecoratedNKey([]byte(v))
+	if err != nil {
+		return fmt.Errorf("no user seed in it: %w", err)
+	}
+	kp.Wipe()
+	return nil
 }
 
 // serverUsers is the one user an embedded server admits: the router's,

@@ -1,0 +1,127 @@
+package nats
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// jwtServer starts a nats-server that trusts one operator and knows one
+// of its accounts (in memory, as nsc's resolver would serve it), and
+// returns it with a maker of creds files for users of that account: the
+// content, and the user's public key.
+func jwtServer(t *testing.T) (*server.Server, func(name string) (creds []byte, user string)) {
+	t.Helper()
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	operator, err := nkeys.CreateOperator()
+	must(err)
+	opub, _ := operator.PublicKey()
+	oc := jwt.NewOperatorClaims(opub)
+	account, err := nkeys.CreateAccount()
+	must(err)
+	apub, _ := account.PublicKey()
+	ajwt, err := jwt.NewAccountClaims(apub).Encode(operator)
+	must(err)
+	resolver := &server.MemAccResolver{}
+	must(resolver.Store(apub, ajwt))
+	srv := testkit.NATS(t, func(o *server.Options) { o.TrustedOperators, o.AccountResolver = []*jwt.OperatorClaims{oc}, resolver })
+	return srv, func(name string) ([]byte, string) {
+		u, err := nkeys.CreateUser()
+		must(err)
+		upub, _ := u.PublicKey()
+		uc := jwt.NewUserClaims(upub)
+		uc.Name = name
+		ujwt, err := uc.Encode(account)
+		must(err)
+		seed, _ := u.Seed()
+		creds, err := jwt.FormatUserConfig(ujwt, seed)
+		must(err)
+		return creds, upub
+	}
+}
+
+// connectedAs is the public key of the user each client of srv connected
+// as, after the server closed every connection it had (they reconnect).
+func connectedAs(t *testing.T, srv *server.Server, want string) {
+	t.Helper()
+	before, err := srv.Connz(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range before.Conns {
+		srv.DisconnectClientByID(c.Cid)
+	}
+	var got []string
+	testkit.EventuallyWith(t, 15*time.Second, func() bool {
+		now, err := srv.Connz(&server.ConnzOptions{Username: true})
+		if err != nil || len(now.Conns) == 0 || now.Conns[0].Cid == before.Conns[0].Cid {
+			return false
+		}
+		got = got[:0]
+		for _, c := range now.Conns {
+			got = append(got, c.AuthorizedUser)
+		}
+		return len(got) == 1 && got[0] == want
+	}, func() string { return "the sink reconnected as " + strings.Join(got, ", ") + ", not " + want })
+}
+
+// A creds file is read again at each connection, as a secret: rotated in
+// place with a mode others may read, it is not used (the sink reconnects
+// with the creds read before) and the log says to chmod it, once; made
+// 0600, the rotated creds are used at the next connection. Cut short, the
+// same.
+func TestARotatedCredsFileIsReadAsASecret(t *testing.T) {
+	srv, user := jwtServer(t)
+	first, firstKey := user("first")
+	file := testkit.SecretFile(t, string(first))
+	cfg := externalConfig(srv.ClientURL(), config.NATSAuth{CredsFile: file}, nil)
+	var logs testkit.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg, cfg.URL, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+
+	second, secondKey := user("second")
+	tmp := filepath.Join(filepath.Dir(file), "new")
+	if err := os.WriteFile(tmp, second, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(tmp, 0o644)
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+	connectedAs(t, srv, firstKey)
+	connectedAs(t, srv, firstKey)
+	if l := logs.String(); strings.Count(l, "chmod 600 "+file) != 1 {
+		t.Errorf("the creds file refused for its mode is not told once:\n%s", l)
+	}
+	os.Chmod(file, 0o600)
+	connectedAs(t, srv, secondKey)
+
+	if err := os.WriteFile(file, second[:len(second)/3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	connectedAs(t, srv, secondKey)
+	if l := logs.String(); !strings.Contains(l, "cannot be used (the value read before is)") || !strings.Contains(l, "no user seed in it") {
+		t.Errorf("the creds file cut short is not told:\n%s", l)
+	}
+}
