@@ -24,6 +24,8 @@ type connWatch struct {
 	url    atomic.Value // string: the server last connected to (redacted), for the log
 	mu     sync.Mutex
 	err    error // why the last connection attempt failed
+	// ups counts the times the connection came up (connected).
+	ups atomic.Uint64
 }
 
 // noteURL records the server nc is connected to.
@@ -57,6 +59,7 @@ func (w *connWatch) get() natsgo.Status { return natsgo.Status(w.status.Load()) 
 func (w *connWatch) connected() {
 	w.set(natsgo.CONNECTED)
 	w.failed(nil)
+	w.ups.Add(1)
 }
 
 // failed keeps why the last connection attempt failed. A server that

@@ -810,6 +810,15 @@ func TestAsyncErrorsAreThrottled(t *testing.T) {
 	if !errors.Is(w.lastError(), natsgo.ErrAuthorization) {
 		t.Errorf("the connection's last error: %v", w.lastError())
 	}
+	// A refusal after the connection came up again, or one for another
+	// cause, is a new one: told at once (it waited out the minute).
+	w.connected()
+	h(nil, nil, natsgo.ErrAuthorization)
+	h(nil, nil, natsgo.ErrAuthExpired)
+	h(nil, nil, natsgo.ErrAuthExpired)
+	if n := strings.Count(refusals.String(), "NATS refuses the router's credentials"); n != 3 {
+		t.Fatalf("%d lines for a refusal after a connection and one for another cause (3 wanted):\n%s", n, refusals.String())
+	}
 }
 
 // serverBehindLink starts a server of cfg and a link to it that a test

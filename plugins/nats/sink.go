@@ -200,14 +200,20 @@ func (s *Sink) connOptions() []natsgo.Option {
 //
 // A refusal comes again at every reconnect (about one a second-odd: each
 // let through a one-a-second throttle, 57 lines in 35 s in a trial): it is
-// logged once a minute while it lasts.
+// logged once a minute while it lasts. One after the connection came up
+// again, or for another cause, is a new refusal, told at once (a review:
+// a credential fixed, then broken again within the minute, went unsaid).
 func asyncErrors(log hclog.Logger, conn *connWatch) natsgo.ErrHandler {
 	var th logthrottle.Throttle
-	refusals := logthrottle.Throttle{Every: time.Minute}
+	refusals, episode := &logthrottle.Throttle{Every: time.Minute}, ""
 	return func(_ *natsgo.Conn, sub *natsgo.Subscription, err error) {
 		refused := sub == nil && authRefusal(err)
 		if refused {
 			conn.failed(err)
+			// nats.go calls this handler from one goroutine at a time.
+			if now := fmt.Sprint(conn.ups.Load(), " ", err); now != episode {
+				refusals, episode = &logthrottle.Throttle{Every: time.Minute}, now
+			}
 		}
 		take := th.Take
 		if refused {
