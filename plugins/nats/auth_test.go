@@ -28,6 +28,21 @@ func externalServer(t *testing.T, set func(*server.Options)) string {
 	return testkit.NATS(t, set).ClientURL()
 }
 
+// openLogged opens a sink of cfg, closed when the test ends, that logs to
+// the returned buffer.
+func openLogged(t *testing.T, cfg config.NATS) (*Sink, *testkit.Buffer) {
+	t.Helper()
+	logs := new(testkit.Buffer)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg, cfg.URL, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s, logs
+}
+
 // externalConfig is a core-NATS sink on an external server with auth.
 func externalConfig(url string, auth config.NATSAuth, tlsBlock *config.TLS) config.NATS {
 	cfg := config.NewNATS("ext")
@@ -460,15 +475,8 @@ func TestARotatedPasswordFileRefusedForItsModeIsTold(t *testing.T) {
 	})
 	file := testkit.SecretFile(t, "nope")
 	cfg := externalConfig(url, config.NATSAuth{User: "edge", Password: config.Secret{File: file}}, nil)
-	var logs testkit.Buffer
-	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := Open(ctx, cfg, cfg.URL, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(ctx)
+	s, logs := openLogged(t, cfg)
+	ctx := context.Background()
 	// The right password, in a new file of mode 0644 moved over the old.
 	tmp := filepath.Join(filepath.Dir(file), "new")
 	if err := os.WriteFile(tmp, []byte("edge-password-value\n"), 0o644); err != nil {

@@ -1,14 +1,12 @@
 package nats
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
@@ -90,15 +88,7 @@ func TestARotatedCredsFileIsReadAsASecret(t *testing.T) {
 	first, firstKey := user("first")
 	file := testkit.SecretFile(t, string(first))
 	cfg := externalConfig(srv.ClientURL(), config.NATSAuth{CredsFile: file}, nil)
-	var logs testkit.Buffer
-	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := Open(ctx, cfg, cfg.URL, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(ctx)
+	_, logs := openLogged(t, cfg)
 
 	second, secondKey := user("second")
 	tmp := filepath.Join(filepath.Dir(file), "new")
