@@ -2,10 +2,16 @@
 
 package storage
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 // heldByAnother is false where the router does not read file locks.
 func heldByAnother(string) bool { return false }
 
-// lockFile takes no lock where the router reads no file locks.
-func lockFile(*os.File, bool) error { return nil }
+// lockFile fails where the router reads no file locks: what needs it
+// (router db rollback) must know no router has the file open.
+func lockFile(*os.File, bool) error {
+	return errors.New("needs file locks (flock), which the router reads only on unix")
+}

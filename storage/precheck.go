@@ -135,8 +135,8 @@ func checkSize(path string) error {
 	}
 	if want := int64(m.pgid) * int64(m.pageSize); fi.Size() < want {
 		return fmt.Errorf("the data file is truncated: it has %d bytes, but its metadata (transaction %d) says it holds %d pages of %d bytes, %d bytes; "+
-			"the file was left as it is: restore it from a backup (router backup), or move it away to start empty",
-			fi.Size(), m.txid, m.pgid, m.pageSize, want)
+			"the file was left as it is: %s",
+			fi.Size(), m.txid, m.pgid, m.pageSize, want, DamageAdvice)
 	}
 	return nil
 }

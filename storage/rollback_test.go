@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,5 +110,77 @@ func TestRollBackRefusesAnInvalidMeta(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
 		t.Fatal("the refused rollback changed the file")
+	}
+}
+
+// A rollback cut short (the process ended between writing the meta page
+// and keeping or undoing it) is put back by ResumeRollback from the page
+// it kept, byte for byte; a kept page the file has since moved on from (a
+// router opened the rolled-back file and committed) is only removed.
+func TestRollBackCutShortIsPutBack(t *testing.T) {
+	path, before := tornFile(t)
+	rb, err := storage.RollBackLastCommit(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the process would leave if it ended now: copies of both files.
+	cut := filepath.Join(t.TempDir(), "router.db")
+	for from, to := range map[string]string{path: cut, storage.RollbackFile(path): storage.RollbackFile(cut)} {
+		b, err := os.ReadFile(from)
+		if err != nil || os.WriteFile(to, b, 0o600) != nil {
+			t.Fatalf("copy %s: %v", from, err)
+		}
+	}
+	said, err := storage.ResumeRollback(cut)
+	if err != nil || !strings.Contains(said, "put back") {
+		t.Fatalf("resuming the rollback cut short: %q %v", said, err)
+	}
+	if after, _ := os.ReadFile(cut); !bytes.Equal(after, before) {
+		t.Fatal("the rollback cut short was not put back byte for byte")
+	}
+	if _, err := os.Stat(storage.RollbackFile(cut)); !os.IsNotExist(err) {
+		t.Fatalf("the kept page stayed: %v", err)
+	}
+
+	kept, _ := os.ReadFile(storage.RollbackFile(path))
+	if err := rb.Keep(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := storage.Open(path, storage.Options{})
+	if err != nil || db.Close(ctx) != nil {
+		t.Fatalf("open the rolled-back file: %v", err)
+	}
+	moved, _ := os.ReadFile(path)
+	os.WriteFile(storage.RollbackFile(path), kept, 0o600)
+	if said, err := storage.ResumeRollback(path); err != nil || !strings.Contains(said, "left out") {
+		t.Fatalf("a kept page the file moved on from: %q %v", said, err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(after, moved) {
+		t.Fatal("a stale kept page was written back over a file that moved on")
+	}
+}
+
+// Undo puts the page back while another process reads the file under a
+// shared lock (a db check, a router's start reading it): the lock it holds
+// is the shared one, and what it writes is what the file held.
+func TestRollBackUndoneUnderAReader(t *testing.T) {
+	path, before := tornFile(t)
+	rb, err := storage.RollBackLastCommit(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if err := syscall.Flock(int(reader.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if err := rb.Undo(); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+		t.Fatal("the undone rollback left the file changed")
 	}
 }

@@ -48,6 +48,7 @@ const (
 func TestMain(m *testing.M) {
 	if os.Getenv(checkWorkerEnv) == "1" {
 		// This test binary started as `router db check`'s checking child.
+		killCheckerOnce()
 		if err := NewMain(os.Stdin, os.Stdout, os.Stderr).Run(context.Background(), os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, "router:", err)
 			os.Exit(exitCode(err))

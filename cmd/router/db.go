@@ -149,6 +149,8 @@ const dbUsage = `Usage:
       commit stored, events acknowledged just before the disk failed, is
       lost. A file that checks, or one whose commit before does not
       either, is left as it is (exit 0 and 1). The router must be stopped.
+      The page written over is kept in FILE.rollback until the end: the
+      next rollback puts back one that was cut short.
   router db clock FILE [-forget] [-o table|json]
       Shows the last time the router's clock gave on FILE, and how far it
       is from this system's clock: a router started with its clock behind
@@ -355,6 +357,13 @@ func checkIsolated(ctx context.Context, path string) (*storage.CheckReport, erro
 	}
 	if ctx.Err() != nil { // killed for the stop, not stopped by the file
 		return nil, fmt.Errorf("the check was cut short, before it could say: %w", context.Cause(ctx))
+	}
+	if ee, ok := errors.AsType[*exec.ExitError](runErr); ok && ee.ExitCode() == -1 {
+		// Ended by a signal from outside (the OOM killer, a kill): a
+		// crash on the file exits 2 with what stopped it (the Go runtime
+		// takes the faults), so this says nothing of the file (a review:
+		// db rollback took it for damage and rolled a sound file back).
+		return nil, fmt.Errorf("the checking process was ended from outside (%s) before it could say; check again", ee.ProcessState)
 	}
 	// No report: the child stopped (a panic) or could not check at all.
 	msg := strings.TrimSpace(stderr.String())

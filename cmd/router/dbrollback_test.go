@@ -94,3 +94,37 @@ func TestDBRollbackLeavesAFileItCannotMend(t *testing.T) {
 		t.Fatal("the refused rollback changed the file")
 	}
 }
+
+// killOnceEnv names a file: the first checking child that finds it missing
+// makes it and is killed (SIGKILL), as the OOM killer would end it.
+const killOnceEnv = "SWITCHYARD_TEST_KILL_CHECKER_ONCE"
+
+// killCheckerOnce is the checking child's part of killOnceEnv.
+func killCheckerOnce() {
+	mark := os.Getenv(killOnceEnv)
+	if mark == "" {
+		return
+	}
+	if f, err := os.OpenFile(mark, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err == nil {
+		f.Close()
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+}
+
+// A checking child ended from outside (the OOM killer) says nothing of the
+// file: db rollback stops with that error and leaves a sound file as it is
+// (it took the silence for damage and rolled the file back).
+func TestDBRollbackWhenTheCheckIsKilled(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "router.db")
+	storagetest.MakeWithClock(t, data, time.Now())
+	before := mustRead(t, data)
+	t.Setenv(killOnceEnv, filepath.Join(t.TempDir(), "killed"))
+	var said bytes.Buffer
+	err := NewMain(nil, &said, &said).Run(context.Background(), []string{"db", "rollback", data})
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "ended from outside") {
+		t.Fatalf("db rollback with its check killed: %v\n%s", err, said.String())
+	}
+	if mustRead(t, data) != before {
+		t.Fatal("db rollback changed a sound file whose check was killed")
+	}
+}

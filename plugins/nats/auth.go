@@ -8,8 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -76,17 +78,29 @@ func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 // credsOption authenticates with the user JWT and seed of the creds file
 // at path (nsc's .creds), read again at each connection attempt as
 // nats.go's UserCredentials reads it, but as a secret: a file rewritten
-// with a mode others may read, or with what does not parse, is not used
-// (the last that was is) and warn hears why, once (a review: nats.go read
-// a creds file made 0644 after the start).
+// with a mode others may read, or with what is not a user's creds, is not
+// used (the last that was is) and warn hears why, once (a review: nats.go
+// read a creds file made 0644 after the start). The seed signs with the
+// same read as the JWT sent: a file rotated between the two would sign for
+// another user.
 func credsOption(path string, warn func(error)) (natsgo.Option, error) {
 	creds, err := config.Secret{File: path}.RereadingAs(parseCreds, warn)
 	if err != nil {
 		return nil, err
 	}
-	user := func() (string, error) { return nkeys.ParseDecoratedJWT([]byte(creds())) }
+	var mu sync.Mutex
+	var sent string // the creds whose JWT the connection sent last
+	user := func() (string, error) {
+		mu.Lock()
+		sent = creds()
+		mu.Unlock()
+		return nkeys.ParseDecoratedJWT([]byte(sent))
+	}
 	sign := func(nonce []byte) ([]byte, error) {
-		kp, err := nkeys.ParseDecoratedNKey([]byte(creds()))
+		mu.Lock()
+		v := sent
+		mu.Unlock()
+		kp, err := nkeys.ParseDecoratedUserNKey([]byte(v))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -96,16 +110,27 @@ func credsOption(path string, warn func(error)) (natsgo.Option, error) {
 	return natsgo.UserJWT(user, sign), nil
 }
 
-// parseCreds refuses a creds file without a user JWT and a user seed.
+// parseCreds refuses what is not a user's creds: a user JWT and the seed
+// of that user. nkeys takes a file without the JWT's block for a JWT
+// whole, so a seed alone (an nkey_seed_file named as creds_file) would be
+// sent to the server as the JWT.
 func parseCreds(v string) error {
-	if _, err := nkeys.ParseDecoratedJWT([]byte(v)); err != nil {
+	token, err := nkeys.ParseDecoratedJWT([]byte(v))
+	if err != nil {
 		return err
 	}
-	kp, err := nkeys.ParseDecoratedNKey([]byte(v))
+	claims, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return fmt.Errorf("no user JWT in it: %w", err)
+	}
+	kp, err := nkeys.ParseDecoratedUserNKey([]byte(v))
 	if err != nil {
 		return fmt.Errorf("no user seed in it: %w", err)
 	}
-	kp.Wipe()
+	defer kp.Wipe()
+	if pub, err := kp.PublicKey(); err != nil || pub != claims.Subject {
+		return fmt.Errorf("its seed is not the JWT's user's (%s)", claims.Subject)
+	}
 	return nil
 }
 

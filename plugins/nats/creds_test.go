@@ -111,7 +111,29 @@ func TestARotatedCredsFileIsReadAsASecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	connectedAs(t, srv, secondKey)
-	if l := logs.String(); !strings.Contains(l, "cannot be used (the value read before is)") || !strings.Contains(l, "no user seed in it") {
+	if l := logs.String(); !strings.Contains(l, "cannot be used (the value read before is)") || !strings.Contains(l, "no user JWT in it") {
 		t.Errorf("the creds file cut short is not told:\n%s", l)
+	}
+}
+
+// A creds file that is not a user's creds is refused at the start, saying
+// why: a seed alone (nats.go sent the file to the server as the JWT) and a
+// user's JWT with another user's seed.
+func TestACredsFileMustBeAUsersCreds(t *testing.T) {
+	srv, user := jwtServer(t)
+	first, _ := user("first")
+	own, err := nkeys.ParseDecoratedUserNKey(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownSeed, _ := own.Seed()
+	other, _ := nkeys.CreateUser()
+	seed, _ := other.Seed()
+	mixed := strings.Replace(string(first), string(ownSeed), string(seed), 1)
+	for content, want := range map[string]string{string(seed): "no user JWT in it", string(mixed): "is not the JWT's user's"} {
+		cfg := externalConfig(srv.ClientURL(), config.NATSAuth{CredsFile: testkit.SecretFile(t, content)}, nil)
+		if _, err := ClientOptions(cfg, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("creds_file of %.12s…: %v, want %q", content, err, want)
+		}
 	}
 }

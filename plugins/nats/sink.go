@@ -205,21 +205,23 @@ func (s *Sink) connOptions() []natsgo.Option {
 // a credential fixed, then broken again within the minute, went unsaid).
 func asyncErrors(log hclog.Logger, conn *connWatch) natsgo.ErrHandler {
 	var th logthrottle.Throttle
-	refusals, episode := &logthrottle.Throttle{Every: time.Minute}, ""
+	refusals, ups := &logthrottle.Throttle{Every: time.Minute}, uint64(0)
 	return func(_ *natsgo.Conn, sub *natsgo.Subscription, err error) {
 		refused := sub == nil && authRefusal(err)
+		key := "async"
 		if refused {
 			conn.failed(err)
 			// nats.go calls this handler from one goroutine at a time.
-			if now := fmt.Sprint(conn.ups.Load(), " ", err); now != episode {
-				refusals, episode = &logthrottle.Throttle{Every: time.Minute}, now
+			if now := conn.ups.Load(); now != ups {
+				refusals, ups = &logthrottle.Throttle{Every: time.Minute}, now
 			}
+			key = err.Error() // each cause once a minute: two servers may alternate
 		}
 		take := th.Take
 		if refused {
 			take = refusals.Take
 		}
-		held, ok := take("async", time.Now())
+		held, ok := take(key, time.Now())
 		if !ok {
 			return
 		}
