@@ -166,6 +166,7 @@ func (s *Source) groupOptions(in config.Inbox) []kgo.Opt {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.OnOffsetsFetched(s.offsetsFetched), // offsetmark.go
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			s.log.Info("partitions assigned", "group", s.group, "partitions", fmtPartitions(m))
 		}),
@@ -317,7 +318,7 @@ func (s *Source) handle(ctx context.Context, recs []*kgo.Record, receive func(co
 	// the batch is not consumed again after the restart.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	if err := s.cl.CommitRecords(cctx, recs...); err != nil {
+	if err := s.cl.CommitRecords(markCommits(cctx), recs...); err != nil {
 		// The batch is stored; it will be consumed again (here or by
 		// another member) and the inbox drops it then.
 		s.log.Warn("offset commit failed; the stored batch will be redelivered and dropped as duplicates",

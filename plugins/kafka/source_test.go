@@ -1196,3 +1196,69 @@ func TestSourceLag(t *testing.T) {
 	testkit.EventuallyWith(t, 10*time.Second, func() bool { n, _ := s.Lag(); return n == 0 },
 		func() string { n, ok := s.Lag(); return fmt.Sprintf("lag %d (%v) once all is read", n, ok) })
 }
+
+// resetOffset sets group's committed offset of partition 0 of the source
+// topic to offset as an operator's tool does: no member, no metadata (by
+// topic name: OffsetCommit before v10).
+func resetOffset(t *testing.T, c *kfake.Cluster, group string, offset int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.MaxVersions(kversion.V3_9_0()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = group, -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = srcTopic
+	rp := kmsg.NewOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, offset
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An offset the group's partition was given by someone else while no
+// router read it (an operator's reset forward: the messages between were
+// skipped, with no other sign) is logged when the source takes the
+// partition; the source's own commits, taken up again after a restart,
+// are not.
+func TestSourceSaysAnOffsetSomeoneElseSet(t *testing.T) {
+	c := sourceCluster(t, 1)
+	produce(t, c, "a", 25, 1, 1)
+	var logs testkit.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+	readAll := func(want int) {
+		s := newSourceLogged(t, c, inboxConfig("g-reset"), log)
+		var n atomic.Int64
+		r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
+		testkit.Eventually(t, "the records and the partition", 10*time.Second, func() bool {
+			return n.Load() >= int64(want) && strings.Contains(logs.String(), "partitions assigned")
+		})
+		time.Sleep(300 * time.Millisecond) // its commit
+		r.stop(t)
+		if err := s.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readAll(25)
+	readAll(0) // the source's own commit, at 25
+	const said = "was not committed by a router"
+	if strings.Contains(logs.String(), said) {
+		t.Fatalf("the source's own commit was taken for someone else's:\n%s", logs.String())
+	}
+	produce(t, c, "b", 10, 1, 1)
+	resetOffset(t, c, "g-reset", 35) // to the end: b-0000 … b-0009 skipped
+	readAll(0)
+	if l := logs.String(); !strings.Contains(l, said) || !strings.Contains(l, "offset=35") || !strings.Contains(l, "partition=0") {
+		t.Fatalf("the offset reset forward while no router read is not told:\n%s", l)
+	}
+}

@@ -1,0 +1,59 @@
+package kafka
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// A source's commits carry a mark in each partition's commit metadata,
+// "switchyard:<offset>", so that the offsets the group gives a source when
+// it takes partitions tell one a router committed from one someone else
+// set: an operator's reset (kafka-consumer-groups.sh --reset-offsets
+// writes no metadata), another consumer sharing the group's name, an older
+// router. A reset forward while no router read skipped messages
+// the inbox never saw, with no other sign (the lag reads 0); a reset back
+// brings redeliveries the inbox drops. Either is logged, once per
+// partition each time the group hands it over.
+
+// offsetMark is the metadata a source commits offset with.
+func offsetMark(offset int64) string { return "switchyard:" + strconv.FormatInt(offset, 10) }
+
+// markCommits has the commit made with ctx carry offsetMark for each
+// partition (franz-go's PreCommitFnContext).
+func markCommits(ctx context.Context) context.Context {
+	return kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		for i := range req.Topics {
+			for j := range req.Topics[i].Partitions {
+				p := &req.Topics[i].Partitions[j]
+				mark := offsetMark(p.Offset)
+				p.Metadata = &mark
+			}
+		}
+		return nil
+	})
+}
+
+// offsetsFetched is kgo.OnOffsetsFetched: it logs each partition whose
+// committed offset carries no router's mark for that offset.
+func (s *Source) offsetsFetched(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 || p.Offset < 0 {
+				continue // none committed: read from the start (ConsumeResetOffset)
+			}
+			metadata := ""
+			if p.Metadata != nil {
+				metadata = *p.Metadata
+			}
+			if metadata == offsetMark(p.Offset) {
+				continue
+			}
+			s.log.Warn("the group's offset of a partition was not committed by a router: set by someone else (an offset reset, another consumer with the group's name) or by an older router that did not mark its commits; reset forward, the messages before it this inbox had not read were skipped; reset back, those it had are read again and dropped",
+				"inbox", s.name, "group", s.group, "topic", t.Topic, "partition", p.Partition, "offset", p.Offset, "metadata", metadata)
+		}
+	}
+	return nil
+}
