@@ -15,7 +15,7 @@ import (
 // writes no metadata), another consumer sharing the group's name, an older
 // router. A reset forward while no router read skipped messages
 // the inbox never saw, with no other sign (the lag reads 0); a reset back
-// brings redeliveries the inbox drops. Either is logged, once per
+// brings redeliveries the inbox drops while it remembers them. Either is logged, once per
 // partition each time the group hands it over.
 
 // offsetMark is the metadata a source commits offset with.
@@ -51,7 +51,7 @@ func (s *Source) offsetsFetched(_ context.Context, _ *kgo.Client, resp *kmsg.Off
 			if metadata == offsetMark(p.Offset) {
 				continue
 			}
-			s.log.Warn("the group's offset of a partition was not committed by a router: set by someone else (an offset reset, another consumer with the group's name) or by an older router that did not mark its commits; reset forward, the messages before it this inbox had not read were skipped; reset back, those it had are read again and dropped",
+			s.log.Warn("the group's offset of a partition was not committed by a router: set by someone else (an offset reset, another consumer with the group's name) or by an older router that did not mark its commits; reset forward, the messages before it this inbox had not read were skipped; reset back, those it had are read again, and dropped while the inbox remembers them (its ttl)",
 				"inbox", s.name, "group", s.group, "topic", t.Topic, "partition", p.Partition, "offset", p.Offset, "metadata", metadata)
 		}
 	}
