@@ -641,7 +641,7 @@ func TestStrayArgumentsAreRefused(t *testing.T) {
 		{[]string{"ui", "extra"}, `router ui takes no arguments, only flags: ["extra"]`},
 		{[]string{"version", "extra"}, `router version takes no arguments, only flags: ["extra"]`},
 		{[]string{"backup", "x.db", "extra"}, `backup: one file to write, not 2: ["x.db" "extra"]`},
-		{[]string{"db", "frob", "x"}, `db: unknown subcommand "frob": check, compact or clock`},
+		{[]string{"db", "frob", "x"}, `db: unknown subcommand "frob": check, compact, rollback, clock`},
 		{[]string{"db", "check", "a", "b"}, `db check: name one data file (given 2: ["a" "b"])`},
 		{[]string{"run", "extra", "-config", "x.hcl"}, `router run takes no arguments, only flags: "extra"`},
 		// An empty id asked for a route that does not exist (not_found: no route).

@@ -118,7 +118,14 @@ func rollBackIfTorn(t *testing.T, config, data string) (torn bool) {
 		t.Fatalf("the start on the file that does not check: %v\n%s", err, out)
 	}
 	said.Reset()
-	if err := NewMain(nil, &said, &said).Run(ctx, []string{"db", "rollback", data}); err != nil {
+	err := NewMain(nil, &said, &said).Run(ctx, []string{"db", "rollback", data})
+	if err != nil && strings.Contains(err.Error(), "does not check either") && strings.Contains(err.Error(), "put back as it was") {
+		// The next commit's pages reached the disk over the commit
+		// before: the file needs its backup, and the rollback said so and
+		// left it (docs/decisions/torn-commit.md). No more to check.
+		t.Skipf("the kernel tore the last commit and the one before does not check either; db rollback left the file as it was: %v", err)
+	}
+	if err != nil {
 		t.Fatalf("db rollback: %v\n%s", err, said.String())
 	}
 	t.Logf("%s", said.String())
