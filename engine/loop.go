@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/logthrottle"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -49,17 +50,20 @@ type Loop struct {
 	forgets uint64
 	// probedFirst: the next probe takes noted events first (takeDue).
 	probedFirst bool
+
+	failLog logthrottle.Budget // logFailures' lines: loggedFailures a second
 }
 
 func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 	l := &Loop{
-		e:      e,
-		typ:    t,
-		wakeC:  make(chan struct{}, 1),
-		kickC:  make(chan struct{}, 1),
-		delay:  NewDelay(pol.Polling),
-		held:   make(map[string]struct{}),
-		probed: make(map[string]uint64),
+		e:       e,
+		typ:     t,
+		wakeC:   make(chan struct{}, 1),
+		kickC:   make(chan struct{}, 1),
+		delay:   NewDelay(pol.Polling),
+		held:    make(map[string]struct{}),
+		probed:  make(map[string]uint64),
+		failLog: logthrottle.Budget{Lines: loggedFailures},
 	}
 	l.pol.Store(pol)
 	l.lines.stale.Store(pol.ByKey())
@@ -547,24 +551,36 @@ type failure struct {
 	reason   string
 }
 
-// loggedFailures bounds the log lines one batch writes; the rest are
-// counted in one more line (and every one is in the event's history).
+// loggedFailures bounds the failure lines a loop writes a second; the
+// rest are counted in the next line let through (like_it_since_last), and
+// every one is in its event's history and the metrics. A bound per batch
+// did not hold the log: an inbox whose service failed took small batches
+// many times a second, ~100 lines a second (a soak trial).
 const loggedFailures = 5
 
-// logFailures writes one WARN line per failed event of a committed batch.
+// logFailures writes a WARN line per failed event of a committed batch,
+// within the loop's budget (failLog).
 func (l *Loop) logFailures(fs []failure, now time.Time) {
-	for i, f := range fs {
-		if i == loggedFailures {
-			l.e.log.Warn("more events of this batch failed: GET /v1/events/{id} or the DLQ has each", "type", l.typ, "more", len(fs)-i)
-			return
+	for _, f := range fs {
+		held, ok := l.failLog.Take(now)
+		if !ok {
+			continue
 		}
+		args := []any{"type", l.typ, "event", f.id}
 		if f.next.IsZero() {
-			l.e.log.Warn("event dead-lettered", "type", l.typ, "event", f.id, "attempts", f.attempts, "reason", f.reason)
+			args = append(args, "attempts", f.attempts, "reason", f.reason)
 		} else {
 			// max: with backoff off the retry is due at once, when the
 			// outcome was made, a moment before now.
-			l.e.log.Warn("event failed; retrying", "type", l.typ, "event", f.id, "attempt", f.attempts,
-				"retry_in", max(0, f.next.Sub(now)).Round(time.Millisecond), "error", f.reason)
+			args = append(args, "attempt", f.attempts, "retry_in", max(0, f.next.Sub(now)).Round(time.Millisecond), "error", f.reason)
+		}
+		if held > 0 {
+			args = append(args, "like_it_since_last", held, "see", "GET /v1/events/{id}, the DLQ, switchyard_retried_total")
+		}
+		if f.next.IsZero() {
+			l.e.log.Warn("event dead-lettered", args...)
+		} else {
+			l.e.log.Warn("event failed; retrying", args...)
 		}
 	}
 }

@@ -234,21 +234,7 @@ func (trapError) Unwrap() error         { return switchyard.ErrPluginRetry }
 // is counted, never dropped; and each failed event is one WARN line with
 // its type, id and reason.
 func TestFilteredAndUnroutedOutputs(t *testing.T) {
-	pick := funcPlugin{name: "pick", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-		if ev.Subject == "drop" {
-			return nil, nil
-		}
-		return []switchyard.PluginOutput{{Event: *ev}}, nil // to the type's routes: it has none
-	}}
-	var logs bytes.Buffer
-	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
-	reg := prometheus.NewRegistry()
-	h := newHarness(t, `
-plugin "pick" { wasm = "unused.wasm" }
-event "t.noroute" {
-  plugins = ["pick"]
-}
-`, true, withPlugins(pick), harnessOption(func(o *engine.Options) { o.Logger = log; o.Registerer = reg }))
+	h, logs, reg := noRouteHarness(t)
 	ev := func(id, subject string) string {
 		return h.ingestEvent(switchyard.Event{ID: id, Type: "t.noroute", Source: "/t", SpecVersion: "1.0", Subject: subject})
 	}
@@ -275,6 +261,55 @@ event "t.noroute" {
 	}
 	if l := logs.String(); !strings.Contains(l, "[WARN]") || !strings.Contains(l, "event dead-lettered") || !strings.Contains(l, "event=keep-1") || !strings.Contains(l, "type=t.noroute") {
 		t.Fatalf("log: %s", l)
+	}
+}
+
+// noRouteHarness is an engine (fake clock) with the type t.noroute, whose
+// plugin drops an event of subject "drop" and sends the others to the
+// type's routes (it has none), logging WARN and up to the returned buffer.
+func noRouteHarness(t *testing.T) (*harness, *bytes.Buffer, *prometheus.Registry) {
+	pick := funcPlugin{name: "pick", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		if ev.Subject == "drop" {
+			return nil, nil
+		}
+		return []switchyard.PluginOutput{{Event: *ev}}, nil // to the type's routes: it has none
+	}}
+	logs := new(bytes.Buffer)
+	log := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Warn})
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, `
+plugin "pick" { wasm = "unused.wasm" }
+event "t.noroute" {
+  plugins = ["pick"]
+}
+`, true, withPlugins(pick), harnessOption(func(o *engine.Options) { o.Logger = log; o.Registerer = reg }))
+	return h, logs, reg
+}
+
+// A loop whose events fail in many batches a second logs at most five of
+// them a second, and the next line let through counts those held back (a
+// soak trial: an inbox whose service failed wrote ~100 lines a second,
+// each batch held to five).
+func TestFailureLinesAreBoundedPerSecond(t *testing.T) {
+	h, logs, _ := noRouteHarness(t)
+	for b := range 8 { // 8 batches of 5, each event dead-lettered
+		for i := range 5 {
+			h.ingestEvent(switchyard.Event{ID: fmt.Sprintf("f-%d-%d", b, i), Type: "t.noroute", Source: "/t", SpecVersion: "1.0"})
+		}
+		if res, err := h.eng.Loop("t.noroute").Poll(context.Background()); err != nil || res.DeadLettered != 5 {
+			t.Fatalf("poll %d: %+v %v", b, res, err)
+		}
+	}
+	if n := strings.Count(logs.String(), "event dead-lettered"); n != 5 {
+		t.Fatalf("%d lines for 40 failed events in one second, want 5:\n%s", n, logs.String())
+	}
+	h.clock.Advance(time.Second)
+	h.ingestEvent(switchyard.Event{ID: "f-last", Type: "t.noroute", Source: "/t", SpecVersion: "1.0"})
+	if _, err := h.eng.Loop("t.noroute").Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l := logs.String(); !strings.Contains(l, "event=f-last") || !strings.Contains(l, "like_it_since_last=35") {
+		t.Fatalf("the line a second later does not count the 35 held back:\n%s", l)
 	}
 }
 

@@ -40,3 +40,40 @@ func (t *Throttle) Take(key string, now time.Time) (heldBack int, ok bool) {
 	t.last[key], t.held[key] = now, 0
 	return n, true
 }
+
+// Budget lets Lines lines through per window of Per (a second when zero),
+// and counts the rest: the first line let through after some were held
+// back learns how many. For a cause whose lines each name something of
+// their own (an event that failed), where one line per cause would hide
+// all but one.
+type Budget struct {
+	Per   time.Duration
+	Lines int
+
+	mu    sync.Mutex
+	start time.Time
+	used  int
+	held  int
+}
+
+// Take says whether a line at now goes through, and how many were held
+// back since the last that did.
+func (b *Budget) Take(now time.Time) (heldBack int, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	per := b.Per
+	if per == 0 {
+		per = time.Second
+	}
+	if now.Sub(b.start) >= per || now.Before(b.start) {
+		b.start, b.used = now, 0
+	}
+	if b.used >= b.Lines {
+		b.held++
+		return 0, false
+	}
+	b.used++
+	n := b.held
+	b.held = 0
+	return n, true
+}

@@ -47,3 +47,30 @@ func TestThrottleEvery(t *testing.T) {
 		t.Fatalf("a minute later: ok %v, held %d; want ok, 1", ok, n)
 	}
 }
+
+// A budget lets its lines through in each window and counts the rest for
+// the next line that goes through.
+func TestBudgetLetsSomeLinesPerWindow(t *testing.T) {
+	b := Budget{Lines: 2}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	steps := []struct {
+		at   time.Duration
+		ok   bool
+		held int
+	}{
+		{0, true, 0},
+		{10 * time.Millisecond, true, 0},
+		{20 * time.Millisecond, false, 0},
+		{900 * time.Millisecond, false, 0},
+		{1000 * time.Millisecond, true, 2},
+		{1001 * time.Millisecond, true, 0},
+		{1002 * time.Millisecond, false, 0},
+		{5 * time.Second, true, 1},
+	}
+	for _, s := range steps {
+		held, ok := b.Take(t0.Add(s.at))
+		if ok != s.ok || held != s.held {
+			t.Fatalf("at %s: ok %v held %d, want %v %d", s.at, ok, held, s.ok, s.held)
+		}
+	}
+}
