@@ -51,19 +51,21 @@ type Loop struct {
 	// probedFirst: the next probe takes noted events first (takeDue).
 	probedFirst bool
 
-	failLog logthrottle.Budget // logFailures' lines: loggedFailures a second
+	// logFailures' lines: loggedFailures a second of each kind.
+	retryLog, deadLog logthrottle.Budget
 }
 
 func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
 	l := &Loop{
-		e:       e,
-		typ:     t,
-		wakeC:   make(chan struct{}, 1),
-		kickC:   make(chan struct{}, 1),
-		delay:   NewDelay(pol.Polling),
-		held:    make(map[string]struct{}),
-		probed:  make(map[string]uint64),
-		failLog: logthrottle.Budget{Lines: loggedFailures},
+		e:        e,
+		typ:      t,
+		wakeC:    make(chan struct{}, 1),
+		kickC:    make(chan struct{}, 1),
+		delay:    NewDelay(pol.Polling),
+		held:     make(map[string]struct{}),
+		probed:   make(map[string]uint64),
+		retryLog: logthrottle.Budget{Lines: loggedFailures},
+		deadLog:  logthrottle.Budget{Lines: loggedFailures},
 	}
 	l.pol.Store(pol)
 	l.lines.stale.Store(pol.ByKey())
@@ -551,36 +553,38 @@ type failure struct {
 	reason   string
 }
 
-// loggedFailures bounds the failure lines a loop writes a second; the
-// rest are counted in the next line let through (like_it_since_last), and
-// every one is in its event's history and the metrics. A bound per batch
-// did not hold the log: an inbox whose service failed took small batches
-// many times a second, ~100 lines a second (a soak trial).
+// loggedFailures bounds the lines a loop writes a second of each kind of
+// failure, retried and dead-lettered (a dead letter is never crowded out
+// by retries); the rest are counted in one line once their second has
+// passed, and every one is in its event's history and the metrics. A
+// bound per batch did not hold the log: an inbox whose service failed took
+// small batches many times a second, ~100 lines a second (a soak trial).
 const loggedFailures = 5
 
+// failureSee is where each failed event is, when its line was held back.
+const failureSee = "GET /v1/events/{id}, the DLQ, switchyard_retried_total, switchyard_dead_lettered_total"
+
 // logFailures writes a WARN line per failed event of a committed batch,
-// within the loop's budget (failLog).
+// within the loop's budgets, after the count of those held back before.
 func (l *Loop) logFailures(fs []failure, now time.Time) {
+	if n := l.retryLog.Flush(now); n > 0 {
+		l.e.log.Warn("more events failed and are retried than were told", "type", l.typ, "more", n, "see", failureSee)
+	}
+	if n := l.deadLog.Flush(now); n > 0 {
+		l.e.log.Warn("more events were dead-lettered than were told", "type", l.typ, "more", n, "see", failureSee)
+	}
 	for _, f := range fs {
-		held, ok := l.failLog.Take(now)
-		if !ok {
+		if f.next.IsZero() {
+			if _, ok := l.deadLog.Take(now); ok {
+				l.e.log.Warn("event dead-lettered", "type", l.typ, "event", f.id, "attempts", f.attempts, "reason", f.reason)
+			}
 			continue
 		}
-		args := []any{"type", l.typ, "event", f.id}
-		if f.next.IsZero() {
-			args = append(args, "attempts", f.attempts, "reason", f.reason)
-		} else {
+		if _, ok := l.retryLog.Take(now); ok {
 			// max: with backoff off the retry is due at once, when the
 			// outcome was made, a moment before now.
-			args = append(args, "attempt", f.attempts, "retry_in", max(0, f.next.Sub(now)).Round(time.Millisecond), "error", f.reason)
-		}
-		if held > 0 {
-			args = append(args, "like_it_since_last", held, "see", "GET /v1/events/{id}, the DLQ, switchyard_retried_total")
-		}
-		if f.next.IsZero() {
-			l.e.log.Warn("event dead-lettered", args...)
-		} else {
-			l.e.log.Warn("event failed; retrying", args...)
+			l.e.log.Warn("event failed; retrying", "type", l.typ, "event", f.id, "attempt", f.attempts,
+				"retry_in", max(0, f.next.Sub(now)).Round(time.Millisecond), "error", f.reason)
 		}
 	}
 }

@@ -118,8 +118,12 @@ func rollBackIfTorn(t *testing.T, config, data string) (torn bool) {
 		t.Fatalf("the start on the file that does not check: %v\n%s", err, out)
 	}
 	said.Reset()
+	before := mustRead(t, data)
 	err := NewMain(nil, &said, &said).Run(ctx, []string{"db", "rollback", data})
 	if err != nil && strings.Contains(err.Error(), "does not check either") && strings.Contains(err.Error(), "put back as it was") {
+		if mustRead(t, data) != before {
+			t.Fatal("db rollback said it put the file back, and changed it")
+		}
 		// The next commit's pages reached the disk over the commit
 		// before: the file needs its backup, and the rollback said so and
 		// left it (docs/decisions/torn-commit.md). No more to check.

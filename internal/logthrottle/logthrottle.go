@@ -65,7 +65,7 @@ func (b *Budget) Take(now time.Time) (heldBack int, ok bool) {
 	if per == 0 {
 		per = time.Second
 	}
-	if now.Sub(b.start) >= per || now.Before(b.start) {
+	if now.Sub(b.start) >= per { // a time before start is in its window: callers race to the lock
 		b.start, b.used = now, 0
 	}
 	if b.used >= b.Lines {
@@ -76,4 +76,22 @@ func (b *Budget) Take(now time.Time) (heldBack int, ok bool) {
 	n := b.held
 	b.held = 0
 	return n, true
+}
+
+// Flush returns the lines held back, once the window they were held in has
+// passed, so that a caller whose lines stopped can say how many it held
+// (no next line would); 0 otherwise.
+func (b *Budget) Flush(now time.Time) (heldBack int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	per := b.Per
+	if per == 0 {
+		per = time.Second
+	}
+	if b.held == 0 || now.Sub(b.start) < per {
+		return 0
+	}
+	n := b.held
+	b.held, b.start, b.used = 0, now, 0
+	return n
 }

@@ -65,12 +65,25 @@ func TestBudgetLetsSomeLinesPerWindow(t *testing.T) {
 		{1000 * time.Millisecond, true, 2},
 		{1001 * time.Millisecond, true, 0},
 		{1002 * time.Millisecond, false, 0},
-		{5 * time.Second, true, 1},
+		{999 * time.Millisecond, false, 0}, // earlier than the window: in it
+		{5 * time.Second, true, 2},
+		{5*time.Second + time.Millisecond, true, 0},
+		{5*time.Second + 2*time.Millisecond, false, 0},
 	}
 	for _, s := range steps {
 		held, ok := b.Take(t0.Add(s.at))
 		if ok != s.ok || held != s.held {
 			t.Fatalf("at %s: ok %v held %d, want %v %d", s.at, ok, held, s.ok, s.held)
 		}
+	}
+	// Lines that stop: the count comes out once their window has passed.
+	if n := b.Flush(t0.Add(5*time.Second + 500*time.Millisecond)); n != 0 {
+		t.Fatalf("flushed %d inside the window", n)
+	}
+	if n := b.Flush(t0.Add(6 * time.Second)); n != 1 {
+		t.Fatalf("flushed %d after the window, want 1", n)
+	}
+	if n := b.Flush(t0.Add(8 * time.Second)); n != 0 {
+		t.Fatalf("flushed %d again", n)
 	}
 }

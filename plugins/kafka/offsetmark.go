@@ -2,7 +2,9 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -15,8 +17,9 @@ import (
 // writes no metadata), another consumer sharing the group's name, an older
 // router. A reset forward while no router read skipped messages
 // the inbox never saw, with no other sign (the lag reads 0); a reset back
-// brings redeliveries the inbox drops while it remembers them. Either is logged, once per
-// partition each time the group hands it over.
+// brings redeliveries the inbox drops while it remembers them. Either is
+// logged when the group hands the partition over, once per offset and
+// process.
 
 // offsetMark is the metadata a source commits offset with.
 func offsetMark(offset int64) string { return "switchyard:" + strconv.FormatInt(offset, 10) }
@@ -36,24 +39,37 @@ func markCommits(ctx context.Context) context.Context {
 	})
 }
 
-// offsetsFetched is kgo.OnOffsetsFetched: it logs each partition whose
-// committed offset carries no router's mark for that offset.
+// offsetsFetched is kgo.OnOffsetsFetched: it logs, in one line, the
+// partitions whose committed offset carries no router's mark for that
+// offset, each offset once per process: an idle partition keeps its
+// unmarked offset until the inbox reads from it and commits, and franz-go
+// fetches it again at each handover (a review: one reset, warned at every
+// start and every rebalance).
 func (s *Source) offsetsFetched(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+	var unmarked []string
+	s.warnedMu.Lock()
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
 			if p.ErrorCode != 0 || p.Offset < 0 {
 				continue // none committed: read from the start (ConsumeResetOffset)
 			}
-			metadata := ""
-			if p.Metadata != nil {
-				metadata = *p.Metadata
-			}
-			if metadata == offsetMark(p.Offset) {
+			if p.Metadata != nil && *p.Metadata == offsetMark(p.Offset) {
 				continue
 			}
-			s.log.Warn("the group's offset of a partition was not committed by a router: set by someone else (an offset reset, another consumer with the group's name) or by an older router that did not mark its commits; reset forward, the messages before it this inbox had not read were skipped; reset back, those it had are read again, and dropped while the inbox remembers them (its ttl)",
-				"inbox", s.name, "group", s.group, "topic", t.Topic, "partition", p.Partition, "offset", p.Offset, "metadata", metadata)
+			at := fmt.Sprintf("%s/%d@%d", t.Topic, p.Partition, p.Offset)
+			if _, told := s.warned[at]; told {
+				continue
+			}
+			s.warned[at] = struct{}{}
+			unmarked = append(unmarked, at)
 		}
 	}
+	s.warnedMu.Unlock()
+	if len(unmarked) == 0 {
+		return nil
+	}
+	shown := unmarked[:min(len(unmarked), 10)]
+	s.log.Warn("the group's offsets of partitions were not committed by a router: set by someone else (an offset reset, another consumer with the group's name) or by an older router that did not mark its commits; reset forward, the messages before them this inbox had not read were skipped; reset back, those it had are read again, and dropped while the inbox remembers them (its ttl)",
+		"inbox", s.name, "group", s.group, "partitions", strings.Join(shown, " "), "count", len(unmarked))
 	return nil
 }

@@ -80,6 +80,9 @@ type Source struct {
 	batch   int
 	ttl     time.Duration
 
+	warnedMu sync.Mutex
+	warned   map[string]struct{} // unmarked offsets told (offsetmark.go)
+
 	mu       sync.Mutex
 	warnings []string
 
@@ -127,6 +130,7 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 		topics:  slices.Clone(in.Topics),
 		group:   in.Group,
 		batch:   in.Policy.BatchSize,
+		warned:  make(map[string]struct{}),
 		ttl:     in.TTL,
 		stop:    make(chan struct{}),
 		runDone: make(chan struct{}),

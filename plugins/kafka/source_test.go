@@ -1251,14 +1251,47 @@ func TestSourceSaysAnOffsetSomeoneElseSet(t *testing.T) {
 	}
 	readAll(25)
 	readAll(0) // the source's own commit, at 25
-	const said = "was not committed by a router"
+	const said = "were not committed by a router"
 	if strings.Contains(logs.String(), said) {
 		t.Fatalf("the source's own commit was taken for someone else's:\n%s", logs.String())
 	}
 	produce(t, c, "b", 10, 1, 1)
 	resetOffset(t, c, "g-reset", 35) // to the end: b-0000 … b-0009 skipped
 	readAll(0)
-	if l := logs.String(); !strings.Contains(l, said) || !strings.Contains(l, "offset=35") || !strings.Contains(l, "partition=0") {
+	if l := logs.String(); !strings.Contains(l, said) || !strings.Contains(l, "partitions=payments/0@35") {
 		t.Fatalf("the offset reset forward while no router read is not told:\n%s", l)
+	}
+}
+
+// An unmarked offset of a partition nobody writes to stays so (the source
+// commits only what it reads), and the group hands it over again at each
+// rebalance: a source tells each offset once, in one line per handover
+// however many partitions; a marked offset never.
+func TestSourceSaysAnUnmarkedOffsetOnce(t *testing.T) {
+	var logs testkit.Buffer
+	s := &Source{name: "pay", group: "g", log: hclog.New(&hclog.LoggerOptions{Output: &logs}), warned: map[string]struct{}{}}
+	fetched := func(offsets ...int64) {
+		resp := kmsg.NewPtrOffsetFetchResponse()
+		rt := kmsg.NewOffsetFetchResponseTopic()
+		rt.Topic = srcTopic
+		for p, o := range offsets {
+			rp := kmsg.NewOffsetFetchResponseTopicPartition()
+			rp.Partition, rp.Offset = int32(p), o
+			if p == 0 { // the router's own commit
+				mark := offsetMark(o)
+				rp.Metadata = &mark
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+		s.offsetsFetched(context.Background(), nil, resp)
+	}
+	fetched(7, 35, 12)
+	fetched(7, 35, 12)
+	fetched(8, 35, 40) // partition 2 reset again
+	l := logs.String()
+	if strings.Count(l, "were not committed by a router") != 2 || !strings.Contains(l, "partitions=\"payments/1@35 payments/2@12\" count=2") ||
+		!strings.Contains(l, "partitions=payments/2@40 count=1") || strings.Contains(l, "payments/0@") {
+		t.Fatalf("three handovers of one marked and two unmarked offsets, one changed:\n%s", l)
 	}
 }
