@@ -44,14 +44,62 @@ func readMeta(f *os.File, off int64) (m boltMeta, ok bool) {
 	if _, err := f.ReadAt(buf, off); err != nil {
 		return m, false
 	}
-	meta := buf[pageHeaderSize:]
+	d := decodeMeta(buf)
+	return boltMeta{pageSize: d.PageSize, root: d.Root, pgid: d.HighWater, txid: d.TxID}, d.Valid
+}
+
+// Meta is what one of a data file's two meta pages says, valid or not:
+// for a tool or a test that describes a damaged file.
+type Meta struct {
+	Valid                     bool // magic, version and checksum right
+	PageSize                  uint32
+	Root, FreeList, HighWater uint64
+	TxID                      uint64
+}
+
+func (m Meta) String() string {
+	return fmt.Sprintf("txid %d, root page %d, free list page %d, high water page %d, valid %v", m.TxID, m.Root, m.FreeList, m.HighWater, m.Valid)
+}
+
+// decodeMeta decodes a meta page's first bytes (its header and meta).
+func decodeMeta(page []byte) Meta {
+	meta := page[pageHeaderSize:]
 	le := binary.LittleEndian
 	h := fnv.New64a()
 	h.Write(meta[:metaSumLen])
-	if le.Uint32(meta[0:]) != boltMagic || le.Uint32(meta[4:]) != boltVersion || le.Uint64(meta[metaSumLen:]) != h.Sum64() {
-		return m, false
+	return Meta{
+		Valid:    le.Uint32(meta[0:]) == boltMagic && le.Uint32(meta[4:]) == boltVersion && le.Uint64(meta[metaSumLen:]) == h.Sum64(),
+		PageSize: le.Uint32(meta[8:]), Root: le.Uint64(meta[16:]), FreeList: le.Uint64(meta[32:]),
+		HighWater: le.Uint64(meta[40:]), TxID: le.Uint64(meta[48:]),
 	}
-	return boltMeta{pageSize: le.Uint32(meta[8:]), root: le.Uint64(meta[16:]), pgid: le.Uint64(meta[40:]), txid: le.Uint64(meta[48:])}, true
+}
+
+// Metas reads the two meta pages of the data file at path, valid or not
+// (the second where the first's page size says, else at the system's
+// page size), and the file's size.
+func Metas(path string) (metas [2]Meta, size int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return metas, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return metas, 0, err
+	}
+	off := int64(0)
+	for i := range metas {
+		buf := make([]byte, pageHeaderSize+metaSumLen+8)
+		if _, err := f.ReadAt(buf, off); err != nil {
+			return metas, fi.Size(), fmt.Errorf("%d bytes: no meta page %d: %w", fi.Size(), i, err)
+		}
+		metas[i] = decodeMeta(buf)
+		off = int64(metas[0].PageSize)
+		if !metas[0].Valid || off < int64(len(buf)) {
+			off = int64(os.Getpagesize())
+		}
+	}
+	return metas, fi.Size(), nil
 }
 
 // currentMeta is the meta bbolt opens f by: the valid one of the two with

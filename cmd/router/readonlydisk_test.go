@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard/internal/testkit"
-	"github.com/switchyard-router/switchyard/storage/storagetest"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // A data file whose filesystem turns read-only under load (ext4's
@@ -154,7 +154,7 @@ func lastBatches(acked []string, size int) map[string]bool {
 // metaPages describes the two meta pages of a bbolt file and its size, for
 // a test that failed on it.
 func metaPages(path string) string {
-	metas, size, err := storagetest.Metas(path)
+	metas, size, err := storage.Metas(path)
 	if err != nil {
 		return err.Error()
 	}

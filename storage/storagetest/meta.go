@@ -1,50 +1,11 @@
 package storagetest
 
 import (
-	"encoding/binary"
-	"fmt"
 	"os"
 	"testing"
+
+	"github.com/switchyard-router/switchyard/storage"
 )
-
-// Meta is what one of a data file's two bbolt meta pages says. bbolt's
-// layout (go.etcd.io/bbolt/internal/common/meta.go): a 16-byte page
-// header, then magic, version, page size, flags, the root bucket's page
-// and sequence, the free list's page, the high-water page, the
-// transaction id, the checksum; little-endian.
-type Meta struct {
-	Magic, PageSize           uint32
-	Root, FreeList, HighWater uint64
-	TxID                      uint64
-}
-
-func (m Meta) String() string {
-	return fmt.Sprintf("txid %d, root page %d, free list page %d, high water page %d, magic %#x", m.TxID, m.Root, m.FreeList, m.HighWater, m.Magic)
-}
-
-// Metas reads the two meta pages of the data file at path, and its size.
-// It does not check them: a test that failed on the file says what it
-// held.
-func Metas(path string) (metas [2]Meta, size int64, err error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return metas, 0, err
-	}
-	page := 4096
-	if len(b) >= 28 {
-		page = int(binary.LittleEndian.Uint32(b[24:28]))
-	}
-	for i := range metas {
-		m := b[min(len(b), i*page):]
-		if len(m) < 80 || page < 80 {
-			return metas, int64(len(b)), fmt.Errorf("%d bytes: no meta page %d", len(b), i)
-		}
-		le := binary.LittleEndian
-		metas[i] = Meta{Magic: le.Uint32(m[16:20]), PageSize: le.Uint32(m[24:28]), Root: le.Uint64(m[32:40]),
-			FreeList: le.Uint64(m[48:56]), HighWater: le.Uint64(m[56:64]), TxID: le.Uint64(m[64:72])}
-	}
-	return metas, int64(len(b)), nil
-}
 
 // TearLastCommits zeroes the root pages that only the last n (1 or 2)
 // commits of the data file at path wrote (bbolt copies a page on write:
@@ -53,7 +14,7 @@ func Metas(path string) (metas [2]Meta, size int64, err error) {
 // disk, a page it names not.
 func TearLastCommits(tb testing.TB, path string, n int) {
 	tb.Helper()
-	metas, _, err := Metas(path)
+	metas, _, err := storage.Metas(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
