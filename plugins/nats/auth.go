@@ -27,8 +27,8 @@ import (
 // the file or variable that is wrong, never a secret. A password or token
 // or creds file is read again at each connection attempt, a client
 // certificate when its files change (config.Secret.Rereading,
-// TLS.ClientConfig); an nkey seed's public key is read once. log (nil: none) hears of a renewed certificate that does
-// not load.
+// TLS.ClientConfig); an nkey seed's public key is read once. log (nil:
+// none) hears of a changed file that cannot be used (config.FileWarning).
 func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 	var opts []natsgo.Option
 	a := cfg.Auth
