@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,6 +101,13 @@ func TestDBRollbackLeavesAFileItCannotMend(t *testing.T) {
 	}
 	if mustRead(t, data) != before {
 		t.Fatal("the refused rollback changed the file")
+	}
+	// -o json says the same: not rolled back, the problems, the error.
+	said.Reset()
+	err = NewMain(nil, &said, &said).Run(context.Background(), []string{"db", "rollback", data, "-o", "json"})
+	var rep rollbackReport
+	if exitCode(err) != 1 || json.Unmarshal(said.Bytes(), &rep) != nil || rep.RolledBack || len(rep.Problems) == 0 || !strings.Contains(rep.Error, "does not check either") {
+		t.Fatalf("db rollback -o json of a file two commits torn: %v %+v\n%s", err, rep, said.String())
 	}
 }
 
