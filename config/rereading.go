@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,17 +70,98 @@ func (s Secret) RereadingAs(parse func(string) error, warn func(error)) (func() 
 // change: a certificate renewed in place (cert-manager, certbot, a cron
 // job, every few weeks) is presented at the next connection, with no
 // restart; a client whose certificate expired in memory while a renewed
-// one sat on disk could not reconnect. While the files do not load (one
-// written, not yet the other) the last pair that did is presented, and
-// warn is told once per change of the files.
+// one sat on disk could not reconnect.
 type keyPair struct {
-	certFile, keyFile string
-	warn              func(error)
+	*fileBacked[*tls.Certificate]
+	warn func(error)
+}
+
+// newKeyPair loads the pair; it fails if the files do not load now.
+func newKeyPair(certFile, keyFile string, warn func(error)) (*keyPair, error) {
+	load := func() (*tls.Certificate, error) {
+		if err := CheckPrivate(keyFile); err != nil {
+			return nil, fmt.Errorf("key_file: %w", err)
+		}
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		return &cert, nil
+	}
+	what := fmt.Sprintf("the client certificate %s and key %s", certFile, keyFile)
+	f, err := newFileBacked(what, "presented", load, certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &keyPair{f, warn}, nil
+}
+
+// get is tls.Config.GetClientCertificate: the pair, read again if its
+// files changed since it was, when the server takes it (as with
+// tls.Config.Certificates: a server asking, optionally, for a certificate
+// of other CAs gets none and may still let the client in).
+func (k *keyPair) get(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	cert, err := k.current()
+	if err != nil && k.warn != nil {
+		k.warn(err) // not under the lock: a slow log would hold every handshake
+	}
+	if cri.SupportsCertificate(cert) != nil {
+		return new(tls.Certificate), nil
+	}
+	return cert, nil
+}
+
+// fileBacked is a value loaded from files, loaded again when they change
+// (fileStamp). While they do not load (a renewed certificate written, its
+// key not yet; a file refused for its mode) the last value that did is
+// given, with why once per change of the files, not at every use.
+type fileBacked[T any] struct {
+	what, used string // what the files hold, and what is done with the last value, for the error
+	load       func() (T, error)
+	paths      []string
 
 	mu     sync.Mutex
-	loaded [2]fileStamp // the files as they were when last read
-	tried  [2]fileStamp // ... when last tried, whether they loaded or not
-	last   *tls.Certificate
+	loaded []fileStamp // the files as they were when last read
+	tried  []fileStamp // ... when last tried, whether they loaded or not
+	last   T
+}
+
+// newFileBacked loads the value; it fails if the files do not load now.
+func newFileBacked[T any](what, used string, load func() (T, error), paths ...string) (*fileBacked[T], error) {
+	f := &fileBacked[T]{what: what, used: used, load: load, paths: paths}
+	f.loaded = f.stamps()
+	v, err := load()
+	if err != nil {
+		return nil, err
+	}
+	f.last, f.tried = v, f.loaded
+	return f, nil
+}
+
+func (f *fileBacked[T]) stamps() []fileStamp {
+	s := make([]fileStamp, len(f.paths))
+	for i, p := range f.paths {
+		s[i] = stampOf(p)
+	}
+	return s
+}
+
+// current is the value, loaded again if its files changed since it was;
+// the last that loaded, with why, when they changed and do not load.
+func (f *fileBacked[T]) current() (T, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.stamps()
+	if slices.Equal(now, f.loaded) || slices.Equal(now, f.tried) {
+		return f.last, nil
+	}
+	f.tried = now
+	v, err := f.load()
+	if err != nil {
+		return f.last, fmt.Errorf("%s changed but cannot be used (the one read before is %s): %w", f.what, f.used, err)
+	}
+	f.last, f.loaded = v, now
+	return v, nil
 }
 
 // fileStamp is what says a file changed: its size and modification time,
@@ -105,66 +187,6 @@ func stampOf(path string) fileStamp {
 	uid, _ := fsperm.Owner(fi)
 	ctime, ino := fsperm.Changed(fi)
 	return fileStamp{fi.Size(), fi.ModTime(), fi.Mode(), uid, ctime, ino}
-}
-
-// newKeyPair loads the pair; it fails if the files do not load now.
-func newKeyPair(certFile, keyFile string, warn func(error)) (*keyPair, error) {
-	k := &keyPair{certFile: certFile, keyFile: keyFile, warn: warn}
-	k.loaded = k.stamps()
-	cert, err := k.load()
-	if err != nil {
-		return nil, err
-	}
-	k.last, k.tried = cert, k.loaded
-	return k, nil
-}
-
-func (k *keyPair) stamps() [2]fileStamp {
-	return [2]fileStamp{stampOf(k.certFile), stampOf(k.keyFile)}
-}
-
-func (k *keyPair) load() (*tls.Certificate, error) {
-	if err := CheckPrivate(k.keyFile); err != nil {
-		return nil, fmt.Errorf("key_file: %w", err)
-	}
-	cert, err := tls.LoadX509KeyPair(k.certFile, k.keyFile)
-	if err != nil {
-		return nil, err
-	}
-	return &cert, nil
-}
-
-// get is tls.Config.GetClientCertificate: the pair, read again if its
-// files changed since it was, when the server takes it (as with
-// tls.Config.Certificates: a server asking, optionally, for a certificate
-// of other CAs gets none and may still let the client in).
-func (k *keyPair) get(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
-	cert, err := k.current()
-	if err != nil && k.warn != nil {
-		k.warn(err) // not under k.mu: a slow log would hold every handshake
-	}
-	if cri.SupportsCertificate(cert) != nil {
-		return new(tls.Certificate), nil
-	}
-	return cert, nil
-}
-
-// current is the pair, read again if its files changed since it was; the
-// last that loaded, with why, when they changed and do not load.
-func (k *keyPair) current() (*tls.Certificate, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	now := k.stamps()
-	if now == k.loaded || now == k.tried {
-		return k.last, nil
-	}
-	k.tried = now
-	cert, err := k.load()
-	if err != nil {
-		return k.last, fmt.Errorf("the client certificate %s and key %s changed but do not load (the one read before is presented): %w", k.certFile, k.keyFile, err)
-	}
-	k.last, k.loaded = cert, now
-	return cert, nil
 }
 
 // FileWarning is the warn of Secret.Rereading and TLS.ClientConfig for a

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,10 +146,11 @@ func serveNames(t *testing.T, st *tls.Config) clientServer {
 	return s
 }
 
-// handshake connects with tc and returns what the server saw.
-func (s clientServer) handshake(t *testing.T, tc *tls.Config) string {
+// handshake connects with ct's next configuration and returns what the
+// server saw.
+func (s clientServer) handshake(t *testing.T, ct *ClientTLS) string {
 	t.Helper()
-	c, err := tls.Dial("tcp", s.addr, tc)
+	c, err := tls.Dial("tcp", s.addr, ct.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +213,62 @@ func TestAServerAskingForOtherCAsGetsNoCertificate(t *testing.T) {
 	srv := serveNames(t, st)
 	if got := srv.handshake(t, tc); got != "none" {
 		t.Fatalf("the server asking for other CAs' certificates got %q", got)
+	}
+}
+
+// A CA file renewed in place is trusted at the next handshake, with no
+// restart: a server whose certificate moved to a new CA is reached once
+// the file holds that CA (it was read at start only: a bundle renewed by
+// cert-manager left the client refusing the server until a restart). A
+// rewrite that does not load (no certificate in it, a mode anyone may
+// write) leaves the roots read before, and is told once.
+func TestARenewedCAFileIsTrusted(t *testing.T) {
+	first, second := testkit.NewCA(t), testkit.NewCA(t)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	testkit.WriteCAFile(t, caFile, first)
+	var warned []string
+	ct, err := (&TLS{CAFile: caFile}).ClientConfig(func(err error) { warned = append(warned, err.Error()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serving atomic.Pointer[tls.Certificate]
+	serving.Store(&first.ServerTLS(t).Certificates[0])
+	srv := serveNames(t, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return serving.Load(), nil }})
+	dial := func() error {
+		c, err := tls.Dial("tcp", srv.addr, ct.Config())
+		if err == nil {
+			c.Close()
+		}
+		<-srv.names
+		return err
+	}
+	if err := dial(); err != nil {
+		t.Fatalf("the server of the CA in the file: %v", err)
+	}
+	serving.Store(&second.ServerTLS(t).Certificates[0])
+	if err := dial(); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("the server of a CA not in the file: %v", err)
+	}
+	testkit.WriteCAFile(t, caFile, second)
+	if err := dial(); err != nil {
+		t.Fatalf("after the CA file was renewed: %v", err)
+	}
+	os.WriteFile(caFile, []byte("not a certificate\n"), 0o644)
+	for range 2 {
+		if err := dial(); err != nil {
+			t.Fatalf("with a CA file that holds no certificate, the roots read before: %v", err)
+		}
+	}
+	testkit.WriteCAFile(t, caFile, second)
+	os.Chmod(caFile, 0o666)
+	if err := dial(); err != nil {
+		t.Fatalf("with a CA file anyone may write, the roots read before: %v", err)
+	}
+	if len(warned) != 2 || !strings.Contains(warned[0], "no PEM certificates found") || !strings.Contains(warned[1], "may be written by anyone") {
+		t.Fatalf("told %d times, want the file without a certificate and the mode once each: %q", len(warned), warned)
+	}
+	if roots, _ := ct.Roots(); roots == nil || len(warned) != 2 {
+		t.Fatalf("Roots gave %v, told %d times", roots, len(warned))
 	}
 }
 

@@ -108,27 +108,33 @@ func secretModeAdvice(path string, fi os.FileInfo, uid, euid int) string {
 	return "chmod 600 " + path
 }
 
-// ClientConfig is the crypto/tls configuration of a tls block: TLS 1.2 or
-// later, the CA file's certificates as roots (the system's without one),
-// and the client certificate when one is set, read again when its files
-// change (keyPair; warn, which may be nil, hears of a change that does
-// not load). Its key file is checked as every file of secrets is
-// (CheckPrivate). The CA file is read once.
-func (t *TLS) ClientConfig(warn func(error)) (*tls.Config, error) {
-	tc := &tls.Config{
+// ClientTLS is a tls block made ready for a client's connections: TLS 1.2
+// or later, the CA file's certificates as roots (the system's without
+// one), and the client certificate when one is set. Every file is read
+// again when it changes (fileBacked; warn, which may be nil, hears of a
+// change that does not load): a CA bundle renewed (cert-manager's ca.crt,
+// a new CA added before the servers' certificates move to it) is trusted
+// at the next connection, as a renewed client certificate is presented,
+// with no restart. Its key file is checked as every file of secrets is
+// (CheckPrivate).
+type ClientTLS struct {
+	base  *tls.Config
+	roots *fileBacked[*x509.CertPool] // nil without a ca_file
+	warn  func(error)
+}
+
+// ClientConfig reads the tls block's files; it fails if one does not load.
+func (t *TLS) ClientConfig(warn func(error)) (*ClientTLS, error) {
+	c := &ClientTLS{base: &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // an explicit operator choice
-	}
+	}, warn: warn}
 	if t.CAFile != "" {
-		pem, err := fsperm.ReadTrusted(t.CAFile, fsperm.MaxSecretFile, "a CA file")
+		roots, err := newFileBacked("the CA file "+t.CAFile, "trusted", func() (*x509.CertPool, error) { return readCAFile(t.CAFile) }, t.CAFile)
 		if err != nil {
 			return nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s: no PEM certificates found", t.CAFile)
-		}
-		tc.RootCAs = pool
+		c.roots = roots
 	}
 	switch {
 	case t.CertFile != "" && t.KeyFile != "":
@@ -136,9 +142,48 @@ func (t *TLS) ClientConfig(warn func(error)) (*tls.Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		tc.GetClientCertificate = pair.get
+		c.base.GetClientCertificate = pair.get
 	case t.CertFile != "" || t.KeyFile != "":
 		return nil, errors.New("cert_file and key_file must be set together")
 	}
-	return tc, nil
+	return c, nil
+}
+
+// Config is the configuration of the next connection, its roots the CA
+// file's certificates as the file is now (or as it last loaded).
+func (c *ClientTLS) Config() *tls.Config {
+	tc := c.base.Clone()
+	if c.roots != nil {
+		tc.RootCAs, _ = c.Roots()
+	}
+	return tc
+}
+
+// Roots is the CA file's certificates as the file is now (or as it last
+// loaded; warn hears why), nil without a ca_file: the roots of the next
+// connection, for a client that takes them apart from Config (nats.go's
+// RootCAsCB). It never fails.
+func (c *ClientTLS) Roots() (*x509.CertPool, error) {
+	if c.roots == nil {
+		return nil, nil
+	}
+	pool, err := c.roots.current()
+	if err != nil && c.warn != nil {
+		c.warn(err)
+	}
+	return pool, nil
+}
+
+// readCAFile is the pool of a CA file's certificates; the file must be
+// one only the router's user and root may change (fsperm.ReadTrusted).
+func readCAFile(path string) (*x509.CertPool, error) {
+	pem, err := fsperm.ReadTrusted(path, fsperm.MaxSecretFile, "a CA file")
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificates found", path)
+	}
+	return pool, nil
 }

@@ -106,3 +106,26 @@ func (ca *CA) ClientPair(t testing.TB, name, certFile, keyFile string) {
 		t.Fatal(err)
 	}
 }
+
+// WriteCAFile writes the certificates of cas to path (a tls block's
+// ca_file: a bundle when more than one), mode 0644, its modification time
+// a minute ahead, so that a reader that looks for a change sees one even
+// when the size is alike.
+func WriteCAFile(t testing.TB, path string, cas ...*CA) {
+	t.Helper()
+	var bundle []byte
+	for _, ca := range cas {
+		b, err := os.ReadFile(ca.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bundle = append(bundle, b...)
+	}
+	if err := os.WriteFile(path, bundle, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(path, later, later); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,9 +2,11 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -72,6 +74,42 @@ func TestSASLAndTLS(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The client's dial trusts a CA file renewed in place at its next
+// connection to a broker: a broker whose certificate moved to a new CA is
+// reached once the file holds that CA (the file was read at start only,
+// and the client refused the broker until a restart).
+func TestARenewedCAFileIsTrustedAtTheNextDial(t *testing.T) {
+	first, second := testkit.NewCA(t), testkit.NewCA(t)
+	var serving atomic.Pointer[tls.Certificate]
+	serving.Store(&first.ServerTLS(t).Certificates[0])
+	c := newCluster(t, kfake.TLS(&tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return serving.Load(), nil }}))
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	testkit.WriteCAFile(t, caFile, first)
+	ct, err := (&config.TLS{CAFile: caFile}).ClientConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := dialer(5*time.Second, ct)
+	connect := func() error {
+		conn, err := dial(context.Background(), "tcp", c.ListenAddrs()[0])
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}
+	if err := connect(); err != nil {
+		t.Fatalf("the broker of the CA in the file: %v", err)
+	}
+	serving.Store(&second.ServerTLS(t).Certificates[0])
+	if err := connect(); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("the broker of a CA not in the file: %v", err)
+	}
+	testkit.WriteCAFile(t, caFile, first, second)
+	if err := connect(); err != nil {
+		t.Fatalf("after the CA file was renewed: %v", err)
 	}
 }
 

@@ -60,14 +60,14 @@ func ClientOptions(cfg config.Kafka, logger hclog.Logger) ([]kgo.Opt, error) {
 			return min(100*time.Millisecond<<min(tries, 4), time.Second)
 		}),
 	}
-	var tc *tls.Config
+	var ct *config.ClientTLS
 	if cfg.TLS != nil {
 		var err error
-		if tc, err = cfg.TLS.ClientConfig(config.FileWarning(logger.Warn, cfg.SinkName())); err != nil {
+		if ct, err = cfg.TLS.ClientConfig(config.FileWarning(logger.Warn, cfg.SinkName())); err != nil {
 			return nil, fmt.Errorf("kafka %q: tls: %w", cfg.Name, err)
 		}
 	}
-	opts = append(opts, kgo.Dialer(dialer(dialTimeout(cfg), tc)))
+	opts = append(opts, kgo.Dialer(dialer(dialTimeout(cfg), ct)))
 	if cfg.SASL != nil {
 		m, err := saslMechanism(cfg.SASL, config.FileWarning(logger.Warn, cfg.SinkName()))
 		if err != nil {
@@ -172,18 +172,18 @@ func dialTimeout(cfg config.Kafka) time.Duration {
 }
 
 // dialer is the client's dial function: franz-go's own (a net.Dialer with
-// timeout, wrapped in TLS when tc is set, its server name the broker's
-// host unless tc names one), except that a dial that failed because its
+// timeout, wrapped in TLS when ct is set, its server name the broker's
+// host), except that a dial that failed because its
 // caller's context ended says so (errGaveUp). Only here is that known: a
 // dial's own timeout and its caller's deadline are the same error by the
 // time kgo reports the dial (OnBrokerConnect), and only the first says
 // something about the broker.
-func dialer(timeout time.Duration, tc *tls.Config) func(ctx context.Context, network, host string) (net.Conn, error) {
+func dialer(timeout time.Duration, ct *config.ClientTLS) func(ctx context.Context, network, host string) (net.Conn, error) {
 	nd := &net.Dialer{Timeout: timeout}
 	dial := nd.DialContext
-	if tc != nil {
+	if ct != nil {
 		dial = func(ctx context.Context, network, host string) (net.Conn, error) {
-			c := tc.Clone()
+			c := ct.Config() // the files as they are now: a renewed CA file is trusted
 			if c.ServerName == "" {
 				server, _, err := net.SplitHostPort(host)
 				if err != nil {

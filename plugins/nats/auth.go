@@ -66,11 +66,12 @@ func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 		opts = append(opts, opt)
 	}
 	if cfg.TLS != nil {
-		tc, err := cfg.TLS.ClientConfig(warn)
+		ct, err := cfg.TLS.ClientConfig(warn)
 		if err != nil {
 			return nil, fmt.Errorf("tls: %w", err)
 		}
-		opts = append(opts, natsgo.Secure(tc))
+		// The roots again at each connection: a renewed CA file is trusted.
+		opts = append(opts, natsgo.Secure(ct.Config()), natsgo.ClientTLSConfig(nil, ct.Roots))
 	}
 	return opts, nil
 }

@@ -169,6 +169,47 @@ func TestACorrectedPasswordFileIsUsed(t *testing.T) {
 	}
 }
 
+// A CA file renewed in place is trusted at the next reconnect: the
+// server restarted with a certificate of a new CA, added to the sink's
+// ca_file meanwhile, is reached with no restart of the router (the file
+// was read at start only, and the sink refused the server until then).
+func TestARenewedCAFileIsTrustedAtTheNextReconnect(t *testing.T) {
+	first, second := testkit.NewCA(t), testkit.NewCA(t)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	testkit.WriteCAFile(t, caFile, first)
+	withCert := func(ca *testkit.CA, port int) func(*server.Options) {
+		return func(o *server.Options) { o.Port, o.TLSConfig, o.TLS = port, ca.ServerTLS(t), true }
+	}
+	srv := testkit.NATS(t, withCert(first, -1))
+	port := srv.Addr().(*net.TCPAddr).Port
+	s, _ := openLogged(t, externalConfig(srv.ClientURL(), config.NATSAuth{}, &config.TLS{CAFile: caFile}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	publish := func() error {
+		for _, r := range s.Publish(ctx, makeMsgs("auth", "auth.test", 1)) {
+			if r.Err != nil {
+				return r.Err
+			}
+		}
+		return nil
+	}
+	if err := publish(); err != nil {
+		t.Fatal(err)
+	}
+	// The new CA joins the bundle, then the server moves to a certificate
+	// it signed, as a CA rotation goes.
+	testkit.WriteCAFile(t, caFile, first, second)
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	testkit.NATS(t, withCert(second, port))
+	testkit.Eventually(t, "the sink to reach the server of the renewed CA file", 20*time.Second, func() bool {
+		return s.Healthy(ctx) == nil
+	})
+	if err := publish(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Every file of secrets the client reads (a password, a creds file, an
 // nkey seed, a TLS client key) is refused, naming its attribute and the
 // mode to set, when others may read it.
