@@ -120,15 +120,15 @@ func NewKafka(name string, brokers ...string) Kafka {
 // block's SinkName) under policy, with every default set: the group or
 // durable is the inbox's name, the id header the binding's id attribute.
 func NewInbox(name string, from Broker, policy Policy) Inbox {
-	_, kafka := from.(Kafka)
-	if _, ok := from.(*Kafka); ok {
-		kafka = true
-	}
-	return newInbox(name, from.SinkName(), kafka, policy)
+	kind, _ := ParseSinkName(from.SinkName())
+	return newInbox(name, from.SinkName(), kind, policy)
 }
 
-// newInbox is NewInbox for the sink named from, a Kafka one or not (NATS).
-func newInbox(name, from string, kafka bool, policy Policy) Inbox {
+// Broker is a kafka or nats block, as an inbox's from names it.
+type Broker interface{ SinkName() string }
+
+// newInbox is NewInbox for the sink named from, of kind.
+func newInbox(name, from string, kind SinkKind, policy Policy) Inbox {
 	in := Inbox{
 		Name:      name,
 		From:      from,
@@ -138,16 +138,13 @@ func newInbox(name, from string, kafka bool, policy Policy) Inbox {
 		Policy:    policy.clone(),
 	}
 	in.Policy.Routes = nil
-	if kafka {
+	if kind == SinkKafka {
 		in.Group, in.IDHeader = name, cloudevents.Kafka.Prefix()+cloudevents.AttrID
 	} else {
 		in.Durable, in.IDHeader = name, cloudevents.NATS.Prefix()+cloudevents.AttrID
 	}
 	return in
 }
-
-// Broker is a kafka or nats block, as an inbox's from names it.
-type Broker interface{ SinkName() string }
 
 // DefaultPolicy is the policy an event type or inbox has when neither it
 // nor a defaults block sets anything.

@@ -696,14 +696,14 @@ func (d *decoder) policy(c *hcl.BodyContent, p *Policy) {
 func (d *decoder) route(b *hcl.Block) Route {
 	c := d.content(b.Body, routeSchema)
 	var r Route
-	var kind string
+	var kind SinkKind
 	r.To, kind = d.sink(c, "to", b)
 	switch kind {
-	case "nats":
+	case SinkNATS:
 		r.Subject = d.required(c, "subject", b, `"<subject>" for a NATS sink`)
 		d.check(c.Attributes["subject"], r.Subject, func(s string) error { return CheckSubject(s, false) })
 		d.unused(c, "NATS", "topic")
-	case "kafka":
+	case SinkKafka:
 		r.Topic = d.required(c, "topic", b, `"<topic>" for a Kafka sink`)
 		d.check(c.Attributes["topic"], r.Topic, CheckTopic)
 		d.unused(c, "Kafka", "subject")
@@ -712,18 +712,21 @@ func (d *decoder) route(b *hcl.Block) Route {
 }
 
 // sink decodes the attribute name of b as a reference to a declared sink
-// ("nats.local") and returns it with its kind, "nats" or "kafka"; kind is ""
-// when the reference is missing or wrong.
-func (d *decoder) sink(c *hcl.BodyContent, name string, b *hcl.Block) (ref, kind string) {
+// ("nats.local") and returns it with its kind, SinkNATS or SinkKafka; kind
+// is "" when the reference is missing or wrong.
+func (d *decoder) sink(c *hcl.BodyContent, name string, b *hcl.Block) (ref string, kind SinkKind) {
 	ref = d.required(c, name, b, `"nats.<name>" or "kafka.<name>"`)
-	if ref == "" || d.sinks[ref] {
-		kind, _, _ = strings.Cut(ref, ".")
+	if ref == "" {
+		return ref, ""
+	}
+	kind, sinkName := ParseSinkName(ref)
+	if d.sinks[ref] {
 		return ref, kind
 	}
 	rng := c.Attributes[name].Expr.Range()
-	switch prefix, sinkName, _ := strings.Cut(ref, "."); prefix {
-	case "nats", "kafka":
-		d.errorf(rng, "Unknown sink", "%q: no %s %q block is declared.", ref, prefix, sinkName)
+	switch kind {
+	case SinkNATS, SinkKafka:
+		d.errorf(rng, "Unknown sink", "%q: no %s %q block is declared.", ref, kind, sinkName)
 	default:
 		d.errorf(rng, "Invalid sink", `%q is not a sink; write "nats.<name>" or "kafka.<name>".`, ref)
 	}
@@ -978,9 +981,9 @@ func (d *decoder) plugin(b *hcl.Block) Plugin {
 func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 	c := d.content(b.Body, inboxSchema)
 	from, kind := d.sink(c, "from", b)
-	in := newInbox(b.Labels[0], from, kind == "kafka", defaults)
+	in := newInbox(b.Labels[0], from, kind, defaults)
 	switch kind {
-	case "kafka":
+	case SinkKafka:
 		in.Topics = d.requiredList(c, "topics", b, `["<topic>", ...] for a Kafka sink`, CheckTopic)
 		d.str(c.Attributes["group"], &in.Group)
 		d.str(c.Attributes["instance_id"], &in.InstanceID)
@@ -990,7 +993,7 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 		}
 		d.boolean(c.Attributes["read_committed"], &in.ReadCommitted)
 		d.unused(c, "Kafka", "subject", "durable")
-	case "nats":
+	case SinkNATS:
 		in.Subject = d.required(c, "subject", b, `"<subject>" for a NATS sink`)
 		d.check(c.Attributes["subject"], in.Subject, func(s string) error { return CheckSubject(s, true) })
 		d.str(c.Attributes["durable"], &in.Durable)
@@ -999,7 +1002,7 @@ func (d *decoder) inbox(b *hcl.Block, defaults Policy) Inbox {
 	d.duration(c.Attributes["ttl"], &in.TTL, true)
 	d.str(c.Attributes["id_header"], &in.IDHeader)
 	if a := c.Attributes["id_header"]; a != nil && in.IDHeader == "" {
-		d.errorf(a.Expr.Range(), "Empty id_header", "id_header names the message header that carries an event's id; leave it out for the default (%s for this sink).", newInbox(in.Name, in.From, kind == "kafka", defaults).IDHeader)
+		d.errorf(a.Expr.Range(), "Empty id_header", "id_header names the message header that carries an event's id; leave it out for the default (%s for this sink).", newInbox(in.Name, in.From, kind, defaults).IDHeader)
 	}
 	oneOf(d, c.Attributes["missing_id"], &in.MissingID, MissingIDDerive, MissingIDReject)
 	if db := d.single(c.Blocks, "deliver"); db != nil {

@@ -10,13 +10,36 @@ import (
 // inbox's events wait in a queue of their own ("inbox:payments") and are
 // delivered through a sink of their own ("inbox.payments").
 const (
-	natsSinkPrefix  = "nats."
-	kafkaSinkPrefix = "kafka."
-	inboxSinkPrefix = "inbox."
+	natsSinkPrefix  = string(SinkNATS) + "."
+	kafkaSinkPrefix = string(SinkKafka) + "."
+	inboxSinkPrefix = string(SinkInbox) + "."
 	// InboxQueuePrefix starts the queue of every inbox: a name no event
 	// type may take.
 	InboxQueuePrefix = "inbox:"
 )
+
+// SinkKind is what a sink reaches, the first part of its name.
+type SinkKind string
+
+const (
+	SinkNATS  SinkKind = "nats"  // a nats block's server
+	SinkKafka SinkKind = "kafka" // a kafka block's cluster
+	SinkInbox SinkKind = "inbox" // an inbox's local service
+)
+
+// ParseSinkName splits the name of a sink into its kind and the name of
+// its block (or inbox): "kafka.main" is SinkKafka and "main". The kind is
+// "" when the name starts with none.
+func ParseSinkName(sink string) (SinkKind, string) {
+	prefix, name, ok := strings.Cut(sink, ".")
+	switch k := SinkKind(prefix); k {
+	case SinkNATS, SinkKafka, SinkInbox:
+		if ok {
+			return k, name
+		}
+	}
+	return "", sink
+}
 
 // SinkName is how routes and inboxes refer to the sink of a nats block.
 func (n NATS) SinkName() string { return natsSinkPrefix + n.Name }
@@ -29,7 +52,10 @@ func (k Kafka) SinkName() string { return kafkaSinkPrefix + k.Name }
 func InboxSinkName(inbox string) string { return inboxSinkPrefix + inbox }
 
 // IsInboxSink says whether the sink named name delivers an inbox's events.
-func IsInboxSink(name string) bool { return strings.HasPrefix(name, inboxSinkPrefix) }
+func IsInboxSink(name string) bool {
+	kind, _ := ParseSinkName(name)
+	return kind == SinkInbox
+}
 
 // InboxQueueName is the queue the events of the inbox named inbox wait in.
 func InboxQueueName(inbox string) string { return InboxQueuePrefix + inbox }
@@ -109,10 +135,10 @@ func CheckDestination(d string, configured func(sink string) bool) (sink, target
 // route's or a plugin's destination "<sink>:<target>"): a subject for a
 // NATS sink, a topic name for a Kafka one.
 func CheckTarget(sink, target string) error {
-	switch {
-	case strings.HasPrefix(sink, natsSinkPrefix):
+	switch kind, _ := ParseSinkName(sink); kind {
+	case SinkNATS:
 		return CheckSubject(target, false)
-	case strings.HasPrefix(sink, kafkaSinkPrefix):
+	case SinkKafka:
 		return CheckTopic(target)
 	}
 	return nil

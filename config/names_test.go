@@ -48,3 +48,26 @@ func TestSubjectsCollideMatchesTheServer(t *testing.T) {
 		}
 	}
 }
+
+// A sink's name splits into the kind its prefix names and its block's
+// name, and the names the blocks give their sinks split back into them; a
+// name without a kind's prefix has no kind.
+func TestParseSinkName(t *testing.T) {
+	for _, c := range []struct {
+		sink string
+		kind SinkKind
+		name string
+	}{
+		{NewKafka("main").SinkName(), SinkKafka, "main"},
+		{NewNATS("local").SinkName(), SinkNATS, "local"},
+		{InboxSinkName("payments"), SinkInbox, "payments"},
+		{"nats.a.b", SinkNATS, "a.b"},
+		{"redis.cache", "", "redis.cache"},
+		{"kafka", "", "kafka"},
+		{"", "", ""},
+	} {
+		if kind, name := ParseSinkName(c.sink); kind != c.kind || name != c.name {
+			t.Errorf("ParseSinkName(%q) = %q, %q; want %q, %q", c.sink, kind, name, c.kind, c.name)
+		}
+	}
+}

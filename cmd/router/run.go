@@ -399,32 +399,29 @@ func (c *RunCommand) openAPI(cfg *config.Config) error {
 	return c.api.Open()
 }
 
+// openSource opens the source of in, the broker its from names; nil when
+// no block of the configuration has that name.
+func openSource(ctx context.Context, cfg *config.Config, in config.Inbox, natsURLs map[string]string, log hclog.Logger) (switchyard.Source, error) {
+	kind, name := config.ParseSinkName(in.From)
+	switch kind {
+	case config.SinkKafka:
+		if i := slices.IndexFunc(cfg.Kafka, func(k config.Kafka) bool { return k.Name == name }); i >= 0 {
+			return kafka.OpenSource(ctx, cfg.Kafka[i], in, log)
+		}
+	case config.SinkNATS:
+		if i := slices.IndexFunc(cfg.NATS, func(n config.NATS) bool { return n.Name == name }); i >= 0 {
+			return natsplugin.OpenSource(ctx, cfg.NATS[i], natsURLs[name], in, log)
+		}
+	}
+	return nil, nil
+}
+
 // openSources starts consuming every inbox's broker into the data file.
 func (c *RunCommand) openSources(ctx context.Context, cfg *config.Config, natsURLs map[string]string) error {
 	for _, in := range cfg.Inboxes {
-		var src switchyard.Source
-		kind, sinkName, _ := strings.Cut(in.From, ".")
-		switch kind {
-		case "kafka":
-			for _, k := range cfg.Kafka {
-				if k.Name == sinkName {
-					s, err := kafka.OpenSource(ctx, k, in, c.log)
-					if err != nil {
-						return err // it names the inbox
-					}
-					src = s
-				}
-			}
-		case "nats":
-			for _, n := range cfg.NATS {
-				if n.Name == sinkName {
-					s, err := natsplugin.OpenSource(ctx, n, natsURLs[sinkName], in, c.log)
-					if err != nil {
-						return err // it names the inbox
-					}
-					src = s
-				}
-			}
+		src, err := openSource(ctx, cfg, in, natsURLs, c.log)
+		if err != nil {
+			return err // it names the inbox
 		}
 		if src == nil {
 			return fmt.Errorf("inbox %q: no sink %q to consume from", in.Name, in.From)
