@@ -1,6 +1,7 @@
 package config
 
 import (
+	"path/filepath"
 	"time"
 
 	"github.com/switchyard-router/switchyard/cloudevents"
@@ -12,12 +13,18 @@ import (
 // again. A test that builds a block by hand starts from the constructors
 // below, which Load uses too.
 const (
-	DefaultPublishTimeout   = 10 * time.Second // nats and kafka blocks
-	DefaultNATSMaxPending   = 4096
-	DefaultNATSHost         = "127.0.0.1"
-	DefaultNATSPort         = 4222
-	DefaultStreamReplicas   = 1
-	DefaultStreamDuplicates = 2 * time.Minute // nats-server's own default
+	DefaultSocket            = "./data/router.sock" // listen.socket, and the commands' -socket
+	DefaultStoragePath       = "./data/router.db"
+	DefaultMinFree           = 64 << 20 // storage.min_free
+	DefaultIdempotencyWindow = 24 * time.Hour
+	DefaultOutboxTTL         = 24 * time.Hour
+	DefaultDLQTTL            = 7 * 24 * time.Hour
+	DefaultPublishTimeout    = 10 * time.Second // nats and kafka blocks
+	DefaultNATSMaxPending    = 4096
+	DefaultNATSHost          = "127.0.0.1"
+	DefaultNATSPort          = 4222
+	DefaultStreamReplicas    = 1
+	DefaultStreamDuplicates  = 2 * time.Minute // nats-server's own default
 	// DefaultEmbeddedDuplicates is the duplicates window of a stream on
 	// the embedded server: it holds every id of the window in the
 	// router's memory, and the router's restart after a crash is covered
@@ -53,6 +60,10 @@ const (
 // DefaultPluginLimits are a plugin block's limits when it has no limits
 // block.
 var DefaultPluginLimits = PluginLimits{Memory: 16 << 20, Timeout: 50 * time.Millisecond, MaxOutputs: 16, MaxOutputBytes: 1 << 20}
+
+// DefaultStoreDir is an embedded nats block's store_dir when it sets none:
+// beside the data file, in dataDir.
+func DefaultStoreDir(dataDir string) string { return filepath.Join(dataDir, "nats") }
 
 // NewListen is a listen block on socket with every default set.
 func NewListen(socket string) Listen {

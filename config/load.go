@@ -380,11 +380,11 @@ func (d *decoder) unused(c *hcl.BodyContent, kind string, names ...string) {
 func (d *decoder) root(body hcl.Body) *Config {
 	c := d.content(body, rootSchema)
 	cfg := &Config{
-		Listen:            NewListen("./data/router.sock"),
-		Storage:           Storage{Path: "./data/router.db", MinFree: 64 * mib},
-		Idempotency:       Idempotency{Window: day},
-		Outbox:            Outbox{TTL: day, YieldLag: DefaultYieldLag},
-		DLQ:               DLQ{TTL: 7 * day},
+		Listen:            NewListen(DefaultSocket),
+		Storage:           Storage{Path: DefaultStoragePath, MinFree: DefaultMinFree},
+		Idempotency:       Idempotency{Window: DefaultIdempotencyWindow},
+		Outbox:            Outbox{TTL: DefaultOutboxTTL, YieldLag: DefaultYieldLag},
+		DLQ:               DLQ{TTL: DefaultDLQTTL},
 		Defaults:          DefaultPolicy(),
 		Events:            map[string]*Policy{},
 		MaxTypes:          defaultMaxTypes,
@@ -774,7 +774,7 @@ func (d *decoder) natsServer(c *hcl.BodyContent, b *hcl.Block, n *NATS, storageP
 			`The nats block needs url = "nats://host:4222" or embedded = true.`)
 	}
 	if n.Embedded && n.StoreDir == "" {
-		n.StoreDir = filepath.Join(filepath.Dir(storagePath), "nats")
+		n.StoreDir = DefaultStoreDir(filepath.Dir(storagePath))
 	}
 	if u, err := url.Parse(n.URL); n.URL != "" && (err != nil || u.Host == "" || !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme)) {
 		d.errorf(c.Attributes["url"].Expr.Range(), "Invalid URL", "url %q: write nats://host:4222 (or tls://, ws://, wss://).", n.URL)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/switchyard-router/switchyard/config"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -67,7 +69,7 @@ func (c *BenchCommand) parseFlags(args []string) (*benchOptions, error) {
 	o := &benchOptions{}
 	fs := flag.NewFlagSet("router bench", flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
-	fs.StringVar(&o.Socket, "socket", "./data/router.sock", "the router's unix socket")
+	fs.StringVar(&o.Socket, "socket", config.DefaultSocket, "the router's unix socket")
 	fs.StringVar(&o.Type, "type", "demo.greeting", "the event type to send (it needs an event block)")
 	fs.IntVar(&o.Concurrency, "c", 64, "concurrent clients (connections)")
 	fs.IntVar(&o.Requests, "n", 0, "total requests (0 = until -d)")

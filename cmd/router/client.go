@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard/api"
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/internal/fsperm"
 )
 
@@ -40,7 +41,7 @@ func (f *apiFlags) register(fs *flag.FlagSet) {
 // request takes as long as it takes (router backup: its -h offered a
 // -timeout it ignored).
 func (f *apiFlags) registerUntimed(fs *flag.FlagSet) {
-	fs.StringVar(&f.socket, "socket", "./data/router.sock", "the router's unix socket")
+	fs.StringVar(&f.socket, "socket", config.DefaultSocket, "the router's unix socket")
 	fs.StringVar(&f.addr, "addr", "", "the router's TCP listener (host:port or http(s)://host:port) instead of the socket")
 	fs.StringVar(&f.token, "token", "", "bearer token for -addr; every local user sees it in ps: prefer -token-file or $SWITCHYARD_TOKEN")
 	fs.StringVar(&f.tokenFile, "token-file", "", "read the bearer token from this file (with -addr)")

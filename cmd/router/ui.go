@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard/api"
+	"github.com/switchyard-router/switchyard/config"
 )
 
 // UICommand is `router ui`: the operator console of a router without a TCP
@@ -32,7 +33,7 @@ type UICommand struct {
 func (c *UICommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("router ui", flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
-	socket := fs.String("socket", "./data/router.sock", "the router's unix socket")
+	socket := fs.String("socket", config.DefaultSocket, "the router's unix socket")
 	listen := fs.String("listen", "127.0.0.1:0", "the loopback address to serve on (port 0: any free port)")
 	var ttl time.Duration
 	durationVar(fs, &ttl, "link-ttl", 10*time.Minute, "how long the printed link can be used (once)")

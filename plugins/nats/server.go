@@ -27,11 +27,6 @@ import (
 	"github.com/switchyard-router/switchyard/internal/logthrottle"
 )
 
-// DefaultHost is where the embedded server listens when the config names no
-// host: loopback, so local tools (nats CLI, services) can subscribe while the
-// server stays off the network.
-const DefaultHost = "127.0.0.1"
-
 // readyTimeout bounds how long StartServer waits for the server to accept
 // clients (JetStream recovers its store before that).
 const readyTimeout = 30 * time.Second
@@ -94,11 +89,11 @@ func StartServer(cfg config.NATS, dataDir string, logger hclog.Logger) (*Server,
 	}
 	host := cfg.Host
 	if host == "" {
-		host = DefaultHost
+		host = config.DefaultNATSHost
 	}
 	storeDir := cfg.StoreDir
 	if storeDir == "" {
-		storeDir = filepath.Join(dataDir, "nats")
+		storeDir = config.DefaultStoreDir(dataDir)
 	}
 	name := cfg.Name
 	if name == "" {
@@ -371,7 +366,7 @@ func (s *Server) ClientURL() string {
 	}
 	host, port := u.Hostname(), u.Port()
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = DefaultHost
+		host = config.DefaultNATSHost
 	}
 	u.Host = net.JoinHostPort(host, port)
 	return u.String()

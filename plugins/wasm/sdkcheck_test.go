@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
+	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/engine"
 	sdk "github.com/switchyard-router/switchyard/sdk/go"
 )
 
@@ -48,6 +51,27 @@ func TestSDKChecksOutputsAsTheRouterDoes(t *testing.T) {
 				t.Fatalf("router: %v; SDK: %v; want ok = %v from both", routerErr, sdkErr, tc.ok)
 			}
 		})
+	}
+}
+
+// The Go SDK's limits are the router's: a plugin block's default output
+// count and size, an output's header value, headers and id (the SDK, a
+// module of its own, writes them again for plugin authors).
+func TestSDKLimitsAreTheRouters(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		sdk, router int64
+	}{
+		{"DefaultMaxOutputs", sdk.DefaultMaxOutputs, int64(config.DefaultPluginLimits.MaxOutputs)},
+		{"DefaultMaxOutputBytes", sdk.DefaultMaxOutputBytes, config.DefaultPluginLimits.MaxOutputBytes},
+		{"MaxHeaderValue", sdk.MaxHeaderValue, maxHeaderValue},
+		{"MaxHeaderValue (the API's for extensions)", sdk.MaxHeaderValue, engine.MaxAttrLen},
+		{"MaxExtensions", sdk.MaxExtensions, cloudevents.MaxExtensions},
+		{"MaxIDLen", sdk.MaxIDLen, switchyard.MaxInboundIDLen},
+	} {
+		if c.sdk != c.router {
+			t.Errorf("sdk.%s is %d, the router's %d", c.name, c.sdk, c.router)
+		}
 	}
 }
 
