@@ -165,6 +165,9 @@ func decode[T any](t *testing.T, b []byte) T {
 
 const orderJSON = `{"specversion":"1.0","type":"order.created","source":"/shop","subject":"o-1","partitionkey":"cust-7","data":{"total":12}}`
 
+// A structured-mode event without an id is a 202 with a UUIDv7 the router
+// gave it, and is stored pending with its JSON data as application/json,
+// its partition key, the request's traceparent and a time.
 func TestPostStructured(t *testing.T) {
 	r := newRouter(t)
 	rep := r.post(structured("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), orderJSON)
@@ -216,6 +219,9 @@ func TestEventViewIncludes(t *testing.T) {
 	}
 }
 
+// A binary-mode event is stored from its headers and body: the body as its
+// data, Content-Type as its content type, the partition key percent-decoded
+// ("k%201" is "k 1") and Ce-Time as its time.
 func TestPostBinary(t *testing.T) {
 	r := newRouter(t)
 	rep := r.post(map[string]string{
@@ -378,6 +384,9 @@ func TestBadInputStoresNothing(t *testing.T) {
 	}
 }
 
+// 100 concurrent posts of one body under one Idempotency-Key store one
+// event and get the same answer, 99 of them marked Idempotent-Replayed, and
+// the event is found again by its key.
 func TestIdempotencyKeyConcurrentSameBody(t *testing.T) {
 	r := newRouter(t)
 	const n = 100
@@ -438,8 +447,6 @@ func TestIdempotencyKeyRetryWithNewTrace(t *testing.T) {
 	}
 }
 
-// The same Idempotency-Key with another body is a 422 that stores nothing;
-// keys are each tenant's own.
 // A binary-mode attribute header or an Idempotency-Key sent twice is a 400
 // that stores nothing (which value would count?); a refusal never says it
 // kept or dropped what it refused. Repeated trace headers are no reason to
@@ -516,6 +523,9 @@ func TestSlowBodyIsATimeout(t *testing.T) {
 	}
 }
 
+// The same Idempotency-Key with another body is a 422 idempotency_key_reuse
+// that stores nothing; keys are each tenant's own: another tenant's k is
+// new to it, and a third tenant cannot find the event by k.
 func TestIdempotencyKeyReuseWithAnotherBody(t *testing.T) {
 	r := newRouter(t)
 	if rep := r.post(structured("Idempotency-Key", "k"), orderJSON); rep.status != 202 {
@@ -535,6 +545,10 @@ func TestIdempotencyKeyReuseWithAnotherBody(t *testing.T) {
 	}
 }
 
+// An event sent again under the client's own id, in either mode or with a
+// new traceparent, is a replayed 202 stored once; the same id with other
+// data is a 422, and a batch repeating it stores only the new event,
+// marking the repeat "duplicate".
 func TestClientIDIsANaturalKey(t *testing.T) {
 	r := newRouter(t)
 	ev := `{"specversion":"1.0","type":"order.paid","source":"/pay","id":"p-9","data":{"n":1}}`
@@ -574,6 +588,8 @@ func TestClientIDIsANaturalKey(t *testing.T) {
 	}
 }
 
+// An event is read only by its tenant: another tenant's GET of its id is a
+// 404.
 func TestTenantsSeeOnlyTheirEvents(t *testing.T) {
 	r := newRouter(t)
 	rep := r.post(structured("X-Tenant", "a"), orderJSON)
@@ -586,6 +602,8 @@ func TestTenantsSeeOnlyTheirEvents(t *testing.T) {
 	}
 }
 
+// An event posted while the data file is closed is a 503
+// storage_unavailable with a Retry-After.
 func TestStorageClosedIs503(t *testing.T) {
 	r := newRouter(t)
 	r.db.Close(context.Background())

@@ -147,6 +147,10 @@ func problemCode(t *testing.T, rep reply) string {
 	return decode[struct{ Code string }](t, rep.body).Code
 }
 
+// Over TCP, a request with no token, an unknown one, a Basic one, an empty
+// one or a prefix of a real one is a 401 with a Bearer challenge
+// (invalid_token for a wrong one) and stores nothing; /healthz needs no
+// token, /readyz does.
 func TestAuthTCPNeedsAToken(t *testing.T) {
 	r := newTCPRouter(t)
 	for _, c := range []struct {
@@ -344,6 +348,9 @@ func TestCatchAllTypesPerTenant(t *testing.T) {
 	}
 }
 
+// The DLQ, stats, plugins, inboxes, claims and metrics routes are a 403 to
+// a tenant's token and open to an admin's and on the socket; a path that
+// cleans to one of them is never served to a non-admin.
 func TestAuthAdminRoutesNeedAnAdminToken(t *testing.T) {
 	r := newTCPRouter(t)
 	routes := []struct{ method, path, body string }{
@@ -396,6 +403,10 @@ func TestAuthAdminRoutesNeedAnAdminToken(t *testing.T) {
 	}
 }
 
+// An oversized ingest or bulk body is a 413 payload_too_large; an id with
+// an encoded slash or dot-dot, a NUL or too many bytes, or a queue with a
+// slash, is a problem+json 404 or 400; a path of megabytes is cut off by
+// the header limit.
 func TestAuthBodiesAndIDs(t *testing.T) {
 	r := newTCPRouter(t)
 	big := `{"specversion":"1.0","type":"order.created","source":"/s","data":"` + strings.Repeat("x", 8<<10) + `"}`

@@ -34,6 +34,9 @@ func checkDecoded(t *testing.T, events []engine.IngestEvent, err error) {
 	}
 }
 
+// Whatever a structured-mode body holds, decoding either refuses it with a
+// coded error or gives a complete event (id, source, type, specversion 1.0,
+// time), with a digest for a client's id.
 func FuzzDecodeStructured(f *testing.F) {
 	f.Add([]byte(`{"specversion":"1.0","type":"t","source":"/s","id":"1","data":{"a":1}}`))
 	f.Add([]byte(`{"specversion":"1.0","type":"t","source":"/s","data_base64":"AAEC","datacontenttype":"application/octet-stream"}`))
@@ -46,6 +49,8 @@ func FuzzDecodeStructured(f *testing.F) {
 	})
 }
 
+// Whatever a batch body holds, decoding either refuses it with a coded
+// error or gives complete events, at most max_batch of them, as a batch.
 func FuzzDecodeBatch(f *testing.F) {
 	f.Add([]byte(`[{"specversion":"1.0","type":"t","source":"/s","id":"1"},{"specversion":"1.0","type":"t","source":"/s"}]`))
 	f.Add([]byte(`[]`))
@@ -60,6 +65,9 @@ func FuzzDecodeBatch(f *testing.F) {
 	})
 }
 
+// Whatever a binary-mode request's headers and body hold, decoding either
+// refuses it with a coded error or gives a complete event, with a digest
+// for a client's id.
 func FuzzDecodeBinary(f *testing.F) {
 	f.Add("1.0", "t", "/s", "id-1", "text/plain", "k%20v", []byte("hello"))
 	f.Add("1.0", "t", "/s", "", "application/json", "%zz", []byte(`{"a":1}`))

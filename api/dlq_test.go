@@ -44,6 +44,10 @@ type dlqList struct {
 	NextCursor string `json:"next_cursor"`
 }
 
+// The DLQ lists newest first, page by page, refuses a bad or repeated
+// query parameter, filters by type and time (far dates not wrapped), shows
+// an event with its attempts, and retries, resolves, deletes and counts one
+// or many; acting again on an event no longer there is a 409 or a 404.
 func TestDLQRoutes(t *testing.T) {
 	r := newRouter(t)
 	var ids []string

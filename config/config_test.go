@@ -36,6 +36,8 @@ func parseErr(t *testing.T, src string) string {
 	return err.Error()
 }
 
+// An empty configuration is the built-in defaults, down to each limit,
+// timeout and policy, and names the paths the router will write.
 func TestBuiltinDefaults(t *testing.T) {
 	cfg := mustParse(t, "")
 	want := &Config{
@@ -116,6 +118,9 @@ inbox "in" {
 }
 `
 
+// An event block overrides only the defaults' fields it sets, its lists
+// replace theirs, and it shares no list with them; an inbox inherits the
+// same way but takes neither the defaults' routes nor their plugins.
 func TestInheritance(t *testing.T) {
 	cfg := mustParse(t, inheritSrc)
 	defaults := Policy{
@@ -176,6 +181,8 @@ func TestInheritance(t *testing.T) {
 	}
 }
 
+// A type without its own event block gets the catch-all "*" block's
+// policy, and no policy at all when there is no "*" block.
 func TestPolicyFallback(t *testing.T) {
 	cfg := mustParse(t, `
 nats "local" { embedded = true }
@@ -372,6 +379,8 @@ func TestFullConfig(t *testing.T) {
 	}
 }
 
+// A configuration file that does not exist is a not-exist error the
+// caller can tell apart.
 func TestLoadMissingFile(t *testing.T) {
 	_, err := Load(filepath.Join(t.TempDir(), "nope.hcl"))
 	if !errors.Is(err, os.ErrNotExist) {
@@ -391,6 +400,10 @@ func TestLoadEndlessFile(t *testing.T) {
 	}
 }
 
+// Each mistake in a configuration (a typo, a wrong type or range, an
+// undeclared sink or plugin, a duplicate, a secret written inline, a
+// socket at a path in use) is told as file:line:col with a summary that
+// says what is wrong.
 func TestErrors(t *testing.T) {
 	const sinks = `nats "local" { embedded = true }
 kafka "main" { brokers = ["k:9092"] }
@@ -589,6 +602,9 @@ nats "n" {}
 	}
 }
 
+// A size is a whole number of bytes with an optional SI or IEC unit in
+// any case; a fraction, a unit alone, zero, a negative or an overflowing
+// size is refused.
 func TestParseSize(t *testing.T) {
 	for in, want := range map[string]int64{
 		"1":       1,
@@ -612,6 +628,8 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
+// Whatever the source, Parse returns a configuration or an error, never
+// both nor neither, and an error always has a message.
 func FuzzParse(f *testing.F) {
 	f.Add(switchyard.Policies)
 	f.Add([]byte(inheritSrc))

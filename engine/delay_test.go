@@ -46,6 +46,9 @@ func TestAdaptiveDelayIdleHour(t *testing.T) {
 	t.Logf("adaptive: %d polls/hour, at 1m after %v", polls, atMax)
 }
 
+// While every poll fills a batch the adaptive delay stays at its minimum,
+// even after idle polls had grown it; a partial batch grows it again from
+// there (250ms to 375ms).
 func TestAdaptiveDelayBurstStaysAtMin(t *testing.T) {
 	d := engine.NewDelay(defaultPolling)
 	for range 10 {
@@ -64,6 +67,9 @@ func TestAdaptiveDelayBurstStaysAtMin(t *testing.T) {
 	}
 }
 
+// Retries wait delay × multiplier^(attempt-1) (10s, 30s, 90s); late
+// attempts wait the longest wait, never a negative or overflowed one, and a
+// disabled backoff waits nothing.
 func TestBackoffSchedule(t *testing.T) {
 	b := config.Backoff{Enabled: true, Delay: 10 * time.Second, Multiplier: 3}
 	for attempt, want := range map[int]time.Duration{1: 10 * time.Second, 2: 30 * time.Second, 3: 90 * time.Second} {

@@ -429,6 +429,10 @@ event "t.stuck" {
 	}
 }
 
+// While a request under an Idempotency-Key is in flight, the same body
+// again is request_in_progress (the API's 409) with a Retry-After and
+// another body a key reuse; once the first is stored, its answer is
+// replayed.
 func TestSameKeyInFlightGets409(t *testing.T) {
 	h := newHarness(t, oneRoute, false)
 	slow := &slowStore{Store: h.db, gate: make(chan struct{}), entered: make(chan struct{})}

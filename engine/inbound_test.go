@@ -14,6 +14,11 @@ import (
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
+// A broker message becomes the event its CloudEvents headers say, by the
+// Kafka or NATS binding's rules (percent-decoding only for ce-), with a
+// warning for each value kept raw, replaced or dropped, an id from a
+// configured header, and an id derived when it is missing, empty or too
+// long.
 func TestDecodeInbound(t *testing.T) {
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	at := time.Date(2026, 3, 4, 5, 6, 7, 890000000, time.UTC)
@@ -187,6 +192,9 @@ func TestDecodeInbound(t *testing.T) {
 	}
 }
 
+// An id derived for a message without one depends only on its content:
+// the same headers in any order and case and the same data give the same
+// id at any offset; other data, a header changed or missing give another.
 func TestDeriveInboundIDStable(t *testing.T) {
 	h := []switchyard.Header{{Name: "ce_type", Value: "t"}, {Name: "x-b", Value: "2"}, {Name: "X-A", Value: "1"}}
 	a, _ := DecodeInbound(cloudevents.Kafka, h, []byte("data"), "", "kafka.main:p/0@1")

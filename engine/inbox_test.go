@@ -184,6 +184,8 @@ func TestReceiveDropsRedeliveries(t *testing.T) {
 	}
 }
 
+// A long poll of an empty inbox returns the event received while it
+// waits, at once rather than at its timeout.
 func TestPullLongPollWakesOnReceive(t *testing.T) {
 	h := newHarness(t, pullInbox, false)
 	ctx := context.Background()

@@ -34,6 +34,8 @@ func sampleRecord() *Record {
 	}
 }
 
+// A record, full or nearly empty, decodes back to itself; cut short at any
+// byte it is an error, never a short record.
 func TestRecordRoundTrip(t *testing.T) {
 	for _, r := range []*Record{sampleRecord(), {Event: switchyard.Event{ID: "x"}}} {
 		b, err := encodeRecord(r)
@@ -82,6 +84,7 @@ func TestRecordTimes(t *testing.T) {
 	}
 }
 
+// Whatever bytes decode as a record encode again into bytes that decode.
 func FuzzDecodeRecord(f *testing.F) {
 	b, _ := encodeRecord(sampleRecord())
 	f.Add(b)

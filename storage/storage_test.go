@@ -95,6 +95,8 @@ func due(t *testing.T, db *storage.DB, typ string, now time.Time, byKey bool) []
 	return ids
 }
 
+// 500 concurrent writers each store their event, all pending, in no more
+// commits than writes; Due gives at most its limit of them.
 func TestGroupCommitConcurrentWriters(t *testing.T) {
 	db := storagetest.Open(t)
 	const n = 500
@@ -168,6 +170,8 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 	})
 }
 
+// An event is not stored under an id already taken, even by an event of
+// another type: ErrExists.
 func TestInsertRefusesTakenID(t *testing.T) {
 	db := storagetest.Open(t)
 	insert(t, db, record("x", "a", time.Unix(1, 0), ""))
@@ -177,6 +181,10 @@ func TestInsertRefusesTakenID(t *testing.T) {
 	}
 }
 
+// Due lists a type's pending events due by now, in order; a rescheduled
+// event is due again only at its new time, a delivered or dead-lettered one
+// no more (the DLQ keeping its reason), and a delivered record is removed
+// once its TTL has passed, not before.
 func TestDueOrderRescheduleDeliverDLQ(t *testing.T) {
 	db := storagetest.Open(t)
 	t0 := time.Unix(1000, 0)
@@ -259,6 +267,9 @@ func TestNextDue(t *testing.T) {
 	}
 }
 
+// With ordering by key, an event waits behind an earlier one with its key
+// that was rescheduled, and is due once that one is delivered; without
+// ordering it does not wait.
 func TestDueOrderByKey(t *testing.T) {
 	db := storagetest.Open(t)
 	t0 := time.Unix(1000, 0)
@@ -312,6 +323,8 @@ func TestDueOrderByKeyPerTenant(t *testing.T) {
 	}
 }
 
+// An idempotency record is served until it expires, not after, and the
+// cleanup then removes it.
 func TestIdempotencyRecordsExpire(t *testing.T) {
 	db := storagetest.Open(t)
 	t0 := time.Unix(1000, 0)
@@ -429,6 +442,7 @@ func TestIdempotencyRecordsMadeBeforeGoEarly(t *testing.T) {
 	}
 }
 
+// A closed data file refuses a write with ErrClosed.
 func TestClosedRefusesWrites(t *testing.T) {
 	db := storagetest.Open(t)
 	if err := db.Close(ctx); err != nil {
@@ -439,6 +453,8 @@ func TestClosedRefusesWrites(t *testing.T) {
 	}
 }
 
+// Concurrent inserts (64 writers per CPU) share group commits: the
+// benchmark reports how many writes each commit carries.
 func BenchmarkGroupCommit(b *testing.B) {
 	db := storagetest.Open(b)
 	b.SetParallelism(64)

@@ -43,6 +43,9 @@ func readNotify(t *testing.T, conn *net.UnixConn, timeout time.Duration) string 
 	return string(buf[:n])
 }
 
+// A notification reaches systemd at a socket path or an abstract "@"
+// address, is a no-op without NOTIFY_SOCKET, and fails for an address
+// it cannot reach (vsock).
 func TestNotifyPathAndAbstractSockets(t *testing.T) {
 	dir, err := os.MkdirTemp("", "sy")
 	if err != nil {
@@ -114,6 +117,9 @@ func unixListenerFile(t *testing.T, path string) *os.File {
 	return f
 }
 
+// A socket is taken from systemd, and served, only when LISTEN_PID is this
+// process and LISTEN_FDS is 1; LISTEN_FDS of 2, negative or not a number is
+// an error, and any other environment means not activated.
 func TestSocketActivationEnv(t *testing.T) {
 	dir, err := os.MkdirTemp("", "sy")
 	if err != nil {

@@ -616,6 +616,10 @@ func TestLeaderRemoved(t *testing.T) {
 	}
 }
 
+// A Kafka sink opens with each compression codec and each SASL mechanism
+// (in any case), and refuses no brokers, an unknown codec, a record limit
+// too small, the GSSAPI mechanism, a CA file that does not exist or half a
+// client certificate.
 func TestOpenConfig(t *testing.T) {
 	base := config.NewKafka("x", "127.0.0.1:1")
 	for _, comp := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
@@ -666,6 +670,8 @@ func TestSASL(t *testing.T) {
 	}
 }
 
+// Messages published zstd-compressed reach the broker and are all read
+// back.
 func TestCompressionRoundTrip(t *testing.T) {
 	c := newCluster(t)
 	cfg := testConfig(c)
@@ -678,6 +684,8 @@ func TestCompressionRoundTrip(t *testing.T) {
 	}
 }
 
+// Publishing no messages gives no results; Close may be called twice, and a
+// publish after it fails instead of passing for delivered.
 func TestPublishEmptyAndClose(t *testing.T) {
 	c := newCluster(t)
 	s := newSink(t, testConfig(c))
@@ -697,6 +705,8 @@ func TestPublishEmptyAndClose(t *testing.T) {
 	}
 }
 
+// franz-go logs through the router's logger at the router's level: lines
+// below it are dropped, the others written with their key-value pairs.
 func TestLoggerAdapter(t *testing.T) {
 	var buf bytes.Buffer
 	l := newKgoLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn}))

@@ -494,6 +494,10 @@ func TestSourceDerivedID(t *testing.T) {
 	}
 }
 
+// A Kafka inbox whose ttl is shorter than a topic's retention (unbounded
+// retention and compaction alone count as longer) is warned about, naming
+// the topic and its retention, as is a topic that does not exist; a ttl
+// past the retention is not, and Run keeps the warnings.
 func TestSourceRetentionWarnings(t *testing.T) {
 	c := sourceCluster(t, 1)
 	in := inboxConfig("g6")
@@ -536,6 +540,8 @@ func TestSourceRetentionWarnings(t *testing.T) {
 	}
 }
 
+// A Kafka inbox without topics, or on a cluster block without brokers,
+// does not open.
 func TestOpenSourceErrors(t *testing.T) {
 	in := inboxConfig("g")
 	in.Topics = nil

@@ -141,6 +141,10 @@ func streamInfo(t *testing.T, url, stream string) (*jetstream.StreamInfo, bool) 
 	return st.CachedInfo(), true
 }
 
+// 1000 events published to JetStream are stored once each, at the distinct
+// sequence each result names, with the binding's headers, their subject
+// and data; published again under the same Nats-Msg-Ids they are dropped,
+// and the results name the original positions.
 func TestJetStreamPublishAndDedup(t *testing.T) {
 	cfg := testConfig(true)
 	srv := startServer(t, cfg, t.TempDir())
@@ -217,6 +221,9 @@ func TestJetStreamPublishAndDedup(t *testing.T) {
 	}
 }
 
+// A subject no JetStream stream stores is a retryable error (not permanent,
+// not an unknown outcome) naming the subject; a message without a subject,
+// or no message at all, is refused for good.
 func TestJetStreamNoStream(t *testing.T) {
 	cfg := testConfig(true)
 	srv := startServer(t, cfg, t.TempDir())
@@ -256,6 +263,10 @@ func TestOverMaxPayloadSaysTheWholeSize(t *testing.T) {
 	}
 }
 
+// When the server stops, the sink turns unhealthy and a publish fails within
+// a second instead of hanging; when the server is back on the same port and
+// store, the sink reconnects by itself, publishes, and the stream has kept
+// what it held.
 func TestServerDownAndReconnect(t *testing.T) {
 	cfg := testConfig(true)
 	dir := t.TempDir()
@@ -315,6 +326,9 @@ func TestServerDownAndReconnect(t *testing.T) {
 	}
 }
 
+// Without JetStream, events are published on core NATS with the binding's
+// headers, reach a subscriber in order, and their results carry no
+// position.
 func TestCorePublish(t *testing.T) {
 	cfg := testConfig(false)
 	cfg.Streams = nil
@@ -353,6 +367,8 @@ func TestCorePublish(t *testing.T) {
 	}
 }
 
+// After Close the sink is not healthy and a publish fails instead of
+// passing for delivered.
 func TestHealthyAfterClose(t *testing.T) {
 	cfg := testConfig(true)
 	srv := startServer(t, cfg, t.TempDir())

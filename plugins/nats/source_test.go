@@ -140,6 +140,10 @@ func (c *collector) distinct() int {
 	return len(c.ids)
 }
 
+// A NATS inbox receives every message of its subject and none other, each
+// as the event its headers say with its stream sequence as origin, and
+// acks them all on an explicit-ack durable filtered on the subject; a
+// stream without an age limit is warned about.
 func TestSourceReceivesAndAcks(t *testing.T) {
 	e := newSourceEnv(t)
 	const n = 35
@@ -183,6 +187,8 @@ func TestSourceReceivesAndAcks(t *testing.T) {
 	}
 }
 
+// Messages whose receive failed (the data file unavailable) are delivered
+// again until they are taken, and none is left unacked.
 func TestSourceReceiveErrorRedelivers(t *testing.T) {
 	defer func(old backoff.Doubling) { receiveBackoff = old }(receiveBackoff)
 	receiveBackoff.Min = 20 * time.Millisecond
@@ -311,6 +317,9 @@ func TestSourceSlowReceiveKeepsMessages(t *testing.T) {
 	}
 }
 
+// A message without an id gets one derived from its content, the same for
+// the same content; with id_header set, the id is that header's value, and
+// ce-id is ignored.
 func TestSourceDerivedAndCustomID(t *testing.T) {
 	e := newSourceEnv(t)
 	for range 2 {
@@ -343,6 +352,9 @@ func TestSourceDerivedAndCustomID(t *testing.T) {
 	}
 }
 
+// A NATS inbox does not open on a subject no stream stores or one several
+// streams store, the error naming the subject or the streams, nor without
+// a subject.
 func TestOpenSourceStreamErrors(t *testing.T) {
 	e := newSourceEnv(t)
 	_, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "nowhere.>"), testLogger(t))
@@ -390,6 +402,8 @@ func TestSourceCloseStopsRun(t *testing.T) {
 	}
 }
 
+// An inbox whose dedup window (ttl) is shorter than its stream's max_age is
+// warned about, naming both; one longer than the max_age is not.
 func TestSourceRetentionWarning(t *testing.T) {
 	e := newSourceEnv(t)
 	if _, err := e.js.CreateStream(pubCtx(t, 5*time.Second), jetstream.StreamConfig{Name: "AGED", Subjects: []string{"aged.>"}, MaxAge: 2 * time.Hour}); err != nil {

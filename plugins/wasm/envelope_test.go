@@ -10,6 +10,9 @@ import (
 	"github.com/switchyard-router/switchyard"
 )
 
+// An event written to a plugin's input envelope decodes back to its
+// attributes, key, extensions and data, and the envelope is laid out byte
+// for byte as the ABI documents it for SDK authors.
 func TestEventEnvelopeRoundTrip(t *testing.T) {
 	ev := testEvent("e1")
 	b := appendEvent(nil, ev)
@@ -30,6 +33,10 @@ func TestEventEnvelopeRoundTrip(t *testing.T) {
 	}
 }
 
+// An output envelope decodes to what was written (headers sorted), flags 0
+// inherit everything, and the id comes after the data; a malformed envelope,
+// or an id, key, header or destination the router cannot send, is refused
+// saying where and what, while a 1024-byte id or 256 extensions pass.
 func TestDecodeOutput(t *testing.T) {
 	full := &output{Destination: "nats.local:x", HasKey: true, Key: "k", HasHeaders: true,
 		Headers: []switchyard.Header{{Name: "b", Value: "2"}, {Name: "a", Value: "1"}}, HasData: true, Data: []byte("data"),

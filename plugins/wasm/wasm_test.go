@@ -146,6 +146,10 @@ func TestWasmPassthrough(t *testing.T) {
 	}
 }
 
+// A transformer's output goes to the destination and key it chose, with its
+// data and headers in place of the input's and its key as the partitionkey
+// extension, other attributes kept; the input event is left unchanged and
+// the plugin's log() line reaches the router's log.
 func TestWasmTransformer(t *testing.T) {
 	rt, logs := newTestRuntime(t, "")
 	p := load(t, rt, "transformer", config.PluginLimits{}, 1)
@@ -179,6 +183,7 @@ func TestWasmTransformer(t *testing.T) {
 	}
 }
 
+// A plugin that emits nothing drops the event: no outputs, no error.
 func TestWasmFilter(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
 	p := load(t, rt, "filter", config.PluginLimits{}, 1)
@@ -188,6 +193,9 @@ func TestWasmFilter(t *testing.T) {
 	}
 }
 
+// A splitter's three outputs each carry their own key and data, the key as
+// the partitionkey extension and the other extensions inherited, and no
+// destination of their own; the input event is left unchanged.
 func TestWasmSplitter(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
 	p := load(t, rt, "splitter", config.PluginLimits{}, 1)
@@ -233,6 +241,8 @@ func TestWasmOutputIDs(t *testing.T) {
 	}
 }
 
+// A reject verdict is a permanent error, not a retry, whose message names
+// the plugin, the event and the plugin's reason; the instance is kept.
 func TestWasmRejectVerdict(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
 	p := load(t, rt, "reject", config.PluginLimits{}, 1)
@@ -266,6 +276,8 @@ func TestWasmReasonEscapesControls(t *testing.T) {
 	}
 }
 
+// A retry verdict is a retryable error naming the plugin, the event and the
+// plugin's reason; the instance is kept.
 func TestWasmRetryVerdict(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
 	p := load(t, rt, "retry", config.PluginLimits{}, 1)
@@ -301,6 +313,9 @@ func hostile(t *testing.T, name string, lim config.PluginLimits, want string) *E
 	return pe
 }
 
+// A plugin that loops forever is stopped at limits.timeout, within
+// seconds: a retry saying it timed out, its instance discarded, and the
+// next event handled by a new one.
 func TestWasmHostileEndlessLoop(t *testing.T) {
 	start := time.Now()
 	// 250ms, not the default 50ms: the next event must not time out on a
@@ -311,6 +326,9 @@ func TestWasmHostileEndlessLoop(t *testing.T) {
 	}
 }
 
+// A plugin that grows its memory without end is stopped at limits.memory: a
+// retry saying how far it tried to grow, its instance discarded, and the
+// next event handled by a new one.
 func TestWasmHostileMemoryBomb(t *testing.T) {
 	// A generous timeout: where the memory is a Go slice (not Linux) each
 	// grow that moves it copies, slowly under -race, and the memory limit
@@ -377,6 +395,9 @@ func TestWasmHostileRecursion(t *testing.T) {
 	})
 }
 
+// A plugin that traps is a retry naming the trap and where it happened,
+// with the runtime's stack trace as its cause; its instance is discarded
+// and the next event handled by a new one.
 func TestWasmHostileTrap(t *testing.T) {
 	pe := hostile(t, "trap", config.PluginLimits{}, "sy_handle trapped: unreachable (at parse_order ←")
 	if pe.Cause == nil || !strings.Contains(pe.Cause.Error(), "wasm stack trace") {
@@ -478,6 +499,8 @@ func TestWasmLoadErrors(t *testing.T) {
 	}
 }
 
+// A plugin's config reaches it at init as the ABI's config envelope, its
+// entries sorted by key and an empty value kept.
 func TestWasmInitAndConfig(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
 	p, err := rt.Load(context.Background(), config.Plugin{Name: "initcfg", Wasm: testdata("initcfg"), Limits: testLimits,
@@ -500,6 +523,10 @@ func TestWasmInitAndConfig(t *testing.T) {
 	}
 }
 
+// What a plugin writes to stdout (INFO), stderr (WARN) and log() reaches
+// the router's log named with the plugin, the stream and the event; past
+// 4 KiB in one call it is cut, with a line saying how many bytes were
+// dropped.
 func TestWasmGuestText(t *testing.T) {
 	rt, logs := newTestRuntime(t, "")
 	p := load(t, rt, "chatty", config.PluginLimits{}, 1)
@@ -522,6 +549,9 @@ func TestWasmGuestText(t *testing.T) {
 	}
 }
 
+// An event handled under a cancelled context is a retry that discards no
+// instance; one waiting while every instance is busy gives up at its
+// context's deadline, as a retry saying so.
 func TestWasmCancelledContext(t *testing.T) {
 	rt, _ := newTestRuntime(t, "")
 	p := load(t, rt, "passthrough", config.PluginLimits{}, 1)

@@ -143,6 +143,10 @@ func forBoth(t *testing.T, f func(t *testing.T, url func(*server) string)) {
 	t.Run("tcp", func(t *testing.T) { f(t, func(s *server) string { return tcpServer(t, s) }) })
 }
 
+// In binary mode, over a unix socket or TCP, an event is POSTed to the URL's
+// path and query with its data as the body, each attribute and extension a
+// percent-encoded ce- header, its id as Idempotency-Key and its
+// traceparent; the receiver decodes the request back to the event.
 func TestDeliverHeaders(t *testing.T) {
 	forBoth(t, func(t *testing.T, url func(*server) string) {
 		srv := &server{}
@@ -298,6 +302,9 @@ func TestStatuses(t *testing.T) {
 	})
 }
 
+// A refusal's long body is cut short in the error, between characters and
+// marked with an ellipsis, keeping the error under 600 bytes; a 422 is
+// permanent.
 func TestLongErrorBodyIsCut(t *testing.T) {
 	srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(422)
@@ -310,6 +317,9 @@ func TestLongErrorBodyIsCut(t *testing.T) {
 	}
 }
 
+// A receiver that does not answer within deliver.timeout is a plain retry
+// ("no response within"), neither permanent, an unknown outcome nor the
+// sink unavailable, and the publish returns promptly.
 func TestTimeoutIsARetry(t *testing.T) {
 	forBoth(t, func(t *testing.T, url func(*server) string) {
 		release := make(chan struct{})
@@ -333,6 +343,8 @@ func TestTimeoutIsARetry(t *testing.T) {
 	})
 }
 
+// A delivery cut short by the caller's deadline before the receiver
+// answered is an unknown outcome.
 func TestCallerDeadlineIsUnknownOutcome(t *testing.T) {
 	release := make(chan struct{})
 	srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
@@ -349,6 +361,9 @@ func TestCallerDeadlineIsUnknownOutcome(t *testing.T) {
 	}
 }
 
+// A socket that does not exist or a port nobody listens on makes the sink
+// unavailable (retryable, not permanent) and unhealthy; a listening socket
+// is healthy.
 func TestUnreachableIsUnavailable(t *testing.T) {
 	dir, err := os.MkdirTemp("", "sy")
 	if err != nil {
@@ -378,6 +393,8 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	}
 }
 
+// Deliveries run concurrently, never more at once than deliver.concurrency
+// (8), and messages with one key are sent in their order.
 func TestConcurrencyBoundAndKeyOrder(t *testing.T) {
 	srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(20 * time.Millisecond)
@@ -415,6 +432,8 @@ func TestConcurrencyBoundAndKeyOrder(t *testing.T) {
 	}
 }
 
+// When a message fails, the later messages with its key are not sent (the
+// sink unavailable for them), while messages of another key still are.
 func TestKeyChainStopsAfterFailure(t *testing.T) {
 	srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Ce-Id") == "b" {
@@ -439,6 +458,10 @@ func TestKeyChainStopsAfterFailure(t *testing.T) {
 	}
 }
 
+// A deliver URL is unix://<socket>/<request path>, the socket ending at the
+// first path element ending ".sock" (else the whole path), or http(s) with
+// a default port and no fragment; another scheme, no socket or no host is
+// refused.
 func TestParseURL(t *testing.T) {
 	cases := []struct {
 		in                    string
@@ -472,6 +495,8 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// Retry-After is taken as seconds or an HTTP date (a past one is zero);
+// empty, negative or other text is not taken.
 func TestParseRetryAfter(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for in, want := range map[string]time.Duration{
@@ -492,6 +517,8 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 }
 
+// A webhook sink without a deliver URL, or with a scheme it does not speak
+// (gopher://), is not made.
 func TestNewErrors(t *testing.T) {
 	if _, err := New(config.Inbox{Name: "x"}, nil); err == nil {
 		t.Fatal("no url accepted")

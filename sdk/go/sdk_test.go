@@ -11,6 +11,8 @@ import (
 	"time"
 )
 
+// An event written to the input envelope, laid out as the ABI says (the
+// version, then the id), decodes back to itself.
 func TestEventRoundTrip(t *testing.T) {
 	in := Event{ID: "id-1", Type: "order.created", Source: "/shop", Subject: "s", Key: "k",
 		Headers: Headers{{"traceparent", "00-abc"}, {"region", "eu"}}, Data: []byte(`{"amount":5}`)}
@@ -29,6 +31,8 @@ func TestEventRoundTrip(t *testing.T) {
 	}
 }
 
+// An input envelope cut at any byte, with a byte too many, of another
+// version, or claiming a huge header count is ErrMalformed.
 func TestDecodeEventMalformed(t *testing.T) {
 	good := appendEvent(nil, &Event{ID: "a", Headers: Headers{{"x", "y"}}, Data: []byte("d")})
 	for i := 0; i < len(good); i++ {
@@ -96,6 +100,8 @@ func TestOutputFlags(t *testing.T) {
 	}
 }
 
+// The config envelope lists its entries sorted by key, byte for byte as the
+// ABI lays it out, and decodes back to the same map.
 func TestConfig(t *testing.T) {
 	b := appendConfig(nil, map[string]string{"b": "2", "a": "1"})
 	want := []byte{2, 0, 0, 0, 1, 0, 0, 0, 'a', 1, 0, 0, 0, '1', 1, 0, 0, 0, 'b', 1, 0, 0, 0, '2'}
@@ -108,6 +114,9 @@ func TestConfig(t *testing.T) {
 	}
 }
 
+// Get gives a name's first value, Set leaves one value under a name (or
+// adds it), Del removes every value of a name, and changing a clone leaves
+// the original as it was.
 func TestHeaders(t *testing.T) {
 	h := Headers{{"a", "1"}, {"b", "2"}, {"a", "3"}}
 	if v, ok := h.Get("a"); !ok || v != "1" {
@@ -128,6 +137,9 @@ func TestHeaders(t *testing.T) {
 	}
 }
 
+// A header name is lower-case letters and digits, and no CloudEvents
+// context attribute: an empty name, a dash, upper case, "type" or "id" is
+// refused.
 func TestValidHeaderName(t *testing.T) {
 	for _, n := range []string{"region", "x9", "traceparent", "partitionkey"} {
 		if !ValidHeaderName(n) {
@@ -141,6 +153,9 @@ func TestValidHeaderName(t *testing.T) {
 	}
 }
 
+// Run plays the host for a plugin's unit tests: the config reaches Init,
+// an event gets the handler's verdict, outputs, logs and reason (ok,
+// reject, retry), and a failing Init is an InitError with its reason.
 func TestRun(t *testing.T) {
 	var seen map[string]string
 	Init(func(cfg map[string]string) error {

@@ -6,6 +6,10 @@ import (
 	sdk "github.com/switchyard-router/switchyard/sdk/go"
 )
 
+// route-go sends an event whose field is at least the threshold to the large
+// destination and the others to the small one, as one output changing
+// nothing else, follows its config, rejects data without a numeric field,
+// and refuses a misspelt config key.
 func TestRoute(t *testing.T) {
 	cases := []struct {
 		cfg     map[string]string
