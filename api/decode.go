@@ -40,7 +40,7 @@ func decodeRequest(h http.Header, body []byte, maxBatch int, now func() time.Tim
 			return nil, true, err
 		}
 		batch = true
-	case h.Get("Ce-Specversion") != "":
+	case h.Get(specVersionHeader) != "":
 		ev, err := cloudevents.HTTP.Decode(cloudevents.FromHTTP(h), body)
 		if err != nil {
 			return nil, false, err
@@ -78,11 +78,16 @@ func jsonCharset(ct, media string) error {
 	return nil
 }
 
+// specVersionHeader is the HTTP binding's ce-specversion as net/http keys
+// it, made once: a binary-mode event has it.
+var specVersionHeader = http.CanonicalHeaderKey(cloudevents.HTTP.Prefix() + cloudevents.AttrSpecVersion)
+
 // hasCEHeader reports whether h has a ce-* header: a binary-mode event
 // without its ce-specversion, not a body of some other media type.
 func hasCEHeader(h http.Header) bool {
+	prefix := cloudevents.HTTP.Prefix()
 	for name := range h {
-		if len(name) > 3 && strings.EqualFold(name[:3], "ce-") {
+		if len(name) > len(prefix) && strings.EqualFold(name[:len(prefix)], prefix) {
 			return true
 		}
 	}

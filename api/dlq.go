@@ -15,7 +15,8 @@ import (
 	"github.com/switchyard-router/switchyard/storage"
 )
 
-// The DLQ routes (admin: the unix socket, or an admin token on TCP).
+// The DLQ routes (admin: the unix socket, or an admin token on TCP; why:
+// docs/decisions/dlq-and-operator-access.md).
 //
 //	GET    /v1/dlq?type=&status=&since=&limit=&cursor=   a page, newest first
 //	GET    /v1/dlq/stats                                 counts per type and status

@@ -88,7 +88,7 @@ const (
 // with a warning (a new-user trial found it passed on in silence).
 func missingRequired(ev *switchyard.Event) []string {
 	var missing []string
-	for _, a := range []struct{ name, value string }{{"specversion", ev.SpecVersion}, {"type", ev.Type}, {"source", ev.Source}} {
+	for _, a := range []struct{ name, value string }{{cloudevents.AttrSpecVersion, ev.SpecVersion}, {cloudevents.AttrType, ev.Type}, {cloudevents.AttrSource, ev.Source}} {
 		if a.value == "" {
 			missing = append(missing, a.name)
 		}

@@ -39,7 +39,7 @@ type Loop struct {
 
 	mu    sync.Mutex
 	delay *Delay
-	held  map[string]struct{} // ids of the events the batches in flight hold
+	held  map[string]struct{} // ids of the events the batches in flight hold (docs/decisions/holds-in-memory.md)
 	// probed is, by id, the events probes found their sinks still down for
 	// (waitInMemory) since the waits were last forgotten, each with the
 	// round of probes that last took or noted it (takeProbed).

@@ -19,7 +19,8 @@ import (
 //
 // <queue> is the event type, or "inbox:<name>" for an inbox's records
 // (Record.QueueName). A position (moved_at ‖ seq, 16 bytes) is unique: the
-// seq is the record's QueueSeq, which a retry renews.
+// seq is the record's QueueSeq, which a retry renews. Why these indexes:
+// docs/decisions/dlq-and-operator-access.md.
 var (
 	bucketResolved    = []byte("resolved")
 	bucketResolvedExp = []byte("resolved_exp")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/switchyard-router/switchyard/cloudevents"
 	"github.com/switchyard-router/switchyard/config"
 
 	"bufio"
@@ -255,7 +256,7 @@ func requestBody(typ string, batch, dataBytes int, clientIDs bool) (body []byte,
 	}
 	ev, _ := json.Marshal(attrs)
 	if batch == 1 {
-		return ev, "application/cloudevents+json"
+		return ev, cloudevents.MediaStructured
 	}
 	var buf bytes.Buffer
 	buf.WriteByte('[')
@@ -266,7 +267,7 @@ func requestBody(typ string, batch, dataBytes int, clientIDs bool) (body []byte,
 		buf.Write(ev)
 	}
 	buf.WriteByte(']')
-	return buf.Bytes(), "application/cloudevents-batch+json"
+	return buf.Bytes(), cloudevents.MediaBatch
 }
 
 func (b *bench) healthy(ctx context.Context) error {
@@ -502,7 +503,9 @@ func (t *e2eTracker) subscribeNATS(config, url, subject string) error {
 	if err != nil {
 		return err
 	}
-	sub, err := nc.Subscribe(subject, func(m *natsgo.Msg) { t.received(m.Header.Get("ce-id"), time.Now()) })
+	sub, err := nc.Subscribe(subject, func(m *natsgo.Msg) {
+		t.received(m.Header.Get(cloudevents.NATS.Prefix()+cloudevents.AttrID), time.Now())
+	})
 	if err == nil {
 		err = sub.SetPendingLimits(-1, -1)
 	}
@@ -547,7 +550,7 @@ func (t *e2eTracker) consumeKafka(ctx context.Context, brokers []string, topic s
 			now := time.Now()
 			fetches.EachRecord(func(r *kgo.Record) {
 				for _, h := range r.Headers {
-					if h.Key == "ce_id" {
+					if h.Key == cloudevents.Kafka.Prefix()+cloudevents.AttrID {
 						t.received(string(h.Value), now)
 						return
 					}

@@ -256,11 +256,11 @@ func decodeOutput(b []byte) (output, error) {
 	return o, nil
 }
 
-// contextAttrs are the CloudEvents context attributes: a header may not take
-// their names (the sinks write both as ce-<name>).
-var contextAttrs = map[string]bool{
-	"specversion": true, "id": true, "source": true, "type": true, "subject": true,
-	"time": true, "datacontenttype": true, "dataschema": true, "data": true,
+// reservedHeader says whether an output's header may not take name: a
+// CloudEvents context attribute's, or data's (the sinks write both as
+// ce-<name>).
+func reservedHeader(name string) bool {
+	return cloudevents.IsContextAttribute(name) || name == "data"
 }
 
 // check validates the fields of a decoded output and sorts its headers.
@@ -300,7 +300,7 @@ func (o *output) check() error {
 		if !cloudevents.ValidExtensionName(h.Name) {
 			return fmt.Errorf("header name %q: names are 1 to %d lower-case letters and digits (CloudEvents extension names)", h.Name, cloudevents.MaxExtensionNameLen)
 		}
-		if contextAttrs[h.Name] {
+		if reservedHeader(h.Name) {
 			return fmt.Errorf("header name %q is a CloudEvents context attribute, not an extension", h.Name)
 		}
 		if len(h.Value) > maxHeaderValue {
