@@ -101,19 +101,19 @@ func (s *Server) getDedup(w http.ResponseWriter, r *http.Request) {
 
 // claimView is a claim as the API shows it.
 type claimView struct {
-	ID          string          `json:"id"`
-	State       string          `json:"state"`
-	Mode        string          `json:"mode"`
-	LeaseUntil  *time.Time      `json:"lease_until,omitempty"`
-	CompletedAt *time.Time      `json:"completed_at,omitempty"`
-	Result      json.RawMessage `json:"result,omitempty"`
+	ID          string             `json:"id"`
+	State       storage.ClaimState `json:"state"`
+	Mode        storage.ClaimMode  `json:"mode"`
+	LeaseUntil  *time.Time         `json:"lease_until,omitempty"`
+	CompletedAt *time.Time         `json:"completed_at,omitempty"`
+	Result      json.RawMessage    `json:"result,omitempty"`
 	// Token is what complete and release need: the claim's, so that a
 	// holder whose lease ran out cannot act on the next holder's.
 	Token string `json:"token"`
 }
 
 func viewClaim(id string, c *storage.Claim) claimView {
-	v := claimView{ID: id, State: string(c.State), Mode: c.Mode, Result: c.Result, Token: c.Token()}
+	v := claimView{ID: id, State: c.State, Mode: c.Mode, Result: c.Result, Token: c.Token()}
 	if !c.LeaseUntil.IsZero() {
 		v.LeaseUntil = &c.LeaseUntil
 	}
@@ -130,9 +130,9 @@ func (s *Server) postClaim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
-		ID    string `json:"id"`
-		Lease string `json:"lease"`
-		Mode  string `json:"mode"`
+		ID    string            `json:"id"`
+		Lease string            `json:"lease"`
+		Mode  storage.ClaimMode `json:"mode"`
 	}
 	if err := s.readJSON(w, r, &body); err != nil {
 		s.writeError(w, r, err)

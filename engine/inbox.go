@@ -560,17 +560,11 @@ func (in *inbox) handedOut(key string) bool {
 	return ok
 }
 
-// Claim modes.
-const (
-	ModeEffectivelyOnce = "effectively_once"
-	ModeAtMostOnce      = "at_most_once"
-)
-
 // ClaimRequest is POST /v1/inbox/{consumer}/claims.
 type ClaimRequest struct {
 	Tenant, Consumer, ID string
 	Lease                time.Duration
-	Mode                 string
+	Mode                 storage.ClaimMode // "": effectively once
 	// Operator: from the operator's own clients (as IngestRequest's),
 	// held to no tenant block.
 	Operator bool
@@ -624,10 +618,10 @@ func (e *Engine) claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 	}
 	switch req.Mode {
 	case "":
-		req.Mode = ModeEffectivelyOnce
-	case ModeEffectivelyOnce, ModeAtMostOnce:
+		req.Mode = storage.ClaimEffectivelyOnce
+	case storage.ClaimEffectivelyOnce, storage.ClaimAtMostOnce:
 	default:
-		return nil, false, switchyard.Errorf(switchyard.EINVALIDREQUEST, "mode %q: use %s or %s", req.Mode, ModeEffectivelyOnce, ModeAtMostOnce)
+		return nil, false, switchyard.Errorf(switchyard.EINVALIDREQUEST, "mode %q: use %s or %s", req.Mode, storage.ClaimEffectivelyOnce, storage.ClaimAtMostOnce)
 	}
 	if req.Lease <= 0 {
 		req.Lease = 30 * time.Second
@@ -661,7 +655,7 @@ func (e *Engine) claim(ctx context.Context, req ClaimRequest) (c *storage.Claim,
 		if old != nil { // its lease ran out
 			c.Follow(old)
 		}
-		if req.Mode == ModeAtMostOnce {
+		if req.Mode == storage.ClaimAtMostOnce {
 			c.State, c.CompletedAt, c.LeaseUntil = storage.ClaimCompleted, now, time.Time{}
 		}
 		created = true

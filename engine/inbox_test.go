@@ -293,7 +293,7 @@ func TestClaims(t *testing.T) {
 		t.Error("released id could not be claimed again")
 	}
 	// At most once: completed at once, a redelivery is skipped.
-	r3 := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-3", Mode: engine.ModeAtMostOnce}
+	r3 := engine.ClaimRequest{Tenant: "default", Consumer: "mailer", ID: "evt-3", Mode: storage.ClaimAtMostOnce}
 	if c, ok, _ := h.eng.Claim(ctx, r3); !ok || c.State != storage.ClaimCompleted {
 		t.Fatalf("at most once: %+v %v", c, ok)
 	}

@@ -279,10 +279,20 @@ const (
 	ClaimCompleted ClaimState = "completed"
 )
 
+// ClaimMode is how the arbiter hands an id out: once, with a lease whose
+// end lets another claim take it (effectively once), or once for good
+// (at most once).
+type ClaimMode string
+
+const (
+	ClaimEffectivelyOnce ClaimMode = "effectively_once"
+	ClaimAtMostOnce      ClaimMode = "at_most_once"
+)
+
 // Claim is the dedup arbiter's record of one id for one consumer.
 type Claim struct {
 	State       ClaimState      `json:"state"`
-	Mode        string          `json:"mode"` // "effectively_once" or "at_most_once"
+	Mode        ClaimMode       `json:"mode"`
 	LeaseUntil  time.Time       `json:"lease_until,omitzero"`
 	ClaimedAt   time.Time       `json:"claimed_at"`
 	CompletedAt time.Time       `json:"completed_at,omitzero"`

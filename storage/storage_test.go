@@ -481,7 +481,7 @@ func TestListClaims(t *testing.T) {
 	db := storagetest.Open(t)
 	t0 := time.Unix(1000, 0)
 	put := func(tenant, consumer, id string, expires time.Time) {
-		c := &storage.Claim{State: storage.ClaimHeld, Mode: "effectively_once", ClaimedAt: t0, LeaseUntil: t0.Add(time.Minute), ExpiresAt: expires}
+		c := &storage.Claim{State: storage.ClaimHeld, Mode: storage.ClaimEffectivelyOnce, ClaimedAt: t0, LeaseUntil: t0.Add(time.Minute), ExpiresAt: expires}
 		if err := db.Update(ctx, func(tx *storage.Tx) error { return tx.PutClaim(tenant, consumer, id, c) }); err != nil {
 			t.Fatal(err)
 		}
