@@ -56,3 +56,6 @@ func SetOutcomeWait(t interface{ Cleanup(func()) }, d time.Duration) {
 func (l *Loop) UntilNextDue(d time.Duration, takeAt time.Time) time.Duration {
 	return l.untilNextDue(d, l.pol.Load(), takeAt, time.Time{})
 }
+
+// HasLoop reports whether the engine has a loop for queue t.
+func HasLoop(e *Engine, t string) bool { return e.loopIfAny(t) != nil }

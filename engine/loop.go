@@ -36,6 +36,9 @@ type Loop struct {
 	lines keyLines // the queue may hold events stored while not ordered by key
 
 	backingOff atomic.Bool // the loop waits at most outageProbe (wait)
+	// retired: a reload removed the type's block; the loop stops once its
+	// queue is empty (Engine.retire).
+	retired atomic.Bool
 
 	mu    sync.Mutex
 	delay *Delay
@@ -83,7 +86,15 @@ func (l *Loop) setPolicy(pol *config.Policy) {
 		l.delay = NewDelay(pol.Polling)
 	}
 	l.forgetWaitsLocked() // the reload may route them to a sink that is up
+	l.retired.Store(false)
 	l.wake()
+}
+
+// retire tells the loop that a reload removed its type's block: it
+// delivers what the queue holds with its last settings, then stops.
+func (l *Loop) retire() {
+	l.retired.Store(true)
+	l.kick()
 }
 
 func (l *Loop) wake() {
@@ -314,7 +325,7 @@ func (l *Loop) run(ctx context.Context) {
 			continue
 		}
 		transit.settle(ctx, l, 0)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || taken == 0 && l.retired.Load() && l.e.retire(l) {
 			return
 		}
 		// A poll that met an outage and delivered nothing is not a full

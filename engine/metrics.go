@@ -268,6 +268,14 @@ func (m *metrics) typeSeries(t string, pol *config.Policy) {
 	}
 }
 
+// dropTypeSeries removes the series typeSeries made for t, and those its
+// events added since: the type's loop stopped (Engine.retire).
+func (m *metrics) dropTypeSeries(t string) {
+	for _, c := range []*prometheus.CounterVec{m.ingested, m.retried, m.deadLettered, m.requeued, m.filtered, m.unrouted, m.yielded, m.polls, m.published, m.publishErrs} {
+		c.DeletePartialMatch(prometheus.Labels{"type": t})
+	}
+}
+
 func (m *metrics) committed(t string, res *PollResult, b *batch) {
 	for sink, outs := range b.bySink {
 		ok := 0

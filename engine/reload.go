@@ -60,6 +60,7 @@ func (e *Engine) Reload(cfg *config.Config, plugins []switchyard.Plugin, added .
 			e.metrics.typeSeries(t, pol) // the routes it adds
 		} else {
 			removed = append(removed, t)
+			l.retire()
 		}
 	}
 	if e.ctx != nil {
@@ -300,7 +301,28 @@ func (e *Engine) pendingIn(t string) (pending int) {
 // has: a log line that names the type, with what is stored.
 func (e *Engine) warnRemoved(t string) {
 	if pending := e.pendingIn(t); pending > 0 {
-		e.log.Warn("a reload removed the block of an event type with stored events: its loop goes on with the type's last settings until the router restarts; after a restart they wait until the block comes back",
+		e.log.Warn("a reload removed the block of an event type with stored events: its loop delivers them with the type's last settings, then stops; after a restart they wait until the block comes back",
 			"type", t, "pending", pending)
 	}
+}
+
+// retire ends the loop l of a type a reload removed, once nothing of the
+// type is pending (a retry waiting out its backoff keeps it): the loop
+// leaves e.loops and its metric series go, and it reports that l is to
+// stop. A block brought back meanwhile keeps it. Before, the loop and its
+// series stayed until a restart: a trial that rotated 300 of 2,000 types
+// at each reload grew by 300 goroutines and ~5,100 series every time.
+func (e *Engine) retire(l *Loop) bool {
+	if e.pendingIn(l.typ) > 0 { // before the lock: a read under e.mu would hold a remap up
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.policyOf(l.typ); ok || e.loops[l.typ] != l {
+		return false
+	}
+	delete(e.loops, l.typ)
+	e.metrics.dropTypeSeries(l.typ)
+	e.log.Debug("a reload removed the type's block and its queue is empty: its loop stopped", "type", l.typ)
+	return true
 }
