@@ -97,8 +97,10 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	return time.Time{}, switchyard.Errorf(switchyard.EINVALIDREQUEST, "since %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (1h)", engine.Truncate(v, 64))
 }
 
-// dlqItemView is one dead letter in a listing.
-type dlqItemView struct {
+// DLQItem is one dead letter in a listing (GET /v1/dlq's items). The
+// answers' shapes are exported for the router's own client (router dlq,
+// router stats), so that both sides read one definition.
+type DLQItem struct {
 	ID         string        `json:"id"`
 	Queue      string        `json:"queue,omitempty"` // an inbox's records: inbox:<name>
 	Type       string        `json:"type"`
@@ -112,18 +114,18 @@ type dlqItemView struct {
 	ResolvedAt *time.Time    `json:"resolved_at,omitempty"`
 }
 
-// dlqDetailView is GET /v1/dlq/{id}: the item, every attempt, the outputs
+// DLQDetail is GET /v1/dlq/{id}: the item, every attempt, the outputs
 // and the event itself.
-type dlqDetailView struct {
-	dlqItemView
+type DLQDetail struct {
+	DLQItem
 	History []storage.Attempt `json:"history"`
 	Outputs []storage.Output  `json:"outputs"`
 	// and "event": the event in the JSON format (withEvent)
 }
 
-func dlqItemOf(it *engine.DLQItem) dlqItemView {
+func dlqItemOf(it *engine.DLQItem) DLQItem {
 	rec := it.Record
-	v := dlqItemView{
+	v := DLQItem{
 		ID: rec.Event.ID, Queue: rec.Queue, Type: rec.Event.Type, Source: rec.Event.Source, Tenant: rec.Tenant,
 		State: rec.State, Attempts: rec.Attempts, Reason: rec.LastError, CreatedAt: rec.CreatedAt,
 	}
@@ -136,9 +138,9 @@ func dlqItemOf(it *engine.DLQItem) dlqItemView {
 	return v
 }
 
-func dlqDetailOf(it *engine.DLQItem) dlqDetailView {
+func dlqDetailOf(it *engine.DLQItem) DLQDetail {
 	rec := it.Record
-	v := dlqDetailView{dlqItemView: dlqItemOf(it), History: rec.History, Outputs: rec.Outputs}
+	v := DLQDetail{DLQItem: dlqItemOf(it), History: rec.History, Outputs: rec.Outputs}
 	if v.History == nil {
 		v.History = []storage.Attempt{}
 	}
@@ -165,7 +167,7 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	items := make([]dlqItemView, len(page.Items))
+	items := make([]DLQItem, len(page.Items))
 	for i := range page.Items {
 		items[i] = dlqItemOf(&page.Items[i])
 	}
@@ -270,39 +272,40 @@ func (s *Server) bulkDLQ(action engine.DLQAction) http.HandlerFunc {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, bulkViewOf(res))
+		writeJSON(w, http.StatusOK, dlqBulkOf(res))
 	}
 }
 
-// dlqStatsView is one queue's line of GET /v1/dlq/stats.
-type dlqStatsView struct {
+// DLQStats is one queue's line of GET /v1/dlq/stats.
+type DLQStats struct {
 	Type     string `json:"type,omitempty"`
 	DLQ      int    `json:"dlq"`
 	Resolved int    `json:"resolved"`
 }
 
-// bulkView is the answer to a bulk DLQ action.
-type bulkView struct {
+// DLQBulk is the answer to a bulk DLQ action.
+type DLQBulk struct {
 	Action   engine.DLQAction `json:"action"`
 	Matched  int              `json:"matched"`
 	Done     int              `json:"done"`
 	NotFound []string         `json:"not_found"`
-	Skipped  []skipView       `json:"skipped"`
+	Skipped  []DLQSkip        `json:"skipped"`
 }
 
-type skipView struct {
+// DLQSkip is a dead letter a bulk action did not act on, and why.
+type DLQSkip struct {
 	ID     string `json:"id"`
 	Code   string `json:"code"`
 	Reason string `json:"reason"`
 }
 
-func bulkViewOf(r *engine.DLQBulkResult) bulkView {
-	v := bulkView{Action: r.Action, Matched: r.Matched, Done: r.Done, NotFound: r.NotFound, Skipped: []skipView{}}
+func dlqBulkOf(r *engine.DLQBulkResult) DLQBulk {
+	v := DLQBulk{Action: r.Action, Matched: r.Matched, Done: r.Done, NotFound: r.NotFound, Skipped: []DLQSkip{}}
 	if v.NotFound == nil {
 		v.NotFound = []string{}
 	}
 	for _, sk := range r.Skipped {
-		v.Skipped = append(v.Skipped, skipView{ID: sk.ID, Code: sk.Code, Reason: sk.Reason})
+		v.Skipped = append(v.Skipped, DLQSkip{ID: sk.ID, Code: sk.Code, Reason: sk.Reason})
 	}
 	return v
 }
@@ -348,10 +351,10 @@ func (s *Server) dlqStats(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var total dlqStatsView
-	views := make([]dlqStatsView, len(stats))
+	var total DLQStats
+	views := make([]DLQStats, len(stats))
 	for i, st := range stats {
-		views[i] = dlqStatsView{Type: st.Type, DLQ: st.DLQ, Resolved: st.Resolved}
+		views[i] = DLQStats{Type: st.Type, DLQ: st.DLQ, Resolved: st.Resolved}
 		total.DLQ += st.DLQ
 		total.Resolved += st.Resolved
 	}

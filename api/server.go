@@ -905,8 +905,8 @@ func (s *Server) getEventsByKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"idempotency_key": key, "events": views})
 }
 
-// typeStatsView is one queue's line in GET /v1/stats.
-type typeStatsView struct {
+// TypeStats is one queue's line in GET /v1/stats.
+type TypeStats struct {
 	Type          string  `json:"type"`
 	Pending       int     `json:"pending"`
 	InProcess     int     `json:"in_process"`
@@ -921,9 +921,9 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	views := make([]typeStatsView, len(stats))
+	views := make([]TypeStats, len(stats))
 	for i, st := range stats {
-		views[i] = typeStatsView{Type: st.Type, Pending: st.Pending, InProcess: st.InProcess,
+		views[i] = TypeStats{Type: st.Type, Pending: st.Pending, InProcess: st.InProcess,
 			OldestAgeSecs: st.OldestPending.Seconds(), PollDelaySecs: st.PollDelay.Seconds(), DLQ: st.DLQ}
 	}
 	out := map[string]any{"types": views}

@@ -14,6 +14,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/switchyard-router/switchyard/api"
+	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // DLQCommand is `router dlq list|show|retry|resolve|delete`: the dead-letter
@@ -67,22 +71,8 @@ func (c *DLQCommand) flags(name string) (*flag.FlagSet, *apiFlags) {
 	return fs, af
 }
 
-// dlqItem is an item of GET /v1/dlq (the fields the CLI shows).
-type dlqItem struct {
-	ID         string     `json:"id"`
-	Queue      string     `json:"queue"`
-	Type       string     `json:"type"`
-	Source     string     `json:"source"`
-	Tenant     string     `json:"tenant"`
-	State      string     `json:"state"`
-	Attempts   int        `json:"attempts"`
-	Reason     string     `json:"reason"`
-	CreatedAt  time.Time  `json:"created_at"`
-	MovedAt    *time.Time `json:"moved_at"`
-	ResolvedAt *time.Time `json:"resolved_at"`
-}
-
-func (it *dlqItem) at() time.Time {
+// dlqItemAt is when a dead letter was resolved, or else moved to the DLQ.
+func dlqItemAt(it *api.DLQItem) time.Time {
 	switch {
 	case it.ResolvedAt != nil:
 		return *it.ResolvedAt
@@ -165,7 +155,7 @@ func shellWord(s string) string {
 // fetchDLQPages gets a page of GET /v1/dlq, or with all every page, and
 // returns the items both decoded and as the API sent them, and the cursor
 // where the last page ended.
-func fetchDLQPages(ctx context.Context, cl *apiClient, q url.Values, all bool) (items []dlqItem, raws []json.RawMessage, next string, err error) {
+func fetchDLQPages(ctx context.Context, cl *apiClient, q url.Values, all bool) (items []api.DLQItem, raws []json.RawMessage, next string, err error) {
 	for {
 		var page struct {
 			Items      []json.RawMessage `json:"items"`
@@ -175,7 +165,7 @@ func fetchDLQPages(ctx context.Context, cl *apiClient, q url.Values, all bool) (
 			return nil, nil, "", err
 		}
 		for _, raw := range page.Items {
-			var it dlqItem
+			var it api.DLQItem
 			if err := json.Unmarshal(raw, &it); err != nil {
 				return nil, nil, "", err
 			}
@@ -202,13 +192,13 @@ func (c *DLQCommand) writeDLQJSON(raws []json.RawMessage, next string) error {
 	return writeIndented(c.Stdout, b)
 }
 
-func (c *DLQCommand) writeDLQTable(items []dlqItem, status string, now time.Time) error {
+func (c *DLQCommand) writeDLQTable(items []api.DLQItem, status string, now time.Time) error {
 	if len(items) == 0 {
 		fmt.Fprintln(c.Stdout, "no dead letters")
 		return nil
 	}
 	when := "MOVED"
-	if status == "resolved" {
+	if storage.State(status) == storage.StateResolved {
 		when = "RESOLVED"
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
@@ -219,17 +209,15 @@ func (c *DLQCommand) writeDLQTable(items []dlqItem, status string, now time.Time
 			typ = it.Queue + " (" + it.Type + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", tableCell(it.ID, 40), tableCell(typ, 32), tableCell(it.Tenant, 16),
-			it.Attempts, shortAge(it.at(), now)+" ago", tableCell(it.Reason, 72))
+			it.Attempts, shortAge(dlqItemAt(&it), now)+" ago", tableCell(it.Reason, 72))
 	}
 	return tw.Flush()
 }
 
-// dlqDetail is GET /v1/dlq/{id}.
+// dlqDetail is GET /v1/dlq/{id}, its event as the API wrote it.
 type dlqDetail struct {
-	dlqItem
-	History []dlqAttempt               `json:"history"`
-	Outputs []dlqOutput                `json:"outputs"`
-	Event   map[string]json.RawMessage `json:"event"`
+	api.DLQDetail
+	Event map[string]json.RawMessage `json:"event"`
 }
 
 func dlqPath(id, suffix string) string {
@@ -271,23 +259,10 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	return nil
 }
 
-type dlqAttempt struct {
-	At    time.Time `json:"at"`
-	Error string    `json:"error"`
-}
-
-type dlqOutput struct {
-	Destination string          `json:"destination"`
-	MsgID       string          `json:"msg_id"`
-	Delivered   bool            `json:"delivered"`
-	Position    json.RawMessage `json:"position"`
-	LastError   string          `json:"last_error"`
-}
-
 // writeDLQAttempts writes a dead letter's attempts, with their errors:
 // every one, those before a retry too (the Attempts row above counts
 // since the last retry, which resets it).
-func writeDLQAttempts(w io.Writer, history []dlqAttempt) {
+func writeDLQAttempts(w io.Writer, history []storage.Attempt) {
 	fmt.Fprintf(w, "\nHistory (%s, retries included):\n", counted(len(history), "attempt"))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  #\tAT\tERROR")
@@ -298,7 +273,7 @@ func writeDLQAttempts(w io.Writer, history []dlqAttempt) {
 }
 
 // writeDLQOutputs writes a dead letter's outputs and where each stands.
-func writeDLQOutputs(w io.Writer, outputs []dlqOutput) {
+func writeDLQOutputs(w io.Writer, outputs []storage.Output) {
 	if len(outputs) == 0 {
 		return
 	}
@@ -306,8 +281,8 @@ func writeDLQOutputs(w io.Writer, outputs []dlqOutput) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  DESTINATION\tMSG ID\tDELIVERED\tPOSITION\tLAST ERROR")
 	for _, o := range outputs {
-		pos := string(o.Position)
-		if pos == "" || pos == "null" {
+		pos := positionText(o.Position)
+		if pos == "" {
 			pos = "-"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%t\t%s\t%s\n", o.Destination, o.MsgID, o.Delivered, pos, tableCell(o.LastError, 80))
@@ -334,7 +309,7 @@ func (c *DLQCommand) writeDLQSummary(d *dlqDetail, now time.Time) error {
 	row("Type", d.Type)
 	row("Source", d.Source)
 	row("Tenant", d.Tenant)
-	row("State", d.State)
+	row("State", string(d.State))
 	attempts := strconv.Itoa(d.Attempts)
 	if len(d.History) > d.Attempts {
 		attempts += " (since the last retry)"
@@ -347,20 +322,7 @@ func (c *DLQCommand) writeDLQSummary(d *dlqDetail, now time.Time) error {
 	return tw.Flush()
 }
 
-// bulkResult is the answer of the bulk routes.
-type bulkResult struct {
-	Action   string   `json:"action"`
-	Matched  int      `json:"matched"`
-	Done     int      `json:"done"`
-	NotFound []string `json:"not_found"`
-	Skipped  []struct {
-		ID     string `json:"id"`
-		Code   string `json:"code"`
-		Reason string `json:"reason"`
-	} `json:"skipped"`
-}
-
-var pastTense = map[string]string{"retry": "retried", "resolve": "resolved", "delete": "deleted"}
+var pastTense = map[engine.DLQAction]string{engine.DLQActionRetry: "retried", engine.DLQActionResolve: "resolved", engine.DLQActionDelete: "deleted"}
 
 // checkSelection refuses what an action would select nothing by, or guess
 // at: no ids, filter or -all (a -queue names the queue of ids, and selects
@@ -426,14 +388,14 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 	if err != nil {
 		return err
 	}
-	var res bulkResult
+	var res api.DLQBulk
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return err
 	}
 	if af.output == formatJSON {
 		err = writeIndented(c.Stdout, raw)
 	} else {
-		c.writeBulk(action, &res)
+		c.writeBulk(&res)
 	}
 	if err == nil && (len(res.NotFound) > 0 || len(res.Skipped) > 0) {
 		err = &exitError{code: 1, err: fmt.Errorf("dlq %s: %d not found, %d skipped", action, len(res.NotFound), len(res.Skipped))}
@@ -443,8 +405,8 @@ func (c *DLQCommand) act(ctx context.Context, action string, args []string) erro
 
 // writeBulk writes what a bulk action did: how many, and which ids it did
 // not find or skipped, and why.
-func (c *DLQCommand) writeBulk(action string, res *bulkResult) {
-	fmt.Fprintf(c.Stdout, "%s %d of %d matched\n", pastTense[action], res.Done, res.Matched)
+func (c *DLQCommand) writeBulk(res *api.DLQBulk) {
+	fmt.Fprintf(c.Stdout, "%s %d of %d matched\n", pastTense[res.Action], res.Done, res.Matched)
 	if len(res.NotFound) > 0 {
 		fmt.Fprintf(c.Stdout, "not found (%d): %s\n", len(res.NotFound), strings.Join(res.NotFound, " "))
 	}
@@ -488,9 +450,7 @@ func (c *DLQCommand) actOne(ctx context.Context, cl *apiClient, af *apiFlags, ac
 		}
 		return writeIndented(c.Stdout, raw)
 	}
-	var st struct {
-		State string `json:"state"`
-	}
+	var st api.DLQItem
 	json.Unmarshal(raw, &st)
 	switch action {
 	case "retry":

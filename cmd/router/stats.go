@@ -8,6 +8,8 @@ import (
 	"sort"
 	"text/tabwriter"
 	"time"
+
+	"github.com/switchyard-router/switchyard/api"
 )
 
 // StatsCommand is `router stats`: per type, the depth, the oldest pending
@@ -18,13 +20,8 @@ type StatsCommand struct {
 
 // typeLine is one type's line: GET /v1/stats joined with GET /v1/dlq/stats.
 type typeLine struct {
-	Type          string  `json:"type"`
-	Pending       int     `json:"pending"`
-	InProcess     int     `json:"in_process"`
-	OldestAgeSecs float64 `json:"oldest_pending_age_seconds"`
-	PollDelaySecs float64 `json:"poll_delay_seconds"`
-	DLQ           int     `json:"dlq"`
-	Resolved      int     `json:"resolved"`
+	api.TypeStats
+	Resolved int `json:"resolved"`
 }
 
 // Run runs the command.
@@ -50,11 +47,7 @@ func (c *StatsCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("/v1/stats: no types in the answer: %v", err)
 	}
 	var dlq struct {
-		Types []struct {
-			Type     string `json:"type"`
-			DLQ      int    `json:"dlq"`
-			Resolved int    `json:"resolved"`
-		} `json:"types"`
+		Types []api.DLQStats `json:"types"`
 	}
 	if _, err := cl.getJSON(ctx, "/v1/dlq/stats", nil, &dlq); err != nil {
 		return err

@@ -130,14 +130,22 @@ func (c *TailCommand) printData(event, data string, asJSON bool) {
 
 // where is the broker position, as " (stream events #12)".
 func (l *tailLine) where() string {
-	p := l.Position
+	if p := positionText(l.Position); p != "" {
+		return " (" + p + ")"
+	}
+	return ""
+}
+
+// positionText is where a broker holds an output: "stream events #12",
+// "orders/3@1042"; "" when unknown.
+func positionText(p *switchyard.Position) string {
 	switch {
 	case p == nil:
 		return ""
 	case p.Stream != "":
-		return fmt.Sprintf(" (stream %s #%d)", p.Stream, p.Sequence)
+		return fmt.Sprintf("stream %s #%d", p.Stream, p.Sequence)
 	case p.Topic != "":
-		return fmt.Sprintf(" (%s/%d@%d)", p.Topic, p.Partition, p.Offset)
+		return fmt.Sprintf("%s/%d@%d", p.Topic, p.Partition, p.Offset)
 	}
 	return ""
 }
