@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -281,7 +282,7 @@ type inboxView struct {
 func (s *Server) getInboxes(w http.ResponseWriter, r *http.Request) {
 	views := []inboxView{}
 	for _, in := range s.engine.Inboxes() {
-		v := inboxView{Name: in.Name, Queue: engine.InboxQueue(in.Name), From: in.From, Source: in.Source, Mode: "push", Deliver: in.Deliver, Leased: in.Leased}
+		v := inboxView{Name: in.Name, Queue: config.InboxQueueName(in.Name), From: in.From, Source: in.Source, Mode: "push", Deliver: in.Deliver, Leased: in.Leased}
 		if in.Deliver == "" {
 			v.Mode = "pull"
 		}

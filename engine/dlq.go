@@ -359,12 +359,18 @@ type DLQBulkResult struct {
 	Skipped  []DLQSkip
 }
 
-// DLQSkip is a selected record the action did not apply to, and why.
+// DLQSkip is a selected record the action did not apply to, and why: Code
+// is the error code the action met (not_in_dlq, ...) or DLQSkipExcluded.
 type DLQSkip struct {
 	ID     string
 	Code   string
 	Reason string
 }
+
+// DLQSkipExcluded is the Code of a record named by its id that the rest of
+// the filter excludes (its type, time, tenant or source): no error, and
+// not a plugin's "filtered" verdict either.
+const DLQSkipExcluded = "excluded"
 
 func (r *DLQBulkResult) add(o *DLQBulkResult) {
 	r.Matched += o.Matched
@@ -506,8 +512,8 @@ func (b *bulk) byIDs(f DLQFilter) error {
 				case len(all) == 0:
 					res.NotFound = append(res.NotFound, id)
 					continue
-				case len(recs) == 0: // there, of other sources only: filtered, as a type or since would be
-					res.Skipped = append(res.Skipped, DLQSkip{ID: id, Code: "filtered", Reason: f.otherSource(all[0])})
+				case len(recs) == 0: // there, of other sources only: excluded, as by a type or since
+					res.Skipped = append(res.Skipped, DLQSkip{ID: id, Code: DLQSkipExcluded, Reason: f.otherSource(all[0])})
 					continue
 				}
 				for _, r := range deadFirst(recs) {
@@ -533,7 +539,7 @@ func (b *bulk) one(tx *storage.Tx, f DLQFilter, r *storage.Record, now time.Time
 		return err
 	}
 	if reason := f.excludes(en.Record, en.At); reason != "" {
-		res.Skipped = append(res.Skipped, DLQSkip{ID: r.Event.ID, Code: "filtered", Reason: reason})
+		res.Skipped = append(res.Skipped, DLQSkip{ID: r.Event.ID, Code: DLQSkipExcluded, Reason: reason})
 		return nil
 	}
 	return b.apply(tx, en.Record, now, res, queues)

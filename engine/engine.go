@@ -178,8 +178,8 @@ func (o Options) withDefaults() Options {
 func (e *Engine) checkReferences(cfg *config.Config) error {
 	for _, in := range cfg.Inboxes {
 		if in.Deliver.URL != "" {
-			if _, ok := e.sinks()[InboxSink(in.Name)]; !ok {
-				return fmt.Errorf("inbox %q delivers to %s, but no sink %q was given", in.Name, in.Deliver.URL, InboxSink(in.Name))
+			if _, ok := e.sinks()[config.InboxSinkName(in.Name)]; !ok {
+				return fmt.Errorf("inbox %q delivers to %s, but no sink %q was given", in.Name, in.Deliver.URL, config.InboxSinkName(in.Name))
 			}
 		}
 	}
@@ -322,7 +322,7 @@ func (e *Engine) Open() error {
 	}
 	for name, in := range e.inboxes {
 		if !in.pull() {
-			types[InboxQueue(name)] = true
+			types[config.InboxQueueName(name)] = true
 		}
 	}
 	stored, err := e.storedTypes()

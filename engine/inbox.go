@@ -26,12 +26,6 @@ import (
 // is pulled instead (GET /v1/subscriptions/{name}/messages).
 const inboxQueuePrefix = config.InboxQueuePrefix
 
-// InboxQueue is the queue name of an inbox.
-func InboxQueue(name string) string { return config.InboxQueueName(name) }
-
-// InboxSink is the name of the sink that delivers an inbox's events.
-func InboxSink(name string) string { return config.InboxSinkName(name) }
-
 // inbox is one configured inbox.
 type inbox struct {
 	cfg    config.Inbox
@@ -87,7 +81,7 @@ func newInbox(in config.Inbox) *inbox {
 	pol.Plugins = in.Plugins
 	pol.Routes = nil
 	if in.Deliver.URL != "" {
-		pol.Routes = []config.Route{{To: InboxSink(in.Name), Subject: "deliver"}}
+		pol.Routes = []config.Route{{To: config.InboxSinkName(in.Name), Subject: "deliver"}}
 	}
 	ib := &inbox{cfg: in, policy: &pol, leases: make(map[string]time.Time), arrived: make(chan struct{}), dropLog: logthrottle.Throttle{Every: dropLogEvery}}
 	ib.lines.stale.Store(pol.ByKey())
@@ -263,7 +257,7 @@ func (e *Engine) InboxRefusal(name string) error {
 // required, a duplicate in this batch, an id seen within the window, or a
 // record that already stands for it.
 func (in *inbox) receiveOne(tx *storage.Tx, m *switchyard.Inbound, batch map[inboxEvent]string, now time.Time) (*storage.Skip, error) {
-	name, queue, ev := in.cfg.Name, InboxQueue(in.cfg.Name), inboxEvent{m.Event.Source, m.Event.ID}
+	name, queue, ev := in.cfg.Name, config.InboxQueueName(in.cfg.Name), inboxEvent{m.Event.Source, m.Event.ID}
 	skip := &storage.Skip{ID: ev.id, Source: ev.source, At: now, Origin: m.Origin}
 	switch seen, err := tx.InboxSeen(name, queue, ev.source, ev.id, now); {
 	case m.IDTooLong && in.cfg.MissingID == config.MissingIDReject:
@@ -328,7 +322,7 @@ func (e *Engine) noteReceived(in *inbox, res ReceiveResult, skips []storage.Skip
 		if in.pull() {
 			in.notify()
 		} else {
-			e.wake(InboxQueue(name))
+			e.wake(config.InboxQueueName(name))
 		}
 	}
 }
@@ -368,7 +362,7 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 	if lease <= 0 { // a lease of 0 holds nothing: every pull would hand the same events out
 		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "lease must be a positive duration such as 30s")
 	}
-	if err := in.lines.lineUp(ctx, e, InboxQueue(in.cfg.Name)); err != nil {
+	if err := in.lines.lineUp(ctx, e, config.InboxQueueName(in.cfg.Name)); err != nil {
 		return nil, err
 	}
 	deadline := time.NewTimer(wait)
@@ -380,7 +374,7 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 		now := e.now()
 		var recs []*storage.Record
 		err := e.store.View(func(tx *storage.Tx) (err error) {
-			recs, err = tx.Due(InboxQueue(name), now, 0, storage.Limit{Events: max, Bytes: maxBatchOutputBytes}, in.policy.ByKey(), func(key []byte) bool {
+			recs, err = tx.Due(config.InboxQueueName(name), now, 0, storage.Limit{Events: max, Bytes: maxBatchOutputBytes}, in.policy.ByKey(), func(key []byte) bool {
 				in.mu.Lock()
 				defer in.mu.Unlock()
 				until, ok := in.leases[string(key)]
@@ -518,7 +512,7 @@ func (e *Engine) Ack(ctx context.Context, name string, acks Acks) (AckResult, er
 // source's event with the same id came in would mark that one delivered
 // unseen (a review).
 func (in *inbox) acked(tx *storage.Tx, acks Acks) (recs []*storage.Record, ambiguous []string, err error) {
-	queue := InboxQueue(in.cfg.Name)
+	queue := config.InboxQueueName(in.cfg.Name)
 	seen := make(map[string]bool, len(acks.AckIDs)+len(acks.IDs))
 	take := func(r *storage.Record) {
 		if r.State == storage.StatePending && !seen[r.Key()] {
@@ -782,7 +776,7 @@ func (e *Engine) claimTTL(consumer string) time.Duration {
 }
 
 // InboxStatus is an inbox as operators see it; its queue's counts are in
-// Stats under InboxQueue(Name).
+// Stats under config.InboxQueueName(Name).
 type InboxStatus struct {
 	Name    string
 	From    string // the sink it consumes from, "kafka.main"

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/engine"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
@@ -59,7 +60,7 @@ func TestInboxLeavesOutAnUnstorableTime(t *testing.T) {
 	}
 	h.db.View(func(tx *storage.Tx) error {
 		for id, want := range map[string]time.Time{"far": {}, "near": near} {
-			rec, err := tx.InboxRecord(engine.InboxQueue("pay"), "/bank", id)
+			rec, err := tx.InboxRecord(config.InboxQueueName("pay"), "/bank", id)
 			if err != nil {
 				t.Fatalf("%s: %v", id, err)
 			}
@@ -467,7 +468,7 @@ inbox "push" {
   subject = "t.push"
   deliver { url = "http://127.0.0.1:1/hook" }
 }
-`, false, busySink{name: engine.InboxSink("push"), after: time.Hour}) // the service answers 429
+`, false, busySink{name: config.InboxSinkName("push"), after: time.Hour}) // the service answers 429
 	ctx := context.Background()
 	for name, ids := range map[string][]string{"pay": {"a"}, "push": {"b"}} {
 		if _, err := h.eng.Receive(ctx, name, inbound(ids...)); err != nil {
@@ -481,7 +482,7 @@ inbox "push" {
 		t.Errorf("an ack on a push inbox: %+v, %v; want 0 and an invalid request", res, err)
 	}
 	if err := h.db.View(func(tx *storage.Tx) error {
-		rec, err := tx.InboxRecord(engine.InboxQueue("push"), "/bank", "b")
+		rec, err := tx.InboxRecord(config.InboxQueueName("push"), "/bank", "b")
 		if err == nil && rec.State == storage.StateDelivered {
 			err = errors.New("delivered")
 		}
@@ -644,8 +645,8 @@ inbox "push" {
   subject = "t.push"
   deliver { url = "http://127.0.0.1:1/hook" }
 }
-`, true, refusingSink{name: engine.InboxSink("push")})
-	q := engine.InboxQueue("push")
+`, true, refusingSink{name: config.InboxSinkName("push")})
+	q := config.InboxQueueName("push")
 	if res, err := h.eng.Receive(context.Background(), "push", fromSources("1", sources...)); err != nil || res.Stored != len(sources) {
 		t.Fatalf("receive: %+v, %v", res, err)
 	}
@@ -728,7 +729,7 @@ func TestDLQBulkBySourceActsOnThatSourceOnly(t *testing.T) {
 	// By id and a source the id has no dead letter of: skipped as filtered
 	// (a type or since that does not match says the same), not "not found".
 	res, err := h.eng.DLQDeleteMany(ctx, engine.DLQFilter{Type: q, IDs: []string{"1", "2"}, Source: "/billing"})
-	if err != nil || len(res.NotFound) != 1 || res.NotFound[0] != "2" || len(res.Skipped) != 1 || res.Skipped[0].Code != "filtered" ||
+	if err != nil || len(res.NotFound) != 1 || res.NotFound[0] != "2" || len(res.Skipped) != 1 || res.Skipped[0].Code != engine.DLQSkipExcluded ||
 		res.Skipped[0].Reason != "its source is /returns, not /billing" {
 		t.Fatalf("by ids with a source: %+v, %v; want id 1 skipped (its source), id 2 not found", res, err)
 	}

@@ -456,7 +456,7 @@ func (e *Engine) pluginUsers() map[string][]string {
 	}
 	for _, in := range cfg.Inboxes {
 		for _, name := range in.Plugins {
-			used[name] = append(used[name], InboxQueue(in.Name))
+			used[name] = append(used[name], config.InboxQueueName(in.Name))
 		}
 	}
 	for _, qs := range used {

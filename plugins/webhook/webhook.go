@@ -76,7 +76,7 @@ type Sink struct {
 }
 
 // New builds the sink of inbox in's deliver block. Its name is
-// "inbox.<name>" (engine.InboxSink). It does not contact the receiver:
+// "inbox.<name>" (config.InboxSinkName). It does not contact the receiver:
 // the router starts while the service is down and delivers once it is up
 // (Healthy tells).
 //
