@@ -457,12 +457,12 @@ func TestAuthProblemsMetrics(t *testing.T) {
 	r.tcp("POST", "/v1/events", tokAcme, hdr, strings.Replace(orderJSON, "12", "13", 1))                    // 422
 	r.tcp("POST", "/v1/events", tokAcme, structured(), `{"specversion":"1.0","type":"nope","source":"/s"}`) // 422
 	for code, want := range map[string]float64{"unauthorized": 2, "forbidden": 1, "idempotency_key_reuse": 1, "unknown_event_type": 1} {
-		got := metricValue(t, r.reg, "switchyard_http_problems_total", code)
+		got := testkit.MetricSum(t, r.reg, "switchyard_http_problems_total", map[string]string{"code": code})
 		if got != want {
 			t.Errorf("problems{code=%s} = %v, want %v", code, got, want)
 		}
 	}
-	if n := metricValue(t, r.reg, "switchyard_idempotent_replays_total", ""); n != 1 {
+	if n := testkit.MetricSum(t, r.reg, "switchyard_idempotent_replays_total", nil); n != 1 {
 		t.Fatalf("replays: %v", n)
 	}
 	body := r.tcp("GET", "/metrics", tokAdmin, nil, "").body
@@ -480,35 +480,6 @@ func TestAuthProblemsMetrics(t *testing.T) {
 	if rep.status != 200 || !strings.Contains(string(rep.body), "switchyard_idempotent_replays_total 1") || strings.Contains(string(rep.body), "switchyard_http_problems_total") {
 		t.Errorf("metrics filtered by two names: %d %.300s", rep.status, rep.body)
 	}
-}
-
-// metricValue reads a counter or gauge from reg: the series of name whose
-// labels include label (any value when "").
-func metricValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, lp := range m.GetLabel() {
-				match = match || lp.GetValue() == label
-			}
-			if !match {
-				continue
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
 }
 
 // A tokens_file is refused, naming why, when it is malformed or holds no

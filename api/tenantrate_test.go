@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // tenantBatch is a batch of n order.created events with ids from first on.
@@ -97,10 +98,10 @@ tenant "*" {
 		b.Refused != 0 || b.RefusedRequests != 1 || len(stats.TenantRates) != 2 {
 		t.Errorf("stats' tenant_rates: %+v", stats.TenantRates)
 	}
-	if got := metricValue(t, r.reg, "switchyard_tenant_rate_limited_events_total", "acme"); got != 11 {
+	if got := testkit.MetricSum(t, r.reg, "switchyard_tenant_rate_limited_events_total", map[string]string{"tenant": "acme"}); got != 11 {
 		t.Errorf("switchyard_tenant_rate_limited_events_total{tenant=acme} = %v, want 11", got)
 	}
-	if got := metricValue(t, r.reg, "switchyard_tenant_rate_limited_requests_total", "acme"); got != 3 {
+	if got := testkit.MetricSum(t, r.reg, "switchyard_tenant_rate_limited_requests_total", map[string]string{"tenant": "acme"}); got != 3 {
 		t.Errorf("switchyard_tenant_rate_limited_requests_total{tenant=acme} = %v, want 3", got)
 	}
 	// A reload to a larger bucket keeps what the bucket holds (it does not

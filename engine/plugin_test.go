@@ -10,8 +10,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	natsplugin "github.com/switchyard-router/switchyard/plugins/nats"
 	"github.com/switchyard-router/switchyard/storage"
 )
@@ -253,10 +255,10 @@ func TestFilteredAndUnroutedOutputs(t *testing.T) {
 	if rec.State != storage.StateDLQ || !strings.Contains(rec.LastError, "names no destination and the type has no route") {
 		t.Fatalf("unrouted event: %s %q", rec.State, rec.LastError)
 	}
-	if got := metricValue(t, reg, "switchyard_unrouted_outputs_total"); got != 1 {
+	if got := testkit.MetricSum(t, reg, "switchyard_unrouted_outputs_total", nil); got != 1 {
 		t.Fatalf("switchyard_unrouted_outputs_total = %v, want 1", got)
 	}
-	if got := metricValue(t, reg, "switchyard_filtered_total"); got != 1 {
+	if got := testkit.MetricSum(t, reg, "switchyard_filtered_total", nil); got != 1 {
 		t.Fatalf("switchyard_filtered_total = %v, want 1", got)
 	}
 	if l := logs.String(); !strings.Contains(l, "[WARN]") || !strings.Contains(l, "event dead-lettered") || !strings.Contains(l, "event=keep-1") || !strings.Contains(l, "type=t.noroute") {
@@ -391,7 +393,7 @@ func TestPluginOutputsSharingAnID(t *testing.T) {
 	if _, err := h.eng.Loop("t.split").Poll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := metricValue(t, reg, "switchyard_plugin_shared_id_events_total"); got != 2 {
+	if got := testkit.MetricSum(t, reg, "switchyard_plugin_shared_id_events_total", nil); got != 2 {
 		t.Fatalf("switchyard_plugin_shared_id_events_total = %v, want 2 (same-1 and same-2)", got)
 	}
 	if n := strings.Count(logs.String(), "plugin outputs share an id"); n != 1 || !strings.Contains(logs.String(), "plugin=split") {
@@ -450,43 +452,11 @@ func TestPluginSeriesExistBeforeTheFirstCall(t *testing.T) {
 	idle := funcPlugin{name: "idle", fn: func(context.Context, *switchyard.Event) ([]switchyard.PluginOutput, error) { return nil, nil }}
 	reg := prometheus.NewRegistry()
 	newHarness(t, pluginPolicy("idle", "t.idle", ""), true, withPlugins(idle), harnessOption(func(o *engine.Options) { o.Registerer = reg }))
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	series := map[string]int{}
-	for _, f := range fams {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "plugin" && l.GetValue() == "idle" {
-					series[f.GetName()]++
-				}
-			}
-		}
-	}
 	for name, n := range map[string]int{"switchyard_plugin_events_total": 4, "switchyard_plugin_outputs_total": 1, "switchyard_plugin_duration_seconds": 1} {
-		if series[name] != n {
-			t.Errorf("%s: %d series for plugin idle before its first call, want %d", name, series[name], n)
+		if got := testkit.MetricSeries(t, reg, name, map[string]string{"plugin": "idle"}); got != n {
+			t.Errorf("%s: %d series for plugin idle before its first call, want %d", name, got, n)
 		}
 	}
-}
-
-// counterValue sums a counter family's series in reg.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, f := range fams {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 // A stop while the plugin chain runs counts no attempt: the chain failed

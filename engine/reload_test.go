@@ -96,15 +96,15 @@ event %q {
 		return !engine.HasLoop(h.eng, "t.gone")
 	})
 	for _, name := range []string{"switchyard_events_ingested_total", "switchyard_polls_total", "switchyard_published_total"} {
-		if hasSeries(t, reg, name, map[string]string{"type": "t.gone"}) {
+		if testkit.MetricSeries(t, reg, name, map[string]string{"type": "t.gone"}) > 0 {
 			t.Errorf("%s{type=t.gone} still there after its loop stopped", name)
 		}
-		if !hasSeries(t, reg, name, map[string]string{"type": "t.keep"}) {
+		if !(testkit.MetricSeries(t, reg, name, map[string]string{"type": "t.keep"}) > 0) {
 			t.Errorf("%s{type=t.keep} gone", name)
 		}
 	}
 	time.Sleep(200 * time.Millisecond) // a few polls of the loop with a retry waiting
-	if !engine.HasLoop(h.eng, "nostream.waits") || !hasSeries(t, reg, "switchyard_polls_total", map[string]string{"type": "nostream.waits"}) {
+	if !engine.HasLoop(h.eng, "nostream.waits") || !(testkit.MetricSeries(t, reg, "switchyard_polls_total", map[string]string{"type": "nostream.waits"}) > 0) {
 		t.Fatal("the loop of a removed type whose event waits out a retry stopped")
 	}
 	h.reload(keep + gone)
@@ -457,34 +457,8 @@ func TestAReloadedRouteHasItsCountersAtZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"switchyard_published_total", "switchyard_publish_errors_total"} {
-		if !hasSeries(t, reg, name, map[string]string{"type": "t.order", "sink": "kafka.down"}) {
+		if !(testkit.MetricSeries(t, reg, name, map[string]string{"type": "t.order", "sink": "kafka.down"}) > 0) {
 			t.Errorf("%s{type=t.order,sink=kafka.down} absent after the reload that added the route", name)
 		}
 	}
-}
-
-// hasSeries tells whether reg has a series of family name with labels.
-func hasSeries(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) bool {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			match := 0
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v == l.GetValue() {
-					match++
-				}
-			}
-			if match == len(labels) {
-				return true
-			}
-		}
-	}
-	return false
 }

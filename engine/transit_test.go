@@ -185,20 +185,8 @@ event "t.large" {
 	h.opened = true
 	h.waitDelivered(ids, 60*time.Second)
 	polls := map[string]float64{}
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() == "switchyard_polls_total" {
-			for _, m := range f.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "outcome" {
-						polls[l.GetValue()] += m.GetCounter().GetValue()
-					}
-				}
-			}
-		}
+	for _, outcome := range []string{"empty", "partial", "full"} {
+		polls[outcome] = testkit.MetricSum(t, reg, "switchyard_polls_total", map[string]string{"outcome": outcome})
 	}
 	if polls["full"] < 10 || polls["partial"] > 2 {
 		t.Fatalf("polls of 60 events of 100 KiB, 300 KiB to hold: %v; want the batches cut by their bytes counted full, at most the last two partial", polls)
@@ -287,9 +275,9 @@ func TestALineWaitingForABackoffDoesNotSpin(t *testing.T) {
 		h.ingestEvent(switchyard.Event{ID: id, Type: "t.line", Source: "/t", SpecVersion: "1.0", Extensions: k})
 	}
 	testkit.Eventually(t, "first attempt of first", 10*time.Second, func() bool { return h.record("first").Attempts == 1 })
-	before := metricValue(t, reg, "switchyard_polls_total")
+	before := testkit.MetricSum(t, reg, "switchyard_polls_total", nil)
 	time.Sleep(time.Second)
-	if polls := metricValue(t, reg, "switchyard_polls_total") - before; polls > 2 {
+	if polls := testkit.MetricSum(t, reg, "switchyard_polls_total", nil) - before; polls > 2 {
 		t.Fatalf("%v polls in a second while the line waits an hour's backoff", polls)
 	}
 	if st := h.record("second").State; st != storage.StatePending {
@@ -349,9 +337,9 @@ event "t.backlog" {
 	})
 	h.ingest("t.backlog", 200)
 	time.Sleep(500 * time.Millisecond) // the first probes, while the delay grows
-	before := metricValue(t, reg, "switchyard_polls_total")
+	before := testkit.MetricSum(t, reg, "switchyard_polls_total", nil)
 	time.Sleep(2 * time.Second)
-	polls := metricValue(t, reg, "switchyard_polls_total") - before
+	polls := testkit.MetricSum(t, reg, "switchyard_polls_total", nil) - before
 	// At 5 ms a poll, a loop that kept treating its full batches as a
 	// backlog would poll ~400 times; probing within a second, ≤ 4.
 	if polls > 6 {

@@ -202,8 +202,8 @@ func TestAnInboxWithRefusedCredentialsSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
-	r := run(s, func(context.Context, []switchyard.Inbound) error { return nil })
-	defer r.cancel()
+	r := testkit.RunSource(s, func(context.Context, []switchyard.Inbound) error { return nil })
+	defer r.Cancel()
 	var health error
 	testkit.EventuallyWith(t, 15*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

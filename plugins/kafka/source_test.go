@@ -173,31 +173,6 @@ func committed(t testing.TB, c *kfake.Cluster, group string, partitions int32) [
 	return out
 }
 
-type runner struct {
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func run(s *Source, receive func(context.Context, []switchyard.Inbound) error) *runner {
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runner{cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- s.Run(ctx, receive) }()
-	return r
-}
-
-func (r *runner) stop(t testing.TB) {
-	t.Helper()
-	r.cancel()
-	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return")
-	}
-}
-
 // Duplicates in the log are all handed over, in order, decoded, and each
 // batch is committed only after receive returned (so while receive runs,
 // the committed offset is where the batch starts).
@@ -212,7 +187,7 @@ func TestSourceReceivesInOrderAndCommitsAfter(t *testing.T) {
 	var mu sync.Mutex
 	var got []switchyard.Inbound
 	var commitErr error
-	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+	r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		defer mu.Unlock()
 		want := int64(len(got))
@@ -227,7 +202,7 @@ func TestSourceReceivesInOrderAndCommitsAfter(t *testing.T) {
 	})
 	testkit.Eventually(t, "all records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 2*n })
 	testkit.Eventually(t, "the last commit", 5*time.Second, func() bool { return committed(t, c, "g1", 1)[0] == 2*n })
-	r.stop(t)
+	r.Stop(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if commitErr != nil {
@@ -264,7 +239,7 @@ func TestSourceReceiveErrorRedelivers(t *testing.T) {
 	next := map[int]int64{} // partition -> next offset expected in a stored batch
 	stored := map[string]bool{}
 	var gap error
-	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+	r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if failures > 0 {
@@ -292,7 +267,7 @@ func TestSourceReceiveErrorRedelivers(t *testing.T) {
 		off := committed(t, c, "g2", 2)
 		return off[0] == n/2 && off[1] == n/2
 	})
-	r.stop(t)
+	r.Stop(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if gap != nil {
@@ -315,7 +290,7 @@ func TestSourceRestartResumesAfterCommit(t *testing.T) {
 	collect := func(s *Source, want int) []switchyard.Inbound {
 		var mu sync.Mutex
 		var got []switchyard.Inbound
-		r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+		r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 			mu.Lock()
 			got = append(got, msgs...)
 			mu.Unlock()
@@ -323,7 +298,7 @@ func TestSourceRestartResumesAfterCommit(t *testing.T) {
 		})
 		testkit.Eventually(t, "records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= want })
 		time.Sleep(300 * time.Millisecond) // nothing more comes
-		r.stop(t)
+		r.Stop(t)
 		mu.Lock()
 		defer mu.Unlock()
 		return got
@@ -398,11 +373,11 @@ func TestSourceGroupSplitsAndRebalances(t *testing.T) {
 	}
 
 	var srcs []*Source
-	var runs []*runner
+	var runs []*testkit.SourceRun
 	for i := range 3 {
 		s := newSource(t, c, inboxConfig("g4"))
 		srcs = append(srcs, s)
-		runs = append(runs, run(s, receiver(i)))
+		runs = append(runs, testkit.RunSource(s, receiver(i)))
 	}
 	// Produce until every source owns partitions (the group settles).
 	produced := 0
@@ -426,7 +401,7 @@ func TestSourceGroupSplitsAndRebalances(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	runs[victim].stop(t)
+	runs[victim].Stop(t)
 	if err := srcs[victim].Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +412,7 @@ func TestSourceGroupSplitsAndRebalances(t *testing.T) {
 	produced += 10 * parts
 	testkit.Eventually(t, "every record after the close", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == produced })
 	for _, r := range runs[1:] {
-		r.stop(t)
+		r.Stop(t)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -481,14 +456,14 @@ func TestSourceDerivedID(t *testing.T) {
 	s := newSource(t, c, inboxConfig("g5"))
 	var mu sync.Mutex
 	var got []switchyard.Inbound
-	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+	r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		got = append(got, msgs...)
 		mu.Unlock()
 		return nil
 	})
 	testkit.Eventually(t, "records", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
-	r.stop(t)
+	r.Stop(t)
 	if !got[0].IDDerived || got[0].Event.ID != got[1].Event.ID || !strings.HasPrefix(got[0].Event.ID, engine.DerivedIDPrefix) {
 		t.Fatalf("derived ids %+v %+v", got[0], got[1])
 	}
@@ -519,9 +494,9 @@ func TestSourceRetentionWarnings(t *testing.T) {
 		t.Fatalf("ttl above retention: %q %v", ws, err)
 	}
 	// Run checks in the background and keeps the result.
-	r := run(s, func(context.Context, []switchyard.Inbound) error { return nil })
+	r := testkit.RunSource(s, func(context.Context, []switchyard.Inbound) error { return nil })
 	testkit.Eventually(t, "warnings", 5*time.Second, func() bool { return len(s.Warnings()) == 2 })
-	r.stop(t)
+	r.Stop(t)
 
 	for _, tc := range []struct {
 		retention, policy string
@@ -570,7 +545,7 @@ func TestSourceLenientWarningsAreThrottled(t *testing.T) {
 	start := time.Now()
 	var mu sync.Mutex
 	ids := map[string]bool{}
-	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+	r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
@@ -579,7 +554,7 @@ func TestSourceLenientWarningsAreThrottled(t *testing.T) {
 		return nil
 	})
 	testkit.Eventually(t, "every record", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(ids) == n })
-	r.stop(t)
+	r.Stop(t)
 	took := time.Since(start)
 	lines := strings.Count(logs.String(), "record decoded leniently")
 	if most := int(took/time.Second) + 1; lines < 1 || lines > most {
@@ -625,7 +600,7 @@ func TestSourceReadsATopicMadeAgainFromItsStart(t *testing.T) {
 	got := map[string]bool{}
 	first, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+	r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 		once.Do(func() { close(first); <-release })
 		mu.Lock()
 		defer mu.Unlock()
@@ -634,7 +609,7 @@ func TestSourceReadsATopicMadeAgainFromItsStart(t *testing.T) {
 		}
 		return nil
 	})
-	defer r.stop(t)
+	defer r.Stop(t)
 	<-first
 	// Fetches wait until the batch is released, as a consumer's would
 	// while the topic is made again between two of them: the client
@@ -675,7 +650,7 @@ func TestSourceTakesTheOldTopicsLastRecords(t *testing.T) {
 	got := map[string]bool{}
 	first, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+	r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		for _, m := range msgs {
 			got[m.Event.ID] = true
@@ -684,7 +659,7 @@ func TestSourceTakesTheOldTopicsLastRecords(t *testing.T) {
 		once.Do(func() { close(first); <-release })
 		return nil
 	})
-	defer r.stop(t)
+	defer r.Stop(t)
 	<-first
 	produceTo(t, c, "old", 5, 5, 1)    // fetched by p1's broker and buffered while the batch is held
 	time.Sleep(500 * time.Millisecond) // that fetch returns
@@ -755,7 +730,7 @@ func TestSourceReadsPartitionsAdded(t *testing.T) {
 func recordIDs(t *testing.T, s *Source) (has func(id string) bool, stop func()) {
 	var mu sync.Mutex
 	got := map[string]bool{}
-	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error {
+	r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
@@ -763,7 +738,7 @@ func recordIDs(t *testing.T, s *Source) (has func(id string) bool, stop func()) 
 		}
 		return nil
 	})
-	return func(id string) bool { mu.Lock(); defer mu.Unlock(); return got[id] }, func() { r.stop(t) }
+	return func(id string) bool { mu.Lock(); defer mu.Unlock(); return got[id] }, func() { r.Stop(t) }
 }
 
 // An inbox says whether it consumes (/readyz, switchyard_inbox_up): yes
@@ -774,8 +749,8 @@ func TestSourceHealthy(t *testing.T) {
 	produce(t, c, "h", 3, 1, 1)
 	s := newSource(t, c, inboxConfig("g-healthy"))
 	var n atomic.Int64
-	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
-	defer r.stop(t)
+	r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
+	defer r.Stop(t)
 	testkit.Eventually(t, "the records", 10*time.Second, func() bool { return n.Load() == 3 })
 	if err := s.Healthy(context.Background()); err != nil {
 		t.Fatalf("Healthy while consuming: %v", err)
@@ -812,8 +787,8 @@ func TestSourceHealthyReportsPollErrors(t *testing.T) {
 	refusing.Store(true)
 	s := newSource(t, c, inboxConfig("g-refused"))
 	var n atomic.Int64
-	r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
-	defer r.stop(t)
+	r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
+	defer r.Stop(t)
 	var err error
 	testkit.EventuallyWith(t, 20*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -861,8 +836,8 @@ func darkCluster(t *testing.T, group string) (*testkit.CutKafka, *Sink, *Source)
 	produce(t, c.Cluster, "dark", 3, 1, 1)
 	src := newSource(t, c.Cluster, inboxConfig(group))
 	var n atomic.Int64
-	r := run(src, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
-	t.Cleanup(func() { r.stop(t) })
+	r := testkit.RunSource(src, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
+	t.Cleanup(func() { r.Stop(t) })
 	testkit.Eventually(t, "the inbox's records", 20*time.Second, func() bool { return n.Load() == 3 })
 	return c, s, src
 }
@@ -940,8 +915,8 @@ func TestAnInboxTheGroupHasNotTakenInSaysSoAndStops(t *testing.T) {
 	c := newCluster(t, kfake.SeedTopics(1, srcTopic))
 	silentMember(t, c, "g-join", 30*time.Second)
 	src := newSource(t, c, inboxConfig("g-join"))
-	r := run(src, func(context.Context, []switchyard.Inbound) error { return nil })
-	defer r.cancel()
+	r := testkit.RunSource(src, func(context.Context, []switchyard.Inbound) error { return nil })
+	defer r.Cancel()
 	testkit.EventuallyWith(t, 5*time.Second, func() bool {
 		err := src.Healthy(context.Background())
 		return err != nil && strings.Contains(err.Error(), `not in group "g-join" yet`)
@@ -1040,13 +1015,13 @@ func TestSourceLeavesItsGroupWhenTheStopsTimeIsSpent(t *testing.T) {
 	produce(t, c, "leave", 3, 1, 1)
 	src := newSource(t, c, inboxConfig("g-leave"))
 	var n atomic.Int64
-	r := run(src, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
+	r := testkit.RunSource(src, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
 	testkit.Eventually(t, "the inbox's records", 20*time.Second, func() bool { return n.Load() == 3 })
 	if got := groupMembers(t, c, "g-leave"); got != 1 {
 		t.Fatalf("group g-leave has %d members while consuming, want 1", got)
 	}
-	r.cancel()
-	<-r.done
+	r.Cancel()
+	r.Wait()
 	spent, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := src.Close(spent)
@@ -1099,14 +1074,14 @@ func TestSourceDoesNotWaitOutASilentCoordinator(t *testing.T) {
 	})
 	src := newSource(t, c, inboxConfig("g-silent"))
 	got := make(chan struct{}, 1)
-	r := run(src, func(context.Context, []switchyard.Inbound) error {
+	r := testkit.RunSource(src, func(context.Context, []switchyard.Inbound) error {
 		select {
 		case got <- struct{}{}:
 		default:
 		}
 		return nil
 	})
-	defer r.cancel()
+	defer r.Cancel()
 	<-got
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -1133,7 +1108,7 @@ func TestSourceLeavesItsGroupWhileRunIsHeld(t *testing.T) {
 	src := newSource(t, c, inboxConfig("g-held"))
 	inside, release := make(chan struct{}, 1), make(chan struct{})
 	defer close(release)
-	r := run(src, func(context.Context, []switchyard.Inbound) error {
+	r := testkit.RunSource(src, func(context.Context, []switchyard.Inbound) error {
 		select {
 		case inside <- struct{}{}:
 		default:
@@ -1141,7 +1116,7 @@ func TestSourceLeavesItsGroupWhileRunIsHeld(t *testing.T) {
 		<-release // a receive that does not heed its context
 		return nil
 	})
-	defer r.cancel()
+	defer r.Cancel()
 	<-inside
 	spent, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -1181,7 +1156,7 @@ func TestSourceLag(t *testing.T) {
 	}
 	held, retried, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var calls atomic.Int64
-	r := run(s, func(context.Context, []switchyard.Inbound) error {
+	r := testkit.RunSource(s, func(context.Context, []switchyard.Inbound) error {
 		switch calls.Add(1) {
 		case 2:
 			close(held)
@@ -1192,7 +1167,7 @@ func TestSourceLag(t *testing.T) {
 		}
 		return nil
 	})
-	defer r.stop(t)
+	defer r.Stop(t)
 	<-held
 	<-retried
 	if n, ok := s.Lag(); !ok || n != 50 {
@@ -1246,12 +1221,12 @@ func TestSourceSaysAnOffsetSomeoneElseSet(t *testing.T) {
 		s := newSourceLogged(t, c, inboxConfig("g-reset"), log)
 		var n atomic.Int64
 		assigned := strings.Count(logs.String(), "partitions assigned") // by the sources before
-		r := run(s, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
+		r := testkit.RunSource(s, func(_ context.Context, msgs []switchyard.Inbound) error { n.Add(int64(len(msgs))); return nil })
 		testkit.Eventually(t, "the records and the partition", 10*time.Second, func() bool {
 			return n.Load() >= int64(want) && strings.Count(logs.String(), "partitions assigned") > assigned
 		})
 		time.Sleep(300 * time.Millisecond) // its commit
-		r.stop(t)
+		r.Stop(t)
 		if err := s.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}

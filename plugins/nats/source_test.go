@@ -90,31 +90,6 @@ func newNATSSourceLogged(t *testing.T, e *sourceEnv, in config.Inbox, ackWait ti
 	return s
 }
 
-type natsRunner struct {
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func runSource(s *Source, receive func(context.Context, []switchyard.Inbound) error) *natsRunner {
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &natsRunner{cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- s.Run(ctx, receive) }()
-	return r
-}
-
-func (r *natsRunner) stop(t *testing.T) {
-	t.Helper()
-	r.cancel()
-	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return")
-	}
-}
-
 type collector struct {
 	mu  sync.Mutex
 	got []switchyard.Inbound
@@ -154,13 +129,13 @@ func TestSourceReceivesAndAcks(t *testing.T) {
 		t.Fatalf("Name %q Stream %q", s.Name(), s.Stream())
 	}
 	var c collector
-	r := runSource(s, c.receive)
+	r := testkit.RunSource(s, c.receive)
 	testkit.Eventually(t, "all messages", 10*time.Second, func() bool { return c.distinct() == n })
 	testkit.Eventually(t, "acks", 5*time.Second, func() bool {
 		info := e.info(t, "inbox-a")
 		return info.NumAckPending == 0 && info.NumPending == 0
 	})
-	r.stop(t)
+	r.Stop(t)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.got) != n {
@@ -200,7 +175,7 @@ func TestSourceReceiveErrorRedelivers(t *testing.T) {
 	fails := 2
 	var failedIDs []string
 	var c collector
-	r := runSource(s, func(ctx context.Context, msgs []switchyard.Inbound) error {
+	r := testkit.RunSource(s, func(ctx context.Context, msgs []switchyard.Inbound) error {
 		mu.Lock()
 		if fails > 0 {
 			fails--
@@ -215,7 +190,7 @@ func TestSourceReceiveErrorRedelivers(t *testing.T) {
 	})
 	testkit.Eventually(t, "all messages", 10*time.Second, func() bool { return c.distinct() == n })
 	testkit.Eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "inbox-r").NumAckPending == 0 })
-	r.stop(t)
+	r.Stop(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(failedIDs) == 0 {
@@ -245,8 +220,8 @@ func TestSourceTwoOnOneDurable(t *testing.T) {
 	}
 	s1 := newNATSSource(t, e, in, DefaultAckWait)
 	s2 := newNATSSource(t, e, in, DefaultAckWait)
-	r1 := runSource(s1, slow(&c1))
-	r2 := runSource(s2, slow(&c2))
+	r1 := testkit.RunSource(s1, slow(&c1))
+	r2 := testkit.RunSource(s2, slow(&c2))
 	const n = 200
 	e.publish(t, "orders.created", "s", n)
 	testkit.Eventually(t, "all messages across both", 20*time.Second, func() bool {
@@ -264,8 +239,8 @@ func TestSourceTwoOnOneDurable(t *testing.T) {
 		return len(all) == n
 	})
 	testkit.Eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "shared").NumAckPending == 0 })
-	r1.stop(t)
-	r2.stop(t)
+	r1.Stop(t)
+	r2.Stop(t)
 	if c1.distinct() == 0 || c2.distinct() == 0 {
 		t.Fatalf("one router got nothing: %d and %d", c1.distinct(), c2.distinct())
 	}
@@ -286,7 +261,7 @@ func TestSourceSlowReceiveKeepsMessages(t *testing.T) {
 	entered := make(chan []switchyard.Inbound, 1)
 	var once sync.Once
 	var c1 collector
-	r1 := runSource(s1, func(ctx context.Context, msgs []switchyard.Inbound) error {
+	r1 := testkit.RunSource(s1, func(ctx context.Context, msgs []switchyard.Inbound) error {
 		once.Do(func() { entered <- msgs })
 		time.Sleep(3 * ackWait)
 		return c1.receive(ctx, msgs)
@@ -297,11 +272,11 @@ func TestSourceSlowReceiveKeepsMessages(t *testing.T) {
 	held := <-entered
 	s2 := newNATSSource(t, e, in, ackWait)
 	var c2 collector
-	r2 := runSource(s2, c2.receive)
+	r2 := testkit.RunSource(s2, c2.receive)
 	testkit.Eventually(t, "every message", 20*time.Second, func() bool { return c1.distinct()+c2.distinct() >= 3 })
 	testkit.Eventually(t, "acks", 5*time.Second, func() bool { return e.info(t, "slow").NumAckPending == 0 })
-	r1.stop(t)
-	r2.stop(t)
+	r1.Stop(t)
+	r2.Stop(t)
 	c2.mu.Lock()
 	for _, m := range held {
 		if c2.ids[m.Event.ID] > 0 {
@@ -340,9 +315,9 @@ func TestSourceDerivedAndCustomID(t *testing.T) {
 	in.IDHeader = "x-msg"
 	s := newNATSSource(t, e, in, DefaultAckWait)
 	var c collector
-	r := runSource(s, c.receive)
+	r := testkit.RunSource(s, c.receive)
 	testkit.Eventually(t, "messages", 10*time.Second, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.got) == 3 })
-	r.stop(t)
+	r.Stop(t)
 	g := c.got
 	if !g[0].IDDerived || g[0].Event.ID != g[1].Event.ID || !strings.HasPrefix(g[0].Event.ID, engine.DerivedIDPrefix) {
 		t.Fatalf("derived: %+v %+v", g[0], g[1])
@@ -427,8 +402,8 @@ func TestSourceDurableDeletedIsRecreated(t *testing.T) {
 	e := newSourceEnv(t)
 	s := newNATSSource(t, e, natsInbox("gone", "orders.>"), DefaultAckWait)
 	var c collector
-	r := runSource(s, c.receive)
-	defer r.stop(t)
+	r := testkit.RunSource(s, c.receive)
+	defer r.Stop(t)
 	e.publish(t, "orders.created", "before", 3)
 	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return c.distinct() == 3 })
 	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "gone"); err != nil {
@@ -450,8 +425,8 @@ func TestSourceSetsAChangedConsumerBack(t *testing.T) {
 	in := natsInbox("edited", "orders.>")
 	s := newNATSSource(t, e, in, DefaultAckWait)
 	var c collector
-	r := runSource(s, c.receive)
-	defer r.stop(t)
+	r := testkit.RunSource(s, c.receive)
+	defer r.Stop(t)
 	e.publish(t, "orders.created", "before", 3)
 	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return c.distinct() == 3 })
 	changed := consumerConfig(in, DefaultAckWait)
@@ -483,8 +458,8 @@ func TestSourcesWithOtherBatchSizesShareADurable(t *testing.T) {
 	large.Policy.BatchSize = 200
 	var c collector
 	for _, in := range []config.Inbox{small, large} {
-		r := runSource(newNATSSourceLogged(t, e, in, DefaultAckWait, log), c.receive)
-		defer r.stop(t)
+		r := testkit.RunSource(newNATSSourceLogged(t, e, in, DefaultAckWait, log), c.receive)
+		defer r.Stop(t)
 	}
 	e.publish(t, "orders.created", "s", 50)
 	testkit.Eventually(t, "every message", 10*time.Second, func() bool { return c.distinct() == 50 })
@@ -514,8 +489,8 @@ func TestADurableThatCannotBeSetBackIsSaidOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c collector
-	r := runSource(s, c.receive)
-	defer r.stop(t)
+	r := testkit.RunSource(s, c.receive)
+	defer r.Stop(t)
 	e.publish(t, "orders.created", "a", 1)
 	testkit.Eventually(t, "the first check", 15*time.Second, func() bool { return strings.Contains(logs.String(), "cannot be set back") })
 	for i := range 10 { // a batch each, and a check after each
@@ -536,8 +511,8 @@ func TestSourceFindsItsSubjectsNewStream(t *testing.T) {
 	e := newSourceEnv(t)
 	s := newNATSSource(t, e, natsInbox("moved", "orders.>"), DefaultAckWait)
 	var c collector
-	r := runSource(s, c.receive)
-	defer r.stop(t)
+	r := testkit.RunSource(s, c.receive)
+	defer r.Stop(t)
 	e.publish(t, "orders.created", "before", 2)
 	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return c.distinct() == 2 })
 	ctx := pubCtx(t, 5*time.Second)
@@ -576,9 +551,9 @@ func TestSourceLenientWarningsAreThrottled(t *testing.T) {
 		hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &logs}))
 	start := time.Now()
 	var c collector
-	r := runSource(s, c.receive)
+	r := testkit.RunSource(s, c.receive)
 	testkit.Eventually(t, "every message", 10*time.Second, func() bool { return c.distinct() == n })
-	r.stop(t)
+	r.Stop(t)
 	took := time.Since(start)
 	lines := strings.Count(logs.String(), "message decoded leniently")
 	if most := int(took/time.Second) + 1; lines < 1 || lines > most {
@@ -606,8 +581,8 @@ func TestSourceFindsASilentConnection(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
 	var c collector
-	r := runSource(s, c.receive)
-	defer r.stop(t)
+	r := testkit.RunSource(s, c.receive)
+	defer r.Stop(t)
 	e.publish(t, "orders.created", "before", 3)
 	testkit.Eventually(t, "the messages before the cut", 10*time.Second, func() bool { return c.distinct() == 3 })
 	if err := s.Healthy(context.Background()); err != nil {
@@ -647,8 +622,8 @@ func TestSourceHealthyOnceSetUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	r := runSource(s, (&collector{}).receive)
-	defer r.stop(t)
+	r := testkit.RunSource(s, (&collector{}).receive)
+	defer r.Stop(t)
 	if err := s.Healthy(context.Background()); err == nil || !strings.Contains(err.Error(), "not connected") {
 		t.Fatalf("Healthy without a server: %v", err)
 	}
@@ -709,7 +684,7 @@ func TestSourceLag(t *testing.T) {
 	}
 	held, refused, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var calls atomic.Int64
-	r := runSource(s, func(context.Context, []switchyard.Inbound) error {
+	r := testkit.RunSource(s, func(context.Context, []switchyard.Inbound) error {
 		switch calls.Add(1) {
 		case 1:
 			close(held)
@@ -720,7 +695,7 @@ func TestSourceLag(t *testing.T) {
 		}
 		return nil
 	})
-	defer r.stop(t)
+	defer r.Stop(t)
 	<-held
 	if n, ok := s.Lag(); !ok || n != 20 {
 		t.Errorf("with the first batch of 10 held: lag %d (%v), want 20", n, ok)
