@@ -86,16 +86,7 @@ func newRouterOpts(t *testing.T, change func(*config.Config), opts api.Options) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close(context.Background()) })
-	return &router{t: t, db: db, srv: srv, sock: cfg.Listen.Socket, client: unixClient(cfg.Listen.Socket)}
-}
-
-func unixClient(sock string) *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
-		MaxIdleConnsPerHost: 128,
-	}}
+	return &router{t: t, db: db, srv: srv, sock: cfg.Listen.Socket, client: testkit.UnixClient(cfg.Listen.Socket, 0, 128)}
 }
 
 type reply struct {
@@ -952,7 +943,7 @@ func TestRemovedSocketIsMadeAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		testkit.EventuallyWith(t, 10*time.Second, func() bool {
-			resp, err := unixClient(r.sock).Get("http://r/healthz")
+			resp, err := testkit.UnixClient(r.sock, 0, 128).Get("http://r/healthz")
 			if err != nil {
 				return false
 			}

@@ -109,7 +109,7 @@ event "order.created" {}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close(context.Background()) })
-	r := &router{t: t, db: db, srv: srv, sock: cfg.Listen.Socket, client: unixClient(cfg.Listen.Socket)}
+	r := &router{t: t, db: db, srv: srv, sock: cfg.Listen.Socket, client: testkit.UnixClient(cfg.Listen.Socket, 0, 128)}
 	return &tcpRouter{router: r, eng: eng, cfg: cfg, addr: srv.TCPAddr(), reg: reg, tokens: tokensPath, http: &http.Client{
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // A backup taken over the socket while events keep arriving is a
@@ -23,7 +25,7 @@ import (
 func TestBackupUnderLoadRestores(t *testing.T) {
 	path, sock := writeConfig(t, "")
 	runRouter(t, path, sock)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 
 	var mu sync.Mutex
 	var acked []string
@@ -80,7 +82,7 @@ func TestBackupUnderLoadRestores(t *testing.T) {
 	rsock := filepath.Join(restored, "r.sock")
 	os.WriteFile(rpath, []byte(strings.NewReplacer(filepath.Dir(path), restored).Replace(mustRead(t, path))), 0o600)
 	runRouter(t, rpath, rsock)
-	rc := socketClient(rsock)
+	rc := testkit.UnixClient(rsock, 10*time.Second)
 	for _, id := range before {
 		resp, err := rc.Get("http://r/v1/events/" + id)
 		if err != nil {
@@ -127,7 +129,7 @@ func TestBackupLeavesOthersFiles(t *testing.T) {
 func TestDBCheckFindsDamage(t *testing.T) {
 	path, sock := writeConfig(t, "")
 	stop := runRouter(t, path, sock)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	for b := range 20 {
 		var batch []string
 		for i := range 100 {
@@ -167,7 +169,7 @@ func TestDBCheckFindsDamage(t *testing.T) {
 func TestDBCompact(t *testing.T) {
 	path, sock := writeConfig(t, "")
 	stop := runRouter(t, path, sock)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	for b := range 10 {
 		var batch []string
 		for i := range 100 {

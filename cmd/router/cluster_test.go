@@ -9,9 +9,10 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // natsCluster starts three in-process nats-servers with JetStream in one
@@ -49,7 +50,7 @@ func natsCluster(t *testing.T) ([]*server.Server, []string) {
 // acknowledged id.
 func underLoad(t *testing.T, sock string, kill func()) []string {
 	t.Helper()
-	l := &loader{client: socketClient(sock)}
+	l := &loader{client: testkit.UnixClient(sock, 10*time.Second)}
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := l.run(ctx, 4)
 	time.Sleep(1500 * time.Millisecond)
@@ -112,7 +113,7 @@ event %q {
 		}
 		servers[0].Shutdown()
 	})
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	killed := time.Now()
 	for _, id := range acked {
 		waitState(t, c, id, "delivered", 60*time.Second)
@@ -180,7 +181,7 @@ event %q {
 			t.Fatal(err)
 		}
 	})
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	for _, id := range acked {
 		waitState(t, c, id, "delivered", 60*time.Second)
 	}

@@ -16,9 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // withConfig replaces a crash router's config: the socket and data file

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -158,16 +157,7 @@ event %q {
 	if err := os.WriteFile(r.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var dialer net.Dialer
-	r.client = &http.Client{
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return dialer.DialContext(ctx, "unix", r.socket)
-			},
-			MaxIdleConnsPerHost: 32,
-		},
-		Timeout: 10 * time.Second,
-	}
+	r.client = testkit.UnixClient(r.socket, 10*time.Second, 32)
 	t.Cleanup(func() {
 		r.stop()
 		if t.Failed() {

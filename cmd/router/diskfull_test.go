@@ -8,6 +8,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // Disk full: the real binary run with a file-size limit (ulimit -f), so the
@@ -35,14 +38,14 @@ func TestDiskFullIs503AndLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Close()
-		waitHealthy(t, socketClient(sock))
+		waitHealthy(t, testkit.UnixClient(sock, 10*time.Second))
 		return cmd
 	}
 	stop := func(cmd *exec.Cmd) {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 	}
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	data := strings.Repeat("x", 60_000)
 	post := func(id string) (int, string) {
 		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",

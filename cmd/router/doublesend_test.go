@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // idempotentService applies an effect once per Idempotency-Key, however
@@ -77,7 +78,7 @@ inbox "loop" {
 }
 `, kc.ListenAddrs()[0], svc.sock))
 	runRouter(t, path, sock, args...)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	for i := range n {
 		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
 			strings.NewReader(fmt.Sprintf(`{"specversion":"1.0","type":"loop.order","source":"/t","id":"L-%d"}`, i)))

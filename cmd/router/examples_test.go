@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // Every example plugin in examples/plugins through the real router, with
@@ -95,7 +96,7 @@ event "ex.pass" {
 `, kc.ListenAddrs()[0], natsPort, ex("route-go/route.wasm"), ex("enrich-c/enrich.wasm"), ex("filter-as/filter.wasm"),
 		ex("split-rust/split.wasm"), ex("passthrough-wat/passthrough.wasm")))
 	runRouter(t, path, sock)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	post := func(id, typ, extra, data string) {
 		t.Helper()
 		body := fmt.Sprintf(`{"specversion":"1.0","type":%q,"source":"/t","id":%q%s,"data":%s}`, typ, id, extra, data)

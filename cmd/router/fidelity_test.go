@@ -112,7 +112,7 @@ func TestEventFidelityThroughTheBinary(t *testing.T) {
 			t.Logf("router log:\n%s", logs.String())
 		}
 	})
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	waitHealthy(t, c)
 	readBrokers(t, got, natsPort, dir, kc.ListenAddrs())
 
@@ -337,7 +337,7 @@ func postStructured(t *testing.T, c *http.Client, ev *switchyard.Event) {
 // sdkSend sends ev with the SDK's HTTP client over the router's socket.
 func sdkSend(t *testing.T, sock string, ev *switchyard.Event, structured bool) {
 	t.Helper()
-	p, err := cehttp.New(cehttp.WithClient(*socketClient(sock)), cehttp.WithTarget("http://r/v1/events"))
+	p, err := cehttp.New(cehttp.WithClient(*testkit.UnixClient(sock, 10*time.Second)), cehttp.WithTarget("http://r/v1/events"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func TestADiskAnotherProgramFillsDrains(t *testing.T) {
 // empty, whose store is on another disk).
 type smallDisk struct {
 	c      *http.Client
-	load   *http.Client // keeps a connection per load client (socketClient keeps two)
+	load   *http.Client // keeps a connection per load client (testkit.UnixClient keeps two)
 	logs   *testkit.Buffer
 	disk   string
 	config string
@@ -132,7 +132,7 @@ event "t.order" {
 }
 `, sock, filepath.Join(disk, "router.db"), nats)), 0o600)
 	c, logs, proc := serveBinaryProcess(t, path, sock)
-	load := socketClient(sock)
+	load := testkit.UnixClient(sock, 10*time.Second)
 	load.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
 	return &smallDisk{c: c, load: load, logs: logs, disk: disk, config: path, sock: sock, proc: proc}
 }

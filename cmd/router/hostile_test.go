@@ -71,7 +71,7 @@ event "calm" {
 `)
 	path, sock := writeConfig(t, hcl.String())
 	runRouter(t, path, sock)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	post := func(typ, id string) {
 		t.Helper()
 		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",

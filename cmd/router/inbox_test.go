@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // service is a local service on a unix socket that counts the deliveries of
@@ -119,14 +120,14 @@ inbox "payments" {
 
 	stop := runRouter(t, path, sock)
 	got := svc.waitIDs(t, n, 30*time.Second)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	waitAudit(t, c, "payments", n)
 	stop()
 
 	// A new group replays the topic from the start: all dropped.
 	os.WriteFile(path, []byte(strings.Replace(mustRead(t, path), `group  = "edge-1"`, `group  = "edge-2"`, 1)), 0o600)
 	runRouter(t, path, sock)
-	waitAudit(t, socketClient(sock), "payments", 3*n)
+	waitAudit(t, testkit.UnixClient(sock, 10*time.Second), "payments", 3*n)
 	time.Sleep(200 * time.Millisecond)
 	got = svc.snapshot()
 	if len(got) != n {
@@ -217,14 +218,14 @@ func TestInboxNATSDropsRedeliveries(t *testing.T) {
 		}
 	}
 	got := svc.waitIDs(t, n, 30*time.Second)
-	waitAudit(t, socketClient(sock), "alerts", n)
+	waitAudit(t, testkit.UnixClient(sock, 10*time.Second), "alerts", n)
 	for id, k := range got {
 		if k != 1 {
 			t.Errorf("%s delivered %d times", id, k)
 		}
 	}
 	const lag = `switchyard_inbox_lag_messages{inbox="alerts"}`
-	testkit.Eventually(t, lag+" at 0", 10*time.Second, func() bool { return metricValue(t, socketClient(sock), lag) == 0 })
+	testkit.Eventually(t, lag+" at 0", 10*time.Second, func() bool { return metricValue(t, testkit.UnixClient(sock, 10*time.Second), lag) == 0 })
 }
 
 // An inbox whose every batch is refused (a full storage budget) is not
@@ -242,7 +243,7 @@ func TestAnInboxPastTheBudgetIsNotReady(t *testing.T) {
 	if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	const up = `switchyard_inbox_up{inbox="alerts"}`
 	var said string
 	testkit.EventuallyWith(t, 20*time.Second, func() bool {
@@ -304,7 +305,7 @@ func TestInboxTakesKeysTooLongForTheDataFile(t *testing.T) {
 // messages are counted as received).
 func TestInboxCountersExistBeforeTheirFirstCount(t *testing.T) {
 	_, sock, _ := startNATSInbox(t, "")
-	m := scrape(t, socketClient(sock))
+	m := scrape(t, testkit.UnixClient(sock, 10*time.Second))
 	for _, series := range []string{
 		`switchyard_inbox_received_total{inbox="alerts"}`,
 		`switchyard_inbox_dedup_skips_total{inbox="alerts",reason="duplicate"}`,

@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // One event type routed to Kafka and to NATS (fan-out) through the real
@@ -67,7 +68,7 @@ event "fan.broken" {
 		cancel()
 		<-done
 	}()
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	waitHealthy(t, c)
 
 	const n = 100
@@ -204,7 +205,7 @@ event "hang.order" {
 		cancel()
 		<-done
 	}()
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	waitHealthy(t, c)
 	for i := range 20 {
 		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",

@@ -15,8 +15,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // brokerLate is how long the late-broker tests keep the broker away after
@@ -50,7 +51,7 @@ func serveBinaryProcess(t *testing.T, path, sock string) (*http.Client, *testkit
 			t.Logf("router log:\n%s", logs.String())
 		}
 	})
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	select {
 	case <-exited:
 		t.Fatalf("router stopped at start: %v\n%s", cmd.ProcessState, logs.String())
@@ -387,7 +388,7 @@ func TestReloadAddsSinkWithBrokerDown(t *testing.T) {
 			t.Logf("router log:\n%s", logs.String())
 		}
 	}()
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	waitHealthy(t, c)
 	port := testkit.FreePort(t)
 	os.WriteFile(path, []byte(mustRead(t, path)+fmt.Sprintf(`

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/plugins/wasm"
 )
@@ -111,7 +112,7 @@ func (r *opsRouter) start() {
 	r.cancel, r.done, r.logs = cancel, make(chan error, 1), new(testkit.Buffer)
 	m := NewMain(nil, io.Discard, r.logs)
 	go func() { r.done <- m.Run(ctx, []string{"run", "-config", r.config, "-log-level", "info"}) }()
-	r.client = socketClient(r.sock)
+	r.client = testkit.UnixClient(r.sock, 10*time.Second)
 	waitHealthy(r.t, r.client)
 }
 

@@ -215,7 +215,7 @@ event "t.order" {
 	go func() {
 		done <- NewMain(nil, io.Discard, &logs).Run(ctx, []string{"run", "-config", path, "-log-level", "debug"})
 	}()
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	waitHealthy(t, c)
 	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
 		strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/t","id":"o-1","partitionkey":"k","data":{}}`))

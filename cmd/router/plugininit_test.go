@@ -63,7 +63,7 @@ func TestPluginInitEveryLanguage(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { router.Process.Kill(); router.Wait() })
-			c := socketClient(filepath.Join(dir, "data", "router.sock"))
+			c := testkit.UnixClient(filepath.Join(dir, "data", "router.sock"), 10*time.Second)
 			waitHealthy(t, c)
 			for _, ev := range []string{"hello", "noise"} {
 				f, _ := os.Open(filepath.Join(dir, "testdata", ev+".event.json"))
@@ -164,7 +164,7 @@ func TestPluginDevRebuildsAndReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Process.Kill(); dev.Wait() })
-	c := socketClient(filepath.Join(dir, "data", "router.sock"))
+	c := testkit.UnixClient(filepath.Join(dir, "data", "router.sock"), 10*time.Second)
 	waitHealthy(t, c)
 	post := func(id string) {
 		t.Helper()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -76,7 +77,7 @@ event "poison.plugged" {
 }
 `, natsPort, pass))
 	runRouter(t, path, sock)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	nc := routerConn(t, path, "bus", fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	var mu sync.Mutex
 	received := map[string]time.Time{}

@@ -284,7 +284,7 @@ func TestSIGHUPWhileStartingIsAReload(t *testing.T) {
 	if log := logs.String(); !strings.Contains(log[:strings.Index(log, "configuration reloaded")], "switchyard is running") {
 		t.Fatalf("reloaded before it ran:\n%s", logs.String())
 	}
-	waitHealthy(t, socketClient(sock))
+	waitHealthy(t, testkit.UnixClient(sock, 10*time.Second))
 }
 
 // runLogged starts the router binary bin with args in dir ("": here), its
@@ -301,7 +301,7 @@ func runLogged(t *testing.T, dir, sock, bin string, args ...string) (*exec.Cmd, 
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 	})
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	waitHealthy(t, c)
 	return cmd, logs, c
 }

@@ -60,14 +60,6 @@ func setStorage(t *testing.T, path, setting string) {
 	}
 }
 
-func socketClient(sock string) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
-	}}
-}
-
 // validate passes a good file, names each problem of a bad one at
 // file:line:col, and without a file in the folder says why router run
 // starts anyway.
@@ -112,7 +104,7 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 	m := NewMain(nil, io.Discard, &logs)
 	go func() { done <- m.Run(ctx, []string{"run", "-config", path, "-log-level", "debug"}) }()
 
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	waitHealthy(t, c)
 	resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
 		strings.NewReader(`{"specversion":"1.0","type":"t.order","source":"/t","id":"o-1","data":{}}`))
@@ -164,7 +156,7 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 	// The data file is released: a second run starts at once.
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	go func() { done <- NewMain(nil, io.Discard, io.Discard).Run(ctx2, []string{"run", "-config", path}) }()
-	waitHealthy(t, socketClient(sock))
+	waitHealthy(t, testkit.UnixClient(sock, 10*time.Second))
 	cancel2()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -87,7 +87,7 @@ func TestNotifyReadyAndStopping(t *testing.T) {
 		t.Fatalf("first notification %q", got)
 	}
 	// READY means serving: the socket answers now.
-	if resp, err := socketClient(sock).Get("http://r/healthz"); err != nil || resp.StatusCode != 200 {
+	if resp, err := testkit.UnixClient(sock, 10*time.Second).Get("http://r/healthz"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("not serving at READY=1: %v", err)
 	}
 	cancel()
@@ -168,7 +168,7 @@ func TestSocketActivationEnv(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hi") })}
 	go srv.Serve(ln)
 	defer srv.Close()
-	if got := get(t, socketClient(path), "/"); got != "hi" {
+	if got := get(t, testkit.UnixClient(path, 10*time.Second), "/"); got != "hi" {
 		t.Fatalf("served %q", got)
 	}
 }
@@ -211,7 +211,7 @@ func testSocketActivation(t *testing.T, bin string, atConfigured bool) {
 	defer func() {
 		cmd.Process.Kill()
 	}()
-	c := socketClient(actSock)
+	c := testkit.UnixClient(actSock, 10*time.Second)
 	var err error
 	testkit.EventuallyWith(t, 30*time.Second, func() bool {
 		var resp *http.Response

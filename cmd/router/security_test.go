@@ -159,7 +159,7 @@ func filledDataFile(t *testing.T) []byte {
 	t.Helper()
 	path, sock := writeConfig(t, "")
 	stop := runRouter(t, path, sock)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	data := strings.Repeat("x", 400)
 	for b := 0; b < 40; b++ {
 		var batch []string
@@ -447,7 +447,7 @@ event "*" {
 }
 `)
 	runRouter(t, path, sock)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	post := func(typ string) (int, string) {
 		body := `{"specversion":"1.0","type":"` + typ + `","source":"/flood","data":1}`
 		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json", strings.NewReader(body))
@@ -535,7 +535,7 @@ event "t.order" {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	waitHealthy(t, c)
 
 	// The flood: connections that send headers announcing a body, then hold.

@@ -12,10 +12,11 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/switchyard-router/switchyard"
-	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // silentWay is a broker a test can silence under the running router, as
@@ -91,9 +92,9 @@ event "s.order" {
 	if out.Delivered {
 		t.Fatalf("%s delivered to the silent broker: %+v", last, out)
 	}
-	testkit.EventuallyWith(t, 30*time.Second, func() bool { return streamMsgs(t, near.ClientURL(), "near") == 500 },
+	testkit.EventuallyWith(t, 30*time.Second, func() bool { return testkit.StreamMsgs(t, near.ClientURL(), "near") == 500 },
 		func() string {
-			return fmt.Sprintf("the other sink holds %d of 500 events", streamMsgs(t, near.ClientURL(), "near"))
+			return fmt.Sprintf("the other sink holds %d of 500 events", testkit.StreamMsgs(t, near.ClientURL(), "near"))
 		})
 	t.Logf("the other sink had every event %s after the cut", time.Since(cut).Round(time.Millisecond))
 
@@ -186,7 +187,7 @@ nats "far" {
 		held: func() map[string]int {
 			// The stream drops a duplicate message id within its window
 			// (2 m): what it holds, each once, is what a consumer reads.
-			return streamIDs(t, ns.ClientURL(), "far", streamMsgs(t, ns.ClientURL(), "far"))
+			return streamIDs(t, ns.ClientURL(), "far", testkit.StreamMsgs(t, ns.ClientURL(), "far"))
 		},
 	}
 }
@@ -216,24 +217,6 @@ func quoteAll(ss []string) string {
 		q[i] = fmt.Sprintf("%q", s)
 	}
 	return strings.Join(q, ", ")
-}
-
-// streamMsgs is how many messages the JetStream stream name of the server
-// at serverURL holds.
-func streamMsgs(t *testing.T, serverURL, name string) uint64 {
-	t.Helper()
-	js := testkit.JetStream(t, serverURL)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
 }
 
 // streamIDs reads the n messages of a stream and counts them by their

@@ -49,7 +49,7 @@ func startRouter(t *testing.T, path, sock string, wait time.Duration, args ...st
 	case err := <-done:
 		cancel()
 		return nil, fmt.Errorf("router stopped at start: %v\n%s", err, logs.String())
-	case ok := <-healthy(socketClient(sock), wait):
+	case ok := <-healthy(testkit.UnixClient(sock, 10*time.Second), wait):
 		if !ok {
 			cancel()
 			return nil, fmt.Errorf("router not healthy after %s: %v\n%s", wait, <-done, logs.String())

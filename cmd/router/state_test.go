@@ -212,7 +212,7 @@ event "t.big" {
 `, wasmTestdata(t, "counter"), wasmTestdata(t, "bigkey"), wasmTestdata(t, "counter")))
 	compilePlugins(t, wasmTestdata(t, "counter"), wasmTestdata(t, "bigkey"))
 	runRouter(t, path, sock)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	for i := range 3 {
 		resp, err := c.Post("http://r/v1/events", "application/cloudevents+json",
 			strings.NewReader(fmt.Sprintf(`{"specversion":"1.0","type":"t.counted","source":"/t","id":"c%d","data":{}}`, i)))
@@ -355,7 +355,7 @@ event "ex.temp" {
   polling { min = "10ms" }
 }
 `, sock, filepath.Join(dir, "data", "router.db"), natsPort, onchange, threshold)), 0o600)
-	c := socketClient(sock)
+	c := testkit.UnixClient(sock, 10*time.Second)
 	n := 0
 	post := func(typ, key, data string) string {
 		t.Helper()

@@ -16,10 +16,11 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
-	bolt "go.etcd.io/bbolt"
 )
 
 // stoppingRouter is the real binary on writeConfig's configuration with a
@@ -59,7 +60,7 @@ func startStoppingRouter(t *testing.T, args ...string) *stoppingRouter {
 			t.Logf("router log:\n%s", r.logs.String())
 		}
 	})
-	waitHealthy(t, socketClient(sock))
+	waitHealthy(t, testkit.UnixClient(sock, 10*time.Second))
 	return r
 }
 

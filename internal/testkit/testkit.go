@@ -5,6 +5,8 @@ package testkit
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	mrand "math/rand/v2"
 	"net"
 	"os"
@@ -193,6 +195,32 @@ func NATSConn(t testing.TB, url string, opts ...natsgo.Option) *natsgo.Conn {
 func JetStream(t testing.TB, url string, opts ...natsgo.Option) jetstream.JetStream {
 	t.Helper()
 	return JetStreamOn(t, NATSConn(t, url, opts...))
+}
+
+// StreamInfo is what the NATS server at url says of stream (opts: the
+// test's credentials), and whether the stream exists.
+func StreamInfo(t testing.TB, url, stream string, opts ...natsgo.Option) (*jetstream.StreamInfo, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := JetStream(t, url, opts...).Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo(), true
+}
+
+// StreamMsgs is how many messages stream holds on the NATS server at url.
+func StreamMsgs(t testing.TB, url, stream string, opts ...natsgo.Option) uint64 {
+	t.Helper()
+	info, ok := StreamInfo(t, url, stream, opts...)
+	if !ok {
+		t.Fatalf("no stream %q", stream)
+	}
+	return info.State.Msgs
 }
 
 // JetStreamOn is a JetStream client on the connection nc.

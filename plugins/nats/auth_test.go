@@ -379,7 +379,7 @@ func TestEmbeddedServerRecoversFromWriteError(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	requireOK(t, res, 5)
-	if got := streamMsgs(t, url, "ORDERS"); got != 10 {
+	if got := testkit.StreamMsgs(t, url, "ORDERS", testAuth); got != 10 {
 		t.Errorf("the stream holds %d messages after the restart, want 10", got)
 	}
 	// The restarted server's storage limit is its filesystem's size, not

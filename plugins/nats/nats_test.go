@@ -119,28 +119,6 @@ func requireOK(t *testing.T, res []switchyard.Result, n int) {
 	}
 }
 
-func streamMsgs(t *testing.T, url, stream string) uint64 {
-	t.Helper()
-	info, ok := streamInfo(t, url, stream)
-	if !ok {
-		t.Fatalf("no stream %q", stream)
-	}
-	return info.State.Msgs
-}
-
-// streamInfo is what the server says of stream, and whether it exists.
-func streamInfo(t *testing.T, url, stream string) (*jetstream.StreamInfo, bool) {
-	t.Helper()
-	st, err := testkit.JetStream(t, url, testAuth).Stream(pubCtx(t, 5*time.Second), stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, false
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.CachedInfo(), true
-}
-
 // 1000 events published to JetStream are stored once each, at the distinct
 // sequence each result names, with the binding's headers, their subject
 // and data; published again under the same Nats-Msg-Ids they are dropped,
@@ -170,7 +148,7 @@ func TestJetStreamPublishAndDedup(t *testing.T) {
 		}
 		seen[r.Position.Sequence] = true
 	}
-	if got := streamMsgs(t, srv.ClientURL(), "ORDERS"); got != n {
+	if got := testkit.StreamMsgs(t, srv.ClientURL(), "ORDERS", testAuth); got != n {
 		t.Fatalf("stream has %d messages, want %d", got, n)
 	}
 
@@ -216,7 +194,7 @@ func TestJetStreamPublishAndDedup(t *testing.T) {
 			t.Fatalf("duplicate %d: position %+v, want %+v", i, res2[i].Position, res[i].Position)
 		}
 	}
-	if got := streamMsgs(t, srv.ClientURL(), "ORDERS"); got != n {
+	if got := testkit.StreamMsgs(t, srv.ClientURL(), "ORDERS", testAuth); got != n {
 		t.Fatalf("after duplicates stream has %d messages, want %d", got, n)
 	}
 }
@@ -321,7 +299,7 @@ func TestServerDownAndReconnect(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	requireOK(t, last, 10)
-	if got := streamMsgs(t, srv2.ClientURL(), "ORDERS"); got != 20 {
+	if got := testkit.StreamMsgs(t, srv2.ClientURL(), "ORDERS", testAuth); got != 20 {
 		t.Fatalf("stream has %d messages after restart, want 20 (store kept)", got)
 	}
 }
@@ -443,7 +421,7 @@ func TestSetStreams(t *testing.T) {
 		t.Fatalf("after undo ORDERS stores %v, want [orders.>]", subjects)
 	}
 
-	held := streamMsgs(t, srv.ClientURL(), "ORDERS")
+	held := testkit.StreamMsgs(t, srv.ClientURL(), "ORDERS", testAuth)
 	for name, change := range map[string]func([]config.Stream){
 		"max_age":  func(st []config.Stream) { st[0].MaxAge = time.Second },
 		"storage":  func(st []config.Stream) { st[0].Storage = "memory" },
@@ -459,7 +437,7 @@ func TestSetStreams(t *testing.T) {
 			t.Fatalf("%s changed: NEW was made, though the change was refused", name)
 		}
 	}
-	if got := streamMsgs(t, srv.ClientURL(), "ORDERS"); got != held || held != 3 {
+	if got := testkit.StreamMsgs(t, srv.ClientURL(), "ORDERS", testAuth); got != held || held != 3 {
 		t.Fatalf("ORDERS holds %d messages after the refusals, want the %d before (its 2 and the refund)", got, held)
 	}
 
@@ -514,7 +492,7 @@ func handAdd(t *testing.T, url, stream, subject string) {
 // streamSubjects is the subjects stream stores, and whether it exists.
 func streamSubjects(t *testing.T, url, stream string) ([]string, bool) {
 	t.Helper()
-	info, ok := streamInfo(t, url, stream)
+	info, ok := testkit.StreamInfo(t, url, stream, testAuth)
 	if !ok {
 		return nil, false
 	}
@@ -604,7 +582,7 @@ func TestConcurrentPublishSmallWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := streamMsgs(t, srv.ClientURL(), "ORDERS"); got != workers*batches*batch {
+	if got := testkit.StreamMsgs(t, srv.ClientURL(), "ORDERS", testAuth); got != workers*batches*batch {
 		t.Fatalf("stream has %d messages, want %d", got, workers*batches*batch)
 	}
 }
