@@ -551,23 +551,19 @@ func TestTenantsChooseIDsIndependently(t *testing.T) {
 		}
 	}
 	for _, tenant := range []string{"acme", "beta", storage.DefaultTenant} {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			rec, err := h.eng.EventStatus(tenant, "order-42")
-			if err != nil {
+		var rec *storage.Record
+		testkit.EventuallyWith(t, 10*time.Second, func() bool {
+			var err error
+			if rec, err = h.eng.EventStatus(tenant, "order-42"); err != nil {
 				t.Fatalf("%s: %v", tenant, err)
 			}
 			if rec.Tenant != tenant || rec.Event.Source != "/"+tenant {
 				t.Fatalf("%s sees another tenant's event: %+v", tenant, rec)
 			}
-			if rec.State == storage.StateDelivered {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s's order-42 not delivered: %s %q", tenant, rec.State, rec.LastError)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return rec.State == storage.StateDelivered
+		}, func() string {
+			return fmt.Sprintf("%s's order-42 not delivered: %s %q", tenant, rec.State, rec.LastError)
+		})
 	}
 	if _, err := h.eng.EventStatus("gamma", "order-42"); err == nil {
 		t.Error("a tenant without the event found it")

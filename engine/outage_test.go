@@ -32,10 +32,7 @@ func TestOneSinkOutageDoesNotHoldTheOthers(t *testing.T) {
 	// The same port and data directory: a broker restarted, topics and
 	// their ids kept.
 	port, dir := testkit.FreePort(t), t.TempDir()
-	kc, err := kfake.NewCluster(kfake.Ports(port), kfake.DataDir(dir), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := testkit.Kafka(t, kfake.Ports(port), kfake.DataDir(dir), kfake.SeedTopics(1, "orders")) // closed again at the end: a second Close does nothing
 	kcfg := config.NewKafka("main", kc.ListenAddrs()...)
 	kcfg.PublishTimeout = 5 * time.Second
 	ks, err := kafka.Open(context.Background(), kcfg, hclog.NewNullLogger())
@@ -79,11 +76,7 @@ kafka "main" { brokers = ["127.0.0.1:1"] }
 		}
 	}
 
-	kc2, err := kfake.NewCluster(kfake.Ports(port), kfake.DataDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc2.Close)
+	testkit.Kafka(t, kfake.Ports(port), kfake.DataDir(dir))
 	back := time.Now()
 	h.waitDelivered(stuck, 30*time.Second)
 	t.Logf("Kafka events delivered %s after the cluster was back", time.Since(back).Round(time.Millisecond))

@@ -87,33 +87,14 @@ event "fan.broken" {
 	}
 	resp.Body.Close()
 
-	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; i < n; {
-		body := get(t, c, fmt.Sprintf("/v1/events/o-%d", i))
-		if strings.Contains(body, `"state": "delivered"`) {
-			if !strings.Contains(body, `"topic": "orders"`) || !strings.Contains(body, `"stream": "fan"`) {
-				t.Fatalf("o-%d positions: %s", i, body)
-			}
-			i++
-			continue
+	for i := range n {
+		body := waitState(t, c, fmt.Sprintf("o-%d", i), "delivered", 30*time.Second)
+		if !strings.Contains(body, `"topic": "orders"`) || !strings.Contains(body, `"stream": "fan"`) {
+			t.Fatalf("o-%d positions: %s", i, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("o-%d not delivered: %s", i, body)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	for {
-		body := get(t, c, "/v1/events/b-1")
-		if strings.Contains(body, `"state": "dlq"`) {
-			if !strings.Contains(body, "does-not-exist") {
-				t.Fatalf("DLQ reason does not name the topic: %s", body)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("b-1 not in the DLQ: %s", body)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if body := waitState(t, c, "b-1", "dlq", 30*time.Second); !strings.Contains(body, "does-not-exist") {
+		t.Fatalf("DLQ reason does not name the topic: %s", body)
 	}
 
 	// Kafka: every record once, keyed by the partition key, with headers.

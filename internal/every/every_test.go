@@ -1,9 +1,12 @@
 package every
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
 // Start calls fn repeatedly, and never again once stop has returned, even
@@ -11,13 +14,8 @@ import (
 func TestStartRepeatsUntilStopped(t *testing.T) {
 	var n atomic.Int32
 	stop := Start(time.Millisecond, func() { n.Add(1) })
-	deadline := time.Now().Add(5 * time.Second)
-	for n.Load() < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("fn ran %d times in 5 s at a 1 ms interval", n.Load())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.EventuallyWith(t, 5*time.Second, func() bool { return n.Load() >= 3 },
+		func() string { return fmt.Sprintf("fn ran %d times in 5 s at a 1 ms interval", n.Load()) })
 	stop()
 	after := n.Load()
 	time.Sleep(20 * time.Millisecond)
