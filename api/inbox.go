@@ -270,21 +270,29 @@ type ackView struct {
 
 // inboxView is an inbox as GET /v1/inboxes shows it.
 type inboxView struct {
-	Name    string `json:"name"`
-	Queue   string `json:"queue"` // its events' queue in GET /v1/stats
-	From    string `json:"from"`
-	Source  string `json:"source"`
-	Mode    string `json:"mode"` // "push" (delivered to a URL) or "pull" (a subscription)
-	Deliver string `json:"deliver,omitempty"`
-	Leased  int    `json:"leased"`
+	Name    string    `json:"name"`
+	Queue   string    `json:"queue"` // its events' queue in GET /v1/stats
+	From    string    `json:"from"`
+	Reads   string    `json:"reads"` // the topics or subject (not an event's source)
+	Mode    inboxMode `json:"mode"`
+	Deliver string    `json:"deliver,omitempty"`
+	Leased  int       `json:"leased"`
 }
+
+// inboxMode is how an inbox hands its events on.
+type inboxMode string
+
+const (
+	inboxPush inboxMode = "push" // delivered to its deliver URL
+	inboxPull inboxMode = "pull" // taken from its subscription
+)
 
 func (s *Server) getInboxes(w http.ResponseWriter, r *http.Request) {
 	views := []inboxView{}
 	for _, in := range s.engine.Inboxes() {
-		v := inboxView{Name: in.Name, Queue: config.InboxQueueName(in.Name), From: in.From, Source: in.Source, Mode: "push", Deliver: in.Deliver, Leased: in.Leased}
+		v := inboxView{Name: in.Name, Queue: config.InboxQueueName(in.Name), From: in.From, Reads: in.Reads, Mode: inboxPush, Deliver: in.Deliver, Leased: in.Leased}
 		if in.Deliver == "" {
-			v.Mode = "pull"
+			v.Mode = inboxPull
 		}
 		views = append(views, v)
 	}

@@ -780,7 +780,7 @@ func (e *Engine) claimTTL(consumer string) time.Duration {
 type InboxStatus struct {
 	Name    string
 	From    string // the sink it consumes from, "kafka.main"
-	Source  string // the topics or subject it reads
+	Reads   string // the topics or subject it reads
 	Deliver string // the URL it delivers to; "" = a pull subscription
 	Leased  int    // pull: events handed out and not yet acked, lease still running
 }
@@ -790,9 +790,9 @@ func (e *Engine) Inboxes() []InboxStatus {
 	now := e.now()
 	out := make([]InboxStatus, 0, len(e.inboxes))
 	for name, in := range e.inboxes {
-		st := InboxStatus{Name: name, From: in.cfg.From, Source: in.cfg.Subject, Deliver: in.cfg.Deliver.URL}
+		st := InboxStatus{Name: name, From: in.cfg.From, Reads: in.cfg.Subject, Deliver: in.cfg.Deliver.URL}
 		if len(in.cfg.Topics) > 0 {
-			st.Source = strings.Join(in.cfg.Topics, ", ")
+			st.Reads = strings.Join(in.cfg.Topics, ", ")
 		}
 		in.mu.Lock()
 		for _, until := range in.leases {

@@ -284,6 +284,7 @@ inbox "refusing" {
 	claim(t, r.client, "billing", "invoice-7")
 	run("the inbox page", chromedp.Navigate(link0(link)+"#/inbox?name=mirror"),
 		textIs(`tr[data-inbox="mirror"] td[data-col="mode"]`, "pull subscription"),
+		textIs(`tr[data-inbox="mirror"] td[data-col="reads"]`, crashSubject+".events"),
 		textIs(`tr[data-inbox="mirror"] td[data-col="consuming"]`, "yes"),
 		chromedp.WaitVisible(chromedp.CSS(`#dedup tr[data-skip="`+ids[0]+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#claims tr[data-claim="invoice-7"]`)), shot("inbox"))

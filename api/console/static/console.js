@@ -479,7 +479,7 @@ async function inboxPage(params) {
     inboxes.length ? table(['inbox', 'from', 'reads', 'consuming', 'delivery', 'pending', 'in process', 'leased', 'DLQ'], inboxes.map((i) => {
       const q = byQueue.get(i.queue) || {};
       return h('tr', { 'data-inbox': i.name, class: i.name === chosen ? 'chosen' : null },
-        h('td', {}, h('a', { href: '#/inbox?name=' + encodeURIComponent(i.name) }, i.name)), h('td', {}, i.from), h('td', {}, h('code', {}, i.source)),
+        h('td', {}, h('a', { href: '#/inbox?name=' + encodeURIComponent(i.name) }, i.name)), h('td', {}, i.from), h('td', { 'data-col': 'reads' }, h('code', {}, i.reads)),
         h('td', { 'data-col': 'consuming', class: consumes[i.name] === 'ok' ? 'ok' : 'bad' }, consumes[i.name] === 'ok' ? 'yes' : (consumes[i.name] || '—')),
         h('td', { 'data-col': 'mode' }, i.mode === 'pull' ? 'pull subscription' : `push to ${i.deliver}`),
         h('td', { class: 'num', 'data-col': 'pending' }, q.pending || 0), h('td', { class: 'num' }, q.in_process || 0),
