@@ -173,7 +173,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, challenge, why string) {
 	w.Header().Set("WWW-Authenticate", challenge)
 	endUnread(w, r)
-	s.writeError(w, r, switchyard.Errorf(eUnauthorized, "%s", why))
+	s.writeError(w, r, switchyard.Errorf(switchyard.EUNAUTHORIZED, "%s", why))
 }
 
 // endUnread makes a request that carries a body its handler will not read
@@ -194,7 +194,7 @@ func endUnread(w http.ResponseWriter, r *http.Request) {
 func (s *Server) adminOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := principalOf(r.Context()); p == nil || !p.admin {
-			s.writeError(w, r, switchyard.Errorf(eForbidden, "this route needs an admin token"))
+			s.writeError(w, r, switchyard.Errorf(switchyard.EFORBIDDEN, "this route needs an admin token"))
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -294,9 +294,9 @@ type DLQBulk struct {
 
 // DLQSkip is a dead letter a bulk action did not act on, and why.
 type DLQSkip struct {
-	ID     string `json:"id"`
-	Code   string `json:"code"`
-	Reason string `json:"reason"`
+	ID     string          `json:"id"`
+	Code   switchyard.Code `json:"code"`
+	Reason string          `json:"reason"`
 }
 
 func dlqBulkOf(r *engine.DLQBulkResult) DLQBulk {

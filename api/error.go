@@ -12,16 +12,9 @@ import (
 	"github.com/switchyard-router/switchyard/storage"
 )
 
-// The codes only the HTTP API produces: the rest are the router's
-// (switchyard.Error).
-const (
-	eUnauthorized = "unauthorized" // no bearer token, or not a valid one
-	eForbidden    = "forbidden"    // a tenant token on an admin route
-)
-
 // statusOf maps an error code to its HTTP status: the one place where codes
 // meet HTTP.
-var statusOf = map[string]int{
+var statusOf = map[switchyard.Code]int{
 	switchyard.EINVALID:        http.StatusBadRequest,
 	switchyard.EINVALIDREQUEST: http.StatusBadRequest,
 	switchyard.EUNKNOWNTYPE:    http.StatusUnprocessableEntity,
@@ -39,20 +32,20 @@ var statusOf = map[string]int{
 	switchyard.EMETHOD:         http.StatusMethodNotAllowed,
 	switchyard.ECONFLICT:       http.StatusConflict,
 	switchyard.EUNAVAILABLE:    http.StatusServiceUnavailable,
-	eUnauthorized:              http.StatusUnauthorized,
-	eForbidden:                 http.StatusForbidden,
+	switchyard.EUNAUTHORIZED:   http.StatusUnauthorized,
+	switchyard.EFORBIDDEN:      http.StatusForbidden,
 	switchyard.EINTERNAL:       http.StatusInternalServerError,
 	switchyard.ENOTINDLQ:       http.StatusConflict,
 }
 
 // problem is an RFC 9457 problem details document, with the stable code.
 type problem struct {
-	Type     string `json:"type"`
-	Title    string `json:"title"`
-	Status   int    `json:"status"`
-	Detail   string `json:"detail,omitempty"`
-	Code     string `json:"code"`
-	Instance string `json:"instance,omitempty"`
+	Type     string          `json:"type"`
+	Title    string          `json:"title"`
+	Status   int             `json:"status"`
+	Detail   string          `json:"detail,omitempty"`
+	Code     switchyard.Code `json:"code"`
+	Instance string          `json:"instance,omitempty"`
 }
 
 // problemTypeBase prefixes the code to make the problem "type" URI.
@@ -61,7 +54,7 @@ const problemTypeBase = "https://switchyard.dev/problems/"
 // ProblemType is the problem "type" URI of an error code: every answer
 // that is a problem names its type so, the console's proxy (router ui)
 // too.
-func ProblemType(code string) string { return problemTypeBase + code }
+func ProblemType(code switchyard.Code) string { return problemTypeBase + string(code) }
 
 // writeError answers with err as problem+json. Errors that are not an
 // *switchyard.Error are logged and shown as internal, without their text.
@@ -72,12 +65,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		errors.As(err, &e)
 	}
 	if e == nil {
-		if n, ok := s.failLog.Take(switchyard.EINTERNAL, s.opts.Now()); ok {
+		if n, ok := s.failLog.Take(string(switchyard.EINTERNAL), s.opts.Now()); ok {
 			s.log.Error("request failed", "method", r.Method, "path", clip(r.URL.Path), "error", err, "like_it_since_last", n)
 		}
 		e = &switchyard.Error{Code: switchyard.EINTERNAL, Message: "internal error"}
 	} else if e.Err != nil {
-		if n, ok := s.failLog.Take(e.Code, s.opts.Now()); ok {
+		if n, ok := s.failLog.Take(string(e.Code), s.opts.Now()); ok {
 			s.log.Warn("request failed", "method", r.Method, "path", clip(r.URL.Path), "code", e.Code, "error", e.Err, "like_it_since_last", n)
 		}
 	}
@@ -85,7 +78,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if !ok {
 		status = http.StatusInternalServerError
 	}
-	s.metrics.problems.WithLabelValues(e.Code).Inc()
+	s.metrics.problems.WithLabelValues(string(e.Code)).Inc()
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+999_999_999)/1e9)))
 	}

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	for code := range statusOf { // every code at 0 from the start: an alert on increase() sees the first
-		m.problems.WithLabelValues(code)
+		m.problems.WithLabelValues(string(code))
 	}
 	if reg != nil {
 		m.problems = register(reg, m.problems)

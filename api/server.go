@@ -702,7 +702,7 @@ func readTenant(r *http.Request) (string, error) {
 		return "", err
 	}
 	if !isOperator(r) {
-		return "", switchyard.Errorf(eForbidden, "reading another tenant's events needs an admin token")
+		return "", switchyard.Errorf(switchyard.EFORBIDDEN, "reading another tenant's events needs an admin token")
 	}
 	return named, nil
 }

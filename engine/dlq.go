@@ -363,14 +363,14 @@ type DLQBulkResult struct {
 // is the error code the action met (not_in_dlq, ...) or DLQSkipExcluded.
 type DLQSkip struct {
 	ID     string
-	Code   string
+	Code   switchyard.Code
 	Reason string
 }
 
 // DLQSkipExcluded is the Code of a record named by its id that the rest of
 // the filter excludes (its type, time, tenant or source): no error, and
 // not a plugin's "filtered" verdict either.
-const DLQSkipExcluded = "excluded"
+const DLQSkipExcluded switchyard.Code = "excluded"
 
 func (r *DLQBulkResult) add(o *DLQBulkResult) {
 	r.Matched += o.Matched

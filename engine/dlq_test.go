@@ -48,7 +48,7 @@ func (h *harness) pollAll(types ...string) {
 	}
 }
 
-func code(err error) string { return switchyard.ErrorCode(err) }
+func code(err error) switchyard.Code { return switchyard.ErrorCode(err) }
 
 // A dead letter retried after its cause is fixed is delivered, and the
 // output the broker had already acknowledged is not sent again.

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
 )
@@ -129,11 +130,11 @@ func (p *uiProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// rebinding) sends its own Host; and a request with another Origin is
 	// another site's.
 	if r.Host != strings.TrimPrefix(p.origin, "http://") {
-		uiProblem(w, http.StatusForbidden, "forbidden", "this console answers only at "+p.origin)
+		uiProblem(w, http.StatusForbidden, switchyard.EFORBIDDEN, "this console answers only at "+p.origin)
 		return
 	}
 	if o := r.Header.Get("Origin"); o != "" && o != p.origin {
-		uiProblem(w, http.StatusForbidden, "forbidden", "requests from another origin are refused")
+		uiProblem(w, http.StatusForbidden, switchyard.EFORBIDDEN, "requests from another origin are refused")
 		return
 	}
 	switch {
@@ -144,7 +145,7 @@ func (p *uiProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p.hasSession(r):
 		p.proxy.ServeHTTP(w, r)
 	default:
-		uiProblem(w, http.StatusUnauthorized, "unauthorized", "open the link router ui printed (each link works once)")
+		uiProblem(w, http.StatusUnauthorized, switchyard.EUNAUTHORIZED, "open the link router ui printed (each link works once)")
 	}
 }
 
@@ -158,7 +159,7 @@ func (p *uiProxy) startSession(w http.ResponseWriter, r *http.Request) {
 		var err error
 		if session, err = randomToken(); err != nil {
 			p.mu.Unlock()
-			uiProblem(w, http.StatusInternalServerError, "internal", err.Error())
+			uiProblem(w, http.StatusInternalServerError, switchyard.EINTERNAL, err.Error())
 			return
 		}
 		p.used = true
@@ -166,7 +167,7 @@ func (p *uiProxy) startSession(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Unlock()
 	if !ok {
-		uiProblem(w, http.StatusUnauthorized, "unauthorized", "this link was used already or has expired: run router ui again")
+		uiProblem(w, http.StatusUnauthorized, switchyard.EUNAUTHORIZED, "this link was used already or has expired: run router ui again")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -184,7 +185,7 @@ func (p *uiProxy) hasSession(r *http.Request) bool {
 	return p.sessions[tok]
 }
 
-func uiProblem(w http.ResponseWriter, status int, code, detail string) {
+func uiProblem(w http.ResponseWriter, status int, code switchyard.Code, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(map[string]any{"type": api.ProblemType(code), "title": http.StatusText(status), "status": status, "code": code, "detail": detail})
