@@ -326,6 +326,7 @@ func (e *Engine) dlqOne(ctx context.Context, ref DLQRef, act dlqAction) (*DLQIte
 func (e *Engine) wakeQueue(q string) {
 	pol, ok := e.policyOf(q)
 	if !ok {
+		e.wake(q) // a removed type's: its retiring loop, if still there, takes them; else they are noted
 		return
 	}
 	if name, isInbox := strings.CutPrefix(q, inboxQueuePrefix); isInbox && len(pol.Routes) == 0 && len(pol.Plugins) == 0 {

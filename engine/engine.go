@@ -472,15 +472,41 @@ func (e *Engine) kickAll() {
 	}
 }
 
-// wake tells type t's loop, if it has one, that new events were
-// committed. (A type has none when a reload removed its block: nothing can
-// deliver them until the block comes back.)
+// wake tells type t's loop that new events were committed. A type without
+// one gets one if its block (or the catch-all) takes it, or else is noted
+// as an orphan (strandedLocked).
 func (e *Engine) wake(t string) {
 	e.mu.Lock()
 	l := e.loops[t]
+	if l == nil {
+		e.strandedLocked(t)
+	}
 	e.mu.Unlock()
 	if l != nil {
 		l.wake()
+	}
+}
+
+// strandedLocked handles events committed to queue t while it had no
+// loop: a reload removed the type's block after the request was admitted
+// (or a dead letter's retry checked it), and the type's loop, its queue
+// empty, had stopped (Engine.retire) before the commit. A block that takes
+// t again (a reload in between) starts its loop; otherwise the events
+// wait, as a removed type's do after a restart, for the reload that takes
+// the type again, and the log says so (a review found them stranded in
+// silence). e.mu is held.
+func (e *Engine) strandedLocked(t string) {
+	switch {
+	case e.runsLoop(t):
+		if e.ctx != nil {
+			e.startLoopLocked(t)
+		}
+	case e.orphans[t]:
+	default:
+		if _, ok := e.policyOf(t); !ok {
+			e.orphans[t] = true // for the reload that takes it again
+			e.log.Warn("events were stored for a type a reload removed meanwhile: they wait until a block or the catch-all takes the type again (a reload)", "type", t)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,6 +113,68 @@ event %q {
 		t.Fatal("a type brought back by a reload has no loop")
 	}
 	h.waitDelivered(h.ingest("t.gone", 1), 10*time.Second)
+}
+
+// An event admitted before a reload removed its type's block, and stored
+// after the type's loop had stopped (its queue was empty), is not left in
+// silence: it waits for the reload that takes the type again, the log
+// says so, and that reload delivers it. It stayed pending with no loop
+// and no word until a restart (a review).
+func TestAnEventStoredAfterItsTypesLoopStoppedWaitsForTheBlock(t *testing.T) {
+	var logs testkit.Buffer
+	logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	gate := &updateGate{held: make(chan struct{}), release: make(chan struct{})}
+	keep, gone := oneType("t.keep"), oneType("t.gone")
+	h := newHarness(t, keep+gone, false, harnessOption(func(o *engine.Options) { o.Logger = logger }),
+		storeWrap(func(s engine.Store) engine.Store { gate.Store = s; return gate }))
+	stored := make(chan string, 1)
+	go func() { // admitted now, held before its commit
+		ctx := context.WithValue(context.Background(), gateKey{}, true)
+		req := &engine.IngestRequest{Tenant: "default", Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+			Events: []engine.IngestEvent{{Event: switchyard.Event{ID: "late", Type: "t.gone", Source: "/test", SpecVersion: "1.0"}}}}
+		if _, err := h.eng.Ingest(ctx, req); err != nil {
+			t.Error(err)
+		}
+		stored <- "late"
+	}()
+	<-gate.held
+	h.reload(keep)
+	testkit.Eventually(t, "the removed type's loop, its queue empty, to stop", 10*time.Second, func() bool {
+		return !engine.HasLoop(h.eng, "t.gone")
+	})
+	close(gate.release)
+	id := <-stored
+	testkit.Eventually(t, "the log to say the event waits", 10*time.Second, func() bool {
+		return strings.Contains(logs.String(), "events were stored for a type a reload removed meanwhile") && strings.Contains(logs.String(), "type=t.gone")
+	})
+	if st := h.record(id).State; st != storage.StatePending {
+		t.Fatalf("the event is %s before its block came back", st)
+	}
+	h.reload(keep + gone)
+	h.waitDelivered([]string{id}, 10*time.Second)
+}
+
+// oneType is an event block of typ routed to the subject typ.
+func oneType(typ string) string {
+	return fmt.Sprintf("\nevent %q {\n  route {\n    to      = \"nats.local\"\n    subject = %q\n  }\n}\n", typ, typ)
+}
+
+// gateKey marks the context of the request whose commit updateGate holds.
+type gateKey struct{}
+
+// updateGate holds the first Update whose context carries gateKey until
+// release is closed, saying on held when it does.
+type updateGate struct {
+	engine.Store
+	held, release chan struct{}
+	once          sync.Once
+}
+
+func (g *updateGate) Update(ctx context.Context, fn func(*storage.Tx) error) error {
+	if ctx.Value(gateKey{}) != nil {
+		g.once.Do(func() { close(g.held); <-g.release })
+	}
+	return g.Store.Update(ctx, fn)
 }
 
 // The start warns of a queue the configuration no longer has only while
