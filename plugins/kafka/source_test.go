@@ -892,14 +892,16 @@ func TestSourceClosesByItsDeadlineWhenTheClusterIsDark(t *testing.T) {
 
 // closeBy closes src with a deadline of d: it returns by then, but for
 // the leave's own leaveGrace (a Run still held at d spends d; the leave
-// then gets its second) and a second of slack for a busy machine.
+// then gets its second), the client's close after a leave left unanswered
+// (leaveGrace more) and a second of slack for a busy machine (without the
+// close's, a loaded CI run went 1.8 ms past the bound).
 func closeBy(t *testing.T, src *Source, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	start := time.Now()
 	err := src.Close(ctx)
-	if took := time.Since(start); took > d+leaveGrace+time.Second {
+	if took := time.Since(start); took > d+2*leaveGrace+time.Second {
 		t.Fatalf("Close took %s with a deadline of %s", took, d)
 	}
 	t.Logf("closed in %s: %v", time.Since(start).Round(time.Millisecond), err)
