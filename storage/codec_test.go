@@ -1,10 +1,12 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +104,48 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}
 	})
+}
+
+// A decoded record holds one copy of its bytes: it stays as it was after
+// the bytes it was read from change (a page reused after the transaction),
+// its data shares that copy with its strings (one allocation of the
+// record's size, not two: a memory trial's heap held every taken record
+// twice), and writing or appending to its data changes none of them.
+func TestADecodedRecordOwnsOneCopy(t *testing.T) {
+	r := sampleRecord()
+	r.Event.Data = bytes.Repeat([]byte("d"), 64<<10)
+	v, err := encodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeRecord(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(v) // the page, reused
+	if got.Event.ID != r.Event.ID || got.Tenant != r.Tenant || got.Outputs[0].Destination != r.Outputs[0].Destination || !bytes.Equal(got.Event.Data, r.Event.Data) {
+		t.Fatalf("the decoded record changed with the bytes it was read from: %+v", got.Event)
+	}
+	got.Event.Data[0] = 'x'
+	grown := append(got.Event.Data, 'y')
+	grown[1] = 'z'
+	if got.Event.ID != r.Event.ID || got.Outputs[0].Destination != r.Outputs[0].Destination || got.Event.Data[1] != 'd' {
+		t.Fatal("writing or appending to the data changed another field")
+	}
+	v2, _ := encodeRecord(r)
+	const n = 16
+	kept := make([]*Record, n)
+	before := new(runtime.MemStats)
+	runtime.ReadMemStats(before)
+	for i := range kept {
+		kept[i], _ = decodeRecord(v2)
+	}
+	after := new(runtime.MemStats)
+	runtime.ReadMemStats(after)
+	if perRecord := (after.TotalAlloc - before.TotalAlloc) / n; perRecord > uint64(len(v2))*3/2 {
+		t.Errorf("a record of %d bytes decoded into %d bytes allocated, want about one copy", len(v2), perRecord)
+	}
+	runtime.KeepAlive(kept)
 }
 
 // BenchmarkRecordCodec measures encoding and decoding one record as the hot

@@ -172,7 +172,7 @@ func decodeIdem(v []byte) (*IdemRecord, error) {
 		}
 		return r, nil
 	}
-	d := decoder{b: v, s: string(v)}
+	d := newDecoder(v)
 	if d.u8() != idemVersion {
 		return nil, fmt.Errorf("storage: decode idempotency record: %w: unknown version", ErrCorrupt)
 	}
