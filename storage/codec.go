@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -120,6 +121,35 @@ func encodeRecord(r *Record) ([]byte, error) {
 // twice, and a 128 MiB limit killed the router.
 func decodeRecord(v []byte) (*Record, error) {
 	d := newDecoder(v)
+	r, err := decodeHead(&d)
+	if err != nil {
+		return nil, err
+	}
+	r.Event.Data = d.bytes()
+	return decodeTail(&d, r)
+}
+
+// decodeRecordWithoutData is decodeRecord but for the event's data, left
+// nil, and copies no byte of it: for readers of many records that need
+// their outputs, not their events (the start's check of what a broker
+// holds read every event delivered in its window, data and all: a router
+// killed at a 64 MiB limit needed ~375 MB to start again).
+func decodeRecordWithoutData(v []byte) (*Record, error) {
+	skim := decoder{b: v} // no s: its strings read as ""
+	if _, err := decodeHead(&skim); err != nil {
+		return nil, err
+	}
+	start := len(v) - len(skim.b)
+	skim.raw()
+	if skim.err != nil {
+		return nil, ErrCorrupt
+	}
+	end := len(v) - len(skim.b)
+	return decodeRecord(slices.Concat(v[:start], []byte{0}, v[end:])) // the data's length 0, its bytes left out
+}
+
+// decodeHead reads a record up to its event's data.
+func decodeHead(d *decoder) (*Record, error) {
 	version := d.u8()
 	if version != recordVersion && version != recordVersionScoped {
 		return nil, fmt.Errorf("%w: unknown version", ErrCorrupt)
@@ -147,7 +177,11 @@ func decodeRecord(v []byte) (*Record, error) {
 			e.Extensions[i] = switchyard.Header{Name: d.str(), Value: d.str()}
 		}
 	}
-	e.Data = d.bytes()
+	return r, d.err
+}
+
+// decodeTail reads the rest of r after its event's data.
+func decodeTail(d *decoder, r *Record) (*Record, error) {
 	if n := d.count(); n > 0 {
 		r.Outputs = make([]Output, n)
 		for i := range r.Outputs {
@@ -298,7 +332,7 @@ func (d *decoder) raw() []byte {
 
 func (d *decoder) str() string {
 	v := d.raw()
-	if len(v) == 0 {
+	if len(v) == 0 || d.s == "" { // "" for a decoder that only skims (decodeRecordWithoutData)
 		return ""
 	}
 	end := len(d.s) - len(d.b) // v ends where what is left begins

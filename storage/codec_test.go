@@ -148,6 +148,45 @@ func TestADecodedRecordOwnsOneCopy(t *testing.T) {
 	runtime.KeepAlive(kept)
 }
 
+// A record read without its data is the record but for its data, with
+// none, empty or large data, and copies none of the data's bytes; a
+// record cut short is an error either way.
+func TestARecordReadWithoutItsData(t *testing.T) {
+	for _, data := range [][]byte{nil, {}, bytes.Repeat([]byte("d"), 256<<10)} {
+		r := sampleRecord()
+		r.Event.Data = data
+		v, err := encodeRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole, err := decodeRecord(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := new(runtime.MemStats)
+		runtime.ReadMemStats(before)
+		slim, err := decodeRecordWithoutData(v)
+		after := new(runtime.MemStats)
+		runtime.ReadMemStats(after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slim.Event.Data != nil {
+			t.Fatalf("%d bytes of data read", len(slim.Event.Data))
+		}
+		whole.Event.Data = nil
+		if !reflect.DeepEqual(slim, whole) {
+			t.Fatalf("without its data:\n%+v\nwhole:\n%+v", slim, whole)
+		}
+		if took := after.TotalAlloc - before.TotalAlloc; len(data) > 0 && took > uint64(len(data))/16 {
+			t.Errorf("a record of %d bytes (%d of data) read without its data allocated %d bytes", len(v), len(data), took)
+		}
+		if _, err := decodeRecordWithoutData(v[:len(v)-1]); err == nil {
+			t.Error("a record cut short read without an error")
+		}
+	}
+}
+
 // BenchmarkRecordCodec measures encoding and decoding one record as the hot
 // path meets it: an ingested event (400 bytes of data) with one delivered
 // output.

@@ -99,7 +99,9 @@ func (tx *Tx) ttlSpread(now time.Time) (time.Duration, error) {
 // of the newest delivery: what was delivered last before the router
 // stopped at (or before) now. It reads the index back from its end by the
 // window and the spread of the ttls its entries were made with, and picks
-// by each record's own delivery time (Record.LastDelivered).
+// by each record's own delivery time (Record.LastDelivered). The records
+// lack their event's data (decodeRecordWithoutData): their outputs are
+// what the caller asks.
 func (tx *Tx) RecentlyDelivered(window time.Duration, now time.Time) ([]*Record, error) {
 	c := tx.bucket(bucketDone).Cursor()
 	last, _ := c.Last()
@@ -120,7 +122,7 @@ func (tx *Tx) RecentlyDelivered(window time.Duration, now time.Time) ([]*Record,
 			continue
 		}
 		seen[key] = true
-		r, err := tx.Record(key)
+		r, err := tx.recordWithoutData(key)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
@@ -236,12 +238,13 @@ func (tx *Tx) indexPartial(r *Record, k []byte) error {
 }
 
 // PartlyDelivered returns the pending events and dead letters with an
-// output delivered at or after since (all of them for a zero since).
+// output delivered at or after since (all of them for a zero since),
+// without their event's data, as RecentlyDelivered's.
 func (tx *Tx) PartlyDelivered(since time.Time) ([]*Record, error) {
 	var out []*Record
 	c := tx.bucket(bucketPartial).Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		r, err := tx.Record(string(k))
+		r, err := tx.recordWithoutData(string(k))
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
