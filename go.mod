@@ -24,7 +24,12 @@ require (
 	golang.org/x/sync v0.25.0
 )
 
-require github.com/hanwen/go-fuse/v2 v2.12.1
+require (
+	github.com/KimMachineGun/automemlimit v1.0.2
+	github.com/hanwen/go-fuse/v2 v2.12.1
+)
+
+require github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect

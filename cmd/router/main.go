@@ -24,9 +24,10 @@ func main() {
 	// bytes, not a read of the system's source per id (an allocation and a
 	// call each): docs/decisions/ingest-cost.md.
 	uuid.EnableRandPool()
-	// The collector gets 32 MiB of headroom above a small live heap
-	// (internal/gctune; GOGC set in the environment turns this off).
-	defer gctune.Start(gctune.DefaultHeadroom)()
+	// The collector gets 32 MiB of headroom above a small live heap, and
+	// keeps the heap under a share of the cgroup's memory limit
+	// (internal/gctune; GOGC or GOMEMLIMIT set in the environment win).
+	defer gctune.Start(gctune.DefaultHeadroom, memoryCeiling())()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The first SIGTERM or Ctrl-C begins a graceful stop; the next one ends

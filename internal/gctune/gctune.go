@@ -27,7 +27,10 @@
 //
 // An operator's GOGC environment variable wins: Start does nothing when it
 // is set. An operator's GOMEMLIMIT wins too: the tuner then sets GOGC
-// only, and the runtime keeps the operator's limit.
+// only, and the runtime keeps the operator's limit. Without one, a ceiling
+// (the process's cgroup memory limit, less a margin: cmd/router) bounds
+// every limit the tuner sets, and stands as the limit at GOGC=100
+// (docs/decisions/memory-limit.md).
 package gctune
 
 import (
@@ -57,13 +60,18 @@ func Percent(scanned, headroom uint64) int {
 }
 
 // Start runs the tuner until stop is called; it returns a stop that does
-// nothing when the GOGC environment variable is set.
-func Start(headroom uint64) (stop func()) {
+// nothing when the GOGC environment variable is set. ceiling (0: none)
+// bounds the memory limits it sets.
+func Start(headroom uint64, ceiling int64) (stop func()) {
 	if os.Getenv("GOGC") != "" {
 		return func() {}
 	}
+	if ceiling <= 0 {
+		ceiling = math.MaxInt64
+	}
 	t := &tuner{headroom: headroom, sample: make([]metrics.Sample, len(sampled)),
-		setLimit: os.Getenv("GOMEMLIMIT") == "", limit: math.MaxInt64}
+		setLimit: os.Getenv("GOMEMLIMIT") == "", limit: math.MaxInt64, ceiling: ceiling}
+	t.setMemoryLimit(math.MaxInt64) // the ceiling, until the first collection
 	for i, name := range sampled {
 		t.sample[i].Name = name
 	}
@@ -112,6 +120,7 @@ type tuner struct {
 	percent  int
 	setLimit bool  // no GOMEMLIMIT from the operator
 	limit    int64 // the limit last set
+	ceiling  int64 // the most a limit may be
 	mu       sync.Mutex
 	stopped  bool
 }
@@ -145,7 +154,7 @@ func (t *tuner) adjust() {
 	}
 	live, scanned, total, heap := v[0], v[0]+v[1]+v[2], v[3], v[4]+v[5]+v[6]+v[7]
 	p := Percent(scanned, t.headroom)
-	l := Limit(live, total-min(heap, total), t.headroom, p)
+	l := min(Limit(live, total-min(heap, total), t.headroom, p), t.ceiling)
 	// Whichever change tightens goes first, so that the heap goal never
 	// passes either new bound in between.
 	if l < t.limit {
@@ -163,6 +172,7 @@ func (t *tuner) adjust() {
 }
 
 func (t *tuner) setMemoryLimit(l int64) {
+	l = min(l, t.ceiling)
 	t.limit = l
 	if t.setLimit {
 		debug.SetMemoryLimit(l)

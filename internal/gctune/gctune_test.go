@@ -43,6 +43,38 @@ func TestLimit(t *testing.T) {
 	}
 }
 
+// A ceiling (a cgroup's memory limit, less a margin) is the limit from the
+// start and bounds every limit the tuner sets after, while it raises GOGC
+// and at GOGC=100; an operator's GOMEMLIMIT is left alone.
+func TestTheCeilingBoundsTheLimit(t *testing.T) {
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	const ceiling = 48 << 20 // below this test's live heap plus 1.5 × 64 MiB
+	stop := Start(64<<20, ceiling)
+	if l := debug.SetMemoryLimit(-1); l != ceiling {
+		stop()
+		t.Fatalf("the limit before a collection is %d, want the ceiling %d", l, ceiling)
+	}
+	waitGOGC(t, 5*time.Second, func(p uint64) bool { return p > 100 })
+	runtime.GC()
+	if l := debug.SetMemoryLimit(-1); l > ceiling {
+		stop()
+		t.Fatalf("the limit after collections is %d, over the ceiling %d", l, ceiling)
+	}
+	stop()
+
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	debug.SetMemoryLimit(1 << 30) // as the runtime reads it at start
+	stop = Start(64<<20, ceiling)
+	runtime.GC()
+	l := debug.SetMemoryLimit(-1)
+	stop()
+	if l != 1<<30 {
+		t.Fatalf("with GOMEMLIMIT set the limit is %d, want the operator's", l)
+	}
+	debug.SetMemoryLimit(math.MaxInt64)
+}
+
 func gogc() uint64 {
 	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(s)
@@ -66,7 +98,7 @@ func waitGOGC(t *testing.T, d time.Duration, ok func(uint64) bool) uint64 {
 // small live heap, and stopping it puts GOGC back to 100.
 func TestTunerFollowsCollections(t *testing.T) {
 	t.Setenv("GOGC", "") // the tuner's own case: no operator setting
-	stop := Start(64 << 20)
+	stop := Start(64<<20, 0)
 	if p := waitGOGC(t, 5*time.Second, func(p uint64) bool { return p > 100 }); p <= 100 {
 		stop()
 		t.Fatalf("GOGC = %d after collections with a small live heap, want more than 100", p)
@@ -91,7 +123,7 @@ func TestTunerFollowsCollections(t *testing.T) {
 // An operator's GOGC wins: Start leaves the collector alone.
 func TestOperatorGOGCWins(t *testing.T) {
 	t.Setenv("GOGC", "100")
-	stop := Start(64 << 20)
+	stop := Start(64<<20, 0)
 	defer stop()
 	if p := waitGOGC(t, 300*time.Millisecond, func(p uint64) bool { return p != 100 }); p != 100 {
 		t.Fatalf("GOGC = %d with the GOGC variable set to 100", p)
@@ -104,7 +136,7 @@ func TestOperatorGOMEMLIMITWins(t *testing.T) {
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "1GiB") // read by the tuner; this process's runtime never saw it
 	before := debug.SetMemoryLimit(-1)
-	stop := Start(64 << 20)
+	stop := Start(64<<20, 0)
 	defer stop()
 	if p := waitGOGC(t, 5*time.Second, func(p uint64) bool { return p > 100 }); p <= 100 {
 		t.Fatalf("GOGC = %d with GOMEMLIMIT set, want the tuner's", p)
@@ -149,7 +181,7 @@ func TestLimitCountsStacks(t *testing.T) {
 		return cycles() - before
 	}
 	plain := allocate()
-	stop := Start(32 << 20)
+	stop := Start(32<<20, 0)
 	runtime.GC() // the tuner adjusts after each collection
 	if p := waitGOGC(t, 5*time.Second, func(p uint64) bool { return p > 100 }); p <= 100 {
 		stop()

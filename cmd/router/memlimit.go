@@ -1,0 +1,27 @@
+package main
+
+import (
+	"math"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
+)
+
+// memoryShare is the part of a cgroup memory limit the Go heap may grow
+// to; the rest is for what the collector does not count (the embedded
+// NATS server's file reads, the mapped data file's dirty pages, the
+// plugins' memory outside the heap).
+const memoryShare = 0.9
+
+// memoryCeiling is the most the collector's memory limit may be: a share
+// of the memory limit of the process's cgroup (systemd's MemoryMax=, a
+// container's --memory), v1 or v2, read by automemlimit; 0 when there is
+// none. A limited router collected as though it had the machine's memory,
+// and the kernel killed it first (a memory trial):
+// docs/decisions/memory-limit.md.
+func memoryCeiling() int64 {
+	limit, err := memlimit.FromCgroup()
+	if err != nil || limit == 0 || limit > math.MaxInt64/2 { // unlimited v1 groups say 2^63 less a page
+		return 0
+	}
+	return int64(float64(limit) * memoryShare)
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// The router in a memory cgroup keeps its heap under a share of the
+// group's limit: its collector's limit (go_gc_gomemlimit_bytes) is at most
+// 90% of it; it collected as though it had the machine's memory, and a
+// memory trial's router was killed by the kernel first. Needs root and
+// cgroup v1's memory controller (cgroup v2: the same read, another file).
+func TestTheCollectorKeepsUnderTheCgroupLimit(t *testing.T) {
+	const root = "/sys/fs/cgroup/memory"
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: making a memory cgroup needs root")
+	}
+	if _, err := os.Stat(filepath.Join(root, "memory.limit_in_bytes")); err != nil {
+		t.Skipf("SKIPPED: no cgroup v1 memory controller at %s (%v)", root, err)
+	}
+	group := filepath.Join(root, fmt.Sprintf("switchyard-test-%d", os.Getpid()))
+	if err := os.Mkdir(group, 0o755); err != nil {
+		t.Skipf("SKIPPED: cannot make a memory cgroup: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(group) })
+	const limit = 64 << 20 // under what the tuner alone would let the heap reach: live + stacks + 48 MiB
+	if err := os.WriteFile(filepath.Join(group, "memory.limit_in_bytes"), []byte(strconv.Itoa(limit)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path, sock := writeConfig(t, "")
+	cmd := exec.Command("sh", "-c", `echo $$ > "$1"/cgroup.procs && exec "$2" run -config "$3"`, "sh", group, routerBinary(t), path)
+	cmd.Env = append(os.Environ(), "GOMEMLIMIT=", "GOGC=")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	c := testkit.UnixClient(sock, 10*time.Second)
+	var got float64
+	gauge := regexp.MustCompile(`(?m)^go_gc_gomemlimit_bytes (\S+)$`)
+	testkit.EventuallyWith(t, 30*time.Second, func() bool {
+		resp, err := c.Get("http://r/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b := make([]byte, 0, 1<<20)
+		for buf := make([]byte, 32<<10); ; {
+			n, err := resp.Body.Read(buf)
+			b = append(b, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		m := gauge.FindSubmatch(b)
+		if m == nil {
+			return false
+		}
+		got, _ = strconv.ParseFloat(string(m[1]), 64)
+		return true
+	}, func() string { return "no go_gc_gomemlimit_bytes from the router in the cgroup" })
+	if got <= 0 || got > limit*memoryShare {
+		t.Fatalf("the collector's limit is %.0f bytes in a cgroup of %d: want at most %.0f", got, limit, limit*memoryShare)
+	}
+}
