@@ -56,6 +56,10 @@ type Options struct {
 	// DoubleSend makes every publish and every delivery happen twice
 	// (a test mode; never on by default).
 	DoubleSend bool
+	// MaxHeldOutputBytes bounds the bytes of outputs all batches hold
+	// until they are published; a batch holds at most 32 MiB of it. Default 64 MiB; a router in a small memory
+	// cgroup is given less (cmd/router, docs/decisions/memory-limit.md).
+	MaxHeldOutputBytes int64
 }
 
 // Engine runs the loops. Open starts them; Close stops them.
@@ -87,7 +91,7 @@ type Engine struct {
 	tail      tail
 	recall    recall // after an unclean stop (republish.go)
 	// heldOutputs is the bytes of outputs every loop's batches hold until
-	// they are published and committed (maxHeldOutputBytes).
+	// they are published and committed (Options.MaxHeldOutputBytes).
 	heldOutputs atomic.Int64
 
 	mu    sync.Mutex
@@ -168,6 +172,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CleanupInterval <= 0 {
 		o.CleanupInterval = time.Minute
+	}
+	if o.MaxHeldOutputBytes <= 0 {
+		o.MaxHeldOutputBytes = maxHeldOutputBytes
 	}
 	return o
 }

@@ -374,7 +374,7 @@ func (e *Engine) Pull(ctx context.Context, name string, max int, wait, lease tim
 		now := e.now()
 		var recs []*storage.Record
 		err := e.store.View(func(tx *storage.Tx) (err error) {
-			recs, err = tx.Due(config.InboxQueueName(name), now, 0, storage.Limit{Events: max, Bytes: maxBatchOutputBytes}, in.policy.ByKey(), func(key []byte) bool {
+			recs, err = tx.Due(config.InboxQueueName(name), now, 0, storage.Limit{Events: max, Bytes: e.maxBatchOutputs()}, in.policy.ByKey(), func(key []byte) bool {
 				in.mu.Lock()
 				defer in.mu.Unlock()
 				until, ok := in.leases[string(key)]

@@ -1126,7 +1126,7 @@ func (l *Loop) outputs(ctx context.Context, pol *config.Policy, recs []*storage.
 // (outputsFull), but read first: a poll of 200 events of 1 MB held 200 MB
 // to run five.
 func (l *Loop) takeLimit(pol *config.Policy) storage.Limit {
-	return storage.Limit{Events: pol.BatchSize, Bytes: max(1, min(maxBatchOutputBytes, maxHeldOutputBytes-l.e.heldOutputs.Load()))}
+	return storage.Limit{Events: pol.BatchSize, Bytes: max(1, min(l.e.maxBatchOutputs(), l.e.opts.MaxHeldOutputBytes-l.e.heldOutputs.Load()))}
 }
 
 // outputsFull says why the batch b takes no more outputs before its event
@@ -1137,10 +1137,10 @@ func (l *Loop) outputsFull(b *batch, i int) error {
 	switch {
 	case i == 0:
 		return nil
-	case b.held >= maxBatchOutputBytes:
-		return errBatchOutputsFull
-	case l.e.heldOutputs.Load() >= maxHeldOutputBytes:
-		return errHeldOutputsFull{}
+	case b.held >= l.e.maxBatchOutputs():
+		return errBatchOutputsFull{l.e.maxBatchOutputs()}
+	case l.e.heldOutputs.Load() >= l.e.opts.MaxHeldOutputBytes:
+		return errHeldOutputsFull{l.e.opts.MaxHeldOutputBytes}
 	}
 	return nil
 }
@@ -1198,22 +1198,43 @@ func (l *Loop) route(b *batch, it *item, outs []switchyard.PluginOutput, now tim
 // first event of a batch always runs, so every batch makes progress.
 const maxBatchOutputBytes = 32 << 20
 
-// maxHeldOutputBytes bounds the bytes of outputs all batches hold (every
-// type's, up to maxInTransit each): per batch alone, ten busy types could
-// hold 1.25 GiB. (A variable: a test lowers it.)
+// maxHeldOutputBytes is Options.MaxHeldOutputBytes's default, the bound
+// on the bytes of outputs all batches hold (every type's, up to
+// maxInTransit each): per batch alone, ten busy types could hold 1.25 GiB.
+// (A variable: a test lowers it.)
 var maxHeldOutputBytes int64 = 64 << 20
 
-// errHeldOutputsFull is the reason of the events outputsFull leaves for the
-// next batch while every batch together holds maxHeldOutputBytes.
-type errHeldOutputsFull struct{}
+// maxBatchOutputs is the bytes of outputs one batch may hold: what all
+// may, at most maxBatchOutputBytes.
+func (e *Engine) maxBatchOutputs() int64 {
+	return min(maxBatchOutputBytes, e.opts.MaxHeldOutputBytes)
+}
 
-func (errHeldOutputsFull) Error() string {
-	return fmt.Sprintf("left for the next batch: the router's batches hold %d MiB of outputs not yet published", maxHeldOutputBytes>>20)
+// errHeldOutputsFull is the reason of the events outputsFull leaves for the
+// next batch while every batch together holds the bound.
+type errHeldOutputsFull struct{ bound int64 }
+
+func (e errHeldOutputsFull) Error() string {
+	return fmt.Sprintf("left for the next batch: the router's batches hold %s of outputs not yet published", mebibytes(e.bound))
+}
+
+// errBatchOutputsFull is the reason of the events outputsFull leaves for
+// the next batch once this one's outputs reached the bound.
+type errBatchOutputsFull struct{ bound int64 }
+
+func (e errBatchOutputsFull) Error() string {
+	return fmt.Sprintf("left for the next batch: this batch's outputs reached %s", mebibytes(e.bound))
+}
+
+// mebibytes is n bytes for a reader: "64 MiB", "300 KiB".
+func mebibytes(n int64) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
 }
 
 var errPluginsReloaded = errors.New("left for the next batch: a reload removed a plugin of its policy while it was taken")
-
-var errBatchOutputsFull = fmt.Errorf("left for the next batch: this batch's outputs reached %d MiB", maxBatchOutputBytes>>20)
 
 // errUnrouted is an output with no destination of a type with no route:
 // nothing would carry it. A reject, so that the event waits in the DLQ

@@ -19,9 +19,27 @@ const memoryShare = 0.9
 // and the kernel killed it first (a memory trial):
 // docs/decisions/memory-limit.md.
 func memoryCeiling() int64 {
-	limit, err := memlimit.FromCgroup()
+	return ceilingOf(memlimit.FromCgroup())
+}
+
+// ceilingOf is memoryCeiling for a cgroup limit read (err: none).
+func ceilingOf(limit uint64, err error) int64 {
 	if err != nil || limit == 0 || limit > math.MaxInt64/2 { // unlimited v1 groups say 2^63 less a page
 		return 0
 	}
 	return int64(float64(limit) * memoryShare)
+}
+
+// heldOutputBound is the bytes of outputs the router's batches may hold at
+// once under ceiling: a quarter of it, from 8 MiB to the engine's default
+// 64 MiB (0, the default, without a ceiling). Two copies of what is held
+// can be on the heap at a time (garbage not yet collected), with the
+// embedded server's and the router's own beside them: in a 128 MiB group
+// the default's 64 MiB of 256 KiB events got the router killed (a memory
+// trial).
+func heldOutputBound(ceiling int64) int64 {
+	if ceiling <= 0 {
+		return 0
+	}
+	return min(max(ceiling/4, 8<<20), 64<<20)
 }

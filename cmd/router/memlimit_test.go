@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -68,5 +69,32 @@ func TestTheCollectorKeepsUnderTheCgroupLimit(t *testing.T) {
 	}, func() string { return "no go_gc_gomemlimit_bytes from the router in the cgroup" })
 	if got <= 0 || got > limit*memoryShare {
 		t.Fatalf("the collector's limit is %.0f bytes in a cgroup of %d: want at most %.0f", got, limit, limit*memoryShare)
+	}
+}
+
+// A cgroup limit gives the collector 90% of it and the batches a quarter
+// of that, from 8 MiB to the default 64 MiB; no limit (none read, or v1's
+// 2^63 less a page) gives neither.
+func TestMemoryBoundsFollowTheCgroupLimit(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		limit         uint64
+		err           error
+		ceiling, held int64
+	}{
+		{128 * mib, nil, 128 * mib * 9 / 10, 128 * mib * 9 / 10 / 4},
+		{64 * mib, nil, 64 * mib * 9 / 10, 64 * mib * 9 / 10 / 4},
+		{16 * mib, nil, 16 * mib * 9 / 10, 8 * mib},
+		{4 << 30, nil, 4 << 30 * 9 / 10, 64 * mib},
+		{9223372036854771712, nil, 0, 0},
+		{0, errors.New("no cgroup"), 0, 0},
+	} {
+		ceiling := ceilingOf(c.limit, c.err)
+		if diff := ceiling - c.ceiling; diff > 1 || diff < -1 {
+			t.Errorf("limit %d: ceiling %d, want %d", c.limit, ceiling, c.ceiling)
+		}
+		if held := heldOutputBound(ceiling); held-c.held > 1 || c.held-held > 1 {
+			t.Errorf("limit %d: held bound %d, want %d", c.limit, held, c.held)
+		}
 	}
 }

@@ -355,7 +355,7 @@ func (c *RunCommand) startEngine(ctx context.Context, cfg *config.Config) error 
 	end := c.progress.step("starting the engine")
 	eng, err := engine.New(c.db, cfg, c.sinks, engine.Options{
 		Logger: c.log, Registerer: c.reg, DoubleSend: c.DoubleSend, Plugins: c.plugins,
-		Saturated: new(schedwait.Gauge).Saturated,
+		Saturated: new(schedwait.Gauge).Saturated, MaxHeldOutputBytes: heldOutputBound(memoryCeiling()),
 	})
 	if err != nil {
 		end()
