@@ -462,7 +462,7 @@ func (d *decoder) storage(c *hcl.BodyContent, body hcl.Body, st *Storage) {
 		if a := sc.Attributes["min_free"]; a != nil {
 			d.size(a, &st.MinFree, 1<<50)
 			if st.MinFree > 0 && st.MinFree < MinMinFree {
-				d.errorf(a.Expr.Range(), "Invalid size", "min_free is at least %s, not %s: when the disk fills, the last of the floor (a quarter of it, kept in a reserve file) is what delivery and the cleanup use to make room again.", formatSize(MinMinFree), formatSize(st.MinFree))
+				d.errorf(a.Expr.Range(), "Invalid size", "min_free is at least %s, not %s: when the disk fills, the last of the floor (a quarter of it, kept in a reserve file) is what delivery and the cleanup use to make room again.", FormatSize(MinMinFree), FormatSize(st.MinFree))
 			}
 		}
 		if cd := sc.Attributes["commit_delay"]; cd != nil {

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,9 +230,8 @@ func TestARenewedCAFileIsTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var serving atomic.Pointer[tls.Certificate]
-	serving.Store(&first.ServerTLS(t).Certificates[0])
-	srv := serveNames(t, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return serving.Load(), nil }})
+	serverTLS, renew := testkit.RenewableServerTLS(t, first)
+	srv := serveNames(t, serverTLS)
 	dial := func() error {
 		c, err := tls.Dial("tcp", srv.addr, ct.Config())
 		if err == nil {
@@ -245,7 +243,7 @@ func TestARenewedCAFileIsTrusted(t *testing.T) {
 	if err := dial(); err != nil {
 		t.Fatalf("the server of the CA in the file: %v", err)
 	}
-	serving.Store(&second.ServerTLS(t).Certificates[0])
+	renew(second)
 	if err := dial(); err == nil || !strings.Contains(err.Error(), "unknown authority") {
 		t.Fatalf("the server of a CA not in the file: %v", err)
 	}

@@ -164,14 +164,14 @@ func (d *decoder) size(a *hcl.Attribute, dst *int64, max int64) {
 		return
 	}
 	if n > max {
-		d.errorf(a.Expr.Range(), "Invalid size", "%s: %s is over the limit of %s.", a.Name, s, formatSize(max))
+		d.errorf(a.Expr.Range(), "Invalid size", "%s: %s is over the limit of %s.", a.Name, s, FormatSize(max))
 		return
 	}
 	*dst = n
 }
 
-// formatSize writes a limit the way a config writes it: 256MiB, 4GiB.
-func formatSize(n int64) string {
+// FormatSize writes a size the way a config writes it: 256MiB, 4GiB.
+func FormatSize(n int64) string {
 	for _, u := range []struct {
 		name string
 		size int64

@@ -1215,7 +1215,7 @@ func (e *Engine) maxBatchOutputs() int64 {
 type errHeldOutputsFull struct{ bound int64 }
 
 func (e errHeldOutputsFull) Error() string {
-	return fmt.Sprintf("left for the next batch: the router's batches hold %s of outputs not yet published", mebibytes(e.bound))
+	return fmt.Sprintf("left for the next batch: the router's batches hold %s of outputs not yet published", config.FormatSize(e.bound))
 }
 
 // errBatchOutputsFull is the reason of the events outputsFull leaves for
@@ -1223,15 +1223,7 @@ func (e errHeldOutputsFull) Error() string {
 type errBatchOutputsFull struct{ bound int64 }
 
 func (e errBatchOutputsFull) Error() string {
-	return fmt.Sprintf("left for the next batch: this batch's outputs reached %s", mebibytes(e.bound))
-}
-
-// mebibytes is n bytes for a reader: "64 MiB", "300 KiB".
-func mebibytes(n int64) string {
-	if n >= 1<<20 {
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
+	return fmt.Sprintf("left for the next batch: this batch's outputs reached %s", config.FormatSize(e.bound))
 }
 
 var errPluginsReloaded = errors.New("left for the next batch: a reload removed a plugin of its policy while it was taken")

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,14 +53,7 @@ func TestTheCollectorKeepsUnderTheCgroupLimit(t *testing.T) {
 			return false
 		}
 		defer resp.Body.Close()
-		b := make([]byte, 0, 1<<20)
-		for buf := make([]byte, 32<<10); ; {
-			n, err := resp.Body.Read(buf)
-			b = append(b, buf[:n]...)
-			if err != nil {
-				break
-			}
-		}
+		b, _ := io.ReadAll(resp.Body)
 		m := gauge.FindSubmatch(b)
 		if m == nil {
 			return false

@@ -129,3 +129,14 @@ func WriteCAFile(t testing.TB, path string, cas ...*CA) {
 		t.Fatal(err)
 	}
 }
+
+// RenewableServerTLS is a server config that presents ca's certificate for
+// 127.0.0.1, and renew, which moves it to a certificate of another CA from
+// the next handshake on (a server whose certificate was renewed).
+func RenewableServerTLS(t testing.TB, ca *CA) (cfg *tls.Config, renew func(*CA)) {
+	t.Helper()
+	var serving atomic.Pointer[tls.Certificate]
+	serving.Store(&ca.ServerTLS(t).Certificates[0])
+	cfg = &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return serving.Load(), nil }}
+	return cfg, func(next *CA) { serving.Store(&next.ServerTLS(t).Certificates[0]) }
+}

@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -83,9 +82,8 @@ func TestSASLAndTLS(t *testing.T) {
 // and the client refused the broker until a restart).
 func TestARenewedCAFileIsTrustedAtTheNextDial(t *testing.T) {
 	first, second := testkit.NewCA(t), testkit.NewCA(t)
-	var serving atomic.Pointer[tls.Certificate]
-	serving.Store(&first.ServerTLS(t).Certificates[0])
-	c := newCluster(t, kfake.TLS(&tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return serving.Load(), nil }}))
+	serverTLS, renew := testkit.RenewableServerTLS(t, first)
+	c := newCluster(t, kfake.TLS(serverTLS))
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	testkit.WriteCAFile(t, caFile, first)
 	ct, err := (&config.TLS{CAFile: caFile}).ClientConfig(nil)
@@ -103,7 +101,7 @@ func TestARenewedCAFileIsTrustedAtTheNextDial(t *testing.T) {
 	if err := connect(); err != nil {
 		t.Fatalf("the broker of the CA in the file: %v", err)
 	}
-	serving.Store(&second.ServerTLS(t).Certificates[0])
+	renew(second)
 	if err := connect(); err == nil || !strings.Contains(err.Error(), "unknown authority") {
 		t.Fatalf("the broker of a CA not in the file: %v", err)
 	}
