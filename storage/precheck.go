@@ -29,32 +29,27 @@ const (
 	metaSumLen     = 56 // the meta's bytes before its checksum
 )
 
-// boltMeta is what checkSize and walkPages need of a meta page.
-type boltMeta struct {
-	pageSize uint32
-	root     uint64 // the root bucket's page
-	pgid     uint64 // pages in use: the file holds at least pgid*pageSize bytes
-	txid     uint64
-}
-
 // readMeta decodes the meta at off; ok is false when it is not a valid one
 // (magic, version, checksum).
-func readMeta(f *os.File, off int64) (m boltMeta, ok bool) {
+func readMeta(f *os.File, off int64) (m Meta, ok bool) {
 	buf := make([]byte, pageHeaderSize+metaSumLen+8)
 	if _, err := f.ReadAt(buf, off); err != nil {
 		return m, false
 	}
 	d := decodeMeta(buf)
-	return boltMeta{pageSize: d.PageSize, root: d.Root, pgid: d.HighWater, txid: d.TxID}, d.Valid
+	return d, d.Valid
 }
 
 // Meta is what one of a data file's two meta pages says, valid or not:
-// for a tool or a test that describes a damaged file.
+// what the checks (checkSize, walkPages) and rollback read, and what a tool
+// or a test that describes a damaged file shows.
 type Meta struct {
-	Valid                     bool // magic, version and checksum right
-	PageSize                  uint32
-	Root, FreeList, HighWater uint64
-	TxID                      uint64
+	Valid     bool // magic, version and checksum right
+	PageSize  uint32
+	Root      uint64 // the root bucket's page
+	FreeList  uint64
+	HighWater uint64 // pages in use: the file holds at least HighWater × PageSize bytes
+	TxID      uint64
 }
 
 func (m Meta) String() string {
@@ -104,15 +99,15 @@ func Metas(path string) (metas [2]Meta, size int64, err error) {
 
 // currentMeta is the meta bbolt opens f by: the valid one of the two with
 // the later transaction; false when neither is valid.
-func currentMeta(f *os.File) (boltMeta, bool) {
+func currentMeta(f *os.File) (Meta, bool) {
 	m0, ok0 := readMeta(f, 0)
 	pageSize := int64(os.Getpagesize())
 	if ok0 {
-		pageSize = int64(m0.pageSize)
+		pageSize = int64(m0.PageSize)
 	}
 	m1, ok1 := readMeta(f, pageSize)
 	switch {
-	case ok0 && ok1 && m1.txid > m0.txid, !ok0 && ok1:
+	case ok0 && ok1 && m1.TxID > m0.TxID, !ok0 && ok1:
 		return m1, true
 	}
 	return m0, ok0
@@ -181,10 +176,10 @@ func checkSize(path string) error {
 	if !ok {
 		return nil // not a bbolt file, or both metas damaged: bbolt says which
 	}
-	if want := int64(m.pgid) * int64(m.pageSize); fi.Size() < want {
+	if want := int64(m.HighWater) * int64(m.PageSize); fi.Size() < want {
 		return fmt.Errorf("the data file is truncated: it has %d bytes, but its metadata (transaction %d) says it holds %d pages of %d bytes, %d bytes; "+
 			"the file was left as it is: %s",
-			fi.Size(), m.txid, m.pgid, m.pageSize, want, DamageAdvice)
+			fi.Size(), m.TxID, m.HighWater, m.PageSize, want, DamageAdvice)
 	}
 	return nil
 }

@@ -95,19 +95,19 @@ func (rb *Rollback) revert() (metaPage, error) {
 	if !ok0 {
 		return metaPage{}, errors.New("its first meta page is not valid: bbolt opens the other already; nothing to roll back to")
 	}
-	size := int64(m0.pageSize)
+	size := int64(m0.PageSize)
 	m1, ok1 := readMeta(rb.f, size)
 	if !ok1 {
 		return metaPage{}, errors.New("its second meta page is not valid: bbolt opens the other already; nothing to roll back to")
 	}
 	later, earlier, laterOff, earlierOff := m0, m1, int64(0), size
-	if m1.txid > m0.txid {
+	if m1.TxID > m0.TxID {
 		later, earlier, laterOff, earlierOff = m1, m0, size, 0
 	}
-	if earlier.txid+1 != later.txid {
-		return metaPage{}, fmt.Errorf("its meta pages name transactions %d and %d, not one commit apart: no router leaves a file so", earlier.txid, later.txid)
+	if earlier.TxID+1 != later.TxID {
+		return metaPage{}, fmt.Errorf("its meta pages name transactions %d and %d, not one commit apart: no router leaves a file so", earlier.TxID, later.TxID)
 	}
-	rb.From, rb.To = later.txid, earlier.txid
+	rb.From, rb.To = later.TxID, earlier.TxID
 	p := metaPage{Off: laterOff, Saved: make([]byte, size), Written: make([]byte, size)}
 	if _, err := rb.f.ReadAt(p.Saved, laterOff); err != nil {
 		return p, err

@@ -41,17 +41,17 @@ func walkPages(path string) error {
 	}
 	defer f.Close()
 	m, ok := currentMeta(f)
-	if !ok || m.pageSize < 512 {
+	if !ok || m.PageSize < 512 {
 		return nil // bbolt says what is wrong with the metas
 	}
 	w := &pageWalker{f: f, m: m, seen: make(map[uint64]bool)}
-	return w.page(m.root, 0)
+	return w.page(m.Root, 0)
 }
 
 // pageWalker is one walkPages.
 type pageWalker struct {
 	f    *os.File
-	m    boltMeta
+	m    Meta
 	seen map[uint64]bool
 }
 
@@ -60,13 +60,13 @@ func (w *pageWalker) page(id uint64, depth int) error {
 	switch {
 	case depth > maxDepth:
 		return fmt.Errorf("page %d: the tree is deeper than %d pages: its pages point in a loop", id, maxDepth)
-	case id < 2 || id >= w.m.pgid:
-		return fmt.Errorf("a page points at page %d, outside the file's %d pages", id, w.m.pgid)
+	case id < 2 || id >= w.m.HighWater:
+		return fmt.Errorf("a page points at page %d, outside the file's %d pages", id, w.m.HighWater)
 	case w.seen[id]:
 		return fmt.Errorf("page %d is reached twice", id)
 	}
 	w.seen[id] = true
-	ps := int64(w.m.pageSize)
+	ps := int64(w.m.PageSize)
 	head := make([]byte, 16)
 	if _, err := w.f.ReadAt(head, int64(id)*ps); err != nil {
 		return fmt.Errorf("page %d: %w", id, err)
@@ -76,8 +76,8 @@ func (w *pageWalker) page(id uint64, depth int) error {
 		return fmt.Errorf("page %d says it is page %d", id, got)
 	}
 	overflow := uint64(le.Uint32(head[12:]))
-	if id+overflow >= w.m.pgid {
-		return fmt.Errorf("page %d: its %d overflow pages run past the file's %d pages", id, overflow, w.m.pgid)
+	if id+overflow >= w.m.HighWater {
+		return fmt.Errorf("page %d: its %d overflow pages run past the file's %d pages", id, overflow, w.m.HighWater)
 	}
 	buf := make([]byte, (overflow+1)*uint64(ps))
 	if _, err := w.f.ReadAt(buf, int64(id)*ps); err != nil {

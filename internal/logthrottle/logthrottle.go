@@ -61,11 +61,7 @@ type Budget struct {
 func (b *Budget) Take(now time.Time) (heldBack int, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	per := b.Per
-	if per == 0 {
-		per = time.Second
-	}
-	if now.Sub(b.start) >= per { // a time before start is in its window: callers race to the lock
+	if now.Sub(b.start) >= b.window() { // a time before start is in its window: callers race to the lock
 		b.start, b.used = now, 0
 	}
 	if b.used >= b.Lines {
@@ -84,14 +80,18 @@ func (b *Budget) Take(now time.Time) (heldBack int, ok bool) {
 func (b *Budget) Flush(now time.Time) (heldBack int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	per := b.Per
-	if per == 0 {
-		per = time.Second
-	}
-	if b.held == 0 || now.Sub(b.start) < per {
+	if b.held == 0 || now.Sub(b.start) < b.window() {
 		return 0
 	}
 	n := b.held
 	b.held, b.start, b.used = 0, now, 0
 	return n
+}
+
+// window is Per, a second when zero.
+func (b *Budget) window() time.Duration {
+	if b.Per == 0 {
+		return time.Second
+	}
+	return b.Per
 }
