@@ -177,8 +177,17 @@ func (l *Loop) inRound(recs []*storage.Record, forgets uint64) {
 		return
 	}
 	for _, r := range recs {
-		l.probed[r.Key()] = l.round
+		l.noteLocked(r.Key())
 	}
+}
+
+// noteLocked notes that a probe met the sink of event key down in this
+// round. The key is copied: a decoded record's strings share one copy of
+// its bytes, data and all (storage.newDecoder), and up to maxWaits keys
+// are kept for as long as an outage lasts (a review: 64 keys of 1 MiB
+// events held 64 MiB).
+func (l *Loop) noteLocked(key string) {
+	l.probed[strings.Clone(key)] = l.round
 }
 
 // forgetWaits ends the round: every event that waits out an outage in
@@ -847,7 +856,7 @@ func (l *Loop) waitInMemory(b *batch) {
 		return // forgotten while the outcome was written (mayWait checked before)
 	}
 	for i := range b.items {
-		l.probed[b.items[i].rec.Key()] = l.round
+		l.noteLocked(b.items[i].rec.Key())
 	}
 }
 
