@@ -335,7 +335,7 @@ func (e *Engine) wakeQueue(q string) {
 		}
 		return
 	}
-	e.loop(q).wake() // it has a policy: a loop may be made for it
+	e.wake(q) // under e.mu: a reload that removed the type since the look above leaves no loop made without a policy
 }
 
 // DLQFilter selects dead letters for a bulk action. At least one of Type,

@@ -512,7 +512,7 @@ func (e *Engine) strandedLocked(t string) {
 	default:
 		if _, ok := e.policyOf(t); !ok {
 			e.orphans[t] = true // for the reload that takes it again
-			e.log.Warn("events were stored for a type a reload removed meanwhile: they wait until a block or the catch-all takes the type again (a reload)", "type", t)
+			e.log.Warn("events were stored for a type no block or catch-all takes (a reload removed it): they wait until one takes the type again (a reload)", "type", t)
 		}
 	}
 }

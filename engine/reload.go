@@ -309,7 +309,8 @@ func (e *Engine) warnRemoved(t string) {
 // retire ends the loop l of a type a reload removed, once nothing of the
 // type is pending (a retry waiting out its backoff keeps it): the loop
 // leaves e.loops and its metric series go, and it reports that l is to
-// stop. A block brought back meanwhile keeps it. Before, the loop and its
+// stop. A block brought back meanwhile keeps it; an event committed while
+// it retired is noted as stranded (strandedLocked). Before, the loop and its
 // series stayed until a restart: a trial that rotated 300 of 2,000 types
 // at each reload grew by 300 goroutines and ~5,100 series every time.
 func (e *Engine) retire(l *Loop) bool {
@@ -324,5 +325,13 @@ func (e *Engine) retire(l *Loop) bool {
 	delete(e.loops, l.typ)
 	e.metrics.dropTypeSeries(l.typ)
 	e.log.Debug("a reload removed the type's block and its queue is empty: its loop stopped", "type", l.typ)
+	e.mu.Unlock()
+	// An event committed after the read above and before the delete woke
+	// l, not a missing loop (a review found it stranded in silence).
+	pending := e.pendingIn(l.typ)
+	e.mu.Lock()
+	if pending > 0 && e.loops[l.typ] == nil {
+		e.strandedLocked(l.typ)
+	}
 	return true
 }

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,7 +146,7 @@ func TestAnEventStoredAfterItsTypesLoopStoppedWaitsForTheBlock(t *testing.T) {
 	close(gate.release)
 	id := <-stored
 	testkit.Eventually(t, "the log to say the event waits", 10*time.Second, func() bool {
-		return strings.Contains(logs.String(), "events were stored for a type a reload removed meanwhile") && strings.Contains(logs.String(), "type=t.gone")
+		return strings.Contains(logs.String(), "events were stored for a type no block or catch-all takes") && strings.Contains(logs.String(), "type=t.gone")
 	})
 	if st := h.record(id).State; st != storage.StatePending {
 		t.Fatalf("the event is %s before its block came back", st)
@@ -524,4 +525,80 @@ func TestAReloadedRouteHasItsCountersAtZero(t *testing.T) {
 			t.Errorf("%s{type=t.order,sink=kafka.down} absent after the reload that added the route", name)
 		}
 	}
+}
+
+// retireViewHook runs hook once, after the first View that Engine.retire
+// makes (its pendingIn, read before it takes e.mu) has returned: the
+// window between retire's "queue empty" read and its lock.
+type retireViewHook struct {
+	engine.Store
+	once sync.Once
+	hook func()
+}
+
+func (r *retireViewHook) View(fn func(*storage.Tx) error) error {
+	err := r.Store.View(fn)
+	if calledFrom("engine.(*Engine).retire") {
+		r.once.Do(r.hook)
+	}
+	return err
+}
+
+func calledFrom(fn string) bool {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, fn) {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// An event admitted before a reload removed its type, whose commit and wake
+// fall between Engine.retire's look at the queue (empty) and its lock, is
+// not left pending in silence: it woke the retiring loop, which retire
+// then deleted, and retire's second look finds it and logs that it waits
+// (a review of 47f509f: no loop and no log line).
+func TestAnEventCommittedWhileItsLoopRetiresIsNotSilent(t *testing.T) {
+	var logs testkit.Buffer
+	logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	gate := &updateGate{held: make(chan struct{}), release: make(chan struct{})}
+	stored := make(chan string, 1)
+	hooked := &retireViewHook{}
+	hooked.hook = func() { // retire read an empty queue and has not locked yet
+		close(gate.release)
+		<-stored // the commit is in and Ingest has woken "the" loop
+	}
+	keep, gone := oneType("t.keep"), oneType("t.gone")
+	h := newHarness(t, keep+gone, false, harnessOption(func(o *engine.Options) { o.Logger = logger }),
+		storeWrap(func(s engine.Store) engine.Store { gate.Store = s; hooked.Store = gate; return hooked }))
+	go func() { // admitted now, held before its commit
+		ctx := context.WithValue(context.Background(), gateKey{}, true)
+		req := &engine.IngestRequest{Tenant: "default", Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+			Events: []engine.IngestEvent{{Event: switchyard.Event{ID: "late", Type: "t.gone", Source: "/test", SpecVersion: "1.0"}}}}
+		if _, err := h.eng.Ingest(ctx, req); err != nil {
+			t.Error(err)
+		}
+		stored <- "late"
+	}()
+	<-gate.held
+	h.reload(keep) // the loop of t.gone retires; its retire meets the hook
+	testkit.Eventually(t, "the removed type's loop to stop", 10*time.Second, func() bool {
+		return !engine.HasLoop(h.eng, "t.gone")
+	})
+	// Either the loop delivered it before it stopped, or the log says it
+	// waits (strandedLocked's line); not pending in silence.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if h.record("late").State == storage.StateDelivered || strings.Contains(logs.String(), "type=t.gone") {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("event \"late\" of t.gone is %s, t.gone has no loop (HasLoop %v), and the log says nothing of it (stranded in silence); log:\n%s",
+		h.record("late").State, engine.HasLoop(h.eng, "t.gone"), logs.String())
 }
