@@ -59,77 +59,139 @@ func (e *Engine) Republish(ctx context.Context, sinks []string, window time.Dura
 	if len(sinks) == 0 {
 		return Republished{}, nil
 	}
-	recs, err := e.deliveredLast(window)
+	now := e.now()
+	sent, err := e.sentLast(window, now, sinks)
 	if err != nil {
 		return Republished{}, err
 	}
-	lost, others := e.askKeepers(ctx, recs, sinks, window)
+	lost, others := e.askKeepers(ctx, sent, sinks, window)
 	var done Republished
 	// Before the requeue: an event it makes pending again is one whose
 	// outputs were recorded, and must not be taken for one that was not.
 	if done.Recalled, err = e.recallStored(others); err != nil {
 		return done, err
 	}
-	done.Events, err = e.requeue(ctx, recs, lost)
+	done.Events, err = e.requeue(ctx, window, now, lost)
 	return done, err
 }
 
-// deliveredLast is the records with an output delivered within window
-// before the newest delivery: delivered ones, and pending ones and dead
-// letters whose other outputs failed.
-func (e *Engine) deliveredLast(window time.Duration) ([]*storage.Record, error) {
-	var recs []*storage.Record
-	err := e.store.View(func(tx *storage.Tx) error {
-		delivered, err := tx.RecentlyDelivered(window, e.now())
-		if err != nil {
-			return err
+// deliveredLast calls fn with each record with an output delivered within
+// window before the newest delivery: delivered ones, and pending ones and
+// dead letters whose other outputs failed. It reads the same records for
+// the same now and file.
+func deliveredLast(tx *storage.Tx, window time.Duration, now time.Time, fn func(*storage.Record)) error {
+	var newest time.Time
+	err := tx.RecentlyDelivered(window, now, func(r *storage.Record) error {
+		if d := r.LastDelivered(); d.After(newest) {
+			newest = d
 		}
-		since := time.Time{} // nothing delivered in full: every partly delivered event
-		if newest := newestDelivery(delivered); !newest.IsZero() {
-			since = newest.Add(-window)
-		}
-		partly, err := tx.PartlyDelivered(since)
-		recs = append(delivered, partly...)
-		return err
+		fn(r)
+		return nil
 	})
-	return recs, err
+	if err != nil {
+		return err
+	}
+	since := time.Time{} // nothing delivered in full: every partly delivered event
+	if !newest.IsZero() {
+		since = newest.Add(-window)
+	}
+	return tx.PartlyDelivered(since, func(r *storage.Record) error {
+		fn(r)
+		return nil
+	})
+}
+
+// sentTo is what the router recorded as delivered to one sink within the
+// window: the message ids and positions alone, no record, for a crash
+// under load leaves hundreds of thousands of them
+// (docs/decisions/memory-limit.md).
+type sentTo struct {
+	acked []switchyard.Acked
+	at    []time.Time // at[i]: when acked[i] was delivered
+}
+
+// sentLast is, by sink, the outputs delivered to the named sinks within
+// window before the newest delivery (deliveredLast), and when. Older
+// outputs were synced long before the stop.
+func (e *Engine) sentLast(window time.Duration, now time.Time, sinks []string) (map[string]*sentTo, error) {
+	bySink := map[string]*sentTo{}
+	for _, sink := range sinks {
+		bySink[sink] = &sentTo{}
+	}
+	streams := map[string]string{} // one copy of each stream's name
+	var newest time.Time
+	err := e.store.View(func(tx *storage.Tx) error {
+		return deliveredLast(tx, window, now, func(r *storage.Record) {
+			for _, o := range r.Outputs {
+				sink, _, _ := strings.Cut(o.Destination, ":")
+				to := bySink[sink]
+				if !o.Delivered || to == nil {
+					continue
+				}
+				// Copies, so that no string holds the record's bytes.
+				a := switchyard.Acked{MsgID: strings.Clone(o.MsgID)}
+				if o.Position != nil {
+					a.Position = switchyard.Position{Stream: interned(streams, o.Position.Stream), Sequence: o.Position.Sequence}
+				}
+				to.acked, to.at = append(to.acked, a), append(to.at, o.DeliveredAt)
+				if o.DeliveredAt.After(newest) {
+					newest = o.DeliveredAt
+				}
+			}
+		})
+	})
+	for _, to := range bySink {
+		to.keepSince(newest.Add(-window))
+	}
+	return bySink, err
+}
+
+// keepSince keeps the outputs delivered at or after since.
+func (s *sentTo) keepSince(since time.Time) {
+	n := 0
+	for i, at := range s.at {
+		if !at.Before(since) {
+			s.acked[n], s.at[n] = s.acked[i], at
+			n++
+		}
+	}
+	s.acked, s.at = s.acked[:n], s.at[:n]
+}
+
+// interned is s, or the equal string in seen.
+func interned(seen map[string]string, s string) string {
+	if c, ok := seen[s]; ok {
+		return c
+	}
+	c := strings.Clone(s)
+	seen[c] = c
+	return c
 }
 
 // outputRef names one output of one record.
 type outputRef struct{ key, dest, msgID string }
 
-// askKeepers asks each named sink what its broker holds: of the outputs of
-// recs delivered to it within window before the newest delivery, which it
-// lost (as far as it can tell: an output to a sink that cannot tell, or
-// fails to, counts as lost — a duplicate at worst), and what else it
-// stored lately, by sink. Older outputs were synced long before the stop.
-func (e *Engine) askKeepers(ctx context.Context, recs []*storage.Record, sinks []string, window time.Duration) (map[outputRef]bool, map[string][]switchyard.Stored) {
-	bySink := map[string][]outputRef{}
-	acked := map[string][]switchyard.Acked{}
-	since := newestDelivery(recs).Add(-window)
-	for _, r := range recs {
-		for _, o := range r.Outputs {
-			sink, _, _ := strings.Cut(o.Destination, ":")
-			if !o.Delivered || o.DeliveredAt.Before(since) || !slices.Contains(sinks, sink) {
-				continue
-			}
-			bySink[sink] = append(bySink[sink], outputRef{r.Key(), o.Destination, o.MsgID})
-			a := switchyard.Acked{MsgID: o.MsgID}
-			if o.Position != nil {
-				a.Position = *o.Position
-			}
-			acked[sink] = append(acked[sink], a)
-		}
-	}
-	lost := map[outputRef]bool{}
+// lostOutput names an output a broker lost: its sink, message id and
+// recorded position (what one broker's message is told apart by).
+type lostOutput struct {
+	sink string
+	switchyard.Acked
+}
+
+// askKeepers asks each named sink what its broker holds of what it was
+// sent: which outputs it lost (as far as it can tell: an output to a sink
+// that cannot tell, or fails to, counts as lost — a duplicate at worst),
+// and what else it stored lately, by sink.
+func (e *Engine) askKeepers(ctx context.Context, sent map[string]*sentTo, sinks []string, window time.Duration) (map[lostOutput]bool, map[string][]switchyard.Stored) {
+	lost := map[lostOutput]bool{}
 	othersBySink := map[string][]switchyard.Stored{}
 	for _, sink := range sinks {
-		refs := bySink[sink]
-		kept := make([]bool, len(refs))
+		acked := sent[sink].acked
+		kept := make([]bool, len(acked))
 		if k, ok := e.sinks()[sink].(switchyard.Keeper); ok {
-			got, others, err := k.Kept(ctx, acked[sink], window)
-			if err == nil && len(got) != len(refs) {
-				err = fmt.Errorf("%d answers for %d messages", len(got), len(refs))
+			got, others, err := k.Kept(ctx, acked, window)
+			if err == nil && len(got) != len(acked) {
+				err = fmt.Errorf("%d answers for %d messages", len(got), len(acked))
 			}
 			if err == nil {
 				kept, othersBySink[sink] = got, others
@@ -137,24 +199,23 @@ func (e *Engine) askKeepers(ctx context.Context, recs []*storage.Record, sinks [
 				e.log.Warn("could not ask the broker what it holds; republishing what the router delivered to it last, and sending again what it may have stored unrecorded (it drops those within its duplicates window)", "sink", sink, "error", err)
 			}
 		}
-		for i, ref := range refs {
+		for i, a := range acked {
 			if !kept[i] {
-				lost[ref] = true
+				lost[lostOutput{sink, a}] = true
 			}
 		}
 	}
 	return lost, othersBySink
 }
 
-// newestDelivery is the time of the newest delivered output of recs.
-func newestDelivery(recs []*storage.Record) time.Time {
-	var t time.Time
-	for _, r := range recs {
-		if d := r.LastDelivered(); d.After(t) {
-			t = d
-		}
+// isLost says whether o is one of lost.
+func isLost(lost map[lostOutput]bool, o storage.Output) bool {
+	sink, _, _ := strings.Cut(o.Destination, ":")
+	a := switchyard.Acked{MsgID: strings.Clone(o.MsgID)}
+	if o.Position != nil {
+		a.Position = *o.Position
 	}
-	return t
+	return o.Delivered && lost[lostOutput{sink, a}]
 }
 
 // recallStored finds, for each message a broker stored (by sink), the
@@ -289,37 +350,35 @@ func (r *recall) putBack(key string, outs []*output) {
 	}
 }
 
-// requeue marks the lost outputs of each of recs not delivered — making a
-// delivered one pending again; a pending one or a dead letter stays where
-// it is — and says how many events it changed.
-func (e *Engine) requeue(ctx context.Context, recs []*storage.Record, lost map[outputRef]bool) (int, error) {
+// requeue marks the lost outputs of the records delivered last
+// (deliveredLast, read again) not delivered — making a delivered one
+// pending again; a pending one or a dead letter stays where it is — and
+// says how many events it changed.
+func (e *Engine) requeue(ctx context.Context, window time.Duration, now time.Time, lost map[lostOutput]bool) (int, error) {
 	n := 0
 	if len(lost) == 0 {
 		return 0, nil
 	}
-	// Newest first, as Tx.Redeliver needs: the recall reads them by the
-	// delivered index, oldest first where a reload lowered the ttl
-	// between two deliveries (a review).
-	recs = slices.SortedFunc(slices.Values(recs), func(a, b *storage.Record) int { return cmp.Compare(b.QueueSeq, a.QueueSeq) })
+	again := func(o storage.Output) bool { return isLost(lost, o) }
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
 		n = 0 // the group commit may run this more than once
-		now := e.now()
-		for _, old := range recs {
-			r, err := tx.Record(old.Key())
-			if errors.Is(err, storage.ErrNotFound) {
-				continue // removed since (TTL)
-			}
+		at := e.now()
+		keys, err := withLostOutputs(tx, window, now, again)
+		if err != nil {
+			return err
+		}
+		for _, key := range keys {
+			r, err := tx.Record(key)
 			if err != nil {
 				return err
 			}
-			again := func(o storage.Output) bool { return lost[outputRef{r.Key(), o.Destination, o.MsgID}] }
 			var picked bool
 			switch r.State {
 			case storage.StateDelivered:
 				pol, _ := e.policyOf(r.QueueName())
-				picked, err = tx.Redeliver(r, again, pol.ByKey(), now)
+				picked, err = tx.Redeliver(r, again, pol.ByKey(), at)
 			case storage.StatePending, storage.StateDLQ:
-				picked, err = tx.Forget(r, again, now)
+				picked, err = tx.Forget(r, again, at)
 			}
 			if err != nil {
 				return err
@@ -331,4 +390,30 @@ func (e *Engine) requeue(ctx context.Context, recs []*storage.Record, lost map[o
 		return nil
 	})
 	return n, err
+}
+
+// withLostOutputs is the keys of the records delivered last with an output
+// again says was lost, each once, newest first (the highest queue sequence
+// first), as Tx.Redeliver needs: the recall reads them by the delivered
+// index, oldest first where a reload lowered the ttl between two
+// deliveries (a review).
+func withLostOutputs(tx *storage.Tx, window time.Duration, now time.Time, again func(storage.Output) bool) ([]string, error) {
+	type queued struct {
+		key string
+		seq uint64
+	}
+	var found []queued
+	seen := map[string]bool{}
+	err := deliveredLast(tx, window, now, func(r *storage.Record) {
+		if key := r.Key(); !seen[key] && slices.ContainsFunc(r.Outputs, again) {
+			seen[key] = true
+			found = append(found, queued{key, r.QueueSeq})
+		}
+	})
+	slices.SortFunc(found, func(a, b queued) int { return cmp.Compare(b.seq, a.seq) })
+	keys := make([]string, len(found))
+	for i, q := range found {
+		keys[i] = q.key
+	}
+	return keys, err
 }

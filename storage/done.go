@@ -95,54 +95,81 @@ func (tx *Tx) ttlSpread(now time.Time) (time.Duration, error) {
 	return hi - lo, nil
 }
 
-// RecentlyDelivered returns the delivered records delivered within window
-// of the newest delivery: what was delivered last before the router
+// RecentlyDelivered calls fn with each delivered record delivered within
+// window of the newest delivery: what was delivered last before the router
 // stopped at (or before) now. It reads the index back from its end by the
 // window and the spread of the ttls its entries were made with, and picks
 // by each record's own delivery time (Record.LastDelivered). The records
 // lack their event's data (decodeRecordWithoutData): their outputs are
-// what the caller asks.
-func (tx *Tx) RecentlyDelivered(window time.Duration, now time.Time) ([]*Record, error) {
-	c := tx.bucket(bucketDone).Cursor()
-	last, _ := c.Last()
+// what the caller asks. None is gathered here: a crash under load leaves
+// hundreds of thousands of events in the window, and the caller keeps only
+// what it needs of each (docs/decisions/memory-limit.md). The index is read
+// twice, first for the newest delivery.
+func (tx *Tx) RecentlyDelivered(window time.Duration, now time.Time, fn func(*Record) error) error {
+	from, err := tx.recentFrom(window, now)
+	if err != nil || from == 0 {
+		return err
+	}
+	var newest time.Time
+	err = tx.eachDeliveredFrom(from, func(r *Record) error {
+		if d := r.LastDelivered(); d.After(newest) {
+			newest = d
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tx.eachDeliveredFrom(from, func(r *Record) error {
+		if !deliveredSince(r, newest.Add(-window)) {
+			return nil
+		}
+		return fn(r)
+	})
+}
+
+// recentFrom is where RecentlyDelivered reads the delivered index from:
+// its last entry less the window and the spread of the ttls (0 when the
+// index is empty).
+func (tx *Tx) recentFrom(window time.Duration, now time.Time) (uint64, error) {
+	last, _ := tx.bucket(bucketDone).Cursor().Last()
 	if last == nil {
-		return nil, nil
+		return 0, nil
 	}
 	spread, err := tx.ttlSpread(now)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	from := binary.BigEndian.Uint64(last) - uint64((window + spread).Nanoseconds())
-	var read []*Record
-	var newest time.Time
-	seen := map[string]bool{}
-	for k, _ := c.Last(); k != nil && binary.BigEndian.Uint64(k) >= from; k, _ = c.Prev() {
-		key := string(k[8:])
-		if seen[key] {
+	end, back := binary.BigEndian.Uint64(last), uint64((window + spread).Nanoseconds())
+	if back >= end {
+		return 1, nil
+	}
+	return end - back, nil
+}
+
+// eachDeliveredFrom calls fn with each delivered record whose entry in the
+// delivered index is at or after from, newest first, each record by the
+// entry of its last delivery (doneSeq): an entry an earlier delivery left
+// is passed over. An entry from before doneSeq may pass a record twice.
+func (tx *Tx) eachDeliveredFrom(from uint64, fn func(*Record) error) error {
+	c := tx.bucket(bucketDone).Cursor()
+	for k, seq := c.Last(); k != nil && binary.BigEndian.Uint64(k) >= from; k, seq = c.Prev() {
+		v := tx.getEvent(k[8:])
+		if v == nil {
 			continue
 		}
-		seen[key] = true
-		r, err := tx.recordWithoutData(key)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
+		r, err := decodeRecordWithoutData(v)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if r.State == StateDelivered {
-			read = append(read, r)
-			if t := r.LastDelivered(); t.After(newest) {
-				newest = t
-			}
+		if s, n := binary.Uvarint(seq); r.State != StateDelivered || n > 0 && s != r.QueueSeq {
+			continue
 		}
-	}
-	out := read[:0]
-	for _, r := range read {
-		if deliveredSince(r, newest.Add(-window)) {
-			out = append(out, r)
+		if err := fn(r); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // DeleteDeliveredBefore removes up to limit delivered (and filtered)
@@ -237,25 +264,27 @@ func (tx *Tx) indexPartial(r *Record, k []byte) error {
 	return tx.del(tx.bucket(bucketPartial), k)
 }
 
-// PartlyDelivered returns the pending events and dead letters with an
-// output delivered at or after since (all of them for a zero since),
-// without their event's data, as RecentlyDelivered's.
-func (tx *Tx) PartlyDelivered(since time.Time) ([]*Record, error) {
-	var out []*Record
+// PartlyDelivered calls fn with each pending event and dead letter with an
+// output delivered at or after since (each of them for a zero since),
+// without their event's data, as RecentlyDelivered does.
+func (tx *Tx) PartlyDelivered(since time.Time, fn func(*Record) error) error {
 	c := tx.bucket(bucketPartial).Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		r, err := tx.recordWithoutData(string(k))
-		if errors.Is(err, ErrNotFound) {
+		v := tx.getEvent(k)
+		if v == nil {
 			continue
 		}
+		r, err := decodeRecordWithoutData(v)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if (r.State == StatePending || r.State == StateDLQ) && deliveredSince(r, since) {
-			out = append(out, r)
+			if err := fn(r); err != nil {
+				return err
+			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // deliveredSince says whether an output of r was delivered at or after t

@@ -32,11 +32,10 @@ func TestRecentlyDeliveredAfterTheTTLWasLowered(t *testing.T) {
 		t.Helper()
 		var ids []string
 		err := db.View(func(tx *storage.Tx) error {
-			recs, err := tx.RecentlyDelivered(7*time.Second, now)
-			for _, r := range recs {
+			return tx.RecentlyDelivered(7*time.Second, now, func(r *storage.Record) error {
 				ids = append(ids, r.Event.ID)
-			}
-			return err
+				return nil
+			})
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -53,6 +52,35 @@ func TestRecentlyDeliveredAfterTheTTLWasLowered(t *testing.T) {
 	deliver("later", t0.Add(26*time.Hour), time.Hour, 2)
 	if got, want := recent(t0.Add(26*time.Hour+time.Minute)), []string{"later-0", "later-1"}; !slices.Equal(got, want) {
 		t.Fatalf("RecentlyDelivered = %v, want %v", got, want)
+	}
+}
+
+// A record delivered, made pending again (a redelivery after an unclean
+// stop) and delivered again within the window has two entries in the
+// delivered index; RecentlyDelivered passes it once, by the entry of its
+// last delivery, and passes the record as it is now.
+func TestRecentlyDeliveredPassesARecordDeliveredTwiceOnce(t *testing.T) {
+	db := storagetest.Open(t)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	deliverAt(t, db, "a", t0, time.Hour)
+	deliverAt(t, db, "b", t0.Add(time.Second), time.Hour)
+	onRecord(t, db, "a", func(tx *storage.Tx, r *storage.Record) error {
+		_, err := tx.Redeliver(r, func(storage.Output) bool { return true }, false, t0.Add(2*time.Second))
+		return err
+	})
+	markDelivered(t, db, "a", t0.Add(3*time.Second), time.Hour)
+	var got []string
+	err := db.View(func(tx *storage.Tx) error {
+		return tx.RecentlyDelivered(7*time.Second, t0.Add(4*time.Second), func(r *storage.Record) error {
+			got = append(got, fmt.Sprintf("%s@%s", r.Event.ID, r.LastDelivered().Sub(t0)))
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a@3s", "b@1s"}; !slices.Equal(got, want) {
+		t.Fatalf("RecentlyDelivered passed %v, want %v (each record once, newest first)", got, want)
 	}
 }
 
@@ -169,7 +197,11 @@ func TestRedeliverAfterALoweredTTLKeepsTheLineOrder(t *testing.T) {
 	now := t0.Add(3 * time.Second)
 	var read []string
 	if err := db.Update(ctx, func(tx *storage.Tx) error {
-		recs, err := tx.RecentlyDelivered(7*time.Second, now)
+		var recs []*storage.Record
+		err := tx.RecentlyDelivered(7*time.Second, now, func(r *storage.Record) error {
+			recs = append(recs, r)
+			return nil
+		})
 		if err != nil {
 			return err
 		}

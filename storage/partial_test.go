@@ -67,7 +67,11 @@ func TestPartialIndexBuiltForAnOlderFile(t *testing.T) {
 	}
 	defer db.Close(ctx)
 	err = db.View(func(tx *Tx) error {
-		recs, err := tx.PartlyDelivered(time.Time{})
+		var recs []*Record
+		err := tx.PartlyDelivered(time.Time{}, func(r *Record) error {
+			recs = append(recs, r)
+			return nil
+		})
 		if err != nil {
 			return err
 		}

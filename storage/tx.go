@@ -258,16 +258,6 @@ func (tx *Tx) nextSeq() (uint64, error) {
 // Record.Key), or ErrNotFound.
 func (tx *Tx) Record(key string) (*Record, error) { return tx.recordAt(tx.keyOf(key)) }
 
-// recordWithoutData is Record without the event's data
-// (decodeRecordWithoutData).
-func (tx *Tx) recordWithoutData(key string) (*Record, error) {
-	v := tx.getEvent(tx.keyOf(key))
-	if v == nil {
-		return nil, ErrNotFound
-	}
-	return decodeRecordWithoutData(v)
-}
-
 // recordAt is Record for a key held as bytes (a queue entry's value).
 func (tx *Tx) recordAt(key []byte) (*Record, error) {
 	v := tx.getEvent(key)

@@ -1,6 +1,7 @@
 package nats
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,35 +66,62 @@ func (s *Sink) Kept(ctx context.Context, msgs []switchyard.Acked, window time.Du
 }
 
 // keptIn sets kept[i] for the messages msgs[i], i in idx, that stream name
-// holds, and returns what else it read of the stream.
+// holds, and returns what else it read of the stream. Nothing of the
+// stream is gathered but those others: a crash under load leaves hundreds
+// of thousands of messages in the window (docs/decisions/memory-limit.md).
 func (s *Sink) keptIn(ctx context.Context, name string, msgs []switchyard.Acked, idx []int, kept []bool, window time.Duration) ([]switchyard.Stored, error) {
-	t, err := s.readBack(ctx, name, msgs, idx, window)
-	if err != nil || t == nil {
+	m := &matcher{stream: name, msgs: msgs, idx: idx, kept: kept}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(msgs[a].Position.Sequence, msgs[b].Position.Sequence) })
+	first, err := s.readBack(ctx, name, m.oldest(), window, m.see)
+	if err != nil || first == 0 {
 		return nil, err // a stream that is gone kept nothing
 	}
-	inPlace := false
-	for _, i := range idx {
-		seq := msgs[i].Position.Sequence
-		if m, ok := t.at[seq]; ok && m.id == msgs[i].MsgID {
-			kept[i], inPlace = true, true
-			delete(t.at, seq) // recorded: not an other
-		}
-	}
-	if inPlace {
+	if m.inPlace {
 		for _, i := range idx {
-			if msgs[i].Position.Sequence < t.first {
+			if msgs[i].Position.Sequence < first {
 				kept[i] = true
 			}
 		}
 	}
-	others := make([]switchyard.Stored, 0, len(t.at))
-	for seq, m := range t.at {
-		if m.id != "" {
-			others = append(others, switchyard.Stored{Topic: m.subject, MsgID: m.id, Position: switchyard.Position{Stream: name, Sequence: seq},
-				Time: m.time, EventID: cloudevents.NATS.AttributeValue(m.ceID), Source: cloudevents.NATS.AttributeValue(m.ceSource)})
+	return m.others, nil
+}
+
+// matcher sets kept[i] for each recorded message msgs[i], i in idx (in the
+// order of their sequences), that a message read of the stream is, and
+// keeps the others read.
+type matcher struct {
+	stream  string
+	msgs    []switchyard.Acked
+	idx     []int
+	kept    []bool
+	inPlace bool // a recorded message was found where it was recorded
+	others  []switchyard.Stored
+}
+
+// oldest is the lowest recorded sequence (0 for none).
+func (m *matcher) oldest() uint64 {
+	if len(m.idx) == 0 {
+		return 0
+	}
+	return m.msgs[m.idx[0]].Position.Sequence
+}
+
+// see is one message read at seq.
+func (m *matcher) see(seq uint64, st stored) {
+	at, _ := slices.BinarySearchFunc(m.idx, seq, func(i int, seq uint64) int { return cmp.Compare(m.msgs[i].Position.Sequence, seq) })
+	recorded := false
+	for _, i := range m.idx[at:] {
+		if m.msgs[i].Position.Sequence != seq {
+			break
+		}
+		if m.msgs[i].MsgID == st.id {
+			m.kept[i], m.inPlace, recorded = true, true, true
 		}
 	}
-	return others, nil
+	if !recorded && st.id != "" {
+		m.others = append(m.others, switchyard.Stored{Topic: st.subject, MsgID: st.id, Position: switchyard.Position{Stream: m.stream, Sequence: seq},
+			Time: st.time, EventID: cloudevents.NATS.AttributeValue(st.ceID), Source: cloudevents.NATS.AttributeValue(st.ceSource)})
+	}
 }
 
 // The headers of the CloudEvents id and source (cloudevents.NATS).
@@ -102,14 +130,7 @@ var (
 	ceSourceHeader = cloudevents.NATS.Prefix() + "source"
 )
 
-// tail is what a stream held when it was read: the id and subject of the
-// message at each sequence read (a sequence deleted or lost has none).
-type tail struct {
-	first uint64 // the stream's first sequence then
-	at    map[uint64]stored
-}
-
-// stored is one message a tail holds: its Nats-Msg-Id, subject, time,
+// stored is one message read of a stream: its Nats-Msg-Id, subject, time,
 // and ce-id and ce-source as they are on the wire.
 type stored struct {
 	id, subject    string
@@ -117,51 +138,51 @@ type stored struct {
 	ceID, ceSource string
 }
 
-// readBack reads stream name from window (and a second more) before its
-// newest message, and further back to the oldest sequence of msgs[i], i in
-// idx, if that is older. It is nil for a stream that does not exist. The
-// second is for the recorded deliveries: the router's record of one is a
-// little younger than the message it records.
-func (s *Sink) readBack(ctx context.Context, name string, msgs []switchyard.Acked, idx []int, window time.Duration) (*tail, error) {
+// readBack passes see each message of stream name from window (and a
+// second more) before its newest message, and further back to sequence
+// oldest if that is older, and says which was the stream's first sequence
+// then: 0 for a stream that does not exist. The second is for the
+// recorded deliveries: the router's record of one is a little younger than
+// the message it records.
+func (s *Sink) readBack(ctx context.Context, name string, oldest uint64, window time.Duration, see func(uint64, stored)) (first uint64, err error) {
 	st, err := s.jsAdmin.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
+		return 0, nil
 	}
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	t := &tail{first: info.State.FirstSeq, at: map[uint64]stored{}}
+	first = max(info.State.FirstSeq, 1)
 	if info.State.Msgs == 0 {
-		return t, nil
+		return first, nil
 	}
 	last := info.State.LastSeq
 	since := info.State.LastTime.Add(-window - time.Second)
-	from, err := s.readTail(ctx, name, t, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since}, last)
+	from, err := s.readTail(ctx, name, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &since}, last, see)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	oldest := from
-	for _, i := range idx {
-		oldest = min(oldest, max(msgs[i].Position.Sequence, t.first))
+	if oldest > 0 {
+		oldest = max(oldest, first)
 	}
-	if oldest < from {
-		_, err = s.readTail(ctx, name, t, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: oldest}, from-1)
+	if oldest > 0 && oldest < from {
+		_, err = s.readTail(ctx, name, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: oldest}, from-1, see)
 	}
-	return t, err
+	return first, err
 }
 
 // readBackStall is how long readTail waits for the next message.
 const readBackStall = 10 * time.Second
 
-// readTail reads into t the Nats-Msg-Id and subject of each message of
+// readTail passes see the Nats-Msg-Id and subject of each message of
 // stream name from where cfg starts to sequence to (an ordered consumer,
 // headers only), and says at which sequence it started (to+1 when there
 // was nothing).
-func (s *Sink) readTail(ctx context.Context, name string, t *tail, cfg jetstream.OrderedConsumerConfig, to uint64) (from uint64, err error) {
+func (s *Sink) readTail(ctx context.Context, name string, cfg jetstream.OrderedConsumerConfig, to uint64, see func(uint64, stored)) (from uint64, err error) {
 	from = to + 1
 	began, n := time.Now(), 0
 	defer func() {
@@ -196,7 +217,7 @@ func (s *Sink) readTail(ctx context.Context, name string, t *tail, cfg jetstream
 		}
 		from = min(from, seq)
 		h := m.Headers()
-		t.at[seq] = stored{h.Get(jetstream.MsgIDHeader), m.Subject(), md.Timestamp, h.Get(ceIDHeader), h.Get(ceSourceHeader)}
+		see(seq, stored{h.Get(jetstream.MsgIDHeader), m.Subject(), md.Timestamp, h.Get(ceIDHeader), h.Get(ceSourceHeader)})
 		n++
 		if seq == to || md.NumPending == 0 {
 			return from, nil
