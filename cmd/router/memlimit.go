@@ -2,8 +2,10 @@ package main
 
 import (
 	"math"
+	"os"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/hashicorp/go-hclog"
 )
 
 // memoryShare is the part of a cgroup memory limit the Go heap may grow
@@ -42,4 +44,21 @@ func heldOutputBound(ceiling int64) int64 {
 		return 0
 	}
 	return min(max(ceiling/4, 8<<20), 64<<20)
+}
+
+// logMemoryBudget says, at start, what a cgroup memory limit made of the
+// router's memory (nothing without one): the collector's ceiling, unless
+// GOMEMLIMIT or GOGC rules it, and the batches' bound. An operator who set
+// MemoryMax= saw neither (a review).
+func logMemoryBudget(log hclog.Logger, ceiling int64) {
+	if ceiling <= 0 {
+		return
+	}
+	if os.Getenv("GOMEMLIMIT") != "" || os.Getenv("GOGC") != "" {
+		log.Info("under a cgroup memory limit; the collector follows GOMEMLIMIT or GOGC", "cgroup_share_bytes", ceiling,
+			"held_outputs_max_bytes", heldOutputBound(ceiling), "why", "docs/decisions/memory-limit.md")
+		return
+	}
+	log.Info("under a cgroup memory limit", "collector_ceiling_bytes", ceiling,
+		"held_outputs_max_bytes", heldOutputBound(ceiling), "why", "docs/decisions/memory-limit.md")
 }

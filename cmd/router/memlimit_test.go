@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 
 // The router in a memory cgroup keeps its heap under a share of the
 // group's limit: its collector's limit (go_gc_gomemlimit_bytes) is at most
-// 90% of it; it collected as though it had the machine's memory, and a
-// memory trial's router was killed by the kernel first. Needs root and
+// 90% of it, and its start's log says so; it collected as though it had the
+// machine's memory, and a memory trial's router was killed by the kernel
+// first. Needs root and
 // cgroup v1's memory controller (cgroup v2: the same read, another file).
 func TestTheCollectorKeepsUnderTheCgroupLimit(t *testing.T) {
 	const root = "/sys/fs/cgroup/memory"
@@ -40,6 +42,8 @@ func TestTheCollectorKeepsUnderTheCgroupLimit(t *testing.T) {
 	path, sock := writeConfig(t, "")
 	cmd := exec.Command("sh", "-c", `echo $$ > "$1"/cgroup.procs && exec "$2" run -config "$3"`, "sh", group, routerBinary(t), path)
 	cmd.Env = append(os.Environ(), "GOMEMLIMIT=", "GOGC=")
+	var logs testkit.Buffer
+	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +67,10 @@ func TestTheCollectorKeepsUnderTheCgroupLimit(t *testing.T) {
 	}, func() string { return "no go_gc_gomemlimit_bytes from the router in the cgroup" })
 	if got <= 0 || got > limit*memoryShare {
 		t.Fatalf("the collector's limit is %.0f bytes in a cgroup of %d: want at most %.0f", got, limit, limit*memoryShare)
+	}
+	// And the log says what the limit made of the router's memory.
+	if want := fmt.Sprintf("under a cgroup memory limit: collector_ceiling_bytes=%d held_outputs_max_bytes=%d", ceilingOf(limit, nil), heldOutputBound(ceilingOf(limit, nil))); !strings.Contains(logs.String(), want) {
+		t.Fatalf("the start's log does not say %q:\n%s", want, logs.String())
 	}
 }
 

@@ -61,6 +61,9 @@ type RunCommand struct {
 
 	log hclog.Logger
 	reg *prometheus.Registry
+	// memCeiling is the collector's ceiling under a cgroup memory limit
+	// (memoryCeiling; 0 without one), read once at start.
+	memCeiling int64
 	// reloadMetrics count the reloads (nil until the registry is made).
 	reloadMetrics *reloadMetrics
 	health        *health        // runs the sinks', servers' and inboxes' checks
@@ -147,6 +150,8 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	for _, w := range runWarnings(cfg) {
 		c.log.Warn(w)
 	}
+	c.memCeiling = memoryCeiling()
+	logMemoryBudget(c.log, c.memCeiling)
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 		defer cancel()
@@ -355,7 +360,7 @@ func (c *RunCommand) startEngine(ctx context.Context, cfg *config.Config) error 
 	end := c.progress.step("starting the engine")
 	eng, err := engine.New(c.db, cfg, c.sinks, engine.Options{
 		Logger: c.log, Registerer: c.reg, DoubleSend: c.DoubleSend, Plugins: c.plugins,
-		Saturated: new(schedwait.Gauge).Saturated, MaxHeldOutputBytes: heldOutputBound(memoryCeiling()),
+		Saturated: new(schedwait.Gauge).Saturated, MaxHeldOutputBytes: heldOutputBound(c.memCeiling),
 	})
 	if err != nil {
 		end()
