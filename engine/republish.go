@@ -118,24 +118,22 @@ func (e *Engine) sentLast(window time.Duration, now time.Time, sinks []string) (
 	for _, sink := range sinks {
 		bySink[sink] = &sentTo{}
 	}
-	streams := map[string]string{} // one copy of each stream's name
+	names := map[string]string{} // one copy of each stream's or topic's name
+	keep := func(s string) string { return interned(names, s) }
 	var newest time.Time
 	err := e.store.View(func(tx *storage.Tx) error {
 		return deliveredLast(tx, window, now, func(r *storage.Record) {
+			// The newest delivery of any output: one to another sink
+			// last before the stop (a review) leaves older ones out.
+			if d := r.LastDelivered(); d.After(newest) {
+				newest = d
+			}
 			for _, o := range r.Outputs {
 				sink, _, _ := strings.Cut(o.Destination, ":")
-				to := bySink[sink]
-				if !o.Delivered || to == nil {
-					continue
-				}
-				// Copies, so that no string holds the record's bytes.
-				a := switchyard.Acked{MsgID: strings.Clone(o.MsgID)}
-				if o.Position != nil {
-					a.Position = switchyard.Position{Stream: interned(streams, o.Position.Stream), Sequence: o.Position.Sequence}
-				}
-				to.acked, to.at = append(to.acked, a), append(to.at, o.DeliveredAt)
-				if o.DeliveredAt.After(newest) {
-					newest = o.DeliveredAt
+				if to := bySink[sink]; o.Delivered && to != nil {
+					a := ackedOf(o, keep)
+					a.MsgID = strings.Clone(o.MsgID) // no string holds the record's bytes
+					to.acked, to.at = append(to.acked, a), append(to.at, o.DeliveredAt)
 				}
 			}
 		})
@@ -211,11 +209,20 @@ func (e *Engine) askKeepers(ctx context.Context, sent map[string]*sentTo, sinks 
 // isLost says whether o is one of lost.
 func isLost(lost map[lostOutput]bool, o storage.Output) bool {
 	sink, _, _ := strings.Cut(o.Destination, ":")
-	a := switchyard.Acked{MsgID: strings.Clone(o.MsgID)}
-	if o.Position != nil {
-		a.Position = *o.Position
+	return o.Delivered && lost[lostOutput{sink, ackedOf(o, func(s string) string { return s })}]
+}
+
+// ackedOf is output o as its broker acknowledged it: its message id and
+// the whole position recorded, the position's names through keep. One
+// home for what the sinks are asked of and the requeue looks up (a review:
+// the two had left a Kafka position's topic out of one of them).
+func ackedOf(o storage.Output, keep func(string) string) switchyard.Acked {
+	a := switchyard.Acked{MsgID: o.MsgID}
+	if p := o.Position; p != nil {
+		a.Position = *p
+		a.Position.Stream, a.Position.Topic = keep(p.Stream), keep(p.Topic)
 	}
-	return o.Delivered && lost[lostOutput{sink, a}]
+	return a
 }
 
 // recallStored finds, for each message a broker stored (by sink), the

@@ -577,3 +577,120 @@ event "t.kord" {
 		})
 	}
 }
+
+// kafkaLikeSink is a sink that cannot tell what its broker holds (not a
+// Keeper), named kafka.up: it gives each message a Kafka position (topic,
+// partition, offset), and fails while down is set.
+type kafkaLikeSink struct {
+	down   atomic.Bool
+	offset atomic.Int64
+}
+
+func (*kafkaLikeSink) Name() string { return "kafka.up" }
+func (s *kafkaLikeSink) Publish(_ context.Context, msgs []*switchyard.Message) []switchyard.Result {
+	r := make([]switchyard.Result, len(msgs))
+	for i, m := range msgs {
+		if s.down.Load() {
+			r[i].Err = switchyard.ErrSinkUnavailable
+			continue
+		}
+		r[i].Position = switchyard.Position{Topic: m.Topic, Partition: 0, Offset: s.offset.Add(1)}
+	}
+	return r
+}
+func (*kafkaLikeSink) Close(context.Context) error { return nil }
+
+const kafkaAndNATSRoutes = `
+kafka "up" { brokers = ["127.0.0.1:1"] }
+event "t.k" {
+  route {
+    to    = "kafka.up"
+    topic = "x"
+  }
+}
+event "t.both" {
+  route {
+    to      = "nats.local"
+    subject = "t.a"
+  }
+  route {
+    to    = "kafka.up"
+    topic = "x"
+  }
+}
+event "t.one" {
+  route {
+    to      = "nats.local"
+    subject = "t.b"
+  }
+}
+`
+
+// An output to a sink that cannot tell what its broker holds (not a
+// Keeper) counts as lost and is marked for sending again, whatever its
+// position records: one with a Kafka position (topic, partition, offset)
+// was counted lost under its stream and sequence alone and looked up by
+// its whole position, and stayed delivered (a review of ab98d1c).
+func TestRepublishRequeuesALostOutputWithAKafkaPosition(t *testing.T) {
+	h := newHarness(t, kafkaAndNATSRoutes, true, &kafkaLikeSink{})
+	ctx := context.Background()
+	h.ingestEvent(switchyard.Event{ID: "k", Type: "t.k", Source: "/t", SpecVersion: "1.0"})
+	h.pollAll("t.k")
+	rec := h.record("k")
+	if rec.State != storage.StateDelivered || rec.Outputs[0].Position == nil || rec.Outputs[0].Position.Topic == "" {
+		t.Fatalf("k: %s, outputs %+v", rec.State, rec.Outputs)
+	}
+	done, err := h.eng.Republish(ctx, []string{"kafka.up"}, 7*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Events != 1 {
+		t.Errorf("Republish = %+v, want k's output (a sink that cannot tell) marked for sending again", done)
+	}
+	if rec := h.record("k"); rec.State != storage.StatePending || rec.Outputs[0].Delivered {
+		t.Errorf("k after Republish: %s, output delivered %v; want pending, not delivered", rec.State, rec.Outputs[0].Delivered)
+	}
+}
+
+// The window is counted back from the newest delivery to any sink: an
+// event whose NATS output went out an hour before its Kafka output, the
+// last delivery before the stop, has a NATS output older than the window,
+// synced long before, which the stream no longer holds (max_age; here a
+// purge): it is not asked about, and not sent again. Counted from the
+// newest delivery to the NATS sinks alone, it was (a review of ab98d1c: a
+// duplicate).
+func TestRepublishLeavesOutputsOlderThanTheWindow(t *testing.T) {
+	kafka := &kafkaLikeSink{}
+	h := newHarness(t, kafkaAndNATSRoutes, true, kafka)
+	ctx := context.Background()
+	h.ingestEvent(switchyard.Event{ID: "before", Type: "t.one", Source: "/t", SpecVersion: "1.0"})
+	h.pollAll("t.one")
+	kafka.down.Store(true)
+	h.ingestEvent(switchyard.Event{ID: "e", Type: "t.both", Source: "/t", SpecVersion: "1.0"})
+	h.pollAll("t.both")
+	if rec := h.record("e"); rec.State != storage.StatePending || !rec.Outputs[0].Delivered || rec.Outputs[1].Delivered {
+		t.Fatalf("e after its first attempt: %s, outputs %+v", rec.State, rec.Outputs)
+	}
+	kafka.down.Store(false)
+	h.clock.Advance(time.Hour) // past e's backoff
+	h.pollAll("t.both")
+	rec := h.record("e")
+	if rec.State != storage.StateDelivered {
+		t.Fatalf("e: %s, outputs %+v", rec.State, rec.Outputs)
+	}
+	t.Logf("e: nats output delivered at %s, kafka output at %s", rec.Outputs[0].DeliveredAt, rec.Outputs[1].DeliveredAt)
+	st, err := h.js.Stream(ctx, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx); err != nil { // what max_age removed long ago
+		t.Fatal(err)
+	}
+	done, err := h.eng.Republish(ctx, []string{"nats.local"}, 7*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Events != 0 {
+		t.Errorf("Republish = %+v, want nothing sent again: e's NATS output was delivered an hour before the stop, outside the window", done)
+	}
+}
