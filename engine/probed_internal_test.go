@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
 	"github.com/switchyard-router/switchyard/storage/storagetest"
 )
@@ -36,15 +37,8 @@ func TestNotedEventsDoNotHoldTheirData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	heap := func() int64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
 	l := &Loop{probed: make(map[string]uint64)}
-	before := heap()
+	before := testkit.LiveHeap()
 	for _, id := range ids { // one at a time: each record dropped once noted
 		var recs []*storage.Record
 		err := db.View(func(tx *storage.Tx) error {
@@ -57,7 +51,7 @@ func TestNotedEventsDoNotHoldTheirData(t *testing.T) {
 		}
 		l.inRound(recs, l.forgets)
 	}
-	held := heap() - before
+	held := testkit.LiveHeap() - before
 	runtime.KeepAlive(l)
 	if len(l.probed) != n {
 		t.Fatalf("%d events noted, want %d", len(l.probed), n)

@@ -129,16 +129,7 @@ func TestAnEventStoredAfterItsTypesLoopStoppedWaitsForTheBlock(t *testing.T) {
 	h := newHarness(t, keep+gone, false, harnessOption(func(o *engine.Options) { o.Logger = logger }),
 		storeWrap(func(s engine.Store) engine.Store { gate.Store = s; return gate }))
 	stored := make(chan string, 1)
-	go func() { // admitted now, held before its commit
-		ctx := context.WithValue(context.Background(), gateKey{}, true)
-		req := &engine.IngestRequest{Tenant: "default", Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
-			Events: []engine.IngestEvent{{Event: switchyard.Event{ID: "late", Type: "t.gone", Source: "/test", SpecVersion: "1.0"}}}}
-		if _, err := h.eng.Ingest(ctx, req); err != nil {
-			t.Error(err)
-		}
-		stored <- "late"
-	}()
-	<-gate.held
+	ingestHeld(t, h, gate, "late", "t.gone", stored)
 	h.reload(keep)
 	testkit.Eventually(t, "the removed type's loop, its queue empty, to stop", 10*time.Second, func() bool {
 		return !engine.HasLoop(h.eng, "t.gone")
@@ -162,6 +153,22 @@ func oneType(typ string) string {
 
 // gateKey marks the context of the request whose commit updateGate holds.
 type gateKey struct{}
+
+// ingestHeld ingests event id of type typ on a goroutine of its own,
+// admitted now and held by gate before its commit (until gate.release),
+// and returns once it is held; the id goes to stored once it is stored.
+func ingestHeld(t *testing.T, h *harness, gate *updateGate, id, typ string, stored chan<- string) {
+	go func() {
+		ctx := context.WithValue(context.Background(), gateKey{}, true)
+		req := &engine.IngestRequest{Tenant: "default", Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
+			Events: []engine.IngestEvent{{Event: switchyard.Event{ID: id, Type: typ, Source: "/test", SpecVersion: "1.0"}}}}
+		if _, err := h.eng.Ingest(ctx, req); err != nil {
+			t.Error(err)
+		}
+		stored <- id
+	}()
+	<-gate.held
+}
 
 // updateGate holds the first Update whose context carries gateKey until
 // release is closed, saying on held when it does.
@@ -576,16 +583,7 @@ func TestAnEventCommittedWhileItsLoopRetiresIsNotSilent(t *testing.T) {
 	keep, gone := oneType("t.keep"), oneType("t.gone")
 	h := newHarness(t, keep+gone, false, harnessOption(func(o *engine.Options) { o.Logger = logger }),
 		storeWrap(func(s engine.Store) engine.Store { gate.Store = s; hooked.Store = gate; return hooked }))
-	go func() { // admitted now, held before its commit
-		ctx := context.WithValue(context.Background(), gateKey{}, true)
-		req := &engine.IngestRequest{Tenant: "default", Render: func([]engine.Outcome) engine.Response { return engine.Response{Status: 202} },
-			Events: []engine.IngestEvent{{Event: switchyard.Event{ID: "late", Type: "t.gone", Source: "/test", SpecVersion: "1.0"}}}}
-		if _, err := h.eng.Ingest(ctx, req); err != nil {
-			t.Error(err)
-		}
-		stored <- "late"
-	}()
-	<-gate.held
+	ingestHeld(t, h, gate, "late", "t.gone", stored)
 	h.reload(keep) // the loop of t.gone retires; its retire meets the hook
 	testkit.Eventually(t, "the removed type's loop to stop", 10*time.Second, func() bool {
 		return !engine.HasLoop(h.eng, "t.gone")

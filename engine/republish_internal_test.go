@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
 	"github.com/switchyard-router/switchyard/storage/storagetest"
 )
@@ -47,20 +48,13 @@ func TestTheCheckAfterAnUncleanStopHoldsNoRecords(t *testing.T) {
 		}
 		done = min(done+1000, n)
 	}
-	heap := func() int64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
 	e := &Engine{store: db}
-	before := heap()
+	before := testkit.LiveHeap()
 	sent, err := e.sentLast(7*time.Second, time.Now(), []string{"nats.local"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := heap() - before
+	held := testkit.LiveHeap() - before
 	runtime.KeepAlive(sent)
 	if got := len(sent["nats.local"].acked); got != n {
 		t.Fatalf("%d outputs read, want %d", got, n)
