@@ -27,10 +27,11 @@ type CheckReport struct {
 const maxProblems = 100
 
 // CheckFile checks a data file that no router has open (`router db
-// check`): that it is not truncated, that its pages hold together
-// (walkPages), bbolt's own consistency check over every page, and that
-// every stored record decodes under its own key. It opens the file
-// read-only and changes nothing.
+// check`): that it is not truncated, that bbolt opens it (its meta pages),
+// that its pages hold together as bbolt's own check requires and every
+// stored record decodes under its own key (walkPages, one read of each
+// page, checkRecord), and its schema. It opens the file read-only and
+// changes nothing.
 func CheckFile(path string) (*CheckReport, error) {
 	fi, err := statDataFile(path)
 	if err != nil {
@@ -52,22 +53,23 @@ func CheckFile(path string) (*CheckReport, error) {
 		return rep, nil
 	}
 	defer bdb.Close()
-	if err := walkPages(path); err != nil {
-		// Before bbolt's check, which would meet it on a goroutine of
-		// its own and end the process.
-		rep.Problems = append(rep.Problems, "its pages do not hold together: "+err.Error())
-		return rep, nil
-	}
+	readable := false
 	err = faultSafe(func() error {
 		return bdb.View(func(tx *bolt.Tx) error {
-			for err := range tx.Check() {
-				rep.add(err.Error())
-			}
-			return checkRecords(tx, rep)
+			readable = checkSchema(tx, rep)
+			return nil
 		})
 	})
 	if err != nil {
 		rep.Problems = append(rep.Problems, err.Error())
+		return rep, nil
+	}
+	var leaf func(in string, k, v []byte)
+	if readable { // a newer schema's records are not ours to read
+		leaf = rep.checkRecord
+	}
+	if err := walkPages(path, leaf); err != nil {
+		rep.Problems = append(rep.Problems, "its pages do not hold together: "+err.Error())
 	}
 	return rep, nil
 }
@@ -79,35 +81,37 @@ func (rep *CheckReport) add(p string) {
 	}
 }
 
-// checkRecords is CheckFile's part for what the router stores: the
-// schema, every event record under its own key, every idempotency record.
-func checkRecords(tx *bolt.Tx, rep *CheckReport) error {
-	events := tx.Bucket(bucketEvents)
-	if events == nil {
+// checkRecord is CheckFile's part for what the router stores, given each
+// key and value of each bucket (in): every event record under its own key,
+// every idempotency record.
+func (rep *CheckReport) checkRecord(in string, k, v []byte) {
+	switch in {
+	case string(bucketEvents):
+		rep.Events++
+		rep.add(recordProblem(k, v))
+	case string(bucketIdem):
+		if _, err := decodeIdem(v); err != nil {
+			rep.add(fmt.Sprintf("idempotency record %q: %v", k, err))
+		}
+	}
+}
+
+// checkSchema is CheckFile's part for the file as a whole: an events
+// bucket, and a schema this router reads; it says whether the records are
+// this router's to read.
+func checkSchema(tx *bolt.Tx, rep *CheckReport) bool {
+	if tx.Bucket(bucketEvents) == nil {
 		rep.add("no events bucket: not a Switchyard data file")
-		return nil
+		return false
 	}
 	if meta := tx.Bucket(bucketMeta); meta != nil {
 		rep.Schema = string(meta.Get(keySchema))
 		if err := unreadableSchema(meta); err != nil {
 			rep.add(err.Error())
-			return nil
+			return false
 		}
 	}
-	err := events.ForEach(func(k, v []byte) error {
-		rep.Events++
-		rep.add(recordProblem(k, v))
-		return nil
-	})
-	if idem := tx.Bucket(bucketIdem); idem != nil && err == nil {
-		err = idem.ForEach(func(k, v []byte) error {
-			if _, err := decodeIdem(v); err != nil {
-				rep.add(fmt.Sprintf("idempotency record %q: %v", k, err))
-			}
-			return nil
-		})
-	}
-	return err
+	return true
 }
 
 // recordProblem is what is wrong with the record v stored under key k: it

@@ -296,7 +296,7 @@ func inspect(path string, checkUnclean func(string) error) error {
 	case unclean && checkUnclean != nil:
 		err = checkUnclean(path)
 	default:
-		if werr := walkPages(path); werr != nil {
+		if werr := walkPages(path, nil); werr != nil {
 			err = damaged("its pages do not hold together", werr)
 		}
 	}

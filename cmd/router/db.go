@@ -132,8 +132,9 @@ type DBCommand struct {
 const dbUsage = `Usage:
   router db check FILE [-o table|json]
       Checks a data file that no router has open: its size against its
-      metadata, bbolt's consistency check over every page, and that every
-      stored event decodes, under its own key. Read-only. Exit 0
+      metadata, every page as bbolt's consistency check requires (each
+      read once, so a file larger than memory checks at the disk's pace),
+      and that every stored event decodes, under its own key. Read-only. Exit 0
       consistent, 1 problems found. (bbolt keeps no checksums: a changed
       byte inside an event's data is not seen.)
   router db compact FILE [-o table|json]
