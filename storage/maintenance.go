@@ -86,10 +86,10 @@ func (rep *CheckReport) add(p string) {
 // every idempotency record.
 func (rep *CheckReport) checkRecord(in string, k, v []byte) {
 	switch in {
-	case string(bucketEvents):
+	case "/" + string(bucketEvents):
 		rep.Events++
 		rep.add(recordProblem(k, v))
-	case string(bucketIdem):
+	case "/" + string(bucketIdem):
 		if _, err := decodeIdem(v); err != nil {
 			rep.add(fmt.Sprintf("idempotency record %q: %v", k, err))
 		}

@@ -70,8 +70,7 @@ func decodeMeta(page []byte) Meta {
 }
 
 // Metas reads the two meta pages of the data file at path, valid or not
-// (the second where the first's page size says, else at the system's
-// page size), and the file's size.
+// (the second where secondMetaAt finds it), and the file's size.
 func Metas(path string) (metas [2]Meta, size int64, err error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -89,23 +88,34 @@ func Metas(path string) (metas [2]Meta, size int64, err error) {
 			return metas, fi.Size(), fmt.Errorf("%d bytes: no meta page %d: %w", fi.Size(), i, err)
 		}
 		metas[i] = decodeMeta(buf)
-		off = int64(metas[0].PageSize)
-		if !metas[0].Valid || off < int64(len(buf)) {
-			off = int64(os.Getpagesize())
-		}
+		off = secondMetaAt(f, metas[0])
 	}
 	return metas, fi.Size(), nil
+}
+
+// secondMetaAt is where f's second meta page lies, as bbolt finds it: one
+// page in, by the first meta's page size; with the first damaged, the first
+// of 1 KiB, 2 KiB, ... 16 MiB that holds a valid meta (a file made where
+// pages are 16 or 64 KiB: read at this system's page size alone, the check
+// found no meta and walked nothing, a review); else this system's page
+// size.
+func secondMetaAt(f *os.File, m0 Meta) int64 {
+	if m0.Valid && m0.PageSize >= pageHeaderSize+metaSumLen+8 {
+		return int64(m0.PageSize)
+	}
+	for i := range 15 {
+		if _, ok := readMeta(f, 1024<<i); ok {
+			return 1024 << i
+		}
+	}
+	return int64(os.Getpagesize())
 }
 
 // currentMeta is the meta bbolt opens f by: the valid one of the two with
 // the later transaction; false when neither is valid.
 func currentMeta(f *os.File) (Meta, bool) {
 	m0, ok0 := readMeta(f, 0)
-	pageSize := int64(os.Getpagesize())
-	if ok0 {
-		pageSize = int64(m0.PageSize)
-	}
-	m1, ok1 := readMeta(f, pageSize)
+	m1, ok1 := readMeta(f, secondMetaAt(f, m0))
 	switch {
 	case ok0 && ok1 && m1.TxID > m0.TxID, !ok0 && ok1:
 		return m1, true

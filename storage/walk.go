@@ -37,7 +37,8 @@ const (
 // It also says what lies outside where it should: a page that is not the
 // page it is read as, an element or its key or value past its page.
 // leaf, if not nil, gets each key and value of every bucket (in: the
-// bucket's name, its parents' before it, "/" between).
+// bucket's name after its parents', each after a "/": "/events"; a nested
+// bucket's key with a nil value, as bbolt's Bucket.ForEach gives it).
 //
 // It reads the pages with ReadAt, once each, so nothing here can fault,
 // and a file larger than the memory that caches it is read at the disk's
@@ -56,8 +57,11 @@ func walkPages(path string, leaf func(in string, k, v []byte)) error {
 	}
 	defer f.Close()
 	m, ok := currentMeta(f)
-	if !ok || m.PageSize < 512 {
+	if !ok {
 		return nil // bbolt says what is wrong with the metas
+	}
+	if m.PageSize < 512 || m.HighWater < 3 { // a root page at least, after the metas
+		return fmt.Errorf("its meta page says it has %d pages of %d bytes", m.HighWater, m.PageSize)
 	}
 	w := &pageWalker{f: f, m: m, seen: make([]uint64, (m.HighWater+63)/64), leaf: leaf}
 	w.mark(0)
@@ -139,6 +143,11 @@ func (w *pageWalker) elements(id uint64, p []byte, depth int, in string, lo, hi 
 	if 16+count*elementSize > len(p) {
 		return nil, fmt.Errorf("page %d: %d elements do not fit in its %d bytes", id, count, len(p))
 	}
+	if flags == branchPage && count == 0 {
+		// bbolt's cursor reads a branch's first element whatever its count
+		// says, on the goroutine of its walk at open (a review).
+		return nil, fmt.Errorf("page %d is a branch without elements", id)
+	}
 	prev := lo // the greatest key before the next: an element's, or a child's
 	for i := range count {
 		key, rest, leafFlags, err := element(id, p, i, flags)
@@ -194,17 +203,17 @@ func element(id uint64, p []byte, i int, flags uint16) (key, rest []byte, leafFl
 // leafElement walks a leaf element of page id, key and its value v: a
 // bucket's tree, or a key and value for w.leaf.
 func (w *pageWalker) leafElement(id uint64, depth int, in string, key, v []byte, leafFlags uint32) error {
-	if leafFlags&bucketLeaf == 0 {
-		if w.leaf != nil {
+	if w.leaf != nil {
+		if leafFlags&bucketLeaf != 0 {
+			w.leaf(in, key, nil) // a bucket where a value may be: as bbolt's ForEach gives it
+		} else {
 			w.leaf(in, key, v)
 		}
+	}
+	if leafFlags&bucketLeaf == 0 {
 		return nil
 	}
-	name := string(key)
-	if in != "" {
-		name = in + "/" + name
-	}
-	return w.bucket(id, v, depth, name)
+	return w.bucket(id, v, depth, in+"/"+string(key))
 }
 
 // bucket walks bucket in, whose header (and inline page) is v, the value
@@ -221,6 +230,9 @@ func (w *pageWalker) bucket(id uint64, v []byte, depth int, in string) error {
 	inline := v[bucketHeader:]
 	if len(inline) < 16 {
 		return fmt.Errorf("page %d: an inline bucket's page is %d bytes", id, len(inline))
+	}
+	if flags := binary.LittleEndian.Uint16(inline[8:]); flags != leafPage {
+		return fmt.Errorf("page %d: an inline bucket's page is no leaf (flags %#x)", id, flags) // bbolt writes only leaves inline
 	}
 	_, err := w.elements(id, inline, depth+1, in, nil, nil)
 	return err

@@ -3,6 +3,7 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,4 +192,170 @@ func freeIDsAt(p []byte) int {
 		return 24
 	}
 	return 16
+}
+
+// A branch page whose count says it has no elements is refused by the walk
+// (and so by the clean start's look, inspect): bbolt's cursor reads a
+// branch's first element whatever its count, and its walk at a writable
+// open, on a goroutine of its own, died on one (a review). The file:
+// bucket "p" holding 300 small sub-buckets, so that its root is a branch.
+func TestTheWalkRefusesABranchWithoutElements(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nested.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root uint64
+	err = db.Update(func(tx *bolt.Tx) error {
+		p, err := tx.CreateBucket([]byte("p"))
+		for i := 0; i < 300 && err == nil; i++ {
+			var s *bolt.Bucket
+			if s, err = p.CreateBucket(fmt.Appendf(nil, "sub-%04d", i)); err == nil {
+				err = s.Put([]byte("k"), []byte("v"))
+			}
+		}
+		return err
+	})
+	if err == nil {
+		err = db.View(func(tx *bolt.Tx) error {
+			root = uint64(tx.Bucket([]byte("p")).RootPage()) // known once committed
+			return nil
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := currentMeta(f)
+	f.Close()
+	editPage(t, path, m, root, func(p []byte) {
+		if binary.LittleEndian.Uint16(p[8:]) != branchPage {
+			t.Fatalf("p's root page %d is no branch", root)
+		}
+		binary.LittleEndian.PutUint16(p[10:], 0)
+	})
+	if err := walkPages(path, nil); err == nil || !strings.Contains(err.Error(), "is a branch without elements") {
+		t.Fatalf("the walk says %v, want the branch without elements", err)
+	}
+	if err := inspect(path, nil); err == nil {
+		t.Fatal("the clean start's look passes the file")
+	}
+}
+
+// A file whose pages are larger than this system's (made where pages are
+// 16 or 64 KiB), its first meta page damaged, is checked by its second, as
+// bbolt opens it: the check looked for that one at this system's page size
+// only, found no meta, walked nothing, and called a file whose keys are out
+// of order sound (a review).
+func TestTheCheckFindsTheSecondMetaOfAnotherPageSize(t *testing.T) {
+	ps := 4 * os.Getpagesize()
+	path := filepath.Join(t.TempDir(), "ps.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{PageSize: ps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("b"))
+		for i := 0; i < 4000 && err == nil; i++ {
+			err = b.Put(fmt.Appendf(nil, "key-%05d", i), make([]byte, 100))
+		}
+		if err == nil {
+			_, err = tx.CreateBucket(bucketEvents)
+		}
+		return err
+	})
+	if err == nil { // a second commit: the current meta is the second page
+		err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte("zzz"), nil) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, ok := readMeta(f, int64(ps))
+	sum := []byte{0}
+	f.ReadAt(sum, pageHeaderSize+metaSumLen)
+	sum[0] ^= 0xff // the first meta's checksum
+	f.WriteAt(sum, pageHeaderSize+metaSumLen)
+	f.Close()
+	if !ok {
+		t.Fatal("no second meta")
+	}
+	id := laterLeaf(t, path, m1)
+	editPage(t, path, m1, id, func(p []byte) {
+		k, _, _, _ := element(id, p, 0, leafPage)
+		k[len(k)-1]--
+	})
+	if len(bboltFinds(t, path)) == 0 {
+		t.Fatal("bbolt's check finds nothing: the case is not the damage it names")
+	}
+	rep, err := CheckFile(path)
+	if err != nil || len(rep.Problems) == 0 {
+		t.Fatalf("CheckFile: %v, problems %v; want the key out of order", err, rep.Problems)
+	}
+}
+
+// A meta page, its checksum right, that says the file has fewer pages than
+// its metas and a root is an error, not a panic of the walk (a review: it
+// indexed an empty set of pages).
+func TestAMetaOfNoPagesIsAnError(t *testing.T) {
+	path, m := boltFile(t, false)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{0, int64(m.PageSize)} {
+		buf := make([]byte, pageHeaderSize+metaSumLen+8)
+		f.ReadAt(buf, off)
+		meta := buf[pageHeaderSize:]
+		binary.LittleEndian.PutUint64(meta[40:], 0) // the high water page
+		h := fnv.New64a()
+		h.Write(meta[:metaSumLen])
+		binary.LittleEndian.PutUint64(meta[metaSumLen:], h.Sum64())
+		f.WriteAt(buf, off)
+	}
+	f.Close()
+	if err := walkPages(path, nil); err == nil || !strings.Contains(err.Error(), "has 0 pages") {
+		t.Fatalf("the walk says %v, want the meta's 0 pages", err)
+	}
+}
+
+// A bucket nested in "events" (the router makes none: a foreign or damaged
+// file) is a problem of the check, as bbolt's Bucket.ForEach gives its key:
+// an event record that does not decode (a review: the walk passed it by).
+func TestTheCheckReportsABucketInsideEvents(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ev.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		ev, err := tx.CreateBucket(bucketEvents)
+		if err != nil {
+			return err
+		}
+		x, err := ev.CreateBucket([]byte("x"))
+		if err != nil {
+			return err
+		}
+		return x.Put([]byte("not-a-record"), []byte("garbage"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	rep, err := CheckFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Events != 1 || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], `event "x"`) {
+		t.Fatalf("events %d, problems %q; want the bucket x as an event that does not decode", rep.Events, rep.Problems)
+	}
 }
