@@ -341,7 +341,11 @@ func checkIsolated(ctx context.Context, path string) (*storage.CheckReport, erro
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, self, "db", "check", path, "-o", string(formatJSON))
-	cmd.Env = append(os.Environ(), checkWorkerEnv+"=1")
+	// GOGC=25: the child shares the router's cgroup, whose memory limit
+	// gctune's headroom assumes is one process's; the check's live heap is
+	// a few MB, and at the default headroom the two were killed in a
+	// 64 MiB group (a memory trial: 57 MB resident, 22 MB at 25).
+	cmd.Env = append(os.Environ(), checkWorkerEnv+"=1", "GOGC=25")
 	// A SIGKILL of this process (the OOM killer, kill -9 outside systemd,
 	// whose KillMode=mixed would end the child too) ends the check with
 	// it: the next start checks again, and two checks would share the disk.
