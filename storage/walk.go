@@ -38,7 +38,8 @@ const (
 // page it is read as, an element or its key or value past its page.
 // leaf, if not nil, gets each key and value of every bucket (in: the
 // bucket's name after its parents', each after a "/": "/events"; a nested
-// bucket's key with a nil value, as bbolt's Bucket.ForEach gives it).
+// bucket's key with a nil value, as bbolt's Bucket.ForEach gives it); k
+// and v are leaf's during the call only.
 //
 // It reads the pages with ReadAt, once each, so nothing here can fault,
 // and a file larger than the memory that caches it is read at the disk's
@@ -82,26 +83,32 @@ type pageWalker struct {
 	m    Meta
 	seen []uint64 // a bit a page: reached
 	leaf func(in string, k, v []byte)
+	bufs [][]byte // a page's bytes, by depth
 }
 
 func (w *pageWalker) reached(id uint64) bool { return w.seen[id/64]&(1<<(id%64)) != 0 }
 func (w *pageWalker) mark(id uint64)         { w.seen[id/64] |= 1 << (id % 64) }
 
-// read reads page id and its overflow pages, and marks them reached.
-func (w *pageWalker) read(id uint64) ([]byte, error) {
+// read reads page id and its overflow pages into the buffer of depth
+// (one a level of the tree, reused: what a page's keys bound is read
+// before the next page at its level), and marks them reached.
+func (w *pageWalker) read(id uint64, depth int) ([]byte, error) {
 	if id < 2 || id >= w.m.HighWater {
 		return nil, fmt.Errorf("a page points at page %d, outside the file's %d pages", id, w.m.HighWater)
 	}
+	for len(w.bufs) <= depth {
+		w.bufs = append(w.bufs, make([]byte, w.m.PageSize))
+	}
 	ps := int64(w.m.PageSize)
-	head := make([]byte, 16)
-	if _, err := w.f.ReadAt(head, int64(id)*ps); err != nil {
+	buf := w.bufs[depth][:ps]
+	if _, err := w.f.ReadAt(buf, int64(id)*ps); err != nil {
 		return nil, fmt.Errorf("page %d: %w", id, err)
 	}
 	le := binary.LittleEndian
-	if got := le.Uint64(head); got != id {
+	if got := le.Uint64(buf); got != id {
 		return nil, fmt.Errorf("page %d says it is page %d", id, got)
 	}
-	overflow := uint64(le.Uint32(head[12:]))
+	overflow := uint64(le.Uint32(buf[12:]))
 	if id+overflow >= w.m.HighWater {
 		return nil, fmt.Errorf("page %d: its %d overflow pages run past the file's %d pages", id, overflow, w.m.HighWater)
 	}
@@ -111,9 +118,12 @@ func (w *pageWalker) read(id uint64) ([]byte, error) {
 		}
 		w.mark(i)
 	}
-	buf := make([]byte, (overflow+1)*uint64(ps))
-	if _, err := w.f.ReadAt(buf, int64(id)*ps); err != nil {
-		return nil, fmt.Errorf("page %d: %w", id, err)
+	if overflow > 0 {
+		buf = append(buf, make([]byte, overflow*uint64(ps))...)
+		w.bufs[depth] = buf
+		if _, err := w.f.ReadAt(buf[ps:], (int64(id)+1)*ps); err != nil {
+			return nil, fmt.Errorf("page %d: %w", id, err)
+		}
 	}
 	return buf, nil
 }
@@ -124,7 +134,7 @@ func (w *pageWalker) page(id uint64, depth int, in string, lo, hi []byte) ([]byt
 	if depth > maxDepth {
 		return nil, fmt.Errorf("page %d: the tree is deeper than %d pages: its pages point in a loop", id, maxDepth)
 	}
-	buf, err := w.read(id)
+	buf, err := w.read(id, depth)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +279,7 @@ func (w *pageWalker) freelist() ([]uint64, error) {
 	if w.m.FreeList == noFreelist {
 		return nil, nil
 	}
-	p, err := w.read(w.m.FreeList)
+	p, err := w.read(w.m.FreeList, 0)
 	if err != nil {
 		return nil, fmt.Errorf("the free list: %w", err)
 	}
