@@ -112,7 +112,10 @@ func TestTheWalkFindsWhatBboltsCheckFinds(t *testing.T) {
 	}{
 		{"sound, no free list", false, func(*testing.T, string, Meta) {}, ""},
 		{"sound, a free list", true, func(*testing.T, string, Meta) {}, ""},
-		{"a leaf's first key below its parent's", false, func(t *testing.T, path string, m Meta) {
+		// With a stored free list: bbolt's check of a file without one
+		// walks it for free pages on a goroutine that, on this damage,
+		// panics and races with the check's rollback (go test -race).
+		{"a leaf's first key below its parent's", true, func(t *testing.T, path string, m Meta) {
 			id := laterLeaf(t, path, m)
 			editPage(t, path, m, id, func(p []byte) {
 				k, _, _, _ := element(id, p, 0, leafPage)
