@@ -362,3 +362,96 @@ func TestTheCheckReportsABucketInsideEvents(t *testing.T) {
 		t.Fatalf("events %d, problems %q; want the bucket x as an event that does not decode", rep.Events, rep.Problems)
 	}
 }
+
+// The cases below are damage a randomized run of TestWalkRandomDamage
+// (walk_random_test.go) found the walk refuses and bbolt's Tx.Check passes:
+// each a refusal the writable path justifies.
+
+// The free list page's overflow, set past the high water page: bbolt's
+// check marks pages freelist..freelist+overflow reached without looking
+// (tx_check.go) and counts only pages below the high water mark, and
+// freelist.Read ignores the field; but the first commit after a writable
+// open frees the old free list page with its overflow (tx.Commit:
+// freelist.Free(txid, page(meta.Freelist()))), pages past the file. The
+// walk refuses it. (Random run seed 1: iterations 242, 340, 446, ...)
+func TestRandomFindingFreeListOverflowPastTheFile(t *testing.T) {
+	path, m := boltFile(t, true)
+	editPage(t, path, m, m.FreeList, func(p []byte) { binary.LittleEndian.PutUint32(p[12:], uint32(m.HighWater)) })
+	err := walkPages(path, nil)
+	if err == nil || !strings.Contains(err.Error(), "overflow pages run past") {
+		t.Fatalf("the walk says %v", err)
+	}
+	if found := bboltFinds(t, path); len(found) != 0 {
+		t.Fatalf("bbolt's check finds %v", found)
+	}
+}
+
+// A tree page's overflow set past the high water page: bbolt's check marks
+// the pages reached (verifyPageReachable checks only the page's own id
+// against the high water) and reads the same keys; the walk refuses it.
+// A writer that frees the page frees pages past the file with it.
+// (Random run seed 1: iteration 1352, the root page of the nested file.)
+func TestRandomFindingTreePageOverflowPastTheFile(t *testing.T) {
+	path, m := boltFile(t, false)
+	editPage(t, path, m, m.Root, func(p []byte) { binary.LittleEndian.PutUint32(p[12:], uint32(m.HighWater)) })
+	err := walkPages(path, nil)
+	if err == nil || !strings.Contains(err.Error(), "overflow pages run past") {
+		t.Fatalf("the walk says %v", err)
+	}
+	if found := bboltFinds(t, path); len(found) != 0 {
+		t.Fatalf("bbolt's check finds %v", found)
+	}
+}
+
+// A free list one id longer than it was: the id read past the list is 0
+// (the page's zeroed rest), meta page 0 listed as free. bbolt's check
+// passes it (meta pages are reachable from the start, and a freed page is
+// checked against the tree's pages only); hashMap.Init makes a span of it
+// (a 0 is skipped only as the last span's start), so a writer could
+// allocate the meta page. The walk refuses: "page 0 is both reached and
+// free".
+func TestRandomFindingFreeListNamesAMetaPage(t *testing.T) {
+	path, m := boltFile(t, true)
+	editPage(t, path, m, m.FreeList, func(p []byte) {
+		le := binary.LittleEndian
+		at, n := 16, uint64(le.Uint16(p[10:]))
+		if n == 0xFFFF {
+			at, n = 24, le.Uint64(p[16:])
+			le.PutUint64(p[16:], n+1)
+		} else {
+			le.PutUint16(p[10:], uint16(n+1))
+		}
+		if got := le.Uint64(p[at+8*int(n):]); got != 0 {
+			t.Fatalf("the u64 after the list is %d, not 0", got)
+		}
+	})
+	err := walkPages(path, nil)
+	if err == nil || !strings.Contains(err.Error(), "page 0 is both reached and free") {
+		t.Fatalf("the walk says %v", err)
+	}
+	if found := bboltFinds(t, path); len(found) != 0 {
+		t.Fatalf("bbolt's check finds %v", found)
+	}
+}
+
+// A (non-inline) bucket's leaf element whose value size is 10, not 16:
+// bbolt reads the header through a pointer (openBucket), 16 bytes whatever
+// the size, and its check passes; the walk refuses "a bucket's header is
+// 10 bytes". (Random run seed 1: iteration 1623.)
+func TestRandomFindingShortBucketHeader(t *testing.T) {
+	path, m := boltFile(t, false)
+	editPage(t, path, m, m.Root, func(p []byte) {
+		le := binary.LittleEndian
+		if le.Uint16(p[8:]) != leafPage || le.Uint16(p[10:]) != 1 || le.Uint32(p[16:])&bucketLeaf == 0 || le.Uint32(p[28:]) != 16 {
+			t.Fatalf("the root page %d is not one leaf element of a bucket of 16 bytes", m.Root)
+		}
+		le.PutUint32(p[28:], 10) // element 0's vsize
+	})
+	err := walkPages(path, nil)
+	if err == nil || !strings.Contains(err.Error(), "a bucket's header is 10 bytes") {
+		t.Fatalf("the walk says %v", err)
+	}
+	if found := bboltFinds(t, path); len(found) != 0 {
+		t.Fatalf("bbolt's check finds %v", found)
+	}
+}
