@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/big"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -186,7 +187,10 @@ func checkSize(path string) error {
 	if !ok {
 		return nil // not a bbolt file, or both metas damaged: bbolt says which
 	}
-	if want := int64(m.HighWater) * int64(m.PageSize); fi.Size() < want {
+	// Divided, not multiplied: a meta's page count times its page size can
+	// overflow (a review), and the walk sizes its set of pages by the count.
+	if ps := uint64(m.PageSize); ps > 0 && m.HighWater > uint64(fi.Size())/ps {
+		want := new(big.Int).Mul(new(big.Int).SetUint64(m.HighWater), new(big.Int).SetUint64(ps))
 		return fmt.Errorf("the data file is truncated: it has %d bytes, but its metadata (transaction %d) says it holds %d pages of %d bytes, %d bytes; "+
 			"the file was left as it is: %s",
 			fi.Size(), m.TxID, m.HighWater, m.PageSize, want, DamageAdvice)

@@ -305,28 +305,45 @@ func TestTheCheckFindsTheSecondMetaOfAnotherPageSize(t *testing.T) {
 	}
 }
 
-// A meta page, its checksum right, that says the file has fewer pages than
-// its metas and a root is an error, not a panic of the walk (a review: it
-// indexed an empty set of pages).
-func TestAMetaOfNoPagesIsAnError(t *testing.T) {
-	path, m := boltFile(t, false)
+// setHighWater writes hw as the high water page of both meta pages of the
+// file at path, their checksums made right.
+func setHighWater(t *testing.T, path string, m Meta, hw uint64) {
+	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Close()
 	for _, off := range []int64{0, int64(m.PageSize)} {
 		buf := make([]byte, pageHeaderSize+metaSumLen+8)
-		f.ReadAt(buf, off)
+		if _, err := f.ReadAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
 		meta := buf[pageHeaderSize:]
-		binary.LittleEndian.PutUint64(meta[40:], 0) // the high water page
+		binary.LittleEndian.PutUint64(meta[40:], hw)
 		h := fnv.New64a()
 		h.Write(meta[:metaSumLen])
 		binary.LittleEndian.PutUint64(meta[metaSumLen:], h.Sum64())
-		f.WriteAt(buf, off)
+		if _, err := f.WriteAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
 	}
-	f.Close()
+}
+
+// A meta page, its checksum right, that says the file has fewer pages than
+// its metas and a root is an error, not a panic of the walk (a review: it
+// indexed an empty set of pages); one that says it has 2^61 pages is a
+// truncated file, not a page count times a page size that overflows and
+// passes, for the walk to make a set of 2^61 pages (a review).
+func TestAMetaOfNoPagesIsAnError(t *testing.T) {
+	path, m := boltFile(t, false)
+	setHighWater(t, path, m, 0)
 	if err := walkPages(path, nil); err == nil || !strings.Contains(err.Error(), "has 0 pages") {
 		t.Fatalf("the walk says %v, want the meta's 0 pages", err)
+	}
+	setHighWater(t, path, m, 1<<61)
+	if err := checkSize(path); err == nil || !strings.Contains(err.Error(), "the data file is truncated") {
+		t.Fatalf("checkSize says %v, want a truncated file", err)
 	}
 }
 
