@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/storage"
@@ -104,7 +105,7 @@ func deliveredLast(tx *storage.Tx, window time.Duration, now time.Time, fn func(
 // sentTo is what the router recorded as delivered to one sink within the
 // window: the message ids and positions alone, no record, for a crash
 // under load leaves hundreds of thousands of them
-// (docs/decisions/memory-limit.md).
+// (docs/decisions/power-loss.md).
 type sentTo struct {
 	acked []switchyard.Acked
 	at    []time.Time // at[i]: when acked[i] was delivered
@@ -118,8 +119,7 @@ func (e *Engine) sentLast(window time.Duration, now time.Time, sinks []string) (
 	for _, sink := range sinks {
 		bySink[sink] = &sentTo{}
 	}
-	names := map[string]string{} // one copy of each stream's or topic's name
-	keep := func(s string) string { return interned(names, s) }
+	keep := func(s string) string { return unique.Make(s).Value() } // one copy of each stream's or topic's name
 	var newest time.Time
 	err := e.store.View(func(tx *storage.Tx) error {
 		return deliveredLast(tx, window, now, func(r *storage.Record) {
@@ -154,16 +154,6 @@ func (s *sentTo) keepSince(since time.Time) {
 		}
 	}
 	s.acked, s.at = s.acked[:n], s.at[:n]
-}
-
-// interned is s, or the equal string in seen.
-func interned(seen map[string]string, s string) string {
-	if c, ok := seen[s]; ok {
-		return c
-	}
-	c := strings.Clone(s)
-	seen[c] = c
-	return c
 }
 
 // outputRef names one output of one record.

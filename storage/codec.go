@@ -119,8 +119,11 @@ func encodeRecord(r *Record) ([]byte, error) {
 // twice, a string of it and the data again: a memory trial's heap, while
 // a backlog of 256 KiB events drained, was 95% taken records, each held
 // twice, and a 128 MiB limit killed the router.
-func decodeRecord(v []byte) (*Record, error) {
-	d := newDecoder(v)
+func decodeRecord(v []byte) (*Record, error) { return decodeOwned(bytes.Clone(v)) }
+
+// decodeOwned is decodeRecord of own, a copy the caller gives it.
+func decodeOwned(own []byte) (*Record, error) {
+	d := ownDecoder(own)
 	r, err := decodeHead(&d)
 	if err != nil {
 		return nil, err
@@ -145,7 +148,7 @@ func decodeRecordWithoutData(v []byte) (*Record, error) {
 		return nil, ErrCorrupt
 	}
 	end := len(v) - len(skim.b)
-	return decodeRecord(slices.Concat(v[:start], []byte{0}, v[end:])) // the data's length 0, its bytes left out
+	return decodeOwned(slices.Concat(v[:start], []byte{0}, v[end:])) // a copy, the data's length 0 and its bytes left out
 }
 
 // decodeHead reads a record up to its event's data.
@@ -271,8 +274,10 @@ type decoder struct {
 // strings share the copy's bytes. Nothing writes a string's bytes: a byte
 // string's (an event's data), which a caller may write, are a range no
 // string covers.
-func newDecoder(v []byte) decoder {
-	own := bytes.Clone(v)
+func newDecoder(v []byte) decoder { return ownDecoder(bytes.Clone(v)) }
+
+// ownDecoder is newDecoder of own, a copy no one else holds.
+func ownDecoder(own []byte) decoder {
 	return decoder{b: own, s: unsafe.String(unsafe.SliceData(own), len(own))}
 }
 
