@@ -326,6 +326,12 @@ func (db *DB) Close(ctx context.Context) error {
 	if db.unmapped.Load() {
 		err = *db.lost.Load()
 	} else {
+		// The last commit stores bbolt's free list, so that the next open
+		// reads it rather than walking every page of the tree to find the
+		// free ones (seconds for a large file; minutes where the memory
+		// cannot cache it). The open's first commit stores none again.
+		// docs/decisions/page-walk.md, "The free list at a clean stop".
+		db.bolt.NoFreelistSync = false
 		err = db.update(func(tx *bolt.Tx) error {
 			meta := tx.Bucket(bucketMeta)
 			if err := stampLines(meta); err != nil {

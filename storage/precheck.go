@@ -205,9 +205,9 @@ var errEmpty = errors.New("the data file is empty (0 bytes): no router leaves on
 	"the file was left as it is: restore it from a backup (router backup), or remove it to start empty")
 
 // writable is how the router opens a data file to write it: the router's
-// own, and the new files of createFile and compact. The freelist is rebuilt
-// on open instead of written on every commit: one page less to write per
-// fsync. A large initial mapping (mmap) avoids remaps, which block readers.
+// own, and the new files of createFile and compact. The freelist is not
+// written on every commit: one page less to write per fsync. The open reads
+// the one a clean stop stores (DB.Close), or rebuilds it from the tree. A large initial mapping (mmap) avoids remaps, which block readers.
 func writable(mmap int) *bolt.Options {
 	return &bolt.Options{
 		Timeout:         time.Second, // another router holds the file: fail, don't hang
@@ -259,20 +259,23 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 // page the tree reaches (walkPages).
 //
 // bbolt walks the same pages when it opens a file to write without a
-// stored free list (NoFreelistSync), on a goroutine of its own, checking
-// what its Tx.Check does of them (reached once, a branch or a leaf, keys
-// in order and in range): damage it meets it panics with there, and a
-// memory fault inside its walk ends the process with a stack trace nothing
-// can catch. So here, on this goroutine, each of those is an error first:
-// walkPages reads every page and element from the file and checks the same
-// (TestDamagedLeafAfterCleanStop). It also took the place of a walk of
-// every bucket's pages through bbolt (Bucket.Stats), which read the mapped
-// file once more at every start: 8–24 s of a clean start's 22–46 s for a
-// 477 MB file in a 128 MiB cgroup (docs/decisions/page-walk.md). After an
-// unclean stop, where a torn write is likely, the whole check
-// (Options.CheckUnclean; cmd/router runs it in a child process) takes the
-// walk's place. A file that does not exist yet has nothing to inspect; one
-// bbolt cannot open is left to the open that follows, which says why.
+// stored free list (after an unclean stop: a clean one stores it), on a
+// goroutine of its own, checking what its Tx.Check does of them (reached
+// once, a branch or a leaf, keys in order and in range): damage it meets
+// it panics with there, and a memory fault inside its walk ends the
+// process with a stack trace nothing can catch. So here, on this
+// goroutine, each of those is an error first: walkPages reads every page
+// and element from the file and checks the same
+// (TestDamagedLeafAfterCleanStop). A stored free list it checks against
+// the pages reached: bbolt would write over a page in use that the list
+// named. The walk also took the place of a walk of every bucket's pages
+// through bbolt (Bucket.Stats), which read the mapped file once more at
+// every start: 8–24 s of a clean start's 22–46 s for a 477 MB file in a
+// 128 MiB cgroup (docs/decisions/page-walk.md). After an unclean stop,
+// where a torn write is likely, the whole check (Options.CheckUnclean;
+// cmd/router runs it in a child process) takes the walk's place. A file
+// that does not exist yet has nothing to inspect; one bbolt cannot open is
+// left to the open that follows, which says why.
 func inspect(path string, checkUnclean func(string) error) error {
 	if _, err := os.Stat(path); err != nil {
 		return nil

@@ -6,7 +6,7 @@ import "sync"
 // in, so that the writer can wait for those that began before a commit
 // whose last sync failed (unsyncedError): bbolt, rolling that commit back
 // although it is applied, rebuilds its free list from the file (the data
-// file keeps none: NoFreelistSync) and so counts the pages the commit
+// file keeps none while the router runs: NoFreelistSync) and so counts the pages the commit
 // freed as free at once, not once the reads that may still use them end.
 // The next commit to allocate could write over a page an older read is
 // walking (a review reproduced it: a read's snapshot showed a later
