@@ -37,6 +37,26 @@ type Inbound struct {
 	// Origin says where it came from, for the dedup audit:
 	// "kafka.main:payments/3@1042" or "nats.local:events#17".
 	Origin string
+	// Read is where a Kafka source read it (zero from NATS): the inbox
+	// keeps, with the batch, where each partition's reading got to, for a
+	// group that has lost its offsets.
+	Read Read
+}
+
+// Read is where an inbox read a message in a Kafka partition. An inbox
+// keeps the one after the last message it took from each partition
+// (Engine.InboxRead), so that a group whose committed offsets are gone
+// (expired by the cluster's offsets.retention.minutes while the router was
+// stopped, or deleted) is read on from there, not from the partition's
+// start (docs/decisions/inbox-offsets.md).
+type Read struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	// TopicID is the cluster's id of the topic, zero where the cluster
+	// gives none: a topic made again under its name gets a new id, and
+	// its offsets begin again.
+	TopicID [16]byte
 }
 
 // Lagger is a Source that knows how many of its broker's messages for the

@@ -197,6 +197,7 @@ func (e *Engine) receive(ctx context.Context, in *inbox, msgs []switchyard.Inbou
 	}
 	var res ReceiveResult
 	var skips []storage.Skip
+	reads := readsTo(msgs)
 	err := e.store.Update(ctx, func(tx *storage.Tx) error {
 		// A group commit may run this again: start afresh each time.
 		res, skips = ReceiveResult{}, skips[:0]
@@ -216,6 +217,11 @@ func (e *Engine) receive(ctx context.Context, in *inbox, msgs []switchyard.Inbou
 			skips = append(skips, *skip)
 			res.Skipped++
 		}
+		for _, r := range reads {
+			if err := tx.KeepRead(name, in.cfg.Group, r); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -223,6 +229,45 @@ func (e *Engine) receive(ctx context.Context, in *inbox, msgs []switchyard.Inbou
 	}
 	e.noteReceived(in, res, skips)
 	return res, nil
+}
+
+// readsTo is where the batch msgs takes each Kafka partition's reading
+// to: the offset after its last message there.
+func readsTo(msgs []switchyard.Inbound) []switchyard.Read {
+	var reads []switchyard.Read
+	for _, m := range msgs {
+		if m.Read.Topic == "" {
+			continue
+		}
+		next := m.Read
+		next.Offset++
+		i := slices.IndexFunc(reads, func(r switchyard.Read) bool { return r.Topic == next.Topic && r.Partition == next.Partition })
+		switch {
+		case i < 0:
+			reads = append(reads, next)
+		case next.Offset > reads[i].Offset:
+			reads[i] = next
+		}
+	}
+	return reads
+}
+
+// InboxRead is where inbox name's reading of a Kafka partition, as a
+// member of its group, got to: the offset after the last message a batch
+// it took held (Receive keeps it with the batch); false when it kept none
+// (a group of another name reads from the start, as Kafka starts a new
+// group). A Kafka source asks when its
+// group has no offset for a partition (docs/decisions/inbox-offsets.md).
+func (e *Engine) InboxRead(name, topic string, partition int32) (r switchyard.Read, ok bool, err error) {
+	in, err := e.inbox(name)
+	if err != nil {
+		return r, false, err
+	}
+	err = e.store.View(func(tx *storage.Tx) error {
+		r, ok, err = tx.InboxRead(name, in.cfg.Group, topic, partition)
+		return err
+	})
+	return r, ok, err
 }
 
 // noteRefusal keeps err as the inbox's last refusal; nil (a batch taken)

@@ -774,3 +774,48 @@ func TestInboxRefusalIsKeptAMinute(t *testing.T) {
 		t.Fatalf("after a batch was taken: %v", err)
 	}
 }
+
+// Receive keeps, with each batch it takes, where it takes each Kafka
+// partition's reading to (the offset after its last message there, and
+// the topic's id), for InboxRead: a batch read again, its messages
+// dropped as redeliveries, does not set it back; a topic of another id
+// (made again, its offsets begun again) does; nothing is kept of a
+// partition no batch came from.
+func TestReceiveKeepsWhereEachPartitionGotTo(t *testing.T) {
+	h := newHarness(t, pullInbox, true)
+	old, made := [16]byte{1}, [16]byte{2}
+	batch := func(id [16]byte, partition int32, from, n int) []switchyard.Inbound {
+		msgs := make([]switchyard.Inbound, n)
+		for i := range msgs {
+			off := int64(from + i)
+			msgs[i] = inbound(fmt.Sprintf("%x-%d-%d", id[0], partition, off))[0]
+			msgs[i].Read = switchyard.Read{Topic: "payments", Partition: partition, Offset: off, TopicID: id}
+		}
+		return msgs
+	}
+	want := func(partition int32, offset int64, id [16]byte) {
+		t.Helper()
+		r, ok, err := h.eng.InboxRead("pay", "payments", partition)
+		if err != nil || !ok || r.Offset != offset || r.TopicID != id || r.Topic != "payments" || r.Partition != partition {
+			t.Fatalf("partition %d: %+v, %v, %v; want offset %d of topic id %x", partition, r, ok, err, offset, id[0])
+		}
+	}
+	ctx := context.Background()
+	if _, err := h.eng.Receive(ctx, "pay", append(batch(old, 0, 0, 5), batch(old, 1, 10, 3)...)); err != nil {
+		t.Fatal(err)
+	}
+	want(0, 5, old)
+	want(1, 13, old)
+	res, err := h.eng.Receive(ctx, "pay", batch(old, 0, 0, 3))
+	if err != nil || res.Skipped != 3 {
+		t.Fatalf("the batch read again: %+v, %v", res, err)
+	}
+	want(0, 5, old)
+	if _, err := h.eng.Receive(ctx, "pay", batch(made, 0, 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	want(0, 1, made)
+	if _, ok, err := h.eng.InboxRead("pay", "payments", 2); ok || err != nil {
+		t.Fatalf("partition 2, which no batch came from: %v, %v", ok, err)
+	}
+}

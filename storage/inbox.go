@@ -23,12 +23,15 @@ import (
 //	audit/<inbox>       at ‖ seq → Skip (JSON)            dropped redeliveries
 //	claims              tenant ‖ 0 ‖ consumer ‖ 0 ‖ id → Claim (JSON)
 //	claims_exp          expires ‖ claim key → nil
+//	inbox_reads         inbox ‖ 0 ‖ group ‖ 0 ‖ topic ‖ 0 ‖ partition → offset ‖ topic id
+//	                    (inboxread.go): where a Kafka inbox read to
 var (
-	bucketInboxIDs = []byte("inbox_ids")
-	bucketInboxExp = []byte("inbox_exp")
-	bucketAudit    = []byte("audit")
-	bucketClaims   = []byte("claims")
-	bucketClaimExp = []byte("claims_exp")
+	bucketInboxReads = []byte("inbox_reads")
+	bucketInboxIDs   = []byte("inbox_ids")
+	bucketInboxExp   = []byte("inbox_exp")
+	bucketAudit      = []byte("audit")
+	bucketClaims     = []byte("claims")
+	bucketClaimExp   = []byte("claims_exp")
 )
 
 // Seen is what the inbox remembers of an accepted id: where it first came

@@ -35,7 +35,7 @@ var (
 	bucketMeta    = []byte("meta")
 	bucketPartial = []byte("partial") // done.go
 	allBuckets    = [][]byte{bucketEvents, bucketQueue, bucketKeys, bucketDLQ, bucketDone, bucketIdem, bucketIdemExp, bucketMeta, bucketPartial,
-		bucketInboxIDs, bucketInboxExp, bucketAudit, bucketClaims, bucketClaimExp, // inbox.go
+		bucketInboxIDs, bucketInboxExp, bucketAudit, bucketClaims, bucketClaimExp, bucketInboxReads, // inbox.go
 		bucketResolved, bucketResolvedExp, // dlq.go
 		bucketState, bucketStateExp, bucketStateUsage} // state.go
 

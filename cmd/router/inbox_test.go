@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
@@ -106,13 +108,8 @@ inbox "payments" {
 	defer cl.Close()
 	const n = 200
 	for i := range n {
-		rec := &kgo.Record{Key: []byte(fmt.Sprint(i % 5)), Value: []byte(fmt.Sprintf(`{"i":%d}`, i)), Headers: []kgo.RecordHeader{
-			{Key: "ce_id", Value: []byte(fmt.Sprintf("pay-%d", i))}, {Key: "ce_specversion", Value: []byte("1.0")},
-			{Key: "ce_type", Value: []byte("payment")}, {Key: "ce_source", Value: []byte("/bank")},
-			{Key: "content-type", Value: []byte("application/json")},
-		}}
 		for range 2 { // every message twice
-			if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			if err := cl.ProduceSync(context.Background(), payRecord(i)).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -140,6 +137,78 @@ inbox "payments" {
 	}
 	if m := get(t, c, "/metrics"); !strings.Contains(m, `switchyard_inbox_dedup_skips_total{inbox="payments",reason="duplicate"}`) {
 		t.Error("dedup skips not in the metrics")
+	}
+}
+
+// payRecord is the Kafka record of payment i in the binary CloudEvents
+// mode, keyed by i % 5.
+func payRecord(i int) *kgo.Record {
+	return &kgo.Record{Key: []byte(fmt.Sprint(i % 5)), Value: []byte(fmt.Sprintf(`{"i":%d}`, i)), Headers: []kgo.RecordHeader{
+		{Key: "ce_id", Value: []byte(fmt.Sprintf("pay-%d", i))}, {Key: "ce_specversion", Value: []byte("1.0")},
+		{Key: "ce_type", Value: []byte("payment")}, {Key: "ce_source", Value: []byte("/bank")},
+		{Key: "content-type", Value: []byte("application/json")},
+	}}
+}
+
+// A Kafka inbox whose group's offsets are gone when the router starts
+// (expired by the cluster's offset retention while it was stopped, or
+// deleted) reads on after the last message it took, as its data file
+// keeps it, not from the topic's start: no message it took is read again
+// (none in the dedup audit, where a read from the start would drop each
+// while the inbox remembers it, and hand it to the service again once
+// its ttl is over), and the new ones all reach the service once.
+func TestInboxKafkaReadsOnWhenItsGroupLostItsOffsets(t *testing.T) {
+	kc := testkit.Kafka(t, kfake.SeedTopics(3, "payments"))
+	svc := startService(t)
+	path, sock := writeConfig(t, fmt.Sprintf(`
+kafka "main" { brokers = [%q] }
+inbox "payments" {
+  from   = "kafka.main"
+  topics = ["payments"]
+  group  = "edge-1"
+  polling { min = "10ms" }
+  deliver { url = "unix://%s/events" }
+}
+`, kc.ListenAddrs()[0], svc.sock))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("payments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produceRange := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := cl.ProduceSync(context.Background(), payRecord(i)).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produceRange(0, 60)
+	stop := runRouter(t, path, sock)
+	svc.waitIDs(t, 60, 30*time.Second)
+	time.Sleep(300 * time.Millisecond) // the last batch's commit
+	stop()
+
+	req := kmsg.NewPtrDeleteGroupsRequest()
+	req.Groups = []string{"edge-1"}
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Groups[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("deleting the group: %v", err)
+	}
+	produceRange(60, 80)
+
+	runRouter(t, path, sock)
+	got := svc.waitIDs(t, 80, 30*time.Second)
+	time.Sleep(500 * time.Millisecond) // anything read again would be in the audit by now
+	if audit := get(t, testkit.UnixClient(sock, 10*time.Second), "/v1/inbox/payments/dedup?limit=1000"); strings.Contains(audit, `"reason"`) {
+		t.Fatalf("messages taken before were read again:\n%.800s", audit)
+	}
+	for id, k := range got {
+		if k != 1 {
+			t.Errorf("%s delivered %d times", id, k)
+		}
 	}
 }
 

@@ -405,13 +405,17 @@ func (c *RunCommand) openAPI(cfg *config.Config) error {
 }
 
 // openSource opens the source of in, the broker its from names; nil when
-// no block of the configuration has that name.
-func openSource(ctx context.Context, cfg *config.Config, in config.Inbox, natsURLs map[string]string, log hclog.Logger) (switchyard.Source, error) {
+// no block of the configuration has that name. A Kafka source asks eng
+// where the inbox got to in a partition its group has no offset for.
+func openSource(ctx context.Context, cfg *config.Config, in config.Inbox, natsURLs map[string]string, eng *engine.Engine, log hclog.Logger) (switchyard.Source, error) {
 	kind, name := config.ParseSinkName(in.From)
 	switch kind {
 	case config.SinkKafka:
 		if i := slices.IndexFunc(cfg.Kafka, func(k config.Kafka) bool { return k.Name == name }); i >= 0 {
-			return kafka.OpenSource(ctx, cfg.Kafka[i], in, log)
+			kept := func(topic string, partition int32) (switchyard.Read, bool, error) {
+				return eng.InboxRead(in.Name, topic, partition)
+			}
+			return kafka.OpenSource(ctx, cfg.Kafka[i], in, log, kept)
 		}
 	case config.SinkNATS:
 		if i := slices.IndexFunc(cfg.NATS, func(n config.NATS) bool { return n.Name == name }); i >= 0 {
@@ -424,7 +428,7 @@ func openSource(ctx context.Context, cfg *config.Config, in config.Inbox, natsUR
 // openSources starts consuming every inbox's broker into the data file.
 func (c *RunCommand) openSources(ctx context.Context, cfg *config.Config, natsURLs map[string]string) error {
 	for _, in := range cfg.Inboxes {
-		src, err := openSource(ctx, cfg, in, natsURLs, c.log)
+		src, err := openSource(ctx, cfg, in, natsURLs, c.engine, c.log)
 		if err != nil {
 			return err // it names the inbox
 		}

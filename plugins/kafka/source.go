@@ -66,8 +66,8 @@ var (
 // and "committed". When receive fails, nothing is committed and the
 // consumer rewinds to the batch's first offset per partition, so the same
 // records come again after a backoff (the inbox drops what it stored
-// already). A new group starts at the earliest offset. See
-// RATIONALE.md.
+// already). A new group starts at the earliest offset; one that lost its
+// offsets, where the inbox got to (keptread.go). See RATIONALE.md.
 type Source struct {
 	name    string // the inbox's name
 	sink    string // "kafka.<block name>"
@@ -79,6 +79,8 @@ type Source struct {
 	decoder engine.InboundDecoder // with the inbox's id header
 	batch   int
 	ttl     time.Duration
+	kept    KeptReads           // where the inbox got to, for a group without offsets (keptread.go)
+	ids     map[string][16]byte // the topics' ids, as the last poll gave them (Run's own)
 
 	warnedMu sync.Mutex
 	warned   map[string]struct{} // unmarked offsets told (offsetmark.go)
@@ -101,9 +103,15 @@ type Source struct {
 }
 
 // OpenSource builds the consumer of inbox in on the cluster of kcfg. Like
-// Open it does not wait for the cluster; consuming starts with Run.
-func OpenSource(ctx context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger) (*Source, error) {
-	return openSource(ctx, kcfg, in, logger)
+// Open it does not wait for the cluster; consuming starts with Run. kept
+// (nil: none) says where the inbox got to in a partition its group has no
+// offset for.
+func OpenSource(ctx context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger, kept KeptReads) (*Source, error) {
+	s, err := openSource(ctx, kcfg, in, logger)
+	if err == nil {
+		s.kept = kept
+	}
+	return s, err
 }
 
 // openSource is OpenSource with extra kgo options on top (tests shorten
@@ -131,6 +139,7 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 		group:   in.Group,
 		batch:   in.Policy.BatchSize,
 		warned:  make(map[string]struct{}),
+		ids:     make(map[string][16]byte),
 		ttl:     in.TTL,
 		stop:    make(chan struct{}),
 		runDone: make(chan struct{}),
@@ -171,6 +180,7 @@ func (s *Source) groupOptions(in config.Inbox) []kgo.Opt {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.OnOffsetsFetched(s.offsetsFetched), // offsetmark.go
+		kgo.AdjustFetchOffsetsFn(s.readOn),     // keptread.go
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			s.log.Info("partitions assigned", "group", s.group, "partitions", fmtPartitions(m))
 		}),
@@ -224,6 +234,7 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 		back := s.again.fromStart(s.cl, fetches, time.Now())
 		polled, failed := s.fetchErrors(ctx, fetches, lastErr)
 		s.polled(fetches, polled, failed)
+		s.noteTopicIDs(fetches)
 		recs := fetches.Records()
 		if len(back) > 0 {
 			s.log.Warn("a topic made again was to be read from past its start (an offset the old topic's consumer committed by name): reading it from its start", "partitions", len(back))
@@ -364,7 +375,21 @@ func (s *Source) decode(r *kgo.Record) switchyard.Inbound {
 		hs = append(hs, switchyard.Header{Name: cloudevents.Kafka.Prefix() + "partitionkey", Value: string(r.Key)})
 	}
 	origin := s.sink + ":" + r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "@" + strconv.FormatInt(r.Offset, 10)
-	return s.decoder.Decode(hs, r.Value, origin)
+	m := s.decoder.Decode(hs, r.Value, origin)
+	m.Read = switchyard.Read{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, TopicID: s.ids[r.Topic]}
+	return m
+}
+
+// noteTopicIDs keeps the topics' ids a poll gave (a cluster that gives
+// none leaves them zero).
+func (s *Source) noteTopicIDs(fetches kgo.Fetches) {
+	for _, f := range fetches {
+		for _, t := range f.Topics {
+			if t.TopicID != ([16]byte{}) {
+				s.ids[t.Topic] = t.TopicID
+			}
+		}
+	}
 }
 
 // fetchErrors logs the errors of a poll (each distinct one at most every

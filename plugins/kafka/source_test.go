@@ -520,10 +520,10 @@ func TestSourceRetentionWarnings(t *testing.T) {
 func TestOpenSourceErrors(t *testing.T) {
 	in := inboxConfig("g")
 	in.Topics = nil
-	if _, err := OpenSource(context.Background(), config.NewKafka("main", "127.0.0.1:1"), in, nil); err == nil {
+	if _, err := OpenSource(context.Background(), config.NewKafka("main", "127.0.0.1:1"), in, nil, nil); err == nil {
 		t.Fatal("no topics accepted")
 	}
-	if _, err := OpenSource(context.Background(), config.NewKafka("main"), inboxConfig("g"), nil); err == nil {
+	if _, err := OpenSource(context.Background(), config.NewKafka("main"), inboxConfig("g"), nil, nil); err == nil {
 		t.Fatal("no brokers accepted")
 	}
 }

@@ -1,0 +1,59 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/switchyard-router/switchyard"
+)
+
+// inboxReadKey is the inbox_reads key of inbox's partition of topic,
+// read as a member of group: a group of another name is another reading,
+// which starts where Kafka starts a new group.
+func inboxReadKey(inbox, group, topic string, partition int32) []byte {
+	k := make([]byte, 0, len(inbox)+len(group)+len(topic)+7)
+	k = append(append(k, inbox...), 0)
+	k = append(append(k, group...), 0)
+	k = append(append(k, topic...), 0)
+	return binary.BigEndian.AppendUint32(k, uint32(partition))
+}
+
+// KeepRead keeps r as where inbox's reading of r's partition, as a member
+// of group, got to (r's
+// offset: the next message to read), unless it kept a later one of the
+// same topic already (a batch read again after a failed one). A topic of
+// another id (made again) replaces what was kept of the old one.
+func (tx *Tx) KeepRead(inbox, group string, r switchyard.Read) error {
+	b := tx.bucket(bucketInboxReads)
+	k := inboxReadKey(inbox, group, r.Topic, r.Partition)
+	if old, ok := decodeInboxRead(tx.get(b, k)); ok && old.TopicID == r.TopicID && old.Offset >= r.Offset {
+		return nil
+	}
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 24), uint64(r.Offset))
+	return b.Put(k, append(v, r.TopicID[:]...))
+}
+
+// InboxRead is what KeepRead kept of inbox's partition of topic read as a
+// member of group; false when nothing was.
+func (tx *Tx) InboxRead(inbox, group, topic string, partition int32) (switchyard.Read, bool, error) {
+	v := tx.get(tx.bucket(bucketInboxReads), inboxReadKey(inbox, group, topic, partition))
+	if v == nil {
+		return switchyard.Read{}, false, nil
+	}
+	r, ok := decodeInboxRead(v)
+	if !ok {
+		return switchyard.Read{}, false, fmt.Errorf("storage: the read kept for inbox %q, %s/%d, is %d bytes, not 24", inbox, topic, partition, len(v))
+	}
+	r.Topic, r.Partition = topic, partition
+	return r, true, nil
+}
+
+// decodeInboxRead decodes an inbox_reads value: its offset and topic id.
+func decodeInboxRead(v []byte) (switchyard.Read, bool) {
+	if len(v) != 24 {
+		return switchyard.Read{}, false
+	}
+	r := switchyard.Read{Offset: int64(binary.BigEndian.Uint64(v))}
+	copy(r.TopicID[:], v[8:])
+	return r, true
+}
