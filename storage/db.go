@@ -326,27 +326,42 @@ func (db *DB) Close(ctx context.Context) error {
 	if db.unmapped.Load() {
 		err = *db.lost.Load()
 	} else {
-		// The last commit stores bbolt's free list, so that the next open
-		// reads it rather than walking every page of the tree to find the
-		// free ones (seconds for a large file; minutes where the memory
-		// cannot cache it). The open's first commit stores none again.
-		// docs/decisions/page-walk.md, "The free list at a clean stop".
-		db.bolt.NoFreelistSync = false
-		err = db.update(func(tx *bolt.Tx) error {
-			meta := tx.Bucket(bucketMeta)
-			if err := stampLines(meta); err != nil {
-				return err
-			}
-			if err := keepClock(tx, db.clockToKeep(true)); err != nil {
-				return err
-			}
-			if !db.unclean || db.recovered.Load() {
-				return meta.Delete(keyRunning)
-			}
-			return nil
-		})
+		err = db.stopCommit()
 	}
 	return errors.Join(err, db.bolt.Close())
+}
+
+// stopCommit is a clean stop's last commit: the file's lines and clock, and
+// the running mark removed (unless the last run's unclean stop is still to
+// be dealt with: MarkRecovered). It also stores bbolt's free list, so that
+// the next open reads it rather than walking every page of the tree to
+// find the free ones (seconds for a large file; minutes where the memory
+// cannot cache it); the open's first commit stores none again
+// (docs/decisions/page-walk.md, "The free list at a clean stop"). The list
+// wants pages side by side, which bbolt may take past the file's end: on a
+// full disk (ENOSPC) the commit is made again without it, in the file's
+// own free pages, as the writer's commits are (TestACleanStopOnAFullDiskStaysClean).
+func (db *DB) stopCommit() error {
+	stop := func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if err := stampLines(meta); err != nil {
+			return err
+		}
+		if err := keepClock(tx, db.clockToKeep(true)); err != nil {
+			return err
+		}
+		if !db.unclean || db.recovered.Load() {
+			return meta.Delete(keyRunning)
+		}
+		return nil
+	}
+	db.bolt.NoFreelistSync = false // the writer has stopped: no commit reads it meanwhile
+	err := db.update(stop)
+	if IsDiskFull(err) {
+		db.bolt.NoFreelistSync = true
+		err = db.update(stop)
+	}
+	return err
 }
 
 // Unclean reports whether the run before this one did not stop cleanly
