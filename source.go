@@ -37,27 +37,35 @@ type Inbound struct {
 	// Origin says where it came from, for the dedup audit:
 	// "kafka.main:payments/3@1042" or "nats.local:events#17".
 	Origin string
-	// Read is where a Kafka source read it (zero from NATS): the inbox
-	// keeps, with the batch, where each partition's reading got to, for a
-	// group that has lost its offsets.
+	// Read is where the inbox's reading of the message's partition goes
+	// on from after it: the inbox keeps the latest with each batch it
+	// takes, for a group or durable made again.
 	Read Read
 }
 
-// Read is where an inbox read a message in a Kafka partition. An inbox
-// keeps the one after the last message it took from each partition
-// (Engine.InboxRead), so that a group whose committed offsets are gone
-// (expired by the cluster's offsets.retention.minutes while the router was
-// stopped, or deleted) is read on from there, not from the partition's
-// start (docs/decisions/inbox-offsets.md).
+// Read is where an inbox's reading of a partition goes on from after a
+// message: for Kafka the partition's next offset; for a JetStream durable
+// the stream sequence after its ack floor as the source last saw it
+// (every message of its subject up to the floor was acknowledged, so
+// stored). An inbox keeps the latest of each partition (Engine.InboxRead),
+// so that a Kafka group whose committed offsets are gone (expired by the
+// cluster's offsets.retention.minutes while the router was stopped, or
+// deleted), or a durable deleted, reads on from there, not from the start
+// (docs/decisions/inbox-offsets.md).
 type Read struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	// TopicID is the cluster's id of the topic, zero where the cluster
-	// gives none: a topic made again under its name gets a new id, and
-	// its offsets begin again.
-	TopicID [16]byte
+	Topic     string // the Kafka topic; the JetStream stream
+	Partition int32  // the Kafka partition; 0 for JetStream
+	Next      int64
+	// ID is the topic's id in its Kafka cluster, or the JetStream
+	// stream's creation time; zero where the cluster gives none. A topic
+	// or stream made again under its name gets another, and its offsets
+	// begin again.
+	ID [16]byte
 }
+
+// KeptReads says what an inbox kept of its reading of a partition (the
+// Read of the last batch it took from there); false when it kept none.
+type KeptReads func(topic string, partition int32) (Read, bool, error)
 
 // Lagger is a Source that knows how many of its broker's messages for the
 // inbox it has not read yet (switchyard_inbox_lag_messages): an inbox

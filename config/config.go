@@ -380,6 +380,15 @@ type Inbox struct {
 	Policy    Policy
 }
 
+// ReadsAs is the name the inbox reads its broker as: its Kafka group, or
+// its JetStream durable.
+func (in Inbox) ReadsAs() string {
+	if in.Durable != "" {
+		return in.Durable
+	}
+	return in.Group
+}
+
 // Deliver is where an inbox hands events to the local service.
 type Deliver struct {
 	URL     string

@@ -218,7 +218,7 @@ func (e *Engine) receive(ctx context.Context, in *inbox, msgs []switchyard.Inbou
 			res.Skipped++
 		}
 		for _, r := range reads {
-			if err := tx.KeepRead(name, in.cfg.Group, r); err != nil {
+			if err := tx.KeepRead(name, in.cfg.ReadsAs(), r); err != nil {
 				return err
 			}
 		}
@@ -231,40 +231,37 @@ func (e *Engine) receive(ctx context.Context, in *inbox, msgs []switchyard.Inbou
 	return res, nil
 }
 
-// readsTo is where the batch msgs takes each Kafka partition's reading
-// to: the offset after its last message there.
+// readsTo is where the batch msgs takes each partition's reading to: the
+// latest Read of each.
 func readsTo(msgs []switchyard.Inbound) []switchyard.Read {
 	var reads []switchyard.Read
 	for _, m := range msgs {
 		if m.Read.Topic == "" {
 			continue
 		}
-		next := m.Read
-		next.Offset++
-		i := slices.IndexFunc(reads, func(r switchyard.Read) bool { return r.Topic == next.Topic && r.Partition == next.Partition })
+		i := slices.IndexFunc(reads, func(r switchyard.Read) bool { return r.Topic == m.Read.Topic && r.Partition == m.Read.Partition })
 		switch {
 		case i < 0:
-			reads = append(reads, next)
-		case next.Offset > reads[i].Offset:
-			reads[i] = next
+			reads = append(reads, m.Read)
+		case m.Read.Next > reads[i].Next:
+			reads[i] = m.Read
 		}
 	}
 	return reads
 }
 
-// InboxRead is where inbox name's reading of a Kafka partition, as a
-// member of its group, got to: the offset after the last message a batch
-// it took held (Receive keeps it with the batch); false when it kept none
-// (a group of another name reads from the start, as Kafka starts a new
-// group). A Kafka source asks when its
-// group has no offset for a partition (docs/decisions/inbox-offsets.md).
+// InboxRead is where inbox name's reading of a partition (Kafka) or stream
+// (JetStream), as its group or durable, goes on from: the latest Read of
+// the batches it took (Receive keeps it with each); false when it kept
+// none (a group or durable of another name reads from the start, as a new
+// one does).
 func (e *Engine) InboxRead(name, topic string, partition int32) (r switchyard.Read, ok bool, err error) {
 	in, err := e.inbox(name)
 	if err != nil {
 		return r, false, err
 	}
 	err = e.store.View(func(tx *storage.Tx) error {
-		r, ok, err = tx.InboxRead(name, in.cfg.Group, topic, partition)
+		r, ok, err = tx.InboxRead(name, in.cfg.ReadsAs(), topic, partition)
 		return err
 	})
 	return r, ok, err

@@ -789,14 +789,14 @@ func TestReceiveKeepsWhereEachPartitionGotTo(t *testing.T) {
 		for i := range msgs {
 			off := int64(from + i)
 			msgs[i] = inbound(fmt.Sprintf("%x-%d-%d", id[0], partition, off))[0]
-			msgs[i].Read = switchyard.Read{Topic: "payments", Partition: partition, Offset: off, TopicID: id}
+			msgs[i].Read = switchyard.Read{Topic: "payments", Partition: partition, Next: off + 1, ID: id}
 		}
 		return msgs
 	}
 	want := func(partition int32, offset int64, id [16]byte) {
 		t.Helper()
 		r, ok, err := h.eng.InboxRead("pay", "payments", partition)
-		if err != nil || !ok || r.Offset != offset || r.TopicID != id || r.Topic != "payments" || r.Partition != partition {
+		if err != nil || !ok || r.Next != offset || r.ID != id || r.Topic != "payments" || r.Partition != partition {
 			t.Fatalf("partition %d: %+v, %v, %v; want offset %d of topic id %x", partition, r, ok, err, offset, id[0])
 		}
 	}

@@ -23,8 +23,8 @@ import (
 //	audit/<inbox>       at ‖ seq → Skip (JSON)            dropped redeliveries
 //	claims              tenant ‖ 0 ‖ consumer ‖ 0 ‖ id → Claim (JSON)
 //	claims_exp          expires ‖ claim key → nil
-//	inbox_reads         inbox ‖ 0 ‖ group ‖ 0 ‖ topic ‖ 0 ‖ partition → offset ‖ topic id
-//	                    (inboxread.go): where a Kafka inbox read to
+//	inbox_reads         inbox ‖ 0 ‖ group ‖ 0 ‖ topic ‖ 0 ‖ partition → next ‖ id
+//	                    (inboxread.go): where an inbox's reading goes on from
 var (
 	bucketInboxReads = []byte("inbox_reads")
 	bucketInboxIDs   = []byte("inbox_ids")

@@ -7,9 +7,9 @@ import (
 	"github.com/switchyard-router/switchyard"
 )
 
-// inboxReadKey is the inbox_reads key of inbox's partition of topic,
-// read as a member of group: a group of another name is another reading,
-// which starts where Kafka starts a new group.
+// inboxReadKey is the inbox_reads key of inbox's partition of topic read
+// as group (a Kafka group, a JetStream durable): one of another name is
+// another reading, which starts where a new group or durable starts.
 func inboxReadKey(inbox, group, topic string, partition int32) []byte {
 	k := make([]byte, 0, len(inbox)+len(group)+len(topic)+7)
 	k = append(append(k, inbox...), 0)
@@ -26,15 +26,15 @@ func inboxReadKey(inbox, group, topic string, partition int32) []byte {
 func (tx *Tx) KeepRead(inbox, group string, r switchyard.Read) error {
 	b := tx.bucket(bucketInboxReads)
 	k := inboxReadKey(inbox, group, r.Topic, r.Partition)
-	if old, ok := decodeInboxRead(tx.get(b, k)); ok && old.TopicID == r.TopicID && old.Offset >= r.Offset {
+	if old, ok := decodeInboxRead(tx.get(b, k)); ok && old.ID == r.ID && old.Next >= r.Next {
 		return nil
 	}
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 24), uint64(r.Offset))
-	return b.Put(k, append(v, r.TopicID[:]...))
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 24), uint64(r.Next))
+	return b.Put(k, append(v, r.ID[:]...))
 }
 
-// InboxRead is what KeepRead kept of inbox's partition of topic read as a
-// member of group; false when nothing was.
+// InboxRead is what KeepRead kept of inbox's partition of topic read as
+// group; false when nothing was.
 func (tx *Tx) InboxRead(inbox, group, topic string, partition int32) (switchyard.Read, bool, error) {
 	v := tx.get(tx.bucket(bucketInboxReads), inboxReadKey(inbox, group, topic, partition))
 	if v == nil {
@@ -48,12 +48,12 @@ func (tx *Tx) InboxRead(inbox, group, topic string, partition int32) (switchyard
 	return r, true, nil
 }
 
-// decodeInboxRead decodes an inbox_reads value: its offset and topic id.
+// decodeInboxRead decodes an inbox_reads value: where to go on, and the id.
 func decodeInboxRead(v []byte) (switchyard.Read, bool) {
 	if len(v) != 24 {
 		return switchyard.Read{}, false
 	}
-	r := switchyard.Read{Offset: int64(binary.BigEndian.Uint64(v))}
-	copy(r.TopicID[:], v[8:])
+	r := switchyard.Read{Next: int64(binary.BigEndian.Uint64(v))}
+	copy(r.ID[:], v[8:])
 	return r, true
 }

@@ -405,21 +405,22 @@ func (c *RunCommand) openAPI(cfg *config.Config) error {
 }
 
 // openSource opens the source of in, the broker its from names; nil when
-// no block of the configuration has that name. A Kafka source asks eng
-// where the inbox got to in a partition its group has no offset for.
+// no block of the configuration has that name. The source asks eng where
+// the inbox got to when its Kafka group has no offsets, or its durable is
+// gone.
 func openSource(ctx context.Context, cfg *config.Config, in config.Inbox, natsURLs map[string]string, eng *engine.Engine, log hclog.Logger) (switchyard.Source, error) {
+	kept := func(topic string, partition int32) (switchyard.Read, bool, error) {
+		return eng.InboxRead(in.Name, topic, partition)
+	}
 	kind, name := config.ParseSinkName(in.From)
 	switch kind {
 	case config.SinkKafka:
 		if i := slices.IndexFunc(cfg.Kafka, func(k config.Kafka) bool { return k.Name == name }); i >= 0 {
-			kept := func(topic string, partition int32) (switchyard.Read, bool, error) {
-				return eng.InboxRead(in.Name, topic, partition)
-			}
 			return kafka.OpenSource(ctx, cfg.Kafka[i], in, log, kept)
 		}
 	case config.SinkNATS:
 		if i := slices.IndexFunc(cfg.NATS, func(n config.NATS) bool { return n.Name == name }); i >= 0 {
-			return natsplugin.OpenSource(ctx, cfg.NATS[i], natsURLs[name], in, log)
+			return natsplugin.OpenSource(ctx, cfg.NATS[i], natsURLs[name], in, log, kept)
 		}
 	}
 	return nil, nil

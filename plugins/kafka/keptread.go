@@ -13,12 +13,6 @@ import (
 	"github.com/switchyard-router/switchyard"
 )
 
-// KeptReads says where the inbox's reading of a partition got to, as the
-// router kept it with the batches the inbox took (engine.Engine.InboxRead):
-// the offset after the last message, and the topic's id then; false when
-// it kept none.
-type KeptReads func(topic string, partition int32) (switchyard.Read, bool, error)
-
 // readOn is kgo.AdjustFetchOffsetsFn. A partition the group has no offset
 // for (the cluster's offsets.retention.minutes expired them while no
 // member was in the group: an edge node stopped for a week; or someone
@@ -44,11 +38,11 @@ func (s *Source) readOn(ctx context.Context, offsets map[string]map[int32]kgo.Of
 	}
 	var on, start []switchyard.Read
 	for _, r := range lost {
-		if r.TopicID == ([16]byte{}) || r.TopicID != ids[r.Topic] {
+		if r.ID == ([16]byte{}) || r.ID != ids[r.Topic] {
 			start = append(start, r)
 			continue
 		}
-		offsets[r.Topic][r.Partition] = kgo.NewOffset().At(r.Offset)
+		offsets[r.Topic][r.Partition] = kgo.NewOffset().At(r.Next)
 		on = append(on, r)
 	}
 	if len(on) > 0 {
@@ -117,7 +111,7 @@ func (s *Source) topicIDsNow(ctx context.Context, reads []switchyard.Read) (map[
 func fmtReads(reads []switchyard.Read) string {
 	names := make([]string, len(reads))
 	for i, r := range reads {
-		names[i] = fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
+		names[i] = fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Next)
 	}
 	slices.Sort(names)
 	return strings.Join(names, " ")

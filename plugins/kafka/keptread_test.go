@@ -29,7 +29,6 @@ func (k *keptBook) receive(_ context.Context, msgs []switchyard.Inbound) error {
 	defer k.mu.Unlock()
 	for _, m := range msgs {
 		r := m.Read
-		r.Offset++
 		k.reads[fmt.Sprintf("%s/%d", r.Topic, r.Partition)] = r
 		k.ids = append(k.ids, m.Event.ID)
 	}

@@ -79,8 +79,8 @@ type Source struct {
 	decoder engine.InboundDecoder // with the inbox's id header
 	batch   int
 	ttl     time.Duration
-	kept    KeptReads           // where the inbox got to, for a group without offsets (keptread.go)
-	ids     map[string][16]byte // the topics' ids, as the last poll gave them (Run's own)
+	kept    switchyard.KeptReads // where the inbox got to, for a group without offsets (keptread.go)
+	ids     map[string][16]byte  // the topics' ids, as the last poll gave them (Run's own)
 
 	warnedMu sync.Mutex
 	warned   map[string]struct{} // unmarked offsets told (offsetmark.go)
@@ -106,7 +106,7 @@ type Source struct {
 // Open it does not wait for the cluster; consuming starts with Run. kept
 // (nil: none) says where the inbox got to in a partition its group has no
 // offset for.
-func OpenSource(ctx context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger, kept KeptReads) (*Source, error) {
+func OpenSource(ctx context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger, kept switchyard.KeptReads) (*Source, error) {
 	s, err := openSource(ctx, kcfg, in, logger)
 	if err == nil {
 		s.kept = kept
@@ -376,7 +376,7 @@ func (s *Source) decode(r *kgo.Record) switchyard.Inbound {
 	}
 	origin := s.sink + ":" + r.Topic + "/" + strconv.FormatInt(int64(r.Partition), 10) + "@" + strconv.FormatInt(r.Offset, 10)
 	m := s.decoder.Decode(hs, r.Value, origin)
-	m.Read = switchyard.Read{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, TopicID: s.ids[r.Topic]}
+	m.Read = switchyard.Read{Topic: r.Topic, Partition: r.Partition, Next: r.Offset + 1, ID: s.ids[r.Topic]}
 	return m
 }
 

@@ -73,6 +73,7 @@ func (s *Source) checkConsumer(ctx context.Context, receive func(context.Context
 	if err != nil {
 		return // a pull says why
 	}
+	s.floor = info.AckFloor.Stream
 	drift := consumerDrift(s.ccfg, info)
 	if len(drift) == 0 {
 		if s.owed == nil {

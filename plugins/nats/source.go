@@ -103,6 +103,13 @@ type Source struct {
 	owed              *replayRange
 	driftLog          logthrottle.Throttle
 
+	// kept says where the data file has the inbox's reading go on from;
+	// floor and streamID are the durable's ack floor as the source last
+	// read it, and the stream's creation time (keptread.go).
+	kept     switchyard.KeptReads
+	floor    uint64
+	streamID [16]byte
+
 	warnings []string
 
 	running   atomic.Bool
@@ -116,14 +123,15 @@ type Source struct {
 // It fails when no stream stores the subject, or more than one does.
 //
 // A new durable starts with the oldest message of the stream (deliver
-// all), like a new Kafka group at the earliest offset; its filter is the
-// inbox subject; a message is redelivered until it is acknowledged (no
-// max_deliver).
-func OpenSource(ctx context.Context, ncfg config.NATS, url string, in config.Inbox, logger hclog.Logger) (*Source, error) {
-	return openSource(ctx, ncfg, url, in, logger, DefaultAckWait)
+// all), like a new Kafka group at the earliest offset; one made again
+// after it was deleted, where kept (nil: none) says the inbox got to
+// (keptread.go). Its filter is the inbox subject; a message is
+// redelivered until it is acknowledged (no max_deliver).
+func OpenSource(ctx context.Context, ncfg config.NATS, url string, in config.Inbox, logger hclog.Logger, kept switchyard.KeptReads) (*Source, error) {
+	return openSource(ctx, ncfg, url, in, logger, DefaultAckWait, kept)
 }
 
-func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inbox, logger hclog.Logger, ackWait time.Duration) (*Source, error) {
+func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inbox, logger hclog.Logger, ackWait time.Duration, kept switchyard.KeptReads) (*Source, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -151,6 +159,7 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		runDone:      make(chan struct{}),
 		ccfg:         consumerConfig(in, ackWait),
 		driftLog:     logthrottle.Throttle{Every: time.Minute},
+		kept:         kept,
 	}
 	s.decoder = engine.InboundDecoder{Binding: cloudevents.NATS, IDHeader: in.IDHeader, Log: s.log, Noun: "message"}
 	auth, err := ClientOptions(ncfg, s.log)
@@ -212,20 +221,32 @@ func (s *Source) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	st, err := s.js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("read stream %q: %w", stream, err)
+	}
 	s.mu.Lock()
 	s.stream = stream
 	s.mu.Unlock()
-	if old, err := s.js.Consumer(ctx, stream, s.ccfg.Durable); err == nil {
+	tell := func() {}
+	switch old, err := s.js.Consumer(ctx, stream, s.ccfg.Durable); {
+	case err == nil:
 		if drift := consumerDrift(s.ccfg, old.CachedInfo()); len(drift) > 0 {
 			s.log.Warn("the inbox's durable consumer differs from the inbox's configuration (an edit of the inbox block, or someone else's change): set to the inbox's; had its filter or max_deliver been changed, the server may have passed over messages of the inbox's subject after ack_floor_stream_seq",
 				"durable", s.ccfg.Durable, "stream", stream, "changed", strings.Join(drift, "; "), "ack_floor_stream_seq", old.CachedInfo().AckFloor.Stream)
 		}
+		s.adoptStart(old.CachedInfo().Config)
+		s.streamID = streamIDOf(st.CachedInfo())
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		tell = s.startMadeAgain(stream, streamIDOf(st.CachedInfo()), nil)
 	}
 	if err := s.ensureConsumer(ctx); err != nil {
 		return err
 	}
-	s.consumerCheckedAt, s.goodDelivered = time.Now(), s.consumer().CachedInfo().Delivered.Stream
-	s.warnings = s.checkRetention(ctx, s.ttl)
+	tell()
+	info := s.consumer().CachedInfo()
+	s.consumerCheckedAt, s.goodDelivered, s.floor = time.Now(), info.Delivered.Stream, info.AckFloor.Stream
+	s.warnings = s.checkRetention(st.CachedInfo(), s.ttl)
 	for _, w := range s.warnings {
 		s.log.Warn(w)
 	}
@@ -256,20 +277,17 @@ func streamFor(ctx context.Context, js jetstream.JetStream, subject string) (str
 	}
 }
 
-// checkRetention warns when the stream keeps messages longer than the
-// inbox's dedup window: a durable created again (deleted by an operator, or
-// renamed in the config) starts over at the oldest message, and what is
-// older than the window would not be recognised as a duplicate.
-func (s *Source) checkRetention(ctx context.Context, ttl time.Duration) []string {
+// checkRetention warns when the stream (st) keeps messages longer than the
+// inbox's dedup window: a durable renamed in the config, or deleted where
+// the data file kept nothing of it, starts over at the oldest message,
+// and what is older than the window would not be recognised as a
+// duplicate.
+func (s *Source) checkRetention(st *jetstream.StreamInfo, ttl time.Duration) []string {
 	if ttl <= 0 {
 		return nil
 	}
-	st, err := s.js.Stream(ctx, s.stream)
-	if err != nil {
-		return []string{fmt.Sprintf("inbox %q: cannot read stream %q to compare its max_age with the dedup window: %v", s.name, s.stream, err)}
-	}
-	consequence := "a durable created again (deleted, or renamed in the config) starts at the oldest message, and messages older than the window would not be recognised as duplicates"
-	switch age := st.CachedInfo().Config.MaxAge; {
+	consequence := "a durable created anew (renamed in the config, or deleted before the inbox took a batch) starts at the oldest message, and messages older than the window would not be recognised as duplicates"
+	switch age := st.Config.MaxAge; {
 	case age == 0:
 		return []string{fmt.Sprintf("inbox %q: stream %q keeps messages without age limit (max_age 0), longer than the dedup window (ttl %s): %s",
 			s.name, s.stream, ttl, consequence)}
@@ -373,15 +391,26 @@ func (s *Source) pullFailed(ctx context.Context, err error, lastLog *time.Time) 
 		}
 		return
 	}
-	was := s.Stream()
-	cerr := s.ensureConsumer(ctx)
-	if errors.Is(cerr, jetstream.ErrStreamNotFound) {
-		cerr = s.setup(ctx)
+	tell := func() {}
+	switch old, lerr := s.js.Consumer(ctx, s.Stream(), s.ccfg.Durable); {
+	case lerr == nil: // there after all (the server did not answer the pull): as it is
+		s.adoptStart(old.CachedInfo().Config)
+	case errors.Is(lerr, jetstream.ErrConsumerNotFound):
+		// The stream may have been made again under its name: its id
+		// says whether the floor read from the old one holds.
+		if st, serr := s.js.Stream(ctx, s.Stream()); serr == nil {
+			tell = s.startMadeAgain(s.Stream(), streamIDOf(st.CachedInfo()), err)
+		}
 	}
-	if cerr == nil {
-		s.log.Warn("durable consumer gone; created it again (messages not yet acknowledged come again)",
-			"durable", s.ccfg.Durable, "stream", s.Stream(), "stream_before", was, "error", err)
-	} else if time.Since(*lastLog) >= 30*time.Second {
+	cerr := s.ensureConsumer(ctx)
+	switch {
+	case errors.Is(cerr, jetstream.ErrStreamNotFound):
+		cerr = s.setup(ctx) // the stream gone too: the one that stores the subject now
+	case cerr == nil:
+		tell()
+		s.floor = s.consumer().CachedInfo().AckFloor.Stream
+	}
+	if cerr != nil && time.Since(*lastLog) >= 30*time.Second {
 		*lastLog = time.Now()
 		s.log.Error("durable consumer gone, and it cannot be created again yet", "durable", s.ccfg.Durable, "error", cerr)
 	}
@@ -578,7 +607,9 @@ func (s *Source) decode(m jetstream.Msg) switchyard.Inbound {
 	if md, err := m.Metadata(); err == nil {
 		origin = s.sink + ":" + md.Stream + "#" + strconv.FormatUint(md.Sequence.Stream, 10)
 	}
-	return s.decoder.Decode(hs, m.Data(), origin)
+	in := s.decoder.Decode(hs, m.Data(), origin)
+	in.Read = switchyard.Read{Topic: s.stream, Next: int64(s.floor) + 1, ID: s.streamID}
+	return in
 }
 
 // Close stops Run (waiting for it, at most until ctx ends) and closes the

@@ -82,7 +82,7 @@ func newNATSSource(t *testing.T, e *sourceEnv, in config.Inbox, ackWait time.Dur
 // newNATSSourceLogged is newNATSSource logging to log.
 func newNATSSourceLogged(t *testing.T, e *sourceEnv, in config.Inbox, ackWait time.Duration, log hclog.Logger) *Source {
 	t.Helper()
-	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, in, log, ackWait)
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, in, log, ackWait, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestSourceDerivedAndCustomID(t *testing.T) {
 // a subject.
 func TestOpenSourceStreamErrors(t *testing.T) {
 	e := newSourceEnv(t)
-	_, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "nowhere.>"), testLogger(t))
+	_, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "nowhere.>"), testLogger(t), nil)
 	if err == nil || !errors.Is(err, jetstream.ErrStreamNotFound) || !strings.Contains(err.Error(), `no JetStream stream stores subject "nowhere.>"`) {
 		t.Fatalf("no stream: %v", err)
 	}
@@ -342,11 +342,11 @@ func TestOpenSourceStreamErrors(t *testing.T) {
 	if _, err := e.js.CreateStream(pubCtx(t, 5*time.Second), jetstream.StreamConfig{Name: "MORE2", Subjects: []string{"more.b"}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "more.*"), testLogger(t))
+	_, err = OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "more.*"), testLogger(t), nil)
 	if err == nil || !strings.Contains(err.Error(), "several streams (MORE, MORE2)") {
 		t.Fatalf("two streams: %v", err)
 	}
-	if _, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", ""), nil); err == nil {
+	if _, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", ""), nil, nil); err == nil {
 		t.Fatal("no subject accepted")
 	}
 }
@@ -396,9 +396,13 @@ func TestSourceRetentionWarning(t *testing.T) {
 	}
 }
 
-// A durable deleted under a running source is created again; consuming goes
-// on (from the start of the stream: the inbox drops what it has).
+// A durable deleted under a running source is created again, reading on
+// after the ack floor the source last read from it (every
+// consumerCheckEvery), not from the stream's start: consuming goes on, and
+// nothing acknowledged before is read again.
 func TestSourceDurableDeletedIsRecreated(t *testing.T) {
+	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
+	consumerCheckEvery = 200 * time.Millisecond
 	e := newSourceEnv(t)
 	s := newNATSSource(t, e, natsInbox("gone", "orders.>"), DefaultAckWait)
 	var c collector
@@ -406,11 +410,22 @@ func TestSourceDurableDeletedIsRecreated(t *testing.T) {
 	defer r.Stop(t)
 	e.publish(t, "orders.created", "before", 3)
 	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return c.distinct() == 3 })
+	time.Sleep(300 * time.Millisecond)
+	e.publish(t, "orders.created", "mid", 1) // the check after its batch reads the floor
+	testkit.Eventually(t, "the next message", 10*time.Second, func() bool { return c.distinct() == 4 })
 	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "gone"); err != nil {
 		t.Fatal(err)
 	}
 	e.publish(t, "orders.created", "after", 3)
-	testkit.Eventually(t, "messages after the delete", 20*time.Second, func() bool { return c.distinct() == 6 })
+	testkit.Eventually(t, "messages after the delete", 20*time.Second, func() bool { return c.distinct() == 7 })
+	time.Sleep(300 * time.Millisecond) // anything read again
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range []string{"before-0000", "before-0002", "mid-0000"} {
+		if c.ids[id] != 1 {
+			t.Errorf("%s received %d times: the durable made again read from the stream's start", id, c.ids[id])
+		}
+	}
 }
 
 // A durable someone else changed (here its filter, to a subject the
@@ -575,7 +590,7 @@ func TestSourceFindsASilentConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	link := testkit.NewLink(t, u.Host)
-	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), "nats://"+link.Addr(), natsInbox("silent", "orders.>"), testLogger(t), 2*time.Second)
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), "nats://"+link.Addr(), natsInbox("silent", "orders.>"), testLogger(t), 2*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -617,7 +632,7 @@ func TestSourceHealthyOnceSetUp(t *testing.T) {
 	cfg := testConfig(true)
 	cfg.Port = testkit.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", cfg.Port)
-	s, err := openSource(pubCtx(t, 10*time.Second), cfg, url, natsInbox("late", "orders.>"), testLogger(t), 2*time.Second)
+	s, err := openSource(pubCtx(t, 10*time.Second), cfg, url, natsInbox("late", "orders.>"), testLogger(t), 2*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -659,7 +674,7 @@ func TestSourceWritesAreBounded(t *testing.T) {
 	}
 	unresolved := testConfig(true)
 	unresolved.PublishTimeout = 0
-	s, err := openSource(pubCtx(t, 10*time.Second), unresolved, e.url, natsInbox("unbounded", "orders.>"), testLogger(t), 2*time.Second)
+	s, err := openSource(pubCtx(t, 10*time.Second), unresolved, e.url, natsInbox("unbounded", "orders.>"), testLogger(t), 2*time.Second, nil)
 	if err == nil {
 		s.Close(context.Background())
 		t.Fatal("an inbox opened on a block without a publish timeout")

@@ -1,0 +1,84 @@
+package nats
+
+import (
+	"encoding/binary"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard-router/switchyard"
+)
+
+// A durable deleted (by an operator, a tool, a stream's maintenance) was
+// made again from the stream's start (deliver all): every message still
+// in the stream came again, those the inbox took within its ttl were
+// dropped, and every older one was handed to the service a second time.
+// The source keeps the durable's ack floor as it reads the durable back
+// (setup, checkConsumer), every message of its subject up to the floor
+// acknowledged, so stored; each batch's Read carries the sequence after
+// it, which the inbox keeps in the data file with the batch. A durable
+// made again reads on from there, when the stream is the one it was (the
+// same creation time: a stream made again begins its sequences again).
+// docs/decisions/inbox-offsets.md.
+
+// streamIDOf is what tells a stream from one made again under its name:
+// its creation time.
+func streamIDOf(st *jetstream.StreamInfo) (id [16]byte) {
+	binary.BigEndian.PutUint64(id[:], uint64(st.Created.UnixNano()))
+	return id
+}
+
+// adoptStart takes the durable's deliver policy and start from got (the
+// server's): they are fixed when it is made, and an update that changed
+// them would be refused.
+func (s *Source) adoptStart(got jetstream.ConsumerConfig) {
+	s.ccfg.DeliverPolicy, s.ccfg.OptStartSeq, s.ccfg.OptStartTime = got.DeliverPolicy, got.OptStartSeq, got.OptStartTime
+}
+
+// startMadeAgain sets where the inbox's durable, gone from stream (whose
+// id is id), is made again: after the ack floor the source last read from
+// it, or the data file kept, when of this stream; else from the stream's
+// start. why is how the source found it gone (nil: at setup). It keeps id
+// as the stream's, and returns what tells which, once the durable is made.
+func (s *Source) startMadeAgain(stream string, id [16]byte, why error) (tell func()) {
+	var next uint64
+	if s.streamID == id && s.floor > 0 {
+		next = s.floor + 1
+	}
+	kept, ok, err := s.keptRead(stream)
+	if err != nil {
+		s.log.Warn("cannot read where the inbox got to in the stream", "durable", s.ccfg.Durable, "stream", stream, "error", err)
+	}
+	again := ok && kept.ID != id // the stream made again since the inbox read it
+	if ok && !again {
+		next = max(next, uint64(max(kept.Next, 0)))
+	}
+	s.streamID = id
+	s.ccfg.DeliverPolicy, s.ccfg.OptStartSeq, s.ccfg.OptStartTime = jetstream.DeliverAllPolicy, 0, nil
+	durable := s.ccfg.Durable
+	switch {
+	case next > 0:
+		s.ccfg.DeliverPolicy, s.ccfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, next
+		return func() {
+			s.log.Warn("the inbox's durable consumer was gone (deleted): made again, reading on after what it had acknowledged (messages after that which the inbox has are dropped)",
+				"durable", durable, "stream", stream, "from_stream_seq", next, "error", why)
+		}
+	case again:
+		return func() {
+			s.log.Warn("the inbox's durable consumer was gone, and its stream was made again since the inbox read it: made again from the stream's start",
+				"durable", durable, "stream", stream, "error", why)
+		}
+	case why != nil:
+		return func() {
+			s.log.Warn("durable consumer gone; made again from the stream's start (the inbox drops what it remembers)", "durable", durable, "stream", stream, "error", why)
+		}
+	}
+	return func() {}
+}
+
+// keptRead is what the data file kept of the inbox's reading of stream.
+func (s *Source) keptRead(stream string) (r switchyard.Read, ok bool, err error) {
+	if s.kept == nil {
+		return r, false, nil
+	}
+	return s.kept(stream, 0)
+}

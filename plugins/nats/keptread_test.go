@@ -1,0 +1,130 @@
+package nats
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/internal/testkit"
+)
+
+// keptBook is a collector that also keeps, as the engine's Receive does
+// with each batch it takes, the latest Read of each stream.
+type keptBook struct {
+	collector
+	mu    sync.Mutex
+	reads map[string]switchyard.Read
+}
+
+func (k *keptBook) receive(ctx context.Context, msgs []switchyard.Inbound) error {
+	k.mu.Lock()
+	for _, m := range msgs {
+		if m.Read.Next > k.reads[m.Read.Topic].Next || m.Read.ID != k.reads[m.Read.Topic].ID {
+			k.reads[m.Read.Topic] = m.Read
+		}
+	}
+	k.mu.Unlock()
+	return k.collector.receive(ctx, msgs)
+}
+
+func (k *keptBook) kept(stream string, _ int32) (switchyard.Read, bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r, ok := k.reads[stream]
+	return r, ok, nil
+}
+
+// times is how many times id was received.
+func (k *keptBook) times(id string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ids[id]
+}
+
+// A durable deleted while no router read it (an operator, a tool) is made
+// again reading on after the ack floor the inbox kept with its last batch,
+// not from the stream's start, where every message older than the inbox's
+// ttl would be handed to the service again: only what came after the
+// floor is read again. Said in the log.
+func TestSourceDurableDeletedWhileStoppedReadsOn(t *testing.T) {
+	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
+	consumerCheckEvery = 200 * time.Millisecond
+	e := newSourceEnv(t)
+	var logs testkit.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+	book := &keptBook{reads: map[string]switchyard.Read{}}
+	run := func() func() {
+		s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("kept", "orders.>"), log, DefaultAckWait, book.kept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := testkit.RunSource(s, book.receive)
+		return func() { r.Stop(t); s.Close(context.Background()) }
+	}
+	stop := run()
+	e.publish(t, "orders.created", "a", 25)
+	testkit.Eventually(t, "the first messages", 10*time.Second, func() bool { return book.distinct() == 25 })
+	// The check after a batch reads the ack floor (every
+	// consumerCheckEvery); the next batch carries it.
+	for _, prefix := range []string{"b", "d"} {
+		time.Sleep(300 * time.Millisecond)
+		e.publish(t, "orders.created", prefix, 1)
+		testkit.Eventually(t, prefix, 10*time.Second, func() bool { return book.times(prefix+"-0000") == 1 })
+	}
+	stop()
+
+	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(t, "orders.created", "c", 10)
+	stop = run()
+	defer stop()
+	testkit.Eventually(t, "the messages after the delete", 10*time.Second, func() bool { return book.distinct() == 37 })
+	time.Sleep(300 * time.Millisecond) // anything read again
+	for _, id := range []string{"a-0000", "a-0024", "b-0000"} {
+		if n := book.times(id); n != 1 {
+			t.Errorf("%s received %d times: the durable made again read from the stream's start\n%s", id, n, logs.String())
+		}
+	}
+	if l := logs.String(); !strings.Contains(l, "made again, reading on after what it had acknowledged") || !strings.Contains(l, "from_stream_seq=27") {
+		t.Errorf("reading on is not told:\n%s", l)
+	}
+}
+
+// A stream deleted and made again under its name under a running source
+// begins its sequences again: the durable made on it reads it from its
+// start, not on from the old stream's ack floor, which would pass over
+// its first messages.
+func TestSourceReadsAStreamMadeAgainFromItsStart(t *testing.T) {
+	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
+	consumerCheckEvery = 200 * time.Millisecond
+	e := newSourceEnv(t)
+	book := &keptBook{reads: map[string]switchyard.Read{}}
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("again", "orders.>"), testLogger(t), DefaultAckWait, book.kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	r := testkit.RunSource(s, book.receive)
+	defer r.Stop(t)
+	e.publish(t, "orders.created", "before", 5)
+	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return book.distinct() == 5 })
+	time.Sleep(300 * time.Millisecond)
+	e.publish(t, "orders.created", "mid", 1) // the floor read after its batch: 6
+	testkit.Eventually(t, "the next message", 10*time.Second, func() bool { return book.distinct() == 6 })
+	ctx := pubCtx(t, 5*time.Second)
+	if err := e.js.DeleteStream(ctx, "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(t, "orders.created", "after", 10) // sequences 1–10, past the old floor
+	testkit.Eventually(t, "every message of the stream made again", 20*time.Second, func() bool { return book.distinct() == 16 })
+}
