@@ -195,7 +195,7 @@ func TestAnInboxWithRefusedCredentialsSaysWhy(t *testing.T) {
 	c := newCluster(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "edge", "kafka-password-value"))
 	cfg := testConfig(c)
 	cfg.SASL = &config.SASL{Mechanism: "SCRAM-SHA-512", Username: "edge", Password: config.Secret{File: testkit.SecretFile(t, "wrong-password")}}
-	s, err := openSource(context.Background(), cfg, inboxConfig("g-refused"), testLogger(), sourceOpts()...)
+	s, err := openSource(context.Background(), cfg, inboxConfig("g-refused"), testLogger(), nil, sourceOpts()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,6 +81,10 @@ type Source struct {
 	ttl     time.Duration
 	kept    switchyard.KeptReads // where the inbox got to, for a group without offsets (keptread.go)
 	ids     map[string][16]byte  // the topics' ids, as the last poll gave them (Run's own)
+	idsAsk  map[string]time.Time // when the cluster was last asked a topic's id the fetches lacked (Run's own)
+
+	readOnMu sync.Mutex
+	readOnAt map[topicPartition]int64 // offsets read on from, to commit (keptread.go)
 
 	warnedMu sync.Mutex
 	warned   map[string]struct{} // unmarked offsets told (offsetmark.go)
@@ -107,16 +111,12 @@ type Source struct {
 // (nil: none) says where the inbox got to in a partition its group has no
 // offset for.
 func OpenSource(ctx context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger, kept switchyard.KeptReads) (*Source, error) {
-	s, err := openSource(ctx, kcfg, in, logger)
-	if err == nil {
-		s.kept = kept
-	}
-	return s, err
+	return openSource(ctx, kcfg, in, logger, kept)
 }
 
 // openSource is OpenSource with extra kgo options on top (tests shorten
 // group timings).
-func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger, extra ...kgo.Opt) (*Source, error) {
+func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hclog.Logger, kept switchyard.KeptReads, extra ...kgo.Opt) (*Source, error) {
 	if err := resolved(kcfg); err != nil {
 		return nil, fmt.Errorf("inbox %q: %w", in.Name, err)
 	}
@@ -140,6 +140,8 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 		batch:   in.Policy.BatchSize,
 		warned:  make(map[string]struct{}),
 		ids:     make(map[string][16]byte),
+		idsAsk:  make(map[string]time.Time),
+		kept:    kept,
 		ttl:     in.TTL,
 		stop:    make(chan struct{}),
 		runDone: make(chan struct{}),
@@ -186,12 +188,14 @@ func (s *Source) groupOptions(in config.Inbox) []kgo.Opt {
 		}),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			s.lag.drop(m)
+			s.dropReadOn(m)
 			if len(m) > 0 {
 				s.log.Info("partitions revoked", "group", s.group, "partitions", fmtPartitions(m))
 			}
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			s.lag.drop(m)
+			s.dropReadOn(m)
 			if len(m) > 0 {
 				s.log.Warn("partitions lost (records received since the last commit come again)", "group", s.group, "partitions", fmtPartitions(m))
 			}
@@ -234,7 +238,8 @@ func (s *Source) Run(ctx context.Context, receive func(ctx context.Context, msgs
 		back := s.again.fromStart(s.cl, fetches, time.Now())
 		polled, failed := s.fetchErrors(ctx, fetches, lastErr)
 		s.polled(fetches, polled, failed)
-		s.noteTopicIDs(fetches)
+		s.noteTopicIDs(ctx, fetches)
+		s.commitReadOn(ctx)
 		recs := fetches.Records()
 		if len(back) > 0 {
 			s.log.Warn("a topic made again was to be read from past its start (an offset the old topic's consumer committed by name): reading it from its start", "partitions", len(back))
@@ -380,13 +385,35 @@ func (s *Source) decode(r *kgo.Record) switchyard.Inbound {
 	return m
 }
 
-// noteTopicIDs keeps the topics' ids a poll gave (a cluster that gives
-// none leaves them zero).
-func (s *Source) noteTopicIDs(fetches kgo.Fetches) {
+// noteTopicIDs keeps the topics' ids a poll gave. A fetch gives them
+// from Kafka 3.1 (Fetch v13); for a topic whose records came without one
+// the cluster's metadata is asked, at most a minute apart (Kafka 2.8–3.0
+// gives ids there only; before 2.8 none: they stay zero, and a group that
+// lost its offsets reads from the start).
+func (s *Source) noteTopicIDs(ctx context.Context, fetches kgo.Fetches) {
+	var ask []string
 	for _, f := range fetches {
 		for _, t := range f.Topics {
-			if t.TopicID != ([16]byte{}) {
+			switch {
+			case t.TopicID != ([16]byte{}):
 				s.ids[t.Topic] = t.TopicID
+			case s.ids[t.Topic] == ([16]byte{}) && len(t.Partitions) > 0 && time.Since(s.idsAsk[t.Topic]) >= time.Minute && !slices.Contains(ask, t.Topic):
+				ask = append(ask, t.Topic)
+			}
+		}
+	}
+	if len(ask) == 0 {
+		return
+	}
+	for _, topic := range ask {
+		s.idsAsk[topic] = time.Now()
+	}
+	mctx, cancel := context.WithTimeout(ctx, retentionCheckTimeout)
+	defer cancel()
+	if ids, err := s.topicIDsNow(mctx, ask); err == nil {
+		for topic, id := range ids {
+			if id != ([16]byte{}) {
+				s.ids[topic] = id
 			}
 		}
 	}

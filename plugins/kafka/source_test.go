@@ -54,7 +54,13 @@ func newSource(t testing.TB, c *kfake.Cluster, in config.Inbox) *Source {
 // newSourceLogged is newSource logging to log.
 func newSourceLogged(t testing.TB, c *kfake.Cluster, in config.Inbox, log hclog.Logger) *Source {
 	t.Helper()
-	s, err := openSource(context.Background(), testConfig(c), in, log, sourceOpts()...)
+	return newSourceKept(t, c, in, log, nil)
+}
+
+// newSourceKept is newSourceLogged asking kept where the inbox got to.
+func newSourceKept(t testing.TB, c *kfake.Cluster, in config.Inbox, log hclog.Logger, kept switchyard.KeptReads) *Source {
+	t.Helper()
+	s, err := openSource(context.Background(), testConfig(c), in, log, kept, sourceOpts()...)
 	if err != nil {
 		t.Fatal(err)
 	}
