@@ -49,7 +49,7 @@ func CheckFile(path string) (*CheckReport, error) {
 		return nil, fmt.Errorf("%w; or check a backup of it (router backup)", err)
 	}
 	if err != nil {
-		rep.Problems = append(rep.Problems, err.Error())
+		rep.Problems = append(rep.Problems, problemOf(err))
 		return rep, nil
 	}
 	defer bdb.Close()
@@ -61,7 +61,7 @@ func CheckFile(path string) (*CheckReport, error) {
 		})
 	})
 	if err != nil {
-		rep.Problems = append(rep.Problems, err.Error())
+		rep.Problems = append(rep.Problems, problemOf(err))
 		return rep, nil
 	}
 	var leaf func(in string, k, v []byte)

@@ -360,8 +360,31 @@ func faultSafe(fn func() error) (err error) {
 
 // damaged says the data file is damaged, how (what found it, and what),
 // and what to do.
-func damaged(how string, what any) error {
-	return fmt.Errorf("the data file is damaged (%s: %v); the file was left as it is: %s", how, what, DamageAdvice)
+func damaged(how string, what any) error { return &DamageError{How: how, What: what} }
+
+// DamageError is a data file found damaged: how (what found it), and what.
+// Its text says what to do (DamageAdvice); Problem is the damage alone,
+// for a check's report, whose reader is told what to do once.
+type DamageError struct {
+	How  string
+	What any
+}
+
+func (e *DamageError) Error() string {
+	return e.Problem() + "; the file was left as it is: " + DamageAdvice
+}
+
+// Problem is the damage, without the advice.
+func (e *DamageError) Problem() string {
+	return fmt.Sprintf("the data file is damaged (%s: %v)", e.How, e.What)
+}
+
+// problemOf is err as a check reports it: a DamageError's damage alone.
+func problemOf(err error) string {
+	if d, ok := errors.AsType[*DamageError](err); ok {
+		return d.Problem()
+	}
+	return err.Error()
 }
 
 // DamageAdvice is what to do with a data file found damaged: a torn last

@@ -161,6 +161,21 @@ const dbUsage = `Usage:
       first (stored retries and delays would wait for the system clock).
 `
 
+// dbToolUsage is dbUsage's part for tool: its line and what it does.
+func dbToolUsage(tool string) string {
+	var b strings.Builder
+	in := false
+	for _, line := range strings.SplitAfter(dbUsage, "\n") {
+		if strings.HasPrefix(line, "  router db ") {
+			in = strings.HasPrefix(line, "  router db "+tool+" ")
+		}
+		if in {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
 // dbTools are `router db`'s subcommands.
 var dbTools = []string{"check", "compact", "rollback", "clock"}
 
@@ -179,6 +194,10 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 	}
 	fs := flag.NewFlagSet("router db "+args[0], flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
+	fs.Usage = func() {
+		fmt.Fprint(c.Stderr, "Usage:\n"+dbToolUsage(args[0]))
+		fs.PrintDefaults()
+	}
 	var output format
 	formatVar(fs, &output, "o", "output", formatTable, formatJSON)
 	forget := false

@@ -59,3 +59,17 @@ func TestFlagsThatDidNothingAreGoneOrRefused(t *testing.T) {
 		}
 	}
 }
+
+// Each router db tool's -h shows its line of router db's usage, FILE
+// and all, with what it does (it showed only its flags: a new user's
+// trial), and no other tool's.
+func TestDBToolHelpNamesTheFile(t *testing.T) {
+	for _, tool := range dbTools {
+		var stderr bytes.Buffer
+		NewMain(nil, &bytes.Buffer{}, &stderr).Run(context.Background(), []string{"db", tool, "-h"})
+		out := stderr.String()
+		if !strings.Contains(out, "router db "+tool+" FILE") || strings.Count(out, "router db ") != 1 || !strings.Contains(out, "-o format") {
+			t.Errorf("router db %s -h:\n%s", tool, out)
+		}
+	}
+}

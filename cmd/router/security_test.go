@@ -22,6 +22,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/switchyard-router/switchyard/internal/testkit"
+	"github.com/switchyard-router/switchyard/storage"
 )
 
 // runBinary runs the real router binary with args and returns its exit
@@ -223,6 +224,54 @@ func TestDamagedDataFile(t *testing.T) {
 	}
 }
 
+// uncleanDataFile is filledDataFile with the running mark an unclean stop
+// leaves, and the path of a copy of it.
+func uncleanDataFile(t *testing.T) ([]byte, string) {
+	t.Helper()
+	marked := filepath.Join(t.TempDir(), "marked.db")
+	os.WriteFile(marked, filledDataFile(t), 0o600)
+	bdb, err := bolt.Open(marked, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("running"), []byte("x")) }); err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+	marks, _ := os.ReadFile(marked)
+	return marks, marked
+}
+
+// A data file left by an unclean stop whose newest root page is
+// overwritten makes the real binary say the file is damaged, and what to
+// do once (a new user's trial saw it twice, the check's report carrying
+// it too); router db check reports the damage without telling its reader
+// to run router db check.
+func TestDamagedRootAfterUncleanStopIsSaidOnce(t *testing.T) {
+	marks, marked := uncleanDataFile(t)
+	metas, _, err := storage.Metas(marked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metas[0]
+	if metas[1].Valid && metas[1].TxID > m.TxID {
+		m = metas[1]
+	}
+	damaged := bytes.Clone(marks)
+	for i := range int(m.PageSize) {
+		damaged[int(m.Root)*int(m.PageSize)+i] = 0xff
+	}
+	db, out := runOnDataFile(t, damaged)
+	if !strings.Contains(out, "the data file is damaged") || strings.Count(out, "restore it from a backup") != 1 {
+		t.Errorf("the error does not say once that the file is damaged and what to do:\n%s", out)
+	}
+	var said bytes.Buffer
+	err = NewMain(nil, &said, &said).Run(context.Background(), []string{"db", "check", db})
+	if err == nil || !strings.Contains(said.String(), "damaged") || strings.Contains(said.String(), "check it with `router db check`") {
+		t.Errorf("router db check on it: %v\n%s", err, said.String())
+	}
+}
+
 // The real binary does not start in a data directory anyone may write to:
 // another user could move its socket aside and bind their own, or plant
 // the password of its embedded broker. It says why and what to do, and
@@ -249,20 +298,7 @@ func TestOpenDataDirectoryIsRefused(t *testing.T) {
 // — where bbolt's own walk would have ended the router with a stack
 // trace — and leaves the file as it was.
 func TestDamagedDataFileAfterUncleanStop(t *testing.T) {
-	full := filledDataFile(t)
-	// The running mark an unclean stop leaves.
-	dir := t.TempDir()
-	marked := filepath.Join(dir, "marked.db")
-	os.WriteFile(marked, full, 0o600)
-	bdb, err := bolt.Open(marked, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bdb.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("running"), []byte("x")) }); err != nil {
-		t.Fatal(err)
-	}
-	bdb.Close()
-	marks, _ := os.ReadFile(marked)
+	marks, _ := uncleanDataFile(t)
 	damaged, leaves := elementsPastTheFile(t, marks)
 	db, out := runOnDataFile(t, damaged)
 	if !strings.Contains(out, "the last run did not stop cleanly, and the data file "+db+" is damaged") || !strings.Contains(out, "restore it from a backup") {
