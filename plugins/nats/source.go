@@ -236,10 +236,10 @@ func (s *Source) setup(ctx context.Context) error {
 				"durable", s.ccfg.Durable, "stream", stream, "changed", strings.Join(drift, "; "), "ack_floor_stream_seq", old.CachedInfo().AckFloor.Stream)
 		}
 		s.adoptStart(old.CachedInfo().Config)
-		s.streamID = streamIDOf(st.CachedInfo())
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		tell = s.startMadeAgain(stream, streamIDOf(st.CachedInfo()), nil)
 	}
+	s.streamID = streamIDOf(st.CachedInfo()) // after startMadeAgain, which asks whether it changed
 	if err := s.ensureConsumer(ctx); err != nil {
 		return err
 	}
