@@ -34,6 +34,11 @@ func (s *Source) readOn(ctx context.Context, offsets map[string]map[int32]kgo.Of
 	if len(lost) == 0 {
 		return offsets, nil
 	}
+	select {
+	case <-s.clSet: // the group starts inside kgo.NewClient: s.cl may not be set yet
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	ids, err := s.topicIDsNow(ctx, topicsOf(lost))
 	if ctx.Err() != nil {
 		// The session is revoking (another member joined): franz-go

@@ -85,6 +85,7 @@ type Source struct {
 
 	readOnMu sync.Mutex
 	readOnAt map[topicPartition]int64 // offsets read on from, to commit (keptread.go)
+	clSet    chan struct{}            // closed once cl is set: the group may call readOn before
 
 	warnedMu sync.Mutex
 	warned   map[string]struct{} // unmarked offsets told (offsetmark.go)
@@ -142,6 +143,7 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 		ids:     make(map[string][16]byte),
 		idsAsk:  make(map[string]time.Time),
 		kept:    kept,
+		clSet:   make(chan struct{}),
 		ttl:     in.TTL,
 		stop:    make(chan struct{}),
 		runDone: make(chan struct{}),
@@ -156,6 +158,7 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("inbox %q: %s: %w", in.Name, sink, err)
 	}
+	close(s.clSet)
 	return s, nil
 }
 

@@ -42,8 +42,8 @@ func (k *keptBook) kept(stream string, _ int32) (switchyard.Read, bool, error) {
 
 // times is how many times id was received.
 func (k *keptBook) times(id string) int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+	k.collector.mu.Lock()
+	defer k.collector.mu.Unlock()
 	return k.ids[id]
 }
 
