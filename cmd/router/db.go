@@ -195,7 +195,7 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("router db "+args[0], flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
 	fs.Usage = func() {
-		fmt.Fprint(c.Stderr, "Usage:\n"+dbToolUsage(args[0]))
+		fmt.Fprintf(c.Stderr, "Usage of router db %s:\n%s", args[0], dbToolUsage(args[0]))
 		fs.PrintDefaults()
 	}
 	var output format

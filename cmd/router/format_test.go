@@ -68,7 +68,7 @@ func TestDBToolHelpNamesTheFile(t *testing.T) {
 		var stderr bytes.Buffer
 		NewMain(nil, &bytes.Buffer{}, &stderr).Run(context.Background(), []string{"db", tool, "-h"})
 		out := stderr.String()
-		if !strings.Contains(out, "router db "+tool+" FILE") || strings.Count(out, "router db ") != 1 || !strings.Contains(out, "-o format") {
+		if !strings.Contains(out, "router db "+tool+" FILE") || strings.Count(out, "  router db ") != 1 || !strings.Contains(out, "-o format") {
 			t.Errorf("router db %s -h:\n%s", tool, out)
 		}
 	}
