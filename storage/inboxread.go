@@ -18,11 +18,11 @@ func inboxReadKey(inbox, group, topic string, partition int32) []byte {
 	return binary.BigEndian.AppendUint32(k, uint32(partition))
 }
 
-// KeepRead keeps r as where inbox's reading of r's partition, as a member
-// of group, got to (r's
-// offset: the next message to read), unless it kept a later one of the
-// same topic already (a batch read again after a failed one). A topic of
-// another id (made again) replaces what was kept of the old one.
+// KeepRead keeps r as where inbox's reading of r's partition, as group
+// (a Kafka group, a JetStream durable), goes on from, unless it kept a
+// later one of the same topic or stream already (a batch read again after
+// a failed one, or after an offset set back). One of another id (made
+// again) replaces what was kept of the old.
 func (tx *Tx) KeepRead(inbox, group string, r switchyard.Read) error {
 	b := tx.bucket(bucketInboxReads)
 	k := inboxReadKey(inbox, group, r.Topic, r.Partition)

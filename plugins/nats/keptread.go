@@ -21,9 +21,12 @@ import (
 // docs/decisions/inbox-offsets.md.
 
 // streamIDOf is what tells a stream from one made again under its name:
-// its creation time.
+// its creation time; zero when its info could not be read (then nothing
+// kept matches, and a durable made again reads from the start).
 func streamIDOf(st *jetstream.StreamInfo) (id [16]byte) {
-	binary.BigEndian.PutUint64(id[:], uint64(st.Created.UnixNano()))
+	if st != nil {
+		binary.BigEndian.PutUint64(id[:], uint64(st.Created.UnixNano()))
+	}
 	return id
 }
 
@@ -37,19 +40,21 @@ func (s *Source) adoptStart(got jetstream.ConsumerConfig) {
 // startMadeAgain sets where the inbox's durable, gone from stream (whose
 // id is id), is made again: after the ack floor the source last read from
 // it, or the data file kept, when of this stream; else from the stream's
-// start. why is how the source found it gone (nil: at setup). It keeps id
-// as the stream's, and returns what tells which, once the durable is made.
+// start (also when the stream's id is unknown: zero). why is how the
+// source found it gone (nil: at setup). It keeps id as the stream's, and
+// returns what tells which, once the durable is made.
 func (s *Source) startMadeAgain(stream string, id [16]byte, why error) (tell func()) {
+	known := id != [16]byte{}
 	var next uint64
-	if s.streamID == id && s.floor > 0 {
+	if known && s.streamID == id && s.floor > 0 {
 		next = s.floor + 1
 	}
 	kept, ok, err := s.keptRead(stream)
 	if err != nil {
 		s.log.Warn("cannot read where the inbox got to in the stream", "durable", s.ccfg.Durable, "stream", stream, "error", err)
 	}
-	again := ok && kept.ID != id // the stream made again since the inbox read it
-	if ok && !again {
+	again := ok && kept.ID != id // the stream made again since the inbox read it (or not known)
+	if ok && known && !again {
 		next = max(next, uint64(max(kept.Next, 0)))
 	}
 	s.streamID = id
@@ -62,9 +67,9 @@ func (s *Source) startMadeAgain(stream string, id [16]byte, why error) (tell fun
 			s.log.Warn("the inbox's durable consumer was gone (deleted): made again, reading on after what it had acknowledged (messages after that which the inbox has are dropped)",
 				"durable", durable, "stream", stream, "from_stream_seq", next, "error", why)
 		}
-	case again:
+	case again || ok && !known:
 		return func() {
-			s.log.Warn("the inbox's durable consumer was gone, and its stream was made again since the inbox read it: made again from the stream's start",
+			s.log.Warn("the inbox's durable consumer was gone, and its stream was made again since the inbox read it (or cannot be told from one: its info unreadable): made again from the stream's start",
 				"durable", durable, "stream", stream, "error", why)
 		}
 	case why != nil:

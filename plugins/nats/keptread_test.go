@@ -8,9 +8,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/config"
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -127,4 +130,55 @@ func TestSourceReadsAStreamMadeAgainFromItsStart(t *testing.T) {
 	}
 	e.publish(t, "orders.created", "after", 10) // sequences 1–10, past the old floor
 	testkit.Eventually(t, "every message of the stream made again", 20*time.Second, func() bool { return book.distinct() == 16 })
+}
+
+// A user the server does not let read the stream's info (a deny on
+// $JS.API.STREAM.INFO) still consumes: the stream's creation time, which
+// tells it from one made again, is then unknown, and a durable made
+// again reads from the start; setup said so and went on (it failed for
+// ever when it needed the info).
+func TestSourceConsumesWithoutTheStreamsInfo(t *testing.T) {
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "admin", Password: "admin-secret"},
+			{Username: "inbox", Password: "inbox-secret", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.INFO.>"}}}},
+		}}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(5 * time.Second) {
+		t.Fatal("the server did not start")
+	}
+	nc, err := natsgo.Connect(srv.ClientURL(), natsgo.UserInfo("admin", "admin-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(pubCtx(t, 5*time.Second), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	e := &sourceEnv{url: srv.ClientURL(), js: js}
+	e.publish(t, "orders.created", "o", 5)
+
+	t.Setenv("SWITCHYARD_TEST_INBOX_PASSWORD", "inbox-secret")
+	cfg := config.NewNATS("remote")
+	cfg.URL, cfg.PublishTimeout = srv.ClientURL(), 5*time.Second
+	cfg.Auth = config.NATSAuth{User: "inbox", Password: config.Secret{Env: "SWITCHYARD_TEST_INBOX_PASSWORD"}}
+	s, err := openSource(pubCtx(t, 10*time.Second), cfg, srv.ClientURL(), natsInbox("blind", "orders.>"), testLogger(t), DefaultAckWait, nil)
+	if err != nil {
+		t.Fatalf("a source whose user may not read the stream's info: %v", err)
+	}
+	defer s.Close(context.Background())
+	var c collector
+	r := testkit.RunSource(s, c.receive)
+	defer r.Stop(t)
+	testkit.Eventually(t, "the messages", 10*time.Second, func() bool { return c.distinct() == 5 })
+	if w := s.Warnings(); len(w) != 1 || !strings.Contains(w[0], "cannot read stream") {
+		t.Errorf("warnings: %q", w)
+	}
 }

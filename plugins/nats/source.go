@@ -37,6 +37,9 @@ const (
 
 	// fetchWait is how long a pull waits for a first message.
 	fetchWait = 5 * time.Second
+	// streamInfoWait bounds setup's read of the stream's info, which a
+	// user denied it waits out (the server sends no reply).
+	streamInfoWait = 2 * time.Second
 	// ackTimeout bounds one double ack; ackAttempts how often it is tried.
 	ackTimeout  = 2 * time.Second
 	ackAttempts = 3
@@ -221,9 +224,15 @@ func (s *Source) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := s.js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("read stream %q: %w", stream, err)
+	// The stream's info tells it from one made again (its creation
+	// time), and its retention; a user the server does not let read it
+	// still consumes (its durables made again read from the start).
+	var st *jetstream.StreamInfo
+	sctx, cancel := context.WithTimeout(ctx, streamInfoWait) // a request the server denies is never answered
+	sh, serr := s.js.Stream(sctx, stream)
+	cancel()
+	if serr == nil {
+		st = sh.CachedInfo()
 	}
 	s.mu.Lock()
 	s.stream = stream
@@ -237,16 +246,16 @@ func (s *Source) setup(ctx context.Context) error {
 		}
 		s.adoptStart(old.CachedInfo().Config)
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		tell = s.startMadeAgain(stream, streamIDOf(st.CachedInfo()), nil)
+		tell = s.startMadeAgain(stream, streamIDOf(st), nil)
 	}
-	s.streamID = streamIDOf(st.CachedInfo()) // after startMadeAgain, which asks whether it changed
+	s.streamID = streamIDOf(st) // after startMadeAgain, which asks whether it changed
 	if err := s.ensureConsumer(ctx); err != nil {
 		return err
 	}
 	tell()
 	info := s.consumer().CachedInfo()
 	s.consumerCheckedAt, s.goodDelivered, s.floor = time.Now(), info.Delivered.Stream, info.AckFloor.Stream
-	s.warnings = s.checkRetention(st.CachedInfo(), s.ttl)
+	s.warnings = s.checkRetention(st, serr, s.ttl)
 	for _, w := range s.warnings {
 		s.log.Warn(w)
 	}
@@ -277,14 +286,17 @@ func streamFor(ctx context.Context, js jetstream.JetStream, subject string) (str
 	}
 }
 
-// checkRetention warns when the stream (st) keeps messages longer than the
-// inbox's dedup window: a durable renamed in the config, or deleted where
-// the data file kept nothing of it, starts over at the oldest message,
-// and what is older than the window would not be recognised as a
-// duplicate.
-func (s *Source) checkRetention(st *jetstream.StreamInfo, ttl time.Duration) []string {
+// checkRetention warns when the stream (st, or why it could not be read)
+// keeps messages longer than the inbox's dedup window: a durable renamed
+// in the config, or deleted where the data file kept nothing of it,
+// starts over at the oldest message, and what is older than the window
+// would not be recognised as a duplicate.
+func (s *Source) checkRetention(st *jetstream.StreamInfo, err error, ttl time.Duration) []string {
 	if ttl <= 0 {
 		return nil
+	}
+	if err != nil {
+		return []string{fmt.Sprintf("inbox %q: cannot read stream %q to compare its max_age with the dedup window, nor to tell it from one made again: %v", s.name, s.stream, err)}
 	}
 	consequence := "a durable created anew (renamed in the config, or deleted before the inbox took a batch) starts at the oldest message, and messages older than the window would not be recognised as duplicates"
 	switch age := st.Config.MaxAge; {
