@@ -267,6 +267,17 @@ func (e *Engine) InboxRead(name, topic string, partition int32) (r switchyard.Re
 	return r, ok, err
 }
 
+// KeepInboxRead keeps r as where inbox name's reading goes on from, as a
+// batch Receive takes does (a later one of the same id stands): a JetStream
+// source keeps its durable's ack floor so when it reads a new one.
+func (e *Engine) KeepInboxRead(ctx context.Context, name string, r switchyard.Read) error {
+	in, err := e.inbox(name)
+	if err != nil {
+		return err
+	}
+	return e.store.Update(ctx, func(tx *storage.Tx) error { return tx.KeepRead(name, in.cfg.ReadsAs(), r) })
+}
+
 // noteRefusal keeps err as the inbox's last refusal; nil (a batch taken)
 // clears it.
 func (in *inbox) noteRefusal(err error, now time.Time) {

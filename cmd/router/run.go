@@ -420,7 +420,8 @@ func openSource(ctx context.Context, cfg *config.Config, in config.Inbox, natsUR
 		}
 	case config.SinkNATS:
 		if i := slices.IndexFunc(cfg.NATS, func(n config.NATS) bool { return n.Name == name }); i >= 0 {
-			return natsplugin.OpenSource(ctx, cfg.NATS[i], natsURLs[name], in, log, kept)
+			keep := func(ctx context.Context, r switchyard.Read) error { return eng.KeepInboxRead(ctx, in.Name, r) }
+			return natsplugin.OpenSource(ctx, cfg.NATS[i], natsURLs[name], in, log, kept, keep)
 		}
 	}
 	return nil, nil

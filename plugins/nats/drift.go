@@ -73,11 +73,13 @@ func (s *Source) checkConsumer(ctx context.Context, receive func(context.Context
 	if err != nil {
 		return // a pull says why
 	}
-	s.floor = info.AckFloor.Stream
 	drift := consumerDrift(s.ccfg, info)
 	if len(drift) == 0 {
 		if s.owed == nil {
-			s.goodDelivered = info.Delivered.Stream
+			// As it should be, nothing owed: its floor is past nothing
+			// passed over (a changed durable's may be: a review).
+			s.goodDelivered, s.floor = info.Delivered.Stream, info.AckFloor.Stream
+			s.keepFloor(ctx)
 		}
 		return
 	}

@@ -1,6 +1,7 @@
 package nats
 
 import (
+	"context"
 	"encoding/binary"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,13 +38,17 @@ func (s *Source) adoptStart(got jetstream.ConsumerConfig) {
 	s.ccfg.DeliverPolicy, s.ccfg.OptStartSeq, s.ccfg.OptStartTime = got.DeliverPolicy, got.OptStartSeq, got.OptStartTime
 }
 
-// startMadeAgain sets where the inbox's durable, gone from stream (whose
-// id is id), is made again: after the ack floor the source last read from
-// it, or the data file kept, when of this stream; else from the stream's
-// start (also when the stream's id is unknown: zero). why is how the
-// source found it gone (nil: at setup). It keeps id as the stream's, and
-// returns what tells which, once the durable is made.
-func (s *Source) startMadeAgain(stream string, id [16]byte, why error) (tell func()) {
+// startMadeAgain sets where the inbox's durable, gone from stream (st: its
+// info, nil when unreadable), is made again: after the ack floor the
+// source last read from it, or the data file kept, when of this stream;
+// else from the stream's start (also when the stream cannot be told from
+// one made again: its info unreadable). A work-queue stream takes only
+// deliver-all durables, and keeps only what was not acknowledged: from
+// its start. why is how the source found it gone (nil: at setup). It
+// returns what tells which, once the durable is made (made then keeps
+// the stream's id with its floor).
+func (s *Source) startMadeAgain(stream string, st *jetstream.StreamInfo, why error) (tell func()) {
+	id := streamIDOf(st)
 	known := id != [16]byte{}
 	var next uint64
 	if known && s.streamID == id && s.floor > 0 {
@@ -57,27 +62,56 @@ func (s *Source) startMadeAgain(stream string, id [16]byte, why error) (tell fun
 	if ok && known && !again {
 		next = max(next, uint64(max(kept.Next, 0)))
 	}
-	s.streamID = id
-	s.ccfg.DeliverPolicy, s.ccfg.OptStartSeq, s.ccfg.OptStartTime = jetstream.DeliverAllPolicy, 0, nil
+	workQueue := st != nil && st.Config.Retention == jetstream.WorkQueuePolicy
+	s.resetStart()
 	durable := s.ccfg.Durable
 	switch {
-	case next > 0:
+	case next > 0 && !workQueue:
 		s.ccfg.DeliverPolicy, s.ccfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, next
 		return func() {
 			s.log.Warn("the inbox's durable consumer was gone (deleted): made again, reading on after what it had acknowledged (messages after that which the inbox has are dropped)",
 				"durable", durable, "stream", stream, "from_stream_seq", next, "error", why)
 		}
-	case again || ok && !known:
+	case !workQueue && (again || ok && !known):
 		return func() {
 			s.log.Warn("the inbox's durable consumer was gone, and its stream was made again since the inbox read it (or cannot be told from one: its info unreadable): made again from the stream's start",
 				"durable", durable, "stream", stream, "error", why)
 		}
 	case why != nil:
 		return func() {
-			s.log.Warn("durable consumer gone; made again from the stream's start (the inbox drops what it remembers)", "durable", durable, "stream", stream, "error", why)
+			s.log.Warn("durable consumer gone; made again from the stream's start (the inbox drops what it remembers; a work-queue stream keeps only what was not acknowledged)", "durable", durable, "stream", stream, "error", why)
 		}
 	}
 	return func() {}
+}
+
+// resetStart makes the durable, if it must be made, read from the
+// stream's start: the safe default where nothing better is known (a
+// durable that exists keeps its own: adoptStart).
+func (s *Source) resetStart() {
+	s.ccfg.DeliverPolicy, s.ccfg.OptStartSeq, s.ccfg.OptStartTime = jetstream.DeliverAllPolicy, 0, nil
+}
+
+// made notes the durable just made or found on the stream of id: its ack
+// floor, with the id it is of (together: a floor of another stream's
+// durable would skip the first messages of this one, a review).
+func (s *Source) made(id [16]byte) {
+	s.streamID, s.floor = id, s.consumer().CachedInfo().AckFloor.Stream
+}
+
+// keepFloor has the data file keep where a durable made again would read
+// on from (the source's floor), when a check has read a new one: the last
+// batch before a stop carried the floor from before it (a review: read
+// again after the durable was deleted).
+func (s *Source) keepFloor(ctx context.Context) {
+	if s.keep == nil || s.floor == s.keptFloor {
+		return
+	}
+	if err := s.keep(ctx, switchyard.Read{Topic: s.stream, Next: int64(s.floor) + 1, ID: s.streamID}); err != nil {
+		s.log.Warn("cannot keep where the inbox got to in the stream", "durable", s.ccfg.Durable, "stream", s.stream, "error", err)
+		return
+	}
+	s.keptFloor = s.floor
 }
 
 // keptRead is what the data file kept of the inbox's reading of stream.

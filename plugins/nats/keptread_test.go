@@ -36,6 +36,16 @@ func (k *keptBook) receive(ctx context.Context, msgs []switchyard.Inbound) error
 	return k.collector.receive(ctx, msgs)
 }
 
+// keep keeps r as the engine's KeepInboxRead does.
+func (k *keptBook) keep(_ context.Context, r switchyard.Read) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if r.Next > k.reads[r.Topic].Next || r.ID != k.reads[r.Topic].ID {
+		k.reads[r.Topic] = r
+	}
+	return nil
+}
+
 func (k *keptBook) kept(stream string, _ int32) (switchyard.Read, bool, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -51,10 +61,10 @@ func (k *keptBook) times(id string) int {
 }
 
 // A durable deleted while no router read it (an operator, a tool) is made
-// again reading on after the ack floor the inbox kept with its last batch,
+// again reading on after the ack floor the inbox kept at its last check,
 // not from the stream's start, where every message older than the inbox's
-// ttl would be handed to the service again: only what came after the
-// floor is read again. Said in the log.
+// ttl would be handed to the service again: nothing acknowledged is read
+// again. Said in the log.
 func TestSourceDurableDeletedWhileStoppedReadsOn(t *testing.T) {
 	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
 	consumerCheckEvery = 200 * time.Millisecond
@@ -63,7 +73,7 @@ func TestSourceDurableDeletedWhileStoppedReadsOn(t *testing.T) {
 	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
 	book := &keptBook{reads: map[string]switchyard.Read{}}
 	run := func() func() {
-		s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("kept", "orders.>"), log, DefaultAckWait, book.kept)
+		s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("kept", "orders.>"), log, DefaultAckWait, book.kept, book.keep)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +84,7 @@ func TestSourceDurableDeletedWhileStoppedReadsOn(t *testing.T) {
 	e.publish(t, "orders.created", "a", 25)
 	testkit.Eventually(t, "the first messages", 10*time.Second, func() bool { return book.distinct() == 25 })
 	// The check after a batch reads the ack floor (every
-	// consumerCheckEvery); the next batch carries it.
+	// consumerCheckEvery) and keeps it.
 	for _, prefix := range []string{"b", "d"} {
 		time.Sleep(300 * time.Millisecond)
 		e.publish(t, "orders.created", prefix, 1)
@@ -90,12 +100,12 @@ func TestSourceDurableDeletedWhileStoppedReadsOn(t *testing.T) {
 	defer stop()
 	testkit.Eventually(t, "the messages after the delete", 10*time.Second, func() bool { return book.distinct() == 37 })
 	time.Sleep(300 * time.Millisecond) // anything read again
-	for _, id := range []string{"a-0000", "a-0024", "b-0000"} {
+	for _, id := range []string{"a-0000", "a-0024", "b-0000", "d-0000"} {
 		if n := book.times(id); n != 1 {
 			t.Errorf("%s received %d times: the durable made again read from the stream's start\n%s", id, n, logs.String())
 		}
 	}
-	if l := logs.String(); !strings.Contains(l, "made again, reading on after what it had acknowledged") || !strings.Contains(l, "from_stream_seq=27") {
+	if l := logs.String(); !strings.Contains(l, "made again, reading on after what it had acknowledged") || !strings.Contains(l, "from_stream_seq=28") {
 		t.Errorf("reading on is not told:\n%s", l)
 	}
 }
@@ -109,7 +119,7 @@ func TestSourceReadsAStreamMadeAgainFromItsStart(t *testing.T) {
 	consumerCheckEvery = 200 * time.Millisecond
 	e := newSourceEnv(t)
 	book := &keptBook{reads: map[string]switchyard.Read{}}
-	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("again", "orders.>"), testLogger(t), DefaultAckWait, book.kept)
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("again", "orders.>"), testLogger(t), DefaultAckWait, book.kept, book.keep)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +179,7 @@ func TestSourceConsumesWithoutTheStreamsInfo(t *testing.T) {
 	cfg := config.NewNATS("remote")
 	cfg.URL, cfg.PublishTimeout = srv.ClientURL(), 5*time.Second
 	cfg.Auth = config.NATSAuth{User: "inbox", Password: config.Secret{Env: "SWITCHYARD_TEST_INBOX_PASSWORD"}}
-	s, err := openSource(pubCtx(t, 10*time.Second), cfg, srv.ClientURL(), natsInbox("blind", "orders.>"), testLogger(t), DefaultAckWait, nil)
+	s, err := openSource(pubCtx(t, 10*time.Second), cfg, srv.ClientURL(), natsInbox("blind", "orders.>"), testLogger(t), DefaultAckWait, nil, nil)
 	if err != nil {
 		t.Fatalf("a source whose user may not read the stream's info: %v", err)
 	}

@@ -109,9 +109,11 @@ type Source struct {
 	// kept says where the data file has the inbox's reading go on from;
 	// floor and streamID are the durable's ack floor as the source last
 	// read it, and the stream's creation time (keptread.go).
-	kept     switchyard.KeptReads
-	floor    uint64
-	streamID [16]byte
+	kept      switchyard.KeptReads
+	keep      func(context.Context, switchyard.Read) error
+	floor     uint64
+	keptFloor uint64 // the floor keep last kept
+	streamID  [16]byte
 
 	warnings []string
 
@@ -127,14 +129,15 @@ type Source struct {
 //
 // A new durable starts with the oldest message of the stream (deliver
 // all), like a new Kafka group at the earliest offset; one made again
-// after it was deleted, where kept (nil: none) says the inbox got to
-// (keptread.go). Its filter is the inbox subject; a message is
+// after it was deleted, where kept (nil: none) says the inbox got to,
+// which the source has keep (nil: none) as it reads the durable's ack
+// floor (keptread.go). Its filter is the inbox subject; a message is
 // redelivered until it is acknowledged (no max_deliver).
-func OpenSource(ctx context.Context, ncfg config.NATS, url string, in config.Inbox, logger hclog.Logger, kept switchyard.KeptReads) (*Source, error) {
-	return openSource(ctx, ncfg, url, in, logger, DefaultAckWait, kept)
+func OpenSource(ctx context.Context, ncfg config.NATS, url string, in config.Inbox, logger hclog.Logger, kept switchyard.KeptReads, keep func(context.Context, switchyard.Read) error) (*Source, error) {
+	return openSource(ctx, ncfg, url, in, logger, DefaultAckWait, kept, keep)
 }
 
-func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inbox, logger hclog.Logger, ackWait time.Duration, kept switchyard.KeptReads) (*Source, error) {
+func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inbox, logger hclog.Logger, ackWait time.Duration, kept switchyard.KeptReads, keep func(context.Context, switchyard.Read) error) (*Source, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -163,6 +166,7 @@ func openSource(ctx context.Context, ncfg config.NATS, url string, in config.Inb
 		ccfg:         consumerConfig(in, ackWait),
 		driftLog:     logthrottle.Throttle{Every: time.Minute},
 		kept:         kept,
+		keep:         keep,
 	}
 	s.decoder = engine.InboundDecoder{Binding: cloudevents.NATS, IDHeader: in.IDHeader, Log: s.log, Noun: "message"}
 	auth, err := ClientOptions(ncfg, s.log)
@@ -237,24 +241,29 @@ func (s *Source) setup(ctx context.Context) error {
 	s.mu.Lock()
 	s.stream = stream
 	s.mu.Unlock()
-	tell := func() {}
+	tell, drifted := func() {}, false
 	switch old, err := s.js.Consumer(ctx, stream, s.ccfg.Durable); {
 	case err == nil:
 		if drift := consumerDrift(s.ccfg, old.CachedInfo()); len(drift) > 0 {
+			drifted = true
 			s.log.Warn("the inbox's durable consumer differs from the inbox's configuration (an edit of the inbox block, or someone else's change): set to the inbox's; had its filter or max_deliver been changed, the server may have passed over messages of the inbox's subject after ack_floor_stream_seq",
 				"durable", s.ccfg.Durable, "stream", stream, "changed", strings.Join(drift, "; "), "ack_floor_stream_seq", old.CachedInfo().AckFloor.Stream)
 		}
 		s.adoptStart(old.CachedInfo().Config)
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		tell = s.startMadeAgain(stream, streamIDOf(st), nil)
+		tell = s.startMadeAgain(stream, st, nil)
+	default:
+		s.resetStart() // not known whether it is there: made, it reads from the start
 	}
-	s.streamID = streamIDOf(st) // after startMadeAgain, which asks whether it changed
 	if err := s.ensureConsumer(ctx); err != nil {
 		return err
 	}
 	tell()
-	info := s.consumer().CachedInfo()
-	s.consumerCheckedAt, s.goodDelivered, s.floor = time.Now(), info.Delivered.Stream, info.AckFloor.Stream
+	s.made(streamIDOf(st))
+	if drifted {
+		s.floor = 0 // a changed durable's floor may be past what it passed over
+	}
+	s.consumerCheckedAt, s.goodDelivered = time.Now(), s.consumer().CachedInfo().Delivered.Stream
 	s.warnings = s.checkRetention(st, serr, s.ttl)
 	for _, w := range s.warnings {
 		s.log.Warn(w)
@@ -403,16 +412,22 @@ func (s *Source) pullFailed(ctx context.Context, err error, lastLog *time.Time) 
 		}
 		return
 	}
-	tell := func() {}
+	tell, id := func() {}, s.streamID
 	switch old, lerr := s.js.Consumer(ctx, s.Stream(), s.ccfg.Durable); {
 	case lerr == nil: // there after all (the server did not answer the pull): as it is
 		s.adoptStart(old.CachedInfo().Config)
 	case errors.Is(lerr, jetstream.ErrConsumerNotFound):
 		// The stream may have been made again under its name: its id
 		// says whether the floor read from the old one holds.
-		if st, serr := s.js.Stream(ctx, s.Stream()); serr == nil {
-			tell = s.startMadeAgain(s.Stream(), streamIDOf(st.CachedInfo()), err)
+		var st *jetstream.StreamInfo
+		sctx, cancel := context.WithTimeout(ctx, streamInfoWait)
+		if sh, serr := s.js.Stream(sctx, s.Stream()); serr == nil {
+			st = sh.CachedInfo()
 		}
+		cancel()
+		tell, id = s.startMadeAgain(s.Stream(), st, err), streamIDOf(st)
+	default:
+		s.resetStart() // not known whether it is there: made, it reads from the start
 	}
 	cerr := s.ensureConsumer(ctx)
 	switch {
@@ -420,7 +435,7 @@ func (s *Source) pullFailed(ctx context.Context, err error, lastLog *time.Time) 
 		cerr = s.setup(ctx) // the stream gone too: the one that stores the subject now
 	case cerr == nil:
 		tell()
-		s.floor = s.consumer().CachedInfo().AckFloor.Stream
+		s.made(id)
 	}
 	if cerr != nil && time.Since(*lastLog) >= 30*time.Second {
 		*lastLog = time.Now()

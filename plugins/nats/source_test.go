@@ -82,7 +82,7 @@ func newNATSSource(t *testing.T, e *sourceEnv, in config.Inbox, ackWait time.Dur
 // newNATSSourceLogged is newNATSSource logging to log.
 func newNATSSourceLogged(t *testing.T, e *sourceEnv, in config.Inbox, ackWait time.Duration, log hclog.Logger) *Source {
 	t.Helper()
-	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, in, log, ackWait, nil)
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, in, log, ackWait, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestSourceDerivedAndCustomID(t *testing.T) {
 // a subject.
 func TestOpenSourceStreamErrors(t *testing.T) {
 	e := newSourceEnv(t)
-	_, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "nowhere.>"), testLogger(t), nil)
+	_, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "nowhere.>"), testLogger(t), nil, nil)
 	if err == nil || !errors.Is(err, jetstream.ErrStreamNotFound) || !strings.Contains(err.Error(), `no JetStream stream stores subject "nowhere.>"`) {
 		t.Fatalf("no stream: %v", err)
 	}
@@ -342,11 +342,11 @@ func TestOpenSourceStreamErrors(t *testing.T) {
 	if _, err := e.js.CreateStream(pubCtx(t, 5*time.Second), jetstream.StreamConfig{Name: "MORE2", Subjects: []string{"more.b"}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "more.*"), testLogger(t), nil)
+	_, err = OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", "more.*"), testLogger(t), nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "several streams (MORE, MORE2)") {
 		t.Fatalf("two streams: %v", err)
 	}
-	if _, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", ""), nil, nil); err == nil {
+	if _, err := OpenSource(pubCtx(t, 5*time.Second), testConfig(true), e.url, natsInbox("d", ""), nil, nil, nil); err == nil {
 		t.Fatal("no subject accepted")
 	}
 }
@@ -590,7 +590,7 @@ func TestSourceFindsASilentConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	link := testkit.NewLink(t, u.Host)
-	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), "nats://"+link.Addr(), natsInbox("silent", "orders.>"), testLogger(t), 2*time.Second, nil)
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), "nats://"+link.Addr(), natsInbox("silent", "orders.>"), testLogger(t), 2*time.Second, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -632,7 +632,7 @@ func TestSourceHealthyOnceSetUp(t *testing.T) {
 	cfg := testConfig(true)
 	cfg.Port = testkit.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", cfg.Port)
-	s, err := openSource(pubCtx(t, 10*time.Second), cfg, url, natsInbox("late", "orders.>"), testLogger(t), 2*time.Second, nil)
+	s, err := openSource(pubCtx(t, 10*time.Second), cfg, url, natsInbox("late", "orders.>"), testLogger(t), 2*time.Second, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -674,7 +674,7 @@ func TestSourceWritesAreBounded(t *testing.T) {
 	}
 	unresolved := testConfig(true)
 	unresolved.PublishTimeout = 0
-	s, err := openSource(pubCtx(t, 10*time.Second), unresolved, e.url, natsInbox("unbounded", "orders.>"), testLogger(t), 2*time.Second, nil)
+	s, err := openSource(pubCtx(t, 10*time.Second), unresolved, e.url, natsInbox("unbounded", "orders.>"), testLogger(t), 2*time.Second, nil, nil)
 	if err == nil {
 		s.Close(context.Background())
 		t.Fatal("an inbox opened on a block without a publish timeout")
