@@ -63,6 +63,12 @@ func (s *Source) startMadeAgain(stream string, st *jetstream.StreamInfo, why err
 		next = max(next, uint64(max(kept.Next, 0)))
 	}
 	workQueue := st != nil && st.Config.Retention == jetstream.WorkQueuePolicy
+	if st != nil && next > st.State.LastSeq+1 {
+		// Past the stream's end: its sequences went back (a snapshot
+		// restored keeps the creation time), and the server would not
+		// clamp the start: messages below it would never be read.
+		again, next = true, 0
+	}
 	s.resetStart()
 	durable := s.ccfg.Durable
 	switch {

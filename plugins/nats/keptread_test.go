@@ -192,3 +192,36 @@ func TestSourceConsumesWithoutTheStreamsInfo(t *testing.T) {
 		t.Errorf("warnings: %q", w)
 	}
 }
+
+// A kept floor past the stream's end (its sequences went back: a snapshot
+// restored keeps the stream's creation time) is not read on from: the
+// server would start the durable there, and never give the messages
+// below it; the stream is read from its start.
+func TestSourceReadsFromTheStartWhenTheKeptFloorIsPastTheEnd(t *testing.T) {
+	e := newSourceEnv(t)
+	book := &keptBook{reads: map[string]switchyard.Read{}}
+	run := func() func() {
+		s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("past", "orders.>"), testLogger(t), DefaultAckWait, book.kept, book.keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := testkit.RunSource(s, book.receive)
+		return func() { r.Stop(t); s.Close(context.Background()) }
+	}
+	e.publish(t, "orders.created", "a", 5)
+	stop := run()
+	testkit.Eventually(t, "the messages", 10*time.Second, func() bool { return book.distinct() == 5 })
+	stop()
+	book.mu.Lock()
+	r := book.reads["ORDERS"]
+	r.Next = 100
+	book.reads["ORDERS"] = r
+	book.mu.Unlock()
+	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "past"); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(t, "orders.created", "b", 3)
+	stop = run()
+	defer stop()
+	testkit.Eventually(t, "the messages after the delete", 10*time.Second, func() bool { return book.times("b-0002") == 1 })
+}
