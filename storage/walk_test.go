@@ -45,15 +45,7 @@ func boltFile(t *testing.T, storedFreelist bool) (string, Meta) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, ok := currentMeta(f)
-	if !ok {
-		t.Fatal("no valid meta")
-	}
+	m := metaNow(t, path)
 	if storedFreelist == (m.FreeList == noFreelist) {
 		t.Fatalf("free list page %d, want stored %v", m.FreeList, storedFreelist)
 	}

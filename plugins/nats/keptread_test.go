@@ -53,6 +53,18 @@ func (k *keptBook) kept(stream string, _ int32) (switchyard.Read, bool, error) {
 	return r, ok, nil
 }
 
+// runKept runs a source of in on e that keeps in book, logging to log;
+// stop stops and closes it.
+func runKept(t *testing.T, e *sourceEnv, in config.Inbox, log hclog.Logger, book *keptBook) (stop func()) {
+	t.Helper()
+	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, in, log, DefaultAckWait, book.kept, book.keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testkit.RunSource(s, book.receive)
+	return func() { r.Stop(t); s.Close(context.Background()) }
+}
+
 // times is how many times id was received.
 func (k *keptBook) times(id string) int {
 	k.collector.mu.Lock()
@@ -72,14 +84,7 @@ func TestSourceDurableDeletedWhileStoppedReadsOn(t *testing.T) {
 	var logs testkit.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
 	book := &keptBook{reads: map[string]switchyard.Read{}}
-	run := func() func() {
-		s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("kept", "orders.>"), log, DefaultAckWait, book.kept, book.keep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := testkit.RunSource(s, book.receive)
-		return func() { r.Stop(t); s.Close(context.Background()) }
-	}
+	run := func() func() { return runKept(t, e, natsInbox("kept", "orders.>"), log, book) }
 	stop := run()
 	e.publish(t, "orders.created", "a", 25)
 	testkit.Eventually(t, "the first messages", 10*time.Second, func() bool { return book.distinct() == 25 })
@@ -119,13 +124,7 @@ func TestSourceReadsAStreamMadeAgainFromItsStart(t *testing.T) {
 	consumerCheckEvery = 200 * time.Millisecond
 	e := newSourceEnv(t)
 	book := &keptBook{reads: map[string]switchyard.Read{}}
-	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("again", "orders.>"), testLogger(t), DefaultAckWait, book.kept, book.keep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	r := testkit.RunSource(s, book.receive)
-	defer r.Stop(t)
+	defer runKept(t, e, natsInbox("again", "orders.>"), testLogger(t), book)()
 	e.publish(t, "orders.created", "before", 5)
 	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return book.distinct() == 5 })
 	time.Sleep(300 * time.Millisecond)
@@ -200,14 +199,7 @@ func TestSourceConsumesWithoutTheStreamsInfo(t *testing.T) {
 func TestSourceReadsFromTheStartWhenTheKeptFloorIsPastTheEnd(t *testing.T) {
 	e := newSourceEnv(t)
 	book := &keptBook{reads: map[string]switchyard.Read{}}
-	run := func() func() {
-		s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("past", "orders.>"), testLogger(t), DefaultAckWait, book.kept, book.keep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := testkit.RunSource(s, book.receive)
-		return func() { r.Stop(t); s.Close(context.Background()) }
-	}
+	run := func() func() { return runKept(t, e, natsInbox("past", "orders.>"), testLogger(t), book) }
 	e.publish(t, "orders.created", "a", 5)
 	stop := run()
 	testkit.Eventually(t, "the messages", 10*time.Second, func() bool { return book.distinct() == 5 })

@@ -66,13 +66,7 @@ func TestADurableOnAStreamMadeAgainMadeAfterAFailureSkipsNothing(t *testing.T) {
 	var logs testkit.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
 	book := &keptBook{reads: map[string]switchyard.Read{}}
-	s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("again", "orders.>"), log, DefaultAckWait, book.kept, book.keep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	r := testkit.RunSource(s, book.receive)
-	defer r.Stop(t)
+	defer runKept(t, e, natsInbox("again", "orders.>"), log, book)()
 	e.publish(t, "orders.created", "before", 5)
 	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return book.distinct() == 5 })
 	time.Sleep(300 * time.Millisecond)
@@ -166,14 +160,7 @@ func TestTheFloorAfterTheLastBatchIsKept(t *testing.T) {
 	consumerCheckEvery = 200 * time.Millisecond
 	e := newSourceEnv(t)
 	book := &keptBook{reads: map[string]switchyard.Read{}}
-	run := func() func() {
-		s, err := openSource(pubCtx(t, 10*time.Second), testConfig(true), e.url, natsInbox("burst", "orders.>"), testLogger(t), DefaultAckWait, book.kept, book.keep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := testkit.RunSource(s, book.receive)
-		return func() { r.Stop(t); s.Close(context.Background()) }
-	}
+	run := func() func() { return runKept(t, e, natsInbox("burst", "orders.>"), testLogger(t), book) }
 	e.publish(t, "orders.created", "a", 10) // one batch
 	stop := run()
 	testkit.Eventually(t, "the batch", 10*time.Second, func() bool { return book.distinct() == 10 })
