@@ -95,6 +95,11 @@ func TestSourceDurableDeletedWhileStoppedReadsOn(t *testing.T) {
 		e.publish(t, "orders.created", prefix, 1)
 		testkit.Eventually(t, prefix, 10*time.Second, func() bool { return book.times(prefix+"-0000") == 1 })
 	}
+	testkit.Eventually(t, "the floor after the last batch kept", 10*time.Second, func() bool {
+		book.mu.Lock()
+		defer book.mu.Unlock()
+		return book.reads["ORDERS"].Next == 28 // the check after the batch (it may come after the batch's receive)
+	})
 	stop()
 
 	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "kept"); err != nil {

@@ -404,26 +404,26 @@ func TestSourceDurableDeletedIsRecreated(t *testing.T) {
 	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
 	consumerCheckEvery = 200 * time.Millisecond
 	e := newSourceEnv(t)
-	s := newNATSSource(t, e, natsInbox("gone", "orders.>"), DefaultAckWait)
-	var c collector
-	r := testkit.RunSource(s, c.receive)
-	defer r.Stop(t)
+	book := &keptBook{reads: map[string]switchyard.Read{}}
+	defer runKept(t, e, natsInbox("gone", "orders.>"), testLogger(t), book)()
 	e.publish(t, "orders.created", "before", 3)
-	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return c.distinct() == 3 })
+	testkit.Eventually(t, "first messages", 10*time.Second, func() bool { return book.distinct() == 3 })
 	time.Sleep(300 * time.Millisecond)
 	e.publish(t, "orders.created", "mid", 1) // the check after its batch reads the floor
-	testkit.Eventually(t, "the next message", 10*time.Second, func() bool { return c.distinct() == 4 })
+	testkit.Eventually(t, "the floor after the next message", 10*time.Second, func() bool {
+		book.mu.Lock()
+		defer book.mu.Unlock()
+		return book.times("mid-0000") == 1 && book.reads["ORDERS"].Next == 5
+	})
 	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "gone"); err != nil {
 		t.Fatal(err)
 	}
 	e.publish(t, "orders.created", "after", 3)
-	testkit.Eventually(t, "messages after the delete", 20*time.Second, func() bool { return c.distinct() == 7 })
+	testkit.Eventually(t, "messages after the delete", 20*time.Second, func() bool { return book.distinct() == 7 })
 	time.Sleep(300 * time.Millisecond) // anything read again
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, id := range []string{"before-0000", "before-0002", "mid-0000"} {
-		if c.ids[id] != 1 {
-			t.Errorf("%s received %d times: the durable made again read from the stream's start", id, c.ids[id])
+		if n := book.times(id); n != 1 {
+			t.Errorf("%s received %d times: the durable made again read from the stream's start", id, n)
 		}
 	}
 }
