@@ -151,9 +151,6 @@ func (s *Source) toCommit(reads []switchyard.Read) {
 	s.readOnMu.Lock()
 	defer s.readOnMu.Unlock()
 	for _, r := range reads {
-		if s.readOnAt == nil {
-			s.readOnAt = map[topicPartition]int64{}
-		}
 		s.readOnAt[topicPartition{r.Topic, r.Partition}] = r.Next
 	}
 }
@@ -176,7 +173,7 @@ func (s *Source) dropReadOn(m map[string][]int32) {
 func (s *Source) commitReadOn(ctx context.Context) {
 	s.readOnMu.Lock()
 	pending := s.readOnAt
-	s.readOnAt = nil
+	s.readOnAt = map[topicPartition]int64{}
 	s.readOnMu.Unlock()
 	if len(pending) == 0 {
 		return
@@ -207,9 +204,6 @@ func (s *Source) commitReadOn(ctx context.Context) {
 	defer s.readOnMu.Unlock()
 	for tp, next := range pending {
 		if _, newer := s.readOnAt[tp]; !newer {
-			if s.readOnAt == nil {
-				s.readOnAt = map[topicPartition]int64{}
-			}
 			s.readOnAt[tp] = next
 		}
 	}

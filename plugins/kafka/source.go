@@ -133,20 +133,21 @@ func openSource(_ context.Context, kcfg config.Kafka, in config.Inbox, logger hc
 			in.Name, in.Group, in.IDHeader, in.Policy.BatchSize)
 	}
 	s := &Source{
-		name:    in.Name,
-		sink:    sink,
-		log:     logger.Named("inbox." + in.Name),
-		topics:  slices.Clone(in.Topics),
-		group:   in.Group,
-		batch:   in.Policy.BatchSize,
-		warned:  make(map[string]struct{}),
-		ids:     make(map[string][16]byte),
-		idsAsk:  make(map[string]time.Time),
-		kept:    kept,
-		clSet:   make(chan struct{}),
-		ttl:     in.TTL,
-		stop:    make(chan struct{}),
-		runDone: make(chan struct{}),
+		name:     in.Name,
+		sink:     sink,
+		log:      logger.Named("inbox." + in.Name),
+		topics:   slices.Clone(in.Topics),
+		group:    in.Group,
+		batch:    in.Policy.BatchSize,
+		warned:   make(map[string]struct{}),
+		ids:      make(map[string][16]byte),
+		idsAsk:   make(map[string]time.Time),
+		readOnAt: make(map[topicPartition]int64),
+		kept:     kept,
+		clSet:    make(chan struct{}),
+		ttl:      in.TTL,
+		stop:     make(chan struct{}),
+		runDone:  make(chan struct{}),
 	}
 	s.decoder = engine.InboundDecoder{Binding: cloudevents.Kafka, IDHeader: in.IDHeader, Log: s.log, Noun: "record"}
 	opts, err := ClientOptions(kcfg, s.log)
