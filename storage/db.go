@@ -67,6 +67,9 @@ type DB struct {
 	readers readers       // open read transactions (readers.go)
 	commits atomic.Uint64 // fsynced transactions
 	unclean bool          // the previous run did not stop cleanly
+	// freeListErr is why the open could not store the file's free list
+	// before bbolt opened it (FreeListError), nil otherwise.
+	freeListErr error
 	// upgradedFrom is the schema the file had before this open upgraded
 	// it; "" when it was new or at SchemaVersion already.
 	upgradedFrom string
@@ -194,7 +197,8 @@ func Open(path string, opts Options) (*DB, error) {
 			return nil, openError(path, err)
 		}
 	}
-	if err := inspect(path, opts.CheckUnclean); err != nil {
+	notStored, err := inspect(path, opts.CheckUnclean)
+	if err != nil {
 		return nil, openError(path, err)
 	}
 	bdb, err := openBolt(path, writable(1<<30))
@@ -217,6 +221,7 @@ func Open(path string, opts Options) (*DB, error) {
 	opened, _ := os.Stat(path)
 	db := &DB{
 		opened:       opened,
+		freeListErr:  notStored,
 		unclean:      unclean,
 		upgradedFrom: upgradedFrom,
 		bolt:         bdb,
@@ -369,6 +374,11 @@ func (db *DB) stopCommit() error {
 // cut. The router then republishes what it delivered last to a broker that
 // may have lost it (docs/decisions/power-loss.md).
 func (db *DB) Unclean() bool { return db.unclean }
+
+// FreeListError is why Open could not store the free list of a file that
+// stored none before bbolt opened it (a *FreeListError: bbolt walked the
+// file instead, a slower start); nil when it stored one, or had no need.
+func (db *DB) FreeListError() error { return db.freeListErr }
 
 // UpgradedFrom is the schema the file had before this open upgraded it to
 // SchemaVersion: routers that read only that one refuse it from now on.

@@ -39,7 +39,7 @@ func lockFile(f *os.File, exclusive bool) error {
 	}
 	err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
-		return errors.New(openElsewhere(f.Name()))
+		return &heldError{f.Name()}
 	}
 	return err
 }

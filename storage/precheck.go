@@ -115,13 +115,20 @@ func secondMetaAt(f *os.File, m0 Meta) int64 {
 // currentMeta is the meta bbolt opens f by: the valid one of the two with
 // the later transaction; false when neither is valid.
 func currentMeta(f *os.File) (Meta, bool) {
+	m, _, ok := currentMetaAt(f)
+	return m, ok
+}
+
+// currentMetaAt is currentMeta, and where in the file it lies.
+func currentMetaAt(f *os.File) (m Meta, off int64, ok bool) {
 	m0, ok0 := readMeta(f, 0)
-	m1, ok1 := readMeta(f, secondMetaAt(f, m0))
+	second := secondMetaAt(f, m0)
+	m1, ok1 := readMeta(f, second)
 	switch {
 	case ok0 && ok1 && m1.TxID > m0.TxID, !ok0 && ok1:
-		return m1, true
+		return m1, second, true
 	}
-	return m0, ok0
+	return m0, 0, ok0
 }
 
 // statDataFile stats the data file at path for an offline tool, and
@@ -207,7 +214,10 @@ var errEmpty = errors.New("the data file is empty (0 bytes): no router leaves on
 // writable is how the router opens a data file to write it: the router's
 // own, and the new files of createFile and compact. The freelist is not
 // written on every commit: one page less to write per fsync. The open reads
-// the one a clean stop stores (DB.Close), or rebuilds it from the tree. A large initial mapping (mmap) avoids remaps, which block readers.
+// the one a clean stop stores (DB.Close), or the one inspect stores before
+// it (walkAndStoreFreeList); bbolt rebuilds it from the tree only where
+// neither could be. A large initial mapping (mmap) avoids remaps, which
+// block readers.
 func writable(mmap int) *bolt.Options {
 	return &bolt.Options{
 		Timeout:         time.Second, // another router holds the file: fail, don't hang
@@ -253,10 +263,13 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 	return db, err
 }
 
-// inspect looks at the file read-only before Open opens it to write: its
-// size (checkSize); then, when the last router on it did not stop cleanly
-// (its running mark), the whole file through checkUnclean, else every
-// page the tree reaches (walkPages).
+// inspect looks at the file before Open opens it to write: its size
+// (checkSize); when the last router on it did not stop cleanly (its
+// running mark), the whole file through checkUnclean; then every page the
+// tree reaches (walkAndStoreFreeList, as walkPages reads them), and, when
+// the last commit stored no free list, it stores the one bbolt would walk
+// the mapped file for. notStored is why that could not be done (the open
+// is slower, nothing else).
 //
 // bbolt walks the same pages when it opens a file to write without a
 // stored free list (after an unclean stop: a clean one stores it), on a
@@ -273,15 +286,15 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 // every start: 8–24 s of a clean start's 22–46 s for a 477 MB file in a
 // 128 MiB cgroup (docs/decisions/page-walk.md). After an unclean stop,
 // where a torn write is likely, the whole check (Options.CheckUnclean;
-// cmd/router runs it in a child process) takes the walk's place. A file
+// cmd/router runs it in a child process) comes first. A file
 // that does not exist yet has nothing to inspect; one bbolt cannot open is
 // left to the open that follows, which says why.
-func inspect(path string, checkUnclean func(string) error) error {
+func inspect(path string, checkUnclean func(string) error) (notStored, err error) {
 	if _, err := os.Stat(path); err != nil {
-		return nil
+		return nil, nil
 	}
 	if err := checkSize(path); err != nil {
-		return err
+		return nil, err
 	}
 	var bdb *bolt.DB
 	if err := faultSafe(func() (err error) {
@@ -289,12 +302,12 @@ func inspect(path string, checkUnclean func(string) error) error {
 		return err
 	}); err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
-			return lockHeld(path, err) // a router holds it: say so now, not after a second wait
+			return nil, lockHeld(path, err) // a router holds it: say so now, not after a second wait
 		}
-		return nil
+		return nil, nil
 	}
 	unclean := false
-	err := faultSafe(func() error {
+	err = faultSafe(func() error {
 		return bdb.View(func(tx *bolt.Tx) error {
 			if meta := tx.Bucket(bucketMeta); meta != nil {
 				unclean = meta.Get(keyRunning) != nil
@@ -303,16 +316,13 @@ func inspect(path string, checkUnclean func(string) error) error {
 		})
 	})
 	bdb.Close()
-	switch {
-	case err != nil:
-	case unclean && checkUnclean != nil:
+	if err == nil && unclean && checkUnclean != nil {
 		err = checkUnclean(path)
-	default:
-		if werr := walkPages(path, nil); werr != nil {
-			err = damaged("its pages do not hold together", werr)
-		}
 	}
-	return err
+	if err != nil {
+		return nil, err
+	}
+	return walkAndStoreFreeList(path)
 }
 
 // notBolt says whether err is bbolt refusing the file's contents, in
@@ -332,6 +342,11 @@ func lockHeld(path string, err error) error {
 	}
 	return err
 }
+
+// heldError is lockFile's: another process has the file at path open.
+type heldError struct{ path string }
+
+func (e *heldError) Error() string { return openElsewhere(e.path) }
 
 // openElsewhere says that another process has the data file at path open.
 func openElsewhere(path string) string {

@@ -57,33 +57,42 @@ func walkPages(path string, leaf func(in string, k, v []byte)) error {
 		return err
 	}
 	defer f.Close()
-	m, ok := currentMeta(f)
+	_, err = walkFile(f, leaf)
+	return err
+}
+
+// walkFile is walkPages of the open file f; it returns the walker, which
+// knows the pages reached, or nil when f has no valid meta page (bbolt
+// says what is wrong with the metas).
+func walkFile(f *os.File, leaf func(in string, k, v []byte)) (*pageWalker, error) {
+	m, at, ok := currentMetaAt(f)
 	if !ok {
-		return nil // bbolt says what is wrong with the metas
+		return nil, nil
 	}
 	if m.PageSize < 512 || m.HighWater < 3 { // a root page at least, after the metas
-		return fmt.Errorf("its meta page says it has %d pages of %d bytes", m.HighWater, m.PageSize)
+		return nil, fmt.Errorf("its meta page says it has %d pages of %d bytes", m.HighWater, m.PageSize)
 	}
-	w := &pageWalker{f: f, m: m, seen: make([]uint64, (m.HighWater+63)/64), leaf: leaf}
+	w := &pageWalker{f: f, m: m, metaAt: at, seen: make([]uint64, (m.HighWater+63)/64), leaf: leaf}
 	w.mark(0)
 	w.mark(1)
 	free, err := w.freelist()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := w.page(m.Root, 0, "", nil, nil); err != nil {
-		return err
+		return nil, err
 	}
-	return w.checkFree(free)
+	return w, w.checkFree(free)
 }
 
 // pageWalker is one walkPages.
 type pageWalker struct {
-	f    *os.File
-	m    Meta
-	seen []uint64 // a bit a page: reached
-	leaf func(in string, k, v []byte)
-	bufs [][]byte // a page's bytes, by depth
+	f      *os.File
+	m      Meta
+	metaAt int64    // where m lies in the file
+	seen   []uint64 // a bit a page: reached
+	leaf   func(in string, k, v []byte)
+	bufs   [][]byte // a page's bytes, by depth
 }
 
 func (w *pageWalker) reached(id uint64) bool { return w.seen[id/64]&(1<<(id%64)) != 0 }

@@ -236,7 +236,7 @@ func TestTheWalkRefusesABranchWithoutElements(t *testing.T) {
 	if err := walkPages(path, nil); err == nil || !strings.Contains(err.Error(), "is a branch without elements") {
 		t.Fatalf("the walk says %v, want the branch without elements", err)
 	}
-	if err := inspect(path, nil); err == nil {
+	if _, err := inspect(path, nil); err == nil {
 		t.Fatal("the clean start's look passes the file")
 	}
 }

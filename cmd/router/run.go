@@ -255,6 +255,9 @@ func (c *RunCommand) openStorage(ctx context.Context, cfg *config.Config) error 
 		return err
 	}
 	c.db = db
+	if err := db.FreeListError(); err != nil {
+		c.log.Warn("the start was slower than it had to be", "path", cfg.Storage.Path, "error", err)
+	}
 	if was := db.UpgradedFrom(); was != "" {
 		c.log.Warn("the data file was upgraded to this router's schema: routers that read only the one it had refuse it from now on; to go back to one, restore the backup taken before the upgrade (README, Upgrading)",
 			"path", cfg.Storage.Path, "schema_before", was, "schema", storage.SchemaVersion)
