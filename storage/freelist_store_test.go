@@ -14,13 +14,21 @@ import (
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
-// crashedCopy is the data file of db, which is open and idle, as a
-// SIGKILL would leave it: its last commit (no free list stored, the
-// running mark set), copied to a file of its own in dir.
-func crashedCopy(t *testing.T, db *DB, dir string) string {
+// crashedFile is a data file of n events as a SIGKILL would leave it:
+// the last commit of a router's file, open and idle (no free list stored,
+// the running mark set), copied to crashed.db in dir.
+func crashedFile(t *testing.T, dir string, n int) string {
 	t.Helper()
+	db, err := Open(filepath.Join(dir, "router.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertBatches(t, db, n) // a commit a hundred, each freeing the pages it copied
 	b, err := os.ReadFile(db.Path())
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "crashed.db")
@@ -47,23 +55,14 @@ func boltFreePages(t *testing.T, path string) int {
 // walking the mapped file; the router's first commit follows it, and
 // every event is there.
 func TestAnOpenAfterACrashStoresTheFreeListFirst(t *testing.T) {
-	dir := t.TempDir()
-	db, err := Open(filepath.Join(dir, "router.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	insertBatches(t, db, 3000) // 30 commits, each freeing the pages it copied
-	path := crashedCopy(t, db, dir)
-	if err := db.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	path := crashedFile(t, t.TempDir(), 3000)
 	crashed := metaNow(t, path)
 	if crashed.FreeList != noFreelist {
 		t.Fatalf("a router's commit stored a free list (%v)", crashed)
 	}
 
 	checked := false
-	db, err = Open(path, Options{CheckUnclean: func(string) error { checked = true; return nil }})
+	db, err := Open(path, Options{CheckUnclean: func(string) error { checked = true; return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,15 +98,7 @@ func TestAnOpenAfterACrashStoresTheFreeListFirst(t *testing.T) {
 // list already is not written.
 func TestTheStoredFreeListIsTheOneBboltWalksFor(t *testing.T) {
 	dir := t.TempDir()
-	db, err := Open(filepath.Join(dir, "router.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	insertBatches(t, db, 2000)
-	routerFile := crashedCopy(t, db, dir)
-	if err := db.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	routerFile := crashedFile(t, dir, 2000)
 	for name, path := range map[string]string{"a router's file": routerFile, "70,000 free pages": manyFreePages(t, dir)} {
 		t.Run(name, func(t *testing.T) {
 			walked := path + ".walked"
@@ -193,15 +184,7 @@ func manyFreePages(t *testing.T, dir string) string {
 // ENOSPC), gives the disk back what the list took, and loses nothing.
 func TestAnOpenAfterACrashOnAFullDiskStillOpens(t *testing.T) {
 	dir := testkit.SmallDisk(t, 64<<20)
-	db, err := Open(filepath.Join(dir, "router.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	insertBatches(t, db, 3000)
-	path := crashedCopy(t, db, dir)
-	if err := db.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	path := crashedFile(t, dir, 3000)
 	os.Remove(filepath.Join(dir, "router.db"))
 	// bbolt grows a file ahead of its pages in use: cut to them, the list
 	// must be written past the file's end.
@@ -213,7 +196,7 @@ func TestAnOpenAfterACrashOnAFullDiskStillOpens(t *testing.T) {
 	filler := testkit.FillDisk(t, dir)
 	defer os.Remove(filler)
 
-	db, err = Open(path, Options{CheckUnclean: func(string) error { return nil }})
+	db, err := Open(path, Options{CheckUnclean: func(string) error { return nil }})
 	if err != nil {
 		t.Fatalf("a crashed file on a full disk, with pages free in it: %v", err)
 	}
