@@ -48,7 +48,8 @@ func (e *FreeListError) Unwrap() error { return e.Err }
 // after six minutes at 64 MiB (docs/decisions/page-walk.md, "The free list
 // after an unclean stop"). notStored is why it could not write one (a
 // FreeListError: the open walks as before); a file that stores one
-// already is neither.
+// already is neither. A meta page written whose sync the disk refused is
+// err (storeFreeList).
 func walkAndStoreFreeList(path string) (notStored, err error) {
 	f, cannot, err := openToStore(path)
 	if err != nil {
@@ -64,6 +65,9 @@ func walkAndStoreFreeList(path string) (notStored, err error) {
 	}
 	if cannot == nil {
 		cannot = w.storeFreeList()
+		if _, unsynced := errors.AsType[*unsyncedMetaError](cannot); unsynced {
+			return nil, cannot
+		}
 	} else if w.m.FreeList != noFreelist {
 		cannot = errFreeListStored
 	}
@@ -94,30 +98,25 @@ func openToStore(path string) (f *os.File, cannot, err error) {
 
 // storeFreeList commits, as bbolt does, the walked file's free list: every
 // page from 2 up to the high water mark the walk did not reach (bbolt's
-// DB.freepages), on pages of its own past the high water mark (none of the
-// file's free pages is written: a crash or an error before the meta is
-// synced leaves the file's last commit as it was), synced; then the meta,
-// one transaction later, on the other meta page, with the list's page and
-// the high water mark past it, synced. The tree is the one the last
-// commit left. The router's first commit frees the list's pages, as it
-// does one a clean stop stored (DB.stopCommit).
+// DB.freepages), less the pages the list itself takes (freeList); synced;
+// then the meta, one transaction later, on the meta page of its parity,
+// with the list's page (and the high water mark past it when the list
+// went there), synced. No page the last commit's tree reaches is
+// written: a crash or an error before the meta is synced leaves that
+// commit as it was. The tree is the one it left. The router's first commit
+// frees the list's pages, as it does one a clean stop stored
+// (DB.stopCommit). A meta page the disk may not hold (its sync refused)
+// is an error of the open: the router's next commit would write over the
+// only other one.
 func (w *pageWalker) storeFreeList() error {
 	if w.m.FreeList != noFreelist {
 		return errFreeListStored
 	}
-	list := w.freeListPage()
-	before, err := w.f.Stat()
-	if err != nil {
+	l := w.freeList()
+	if err := w.writeList(l); err != nil {
 		return err
 	}
-	if _, err := w.f.WriteAt(list, int64(w.m.HighWater)*int64(w.m.PageSize)); err != nil {
-		w.f.Truncate(before.Size()) // give back what it took of a full disk
-		return fmt.Errorf("write the free list: %w", err)
-	}
-	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("sync the free list: %w", err)
-	}
-	meta, off, err := w.nextMeta(uint64(len(list)) / uint64(w.m.PageSize))
+	meta, off, err := w.nextMeta(l)
 	if err != nil {
 		return err
 	}
@@ -125,50 +124,104 @@ func (w *pageWalker) storeFreeList() error {
 		return fmt.Errorf("write the meta page: %w", err)
 	}
 	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("sync the meta page: %w", err)
+		return &unsyncedMetaError{err}
 	}
 	return nil
 }
 
-// freeListPage is the free list page (and its overflow pages) at the high
-// water mark: the pages not reached, in order (bbolt's freelist Write).
-func (w *pageWalker) freeListPage() []byte {
+// unsyncedMetaError is a meta page written by storeFreeList whose sync the
+// disk refused.
+type unsyncedMetaError struct{ err error }
+
+func (e *unsyncedMetaError) Error() string {
+	return fmt.Sprintf("the disk refused to sync the meta page written to store the free list (%v): the disk is failing; the file was left as it is", e.err)
+}
+
+func (e *unsyncedMetaError) Unwrap() error { return e.err }
+
+// writeList writes the list's pages, and syncs them. A list past the high
+// water mark that fails gives back what it took of the file (a full disk).
+func (w *pageWalker) writeList(l freeList) error {
+	before, err := w.f.Stat()
+	if err != nil {
+		return err
+	}
+	err = func() error {
+		if _, err := w.f.WriteAt(l.page, int64(l.at)*int64(w.m.PageSize)); err != nil {
+			return fmt.Errorf("write the free list: %w", err)
+		}
+		if err := w.f.Sync(); err != nil {
+			return fmt.Errorf("sync the free list: %w", err)
+		}
+		return nil
+	}()
+	if err != nil && l.at == w.m.HighWater {
+		w.f.Truncate(before.Size())
+	}
+	return err
+}
+
+// freeList is a free list page (with its overflow pages) and the page it
+// goes at.
+type freeList struct {
+	page      []byte
+	at, pages uint64
+}
+
+// freeList is the walked file's free list and where it goes: as bbolt's
+// commit allocates it (Tx.allocate), in the lowest run of free pages long
+// enough, else at the high water mark, past the file's pages. Its pages
+// are not in it. A list always past the high water mark grew the file by
+// its size at every start after an unclean stop, and a crash loop with it
+// (a review: TestACrashLoopDoesNotGrowTheFile).
+func (w *pageWalker) freeList() freeList {
 	var free []uint64
 	for id := uint64(2); id < w.m.HighWater; id++ {
 		if !w.reached(id) {
 			free = append(free, id)
 		}
 	}
-	ids := len(free)
-	if ids >= freeListCountMax {
-		ids++
+	ps := uint64(w.m.PageSize)
+	pages := (pageHeaderSize + 8*(uint64(len(free))+1) + ps - 1) / ps
+	at := w.m.HighWater
+	for i := 0; i+int(pages) <= len(free); i++ {
+		if free[i+int(pages)-1]-free[i] == pages-1 {
+			at = free[i]
+			free = append(free[:i:i], free[i+int(pages):]...)
+			break
+		}
 	}
-	ps := int(w.m.PageSize)
-	pages := (pageHeaderSize + 8*ids + ps - 1) / ps
+	return freeList{page: freeListPage(free, at, pages, ps), at: at, pages: pages}
+}
+
+// freeListPage is bbolt's free list page (freelist Write) of ids, at page
+// at, of `pages` pages of ps bytes.
+func freeListPage(ids []uint64, at, pages, ps uint64) []byte {
 	p := make([]byte, pages*ps)
 	le := binary.LittleEndian
-	le.PutUint64(p[0:], w.m.HighWater)
+	le.PutUint64(p[0:], at)
 	le.PutUint16(p[8:], freelistPage)
-	at := pageHeaderSize
-	if len(free) >= freeListCountMax {
-		le.PutUint16(p[10:], freeListCountMax)
-		le.PutUint64(p[at:], uint64(len(free)))
-		at += 8
-	} else {
-		le.PutUint16(p[10:], uint16(len(free)))
-	}
 	le.PutUint32(p[12:], uint32(pages-1))
-	for i, id := range free {
-		le.PutUint64(p[at+8*i:], id)
+	off := pageHeaderSize
+	if len(ids) >= freeListCountMax {
+		le.PutUint16(p[10:], freeListCountMax)
+		le.PutUint64(p[off:], uint64(len(ids)))
+		off += 8
+	} else {
+		le.PutUint16(p[10:], uint16(len(ids)))
+	}
+	for i, id := range ids {
+		le.PutUint64(p[off+8*i:], id)
 	}
 	return p
 }
 
-// nextMeta is the meta page of the commit that stores the free list of
-// `pages` pages at the high water mark, and where it goes: the current
-// meta's page, its transaction one later, on the meta page of that
-// transaction's parity (the other one).
-func (w *pageWalker) nextMeta(pages uint64) ([]byte, int64, error) {
+// nextMeta is the meta page of the commit that stores the free list l,
+// and where it goes: the current meta's page, its transaction one later,
+// on the meta page of that transaction's parity, as bbolt writes it (the
+// other one, but in a file bbolt's Tx.WriteTo made, whose meta is at page
+// 0 whatever its parity: page 1 holds the same tree there).
+func (w *pageWalker) nextMeta(l freeList) ([]byte, int64, error) {
 	cur := make([]byte, w.m.PageSize)
 	if _, err := w.f.ReadAt(cur, w.metaAt); err != nil {
 		return nil, 0, fmt.Errorf("read the meta page: %w", err)
@@ -180,8 +233,8 @@ func (w *pageWalker) nextMeta(pages uint64) ([]byte, int64, error) {
 	txid := w.m.TxID + 1
 	le.PutUint64(cur[0:], txid%2)
 	le.PutUint16(cur[8:], metaPageFlag)
-	le.PutUint64(cur[metaFreeListAt:], w.m.HighWater)
-	le.PutUint64(cur[metaHighWaterAt:], w.m.HighWater+pages)
+	le.PutUint64(cur[metaFreeListAt:], l.at)
+	le.PutUint64(cur[metaHighWaterAt:], max(w.m.HighWater, l.at+l.pages))
 	le.PutUint64(cur[metaTxIDAt:], txid)
 	h := fnv.New64a()
 	h.Write(cur[pageHeaderSize:metaChecksumAt])

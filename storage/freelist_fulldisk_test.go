@@ -25,6 +25,29 @@ func TestACleanStopOnAFullDiskStaysClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	scatterFreePages(t, db)
+
+	filler := testkit.FillDisk(t, dir)
+	cerr := db.Close(context.Background())
+	os.Remove(filler)
+	if cerr != nil {
+		t.Errorf("a clean stop on a full disk, with pages free in the file: %v", cerr)
+	}
+	db, err = Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	if db.Unclean() {
+		t.Error("the next start takes the clean stop for a crash (running mark left)")
+	}
+}
+
+// scatterFreePages leaves db with over 1,024 free pages and no run of
+// free pages side by side longer than one: a free list of more than two
+// pages goes past the high water mark, where a full disk refuses it.
+func scatterFreePages(t *testing.T, db *DB) {
+	t.Helper()
 	key := func(i int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(i)) }
 	update := func(fn func(tx *Tx) error) {
 		t.Helper()
@@ -65,20 +88,5 @@ func TestACleanStopOnAFullDiskStaysClean(t *testing.T) {
 	put("runs", 400, 3000)
 	if st := db.bolt.Stats(); st.FreePageN < 1024 {
 		t.Fatalf("%d free pages: too few for a list of more than two pages", st.FreePageN)
-	}
-
-	filler := testkit.FillDisk(t, dir)
-	cerr := db.Close(context.Background())
-	os.Remove(filler)
-	if cerr != nil {
-		t.Errorf("a clean stop on a full disk, with pages free in the file: %v", cerr)
-	}
-	db, err = Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close(context.Background())
-	if db.Unclean() {
-		t.Error("the next start takes the clean stop for a crash (running mark left)")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -50,6 +51,21 @@ func boltFreePages(t *testing.T, path string) int {
 	return bdb.Stats().FreePageN
 }
 
+// listPages is how many pages the free list that m names takes.
+func listPages(t *testing.T, path string, m Meta) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := make([]byte, pageHeaderSize)
+	if _, err := f.ReadAt(h, int64(m.FreeList)*int64(m.PageSize)); err != nil {
+		t.Fatal(err)
+	}
+	return int(binary.LittleEndian.Uint32(h[12:])) + 1
+}
+
 // After an unclean stop, Open stores the file's free list in a commit of
 // its own before bbolt opens the file, so that bbolt reads it rather than
 // walking the mapped file; the router's first commit follows it, and
@@ -78,8 +94,8 @@ func TestAnOpenAfterACrashStoresTheFreeListFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := metas[(crashed.TxID+1)%2]
-	if stored.TxID != crashed.TxID+1 || stored.FreeList != crashed.HighWater || stored.Root != crashed.Root {
-		t.Errorf("the commit before the router's first is %v, want transaction %d storing a free list at page %d, the tree at root %d unchanged", stored, crashed.TxID+1, crashed.HighWater, crashed.Root)
+	if stored.TxID != crashed.TxID+1 || stored.FreeList == noFreelist || stored.Root != crashed.Root || stored.HighWater != crashed.HighWater {
+		t.Errorf("the commit before the router's first is %v, want transaction %d storing a free list on free pages (high water %d), the tree at root %d unchanged", stored, crashed.TxID+1, crashed.HighWater, crashed.Root)
 	}
 	if err := db.Check(); err != nil {
 		t.Fatal(err)
@@ -113,8 +129,8 @@ func TestTheStoredFreeListIsTheOneBboltWalksFor(t *testing.T) {
 			if m.FreeList == noFreelist {
 				t.Fatal("no free list stored")
 			}
-			if got, want := boltFreePages(t, path), boltFreePages(t, walked); got != want {
-				t.Errorf("bbolt reads %d free pages from the stored list, and finds %d by its walk", got, want)
+			if got, list, want := boltFreePages(t, path), listPages(t, path, m), boltFreePages(t, walked); got+list != want {
+				t.Errorf("bbolt reads %d free pages from the stored list (of %d pages), and finds %d by its walk", got, list, want)
 			}
 			bdb, err := bolt.Open(path, 0o600, readOnly())
 			if err != nil {
@@ -179,13 +195,28 @@ func manyFreePages(t *testing.T, dir string) string {
 	return path
 }
 
-// On a full disk the list cannot be written past the file's end: the open
-// goes on as before (bbolt walks the file), says why (FreeListError,
-// ENOSPC), gives the disk back what the list took, and loses nothing.
+// On a full disk a list that fits in no run of the file's free pages
+// cannot be written past its end: the open goes on as before (bbolt walks
+// the file), says why (FreeListError, ENOSPC), gives the disk back what
+// the list took, and loses nothing.
 func TestAnOpenAfterACrashOnAFullDiskStillOpens(t *testing.T) {
-	dir := testkit.SmallDisk(t, 64<<20)
-	path := crashedFile(t, dir, 3000)
-	os.Remove(filepath.Join(dir, "router.db"))
+	dir := testkit.SmallDisk(t, 96<<20)
+	db, err := Open(filepath.Join(dir, "router.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertBatches(t, db, 3000)
+	scatterFreePages(t, db)
+	b, err := os.ReadFile(db.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close(context.Background())
+	os.Remove(db.Path())
+	path := filepath.Join(dir, "crashed.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// bbolt grows a file ahead of its pages in use: cut to them, the list
 	// must be written past the file's end.
 	m := metaNow(t, path)
@@ -196,7 +227,7 @@ func TestAnOpenAfterACrashOnAFullDiskStillOpens(t *testing.T) {
 	filler := testkit.FillDisk(t, dir)
 	defer os.Remove(filler)
 
-	db, err := Open(path, Options{CheckUnclean: func(string) error { return nil }})
+	db, err = Open(path, Options{CheckUnclean: func(string) error { return nil }})
 	if err != nil {
 		t.Fatalf("a crashed file on a full disk, with pages free in it: %v", err)
 	}
@@ -212,5 +243,216 @@ func TestAnOpenAfterACrashOnAFullDiskStillOpens(t *testing.T) {
 	db.View(func(tx *Tx) error { n = tx.bucket(bucketEvents).Stats().KeyN; return nil })
 	if n != 3000 {
 		t.Errorf("%d events, want 3000", n)
+	}
+}
+
+// freedFile makes, with bbolt (the system's page size, as the router's), a
+// file whose last commit stores no free list and leaves about `pages`
+// pages free.
+func freedFile(t *testing.T, path string, pages int) {
+	t.Helper()
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bdb.Close()
+	if err := bdb.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("full"))
+		if err != nil {
+			return err
+		}
+		for i := range pages {
+			if err := b.Put(binary.BigEndian.AppendUint64(nil, uint64(i)), make([]byte, 3500)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte("full")) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// boltCheck runs bbolt's own check of the file at path.
+func boltCheck(t *testing.T, path string) {
+	t.Helper()
+	bdb, err := bolt.Open(path, 0o600, readOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bdb.Close()
+	if err := bdb.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return err
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("bbolt's check: %v", err)
+	}
+}
+
+// A router killed again and again soon after each start (the OOM killer,
+// a crash loop under systemd's Restart=) keeps a sound file, and an idle
+// one does not grow it: the stored list goes on free pages, as bbolt's
+// commit puts it, not past the high water mark each time, where the list
+// the first commit freed made the next list longer (a review: 29 starts
+// grew such a file by 4.7 MB).
+func TestACrashLoopDoesNotGrowTheFile(t *testing.T) {
+	for _, writes := range []int{0, 300} {
+		dir := t.TempDir()
+		freedFile(t, filepath.Join(dir, "a.db"), 10_000)
+		db, err := Open(filepath.Join(dir, "a.db"), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var first uint64
+		for cycle := range 12 {
+			insertBatches(t, db, writes)
+			b, err := os.ReadFile(db.Path()) // the kill: the file as it is
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := filepath.Join(dir, []string{"a.db", "b.db"}[(cycle+1)%2])
+			if err := os.WriteFile(next, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			db.Close(context.Background())
+			boltCheck(t, next)
+			if db, err = Open(next, Options{CheckUnclean: func(string) error { return nil }}); err != nil {
+				t.Fatalf("writes %d, start %d: %v", writes, cycle, err)
+			}
+			if err := db.FreeListError(); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Check(); err != nil {
+				t.Fatalf("writes %d, start %d: %v", writes, cycle, err)
+			}
+			if m := metaNow(t, next); cycle == 0 {
+				first = m.HighWater
+			} else if writes == 0 && m.HighWater > first+8 {
+				t.Fatalf("%d unclean starts, nothing written but each start's own commit, grew the high water mark from %d to %d pages", cycle, first, m.HighWater)
+			}
+		}
+		var n int
+		db.View(func(tx *Tx) error { n = tx.bucket(bucketEvents).Stats().KeyN; return nil })
+		if n != 12*writes {
+			t.Errorf("writes %d: %d events after the crash loop, want %d", writes, n, 12*writes)
+		}
+		db.Close(context.Background())
+	}
+}
+
+// A kill inside the store — the list written and no meta, or the meta torn
+// after 0, 40 or 80 bytes — leaves a file that opens, checks, and holds
+// every event: on a crashed file, and on a restored backup, whose meta
+// bbolt's Tx.WriteTo puts at page 0 whatever its transaction's parity (the
+// store then writes over the current meta; page 1 holds the same tree).
+// (A review's test.)
+func TestAKillInsideTheStoreLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(filepath.Join(dir, "router.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertBatches(t, db, 3000)
+	if metaNow(t, db.Path()).TxID%2 == 0 { // an odd transaction: the backup's meta at page 0 is the one written over
+		insertBatches(t, db, 0)
+	}
+	b, _ := os.ReadFile(db.Path())
+	crashed := filepath.Join(dir, "crashed.db")
+	os.WriteFile(crashed, b, 0o600)
+	backup := filepath.Join(dir, "backup.db")
+	f, _ := os.Create(backup)
+	db.bolt.View(func(tx *bolt.Tx) error { _, err := tx.WriteTo(f); return err })
+	f.Close()
+	db.Close(context.Background())
+
+	for _, src := range []string{crashed, backup} {
+		for _, torn := range []int{-1, 0, 40, 80} { // -1: the list only; else the meta's bytes written
+			path := filepath.Join(dir, "x.db")
+			b, _ := os.ReadFile(src)
+			os.WriteFile(path, b, 0o600)
+			f, _ := os.OpenFile(path, os.O_RDWR, 0)
+			w, err := walkFile(f, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := w.freeList()
+			f.WriteAt(l.page, int64(l.at)*int64(w.m.PageSize))
+			if torn >= 0 {
+				meta, off, _ := w.nextMeta(l)
+				f.WriteAt(meta[:torn], off)
+			}
+			f.Close()
+			db, err := Open(path, Options{CheckUnclean: func(string) error { return nil }})
+			if err != nil {
+				t.Fatalf("%s, torn at %d: %v", filepath.Base(src), torn, err)
+			}
+			if err := db.Check(); err != nil {
+				t.Errorf("%s, torn at %d: %v", filepath.Base(src), torn, err)
+			}
+			var n int
+			db.View(func(tx *Tx) error { n = tx.bucket(bucketEvents).Stats().KeyN; return nil })
+			if n != 3000 {
+				t.Errorf("%s, torn at %d: %d events, want 3000", filepath.Base(src), torn, n)
+			}
+			db.Close(context.Background())
+		}
+	}
+}
+
+// A disk that refuses the sync of the stored list's pages leaves the open
+// as it was before (bbolt walks; FreeListError says why); one that refuses
+// the sync of its meta page, which it may then not hold, fails the open,
+// saying so: the router's first commit would write over the only other
+// meta page. Nothing is lost either way.
+func TestARefusedSyncOfTheStoredListIsTold(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		below int64
+	}{{"the list's", testkit.AnySync}, {"the meta page's", testkit.MetaPages}} {
+		t.Run(c.name, func(t *testing.T) {
+			disk := testkit.NewFaultDisk(t)
+			b, err := os.ReadFile(crashedFile(t, t.TempDir(), 3000))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(disk.Dir, "router.db")
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			disk.FailSync(syscall.EIO, c.below)
+			db, err := Open(path, Options{CheckUnclean: func(string) error { return nil }})
+			if disk.SyncsFailed() != 1 {
+				t.Fatalf("%d syncs refused, want 1", disk.SyncsFailed())
+			}
+			if c.below == testkit.MetaPages {
+				if err == nil || !strings.Contains(err.Error(), "the disk refused to sync the meta page written to store the free list") {
+					t.Fatalf("the open: %v, want the meta page's refused sync", err)
+				}
+				if db, err = Open(path, Options{CheckUnclean: func(string) error { return nil }}); err != nil {
+					t.Fatalf("the next open, the disk mended: %v", err)
+				}
+			} else {
+				if err != nil {
+					t.Fatal(err)
+				}
+				var fe *FreeListError
+				if !errors.As(db.FreeListError(), &fe) || !errors.Is(fe, syscall.EIO) {
+					t.Errorf("FreeListError: %v, want one of EIO", db.FreeListError())
+				}
+			}
+			defer db.Close(context.Background())
+			if err := db.Check(); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			db.View(func(tx *Tx) error { n = tx.bucket(bucketEvents).Stats().KeyN; return nil })
+			if n != 3000 {
+				t.Errorf("%d events, want 3000", n)
+			}
+		})
 	}
 }
