@@ -100,9 +100,7 @@ func TestAnOpenAfterACrashStoresTheFreeListFirst(t *testing.T) {
 	if err := db.Check(); err != nil {
 		t.Fatal(err)
 	}
-	var n int
-	db.View(func(tx *Tx) error { n = tx.bucket(bucketEvents).Stats().KeyN; return nil })
-	if n != 3000 {
+	if n := eventCount(db); n != 3000 {
 		t.Errorf("%d events after the crash, want 3000", n)
 	}
 }
@@ -132,19 +130,7 @@ func TestTheStoredFreeListIsTheOneBboltWalksFor(t *testing.T) {
 			if got, list, want := boltFreePages(t, path), listPages(t, path, m), boltFreePages(t, walked); got+list != want {
 				t.Errorf("bbolt reads %d free pages from the stored list (of %d pages), and finds %d by its walk", got, list, want)
 			}
-			bdb, err := bolt.Open(path, 0o600, readOnly())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer bdb.Close()
-			if err := bdb.View(func(tx *bolt.Tx) error {
-				for err := range tx.Check() {
-					return err
-				}
-				return nil
-			}); err != nil {
-				t.Errorf("bbolt's check of the file with the stored list: %v", err)
-			}
+			boltCheck(t, path)
 		})
 	}
 
@@ -163,32 +149,12 @@ func TestTheStoredFreeListIsTheOneBboltWalksFor(t *testing.T) {
 func manyFreePages(t *testing.T, dir string) string {
 	t.Helper()
 	path := filepath.Join(dir, "many.db")
-	opts := &bolt.Options{PageSize: 512, NoFreelistSync: true, NoSync: true}
-	bdb, err := bolt.Open(path, 0o600, opts)
+	freedFile(t, path, 512, 75_000, 400) // one a leaf page: 16 + 16 + 8 + 400 bytes
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer bdb.Close()
-	if err := bdb.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucket([]byte("full"))
-		if err != nil {
-			return err
-		}
-		for i := range 75_000 { // one a leaf page: 16 + 16 + 8 + 400 bytes
-			if err := b.Put(binary.BigEndian.AppendUint64(nil, uint64(i)), make([]byte, 400)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte("full")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := bdb.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("left")); return err }); err != nil {
-		t.Fatal(err)
-	}
 	if st := bdb.Stats(); st.FreePageN+st.PendingPageN <= 0xFFFF {
 		t.Fatalf("%d pages free: not more than 0xFFFF", st.FreePageN+st.PendingPageN)
 	}
@@ -239,19 +205,17 @@ func TestAnOpenAfterACrashOnAFullDiskStillOpens(t *testing.T) {
 	if after, _ := os.Stat(path); after.Size() != before.Size() {
 		t.Errorf("the file is %d bytes after the open, %d before: the list's failed write was not given back", after.Size(), before.Size())
 	}
-	var n int
-	db.View(func(tx *Tx) error { n = tx.bucket(bucketEvents).Stats().KeyN; return nil })
-	if n != 3000 {
+	if n := eventCount(db); n != 3000 {
 		t.Errorf("%d events, want 3000", n)
 	}
 }
 
-// freedFile makes, with bbolt (the system's page size, as the router's), a
-// file whose last commit stores no free list and leaves about `pages`
-// pages free.
-func freedFile(t *testing.T, path string, pages int) {
+// freedFile makes, with bbolt, a file of pages of pageSize bytes (0: the
+// system's, as the router's) whose last commit stores no free list: keys
+// values of size bytes written, then deleted.
+func freedFile(t *testing.T, path string, pageSize, keys, size int) {
 	t.Helper()
-	bdb, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true, NoSync: true})
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{PageSize: pageSize, NoFreelistSync: true, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,8 +225,8 @@ func freedFile(t *testing.T, path string, pages int) {
 		if err != nil {
 			return err
 		}
-		for i := range pages {
-			if err := b.Put(binary.BigEndian.AppendUint64(nil, uint64(i)), make([]byte, 3500)); err != nil {
+		for i := range keys {
+			if err := b.Put(binary.BigEndian.AppendUint64(nil, uint64(i)), make([]byte, size)); err != nil {
 				return err
 			}
 		}
@@ -273,6 +237,12 @@ func freedFile(t *testing.T, path string, pages int) {
 	if err := bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte("full")) }); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// eventCount is how many events db holds.
+func eventCount(db *DB) (n int) {
+	db.View(func(tx *Tx) error { n = tx.bucket(bucketEvents).Stats().KeyN; return nil })
+	return n
 }
 
 // boltCheck runs bbolt's own check of the file at path.
@@ -302,7 +272,7 @@ func boltCheck(t *testing.T, path string) {
 func TestACrashLoopDoesNotGrowTheFile(t *testing.T) {
 	for _, writes := range []int{0, 300} {
 		dir := t.TempDir()
-		freedFile(t, filepath.Join(dir, "a.db"), 10_000)
+		freedFile(t, filepath.Join(dir, "a.db"), 0, 10_000, 3500) // a page each
 		db, err := Open(filepath.Join(dir, "a.db"), Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -335,9 +305,7 @@ func TestACrashLoopDoesNotGrowTheFile(t *testing.T) {
 				t.Fatalf("%d unclean starts, nothing written but each start's own commit, grew the high water mark from %d to %d pages", cycle, first, m.HighWater)
 			}
 		}
-		var n int
-		db.View(func(tx *Tx) error { n = tx.bucket(bucketEvents).Stats().KeyN; return nil })
-		if n != 12*writes {
+		if n := eventCount(db); n != 12*writes {
 			t.Errorf("writes %d: %d events after the crash loop, want %d", writes, n, 12*writes)
 		}
 		db.Close(context.Background())
@@ -393,9 +361,7 @@ func TestAKillInsideTheStoreLosesNothing(t *testing.T) {
 			if err := db.Check(); err != nil {
 				t.Errorf("%s, torn at %d: %v", filepath.Base(src), torn, err)
 			}
-			var n int
-			db.View(func(tx *Tx) error { n = tx.bucket(bucketEvents).Stats().KeyN; return nil })
-			if n != 3000 {
+			if n := eventCount(db); n != 3000 {
 				t.Errorf("%s, torn at %d: %d events, want 3000", filepath.Base(src), torn, n)
 			}
 			db.Close(context.Background())
@@ -448,9 +414,7 @@ func TestARefusedSyncOfTheStoredListIsTold(t *testing.T) {
 			if err := db.Check(); err != nil {
 				t.Fatal(err)
 			}
-			var n int
-			db.View(func(tx *Tx) error { n = tx.bucket(bucketEvents).Stats().KeyN; return nil })
-			if n != 3000 {
+			if n := eventCount(db); n != 3000 {
 				t.Errorf("%d events, want 3000", n)
 			}
 		})
