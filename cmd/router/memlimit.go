@@ -8,11 +8,23 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// memoryShare is the part of a cgroup memory limit the Go heap may grow
+// memoryShare is the most of a cgroup memory limit the Go heap may grow
 // to; the rest is for what the collector does not count (the embedded
-// NATS server's file reads, the mapped data file's dirty pages, the
-// plugins' memory outside the heap).
+// NATS server's file reads, the mapped data file's pages, the plugins'
+// memory outside the heap, the router's own code).
 const memoryShare = 0.9
+
+// fileReserve is what a small group keeps, beyond that share, for the
+// pages of files the kernel counts against it as it counts the heap: the
+// router's own code (a 31 MB text segment, ~25 MB of it resident while it
+// runs), the pages of the mapped data file it reads, the embedded NATS
+// server's block files. A heap allowed 90% of a 128 MiB group left them
+// ~13 MB: a start after a kill under load, whose check of the embedded
+// broker held ~61 MB live, re-read its code from the disk for minutes; at
+// 96 MiB it started in 36 s, and a 64 MiB group whose heap was held to 32
+// MiB started where it had been killed (BENCHMARKS.md, "The restart after
+// a crash"). Half the group is the least the heap is given.
+const fileReserve = 32 << 20
 
 // memoryCeiling is the most the collector's memory limit may be: a share
 // of the memory limit of the process's cgroup (systemd's MemoryMax=, a
@@ -29,7 +41,8 @@ func ceilingOf(limit uint64, err error) int64 {
 	if err != nil || limit == 0 || limit > math.MaxInt64/2 { // unlimited v1 groups say 2^63 less a page
 		return 0
 	}
-	return int64(float64(limit) * memoryShare)
+	l := int64(limit)
+	return min(int64(float64(l)*memoryShare), max(l/2, l-fileReserve))
 }
 
 // heldOutputBound is the bytes of outputs the router's batches may hold at

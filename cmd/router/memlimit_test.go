@@ -18,7 +18,8 @@ import (
 
 // The router in a memory cgroup keeps its heap under a share of the
 // group's limit: its collector's limit (go_gc_gomemlimit_bytes) is at most
-// 90% of it, and its start's log says so; it collected as though it had the
+// the ceiling the limit gives (ceilingOf: half of a 64 MiB group), and its
+// start's log says so; it collected as though it had the
 // machine's memory, and a memory trial's router was killed by the kernel
 // first. Needs root and
 // cgroup v1's memory controller (cgroup v2: the same read, another file).
@@ -65,8 +66,8 @@ func TestTheCollectorKeepsUnderTheCgroupLimit(t *testing.T) {
 		got, _ = strconv.ParseFloat(string(m[1]), 64)
 		return true
 	}, func() string { return "no go_gc_gomemlimit_bytes from the router in the cgroup" })
-	if got <= 0 || got > limit*memoryShare {
-		t.Fatalf("the collector's limit is %.0f bytes in a cgroup of %d: want at most %.0f", got, limit, limit*memoryShare)
+	if ceiling := float64(ceilingOf(limit, nil)); got <= 0 || got > ceiling {
+		t.Fatalf("the collector's limit is %.0f bytes in a cgroup of %d: want at most %.0f", got, limit, ceiling)
 	}
 	// And the log says what the limit made of the router's memory.
 	if want := fmt.Sprintf("under a cgroup memory limit: collector_ceiling_bytes=%d held_outputs_max_bytes=%d", ceilingOf(limit, nil), heldOutputBound(ceilingOf(limit, nil))); !strings.Contains(logs.String(), want) {
@@ -74,9 +75,11 @@ func TestTheCollectorKeepsUnderTheCgroupLimit(t *testing.T) {
 	}
 }
 
-// A cgroup limit gives the collector 90% of it and the batches a quarter
-// of that, from 8 MiB to the default 64 MiB; no limit (none read, or v1's
-// 2^63 less a page) gives neither.
+// A cgroup limit gives the collector 90% of it, less in a small group,
+// which keeps 32 MiB for the pages of files (the router's code among
+// them), the collector at least half; and the batches a quarter of that,
+// from 8 MiB to the default 64 MiB; no limit (none read, or v1's 2^63
+// less a page) gives neither.
 func TestMemoryBoundsFollowTheCgroupLimit(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {
@@ -84,10 +87,12 @@ func TestMemoryBoundsFollowTheCgroupLimit(t *testing.T) {
 		err           error
 		ceiling, held int64
 	}{
-		{128 * mib, nil, 128 * mib * 9 / 10, 128 * mib * 9 / 10 / 4},
-		{64 * mib, nil, 64 * mib * 9 / 10, 64 * mib * 9 / 10 / 4},
-		{16 * mib, nil, 16 * mib * 9 / 10, 8 * mib},
-		{4 << 30, nil, 4 << 30 * 9 / 10, 64 * mib},
+		{128 * mib, nil, 96 * mib, 24 * mib},       // 32 MiB kept for files
+		{64 * mib, nil, 32 * mib, 8 * mib},         // half
+		{16 * mib, nil, 8 * mib, 8 * mib},          // half
+		{256 * mib, nil, 224 * mib, 56 * mib},      // 32 MiB kept for files
+		{1 << 30, nil, 1 << 30 * 9 / 10, 64 * mib}, // 90%
+		{4 << 30, nil, 4 << 30 * 9 / 10, 64 * mib}, // 90%
 		{9223372036854771712, nil, 0, 0},
 		{0, errors.New("no cgroup"), 0, 0},
 	} {
