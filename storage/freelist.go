@@ -121,6 +121,7 @@ func (w *pageWalker) storeFreeList() error {
 		return err
 	}
 	if _, err := w.f.WriteAt(meta, off); err != nil {
+		w.giveBack(l)
 		return fmt.Errorf("write the meta page: %w", err)
 	}
 	if err := w.f.Sync(); err != nil {
@@ -134,7 +135,7 @@ func (w *pageWalker) storeFreeList() error {
 type unsyncedMetaError struct{ err error }
 
 func (e *unsyncedMetaError) Error() string {
-	return fmt.Sprintf("the disk refused to sync the meta page written to store the free list (%v): the disk is failing; the file was left as it is", e.err)
+	return fmt.Sprintf("the disk refused to sync the meta page written to store the free list (%v): the disk is failing; the file's last commit is as it was (the list went to pages it does not use), and the disk may or may not hold the new meta page", e.err)
 }
 
 func (e *unsyncedMetaError) Unwrap() error { return e.err }
@@ -142,23 +143,23 @@ func (e *unsyncedMetaError) Unwrap() error { return e.err }
 // writeList writes the list's pages, and syncs them. A list past the high
 // water mark that fails gives back what it took of the file (a full disk).
 func (w *pageWalker) writeList(l freeList) error {
-	before, err := w.f.Stat()
-	if err != nil {
-		return err
+	if _, err := w.f.WriteAt(l.page, int64(l.at)*int64(w.m.PageSize)); err != nil {
+		w.giveBack(l)
+		return fmt.Errorf("write the free list: %w", err)
 	}
-	err = func() error {
-		if _, err := w.f.WriteAt(l.page, int64(l.at)*int64(w.m.PageSize)); err != nil {
-			return fmt.Errorf("write the free list: %w", err)
-		}
-		if err := w.f.Sync(); err != nil {
-			return fmt.Errorf("sync the free list: %w", err)
-		}
-		return nil
-	}()
-	if err != nil && l.at == w.m.HighWater {
-		w.f.Truncate(before.Size())
+	if err := w.f.Sync(); err != nil {
+		w.giveBack(l)
+		return fmt.Errorf("sync the free list: %w", err)
 	}
-	return err
+	return nil
+}
+
+// giveBack cuts the file back to its size before the walk when the list l,
+// past the high water mark, made it longer, and no meta names it.
+func (w *pageWalker) giveBack(l freeList) {
+	if l.at == w.m.HighWater && w.size < (int64(l.at)+int64(l.pages))*int64(w.m.PageSize) {
+		w.f.Truncate(w.size)
+	}
 }
 
 // freeList is a free list page (with its overflow pages) and the page it
@@ -218,9 +219,14 @@ func freeListPage(ids []uint64, at, pages, ps uint64) []byte {
 
 // nextMeta is the meta page of the commit that stores the free list l,
 // and where it goes: the current meta's page, its transaction one later,
-// on the meta page of that transaction's parity, as bbolt writes it (the
-// other one, but in a file bbolt's Tx.WriteTo made, whose meta is at page
-// 0 whatever its parity: page 1 holds the same tree there).
+// on the meta page of that transaction's parity, as bbolt writes it — the
+// other one. In a file bbolt's Tx.WriteTo made, whose meta is at page 0
+// whatever its parity, that can be the current meta's page, and page 1
+// may not be valid: a kill inside the write would leave no valid meta
+// (the second review's TestTheStoreNeverWritesOverTheOnlyValidMeta). The
+// commit then skips a transaction, to the other page (bbolt opens the
+// later of two valid metas; `router db rollback` refuses the file until
+// the router's first commit makes two metas one commit apart again).
 func (w *pageWalker) nextMeta(l freeList) ([]byte, int64, error) {
 	cur := make([]byte, w.m.PageSize)
 	if _, err := w.f.ReadAt(cur, w.metaAt); err != nil {
@@ -231,6 +237,9 @@ func (w *pageWalker) nextMeta(l freeList) ([]byte, int64, error) {
 	}
 	le := binary.LittleEndian
 	txid := w.m.TxID + 1
+	if int64(txid%2)*int64(w.m.PageSize) == w.metaAt {
+		txid++
+	}
 	le.PutUint64(cur[0:], txid%2)
 	le.PutUint16(cur[8:], metaPageFlag)
 	le.PutUint64(cur[metaFreeListAt:], l.at)

@@ -313,47 +313,20 @@ func TestACrashLoopDoesNotGrowTheFile(t *testing.T) {
 }
 
 // A kill inside the store — the list written and no meta, or the meta torn
-// after 0, 40 or 80 bytes — leaves a file that opens, checks, and holds
-// every event: on a crashed file, and on a restored backup, whose meta
-// bbolt's Tx.WriteTo puts at page 0 whatever its transaction's parity (the
-// store then writes over the current meta; page 1 holds the same tree).
-// (A review's test.)
+// after 56, 64 or 72 bytes (its list page written, its checksum not: the
+// first 40 bytes are the old meta's, 80 are all of it) — leaves a file
+// that opens, checks, and holds every event: on a crashed file, and on a
+// restored backup, whose meta bbolt's Tx.WriteTo puts at page 0 whatever
+// its transaction's parity (here odd). (The reviews' test.)
 func TestAKillInsideTheStoreLosesNothing(t *testing.T) {
 	dir := t.TempDir()
-	db, err := Open(filepath.Join(dir, "router.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	insertBatches(t, db, 3000)
-	if metaNow(t, db.Path()).TxID%2 == 0 { // an odd transaction: the backup's meta at page 0 is the one written over
-		insertBatches(t, db, 0)
-	}
-	b, _ := os.ReadFile(db.Path())
-	crashed := filepath.Join(dir, "crashed.db")
-	os.WriteFile(crashed, b, 0o600)
-	backup := filepath.Join(dir, "backup.db")
-	f, _ := os.Create(backup)
-	db.bolt.View(func(tx *bolt.Tx) error { _, err := tx.WriteTo(f); return err })
-	f.Close()
-	db.Close(context.Background())
-
+	crashed, backup, want := crashedAndBackup(t, dir)
 	for _, src := range []string{crashed, backup} {
-		for _, torn := range []int{-1, 0, 40, 80} { // -1: the list only; else the meta's bytes written
+		for _, torn := range []int{-1, 56, 64, 72} { // -1: the list only; else the meta's bytes written
 			path := filepath.Join(dir, "x.db")
 			b, _ := os.ReadFile(src)
 			os.WriteFile(path, b, 0o600)
-			f, _ := os.OpenFile(path, os.O_RDWR, 0)
-			w, err := walkFile(f, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l := w.freeList()
-			f.WriteAt(l.page, int64(l.at)*int64(w.m.PageSize))
-			if torn >= 0 {
-				meta, off, _ := w.nextMeta(l)
-				f.WriteAt(meta[:torn], off)
-			}
-			f.Close()
+			killInsideTheStore(t, path, torn)
 			db, err := Open(path, Options{CheckUnclean: func(string) error { return nil }})
 			if err != nil {
 				t.Fatalf("%s, torn at %d: %v", filepath.Base(src), torn, err)
@@ -361,12 +334,109 @@ func TestAKillInsideTheStoreLosesNothing(t *testing.T) {
 			if err := db.Check(); err != nil {
 				t.Errorf("%s, torn at %d: %v", filepath.Base(src), torn, err)
 			}
-			if n := eventCount(db); n != 3000 {
-				t.Errorf("%s, torn at %d: %d events, want 3000", filepath.Base(src), torn, n)
+			if n := eventCount(db); n != want {
+				t.Errorf("%s, torn at %d: %d events, want %d", filepath.Base(src), torn, n, want)
 			}
 			db.Close(context.Background())
 		}
 	}
+}
+
+// A restored backup whose meta at page 0 has an odd transaction, and whose
+// page 1 is damaged, opens by page 0's meta alone: the store must not
+// write its meta there (the slot of the next transaction's parity), or a
+// kill inside that write leaves no valid meta and the file does not open.
+// It skips a transaction instead. (The second review's test.)
+func TestTheStoreNeverWritesOverTheOnlyValidMeta(t *testing.T) {
+	_, backup, want := crashedAndBackup(t, t.TempDir())
+	m := metaNow(t, backup)
+	f, err := os.OpenFile(backup, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte{0xde, 0xad}, int64(m.PageSize)+metaChecksumAt) // page 1's checksum
+	f.Close()
+	if n, err := heldEvents(backup); err != nil || n != want {
+		t.Fatalf("the backup, page 1 damaged: %d events, %v", n, err)
+	}
+	killInsideTheStore(t, backup, 64)
+	if n, err := heldEvents(backup); err != nil || n != want {
+		t.Errorf("a kill inside the store of a backup whose page 1 is damaged: %d events, %v", n, err)
+	}
+}
+
+// crashedAndBackup is a router's file of an odd last transaction as a kill
+// leaves it, and its backup (bbolt's Tx.WriteTo: the meta at page 0), in
+// dir, and how many events they hold.
+func crashedAndBackup(t *testing.T, dir string) (crashed, backup string, events int) {
+	t.Helper()
+	db, err := Open(filepath.Join(dir, "router.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	insertBatches(t, db, 3000)
+	if metaNow(t, db.Path()).TxID%2 == 0 {
+		insertBatches(t, db, 1)
+	}
+	if tx := metaNow(t, db.Path()).TxID; tx%2 == 0 {
+		t.Fatalf("transaction %d: not odd", tx)
+	}
+	b, _ := os.ReadFile(db.Path())
+	crashed = filepath.Join(dir, "crashed.db")
+	os.WriteFile(crashed, b, 0o600)
+	backup = filepath.Join(dir, "backup.db")
+	f, _ := os.Create(backup)
+	defer f.Close()
+	if err := db.bolt.View(func(tx *bolt.Tx) error { _, err := tx.WriteTo(f); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return crashed, backup, eventCount(db)
+}
+
+// killInsideTheStore does what storeFreeList does to the file at path
+// until a kill: the list written, and torn bytes of the meta (none: -1).
+func killInsideTheStore(t *testing.T, path string, torn int) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := walkFile(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := w.freeList()
+	f.WriteAt(l.page, int64(l.at)*int64(w.m.PageSize))
+	if torn >= 0 {
+		meta, off, err := w.nextMeta(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteAt(meta[:torn], off)
+	}
+}
+
+// heldEvents opens the file at path read-only, as bbolt picks its meta,
+// and counts its events; err when it does not open or its pages do not
+// hold together.
+func heldEvents(path string) (n int, err error) {
+	if err := walkPages(path, nil); err != nil {
+		return 0, err
+	}
+	err = faultSafe(func() error {
+		bdb, err := bolt.Open(path, 0o600, readOnly())
+		if err != nil {
+			return err
+		}
+		defer bdb.Close()
+		return bdb.View(func(tx *bolt.Tx) error {
+			n = tx.Bucket(bucketEvents).Stats().KeyN
+			return nil
+		})
+	})
+	return n, err
 }
 
 // A disk that refuses the sync of the stored list's pages leaves the open

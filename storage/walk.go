@@ -72,7 +72,11 @@ func walkFile(f *os.File, leaf func(in string, k, v []byte)) (*pageWalker, error
 	if m.PageSize < 512 || m.HighWater < 3 { // a root page at least, after the metas
 		return nil, fmt.Errorf("its meta page says it has %d pages of %d bytes", m.HighWater, m.PageSize)
 	}
-	w := &pageWalker{f: f, m: m, metaAt: at, seen: make([]uint64, (m.HighWater+63)/64), leaf: leaf}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	w := &pageWalker{f: f, m: m, metaAt: at, size: fi.Size(), seen: make([]uint64, (m.HighWater+63)/64), leaf: leaf}
 	w.mark(0)
 	w.mark(1)
 	free, err := w.freelist()
@@ -90,6 +94,7 @@ type pageWalker struct {
 	f      *os.File
 	m      Meta
 	metaAt int64    // where m lies in the file
+	size   int64    // the file's size when the walk began
 	seen   []uint64 // a bit a page: reached
 	leaf   func(in string, k, v []byte)
 	bufs   [][]byte // a page's bytes, by depth
