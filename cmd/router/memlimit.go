@@ -20,10 +20,11 @@ const memoryShare = 0.9
 // runs), the pages of the mapped data file it reads, the embedded NATS
 // server's block files. A heap allowed 90% of a 128 MiB group left them
 // ~13 MB: a start after a kill under load, whose check of the embedded
-// broker held ~61 MB live, re-read its code from the disk for minutes; at
-// 96 MiB it started in 36 s, and a 64 MiB group whose heap was held to 32
-// MiB started where it had been killed (BENCHMARKS.md, "The restart after
-// a crash"). Half the group is the least the heap is given.
+// broker held ~61 MB live, re-read its code from the disk for minutes;
+// with the heap held to 96 MiB it started in 24–36 s, and a 64 MiB group
+// whose heap was held to 32 MiB started where it had been killed
+// (BENCHMARKS.md, "The restart after a crash"). Half the group is the
+// least the heap is given; below 64 MiB the router hardly runs at all.
 const fileReserve = 32 << 20
 
 // memoryCeiling is the most the collector's memory limit may be: a share
