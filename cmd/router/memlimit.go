@@ -60,6 +60,11 @@ func heldOutputBound(ceiling int64) int64 {
 	return min(max(ceiling/4, 8<<20), 64<<20)
 }
 
+// tooSmall is the cgroup memory limit under which the router warns at
+// start: below it a start after a kill was seen to fail (the ceiling is
+// half the group there, ceilingOf).
+const tooSmall = 64 << 20
+
 // logMemoryBudget says, at start, what a cgroup memory limit made of the
 // router's memory (nothing without one): the collector's ceiling, unless
 // GOMEMLIMIT or GOGC rules it, and the batches' bound. An operator who set
@@ -67,6 +72,10 @@ func heldOutputBound(ceiling int64) int64 {
 func logMemoryBudget(log hclog.Logger, ceiling int64) {
 	if ceiling <= 0 {
 		return
+	}
+	if ceiling < tooSmall/2 {
+		log.Warn("the cgroup's memory limit is under 64 MiB: the router's own code takes ~25 MB of it, the embedded NATS server more, and a start after a kill may not fit; give it 128 MiB",
+			"collector_ceiling_bytes", ceiling, "why", "docs/decisions/memory-limit.md")
 	}
 	if os.Getenv("GOMEMLIMIT") != "" || os.Getenv("GOGC") != "" {
 		log.Info("under a cgroup memory limit; the collector follows GOMEMLIMIT or GOGC", "cgroup_share_bytes", ceiling,

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/switchyard-router/switchyard/internal/testkit"
 )
 
@@ -102,6 +104,21 @@ func TestMemoryBoundsFollowTheCgroupLimit(t *testing.T) {
 		}
 		if held := heldOutputBound(ceiling); held-c.held > 1 || c.held-held > 1 {
 			t.Errorf("limit %d: held bound %d, want %d", c.limit, held, c.held)
+		}
+	}
+}
+
+// A group under 64 MiB is said at start, as a warning: there the router's
+// code and the embedded server leave the heap too little; 64 MiB is not.
+func TestASmallGroupIsWarnedOf(t *testing.T) {
+	for _, c := range []struct {
+		limit uint64
+		warn  bool
+	}{{48 << 20, true}, {63 << 20, true}, {64 << 20, false}, {128 << 20, false}} {
+		var logs testkit.Buffer
+		logMemoryBudget(hclog.New(&hclog.LoggerOptions{Output: &logs}), ceilingOf(c.limit, nil))
+		if got := strings.Contains(logs.String(), "[WARN]  the cgroup's memory limit is under 64 MiB"); got != c.warn {
+			t.Errorf("a group of %d MiB: warned %v, want %v:\n%s", c.limit>>20, got, c.warn, logs.String())
 		}
 	}
 }
