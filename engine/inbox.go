@@ -267,9 +267,10 @@ func (e *Engine) InboxRead(name, topic string, partition int32) (r switchyard.Re
 	return r, ok, err
 }
 
-// KeepInboxRead keeps r as where inbox name's reading goes on from, as a
-// batch Receive takes does (a later one of the same id stands): a JetStream
-// source keeps its durable's ack floor so when it reads a new one.
+// KeepInboxRead keeps r as where inbox name's reading goes on from, as
+// Receive does with each batch it takes (a later one of the same id
+// stands): a JetStream source keeps its durable's ack floor so when it
+// reads a new one.
 func (e *Engine) KeepInboxRead(ctx context.Context, name string, r switchyard.Read) error {
 	in, err := e.inbox(name)
 	if err != nil {

@@ -4,26 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 )
 
 // bbolt's meta page, as storeFreeList writes it
 // (go.etcd.io/bbolt/internal/common/meta.go: Meta.Write): the page
 // header's id is the transaction's parity, its flags metaPageFlag; the
-// meta holds the free list's page at 32, the high water page at 40, the
-// transaction at 48, and at metaSumLen the FNV-64a of the bytes before.
-const (
-	metaPageFlag     = 0x04
-	metaFreeListAt   = pageHeaderSize + 32
-	metaHighWaterAt  = pageHeaderSize + 40
-	metaTxIDAt       = pageHeaderSize + 48
-	metaChecksumAt   = pageHeaderSize + metaSumLen
-	freeListCountMax = 0xFFFF // a count this large is kept in the list's first u64
-)
-
-// errFreeListStored: the file stores a free list already.
-var errFreeListStored = errors.New("it stores one already")
+// meta's fields as decodeMeta reads them.
+const metaPageFlag = 0x04
 
 // FreeListError is why Open could not store the free list of a data file
 // that had none before bbolt opened it (a full disk, a failing one, no
@@ -63,15 +51,16 @@ func walkAndStoreFreeList(path string) (notStored, err error) {
 	if w == nil {
 		return nil, nil // no valid meta page: bbolt's open says so
 	}
+	if w.m.FreeList != noFreelist {
+		return nil, nil // stored already (a clean stop's)
+	}
 	if cannot == nil {
 		cannot = w.storeFreeList()
-		if _, unsynced := errors.AsType[*unsyncedMetaError](cannot); unsynced {
-			return nil, cannot
-		}
-	} else if w.m.FreeList != noFreelist {
-		cannot = errFreeListStored
 	}
-	if cannot != nil && !errors.Is(cannot, errFreeListStored) {
+	if _, unsynced := errors.AsType[*unsyncedMetaError](cannot); unsynced {
+		return nil, cannot
+	}
+	if cannot != nil {
 		return &FreeListError{cannot}, nil
 	}
 	return nil, nil
@@ -96,7 +85,8 @@ func openToStore(path string) (f *os.File, cannot, err error) {
 	return f, cannot, err
 }
 
-// storeFreeList commits, as bbolt does, the walked file's free list: every
+// storeFreeList commits, as bbolt does, the free list of the walked
+// file, which stores none: every
 // page from 2 up to the high water mark the walk did not reach (bbolt's
 // DB.freepages), less the pages the list itself takes (freeList); synced;
 // then the meta, one transaction later, on the meta page of its parity,
@@ -109,9 +99,6 @@ func openToStore(path string) (f *os.File, cannot, err error) {
 // is an error of the open: the router's next commit would write over the
 // only other one.
 func (w *pageWalker) storeFreeList() error {
-	if w.m.FreeList != noFreelist {
-		return errFreeListStored
-	}
 	l := w.freeList()
 	if err := w.writeList(l); err != nil {
 		return err
@@ -242,11 +229,10 @@ func (w *pageWalker) nextMeta(l freeList) ([]byte, int64, error) {
 	}
 	le.PutUint64(cur[0:], txid%2)
 	le.PutUint16(cur[8:], metaPageFlag)
-	le.PutUint64(cur[metaFreeListAt:], l.at)
-	le.PutUint64(cur[metaHighWaterAt:], max(w.m.HighWater, l.at+l.pages))
-	le.PutUint64(cur[metaTxIDAt:], txid)
-	h := fnv.New64a()
-	h.Write(cur[pageHeaderSize:metaChecksumAt])
-	le.PutUint64(cur[metaChecksumAt:], h.Sum64())
+	meta := cur[pageHeaderSize:]
+	le.PutUint64(meta[metaFreeListAt:], l.at)
+	le.PutUint64(meta[metaHighWaterAt:], max(w.m.HighWater, l.at+l.pages))
+	le.PutUint64(meta[metaTxIDAt:], txid)
+	le.PutUint64(meta[metaSumLen:], metaChecksum(meta))
 	return cur, int64(txid%2) * int64(w.m.PageSize), nil
 }

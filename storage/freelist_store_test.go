@@ -354,7 +354,7 @@ func TestTheStoreNeverWritesOverTheOnlyValidMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.WriteAt([]byte{0xde, 0xad}, int64(m.PageSize)+metaChecksumAt) // page 1's checksum
+	f.WriteAt([]byte{0xde, 0xad}, int64(m.PageSize)+pageHeaderSize+metaSumLen) // page 1's checksum
 	f.Close()
 	if n, err := heldEvents(backup); err != nil || n != want {
 		t.Fatalf("the backup, page 1 damaged: %d events, %v", n, err)

@@ -28,6 +28,15 @@ const (
 	boltVersion    = 2
 	pageHeaderSize = 16
 	metaSumLen     = 56 // the meta's bytes before its checksum
+
+	// Where the meta's fields lie from its start (after the page header):
+	// magic u32 at 0, version u32 at 4, then these, the checksum at
+	// metaSumLen (storeFreeList writes the last three).
+	metaPageSizeAt  = 8
+	metaRootAt      = 16 // the root bucket's page; its sequence follows
+	metaFreeListAt  = 32
+	metaHighWaterAt = 40
+	metaTxIDAt      = 48
 )
 
 // readMeta decodes the meta at off; ok is false when it is not a valid one
@@ -61,13 +70,19 @@ func (m Meta) String() string {
 func decodeMeta(page []byte) Meta {
 	meta := page[pageHeaderSize:]
 	le := binary.LittleEndian
+	return Meta{
+		Valid:    le.Uint32(meta[0:]) == boltMagic && le.Uint32(meta[4:]) == boltVersion && le.Uint64(meta[metaSumLen:]) == metaChecksum(meta),
+		PageSize: le.Uint32(meta[metaPageSizeAt:]), Root: le.Uint64(meta[metaRootAt:]), FreeList: le.Uint64(meta[metaFreeListAt:]),
+		HighWater: le.Uint64(meta[metaHighWaterAt:]), TxID: le.Uint64(meta[metaTxIDAt:]),
+	}
+}
+
+// metaChecksum is the checksum bbolt keeps of a meta (from its start):
+// the FNV-64a of its bytes before it.
+func metaChecksum(meta []byte) uint64 {
 	h := fnv.New64a()
 	h.Write(meta[:metaSumLen])
-	return Meta{
-		Valid:    le.Uint32(meta[0:]) == boltMagic && le.Uint32(meta[4:]) == boltVersion && le.Uint64(meta[metaSumLen:]) == h.Sum64(),
-		PageSize: le.Uint32(meta[8:]), Root: le.Uint64(meta[16:]), FreeList: le.Uint64(meta[32:]),
-		HighWater: le.Uint64(meta[40:]), TxID: le.Uint64(meta[48:]),
-	}
+	return h.Sum64()
 }
 
 // Metas reads the two meta pages of the data file at path, valid or not

@@ -26,6 +26,9 @@ const (
 	bucketHeader = 16
 	maxDepth     = 64 // far deeper than any tree of a 2^63-byte file
 	noFreelist   = ^uint64(0)
+	// freeListCountMax in a free list page's count says its first u64 is
+	// the count.
+	freeListCountMax = 0xFFFF
 )
 
 // walkPages reads, from the file at path, every page the tree of its
@@ -301,9 +304,9 @@ func (w *pageWalker) freelist() ([]uint64, error) {
 	if flags := le.Uint16(p[8:]); flags != freelistPage {
 		return nil, fmt.Errorf("the free list's page %d is no free list (flags %#x)", w.m.FreeList, flags)
 	}
-	at, count := 16, uint64(le.Uint16(p[10:]))
-	if count == 0xFFFF {
-		count, at = le.Uint64(p[16:]), 24
+	at, count := pageHeaderSize, uint64(le.Uint16(p[10:]))
+	if count == freeListCountMax {
+		count, at = le.Uint64(p[pageHeaderSize:]), pageHeaderSize+8
 	}
 	if count > uint64(len(p)-at)/8 {
 		return nil, fmt.Errorf("the free list's %d page ids do not fit in its %d bytes", count, len(p))

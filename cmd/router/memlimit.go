@@ -61,8 +61,8 @@ func heldOutputBound(ceiling int64) int64 {
 }
 
 // tooSmall is the cgroup memory limit under which the router warns at
-// start: below it a start after a kill was seen to fail (the ceiling is
-// half the group there, ceilingOf).
+// start (a ceiling under the one it gives): below it a start after a
+// kill was seen to fail.
 const tooSmall = 64 << 20
 
 // logMemoryBudget says, at start, what a cgroup memory limit made of the
@@ -73,7 +73,7 @@ func logMemoryBudget(log hclog.Logger, ceiling int64) {
 	if ceiling <= 0 {
 		return
 	}
-	if ceiling < tooSmall/2 {
+	if ceiling < ceilingOf(tooSmall, nil) {
 		log.Warn("the cgroup's memory limit is under 64 MiB: the router's own code takes ~25 MB of it, the embedded NATS server more, and a start after a kill may not fit; give it 128 MiB",
 			"collector_ceiling_bytes", ceiling, "why", "docs/decisions/memory-limit.md")
 	}

@@ -231,13 +231,7 @@ func (s *Source) setup(ctx context.Context) error {
 	// The stream's info tells it from one made again (its creation
 	// time), and its retention; a user the server does not let read it
 	// still consumes (its durables made again read from the start).
-	var st *jetstream.StreamInfo
-	sctx, cancel := context.WithTimeout(ctx, streamInfoWait) // a request the server denies is never answered
-	sh, serr := s.js.Stream(sctx, stream)
-	cancel()
-	if serr == nil {
-		st = sh.CachedInfo()
-	}
+	st, serr := s.streamInfo(ctx, stream)
 	s.mu.Lock()
 	s.stream = stream
 	s.mu.Unlock()
@@ -293,6 +287,19 @@ func streamFor(ctx context.Context, js jetstream.JetStream, subject string) (str
 		return "", fmt.Errorf("subject %q is stored by several streams (%s); a consumer reads one stream: narrow the inbox subject",
 			subject, strings.Join(names, ", "))
 	}
+}
+
+// streamInfo reads the info of stream, within streamInfoWait: a request
+// the server denies the user is never answered. nil with the error when
+// it cannot.
+func (s *Source) streamInfo(ctx context.Context, stream string) (*jetstream.StreamInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, streamInfoWait)
+	defer cancel()
+	sh, err := s.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return sh.CachedInfo(), nil
 }
 
 // checkRetention warns when the stream (st, or why it could not be read)
@@ -419,12 +426,7 @@ func (s *Source) pullFailed(ctx context.Context, err error, lastLog *time.Time) 
 	case errors.Is(lerr, jetstream.ErrConsumerNotFound):
 		// The stream may have been made again under its name: its id
 		// says whether the floor read from the old one holds.
-		var st *jetstream.StreamInfo
-		sctx, cancel := context.WithTimeout(ctx, streamInfoWait)
-		if sh, serr := s.js.Stream(sctx, s.Stream()); serr == nil {
-			st = sh.CachedInfo()
-		}
-		cancel()
+		st, _ := s.streamInfo(ctx, s.Stream())
 		tell, id = s.startMadeAgain(s.Stream(), st, err), streamIDOf(st)
 	default:
 		s.resetStart() // not known whether it is there: made, it reads from the start
