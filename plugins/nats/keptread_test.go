@@ -78,8 +78,7 @@ func (k *keptBook) times(id string) int {
 // ttl would be handed to the service again: nothing acknowledged is read
 // again. Said in the log.
 func TestSourceDurableDeletedWhileStoppedReadsOn(t *testing.T) {
-	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
-	consumerCheckEvery = 200 * time.Millisecond
+	checkEvery(t, 200*time.Millisecond)
 	e := newSourceEnv(t)
 	var logs testkit.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
@@ -102,9 +101,7 @@ func TestSourceDurableDeletedWhileStoppedReadsOn(t *testing.T) {
 	})
 	stop()
 
-	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "kept"); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteDurable(t, "ORDERS", "kept")
 	e.publish(t, "orders.created", "c", 10)
 	stop = run()
 	defer stop()
@@ -125,8 +122,7 @@ func TestSourceDurableDeletedWhileStoppedReadsOn(t *testing.T) {
 // start, not on from the old stream's ack floor, which would pass over
 // its first messages.
 func TestSourceReadsAStreamMadeAgainFromItsStart(t *testing.T) {
-	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
-	consumerCheckEvery = 200 * time.Millisecond
+	checkEvery(t, 200*time.Millisecond)
 	e := newSourceEnv(t)
 	book := &keptBook{reads: map[string]switchyard.Read{}}
 	defer runKept(t, e, natsInbox("again", "orders.>"), testLogger(t), book)()
@@ -214,9 +210,7 @@ func TestSourceReadsFromTheStartWhenTheKeptFloorIsPastTheEnd(t *testing.T) {
 	r.Next = 100
 	book.reads["ORDERS"] = r
 	book.mu.Unlock()
-	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "past"); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteDurable(t, "ORDERS", "past")
 	e.publish(t, "orders.created", "b", 3)
 	stop = run()
 	defer stop()

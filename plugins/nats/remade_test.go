@@ -39,9 +39,7 @@ func TestAWorkQueueDurableDeletedIsMadeAgain(t *testing.T) {
 	r.Stop(t)
 	s.Close(context.Background())
 
-	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "JOBS", "wq"); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteDurable(t, "JOBS", "wq")
 	e.publish(t, "jobs.run", "b", 3)
 	s, err = open()
 	if err != nil {
@@ -60,8 +58,7 @@ func TestAWorkQueueDurableDeletedIsMadeAgain(t *testing.T) {
 // the floor after), and the server does not clamp a start past the
 // stream's end: its first messages were passed over (a review's test).
 func TestADurableOnAStreamMadeAgainMadeAfterAFailureSkipsNothing(t *testing.T) {
-	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
-	consumerCheckEvery = 200 * time.Millisecond
+	checkEvery(t, 200*time.Millisecond)
 	e := newSourceEnv(t)
 	var logs testkit.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
@@ -105,8 +102,7 @@ func TestADurableOnAStreamMadeAgainMadeAfterAFailureSkipsNothing(t *testing.T) {
 // is made again before what its filter passed over: the changed durable's
 // floor, past those messages, is not taken (a review's test).
 func TestADurableDeletedAfterItWasChangedReadsWhatItPassedOver(t *testing.T) {
-	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
-	consumerCheckEvery = 100 * time.Millisecond
+	checkEvery(t, 100*time.Millisecond)
 	e := newSourceEnv(t)
 	var logs testkit.Buffer
 	in := natsInbox("advised", "orders.>")
@@ -141,9 +137,7 @@ func TestADurableDeletedAfterItWasChangedReadsWhatItPassedOver(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 
 	// As the log says: delete it to have the inbox make it again.
-	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "advised"); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteDurable(t, "ORDERS", "advised")
 	e.publish(t, "orders.created", "after", 2)
 	testkit.Eventually(t, "after", 15*time.Second, func() bool { return book.times("after-0001") == 1 })
 	time.Sleep(500 * time.Millisecond)
@@ -156,8 +150,7 @@ func TestADurableDeletedAfterItWasChangedReadsWhatItPassedOver(t *testing.T) {
 // was kept only with a next batch): a durable deleted then is made again
 // after that batch, nothing read twice (a review's test).
 func TestTheFloorAfterTheLastBatchIsKept(t *testing.T) {
-	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
-	consumerCheckEvery = 200 * time.Millisecond
+	checkEvery(t, 200*time.Millisecond)
 	e := newSourceEnv(t)
 	book := &keptBook{reads: map[string]switchyard.Read{}}
 	run := func() func() { return runKept(t, e, natsInbox("burst", "orders.>"), testLogger(t), book) }
@@ -166,9 +159,7 @@ func TestTheFloorAfterTheLastBatchIsKept(t *testing.T) {
 	testkit.Eventually(t, "the batch", 10*time.Second, func() bool { return book.distinct() == 10 })
 	time.Sleep(6 * time.Second) // an empty pull (5 s) and the check after it: floor 10
 	stop()
-	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "burst"); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteDurable(t, "ORDERS", "burst")
 	stop = run()
 	defer stop()
 	time.Sleep(2 * time.Second)

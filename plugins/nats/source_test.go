@@ -55,6 +55,23 @@ func (e *sourceEnv) publish(t *testing.T, subject, prefix string, n int) {
 	}
 }
 
+// deleteDurable deletes the durable consumer of stream, as someone else
+// would under a running source.
+func (e *sourceEnv) deleteDurable(t *testing.T, stream, durable string) {
+	t.Helper()
+	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), stream, durable); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkEvery has the sources of the test read their durable back every d
+// (consumerCheckEvery), the default again when it ends.
+func checkEvery(t *testing.T, d time.Duration) {
+	old := consumerCheckEvery
+	consumerCheckEvery = d
+	t.Cleanup(func() { consumerCheckEvery = old })
+}
+
 func (e *sourceEnv) info(t *testing.T, durable string) *jetstream.ConsumerInfo {
 	t.Helper()
 	c, err := e.js.Consumer(pubCtx(t, 5*time.Second), "ORDERS", durable)
@@ -401,8 +418,7 @@ func TestSourceRetentionWarning(t *testing.T) {
 // consumerCheckEvery), not from the stream's start: consuming goes on, and
 // nothing acknowledged before is read again.
 func TestSourceDurableDeletedIsRecreated(t *testing.T) {
-	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
-	consumerCheckEvery = 200 * time.Millisecond
+	checkEvery(t, 200*time.Millisecond)
 	e := newSourceEnv(t)
 	book := &keptBook{reads: map[string]switchyard.Read{}}
 	defer runKept(t, e, natsInbox("gone", "orders.>"), testLogger(t), book)()
@@ -415,9 +431,7 @@ func TestSourceDurableDeletedIsRecreated(t *testing.T) {
 		defer book.mu.Unlock()
 		return book.times("mid-0000") == 1 && book.reads["ORDERS"].Next == 5
 	})
-	if err := e.js.DeleteConsumer(pubCtx(t, 5*time.Second), "ORDERS", "gone"); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteDurable(t, "ORDERS", "gone")
 	e.publish(t, "orders.created", "after", 3)
 	testkit.Eventually(t, "messages after the delete", 20*time.Second, func() bool { return book.distinct() == 7 })
 	time.Sleep(300 * time.Millisecond) // anything read again
@@ -434,8 +448,7 @@ func TestSourceDurableDeletedIsRecreated(t *testing.T) {
 // lost. Before, the inbox got nothing more, said nothing, and a restart
 // set the filter back with those messages passed over for good (a trial).
 func TestSourceSetsAChangedConsumerBack(t *testing.T) {
-	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
-	consumerCheckEvery = 300 * time.Millisecond
+	checkEvery(t, 300*time.Millisecond)
 	e := newSourceEnv(t)
 	in := natsInbox("edited", "orders.>")
 	s := newNATSSource(t, e, in, DefaultAckWait)
@@ -464,8 +477,7 @@ func TestSourceSetsAChangedConsumerBack(t *testing.T) {
 // a change by someone else: they set them back in turn for ever, each
 // reading the stream again (a review).
 func TestSourcesWithOtherBatchSizesShareADurable(t *testing.T) {
-	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
-	consumerCheckEvery = 100 * time.Millisecond
+	checkEvery(t, 100*time.Millisecond)
 	e := newSourceEnv(t)
 	var logs testkit.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &logs})
@@ -488,8 +500,7 @@ func TestSourcesWithOtherBatchSizesShareADurable(t *testing.T) {
 // server refuses that change) is said once a minute, not at every batch
 // (602 lines in 5 s, a review).
 func TestADurableThatCannotBeSetBackIsSaidOnce(t *testing.T) {
-	defer func(old time.Duration) { consumerCheckEvery = old }(consumerCheckEvery)
-	consumerCheckEvery = 50 * time.Millisecond
+	checkEvery(t, 50*time.Millisecond)
 	e := newSourceEnv(t)
 	var logs testkit.Buffer
 	in := natsInbox("acked", "orders.>")
