@@ -59,3 +59,11 @@ func (l *Loop) UntilNextDue(d time.Duration, takeAt time.Time) time.Duration {
 
 // HasLoop reports whether the engine has a loop for queue t.
 func HasLoop(e *Engine, t string) bool { return e.loopIfAny(t) != nil }
+
+// SetDropLogEvery shortens how often an inbox says the redeliveries it
+// dropped, for inboxes made until the test ends.
+func SetDropLogEvery(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := dropLogEvery
+	dropLogEvery = d
+	t.Cleanup(func() { dropLogEvery = old })
+}

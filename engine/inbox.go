@@ -50,6 +50,7 @@ type inbox struct {
 	// stream logged a line per batch, a hundred in 0.4 s (a trial).
 	drops, stores atomic.Int64
 	dropLog       logthrottle.Throttle
+	sayDropsLater logthrottle.Later
 
 	// refused is the last refusal of a batch and when, nil once one is
 	// taken: the inbox is not healthy while it is recent (InboxRefusal),
@@ -74,7 +75,24 @@ const refusalFresh = time.Minute
 
 // dropLogEvery is how often an inbox that keeps dropping redeliveries
 // says so.
-const dropLogEvery = 10 * time.Second
+var dropLogEvery = 10 * time.Second
+
+// sayDrops logs the redeliveries in dropped, and the events it stored,
+// since it last said so, at most every dropLogEvery; what it may not say
+// yet it says once it may, whether or not another batch comes: a replay
+// that ends is told in full (a trial's reset dropped 600 and the log said
+// 50), an inbox gone idle too (a review).
+func (e *Engine) sayDrops(in *inbox) {
+	if in.drops.Load() == 0 {
+		return
+	}
+	if _, ok := in.dropLog.Take("drops", e.now()); !ok {
+		in.sayDropsLater.After(dropLogEvery, func() { e.sayDrops(in) })
+		return
+	}
+	dropped, stored := in.drops.Swap(0), in.stores.Swap(0)
+	e.log.Info("inbox dropped redeliveries (see GET /v1/inbox/{name}/dedup; said at most every 10 s)", "inbox", in.cfg.Name, "dropped", dropped, "stored", stored)
+}
 
 func newInbox(in config.Inbox) *inbox {
 	pol := in.Policy
@@ -360,16 +378,12 @@ func (e *Engine) noteReceived(in *inbox, res ReceiveResult, skips []storage.Skip
 		e.log.Debug("inbox dropped a redelivery", "inbox", name, "id", s.ID, "reason", s.Reason, "origin", s.Origin, "first", s.FirstOrigin)
 		e.inboxMetrics.skips.WithLabelValues(name, string(s.Reason)).Inc()
 	}
-	// A batch without a redelivery says those held back too, once the
-	// throttle lets it: a replay that ends is told in full (a trial's
-	// said 50 of 600).
+	// A batch without a redelivery counts its stores too while drops
+	// wait to be told.
 	if len(skips) > 0 || in.drops.Load() > 0 {
-		dropped, stored := in.drops.Add(int64(len(skips))), in.stores.Add(int64(res.Stored))
-		if _, ok := in.dropLog.Take("drops", e.now()); ok {
-			in.drops.Add(-dropped)
-			in.stores.Add(-stored)
-			e.log.Info("inbox dropped redeliveries (see GET /v1/inbox/{name}/dedup; said at most every 10 s)", "inbox", name, "dropped", dropped, "stored", stored)
-		}
+		in.drops.Add(int64(len(skips)))
+		in.stores.Add(int64(res.Stored))
+		e.sayDrops(in)
 	}
 	e.inboxMetrics.received.WithLabelValues(name).Add(float64(res.Stored))
 	if res.Stored > 0 {

@@ -119,6 +119,31 @@ func TestRedeliveriesDroppedAreToldNowAndThen(t *testing.T) {
 	}
 }
 
+// An inbox that goes idle after a replay of redeliveries still tells what
+// it dropped once the throttle lets it, though no batch comes to carry
+// the line (a review: the count waited for a next batch that an idle
+// inbox never gets).
+func TestAnIdleInboxTellsTheRedeliveriesItDropped(t *testing.T) {
+	engine.SetDropLogEvery(t, 100*time.Millisecond)
+	var logs testkit.Buffer
+	h := newHarness(t, pullInbox, true, harnessOption(func(o *engine.Options) {
+		o.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+	}))
+	ctx := context.Background()
+	for range 11 {
+		if _, err := h.eng.Receive(ctx, "pay", inbound("a", "b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "inbox dropped redeliveries"); n != 1 || !strings.Contains(logs.String(), "dropped=2 ") {
+		t.Fatalf("%d lines for a replay in one moment, want the first:\n%s", n, logs.String())
+	}
+	h.clock.Advance(100 * time.Millisecond) // the engine's clock, which the throttle reads
+	testkit.Eventually(t, "the 18 held back to be told with no batch after them", 5*time.Second, func() bool {
+		return strings.Contains(logs.String(), "dropped=18 stored=0")
+	})
+}
+
 // Redeliveries are dropped durably and audited, within the batch too; after
 // the ttl an id is new again.
 func TestReceiveDropsRedeliveries(t *testing.T) {

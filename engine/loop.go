@@ -54,8 +54,11 @@ type Loop struct {
 	// probedFirst: the next probe takes noted events first (takeDue).
 	probedFirst bool
 
-	// logFailures' lines: loggedFailures a second of each kind.
+	// logFailures' lines: loggedFailures a second of each kind; those
+	// held back are counted in a line a second after the first of them
+	// (sayHeld).
 	retryLog, deadLog logthrottle.Budget
+	sayHeldLater      logthrottle.Later
 }
 
 func newLoop(e *Engine, t string, pol *config.Policy) *Loop {
@@ -575,37 +578,51 @@ type failure struct {
 
 // loggedFailures bounds the lines a loop writes a second of each kind of
 // failure, retried and dead-lettered (a dead letter is never crowded out
-// by retries); the rest are counted in one line once their second has
-// passed, and every one is in its event's history and the metrics. A
-// bound per batch did not hold the log: an inbox whose service failed took
-// small batches many times a second, ~100 lines a second (a soak trial).
+// by retries); the rest are counted in one line a second after the first
+// of them was held back, whether or not the loop fails more (an idle loop
+// said nothing of them, a review), and every one is in its event's
+// history and the metrics. A bound per batch did not hold the log: an
+// inbox whose service failed took small batches many times a second, ~100
+// lines a second (a soak trial).
 const loggedFailures = 5
 
 // failureSee is where each failed event is, when its line was held back.
 const failureSee = "GET /v1/events/{id}, the DLQ, switchyard_retried_total, switchyard_dead_lettered_total"
 
 // logFailures writes a WARN line per failed event of a committed batch,
-// within the loop's budgets, after the count of those held back before.
+// within the loop's budgets; sayHeld counts those held back.
 func (l *Loop) logFailures(fs []failure, now time.Time) {
-	if n := l.retryLog.Flush(now); n > 0 {
-		l.e.log.Warn("more events failed and are retried than were told", "type", l.typ, "more", n, "see", failureSee)
-	}
-	if n := l.deadLog.Flush(now); n > 0 {
-		l.e.log.Warn("more events were dead-lettered than were told", "type", l.typ, "more", n, "see", failureSee)
-	}
+	held := false
 	for _, f := range fs {
 		if f.next.IsZero() {
-			if _, ok := l.deadLog.Take(now); ok {
+			if l.deadLog.Take(now) {
 				l.e.log.Warn("event dead-lettered", "type", l.typ, "event", f.id, "attempts", f.attempts, "reason", f.reason)
+			} else {
+				held = true
 			}
 			continue
 		}
-		if _, ok := l.retryLog.Take(now); ok {
+		if l.retryLog.Take(now) {
 			// max: with backoff off the retry is due at once, when the
 			// outcome was made, a moment before now.
 			l.e.log.Warn("event failed; retrying", "type", l.typ, "event", f.id, "attempt", f.attempts,
 				"retry_in", max(0, f.next.Sub(now)).Round(time.Millisecond), "error", f.reason)
+		} else {
+			held = true
 		}
+	}
+	if held {
+		l.sayHeldLater.After(time.Second, l.sayHeld)
+	}
+}
+
+// sayHeld counts the failure lines logFailures held back.
+func (l *Loop) sayHeld() {
+	if n := l.retryLog.Held(); n > 0 {
+		l.e.log.Warn("more events failed and are retried than were told", "type", l.typ, "more", n, "see", failureSee)
+	}
+	if n := l.deadLog.Held(); n > 0 {
+		l.e.log.Warn("more events were dead-lettered than were told", "type", l.typ, "more", n, "see", failureSee)
 	}
 }
 

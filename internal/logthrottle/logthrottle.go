@@ -5,6 +5,7 @@ package logthrottle
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,10 +43,9 @@ func (t *Throttle) Take(key string, now time.Time) (heldBack int, ok bool) {
 }
 
 // Budget lets Lines lines through per window of Per (a second when zero),
-// and counts the rest: the first line let through after some were held
-// back learns how many. For a cause whose lines each name something of
-// their own (an event that failed), where one line per cause would hide
-// all but one.
+// and counts the rest, for Held to say. For a cause whose lines each name
+// something of their own (an event that failed), where one line per cause
+// would hide all but one.
 type Budget struct {
 	Per   time.Duration
 	Lines int
@@ -56,9 +56,9 @@ type Budget struct {
 	held  int
 }
 
-// Take says whether a line at now goes through, and how many were held
-// back since the last that did.
-func (b *Budget) Take(now time.Time) (heldBack int, ok bool) {
+// Take says whether a line at now goes through; one that does not is
+// counted for Held.
+func (b *Budget) Take(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if now.Sub(b.start) >= b.window() { // a time before start is in its window: callers race to the lock
@@ -66,25 +66,20 @@ func (b *Budget) Take(now time.Time) (heldBack int, ok bool) {
 	}
 	if b.used >= b.Lines {
 		b.held++
-		return 0, false
+		return false
 	}
 	b.used++
-	n := b.held
-	b.held = 0
-	return n, true
+	return true
 }
 
-// Flush returns the lines held back, once the window they were held in has
-// passed, so that a caller whose lines stopped can say how many it held
-// (no next line would); 0 otherwise.
-func (b *Budget) Flush(now time.Time) (heldBack int) {
+// Held is how many lines Take held back since the last Held, which says
+// them: the caller tells the count in a line of its own (Later), whether
+// or not more lines come.
+func (b *Budget) Held() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.held == 0 || now.Sub(b.start) < b.window() {
-		return 0
-	}
 	n := b.held
-	b.held, b.start, b.used = 0, now, 0
+	b.held = 0
 	return n
 }
 
@@ -94,4 +89,21 @@ func (b *Budget) window() time.Duration {
 		return time.Second
 	}
 	return b.Per
+}
+
+// Later runs a function once, a while after it is first asked to however
+// often it is asked meanwhile, and is asked again from then on: a count
+// of lines held back is said even when no later line would carry it (a
+// loop or an inbox gone idle after a burst).
+type Later struct{ pending atomic.Bool }
+
+// After runs fn wait from now, unless a run asked for earlier is still to
+// come (then that one serves).
+func (l *Later) After(wait time.Duration, fn func()) {
+	if l.pending.CompareAndSwap(false, true) {
+		time.AfterFunc(wait, func() {
+			l.pending.Store(false) // first: a line held while fn runs asks again
+			fn()
+		})
+	}
 }

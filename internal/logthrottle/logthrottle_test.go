@@ -48,42 +48,56 @@ func TestThrottleEvery(t *testing.T) {
 	}
 }
 
-// A budget lets its lines through in each window and counts the rest for
-// the next line that goes through.
+// A budget lets its lines through in each window and counts the rest
+// until Held says them, across windows.
 func TestBudgetLetsSomeLinesPerWindow(t *testing.T) {
 	b := Budget{Lines: 2}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	steps := []struct {
 		at   time.Duration
 		ok   bool
-		held int
+		held int // Held after the take
 	}{
 		{0, true, 0},
 		{10 * time.Millisecond, true, 0},
-		{20 * time.Millisecond, false, 0},
-		{900 * time.Millisecond, false, 0},
-		{1000 * time.Millisecond, true, 2},
+		{20 * time.Millisecond, false, 1},
+		{900 * time.Millisecond, false, 1},
+		{1000 * time.Millisecond, true, 0},
 		{1001 * time.Millisecond, true, 0},
-		{1002 * time.Millisecond, false, 0},
-		{999 * time.Millisecond, false, 0}, // earlier than the window: in it
-		{5 * time.Second, true, 2},
-		{5*time.Second + time.Millisecond, true, 0},
-		{5*time.Second + 2*time.Millisecond, false, 0},
+		{1002 * time.Millisecond, false, -1}, // not asked: counted on
+		{999 * time.Millisecond, false, 2},   // earlier than the window: in it
+		{5 * time.Second, true, 0},
 	}
 	for _, s := range steps {
-		held, ok := b.Take(t0.Add(s.at))
-		if ok != s.ok || held != s.held {
-			t.Fatalf("at %s: ok %v held %d, want %v %d", s.at, ok, held, s.ok, s.held)
+		ok := b.Take(t0.Add(s.at))
+		if ok != s.ok {
+			t.Fatalf("at %s: ok %v, want %v", s.at, ok, s.ok)
+		}
+		if s.held >= 0 {
+			if n := b.Held(); n != s.held {
+				t.Fatalf("at %s: %d held, want %d", s.at, n, s.held)
+			}
 		}
 	}
-	// Lines that stop: the count comes out once their window has passed.
-	if n := b.Flush(t0.Add(5*time.Second + 500*time.Millisecond)); n != 0 {
-		t.Fatalf("flushed %d inside the window", n)
+}
+
+// Later runs its function once for any number of asks before the run,
+// and again for an ask after it.
+func TestLaterRunsOncePerBurst(t *testing.T) {
+	var l Later
+	runs := make(chan struct{}, 10)
+	for range 5 {
+		l.After(50*time.Millisecond, func() { runs <- struct{}{} })
 	}
-	if n := b.Flush(t0.Add(6 * time.Second)); n != 1 {
-		t.Fatalf("flushed %d after the window, want 1", n)
+	<-runs
+	time.Sleep(100 * time.Millisecond)
+	if n := len(runs); n != 0 {
+		t.Fatalf("%d more runs for one burst of asks", n)
 	}
-	if n := b.Flush(t0.Add(8 * time.Second)); n != 0 {
-		t.Fatalf("flushed %d again", n)
+	l.After(time.Millisecond, func() { runs <- struct{}{} })
+	select {
+	case <-runs:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an ask after the run was not run")
 	}
 }
