@@ -27,7 +27,7 @@ import (
 // the file or variable that is wrong, never a secret. A password or token
 // or creds file is read again at each connection attempt, a client
 // certificate when its files change (config.Secret.Rereading,
-// TLS.ClientConfig); an nkey seed's public key is read once. log (nil:
+// TLS.ClientConfig); an nkey seed once (nkeyOption). log (nil:
 // none) hears of a changed file that cannot be used (config.FileWarning).
 func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 	var opts []natsgo.Option
@@ -56,10 +56,7 @@ func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 		}
 		opts = append(opts, opt)
 	case a.NKeySeedFile != "":
-		if err := config.CheckPrivate(a.NKeySeedFile); err != nil {
-			return nil, fmt.Errorf("nkey_seed_file: %w", err)
-		}
-		opt, err := natsgo.NkeyOptionFromSeed(a.NKeySeedFile)
+		opt, err := nkeyOption(a.NKeySeedFile)
 		if err != nil {
 			return nil, fmt.Errorf("nkey_seed_file: %w", err)
 		}
@@ -74,6 +71,35 @@ func ClientOptions(cfg config.NATS, log hclog.Logger) ([]natsgo.Option, error) {
 		opts = append(opts, natsgo.Secure(ct.Config()), natsgo.ClientTLSConfig(nil, ct.Roots))
 	}
 	return opts, nil
+}
+
+// nkeyOption authenticates with the nkey seed of the file at path, read
+// once: the public key the server is told and the seed that signs its
+// nonce come from that read, and a changed file is used from the next
+// start (README). nats.go's NkeyOptionFromSeed reads the file again at
+// each connection to sign, with the public key of the start: a seed
+// rotated in place signed for another key, and the server refused every
+// reconnection until a restart; a file made readable by others after the
+// start was read all the same. The seed stays in memory, as a creds
+// file's does (credsOption).
+func nkeyOption(path string) (natsgo.Option, error) {
+	if err := config.CheckPrivate(path); err != nil {
+		return nil, err
+	}
+	seed, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	kp, err := nkeys.ParseDecoratedNKey(seed)
+	clear(seed)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		return nil, fmt.Errorf("%s: not a user's nkey seed (SU...)", path)
+	}
+	return natsgo.Nkey(pub, kp.Sign), nil
 }
 
 // credsOption authenticates with the user JWT and seed of the creds file

@@ -137,3 +137,31 @@ func TestACredsFileMustBeAUsersCreds(t *testing.T) {
 		}
 	}
 }
+
+// An nkey seed file is read once, at the start: the public key the server
+// is told and the seed that signs come from that read, so a seed rotated
+// in place (or made readable by others) after the start leaves the sink
+// reconnecting as the key it started with, until the next start (a
+// leftover: nats.go read the file again at each connection to sign, with
+// the start's public key, and the server refused every reconnection).
+func TestAnNkeySeedIsReadAtTheStartOnly(t *testing.T) {
+	first, _ := nkeys.CreateUser()
+	firstKey, _ := first.PublicKey()
+	firstSeed, _ := first.Seed()
+	second, _ := nkeys.CreateUser()
+	secondKey, _ := second.PublicKey()
+	secondSeed, _ := second.Seed()
+	srv := testkit.NATS(t, func(o *server.Options) {
+		o.Nkeys = []*server.NkeyUser{{Nkey: firstKey}, {Nkey: secondKey}}
+	})
+	file := testkit.SecretFile(t, string(firstSeed))
+	cfg := externalConfig(srv.ClientURL(), config.NATSAuth{NKeySeedFile: file}, nil)
+	openLogged(t, cfg)
+
+	if err := os.WriteFile(file, secondSeed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	connectedAs(t, srv, firstKey)
+	os.Chmod(file, 0o644)
+	connectedAs(t, srv, firstKey)
+}
