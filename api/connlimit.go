@@ -52,6 +52,16 @@ type connLimit struct {
 	close  sync.Once
 }
 
+// LimitConnections holds srv, which will serve ln, to max open
+// connections (connLimit), and returns the listener to serve: the API's
+// TCP listener (listen.max_connections) and the pprof one.
+func LimitConnections(srv *http.Server, ln net.Listener, max int) net.Listener {
+	limit := newConnLimit(ln, max)
+	srv.ConnState = limit.track
+	srv.Handler = limit.serve(srv.Handler)
+	return limit
+}
+
 func newConnLimit(ln net.Listener, max int) *connLimit {
 	return &connLimit{Listener: ln, max: max, conns: make(map[*limitedConn]time.Time),
 		freed: make(chan struct{}), closed: make(chan struct{})}

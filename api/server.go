@@ -349,10 +349,7 @@ func (s *Server) Open() (err error) {
 		if n := s.listen.MaxConnections; n > 0 {
 			// Past n open connections a new client takes the place of the
 			// one idle the longest, or waits in the kernel's backlog.
-			limit := newConnLimit(tcp, n)
-			s.tcpSrv.ConnState = limit.track
-			s.tcpSrv.Handler = limit.serve(s.tcpSrv.Handler)
-			tcp = limit
+			tcp = LimitConnections(s.tcpSrv, tcp, n)
 		}
 	}
 	ln := s.opts.Listener

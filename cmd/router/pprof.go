@@ -6,13 +6,21 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strings"
+	"time"
 
+	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
 )
 
 // servePprof serves Go's profiles on addr (listen { pprof = "..." }), for
 // finding where a running router spends its time. It is a listener of its
 // own, never the API's, so it cannot be exposed by accident with the API.
+// It holds pprofConnections open at most, as the API's TCP listener holds
+// max_connections (api.LimitConnections: a new client takes the place of
+// the one idle the longest), and a client gets pprofReadTimeout for its
+// headers: with neither, any local user, without a credential, kept
+// ~20,000 idle connections open to it, every file descriptor the router
+// had, and the router stopped taking events (a security trial).
 func (c *RunCommand) servePprof(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -24,12 +32,19 @@ func (c *RunCommand) servePprof(addr string) error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: loopbackHost(mux)}
+	srv := &http.Server{Handler: loopbackHost(mux), ReadHeaderTimeout: pprofReadTimeout, IdleTimeout: time.Minute}
 	c.pprof = srv
-	go srv.Serve(ln)
+	go srv.Serve(api.LimitConnections(srv, ln, pprofConnections))
 	c.log.Info("pprof", "addr", ln.Addr().String())
 	return nil
 }
+
+// pprofConnections and pprofReadTimeout bound the pprof listener
+// (servePprof): a few operators' tools at once; their headers in seconds.
+const (
+	pprofConnections = 8
+	pprofReadTimeout = 10 * time.Second
+)
 
 // loopbackHost answers only requests whose Host names this machine's
 // loopback (localhost, 127.0.0.1, ::1), 421 otherwise. pprof listens on

@@ -247,6 +247,40 @@ func TestPprofListener(t *testing.T) {
 	}
 }
 
+// The pprof listener holds a few connections at most: a local user who
+// opens many and leaves them idle costs the router a handful of file
+// descriptors, and a new request is still answered, in the place of the
+// one idle the longest (a security trial: unbounded, ~20,000 idle
+// connections took every descriptor, and the router stopped taking events).
+func TestPprofHoldsFewConnections(t *testing.T) {
+	path, sock := writeConfig(t, "")
+	port := testkit.FreePort(t)
+	src := strings.Replace(mustRead(t, path), fmt.Sprintf("listen  { socket = %q }", sock),
+		fmt.Sprintf("listen {\n  socket = %q\n  pprof  = \"127.0.0.1:%d\"\n}", sock, port), 1)
+	os.WriteFile(path, []byte(src), 0o600)
+	runRouter(t, path, sock)
+	fds := func() int { d, _ := os.ReadDir("/proc/self/fd"); return len(d) }
+	before := fds()
+	const idle = 60 // each waits in the backlog for a place: the request after them, ~idle/8 seconds
+	for range idle {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	time.Sleep(1500 * time.Millisecond) // past the first request's grace: each is idle
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", port)
+	if status, _ := send(t, "GET", url, "", "", nil); status != 200 {
+		t.Fatalf("pprof beside %d idle connections: %d", idle, status)
+	}
+	// This process holds the clients' ends too (idle of them); the
+	// router's ends are what is past that.
+	if held := fds() - before - idle; held > 20 {
+		t.Fatalf("%d idle connections to pprof hold %d of the router's file descriptors", idle, held)
+	}
+}
+
 // send makes one request to url with the bearer token (if any) and the
 // headers given — a "Host" one sets the request's Host — and returns the
 // status and the body.
