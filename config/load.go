@@ -701,7 +701,7 @@ func (d *decoder) route(b *hcl.Block) Route {
 	switch kind {
 	case SinkNATS:
 		r.Subject = d.required(c, "subject", b, `"<subject>" for a NATS sink`)
-		d.check(c.Attributes["subject"], r.Subject, func(s string) error { return CheckSubject(s, false) })
+		d.check(c.Attributes["subject"], r.Subject, CheckPublishSubject)
 		d.unused(c, "NATS", "topic")
 	case SinkKafka:
 		r.Topic = d.required(c, "topic", b, `"<topic>" for a Kafka sink`)

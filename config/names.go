@@ -95,6 +95,29 @@ func CheckSubject(s string, wildcards bool) error {
 	}
 }
 
+// CheckPublishSubject says why a message may not be published to s: not
+// a subject without wildcards (CheckSubject), or one of the server's own
+// control namespaces (controlPrefixes). A message there is a command: a
+// plugin's output to $JS.API.STREAM.PURGE.<stream> emptied the stream, and
+// to $JS.API.STREAM.DELETE.<stream> deleted it (a plugin trial). The data
+// namespaces a stream captures ($KV.<bucket>.<key>, $O.…) stay open.
+func CheckPublishSubject(s string) error {
+	if err := CheckSubject(s, false); err != nil {
+		return err
+	}
+	for _, p := range controlPrefixes {
+		if strings.HasPrefix(s, p) {
+			return fmt.Errorf("subject %q is in the NATS server's own namespace %s*: a message there is a command to the server (%s…PURGE empties a stream), not an event", s, p, "$JS.API.STREAM.")
+		}
+	}
+	return nil
+}
+
+// controlPrefixes are the subjects of NATS's server-side APIs: JetStream's
+// (its API, acks, flow control and advisories: $JS.; its cluster's:
+// $JSC., $NRG.) and the system account's ($SYS.).
+var controlPrefixes = []string{"$JS.", "$JSC.", "$NRG.", "$SYS."}
+
 // CheckTopic says why s is not a Kafka topic name: 1 to 249 of the
 // characters a-z A-Z 0-9 . _ -, and not "." or ".." (Kafka's own rule).
 func CheckTopic(s string) error {
@@ -137,7 +160,7 @@ func CheckDestination(d string, configured func(sink string) bool) (sink, target
 func CheckTarget(sink, target string) error {
 	switch kind, _ := ParseSinkName(sink); kind {
 	case SinkNATS:
-		return CheckSubject(target, false)
+		return CheckPublishSubject(target)
 	case SinkKafka:
 		return CheckTopic(target)
 	}

@@ -578,6 +578,30 @@ func TestBadDestinationIsThePluginsReject(t *testing.T) {
 	t.Fatal("no stats for the plugin")
 }
 
+// An output to the NATS server's own API subjects is the plugin's reject,
+// naming the namespace, and the stream keeps what it holds (a plugin
+// trial: an output to $JS.API.STREAM.PURGE.<stream> emptied the stream at
+// every attempt, and one to $JS.API.STREAM.DELETE.<stream> deleted it,
+// while the event was dead-lettered as a refused publish).
+func TestAnOutputToTheServersAPIIsAReject(t *testing.T) {
+	purge := funcPlugin{name: "purge", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		if ev.Subject != "purge" {
+			return []switchyard.PluginOutput{{Event: *ev}}, nil
+		}
+		return []switchyard.PluginOutput{{Event: *ev, Destination: "nats.local:$JS.API.STREAM.PURGE.events"}, {Event: *ev, Destination: "nats.local:$JS.API.STREAM.DELETE.events"}}, nil
+	}}
+	h := newHarness(t, pluginPolicy("purge", "t.purge", ""), true, withPlugins(purge))
+	kept := h.ingest("t.purge", 3)
+	h.pollAll("t.purge")
+	h.streamHoldsOnce(kept)
+	id := h.ingestEvent(switchyard.Event{ID: "p-1", Type: "t.purge", Source: "/t", SpecVersion: "1.0", Subject: "purge"})
+	h.pollAll("t.purge")
+	if rec := h.record(id); rec.State != storage.StateDLQ || !strings.Contains(rec.LastError, "the NATS server's own namespace $JS.") {
+		t.Fatalf("the event: %s (%s)", rec.State, rec.LastError)
+	}
+	h.streamHoldsOnce(kept)
+}
+
 // gatedAcks is the NATS sink with every batch's acknowledgements held until
 // open is closed; entered gets a value as each batch is sent.
 type gatedAcks struct {
