@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
@@ -329,7 +330,7 @@ func describeTrap(call string, err error) string {
 		if !strings.HasPrefix(l, ".") && (!strings.Contains(l, "(") || strings.HasPrefix(l, "0x")) {
 			continue
 		}
-		f := demangle(l)
+		f := clip(demangle(l), maxFrame)
 		if runtimeFrame(f) {
 			continue
 		}
@@ -343,7 +344,25 @@ func describeTrap(call string, err error) string {
 	if len(frames) > 0 {
 		s += " (at " + strings.Join(frames, " ← ") + ")"
 	}
-	return s
+	return clip(s, maxReason)
+}
+
+// maxFrame bounds one frame of a trap's reason: a function's name comes
+// from the module's name section, which the plugin's author chose (a
+// plugin trial's 2 MB name grew the data file by 78 MB in five events, a
+// reason kept with each attempt, and the log, GET /v1/plugins and the DLQ
+// with it).
+const maxFrame = 256
+
+// clip is s cut to at most n bytes, at a rune's start, with "…" when cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // demangle turns a frame of a Rust (legacy-mangled) function,

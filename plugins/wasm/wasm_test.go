@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -754,6 +755,26 @@ func TestDemangleFrames(t *testing.T) {
 	if !runtimeFrame("core::panicking::panic") || !runtimeFrame("rust_panic") || runtimeFrame("panics::handle") ||
 		!runtimeFrame("runtime.gopanic") || !runtimeFrame("runtime.mapassign_faststr") || runtimeFrame("main.handle") {
 		t.Error("runtimeFrame: the panic path is the runtime's, the plugin's functions are not")
+	}
+}
+
+// A trap's reason is bounded whatever the names of the functions it went
+// through: each frame to maxFrame bytes, the whole to maxReason (a plugin
+// trial: a 2 MB name in the module's name section made a 2 MB reason per
+// attempt, kept in the data file, the log, GET /v1/plugins and the DLQ).
+func TestATrapsReasonIsBounded(t *testing.T) {
+	long := strings.Repeat("é", 1<<20) // 2 MB, two bytes a rune
+	trace := "wasm error: unreachable\nwasm stack trace:\n\t." + long + "(i32) i32\n\t.sy_handle(i32) i32"
+	got := describeTrap("sy_handle", errors.New(trace))
+	if len(got) > maxReason+len("…") || !strings.HasPrefix(got, "sy_handle trapped: unreachable (at éé") || !strings.Contains(got, "… ← sy_handle)") {
+		t.Fatalf("%d bytes: %.120s", len(got), got)
+	}
+	many := "wasm error: unreachable\nwasm stack trace:"
+	for range 4 {
+		many += "\n\t." + strings.Repeat("f", 100<<10) + "()"
+	}
+	if got := describeTrap("sy_handle", errors.New(many)); len(got) > maxReason+len("…") || !utf8.ValidString(got) {
+		t.Fatalf("four long frames: %d bytes", len(got))
 	}
 }
 
