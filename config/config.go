@@ -341,6 +341,16 @@ type Plugin struct {
 	StateNamespace string
 }
 
+// PluginLimits is the limits of the plugin block named name.
+func (c *Config) PluginLimits(name string) (PluginLimits, bool) {
+	for i := range c.Plugins {
+		if c.Plugins[i].Name == name {
+			return c.Plugins[i].Limits, true
+		}
+	}
+	return PluginLimits{}, false
+}
+
 // PluginLimits bounds one plugin instance.
 type PluginLimits struct {
 	Memory         int64         // default 16 MiB

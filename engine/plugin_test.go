@@ -602,6 +602,46 @@ func TestAnOutputToTheServersAPIIsAReject(t *testing.T) {
 	h.streamHoldsOnce(kept)
 }
 
+// A chain's outputs of one event, at each plugin, are held to what one call
+// of that plugin may make (limits.max_outputs, and as much data as that
+// many outputs of max_output_bytes): 4 × 4 outputs go out, 5 × 5 is the
+// second plugin's reject, naming it and the event (a plugin trial: three
+// plugins each making 16 outputs of 256 KiB, within their limits, took
+// the router from 90 MB to 1.2 GB for one event).
+func TestAChainsOutputsAreHeldToOneCallsBound(t *testing.T) {
+	fan := func(name string) funcPlugin {
+		return funcPlugin{name: name, fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+			n := len(ev.Subject) // "xxxx": 4 outputs
+			outs := make([]switchyard.PluginOutput, n)
+			for i := range outs {
+				outs[i].Event = *ev
+				outs[i].Event.ID = fmt.Sprintf("%s/%d", ev.ID, i)
+			}
+			return outs, nil
+		}}
+	}
+	h := newHarness(t, `
+plugin "one" { wasm = "unused.wasm" }
+plugin "two" { wasm = "unused.wasm" }
+event "t.fan" {
+  plugins = ["one", "two"]
+  route {
+    to      = "nats.local"
+    subject = "t.fan"
+  }
+}
+`, true, withPlugins(fan("one"), fan("two")))
+	four := h.ingestEvent(switchyard.Event{ID: "f4", Type: "t.fan", Source: "/t", SpecVersion: "1.0", Subject: "xxxx"})
+	five := h.ingestEvent(switchyard.Event{ID: "f5", Type: "t.fan", Source: "/t", SpecVersion: "1.0", Subject: "xxxxx"})
+	h.pollAll("t.fan")
+	if rec := h.record(four); rec.State != storage.StateDelivered || len(h.streamMessages()) != 16 {
+		t.Fatalf("4 × 4: %s (%s), %d messages", rec.State, rec.LastError, len(h.streamMessages()))
+	}
+	if rec := h.record(five); rec.State != storage.StateDLQ || !strings.Contains(rec.LastError, `plugin "two", event "f5": the chain made 20 outputs`) {
+		t.Fatalf("5 × 5: %s (%s)", rec.State, rec.LastError)
+	}
+}
+
 // gatedAcks is the NATS sink with every batch's acknowledgements held until
 // open is closed; entered gets a value as each batch is sent.
 type gatedAcks struct {
