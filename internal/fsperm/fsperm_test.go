@@ -96,6 +96,45 @@ func TestReadTrusted(t *testing.T) {
 	}
 }
 
+// A trusted file's folder is checked too: in one anyone may write, without
+// the sticky bit, another user could rename a link to another module over
+// a plugin's path, and the next reload took it with every check passed on
+// the module it led to (a security trial). In a sticky one, the
+// operator's link passes (a Kubernetes secret's files are links in one)
+// and another user's does not.
+func TestReadTrustedChecksTheFolder(t *testing.T) {
+	top := t.TempDir()
+	open := filepath.Join(top, "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777)
+	module := filepath.Join(open, "enrich.wasm")
+	os.WriteFile(module, []byte("x"), 0o644)
+	if _, err := ReadTrusted(module, 10, "a plugin module"); err == nil || !strings.Contains(err.Error(), "may be written by anyone (mode 0777)") {
+		t.Errorf("a module in a folder anyone may write: %v", err)
+	}
+	os.Chmod(open, 0o777|os.ModeSticky)
+	if b, err := ReadTrusted(module, 10, "a plugin module"); err != nil || string(b) != "x" {
+		t.Errorf("the router's module in a sticky folder: %q %v", b, err)
+	}
+	link := filepath.Join(open, "link.wasm")
+	if err := os.Symlink(module, link); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ReadTrusted(link, 10, "a plugin module"); err != nil || string(b) != "x" {
+		t.Errorf("the router's own link in a sticky folder: %q %v", b, err)
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the check of another user's link is skipped (lchown needs root)")
+		return
+	}
+	if err := os.Lchown(link, testkit.Stranger, testkit.Stranger); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadTrusted(link, 10, "a plugin module"); err == nil || !strings.Contains(err.Error(), "is a symbolic link of another user's") {
+		t.Errorf("another user's link to the router's module: %v", err)
+	}
+}
+
 // A pipe anyone may write is refused as a file anyone may write is (a
 // review: every non-regular file passed unchecked); the router's own pipe
 // (a shell's <(...)) and a device such as /dev/zero are read.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 )
 
 // Limits on the files the router reads whole: a path to something endless
@@ -42,8 +43,12 @@ func readAll(f *os.File, path string, limit int64, what string) ([]byte, error) 
 // user than the router's (or root) owns it, or anyone may write it, as
 // checked on the file opened, not on the path: that user could change
 // what the router runs, and a reload or restart would take it without a
-// word (a security trial).
+// word (a security trial). Its folder, and the link its path may be, are
+// checked too (checkHolder).
 func ReadTrusted(path string, limit int64, what string) ([]byte, error) {
+	if err := checkHolder(path, what); err != nil {
+		return nil, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -63,4 +68,27 @@ func ReadTrusted(path string, limit int64, what string) ([]byte, error) {
 		return nil, err
 	}
 	return readAll(f, path, limit, what)
+}
+
+// checkHolder refuses the folder holding path when another user could put
+// another file at path: a folder owned by another user than the router's
+// (or root), or one anyone may write without the sticky bit; and a link
+// at path that another user owns (in a sticky folder, only its owner may
+// replace it). A security trial renamed a link to another module over a
+// plugin's path in a folder open to all: the reload loaded it, and every
+// check passed, on the module the link led to. The operator's link in a
+// folder of root's, sticky and open to all, passes (a Kubernetes secret's
+// files are links so).
+func checkHolder(path, what string) error {
+	if err := CheckDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("%s, %s: %w", path, what, err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return nil // not there: the open says so
+	}
+	if err := CheckOwner(path, fi); err != nil {
+		return fmt.Errorf("%s, %s, is a symbolic link of another user's: %w; its owner chose what the router reads there", path, what, err)
+	}
+	return nil
 }
