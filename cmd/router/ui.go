@@ -61,18 +61,26 @@ func (c *UICommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	p.origin = "http://" + ln.Addr().String()
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	// Bounded as the router's own listeners are (a security review: this
+	// one held any number of idle connections): a new client takes the
+	// place of the one idle the longest.
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	served := api.LimitConnections(srv, ln, uiConnections)
 	go func() {
 		<-ctx.Done()
 		srv.Close()
 	}()
 	fmt.Fprintf(c.Stdout, "Switchyard console: %s/ui/#token=%s\n", p.origin, p.link)
 	fmt.Fprintf(c.Stdout, "(the link works once, within %s; Ctrl-C stops the console)\n", ttl)
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(served); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
 }
+
+// uiConnections bounds the connections router ui holds open: a browser
+// opens six or so to one origin, and the console's live views keep some.
+const uiConnections = 64
 
 // uiProxy forwards the console's requests to the unix socket (where every
 // caller is admin) once they show a session that the one-time link started.
