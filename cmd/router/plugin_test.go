@@ -290,6 +290,14 @@ func TestPluginTestGolden(t *testing.T) {
 	if out, _, code = runPluginTest(t, "", "test", tr, "-cache-dir", "", "-dir", dir); code != 0 || !strings.Contains(out, "ok: 2 cases") {
 		t.Fatalf("-dir after -update: exit %d\n%s", code, out)
 	}
+	// -update of a case whose plugin traps writes it, and says so: a trap
+	// written as expected passes from then on (a plugin trial).
+	trapDir := t.TempDir()
+	os.WriteFile(filepath.Join(trapDir, "crash.event.json"), []byte(strings.Replace(pluginTestEvent, `"e-1"`, `"x-1"`, 1)), 0o644) // trap.wasm traps on ids starting with x
+	if out, _, code = runPluginTest(t, "", "test", wasmTestdata(t, "trap"), "-cache-dir", "", "-dir", trapDir, "-update"); code != 0 ||
+		!strings.Contains(out, "crash.expected.json: the plugin's verdict is retry (sy_handle trapped") {
+		t.Fatalf("-dir -update of a trap: exit %d\n%s", code, out)
+	}
 	// A folder that is not there is said to be missing, not to hold no
 	// NAME.event.json files.
 	if _, errOut, code := runPluginTest(t, "", "test", tr, "-cache-dir", "", "-dir", filepath.Join(dir, "nope")); code != pluginExitError || !strings.Contains(errOut, "no such file or directory") {
