@@ -18,7 +18,7 @@ type pluginView struct {
 	Verdicts map[engine.PluginVerdict]int64 `json:"verdicts"`
 	Outputs  int64                          `json:"outputs"`
 	// FailureKinds counts failures without a verdict of the plugin's own:
-	// trap, timeout, memory (retried), broken_rule (rejected).
+	// trap, timeout, memory, start (retried), broken_rule (rejected).
 	FailureKinds map[string]int64 `json:"failure_kinds"`
 	// SharedIDEvents counts the events whose outputs, sent the same way,
 	// share an id (docs/decisions/output-ids.md); SharedIDLast is the last.

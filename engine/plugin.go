@@ -279,7 +279,7 @@ func newPluginStats() *pluginStats {
 		memoryDesc: prometheus.NewDesc("switchyard_plugin_memory_bytes",
 			"Linear memory of a plugin's live instances (plugins that report it: plugins/wasm).", []string{"plugin"}, nil),
 		failuresDesc: prometheus.NewDesc("switchyard_plugin_failures_total",
-			"Plugin calls that failed without a verdict of the plugin's own, by kind: trap, timeout, memory (retried), broken_rule (rejected).",
+			"Plugin calls that failed without a verdict of the plugin's own, by kind: trap, timeout, memory, start (retried), broken_rule (rejected).",
 			[]string{"plugin", "kind"}, nil),
 		sharedIDLog: logthrottle.Throttle{Every: time.Minute},
 	}
@@ -310,7 +310,7 @@ type SharedIDEvent struct {
 }
 
 // failureKind is implemented by plugin errors that failed without a
-// verdict of the plugin's own (plugins/wasm: trap, timeout, memory,
+// verdict of the plugin's own (plugins/wasm: trap, timeout, memory, start,
 // broken_rule).
 type failureKind interface {
 	error
@@ -436,7 +436,7 @@ type PluginStatus struct {
 	Outputs  int64
 	Failures []PluginFailure // newest first
 	// FailureKinds counts the failures without a verdict of the plugin's
-	// own, by kind (trap, timeout, memory, broken_rule).
+	// own, by kind (trap, timeout, memory, start, broken_rule).
 	FailureKinds map[string]int64
 	// SharedIDEvents counts the events whose outputs from the plugin, sent
 	// the same way, share an id; SharedIDLast is the last of them (nil

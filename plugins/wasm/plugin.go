@@ -427,6 +427,11 @@ func (p *Plugin) Limits() config.PluginLimits { return p.limits }
 // instance is discarded; the pool starts a new one when needed.
 func (p *Plugin) Handle(ctx context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 	in, err := p.get(ctx)
+	if err != nil && ctx.Err() == nil {
+		// The plugin's failure, counted as one (a plugin trial: an sy_init
+		// that failed at run time showed only as verdicts of retry).
+		return nil, p.failed(ev.ID, FailureStart, err.Error(), err)
+	}
 	if err != nil {
 		return nil, p.retry(ev.ID, err.Error(), err)
 	}
@@ -612,10 +617,11 @@ const (
 	FailureTimeout    Failure = "timeout"     // over limits.timeout: retried
 	FailureMemory     Failure = "memory"      // over limits.memory: retried
 	FailureBrokenRule Failure = "broken_rule" // a malformed or oversized output, a bad range, an unknown verdict: rejected (it fails every time)
+	FailureStart      Failure = "start"       // no instance to run it in: the module's start, _initialize or sy_init failed: retried
 )
 
 // Failures are every Failure, in the order above.
-var Failures = [...]Failure{FailureTrap, FailureTimeout, FailureMemory, FailureBrokenRule}
+var Failures = [...]Failure{FailureTrap, FailureTimeout, FailureMemory, FailureBrokenRule, FailureStart}
 
 // PluginFailure is the failure's kind, for the engine's per-plugin counts.
 func (e *Error) PluginFailure() string { return string(e.Failure) }

@@ -947,3 +947,19 @@ func TestFailureKindsListsEveryKindWithoutAllocating(t *testing.T) {
 }
 
 var kindsSink []string // what a scrape keeps, so the list cannot stay on the stack
+
+// An instance that cannot start when an event needs one (its sy_init or
+// _initialize fails or runs past its time at run time, not at the load)
+// is the plugin's failure of kind start, retried: a plugin trial saw such
+// attempts only as verdicts of retry, never in the failures' counts.
+func TestAnInstanceThatCannotStartIsAFailure(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "passthrough", config.PluginLimits{}, 1)
+	p.discard(<-p.idle) // the load's instance gone, the next call starts one
+	p.initTimeout = time.Nanosecond
+	_, err := p.Handle(context.Background(), testEvent("e1"))
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Failure != FailureStart || pe.Verdict != VerdictRetry || switchyard.IsPermanent(err) || pe.PluginFailure() != "start" {
+		t.Fatalf("%#v", err)
+	}
+}
