@@ -448,6 +448,12 @@ func checkPlugins(ctx context.Context, cfg *config.Config) []string {
 	}
 	rt, err := wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: defaultPluginCache()})
 	if err != nil {
+		// A cache this user cannot make (a service user without a home:
+		// a security trial's validate failed so) costs compiling again,
+		// no more; the router's own cache is checked apart (checkFolders).
+		rt, err = wasm.NewRuntime(ctx, wasm.RuntimeOptions{})
+	}
+	if err != nil {
 		return []string{err.Error()}
 	}
 	defer rt.Close(ctx)

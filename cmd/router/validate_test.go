@@ -161,6 +161,33 @@ event "x" {
 	}
 }
 
+// validate loads the plugins without a compilation cache when this user
+// cannot make one (a service user without a home: it failed, "mkdir
+// /home/sytr: permission denied", in a security trial).
+func TestValidateWithoutAHome(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", "/proc/no-home")
+	good := filepath.Join("..", "..", "examples", "plugins", "passthrough-wat", "passthrough.wasm")
+	path := filepath.Join(t.TempDir(), "policies.hcl")
+	os.WriteFile(path, []byte(fmt.Sprintf(`plugin "p" { wasm = %q }
+event "x" {
+  plugins = ["p"]
+  route {
+    to      = "nats.local"
+    subject = "x"
+  }
+}
+nats "local" {
+  embedded = true
+  stream "s" { subjects = ["x"] }
+}
+`, good)), 0o600)
+	var out bytes.Buffer
+	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil {
+		t.Fatalf("validate without a home: %v\n%s", err, out.String())
+	}
+}
+
 // A tenant block that bounds no one passes validate with a warning at
 // it: one naming no tenant of the tokens file (a typo leaves the tenant
 // meant to "*"'s bucket, or none), and every one without a TCP listener.
