@@ -68,7 +68,7 @@ type instance struct {
 	stateErr  error                // a state call the store failed, for the reason
 	reason    string               // from fail()
 	violation string               // the first broken rule (emit, input_read, ...): the event is rejected
-	panicLine string               // the first "panic: " line on stderr this call (a Go plugin's panic)
+	panicLine string               // the first "panic: " or "fatal error: " line on stderr this call (a Go plugin's panic or fatal error)
 
 	stdout, stderr streamWriter
 	textLeft       int // bytes of log text this call may still write
@@ -699,9 +699,10 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 func (w *streamWriter) flush() {
 	if len(w.line) > 0 {
 		line := bytes.TrimRight(w.line, "\r")
-		if w.stream == "stderr" && w.in.panicLine == "" && bytes.HasPrefix(line, []byte("panic: ")) {
-			// The Go runtime's first line of a panic: the trap's reason
-			// keeps it (failure).
+		if w.stream == "stderr" && w.in.panicLine == "" && (bytes.HasPrefix(line, []byte("panic: ")) || bytes.HasPrefix(line, []byte("fatal error: "))) {
+			// The Go runtime's first line of a panic, or of a fatal error
+			// (a deadlock, out of memory: a plugin trial's reason said only
+			// "unreachable"): the trap's reason keeps it (failure).
 			w.in.panicLine = escapeControls(strings.ToValidUTF8(string(line[:min(len(line), maxReason)]), "\uFFFD"))
 		}
 		if enabled(w.in.p.log, w.level) {

@@ -722,6 +722,19 @@ func TestWasmTrapKeepsAGoPanicsMessage(t *testing.T) {
 	}
 }
 
+// A Go plugin's fatal error (a deadlock, the runtime out of memory) is
+// kept in the trap's reason as a panic is: the runtime's first line, not
+// only "unreachable" (a plugin trial).
+func TestWasmTrapKeepsAGoFatalError(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "gofatal", config.PluginLimits{}, 1)
+	_, err := p.Handle(context.Background(), testEvent("e1"))
+	pe := mustRetry(t, err, "e1", "sy_handle trapped: unreachable")
+	if !strings.Contains(pe.Reason, "it printed: fatal error: all goroutines are asleep - deadlock!") {
+		t.Fatalf("reason %q: want the runtime's fatal error", pe.Reason)
+	}
+}
+
 // A trap after the plugin called fail() — an AssemblyScript abort, a Rust
 // panic through the SDK's hook — keeps what it said in the reason, beside
 // where it trapped; it is retried and counted as a trap.
