@@ -213,7 +213,7 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprint(c.Stderr, dbUsage)
 		return &exitError{code: 2, err: fmt.Errorf("db %s: name one data file (given %d: %q)", args[0], len(pos), pos)}
 	}
-	if err := c.asFolderOwner(args[0], pos[0]); err != nil {
+	if err := c.asFolderWriter(args[0], pos[0]); err != nil {
 		return fmt.Errorf("db %s: %w", args[0], err)
 	}
 	switch {
@@ -232,25 +232,26 @@ func (c *DBCommand) Run(ctx context.Context, args []string) error {
 	return c.clock(pos[0], forget, output)
 }
 
-// asFolderOwner makes a db tool run by root act as the owner of the data
-// file's folder (fsperm.BecomeFolderOwner): it makes, renames and checks
-// files there by path, and as root it followed what that user put at a
-// path between two of its steps (docs/decisions/file-permissions.md, "The
-// db tools run by root"). The tool checks in a child process of this
-// binary (checkIsolated), which that user must then be able to run.
-func (c *DBCommand) asFolderOwner(tool, path string) error {
-	switched, err := fsperm.BecomeFolderOwner(path)
+// asFolderWriter makes a db tool run by root act as a user who may change
+// the data file's folder already (fsperm.BecomeWriterOf): it makes,
+// renames and checks files there by path, and as root it followed what
+// that user put at a path between two of its steps
+// (docs/decisions/file-permissions.md, "The db tools run by root"). The
+// tool checks in a child process of this binary (checkIsolated), which
+// that user must then be able to run.
+func (c *DBCommand) asFolderWriter(tool, path string) error {
+	switched, err := fsperm.BecomeWriterOf(path)
 	if err != nil || !switched {
 		return err
 	}
 	dir := filepath.Dir(path)
-	fmt.Fprintf(c.Stderr, "router db %s: acting as uid %d, the owner of %s (root's rights are not used in a folder another user may change)\n", tool, os.Getuid(), dir)
+	fmt.Fprintf(c.Stderr, "router db %s: acting as uid %d, who may change %s already (root's rights are not used in a folder another user may change)\n", tool, os.Getuid(), dir)
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	if err := fsperm.CanRun(self); err != nil {
-		return fmt.Errorf("%s cannot be run by uid %d, the owner of %s, as which this tool now checks the file: run a router binary that user may run (installed in /usr/local/bin, say), or run the tool as that user (sudo -u '#%d' router db %s %s): %w", self, os.Getuid(), dir, os.Getuid(), tool, path, err)
+		return fmt.Errorf("%s cannot be run by uid %d, as which this tool now checks the file: run a router binary that user may run (installed in /usr/local/bin, say), or run the tool as that user (sudo -u '#%d' router db %s %s): %w", self, os.Getuid(), os.Getuid(), tool, path, err)
 	}
 	return nil
 }
