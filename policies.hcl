@@ -272,8 +272,9 @@ nats "local" {
 #   # has up to 4 batches in transit, so the memory outputs take is bounded
 #   # per type, not per router. In a chain, each plugin runs on every
 #   # output of the one before: what it makes of one event, all calls
-#   # together, is held to what one call may make (max_outputs outputs,
-#   # max_outputs x max_output_bytes of data), past that a reject.
+#   # together, is held to what one call of the chain's most generous
+#   # plugin so far may make (max_outputs outputs, max_outputs x
+#   # max_output_bytes of data), past that a reject.
 #   # A plugin that uses state (state_get/state_put) keeps one namespace per
 #   # event type and tenant; name one to share it across types and plugin
 #   # blocks, still per tenant (docs/plugin-state.md):

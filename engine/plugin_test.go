@@ -640,6 +640,48 @@ event "t.fan" {
 	if rec := h.record(five); rec.State != storage.StateDLQ || !strings.Contains(rec.LastError, `plugin "two", event "f5": the chain made 20 outputs`) {
 		t.Fatalf("5 × 5: %s (%s)", rec.State, rec.LastError)
 	}
+	for _, p := range h.eng.Plugins() { // the reject is the plugin's, in its counts (a review)
+		if p.Name == "two" && p.Verdicts[engine.PluginReject] != 1 {
+			t.Fatalf("the second plugin's counts: %+v", p.Verdicts)
+		}
+	}
+}
+
+// The bound is the most generous plugin's of the chain so far: a 1:1
+// enricher on default limits (16 outputs a call) after a splitter allowed
+// 32 passes on the splitter's 20 (a review: held to the enricher's own
+// 16, every such event was rejected).
+func TestAnEnricherAfterASplitterPassesItsOutputsOn(t *testing.T) {
+	split := funcPlugin{name: "split", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		outs := make([]switchyard.PluginOutput, 20)
+		for i := range outs {
+			outs[i].Event = *ev
+			outs[i].Event.ID = fmt.Sprintf("%s/%d", ev.ID, i)
+		}
+		return outs, nil
+	}}
+	enrich := funcPlugin{name: "enrich", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		return []switchyard.PluginOutput{{Event: *ev}}, nil
+	}}
+	h := newHarness(t, `
+plugin "split" {
+  wasm = "unused.wasm"
+  limits { max_outputs = 32 }
+}
+plugin "enrich" { wasm = "unused.wasm" }
+event "t.split" {
+  plugins = ["split", "enrich"]
+  route {
+    to      = "nats.local"
+    subject = "t.split"
+  }
+}
+`, true, withPlugins(split, enrich))
+	id := h.ingestEvent(switchyard.Event{ID: "s1", Type: "t.split", Source: "/t", SpecVersion: "1.0"})
+	h.pollAll("t.split")
+	if rec := h.record(id); rec.State != storage.StateDelivered || len(h.streamMessages()) != 20 {
+		t.Fatalf("split into 20, enriched: %s (%s), %d messages", rec.State, rec.LastError, len(h.streamMessages()))
+	}
 }
 
 // gatedAcks is the NATS sink with every batch's acknowledgements held until
