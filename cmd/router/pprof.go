@@ -18,9 +18,13 @@ import (
 // It holds pprofConnections open at most, as the API's TCP listener holds
 // max_connections (api.LimitConnections: a new client takes the place of
 // the one idle the longest), and a client gets pprofReadTimeout for its
-// headers: with neither, any local user, without a credential, kept
-// ~20,000 idle connections open to it, every file descriptor the router
-// had, and the router stopped taking events (a security trial).
+// request and pprofWriteTimeout for the answer: with neither, any local
+// user, without a credential, kept ~20,000 idle connections open to it,
+// every file descriptor the router had, and the router stopped taking
+// events (a security trial); with the limit alone, eight requests whose
+// bodies never came held every place for good (a review). pprof has no
+// credential: a local user can still keep it busy for minutes (a
+// profile's seconds are capped by the write timeout), never the router.
 func (c *RunCommand) servePprof(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -32,7 +36,8 @@ func (c *RunCommand) servePprof(addr string) error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: loopbackHost(mux), ReadHeaderTimeout: pprofReadTimeout, IdleTimeout: time.Minute}
+	srv := &http.Server{Handler: loopbackHost(mux), ReadHeaderTimeout: pprofReadTimeout, ReadTimeout: pprofReadTimeout,
+		WriteTimeout: pprofWriteTimeout, IdleTimeout: time.Minute}
 	c.pprof = srv
 	go srv.Serve(api.LimitConnections(srv, ln, pprofConnections))
 	c.log.Info("pprof", "addr", ln.Addr().String())
@@ -42,8 +47,9 @@ func (c *RunCommand) servePprof(addr string) error {
 // pprofConnections and pprofReadTimeout bound the pprof listener
 // (servePprof): a few operators' tools at once; their headers in seconds.
 const (
-	pprofConnections = 8
-	pprofReadTimeout = 10 * time.Second
+	pprofConnections  = 8
+	pprofReadTimeout  = 10 * time.Second
+	pprofWriteTimeout = 5 * time.Minute // a CPU profile or trace of up to this long
 )
 
 // loopbackHost answers only requests whose Host names this machine's

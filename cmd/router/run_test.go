@@ -281,6 +281,33 @@ func TestPprofHoldsFewConnections(t *testing.T) {
 	}
 }
 
+// Requests to pprof whose bodies never come hold their places for the
+// read timeout only: eight of them locked every other client out for good
+// (a review: the limit frees only idle connections).
+func TestPprofStalledRequestsLetGo(t *testing.T) {
+	path, sock := writeConfig(t, "")
+	port := testkit.FreePort(t)
+	src := strings.Replace(mustRead(t, path), fmt.Sprintf("listen  { socket = %q }", sock),
+		fmt.Sprintf("listen {\n  socket = %q\n  pprof  = \"127.0.0.1:%d\"\n}", sock, port), 1)
+	os.WriteFile(path, []byte(src), 0o600)
+	runRouter(t, path, sock)
+	for range pprofConnections {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /debug/pprof/symbol HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n")
+	}
+	time.Sleep(100 * time.Millisecond)
+	c := &http.Client{Timeout: pprofReadTimeout + 15*time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", port))
+	if err != nil {
+		t.Fatalf("pprof beside %d stalled requests: %v", pprofConnections, err)
+	}
+	resp.Body.Close()
+}
+
 // send makes one request to url with the bearer token (if any) and the
 // headers given — a "Host" one sets the request's Host — and returns the
 // status and the body.

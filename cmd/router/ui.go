@@ -63,8 +63,10 @@ func (c *UICommand) Run(ctx context.Context, args []string) error {
 	p.origin = "http://" + ln.Addr().String()
 	// Bounded as the router's own listeners are (a security review: this
 	// one held any number of idle connections): a new client takes the
-	// place of the one idle the longest.
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	// place of the one idle the longest, and a request must have come
+	// whole within ReadTimeout (one that stalls holds its place no longer;
+	// no write timeout: the console's live views stream).
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
 	served := api.LimitConnections(srv, ln, uiConnections)
 	go func() {
 		<-ctx.Done()
