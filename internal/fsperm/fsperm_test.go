@@ -123,6 +123,17 @@ func TestReadTrustedChecksTheFolder(t *testing.T) {
 	if b, err := ReadTrusted(link, 10, "a plugin module"); err != nil || string(b) != "x" {
 		t.Errorf("the router's own link in a sticky folder: %q %v", b, err)
 	}
+	// The router's own link, in its own folder, into a folder open to all:
+	// what the link leads to could be replaced there.
+	open2 := filepath.Join(top, "open2")
+	os.Mkdir(open2, 0o777)
+	os.Chmod(open2, 0o777)
+	os.WriteFile(filepath.Join(open2, "m.wasm"), []byte("x"), 0o644)
+	mine := filepath.Join(top, "mine.wasm")
+	os.Symlink(filepath.Join(open2, "m.wasm"), mine)
+	if _, err := ReadTrusted(mine, 10, "a plugin module"); err == nil || !strings.Contains(err.Error(), "leads to "+filepath.Join(open2, "m.wasm")) {
+		t.Errorf("a link into a folder anyone may write: %v", err)
+	}
 	if os.Geteuid() != 0 {
 		t.Log("not root: the check of another user's link is skipped (lchown needs root)")
 		return

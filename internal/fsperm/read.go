@@ -72,9 +72,9 @@ func ReadTrusted(path string, limit int64, what string) ([]byte, error) {
 
 // checkHolder refuses the folder holding path when another user could put
 // another file at path: a folder owned by another user than the router's
-// (or root), or one anyone may write without the sticky bit; and a link
-// at path that another user owns (in a sticky folder, only its owner may
-// replace it). A security trial renamed a link to another module over a
+// (or root), or one anyone may write without the sticky bit; a link at
+// path that another user owns (in a sticky folder, only its owner may
+// replace it), and one that leads into such a folder. A security trial renamed a link to another module over a
 // plugin's path in a folder open to all: the reload loaded it, and every
 // check passed, on the module the link led to. The operator's link in a
 // folder of root's, sticky and open to all, passes (a Kubernetes secret's
@@ -89,6 +89,15 @@ func checkHolder(path, what string) error {
 	}
 	if err := CheckOwner(path, fi); err != nil {
 		return fmt.Errorf("%s, %s, is a symbolic link of another user's: %w; its owner chose what the router reads there", path, what, err)
+	}
+	// Where the link leads is held to the same rule (a review: the
+	// operator's link into a folder open to all passed).
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil // a dangling link: the open says so
+	}
+	if err := CheckDir(filepath.Dir(target)); err != nil {
+		return fmt.Errorf("%s, %s, leads to %s: %w", path, what, target, err)
 	}
 	return nil
 }
