@@ -1,8 +1,10 @@
 package fsperm
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -80,8 +82,8 @@ func ReadTrusted(path string, limit int64, what string) ([]byte, error) {
 // folder of root's, sticky and open to all, passes (a Kubernetes secret's
 // files are links so).
 func checkHolder(path, what string) error {
-	if err := CheckDir(filepath.Dir(path)); err != nil {
-		return fmt.Errorf("%s, %s: %w", path, what, err)
+	if err := CheckDir(filepath.Dir(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s, %s: %w", path, what, err) // not there: the open says so, naming the file
 	}
 	fi, err := os.Lstat(path)
 	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
@@ -96,7 +98,7 @@ func checkHolder(path, what string) error {
 	if err != nil {
 		return nil // a dangling link: the open says so
 	}
-	if err := CheckDir(filepath.Dir(target)); err != nil {
+	if err := CheckDir(filepath.Dir(target)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s, %s, leads to %s: %w", path, what, target, err)
 	}
 	return nil
