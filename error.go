@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Code is an error code: a stable string that clients match on (the
@@ -76,4 +77,17 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return err.Error()
+}
+
+// Truncate shortens s to at most n bytes, on a rune boundary, marking the
+// cut with "…": for what a client or a plugin gave, quoted in an error
+// message, a reason or a note.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

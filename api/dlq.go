@@ -94,7 +94,7 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, switchyard.Errorf(switchyard.EINVALIDREQUEST, "since %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (1h)", engine.Truncate(v, 64))
+	return time.Time{}, switchyard.Errorf(switchyard.EINVALIDREQUEST, "since %q: give an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (1h)", switchyard.Truncate(v, 64))
 }
 
 // DLQItem is one dead letter in a listing (GET /v1/dlq's items). The

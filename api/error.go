@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/engine"
@@ -96,10 +95,4 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 
 // clip shortens a path echoed in an answer or a log line: an id in a path
 // may be as long as the client made it.
-func clip(path string) string {
-	const most = 512
-	if len(path) <= most {
-		return path
-	}
-	return strings.ToValidUTF8(path[:most], "") + "…"
-}
+func clip(path string) string { return switchyard.Truncate(path, 512) }

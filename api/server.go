@@ -241,7 +241,7 @@ func (s *Server) singleParams(next http.Handler) http.Handler {
 		if r.URL.RawQuery != "" && r.URL.Path != "/metrics" {
 			for name, vs := range r.URL.Query() {
 				if len(vs) > 1 {
-					s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "query parameter %q is given %d times: give it once", engine.Truncate(name, 64), len(vs)))
+					s.writeError(w, r, switchyard.Errorf(switchyard.EINVALIDREQUEST, "query parameter %q is given %d times: give it once", switchyard.Truncate(name, 64), len(vs)))
 					return
 				}
 			}

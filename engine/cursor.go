@@ -51,11 +51,11 @@ func EncodeCursor(kind CursorKind, filters string, pos []byte) string {
 func DecodeCursor(kind CursorKind, filters, s string, valid func(pos []byte) bool) ([]byte, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) <= cursorHead || CursorKind(b[0]) != kind || !valid(b[cursorHead:]) {
-		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "cursor %q is not one this router handed out for this listing", Truncate(s, 64))
+		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST, "cursor %q is not one this router handed out for this listing", switchyard.Truncate(s, 64))
 	}
 	if binary.BigEndian.Uint32(b[1:cursorHead]) != filterHash(filters) {
 		return nil, switchyard.Errorf(switchyard.EINVALIDREQUEST,
-			"cursor %q was handed out for this listing with other filters: give it with the filters of the page it ended", Truncate(s, 64))
+			"cursor %q was handed out for this listing with other filters: give it with the filters of the page it ended", switchyard.Truncate(s, 64))
 	}
 	return b[cursorHead:], nil
 }

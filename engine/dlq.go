@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/storage"
@@ -117,18 +116,6 @@ type DLQPage struct {
 	NextCursor string
 }
 
-// Truncate shortens s to at most n bytes for an error message, on a rune
-// boundary, marking the cut with "…".
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
 func checkStatus(s storage.State) (storage.State, error) {
 	switch s {
 	case "", storage.StateDLQ:
@@ -136,7 +123,7 @@ func checkStatus(s storage.State) (storage.State, error) {
 	case storage.StateResolved:
 		return s, nil
 	}
-	return "", switchyard.Errorf(switchyard.EINVALIDREQUEST, "status %q: use dlq or resolved", Truncate(string(s), 64))
+	return "", switchyard.Errorf(switchyard.EINVALIDREQUEST, "status %q: use dlq or resolved", switchyard.Truncate(string(s), 64))
 }
 
 // DLQList is one page of dead letters, newest first.

@@ -12,7 +12,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	switchyard "github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/api"
@@ -85,7 +84,7 @@ func (c *PluginCommand) testDir(ctx context.Context, f *pluginFlags, dir string,
 			// A trap written as the expected result passes from then on
 			// while the plugin keeps failing (a plugin trial: "ok: 3
 			// cases", nothing else said).
-			fmt.Fprintf(c.Stdout, "note %s: the plugin's verdict is %s (%s): written as expected; check that it is meant to fail on this event\n", want, res.Verdict, clipLine(res.Reason, 200))
+			fmt.Fprintf(c.Stdout, "note %s: the plugin's verdict is %s (%s): written as expected; check that it is meant to fail on this event\n", want, res.Verdict, switchyard.Truncate(res.Reason, 200))
 		}
 		if err := c.golden(want, res.json(), update); err != nil {
 			var ee *exitError
@@ -207,15 +206,4 @@ func stateSnapshot(s wasm.MemoryState) map[string]string {
 		}
 	}
 	return out
-}
-
-// clipLine is s cut to n bytes at most, at a rune's start, with "…".
-func clipLine(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

@@ -220,12 +220,7 @@ func metricValue(t *testing.T, c *http.Client, series string) float64 {
 
 // pprof answers on its own listener, to a Host of loopback only.
 func TestPprofListener(t *testing.T) {
-	path, sock := writeConfig(t, "")
-	port := testkit.FreePort(t)
-	src := strings.Replace(mustRead(t, path), fmt.Sprintf("listen  { socket = %q }", sock),
-		fmt.Sprintf("listen {\n  socket = %q\n  pprof  = \"127.0.0.1:%d\"\n}", sock, port), 1)
-	os.WriteFile(path, []byte(src), 0o600)
-	runRouter(t, path, sock)
+	port := pprofRouter(t)
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", port))
 	if err != nil {
 		t.Fatal(err)
@@ -253,12 +248,7 @@ func TestPprofListener(t *testing.T) {
 // one idle the longest (a security trial: unbounded, ~20,000 idle
 // connections took every descriptor, and the router stopped taking events).
 func TestPprofHoldsFewConnections(t *testing.T) {
-	path, sock := writeConfig(t, "")
-	port := testkit.FreePort(t)
-	src := strings.Replace(mustRead(t, path), fmt.Sprintf("listen  { socket = %q }", sock),
-		fmt.Sprintf("listen {\n  socket = %q\n  pprof  = \"127.0.0.1:%d\"\n}", sock, port), 1)
-	os.WriteFile(path, []byte(src), 0o600)
-	runRouter(t, path, sock)
+	port := pprofRouter(t)
 	fds := func() int { d, _ := os.ReadDir("/proc/self/fd"); return len(d) }
 	before := fds()
 	const idle = 60 // each waits in the backlog for a place: the request after them, ~idle/8 seconds
@@ -285,12 +275,7 @@ func TestPprofHoldsFewConnections(t *testing.T) {
 // read timeout only: eight of them locked every other client out for good
 // (a review: the limit frees only idle connections).
 func TestPprofStalledRequestsLetGo(t *testing.T) {
-	path, sock := writeConfig(t, "")
-	port := testkit.FreePort(t)
-	src := strings.Replace(mustRead(t, path), fmt.Sprintf("listen  { socket = %q }", sock),
-		fmt.Sprintf("listen {\n  socket = %q\n  pprof  = \"127.0.0.1:%d\"\n}", sock, port), 1)
-	os.WriteFile(path, []byte(src), 0o600)
-	runRouter(t, path, sock)
+	port := pprofRouter(t)
 	for range pprofConnections {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
@@ -306,6 +291,18 @@ func TestPprofStalledRequestsLetGo(t *testing.T) {
 		t.Fatalf("pprof beside %d stalled requests: %v", pprofConnections, err)
 	}
 	resp.Body.Close()
+}
+
+// pprofRouter runs a router with pprof on, and returns pprof's port.
+func pprofRouter(t *testing.T) int {
+	t.Helper()
+	path, sock := writeConfig(t, "")
+	port := testkit.FreePort(t)
+	src := strings.Replace(mustRead(t, path), fmt.Sprintf("listen  { socket = %q }", sock),
+		fmt.Sprintf("listen {\n  socket = %q\n  pprof  = \"127.0.0.1:%d\"\n}", sock, port), 1)
+	os.WriteFile(path, []byte(src), 0o600)
+	runRouter(t, path, sock)
+	return port
 }
 
 // send makes one request to url with the bearer token (if any) and the

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
@@ -330,7 +329,7 @@ func describeTrap(call string, err error) string {
 		if !strings.HasPrefix(l, ".") && (!strings.Contains(l, "(") || strings.HasPrefix(l, "0x")) {
 			continue
 		}
-		f := clip(demangle(l), maxFrame)
+		f := switchyard.Truncate(demangle(l), maxFrame)
 		if runtimeFrame(f) {
 			continue
 		}
@@ -344,7 +343,7 @@ func describeTrap(call string, err error) string {
 	if len(frames) > 0 {
 		s += " (at " + strings.Join(frames, " ← ") + ")"
 	}
-	return clip(s, maxReason)
+	return switchyard.Truncate(s, maxReason)
 }
 
 // maxFrame bounds one frame of a trap's reason: a function's name comes
@@ -353,17 +352,6 @@ func describeTrap(call string, err error) string {
 // reason kept with each attempt, and the log, GET /v1/plugins and the DLQ
 // with it).
 const maxFrame = 256
-
-// clip is s cut to at most n bytes, at a rune's start, with "…" when cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
 
 // demangle turns a frame of a Rust (legacy-mangled) function,
 // "._ZN6panics12parse_amount17h0123456789abcdefE(i32) i32", into
