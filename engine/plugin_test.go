@@ -610,15 +610,7 @@ func TestAnOutputToTheServersAPIIsAReject(t *testing.T) {
 // the router from 90 MB to 1.2 GB for one event).
 func TestAChainsOutputsAreHeldToOneCallsBound(t *testing.T) {
 	fan := func(name string) funcPlugin {
-		return funcPlugin{name: name, fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-			n := len(ev.Subject) // "xxxx": 4 outputs
-			outs := make([]switchyard.PluginOutput, n)
-			for i := range outs {
-				outs[i].Event = *ev
-				outs[i].Event.ID = fmt.Sprintf("%s/%d", ev.ID, i)
-			}
-			return outs, nil
-		}}
+		return splitter(name, func(ev *switchyard.Event) int { return len(ev.Subject) }) // "xxxx": 4 outputs
 	}
 	h := newHarness(t, `
 plugin "one" { wasm = "unused.wasm" }
@@ -647,19 +639,25 @@ event "t.fan" {
 	}
 }
 
-// The bound is the most generous plugin's of the chain so far: a 1:1
-// enricher on default limits (16 outputs a call) after a splitter allowed
-// 32 passes on the splitter's 20 (a review: held to the enricher's own
-// 16, every such event was rejected).
-func TestAnEnricherAfterASplitterPassesItsOutputsOn(t *testing.T) {
-	split := funcPlugin{name: "split", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
-		outs := make([]switchyard.PluginOutput, 20)
+// splitter is a plugin that makes n(ev) copies of each event, with ids of
+// their own (<id>/<i>).
+func splitter(name string, n func(*switchyard.Event) int) funcPlugin {
+	return funcPlugin{name: name, fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
+		outs := make([]switchyard.PluginOutput, n(ev))
 		for i := range outs {
 			outs[i].Event = *ev
 			outs[i].Event.ID = fmt.Sprintf("%s/%d", ev.ID, i)
 		}
 		return outs, nil
 	}}
+}
+
+// The bound is the most generous plugin's of the chain so far: a 1:1
+// enricher on default limits (16 outputs a call) after a splitter allowed
+// 32 passes on the splitter's 20 (a review: held to the enricher's own
+// 16, every such event was rejected).
+func TestAnEnricherAfterASplitterPassesItsOutputsOn(t *testing.T) {
+	split := splitter("split", func(*switchyard.Event) int { return 20 })
 	enrich := funcPlugin{name: "enrich", fn: func(_ context.Context, ev *switchyard.Event) ([]switchyard.PluginOutput, error) {
 		return []switchyard.PluginOutput{{Event: *ev}}, nil
 	}}
