@@ -54,7 +54,7 @@ type connLimit struct {
 
 // LimitConnections holds srv, which will serve ln, to max open
 // connections (connLimit), and returns the listener to serve: the API's
-// TCP listener (listen.max_connections) and the pprof one.
+// TCP listener (listen.max_connections), pprof's and router ui's.
 func LimitConnections(srv *http.Server, ln net.Listener, max int) net.Listener {
 	limit := newConnLimit(ln, max)
 	srv.ConnState = limit.track

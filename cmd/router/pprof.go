@@ -44,8 +44,9 @@ func (c *RunCommand) servePprof(addr string) error {
 	return nil
 }
 
-// pprofConnections and pprofReadTimeout bound the pprof listener
-// (servePprof): a few operators' tools at once; their headers in seconds.
+// pprofConnections, pprofReadTimeout and pprofWriteTimeout bound the
+// pprof listener (servePprof): a few operators' tools at once, each
+// request whole in seconds, its answer within minutes.
 const (
 	pprofConnections  = 8
 	pprofReadTimeout  = 10 * time.Second

@@ -50,8 +50,8 @@ func BecomeWriterOf(path string) (bool, error) {
 }
 
 // writerOf is the user BecomeWriterOf becomes for path, and the group of
-// what that user owns there; uid 0 when root's folder is others' to write
-// to no one but root (nothing to become).
+// what that user owns there; uid 0 for a folder only root may change
+// (nothing to become), or an error.
 func writerOf(path string) (uid, gid int, err error) {
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)

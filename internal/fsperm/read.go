@@ -76,14 +76,15 @@ func ReadTrusted(path string, limit int64, what string) ([]byte, error) {
 // another file at path: a folder owned by another user than the router's
 // (or root), or one anyone may write without the sticky bit; a link at
 // path that another user owns (in a sticky folder, only its owner may
-// replace it), and one that leads into such a folder. A security trial renamed a link to another module over a
-// plugin's path in a folder open to all: the reload loaded it, and every
-// check passed, on the module the link led to. The operator's link in a
-// folder of root's, sticky and open to all, passes (a Kubernetes secret's
-// files are links so).
+// replace it), and one that leads into such a folder. A security trial
+// renamed a link to another module over a plugin's path in a folder open
+// to all: the reload loaded it, and every check passed, on the module the
+// link led to. The operator's link in a folder of root's, sticky and open
+// to all, passes (a Kubernetes secret's files are links so). What is not
+// there is left to the open, which names the file.
 func checkHolder(path, what string) error {
 	if err := CheckDir(filepath.Dir(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%s, %s: %w", path, what, err) // not there: the open says so, naming the file
+		return fmt.Errorf("%s, %s: %w", path, what, err)
 	}
 	fi, err := os.Lstat(path)
 	if err != nil || fi.Mode()&os.ModeSymlink == 0 {

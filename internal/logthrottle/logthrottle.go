@@ -91,9 +91,9 @@ func (b *Budget) window() time.Duration {
 	return b.Per
 }
 
-// Later runs a function once, a while after it is first asked to however
-// often it is asked meanwhile, and is asked again from then on: a count
-// of lines held back is said even when no later line would carry it (a
+// Later runs a function a while after it is asked to, once for every ask
+// made before that run; an ask after it starts schedules another. A count
+// of lines held back is so said even when no later line would carry it (a
 // loop or an inbox gone idle after a burst).
 type Later struct{ pending atomic.Bool }
 
