@@ -72,6 +72,10 @@ type instance struct {
 	stdout, stderr streamWriter
 	textLeft       int // bytes of log text this call may still write
 	textDropped    int
+
+	// wake ends a sleep of the current call (sleep): the done channel of
+	// its context, closed when its time runs out.
+	wake <-chan struct{}
 }
 
 // instanceKey finds the calling instance in a host function's context.
@@ -173,14 +177,15 @@ func (p *Plugin) newInstance(ctx context.Context) (_ *instance, err error) {
 		return nil, err
 	}
 	in.handle = in.mod.ExportedFunction("sy_handle")
+	in.wake = in.cctx.done
 	in.newTimer()
 	return in, nil
 }
 
 // moduleConfig is an instance's wazero configuration: anonymous (so a
 // plugin can have any number of instances), no start functions (newInstance
-// calls them), its output into the router's log, real clocks and
-// crypto/rand.
+// calls them), its output into the router's log, real clocks, sleeps the
+// call's time bounds (sleep) and crypto/rand.
 func (in *instance) moduleConfig() wazero.ModuleConfig {
 	return wazero.NewModuleConfig().
 		WithName("").
@@ -189,13 +194,30 @@ func (in *instance) moduleConfig() wazero.ModuleConfig {
 		WithStderr(&in.stderr).
 		WithSysWalltime().
 		WithSysNanotime().
+		WithNanosleep(in.sleep).
 		WithRandSource(rand.Reader)
+}
+
+// sleep is WASI's sleep (a poll_oneoff on a clock: Rust's thread::sleep,
+// Go's scheduler with nothing to run, C's nanosleep): it waits ns, or
+// until the call's time runs out, and then the call ends as timed out.
+// wazero's own sleep (time.Sleep) would outlive the timeout, and none (its
+// default, and ours until session 53) turned a plugin's wait into a spin
+// or no wait at all (plugins/wasm/RATIONALE.md, "Sleep").
+func (in *instance) sleep(ns int64) {
+	t := time.NewTimer(time.Duration(ns))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-in.wake:
+	}
 }
 
 // start runs the instantiated module's _initialize (if exported), checks
 // sy_abi_version and runs sy_init (if exported) with the plugin's config.
 func (in *instance) start(ctx context.Context) error {
 	p := in.p
+	in.wake = ctx.Done()
 	call := func(name string, params ...uint64) (uint64, error) {
 		in.mem.enter()
 		res, err := in.mod.ExportedFunction(name).Call(ctx, params...)

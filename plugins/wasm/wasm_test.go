@@ -976,3 +976,30 @@ func TestAnInstanceThatCannotStartIsAFailure(t *testing.T) {
 		t.Fatalf("%#v", err)
 	}
 }
+
+// A plugin that sleeps (WASI poll_oneoff, as Rust's thread::sleep and Go's
+// scheduler do) sleeps: the call takes the time asked for and the event
+// passes.
+func TestAPluginsSleepSleeps(t *testing.T) {
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "sleep", config.PluginLimits{}, 1)
+	start := time.Now()
+	outs, err := p.Handle(context.Background(), testEvent("s1"))
+	took := time.Since(start)
+	if err != nil || len(outs) != 1 {
+		t.Fatalf("outputs %v, error %v", outs, err)
+	}
+	if took < 30*time.Millisecond {
+		t.Errorf("a 30 ms sleep returned after %v", took)
+	}
+}
+
+// A plugin that sleeps past limits.timeout is stopped at the timeout, not
+// at the sleep's end: a retry saying it timed out, its instance discarded.
+func TestWasmHostileSleepPastTheTimeout(t *testing.T) {
+	start := time.Now()
+	hostile(t, "sleep", config.PluginLimits{Timeout: 250 * time.Millisecond}, "timed out: sy_handle ran longer than 250ms")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("took %v", took)
+	}
+}
