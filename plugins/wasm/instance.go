@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -722,16 +723,29 @@ func (w *streamWriter) flush() {
 	}
 }
 
+// formatBytes says n bytes for an error or a log line: in whole MiB or KiB
+// where it is, else in MiB with as few decimals as keep it from reading as
+// a whole number (a size just over a limit of 16MiB is not "16.0MiB").
 func formatBytes(n uint64) string {
 	switch {
 	case n >= 1<<20 && n%(1<<20) == 0:
 		return fmt.Sprintf("%dMiB", n>>20)
 	case n >= 1<<20:
-		return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
+		return notWhole(float64(n)/(1<<20)) + "MiB"
 	case n >= 1<<10 && n%(1<<10) == 0:
 		return fmt.Sprintf("%dKiB", n>>10)
 	default:
 		return fmt.Sprintf("%d bytes", n)
+	}
+}
+
+// notWhole is v with the fewest decimals, up to 6, that do not all read 0.
+func notWhole(v float64) string {
+	for d := 1; ; d++ {
+		s := strconv.FormatFloat(v, 'f', d, 64)
+		if d == 6 || strings.TrimRight(s[strings.IndexByte(s, '.')+1:], "0") != "" {
+			return s
+		}
 	}
 }
 

@@ -302,13 +302,13 @@ func (p *Plugin) checkMemory() (probs []string) {
 	return probs
 }
 
-// withTables says memory bytes of a linear memory, and the tables' beside
-// it where the module has any: what limits.memory counts.
+// withTables says memory bytes of a linear memory and, where the module
+// has tables, the sum with theirs: what limits.memory counts.
 func (p *Plugin) withTables(memory uint64) string {
 	if p.tables == 0 {
 		return formatBytes(memory)
 	}
-	return fmt.Sprintf("%s with its tables' %s", formatBytes(memory), formatBytes(p.tables))
+	return fmt.Sprintf("%s (%s with its tables' %s)", formatBytes(memory), formatBytes(memory+p.tables), formatBytes(p.tables))
 }
 
 // checkImports checks that the module imports only the host's functions

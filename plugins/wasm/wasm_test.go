@@ -353,7 +353,7 @@ func TestWasmTablesCountInTheMemoryLimit(t *testing.T) {
 	// other: refused, naming both (before, wazero panicked allocating the
 	// memory the tables had left too small: a crash at start or reload).
 	_, err = rt.Load(context.Background(), config.Plugin{Name: "tablegrow", Wasm: testdata("tablegrow"), Limits: withDefaults(config.PluginLimits{Memory: 64 << 10})}, LoadOptions{Instances: 1})
-	if err == nil || !strings.Contains(err.Error(), "its memory starts at 64KiB with its tables' 128 bytes, over limits.memory = 64KiB") {
+	if err == nil || !strings.Contains(err.Error(), "its memory starts at 64KiB (65664 bytes with its tables' 128 bytes), over limits.memory = 64KiB") {
 		t.Fatalf("memory and tables over limits.memory together: %v", err)
 	}
 	p := load(t, rt, "tablegrow", config.PluginLimits{}, 1)
@@ -412,7 +412,7 @@ func TestWasmHostileTrap(t *testing.T) {
 func TestWasmHostileOutputs(t *testing.T) {
 	for _, tc := range []struct{ name, want string }{
 		{"toomany", "too many outputs: output 17 is over limits.max_outputs = 16"},
-		{"toolarge", "output 1 is too large: 2.0MiB, over limits.max_output_bytes = 1MiB"},
+		{"toolarge", "output 1 is too large: 2.00001MiB, over limits.max_output_bytes = 1MiB"},
 		{"malformed", "output 1 is malformed: at byte 4: flags 0xff has unknown bits"},
 		{"badverdict", "sy_handle returned 3: the verdicts are 0 ok, 1 retry, 2 reject"},
 	} {
@@ -1001,5 +1001,31 @@ func TestWasmHostileSleepPastTheTimeout(t *testing.T) {
 	hostile(t, "sleep", config.PluginLimits{Timeout: 250 * time.Millisecond}, "timed out: sy_handle ran longer than 250ms")
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("took %v", took)
+	}
+}
+
+// A size in an error never reads as the limit it is over: a memory of
+// 16 MiB and a few bytes is not "16.0MiB", and a memory beside tables says
+// the sum limits.memory counts (a plugin trial read "grow its memory to
+// 16MiB with its tables' …, over limits.memory = 16MiB" as a paradox).
+func TestSizesInErrorsAreNotRoundedOntoTheLimit(t *testing.T) {
+	for n, want := range map[uint64]string{
+		16 << 20:        "16MiB",
+		16<<20 + 1232:   "16.001MiB",
+		16<<20 + 64<<10: "16.1MiB",
+		4<<20 + 64<<10:  "4.1MiB",
+		1<<20 + 1:       "1.000001MiB",
+		2<<20 - 1:       "1.999999MiB",
+		64 << 10:        "64KiB",
+		65664:           "65664 bytes",
+		uint64(3 << 30): "3072MiB",
+	} {
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+	p := &Plugin{tables: 1232}
+	if got, want := p.withTables(16<<20), "16MiB (16.001MiB with its tables' 1232 bytes)"; got != want {
+		t.Errorf("withTables = %q, want %q", got, want)
 	}
 }
