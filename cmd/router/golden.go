@@ -27,8 +27,11 @@ import (
 // goldenExitDiffer is the exit code when a result differs from its file.
 const goldenExitDiffer = 1
 
-// volatileFields are left out of a golden comparison.
-var volatileFields = []string{"took", "detail"}
+// volatileFields are left out of a golden comparison, and of what -update
+// writes: the time a call took, a trap's stack, and the plugin's name (how
+// it was invoked — its file's name, -name, a policies block — is not what
+// it does).
+var volatileFields = []string{"took", "detail", "plugin"}
 
 // golden compares got (a result's JSON) with the file, or writes it.
 func (c *PluginCommand) golden(file string, got []byte, update bool) error {

@@ -290,6 +290,13 @@ func TestPluginTestGolden(t *testing.T) {
 	if out, _, code = runPluginTest(t, "", "test", tr, "-cache-dir", "", "-dir", dir); code != 0 || !strings.Contains(out, "ok: 2 cases") {
 		t.Fatalf("-dir after -update: exit %d\n%s", code, out)
 	}
+	// The plugin's name is no part of a case: the same module under
+	// another name (a file built as another, a policies block named
+	// otherwise) passes (a plugin trial: every case differed by its
+	// "plugin" line alone).
+	if out, _, code = runPluginTest(t, "", "test", tr, "-name", "renamed", "-cache-dir", "", "-dir", dir); code != 0 || !strings.Contains(out, "ok: 2 cases") {
+		t.Fatalf("-dir under another name: exit %d\n%s", code, out)
+	}
 	// -update of a case whose plugin traps writes it, and says so: a trap
 	// written as expected passes from then on (a plugin trial).
 	trapDir := t.TempDir()
