@@ -263,7 +263,7 @@ nats "local" {
 #     memory           = "16MiB" # a plugin that needs more is retried, then DLQ'd
 #                                # (its linear memory: wazero's call stack is
 #                                # not counted, docs/plugin-abi.md)
-#     timeout          = "50ms"  # per event
+#     timeout          = "50ms"  # per event: wall time, less the router's copying of its outputs
 #     max_outputs      = 16      # outputs per event
 #     max_output_bytes = "1MiB"  # per output
 #   }

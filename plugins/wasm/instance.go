@@ -99,7 +99,8 @@ type callCtx struct {
 
 	mu           sync.Mutex
 	armed, fired bool
-	gen          uint64 // the timer's generation: a stale timer's fire is ignored
+	gen          uint64        // the timer's generation: a stale timer's fire is ignored
+	lent         time.Duration // the host's own work in this call (lend), not yet added to its time
 }
 
 func (c *callCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -122,19 +123,37 @@ func (c *callCtx) Value(key any) any {
 }
 
 // fire is the function of the timer of generation gen: it ends the call
-// that is running, if any.
+// that is running, if any — or, when the host lent the call time, gives
+// it that much more first (a timer of the same generation: the call's own
+// is replaced after a call its fire reached, newTimer).
 func (c *callCtx) fire(gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.armed && !c.fired && gen == c.gen {
-		c.fired = true
-		close(c.done)
+	if !c.armed || c.fired || gen != c.gen {
+		return
 	}
+	if d := c.lent; d > 0 {
+		c.lent = 0
+		time.AfterFunc(d, func() { c.fire(gen) })
+		return
+	}
+	c.fired = true
+	close(c.done)
 }
 
 func (c *callCtx) arm() {
 	c.mu.Lock()
-	c.armed = true
+	c.armed, c.lent = true, 0
+	c.mu.Unlock()
+}
+
+// lend adds d, time the host spent on the call's behalf, to the call's
+// time: limits.timeout bounds the plugin's own work, not the router's
+// copying of what it emits (plugins/wasm/RATIONALE.md, "Why timeouts are
+// wall-clock").
+func (c *callCtx) lend(d time.Duration) {
+	c.mu.Lock()
+	c.lent += d
 	c.mu.Unlock()
 }
 
@@ -555,10 +574,17 @@ func (in *instance) emit(mod api.Module, ptr, n uint32) int32 {
 		return EmitBadRange
 	}
 	// The one copy out of guest memory: the output's strings and data
-	// alias it from here on.
+	// alias it from here on. Its time is lent to the call: 16 outputs of
+	// 900 KiB took 62 ms to copy on a cold heap (page faults), 1.3–4 ms on
+	// a warm one, against a default timeout of 50 ms.
+	start := time.Now()
 	b := make([]byte, n)
 	copy(b, view)
+	if afterCopy != nil {
+		afterCopy()
+	}
 	o, err := decodeOutput(b)
+	in.cctx.lend(time.Since(start))
 	if err != nil {
 		in.broke("output %d is malformed: %v", i, err)
 		return EmitMalformed
@@ -566,6 +592,10 @@ func (in *instance) emit(mod api.Module, ptr, n uint32) int32 {
 	in.outs = append(in.outs, o)
 	return EmitOK
 }
+
+// afterCopy, when set (tests), runs in emit's copy: a copy that takes the
+// time the test says.
+var afterCopy func()
 
 func hostFail(ctx context.Context, mod api.Module, stack []uint64) {
 	in := instanceOf(ctx)

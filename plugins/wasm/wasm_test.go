@@ -1029,3 +1029,43 @@ func TestSizesInErrorsAreNotRoundedOntoTheLimit(t *testing.T) {
 		t.Errorf("withTables = %q, want %q", got, want)
 	}
 }
+
+// slowCopies makes each copy of an output out of a plugin's memory take d,
+// for the test.
+func slowCopies(t *testing.T, d time.Duration) {
+	afterCopy = func() { time.Sleep(d) }
+	t.Cleanup(func() { afterCopy = nil })
+}
+
+// The router's copying of a plugin's outputs does not count against
+// limits.timeout: a plugin whose own work is instant passes though the
+// copies take longer than its timeout (a plugin trial: 16 outputs of
+// 900 KiB timed out now and then at 50 ms, the copies on a cold heap).
+func TestCopyingOutputsIsNotThePluginsTime(t *testing.T) {
+	slowCopies(t, 80*time.Millisecond)
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "fanout", config.PluginLimits{Timeout: 100 * time.Millisecond}, 1)
+	start := time.Now()
+	outs, err := p.Handle(context.Background(), testEvent("e1"))
+	if err != nil || len(outs) != 2 {
+		t.Fatalf("outputs %v, error %v (in %v)", outs, err, time.Since(start))
+	}
+	if took := time.Since(start); took < 160*time.Millisecond {
+		t.Errorf("two copies of 80 ms took %v", took)
+	}
+}
+
+// What the host lends a call is added once: a plugin that loops forever
+// after an output is still stopped, at its timeout and the copy's time.
+func TestWasmHostileLoopAfterAnOutput(t *testing.T) {
+	slowCopies(t, 100*time.Millisecond)
+	rt, _ := newTestRuntime(t, "")
+	p := load(t, rt, "emitloop", config.PluginLimits{Timeout: 250 * time.Millisecond}, 1)
+	start := time.Now()
+	_, err := p.Handle(context.Background(), testEvent("x1"))
+	took := time.Since(start)
+	mustRetry(t, err, "x1", "timed out: sy_handle ran longer than 250ms")
+	if took < 350*time.Millisecond || took > 5*time.Second {
+		t.Errorf("took %v, want the timeout and the copy's 100 ms", took)
+	}
+}
