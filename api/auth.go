@@ -82,6 +82,7 @@ func isLocal(r *http.Request) bool {
 // Tokens is a loaded tokens_file.
 type Tokens struct {
 	entries []tokenEntry
+	tenants int // how many tenants the tokens that are not admin name
 }
 
 type tokenEntry struct {
@@ -160,10 +161,19 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		d := sha256.Sum256([]byte(tok))
-		e, ok := s.tokens.Load().lookup(d)
+		tokens := s.tokens.Load()
+		e, ok := tokens.lookup(d)
 		if !ok {
 			s.unauthorized(w, r, `Bearer realm="switchyard", error="invalid_token"`, "the bearer token is not valid")
 			return
+		}
+		if !e.admin && tokens.tenants > 1 {
+			if err := s.places.take(e.tenant); err != nil {
+				endUnread(w, r)
+				s.writeError(w, r, err)
+				return
+			}
+			defer s.places.give(e.tenant)
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{tenant: e.tenant, admin: e.admin, digest: d})))
 	})

@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -53,11 +54,11 @@ func TestIdleConnectionsGiveTheirPlaceUp(t *testing.T) {
 
 	// Two connections stalled mid-request, past their token, hold their
 	// places until read_timeout; a new client is served after that, not
-	// before.
+	// before. (Two tenants: one holds at most half of the places.)
 	stalled := make([]net.Conn, 2)
-	for i := range stalled {
+	for i, tok := range []string{tokAcme, tokBeta} {
 		stalled[i] = dialTCP(t, r.addr)
-		stalled[i].Write([]byte("POST /v1/events HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer " + tokAcme + "\r\nContent-Type: application/cloudevents+json\r\nContent-Length: 100\r\n\r\n{")) // no more of the body
+		stalled[i].Write([]byte("POST /v1/events HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer " + tok + "\r\nContent-Type: application/cloudevents+json\r\nContent-Length: 100\r\n\r\n{")) // no more of the body
 	}
 	time.Sleep(100 * time.Millisecond)
 	start = time.Now()
@@ -324,4 +325,72 @@ func closedByServer(c net.Conn) bool {
 	c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	_, err := c.Read(make([]byte, 1))
 	return err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "reset"))
+}
+
+// One tenant cannot lock the others out of the TCP listener by stalling
+// its requests mid-body: it holds at most half of max_connections with
+// requests in progress; past that its next request is answered 429 at
+// once, its body unread, and its connection closed, and another tenant is
+// served while the first one's stalled requests hold their places. (A
+// shared-host trial: one tenant's stalled bodies held every place, and
+// another tenant waited out read_timeout.)
+func TestATenantHoldsAtMostHalfThePlaces(t *testing.T) {
+	r := newTCPRouterWith(t, func(l *config.Listen) {
+		l.MaxConnections = 4
+		l.ReadTimeout = 5 * time.Second
+	})
+	stalled := make([]net.Conn, 4)
+	for i := range stalled {
+		stalled[i] = dialTCP(t, r.addr)
+		stalled[i].Write([]byte("POST /v1/events HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer " + tokAcme + "\r\nContent-Type: application/cloudevents+json\r\nContent-Length: 100\r\n\r\n{")) // no more of the body
+		time.Sleep(50 * time.Millisecond)
+	}
+	start := time.Now()
+	body := `{"specversion":"1.0","type":"order.created","source":"/s","id":"b-1"}`
+	if rep := r.tcp("POST", "/v1/events", tokBeta, map[string]string{"Content-Type": "application/cloudevents+json"}, body); rep.status != 202 {
+		t.Fatalf("another tenant's event: %d %s", rep.status, rep.body)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("another tenant was served after %s: the first one's stalled requests held every place", took.Round(time.Millisecond))
+	}
+	for i, c := range stalled[2:] {
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("acme's request %d past half the places: %v", i+3, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "half of max_connections") {
+			t.Errorf("acme's request %d past half the places: %d %q %s", i+3, resp.StatusCode, resp.Header.Get("Retry-After"), b)
+		}
+		if !closedByServer(c) {
+			t.Errorf("acme's request %d past half the places: its connection is still open", i+3)
+		}
+	}
+}
+
+// A listener whose tokens name one tenant does not hold it to half of
+// the places: there is no other tenant to lock out, and its clients may
+// have every place.
+func TestTheOnlyTenantMayHoldEveryPlace(t *testing.T) {
+	r := newTCPRouterWith(t, func(l *config.Listen) {
+		l.MaxConnections = 4
+		l.ReadTimeout = 2 * time.Second
+	})
+	one := `{"tokens": [{"token": "` + tokAcme + `", "tenant": "acme"}, {"sha256": "` + fmt.Sprintf("%x", sha256.Sum256([]byte(tokAdmin))) + `", "admin": true}]}`
+	if err := os.WriteFile(r.tokens, []byte(one), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.srv.ReloadTokens(); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		c := dialTCP(t, r.addr)
+		c.Write([]byte("POST /v1/events HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer " + tokAcme + "\r\nContent-Type: application/cloudevents+json\r\nContent-Length: 100\r\n\r\n{")) // no more of the body
+		time.Sleep(50 * time.Millisecond)
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a stalled request of the only tenant was answered: %v", err)
+		}
+	}
 }

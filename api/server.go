@@ -86,6 +86,7 @@ type Server struct {
 	ln     net.Listener
 	tcp    net.Listener           // listen.http; nil = off
 	tokens atomic.Pointer[Tokens] // for tcp; swapped by ReloadTokens
+	places *tenantPlaces          // for tcp: each tenant's requests in progress
 	// tokensSwapped is closed, and replaced, each time ReloadTokens swaps
 	// the tokens: a stream checks then that its token still holds.
 	tokensSwapped atomic.Pointer[chan struct{}]
@@ -110,7 +111,8 @@ func New(eng *engine.Engine, listen config.Listen, opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{engine: eng, listen: listen, opts: opts, log: opts.Logger.Named("api"), metrics: newMetrics(opts.Registerer)}
+	s := &Server{engine: eng, listen: listen, opts: opts, log: opts.Logger.Named("api"), metrics: newMetrics(opts.Registerer),
+		places: newTenantPlaces(listen.MaxConnections)}
 	s.closing, s.beginClose = context.WithCancel(context.Background())
 	swapped := make(chan struct{})
 	s.tokensSwapped.Store(&swapped)

@@ -64,7 +64,19 @@ func ParseTokens(b []byte, name string) (*Tokens, error) {
 		seen[en.digest] = e.at
 		t.entries = append(t.entries, en)
 	}
+	t.tenants = countTenants(t.entries)
 	return t, nil
+}
+
+// countTenants is how many tenants the entries that are not admin name.
+func countTenants(entries []tokenEntry) int {
+	seen := map[string]bool{}
+	for _, e := range entries {
+		if !e.admin {
+			seen[e.tenant] = true
+		}
+	}
+	return len(seen)
 }
 
 // entry checks e and makes it a tokenEntry.

@@ -1,0 +1,64 @@
+package api
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/switchyard-router/switchyard"
+)
+
+// tenantPlaces holds each tenant to half of the TCP listener's places
+// (listen.max_connections) with requests in progress, so that no tenant
+// can lock the others out by stalling its requests mid-body: connLimit
+// keeps a busy connection's place until read_timeout, and a shared-host
+// trial's one tenant held every place so, another tenant waiting out the
+// timeout. Half, not a knob: two tenants are needed to fill the listener.
+// Held only while the tokens name two tenants or more (a listener of one
+// tenant's clients has no other to lock out); the operator's tokens
+// (admin) and the unix socket are not held. A request past its tenant's
+// half is answered 429 at once, its body unread and its connection closed
+// (endUnread), so it frees its place too.
+type tenantPlaces struct {
+	max int
+
+	mu   sync.Mutex
+	busy map[string]int // requests in progress, by tenant
+}
+
+// newTenantPlaces holds each tenant to half of maxConnections places; nil
+// (no bound) when the listener has none.
+func newTenantPlaces(maxConnections int) *tenantPlaces {
+	if maxConnections <= 0 {
+		return nil
+	}
+	return &tenantPlaces{max: max(1, maxConnections/2), busy: make(map[string]int)}
+}
+
+// take gives tenant a place for a request, or says why it may not have one
+// now; a place taken is given back with give.
+func (p *tenantPlaces) take(tenant string) error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.busy[tenant] >= p.max {
+		return &switchyard.Error{Code: switchyard.ERATELIMITED, RetryAfter: time.Second,
+			Message: fmt.Sprintf("tenant %q has %d requests in progress on this listener, half of max_connections: one tenant may not hold every place; send it again when one has ended", tenant, p.busy[tenant])}
+	}
+	p.busy[tenant]++
+	return nil
+}
+
+// give gives back the place of one of tenant's requests.
+func (p *tenantPlaces) give(tenant string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.busy[tenant]--; p.busy[tenant] <= 0 {
+		delete(p.busy, tenant)
+	}
+}
