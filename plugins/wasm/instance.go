@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,10 +90,16 @@ func instanceOf(ctx context.Context) *instance {
 
 // callCtx is the context of every sy_handle call of one instance, reused
 // from call to call so that the hot path allocates no context and no timer.
-// Done closes when the instance's timer fires: the call then ends with
+// Done closes when the call's time runs out (fire): the call then ends with
 // sys.ExitError (WithCloseOnContextDone) and the instance is discarded, so
 // the closed channel is never needed again. It carries no values of the
 // caller's context: a plugin call sees only its instance.
+//
+// A call's time is limits.timeout (or less, to the caller's deadline) of
+// the plugin's own work: the router's copying of what the plugin emits is
+// lent to the call (beginCopy, endCopy), and a timer that fires with time
+// lent gives that much more, up to the caller's deadline
+// (plugins/wasm/RATIONALE.md, "Why timeouts are wall-clock").
 type callCtx struct {
 	inst *instance
 	done chan struct{}
@@ -100,7 +107,11 @@ type callCtx struct {
 	mu           sync.Mutex
 	armed, fired bool
 	gen          uint64        // the timer's generation: a stale timer's fire is ignored
-	lent         time.Duration // the host's own work in this call (lend), not yet added to its time
+	until        time.Time     // the caller's deadline; zero: none
+	lent         time.Duration // copying not yet added to the call's time
+	lentAll      time.Duration // all this call's copying, for the timeout's reason
+	copyFrom     time.Time     // a copy under way since; zero: none
+	due          bool          // the time ran out during that copy: its end says what next
 }
 
 func (c *callCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -122,18 +133,34 @@ func (c *callCtx) Value(key any) any {
 	return nil
 }
 
-// fire is the function of the timer of generation gen: it ends the call
-// that is running, if any — or, when the host lent the call time, gives
-// it that much more first (a timer of the same generation: the call's own
-// is replaced after a call its fire reached, newTimer).
+// fire is the function of the timer of generation gen, and of each
+// extension it makes: the call's time has run out, unless a copy is under
+// way (its end decides) or time was lent.
 func (c *callCtx) fire(gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.armed || c.fired || gen != c.gen {
 		return
 	}
-	if d := c.lent; d > 0 {
-		c.lent = 0
+	if !c.copyFrom.IsZero() {
+		c.due = true
+		return
+	}
+	c.extendOrEnd()
+}
+
+// extendOrEnd gives the call the time lent since the last fire, up to the
+// caller's deadline, or ends it. An extension is a timer of the call's
+// generation: a call that one reached is given a new generation after it
+// (newTimer), so a late extension ends no later call.
+func (c *callCtx) extendOrEnd() {
+	d := c.lent
+	c.lent = 0
+	if !c.until.IsZero() {
+		d = min(d, time.Until(c.until))
+	}
+	if d > 0 {
+		gen := c.gen
 		time.AfterFunc(d, func() { c.fire(gen) })
 		return
 	}
@@ -141,28 +168,41 @@ func (c *callCtx) fire(gen uint64) {
 	close(c.done)
 }
 
-func (c *callCtx) arm() {
+// arm begins a call whose caller's deadline is until (zero: none).
+func (c *callCtx) arm(until time.Time) {
 	c.mu.Lock()
-	c.armed, c.lent = true, 0
+	c.armed, c.until, c.lent, c.lentAll, c.copyFrom, c.due = true, until, 0, 0, time.Time{}, false
 	c.mu.Unlock()
 }
 
-// lend adds d, time the host spent on the call's behalf, to the call's
-// time: limits.timeout bounds the plugin's own work, not the router's
-// copying of what it emits (plugins/wasm/RATIONALE.md, "Why timeouts are
-// wall-clock").
-func (c *callCtx) lend(d time.Duration) {
+// beginCopy and endCopy bracket the host's copying of an output: its time
+// is lent to the call.
+func (c *callCtx) beginCopy() {
 	c.mu.Lock()
+	c.copyFrom = time.Now()
+	c.mu.Unlock()
+}
+
+func (c *callCtx) endCopy() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := time.Since(c.copyFrom)
+	c.copyFrom = time.Time{}
 	c.lent += d
-	c.mu.Unlock()
+	c.lentAll += d
+	if c.due {
+		c.due = false
+		c.extendOrEnd()
+	}
 }
 
-// disarm ends a call and reports whether its time ran out.
-func (c *callCtx) disarm() (fired bool) {
+// disarm ends a call and reports whether its time ran out, and how much
+// copying was lent to it.
+func (c *callCtx) disarm() (fired bool, lent time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.armed = false
-	return c.fired
+	return c.fired, c.lentAll
 }
 
 var _ context.Context = (*callCtx)(nil)
@@ -220,11 +260,16 @@ func (in *instance) moduleConfig() wazero.ModuleConfig {
 
 // sleep is WASI's sleep (a poll_oneoff on a clock: Rust's thread::sleep,
 // Go's scheduler with nothing to run, C's nanosleep): it waits ns, or
-// until the call's time runs out, and then the call ends as timed out.
-// wazero's own sleep (time.Sleep) would outlive the timeout, and none (its
-// default, and ours until session 53) turned a plugin's wait into a spin
-// or no wait at all (plugins/wasm/RATIONALE.md, "Sleep").
+// until the call's time runs out (sy_handle's, or init's), and then the
+// call ends as timed out. wazero's own sleep (time.Sleep) would outlive
+// the timeout, and none (its default, once ours) turned a plugin's wait
+// into a spin or no wait at all (plugins/wasm/RATIONALE.md, "Sleep").
 func (in *instance) sleep(ns int64) {
+	if ns == math.MaxInt64 {
+		// wazero's sleep for a poll with no clock whose subscriptions
+		// (an fd_write, a bad fd) it answered at once: nothing to wait for.
+		return
+	}
 	t := time.NewTimer(time.Duration(ns))
 	defer t.Stop()
 	select {
@@ -445,8 +490,9 @@ func runtimeFrame(f string) bool {
 func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switchyard.PluginOutput, keep bool, err error) {
 	p := in.p
 	timeout := p.limits.Timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
+	until, ok := ctx.Deadline()
+	if ok {
+		timeout = min(timeout, time.Until(until))
 	}
 	if err := ctx.Err(); err != nil || timeout <= 0 {
 		if err == nil {
@@ -462,15 +508,15 @@ func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switc
 	in.textLeft, in.textDropped = maxText, 0
 	in.stack[0] = uint64(len(in.buf))
 
-	in.cctx.arm()
+	in.cctx.arm(until)
 	in.timer.Reset(timeout)
 	in.mem.enter()
 	callErr := in.handle.CallWithStack(&in.cctx, in.stack[:])
 	in.mem.exit()
 	stopped := in.timer.Stop()
-	fired := in.cctx.disarm()
+	fired, lent := in.cctx.disarm()
 	if !stopped && !fired {
-		in.newTimer() // it expired as the call returned: make it stale
+		in.newTimer() // it expired, or was extended, as the call returned: make it stale
 	}
 
 	in.flushText()
@@ -481,6 +527,9 @@ func (in *instance) run(ctx context.Context, ev *switchyard.Event) (outs []switc
 	}()
 
 	if f, reason := in.failure("sy_handle", callErr, fired, timeout); f != "" {
+		if f == FailureTimeout && lent >= time.Millisecond {
+			reason += fmt.Sprintf(" (and %v the router took copying its outputs)", lent.Round(time.Millisecond))
+		}
 		return nil, false, p.failed(ev.ID, f, reason, callErr)
 	}
 	return in.verdict(ev, api.DecodeI32(in.stack[0]))
@@ -577,14 +626,14 @@ func (in *instance) emit(mod api.Module, ptr, n uint32) int32 {
 	// alias it from here on. Its time is lent to the call: 16 outputs of
 	// 900 KiB took 62 ms to copy on a cold heap (page faults), 1.3–4 ms on
 	// a warm one, against a default timeout of 50 ms.
-	start := time.Now()
+	in.cctx.beginCopy()
 	b := make([]byte, n)
 	copy(b, view)
 	if afterCopy != nil {
 		afterCopy()
 	}
 	o, err := decodeOutput(b)
-	in.cctx.lend(time.Since(start))
+	in.cctx.endCopy()
 	if err != nil {
 		in.broke("output %d is malformed: %v", i, err)
 		return EmitMalformed
