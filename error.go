@@ -31,7 +31,7 @@ const (
 	ENOTINDLQ       Code = "not_in_dlq"          // a DLQ action on an event that is not dead (or resolved)
 	EUNAVAILABLE    Code = "storage_unavailable" // the data file cannot take writes
 	ESTORAGEFULL    Code = "storage_full"        // the data file's budget (max_size, min_free) is reached
-	ERATELIMITED    Code = "rate_limited"        // the tenant's tenant block allows no more events yet
+	ERATELIMITED    Code = "rate_limited"        // the tenant block allows no more events yet, or the tenant holds half of the TCP listener
 	EUNAUTHORIZED   Code = "unauthorized"        // the HTTP API's: no bearer token, or not a valid one
 	EFORBIDDEN      Code = "forbidden"           // the HTTP API's: a tenant token on an admin route; the console's proxy: another origin
 	EINTERNAL       Code = "internal"

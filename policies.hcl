@@ -52,9 +52,7 @@ listen {
   # them a new client takes the place of the connection idle the longest,
   # a new one that sent no whole request within a second counting as idle,
   # and a request with a body but no valid token is answered 401 at once
-  # and its connection closed; where the tokens name two tenants or more, a
-  # tenant holds at most half of them with requests in progress, its next
-  # request past that 429 at once; while all are mid-request, it waits in the kernel's
+  # and its connection closed; while all are mid-request, it waits in the kernel's
   # backlog, costing the router nothing), so a flood of
   # clients cannot take the file descriptors the socket, the data file and
   # the brokers need; the unix socket is not counted. Every request on
@@ -64,7 +62,10 @@ listen {
   # its answer must be taken within read_timeout too (the router's own work,
   # a commit or a long poll, not counted; a stream such as /v1/tail lives as
   # long as its client reads), or the connection is closed: a client that
-  # sends and never reads holds its place no longer.
+  # sends and never reads holds its place no longer. Where the tokens
+  # name two tenants or more, a tenant holds at most half of the places
+  # with requests in progress, its next request 429 at once
+  # (docs/decisions/tenant-rate.md, "Places on the listener").
   max_connections = 512
   read_timeout    = "30s"
 }

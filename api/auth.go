@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -169,11 +170,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		if !e.admin && tokens.tenants > 1 {
 			if err := s.places.take(e.tenant); err != nil {
+				s.metrics.places.WithLabelValues(e.tenant).Inc()
 				endUnread(w, r)
 				s.writeError(w, r, err)
 				return
 			}
 			defer s.places.give(e.tenant)
+			defer endRead(w, r)
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{tenant: e.tenant, admin: e.admin, digest: d})))
 	})
@@ -199,6 +202,26 @@ func endUnread(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Connection", "close")
 	http.NewResponseController(w).SetReadDeadline(time.Now())
 }
+
+// endRead ends what the handler left of a request's body before its
+// tenant's place is given back: the rest is read if it comes within
+// unreadGrace, else the connection ends after the answer. Left to
+// net/http, it would be read after the handler, as slowly as the client
+// sends it, until read_timeout, the connection busy and its tenant's
+// place no longer counted (a review: 404s and 403s to stalled bodies held
+// every place so).
+func endRead(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(unreadGrace))
+	io.Copy(io.Discard, io.LimitReader(r.Body, maxUnreadBody))
+}
+
+const (
+	unreadGrace   = 10 * time.Millisecond
+	maxUnreadBody = 256 << 10 // what net/http reads of a body its handler left
+)
 
 // adminOnly guards the operator routes: DLQ, stats, metrics.
 func (s *Server) adminOnly(h http.Handler) http.Handler {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
+	"github.com/switchyard-router/switchyard/internal/testkit"
 	"github.com/switchyard-router/switchyard/storage"
 )
 
@@ -327,45 +328,89 @@ func closedByServer(c net.Conn) bool {
 	return err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "reset"))
 }
 
-// One tenant cannot lock the others out of the TCP listener by stalling
-// its requests mid-body: it holds at most half of max_connections with
-// requests in progress; past that its next request is answered 429 at
-// once, its body unread, and its connection closed, and another tenant is
-// served while the first one's stalled requests hold their places. (A
-// shared-host trial: one tenant's stalled bodies held every place, and
-// another tenant waited out read_timeout.)
+// One tenant cannot lock another out of the TCP listener by stalling its
+// requests mid-body, to a route that reads the body or to one that does
+// not, and its places come back when its requests end.
 func TestATenantHoldsAtMostHalfThePlaces(t *testing.T) {
+	for _, path := range []string{"/v1/events", "/v1/nothing"} {
+		r := newTCPRouterWith(t, func(l *config.Listen) {
+			l.MaxConnections = 4
+			l.ReadTimeout = 5 * time.Second
+		})
+		stalled := stallRequests(t, r.addr, tokAcme, path, 4)
+		start := time.Now()
+		body := `{"specversion":"1.0","type":"order.created","source":"/s","id":"b-1"}`
+		if rep := r.tcp("POST", "/v1/events", tokBeta, map[string]string{"Content-Type": "application/cloudevents+json"}, body); rep.status != 202 {
+			t.Fatalf("%s: another tenant's event: %d %s", path, rep.status, rep.body)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("%s: another tenant was served after %s: the first one's stalled requests held every place", path, took.Round(time.Millisecond))
+		}
+		if path == "/v1/events" {
+			for i, c := range stalled[2:] {
+				mustBeTooMany(t, c, i+3)
+			}
+			if n := testkit.MetricSum(t, r.reg, "switchyard_tenant_places_refused_total", map[string]string{"tenant": "acme"}); n != 2 {
+				t.Errorf("switchyard_tenant_places_refused_total{tenant=acme} = %v, want 2", n)
+			}
+		}
+		for _, c := range stalled {
+			c.Close()
+		}
+		time.Sleep(100 * time.Millisecond)
+		for i := range 3 { // given back: the tenant is served again
+			body := fmt.Sprintf(`{"specversion":"1.0","type":"order.created","source":"/s","id":"a-%d"}`, i)
+			if rep := r.tcp("POST", "/v1/events", tokAcme, map[string]string{"Content-Type": "application/cloudevents+json"}, body); rep.status != 202 {
+				t.Fatalf("%s: acme's event %d after its stalled requests ended: %d %s", path, i, rep.status, rep.body)
+			}
+		}
+	}
+}
+
+// An admin token holds no tenant's places: the operator's stalled requests
+// leave its next one served.
+func TestAnAdminHoldsNoTenantsPlaces(t *testing.T) {
 	r := newTCPRouterWith(t, func(l *config.Listen) {
-		l.MaxConnections = 4
+		l.MaxConnections = 6
 		l.ReadTimeout = 5 * time.Second
 	})
-	stalled := make([]net.Conn, 4)
-	for i := range stalled {
-		stalled[i] = dialTCP(t, r.addr)
-		stalled[i].Write([]byte("POST /v1/events HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer " + tokAcme + "\r\nContent-Type: application/cloudevents+json\r\nContent-Length: 100\r\n\r\n{")) // no more of the body
+	stalled := stallRequests(t, r.addr, tokAdmin, "/v1/events", 4)
+	for i, c := range stalled {
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the admin's stalled request %d was answered: %v", i+1, err)
+		}
+	}
+}
+
+// stallRequests sends n requests with token to path on connections of
+// their own, each announcing a body of 100 bytes and sending one.
+func stallRequests(t *testing.T, addr, token, path string, n int) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		conns[i] = dialTCP(t, addr)
+		conns[i].Write([]byte("POST " + path + " HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer " + token + "\r\nContent-Type: application/cloudevents+json\r\nContent-Length: 100\r\n\r\n{")) // no more of the body
 		time.Sleep(50 * time.Millisecond)
 	}
-	start := time.Now()
-	body := `{"specversion":"1.0","type":"order.created","source":"/s","id":"b-1"}`
-	if rep := r.tcp("POST", "/v1/events", tokBeta, map[string]string{"Content-Type": "application/cloudevents+json"}, body); rep.status != 202 {
-		t.Fatalf("another tenant's event: %d %s", rep.status, rep.body)
+	return conns
+}
+
+// mustBeTooMany checks that c, a tenant's request number i past its half
+// of the places, was answered 429 with Retry-After and closed.
+func mustBeTooMany(t *testing.T, c net.Conn, i int) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("request %d past half the places: %v", i, err)
 	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("another tenant was served after %s: the first one's stalled requests held every place", took.Round(time.Millisecond))
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "half of max_connections") {
+		t.Errorf("request %d past half the places: %d %q %s", i, resp.StatusCode, resp.Header.Get("Retry-After"), b)
 	}
-	for i, c := range stalled[2:] {
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatalf("acme's request %d past half the places: %v", i+3, err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "half of max_connections") {
-			t.Errorf("acme's request %d past half the places: %d %q %s", i+3, resp.StatusCode, resp.Header.Get("Retry-After"), b)
-		}
-		if !closedByServer(c) {
-			t.Errorf("acme's request %d past half the places: its connection is still open", i+3)
-		}
+	if !closedByServer(c) {
+		t.Errorf("request %d past half the places: its connection is still open", i)
 	}
 }
 
@@ -384,13 +429,10 @@ func TestTheOnlyTenantMayHoldEveryPlace(t *testing.T) {
 	if err := r.srv.ReloadTokens(); err != nil {
 		t.Fatal(err)
 	}
-	for range 4 {
-		c := dialTCP(t, r.addr)
-		c.Write([]byte("POST /v1/events HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer " + tokAcme + "\r\nContent-Type: application/cloudevents+json\r\nContent-Length: 100\r\n\r\n{")) // no more of the body
-		time.Sleep(50 * time.Millisecond)
-		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	for i, c := range stallRequests(t, r.addr, tokAcme, "/v1/events", 4) {
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("a stalled request of the only tenant was answered: %v", err)
+			t.Fatalf("stalled request %d of the only tenant was answered: %v", i+1, err)
 		}
 	}
 }

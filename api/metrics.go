@@ -11,6 +11,7 @@ type metrics struct {
 	problems *prometheus.CounterVec // every problem+json answer, by code
 	replays  prometheus.Counter     // idempotent replays
 	ingest   prometheus.Histogram   // POST /v1/events, request to response
+	places   *prometheus.CounterVec // requests refused past their tenant's half of the TCP places, by tenant
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,6 +29,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from receiving POST /v1/events to answering it, fsync included, whatever the outcome.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 0.1ms … 3.3s
 		}),
+		places: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_tenant_places_refused_total",
+			Help: "Requests of a tenant refused (429) on the TCP listener because the tenant already had half of max_connections in progress (docs/decisions/tenant-rate.md, \"Places on the listener\").",
+		}, []string{"tenant"}),
 	}
 	for code := range statusOf { // every code at 0 from the start: an alert on increase() sees the first
 		m.problems.WithLabelValues(string(code))
@@ -36,6 +41,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.problems = register(reg, m.problems)
 		m.replays = register(reg, m.replays)
 		m.ingest = register(reg, m.ingest)
+		m.places = register(reg, m.places)
 	}
 	return m
 }

@@ -9,16 +9,11 @@ import (
 )
 
 // tenantPlaces holds each tenant to half of the TCP listener's places
-// (listen.max_connections) with requests in progress, so that no tenant
-// can lock the others out by stalling its requests mid-body: connLimit
-// keeps a busy connection's place until read_timeout, and a shared-host
-// trial's one tenant held every place so, another tenant waiting out the
-// timeout. Half, not a knob: two tenants are needed to fill the listener.
-// Held only while the tokens name two tenants or more (a listener of one
-// tenant's clients has no other to lock out); the operator's tokens
-// (admin) and the unix socket are not held. A request past its tenant's
-// half is answered 429 at once, its body unread and its connection closed
-// (endUnread), so it frees its place too.
+// (listen.max_connections) with requests in progress, while the tokens
+// name two tenants or more: one tenant stalling its requests mid-body
+// cannot lock the others out (authenticate takes and gives the places;
+// why, and what it costs: docs/decisions/tenant-rate.md, "Places on the
+// listener").
 type tenantPlaces struct {
 	max int
 
