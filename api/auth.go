@@ -176,7 +176,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				return
 			}
 			defer s.places.give(e.tenant)
-			defer endRead(w, r)
+			if r.ContentLength != 0 {
+				body := &eofReader{ReadCloser: r.Body}
+				r.Body = body
+				defer endRead(w, body)
+			}
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{tenant: e.tenant, admin: e.admin, digest: d})))
 	})
@@ -209,19 +213,35 @@ func endUnread(w http.ResponseWriter, r *http.Request) {
 // net/http, it would be read after the handler, as slowly as the client
 // sends it, until read_timeout, the connection busy and its tenant's
 // place no longer counted (a review: 404s and 403s to stalled bodies held
-// every place so).
-func endRead(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength == 0 {
+// every place so). A body read to its end is left alone: net/http may be
+// reading the connection already (its background read), and a deadline
+// set now would end that read.
+func endRead(w http.ResponseWriter, body *eofReader) {
+	if body.eof {
 		return
 	}
 	http.NewResponseController(w).SetReadDeadline(time.Now().Add(unreadGrace))
-	io.Copy(io.Discard, io.LimitReader(r.Body, maxUnreadBody))
+	io.Copy(io.Discard, io.LimitReader(body, maxUnreadBody))
 }
 
 const (
 	unreadGrace   = 10 * time.Millisecond
 	maxUnreadBody = 256 << 10 // what net/http reads of a body its handler left
 )
+
+// eofReader is a request body that says whether it was read to its end.
+type eofReader struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *eofReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.eof = true // the end, or the body cannot be read further
+	}
+	return n, err
+}
 
 // adminOnly guards the operator routes: DLQ, stats, metrics.
 func (s *Server) adminOnly(h http.Handler) http.Handler {
