@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strings"
 	"sync"
@@ -437,5 +438,36 @@ func TestTheOnlyTenantMayHoldEveryPlace(t *testing.T) {
 		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("stalled request %d of the only tenant was answered: %v", i+1, err)
 		}
+	}
+}
+
+// A tenant's requests whose bodies are read to their end keep their
+// keep-alive connection while the places are held: a client sends event
+// after event on one connection.
+func TestATenantsReadBodiesKeepTheirConnection(t *testing.T) {
+	r := newTCPRouterWith(t, func(l *config.Listen) { l.MaxConnections = 8 })
+	reused := 0
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if info.Reused {
+			reused++
+		}
+	}}
+	for i := range 20 {
+		body := fmt.Sprintf(`{"specversion":"1.0","type":"order.created","source":"/s","id":"k-%d"}`, i)
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "POST", "http://"+r.addr+"/v1/events", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/cloudevents+json")
+		req.Header.Set("Authorization", "Bearer "+tokAcme)
+		resp, err := r.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 202 {
+			t.Fatalf("event %d: %d", i, resp.StatusCode)
+		}
+	}
+	if reused != 19 {
+		t.Errorf("%d of 19 requests after the first reused a connection", reused)
 	}
 }
