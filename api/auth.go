@@ -168,22 +168,33 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.unauthorized(w, r, `Bearer realm="switchyard", error="invalid_token"`, "the bearer token is not valid")
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{tenant: e.tenant, admin: e.admin, digest: d}))
 		if !e.admin && tokens.tenants > 1 {
-			if err := s.places.take(e.tenant); err != nil {
-				s.metrics.places.WithLabelValues(e.tenant).Inc()
-				endUnread(w, r)
-				s.writeError(w, r, err)
-				return
-			}
-			defer s.places.give(e.tenant)
-			if r.ContentLength != 0 {
-				body := &eofReader{ReadCloser: r.Body}
-				r.Body = body
-				defer endRead(w, body)
-			}
+			s.servePlaced(w, r, e.tenant, next)
+			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, &principal{tenant: e.tenant, admin: e.admin, digest: d})))
+		next.ServeHTTP(w, r)
 	})
+}
+
+// servePlaced serves r as one of tenant's requests in progress, within
+// its half of the TCP listener's places (tenantPlaces), or answers 429.
+// The place is given back once what the handler left of the body is
+// read, or its connection is ending (endRead).
+func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, tenant string, next http.Handler) {
+	if err := s.places.take(tenant); err != nil {
+		s.metrics.places.WithLabelValues(tenant).Inc()
+		endUnread(w, r)
+		s.writeError(w, r, err)
+		return
+	}
+	defer s.places.give(tenant)
+	if r.ContentLength != 0 {
+		body := &eofReader{ReadCloser: r.Body}
+		r.Body = body
+		defer endRead(w, body)
+	}
+	next.ServeHTTP(w, r)
 }
 
 // unauthorized answers a request without a valid token 401 (endUnread).
