@@ -287,7 +287,10 @@ func (in *instance) start(ctx context.Context) error {
 		in.mem.enter()
 		res, err := in.mod.ExportedFunction(name).Call(ctx, params...)
 		in.mem.exit()
-		if f, reason := in.failure(name, err, false, p.initTimeout); f != "" {
+		// A call whose time ran out may still return normally (back from
+		// a sleep its bound ended): it failed all the same, as in run.
+		timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+		if f, reason := in.failure(name, err, timedOut, p.initTimeout); f != "" {
 			return 0, errors.New(reason)
 		}
 		if len(res) == 0 {

@@ -475,6 +475,9 @@ func TestWasmLoadErrors(t *testing.T) {
 			`AssemblyScript: build with --use abort=~lib/@switchyard-router/sdk-assemblyscript/assembly/index/abort`}},
 		{"initfail", testdata("initfail"), config.PluginLimits{}, []string{
 			`sy_init returned 1: config key "region" is required`}},
+		// A sleep in sy_init ends at init's bound, max(10 × timeout, 1s).
+		{"initsleep", testdata("initsleep"), config.PluginLimits{Timeout: 50 * time.Millisecond}, []string{
+			`timed out: sy_init ran longer than 1s`}},
 		{"toolarge", testdata("toolarge"), config.PluginLimits{Memory: 1 << 20}, []string{
 			`its memory starts at 2.1MiB, over limits.memory = 1MiB`}},
 		{"garbage", garbage, config.PluginLimits{}, []string{`not a valid WebAssembly module`}},
