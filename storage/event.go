@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/switchyard-router/switchyard"
+	"github.com/switchyard-router/switchyard/cloudevents"
 )
 
 // State is where an event is in its life.
@@ -173,24 +174,28 @@ func EventKey(tenant, id string) string {
 // which a local service gets as Idempotency-Key, its source and id
 // ("/billing#1", inboxMsgID), so that two sources' events with the same
 // id are not either; the id alone for a record stored before data file
-// schema 4 (keyByID), as its earlier attempts sent it.
+// schema 4 (keyByID), percent-encoded as its earlier attempts sent it. An
+// inbox record's is printable ASCII: a header value as it is.
 func (r *Record) MsgID() string {
 	switch {
 	case r.Queue == "":
 		return EventKey(r.Tenant, r.Event.ID)
 	case r.keyByID:
-		return r.Event.ID
+		return cloudevents.PercentEncode(r.Event.ID)
 	}
 	return inboxMsgID(r.Event.Source, r.Event.ID)
 }
 
-// inboxMsgID is "<source>#<id>", with the source's '%' and '#'
-// percent-encoded: two events share it only if they share both.
+// inboxMsgID is "<source>#<id>", each percent-encoded as the CloudEvents
+// HTTP and NATS bindings encode a header's value (cloudevents.PercentEncode),
+// and the source's '#' as %23: the ce-source and ce-id headers a local
+// service gets, joined at the source's first '#'. Two events share it only
+// if they share both. Until 2026-12 only the source's '%' and '#' were
+// encoded here, and the webhook encoded the whole again: a source "/a#b"
+// reached the service as "/a%2523b#..." where the README said "/a%23b#...".
 func inboxMsgID(source, id string) string {
-	return sourceEscaper.Replace(source) + "#" + id
+	return strings.ReplaceAll(cloudevents.PercentEncode(source), "#", "%23") + "#" + cloudevents.PercentEncode(id)
 }
-
-var sourceEscaper = strings.NewReplacer("%", "%25", "#", "%23")
 
 // LastDelivered is when the record's newest delivered output was
 // acknowledged; zero if none was.

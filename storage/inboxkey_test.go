@@ -179,19 +179,28 @@ func TestOldFormInboxRecordLivesUnderItsKey(t *testing.T) {
 }
 
 // An inbox record's message id (a local service's Idempotency-Key) is its
-// source and id, "<source>#<id>", the source's '%' and '#' percent-encoded:
-// two events share it only if they share both, whatever their bytes.
+// source and id, "<source>#<id>", each percent-encoded as a CloudEvents
+// header's value and the source's '#' as %23, printable ASCII: two events
+// share it only if they share both, whatever their bytes.
 func TestInboxMsgIDNamesSourceAndID(t *testing.T) {
 	msgID := func(source, id string) string {
 		r := &Record{Event: switchyard.Event{ID: id, Source: source}, Queue: "inbox:pay"}
 		return r.MsgID()
 	}
-	if got := msgID("/billing", "1"); got != "/billing#1" {
-		t.Errorf("message id %q, want /billing#1", got)
+	for _, c := range []struct{ source, id, want string }{
+		{"/billing", "1", "/billing#1"},
+		{"/a#b", "c-0", "/a%23b#c-0"},
+		{"/s%p ace", "é 1", "/s%25p%20ace#%C3%A9%201"},
+		{`/"q"`, "a#b", "/%22q%22#a#b"},
+	} {
+		if got := msgID(c.source, c.id); got != c.want {
+			t.Errorf("source %q, id %q: message id %q, want %q", c.source, c.id, got, c.want)
+		}
 	}
 	for _, pair := range [][2][2]string{
 		{{"/a#b", "c"}, {"/a", "b#c"}},
 		{{"/a%23b", "c"}, {"/a#b", "c"}},
+		{{"/a", "b c"}, {"/a", "b%20c"}},
 		{{"/billing", "1"}, {"/shipping", "1"}},
 	} {
 		if a, b := msgID(pair[0][0], pair[0][1]), msgID(pair[1][0], pair[1][1]); a == b {

@@ -42,8 +42,11 @@ func startService(t *testing.T) *service {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The key as README's Inbox says a service may build it from the
+		// ce- headers as they come (percent-encoded).
 		id := r.Header.Get("Ce-Id")
-		if id == "" || r.Header.Get("Idempotency-Key") != r.Header.Get("Ce-Source")+"#"+id || r.URL.Path != "/events" {
+		key := strings.ReplaceAll(r.Header.Get("Ce-Source"), "#", "%23") + "#" + id
+		if id == "" || r.Header.Get("Idempotency-Key") != key || r.URL.Path != "/events" {
 			http.Error(w, "bad delivery", http.StatusBadRequest)
 			return
 		}
@@ -295,6 +298,26 @@ func TestInboxNATSDropsRedeliveries(t *testing.T) {
 	}
 	const lag = `switchyard_inbox_lag_messages{inbox="alerts"}`
 	testkit.Eventually(t, lag+" at 0", 10*time.Second, func() bool { return metricValue(t, testkit.UnixClient(sock, 10*time.Second), lag) == 0 })
+}
+
+// A local service can build an event's Idempotency-Key from its ce-source
+// and ce-id headers as README says, whatever bytes the source and id hold
+// ('#', '%', spaces, non-ASCII): the router encoded the source's '%' twice,
+// and a service building the key never matched it.
+func TestInboxIdempotencyKeyIsTheHeadersJoined(t *testing.T) {
+	svc, _, nc := startNATSInbox(t, "")
+	for i, source := range []string{"/mon", "/a%23b", "/s%25p%20ace", "/caf%C3%A9"} { // as the NATS binding carries them
+		m := nats.NewMsg("alerts.disk")
+		m.Header.Set("ce-id", fmt.Sprintf("alert%%20%d%%25", i))
+		m.Header.Set("ce-specversion", "1.0")
+		m.Header.Set("ce-type", "alert")
+		m.Header.Set("ce-source", source)
+		m.Data = []byte("disk full")
+		if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc.waitIDs(t, 4, 20*time.Second) // the service answers 400 to a key it cannot build
 }
 
 // An inbox whose every batch is refused (a full storage budget) is not

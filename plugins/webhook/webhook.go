@@ -423,12 +423,19 @@ func (s *Sink) request(ctx context.Context, m *switchyard.Message) (*http.Reques
 			h[x.Name] = []string{x.Value}
 		}
 	}
-	key := m.MsgID
-	if key == "" {
-		key = m.Event.ID
-	}
-	h.Set(IdempotencyKeyHeader, cloudevents.PercentEncode(key))
+	h.Set(IdempotencyKeyHeader, idempotencyKey(m))
 	return req, nil
+}
+
+// idempotencyKey is m's Idempotency-Key: its message id, which for an
+// inbox's record is already a header's value (storage.Record.MsgID:
+// "<source>#<id>" as their ce- headers carry them; encoding it again
+// turned each '%' into "%25"), or else the event's id percent-encoded.
+func idempotencyKey(m *switchyard.Message) string {
+	if m.MsgID == "" {
+		return cloudevents.PercentEncode(m.Event.ID)
+	}
+	return m.MsgID
 }
 
 // parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.

@@ -128,7 +128,8 @@ func msg(id string) *switchyard.Message {
 			Data: []byte(`{"id":"` + id + `"}`),
 		},
 		Topic: "deliver",
-		MsgID: id,
+		MsgID: "/pay#" + cloudevents.PercentEncode(id), // as storage.Record.MsgID makes an inbox record's
+
 	}
 }
 
@@ -145,7 +146,7 @@ func forBoth(t *testing.T, f func(t *testing.T, url func(*server) string)) {
 
 // In binary mode, over a unix socket or TCP, an event is POSTed to the URL's
 // path and query with its data as the body, each attribute and extension a
-// percent-encoded ce- header, its id as Idempotency-Key and its
+// percent-encoded ce- header, its message id as Idempotency-Key and its
 // traceparent; the receiver decodes the request back to the event.
 func TestDeliverHeaders(t *testing.T) {
 	forBoth(t, func(t *testing.T, url func(*server) string) {
@@ -176,7 +177,7 @@ func TestDeliverHeaders(t *testing.T) {
 			"Ce-Note":         "100%25%20%22caf%C3%A9%22",
 			"Content-Type":    "application/json",
 			"Traceparent":     traceparent,
-			"Idempotency-Key": "a%201",
+			"Idempotency-Key": "/pay#a%201",
 		}
 		for k, v := range want {
 			if got := r.header.Get(k); got != v {
@@ -211,7 +212,7 @@ func TestDeliverStructured(t *testing.T) {
 			t.Errorf("structured request has header %s", k)
 		}
 	}
-	if r.header.Get("Idempotency-Key") != "a%201" || r.header.Get("Traceparent") != traceparent {
+	if r.header.Get("Idempotency-Key") != "/pay#a%201" || r.header.Get("Traceparent") != traceparent {
 		t.Errorf("headers %v", r.header)
 	}
 	got, err := cloudevents.DecodeJSON([]byte(r.body))
