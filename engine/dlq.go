@@ -526,6 +526,14 @@ func (b *bulk) one(tx *storage.Tx, f DLQFilter, r *storage.Record, now time.Time
 	if err != nil && !errors.Is(err, storage.ErrNotDead) {
 		return err
 	}
+	if dead := r.State == storage.StateDLQ || r.State == storage.StateResolved; dead && r.State != f.Status && b.act.name != DLQActionRetry {
+		// In the other list than the request's: a delete of the resolved
+		// list's selection deleted an entry dead again since (a trial).
+		// A retry takes either: it loses nothing.
+		res.Skipped = append(res.Skipped, DLQSkip{ID: r.Event.ID, Code: switchyard.ENOTINDLQ,
+			Reason: "it is " + string(r.State) + "; the request names status " + string(f.Status)})
+		return nil
+	}
 	if reason := f.excludes(en.Record, en.At); reason != "" {
 		res.Skipped = append(res.Skipped, DLQSkip{ID: r.Event.ID, Code: DLQSkipExcluded, Reason: reason})
 		return nil

@@ -308,6 +308,31 @@ func TestDLQBulkTakesARepeatedIDOnce(t *testing.T) {
 	}
 }
 
+// A bulk delete that names ids acts only on those in the status it names:
+// a delete of the resolved list's selection skips (not_in_dlq) an id dead
+// again since, where it deleted the live dead letter (a console trial).
+func TestDLQBulkByIDsKeepsToItsStatus(t *testing.T) {
+	h := newHarness(t, dlqPolicies, true)
+	ctx := context.Background()
+	h.ingestAs(storage.DefaultTenant, switchyard.Event{ID: "d1", Type: "x.bad", Source: "/t", SpecVersion: "1.0"})
+	h.ingestAs(storage.DefaultTenant, switchyard.Event{ID: "r1", Type: "x.bad", Source: "/t", SpecVersion: "1.0"})
+	h.pollAll("x.bad")
+	if res, err := h.eng.DLQResolveMany(ctx, engine.DLQFilter{IDs: []string{"r1"}}); err != nil || res.Done != 1 {
+		t.Fatalf("resolve r1: %+v, %v", res, err)
+	}
+	res, err := h.eng.DLQDeleteMany(ctx, engine.DLQFilter{IDs: []string{"d1", "r1"}, Status: storage.StateResolved})
+	if err != nil || res.Done != 1 || len(res.Skipped) != 1 || res.Skipped[0].ID != "d1" || res.Skipped[0].Code != switchyard.ENOTINDLQ {
+		t.Fatalf("delete resolved d1 r1: %+v, %v; want r1 done, d1 not_in_dlq", res, err)
+	}
+	if got := h.record(storage.EventKey(storage.DefaultTenant, "d1")).State; got != storage.StateDLQ {
+		t.Errorf("d1 is %s, want dlq", got)
+	}
+	res, err = h.eng.DLQDeleteMany(ctx, engine.DLQFilter{IDs: []string{"d1"}})
+	if err != nil || res.Done != 1 {
+		t.Fatalf("delete dead d1: %+v, %v; want it done", res, err)
+	}
+}
+
 // "all" takes every dead letter and comes alone: with ids or a filter a
 // bulk action is refused, nothing done. Before, `router dlq retry d1 -all`
 // retried d1 and dropped -all without a word.
