@@ -32,9 +32,16 @@ type Result struct {
 	Err error
 	// RetryAfter, with a retryable Err, is the earliest the receiver wants
 	// the message again (an HTTP Retry-After); the engine waits at least
-	// this long, or its backoff if that is longer.
+	// this long, or its backoff if that is longer. With an Err wrapping
+	// ErrSinkUnavailable (a receiver that asks for a pause) it waits this
+	// long at least, counting no attempt. At most MaxRetryAfter.
 	RetryAfter time.Duration
 }
+
+// MaxRetryAfter bounds the wait a receiver's Retry-After asks for: a
+// service once asked for 3,000 years, and held the event, and with
+// ordering = "key" its key, for ever.
+const MaxRetryAfter = 24 * time.Hour
 
 // Sink publishes messages to a broker. The engine knows sinks only through
 // this interface; plugins/nats and plugins/kafka implement it.

@@ -493,18 +493,23 @@ func (s *slowStore) Update(ctx context.Context, fn func(*storage.Tx) error) erro
 	return s.Store.Update(ctx, fn)
 }
 
-// busySink answers every message "come back later" (an HTTP 429 with
-// Retry-After, as the webhook sink reports it).
+// busySink answers every message "come back later": a retry with
+// Retry-After (a 502 with one, as the webhook sink reports it), or, when
+// paused, a pause not counted as an attempt (its 503 or 429).
 type busySink struct {
-	name  string
-	after time.Duration
+	name   string
+	after  time.Duration
+	paused bool
 }
 
 func (s busySink) Name() string { return s.name }
 func (s busySink) Publish(_ context.Context, msgs []*switchyard.Message) []switchyard.Result {
 	r := make([]switchyard.Result, len(msgs))
 	for i := range r {
-		r[i] = switchyard.Result{Err: errors.New("429 Too Many Requests"), RetryAfter: s.after}
+		r[i] = switchyard.Result{Err: errors.New("502 Bad Gateway"), RetryAfter: s.after}
+		if s.paused {
+			r[i].Err = fmt.Errorf("503 Service Unavailable: %w", switchyard.ErrSinkUnavailable)
+		}
 	}
 	return r
 }
@@ -512,11 +517,16 @@ func (busySink) Close(context.Context) error { return nil }
 
 // A receiver's Retry-After longer than the backoff is honoured; a shorter
 // one does not shorten the backoff; one of centuries waits a day (a
-// service asked for 3,000 years).
+// service asked for 3,000 years). A pause it asks for (unavailable, with
+// Retry-After) is waited out counting no attempt.
 func TestRetryAfterIsHonoured(t *testing.T) {
 	for _, c := range []struct {
 		after, want time.Duration
-	}{{2 * time.Minute, 2 * time.Minute}, {time.Second, 10 * time.Second}, {time.Duration(math.MaxInt64), 24 * time.Hour}} {
+		paused      bool
+	}{
+		{2 * time.Minute, 2 * time.Minute, false}, {time.Second, 10 * time.Second, false}, {time.Duration(math.MaxInt64), 24 * time.Hour, false},
+		{2 * time.Minute, 2 * time.Minute, true}, {time.Duration(math.MaxInt64), 24 * time.Hour, true},
+	} {
 		h := newHarness(t, `
 kafka "busy" { brokers = ["127.0.0.1:1"] }
 event "t.busy" {
@@ -525,15 +535,18 @@ event "t.busy" {
     topic = "x"
   }
 }
-`, true, busySink{name: "kafka.busy", after: c.after})
+`, true, busySink{name: "kafka.busy", after: c.after, paused: c.paused})
 		id := h.ingest("t.busy", 1)[0]
 		start := h.clock.Now()
 		if _, err := h.eng.Loop("t.busy").Poll(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		rec := h.record(id)
-		if got := rec.NextAttemptAt.Sub(start); rec.Attempts != 1 || got != c.want {
-			t.Errorf("Retry-After %v: next attempt in %v (attempts %d), want %v", c.after, got, rec.Attempts, c.want)
+		rec, attempts := h.record(id), 1
+		if c.paused {
+			attempts = 0
+		}
+		if got := rec.NextAttemptAt.Sub(start); rec.Attempts != attempts || got != c.want {
+			t.Errorf("Retry-After %v (paused %v): next attempt in %v (attempts %d), want %v", c.after, c.paused, got, rec.Attempts, c.want)
 		}
 	}
 }

@@ -1512,9 +1512,6 @@ func (it *item) made(dest, msgID string) bool {
 	return false
 }
 
-// maxRetryAfter bounds the wait a receiver's Retry-After asks for.
-const maxRetryAfter = 24 * time.Hour
-
 // storageFullWait is how long an event whose plugin met a full storage
 // budget waits before it is taken again: a few of the budget's
 // measurements (spaceEvery).
@@ -1565,7 +1562,9 @@ func verdictOf(it *item, rec *storage.Record, chain []string, now time.Time) ver
 			v.permanent = fmt.Errorf("%s: %w", where, err)
 		case isOutage(err):
 			v.unknown = fmt.Errorf("%s: %w", where, err)
-			v.wait = max(v.wait, outageWait(rec, now))
+			// A receiver that asked for a pause (webhook: 503, 429) waits
+			// it out, as for an outage.
+			v.wait = max(v.wait, outageWait(rec, now), min(o.result.RetryAfter, switchyard.MaxRetryAfter))
 		default:
 			v.retry = fmt.Errorf("%s: %w", where, err)
 			v.retryAfter = max(v.retryAfter, o.result.RetryAfter)
@@ -1598,9 +1597,8 @@ func (l *Loop) settle(tx *storage.Tx, rec *storage.Record, v verdict, pol *confi
 		}
 		res.Retried++
 		// The receiver's Retry-After, when it asks for more than the
-		// backoff; a day at most (a service asked for 3,000 years, and
-		// held the event, and with ordering = "key" its key, for ever).
-		next := now.Add(max(Backoff(pol.Backoff, rec.Attempts), min(v.retryAfter, maxRetryAfter)))
+		// backoff (switchyard.MaxRetryAfter at most).
+		next := now.Add(max(Backoff(pol.Backoff, rec.Attempts), min(v.retryAfter, switchyard.MaxRetryAfter)))
 		res.failures = append(res.failures, failure{id: rec.Event.ID, attempts: rec.Attempts, next: next, reason: v.retry.Error()})
 		return tx.Reschedule(rec, next)
 	case v.unknown != nil:

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,11 +23,14 @@ import (
 )
 
 // service is a local service on a unix socket that counts the deliveries of
-// each event id.
+// each event id; while unavailable it answers 503, counting them in refused.
 type service struct {
 	mu    sync.Mutex
 	count map[string]int
 	sock  string
+
+	unavailable atomic.Bool
+	refused     atomic.Int32
 }
 
 func startService(t *testing.T) *service {
@@ -48,6 +52,11 @@ func startService(t *testing.T) *service {
 		key := strings.ReplaceAll(r.Header.Get("Ce-Source"), "#", "%23") + "#" + id
 		if id == "" || r.Header.Get("Idempotency-Key") != key || r.URL.Path != "/events" {
 			http.Error(w, "bad delivery", http.StatusBadRequest)
+			return
+		}
+		if s.unavailable.Load() {
+			s.refused.Add(1)
+			http.Error(w, "starting", http.StatusServiceUnavailable)
 			return
 		}
 		s.mu.Lock()
@@ -318,6 +327,34 @@ func TestInboxIdempotencyKeyIsTheHeadersJoined(t *testing.T) {
 		}
 	}
 	svc.waitIDs(t, 4, 20*time.Second) // the service answers 400 to a key it cannot build
+}
+
+// A service that answers 503 for longer than the retries' schedule (a
+// restart behind a proxy) gets every event once it answers again: a 503
+// asks for a pause and counts no attempt (each was one, and the trial's
+// backlog went to the DLQ in 15 s).
+func TestAServiceThatAnswers503LosesNoEventToTheDLQ(t *testing.T) {
+	svc, sock, nc := startNATSInbox(t, `max_retries = 1
+  backoff { delay = "100ms" }`)
+	svc.unavailable.Store(true)
+	for i := range 5 {
+		m := nats.NewMsg("alerts.disk")
+		m.Header.Set("ce-id", fmt.Sprintf("alert-%d", i))
+		m.Header.Set("ce-specversion", "1.0")
+		m.Header.Set("ce-type", "alert")
+		m.Header.Set("ce-source", "/mon")
+		if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Three rounds of the five: twice what max_retries lets a counted
+	// attempt make before the DLQ.
+	testkit.Eventually(t, "15 503s", 20*time.Second, func() bool { return svc.refused.Load() >= 15 })
+	svc.unavailable.Store(false)
+	svc.waitIDs(t, 5, 20*time.Second)
+	if body := get(t, testkit.UnixClient(sock, 10*time.Second), "/v1/dlq"); strings.Contains(body, "alert-") {
+		t.Errorf("the DLQ holds events: %s", body)
+	}
 }
 
 // An inbox whose every batch is refused (a full storage budget) is not

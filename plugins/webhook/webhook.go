@@ -4,13 +4,14 @@
 // http://, https:// or unix:// URL.
 //
 // It implements switchyard.Sink, so the inbox's delivery loop gets the engine's
-// retries, backoff and DLQ: a 2xx is delivered; 429 and 503 (and 408, 425,
-// and 409 with Retry-After) are retried no earlier than their Retry-After;
+// retries, backoff and DLQ: a 2xx is delivered; 408, 425, 409 with
+// Retry-After and other 5xx are retried no earlier than their Retry-After;
 // any other 4xx is permanent (to the DLQ at once, with the status and the
-// start of the body); 5xx, timeouts and broken connections are retried. A
+// start of the body); timeouts and broken connections are retried. A
 // receiver that cannot be reached at all (connection refused, no socket
-// file) counts no attempt (switchyard.ErrSinkUnavailable): a service that is
-// down must not push its events to the DLQ. See RATIONALE.md.
+// file), or asks for a pause (503, 429: nothing is sent for its
+// Retry-After), counts no attempt (switchyard.ErrSinkUnavailable): a
+// service that is down must not push its events to the DLQ. See RATIONALE.md.
 package webhook
 
 import (
@@ -73,6 +74,37 @@ type Sink struct {
 	transport *http.Transport
 	client    *http.Client
 	sem       chan struct{}
+	pause     pause
+}
+
+// minPause is the pause a 503 or 429 without a Retry-After asks for: the
+// engine's probe of an outage (a second).
+const minPause = time.Second
+
+// pause is the wait a service asked for: a 503 (it cannot handle requests
+// now) or a 429 (too many of them), for its Retry-After. Meanwhile the
+// sink sends nothing and is not healthy; each message fails as not sent
+// (switchyard.ErrSinkUnavailable), so no attempt is counted.
+type pause struct {
+	mu     sync.Mutex
+	until  time.Time
+	answer string // the status that asked for it
+}
+
+// ask pauses the sink for d from now, on the answer status.
+func (p *pause) ask(d time.Duration, status string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if until := time.Now().Add(d); until.After(p.until) {
+		p.until, p.answer = until, status
+	}
+}
+
+// left is what is left of the pause, and the answer that asked for it.
+func (p *pause) left() (time.Duration, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Until(p.until), p.answer
 }
 
 // New builds the sink of inbox in's deliver block. Its name is
@@ -318,6 +350,10 @@ func (s *Sink) post(ctx context.Context, m *switchyard.Message) switchyard.Resul
 			s.name, m.Event.ID, ctx.Err(), switchyard.ErrUnknownOutcome)}
 	}
 	defer func() { <-s.sem }()
+	if left, answer := s.pause.left(); left > 0 {
+		return switchyard.Result{RetryAfter: left, Err: fmt.Errorf("%s: event %s not sent: %s answered %s and asked for a pause; %s left: %w",
+			s.name, m.Event.ID, s.display, answer, left.Round(time.Millisecond), switchyard.ErrSinkUnavailable)}
+	}
 
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -351,8 +387,15 @@ func (s *Sink) statusResult(m *switchyard.Message, resp *http.Response, snippet 
 		err = fmt.Errorf("%w: %s", err, snippet)
 	}
 	switch {
-	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable,
-		code == http.StatusRequestTimeout, code == http.StatusTooEarly,
+	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable:
+		// The service, not the event: it cannot take requests now (RFC
+		// 9110 §15.6.4) or takes too many (RFC 6585 §4). A pause, as for
+		// a refused connection: counted as attempts, a service's restart
+		// behind a proxy dead-lettered its whole backlog (an inbox trial).
+		wait := min(max(retryAfter, minPause), switchyard.MaxRetryAfter)
+		s.pause.ask(wait, resp.Status)
+		return switchyard.Result{RetryAfter: wait, Err: fmt.Errorf("%w (a pause of %s asked for, no attempt counted): %w", err, wait, switchyard.ErrSinkUnavailable)}
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly,
 		code == http.StatusConflict && hasRetryAfter,
 		code >= 500:
 		return switchyard.Result{Err: err, RetryAfter: retryAfter}
@@ -493,8 +536,11 @@ func readSnippet(body io.Reader) (string, error) {
 }
 
 // Healthy reports whether the receiver accepts connections (a dial, no
-// request).
+// request), and has not asked for a pause.
 func (s *Sink) Healthy(ctx context.Context) error {
+	if left, answer := s.pause.left(); left > 0 {
+		return fmt.Errorf("%s: %s answered %s and asked for a pause; %s left", s.name, s.display, answer, left.Round(time.Millisecond))
+	}
 	d := net.Dialer{Timeout: s.timeout}
 	c, err := d.DialContext(ctx, s.network, s.address)
 	if err != nil {

@@ -232,7 +232,8 @@ func flatten(h http.Header) []switchyard.Header {
 }
 
 // Each status a local service answers is a success, a retry (with its
-// Retry-After, in seconds or as an HTTP date) or a permanent failure.
+// Retry-After, in seconds or as an HTTP date), a pause that counts no
+// attempt (503, 429: at least a second) or a permanent failure.
 func TestStatuses(t *testing.T) {
 	// An HTTP date has whole seconds: 3 s from now, cut to the second and
 	// read a moment later, is 2–3 s away, a little under 2 s at worst
@@ -244,13 +245,15 @@ func TestStatuses(t *testing.T) {
 		retryAfter string
 		body       string
 		permanent  bool
+		pause      bool          // unavailable: no attempt
 		wantAfter  time.Duration // 0 = none; else at least this, at most 1.1 s more
 	}{
 		{name: "200", status: 200},
 		{name: "202", status: 202},
-		{name: "429 seconds", status: 429, retryAfter: "7", wantAfter: 7 * time.Second},
-		{name: "503 date", status: 503, retryAfter: date, wantAfter: 2*time.Second - 100*time.Millisecond},
-		{name: "429 without Retry-After", status: 429},
+		{name: "429 seconds", status: 429, retryAfter: "7", pause: true, wantAfter: 7 * time.Second},
+		{name: "503 date", status: 503, retryAfter: date, pause: true, wantAfter: 2*time.Second - 100*time.Millisecond},
+		{name: "429 without Retry-After", status: 429, pause: true, wantAfter: time.Second},
+		{name: "503 without Retry-After", status: 503, pause: true, wantAfter: time.Second},
 		{name: "400", status: 400, body: `{"error":"bad amount"}`, permanent: true},
 		{name: "404", status: 404, permanent: true},
 		{name: "409 without Retry-After", status: 409, permanent: true},
@@ -262,9 +265,9 @@ func TestStatuses(t *testing.T) {
 	}
 	forBoth(t, func(t *testing.T, url func(*server) string) {
 		srv := &server{}
-		s := newSink(t, url(srv), time.Second)
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
+				s := newSink(t, url(srv), time.Second) // a pause holds the sink
 				srv.setHandler(func(w http.ResponseWriter, r *http.Request) {
 					if tc.retryAfter != "" {
 						w.Header().Set("Retry-After", tc.retryAfter)
@@ -288,8 +291,8 @@ func TestStatuses(t *testing.T) {
 				if switchyard.IsPermanent(r.Err) != tc.permanent {
 					t.Fatalf("permanent = %v, want %v: %v", switchyard.IsPermanent(r.Err), tc.permanent, r.Err)
 				}
-				if errors.Is(r.Err, switchyard.ErrSinkUnavailable) || errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
-					t.Fatalf("an answer is neither unavailable nor unknown: %v", r.Err)
+				if errors.Is(r.Err, switchyard.ErrSinkUnavailable) != tc.pause || errors.Is(r.Err, switchyard.ErrUnknownOutcome) {
+					t.Fatalf("unavailable = %v, want %v; an answer is never unknown: %v", errors.Is(r.Err, switchyard.ErrSinkUnavailable), tc.pause, r.Err)
 				}
 				if !strings.Contains(r.Err.Error(), fmt.Sprint(tc.status)) || !strings.Contains(r.Err.Error(), tc.body) {
 					t.Fatalf("error lacks status or body: %v", r.Err)
@@ -301,6 +304,42 @@ func TestStatuses(t *testing.T) {
 			})
 		}
 	})
+}
+
+// A service that answers 503 (or 429) gets no request until the pause it
+// asked for ends: the sink's messages fail as not sent (no attempt), and
+// it is not healthy, saying the answer; then it sends again.
+func TestAPauseSendsNothingUntilItEnds(t *testing.T) {
+	var calls atomic.Int32
+	srv := &server{handler: func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(503)
+			return
+		}
+		w.WriteHeader(204)
+	}}
+	s := newSink(t, tcpServer(t, srv), time.Second)
+	publish := func() switchyard.Result {
+		return s.Publish(ctxT(t, 5*time.Second), []*switchyard.Message{msg("x")})[0]
+	}
+	if r := publish(); !errors.Is(r.Err, switchyard.ErrSinkUnavailable) || r.RetryAfter != time.Second {
+		t.Fatalf("the 503: %v, RetryAfter %s; want unavailable, 1s", r.Err, r.RetryAfter)
+	}
+	if err := s.Healthy(ctxT(t, time.Second)); err == nil || !strings.Contains(err.Error(), "503 Service Unavailable") {
+		t.Fatalf("Healthy during the pause: %v", err)
+	}
+	r := publish()
+	if !errors.Is(r.Err, switchyard.ErrSinkUnavailable) || r.RetryAfter <= 0 || r.RetryAfter > time.Second || calls.Load() != 1 {
+		t.Fatalf("during the pause: %v, RetryAfter %s, %d requests; want unavailable, none sent", r.Err, r.RetryAfter, calls.Load())
+	}
+	time.Sleep(r.RetryAfter + 50*time.Millisecond)
+	if r := publish(); r.Err != nil || calls.Load() != 2 {
+		t.Fatalf("after the pause: %v, %d requests", r.Err, calls.Load())
+	}
+	if err := s.Healthy(ctxT(t, time.Second)); err != nil {
+		t.Fatalf("Healthy after the pause: %v", err)
+	}
 }
 
 // A refusal's long body is cut short in the error, between characters and
