@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"testing"
 
 	"github.com/google/uuid"
 
@@ -37,6 +38,30 @@ func main() {
 	m := NewMain(os.Stdin, os.Stdout, os.Stderr)
 	if err := m.Run(ctx, os.Args[1:]); err != nil {
 		os.Exit(m.Exit(err))
+	}
+}
+
+// subcommand is the command args name ("run" when they begin with a flag
+// or are empty) and the arguments after it.
+func subcommand(args []string) (cmd string, rest []string) {
+	if len(args) > 0 && args[0] != "" && (args[0][0] != '-' || isHelp(args[0])) {
+		return args[0], args[1:]
+	}
+	return "run", args
+}
+
+// hupAtStart catches SIGHUP from this package's init in a process that
+// runs the router (not a test binary), for RunCommand.Run: one sent before
+// Run caught it ended the process, Go's default, for the first ~40 ms of
+// its life (a trial: a deploy script's reload of a router just started;
+// 10 ms here). What is left is the runtime's and the libraries' start:
+// 5–10 ms here (README, Configuration).
+var hupAtStart chan os.Signal
+
+func init() {
+	if cmd, _ := subcommand(os.Args[1:]); cmd == "run" && !testing.Testing() {
+		hupAtStart = make(chan os.Signal, 1)
+		signal.Notify(hupAtStart, syscall.SIGHUP)
 	}
 }
 
@@ -105,10 +130,7 @@ func told(err error) bool {
 
 // Run runs the subcommand named by args[0] ("run" when args is empty).
 func (m *Main) Run(ctx context.Context, args []string) error {
-	cmd, rest := "run", args
-	if len(args) > 0 && args[0] != "" && (args[0][0] != '-' || isHelp(args[0])) {
-		cmd, rest = args[0], args[1:]
-	}
+	cmd, rest := subcommand(args)
 	if cmd == "help" || isHelp(cmd) {
 		m.usage()
 		return nil

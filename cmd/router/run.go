@@ -131,12 +131,15 @@ func (c *RunCommand) Run(ctx context.Context) (err error) {
 	if err := c.checkFlags(); err != nil {
 		return err
 	}
-	// SIGHUP is ours from the start: one that came while the router opened
+	// SIGHUP is ours from the start (hupAtStart): one that came while the router opened
 	// (systemd's ExecReload right after READY=1, a deploy script) would
 	// otherwise stop the process, Go's default, and is now a reload once
 	// it runs.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+	hup := hupAtStart // main.go
+	if hup == nil {
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+	}
 	defer signal.Stop(hup)
 	c.log = newLogger(c.Stderr, c.LogLevel, c.LogFormat)
 	c.health = newHealth(healthWait, c.log)
