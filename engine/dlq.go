@@ -177,6 +177,9 @@ func (e *Engine) DLQGet(ref DLQRef) (*DLQItem, error) {
 	})
 	switch {
 	case errors.Is(err, storage.ErrNotDead):
+		if en.Record.Queue != "" { // an inbox's: GET /v1/events/{id} finds only outbound events
+			return nil, switchyard.Errorf(switchyard.ENOTFOUND, "event %q is not in the DLQ of %s: it is %s", ref.ID, en.Record.QueueName(), en.Record.State)
+		}
 		return nil, switchyard.Errorf(switchyard.ENOTFOUND, "event %q is not in the DLQ: it is %s (GET /v1/events/{id} shows it)", ref.ID, en.Record.State)
 	case err != nil:
 		return nil, unavailable(err)

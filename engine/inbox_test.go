@@ -760,6 +760,24 @@ func TestDLQBulkBySourceActsOnThatSourceOnly(t *testing.T) {
 	}
 }
 
+// An inbox's event asked for in the DLQ once it left it is "not in the DLQ
+// of" its inbox, with its state, and no pointer to GET /v1/events/{id},
+// which finds only outbound events (an inbox trial followed it to a 404).
+func TestAnInboxEventOutOfTheDLQIsNotSentToTheEventsRoute(t *testing.T) {
+	h, q := deadFromSources(t, "/billing")
+	ctx := context.Background()
+	if res, err := h.eng.DLQResolveMany(ctx, engine.DLQFilter{Type: q, IDs: []string{"1"}}); err != nil || res.Done != 1 {
+		t.Fatalf("resolve: %+v, %v", res, err)
+	}
+	if _, err := h.eng.DLQRetryMany(ctx, engine.DLQFilter{Type: q, IDs: []string{"1"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.eng.DLQGet(engine.DLQRef{Queue: q, ID: "1"})
+	if err == nil || !strings.Contains(err.Error(), "not in the DLQ of "+q) || strings.Contains(err.Error(), "/v1/events") {
+		t.Fatalf("the retried inbox event: %v", err)
+	}
+}
+
 // An inbox whose batch the engine refused (a failing disk, a full budget)
 // is said not to take batches (InboxRefusal) for a minute after the last
 // refusal, though its broker answers, and no longer once a batch is taken

@@ -233,8 +233,13 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(ids) != 1 || ids[0] == "" {
+	switch {
+	case len(ids) != 1 || ids[0] == "":
 		return &exitError{code: 2, err: errors.New("dlq show: give one event id")}
+	case ids[0] == "stats":
+		// GET /v1/dlq/stats is the counts (docs/decisions/dlq-and-operator-access.md);
+		// read as a dead letter it printed an empty one.
+		return &exitError{code: 2, err: errors.New(`dlq show: an event whose id is "stats" cannot be shown (its path is the DLQ's counts'); "router dlq list" lists it, and retry, resolve and delete take it`)}
 	}
 	cl, err := af.client()
 	if err != nil {

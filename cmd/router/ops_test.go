@@ -334,6 +334,11 @@ func TestDLQCommands(t *testing.T) {
 	if _, err := r.cli("dlq", "show", "no-such-event"); err == nil || !strings.Contains(err.Error(), "not_found") {
 		t.Fatalf("show of nothing: %v", err)
 	}
+	// An id "stats" is the counts' path: refused, where it printed an
+	// empty dead letter and exited 0 (a console trial).
+	if out, err := r.cli("dlq", "show", "stats"); err == nil || !strings.Contains(out+err.Error(), "dlq list") {
+		t.Fatalf("show stats: %v\n%s", err, out)
+	}
 
 	// The cause is fixed: a stream now captures late.>.
 	r.createStream("late", "late.>")
