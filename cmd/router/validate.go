@@ -495,7 +495,9 @@ func routed(cfg *config.Config, sink string, pick func(config.Route) string) []s
 // configWarnings are what may be meant but often is not: each is a
 // "file:line:col: warning: ..." line, and validate still passes.
 //   - a type that runs plugins but has no route: an output whose plugin
-//     names no destination is dead-lettered (nothing would carry it).
+//     names no destination is dead-lettered (nothing would carry it);
+//   - a type with neither: each of its events is acknowledged, then
+//     dead-lettered (a reload trial's `event "t.n" {}` passed unsaid).
 func configWarnings(cfg *config.Config) []string {
 	var out []string
 	if cfg.Listen.TokensFile != "" && cfg.Listen.HTTP == "" {
@@ -504,9 +506,14 @@ func configWarnings(cfg *config.Config) []string {
 	out = append(out, tenantWarnings(cfg)...)
 	for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
 		p := cfg.Events[t]
-		if len(p.Plugins) > 0 && len(p.Routes) == 0 && t != "*" {
+		switch {
+		case len(p.Routes) > 0:
+		case len(p.Plugins) > 0 && t != "*":
 			out = append(out, fmt.Sprintf("%s: warning: event %q runs plugins %v but has no route block: an output whose plugin names no destination (\"<sink>:<subject>\") goes to the DLQ; add a route unless every plugin names its destinations",
 				cfg.EventsAt[t], t, p.Plugins))
+		case len(p.Plugins) == 0:
+			out = append(out, fmt.Sprintf("%s: warning: event %q has no route block and runs no plugins (nor do the defaults): each of its events is acknowledged, then dead-lettered; add a route",
+				cfg.EventsAt[t], t))
 		}
 	}
 	return out

@@ -139,7 +139,8 @@ event "x" {
 
 // A type that runs plugins but has no route passes validate with a
 // warning at its block: an output that names no destination would go to
-// the DLQ.
+// the DLQ. So does one with neither, each of whose events would (it
+// passed unsaid: a reload trial).
 func TestValidateWarnsPluginsWithoutRoute(t *testing.T) {
 	good := filepath.Join("..", "..", "examples", "plugins", "passthrough-wat", "passthrough.wasm")
 	path := filepath.Join(t.TempDir(), "policies.hcl")
@@ -151,12 +152,16 @@ plugin "p" { wasm = %q }
 event "x" {
   plugins = ["p"]
 }
+event "y" {}
 `, good)), 0o600)
 	var out bytes.Buffer
 	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil {
 		t.Fatalf("validate: %v\n%s", err, out.String())
 	}
 	if want := path + `:6:1: warning: event "x" runs plugins [p] but has no route block`; !strings.Contains(out.String(), want) {
+		t.Fatalf("validate said:\n%s\nwant a line with %s", out.String(), want)
+	}
+	if want := path + `:9:1: warning: event "y" has no route block and runs no plugins`; !strings.Contains(out.String(), want) {
 		t.Fatalf("validate said:\n%s\nwant a line with %s", out.String(), want)
 	}
 }
