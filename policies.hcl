@@ -303,7 +303,7 @@ defaults {
   # at once, so an idle type still picks new events up in milliseconds.
   polling {
     type       = "adaptive" # or "fixed": poll every min
-    min        = "250ms"
+    min        = "250ms" # at least 1ms
     max        = "1m"
     multiplier = 1.5
   }

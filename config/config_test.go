@@ -442,6 +442,7 @@ plugin "p" { wasm = "p.wasm" }
 		{"backoff multiplier", "event \"a\" {\n  backoff { multiplier = 0.9 }\n}\n", "test.hcl:2:26: Invalid multiplier"},
 		{"polling type", "defaults {\n  polling { type = \"eager\" }\n}\n", `test.hcl:2:20: Invalid value: type must be one of "adaptive", "fixed", not "eager"`},
 		{"polling min over max", "event \"a\" {\n  polling { min = \"2m\" }\n}\n", "test.hcl:2:3: Invalid polling: min (2m0s) exceeds max (1m0s)"},
+		{"polling min under a millisecond", "event \"a\" {\n  polling {\n    type = \"fixed\"\n    min = \"1ns\"\n  }\n}\n", "test.hcl:4:11: Invalid polling: min (1ns) is under 1ms"},
 		{"ordering", "defaults {\n  ordering = \"fifo\"\n}\n", "test.hcl:2:14: Invalid value: ordering must be one of"},
 		{"an inbox's queue as an event type", "event \"inbox:mail\" {}\n", `test.hcl:1:7: Invalid event type: event types starting with "inbox:" are the router's own`},
 		{"read_timeout too short", "listen {\n  read_timeout = \"1ns\"\n}\n", "test.hcl:2:18: Invalid duration: read_timeout is at least 100ms"},

@@ -649,6 +649,9 @@ func (d *decoder) listen(b *hcl.Block, l *Listen) {
 	}
 }
 
+// minPolling is the shortest polling.min.
+const minPolling = time.Millisecond
+
 // policy decodes the policy attributes and blocks of c over p: whatever c
 // leaves out, including single fields of polling and backoff, keeps p's
 // value. Lists (plugins, routes) are replaced as a whole when set.
@@ -677,6 +680,11 @@ func (d *decoder) policy(c *hcl.BodyContent, p *Policy) {
 		// checked where they came from.
 		if p.Polling.Min > p.Polling.Max {
 			d.errorf(b.DefRange, "Invalid polling", "min (%s) exceeds max (%s).", p.Polling.Min, p.Polling.Max)
+		}
+		if a := pc.Attributes["min"]; a != nil && p.Polling.Min > 0 && p.Polling.Min < minPolling {
+			// A reload trial's fixed "1ns" kept a core 96% busy polling one idle type.
+			d.errorf(a.Expr.Range(), "Invalid polling",
+				"min (%s) is under %s: a type polled that often keeps a core busy while it is idle (new events wake it at once anyway).", p.Polling.Min, minPolling)
 		}
 	}
 	if b := d.single(c.Blocks, "backoff"); b != nil {
