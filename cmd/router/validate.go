@@ -106,11 +106,14 @@ func checkSinksOf(ctx context.Context, cfg *config.Config, timeout time.Duration
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		n.Streams = nil // checking must not create or change streams
+		// Subjects a stream block captures are run's to set up on the
+		// server; checking must not create or change streams.
+		subjects := slices.DeleteFunc(routedSubjects(cfg, n.SinkName()), func(s string) bool { return natsplugin.StreamCapturing(n.Streams, s) != "" })
+		n.Streams = nil
 		sink, err := natsplugin.Open(cctx, n, n.URL, nil)
 		if err == nil {
 			err = sink.Healthy(cctx)
-			if subjects := routedSubjects(cfg, n.SinkName()); err == nil && n.JetStream && len(subjects) > 0 {
+			if err == nil && n.JetStream && len(subjects) > 0 {
 				err = sink.CheckSubjects(cctx, subjects)
 			}
 			err = errors.Join(err, sink.Close(cctx))
