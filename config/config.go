@@ -41,6 +41,9 @@ type Config struct {
 	// SecretFiles are the files of secrets the configuration names, with
 	// where: each must be private to the router's user (CheckPrivate).
 	SecretFiles []SecretFile
+	// SecretEnvs are the environment variables of secrets it names
+	// (<name>_env), with where: each must be set, and not empty.
+	SecretEnvs []SecretEnv
 	// WrittenPaths are the files and folders router run writes, with where
 	// each is set (or implied).
 	WrittenPaths []WrittenPath
@@ -231,6 +234,13 @@ type SecretFile struct {
 	Path string
 	Attr string // the attribute that names it: "password_file", "key_file", ...
 	At   Pos    // where
+}
+
+// SecretEnv is an environment variable of a secret the configuration names.
+type SecretEnv struct {
+	Name string
+	Attr string // "password_env", "token_env"
+	At   Pos
 }
 
 // Pos is a place in the configuration file, "file:line:col": checks made

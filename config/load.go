@@ -213,6 +213,7 @@ type decoder struct {
 	socketAt  *hcl.Range     // listen.socket, when the file sets it
 	streamsAt map[string]Pos // Config.StreamsAt
 	secrets   []SecretFile   // Config.SecretFiles
+	envs      []SecretEnv    // Config.SecretEnvs
 }
 
 // secretFile decodes the attribute a, a file of secrets, into path and
@@ -498,7 +499,7 @@ func (d *decoder) sinksAndPlugins(c *hcl.BodyContent, cfg *Config) {
 			d.sinks[k.SinkName()] = true
 		}
 	}
-	cfg.SecretFiles = d.secrets
+	cfg.SecretFiles, cfg.SecretEnvs = d.secrets, d.envs
 	pluginNames := map[string]hcl.Range{}
 	for _, b := range c.Blocks.OfType("plugin") {
 		p := d.plugin(b)
@@ -874,6 +875,9 @@ func (d *decoder) secret(c *hcl.BodyContent, name string, b *hcl.Block) Secret {
 	}
 	d.secretFile(c.Attributes[name+"_file"], &s.File)
 	d.str(c.Attributes[name+"_env"], &s.Env)
+	if a := c.Attributes[name+"_env"]; a != nil && s.Env != "" {
+		d.envs = append(d.envs, SecretEnv{Name: s.Env, Attr: a.Name, At: posOf(a.Expr.Range())})
+	}
 	if s.File != "" && s.Env != "" {
 		d.errorf(b.DefRange, "Conflicting arguments", "Set %s_file or %s_env, not both.", name, name)
 	}

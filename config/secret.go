@@ -31,13 +31,22 @@ func (s Secret) Read() (string, error) {
 		}
 		return v, nil
 	case s.Env != "":
-		v, ok := os.LookupEnv(s.Env)
-		if !ok || v == "" {
-			return "", fmt.Errorf("the environment variable %s is not set", s.Env)
-		}
-		return v, nil
+		return LookupSecretEnv(s.Env)
 	}
 	return "", errors.New("no secret configured")
+}
+
+// LookupSecretEnv is the value of the environment variable name, which
+// holds a secret: an error when it is not set, or is empty.
+func LookupSecretEnv(name string) (string, error) {
+	v, ok := os.LookupEnv(name)
+	switch {
+	case !ok:
+		return "", fmt.Errorf("the environment variable %s is not set", name)
+	case v == "":
+		return "", fmt.Errorf("the environment variable %s is empty", name)
+	}
+	return v, nil
 }
 
 // CheckPrivate refuses a file of secrets that others may read or change:

@@ -158,6 +158,11 @@ func checkFiles(cfg *config.Config) []string {
 			problems = append(problems, fmt.Sprintf("%s: %s: %v", f.At, f.Attr, err))
 		}
 	}
+	for _, e := range cfg.SecretEnvs {
+		if _, err := config.LookupSecretEnv(e.Name); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %s: %v", e.At, e.Attr, err))
+		}
+	}
 	return problems
 }
 

@@ -280,6 +280,36 @@ func TestValidateCheckSinksEmbedded(t *testing.T) {
 	}
 }
 
+// validate says where an environment variable of a secret is named that
+// is not set, or is empty, as run would refuse it: it said ok, and run
+// failed without a place (a reload trial).
+func TestValidateChecksSecretEnvironment(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.hcl")
+	os.WriteFile(path, []byte(`nats "ext" {
+  url       = "nats://127.0.0.1:4222"
+  token_env = "SY_TEST_NO_TOKEN"
+}
+`), 0o600)
+	t.Setenv("SY_TEST_NO_TOKEN", "")
+	os.Unsetenv("SY_TEST_NO_TOKEN")
+	for _, c := range []struct {
+		set  bool
+		want string
+	}{
+		{false, path + ":3:15: token_env: the environment variable SY_TEST_NO_TOKEN is not set"},
+		{true, path + ":3:15: token_env: the environment variable SY_TEST_NO_TOKEN is empty"},
+	} {
+		if c.set {
+			t.Setenv("SY_TEST_NO_TOKEN", "")
+		}
+		var out bytes.Buffer
+		err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path})
+		if err == nil || !strings.Contains(out.String()+err.Error(), c.want) {
+			t.Errorf("validate: %v\n%s\nwant a line with %s", err, out.String(), c.want)
+		}
+	}
+}
+
 // `router validate -check-sinks` asks an external JetStream server which
 // stream captures each routed subject, and fails on one that none does; a
 // subject a stream block of the configuration captures is run's to set up
