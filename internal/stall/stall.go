@@ -33,7 +33,12 @@ type info struct {
 
 // Missed notes n messages left unanswered when a publish deadline passed
 // (only a deadline: a cancelled caller says nothing about the broker).
-func (t *Tracker) Missed(n int64, deadline time.Duration) {
+//
+// waited is how long the publish waited; timeout, the sink's own bound
+// (publish_timeout): a wait cut shorter was the caller's deadline (a
+// type's max_processing_time), and the log says so, where it named the
+// sink's timeout (a reload trial's 1 ms logged "deadline=10s").
+func (t *Tracker) Missed(n int64, waited, timeout time.Duration) {
 	if n <= 0 {
 		return
 	}
@@ -45,8 +50,11 @@ func (t *Tracker) Missed(n int64, deadline time.Duration) {
 		}
 		if t.p.CompareAndSwap(old, st) {
 			if old == nil && t.Log != nil {
-				t.Log.Warn("publish deadline passed without broker acknowledgement; outcome unknown, sink marked unhealthy",
-					"messages", n, "deadline", deadline)
+				args := []any{"messages", n, "waited", waited.Round(time.Millisecond), "publish_timeout", timeout}
+				if waited < timeout*9/10 {
+					args = append(args, "note", "the caller's deadline (the type's max_processing_time) ended the wait before publish_timeout")
+				}
+				t.Log.Warn("publish deadline passed without broker acknowledgement; outcome unknown, sink marked unhealthy", args...)
 			}
 			return
 		}

@@ -176,7 +176,7 @@ func (s *Sink) Send(ctx context.Context, msgs []*switchyard.Message) (wait func(
 		for round := 2; len(send) > 0; round++ {
 			send = s.collect(pctx, msgs, send, res, s.produce(pctx, msgs, send), round, start)
 		}
-		s.noteDeadline(pctx, res)
+		s.noteDeadline(pctx, res, time.Since(start))
 		return res
 	}
 }
@@ -352,7 +352,7 @@ func (s *Sink) collect(ctx context.Context, msgs []*switchyard.Message, send []i
 // noteDeadline marks the sink stalled by the records left unanswered when
 // the publish deadline passed. Only a deadline does: a cancelled caller
 // (shutdown) says nothing about the broker.
-func (s *Sink) noteDeadline(ctx context.Context, res []switchyard.Result) {
+func (s *Sink) noteDeadline(ctx context.Context, res []switchyard.Result, waited time.Duration) {
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return
 	}
@@ -362,7 +362,7 @@ func (s *Sink) noteDeadline(ctx context.Context, res []switchyard.Result) {
 			missed++
 		}
 	}
-	s.stall.Missed(missed, s.timeout)
+	s.stall.Missed(missed, waited, s.timeout)
 	if missed > 0 {
 		s.checkSilent()
 	}

@@ -739,9 +739,10 @@ func (s *Sink) Send(ctx context.Context, msgs []*switchyard.Message) (wait func(
 		cancel()
 		return done
 	}
+	start := time.Now()
 	sc := s.sendJetStream(ctx, msgs, res)
 	return func() []switchyard.Result {
-		s.awaitJetStream(ctx, sc, msgs, res)
+		s.awaitJetStream(ctx, sc, msgs, res, start)
 		s.putScratch(sc)
 		cancel()
 		return res
@@ -779,7 +780,7 @@ func (s *Sink) sendJetStream(ctx context.Context, msgs []*switchyard.Message, re
 
 // awaitJetStream collects the acknowledgements of what sendJetStream sent,
 // until ctx is done; what has not arrived by then is an unknown outcome.
-func (s *Sink) awaitJetStream(ctx context.Context, sc *scratch, msgs []*switchyard.Message, res []switchyard.Result) {
+func (s *Sink) awaitJetStream(ctx context.Context, sc *scratch, msgs []*switchyard.Message, res []switchyard.Result, start time.Time) {
 	done := ctx.Done()
 	var acked, refused bool
 	var missed int64
@@ -790,7 +791,7 @@ func (s *Sink) awaitJetStream(ctx context.Context, sc *scratch, msgs []*switchya
 		if acked {
 			s.stall.Acked()
 		} else if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			s.stall.Missed(missed, s.timeout) // a cancelled caller says nothing of the broker
+			s.stall.Missed(missed, time.Since(start), s.timeout) // a cancelled caller says nothing of the broker
 			if missed > 0 {
 				s.checkSilent()
 			}
