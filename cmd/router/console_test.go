@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -712,6 +713,33 @@ func makeStream(t *testing.T, r *crashRouter, name string, subjects ...string) {
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A link of router ui opened in a tab of the console already open (only
+// the part after '#' changes: no page load) signs the tab in: it stayed
+// on the sign-in page with the unused token in the address (a console
+// trial). The tab here has no session yet, as after a router ui restart.
+func TestConsoleTakesALinkInAnOpenTab(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the router binary and a browser")
+	}
+	browser := findChromium()
+	if browser == "" {
+		t.Skip("SKIPPED: no Chromium on this machine (chromium, chromium-browser or google-chrome on PATH); " +
+			"the console's browser tests need one: .ci/run installs Debian's chromium")
+	}
+	r := newCrashRouter(t, time.Minute)
+	r.start()
+	link := startUI(t, r)
+	ctx, cancel := context.WithTimeout(newBrowser(t, browser), 30*time.Second)
+	defer cancel()
+	_, fragment, _ := strings.Cut(link, "#")
+	err := chromedp.Do(ctx, chromedp.Navigate(link0(link)), chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.Evaluate[chromedp.Void](`location.hash = `+strconv.Quote(fragment)),
+		chromedp.WaitVisible(chromedp.CSS(`#types tr[data-type="`+crashType+`"]`)))
+	if err != nil {
+		t.Fatalf("the link in the open tab: %v", err)
 	}
 }
 

@@ -583,20 +583,30 @@ function route() {
   pages[name](new URLSearchParams(qs || '')).catch((e) => { if (!left(page)) showError(e); });
 }
 
-// start takes a one-time token from the link `router ui` printed (#token=),
-// trades it for this tab's session, and shows the page.
-async function start() {
+// takeLink trades a one-time token in the address (#token=, the link
+// `router ui` printed) for this tab's session; false when the link is
+// spent (the sign-in page says why). A link pasted into an open tab
+// changes only the hash: the hash's every change comes here, not only the
+// page's load (it stayed on the sign-in page: a console trial).
+async function takeLink() {
   const m = location.hash.match(/[#&?]token=([^&]+)/);
-  if (m) {
-    history.replaceState(null, '', location.pathname + '#/');
-    const r = await fetch('/ui/session', { method: 'POST', headers: { Authorization: 'Bearer ' + decodeURIComponent(m[1]) }, credentials: 'omit' });
-    if (!r.ok) return showLogin(r.status === 404 ? 'This router has no one-time links: sign in with an admin token.' : 'This link was used already or has expired: run router ui again.');
-    S.token = (await r.json()).session;
-    sessionStorage.setItem('sy-token', S.token);
-    document.getElementById('conn').textContent = 'through router ui';
+  if (!m) return true;
+  history.replaceState(null, '', location.pathname + '#/');
+  const r = await fetch('/ui/session', { method: 'POST', headers: { Authorization: 'Bearer ' + decodeURIComponent(m[1]) }, credentials: 'omit' });
+  if (!r.ok) {
+    showLogin(r.status === 404 ? 'This router has no one-time links: sign in with an admin token.' : 'This link was used already or has expired: run router ui again.');
+    return false;
   }
-  window.addEventListener('hashchange', route);
-  route();
+  S.token = (await r.json()).session;
+  sessionStorage.setItem('sy-token', S.token);
+  document.getElementById('conn').textContent = 'through router ui';
+  return true;
 }
 
-start();
+// showAddress shows the page the address names, once any link in it is taken.
+async function showAddress() {
+  if (await takeLink()) route();
+}
+
+window.addEventListener('hashchange', showAddress);
+showAddress();
