@@ -490,18 +490,20 @@ func TestAuthTokensFile(t *testing.T) {
 	for name, c := range map[string]struct {
 		src, err string
 	}{
-		"ok":         {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"},{"sha256":"` + hex.EncodeToString(sum[:]) + `","admin":true}]}`, ""},
-		"short":      {`{"tokens":[{"token":"short","tenant":"a"}]}`, "shorter than 16"},
-		"duplicate":  {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"},{"token":"0123456789abcdef","tenant":"b"}]}`, "tokens.json:1:54: token 2: the same token as at 1:12"},
-		"typo":       {"{\"tokens\":[\n {\"token\":\"0123456789abcdef\",\"tenant\":\"a\",\"admn\":true}]}", `tokens.json:2:2: token 1: unknown field "admn"`},
-		"capital":    {`{"Tokens":[{"token":"0123456789abcdef","tenant":"a"},{"sha256":"` + hex.EncodeToString(sum[:]) + `","admin":true}]}`, ""},
-		"a number":   {`{"tokens":[5]}`, `tokens.json:1:12: token 1: an object {"token": ..., "tenant": ...}, not a JSON number`},
-		"cut short":  {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"}`, "the file ends before its object does"},
-		"no tenant":  {`{"tokens":[{"token":"0123456789abcdef"}]}`, "tenant is required"},
-		"both":       {`{"tokens":[{"token":"0123456789abcdef","sha256":"00","tenant":"a"}]}`, "not both"},
-		"bad digest": {`{"tokens":[{"sha256":"abc","tenant":"a"}]}`, "64 hex"},
-		"empty":      {`{"tokens":[]}`, "no tokens"},
-		"bad tenant": {`{"tokens":[{"token":"0123456789abcdef","tenant":"a\nb"}]}`, "tenant"},
+		"ok":    {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"},{"sha256":"` + hex.EncodeToString(sum[:]) + `","admin":true}]}`, ""},
+		"short": {`{"tokens":[{"token":"short","tenant":"a"}]}`, "shorter than 16"},
+		// A token that no Authorization header carries whole.
+		"trailing space": {`{"tokens":[{"token":"0123456789abcdef ","tenant":"a"}]}`, `holds " " at byte 16`},
+		"duplicate":      {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"},{"token":"0123456789abcdef","tenant":"b"}]}`, "tokens.json:1:54: token 2: the same token as at 1:12"},
+		"typo":           {"{\"tokens\":[\n {\"token\":\"0123456789abcdef\",\"tenant\":\"a\",\"admn\":true}]}", `tokens.json:2:2: token 1: unknown field "admn"`},
+		"capital":        {`{"Tokens":[{"token":"0123456789abcdef","tenant":"a"},{"sha256":"` + hex.EncodeToString(sum[:]) + `","admin":true}]}`, ""},
+		"a number":       {`{"tokens":[5]}`, `tokens.json:1:12: token 1: an object {"token": ..., "tenant": ...}, not a JSON number`},
+		"cut short":      {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"}`, "the file ends before its object does"},
+		"no tenant":      {`{"tokens":[{"token":"0123456789abcdef"}]}`, "tenant is required"},
+		"both":           {`{"tokens":[{"token":"0123456789abcdef","sha256":"00","tenant":"a"}]}`, "not both"},
+		"bad digest":     {`{"tokens":[{"sha256":"abc","tenant":"a"}]}`, "64 hex"},
+		"empty":          {`{"tokens":[]}`, "no tokens"},
+		"bad tenant":     {`{"tokens":[{"token":"0123456789abcdef","tenant":"a\nb"}]}`, "tenant"},
 		// A control character in a tenant could make its events' keys an
 		// inbox's (the data file separates them by 0 and 1 bytes).
 		"control in tenant": {`{"tokens":[{"token":"0123456789abcdef","tenant":"inbox:pay\u0001\u0001x"}]}`, "tenant"},

@@ -79,6 +79,10 @@ func countTenants(entries []tokenEntry) int {
 	return len(seen)
 }
 
+// notTokenChar is a byte no token holds: spaces, control characters and
+// anything past ASCII.
+func notTokenChar(r rune) bool { return r <= ' ' || r >= 0x7f }
+
 // entry checks e and makes it a tokenEntry.
 func (e *tokenAt) entry() (en tokenEntry, err error) {
 	switch {
@@ -87,6 +91,11 @@ func (e *tokenAt) entry() (en tokenEntry, err error) {
 	case e.Token != "":
 		if len(e.Token) < minTokenLen {
 			return en, fmt.Errorf("shorter than %d characters", minTokenLen)
+		}
+		if i := strings.IndexFunc(e.Token, notTokenChar); i >= 0 {
+			// A header carries no such token whole: a trailing space's
+			// token could never sign in, and loaded unsaid (a trial).
+			return en, fmt.Errorf("holds %q at byte %d: a token is printable ASCII without spaces, as an Authorization header carries it", e.Token[i:i+1], i)
 		}
 		en.digest = sha256.Sum256([]byte(e.Token))
 	case e.SHA256 != "":
