@@ -242,14 +242,15 @@ func (e *Engine) plugin(name string) (switchyard.Plugin, bool) {
 	return p, ok
 }
 
-// NoEvent is the not found of an event id, naming the tenant unless it is
-// the default one: an id looked up under the wrong tenant says where it
-// was looked for.
+// NoEvent is the not found of an event id, naming the tenant: an id
+// looked up under the wrong tenant says where it was looked for, and the
+// default tenant's how to name another (`router dlq retry ID` of a
+// tenant's dead letter said only "no event": a console trial).
 func NoEvent(tenant, id string) error {
 	if tenant != "" && tenant != storage.DefaultTenant {
 		return switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q in tenant %q", id, tenant)
 	}
-	return switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q", id)
+	return switchyard.Errorf(switchyard.ENOTFOUND, "no event with id %q in the default tenant (another tenant's: ?tenant=T, or -tenant T)", id)
 }
 
 // PluginLoaded reports whether a plugin of that name is loaded.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/switchyard-router/switchyard/api"
 	"github.com/switchyard-router/switchyard/config"
@@ -271,9 +272,37 @@ func shortAge(t time.Time, now time.Time) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
-// tableCell shortens s to n runes on one line, for a table cell.
+// shown is s with what a terminal would not print as itself written
+// ⟨U+XXXX⟩, as the console writes it: control characters (a terminal's
+// escape sequences) and the format characters that reorder or hide text
+// (bidirectional overrides and isolates, directional marks, zero-width
+// ones). `router dlq list` printed an id with U+202E reversed (a console
+// trial).
+func shown(s string) string {
+	if !strings.ContainsFunc(s, hidden) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if hidden(r) {
+			fmt.Fprintf(&b, "⟨U+%04X⟩", r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// hidden says whether r is one that shown writes as its code point.
+func hidden(r rune) bool {
+	return unicode.IsControl(r) || r >= 0x200B && r <= 0x200F || r >= 0x202A && r <= 0x202E ||
+		r >= 0x2060 && r <= 0x2069 || r == 0xFEFF
+}
+
+// tableCell shortens s to n runes on one line, for a table cell, what
+// would not show as itself made visible (shown).
 func tableCell(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = shown(strings.Join(strings.Fields(s), " "))
 	r := []rune(s)
 	if len(r) > n {
 		return string(r[:n-1]) + "…"

@@ -300,7 +300,7 @@ func (c *DLQCommand) writeDLQSummary(d *dlqDetail, now time.Time) error {
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+			fmt.Fprintf(tw, "%s:\t%s\n", k, shown(v))
 		}
 	}
 	ts := func(t *time.Time) string {

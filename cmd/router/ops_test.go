@@ -668,3 +668,20 @@ func TestStrayArgumentsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// A table cell of the CLI shows an id's bidirectional override, a
+// zero-width space and a terminal's escape as their code points, as the
+// console does (`router dlq list` printed "abc\u202egpj.exe" reversed: a
+// console trial); plain text and other scripts stay as they are.
+func TestTableCellsShowWhatATerminalHides(t *testing.T) {
+	for in, want := range map[string]string{
+		"abc\u202egpj.exe":   "abc⟨U+202E⟩gpj.exe",
+		"a\u200bb":           "a⟨U+200B⟩b",
+		"\x1b[31mred\x1b[0m": "⟨U+001B⟩[31mred⟨U+001B⟩[0m",
+		"order-42 café 注文":   "order-42 café 注文",
+	} {
+		if got := tableCell(in, 100); got != want {
+			t.Errorf("tableCell(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
