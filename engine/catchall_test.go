@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,4 +255,35 @@ event "*" {
 		t.Fatal(err)
 	}
 	h.waitDelivered([]string{"c-1"}, 10*time.Second)
+}
+
+// A catch-all a reload adds holds the types whose stored events still
+// wait, not those whose events were all delivered: a reload trial's two
+// types, removed by an earlier reload with nothing pending, filled a new
+// max_types = 2, and its first new type was refused 422. At a start too.
+func TestACatchAllHoldsOnlyTypesWithWaitingEvents(t *testing.T) {
+	const route = `
+  route {
+    to      = "nats.local"
+    subject = "t.caught"
+  }
+`
+	h := newHarness(t, `event "t.done" {`+route+`}
+event "t.kept" {`+route+`}
+`, false)
+	h.waitDelivered(h.ingest("t.done", 3), 10*time.Second)
+	h.reload(`event "t.kept" {` + route + `}
+`)
+	testkit.Eventually(t, "t.done's loop retired", 10*time.Second, func() bool {
+		stats, _ := h.eng.Stats() // a type without a loop has no poll delay
+		return !slices.ContainsFunc(stats, func(s engine.TypeStats) bool { return s.Type == "t.done" && s.PollDelay > 0 })
+	})
+	h.reload(`event "t.kept" {` + route + `}
+event "*" {
+  max_types            = 1
+  max_types_per_tenant = 1` + route + `}
+`)
+	if err := ingestEvents(h, newEvent("t.new", "n-1", false, 1)); err != nil {
+		t.Fatalf("the catch-all's first type: %v", err)
+	}
 }

@@ -417,10 +417,14 @@ func (e *Engine) sendContext(ctx context.Context) context.Context {
 	return e.sendCtx
 }
 
-// storedTypes are the queues the data file holds events of.
+// storedTypes are the queues the data file holds waiting events of: a
+// type whose events were all delivered needs no loop, and under a
+// catch-all took one of its max_types (a reload trial: two such types
+// filled max_types = 2). A retry of its dead letters, or its next event,
+// starts its loop.
 func (e *Engine) storedTypes() (types []string, err error) {
 	err = e.store.View(func(tx *storage.Tx) error {
-		types = tx.Types()
+		types = tx.QueuedTypes()
 		return nil
 	})
 	if err != nil {

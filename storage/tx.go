@@ -666,10 +666,27 @@ func (tx *Tx) AnyPending() bool {
 	return false
 }
 
-// Types lists the event types that have a queue.
+// Types lists the event types that have a queue: every type the file
+// ever stored, its events delivered or not.
 func (tx *Tx) Types() []string {
+	return tx.types(false)
+}
+
+// QueuedTypes lists the event types whose queue holds an event (one seek
+// a queue).
+func (tx *Tx) QueuedTypes() []string {
+	return tx.types(true)
+}
+
+func (tx *Tx) types(queued bool) []string {
 	var out []string
-	tx.bucket(bucketQueue).ForEachBucket(func(k []byte) error {
+	queues := tx.bucket(bucketQueue)
+	queues.ForEachBucket(func(k []byte) error {
+		if queued {
+			if first, _ := queues.Bucket(k).Cursor().First(); first == nil {
+				return nil
+			}
+		}
 		out = append(out, string(k))
 		return nil
 	})
