@@ -307,6 +307,20 @@ inbox "refusing" {
 		textIs(`#confirm-question`, "Resolve 1 dead letter(s)?"),
 		click(`#confirm-yes`),
 		textIs(`#dlq-result`, "resolve: 1 of 1 done"))
+	// A row resolved behind the page's back is skipped: the result names
+	// it and why (it said "1 skipped" alone: a console trial). The answer
+	// is the API's for it, given in the page.
+	run("a row resolved meanwhile", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
+		chromedp.Evaluate[chromedp.Void](`(() => {
+			const real = window.fetch;
+			window.fetch = (u, o) => o && o.method === 'POST' && String(u).endsWith('/v1/dlq/resolve') ?
+				Promise.resolve(new Response(JSON.stringify({ action: 'resolve', matched: 1, done: 0, not_found: ['gone-1'],
+					skipped: [{ id: 'refused-by-service', code: 'not_in_dlq', reason: 'it is resolved; the request names status dlq' }] }), { status: 200 })) : real(u, o);
+		})()`),
+		click(inboxRow+`[data-source="/console"] input[type="checkbox"]`),
+		click(`#resolve-selected`), click(`#confirm-yes`),
+		textIs(`#dlq-result`, "resolve: 0 of 1 done, 1 skipped (refused-by-service: not_in_dlq: it is resolved; the request names status dlq), 1 not found (gone-1)"),
+		chromedp.Reload())
 	// The DLQ pages through its dead letters, newest first, and shows each
 	// one's source: it showed the newest 200 and no way to older ones, and
 	// two inbox rows sharing an id looked alike (a console trial).

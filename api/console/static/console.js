@@ -388,7 +388,12 @@ async function dlqPage(params) {
             r.failed.push(`${(body.ids || []).length || 'all matching'} of ${body.tenant || 'the default tenant'}${body.type ? ' (' + body.type + ')' : ''}: ${e.message}`);
           }
         }
-        const text = `${action}: ${r.done} of ${r.matched} done` + (r.skipped.length ? `, ${r.skipped.length} skipped` : '') + (r.not_found.length ? `, ${r.not_found.length} not found` : '') +
+        // Which were skipped and why, and which were not found, the first
+        // ten of each: it said only how many (a console trial).
+        const few = (list, f) => list.slice(0, 10).map(f).join('; ') + (list.length > 10 ? `; ${list.length - 10} more` : '');
+        const text = `${action}: ${r.done} of ${r.matched} done` +
+          (r.skipped.length ? `, ${r.skipped.length} skipped (${few(r.skipped, (s) => `${visible(s.id)}: ${s.code}: ${s.reason}`)})` : '') +
+          (r.not_found.length ? `, ${r.not_found.length} not found (${few(r.not_found, visible)})` : '') +
           (r.failed.length ? `; ${r.failed.length} request(s) failed: ${r.failed.join('; ')}` : '');
         result.textContent = text;
         // Show the list as the action left it, with its result, unless the
