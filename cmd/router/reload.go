@@ -195,16 +195,22 @@ func (c *RunCommand) reloadStreams(ctx context.Context, cfg *config.Config) (res
 		}
 		if err != nil {
 			restore()
-			where := ""
-			if at, ok := cfg.BlocksAt[now.SinkName()]; ok {
-				where = string(at) + ": "
-			}
-			return nil, nil, fmt.Errorf("%sreload: %w", where, err) // err names the sink
+			return nil, nil, fmt.Errorf("%sreload: %w", blockAt(cfg, now.SinkName()), err) // err names the sink
 		}
 		undo = append(undo, putBack)
 		changed = append(changed, now.Name)
 	}
 	return restore, changed, nil
+}
+
+// blockAt is "file:line:col: " of the block of sink in cfg, for a
+// refused reload's error; "" when unknown. A block a reload added that its
+// server refused said no place (a reload trial).
+func blockAt(cfg *config.Config, sink string) string {
+	if at, ok := cfg.BlocksAt[sink]; ok {
+		return string(at) + ": "
+	}
+	return ""
 }
 
 // inboxStreamsKept refuses new stream blocks of old (now) that store an
@@ -281,19 +287,19 @@ func (c *RunCommand) openAddedSinks(ctx context.Context, cfg *config.Config) (ad
 	}
 	for _, n := range cfg.NATS[min(len(c.cfg.NATS), len(cfg.NATS)):] {
 		if n.Embedded {
-			return fail(fmt.Errorf("reload: nats %q is an embedded server; adding one needs a restart", n.Name))
+			return fail(fmt.Errorf("%sreload: nats %q is an embedded server; adding one needs a restart", blockAt(cfg, n.SinkName()), n.Name))
 		}
 		bare := n
 		bare.Streams = nil // set up below
 		s, err := natsplugin.Open(ctx, bare, n.URL, c.log)
 		if err != nil {
-			return fail(fmt.Errorf("reload: nats %q: %w", n.Name, err))
+			return fail(fmt.Errorf("%sreload: nats %q: %w", blockAt(cfg, n.SinkName()), n.Name, err))
 		}
 		added = append(added, s)
 		if len(n.Streams) > 0 {
 			u, err := setStreams(ctx, s, n)
 			if err != nil {
-				return fail(fmt.Errorf("reload: nats %q: %w", n.Name, err))
+				return fail(fmt.Errorf("%sreload: nats %q: %w", blockAt(cfg, n.SinkName()), n.Name, err))
 			}
 			undo = append(undo, u)
 		}
@@ -301,7 +307,7 @@ func (c *RunCommand) openAddedSinks(ctx context.Context, cfg *config.Config) (ad
 	for _, k := range cfg.Kafka[min(len(c.cfg.Kafka), len(cfg.Kafka)):] {
 		s, err := kafka.Open(ctx, k, c.log)
 		if err != nil {
-			return fail(fmt.Errorf("reload: kafka %q: %w", k.Name, err))
+			return fail(fmt.Errorf("%sreload: kafka %q: %w", blockAt(cfg, k.SinkName()), k.Name, err))
 		}
 		added = append(added, s)
 	}

@@ -394,6 +394,12 @@ nats "remote" {
 	if !strings.Contains(logs.String(), "the block changes its max_age on the server") {
 		t.Fatalf("refused for another reason than the max_age:\n%s", logs.String())
 	}
+	// The refusal says where the added block is (it said no place: a
+	// reload trial).
+	at := regexp.MustCompile(regexp.QuoteMeta(fmt.Sprintf("%s:%d:1: reload: nats ", path, strings.Count(base, "\n")+2)) + `\\?"remote`)
+	if !at.MatchString(logs.String()) {
+		t.Fatalf("the refusal does not say where the block is (%s):\n%s", at, logs.String())
+	}
 	time.Sleep(1500 * time.Millisecond)
 	if st, err = js.Stream(ctx, "events"); err != nil {
 		t.Fatal(err)
