@@ -4,6 +4,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -812,6 +813,7 @@ func renderAccepted(batch bool) func([]engine.Outcome) engine.Response {
 // eventView is GET /v1/events/{id}.
 type eventView struct {
 	ID            string             `json:"id"`
+	Tenant        string             `json:"tenant"` // whose: tenants choose ids apart
 	Type          string             `json:"type"`
 	Source        string             `json:"source"`
 	State         storage.State      `json:"state"`
@@ -825,7 +827,7 @@ type eventView struct {
 
 func viewOf(rec *storage.Record) eventView {
 	v := eventView{
-		ID: rec.Event.ID, Type: rec.Event.Type, Source: rec.Event.Source,
+		ID: rec.Event.ID, Tenant: cmp.Or(rec.Tenant, storage.DefaultTenant), Type: rec.Event.Type, Source: rec.Event.Source,
 		State: rec.State, Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
 		LastError: rec.LastError, Outputs: rec.Outputs,
 	}

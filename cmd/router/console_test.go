@@ -237,6 +237,7 @@ inbox "refusing" {
 	run("acme's dead letter, by its link", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
 		click(acmeRow+` a`),
 		textIs(`section[data-event="`+dead+`"] td.state`, "dlq"),
+		textIs(`section[data-event="`+dead+`"] td[data-col="tenant"]`, "acme"),
 		textHas(`section[data-event="`+dead+`"] pre.data`, `"acme"`))
 	run("retry acme's dead letter", chromedp.Navigate(link0(link)+"#/dlq?status=dlq"),
 		click(acmeRow+` input[type="checkbox"]`),
@@ -264,6 +265,8 @@ inbox "refusing" {
 		chromedp.WaitVisible(chromedp.CSS(`section[data-plugin="split"] p[data-col="shared-ids"] a[href$="tenant=acme"]`)),
 		textIs(`section[data-plugin="refuse"] td[data-col="reject"]`, "1"),
 		chromedp.WaitVisible(chromedp.CSS(`section[data-plugin="refuse"] tr[data-failure="`+refused+`"] a[href$="tenant=acme"]`)),
+		// Whose each failure is, in its row (only the link said: a console trial).
+		textIs(`section[data-plugin="refuse"] tr[data-failure="`+refused+`"] td[data-col="tenant"]`, "acme"),
 		textIs(`section[data-plugin="refuse"] td.hash`, pluginHash(t, "reject")[:16]), shot("plugins"))
 	if v := metricValue(t, r.client, `switchyard_plugin_memory_bytes{plugin="refuse"}`); v < 65536 {
 		t.Errorf("switchyard_plugin_memory_bytes of refuse = %v, want at least its one page", v)
@@ -405,7 +408,8 @@ inbox "refusing" {
 		newID := postWithKey(t, r.client, crashType, fmt.Sprintf("tail-me-%d", try))
 		waitState(t, r.client, newID, "delivered", 60*time.Second) // published: the tail must have had it
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := chromedp.Do(actx, visibleOr(`#tail-rows tr[data-id="`+newID+`"]`, `#tail-state`, `#tail-rows`))
+		err := chromedp.Do(actx, visibleOr(`#tail-rows tr[data-id="`+newID+`"]`, `#tail-state`, `#tail-rows`),
+			textIs(`#tail-rows tr[data-id="`+newID+`"] td[data-col="tenant"]`, "default"))
 		cancel()
 		if err == nil {
 			break

@@ -278,8 +278,8 @@ function renderEvent(v) {
   else if ('data_base64' in ev) data = `base64: ${ev.data_base64}`;
   return h('section', { class: 'card', 'data-event': v.id },
     h('h2', {}, 'Event ', h('code', {}, v.id)),
-    table(['state', 'attempts', 'created', 'next attempt', 'last error'], [h('tr', {},
-      stateCell(v.state), h('td', { class: 'num' }, v.attempts), h('td', {}, when(v.created_at)),
+    table(['tenant', 'state', 'attempts', 'created', 'next attempt', 'last error'], [h('tr', {},
+      h('td', { 'data-col': 'tenant' }, v.tenant || '—'), stateCell(v.state), h('td', { class: 'num' }, v.attempts), h('td', {}, when(v.created_at)),
       h('td', {}, when(v.next_attempt_at)), h('td', { class: 'error' }, v.last_error || ''))]),
     h('h2', {}, 'Outputs'),
     (v.outputs || []).length ? table(['destination', 'delivered', 'at', 'position', 'last error'], v.outputs.map((o) => h('tr', {},
@@ -460,8 +460,8 @@ function renderPlugin(p) {
     p.shared_id_events && p.shared_id_last ? h('p', { class: 'warn', 'data-col': 'shared-ids' },
       `${p.shared_id_events} event(s) had outputs sent the same way with one id. Last: `, eventLink(p.shared_id_last.event_id, p.shared_id_last.tenant, p.shared_id_last.type), ' — ' + p.shared_id_last.problem) : null,
     h('h2', {}, 'Last failures'),
-    (p.failures || []).length ? table(['at', 'type', 'event', 'verdict', 'reason'], p.failures.map((f) => h('tr', { 'data-failure': f.event_id },
-      h('td', {}, when(f.at)), h('td', {}, f.type), h('td', {}, eventLink(f.event_id, f.tenant, f.type)), h('td', { class: f.verdict === 'reject' ? 'bad' : 'warn' }, f.verdict),
+    (p.failures || []).length ? table(['at', 'type', 'event', 'tenant', 'verdict', 'reason'], p.failures.map((f) => h('tr', { 'data-failure': f.event_id },
+      h('td', {}, when(f.at)), h('td', {}, f.type), h('td', {}, eventLink(f.event_id, f.tenant, f.type)), h('td', { 'data-col': 'tenant' }, f.tenant || '—'), h('td', { class: f.verdict === 'reject' ? 'bad' : 'warn' }, f.verdict),
       h('td', { class: 'error' }, f.reason)))) : h('p', { class: 'muted' }, 'None since the router started.'));
 }
 
@@ -513,7 +513,7 @@ async function tailPage(params) {
   main().replaceChildren(
     h('form', { class: 'bar', onsubmit: (ev) => { ev.preventDefault(); location.hash = '#/tail' + (type.value ? '?type=' + encodeURIComponent(type.value) : ''); } },
       'Outputs as the broker acknowledges them, newest first. Type:', type, h('button', {}, 'Watch'), state),
-    table(['time', 'type', 'event', 'destination', 'position'], [], { id: 'tail-table' }));
+    table(['time', 'type', 'event', 'tenant', 'destination', 'position'], [], { id: 'tail-table' }));
   document.querySelector('#tail-table tbody').replaceWith(rows);
   // A stream the router ends (a restart) or loses is opened again, after
   // 1, 2, 4, 8, then 15 s, while the page is shown: it said "the router
@@ -563,7 +563,8 @@ async function tailOnce(type, rows, state, watching) {
       if (event === 'published') {
         const p = JSON.parse(data);
         rows.prepend(h('tr', { 'data-id': p.event.id }, h('td', {}, new Date(p.at).toLocaleTimeString()), h('td', {}, p.type),
-          h('td', {}, eventLink(p.event_id || p.event.id, p.tenant, p.type)), h('td', {}, p.destination), h('td', {}, position(p.position))));
+          h('td', {}, eventLink(p.event_id || p.event.id, p.tenant, p.type)), h('td', { 'data-col': 'tenant' }, p.tenant || '—'),
+          h('td', {}, p.destination), h('td', {}, position(p.position))));
         while (rows.children.length > 200) rows.lastChild.remove();
       } else if (event === 'dropped') {
         state.textContent = `watching (fell behind: ${JSON.parse(data).dropped} skipped)`;
