@@ -87,7 +87,7 @@ func registerNATSServer(reg prometheus.Registerer, h *health, name string, srv *
 // registerSinks exports whether each sink's broker is reachable, asked
 // within healthWait.
 func registerSinks(reg prometheus.Registerer, h *health, sinks []switchyard.Sink) {
-	registerUp(reg, h, "switchyard_sink_up", "1 when the sink's broker is reachable and answering.", "sink", sinkChecks(sinks))
+	registerUp(reg, h, "switchyard_sink_up", "1 when the sink's broker is reachable and answering (an inbox's local service: it takes connections and asked for no pause with a 503).", "sink", sinkChecks(sinks))
 }
 
 // registerInboxes exports whether each inbox consumes from its broker, and
