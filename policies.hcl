@@ -379,7 +379,7 @@ event "demo.greeting" {
 #   # plugins = ["..."]     # an inbox runs only the plugins it names
 #   deliver {
 #     url     = "unix:///run/payments.sock/events" # or http(s)://...; leave deliver out to pull
-#     timeout = "10s" # no answer in time is a failed attempt; a 503 or 429 pauses the hand-off
+#     timeout = "10s" # no answer in time is a failed attempt; a 503 pauses the hand-off
 #                     # for its Retry-After, counting none (README, Inbox)
 #     concurrency = 8 # POSTs in flight to the service
 #     mode    = "binary" # CloudEvents content mode: "binary" (ce- headers, percent-encoded;

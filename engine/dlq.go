@@ -393,6 +393,7 @@ func (e *Engine) DLQDeleteMany(ctx context.Context, f DLQFilter) (*DLQBulkResult
 // Records that enter the DLQ while it runs are not included: a filter walk
 // goes from the newest entry at the start towards older ones.
 func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQBulkResult, error) {
+	named := f.Status != "" // the ids' status, when the request says it (bulk.one)
 	status, err := checkStatus(f.Status)
 	if err != nil {
 		return nil, err
@@ -410,7 +411,7 @@ func (e *Engine) dlqMany(ctx context.Context, f DLQFilter, act dlqAction) (*DLQB
 	if len(f.IDs) > DLQMaxIDs {
 		return nil, switchyard.Errorf(switchyard.ETOOLARGE, "%d ids; at most %d per request", len(f.IDs), DLQMaxIDs)
 	}
-	b := &bulk{e: e, ctx: ctx, act: act, total: &DLQBulkResult{Action: act.name}, woken: make(map[string]bool)}
+	b := &bulk{e: e, ctx: ctx, act: act, total: &DLQBulkResult{Action: act.name}, woken: make(map[string]bool), named: named}
 	defer b.finish()
 	if len(f.IDs) > 0 {
 		// An id given twice names one dead letter once: it was counted
@@ -428,6 +429,7 @@ type bulk struct {
 	act   dlqAction
 	total *DLQBulkResult
 	woken map[string]bool // queues that got events back (retry)
+	named bool            // the request named a status: ids of the other are skipped
 }
 
 // finish wakes the queues a retry refilled and counts the action.
@@ -529,10 +531,11 @@ func (b *bulk) one(tx *storage.Tx, f DLQFilter, r *storage.Record, now time.Time
 	if err != nil && !errors.Is(err, storage.ErrNotDead) {
 		return err
 	}
-	if dead := r.State == storage.StateDLQ || r.State == storage.StateResolved; dead && r.State != f.Status && b.act.name != DLQActionRetry {
-		// In the other list than the request's: a delete of the resolved
-		// list's selection deleted an entry dead again since (a trial).
-		// A retry takes either: it loses nothing.
+	if dead := r.State == storage.StateDLQ || r.State == storage.StateResolved; dead && b.named && r.State != f.Status && b.act.name != DLQActionRetry {
+		// In the other list than the one the request names: a delete of
+		// the resolved list's selection deleted an entry dead again since
+		// (a trial). A retry takes either: it loses nothing. Without a
+		// status, ids name what they name (`router dlq delete r1 r2`).
 		res.Skipped = append(res.Skipped, DLQSkip{ID: r.Event.ID, Code: switchyard.ENOTINDLQ,
 			Reason: "it is " + string(r.State) + "; the request names status " + string(f.Status)})
 		return nil

@@ -327,9 +327,14 @@ func TestDLQBulkByIDsKeepsToItsStatus(t *testing.T) {
 	if got := h.record(storage.EventKey(storage.DefaultTenant, "d1")).State; got != storage.StateDLQ {
 		t.Errorf("d1 is %s, want dlq", got)
 	}
-	res, err = h.eng.DLQDeleteMany(ctx, engine.DLQFilter{IDs: []string{"d1"}})
-	if err != nil || res.Done != 1 {
-		t.Fatalf("delete dead d1: %+v, %v; want it done", res, err)
+	// Without a status the ids name what they name, resolved or not (a
+	// review: `router dlq delete r1 r2` of two resolved did nothing).
+	h.ingestAs(storage.DefaultTenant, switchyard.Event{ID: "r2", Type: "x.bad", Source: "/t", SpecVersion: "1.0"})
+	h.pollAll("x.bad")
+	h.eng.DLQResolveMany(ctx, engine.DLQFilter{IDs: []string{"r2"}})
+	res, err = h.eng.DLQDeleteMany(ctx, engine.DLQFilter{IDs: []string{"d1", "r2"}})
+	if err != nil || res.Done != 2 {
+		t.Fatalf("delete d1 r2 without a status: %+v, %v; want both done", res, err)
 	}
 }
 

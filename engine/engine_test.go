@@ -495,7 +495,7 @@ func (s *slowStore) Update(ctx context.Context, fn func(*storage.Tx) error) erro
 
 // busySink answers every message "come back later": a retry with
 // Retry-After (a 502 with one, as the webhook sink reports it), or, when
-// paused, a pause not counted as an attempt (its 503 or 429).
+// paused, a pause not counted as an attempt (its 503).
 type busySink struct {
 	name   string
 	after  time.Duration

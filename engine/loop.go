@@ -1309,12 +1309,17 @@ func (b *batch) newOutput() *output {
 
 // outputDelivered says whether rec's output n, msgID to dest, was
 // acknowledged on an earlier attempt: under its id, or under the id it had
-// before storage.Record.OutputMsgID.
+// before storage.Record.OutputMsgID, or, an inbox's, before its MsgID
+// encoded source and id whole.
 func outputDelivered(rec *storage.Record, dest, msgID string, n int) bool {
 	if len(rec.Outputs) == 0 {
 		return false // a first attempt
 	}
-	return delivered(rec, dest, msgID) || n > 0 && delivered(rec, dest, rec.LegacyOutputMsgID(n))
+	if delivered(rec, dest, msgID) || n > 0 && delivered(rec, dest, rec.LegacyOutputMsgID(n)) {
+		return true
+	}
+	old := rec.InboxOutputMsgIDBefore202612(n)
+	return old != "" && delivered(rec, dest, old)
 }
 
 func delivered(rec *storage.Record, dest, msgID string) bool {

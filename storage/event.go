@@ -223,6 +223,32 @@ func (r *Record) OutputMsgID(n int) string {
 	return r.MsgID() + "/" + strconv.Itoa(n) + "/"
 }
 
+// InboxOutputMsgIDBefore202612 is the id output n of an inbox's record
+// had before its MsgID encoded source and id whole (inboxMsgID): the
+// source's '%' and '#' escaped, the id as it is, or the id alone as it is
+// for a record keyed by its id. Outputs its earlier attempts recorded
+// under it count as delivered (a review: a split event's delivered outputs
+// went out again). "" where it is the current id, or for an outbound
+// event.
+func (r *Record) InboxOutputMsgIDBefore202612(n int) string {
+	if r.Queue == "" {
+		return ""
+	}
+	old := sourceEscaperBefore202612.Replace(r.Event.Source) + "#" + r.Event.ID
+	if r.keyByID {
+		old = r.Event.ID
+	}
+	if old == r.MsgID() {
+		return ""
+	}
+	if n > 0 {
+		old += "/" + strconv.Itoa(n) + "/"
+	}
+	return old
+}
+
+var sourceEscaperBefore202612 = strings.NewReplacer("%", "%25", "#", "%23")
+
 // LegacyOutputMsgID is the id output n > 0 had before OutputMsgID: outputs
 // recorded under it count as delivered.
 func (r *Record) LegacyOutputMsgID(n int) string {

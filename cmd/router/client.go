@@ -295,7 +295,7 @@ func shown(s string) string {
 
 // hidden says whether r is one that shown writes as its code point.
 func hidden(r rune) bool {
-	return unicode.IsControl(r) || r >= 0x200B && r <= 0x200F || r >= 0x202A && r <= 0x202E ||
+	return unicode.IsControl(r) || r == 0x061C || r >= 0x200B && r <= 0x200F || r >= 0x202A && r <= 0x202E ||
 		r >= 0x2060 && r <= 0x2069 || r == 0xFEFF
 }
 

@@ -677,6 +677,7 @@ func TestTableCellsShowWhatATerminalHides(t *testing.T) {
 	for in, want := range map[string]string{
 		"abc\u202egpj.exe":   "abc⟨U+202E⟩gpj.exe",
 		"a\u200bb":           "a⟨U+200B⟩b",
+		"a\u061cb":           "a⟨U+061C⟩b",
 		"\x1b[31mred\x1b[0m": "⟨U+001B⟩[31mred⟨U+001B⟩[0m",
 		"order-42 café 注文":   "order-42 café 注文",
 	} {

@@ -4,12 +4,12 @@
 // http://, https:// or unix:// URL.
 //
 // It implements switchyard.Sink, so the inbox's delivery loop gets the engine's
-// retries, backoff and DLQ: a 2xx is delivered; 408, 425, 409 with
-// Retry-After and other 5xx are retried no earlier than their Retry-After;
-// any other 4xx is permanent (to the DLQ at once, with the status and the
-// start of the body); timeouts and broken connections are retried. A
-// receiver that cannot be reached at all (connection refused, no socket
-// file), or asks for a pause (503, 429: nothing is sent for its
+// retries, backoff and DLQ: a 2xx is delivered; 429, 408, 425, 409 with
+// Retry-After and 5xx but 503 are retried no earlier than their
+// Retry-After; any other 4xx is permanent (to the DLQ at once, with the
+// status and the start of the body); timeouts and broken connections are
+// retried. A receiver that cannot be reached at all (connection refused,
+// no socket file), or asks for a pause (503: nothing is sent for its
 // Retry-After), counts no attempt (switchyard.ErrSinkUnavailable): a
 // service that is down must not push its events to the DLQ. See RATIONALE.md.
 package webhook
@@ -77,13 +77,13 @@ type Sink struct {
 	pause     pause
 }
 
-// minPause is the pause a 503 or 429 without a Retry-After asks for: the
+// minPause is the pause a 503 without a Retry-After asks for: the
 // engine's probe of an outage (a second).
 const minPause = time.Second
 
-// pause is the wait a service asked for: a 503 (it cannot handle requests
-// now) or a 429 (too many of them), for its Retry-After. Meanwhile the
-// sink sends nothing and is not healthy; each message fails as not sent
+// pause is the wait a service asked for with a 503 (it cannot handle
+// requests now), for its Retry-After. Meanwhile the sink sends nothing and
+// is not healthy; each message fails as not sent
 // (switchyard.ErrSinkUnavailable), so no attempt is counted.
 type pause struct {
 	mu     sync.Mutex
@@ -387,15 +387,17 @@ func (s *Sink) statusResult(m *switchyard.Message, resp *http.Response, snippet 
 		err = fmt.Errorf("%w: %s", err, snippet)
 	}
 	switch {
-	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable:
+	case code == http.StatusServiceUnavailable:
 		// The service, not the event: it cannot take requests now (RFC
-		// 9110 §15.6.4) or takes too many (RFC 6585 §4). A pause, as for
-		// a refused connection: counted as attempts, a service's restart
-		// behind a proxy dead-lettered its whole backlog (an inbox trial).
+		// 9110 §15.6.4). A pause, as for a refused connection: counted as
+		// attempts, a service's restart behind a proxy dead-lettered its
+		// whole backlog (an inbox trial). A 429 stays a counted retry: a
+		// limiter's answer to one event (a day's Retry-After for one
+		// customer) paused every event of the inbox (a review).
 		wait := min(max(retryAfter, minPause), switchyard.MaxRetryAfter)
 		s.pause.ask(wait, resp.Status)
 		return switchyard.Result{RetryAfter: wait, Err: fmt.Errorf("%w (a pause of %s asked for, no attempt counted): %w", err, wait, switchyard.ErrSinkUnavailable)}
-	case code == http.StatusRequestTimeout, code == http.StatusTooEarly,
+	case code == http.StatusTooManyRequests, code == http.StatusRequestTimeout, code == http.StatusTooEarly,
 		code == http.StatusConflict && hasRetryAfter,
 		code >= 500:
 		return switchyard.Result{Err: err, RetryAfter: retryAfter}

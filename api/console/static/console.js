@@ -44,7 +44,7 @@ function h(tag, attrs, ...children) {
 // ones) as ⟨U+XXXX⟩: an id with U+202E read as another (a console trial).
 // Attributes and links keep the text as it is.
 function visible(s) {
-  return s.replace(/[\u200B-\u200F\u202A-\u202E\u2060-\u2069\uFEFF]/g, (c) => `⟨U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}⟩`);
+  return s.replace(/[\u061C\u200B-\u200F\u202A-\u202E\u2060-\u2069\uFEFF]/g, (c) => `⟨U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}⟩`);
 }
 
 const main = () => document.getElementById('main');
