@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -505,13 +506,19 @@ func routed(cfg *config.Config, sink string, pick func(config.Route) string) []s
 //   - a type that runs plugins but has no route: an output whose plugin
 //     names no destination is dead-lettered (nothing would carry it);
 //   - a type with neither: each of its events is acknowledged, then
-//     dead-lettered (a reload trial's `event "t.n" {}` passed unsaid).
+//     dead-lettered (a reload trial's `event "t.n" {}` passed unsaid);
+//   - no event block and no inbox: nothing is taken at all.
 func configWarnings(cfg *config.Config) []string {
 	var out []string
 	if cfg.Listen.TokensFile != "" && cfg.Listen.HTTP == "" {
 		out = append(out, fmt.Sprintf("%s: warning: tokens_file is read only with listen.http (the TCP listener); the unix socket takes no tokens", cfg.Listen.TokensAt))
 	}
 	out = append(out, tenantWarnings(cfg)...)
+	if len(cfg.Events) == 0 && len(cfg.Inboxes) == 0 {
+		// An empty file passed as "ok" and ran, refusing every event (a
+		// reload trial).
+		out = append(out, fmt.Sprintf("%s:1:1: warning: no event block and no inbox: the router takes no event (ingest refuses every type); add an event block, or event \"*\" for any type", cmp.Or(cfg.File, "policies.hcl")))
+	}
 	for _, t := range slices.Sorted(maps.Keys(cfg.Events)) {
 		p := cfg.Events[t]
 		switch {

@@ -280,6 +280,20 @@ func TestValidateCheckSinksEmbedded(t *testing.T) {
 	}
 }
 
+// An empty configuration validates with a warning that the router would
+// take no event (it said ok, and ran refusing every event: a reload trial).
+func TestValidateWarnsOfAnEmptyConfiguration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.hcl")
+	os.WriteFile(path, nil, 0o600)
+	var out bytes.Buffer
+	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil {
+		t.Fatalf("validate: %v\n%s", err, out.String())
+	}
+	if want := path + ":1:1: warning: no event block and no inbox"; !strings.Contains(out.String(), want) {
+		t.Fatalf("validate said:\n%s\nwant a line with %s", out.String(), want)
+	}
+}
+
 // validate says where an environment variable of a secret is named that
 // is not set, or is empty, as run would refuse it: it said ok, and run
 // failed without a place (a reload trial).
