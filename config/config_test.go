@@ -576,6 +576,15 @@ plugin "p" { wasm = "p.wasm" }
 	}
 }
 
+// A nats url that does not evaluate (a variable) is its own error, alone:
+// "The nats block needs url" came first, and misled (a reload trial).
+func TestAURLFromAVariableIsItsOwnError(t *testing.T) {
+	msg := parseErr(t, "nats \"n\" {\n  url = \"${NATS_URL}\"\n}\n")
+	if !strings.HasPrefix(msg, "test.hcl:2:12: Variables not allowed") || strings.Contains(msg, "needs url") {
+		t.Fatalf("error:\n%s\nwant only the variable's", msg)
+	}
+}
+
 // TestErrorsCollected checks that one pass reports every problem, in file
 // order, one per line.
 func TestErrorsCollected(t *testing.T) {

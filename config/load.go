@@ -225,6 +225,19 @@ func (d *decoder) secretFile(a *hcl.Attribute, path *string) {
 	}
 }
 
+// hasErrorIn says whether an error was reported within attribute a.
+func (d *decoder) hasErrorIn(a *hcl.Attribute) bool {
+	if a == nil {
+		return false
+	}
+	for _, diag := range d.diags {
+		if diag.Severity == hcl.DiagError && diag.Subject != nil && a.Range.Overlaps(*diag.Subject) {
+			return true
+		}
+	}
+	return false
+}
+
 func (d *decoder) errorf(rng hcl.Range, summary, format string, args ...any) {
 	d.diags = append(d.diags, &hcl.Diagnostic{
 		Severity: hcl.DiagError,
@@ -778,7 +791,9 @@ func (d *decoder) natsServer(c *hcl.BodyContent, b *hcl.Block, n *NATS, storageP
 	case n.Embedded && n.URL != "":
 		d.errorf(c.Attributes["url"].Expr.Range(), "Conflicting arguments",
 			"url names an external server, embedded = true runs one in process; set only one.")
-	case !n.Embedded && n.URL == "":
+	case !n.Embedded && n.URL == "" && !d.hasErrorIn(c.Attributes["url"]):
+		// A url that does not evaluate (${NATS_URL}) has its own error:
+		// this one, first, misled (a reload trial).
 		d.errorf(b.DefRange, "Missing required argument",
 			`The nats block needs url = "nats://host:4222" or embedded = true.`)
 	}
