@@ -294,7 +294,8 @@ defaults {
   batch_size          = 200    # events claimed per poll (fewer once they hold 32 MiB, or what every
                                # type's batches may still hold of 64 MiB: the first always)
   max_retries         = 3      # then the event moves to the DLQ
-  max_processing_time = "300s" # a claim held longer is released, without counting an attempt
+  max_processing_time = "300s" # a claim held longer is released, without counting an attempt; keep it above
+                               # its sinks' publish_timeout (a publish it cuts short may be stored twice)
   # ordering = "key"           # hold an event while an earlier one of its tenant with the same partition key is pending
                                # (turned on by a reload or a restart, it lines up the events already stored too)
 

@@ -140,7 +140,8 @@ event "x" {
 // A type that runs plugins but has no route passes validate with a
 // warning at its block: an output that names no destination would go to
 // the DLQ. So does one with neither, each of whose events would (it
-// passed unsaid: a reload trial).
+// passed unsaid: a reload trial), and one whose max_processing_time is
+// under its sink's publish_timeout (a trial's 1 ms: duplicates).
 func TestValidateWarnsPluginsWithoutRoute(t *testing.T) {
 	good := filepath.Join("..", "..", "examples", "plugins", "passthrough-wat", "passthrough.wasm")
 	path := filepath.Join(t.TempDir(), "policies.hcl")
@@ -153,6 +154,13 @@ event "x" {
   plugins = ["p"]
 }
 event "y" {}
+event "z" {
+  max_processing_time = "1ms"
+  route {
+    to      = "nats.local"
+    subject = "a.z"
+  }
+}
 `, good)), 0o600)
 	var out bytes.Buffer
 	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil {
@@ -162,6 +170,9 @@ event "y" {}
 		t.Fatalf("validate said:\n%s\nwant a line with %s", out.String(), want)
 	}
 	if want := path + `:9:1: warning: event "y" has no route block and runs no plugins`; !strings.Contains(out.String(), want) {
+		t.Fatalf("validate said:\n%s\nwant a line with %s", out.String(), want)
+	}
+	if want := path + `:10:1: warning: event "z" has max_processing_time 1ms, under nats.local's publish_timeout 10s`; !strings.Contains(out.String(), want) {
 		t.Fatalf("validate said:\n%s\nwant a line with %s", out.String(), want)
 	}
 }
