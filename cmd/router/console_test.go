@@ -759,6 +759,14 @@ func TestConsoleTakesALinkInAnOpenTab(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the link in the open tab: %v", err)
 	}
+	// The same link again, spent: the tab stays signed in, and says why
+	// the link did nothing (it signed the tab out: a review).
+	err = chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`location.hash = `+strconv.Quote(fragment)),
+		textHas(`#conn`, "This link was used already"),
+		chromedp.WaitVisible(chromedp.CSS(`#types tr[data-type="`+crashType+`"]`)))
+	if err != nil {
+		t.Fatalf("a spent link in a signed-in tab: %v", err)
+	}
 }
 
 // router ui lets in only what its one-time link started: the link works

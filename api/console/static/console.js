@@ -600,7 +600,14 @@ async function takeLink() {
   history.replaceState(null, '', location.pathname + '#/');
   const r = await fetch('/ui/session', { method: 'POST', headers: { Authorization: 'Bearer ' + decodeURIComponent(m[1]) }, credentials: 'omit' });
   if (!r.ok) {
-    showLogin(r.status === 404 ? 'This router has no one-time links: sign in with an admin token.' : 'This link was used already or has expired: run router ui again.');
+    const why = r.status === 404 ? 'This router has no one-time links: sign in with an admin token.' : 'This link was used already or has expired: run router ui again.';
+    // A tab signed in keeps its session, and says why the link did
+    // nothing (a spent link signed it out: a review).
+    if (S.token) {
+      document.getElementById('conn').textContent = why;
+      return true;
+    }
+    showLogin(why);
     return false;
   }
   S.token = (await r.json()).session;
