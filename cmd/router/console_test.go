@@ -53,14 +53,7 @@ const splitType = "split.noids"
 // fsync and publish percentiles. Each page's screenshot is saved
 // ($SWITCHYARD_SCREENSHOTS, else the test's temporary directory).
 func TestConsoleInBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the router binary and a browser")
-	}
-	browser := findChromium()
-	if browser == "" {
-		t.Skip("SKIPPED: no Chromium on this machine (chromium, chromium-browser or google-chrome on PATH); " +
-			"the console's browser tests need one: .ci/run installs Debian's chromium")
-	}
+	browser := needBrowser(t)
 	r := newCrashRouter(t, 2*time.Minute)
 	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "no such order", http.StatusUnprocessableEntity) // a refusal: dead-lettered at once
@@ -499,6 +492,21 @@ func claim(t *testing.T, c *http.Client, consumer, id string) {
 }
 
 // findChromium is the path of a Chromium-based browser, or "".
+// needBrowser is the path of a Chromium for a browser test, which it skips
+// in -short runs and, saying why, on a machine without one.
+func needBrowser(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the router binary and a browser")
+	}
+	browser := findChromium()
+	if browser == "" {
+		t.Skip("SKIPPED: no Chromium on this machine (chromium, chromium-browser or google-chrome on PATH); " +
+			"the console's browser tests need one: .ci/run installs Debian's chromium")
+	}
+	return browser
+}
+
 func findChromium() string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -739,14 +747,7 @@ func makeStream(t *testing.T, r *crashRouter, name string, subjects ...string) {
 // on the sign-in page with the unused token in the address (a console
 // trial). The tab here has no session yet, as after a router ui restart.
 func TestConsoleTakesALinkInAnOpenTab(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the router binary and a browser")
-	}
-	browser := findChromium()
-	if browser == "" {
-		t.Skip("SKIPPED: no Chromium on this machine (chromium, chromium-browser or google-chrome on PATH); " +
-			"the console's browser tests need one: .ci/run installs Debian's chromium")
-	}
+	browser := needBrowser(t)
 	r := newCrashRouter(t, time.Minute)
 	r.start()
 	link := startUI(t, r)

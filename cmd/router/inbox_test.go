@@ -278,6 +278,30 @@ inbox "alerts" {
 	return svc, sock, nc
 }
 
+// alert is a CloudEvent of type alert on subject alerts.disk in the NATS
+// binding, with id and source as its headers carry them, and headers
+// besides (name, value pairs).
+func alert(id, source string, headers ...string) *nats.Msg {
+	m := nats.NewMsg("alerts.disk")
+	m.Header.Set("ce-id", id)
+	m.Header.Set("ce-specversion", "1.0")
+	m.Header.Set("ce-type", "alert")
+	m.Header.Set("ce-source", source)
+	for i := 0; i+1 < len(headers); i += 2 {
+		m.Header.Set(headers[i], headers[i+1])
+	}
+	m.Data = []byte("disk full")
+	return m
+}
+
+// mustPublish sends m and waits for JetStream's acknowledgement.
+func mustPublish(t *testing.T, nc *nats.Conn, m *nats.Msg) {
+	t.Helper()
+	if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The same from a JetStream durable consumer: messages published twice
 // with the same ce-id (and distinct Nats-Msg-Ids, so JetStream keeps both);
 // once all are read, switchyard_inbox_lag_messages says none are left.
@@ -286,16 +310,7 @@ func TestInboxNATSDropsRedeliveries(t *testing.T) {
 	const n = 100
 	for i := range n {
 		for copy := range 2 {
-			m := nats.NewMsg("alerts.disk")
-			m.Header.Set("ce-id", fmt.Sprintf("alert-%d", i))
-			m.Header.Set("ce-specversion", "1.0")
-			m.Header.Set("ce-type", "alert")
-			m.Header.Set("ce-source", "/mon")
-			m.Header.Set("Nats-Msg-Id", fmt.Sprintf("alert-%d-copy-%d", i, copy))
-			m.Data = []byte("disk full")
-			if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
-				t.Fatal(err)
-			}
+			mustPublish(t, nc, alert(fmt.Sprintf("alert-%d", i), "/mon", "Nats-Msg-Id", fmt.Sprintf("alert-%d-copy-%d", i, copy)))
 		}
 	}
 	got := svc.waitIDs(t, n, 30*time.Second)
@@ -316,15 +331,7 @@ func TestInboxNATSDropsRedeliveries(t *testing.T) {
 func TestInboxIdempotencyKeyIsTheHeadersJoined(t *testing.T) {
 	svc, _, nc := startNATSInbox(t, "")
 	for i, source := range []string{"/mon", "/a%23b", "/s%25p%20ace", "/caf%C3%A9"} { // as the NATS binding carries them
-		m := nats.NewMsg("alerts.disk")
-		m.Header.Set("ce-id", fmt.Sprintf("alert%%20%d%%25", i))
-		m.Header.Set("ce-specversion", "1.0")
-		m.Header.Set("ce-type", "alert")
-		m.Header.Set("ce-source", source)
-		m.Data = []byte("disk full")
-		if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
+		mustPublish(t, nc, alert(fmt.Sprintf("alert%%20%d%%25", i), source))
 	}
 	svc.waitIDs(t, 4, 20*time.Second) // the service answers 400 to a key it cannot build
 }
@@ -338,14 +345,7 @@ func TestAServiceThatAnswers503LosesNoEventToTheDLQ(t *testing.T) {
   backoff { delay = "100ms" }`)
 	svc.unavailable.Store(true)
 	for i := range 5 {
-		m := nats.NewMsg("alerts.disk")
-		m.Header.Set("ce-id", fmt.Sprintf("alert-%d", i))
-		m.Header.Set("ce-specversion", "1.0")
-		m.Header.Set("ce-type", "alert")
-		m.Header.Set("ce-source", "/mon")
-		if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
+		mustPublish(t, nc, alert(fmt.Sprintf("alert-%d", i), "/mon"))
 	}
 	// Three rounds of the five: twice what max_retries lets a counted
 	// attempt make before the DLQ.
@@ -364,14 +364,7 @@ func TestAServiceThatAnswers503LosesNoEventToTheDLQ(t *testing.T) {
 // whose ingest the budget refuses too.
 func TestAnInboxPastTheBudgetIsNotReady(t *testing.T) {
 	_, sock, nc := startNATSInbox(t, "", `max_size = "1"`)
-	m := nats.NewMsg("alerts.disk")
-	m.Header.Set("ce-id", "over-budget")
-	m.Header.Set("ce-specversion", "1.0")
-	m.Header.Set("ce-type", "alert")
-	m.Header.Set("ce-source", "/mon")
-	if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	mustPublish(t, nc, alert("over-budget", "/mon"))
 	c := testkit.UnixClient(sock, 10*time.Second)
 	const up = `switchyard_inbox_up{inbox="alerts"}`
 	var said string
@@ -403,18 +396,11 @@ func TestAnInboxPastTheBudgetIsNotReady(t *testing.T) {
 func TestInboxTakesKeysTooLongForTheDataFile(t *testing.T) {
 	svc, _, nc := startNATSInbox(t, `ordering = "key"`)
 	publish := func(id, key string) {
-		m := nats.NewMsg("alerts.disk")
-		m.Header.Set("ce-id", id)
-		m.Header.Set("ce-specversion", "1.0")
-		m.Header.Set("ce-type", "alert")
-		m.Header.Set("ce-source", "/mon")
+		m := alert(id, "/mon")
 		if key != "" {
 			m.Header.Set("ce-partitionkey", key)
 		}
-		m.Data = []byte("disk full")
-		if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
+		mustPublish(t, nc, m)
 	}
 	publish(strings.Repeat("L", 33000), "")
 	publish("long-key", strings.Repeat("k", 40000))
