@@ -303,6 +303,11 @@ inbox "refusing" {
 		textIs(`#confirm-question`, "Resolve 1 dead letter(s)?"),
 		click(`#confirm-yes`),
 		textIs(`#dlq-result`, "resolve: 1 of 1 done"))
+	// The resolved list offers a retry, of a row, of a selection and of all
+	// (it offered none, though the API retries resolved ones: a trial).
+	run("the resolved list's retry", chromedp.Navigate(link0(link)+"#/dlq?status=resolved"),
+		chromedp.WaitVisible(chromedp.CSS(inboxRow+`[data-source="/elsewhere"] button.row-retry`)),
+		chromedp.WaitVisible(chromedp.CSS(`#retry-selected`)), chromedp.WaitVisible(chromedp.CSS(`#retry-all`)))
 	// A row resolved behind the page's back is skipped: the result names
 	// it and why (it said "1 skipped" alone: a console trial). The answer
 	// is the API's for it, given in the page.

@@ -314,11 +314,13 @@ async function dlqPage(params) {
   main().replaceChildren(
     h('form', { class: 'bar', onsubmit: apply }, type, status, 'since', since, h('button', {}, 'Filter')),
     h('div', { class: 'bar' },
-      dead ? h('button', { id: 'retry-selected', onclick: () => ask('retry', selected()) }, 'Retry selected') : null,
+      // Resolved ones can be retried too (the resolved list offered no
+      // retry: a console trial).
+      h('button', { id: 'retry-selected', onclick: () => ask('retry', selected()) }, 'Retry selected'),
       dead ? h('button', { id: 'resolve-selected', onclick: () => ask('resolve', selected()) }, 'Resolve selected') : null,
       h('button', { id: 'delete-selected', class: 'danger', onclick: () => ask('delete', selected()) }, 'Delete selected'),
-      dead ? h('span', { class: 'muted' }, '·') : null,
-      dead ? h('button', { id: 'retry-all', onclick: () => askAll('retry') }, 'Retry all matching') : null,
+      h('span', { class: 'muted' }, '·'),
+      h('button', { id: 'retry-all', onclick: () => askAll('retry') }, 'Retry all matching'),
       dead ? h('button', { id: 'resolve-all', onclick: () => askAll('resolve') }, 'Resolve all matching') : null),
     confirmBar, result,
     table(['', 'id', 'tenant', 'type', 'source', 'attempts', 'reason', dead ? 'moved' : 'resolved', ''], [], { id: 'dlq-table' }),
@@ -331,7 +333,7 @@ async function dlqPage(params) {
   const page = await api('GET', '/v1/dlq?' + q + '&limit=' + limit + (cursor ? '&cursor=' + encodeURIComponent(cursor) : ''));
   if (left(at)) return;
   const items = page.items || [];
-  const retry = dead ? (ev) => ask('retry', [letterOf(ev.target)]) : null;
+  const retry = (ev) => ask('retry', [letterOf(ev.target)]);
   body.replaceChildren(...(items.length ? items.map((d) => dlqRow(d, dead, retry)) : [h('tr', {}, h('td', { colspan: 9, class: 'muted' }, 'Nothing here.'))]));
   more.replaceChildren(...dlqPages(q + sized, cursor, page.next_cursor, limit));
 
