@@ -492,6 +492,8 @@ func TestAuthTokensFile(t *testing.T) {
 	}{
 		"ok":    {`{"tokens":[{"token":"0123456789abcdef","tenant":"a"},{"sha256":"` + hex.EncodeToString(sum[:]) + `","admin":true}]}`, ""},
 		"short": {`{"tokens":[{"token":"short","tenant":"a"}]}`, "shorter than 16"},
+		// Characters, as the message says, not bytes (a review).
+		"short in characters": {`{"tokens":[{"token":"öööööööö","tenant":"a"}]}`, "shorter than 16"},
 		// A token that no Authorization header carries whole.
 		"trailing space": {`{"tokens":[{"token":"0123456789abcdef ","tenant":"a"}]}`, "begins or ends with white space"},
 		"a tab within":   {`{"tokens":[{"token":"01234567\t89abcdef","tenant":"a"}]}`, "control character"},

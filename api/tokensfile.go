@@ -10,6 +10,7 @@ import (
 	"io"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/switchyard-router/switchyard"
 	"github.com/switchyard-router/switchyard/config"
@@ -86,7 +87,7 @@ func (e *tokenAt) entry() (en tokenEntry, err error) {
 	case e.Token != "" && e.SHA256 != "":
 		return en, errors.New("set token or sha256, not both")
 	case e.Token != "":
-		if len(e.Token) < minTokenLen {
+		if utf8.RuneCountInString(e.Token) < minTokenLen {
 			return en, fmt.Errorf("shorter than %d characters", minTokenLen)
 		}
 		if strings.TrimSpace(e.Token) != e.Token || strings.ContainsFunc(e.Token, unicode.IsControl) {

@@ -417,6 +417,17 @@ func (e *Engine) sendContext(ctx context.Context) context.Context {
 	return e.sendCtx
 }
 
+// declared says whether queue t is a type with an event block of its own
+// or a configured inbox's.
+func (e *Engine) declared(t string) bool {
+	if name, ok := strings.CutPrefix(t, inboxQueuePrefix); ok {
+		_, in := e.inboxes[name] // set at New: inboxes do not change on reload
+		return in
+	}
+	_, own := e.config().Events[t]
+	return own
+}
+
 // storedTypes are the queues the data file holds waiting events of: a
 // type whose events were all delivered needs no loop, and under a
 // catch-all took one of its max_types (a reload trial: two such types
@@ -585,7 +596,8 @@ type TypeStats struct {
 }
 
 // Stats reports the depth, oldest pending age, poll delay and DLQ size of
-// every type with a loop, or with events waiting or dead.
+// every type with a loop, a block or an inbox of its own, or events
+// waiting or dead.
 func (e *Engine) Stats() ([]TypeStats, error) {
 	now := e.now()
 	var out []TypeStats
@@ -602,10 +614,12 @@ func (e *Engine) Stats() ([]TypeStats, error) {
 		for t := range seen {
 			q := tx.Queue(t)
 			s := TypeStats{Type: t, Pending: q.Pending, DLQ: tx.DLQDepth(t)}
-			if l := e.loopIfAny(t); l == nil && s.Pending == 0 && s.DLQ == 0 {
-				// A type no block takes any more, all its events
-				// delivered: its series go, as README says (they stayed,
-				// at 0, for as long as the file had its queue: a trial).
+			if l := e.loopIfAny(t); l == nil && s.Pending == 0 && s.DLQ == 0 && !e.declared(t) {
+				// A type no block of its own takes any more, all its
+				// events delivered: its series go, as README says (they
+				// stayed, at 0, for as long as the file had its queue: a
+				// trial). A declared type or inbox stays (a pull inbox
+				// has no loop: a review).
 				continue
 			}
 			if !q.OldestPending.IsZero() && q.OldestPending.Before(now) {

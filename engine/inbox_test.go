@@ -862,3 +862,25 @@ func TestReceiveKeepsWhereEachPartitionGotTo(t *testing.T) {
 		t.Fatalf("partition 2, which no batch came from: %v, %v", ok, err)
 	}
 }
+
+// A pull inbox drained stays in the stats (and its metrics), at 0: it has
+// no loop, and a skip of loopless types with nothing stored made it vanish
+// at each drain (a review).
+func TestADrainedPullInboxStaysInTheStats(t *testing.T) {
+	h := newHarness(t, pullInbox, false)
+	ctx := context.Background()
+	if _, err := h.eng.Receive(ctx, "pay", inbound("m")); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := h.eng.Pull(ctx, "pay", 10, 0, time.Minute)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("pull: %d, %v", len(msgs), err)
+	}
+	if res, err := h.eng.Ack(ctx, "pay", engine.Acks{IDs: []string{"m"}}); err != nil || res.Acked != 1 {
+		t.Fatalf("ack: %+v, %v", res, err)
+	}
+	stats, err := h.eng.Stats()
+	if err != nil || !slices.ContainsFunc(stats, func(s engine.TypeStats) bool { return s.Type == "inbox:pay" && s.Pending == 0 }) {
+		t.Fatalf("stats after the drain: %+v, %v; want inbox:pay at 0", stats, err)
+	}
+}

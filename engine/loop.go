@@ -1318,8 +1318,14 @@ func outputDelivered(rec *storage.Record, dest, msgID string, n int) bool {
 	if delivered(rec, dest, msgID) || n > 0 && delivered(rec, dest, rec.LegacyOutputMsgID(n)) {
 		return true
 	}
-	old := rec.InboxOutputMsgIDBefore202612(n)
-	return old != "" && delivered(rec, dest, old)
+	old := rec.InboxMsgIDBefore202612()
+	switch {
+	case old == "":
+		return false
+	case n == 0:
+		return delivered(rec, dest, old)
+	}
+	return delivered(rec, dest, old+"/"+strconv.Itoa(n)+"/") || delivered(rec, dest, old+"-"+strconv.Itoa(n))
 }
 
 func delivered(rec *storage.Record, dest, msgID string) bool {
@@ -1567,7 +1573,7 @@ func verdictOf(it *item, rec *storage.Record, chain []string, now time.Time) ver
 			v.permanent = fmt.Errorf("%s: %w", where, err)
 		case isOutage(err):
 			v.unknown = fmt.Errorf("%s: %w", where, err)
-			// A receiver that asked for a pause (webhook: 503, 429) waits
+			// A receiver that asked for a pause (webhook: 503) waits
 			// it out, as for an outage.
 			v.wait = max(v.wait, outageWait(rec, now), min(o.result.RetryAfter, switchyard.MaxRetryAfter))
 		default:

@@ -21,4 +21,9 @@ func TestAnInboxOutputDeliveredUnderItsOldIDIsNotSentAgain(t *testing.T) {
 	if outputDelivered(rec, dest, rec.OutputMsgID(0), 0) {
 		t.Error("output 0, never delivered, is taken for delivered")
 	}
+	// The older form of a later output's id, "<id>-<n>", under the old id.
+	rec.Outputs = []storage.Output{{Destination: dest, MsgID: "/a#x y-2", Delivered: true}}
+	if !outputDelivered(rec, dest, rec.OutputMsgID(2), 2) {
+		t.Errorf("output 2, delivered as %q, is taken for undelivered", rec.Outputs[0].MsgID)
+	}
 }

@@ -223,14 +223,14 @@ func (r *Record) OutputMsgID(n int) string {
 	return r.MsgID() + "/" + strconv.Itoa(n) + "/"
 }
 
-// InboxOutputMsgIDBefore202612 is the id output n of an inbox's record
-// had before its MsgID encoded source and id whole (inboxMsgID): the
-// source's '%' and '#' escaped, the id as it is, or the id alone as it is
-// for a record keyed by its id. Outputs its earlier attempts recorded
-// under it count as delivered (a review: a split event's delivered outputs
-// went out again). "" where it is the current id, or for an outbound
-// event.
-func (r *Record) InboxOutputMsgIDBefore202612(n int) string {
+// InboxMsgIDBefore202612 is the MsgID an inbox's record had before it
+// encoded source and id whole (inboxMsgID): the source's '%' and '#'
+// escaped and the id as it is, or, for a record keyed by its id, the id
+// as it is. Outputs its earlier attempts recorded under it ("<it>", and
+// "<it>/<n>/" or, older, "<it>-<n>" for output n) count as delivered (a
+// review: a split event's delivered outputs went out again). "" where it
+// is the current one, or for an outbound event.
+func (r *Record) InboxMsgIDBefore202612() string {
 	if r.Queue == "" {
 		return ""
 	}
@@ -240,9 +240,6 @@ func (r *Record) InboxOutputMsgIDBefore202612(n int) string {
 	}
 	if old == r.MsgID() {
 		return ""
-	}
-	if n > 0 {
-		old += "/" + strconv.Itoa(n) + "/"
 	}
 	return old
 }

@@ -496,7 +496,6 @@ func claim(t *testing.T, c *http.Client, consumer, id string) {
 	resp.Body.Close()
 }
 
-// findChromium is the path of a Chromium-based browser, or "".
 // needBrowser is the path of a Chromium for a browser test, which it skips
 // in -short runs and, saying why, on a machine without one.
 func needBrowser(t *testing.T) string {
@@ -512,6 +511,7 @@ func needBrowser(t *testing.T) string {
 	return browser
 }
 
+// findChromium is the path of a Chromium-based browser, or "".
 func findChromium() string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {

@@ -536,6 +536,14 @@ func configWarnings(cfg *config.Config) []string {
 				cfg.EventsAt[t], t, p.MaxProcessingTime, sink, timeout))
 		}
 	}
+	for _, in := range cfg.Inboxes {
+		if in.Deliver.URL != "" && in.Deliver.Timeout > in.Policy.MaxProcessingTime {
+			// A POST it cuts short is an unknown outcome: no attempt
+			// counted, and a slow service gets the event for ever (a review).
+			out = append(out, fmt.Sprintf("%s: warning: inbox %q has max_processing_time %s, under its deliver timeout %s: a POST it cuts short counts no attempt, and is sent again for as long as the service is that slow",
+				cfg.BlocksAt[config.InboxSinkName(in.Name)], in.Name, in.Policy.MaxProcessingTime, in.Deliver.Timeout))
+		}
+	}
 	return out
 }
 

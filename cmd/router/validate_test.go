@@ -161,6 +161,15 @@ event "z" {
     subject = "a.z"
   }
 }
+inbox "slow" {
+  from                = "nats.local"
+  subject             = "a.in"
+  max_processing_time = "1s"
+  deliver {
+    url     = "http://127.0.0.1:9/in"
+    timeout = "10s"
+  }
+}
 `, good)), 0o600)
 	var out bytes.Buffer
 	if err := NewMain(nil, &out, &out).Run(context.Background(), []string{"validate", "-config", path}); err != nil {
@@ -173,6 +182,9 @@ event "z" {
 		t.Fatalf("validate said:\n%s\nwant a line with %s", out.String(), want)
 	}
 	if want := path + `:10:1: warning: event "z" has max_processing_time 1ms, under nats.local's publish_timeout 10s`; !strings.Contains(out.String(), want) {
+		t.Fatalf("validate said:\n%s\nwant a line with %s", out.String(), want)
+	}
+	if want := path + `:17:1: warning: inbox "slow" has max_processing_time 1s, under its deliver timeout 10s`; !strings.Contains(out.String(), want) {
 		t.Fatalf("validate said:\n%s\nwant a line with %s", out.String(), want)
 	}
 }

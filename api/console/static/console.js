@@ -606,7 +606,10 @@ async function takeLink() {
     // A tab signed in keeps its session, and says why the link did
     // nothing (a spent link signed it out: a review).
     if (S.token) {
-      document.getElementById('conn').textContent = why;
+      const conn = document.getElementById('conn');
+      const was = conn.textContent;
+      conn.textContent = why;
+      setTimeout(() => { if (conn.textContent === why) conn.textContent = was; }, 10000);
       return true;
     }
     showLogin(why);
