@@ -49,6 +49,12 @@ func TestPluginInitEveryLanguage(t *testing.T) {
 			port := testkit.FreePort(t)
 			run(parent, bin, "plugin", "init", "-lang", lang, "-port", fmt.Sprint(port), name)
 			dir := filepath.Join(parent, name)
+			if lang == "go" {
+				// The SDK's copy compiles for tests on this machine
+				// (sdk/go/README: `go test ./...`); it lacked check.go (a
+				// new user's trial).
+				run(dir, "go", "vet", "./...")
+			}
 			run(dir, "./build.sh")
 			if out := run(dir, bin, "plugin", "test", name+".wasm", "-dir", "testdata", "-config", "greeting=hello"); !strings.Contains(out, "ok: 3 cases") {
 				t.Fatalf("golden tests:\n%s", out)
