@@ -391,7 +391,7 @@ event "demo.greeting" {
 #
 # inbox "alerts" {
 #   from    = "nats.local"
-#   subject = "alerts.>"
+#   subject = "demo.alerts.>" # a subject a stream of that nats block stores (here "events", demo.>)
 #   durable = "alerts"      # routers sharing a durable split the messages; default: the inbox name; two inboxes on one stream need two
 #   deliver { url = "http://127.0.0.1:9000/alerts" }
 # }
