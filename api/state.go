@@ -50,6 +50,9 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 	}
 	ns := s.namespaceOf(plugin, q)
 	entries, next, err := s.engine.StateKeys(ns, []byte(q.Get("prefix")), q.Get("cursor"), limit)
+	if err == nil && len(entries) == 0 && q.Get("cursor") == "" {
+		err = s.unknownPlugin(plugin) // a typo with -type said "no keys" (a new user's trial)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -65,14 +68,11 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 // getStateNamespaces lists the plugin's namespaces with their usage.
 func (s *Server) getStateNamespaces(w http.ResponseWriter, r *http.Request, plugin string) {
 	nss, err := s.engine.StateNamespaces(plugin)
+	if err == nil && len(nss) == 0 {
+		err = s.unknownPlugin(plugin)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
-		return
-	}
-	if len(nss) == 0 && !s.engine.PluginLoaded(plugin) {
-		// A name mistyped is not a plugin without state (a removed
-		// plugin's state is still listed while it lasts).
-		s.writeError(w, r, switchyard.Errorf(switchyard.ENOTFOUND, "no plugin %q is loaded, and no state is kept under that name", plugin))
 		return
 	}
 	views := []map[string]any{}
@@ -86,6 +86,20 @@ func (s *Server) getStateNamespaces(w http.ResponseWriter, r *http.Request, plug
 		views = append(views, v)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"plugin": plugin, "namespaces": views})
+}
+
+// unknownPlugin is the not found of a plugin name that is neither loaded
+// nor keeps any state: a name mistyped is not a plugin without state (a
+// removed plugin's state is still listed while it lasts).
+func (s *Server) unknownPlugin(plugin string) error {
+	if s.engine.PluginLoaded(plugin) {
+		return nil
+	}
+	nss, err := s.engine.StateNamespaces(plugin)
+	if err != nil || len(nss) > 0 {
+		return err
+	}
+	return switchyard.Errorf(switchyard.ENOTFOUND, "no plugin %q is loaded, and no state is kept under that name", plugin)
 }
 
 func viewStateEntries(entries []storage.StateEntry) []stateEntryView {

@@ -285,6 +285,10 @@ event "t.big" {
 	if _, err := cli("nope"); err == nil || !strings.Contains(err.Error(), `no plugin "nope" is loaded, and no state is kept under that name`) {
 		t.Fatalf("state of a plugin that does not exist: %v", err)
 	}
+	// So with -type (it said "no keys": a new user's trial).
+	if _, err := cli("nope", "-type", "t.big"); err == nil || !strings.Contains(err.Error(), `no plugin "nope" is loaded`) {
+		t.Fatalf("keys of a plugin that does not exist: %v", err)
+	}
 	if out, err := cli("bigkey"); err != nil || !strings.Contains(out, "no state") {
 		t.Fatalf("state of a loaded plugin without any: %v\n%s", err, out)
 	}
