@@ -614,7 +614,8 @@ func (e *Engine) Stats() ([]TypeStats, error) {
 		for t := range seen {
 			q := tx.Queue(t)
 			s := TypeStats{Type: t, Pending: q.Pending, DLQ: tx.DLQDepth(t)}
-			if l := e.loopIfAny(t); l == nil && s.Pending == 0 && s.DLQ == 0 && !e.declared(t) {
+			l := e.loopIfAny(t) // never start one here: a pull inbox has none, a removed type cannot
+			if l == nil && s.Pending == 0 && s.DLQ == 0 && !e.declared(t) {
 				// A type no block of its own takes any more, all its
 				// events delivered: its series go, as README says (they
 				// stayed, at 0, for as long as the file had its queue: a
@@ -625,7 +626,7 @@ func (e *Engine) Stats() ([]TypeStats, error) {
 			if !q.OldestPending.IsZero() && q.OldestPending.Before(now) {
 				s.OldestPending = now.Sub(q.OldestPending)
 			}
-			if l := e.loopIfAny(t); l != nil { // never start one here: a pull inbox has none, a removed type cannot
+			if l != nil {
 				// Taken events are still in the queue: count them once,
 				// as in_process, as GET /v1/events/{id} does.
 				s.InProcess = min(l.inProcess(), s.Pending)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1308,24 +1309,16 @@ func (b *batch) newOutput() *output {
 }
 
 // outputDelivered says whether rec's output n, msgID to dest, was
-// acknowledged on an earlier attempt: under its id, or under the id it had
-// before storage.Record.OutputMsgID, or, an inbox's, before its MsgID
-// encoded source and id whole.
+// acknowledged on an earlier attempt: under its id, or under an id it had
+// before (storage.Record.EarlierOutputMsgIDs).
 func outputDelivered(rec *storage.Record, dest, msgID string, n int) bool {
 	if len(rec.Outputs) == 0 {
 		return false // a first attempt
 	}
-	if delivered(rec, dest, msgID) || n > 0 && delivered(rec, dest, rec.LegacyOutputMsgID(n)) {
+	if delivered(rec, dest, msgID) {
 		return true
 	}
-	old := rec.InboxMsgIDBefore202612()
-	switch {
-	case old == "":
-		return false
-	case n == 0:
-		return delivered(rec, dest, old)
-	}
-	return delivered(rec, dest, old+"/"+strconv.Itoa(n)+"/") || delivered(rec, dest, old+"-"+strconv.Itoa(n))
+	return slices.ContainsFunc(rec.EarlierOutputMsgIDs(n), func(id string) bool { return delivered(rec, dest, id) })
 }
 
 func delivered(rec *storage.Record, dest, msgID string) bool {

@@ -217,10 +217,34 @@ func (r *Record) LastDelivered() time.Time {
 // took one for the other, and marked an event delivered that it never
 // stored (LegacyOutputMsgID).
 func (r *Record) OutputMsgID(n int) string {
+	return outputMsgID(r.MsgID(), n)
+}
+
+// outputMsgID is the id of output n of the record whose MsgID is base.
+func outputMsgID(base string, n int) string {
 	if n == 0 {
-		return r.MsgID()
+		return base
 	}
-	return r.MsgID() + "/" + strconv.Itoa(n) + "/"
+	return base + "/" + strconv.Itoa(n) + "/"
+}
+
+// EarlierOutputMsgIDs are the ids output n had before OutputMsgID's: its
+// outputs recorded under them count as delivered. "<MsgID>-<n>" for n > 0
+// (LegacyOutputMsgID), and, for an inbox's record, both forms over the
+// MsgID it had before that encoded source and id whole
+// (InboxMsgIDBefore202612). None for a first output of an outbound event.
+func (r *Record) EarlierOutputMsgIDs(n int) []string {
+	var ids []string
+	if n > 0 {
+		ids = append(ids, r.LegacyOutputMsgID(n))
+	}
+	if old := r.InboxMsgIDBefore202612(); old != "" {
+		ids = append(ids, outputMsgID(old, n))
+		if n > 0 {
+			ids = append(ids, legacyOutputMsgID(old, n))
+		}
+	}
+	return ids
 }
 
 // InboxMsgIDBefore202612 is the MsgID an inbox's record had before it
@@ -249,7 +273,11 @@ var sourceEscaperBefore202612 = strings.NewReplacer("%", "%25", "#", "%23")
 // LegacyOutputMsgID is the id output n > 0 had before OutputMsgID: outputs
 // recorded under it count as delivered.
 func (r *Record) LegacyOutputMsgID(n int) string {
-	return r.MsgID() + "-" + strconv.Itoa(n)
+	return legacyOutputMsgID(r.MsgID(), n)
+}
+
+func legacyOutputMsgID(base string, n int) string {
+	return base + "-" + strconv.Itoa(n)
 }
 
 // OutputOf is the event id (MsgID) and output number an output id names.
